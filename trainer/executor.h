@@ -1,0 +1,65 @@
+// The executor: the one component that touches tensors. It owns the device, validates job specs
+// against it, and runs one job at a time, reporting progress as JobEvent payloads.
+//
+// This header is torch-free on purpose: the server talks to the executor only in proto messages,
+// so that the executor can move into its own process (DESIGN.md) without the server changing.
+#ifndef MPSD_TRAINER_EXECUTOR_H_
+#define MPSD_TRAINER_EXECUTOR_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::trainer {
+
+// Receives one job's event payloads in the order they happen. The executor fills the payload
+// (step, epoch, log or summary) and leaves job_id, seq and time to the receiver, which owns the
+// numbering. Called on the thread that called Executor::Run; must not block for long (it runs
+// between training steps).
+using EventSink = std::function<void(mpsd::v1::JobEvent event)>;
+
+class Executor {
+ public:
+  struct Options {
+    // Intra-op threads for CPU work; 0 keeps LibTorch's default (one per core).
+    int cpu_threads = 0;
+  };
+
+  // Initialises the device(s) LibTorch can see. Errors: INTERNAL if LibTorch cannot start.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const Options& options);
+
+  virtual ~Executor() = default;
+
+  // Checks a job before it is queued, without touching the device's memory: every field in
+  // range, the device available, the dataset's files present. Errors: INVALID_ARGUMENT whose
+  // message starts with the field path ("train_job.batch_size: must be > 0, got 0");
+  // UNIMPLEMENTED for a BenchJob. Thread-safe.
+  virtual absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const = 0;
+
+  // Runs one job to its end on the calling thread: loads the data onto the device, trains,
+  // evaluates, then synchronises, releases the model, optimizer and data and empties the
+  // caching allocator. Emits one `step` event per optimizer step (read back from the device in
+  // groups, so they lag the device by a few steps), one `epoch` event per epoch and, last, one
+  // `summary` event (also emitted for a failed job, with the memory figures). Stops at the next
+  // step boundary once `cancelled` is true and returns CANCELLED.
+  //
+  // Errors (the job fails; the executor stays usable): INVALID_ARGUMENT for a spec problem found
+  // only at run time; DATA_LOSS for a dataset file that is corrupt or truncated (the message
+  // names the file); RESOURCE_EXHAUSTED for out of device memory; CANCELLED; INTERNAL for any
+  // other LibTorch error.
+  //
+  // Not thread-safe with itself: one job at a time (the device has one owner).
+  virtual absl::Status Run(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
+                           const std::atomic<bool>& cancelled) = 0;
+
+  // The default device and its memory now. Thread-safe.
+  virtual mpsd::v1::DeviceInfo GetDevice() const = 0;
+};
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_EXECUTOR_H_
