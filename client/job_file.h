@@ -1,0 +1,47 @@
+// Job files: YAML documents that become mpsd.v1.SubmitJobRequest, and back.
+//
+//   kind: TrainJob                      # picks the `spec` oneof member whose message is TrainJob
+//   model: {name: convnet}              # every other key is a field of that message, by its
+//   dataset: {name: fashion-mnist, limit_train: 2000}   # proto field name, nested as in the proto
+//   batch_size: 64
+//
+// Values are typed by the field, not by how they look: a plain scalar for a string field stays a
+// string (`resume_from: 12` is "12"), integers must be integers in range, enums are given by name,
+// repeated fields are YAML sequences, and `key:` with no value (or `~`, `null`) leaves the field
+// unset.
+#ifndef MPSD_CLIENT_JOB_FILE_H_
+#define MPSD_CLIENT_JOB_FILE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::client {
+
+// Parses the text of a job file; `filename` only labels the errors.
+//
+// On bad input returns InvalidArgument whose message has one line per problem, in document order,
+// each naming the file, the 1-based line and column when known, and the key path:
+//   job.yaml:4:42: dataset.limt_train: unknown field (did you mean "limit_train"?)
+//   job.yaml:5:13: batch_size: expected an integer, got "sixty"
+//   job.yaml: missing "kind" (expected TrainJob or BenchJob)
+//   job.yaml:1:7: kind: unknown "TranJob" (expected TrainJob or BenchJob)
+//   job.yaml:3:1: YAML syntax error: illegal map value
+// Thread-safe.
+absl::StatusOr<mpsd::v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
+                                                        absl::string_view filename);
+
+// Reads `path` and parses it as above. NotFound / PermissionDenied / ... (from errno) when the file
+// cannot be read; the message names the path.
+absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
+
+// The job file for `request`: `kind:` first, then the set fields in proto order. Strings that YAML
+// would read as another type are quoted, so any YAML reader (PyYAML too) reads the same values
+// back, and ParseJobFile(FormatJobFile(r)) == r. Empty string when no spec is set.
+std::string FormatJobFile(const mpsd::v1::SubmitJobRequest& request);
+
+}  // namespace mpsd::client
+
+#endif  // MPSD_CLIENT_JOB_FILE_H_

@@ -1,0 +1,255 @@
+// Tests for client/job_file.cc: YAML job files to SubmitJobRequest, errors with file:line:col and
+// key paths, and the way back.
+#include "client/job_file.h"
+
+#include <string>
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
+
+namespace mpsd::client {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kGood[] = R"(kind: TrainJob
+model: {name: convnet}
+dataset: {name: fashion-mnist, root: /usr/share/datasets/fashion-mnist, limit_train: 2000, limit_test: 500}
+batch_size: 64
+epochs: 1
+optimizer: {name: adam, learning_rate: 0.001}
+seed: 1
+device: cpu
+)";
+
+// The error message of parsing `yaml` as "job.yaml"; fails the test if it parses.
+std::string ErrorOf(const std::string& yaml) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(yaml, "job.yaml");
+  EXPECT_FALSE(r.ok()) << "parsed: " << (r.ok() ? r->ShortDebugString() : "");
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(r.status().message());
+}
+
+TEST(JobFileTest, GoodTrainJob) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(kGood, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_train_job());
+  const v1::TrainJob& job = r->train_job();
+  EXPECT_EQ(job.model().name(), "convnet");
+  EXPECT_EQ(job.dataset().name(), "fashion-mnist");
+  EXPECT_EQ(job.dataset().root(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(job.dataset().limit_train(), 2000);
+  EXPECT_EQ(job.dataset().limit_test(), 500);
+  ASSERT_TRUE(job.has_batch_size());
+  EXPECT_EQ(job.batch_size(), 64);
+  ASSERT_TRUE(job.has_epochs());
+  EXPECT_EQ(job.epochs(), 1);
+  EXPECT_EQ(job.optimizer().name(), "adam");
+  ASSERT_TRUE(job.optimizer().has_learning_rate());
+  EXPECT_DOUBLE_EQ(job.optimizer().learning_rate(), 0.001);
+  EXPECT_EQ(job.seed(), 1u);
+  EXPECT_EQ(job.device(), "cpu");
+}
+
+TEST(JobFileTest, UnsetOptionalFieldsStayUnset) {
+  absl::StatusOr<v1::SubmitJobRequest> r =
+      ParseJobFile("kind: TrainJob\nmodel: {name: convnet}\nbatch_size:\nepochs: ~\n", "j.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->train_job().has_batch_size());
+  EXPECT_FALSE(r->train_job().has_epochs());
+  EXPECT_FALSE(r->train_job().optimizer().has_learning_rate());
+}
+
+TEST(JobFileTest, UnknownNestedKeyNamesPathFileAndLine) {
+  const std::string error = ErrorOf(
+      "kind: TrainJob\n"
+      "model: {name: convnet}\n"
+      "dataset:\n"
+      "  name: fashion-mnist\n"
+      "  limt_train: 2000\n");
+  EXPECT_THAT(error, HasSubstr("job.yaml:5:3: dataset.limt_train: unknown field"));
+  EXPECT_THAT(error, HasSubstr("did you mean \"limit_train\"?"));
+}
+
+TEST(JobFileTest, UnknownTopLevelKeyListsFieldsWhenNothingIsClose) {
+  const std::string error = ErrorOf("kind: TrainJob\nwhatever_this_is: 3\n");
+  EXPECT_THAT(error, HasSubstr("job.yaml:2:1: whatever_this_is: unknown field (TrainJob has model,"));
+}
+
+TEST(JobFileTest, WrongTypeNamesPath) {
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nbatch_size: sixty\n"),
+              HasSubstr("job.yaml:2:13: batch_size: expected an integer, got \"sixty\""));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\noptimizer: {learning_rate: fast}\n"),
+              HasSubstr("optimizer.learning_rate: expected a number, got \"fast\""));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nmodel: convnet\n"),
+              HasSubstr("model: expected a map with fields name, got \"convnet\""));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\ndevice: [cpu]\n"),
+              HasSubstr("device: expected a string, got a list"));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nbatch_size: 1.5\n"),
+              HasSubstr("batch_size: expected an integer, got \"1.5\""));
+}
+
+TEST(JobFileTest, IntegerRanges) {
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nbatch_size: 3000000000\n"),
+              HasSubstr("batch_size: 3000000000 is out of range for int32"));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nseed: -1\n"),
+              HasSubstr("seed: expected a non-negative integer, got -1"));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nseed: 99999999999999999999999999\n"),
+              HasSubstr("out of range for uint64"));
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(
+      "kind: TrainJob\nseed: 18446744073709551615\ndataset: {limit_train: 60_000}\nepochs: 1e1\n",
+      "j.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->train_job().seed(), 18446744073709551615u);
+  EXPECT_EQ(r->train_job().dataset().limit_train(), 60000);
+  EXPECT_EQ(r->train_job().epochs(), 10);
+}
+
+TEST(JobFileTest, PlainScalarForStringFieldStaysString) {
+  absl::StatusOr<v1::SubmitJobRequest> r =
+      ParseJobFile("kind: TrainJob\ndevice: 12\nmodel: {name: true}\n", "j.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->train_job().device(), "12");
+  EXPECT_EQ(r->train_job().model().name(), "true");
+}
+
+TEST(JobFileTest, QuotedNumbersAndFloatForms) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(
+      "kind: TrainJob\nbatch_size: \"32\"\noptimizer: {learning_rate: 1e-3}\n", "j.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->train_job().batch_size(), 32);
+  EXPECT_DOUBLE_EQ(r->train_job().optimizer().learning_rate(), 1e-3);
+}
+
+TEST(JobFileTest, MissingKind) {
+  EXPECT_EQ(ErrorOf("model: {name: convnet}\n"),
+            "job.yaml: missing \"kind\" (expected TrainJob or BenchJob)");
+}
+
+TEST(JobFileTest, UnknownKind) {
+  EXPECT_EQ(ErrorOf("kind: TranJob\nmodel: {name: convnet}\n"),
+            "job.yaml:1:7: kind: unknown \"TranJob\" (expected TrainJob or BenchJob)");
+  EXPECT_THAT(ErrorOf("kind:\n"), HasSubstr("kind: expected TrainJob or BenchJob, got nothing"));
+  EXPECT_THAT(ErrorOf("kind: [TrainJob]\n"),
+              HasSubstr("kind: expected TrainJob or BenchJob, got a list"));
+}
+
+TEST(JobFileTest, BenchJobParsesToBenchJob) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(
+      "kind: BenchJob\n"
+      "models: [convnet, resnet18]\n"
+      "batch_sizes:\n  - 1\n  - 64\n"
+      "devices: [cpu]\n"
+      "warmup_iters: 5\n"
+      "iters: 20\n",
+      "bench.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_bench_job());
+  const v1::BenchJob& job = r->bench_job();
+  EXPECT_THAT(job.models(), ::testing::ElementsAre("convnet", "resnet18"));
+  EXPECT_THAT(job.batch_sizes(), ::testing::ElementsAre(1, 64));
+  EXPECT_THAT(job.devices(), ::testing::ElementsAre("cpu"));
+  EXPECT_EQ(job.warmup_iters(), 5);
+  EXPECT_EQ(job.iters(), 20);
+}
+
+TEST(JobFileTest, RepeatedFieldErrorsNameTheElement) {
+  EXPECT_THAT(ErrorOf("kind: BenchJob\nbatch_sizes: [1, x, 3]\n"),
+              HasSubstr("job.yaml:2:18: batch_sizes[1]: expected an integer, got \"x\""));
+  EXPECT_THAT(ErrorOf("kind: BenchJob\nbatch_sizes: 64\n"),
+              HasSubstr("batch_sizes: expected a list (e.g. [a, b]) of an integer, got \"64\""));
+}
+
+TEST(JobFileTest, YamlSyntaxErrorNamesLineAndColumn) {
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nmodel: {name: convnet\nepochs: 1\n"),
+              AllOf(HasSubstr("job.yaml:"), HasSubstr("YAML syntax error")));
+  EXPECT_EQ(ErrorOf("kind: TrainJob\nmodel: name: convnet\n"),
+            "job.yaml:2:12: YAML syntax error: illegal map value");
+}
+
+TEST(JobFileTest, EmptyFile) {
+  EXPECT_THAT(ErrorOf(""), HasSubstr("job.yaml: empty job file"));
+  EXPECT_THAT(ErrorOf("# nothing here\n\n"), HasSubstr("job.yaml: empty job file"));
+}
+
+TEST(JobFileTest, NotAMap) {
+  EXPECT_THAT(ErrorOf("- kind: TrainJob\n"),
+              HasSubstr("job.yaml:1:1: expected a map of job fields, got a list"));
+}
+
+TEST(JobFileTest, SecondDocumentIsAnError) {
+  EXPECT_THAT(ErrorOf("kind: TrainJob\n---\nkind: BenchJob\n"),
+              HasSubstr("job.yaml:3:1: a job file holds one YAML document"));
+}
+
+TEST(JobFileTest, DuplicateKey) {
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nepochs: 1\nepochs: 2\n"),
+              HasSubstr("job.yaml:3:1: epochs: duplicate key"));
+}
+
+TEST(JobFileTest, ReportsEveryProblemInDocumentOrder) {
+  const std::string error = ErrorOf(
+      "kind: TrainJob\n"
+      "model: {nmae: convnet}\n"
+      "batch_size: big\n"
+      "optimizer: {name: adam, learning_rate: x}\n");
+  EXPECT_EQ(error,
+            "job.yaml:2:9: model.nmae: unknown field (did you mean \"name\"?)\n"
+            "job.yaml:3:13: batch_size: expected an integer, got \"big\"\n"
+            "job.yaml:4:40: optimizer.learning_rate: expected a number, got \"x\"");
+}
+
+TEST(JobFileTest, FormatRoundTrips) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(kGood, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  v1::SubmitJobRequest tricky = *r;
+  tricky.mutable_train_job()->set_device("12");  // must come back as a string
+  tricky.mutable_train_job()->mutable_model()->set_name("null");
+  for (const v1::SubmitJobRequest& request : {*r, tricky}) {
+    const std::string text = FormatJobFile(request);
+    absl::StatusOr<v1::SubmitJobRequest> back = ParseJobFile(text, "formatted.yaml");
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(request, *back))
+        << text << "\n" << back->ShortDebugString();
+  }
+  const std::string text = FormatJobFile(*r);
+  EXPECT_THAT(text, HasSubstr("kind: TrainJob\n"));
+  EXPECT_THAT(text, HasSubstr("model: {name: convnet}\n"));
+  EXPECT_THAT(text, HasSubstr("learning_rate: 0.001}"));
+  EXPECT_THAT(FormatJobFile(tricky), HasSubstr("device: \"12\""));
+}
+
+TEST(JobFileTest, FormatBenchJob) {
+  v1::SubmitJobRequest request;
+  request.mutable_bench_job()->add_models("convnet");
+  request.mutable_bench_job()->add_batch_sizes(1);
+  request.mutable_bench_job()->add_batch_sizes(64);
+  EXPECT_EQ(FormatJobFile(request), "kind: BenchJob\nmodels: [convnet]\nbatch_sizes: [1, 64]\n");
+  EXPECT_EQ(FormatJobFile(v1::SubmitJobRequest()), "");
+}
+
+TEST(JobFileTest, ReadJobFileNamesMissingFile) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ReadJobFile("/nonexistent/job.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/job.yaml"));
+}
+
+TEST(JobFileTest, ExamplesParse) {
+  for (const char* name : {"fashion-mnist.yaml", "fashion-mnist-small.yaml"}) {
+    const std::string path = std::string(MPSD_SOURCE_DIR) + "/examples/" + name;
+    absl::StatusOr<v1::SubmitJobRequest> r = ReadJobFile(path);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->has_train_job()) << path;
+    EXPECT_EQ(r->train_job().dataset().name(), "fashion-mnist") << path;
+  }
+}
+
+}  // namespace
+}  // namespace mpsd::client
