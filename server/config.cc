@@ -1,1 +1,110 @@
-// placeholder
+// Config: defaults, then YAML, each key checked by name and type.
+#include "server/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/default_address.h"
+#include "yaml-cpp/yaml.h"
+
+namespace mpsd::server {
+namespace {
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : fallback;
+}
+
+template <typename T>
+absl::Status ReadScalar(const YAML::Node& node, const std::string& where, const char* expected,
+                        T& out) {
+  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", expected));
+  try {
+    out = node.as<T>();
+  } catch (const YAML::Exception&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected ", expected, ", got \"", node.Scalar(), "\""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string DefaultStateDir() {
+  if (const std::string state_home = EnvOr("XDG_STATE_HOME", ""); !state_home.empty()) {
+    return absl::StrCat(state_home, "/mpsd");
+  }
+  if (const std::string home = EnvOr("HOME", ""); !home.empty()) {
+    return absl::StrCat(home, "/.local/state/mpsd");
+  }
+  return absl::StrCat("/tmp/mpsd-", getuid(), "/state");
+}
+
+std::string DefaultListenAddress() { return mpsd::DefaultServerAddress(); }
+
+Config DefaultConfig() {
+  Config config;
+  config.listen = DefaultListenAddress();
+  config.state_dir = DefaultStateDir();
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path) {
+  if (!std::filesystem::exists(path)) {
+    return absl::NotFoundError(absl::StrCat(path, ": config file not found"));
+  }
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": ", e.msg));
+  }
+  Config config = DefaultConfig();
+  if (root.IsNull()) return config;
+  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a mapping"));
+  const std::map<std::string, std::function<absl::Status(const YAML::Node&, const std::string&)>>
+      fields = {
+          {"listen", [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.listen); }},
+          {"state_dir",
+           [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.state_dir); }},
+          {"max_queued",
+           [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", config.max_queued); }},
+          {"cpu_threads",
+           [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", config.cpu_threads); }},
+          {"shutdown_grace_s",
+           [&](auto& n, auto& w) {
+             return ReadScalar(n, w, "a number of seconds", config.shutdown_grace_s);
+           }},
+          {"log_level",
+           [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.log_level); }},
+      };
+  for (const auto& entry : root) {
+    const std::string key = entry.first.Scalar();
+    const std::string where = absl::StrCat(path, ": ", key);
+    auto field = fields.find(key);
+    if (field == fields.end()) {
+      std::vector<std::string> known;
+      for (const auto& [name, read] : fields) known.push_back(name);
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown key (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    if (absl::Status status = field->second(entry.second, where); !status.ok()) return status;
+  }
+  if (config.max_queued < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": max_queued: must be >= 1"));
+  }
+  if (config.shutdown_grace_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": shutdown_grace_s: must be >= 0"));
+  }
+  return config;
+}
+
+}  // namespace mpsd::server

@@ -1,1 +1,281 @@
-// placeholder
+// Scheduler: one FIFO queue, one executor thread, every state change and metric an event.
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
+
+namespace mpsd::server {
+namespace {
+
+using mpsd::v1::Job;
+using mpsd::v1::JobEvent;
+
+google::protobuf::Timestamp Now() {
+  return google::protobuf::util::TimeUtil::GetCurrentTime();
+}
+
+Job::Kind KindOf(const mpsd::v1::SubmitJobRequest& request) {
+  switch (request.spec_case()) {
+    case mpsd::v1::SubmitJobRequest::kTrainJob:
+      return Job::TRAIN_JOB;
+    case mpsd::v1::SubmitJobRequest::kBenchJob:
+      return Job::BENCH_JOB;
+    default:
+      return Job::KIND_UNSPECIFIED;
+  }
+}
+
+// Maps how Executor::Run ended to the job's failure reason (see trainer/executor.h).
+Job::FailureReason ReasonFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnimplemented:
+      return Job::INVALID_SPEC;
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+      return Job::DATASET_ERROR;
+    case absl::StatusCode::kResourceExhausted:
+      return Job::OUT_OF_MEMORY;
+    default:
+      return Job::INTERNAL;
+  }
+}
+
+// Numeric order of the decimal ids, newest first.
+bool NewerFirst(const Job& a, const Job& b) {
+  if (a.id().size() != b.id().size()) return a.id().size() > b.id().size();
+  return a.id() > b.id();
+}
+
+}  // namespace
+
+bool IsTerminal(Job::State state) {
+  return state == Job::SUCCEEDED || state == Job::FAILED || state == Job::CANCELLED ||
+         state == Job::INTERRUPTED;
+}
+
+Scheduler::Scheduler(const Options& options, JobStore* store, mpsd::trainer::Executor* executor)
+    : options_(options), store_(store), executor_(executor), event_log_(store) {}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const Options& options,
+                                                             JobStore* store,
+                                                             mpsd::trainer::Executor* executor) {
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(options, store, executor));
+  if (absl::Status status = scheduler->Recover(); !status.ok()) return status;
+  scheduler->executor_thread_ = std::thread([s = scheduler.get()] { s->ExecutorLoop(); });
+  return scheduler;
+}
+
+Scheduler::~Scheduler() { Shutdown(); }
+
+absl::Status Scheduler::Recover() {
+  absl::StatusOr<std::vector<Job>> stored = store_->ListJobs();
+  if (!stored.ok()) return stored.status();
+  std::vector<Job> jobs = *std::move(stored);
+  std::reverse(jobs.begin(), jobs.end());  // Oldest first: the queue keeps its order.
+  absl::MutexLock lock(&mu_);
+  for (Job& job : jobs) {
+    event_log_.SetCommittedSeq(job.id(), job.last_seq());
+    const std::string id = job.id();
+    Job& kept = jobs_[id];
+    kept = std::move(job);
+    if (kept.state() == Job::QUEUED) {
+      queue_.push_back(kept.id());
+    } else if (kept.state() == Job::RUNNING) {
+      spdlog::warn("job {} was running when mpsd stopped; marking it INTERRUPTED", kept.id());
+      kept.set_message(absl::StrCat("interrupted: mpsd stopped while the job ran (last step ",
+                                    kept.last_step().step(), ")"));
+      SetState(kept, Job::INTERRUPTED, Job::FAILURE_REASON_UNSPECIFIED, kept.message());
+    }
+  }
+  if (!queue_.empty()) spdlog::info("{} queued job(s) restored", queue_.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request) {
+  if (request.spec_case() == mpsd::v1::SubmitJobRequest::SPEC_NOT_SET) {
+    return absl::InvalidArgumentError("spec: set train_job or bench_job");
+  }
+  if (absl::Status valid = executor_->Validate(request); !valid.ok()) return valid;
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("mpsd is shutting down");
+  if (static_cast<int>(queue_.size()) >= options_.max_queued) {
+    return absl::ResourceExhaustedError(absl::StrCat("queue full (", options_.max_queued, ")"));
+  }
+  Job job;
+  job.set_kind(KindOf(request));
+  job.set_state(Job::QUEUED);
+  *job.mutable_created_at() = Now();
+  *job.mutable_spec() = request;
+  absl::StatusOr<Job> inserted = store_->InsertJob(std::move(job));
+  if (!inserted.ok()) return inserted.status();
+  const std::string id = inserted->id();
+  Job& stored = jobs_[id];
+  stored = *std::move(inserted);
+  JobEvent queued;
+  queued.mutable_state()->set_state(Job::QUEUED);
+  Publish(stored, std::move(queued));
+  queue_.push_back(stored.id());
+  spdlog::info("job {} queued ({} in queue)", stored.id(), queue_.size());
+  return stored;
+}
+
+absl::StatusOr<Job> Scheduler::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return it->second;
+}
+
+std::vector<Job> Scheduler::List() const {
+  std::vector<Job> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs.reserve(jobs_.size());
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  std::sort(jobs.begin(), jobs.end(), NewerFirst);
+  return jobs;
+}
+
+absl::StatusOr<Job> Scheduler::Cancel(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  Job& job = it->second;
+  if (IsTerminal(job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " already finished (", Job::State_Name(job.state()), ")"));
+  }
+  if (job.state() == Job::QUEUED) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), job_id));
+    *job.mutable_finished_at() = Now();
+    SetState(job, Job::CANCELLED, Job::FAILURE_REASON_UNSPECIFIED, "cancelled while queued");
+  } else if (running_job_ == job_id) {
+    stop_as_ = Job::CANCELLED;
+    cancel_running_ = true;
+    spdlog::info("job {}: cancel requested; stopping at the next step", job_id);
+  }
+  return job;
+}
+
+mpsd::v1::DeviceInfo Scheduler::GetDevice() const {
+  mpsd::v1::DeviceInfo info = executor_->GetDevice();
+  absl::MutexLock lock(&mu_);
+  info.set_jobs_run(jobs_run_);
+  return info;
+}
+
+void Scheduler::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      shutting_down_ = true;
+      if (!running_job_.empty()) {
+        stop_as_ = Job::INTERRUPTED;
+        cancel_running_ = true;
+      }
+    }
+  }
+  if (executor_thread_.joinable()) executor_thread_.join();
+  event_log_.Flush();
+}
+
+void Scheduler::ExecutorLoop() {
+  for (;;) {
+    std::string job_id;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutting_down_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (shutting_down_) return;
+      job_id = queue_.front();
+      queue_.pop_front();
+      running_job_ = job_id;
+      cancel_running_ = false;
+    }
+    RunJob(job_id);
+  }
+}
+
+void Scheduler::RunJob(const std::string& job_id) {
+  mpsd::v1::SubmitJobRequest spec;
+  {
+    absl::MutexLock lock(&mu_);
+    Job& job = jobs_[job_id];
+    *job.mutable_started_at() = Now();
+    SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
+    spec = job.spec();
+  }
+  spdlog::info("job {} running", job_id);
+  auto sink = [this, &job_id](JobEvent event) {
+    absl::MutexLock lock(&mu_);
+    Publish(jobs_[job_id], std::move(event));
+  };
+  const absl::Status status = executor_->Run(spec, sink, cancel_running_);
+
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  *job.mutable_finished_at() = Now();
+  ++jobs_run_;
+  running_job_.clear();
+  if (status.ok()) {
+    SetState(job, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED, "");
+  } else if (status.code() == absl::StatusCode::kCancelled) {
+    const Job::State state = stop_as_.load();
+    SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED,
+             state == Job::CANCELLED ? "cancelled by request" : "interrupted: mpsd shut down");
+  } else {
+    SetState(job, Job::FAILED, ReasonFor(status), std::string(status.message()));
+  }
+  spdlog::info("job {} {}{}{}", job_id, Job::State_Name(job.state()),
+               job.message().empty() ? "" : ": ", job.message());
+}
+
+void Scheduler::SetState(Job& job, Job::State state, Job::FailureReason reason,
+                         const std::string& message) {
+  job.set_state(state);
+  job.set_failure_reason(reason);
+  job.set_message(message);
+  JobEvent event;
+  mpsd::v1::StateChange* change = event.mutable_state();
+  change->set_state(state);
+  change->set_failure_reason(reason);
+  change->set_message(message);
+  Publish(job, std::move(event));
+}
+
+void Scheduler::Publish(Job& job, JobEvent event) {
+  event.set_job_id(job.id());
+  event.set_seq(job.last_seq() + 1);
+  *event.mutable_time() = Now();
+  job.set_last_seq(event.seq());
+  switch (event.payload_case()) {
+    case JobEvent::kStep:
+      *job.mutable_last_step() = event.step();
+      break;
+    case JobEvent::kEpoch:
+      *job.mutable_last_epoch() = event.epoch();
+      break;
+    case JobEvent::kSummary:
+      *job.mutable_summary() = event.summary();
+      break;
+    default:
+      break;
+  }
+  std::vector<JobEvent> events;
+  events.push_back(std::move(event));
+  event_log_.Append(job, std::move(events));
+}
+
+}  // namespace mpsd::server

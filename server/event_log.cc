@@ -1,0 +1,159 @@
+// EventLog: batches events into store transactions on one writer thread, then wakes watchers.
+#include "server/event_log.h"
+
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "spdlog/spdlog.h"
+
+namespace mpsd::server {
+namespace {
+
+// A failed commit (disk full, I/O error) is retried this often before its events are dropped
+// with an error in the log; training is never blocked on storage.
+constexpr int kCommitAttempts = 3;
+
+}  // namespace
+
+EventLog::EventLog(JobStore* store) : store_(store), writer_([this] { WriterLoop(); }) {}
+
+EventLog::~EventLog() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  writer_.join();
+}
+
+void EventLog::Append(const mpsd::v1::Job& job, std::vector<mpsd::v1::JobEvent> events) {
+  absl::MutexLock lock(&mu_);
+  pending_jobs_[job.id()] = job;
+  for (auto& event : events) pending_events_.push_back(std::move(event));
+  ++batches_appended_;
+}
+
+void EventLog::Flush() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = batches_appended_;
+  auto committed = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return batches_done_ >= target;
+  };
+  mu_.Await(absl::Condition(&committed));
+}
+
+absl::StatusOr<std::vector<mpsd::v1::JobEvent>> EventLog::Read(const std::string& job_id,
+                                                               int64_t after_seq,
+                                                               int limit) const {
+  return store_->ReadEvents(job_id, after_seq, limit);
+}
+
+int64_t EventLog::CommittedSeq(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = committed_seq_.find(job_id);
+  return it == committed_seq_.end() ? 0 : it->second;
+}
+
+void EventLog::SetCommittedSeq(const std::string& job_id, int64_t seq) {
+  absl::MutexLock lock(&mu_);
+  committed_seq_[job_id] = seq;
+}
+
+uint64_t EventLog::Watch(const std::string& job_id, int64_t after_seq,
+                         std::function<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  auto it = committed_seq_.find(job_id);
+  if (it != committed_seq_.end() && it->second > after_seq) return 0;
+  const uint64_t id = next_watch_id_++;
+  watchers_.emplace(id, Watcher{job_id, after_seq, std::move(callback)});
+  return id;
+}
+
+void EventLog::Unwatch(uint64_t watch_id) {
+  if (watch_id == 0) return;
+  absl::MutexLock lock(&mu_);
+  watchers_.erase(watch_id);
+  auto not_running = [this, watch_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return running_watch_ != watch_id;
+  };
+  mu_.Await(absl::Condition(&not_running));
+}
+
+void EventLog::WriterLoop() {
+  for (;;) {
+    absl::flat_hash_map<std::string, mpsd::v1::Job> jobs;
+    std::vector<mpsd::v1::JobEvent> events;
+    uint64_t batches;
+    bool stop;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || batches_appended_ > batches_done_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      jobs.swap(pending_jobs_);
+      events.swap(pending_events_);
+      batches = batches_appended_;
+      stop = stopping_ && jobs.empty() && events.empty();
+    }
+    if (stop) return;
+    Notify(CommitBatch(jobs, events));
+    absl::MutexLock lock(&mu_);
+    batches_done_ = batches;
+  }
+}
+
+absl::flat_hash_map<std::string, int64_t> EventLog::CommitBatch(
+    const absl::flat_hash_map<std::string, mpsd::v1::Job>& jobs,
+    const std::vector<mpsd::v1::JobEvent>& events) {
+  std::vector<mpsd::v1::Job> rows;
+  rows.reserve(jobs.size());
+  for (const auto& [id, job] : jobs) rows.push_back(job);
+  absl::Status status;
+  for (int attempt = 1; attempt <= kCommitAttempts; ++attempt) {
+    status = store_->Commit(rows, events);
+    if (status.ok()) break;
+    spdlog::error("storing {} events failed (attempt {}/{}): {}", events.size(), attempt,
+                  kCommitAttempts, status.ToString());
+    absl::SleepFor(absl::Milliseconds(100) * attempt);
+  }
+  absl::flat_hash_map<std::string, int64_t> committed;
+  if (!status.ok()) return committed;
+  for (const auto& event : events) {
+    int64_t& seq = committed[event.job_id()];
+    if (event.seq() > seq) seq = event.seq();
+  }
+  return committed;
+}
+
+void EventLog::Notify(const absl::flat_hash_map<std::string, int64_t>& committed) {
+  if (committed.empty()) return;
+  std::vector<uint64_t> due;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [job_id, seq] : committed) {
+      int64_t& known = committed_seq_[job_id];
+      if (seq > known) known = seq;
+    }
+    for (const auto& [id, watcher] : watchers_) {
+      auto it = committed.find(watcher.job_id);
+      if (it != committed.end() && it->second > watcher.after_seq) due.push_back(id);
+    }
+  }
+  for (uint64_t id : due) {
+    std::function<void()> callback;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = watchers_.find(id);
+      if (it == watchers_.end()) continue;  // Unwatched meanwhile.
+      callback = std::move(it->second.callback);
+      watchers_.erase(it);
+      running_watch_ = id;
+    }
+    callback();
+    absl::MutexLock lock(&mu_);
+    running_watch_ = 0;
+  }
+}
+
+}  // namespace mpsd::server

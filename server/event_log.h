@@ -1,0 +1,94 @@
+// The daemon's path from "a job produced an event" to "every subscriber has it": events are
+// queued without blocking the producer, committed to the JobStore in batches by one writer
+// thread, and only then announced to watchers. Subscribers read what is committed, so a slow
+// subscriber costs a store read, never memory or training time.
+#ifndef MPSD_SERVER_EVENT_LOG_H_
+#define MPSD_SERVER_EVENT_LOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "mpsd/v1/mpsd.pb.h"
+#include "server/job_store.h"
+
+namespace mpsd::server {
+
+// Thread-safe. Borrows the store, which must outlive it.
+class EventLog {
+ public:
+  explicit EventLog(JobStore* store);
+  // Commits everything appended, then stops the writer thread.
+  ~EventLog();
+
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  // Queues `job` (its row is replaced with this snapshot) and `events` (seq already assigned,
+  // ascending per job) for the writer. Never waits for I/O: the caller may be a training loop.
+  void Append(const mpsd::v1::Job& job, std::vector<mpsd::v1::JobEvent> events);
+
+  // Blocks until everything appended before the call is committed (or failed to commit).
+  void Flush();
+
+  // Committed events of `job_id` with seq > after_seq, ascending, at most `limit`.
+  absl::StatusOr<std::vector<mpsd::v1::JobEvent>> Read(const std::string& job_id,
+                                                       int64_t after_seq, int limit) const;
+
+  // Highest committed seq of a job; 0 if none.
+  int64_t CommittedSeq(const std::string& job_id) const;
+
+  // Records the committed seq of a job loaded from the store at start-up.
+  void SetCommittedSeq(const std::string& job_id, int64_t seq);
+
+  // One-shot notification: `callback` runs once, on the writer thread, after an event of
+  // `job_id` with seq > after_seq is committed. Returns 0, without calling or keeping the
+  // callback, if such an event is already committed (read it now); else a watch id.
+  // The callback must not call Unwatch on its own id.
+  uint64_t Watch(const std::string& job_id, int64_t after_seq, std::function<void()> callback);
+
+  // Cancels a watch. On return its callback is not running and will never run. 0 is ignored.
+  void Unwatch(uint64_t watch_id);
+
+ private:
+  struct Watcher {
+    std::string job_id;
+    int64_t after_seq;
+    std::function<void()> callback;
+  };
+
+  void WriterLoop();
+  // Commits one batch; returns the committed seq per job.
+  absl::flat_hash_map<std::string, int64_t> CommitBatch(
+      const absl::flat_hash_map<std::string, mpsd::v1::Job>& jobs,
+      const std::vector<mpsd::v1::JobEvent>& events);
+  void Notify(const absl::flat_hash_map<std::string, int64_t>& committed);
+
+  // Constant after construction.
+  JobStore* const store_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, mpsd::v1::Job> pending_jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<mpsd::v1::JobEvent> pending_events_ ABSL_GUARDED_BY(mu_);
+  // Batches handed to the writer so far, and batches it has finished; Flush waits on these.
+  uint64_t batches_appended_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, int64_t> committed_seq_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // The watch whose callback the writer is running now (0: none); Unwatch waits on it.
+  uint64_t running_watch_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread writer_;
+};
+
+}  // namespace mpsd::server
+
+#endif  // MPSD_SERVER_EVENT_LOG_H_

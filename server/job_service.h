@@ -1,0 +1,43 @@
+// mpsd.v1.JobService on gRPC's callback API: unary RPCs answer on the DefaultReactor, and
+// StreamEvents is a write reactor with one write in flight that reads committed events from
+// the EventLog and waits on it for more, so nothing blocks inside a reaction.
+#ifndef MPSD_SERVER_JOB_SERVICE_H_
+#define MPSD_SERVER_JOB_SERVICE_H_
+
+#include "mpsd/v1/mpsd.grpc.pb.h"
+#include "server/scheduler.h"
+
+namespace mpsd::server {
+
+// Thread-safe (gRPC calls it from its own threads). Borrows the scheduler, which must outlive
+// the gRPC server this service is registered with.
+class JobService final : public mpsd::v1::JobService::CallbackService {
+ public:
+  explicit JobService(Scheduler* scheduler) : scheduler_(scheduler) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const mpsd::v1::SubmitJobRequest* request,
+                                      mpsd::v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const mpsd::v1::GetJobRequest* request,
+                                   mpsd::v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const mpsd::v1::ListJobsRequest* request,
+                                     mpsd::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const mpsd::v1::CancelJobRequest* request,
+                                      mpsd::v1::Job* response) override;
+  grpc::ServerWriteReactor<mpsd::v1::JobEvent>* StreamEvents(
+      grpc::CallbackServerContext* context,
+      const mpsd::v1::StreamEventsRequest* request) override;
+  grpc::ServerUnaryReactor* GetDevice(grpc::CallbackServerContext* context,
+                                      const mpsd::v1::GetDeviceRequest* request,
+                                      mpsd::v1::DeviceInfo* response) override;
+
+ private:
+  Scheduler* const scheduler_;
+};
+
+}  // namespace mpsd::server
+
+#endif  // MPSD_SERVER_JOB_SERVICE_H_
