@@ -1,0 +1,178 @@
+// The one place where LibTorch versions (1.13 and 2.x) and platforms (CUDA, Apple MPS, CPU-only
+// builds) differ. Everything else in trainer/ calls these functions and has no #if of its own.
+// Internal to trainer/: includes torch.
+#ifndef MPSD_TRAINER_COMPAT_H_
+#define MPSD_TRAINER_COMPAT_H_
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <cstdint>
+#include <string>
+
+// MPS exists from LibTorch 2 on, and only on Apple.
+#if defined(__APPLE__) && TORCH_VERSION_MAJOR >= 2
+#define MPSD_TRAINER_HAS_MPS 1
+#include <ATen/detail/MPSHooksInterface.h>
+#include <sys/sysctl.h>
+#include <torch/mps.h>
+#else
+#define MPSD_TRAINER_HAS_MPS 0
+#endif
+
+// CUDA memory statistics need c10_cuda, which only a CUDA LibTorch ships. The header alone is not
+// enough: Debian's CPU-only libtorch-dev installs c10/cuda/*.h without the library or the CUDA
+// runtime headers they include, so trainer/CMakeLists.txt defines MPSD_TRAINER_WITH_CUDA only
+// when find_package(Torch) found c10_cuda.
+#if defined(MPSD_TRAINER_WITH_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#define MPSD_TRAINER_HAS_CUDA_ALLOCATOR 1
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#else
+#define MPSD_TRAINER_HAS_CUDA_ALLOCATOR 0
+#endif
+
+namespace mpsd::trainer::compat {
+
+// Bytes held by one device's allocator. Peak is since the last ResetPeak (CUDA only).
+struct AllocatorStats {
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+};
+
+// ---- MPS ------------------------------------------------------------------------------------
+
+inline bool MpsIsAvailable() {
+#if MPSD_TRAINER_HAS_MPS
+  return torch::mps::is_available();
+#else
+  return false;
+#endif
+}
+
+inline void MpsSynchronize() {
+#if MPSD_TRAINER_HAS_MPS
+  torch::mps::synchronize();
+#endif
+}
+
+inline void MpsEmptyCache() {
+#if MPSD_TRAINER_HAS_MPS
+  at::detail::getMPSHooks().emptyCache();
+#endif
+}
+
+// MPS keeps no peak; "reserved" is what the Metal driver has allocated for the process.
+inline AllocatorStats MpsStats() {
+  AllocatorStats stats;
+#if MPSD_TRAINER_HAS_MPS
+  const auto& hooks = at::detail::getMPSHooks();
+  stats.allocated_bytes = static_cast<int64_t>(hooks.getCurrentAllocatedMemory());
+  stats.reserved_bytes = static_cast<int64_t>(hooks.getDriverAllocatedMemory());
+  stats.peak_allocated_bytes = stats.allocated_bytes;
+#endif
+  return stats;
+}
+
+// The chip ("Apple M1") and its unified memory, bytes; {"mps", 0} when unknown.
+struct MpsProperties {
+  std::string name = "mps";
+  int64_t total_memory_bytes = 0;
+};
+
+inline MpsProperties GetMpsProperties() {
+  MpsProperties props;
+#if MPSD_TRAINER_HAS_MPS
+  char brand[128] = {};
+  size_t size = sizeof(brand) - 1;
+  if (sysctlbyname("machdep.cpu.brand_string", brand, &size, nullptr, 0) == 0) props.name = brand;
+  int64_t memsize = 0;
+  size = sizeof(memsize);
+  if (sysctlbyname("hw.memsize", &memsize, &size, nullptr, 0) == 0) {
+    props.total_memory_bytes = memsize;
+  }
+#endif
+  return props;
+}
+
+// ---- CUDA -----------------------------------------------------------------------------------
+
+// Index 0 of every StatArray is StatType::AGGREGATE (small and large pools together); the enum
+// moved namespaces in LibTorch 2.5, the index did not.
+inline AllocatorStats CudaStats(int device_index) {
+  AllocatorStats stats;
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+  const auto device = static_cast<c10::DeviceIndex>(device_index);
+  const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  stats.allocated_bytes = s.allocated_bytes[0].current;
+  stats.reserved_bytes = s.reserved_bytes[0].current;
+  stats.peak_allocated_bytes = s.allocated_bytes[0].peak;
+#else
+  (void)device_index;
+#endif
+  return stats;
+}
+
+inline void CudaResetPeak(int device_index) {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
+#else
+  (void)device_index;
+#endif
+}
+
+inline void CudaEmptyCache() {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+  c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+// The marketing name ("NVIDIA H200") and total memory in bytes; {"cuda", 0} when unknown.
+struct CudaProperties {
+  std::string name = "cuda";
+  int64_t total_memory_bytes = 0;
+};
+
+inline CudaProperties GetCudaProperties(int device_index) {
+  CudaProperties props;
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+  const auto* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device_index));
+  props.name = p->name;
+  props.total_memory_bytes = static_cast<int64_t>(p->totalGlobalMem);
+#else
+  (void)device_index;
+#endif
+  return props;
+}
+
+// ---- Errors ---------------------------------------------------------------------------------
+
+// c10::OutOfMemoryError exists since 1.13 and is what the CUDA allocator throws; the CPU
+// allocator (and MPS before 2.1) throws a plain c10::Error, recognisable only by its text.
+inline bool IsOutOfMemory(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const std::string message = e.what_without_backtrace();
+  return message.find("out of memory") != std::string::npos ||
+         message.find("can't allocate memory") != std::string::npos;
+}
+
+// ---- Autograd -------------------------------------------------------------------------------
+
+// Drops the gradients instead of zeroing them: PyTorch 2's default (set_to_none=true), which
+// saves one kernel per parameter per step. LibTorch 1.13's zero_grad() can only zero.
+inline void ZeroGradToNone(torch::optim::Optimizer& optimizer) {
+#if TORCH_VERSION_MAJOR >= 2
+  optimizer.zero_grad(/*set_to_none=*/true);
+#else
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& param : group.params()) {
+      if (param.grad().defined()) param.mutable_grad().reset();
+    }
+  }
+#endif
+}
+
+}  // namespace mpsd::trainer::compat
+
+#endif  // MPSD_TRAINER_COMPAT_H_

@@ -1,0 +1,75 @@
+// Devices: which ones this process can use, how a job's "device" string maps to one, and the
+// memory its allocator holds. Internal to trainer/: includes torch.
+#ifndef MPSD_TRAINER_DEVICE_H_
+#define MPSD_TRAINER_DEVICE_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace mpsd::trainer {
+
+// What LibTorch can run on in this process, probed once. Probing asks the drivers how many
+// devices there are; it allocates no device memory. Immutable afterwards, so any thread may read
+// it.
+struct DeviceInventory {
+  // The device "auto" resolves to: mps if available, else cuda:0, else cpu.
+  torch::Device preferred = torch::kCPU;
+  // Every name a job may give, in the order "cpu", "cuda", "cuda:0", …, "mps".
+  std::vector<std::string> available;
+  int cuda_device_count = 0;
+  bool mps_available = false;
+};
+
+DeviceInventory ProbeDevices();
+
+// Maps a job's device string to a device of `inventory`: "auto" (or "") → inventory.preferred;
+// "cpu"; "cuda" → the current CUDA device (cuda:0); "cuda:N"; "mps". INVALID_ARGUMENT, with no
+// field path (the caller adds it): "cuda is not available (available: cpu)", "unknown device
+// \"tpu\" (expected auto, cpu, cuda, cuda:N or mps)".
+absl::StatusOr<torch::Device> ResolveDevice(absl::string_view name,
+                                            const DeviceInventory& inventory);
+
+// "cpu", "cuda:0", "mps".
+std::string DeviceString(const torch::Device& device);
+
+// Kind ("cpu", "cuda", "mps"), a human name ("NVIDIA H200", "Apple M1", "cpu (2 threads)") and
+// the memory a job could use, bytes (system RAM for cpu and mps's unified memory; 0 if unknown).
+struct DeviceDescription {
+  std::string kind;
+  std::string name;
+  int64_t total_memory_bytes = 0;
+};
+
+DeviceDescription DescribeDevice(const torch::Device& device);
+
+// Bytes held by the device's allocator. "allocated" is live tensors, "reserved" what the caching
+// allocator holds from the driver (CUDA) or what the driver allocated (MPS). LibTorch's CPU
+// allocator keeps no statistics, so every figure is 0 on cpu. The peak is since the last
+// ResetPeakMemory on CUDA; MPS keeps no peak, so it equals allocated there.
+struct DeviceMemory {
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+};
+
+// Reads the allocator's counters; no device synchronisation. Thread-safe.
+DeviceMemory ReadMemory(const torch::Device& device);
+void ResetPeakMemory(const torch::Device& device);
+
+// Waits for every queued kernel on the device to finish (no-op on cpu). Asynchronous device
+// errors surface here, as c10::Error.
+void Synchronize(const torch::Device& device);
+
+// Returns the caching allocator's unused blocks to the driver, like torch.cuda.empty_cache()
+// (no-op on cpu).
+void EmptyCache(const torch::Device& device);
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_DEVICE_H_
