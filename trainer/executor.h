@@ -27,9 +27,14 @@ class Executor {
   struct Options {
     // Intra-op threads for CPU work; 0 keeps LibTorch's default (one per core).
     int cpu_threads = 0;
+    // Training steps whose metrics are read back from the device in one transfer (one
+    // host-device synchronisation per group). Step events lag the device by up to this many
+    // steps; 1 synchronises every step (tests, debugging).
+    int steps_per_readback = 32;
   };
 
-  // Initialises the device(s) LibTorch can see. Errors: INTERNAL if LibTorch cannot start.
+  // Initialises the device(s) LibTorch can see. Errors: INVALID_ARGUMENT for a negative
+  // cpu_threads or steps_per_readback <= 0; INTERNAL if LibTorch cannot start.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const Options& options);
 
   virtual ~Executor() = default;
@@ -44,13 +49,15 @@ class Executor {
   // evaluates, then synchronises, releases the model, optimizer and data and empties the
   // caching allocator. Emits one `step` event per optimizer step (read back from the device in
   // groups, so they lag the device by a few steps), one `epoch` event per epoch and, last, one
-  // `summary` event (also emitted for a failed job, with the memory figures). Stops at the next
-  // step boundary once `cancelled` is true and returns CANCELLED.
+  // `summary` event (also emitted for a failed or cancelled job, with the memory figures), plus
+  // a few `log` events. A spec that fails Validate() returns its error before anything runs and
+  // emits nothing. Stops at the next step boundary once `cancelled` is true (after emitting the
+  // events of the steps that ran) and returns CANCELLED.
   //
   // Errors (the job fails; the executor stays usable): INVALID_ARGUMENT for a spec problem found
-  // only at run time; DATA_LOSS for a dataset file that is corrupt or truncated (the message
-  // names the file); RESOURCE_EXHAUSTED for out of device memory; CANCELLED; INTERNAL for any
-  // other LibTorch error.
+  // only at run time; DATA_LOSS for a dataset file that is corrupt or truncated, NOT_FOUND for
+  // one that disappeared after validation (the message names the file); RESOURCE_EXHAUSTED for
+  // out of device memory; CANCELLED; INTERNAL for any other LibTorch error.
   //
   // Not thread-safe with itself: one job at a time (the device has one owner).
   virtual absl::Status Run(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
