@@ -149,8 +149,8 @@ class SqliteJobStore final : public JobStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status UpdateJob(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AppendEvent(const JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Job> ParseJobColumn(sqlite3_stmt* stmt, int column) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parses the current row of a `SELECT id, job` statement.
+  absl::StatusOr<Job> ParseJobRow(sqlite3_stmt* stmt) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::string path_;
@@ -231,8 +231,8 @@ absl::Status SqliteJobStore::PrepareStatements() {
       {"UPDATE jobs SET kind = ?2, state = ?3, created_at = ?4, job = ?5 WHERE id = ?1",
        &update_job_},
       {"INSERT INTO events (job_id, seq, event) VALUES (?1, ?2, ?3)", &insert_event_},
-      {"SELECT job FROM jobs WHERE id = ?1", &get_job_},
-      {"SELECT job FROM jobs ORDER BY id DESC", &list_jobs_},
+      {"SELECT id, job FROM jobs WHERE id = ?1", &get_job_},
+      {"SELECT id, job FROM jobs ORDER BY id DESC", &list_jobs_},
       {"SELECT event FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
        &read_events_},
   };
@@ -261,10 +261,10 @@ absl::Status SqliteJobStore::BindProto(sqlite3_stmt* stmt, int index,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Job> SqliteJobStore::ParseJobColumn(sqlite3_stmt* stmt, int column) const {
+absl::StatusOr<Job> SqliteJobStore::ParseJobRow(sqlite3_stmt* stmt) const {
   Job job;
-  const void* data = sqlite3_column_blob(stmt, column);
-  int size = sqlite3_column_bytes(stmt, column);
+  const void* data = sqlite3_column_blob(stmt, 1);
+  int size = sqlite3_column_bytes(stmt, 1);
   if (!job.ParseFromArray(data, size)) {
     return absl::DataLossError(absl::StrCat("database ", path_, ": the stored job ",
                                             sqlite3_column_int64(stmt, 0),
@@ -383,7 +383,7 @@ absl::StatusOr<Job> SqliteJobStore::GetJob(const std::string& id) const {
   int rc = sqlite3_step(select);
   if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no job ", id));
   if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("reading job ", id));
-  return ParseJobColumn(select, 0);
+  return ParseJobRow(select);
 }
 
 absl::StatusOr<std::vector<Job>> SqliteJobStore::ListJobs() const {
@@ -393,7 +393,7 @@ absl::StatusOr<std::vector<Job>> SqliteJobStore::ListJobs() const {
   std::vector<Job> jobs;
   int rc;
   while ((rc = sqlite3_step(select)) == SQLITE_ROW) {
-    absl::StatusOr<Job> job = ParseJobColumn(select, 0);
+    absl::StatusOr<Job> job = ParseJobRow(select);
     if (!job.ok()) return job.status();
     jobs.push_back(*std::move(job));
   }
