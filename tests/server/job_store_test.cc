@@ -41,6 +41,12 @@ MATCHER_P(StatusIs, code, "") {
   return arg.code() == code;
 }
 
+JobStore::Options Options(const std::string& path) {
+  JobStore::Options options;
+  options.path = path;
+  return options;
+}
+
 Job NewTrainJob() {
   Job job;
   job.set_kind(Job::TRAIN_JOB);
@@ -125,7 +131,7 @@ class JobStoreTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<JobStore> OpenStore() {
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({.path = path_});
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path_));
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }
@@ -356,7 +362,7 @@ TEST_F(JobStoreTest, GarbageFileIsDataLossNamingThePath) {
     std::ofstream file(path_, std::ios::binary);
     for (int i = 0; i < 256; ++i) file << "this is not a database, just text ";
   }
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({.path = path_});
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path_));
   EXPECT_THAT(store.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
   EXPECT_THAT(store.status().message(), HasSubstr("not a database"));
@@ -365,7 +371,7 @@ TEST_F(JobStoreTest, GarbageFileIsDataLossNamingThePath) {
 TEST_F(JobStoreTest, NewerSchemaIsFailedPreconditionNamingThePath) {
   ASSERT_NE(OpenStore(), nullptr);
   RawDb(path_).Exec("PRAGMA user_version = 99");
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({.path = path_});
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path_));
   EXPECT_THAT(store.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
   EXPECT_THAT(store.status().message(), HasSubstr("99"));
@@ -373,21 +379,36 @@ TEST_F(JobStoreTest, NewerSchemaIsFailedPreconditionNamingThePath) {
 
 TEST_F(JobStoreTest, ForeignDatabaseIsDataLoss) {
   RawDb(path_).Exec("CREATE TABLE jobs (name TEXT)");
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({.path = path_});
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path_));
   EXPECT_THAT(store.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
 }
 
 TEST_F(JobStoreTest, OurVersionWithoutOurTablesIsDataLoss) {
   RawDb(path_).Exec("PRAGMA user_version = 1");
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({.path = path_});
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path_));
   EXPECT_THAT(store.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
 }
 
+TEST_F(JobStoreTest, CorruptStoredProtoIsDataLoss) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Insert(*store);
+  ASSERT_TRUE(store->Commit({}, {StepEvent("1", 1)}).ok());
+  RawDb raw(path_);
+  raw.Exec("UPDATE jobs SET job = x'ff'");  // a varint that never ends
+  raw.Exec("UPDATE events SET event = x'ff'");
+  absl::Status status = store->GetJob("1").status();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(status.message(), HasSubstr("job 1"));
+  EXPECT_THAT(store->ListJobs().status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(store->ReadEvents("1", 0, 10).status(), StatusIs(absl::StatusCode::kDataLoss));
+}
+
 TEST_F(JobStoreTest, MissingDirectoryNamesThePath) {
   const std::string path = dir_ + "/no/such/dir/mpsd.db";
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({.path = path});
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path));
   EXPECT_THAT(store.status(), StatusIs(absl::StatusCode::kInternal));
   EXPECT_THAT(store.status().message(), HasSubstr(path));
 }
@@ -460,6 +481,7 @@ TEST_F(JobStoreTest, ConcurrentReadersAndWriters) {
 
   EXPECT_THAT(errors, IsEmpty());
   EXPECT_GT(reads.load(), 0);
+  RecordProperty("reader_passes", reads.load());
   EXPECT_EQ(store->GetJob("1").value().last_seq(), kBatches * kBatchSize);
   EXPECT_EQ(store->ReadEvents("1", 0, 100000).value().size(), size_t{kBatches * kBatchSize});
   EXPECT_EQ(store->ListJobs().value().size(), size_t{1 + kInsertedJobs});
