@@ -1,1 +1,265 @@
-// placeholder
+// mpsctl's commands on the sync stub: a deadline on every unary call, none on the event stream.
+#include "client/commands.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/default_address.h"
+#include "client/event_printer.h"
+#include "client/format.h"
+#include "client/job_file.h"
+
+namespace mpsd::client {
+namespace {
+
+// What the SIGINT handler writes while a stream is followed. A fixed buffer because a signal
+// handler may only call async-signal-safe functions (write, _exit).
+char g_interrupt_note[512];
+size_t g_interrupt_note_size = 0;
+
+extern "C" void WriteNoteAndExit(int) {
+  if (write(STDERR_FILENO, g_interrupt_note, g_interrupt_note_size) < 0) {
+    // Nothing left to do about it; exiting anyway.
+  }
+  _exit(128 + SIGINT);
+}
+
+// While alive, Ctrl-C says how to pick the job up again instead of dying silently.
+class InterruptNote {
+ public:
+  InterruptNote(bool enabled, const std::string& job_id) : enabled_(enabled) {
+    if (!enabled_) return;
+    const std::string note = absl::StrCat("\nmpsctl: stopped following; job ", job_id,
+                                          " keeps running (mpsctl logs ", job_id,
+                                          " --follow; mpsctl cancel ", job_id, ")\n");
+    g_interrupt_note_size = std::min(note.size(), sizeof(g_interrupt_note));
+    std::memcpy(g_interrupt_note, note.data(), g_interrupt_note_size);
+    struct sigaction action = {};
+    action.sa_handler = WriteNoteAndExit;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~InterruptNote() {
+    if (enabled_) sigaction(SIGINT, &previous_, nullptr);
+  }
+  InterruptNote(const InterruptNote&) = delete;
+  InterruptNote& operator=(const InterruptNote&) = delete;
+
+ private:
+  const bool enabled_;
+  struct sigaction previous_ = {};
+};
+
+// gRPC reports a missing socket or a refused connection as UNAVAILABLE with this text, e.g.
+// "failed to connect to all addresses; last error: UNKNOWN: unix:/tmp/x.sock: No such file or
+// directory". A server may also answer UNAVAILABLE itself (shutting down), with its own text.
+bool IsConnectFailure(const grpc::Status& status) {
+  return absl::StrContains(status.error_message(), "failed to connect") ||
+         absl::StrContains(status.error_message(), "Connection refused") ||
+         absl::StrContains(status.error_message(), "No such file or directory");
+}
+
+// The OS's reason at the end of gRPC's message ("No such file or directory"), or "".
+std::string ConnectReason(const grpc::Status& status) {
+  const std::string& message = status.error_message();
+  const size_t colon = message.rfind(": ");
+  if (colon == std::string::npos) return "";
+  std::string reason = message.substr(colon + 2);
+  return absl::StrContains(reason, " ") ? reason : "";  // a lone word is not an OS reason
+}
+
+}  // namespace
+
+std::string StartDaemonHint(const std::string& server) {
+  if (server == DefaultServerAddress()) return "mpsd";
+  return absl::StrCat("mpsd --listen ", server);
+}
+
+std::string NormalizeServerAddress(const std::string& server) {
+  if (absl::StartsWith(server, "/")) return absl::StrCat("unix://", server);
+  if (absl::StartsWith(server, ".")) return absl::StrCat("unix:", server);
+  return server;
+}
+
+std::unique_ptr<Commands> Commands::Connect(CommandOptions options, std::ostream& out,
+                                            std::ostream& err) {
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+  return std::make_unique<Commands>(std::move(options), v1::JobService::NewStub(channel), out,
+                                    err);
+}
+
+Commands::Commands(CommandOptions options, std::unique_ptr<v1::JobService::StubInterface> stub,
+                   std::ostream& out, std::ostream& err)
+    : options_(std::move(options)), stub_(std::move(stub)), out_(out), err_(err) {}
+
+std::unique_ptr<grpc::ClientContext> Commands::UnaryContext() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  return context;
+}
+
+int Commands::RpcFailed(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      if (IsConnectFailure(status)) {
+        const std::string reason = ConnectReason(status);
+        err_ << "mpsctl: cannot reach mpsd at " << options_.server
+             << (reason.empty() ? "" : absl::StrCat(" (", reason, ")"))
+             << ": is the daemon running? (start it with: " << StartDaemonHint(options_.server)
+             << ")\n";
+      } else {
+        err_ << "mpsctl: mpsd at " << options_.server
+             << " is unavailable: " << status.error_message() << "\n";
+      }
+      return kExitUnreachable;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      err_ << "mpsctl: mpsd at " << options_.server << " did not answer within "
+           << absl::FormatDuration(options_.rpc_timeout) << "\n";
+      return kExitUnreachable;
+    default:
+      err_ << "mpsctl: "
+           << (status.error_message().empty() ? absl::StrCat("error code ", status.error_code())
+                                              : status.error_message())
+           << "\n";
+      return kExitFailed;
+  }
+}
+
+int Commands::Submit(const std::string& job_file, bool follow) {
+  absl::StatusOr<v1::SubmitJobRequest> request = ReadJobFile(job_file);
+  if (!request.ok()) {
+    // Parse errors already start with "FILE:LINE:COL:"; I/O errors get the program's name.
+    if (request.status().code() != absl::StatusCode::kInvalidArgument) err_ << "mpsctl: ";
+    err_ << request.status().message() << "\n";
+    return kExitFailed;
+  }
+  v1::Job job;
+  const grpc::Status status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      err_ << "mpsctl: " << job_file << ": mpsd rejected the job: " << status.error_message()
+           << "\n";
+      return kExitFailed;
+    }
+    return RpcFailed(status);
+  }
+  if (follow) return Stream(job.id(), TotalEpochs(*request), /*after_seq=*/0, /*stop_seq=*/0);
+  out_ << (options_.json ? ToJsonLine(job) : job.id()) << "\n";
+  return kExitOk;
+}
+
+int Commands::Get(const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  const grpc::Status status = stub_->GetJob(UnaryContext().get(), request, &job);
+  if (!status.ok()) return RpcFailed(status);
+  out_ << (options_.json ? ToJsonLine(job) + "\n" : FormatJobDetails(job, absl::Now()));
+  return kExitOk;
+}
+
+int Commands::List() {
+  v1::ListJobsResponse response;
+  const grpc::Status status =
+      stub_->ListJobs(UnaryContext().get(), v1::ListJobsRequest(), &response);
+  if (!status.ok()) return RpcFailed(status);
+  if (options_.json) {
+    out_ << ToJsonLine(response) << "\n";
+  } else {
+    out_ << FormatJobTable({response.jobs().begin(), response.jobs().end()}, absl::Now());
+  }
+  return kExitOk;
+}
+
+int Commands::Cancel(const std::string& job_id) {
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  const grpc::Status status = stub_->CancelJob(UnaryContext().get(), request, &job);
+  if (!status.ok()) return RpcFailed(status);
+  if (options_.json) {
+    out_ << ToJsonLine(job) << "\n";
+  } else if (job.state() == v1::Job::RUNNING) {
+    out_ << "job " << job.id() << " stops at its next step (watch it: mpsctl logs " << job.id()
+         << " --follow)\n";
+  } else {
+    out_ << "job " << job.id() << " " << v1::Job::State_Name(job.state()) << "\n";
+  }
+  return kExitOk;
+}
+
+int Commands::Logs(const std::string& job_id, bool follow, int64_t after_seq) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  const grpc::Status status = stub_->GetJob(UnaryContext().get(), request, &job);
+  if (!status.ok()) return RpcFailed(status);
+  const int total_epochs = TotalEpochs(job.spec());
+  if (follow) return Stream(job_id, total_epochs, after_seq, /*stop_seq=*/0);
+  // StreamEvents always follows to the job's end; stop where the stored events ended instead.
+  if (job.last_seq() <= after_seq) return kExitOk;
+  return Stream(job_id, total_epochs, after_seq, job.last_seq());
+}
+
+int Commands::Device() {
+  v1::DeviceInfo device;
+  const grpc::Status status =
+      stub_->GetDevice(UnaryContext().get(), v1::GetDeviceRequest(), &device);
+  if (!status.ok()) return RpcFailed(status);
+  out_ << (options_.json ? ToJsonLine(device) + "\n" : FormatDevice(device));
+  return kExitOk;
+}
+
+int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_seq,
+                     int64_t stop_seq) {
+  EventPrinter::Options print_options;
+  print_options.json = options_.json;
+  print_options.live = options_.live && !options_.json;
+  print_options.width = options_.terminal_width;
+  print_options.total_epochs = total_epochs;
+  EventPrinter printer(job_id, print_options, out_);
+  InterruptNote note(options_.explain_interrupt && stop_seq == 0, job_id);
+
+  grpc::ClientContext context;  // no deadline: a job may run for hours
+  v1::StreamEventsRequest request;
+  request.set_job_id(job_id);
+  request.set_after_seq(after_seq);
+  std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader =
+      stub_->StreamEvents(&context, request);
+  v1::JobEvent event;
+  bool stopped = false;
+  while (reader->Read(&event)) {
+    printer.Print(event);
+    stopped = printer.final_state().has_value() || (stop_seq > 0 && event.seq() >= stop_seq);
+    if (stopped) break;
+  }
+  if (stopped) context.TryCancel();  // Finish() then reports CANCELLED, which is ours
+  const grpc::Status status = reader->Finish();
+  printer.Finish();
+
+  if (!stopped && !status.ok()) {
+    const int code = RpcFailed(status);
+    if (code == kExitUnreachable && printer.last_seq() > 0) {
+      err_ << "mpsctl: job " << job_id << " may still be running; resume with: mpsctl logs "
+           << job_id << " --follow --after " << printer.last_seq() << "\n";
+    }
+    return code;
+  }
+  if (!stopped) {
+    err_ << "mpsctl: the event stream of job " << job_id << " ended before the job did\n";
+    return kExitFailed;
+  }
+  if (stop_seq > 0) return kExitOk;  // printing the stored events is all that was asked
+  return printer.final_state() == v1::Job::SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+}  // namespace mpsd::client

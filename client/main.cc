@@ -1,1 +1,96 @@
-int main() { return 0; }
+// mpsctl: submit, watch and cancel jobs of the mpsd training daemon. Parses flags, runs one
+// command (client/commands.h), returns its exit code.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "client/commands.h"
+#include "client/default_address.h"
+
+namespace {
+
+bool StdoutIsTerminal() {
+  const char* term = std::getenv("TERM");
+  return isatty(STDOUT_FILENO) && !(term != nullptr && std::strcmp(term, "dumb") == 0);
+}
+
+int TerminalWidth() {
+  struct winsize size = {};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using mpsd::client::Commands;
+  using mpsd::client::CommandOptions;
+
+  CLI::App app{"mpsctl: submit, watch and cancel jobs of the mpsd training daemon.", "mpsctl"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may also come after the command: `mpsctl list --json`
+  app.footer(
+      "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed job that did not "
+      "succeed; 2 mpsd cannot be reached; 64 bad command line.");
+
+  std::string server = mpsd::DefaultServerAddress();
+  bool json = false;
+  app.add_option("--server", server,
+                 "mpsd's address: unix:///path/to.sock, host:port, or a socket path "
+                 "(default: $MPSD_ADDR, else the per-user socket)")
+      ->capture_default_str();
+  app.add_flag("--json", json,
+               "print protobuf's JSON mapping (proto field names); one object per line for "
+               "event streams");
+
+  std::string job_file, job_id;
+  bool follow = false;
+  int64_t after_seq = 0;
+  CLI::App* submit = app.add_subcommand("submit", "submit a job file and print the job's id");
+  submit->add_option("FILE", job_file, "YAML job file (see examples/)")->required();
+  submit->add_flag("-f,--follow", follow, "follow the job until it ends; exit 0 if it succeeded");
+  CLI::App* get = app.add_subcommand("get", "show a job");
+  get->add_option("ID", job_id, "job id")->required();
+  CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
+  cancel->add_option("ID", job_id, "job id")->required();
+  CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
+  logs->add_option("ID", job_id, "job id")->required();
+  logs->add_flag("-f,--follow", follow, "keep following until the job ends; exit 0 if it succeeded");
+  logs->add_option("--after", after_seq, "only events with seq > SEQ")
+      ->type_name("SEQ")
+      ->check([](const std::string& seq) {
+        return seq.empty() || seq[0] == '-' ? std::string("SEQ must be 0 or more") : std::string();
+      });
+  CLI::App* device = app.add_subcommand("device", "show the daemon's device and its memory");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : mpsd::client::kExitUsage;
+  }
+
+  CommandOptions options;
+  options.server = mpsd::client::NormalizeServerAddress(server);
+  options.json = json;
+  options.live = StdoutIsTerminal();
+  options.terminal_width = options.live ? TerminalWidth() : 0;
+  options.explain_interrupt = true;
+  std::unique_ptr<Commands> commands = Commands::Connect(options, std::cout, std::cerr);
+
+  if (*submit) return commands->Submit(job_file, follow);
+  if (*get) return commands->Get(job_id);
+  if (*list) return commands->List();
+  if (*cancel) return commands->Cancel(job_id);
+  if (*logs) return commands->Logs(job_id, follow, after_seq);
+  if (*device) return commands->Device();
+  return mpsd::client::kExitUsage;
+}

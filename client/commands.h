@@ -1,0 +1,96 @@
+// mpsctl's commands: one method per subcommand, each one or two RPCs on the sync stub and its
+// output, returning the process exit code. main.cc only parses flags and calls one of them.
+#ifndef MPSD_CLIENT_COMMANDS_H_
+#define MPSD_CLIENT_COMMANDS_H_
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+#include "mpsd/v1/mpsd.grpc.pb.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::client {
+
+// Exit codes of mpsctl.
+inline constexpr int kExitOk = 0;
+// The daemon answered with an error, the job file is bad, or a followed job did not succeed.
+inline constexpr int kExitFailed = 1;
+// The daemon cannot be reached (no socket, connection refused, no answer within the deadline,
+// connection lost while following).
+inline constexpr int kExitUnreachable = 2;
+// Bad command line (main.cc).
+inline constexpr int kExitUsage = 64;
+
+struct CommandOptions {
+  // gRPC target, e.g. "unix:///run/user/1000/mpsd/mpsd.sock" or "localhost:7070".
+  std::string server;
+  // Print protobuf's JSON mapping instead of text: one object per response, one per line for
+  // event streams.
+  bool json = false;
+  // stdout is a terminal: follow mode redraws one progress line in place.
+  bool live = false;
+  // Terminal columns when live; 0 when unknown.
+  int terminal_width = 0;
+  // Deadline of every unary call. Event streams have none.
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  // While following, Ctrl-C prints how to resume before exiting (installs a SIGINT handler for
+  // the duration of the stream). Off in tests.
+  bool explain_interrupt = false;
+};
+
+// Not thread-safe. Borrows `out` (results) and `err` (errors), which must outlive it.
+class Commands {
+ public:
+  // A channel to options.server with insecure credentials (unix sockets and local TCP). Never
+  // fails: gRPC connects on the first call, and each command reports an unreachable daemon.
+  static std::unique_ptr<Commands> Connect(CommandOptions options, std::ostream& out,
+                                           std::ostream& err);
+  Commands(CommandOptions options, std::unique_ptr<v1::JobService::StubInterface> stub,
+           std::ostream& out, std::ostream& err);
+
+  // Reads and submits a job file; prints the new job's id (or the Job as JSON). With `follow`,
+  // then follows it like Logs(id, true, 0) and returns its exit code.
+  int Submit(const std::string& job_file, bool follow);
+  // The job's details, or the Job as JSON.
+  int Get(const std::string& job_id);
+  // A table of all jobs, newest first, or the ListJobsResponse as JSON.
+  int List();
+  int Cancel(const std::string& job_id);
+  // Prints the job's events with seq > after_seq. Without `follow`, stops at the newest event
+  // stored when the command started and returns kExitOk. With `follow`, continues live until
+  // the job ends and returns kExitOk only if it SUCCEEDED.
+  int Logs(const std::string& job_id, bool follow, int64_t after_seq);
+  // The device the daemon's executor owns.
+  int Device();
+
+ private:
+  // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or
+  // after the event with seq `stop_seq` when that is > 0.
+  int Stream(const std::string& job_id, int total_epochs, int64_t after_seq, int64_t stop_seq);
+  // Prints the error for a failed RPC and returns the exit code for it.
+  int RpcFailed(const grpc::Status& status);
+  std::unique_ptr<grpc::ClientContext> UnaryContext() const;
+
+  // Constant after construction.
+  const CommandOptions options_;
+  const std::unique_ptr<v1::JobService::StubInterface> stub_;
+  std::ostream& out_;
+  std::ostream& err_;
+};
+
+// "mpsd" when `server` is the default address, else "mpsd --listen SERVER": how to start a daemon
+// that this client would reach.
+std::string StartDaemonHint(const std::string& server);
+
+// `--server` as given to a gRPC target: a path (starting with '/' or '.') becomes "unix:PATH";
+// anything else is kept.
+std::string NormalizeServerAddress(const std::string& server);
+
+}  // namespace mpsd::client
+
+#endif  // MPSD_CLIENT_COMMANDS_H_

@@ -1,0 +1,301 @@
+// Text for people: numbers, durations, progress and epoch lines, summaries, tables.
+#include "client/format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/job_file.h"
+
+namespace mpsd::client {
+namespace {
+
+constexpr double kBytesPerMiB = 1024.0 * 1024.0;
+
+absl::Time ToTime(const google::protobuf::Timestamp& ts) {
+  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+}
+
+bool IsSet(const google::protobuf::Timestamp& ts) { return ts.seconds() != 0 || ts.nanos() != 0; }
+
+// "2024-05-01 12:00:03 (5m ago)" in local time; "-" when unset.
+std::string FormatTimestamp(const google::protobuf::Timestamp& ts, absl::Time now) {
+  if (!IsSet(ts)) return "-";
+  const absl::Time t = ToTime(ts);
+  return absl::StrCat(absl::FormatTime("%Y-%m-%d %H:%M:%S", t, absl::LocalTimeZone()), " (",
+                      FormatAge(now - t), " ago)");
+}
+
+std::string ModelName(const v1::SubmitJobRequest& spec) {
+  if (spec.has_train_job()) return spec.train_job().model().name();
+  if (spec.has_bench_job()) return absl::StrJoin(spec.bench_job().models(), ",");
+  return "";
+}
+
+std::string Plural(int64_t n, absl::string_view word) {
+  return absl::StrCat(FormatThousands(n), " ", word, n == 1 ? "" : "s");
+}
+
+// The summary's lines after the first, each starting with `indent` and ending in '\n'.
+std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
+  std::string out;
+  if (s.test_examples() > 0 || s.test_accuracy() > 0) {
+    absl::StrAppendFormat(&out, "%stest accuracy %.4f, test loss %.4f, final train loss %.4f\n",
+                          indent, s.test_accuracy(), s.test_loss(), s.final_train_loss());
+  }
+  std::vector<std::string> work = {Plural(s.epochs(), "epoch"), Plural(s.steps(), "step")};
+  if (s.train_examples() > 0) {
+    work.push_back(absl::StrCat(FormatThousands(s.train_examples()), " train / ",
+                                FormatThousands(s.test_examples()), " test examples"));
+  }
+  if (s.samples_per_second() > 0) work.push_back(FormatRate(s.samples_per_second()));
+  if (s.median_epoch_time_s() > 0) {
+    work.push_back(absl::StrCat("median epoch ", FormatSeconds(s.median_epoch_time_s())));
+  }
+  if (s.data_load_time_s() > 0) {
+    work.push_back(absl::StrCat("data load ", FormatSeconds(s.data_load_time_s())));
+  }
+  if (s.parameters() > 0) work.push_back(Plural(s.parameters(), "parameter"));
+  absl::StrAppend(&out, indent, absl::StrJoin(work, ", "), "\n");
+
+  const v1::MemoryStats& m = s.memory();
+  const bool no_memory = m.allocated_before_bytes() == 0 && m.peak_allocated_bytes() == 0 &&
+                         m.allocated_after_bytes() == 0 && m.reserved_before_bytes() == 0 &&
+                         m.reserved_after_bytes() == 0;
+  if (no_memory) {
+    absl::StrAppend(&out, indent, "memory: not tracked on ", s.device().empty() ? "this device" : s.device(), "\n");
+  } else {
+    absl::StrAppend(&out, indent, "memory: allocated before ", FormatMiB(m.allocated_before_bytes()),
+                    ", peak ", FormatMiB(m.peak_allocated_bytes()), ", after ",
+                    FormatMiB(m.allocated_after_bytes()), "; reserved before ",
+                    FormatMiB(m.reserved_before_bytes()), ", after ",
+                    FormatMiB(m.reserved_after_bytes()), "\n");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ToJsonLine(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = false;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) {
+    // Only unresolvable Any types fail; there are none in the API.
+    return "{}";
+  }
+  return json;
+}
+
+std::string FormatThousands(int64_t n) {
+  const uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+  const std::string digits = absl::StrCat(magnitude);
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+std::string FormatRate(double samples_per_second) {
+  return absl::StrCat(FormatThousands(std::llround(samples_per_second)), " samples/s");
+}
+
+std::string FormatClock(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e9) return "-:--";
+  const int64_t total = std::llround(seconds);
+  const int64_t h = total / 3600, m = total % 3600 / 60, s = total % 60;
+  if (h > 0) return absl::StrFormat("%d:%02d:%02d", h, m, s);
+  return absl::StrFormat("%d:%02d", m, s);
+}
+
+std::string FormatSeconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  if (seconds < 59.95) return absl::StrFormat("%.1f s", seconds);
+  const int64_t total = std::llround(seconds);
+  if (total < 3600) return absl::StrFormat("%dm %02ds", total / 60, total % 60);
+  return absl::StrFormat("%dh %02dm", total / 3600, total % 3600 / 60);
+}
+
+std::string FormatAge(absl::Duration age) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(age));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrCat(s / 60, "m");
+  if (s < 86400) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+std::string FormatMiB(int64_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / kBytesPerMiB);
+}
+
+std::string KindName(const v1::SubmitJobRequest& spec) {
+  const auto* oneof = v1::SubmitJobRequest::descriptor()->FindOneofByName("spec");
+  const auto* field = spec.GetReflection()->GetOneofFieldDescriptor(spec, oneof);
+  return field == nullptr ? "-" : field->message_type()->name();
+}
+
+int TotalEpochs(const v1::SubmitJobRequest& spec) {
+  if (!spec.has_train_job()) return 0;
+  return spec.train_job().has_epochs() ? spec.train_job().epochs() : 1;
+}
+
+bool IsTerminal(v1::Job::State state) {
+  return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED ||
+         state == v1::Job::CANCELLED || state == v1::Job::INTERRUPTED;
+}
+
+std::string FormatProgress(const v1::StepMetrics& step, int total_epochs) {
+  std::string line = absl::StrCat("epoch ", step.epoch());
+  if (total_epochs > 0) absl::StrAppend(&line, "/", total_epochs);
+  absl::StrAppend(&line, "  step ", step.step());
+  if (step.total_steps() > 0) absl::StrAppend(&line, "/", step.total_steps());
+  absl::StrAppendFormat(&line, "  loss %.4f  acc %.3f", step.loss(), step.accuracy());
+  if (step.samples_per_second() > 0) {
+    absl::StrAppend(&line, "  ", FormatRate(step.samples_per_second()));
+  }
+  if (step.total_steps() > 0 && step.step_time_ms() > 0) {
+    const double left_s = static_cast<double>(step.total_steps() - step.step()) *
+                          step.step_time_ms() / 1000.0;
+    absl::StrAppend(&line, "  ETA ", FormatClock(left_s));
+  }
+  return line;
+}
+
+std::string FormatEpoch(const v1::EpochMetrics& e) {
+  std::string line = absl::StrFormat(
+      "epoch %d: train loss %.4f acc %.3f, test loss %.4f acc %.3f, %s", e.epoch(), e.train_loss(),
+      e.train_accuracy(), e.test_loss(), e.test_accuracy(), FormatSeconds(e.epoch_time_s()));
+  if (e.samples_per_second() > 0) absl::StrAppend(&line, ", ", FormatRate(e.samples_per_second()));
+  return line;
+}
+
+std::string FormatLog(const v1::LogLine& log) {
+  switch (log.level()) {
+    case v1::LogLine::WARNING:
+      return absl::StrCat("warning: ", log.text());
+    case v1::LogLine::ERROR:
+      return absl::StrCat("error: ", log.text());
+    default:
+      return log.text();
+  }
+}
+
+std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
+                        const v1::JobSummary* summary) {
+  std::string out = absl::StrCat("job ", job_id, " ", v1::Job::State_Name(state.state()));
+  if (state.state() == v1::Job::FAILED) {
+    absl::StrAppend(&out, " (", v1::Job::FailureReason_Name(state.failure_reason()), ")");
+  }
+  if (summary != nullptr && summary->total_time_s() > 0) {
+    absl::StrAppend(&out, " in ", FormatSeconds(summary->total_time_s()));
+  }
+  if (summary != nullptr && !summary->device().empty()) {
+    absl::StrAppend(&out, " on ", summary->device());
+  }
+  absl::StrAppend(&out, state.message().empty() ? "" : absl::StrCat(": ", state.message()), "\n");
+  if (summary != nullptr) absl::StrAppend(&out, SummaryLines(*summary, "  "));
+  return out;
+}
+
+std::string FormatJobProgress(const v1::Job& job) {
+  if (job.state() == v1::Job::SUCCEEDED) return "100%";
+  const v1::StepMetrics& step = job.last_step();
+  if (step.total_steps() <= 0 || step.step() <= 0) return "-";
+  return absl::StrCat(std::min<int64_t>(100, step.step() * 100 / step.total_steps()), "%");
+}
+
+std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
+  if (jobs.empty()) return "no jobs\n";
+  std::vector<std::vector<std::string>> rows = {{"ID", "KIND", "STATE", "MODEL", "PROGRESS", "AGE"}};
+  for (const v1::Job& job : jobs) {
+    std::string kind = KindName(job.spec());
+    if (kind == "-" && job.kind() != v1::Job::KIND_UNSPECIFIED) kind = v1::Job::Kind_Name(job.kind());
+    const std::string model = ModelName(job.spec());
+    rows.push_back({job.id(), kind, v1::Job::State_Name(job.state()), model.empty() ? "-" : model,
+                    FormatJobProgress(job),
+                    IsSet(job.created_at()) ? FormatAge(now - ToTime(job.created_at())) : "-"});
+  }
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&out, row[c]);
+      if (c + 1 < row.size()) out.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out.push_back('\n');
+  }
+  return out;
+}
+
+std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
+  std::string out;
+  auto line = [&out](absl::string_view label, absl::string_view value) {
+    absl::StrAppendFormat(&out, "%-11s %s\n", label, value);
+  };
+  line("id", job.id());
+  line("kind", KindName(job.spec()));
+  std::string state = v1::Job::State_Name(job.state());
+  if (job.state() == v1::Job::FAILED) {
+    absl::StrAppend(&state, " (", v1::Job::FailureReason_Name(job.failure_reason()), ")");
+  }
+  if (!job.message().empty()) absl::StrAppend(&state, ": ", job.message());
+  line("state", state);
+  line("created", FormatTimestamp(job.created_at(), now));
+  line("started", FormatTimestamp(job.started_at(), now));
+  line("finished", FormatTimestamp(job.finished_at(), now));
+  if (job.last_step().step() > 0) {
+    line("progress", FormatProgress(job.last_step(), TotalEpochs(job.spec())));
+  }
+  if (job.last_epoch().epoch() > 0) line("last epoch", FormatEpoch(job.last_epoch()));
+  line("events", absl::StrCat(job.last_seq()));
+  if (job.has_summary()) {
+    const v1::JobSummary& s = job.summary();
+    line("summary", absl::StrCat(FormatSeconds(s.total_time_s()), " on ", s.device()));
+    absl::StrAppend(&out, SummaryLines(s, "            "));
+  }
+  const std::string spec = FormatJobFile(job.spec());
+  if (!spec.empty()) {
+    absl::StrAppend(&out, "spec:\n");
+    for (absl::string_view l : absl::StrSplit(absl::StripSuffix(spec, "\n"), '\n')) {
+      absl::StrAppend(&out, "  ", l, "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatDevice(const v1::DeviceInfo& d) {
+  std::string out;
+  auto line = [&out](absl::string_view label, absl::string_view value) {
+    absl::StrAppendFormat(&out, "%-12s %s\n", label, value);
+  };
+  line("device", d.name().empty() || d.name() == d.kind() ? d.kind()
+                                                          : absl::StrCat(d.kind(), " (", d.name(), ")"));
+  line("available", absl::StrJoin(d.available(), ", "));
+  std::string memory;
+  if (d.total_memory_bytes() > 0) absl::StrAppend(&memory, "total ", FormatMiB(d.total_memory_bytes()), ", ");
+  absl::StrAppend(&memory, "allocated ", FormatMiB(d.allocated_bytes()), ", reserved ",
+                  FormatMiB(d.reserved_bytes()));
+  line("memory", memory);
+  line("torch", d.torch_version().empty() ? "-" : d.torch_version());
+  if (d.cpu_threads() > 0) line("cpu threads", absl::StrCat(d.cpu_threads()));
+  line("jobs run", absl::StrCat(d.jobs_run()));
+  return out;
+}
+
+}  // namespace mpsd::client

@@ -1,0 +1,70 @@
+// How mpsctl shows jobs, events and devices to people: numbers, durations, progress and epoch
+// lines, the final summary, the job table. Pure functions of their arguments (no I/O, no clock),
+// so tests can pin the exact text. Machine-readable output is protobuf's JSON mapping instead
+// (ToJsonLine).
+#ifndef MPSD_CLIENT_FORMAT_H_
+#define MPSD_CLIENT_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/message.h>
+
+#include "absl/time/time.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::client {
+
+// One line of protobuf's JSON mapping, field names as in the proto (and in job files), no
+// trailing newline. Fields at their default value are left out, as the mapping says.
+std::string ToJsonLine(const google::protobuf::Message& message);
+
+// 12345 → "12,345".
+std::string FormatThousands(int64_t n);
+// Samples per second, rounded: "12,345 samples/s".
+std::string FormatRate(double samples_per_second);
+// A countdown: 42 → "0:42", 3725 → "1:02:05". Negative or non-finite → "-:--".
+std::string FormatClock(double seconds);
+// A duration for summaries: 9.84 → "9.8 s", 125 → "2m 05s", 7300 → "2h 01m".
+std::string FormatSeconds(double seconds);
+// An age for tables, kubectl style: "45s", "12m", "3h", "5d".
+std::string FormatAge(absl::Duration age);
+// Bytes as MiB with one decimal: "123.4 MiB".
+std::string FormatMiB(int64_t bytes);
+
+// "TrainJob" / "BenchJob" for the spec's kind; "-" when none is set.
+std::string KindName(const v1::SubmitJobRequest& spec);
+// Epochs the spec asks for (default 1 for a TrainJob); 0 when unknown.
+int TotalEpochs(const v1::SubmitJobRequest& spec);
+bool IsTerminal(v1::Job::State state);
+
+// The live progress line: "epoch 1/3  step 120/938  loss 0.4123  acc 0.859  12,345 samples/s
+// ETA 0:42". `total_epochs` 0 leaves out "/N". The ETA counts training steps only.
+std::string FormatProgress(const v1::StepMetrics& step, int total_epochs);
+// "epoch 1: train loss 0.4123 acc 0.859, test loss 0.3876 acc 0.861, 9.8 s, 6,123 samples/s".
+std::string FormatEpoch(const v1::EpochMetrics& epoch);
+// A log event: INFO text as is, WARNING and ERROR prefixed "warning: " / "error: ".
+std::string FormatLog(const v1::LogLine& log);
+// The end of a job, several lines each ending in '\n':
+//   job 42 SUCCEEDED in 42.1 s on cpu
+//     test accuracy 0.8612, test loss 0.3876, final train loss 0.4123
+//     1 epoch, 32 steps, 2,000 train / 500 test examples, 6,123 samples/s, ...
+//     memory: allocated before 0.0 MiB, peak 123.4 MiB, after 1.2 MiB
+// FAILED adds the reason and message; `summary` may be null (a job cancelled while queued).
+std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
+                        const v1::JobSummary* summary);
+
+// The table of `mpsctl list`: ID, KIND, STATE, MODEL, PROGRESS, AGE; columns padded to fit,
+// each row ending in '\n'. "no jobs\n" when empty.
+std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now);
+// "42%" (or "-" before the first step) from last_step; "100%" for a SUCCEEDED job.
+std::string FormatJobProgress(const v1::Job& job);
+// `mpsctl get`: labelled lines for the job, its spec as a job file, progress and summary.
+std::string FormatJobDetails(const v1::Job& job, absl::Time now);
+// `mpsctl device`.
+std::string FormatDevice(const v1::DeviceInfo& device);
+
+}  // namespace mpsd::client
+
+#endif  // MPSD_CLIENT_FORMAT_H_

@@ -1,0 +1,228 @@
+// Tests for client/format.cc: the exact text mpsctl shows.
+#include "client/format.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/time/time.h"
+
+namespace mpsd::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(FormatTest, Thousands) {
+  EXPECT_EQ(FormatThousands(0), "0");
+  EXPECT_EQ(FormatThousands(999), "999");
+  EXPECT_EQ(FormatThousands(1000), "1,000");
+  EXPECT_EQ(FormatThousands(12345), "12,345");
+  EXPECT_EQ(FormatThousands(1234567), "1,234,567");
+  EXPECT_EQ(FormatThousands(-1234), "-1,234");
+  EXPECT_EQ(FormatThousands(INT64_MIN), "-9,223,372,036,854,775,808");
+  EXPECT_EQ(FormatRate(12345.4), "12,345 samples/s");
+}
+
+TEST(FormatTest, Durations) {
+  EXPECT_EQ(FormatClock(42), "0:42");
+  EXPECT_EQ(FormatClock(0), "0:00");
+  EXPECT_EQ(FormatClock(3725), "1:02:05");
+  EXPECT_EQ(FormatClock(-1), "-:--");
+  EXPECT_EQ(FormatSeconds(9.84), "9.8 s");
+  EXPECT_EQ(FormatSeconds(125), "2m 05s");
+  EXPECT_EQ(FormatSeconds(7300), "2h 01m");
+  EXPECT_EQ(FormatAge(absl::Seconds(45)), "45s");
+  EXPECT_EQ(FormatAge(absl::Minutes(12)), "12m");
+  EXPECT_EQ(FormatAge(absl::Hours(3)), "3h");
+  EXPECT_EQ(FormatAge(absl::Hours(24 * 5)), "5d");
+  EXPECT_EQ(FormatAge(absl::Seconds(-3)), "0s");
+  EXPECT_EQ(FormatMiB(123 * 1024 * 1024 + 420000), "123.4 MiB");
+}
+
+v1::StepMetrics Step() {
+  v1::StepMetrics step;
+  step.set_epoch(1);
+  step.set_step(120);
+  step.set_total_steps(938);
+  step.set_loss(0.4123f);
+  step.set_accuracy(0.859f);
+  step.set_samples_per_second(12345);
+  step.set_step_time_ms(42000.0 / 818);  // 818 steps left → 42 s
+  return step;
+}
+
+TEST(FormatTest, ProgressLine) {
+  EXPECT_EQ(FormatProgress(Step(), 3),
+            "epoch 1/3  step 120/938  loss 0.4123  acc 0.859  12,345 samples/s  ETA 0:42");
+  v1::StepMetrics bare;
+  bare.set_epoch(2);
+  bare.set_step(7);
+  EXPECT_EQ(FormatProgress(bare, 0), "epoch 2  step 7  loss 0.0000  acc 0.000");
+}
+
+TEST(FormatTest, EpochLine) {
+  v1::EpochMetrics e;
+  e.set_epoch(1);
+  e.set_train_loss(0.41234);
+  e.set_train_accuracy(0.8591);
+  e.set_test_loss(0.3876);
+  e.set_test_accuracy(0.8612);
+  e.set_epoch_time_s(9.81);
+  e.set_samples_per_second(6123);
+  EXPECT_EQ(FormatEpoch(e),
+            "epoch 1: train loss 0.4123 acc 0.859, test loss 0.3876 acc 0.861, 9.8 s, "
+            "6,123 samples/s");
+}
+
+TEST(FormatTest, LogLine) {
+  v1::LogLine log;
+  log.set_level(v1::LogLine::INFO);
+  log.set_text("loaded 2,000 examples");
+  EXPECT_EQ(FormatLog(log), "loaded 2,000 examples");
+  log.set_level(v1::LogLine::WARNING);
+  EXPECT_EQ(FormatLog(log), "warning: loaded 2,000 examples");
+}
+
+v1::JobSummary Summary() {
+  v1::JobSummary s;
+  s.set_device("cuda:0");
+  s.set_epochs(1);
+  s.set_steps(32);
+  s.set_final_train_loss(0.5);
+  s.set_test_loss(0.3876);
+  s.set_test_accuracy(0.8612);
+  s.set_total_time_s(42.1);
+  s.set_median_epoch_time_s(9.8);
+  s.set_samples_per_second(6123);
+  s.set_train_examples(2000);
+  s.set_test_examples(500);
+  s.mutable_memory()->set_peak_allocated_bytes(100 * 1024 * 1024);
+  s.mutable_memory()->set_allocated_after_bytes(1024 * 1024);
+  return s;
+}
+
+TEST(FormatTest, FinalSucceeded) {
+  v1::StateChange state;
+  state.set_state(v1::Job::SUCCEEDED);
+  const v1::JobSummary summary = Summary();
+  EXPECT_EQ(FormatFinal("42", state, &summary),
+            "job 42 SUCCEEDED in 42.1 s on cuda:0\n"
+            "  test accuracy 0.8612, test loss 0.3876, final train loss 0.5000\n"
+            "  1 epoch, 32 steps, 2,000 train / 500 test examples, 6,123 samples/s, median epoch "
+            "9.8 s\n"
+            "  memory: allocated before 0.0 MiB, peak 100.0 MiB, after 1.0 MiB; reserved before "
+            "0.0 MiB, after 0.0 MiB\n");
+}
+
+TEST(FormatTest, FinalFailedWithoutSummary) {
+  v1::StateChange state;
+  state.set_state(v1::Job::FAILED);
+  state.set_failure_reason(v1::Job::OUT_OF_MEMORY);
+  state.set_message("CUDA out of memory");
+  EXPECT_EQ(FormatFinal("7", state, nullptr),
+            "job 7 FAILED (OUT_OF_MEMORY): CUDA out of memory\n");
+}
+
+TEST(FormatTest, FinalOnCpuSaysMemoryIsNotTracked) {
+  v1::StateChange state;
+  state.set_state(v1::Job::SUCCEEDED);
+  v1::JobSummary summary = Summary();
+  summary.set_device("cpu");
+  summary.clear_memory();
+  EXPECT_THAT(FormatFinal("7", state, &summary), HasSubstr("  memory: not tracked on cpu\n"));
+}
+
+v1::Job TrainJob(const std::string& id, v1::Job::State state, int64_t step, absl::Time created) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_kind(v1::Job::TRAIN_JOB);
+  job.set_state(state);
+  job.mutable_created_at()->set_seconds(absl::ToUnixSeconds(created));
+  job.mutable_spec()->mutable_train_job()->mutable_model()->set_name("convnet");
+  job.mutable_spec()->mutable_train_job()->set_epochs(3);
+  if (step > 0) {
+    job.mutable_last_step()->set_epoch(1);
+    job.mutable_last_step()->set_step(step);
+    job.mutable_last_step()->set_total_steps(938);
+  }
+  return job;
+}
+
+TEST(FormatTest, JobTable) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  v1::Job bench;
+  bench.set_id("a-long-job-id");
+  bench.set_state(v1::Job::QUEUED);
+  bench.mutable_spec()->mutable_bench_job()->add_models("convnet");
+  bench.mutable_spec()->mutable_bench_job()->add_models("resnet18");
+  bench.mutable_created_at()->set_seconds(1700000000 - 5);
+  EXPECT_EQ(FormatJobTable({TrainJob("7", v1::Job::RUNNING, 120, now - absl::Minutes(3)), bench,
+                            TrainJob("6", v1::Job::SUCCEEDED, 938, now - absl::Hours(2))},
+                           now),
+            "ID             KIND      STATE      MODEL             PROGRESS  AGE\n"
+            "7              TrainJob  RUNNING    convnet           12%       3m\n"
+            "a-long-job-id  BenchJob  QUEUED     convnet,resnet18  -         5s\n"
+            "6              TrainJob  SUCCEEDED  convnet           100%      2h\n");
+  EXPECT_EQ(FormatJobTable({}, now), "no jobs\n");
+}
+
+TEST(FormatTest, JobDetails) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  v1::Job job = TrainJob("7", v1::Job::FAILED, 120, now - absl::Minutes(3));
+  job.set_failure_reason(v1::Job::DATASET_ERROR);
+  job.set_message("no such directory");
+  job.set_last_seq(130);
+  const std::string text = FormatJobDetails(job, now);
+  EXPECT_THAT(text, HasSubstr("id          7\n"));
+  EXPECT_THAT(text, HasSubstr("kind        TrainJob\n"));
+  EXPECT_THAT(text, HasSubstr("state       FAILED (DATASET_ERROR): no such directory\n"));
+  EXPECT_THAT(text, HasSubstr("(3m ago)\n"));
+  EXPECT_THAT(text, HasSubstr("started     -\n"));
+  EXPECT_THAT(text, HasSubstr("progress    epoch 1/3  step 120/938"));
+  EXPECT_THAT(text, HasSubstr("events      130\n"));
+  EXPECT_THAT(text, HasSubstr("spec:\n  kind: TrainJob\n  model: {name: convnet}\n  epochs: 3\n"));
+  EXPECT_THAT(text, Not(HasSubstr("summary")));
+}
+
+TEST(FormatTest, Device) {
+  v1::DeviceInfo d;
+  d.set_kind("cuda");
+  d.set_name("NVIDIA H200");
+  d.set_total_memory_bytes(int64_t{143771} * 1024 * 1024);
+  d.add_available("cpu");
+  d.add_available("cuda");
+  d.add_available("cuda:0");
+  d.set_torch_version("2.1.0");
+  d.set_jobs_run(3);
+  EXPECT_EQ(FormatDevice(d),
+            "device       cuda (NVIDIA H200)\n"
+            "available    cpu, cuda, cuda:0\n"
+            "memory       total 143771.0 MiB, allocated 0.0 MiB, reserved 0.0 MiB\n"
+            "torch        2.1.0\n"
+            "jobs run     3\n");
+}
+
+TEST(FormatTest, JsonKeepsProtoFieldNames) {
+  v1::StepMetrics step = Step();
+  const std::string json = ToJsonLine(step);
+  EXPECT_THAT(json, HasSubstr("\"total_steps\":\"938\""));
+  EXPECT_THAT(json, HasSubstr("\"samples_per_second\":12345"));
+  EXPECT_THAT(json, Not(HasSubstr("\n")));
+  EXPECT_THAT(json, Not(HasSubstr("totalSteps")));
+}
+
+TEST(FormatTest, KindAndEpochs) {
+  v1::SubmitJobRequest spec;
+  EXPECT_EQ(KindName(spec), "-");
+  EXPECT_EQ(TotalEpochs(spec), 0);
+  spec.mutable_train_job();
+  EXPECT_EQ(KindName(spec), "TrainJob");
+  EXPECT_EQ(TotalEpochs(spec), 1);
+  spec.mutable_train_job()->set_epochs(4);
+  EXPECT_EQ(TotalEpochs(spec), 4);
+  spec.mutable_bench_job();
+  EXPECT_EQ(KindName(spec), "BenchJob");
+}
+
+}  // namespace
+}  // namespace mpsd::client
