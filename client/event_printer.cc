@@ -97,9 +97,12 @@ void EventPrinter::PrintLine(const std::string& line) {
 
 void EventPrinter::DrawLive() {
   absl::string_view shown = progress_;
-  // One column spare: some terminals wrap when the last column is written.
+  // A line that wraps cannot be redrawn with '\r': drop whole fields from the end until it fits,
+  // with one column spare (some terminals wrap when the last column is written).
   if (options_.width > 1 && shown.size() >= static_cast<size_t>(options_.width)) {
     shown = shown.substr(0, options_.width - 1);
+    const size_t field_end = shown.rfind("  ");
+    if (field_end != absl::string_view::npos && field_end > 0) shown = shown.substr(0, field_end);
   }
   out_ << kRedraw << shown << std::flush;
   live_shown_ = true;

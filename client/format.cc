@@ -284,8 +284,8 @@ std::string FormatDevice(const v1::DeviceInfo& d) {
   auto line = [&out](absl::string_view label, absl::string_view value) {
     absl::StrAppendFormat(&out, "%-12s %s\n", label, value);
   };
-  line("device", d.name().empty() || d.name() == d.kind() ? d.kind()
-                                                          : absl::StrCat(d.kind(), " (", d.name(), ")"));
+  line("device", d.kind());
+  if (!d.name().empty() && d.name() != d.kind()) line("name", d.name());
   line("available", absl::StrJoin(d.available(), ", "));
   std::string memory;
   if (d.total_memory_bytes() > 0) absl::StrAppend(&memory, "total ", FormatMiB(d.total_memory_bytes()), ", ");

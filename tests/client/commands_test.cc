@@ -346,7 +346,7 @@ TEST_F(CommandsTest, CancelARunningJob) {
 
 TEST_F(CommandsTest, Device) {
   EXPECT_EQ(Run([&](Commands& c) { return c.Device(); }), kExitOk);
-  EXPECT_THAT(out(), StartsWith("device       cpu (cpu (2 threads))\navailable    cpu\n"));
+  EXPECT_THAT(out(), StartsWith("device       cpu\nname         cpu (2 threads)\navailable    cpu\n"));
   EXPECT_EQ(Run([&](Commands& c) { return c.Device(); }, /*json=*/true), kExitOk);
   EXPECT_EQ(out(),
             R"json({"kind":"cpu","name":"cpu (2 threads)","available":["cpu"],)json"

@@ -110,7 +110,7 @@ TEST(EventPrinterTest, LiveLineIsCutToTheTerminalWidth) {
   std::vector<v1::JobEvent> events = TrainEvents(1);
   events.resize(4);  // ... up to the first step: the job is still running
   const std::string out = PrintAll(events, options);
-  EXPECT_THAT(out, testing::EndsWith("\r\x1b[Kepoch 1  step 1/1  lo\n"));
+  EXPECT_THAT(out, testing::EndsWith("\r\x1b[Kepoch 1  step 1/1\n"));  // not "... 1/1  lo"
 }
 
 TEST(EventPrinterTest, JsonPrintsEveryEventOnItsOwnLine) {

@@ -195,7 +195,8 @@ TEST(FormatTest, Device) {
   d.set_torch_version("2.1.0");
   d.set_jobs_run(3);
   EXPECT_EQ(FormatDevice(d),
-            "device       cuda (NVIDIA H200)\n"
+            "device       cuda\n"
+            "name         NVIDIA H200\n"
             "available    cpu, cuda, cuda:0\n"
             "memory       total 143771.0 MiB, allocated 0.0 MiB, reserved 0.0 MiB\n"
             "torch        2.1.0\n"
