@@ -54,7 +54,8 @@ class Commands {
            std::ostream& out, std::ostream& err);
 
   // Reads and submits a job file; prints the new job's id (or the Job as JSON). With `follow`,
-  // then follows it like Logs(id, true, 0) and returns its exit code.
+  // prints no id but follows the job like Logs(id, true, 0) and returns that exit code (in JSON
+  // mode only JobEvents are printed, so every line has the same type; each carries job_id).
   int Submit(const std::string& job_file, bool follow);
   // The job's details, or the Job as JSON.
   int Get(const std::string& job_id);
