@@ -220,6 +220,9 @@ class JobFileParser {
                   const FieldDescriptor& field);
   void SetEnum(const YAML::Node& value, const std::string& path, Message& message,
                const FieldDescriptor& field);
+  // string, bytes (base64), bool, double, float.
+  void SetOtherScalar(const YAML::Node& value, const std::string& path, Message& message,
+                      const FieldDescriptor& field);
 
   const std::string filename_;
   std::vector<std::string> errors_;
@@ -389,50 +392,48 @@ void JobFileParser::SetValue(const YAML::Node& value, const std::string& path, M
     Error(value, path, absl::StrCat("expected ", Expected(field), ", got ", Describe(value)));
     return;
   }
-  const std::string& text = value.Scalar();
-  const std::string mismatch = absl::StrCat("expected ", Expected(field), ", got ", Quote(text));
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
     case FieldDescriptor::CPPTYPE_INT64:
     case FieldDescriptor::CPPTYPE_UINT32:
     case FieldDescriptor::CPPTYPE_UINT64:
-      SetInteger(value, path, message, field);
-      return;
+      return SetInteger(value, path, message, field);
     case FieldDescriptor::CPPTYPE_ENUM:
-      SetEnum(value, path, message, field);
-      return;
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT: {
-      const std::optional<double> number = ParseFloat(text);
-      if (!number) return Error(value, path, mismatch);
-      if (field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-        add ? r.AddDouble(&message, &field, *number) : r.SetDouble(&message, &field, *number);
-        return;
-      }
-      if (std::isfinite(*number) && std::fabs(*number) > std::numeric_limits<float>::max()) {
-        return Error(value, path, absl::StrCat(text, " is out of range for float"));
-      }
-      const float f = static_cast<float>(*number);
-      add ? r.AddFloat(&message, &field, f) : r.SetFloat(&message, &field, f);
-      return;
+      return SetEnum(value, path, message, field);
+    default:
+      return SetOtherScalar(value, path, message, field);
+  }
+}
+
+void JobFileParser::SetOtherScalar(const YAML::Node& value, const std::string& path,
+                                   Message& message, const FieldDescriptor& field) {
+  const Reflection& r = *message.GetReflection();
+  const bool add = field.is_repeated();
+  const std::string& text = value.Scalar();
+  const std::string mismatch = absl::StrCat("expected ", Expected(field), ", got ", Quote(text));
+  if (field.cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+    std::string bytes = text;
+    if (field.type() == FieldDescriptor::TYPE_BYTES && !absl::Base64Unescape(text, &bytes)) {
+      return Error(value, path, mismatch);
     }
-    case FieldDescriptor::CPPTYPE_BOOL: {
-      const std::optional<bool> b = ParseBool(text);
-      if (!b) return Error(value, path, mismatch);
-      add ? r.AddBool(&message, &field, *b) : r.SetBool(&message, &field, *b);
-      return;
+    add ? r.AddString(&message, &field, std::move(bytes))
+        : r.SetString(&message, &field, std::move(bytes));
+  } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
+    const std::optional<bool> b = ParseBool(text);
+    if (!b) return Error(value, path, mismatch);
+    add ? r.AddBool(&message, &field, *b) : r.SetBool(&message, &field, *b);
+  } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+    const std::optional<double> number = ParseFloat(text);
+    if (!number) return Error(value, path, mismatch);
+    add ? r.AddDouble(&message, &field, *number) : r.SetDouble(&message, &field, *number);
+  } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_FLOAT) {
+    const std::optional<double> number = ParseFloat(text);
+    if (!number) return Error(value, path, mismatch);
+    if (std::isfinite(*number) && std::fabs(*number) > std::numeric_limits<float>::max()) {
+      return Error(value, path, absl::StrCat(text, " is out of range for float"));
     }
-    case FieldDescriptor::CPPTYPE_STRING: {
-      std::string bytes = text;
-      if (field.type() == FieldDescriptor::TYPE_BYTES && !absl::Base64Unescape(text, &bytes)) {
-        return Error(value, path, mismatch);
-      }
-      add ? r.AddString(&message, &field, std::move(bytes))
-          : r.SetString(&message, &field, std::move(bytes));
-      return;
-    }
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      return;  // handled above
+    const float f = static_cast<float>(*number);
+    add ? r.AddFloat(&message, &field, f) : r.SetFloat(&message, &field, f);
   }
 }
 
