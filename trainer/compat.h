@@ -98,16 +98,31 @@ inline MpsProperties GetMpsProperties() {
 
 // ---- CUDA -----------------------------------------------------------------------------------
 
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+// Until the process first allocates on CUDA the caching allocator has no per-device state, and
+// its statistics calls throw "Invalid device argument" (1.13 to 2.11 alike; 1.13 has no
+// initialized() to ask first). Nothing is allocated then, so that reads as zero.
+template <typename Fn>
+inline void IfCudaAllocatorInitialized(Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error&) {
+  }
+}
+#endif
+
 // Index 0 of every StatArray is StatType::AGGREGATE (small and large pools together); the enum
 // moved namespaces in LibTorch 2.5, the index did not.
 inline AllocatorStats CudaStats(int device_index) {
   AllocatorStats stats;
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
-  const auto device = static_cast<c10::DeviceIndex>(device_index);
-  const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-  stats.allocated_bytes = s.allocated_bytes[0].current;
-  stats.reserved_bytes = s.reserved_bytes[0].current;
-  stats.peak_allocated_bytes = s.allocated_bytes[0].peak;
+  IfCudaAllocatorInitialized([&] {
+    const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<c10::DeviceIndex>(device_index));
+    stats.allocated_bytes = s.allocated_bytes[0].current;
+    stats.reserved_bytes = s.reserved_bytes[0].current;
+    stats.peak_allocated_bytes = s.allocated_bytes[0].peak;
+  });
 #else
   (void)device_index;
 #endif
@@ -116,7 +131,9 @@ inline AllocatorStats CudaStats(int device_index) {
 
 inline void CudaResetPeak(int device_index) {
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
-  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
+  IfCudaAllocatorInitialized([&] {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
+  });
 #else
   (void)device_index;
 #endif
