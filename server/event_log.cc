@@ -62,6 +62,7 @@ void EventLog::SetCommittedSeq(const std::string& job_id, int64_t seq) {
 uint64_t EventLog::Watch(const std::string& job_id, int64_t after_seq,
                          std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
+  if (closed_) return 0;
   auto it = committed_seq_.find(job_id);
   if (it != committed_seq_.end() && it->second > after_seq) return 0;
   const uint64_t id = next_watch_id_++;
@@ -74,7 +75,7 @@ void EventLog::Unwatch(uint64_t watch_id) {
   absl::MutexLock lock(&mu_);
   watchers_.erase(watch_id);
   auto not_running = [this, watch_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return running_watch_ != watch_id;
+    return !running_watches_.contains(watch_id);
   };
   mu_.Await(absl::Condition(&not_running));
 }
@@ -140,7 +141,11 @@ void EventLog::Notify(const absl::flat_hash_map<std::string, int64_t>& committed
       if (it != committed.end() && it->second > watcher.after_seq) due.push_back(id);
     }
   }
-  for (uint64_t id : due) {
+  RunCallbacks(due);
+}
+
+void EventLog::RunCallbacks(const std::vector<uint64_t>& watch_ids) {
+  for (uint64_t id : watch_ids) {
     std::function<void()> callback;
     {
       absl::MutexLock lock(&mu_);
@@ -148,12 +153,28 @@ void EventLog::Notify(const absl::flat_hash_map<std::string, int64_t>& committed
       if (it == watchers_.end()) continue;  // Unwatched meanwhile.
       callback = std::move(it->second.callback);
       watchers_.erase(it);
-      running_watch_ = id;
+      running_watches_.insert(id);
     }
     callback();
     absl::MutexLock lock(&mu_);
-    running_watch_ = 0;
+    running_watches_.erase(id);
   }
+}
+
+void EventLog::Close() {
+  Flush();
+  std::vector<uint64_t> all;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    for (const auto& [id, watcher] : watchers_) all.push_back(id);
+  }
+  RunCallbacks(all);
+}
+
+bool EventLog::Closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
 }
 
 }  // namespace mpsd::server

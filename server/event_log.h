@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "mpsd/v1/mpsd.pb.h"
@@ -56,6 +57,11 @@ class EventLog {
   // Cancels a watch. On return its callback is not running and will never run. 0 is ignored.
   void Unwatch(uint64_t watch_id);
 
+  // For shutdown, after the last Append: runs every watcher's callback now, and from then on
+  // Watch() returns 0, so that followers read what is left and see Closed().
+  void Close();
+  bool Closed() const;
+
  private:
   struct Watcher {
     std::string job_id;
@@ -69,6 +75,8 @@ class EventLog {
       const absl::flat_hash_map<std::string, mpsd::v1::Job>& jobs,
       const std::vector<mpsd::v1::JobEvent>& events);
   void Notify(const absl::flat_hash_map<std::string, int64_t>& committed);
+  // Runs the callbacks of these watches one at a time, skipping those unwatched meanwhile.
+  void RunCallbacks(const std::vector<uint64_t>& watch_ids);
 
   // Constant after construction.
   JobStore* const store_;
@@ -80,11 +88,12 @@ class EventLog {
   uint64_t batches_appended_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, int64_t> committed_seq_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // The watch whose callback the writer is running now (0: none); Unwatch waits on it.
-  uint64_t running_watch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Watches whose callbacks are running now; Unwatch waits until its id is not among them.
+  absl::flat_hash_set<uint64_t> running_watches_ ABSL_GUARDED_BY(mu_);
 
   std::thread writer_;
 };

@@ -2,10 +2,12 @@
 #include "server/job_service.h"
 
 #include <deque>
+#include <functional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/status_util.h"
 
@@ -19,11 +21,16 @@ constexpr int kReadBatch = 256;
 
 // One StreamEvents call: writes committed events with seq > after_seq, one write in flight,
 // reading the next batch when the last is sent and waiting on the EventLog when none is left.
-// Ends with OK after the terminal state event. Deletes itself in OnDone.
+// Ends with OK after the terminal state event, or UNAVAILABLE when the daemon shuts down
+// before the job finished. Deletes itself in OnDone, then calls `on_done`.
 class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
  public:
-  EventStreamReactor(EventLog* log, std::string job_id, int64_t after_seq)
-      : log_(log), job_id_(std::move(job_id)), last_seq_(after_seq) {}
+  EventStreamReactor(EventLog* log, std::string job_id, int64_t after_seq,
+                     std::function<void()> on_done)
+      : log_(log),
+        job_id_(std::move(job_id)),
+        on_done_(std::move(on_done)),
+        last_seq_(after_seq) {}
 
   void Start() {
     absl::MutexLock lock(&mu_);
@@ -67,7 +74,9 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       watch = std::exchange(watch_id_, 0);
     }
     log_->Unwatch(watch);
+    std::function<void()> on_done = std::move(on_done_);
     delete this;
+    on_done();
   }
 
  private:
@@ -84,6 +93,13 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
     if (!pending_.empty()) {
       write_in_flight_ = true;
       StartWrite(&pending_.front());
+      return;
+    }
+    if (log_->Closed()) {
+      FinishOnce(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("mpsd is shutting down before job ", job_id_,
+                       " finished; resume with after_seq=", last_seq_)));
       return;
     }
     watch_id_ = log_->Watch(job_id_, last_seq_, [this] { OnCommitted(); });
@@ -104,6 +120,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
 
   EventLog* const log_;
   const std::string job_id_;
+  std::function<void()> on_done_;
 
   absl::Mutex mu_;
   int64_t last_seq_ ABSL_GUARDED_BY(mu_);
@@ -170,10 +187,23 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
   if (IsTerminal(job->state()) && request->after_seq() >= job->last_seq()) {
     return new FinishedStreamReactor(grpc::Status::OK);
   }
-  auto* reactor =
-      new EventStreamReactor(&scheduler_->events(), request->job_id(), request->after_seq());
+  {
+    absl::MutexLock lock(&mu_);
+    ++open_streams_;
+  }
+  auto* reactor = new EventStreamReactor(&scheduler_->events(), request->job_id(),
+                                         request->after_seq(), [this] {
+                                           absl::MutexLock lock(&mu_);
+                                           --open_streams_;
+                                         });
   reactor->Start();
   return reactor;
+}
+
+bool JobService::WaitForStreamsToEnd(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return open_streams_ == 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
 }
 
 grpc::ServerUnaryReactor* JobService::GetDevice(grpc::CallbackServerContext* context,

@@ -4,6 +4,9 @@
 #ifndef MPSD_SERVER_JOB_SERVICE_H_
 #define MPSD_SERVER_JOB_SERVICE_H_
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
 #include "server/scheduler.h"
 
@@ -14,6 +17,11 @@ namespace mpsd::server {
 class JobService final : public mpsd::v1::JobService::CallbackService {
  public:
   explicit JobService(Scheduler* scheduler) : scheduler_(scheduler) {}
+
+  // For shutdown, once the scheduler has stopped and its EventLog is closed: waits until every
+  // StreamEvents call has ended (each ends after sending what is stored), at most `timeout`.
+  // Returns false on timeout, e.g. when a client stopped reading.
+  bool WaitForStreamsToEnd(absl::Duration timeout);
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const mpsd::v1::SubmitJobRequest* request,
@@ -36,6 +44,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
 
  private:
   Scheduler* const scheduler_;
+
+  absl::Mutex mu_;
+  int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace mpsd::server

@@ -188,12 +188,21 @@ void Server::Shutdown() {
   if (shut_down_) return;
   spdlog::info("shutting down");
   if (grpc_server_ != nullptr) grpc_server_->GetHealthCheckService()->SetServingStatus(false);
-  // Stopping the scheduler ends the running job's stream with its terminal event; streams
-  // still open after the grace (a job that never ran) are cancelled by gRPC.
-  if (scheduler_ != nullptr) scheduler_->Shutdown();
+  // Stopping the scheduler ends the running job's stream with its terminal event; closing the
+  // event log ends the streams of jobs that never ran with UNAVAILABLE once they have sent
+  // what is stored. gRPC then cancels what is left (a client that stopped reading) and drops
+  // idle connections, which it would otherwise wait for until the deadline.
+  if (scheduler_ != nullptr) {
+    scheduler_->Shutdown();
+    scheduler_->events().Close();
+  }
+  if (service_ != nullptr &&
+      !service_->WaitForStreamsToEnd(absl::Seconds(options_.config.shutdown_grace_s))) {
+    spdlog::warn("streams still open after {} s; cancelling them",
+                 options_.config.shutdown_grace_s);
+  }
   if (grpc_server_ != nullptr) {
-    grpc_server_->Shutdown(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(options_.config.shutdown_grace_s)));
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now()));
     grpc_server_->Wait();
   }
   grpc_server_.reset();

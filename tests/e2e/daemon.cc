@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -61,7 +62,7 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-CommandResult Run(const std::vector<std::string>& argv) {
+CommandResult RunCommand(const std::vector<std::string>& argv) {
   TempDir dir;
   const std::string out_path = dir.path() + "/out", err_path = dir.path() + "/err";
   const pid_t pid = Spawn(argv, out_path, err_path);
@@ -92,23 +93,31 @@ void Daemon::Start(const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv = {MpsdPath(), "--listen", address_, "--state-dir", state_dir_};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = Spawn(argv, log_path_ + ".out", log_path_);
-  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
-  stub_ = mpsd::v1::JobService::NewStub(channel);
+  // Wait for the socket file first: a channel that fails to connect backs off for seconds.
+  const std::string socket_path = address_.substr(std::strlen("unix://"));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
+  while (!std::filesystem::exists(socket_path)) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
       FAIL() << "mpsd exited during start-up; its log:\n" << ReadFile(log_path_);
     }
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    mpsd::v1::DeviceInfo device;
-    if (stub_->GetDevice(&context, mpsd::v1::GetDeviceRequest(), &device).ok()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::chrono::steady_clock::now() > deadline) {
+      FAIL() << "mpsd did not create " << socket_path << " within 60 s; its log:\n"
+             << ReadFile(log_path_);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  FAIL() << "mpsd did not answer on " << address_ << " within 60 s; its log:\n"
-         << ReadFile(log_path_);
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  stub_ = mpsd::v1::JobService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  mpsd::v1::DeviceInfo device;
+  grpc::Status status = stub_->GetDevice(&context, mpsd::v1::GetDeviceRequest(), &device);
+  ASSERT_TRUE(status.ok()) << "mpsd does not answer on " << address_ << ": "
+                           << status.error_message() << "; its log:\n"
+                           << ReadFile(log_path_);
 }
 
 int Daemon::Stop(int signal) {

@@ -32,7 +32,7 @@ struct CommandResult {
 };
 
 // Runs argv[0] with the arguments (no shell) to completion, stdin from /dev/null.
-CommandResult Run(const std::vector<std::string>& argv);
+CommandResult RunCommand(const std::vector<std::string>& argv);
 
 // Writes `text` to `path`.
 void WriteFile(const std::string& path, const std::string& text);

@@ -7,11 +7,16 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/client_context.h>
 
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/daemon.h"
 
@@ -277,6 +282,61 @@ TEST_F(ServerE2eTest, JobsSurviveARestart) {
   EXPECT_NE(next->id(), done->id());
 }
 
+TEST_F(ServerE2eTest, SigtermEndsEveryStreamAndKeepsQueuedJobs) {
+  mpsd::v1::SubmitJobRequest longer = SmallTrainJob();
+  longer.mutable_train_job()->set_epochs(50);
+  absl::StatusOr<Job> running = Submit(longer);
+  absl::StatusOr<Job> queued = Submit(SmallTrainJob());
+  ASSERT_TRUE(running.ok() && queued.ok());
+
+  // Follow both; once the first job steps, stop the daemon.
+  grpc::Status queued_status;
+  std::vector<JobEvent> queued_events;
+  std::thread follower([&] { queued_events = Stream(queued->id(), 0, &queued_status); });
+  grpc::ClientContext context;
+  mpsd::v1::StreamEventsRequest request;
+  request.set_job_id(running->id());
+  auto reader = daemon_->stub().StreamEvents(&context, request);
+  std::vector<JobEvent> events;
+  JobEvent event;
+  absl::Time stop_sent;
+  int exit_status = -1;
+  std::thread stopper;
+  while (reader->Read(&event)) {
+    events.push_back(event);
+    if (event.has_step() && !stopper.joinable()) {
+      stop_sent = absl::Now();
+      stopper = std::thread([&] { exit_status = daemon_->Stop(SIGTERM); });
+    }
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  follower.join();
+  ASSERT_TRUE(stopper.joinable());
+  stopper.join();
+  const absl::Duration exit_time = absl::Now() - stop_sent;
+  std::printf("time to exit on SIGTERM during a job: %.0f ms\n",
+              absl::ToDoubleMilliseconds(exit_time));
+  EXPECT_TRUE(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 0) << exit_status;
+  EXPECT_LT(exit_time, absl::Seconds(10));
+
+  // The running job's stream ends with its terminal state; the queued job's stream says why.
+  ASSERT_TRUE(events.back().has_state());
+  EXPECT_EQ(events.back().state().state(), Job::INTERRUPTED);
+  EXPECT_EQ(queued_status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(queued_status.error_message().find("after_seq=1"), std::string::npos)
+      << queued_status.error_message();
+
+  // After a restart the interrupted job says so and the queued job runs.
+  ASSERT_NO_FATAL_FAILURE(daemon_->Start());
+  Job job;
+  ASSERT_TRUE(Get(running->id(), &job).ok());
+  EXPECT_EQ(job.state(), Job::INTERRUPTED);
+  std::vector<JobEvent> rest = Stream(queued->id(), queued_events.back().seq());
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.front().seq(), queued_events.back().seq() + 1);
+  EXPECT_EQ(rest.back().state().state(), Job::SUCCEEDED);
+}
+
 TEST_F(ServerE2eTest, SocketIsPrivate) {
   struct stat info {};
   ASSERT_EQ(stat((dir_.path() + "/mpsd.sock").c_str(), &info), 0);
@@ -285,14 +345,14 @@ TEST_F(ServerE2eTest, SocketIsPrivate) {
 
 TEST(ServerStartTest, RefusesNonLoopbackTcpAndASecondDaemonOnOneStateDir) {
   TempDir dir;
-  CommandResult tcp = Run({MpsdPath(), "--listen", "0.0.0.0:50051", "--state-dir",
+  CommandResult tcp = RunCommand({MpsdPath(), "--listen", "0.0.0.0:50051", "--state-dir",
                            dir.path() + "/state"});
   EXPECT_NE(tcp.exit_code, 0);
   EXPECT_NE(tcp.err.find("loopback"), std::string::npos) << tcp.err;
 
   Daemon first(dir.path() + "/state", dir.path() + "/a.sock");
   ASSERT_NO_FATAL_FAILURE(first.Start());
-  CommandResult second = Run({MpsdPath(), "--listen", "unix://" + dir.path() + "/b.sock",
+  CommandResult second = RunCommand({MpsdPath(), "--listen", "unix://" + dir.path() + "/b.sock",
                               "--state-dir", dir.path() + "/state"});
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.err.find("another mpsd"), std::string::npos) << second.err;

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# README's test command: installs what is missing (Debian 12), builds, runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh; fi
+deploy/build.sh
+ctest --test-dir "${MPSD_BUILD_DIR:-build}" --output-on-failure -j 2 --timeout 600
