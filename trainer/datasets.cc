@@ -77,8 +77,11 @@ std::vector<std::string> DatasetNames() {
 
 absl::Status CheckDatasetFiles(const std::string& root) {
   std::error_code error;
-  if (!std::filesystem::is_directory(root, error)) {
+  if (!std::filesystem::exists(root, error)) {
     return absl::NotFoundError(absl::StrFormat("directory %s does not exist", root));
+  }
+  if (!std::filesystem::is_directory(root, error)) {
+    return absl::NotFoundError(absl::StrFormat("%s is not a directory", root));
   }
   for (absl::string_view name : kIdxFiles) {
     absl::StatusOr<std::string> path = FindIdxFile(root, std::string(name));

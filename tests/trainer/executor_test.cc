@@ -198,6 +198,19 @@ TEST(ExecutorValidateTest, MissingDatasetRootNamesTheDirectory) {
               AllOf(StartsWith("train_job.dataset.root: "), HasSubstr("/nonexistent/fmnist")));
 }
 
+TEST(ExecutorValidateTest, DatasetRootThatIsAFileIsNamed) {
+  TempDir dir("root_is_file");
+  const fs::path file = dir.path() / "not-a-dir";
+  std::ofstream(file) << "x";
+  auto executor = MakeExecutor();
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  request.mutable_train_job()->mutable_dataset()->set_root(file.string());
+  const absl::Status status = executor->Validate(request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "train_job.dataset.root: " + file.string() + " is not a directory");
+}
+
 TEST(ExecutorValidateTest, DefaultRootIsPerDataset) {
   auto executor = MakeExecutor();
   mpsd::v1::SubmitJobRequest request = SmallJob();
