@@ -19,27 +19,23 @@ constexpr std::array<DatasetInfo, 2> kDatasets = {{
 }};
 
 constexpr std::array<absl::string_view, 4> kIdxFiles = {
-    "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte"};
 
 // uint8 [N, H, W] → float32 [N, 1, H, W] on `device`. Only bytes are copied to the device; the
 // copy does not alias `array`, which the caller frees.
 torch::Tensor ImagesToDevice(const IdxArray& array, const DatasetInfo& info,
                              const torch::Device& device) {
   const int64_t n = array.dims[0];
-  torch::Tensor bytes = torch::from_blob(const_cast<uint8_t*>(array.data.data()),
-                                         {n, /*channels=*/1, info.height, info.width},
-                                         torch::kUInt8);
-  return bytes.to(device)
-      .to(torch::kFloat32)
-      .div_(255.0)
-      .sub_(info.mean)
-      .div_(info.std);
+  torch::Tensor bytes =
+      torch::from_blob(const_cast<uint8_t*>(array.data.data()),
+                       {n, /*channels=*/1, info.height, info.width}, torch::kUInt8);
+  return bytes.to(device).to(torch::kFloat32).div_(255.0).sub_(info.mean).div_(info.std);
 }
 
 torch::Tensor LabelsToDevice(const IdxArray& array, const torch::Device& device) {
-  torch::Tensor bytes = torch::from_blob(const_cast<uint8_t*>(array.data.data()),
-                                         {array.dims[0]}, torch::kUInt8);
+  torch::Tensor bytes =
+      torch::from_blob(const_cast<uint8_t*>(array.data.data()), {array.dims[0]}, torch::kUInt8);
   return bytes.to(device).to(torch::kInt64);
 }
 
@@ -51,10 +47,10 @@ absl::StatusOr<TensorSplit> LoadSplit(const DatasetInfo& info, const std::string
   const std::vector<int64_t>& dims = split->images.dims;
   if (dims.size() != 3 || dims[1] != info.height || dims[2] != info.width) {
     const absl::StatusOr<std::string> path = FindIdxFile(root, prefix + "-images-idx3-ubyte");
-    return absl::DataLossError(absl::StrFormat(
-        "%s: images are %d×%d, expected %d×%d for %s", path.ok() ? *path : root,
-        dims.size() > 1 ? dims[1] : 0, dims.size() > 2 ? dims[2] : 0, info.height, info.width,
-        info.name));
+    return absl::DataLossError(
+        absl::StrFormat("%s: images are %d×%d, expected %d×%d for %s", path.ok() ? *path : root,
+                        dims.size() > 1 ? dims[1] : 0, dims.size() > 2 ? dims[2] : 0, info.height,
+                        info.width, info.name));
   }
   return TensorSplit{ImagesToDevice(split->images, info, device),
                      LabelsToDevice(split->labels, device)};

@@ -24,8 +24,8 @@ int64_t SystemMemoryBytes() {
 }
 
 absl::Status NotAvailable(absl::string_view name, const DeviceInventory& inventory) {
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "%s is not available (available: %s)", name, absl::StrJoin(inventory.available, ", ")));
+  return absl::InvalidArgumentError(absl::StrFormat("%s is not available (available: %s)", name,
+                                                    absl::StrJoin(inventory.available, ", ")));
 }
 
 // "cuda" or "cuda:N" → the index, or an error.
@@ -35,8 +35,8 @@ absl::StatusOr<int> ParseCudaIndex(absl::string_view name, const DeviceInventory
     const absl::string_view digits = name.substr(absl::string_view("cuda:").size());
     if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
         !absl::SimpleAtoi(digits, &index)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "unknown device \"%s\" (expected auto, cpu, cuda, cuda:N or mps)", name));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown device \"%s\" (expected auto, cpu, cuda, cuda:N or mps)", name));
     }
   }
   if (index >= inventory.cuda_device_count) return NotAvailable(name, inventory);
@@ -79,8 +79,8 @@ absl::StatusOr<torch::Device> ResolveDevice(absl::string_view name,
     if (!index.ok()) return index.status();
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(*index));
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "unknown device \"%s\" (expected auto, cpu, cuda, cuda:N or mps)", name));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown device \"%s\" (expected auto, cpu, cuda, cuda:N or mps)", name));
 }
 
 std::string DeviceString(const torch::Device& device) {

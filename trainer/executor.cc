@@ -92,8 +92,8 @@ absl::StatusOr<const ModelEntry*> ResolveModel(const mpsd::v1::ModelSpec& spec) 
   if (spec.name().empty()) return FieldError("model.name", "required " + Known(ModelNames()));
   const ModelEntry* model = FindModel(spec.name());
   if (model == nullptr) {
-    return FieldError("model.name", absl::StrFormat("unknown model \"%s\" %s", spec.name(),
-                                                    Known(ModelNames())));
+    return FieldError("model.name",
+                      absl::StrFormat("unknown model \"%s\" %s", spec.name(), Known(ModelNames())));
   }
   return model;
 }
@@ -133,12 +133,14 @@ absl::StatusOr<int> PositiveOr(absl::string_view field, bool has_value, int valu
 // The learning rate of the (only) optimizer, adam.
 absl::StatusOr<double> ResolveOptimizer(const mpsd::v1::OptimizerSpec& spec) {
   if (!spec.name().empty() && spec.name() != kDefaultOptimizer) {
-    return FieldError("optimizer.name", absl::StrFormat("unknown optimizer \"%s\" %s",
-                                                        spec.name(), Known({"adam"})));
+    return FieldError("optimizer.name",
+                      absl::StrFormat("unknown optimizer \"%s\" %s", spec.name(), Known({"adam"})));
   }
   if (!spec.has_learning_rate()) return kDefaultLearningRate;
   const double lr = spec.learning_rate();
-  if (!(lr > 0)) return FieldError("optimizer.learning_rate", absl::StrCat("must be > 0, got ", lr));
+  if (!(lr > 0)) {
+    return FieldError("optimizer.learning_rate", absl::StrCat("must be > 0, got ", lr));
+  }
   if (!std::isfinite(lr)) {
     return FieldError("optimizer.learning_rate", absl::StrCat("must be finite, got ", lr));
   }
@@ -184,9 +186,20 @@ class SummaryBuilder {
   }
 
   mpsd::v1::JobSummary& summary() { return summary_; }
-  mpsd::v1::MemoryStats& memory() { return *summary_.mutable_memory(); }
 
-  mpsd::v1::JobSummary Build(double total_seconds, int64_t device_peak_bytes) {
+  void SetMemoryBefore(const DeviceMemory& before) {
+    summary_.mutable_memory()->set_allocated_before_bytes(before.allocated_bytes);
+    summary_.mutable_memory()->set_reserved_before_bytes(before.reserved_bytes);
+  }
+
+  void SetMemoryAfter(const DeviceMemory& after) {
+    summary_.mutable_memory()->set_allocated_after_bytes(after.allocated_bytes);
+    summary_.mutable_memory()->set_reserved_after_bytes(after.reserved_bytes);
+    device_peak_bytes_ = after.peak_allocated_bytes;
+  }
+
+  // With no epoch finished, final_train_loss is the last step's loss.
+  mpsd::v1::JobSummary Build(double total_seconds) {
     summary_.set_total_time_s(total_seconds);
     if (!epoch_seconds_.empty()) {
       std::vector<double> sorted = epoch_seconds_;
@@ -198,8 +211,9 @@ class SummaryBuilder {
       summary_.set_final_train_loss(last_step_loss_);
     }
     summary_.set_samples_per_second(train_seconds_ > 0 ? train_examples_ / train_seconds_ : 0);
-    mpsd::v1::MemoryStats& m = memory();
-    m.set_peak_allocated_bytes(std::max({device_peak_bytes, max_step_allocated_,
+    // The device's own peak where it keeps one (CUDA); else the most seen at any read-back.
+    mpsd::v1::MemoryStats& m = *summary_.mutable_memory();
+    m.set_peak_allocated_bytes(std::max({device_peak_bytes_, max_step_allocated_,
                                          m.allocated_before_bytes(), m.allocated_after_bytes()}));
     return summary_;
   }
@@ -228,7 +242,19 @@ class SummaryBuilder {
   int64_t train_examples_ = 0;
   float last_step_loss_ = 0;
   int64_t max_step_allocated_ = 0;
+  int64_t device_peak_bytes_ = 0;
 };
+
+// Waits for the device, returns the caching allocator's free blocks to the driver and records
+// what is left. Runs after the job's tensors went out of scope.
+absl::Status ReleaseDevice(const torch::Device& device, SummaryBuilder& summary) {
+  return CatchTorchErrors([&] {
+    Synchronize(device);
+    EmptyCache(device);
+    summary.SetMemoryAfter(ReadMemory(device));
+    return absl::OkStatus();
+  });
+}
 
 void EmitLog(const EventSink& sink, std::string text) {
   Log(LogLevel::kInfo, text);
@@ -243,7 +269,9 @@ void EmitLog(const EventSink& sink, std::string text) {
 class TorchExecutor final : public Executor {
  public:
   TorchExecutor(const Options& options, DeviceInventory inventory)
-      : options_(options), inventory_(std::move(inventory)), cpu_threads_(torch::get_num_threads()) {}
+      : options_(options),
+        inventory_(std::move(inventory)),
+        cpu_threads_(torch::get_num_threads()) {}
 
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override {
     return CatchTorchErrors([&] { return ResolveJob(spec).status(); });
@@ -285,8 +313,8 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
                                          const std::atomic<bool>& cancelled,
                                          SummaryBuilder& summary) const {
   const Clock::time_point load_start = Clock::now();
-  absl::StatusOr<DeviceDataset> data = LoadDataset(
-      *job.dataset, job.dataset_root, job.limit_train, job.limit_test, job.device);
+  absl::StatusOr<DeviceDataset> data =
+      LoadDataset(*job.dataset, job.dataset_root, job.limit_train, job.limit_test, job.device);
   if (!data.ok()) return data.status();
   const double load_seconds = SecondsSince(load_start);
   summary.summary().set_train_examples(data->train.size());
@@ -302,14 +330,13 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
   std::shared_ptr<ClassifierImpl> model = job.model->make(shape);
   model->to(job.device);
   summary.summary().set_parameters(CountParameters(*model));
-  torch::optim::Adam optimizer(model->parameters(),
-                               torch::optim::AdamOptions(job.learning_rate)
-                                   .betas(std::make_tuple(0.9, 0.999))
-                                   .eps(1e-8));
+  torch::optim::Adam optimizer(
+      model->parameters(),
+      torch::optim::AdamOptions(job.learning_rate).betas(std::make_tuple(0.9, 0.999)).eps(1e-8));
   EmitLog(sink, absl::StrFormat("training %s (%d parameters): adam lr %g, batch size %d, "
                                 "%d epoch(s), seed %d",
-                                job.model->name, summary.summary().parameters(),
-                                job.learning_rate, job.batch_size, job.epochs, job.seed));
+                                job.model->name, summary.summary().parameters(), job.learning_rate,
+                                job.batch_size, job.epochs, job.seed));
 
   TrainOptions options;
   options.batch_size = job.batch_size;
@@ -338,26 +365,15 @@ absl::Status TorchExecutor::Run(const mpsd::v1::SubmitJobRequest& spec, const Ev
   const absl::Status status = CatchTorchErrors([&] {
     at::init_num_threads();  // this thread may not be the one that created the executor
     ResetPeakMemory(device);
-    const DeviceMemory before = ReadMemory(device);
-    summary.memory().set_allocated_before_bytes(before.allocated_bytes);
-    summary.memory().set_reserved_before_bytes(before.reserved_bytes);
+    summary.SetMemoryBefore(ReadMemory(device));
     return TrainInScope(*job, observed, cancelled, summary);
   });
   if (!status.ok()) Log(LogLevel::kWarning, absl::StrCat("job ended: ", status.ToString()));
 
-  int64_t device_peak = 0;
-  const absl::Status cleanup = CatchTorchErrors([&] {
-    Synchronize(device);
-    EmptyCache(device);
-    const DeviceMemory after = ReadMemory(device);
-    summary.memory().set_allocated_after_bytes(after.allocated_bytes);
-    summary.memory().set_reserved_after_bytes(after.reserved_bytes);
-    device_peak = after.peak_allocated_bytes;
-    return absl::OkStatus();
-  });
+  const absl::Status cleanup = ReleaseDevice(device, summary);
   const absl::Status emitted = CatchTorchErrors([&] {
     JobEvent event;
-    *event.mutable_summary() = summary.Build(SecondsSince(start), device_peak);
+    *event.mutable_summary() = summary.Build(SecondsSince(start));
     sink(std::move(event));
     return absl::OkStatus();
   });
@@ -393,8 +409,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Options& option
         absl::StrFormat("cpu_threads: must be >= 0, got %d", options.cpu_threads));
   }
   if (options.steps_per_readback <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "steps_per_readback: must be > 0, got %d", options.steps_per_readback));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("steps_per_readback: must be > 0, got %d", options.steps_per_readback));
   }
   DeviceInventory inventory;
   const absl::Status status = CatchTorchErrors([&] {
@@ -405,9 +421,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Options& option
   if (!status.ok()) {
     return absl::InternalError(absl::StrCat("LibTorch failed to start: ", status.message()));
   }
-  Log(LogLevel::kInfo, absl::StrFormat("executor: LibTorch %s, devices: %s, auto = %s",
-                                       TORCH_VERSION, absl::StrJoin(inventory.available, ", "),
-                                       DeviceString(inventory.preferred)));
+  Log(LogLevel::kInfo,
+      absl::StrFormat("executor: LibTorch %s, devices: %s, auto = %s", TORCH_VERSION,
+                      absl::StrJoin(inventory.available, ", "), DeviceString(inventory.preferred)));
   return std::make_unique<TorchExecutor>(options, std::move(inventory));
 }
 

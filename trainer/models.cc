@@ -11,16 +11,14 @@ ConvNetImpl::ConvNetImpl(const ImageShape& shape) {
   // Two unpadded 3×3 convolutions take 2 pixels off each side, the 2×2 max-pool halves the rest.
   const int64_t pooled_height = (shape.height - 4) / 2;
   const int64_t pooled_width = (shape.width - 4) / 2;
-  conv1_ = register_module(
-      "conv1", nn::Conv2d(nn::Conv2dOptions(shape.channels, /*out_channels=*/32,
-                                            /*kernel_size=*/3).stride(1)));
-  conv2_ = register_module(
-      "conv2", nn::Conv2d(nn::Conv2dOptions(/*in_channels=*/32, /*out_channels=*/64,
-                                            /*kernel_size=*/3).stride(1)));
+  const auto conv3x3 = [](int64_t in_channels, int64_t out_channels) {
+    return nn::Conv2dOptions(in_channels, out_channels, /*kernel_size=*/3).stride(1);
+  };
+  conv1_ = register_module("conv1", nn::Conv2d(conv3x3(shape.channels, /*out_channels=*/32)));
+  conv2_ = register_module("conv2", nn::Conv2d(conv3x3(/*in_channels=*/32, /*out_channels=*/64)));
   dropout1_ = register_module("dropout1", nn::Dropout2d(/*p=*/0.25));
-  fc1_ = register_module(
-      "fc1", nn::Linear(/*in_features=*/64 * pooled_height * pooled_width,
-                        /*out_features=*/128));
+  fc1_ = register_module("fc1", nn::Linear(/*in_features=*/64 * pooled_height * pooled_width,
+                                           /*out_features=*/128));
   dropout2_ = register_module("dropout2", nn::Dropout(/*p=*/0.5));
   fc2_ = register_module("fc2", nn::Linear(/*in_features=*/128, shape.num_classes));
 }

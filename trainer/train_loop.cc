@@ -198,8 +198,8 @@ double LearningRate(const torch::optim::Optimizer& optimizer) {
 }
 
 absl::Status Cancelled(const StepReadback& readback) {
-  return absl::CancelledError(absl::StrFormat("cancelled after step %d of %d", readback.steps(),
-                                              readback.total_steps()));
+  return absl::CancelledError(
+      absl::StrFormat("cancelled after step %d of %d", readback.steps(), readback.total_steps()));
 }
 
 // One pass over the training set in a fresh random order.
@@ -244,13 +244,12 @@ void EmitEpoch(const EventSink& sink, int epoch, const StepReadback& readback,
 }  // namespace
 
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
-                   const DeviceDataset& data, const TrainOptions& options,
-                   const EventSink& sink, const std::atomic<bool>& cancelled) {
+                   const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,
+                   const std::atomic<bool>& cancelled) {
   const Loop loop{model, optimizer, data, options, sink, cancelled};
   const torch::Device device = data.train.labels.device();
   const int64_t steps_per_epoch = (data.train.size() + options.batch_size - 1) / options.batch_size;
-  StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
-                        sink);
+  StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs, sink);
   at::Generator shuffle = MakeShuffleGenerator(device, options.seed);
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     const Clock::time_point start = Clock::now();
@@ -281,8 +280,8 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
     const int64_t size = std::min(batch_size, n - start);
     const torch::Tensor labels = split.labels.narrow(/*dim=*/0, start, size);
     const torch::Tensor logits = model.forward(split.images.narrow(/*dim=*/0, start, size));
-    loss_sum.add_(F::cross_entropy(logits, labels,
-                                   F::CrossEntropyFuncOptions().reduction(torch::kSum)));
+    loss_sum.add_(
+        F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum)));
     correct.add_(logits.argmax(/*dim=*/1).eq(labels).sum());
   }
   // The one synchronisation of the evaluation.

@@ -37,8 +37,8 @@ struct TrainOptions {
 // then returns CANCELLED, after emitting the events of every step that ran. Throws c10::Error
 // for LibTorch failures (the executor's firewall converts them).
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
-                   const DeviceDataset& data, const TrainOptions& options,
-                   const EventSink& sink, const std::atomic<bool>& cancelled);
+                   const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,
+                   const std::atomic<bool>& cancelled);
 
 struct EvalResult {
   double loss = 0;      // mean cross-entropy over the examples

@@ -207,8 +207,7 @@ TEST(ExecutorValidateTest, DatasetRootThatIsAFileIsNamed) {
   request.mutable_train_job()->mutable_dataset()->set_root(file.string());
   const absl::Status status = executor->Validate(request);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(status.message(),
-            "train_job.dataset.root: " + file.string() + " is not a directory");
+  EXPECT_EQ(status.message(), "train_job.dataset.root: " + file.string() + " is not a directory");
 }
 
 TEST(ExecutorValidateTest, DefaultRootIsPerDataset) {
@@ -220,9 +219,8 @@ TEST(ExecutorValidateTest, DefaultRootIsPerDataset) {
   if (fs::exists("/usr/share/datasets/mnist/train-images-idx3-ubyte.gz")) {
     EXPECT_TRUE(status.ok()) << status;
   } else {
-    EXPECT_THAT(std::string(status.message()),
-                AllOf(StartsWith("train_job.dataset.root: "),
-                      HasSubstr("/usr/share/datasets/mnist")));
+    EXPECT_THAT(std::string(status.message()), AllOf(StartsWith("train_job.dataset.root: "),
+                                                     HasSubstr("/usr/share/datasets/mnist")));
   }
 }
 
