@@ -1,41 +1,50 @@
 #!/usr/bin/env python3
-"""Tests for client/python: job files, and submit.py against the fake daemon (fake_mpsd.py).
+"""Tests for client/python: job files, and submit.py against a real mpsd that the test starts.
 
-Run (after building the stubs: cmake --build BUILD --target mpsd_python_stubs):
-  MPSD_PYTHON_STUBS=BUILD/python /usr/bin/python3 tests/client/python_client_test.py -v
+Run (after building mpsd and the stubs: cmake --build BUILD --target mpsd mpsd_python_stubs):
+  MPSD_BINARY=BUILD/server/mpsd MPSD_PYTHON_STUBS=BUILD/python /usr/bin/python3 \
+      tests/client/python_client_test.py -v
 or through CTest: ctest --test-dir BUILD -R python_client_test.
-
-With MPSD_TEST_SERVER=ADDR set, SubmitAgainstRealDaemonTest submits examples/fashion-mnist-small.yaml
-to the real mpsd at ADDR as well.
 """
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SUBMIT = os.path.join(REPO, "client", "python", "submit.py")
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
-sys.path.insert(0, HERE)
+
+import grpc  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
 
 import mpsd_client  # noqa: E402
 
 pb2, pb2_grpc = mpsd_client.import_stubs()
-import fake_mpsd  # noqa: E402
 
-GOOD = """kind: TrainJob
+
+def train_job_yaml(limit_train=2000, limit_test=500, epochs=2, root=FASHION_MNIST):
+    """A Fashion-MNIST job on the CPU at batch size 64: limit_train / 64 steps per epoch."""
+    return """kind: TrainJob
 model: {name: convnet}
-dataset: {name: fashion-mnist, root: /usr/share/datasets/fashion-mnist, limit_train: 2000, limit_test: 500}
+dataset: {name: fashion-mnist, root: %s, limit_train: %d, limit_test: %d}
 batch_size: 64
-epochs: 2
+epochs: %d
 optimizer: {name: adam, learning_rate: 0.001}
 seed: 1
 device: cpu
-"""
+""" % (root, limit_train, limit_test, epochs)
+
+
+GOOD = train_job_yaml()
 
 
 class JobFileTest(unittest.TestCase):
@@ -91,72 +100,165 @@ class JobFileTest(unittest.TestCase):
 
 
 def run_submit(server, job_file, *extra):
-    env = dict(os.environ)
     return subprocess.run([sys.executable, SUBMIT, "--server", server, job_file, *extra],
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=120)
 
 
-class SubmitWithFakeDaemonTest(unittest.TestCase):
+class Mpsd:
+    """A real mpsd (MPSD_BINARY, else REPO/build/server/mpsd) on a temp unix socket."""
+
+    def __init__(self, directory):
+        binary = os.environ.get("MPSD_BINARY") or os.path.join(REPO, "build", "server", "mpsd")
+        if not os.access(binary, os.X_OK):
+            raise RuntimeError("no mpsd binary at %s: build it (cmake --build BUILD --target mpsd) "
+                               "or set MPSD_BINARY" % binary)
+        socket = os.path.join(directory, "mpsd.sock")
+        self.address = "unix://" + socket
+        self.log_path = os.path.join(directory, "mpsd.log")
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [binary, "--listen", self.address, "--state-dir", os.path.join(directory, "state")],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        # The socket file first: a channel that fails to connect backs off for seconds.
+        deadline = time.monotonic() + 60
+        while not os.path.exists(socket):
+            if self.process.poll() is not None:
+                raise RuntimeError("mpsd exited with %d during start-up:\n%s"
+                                   % (self.process.returncode, self.log()))
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("mpsd did not create %s within 60 s:\n%s" % (socket, self.log()))
+            time.sleep(0.01)
+        self.channel = grpc.insecure_channel(self.address)
+        self.stub = pb2_grpc.JobServiceStub(self.channel)
+        self.stub.GetDevice(pb2.GetDeviceRequest(), wait_for_ready=True, timeout=30)
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stored_events(self, job_id):
+        """The job's events as the daemon stores them, read with StreamEvents."""
+        return list(self.stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=0),
+                                           timeout=120))
+
+    def job_count(self):
+        return len(self.stub.ListJobs(pb2.ListJobsRequest(), timeout=10).jobs)
+
+    def stop(self):
+        """SIGTERM; returns mpsd's exit status."""
+        if getattr(self, "channel", None):
+            self.channel.close()
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+
+def corrupt_dataset(root):
+    """A Fashion-MNIST dir whose training images are cut short: there at submit, bad at run time."""
+    os.makedirs(root)
+    for name in ("train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                 "t10k-labels-idx1-ubyte.gz"):
+        shutil.copy(os.path.join(FASHION_MNIST, name), root)
+    with open(os.path.join(root, "train-images-idx3-ubyte"), "wb") as f:
+        f.write(b"\x00\x00\x08\x03short")
+
+
+class SubmitWithRealDaemonTest(unittest.TestCase):
+    """submit.py against one mpsd for the class; each test waits for the jobs it starts."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory(prefix="mpsd-py-")
+        cls.mpsd = Mpsd(cls.dir.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.mpsd.stop()
+        log = cls.mpsd.log()
+        cls.dir.cleanup()
+        if status != 0:
+            raise AssertionError("mpsd exited with %d on SIGTERM:\n%s" % (status, log))
+
     def setUp(self):
-        self.dir = tempfile.TemporaryDirectory(prefix="mpsd-py-")
-        self.address = "unix://%s/mpsd.sock" % self.dir.name
-        self.job_file = os.path.join(self.dir.name, "job.yaml")
-        with open(self.job_file, "w") as f:
-            f.write(GOOD)
+        self.test_dir = tempfile.mkdtemp(dir=self.dir.name)
 
-    def tearDown(self):
-        self.dir.cleanup()
+    def job_file(self, text):
+        path = os.path.join(self.test_dir, "job.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
 
-    def start(self, **options):
-        server, service = fake_mpsd.start(self.address, pb2, pb2_grpc, steps=5, **options)
-        self.addCleanup(server.stop, 0)
-        return service
-
-    def test_succeeded_job_prints_json_lines_and_exits_0(self):
-        service = self.start()
-        result = run_submit(self.address, self.job_file)
+    def test_succeeded_job_prints_the_stored_events_and_exits_0(self):
+        # 320 examples, 2 epochs: 10 steps.
+        result = run_submit(self.mpsd.address, self.job_file(train_job_yaml(320, 64, epochs=2)))
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("submitted job 1", result.stderr)
-        events = [json.loads(line) for line in result.stdout.splitlines()]
-        self.assertEqual([e["seq"] for e in events], [str(i) for i in range(1, len(events) + 1)])
-        self.assertTrue(all(e["job_id"] == "1" for e in events))
-        self.assertEqual(events[0]["state"], {"state": "QUEUED"})
-        self.assertEqual(events[-1]["state"], {"state": "SUCCEEDED"})
-        self.assertIn("total_steps", next(e for e in events if "step" in e)["step"])  # proto names
-        self.assertEqual(service.submitted[0].train_job.epochs, 2)
-        self.assertNotIn(" ", result.stdout.splitlines()[0])  # compact
+        lines = result.stdout.splitlines()
+        printed = [json_format.Parse(line, pb2.JobEvent()) for line in lines]
+        self.assertTrue(printed)
+        job_id = printed[0].job_id
+        self.assertEqual(result.stderr, "submit.py: submitted job %s\n" % job_id)
 
-    def test_failed_job_exits_1(self):
-        self.start(fail=True)
-        result = run_submit(self.address, self.job_file)
+        # The same events, seqs and payloads, as the daemon stores.
+        self.assertEqual(printed, self.mpsd.stored_events(job_id))
+        self.assertEqual([e.seq for e in printed], list(range(1, len(printed) + 1)))
+        job = self.mpsd.stub.GetJob(pb2.GetJobRequest(job_id=job_id), timeout=10)
+        self.assertEqual(job.last_seq, printed[-1].seq)
+        self.assertEqual([e.step.step for e in printed if e.HasField("step")], list(range(1, 11)))
+        self.assertEqual([e.epoch.epoch for e in printed if e.HasField("epoch")], [1, 2])
+        self.assertEqual(printed[0].state.state, pb2.Job.QUEUED)
+        self.assertEqual(printed[-1].state.state, pb2.Job.SUCCEEDED)
+        summary = next(e.summary for e in printed if e.HasField("summary"))
+        self.assertEqual(summary.steps, 10)
+
+        # protobuf's JSON mapping with proto field names, one compact object a line.
+        events = [json.loads(line) for line in lines]
+        self.assertEqual(events[-1]["state"], {"state": "SUCCEEDED"})
+        self.assertIn("total_steps", next(e for e in events if "step" in e)["step"])
+        self.assertNotIn(" ", lines[0])
+
+    def test_failed_run_exits_1_with_the_reason(self):
+        root = os.path.join(self.test_dir, "corrupt")
+        corrupt_dataset(root)
+        result = run_submit(self.mpsd.address, self.job_file(train_job_yaml(root=root)))
         self.assertEqual(result.returncode, 1, result.stderr)
         last = json.loads(result.stdout.splitlines()[-1])
-        self.assertEqual(last["state"]["failure_reason"], "OUT_OF_MEMORY")
+        self.assertEqual(last["state"]["state"], "FAILED")
+        self.assertEqual(last["state"]["failure_reason"], "DATASET_ERROR")
+        self.assertIn("train-images-idx3-ubyte", last["state"]["message"])
 
-    def test_missing_daemon_exits_2(self):
-        result = run_submit(self.address, self.job_file)
-        self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, "submit.py: cannot reach mpsd at %s: is the daemon running? "
-                         "(start it with: mpsd)\n" % self.address)
+    def test_job_rejected_by_the_daemon_exits_1_with_its_message(self):
+        jobs = self.mpsd.job_count()
+        missing = os.path.join(self.test_dir, "no-such-dataset")
+        result = run_submit(self.mpsd.address, self.job_file(train_job_yaml(root=missing)))
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertRegex(result.stderr, r"^submit\.py: train_job\.dataset\.root: .*%s.*\n$"
+                         % missing.replace(".", r"\."))
         self.assertEqual(result.stdout, "")
+        self.assertEqual(self.mpsd.job_count(), jobs)
 
     def test_bad_job_file_exits_1_before_connecting(self):
-        with open(self.job_file, "w") as f:
-            f.write("kind: TrainJob\nbatch_size: sixty\n")
-        result = run_submit(self.address, self.job_file)
+        jobs = self.mpsd.job_count()
+        job_file = self.job_file("kind: TrainJob\nbatch_size: sixty\n")
+        result = run_submit(self.mpsd.address, job_file)
         self.assertEqual(result.returncode, 1)
-        self.assertIn('%s: batch_size: expected an integer, got "sixty"' % self.job_file, result.stderr)
+        self.assertEqual(result.stderr,
+                         '%s: batch_size: expected an integer, got "sixty"\n' % job_file)
+        self.assertEqual(result.stdout, "")
+        self.assertEqual(self.mpsd.job_count(), jobs)
 
 
-@unittest.skipUnless(os.environ.get("MPSD_TEST_SERVER"), "set MPSD_TEST_SERVER=ADDR of a running mpsd")
-class SubmitAgainstRealDaemonTest(unittest.TestCase):
-    def test_small_fashion_mnist_succeeds(self):
-        result = run_submit(os.environ["MPSD_TEST_SERVER"],
-                            os.path.join(REPO, "examples", "fashion-mnist-small.yaml"))
-        self.assertEqual(result.returncode, 0, result.stderr)
-        events = [json.loads(line) for line in result.stdout.splitlines()]
-        self.assertEqual(events[-1]["state"]["state"], "SUCCEEDED")
-        self.assertTrue(any("summary" in e for e in events))
+class SubmitWithoutDaemonTest(unittest.TestCase):
+    def test_missing_daemon_exits_2(self):
+        with tempfile.TemporaryDirectory(prefix="mpsd-py-") as directory:
+            address = "unix://%s/mpsd.sock" % directory
+            job_file = os.path.join(directory, "job.yaml")
+            with open(job_file, "w") as f:
+                f.write(GOOD)
+            result = run_submit(address, job_file)
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, "submit.py: cannot reach mpsd at %s: is the daemon "
+                         "running? (start it with: mpsd)\n" % address)
+        self.assertEqual(result.stdout, "")
 
 
 if __name__ == "__main__":
