@@ -49,7 +49,8 @@ std::string Plural(int64_t n, absl::string_view word) {
 // The summary's lines after the first, each starting with `indent` and ending in '\n'.
 std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   std::string out;
-  if (s.test_examples() > 0 || s.test_accuracy() > 0) {
+  // Without a finished epoch there was no evaluation: its zeros are not results.
+  if (s.epochs() > 0) {
     absl::StrAppendFormat(&out, "%stest accuracy %.4f, test loss %.4f, final train loss %.4f\n",
                           indent, s.test_accuracy(), s.test_loss(), s.final_train_loss());
   }

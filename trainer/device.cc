@@ -102,7 +102,8 @@ DeviceDescription DescribeDevice(const torch::Device& device) {
     description.total_memory_bytes = props.total_memory_bytes;
   } else {
     description.kind = "cpu";
-    description.name = absl::StrFormat("cpu (%d threads)", torch::get_num_threads());
+    const int threads = torch::get_num_threads();
+    description.name = absl::StrFormat("cpu (%d thread%s)", threads, threads == 1 ? "" : "s");
     description.total_memory_bytes = SystemMemoryBytes();
   }
   return description;

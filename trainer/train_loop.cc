@@ -84,7 +84,12 @@ class StepReadback {
     pending_.push_back(Pending{++steps_, batch_size, learning_rate});
   }
 
-  bool full() const { return static_cast<int>(pending_.size()) == capacity_; }
+  // True when the pending steps should be read back: the buffer is full, or `interval` has
+  // passed since the last read-back. A host clock read; no sync.
+  bool due(std::chrono::milliseconds interval) const {
+    return static_cast<int>(pending_.size()) == capacity_ ||
+           (!pending_.empty() && Clock::now() - group_start_ >= interval);
+  }
   int64_t steps() const { return steps_; }
   int64_t total_steps() const { return total_steps_; }
   double epoch_loss() const { return epoch_examples_ > 0 ? epoch_loss_sum_ / epoch_examples_ : 0; }
@@ -220,7 +225,9 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
     auto [loss, correct] = TrainStep(loop, train.images.index_select(/*dim=*/0, index),
                                      train.labels.index_select(/*dim=*/0, index));
     readback.Record(loss, correct, index.size(0), LearningRate(loop.optimizer));
-    if (readback.full()) readback.Flush();
+    if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {
+      readback.Flush();
+    }
   }
   readback.Flush();
   return absl::OkStatus();

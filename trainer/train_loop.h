@@ -26,6 +26,10 @@ struct TrainOptions {
   // Steps whose loss and correct count are read back from the device in one transfer. Larger
   // means fewer syncs and later step events; 1 syncs every step.
   int steps_per_readback = 32;
+  // A group is also read back once this much wall time has passed since the last read-back,
+  // so that slow steps (CPU, big models) still stream promptly. Costs at most one sync per
+  // interval.
+  int readback_interval_ms = 500;
   // Examples per forward pass when evaluating.
   int64_t eval_batch_size = 1000;
 };

@@ -41,6 +41,8 @@ std::vector<v1::JobEvent> TrainEvents(int steps) {
   epoch.set_test_accuracy(0.8612);
   v1::JobSummary& summary = *add().mutable_summary();
   summary.set_device("cpu");
+  summary.set_epochs(1);
+  summary.set_steps(steps);
   summary.set_test_accuracy(0.8612);
   summary.set_test_examples(500);
   add().mutable_state()->set_state(v1::Job::SUCCEEDED);

@@ -114,6 +114,18 @@ TEST(FormatTest, FinalSucceeded) {
             "0.0 MiB, after 0.0 MiB\n");
 }
 
+TEST(FormatTest, FinalCancelledBeforeAnyEpochShowsNoTestResults) {
+  v1::StateChange state;
+  state.set_state(v1::Job::CANCELLED);
+  v1::JobSummary summary = Summary();
+  summary.set_epochs(0);
+  summary.set_test_accuracy(0);
+  summary.set_test_loss(0);
+  const std::string out = FormatFinal("9", state, &summary);
+  EXPECT_EQ(out.find("test accuracy"), std::string::npos) << out;
+  EXPECT_NE(out.find("0 epochs, 32 steps"), std::string::npos) << out;
+}
+
 TEST(FormatTest, FinalFailedWithoutSummary) {
   v1::StateChange state;
   state.set_state(v1::Job::FAILED);

@@ -299,8 +299,8 @@ TEST(ExecutorRunTest, TrainsOneEpochReportingEveryStep) {
 }
 
 TEST(ExecutorRunTest, CancelStopsAtTheNextStepBoundary) {
-  // Read back every 4 steps: the flag set while step 5's event is delivered stops the job
-  // after the group of steps 5-8 that already ran.
+  // Read back at least every 4 steps (sooner when a step is slow): the flag set while step 5's
+  // event is delivered stops the job after the group that holds step 5, at step 8 at most.
   auto executor = MakeExecutor(/*steps_per_readback=*/4);
   std::atomic<bool> cancelled{false};
   std::vector<mpsd::v1::JobEvent> events;
@@ -318,10 +318,12 @@ TEST(ExecutorRunTest, CancelStopsAtTheNextStepBoundary) {
     if (event.has_step()) steps.push_back(event.step().step());
     EXPECT_FALSE(event.has_epoch());
   }
-  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  ASSERT_GE(steps.size(), 5u);
+  EXPECT_LE(steps.size(), 8u);
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], static_cast<int64_t>(i + 1));
   ASSERT_FALSE(events.empty());
   ASSERT_TRUE(events.back().has_summary());
-  EXPECT_EQ(events.back().summary().steps(), 8);
+  EXPECT_EQ(events.back().summary().steps(), static_cast<int64_t>(steps.size()));
   EXPECT_EQ(events.back().summary().epochs(), 0);
 }
 
