@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -100,6 +101,13 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   }
   if (config.max_queued < 1) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": max_queued: must be >= 1"));
+  }
+  static const std::vector<std::string> kLevels = {"trace", "debug", "info", "warn",
+                                                   "error", "critical", "off"};
+  if (std::find(kLevels.begin(), kLevels.end(), config.log_level) == kLevels.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": log_level: expected one of ",
+                                                   absl::StrJoin(kLevels, ", "), ", got \"",
+                                                   config.log_level, "\""));
   }
   if (config.shutdown_grace_s < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": shutdown_grace_s: must be >= 0"));

@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "server/config.h"
 #include "server/server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
   }
   if (!listen.empty()) config.listen = listen;
   if (!state_dir.empty()) config.state_dir = state_dir;
+  // Logs go to stderr: stdout stays free for whatever runs mpsd in the foreground.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd"));
   spdlog::set_level(spdlog::level::from_str(config.log_level));
 
   // Signals are taken synchronously by this thread; every thread started later inherits the mask.

@@ -1,0 +1,82 @@
+// Tests server/config.cc: the YAML config file over the built-in defaults.
+#include "server/config.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mpsd::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& text) {
+    std::ofstream(path_) << text;
+    return path_;
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+
+  const std::string path_ =
+      ::testing::TempDir() + "/mpsd-config-test-" + std::to_string(::getpid()) + ".yaml";
+};
+
+TEST_F(ConfigTest, FileOverridesDefaults) {
+  absl::StatusOr<Config> config =
+      LoadConfig(Write("listen: 127.0.0.1:0\nmax_queued: 5\nshutdown_grace_s: 2.5\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen, "127.0.0.1:0");
+  EXPECT_EQ(config->max_queued, 5);
+  EXPECT_DOUBLE_EQ(config->shutdown_grace_s, 2.5);
+  EXPECT_EQ(config->state_dir, DefaultConfig().state_dir);  // Not in the file: the default.
+}
+
+TEST_F(ConfigTest, DeployedDefaultFileIsValid) {
+  absl::StatusOr<Config> config = LoadConfig(std::string(MPSD_SOURCE_DIR) + "/deploy/mpsd.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_queued, DefaultConfig().max_queued);
+}
+
+TEST_F(ConfigTest, EmptyFileIsTheDefaults) {
+  absl::StatusOr<Config> config = LoadConfig(Write(""));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen, DefaultConfig().listen);
+}
+
+TEST_F(ConfigTest, ErrorsNameTheFileAndTheKey) {
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {"max_queud: 5\n", "max_queud: unknown key (known: "},
+      {"max_queued: lots\n", "max_queued: expected an integer, got \"lots\""},
+      {"max_queued: 0\n", "max_queued: must be >= 1"},
+      {"log_level: loud\n", "log_level: expected one of trace, debug, info"},
+      {"shutdown_grace_s: -1\n", "shutdown_grace_s: must be >= 0"},
+      {"listen: [a, b]\n", "listen: expected a string"},
+      {"- just\n- a list\n", "expected a mapping"},
+      {"max_queued: [\n", ":"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Config> config = LoadConfig(Write(c.text));
+    ASSERT_FALSE(config.ok()) << c.text;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(path_)) << c.text;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.expected)) << c.text;
+  }
+}
+
+TEST_F(ConfigTest, MissingFileIsNotFound) {
+  absl::StatusOr<Config> config = LoadConfig(path_ + ".missing");
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(".missing"));
+}
+
+}  // namespace
+}  // namespace mpsd::server
