@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -187,6 +188,24 @@ inline void ZeroGradToNone(torch::optim::Optimizer& optimizer) {
       if (param.grad().defined()) param.mutable_grad().reset();
     }
   }
+#endif
+}
+
+// ---- Attention ------------------------------------------------------------------------------
+
+// softmax(q·kᵀ / √d)·v with dropout `dropout_p` on the probabilities; q, k, v: [N, heads, T, d].
+// LibTorch 2 has a fused kernel (flash / memory-efficient attention on CUDA); 1.13 has none, so
+// it is spelled out there (same result, more memory).
+inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                               const torch::Tensor& v, double dropout_p) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor probabilities =
+      torch::softmax(torch::matmul(q, k.transpose(/*dim0=*/-2, /*dim1=*/-1)) * scale, /*dim=*/-1);
+  if (dropout_p > 0) probabilities = torch::dropout(probabilities, dropout_p, /*train=*/true);
+  return torch::matmul(probabilities, v);
 #endif
 }
 

@@ -26,6 +26,8 @@ struct DatasetInfo {
   int num_classes = 10;
   int64_t height = 28;
   int64_t width = 28;
+  // One image is [channels, height, width]; IDX datasets have one channel.
+  int64_t channels = 1;
 };
 
 // The registry: nullptr for an unknown name. Entries live for the whole process.

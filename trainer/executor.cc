@@ -69,6 +69,7 @@ absl::Status CatchTorchErrors(Fn&& fn) {
 // A TrainJob with every default applied and every name looked up.
 struct TrainJobConfig {
   const ModelEntry* model = nullptr;
+  ModelConfig model_config;
   const DatasetInfo* dataset = nullptr;
   std::string dataset_root;
   int64_t limit_train = 0;
@@ -96,6 +97,37 @@ absl::StatusOr<const ModelEntry*> ResolveModel(const mpsd::v1::ModelSpec& spec) 
                       absl::StrFormat("unknown model \"%s\" %s", spec.name(), Known(ModelNames())));
   }
   return model;
+}
+
+// Fills config.model_config once the dataset is known: its input shape, its classes unless
+// model.num_classes sets more, and the preset. The message for a model that cannot take the
+// dataset's images names the model, the shape and the dataset.
+absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
+  const ModelEntry& model = *config.model;
+  const DatasetInfo& dataset = *config.dataset;
+  ModelConfig& model_config = config.model_config;
+  model_config.input_shape = {dataset.channels, dataset.height, dataset.width};
+  model_config.num_classes = dataset.num_classes;
+  if (spec.has_num_classes()) {
+    if (absl::Status s = CheckNumClasses(spec.num_classes()); !s.ok()) {
+      return FieldError("model.num_classes", s.message());
+    }
+    if (spec.num_classes() < dataset.num_classes) {
+      return FieldError("model.num_classes",
+                        absl::StrFormat("must be at least the %d classes of dataset %s, got %d",
+                                        dataset.num_classes, dataset.name, spec.num_classes()));
+    }
+    model_config.num_classes = spec.num_classes();
+  }
+  if (absl::Status s = CheckPreset(model, spec.preset()); !s.ok()) {
+    return FieldError("model.preset", s.message());
+  }
+  model_config.preset = spec.preset();
+  if (absl::Status s = CheckModelConfig(model, model_config); !s.ok()) {
+    return FieldError("model.name",
+                      absl::StrFormat("%s (the input of dataset %s)", s.message(), dataset.name));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckLimit(absl::string_view field, int64_t value) {
@@ -154,6 +186,7 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   if (!model.ok()) return model.status();
   config.model = *model;
   if (absl::Status s = ResolveDataset(spec.dataset(), config); !s.ok()) return s;
+  if (absl::Status s = ResolveModelConfig(spec.model(), config); !s.ok()) return s;
   absl::StatusOr<int> batch_size =
       PositiveOr("batch_size", spec.has_batch_size(), spec.batch_size(), kDefaultBatchSize);
   if (!batch_size.ok()) return batch_size.status();
@@ -170,6 +203,47 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   if (!device.ok()) return FieldError("device", device.status().message());
   config.device = *device;
   return config;
+}
+
+// ---- Model listing ----------------------------------------------------------------------------
+
+absl::Status CheckListModelsRequest(const mpsd::v1::ListModelsRequest& request) {
+  if (!request.input_shape().empty()) {
+    const std::vector<int64_t> shape(request.input_shape().begin(), request.input_shape().end());
+    if (absl::Status s = CheckInputShape(shape); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input_shape: ", s.message()));
+    }
+  }
+  if (request.has_num_classes()) {
+    if (absl::Status s = CheckNumClasses(request.num_classes()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("num_classes: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `entry` at the request's shape and classes, or at its natural ones.
+mpsd::v1::ModelInfo DescribeModel(const ModelEntry& entry,
+                                  const mpsd::v1::ListModelsRequest& request) {
+  ModelConfig config;
+  config.input_shape =
+      request.input_shape().empty()
+          ? entry.natural_input_shape
+          : std::vector<int64_t>(request.input_shape().begin(), request.input_shape().end());
+  config.num_classes =
+      request.has_num_classes() ? request.num_classes() : entry.natural_num_classes;
+  mpsd::v1::ModelInfo info;
+  info.set_name(std::string(entry.name));
+  info.set_description(std::string(entry.description));
+  for (const int64_t dim : config.input_shape) info.add_input_shape(dim);
+  info.set_num_classes(static_cast<int32_t>(config.num_classes));
+  for (const absl::string_view preset : entry.presets) info.add_presets(std::string(preset));
+  if (absl::Status s = CheckModelConfig(entry, config); s.ok()) {
+    info.set_parameters(entry.parameters(config));
+  } else {
+    info.set_unsupported(std::string(s.message()));
+  }
+  return info;
 }
 
 // ---- Summary ----------------------------------------------------------------------------------
@@ -282,6 +356,14 @@ class TorchExecutor final : public Executor {
 
   mpsd::v1::DeviceInfo GetDevice() const override;
 
+  absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
+      const mpsd::v1::ListModelsRequest& request) const override {
+    if (absl::Status s = CheckListModelsRequest(request); !s.ok()) return s;
+    mpsd::v1::ListModelsResponse response;
+    for (const ModelEntry& entry : Models()) *response.add_models() = DescribeModel(entry, request);
+    return response;
+  }
+
  private:
   absl::StatusOr<TrainJobConfig> ResolveJob(const mpsd::v1::SubmitJobRequest& spec) const;
 
@@ -325,9 +407,7 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
                                 load_seconds, DeviceString(job.device)));
 
   torch::manual_seed(job.seed);
-  const ImageShape shape{/*channels=*/1, job.dataset->height, job.dataset->width,
-                         job.dataset->num_classes};
-  std::shared_ptr<ClassifierImpl> model = job.model->make(shape);
+  std::shared_ptr<ClassifierImpl> model = job.model->make(job.model_config);
   model->to(job.device);
   summary.summary().set_parameters(CountParameters(*model));
   torch::optim::Adam optimizer(

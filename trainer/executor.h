@@ -40,7 +40,8 @@ class Executor {
   virtual ~Executor() = default;
 
   // Checks a job before it is queued, without touching the device's memory: every field in
-  // range, the device available, the dataset's files present. Errors: INVALID_ARGUMENT whose
+  // range, the device available, the dataset's files present, the model able to take the
+  // dataset's input shape (by shape arithmetic). Errors: INVALID_ARGUMENT whose
   // message starts with the field path ("train_job.batch_size: must be > 0, got 0");
   // UNIMPLEMENTED for a BenchJob. Thread-safe.
   virtual absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const = 0;
@@ -65,6 +66,14 @@ class Executor {
 
   // The default device and its memory now. Thread-safe.
   virtual mpsd::v1::DeviceInfo GetDevice() const = 0;
+
+  // The models a job may name, each with its parameter count at the request's input shape and
+  // class count (each model at its natural input by default); a model that cannot take the
+  // requested shape is listed with `unsupported` saying why. Arithmetic only: builds no model
+  // and draws no random numbers, so it never disturbs a running job. Errors: INVALID_ARGUMENT
+  // whose message starts with the field ("input_shape: ...", "num_classes: ..."). Thread-safe.
+  virtual absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
+      const mpsd::v1::ListModelsRequest& request) const = 0;
 };
 
 }  // namespace mpsd::trainer

@@ -1,55 +1,72 @@
-// ConvNet and the model registry.
+// The model registry and what all models share. The architectures are in trainer/models/.
 #include "trainer/models.h"
 
-#include <array>
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "trainer/models/resnet.h"
+#include "trainer/models/sequence.h"
+#include "trainer/models/simple.h"
+#include "trainer/models/vgg.h"
 
 namespace mpsd::trainer {
-
-namespace nn = torch::nn;
-
-ConvNetImpl::ConvNetImpl(const ImageShape& shape) {
-  // Two unpadded 3×3 convolutions take 2 pixels off each side, the 2×2 max-pool halves the rest.
-  const int64_t pooled_height = (shape.height - 4) / 2;
-  const int64_t pooled_width = (shape.width - 4) / 2;
-  const auto conv3x3 = [](int64_t in_channels, int64_t out_channels) {
-    return nn::Conv2dOptions(in_channels, out_channels, /*kernel_size=*/3).stride(1);
-  };
-  conv1_ = register_module("conv1", nn::Conv2d(conv3x3(shape.channels, /*out_channels=*/32)));
-  conv2_ = register_module("conv2", nn::Conv2d(conv3x3(/*in_channels=*/32, /*out_channels=*/64)));
-  dropout1_ = register_module("dropout1", nn::Dropout2d(/*p=*/0.25));
-  fc1_ = register_module("fc1", nn::Linear(/*in_features=*/64 * pooled_height * pooled_width,
-                                           /*out_features=*/128));
-  dropout2_ = register_module("dropout2", nn::Dropout(/*p=*/0.5));
-  fc2_ = register_module("fc2", nn::Linear(/*in_features=*/128, shape.num_classes));
-}
-
-torch::Tensor ConvNetImpl::forward(torch::Tensor images) {
-  torch::Tensor x = torch::relu(conv1_->forward(images));
-  x = torch::relu(conv2_->forward(x));
-  x = torch::max_pool2d(x, /*kernel_size=*/2);
-  x = dropout1_->forward(x);
-  x = torch::flatten(x, /*start_dim=*/1);
-  x = torch::relu(fc1_->forward(x));
-  x = dropout2_->forward(x);
-  return fc2_->forward(x);
-}
-
 namespace {
 
-const std::array<ModelEntry, 1>& Registry() {
-  static const auto* const kModels = new std::array<ModelEntry, 1>{{
-      {"convnet",
-       [](const ImageShape& shape) -> std::shared_ptr<ClassifierImpl> {
-         return ConvNet(shape).ptr();
-       }},
-  }};
-  return *kModels;
+// Beyond these a shape is a typo, and the parameter arithmetic could overflow.
+constexpr int64_t kMaxDimension = int64_t{1} << 20;
+constexpr int64_t kMaxInputSize = int64_t{1} << 31;  // elements per example
+constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
+absl::string_view Expected(InputKind kind) {
+  switch (kind) {
+    case InputKind::kImage:
+      return "images [C, H, W]";
+    case InputKind::kSequence:
+      return "sequences [T, F] or images [C, H, W]";
+    case InputKind::kAny:
+      return "inputs of 1 to 3 dimensions";
+  }
+  return "";
+}
+
+bool RankFits(InputKind kind, size_t rank) {
+  switch (kind) {
+    case InputKind::kImage:
+      return rank == 3;
+    case InputKind::kSequence:
+      return rank == 2 || rank == 3;
+    case InputKind::kAny:
+      return rank >= 1 && rank <= 3;
+  }
+  return false;
+}
+
+absl::Status CheckRank(const ModelEntry& entry, const std::vector<int64_t>& shape) {
+  if (RankFits(entry.input_kind, shape.size())) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s takes %s, not a shape of %d dimension(s) (%s)", entry.name,
+                      Expected(entry.input_kind), shape.size(), FormatShape(shape)));
 }
 
 }  // namespace
 
+const std::vector<ModelEntry>& Models() {
+  static const auto* const kModels = [] {
+    auto* models = new std::vector<ModelEntry>();
+    for (std::vector<ModelEntry> family :
+         {SimpleModels(), ResNetModels(), VggModels(), SequenceModels()}) {
+      for (ModelEntry& entry : family) models->push_back(std::move(entry));
+    }
+    return models;
+  }();
+  return *kModels;
+}
+
 const ModelEntry* FindModel(absl::string_view name) {
-  for (const ModelEntry& entry : Registry()) {
+  for (const ModelEntry& entry : Models()) {
     if (entry.name == name) return &entry;
   }
   return nullptr;
@@ -57,8 +74,68 @@ const ModelEntry* FindModel(absl::string_view name) {
 
 std::vector<std::string> ModelNames() {
   std::vector<std::string> names;
-  for (const ModelEntry& entry : Registry()) names.emplace_back(entry.name);
+  for (const ModelEntry& entry : Models()) names.emplace_back(entry.name);
   return names;
+}
+
+absl::Status CheckInputShape(const std::vector<int64_t>& shape) {
+  if (shape.empty() || shape.size() > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("must have 1 to 3 dimensions ([C, H, W] or [T, F]), got %d", shape.size()));
+  }
+  int64_t size = 1;
+  for (const int64_t dim : shape) {
+    if (dim <= 0 || dim > kMaxDimension) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "every dimension must be in [1, %d], got %s", kMaxDimension, FormatShape(shape)));
+    }
+    size *= dim;
+    if (size > kMaxInputSize) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "an example may have at most %d elements, got %s", kMaxInputSize, FormatShape(shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNumClasses(int64_t num_classes) {
+  if (num_classes > 0 && num_classes <= kMaxClasses) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("must be in [1, %d], got %d", kMaxClasses, num_classes));
+}
+
+absl::Status CheckPreset(const ModelEntry& entry, absl::string_view preset) {
+  if (preset.empty() ||
+      std::find(entry.presets.begin(), entry.presets.end(), preset) != entry.presets.end()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      entry.presets.empty() ? absl::StrFormat("%s has no presets, got \"%s\"", entry.name, preset)
+                            : absl::StrFormat("unknown preset \"%s\" for %s (known: %s)", preset,
+                                              entry.name, absl::StrJoin(entry.presets, ", ")));
+}
+
+absl::Status CheckModelConfig(const ModelEntry& entry, const ModelConfig& config) {
+  if (absl::Status s = CheckNumClasses(config.num_classes); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("number of classes ", s.message()));
+  }
+  if (absl::Status s = CheckPreset(entry, config.preset); !s.ok()) return s;
+  if (absl::Status s = CheckInputShape(config.input_shape); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("input shape ", s.message()));
+  }
+  if (absl::Status s = CheckRank(entry, config.input_shape); !s.ok()) return s;
+  return entry.check(config);
+}
+
+std::string FormatShape(const std::vector<int64_t>& shape) {
+  return shape.empty() ? "[]" : absl::StrJoin(shape, "×");
+}
+
+torch::Tensor ZeroInputs(const ModelConfig& config, int64_t batch_size,
+                         const torch::TensorOptions& options) {
+  std::vector<int64_t> sizes = {batch_size};
+  sizes.insert(sizes.end(), config.input_shape.begin(), config.input_shape.end());
+  return torch::zeros(sizes, options.dtype(torch::kFloat32));
 }
 
 int64_t CountParameters(const torch::nn::Module& module) {

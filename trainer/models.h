@@ -1,65 +1,97 @@
-// Models the executor can train, and the registry that names them. Every model is an image
-// classifier: images [N, C, H, W] float32 in, logits [N, num_classes] float32 out (no softmax;
-// the loss is cross-entropy on logits). Internal to trainer/: includes torch.
+// The model zoo's common interface and the registry that names its models. Every model is a
+// classifier: a batch of inputs [N, ...input_shape] float32 in, logits [N, num_classes] float32
+// out (no softmax; the loss is cross-entropy on logits). Image models take [N, C, H, W]; sequence
+// models take [N, T, F] (T steps of F features) and also images, reading each image row as one
+// step (T = H, F = C × W). The architectures are in trainer/models/. Internal to trainer/:
+// includes torch.
 #ifndef MPSD_TRAINER_MODELS_H_
 #define MPSD_TRAINER_MODELS_H_
 
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace mpsd::trainer {
 
-// What a model is built for: the shape of one input image and the number of classes.
-struct ImageShape {
-  int64_t channels = 1;
-  int64_t height = 28;
-  int64_t width = 28;
-  int64_t num_classes = 10;
-};
-
 // The interface the training loop sees. Modules are not thread-safe; one job uses one instance.
 class ClassifierImpl : public torch::nn::Module {
  public:
-  // images: [N, C, H, W] float32 → logits [N, num_classes] float32.
-  virtual torch::Tensor forward(torch::Tensor images) = 0;
+  // inputs: [N, ...input_shape] float32 → logits [N, num_classes] float32.
+  virtual torch::Tensor forward(torch::Tensor inputs) = 0;
 };
 
-// The seeds' and pytorch/examples' MNIST network: conv 1→32 3×3, ReLU, conv 32→64 3×3, ReLU,
-// max-pool 2, Dropout2d 0.25, flatten (9216 for 28×28), linear 128, ReLU, Dropout 0.5, linear
-// num_classes. 1,199,882 parameters for MNIST's shape.
-class ConvNetImpl : public ClassifierImpl {
- public:
-  explicit ConvNetImpl(const ImageShape& shape = {});
-  torch::Tensor forward(torch::Tensor images) override;
-
- private:
-  torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::Conv2d conv2_{nullptr};
-  torch::nn::Dropout2d dropout1_{nullptr};
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Dropout dropout2_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
+// What a model is built for.
+struct ModelConfig {
+  // One example, without the batch dimension: [C, H, W] for images, [T, F] for sequences.
+  std::vector<int64_t> input_shape;
+  int64_t num_classes = 10;
+  // A named size of the architecture (transformer: "small", "bert_base"); "" = the model's
+  // default. Models without presets accept only "".
+  std::string preset;
 };
-TORCH_MODULE(ConvNet);
 
-// One registry entry. `make` builds a freshly initialised model on the CPU, drawing its
-// initial weights from torch's default generator (seed it first for reproducible weights).
+enum class InputKind {
+  kImage,     // [C, H, W]
+  kSequence,  // [T, F], or [C, H, W] read row by row as [H, C × W]
+  kAny,       // any shape of 1 to 3 dimensions, flattened
+};
+
+// One registry entry. Entries live for the whole process and are safe to use from any thread:
+// `check` and `parameters` are arithmetic on shapes (no tensors, no generator), so validating a
+// job or listing models never disturbs a job that is running.
 struct ModelEntry {
   absl::string_view name;
-  std::function<std::shared_ptr<ClassifierImpl>(const ImageShape&)> make;
+  // One line: the architecture and its natural input.
+  absl::string_view description;
+  InputKind input_kind;
+  // The input and class count the architecture was designed for (ListModels' default).
+  std::vector<int64_t> natural_input_shape;
+  int64_t natural_num_classes;
+  // Accepted presets, the default first; empty for models without presets.
+  std::vector<absl::string_view> presets;
+  // OK when the model can be built for and run on `config` (input rank and size, preset);
+  // INVALID_ARGUMENT saying what does not fit, without a field path (callers add theirs).
+  absl::Status (*check)(const ModelConfig& config);
+  // Trainable parameters of the model `make` builds for `config`; `config` must pass `check`.
+  int64_t (*parameters)(const ModelConfig& config);
+  // A freshly initialised model on the CPU, drawing its initial weights from torch's default
+  // generator (seed it first for reproducible weights). `config` must pass `check`.
+  std::shared_ptr<ClassifierImpl> (*make)(const ModelConfig& config);
 };
 
-// nullptr for an unknown name. Entries live for the whole process.
+// Every model, in registry order.
+const std::vector<ModelEntry>& Models();
+// nullptr for an unknown name.
 const ModelEntry* FindModel(absl::string_view name);
-// Known names in registry order ("convnet"), for error messages.
+// Known names in registry order ("mlp", "convnet", …), for error messages.
 std::vector<std::string> ModelNames();
+
+// The checks of CheckModelConfig one by one, for callers that name a field for each. All return
+// INVALID_ARGUMENT without a field path.
+// 1 to 3 dimensions, each in [1, 2^20], at most 2^31 elements in all.
+absl::Status CheckInputShape(const std::vector<int64_t>& shape);
+// In [1, 2^20].
+absl::Status CheckNumClasses(int64_t num_classes);
+// "" or one of entry.presets.
+absl::Status CheckPreset(const ModelEntry& entry, absl::string_view preset);
+
+// Checks `config` against `entry`: the class count, the preset, the input shape, its rank for
+// the entry's input kind, then the entry's own check (e.g. vgg16's five max-pools need 32×32).
+// Cheap (arithmetic only). INVALID_ARGUMENT without a field path.
+absl::Status CheckModelConfig(const ModelEntry& entry, const ModelConfig& config);
+
+// "3×224×224".
+std::string FormatShape(const std::vector<int64_t>& shape);
+
+// A zero batch of `batch_size` inputs for `config`: [batch_size, ...input_shape] float32.
+torch::Tensor ZeroInputs(const ModelConfig& config, int64_t batch_size,
+                         const torch::TensorOptions& options = {});
 
 // Trainable scalars in `module` and its submodules.
 int64_t CountParameters(const torch::nn::Module& module);

@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -24,6 +28,9 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
+constexpr char kKnownModels[] =
+    "(known: mlp, convnet, cifar_cnn, resnet18, resnet34, resnet50, vgg11, vgg16, lstm, "
+    "transformer, bert_base)";
 
 std::unique_ptr<Executor> MakeExecutor(int steps_per_readback = 32) {
   Executor::Options options;
@@ -121,9 +128,26 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        "train_job.batch_size: must be > 0, got 0"},
       {"epochs", [](auto& j) { j.set_epochs(-2); }, "train_job.epochs: must be > 0, got -2"},
       {"model", [](auto& j) { j.mutable_model()->set_name("foo"); },
-       "train_job.model.name: unknown model \"foo\" (known: convnet)"},
+       absl::StrCat("train_job.model.name: unknown model \"foo\" ", kKnownModels)},
       {"no model", [](auto& j) { j.mutable_model()->clear_name(); },
-       "train_job.model.name: required (known: convnet)"},
+       absl::StrCat("train_job.model.name: required ", kKnownModels)},
+      {"model too big for the images", [](auto& j) { j.mutable_model()->set_name("vgg16"); },
+       "train_job.model.name: vgg16 cannot take 1×28×28 images: its 5 2×2 max-pools reduce "
+       "28×28 to 0×0, so it needs at least 32×32 (the input of dataset fashion-mnist)"},
+      {"preset", [](auto& j) { j.mutable_model()->set_preset("bert_base"); },
+       "train_job.model.preset: convnet has no presets, got \"bert_base\""},
+      {"transformer preset",
+       [](auto& j) {
+         j.mutable_model()->set_name("transformer");
+         j.mutable_model()->set_preset("bert_large");
+       },
+       "train_job.model.preset: unknown preset \"bert_large\" for transformer (known: small, "
+       "bert_base)"},
+      {"num_classes below the dataset's", [](auto& j) { j.mutable_model()->set_num_classes(5); },
+       "train_job.model.num_classes: must be at least the 10 classes of dataset fashion-mnist, "
+       "got 5"},
+      {"num_classes zero", [](auto& j) { j.mutable_model()->set_num_classes(0); },
+       "train_job.model.num_classes: must be in [1, 1048576], got 0"},
       {"dataset", [](auto& j) { j.mutable_dataset()->set_name("cifar10"); },
        "train_job.dataset.name: unknown dataset \"cifar10\" (known: fashion-mnist, mnist)"},
       {"optimizer", [](auto& j) { j.mutable_optimizer()->set_name("sgd"); },
@@ -159,6 +183,22 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.name << ": " << status;
     EXPECT_THAT(std::string(status.message()), StartsWith(c.message_prefix)) << c.name;
   }
+}
+
+TEST(ExecutorValidateTest, AcceptsEveryModelThatTakesTheDatasetsImages) {
+  auto executor = MakeExecutor();
+  for (const char* name : {"mlp", "convnet", "cifar_cnn", "resnet18", "resnet34", "resnet50",
+                           "lstm", "transformer", "bert_base"}) {
+    mpsd::v1::SubmitJobRequest request = SmallJob();
+    request.mutable_train_job()->mutable_model()->set_name(name);
+    EXPECT_TRUE(executor->Validate(request).ok()) << name << ": " << executor->Validate(request);
+  }
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  mpsd::v1::ModelSpec& model = *request.mutable_train_job()->mutable_model();
+  model.set_name("transformer");
+  model.set_preset("bert_base");
+  model.set_num_classes(1000);
+  EXPECT_TRUE(executor->Validate(request).ok()) << executor->Validate(request);
 }
 
 TEST(ExecutorValidateTest, RejectsADeviceThatIsNotAvailable) {
@@ -236,6 +276,87 @@ TEST(ExecutorValidateTest, MissingIdxFileIsNamed) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
               AllOf(StartsWith("train_job.dataset.root: "), HasSubstr("t10k-labels-idx1-ubyte")));
+}
+
+// ---- ListModels -------------------------------------------------------------------------------
+
+const mpsd::v1::ModelInfo* FindInfo(const mpsd::v1::ListModelsResponse& response,
+                                    const std::string& name) {
+  for (const mpsd::v1::ModelInfo& info : response.models()) {
+    if (info.name() == name) return &info;
+  }
+  return nullptr;
+}
+
+TEST(ExecutorListModelsTest, ListsEveryModelAtItsNaturalInput) {
+  auto executor = MakeExecutor();
+  const absl::StatusOr<mpsd::v1::ListModelsResponse> response =
+      executor->ListModels(mpsd::v1::ListModelsRequest());
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->models_size(), 11);
+  const std::vector<std::pair<std::string, int64_t>> expected = {
+      {"resnet18", 11'689'512}, {"resnet34", 21'797'672}, {"resnet50", 25'557'032},
+      {"vgg11", 132'863'336},   {"vgg16", 138'357'544},   {"convnet", 1'199'882},
+      {"cifar_cnn", 1'078'122},
+  };
+  for (const auto& [name, parameters] : expected) {
+    const mpsd::v1::ModelInfo* info = FindInfo(*response, name);
+    ASSERT_NE(info, nullptr) << name;
+    EXPECT_EQ(info->parameters(), parameters) << name;
+    EXPECT_TRUE(info->unsupported().empty()) << name;
+    EXPECT_FALSE(info->description().empty()) << name;
+  }
+  const mpsd::v1::ModelInfo& resnet50 = *FindInfo(*response, "resnet50");
+  EXPECT_THAT(resnet50.input_shape(), ::testing::ElementsAre(3, 224, 224));
+  EXPECT_EQ(resnet50.num_classes(), 1000);
+  const mpsd::v1::ModelInfo& transformer = *FindInfo(*response, "transformer");
+  EXPECT_THAT(transformer.presets(), ::testing::ElementsAre("small", "bert_base"));
+  EXPECT_THAT(transformer.input_shape(), ::testing::ElementsAre(128, 256));
+}
+
+TEST(ExecutorListModelsTest, CountsAtARequestedShapeAndSaysWhichModelsCannotTakeIt) {
+  auto executor = MakeExecutor();
+  mpsd::v1::ListModelsRequest request;
+  for (int64_t dim : {1, 28, 28}) request.add_input_shape(dim);
+  request.set_num_classes(10);
+  const absl::StatusOr<mpsd::v1::ListModelsResponse> response = executor->ListModels(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(FindInfo(*response, "convnet")->parameters(), 1'199'882);
+  EXPECT_EQ(FindInfo(*response, "cifar_cnn")->parameters(), 733'482);
+  EXPECT_THAT(FindInfo(*response, "resnet18")->input_shape(), ::testing::ElementsAre(1, 28, 28));
+  EXPECT_EQ(FindInfo(*response, "resnet18")->num_classes(), 10);
+  // 3 input channels fewer in conv1 (64 × 7 × 7 × 2) and a 10-way fc instead of 1000.
+  EXPECT_EQ(FindInfo(*response, "resnet18")->parameters(), 11'689'512 - 64 * 49 * 2 - 990 * 513);
+  const mpsd::v1::ModelInfo& vgg16 = *FindInfo(*response, "vgg16");
+  EXPECT_EQ(vgg16.parameters(), 0);
+  EXPECT_THAT(vgg16.unsupported(), StartsWith("vgg16 cannot take 1×28×28 images"));
+
+  mpsd::v1::ListModelsRequest sequence;
+  sequence.add_input_shape(64);
+  sequence.add_input_shape(32);
+  const absl::StatusOr<mpsd::v1::ListModelsResponse> sequences = executor->ListModels(sequence);
+  ASSERT_TRUE(sequences.ok()) << sequences.status();
+  EXPECT_GT(FindInfo(*sequences, "lstm")->parameters(), 0);
+  EXPECT_EQ(FindInfo(*sequences, "lstm")->num_classes(), 10);
+  EXPECT_THAT(FindInfo(*sequences, "resnet50")->unsupported(),
+              StartsWith("resnet50 takes images [C, H, W]"));
+}
+
+TEST(ExecutorListModelsTest, RejectsABadShapeOrClassCountNamingTheField) {
+  auto executor = MakeExecutor();
+  const auto message = [&](const std::vector<int64_t>& shape, int num_classes) {
+    mpsd::v1::ListModelsRequest request;
+    for (int64_t dim : shape) request.add_input_shape(dim);
+    if (num_classes != 0) request.set_num_classes(num_classes);
+    const absl::StatusOr<mpsd::v1::ListModelsResponse> response = executor->ListModels(request);
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(response.status().message());
+  };
+  EXPECT_EQ(message({3, -32, 32}, 0),
+            "input_shape: every dimension must be in [1, 1048576], got 3×-32×32");
+  EXPECT_EQ(message({1, 2, 3, 4}, 0),
+            "input_shape: must have 1 to 3 dimensions ([C, H, W] or [T, F]), got 4");
+  EXPECT_EQ(message({}, -1), "num_classes: must be in [1, 1048576], got -1");
 }
 
 // ---- Run --------------------------------------------------------------------------------------
@@ -378,6 +499,79 @@ TEST(ExecutorRunTest, SameSeedGivesIdenticalLossesOnCpu) {
   ASSERT_EQ(losses(a).size(), 5u);
   EXPECT_EQ(losses(a), losses(b));
   EXPECT_NE(losses(a), losses(c));
+}
+
+TEST(ExecutorRunTest, CifarCnnLearnsFashionMnistIn100Steps) {
+  // cifar_cnn built for Fashion-MNIST's 1×28×28 (the CIFAR-10 dataset is not in mpsd yet).
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  mpsd::v1::TrainJob& job = *request.mutable_train_job();
+  job.mutable_model()->set_name("cifar_cnn");
+  job.mutable_dataset()->set_limit_train(3200);
+  job.mutable_dataset()->set_limit_test(500);
+  job.set_batch_size(32);
+  auto executor = MakeExecutor();
+  const RunResult result = RunJob(*executor, request);
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  const std::vector<mpsd::v1::StepMetrics> steps = result.steps();
+  ASSERT_EQ(steps.size(), 100u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += steps[i].loss() / 10;
+    last += steps[steps.size() - 10 + i].loss() / 10;
+  }
+  EXPECT_LT(last, 0.8 * first) << "first 10 steps " << first << ", last 10 " << last;
+  ASSERT_TRUE(result.events.back().has_summary());
+  EXPECT_EQ(result.events.back().summary().parameters(), 733'482);
+  EXPECT_GT(result.events.back().summary().test_accuracy(), 0.6);
+}
+
+TEST(ExecutorRunTest, EveryModelThatTakesFashionMnistTrainsTwoSteps) {
+  auto executor = MakeExecutor();
+  for (const char* name : {"mlp", "resnet18", "lstm", "transformer"}) {
+    mpsd::v1::SubmitJobRequest request = SmallJob();
+    mpsd::v1::TrainJob& job = *request.mutable_train_job();
+    job.mutable_model()->set_name(name);
+    job.mutable_dataset()->set_limit_train(16);
+    job.mutable_dataset()->set_limit_test(8);
+    job.set_batch_size(8);
+    const RunResult result = RunJob(*executor, request);
+    ASSERT_TRUE(result.status.ok()) << name << ": " << result.status;
+    EXPECT_EQ(result.steps().size(), 2u) << name;
+    EXPECT_EQ(result.CountEpochs(), 1) << name;
+    for (const auto& step : result.steps()) EXPECT_TRUE(std::isfinite(step.loss())) << name;
+  }
+}
+
+TEST(ExecutorRunTest, ListModelsAndValidateDuringARunLeaveItsLossesAlone) {
+  // Neither builds a model, so neither draws from the generator the running job's dropout uses.
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  request.mutable_train_job()->mutable_dataset()->set_limit_train(320);
+  request.mutable_train_job()->mutable_dataset()->set_limit_test(100);
+  auto losses = [](const RunResult& result) {
+    std::vector<float> losses;
+    for (const auto& step : result.steps()) losses.push_back(step.loss());
+    return losses;
+  };
+  auto executor = MakeExecutor();
+  const RunResult alone = RunJob(*executor, request);
+  std::atomic<bool> done{false};
+  int calls = 0;
+  std::thread lister([&] {
+    mpsd::v1::SubmitJobRequest resnet = request;
+    resnet.mutable_train_job()->mutable_model()->set_name("resnet50");
+    while (!done) {
+      EXPECT_TRUE(executor->ListModels(mpsd::v1::ListModelsRequest()).ok());
+      EXPECT_TRUE(executor->Validate(resnet).ok());
+      ++calls;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const RunResult together = RunJob(*executor, request);
+  done = true;
+  lister.join();
+  ASSERT_TRUE(alone.status.ok() && together.status.ok());
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(losses(alone), losses(together));
 }
 
 TEST(ExecutorDeviceTest, DescribesTheCpu) {
