@@ -213,4 +213,10 @@ grpc::ServerUnaryReactor* JobService::GetDevice(grpc::CallbackServerContext* con
                 response);
 }
 
+grpc::ServerUnaryReactor* JobService::ListModels(grpc::CallbackServerContext* context,
+                                                 const mpsd::v1::ListModelsRequest* request,
+                                                 mpsd::v1::ListModelsResponse* response) {
+  return Answer(context, scheduler_->ListModels(*request), response);
+}
+
 }  // namespace mpsd::server

@@ -41,6 +41,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetDevice(grpc::CallbackServerContext* context,
                                       const mpsd::v1::GetDeviceRequest* request,
                                       mpsd::v1::DeviceInfo* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const mpsd::v1::ListModelsRequest* request,
+                                       mpsd::v1::ListModelsResponse* response) override;
 
  private:
   Scheduler* const scheduler_;

@@ -174,6 +174,11 @@ mpsd::v1::DeviceInfo Scheduler::GetDevice() const {
   return info;
 }
 
+absl::StatusOr<mpsd::v1::ListModelsResponse> Scheduler::ListModels(
+    const mpsd::v1::ListModelsRequest& request) const {
+  return executor_->ListModels(request);
+}
+
 void Scheduler::Shutdown() {
   {
     absl::MutexLock lock(&mu_);

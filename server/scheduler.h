@@ -64,6 +64,12 @@ class Scheduler {
 
   mpsd::v1::DeviceInfo GetDevice() const;
 
+  // The models jobs may name, with parameter counts (Executor::ListModels): INVALID_ARGUMENT
+  // naming a bad input_shape or num_classes. Arithmetic only: answers at once, also while a job
+  // runs.
+  absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
+      const mpsd::v1::ListModelsRequest& request) const;
+
   // Committed events, for streams.
   EventLog& events() { return event_log_; }
 
