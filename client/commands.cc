@@ -219,6 +219,25 @@ int Commands::Device() {
   return kExitOk;
 }
 
+int Commands::Models(const std::vector<int64_t>& input_shape, std::optional<int32_t> num_classes) {
+  v1::ListModelsRequest request;
+  for (const int64_t dim : input_shape) request.add_input_shape(dim);
+  if (num_classes.has_value()) request.set_num_classes(*num_classes);
+  v1::ListModelsResponse response;
+  const grpc::Status status = stub_->ListModels(UnaryContext().get(), request, &response);
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    // mpsd names the request field ("input_shape: ..."); say the flag the user typed.
+    std::string message = status.error_message();
+    if (absl::StartsWith(message, "input_shape:")) message.replace(0, 12, "--input-shape:");
+    if (absl::StartsWith(message, "num_classes:")) message.replace(0, 12, "--num-classes:");
+    err_ << "mpsctl: models: " << message << "\n";
+    return kExitFailed;
+  }
+  if (!status.ok()) return RpcFailed(status);
+  out_ << (options_.json ? ToJsonLine(response) + "\n" : FormatModelTable(response));
+  return kExitOk;
+}
+
 int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_seq,
                      int64_t stop_seq) {
   EventPrinter::Options print_options;

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -68,6 +70,11 @@ class Commands {
   int Logs(const std::string& job_id, bool follow, int64_t after_seq);
   // The device the daemon's executor owns.
   int Device();
+  // The models jobs may name with their parameter counts, at `input_shape` ([C, H, W] or [T, F];
+  // empty = each model's natural input) and `num_classes` (unset = each model's natural count):
+  // a table, or the ListModelsResponse as JSON. A bad shape or count is kExitFailed with a
+  // message naming the flag.
+  int Models(const std::vector<int64_t>& input_shape, std::optional<int32_t> num_classes);
 
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or

@@ -299,4 +299,43 @@ std::string FormatDevice(const v1::DeviceInfo& d) {
   return out;
 }
 
+namespace {
+
+// Terminal columns of UTF-8 text whose characters are each one column wide ("3×224×224" is 9).
+size_t DisplayWidth(absl::string_view text) {
+  size_t width = 0;
+  for (const char c : text) width += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+  return width;
+}
+
+}  // namespace
+
+std::string FormatModelTable(const v1::ListModelsResponse& response) {
+  if (response.models().empty()) return "no models\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "PARAMETERS", "INPUT", "CLASSES", "DESCRIPTION"}};
+  for (const v1::ModelInfo& m : response.models()) {
+    const bool fits = m.unsupported().empty();
+    rows.push_back({m.name(), fits ? FormatThousands(m.parameters()) : "-",
+                    absl::StrJoin(m.input_shape(), "×"), absl::StrCat(m.num_classes()),
+                    fits ? m.description() : m.unsupported()});
+  }
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
+  }
+  const auto right_aligned = [](size_t column) { return column == 1 || column == 3; };
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string padding(widths[c] - DisplayWidth(row[c]), ' ');
+      if (c > 0) out.append("  ");
+      absl::StrAppend(&out, right_aligned(c) ? padding : "", row[c]);
+      if (!right_aligned(c) && c + 1 < row.size()) out.append(padding);
+    }
+    out.push_back('\n');
+  }
+  return out;
+}
+
 }  // namespace mpsd::client

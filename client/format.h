@@ -64,6 +64,10 @@ std::string FormatJobProgress(const v1::Job& job);
 std::string FormatJobDetails(const v1::Job& job, absl::Time now);
 // `mpsctl device`.
 std::string FormatDevice(const v1::DeviceInfo& device);
+// `mpsctl models`: NAME, PARAMETERS (with thousands separators), INPUT, CLASSES, DESCRIPTION (or,
+// for a model that cannot take the input, why); numbers right-aligned, each row ending in '\n'.
+// "no models\n" when empty.
+std::string FormatModelTable(const v1::ListModelsResponse& response);
 
 }  // namespace mpsd::client
 

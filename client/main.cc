@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -70,6 +72,20 @@ int main(int argc, char** argv) {
         return seq.empty() || seq[0] == '-' ? std::string("SEQ must be 0 or more") : std::string();
       });
   CLI::App* device = app.add_subcommand("device", "show the daemon's device and its memory");
+  std::vector<int64_t> input_shape;
+  std::optional<int32_t> num_classes;
+  CLI::App* models =
+      app.add_subcommand("models", "list the models jobs may name, with their parameter counts");
+  models
+      ->add_option("--input-shape", input_shape,
+                   "count at this input shape: C,H,W for images (e.g. 3,32,32), T,F for "
+                   "sequences (default: each model's natural input)")
+      ->delimiter(',')
+      ->type_name("DIMS");
+  models
+      ->add_option("--num-classes", num_classes,
+                   "count at this many classes (default: each model's natural count)")
+      ->type_name("N");
 
   try {
     app.parse(argc, argv);
@@ -92,5 +108,6 @@ int main(int argc, char** argv) {
   if (*cancel) return commands->Cancel(job_id);
   if (*logs) return commands->Logs(job_id, follow, after_seq);
   if (*device) return commands->Device();
+  if (*models) return commands->Models(input_shape, num_classes);
   return mpsd::client::kExitUsage;
 }

@@ -47,7 +47,7 @@ enum class InputKind {
 // job or listing models never disturbs a job that is running.
 struct ModelEntry {
   absl::string_view name;
-  // One line: the architecture and its natural input.
+  // A short line on the architecture (at most ~80 columns, for `mpsctl models`).
   absl::string_view description;
   InputKind input_kind;
   // The input and class count the architecture was designed for (ListModels' default).

@@ -524,6 +524,63 @@ TEST_F(MpsctlE2eTest, DeviceShowsTheDaemonsDevice) {
   EXPECT_EQ(printed.torch_version(), expected.torch_version());
 }
 
+// The line of `table` whose first column is `name`, or "".
+std::string TableRow(const std::string& table, const std::string& name) {
+  for (const std::string& line : Lines(table)) {
+    if (absl::StartsWith(line, name + " ")) return line;
+  }
+  return "";
+}
+
+TEST_F(MpsctlE2eTest, ModelsListsTheZooWithParameterCounts) {
+  CommandResult models = Mpsctl({"models"});
+  EXPECT_EQ(models.exit_code, 0) << models.err;
+  EXPECT_THAT(Lines(models.out).front(),
+              MatchesRegex("NAME +PARAMETERS +INPUT +CLASSES +DESCRIPTION"));
+  EXPECT_EQ(Lines(models.out).size(), 12u) << models.out;
+  EXPECT_THAT(TableRow(models.out, "resnet50"),
+              MatchesRegex("resnet50 +25,557,032  3×224×224 +1000  torchvision ResNet-50 .*"));
+  EXPECT_THAT(TableRow(models.out, "vgg16"), HasSubstr(" 138,357,544  3×224×224 "));
+  EXPECT_THAT(TableRow(models.out, "convnet"),
+              MatchesRegex("convnet +1,199,882  1×28×28 +10  the seeds' MNIST ConvNet .*"));
+
+  // At Fashion-MNIST's shape vgg cannot run: listed with the reason instead of a count.
+  CommandResult small = Mpsctl({"models", "--input-shape", "1,28,28", "--num-classes", "10"});
+  EXPECT_EQ(small.exit_code, 0) << small.err;
+  EXPECT_THAT(TableRow(small.out, "vgg16"),
+              MatchesRegex("vgg16 +-  1×28×28 +10  vgg16 cannot take 1×28×28 images: .*"));
+  EXPECT_THAT(TableRow(small.out, "cifar_cnn"), HasSubstr(" 733,482  1×28×28 "));
+
+  CommandResult json = Mpsctl({"models", "--json"});
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  mpsd::v1::ListModelsResponse printed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &printed).ok()) << json.out;
+  ASSERT_EQ(printed.models_size(), 11);
+  EXPECT_EQ(printed.models(5).name(), "resnet50");
+  EXPECT_EQ(printed.models(5).parameters(), 25'557'032);
+
+  CommandResult bad = Mpsctl({"models", "--input-shape", "3,0,32"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.err,
+            "mpsctl: models: --input-shape: every dimension must be in [1, 1048576], got "
+            "3×0×32\n");
+  EXPECT_EQ(bad.out, "");
+}
+
+TEST_F(MpsctlE2eTest, ModelThatCannotTakeTheDatasetsImagesIsRejectedAtSubmit) {
+  std::string yaml = TrainJobYaml(320, 64, 1);
+  yaml.replace(yaml.find("convnet"), 7, "vgg16");
+  const std::string file = JobFile("vgg.yaml", yaml);
+  CommandResult submitted = Mpsctl({"submit", file});
+  EXPECT_EQ(submitted.exit_code, 1);
+  EXPECT_EQ(submitted.err,
+            absl::StrCat("mpsctl: ", file,
+                         ": mpsd rejected the job: train_job.model.name: vgg16 cannot take "
+                         "1×28×28 images: its 5 2×2 max-pools reduce 28×28 to 0×0, so it needs "
+                         "at least 32×32 (the input of dataset fashion-mnist)\n"));
+  EXPECT_EQ(submitted.out, "");
+}
+
 TEST_F(MpsctlE2eTest, FailedRunExitsOneWithTheReason) {
   // Training images cut short: the files are there at submit, the read fails at run time.
   const std::string root = dir_.path() + "/corrupt";

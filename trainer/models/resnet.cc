@@ -176,7 +176,7 @@ std::vector<ModelEntry> ResNetModels() {
   const auto check = [](const ModelConfig&) { return absl::OkStatus(); };
   return {
       {"resnet18",
-       "torchvision ResNet-18 (BasicBlock ×[2, 2, 2, 2]); natural input 3×224×224, 1000 classes",
+       "torchvision ResNet-18 (BasicBlock ×[2, 2, 2, 2])",
        InputKind::kImage,
        {3, 224, 224},
        1000,
@@ -187,7 +187,7 @@ std::vector<ModelEntry> ResNetModels() {
          return ResNet(kResNet18, c).ptr();
        }},
       {"resnet34",
-       "torchvision ResNet-34 (BasicBlock ×[3, 4, 6, 3]); natural input 3×224×224, 1000 classes",
+       "torchvision ResNet-34 (BasicBlock ×[3, 4, 6, 3])",
        InputKind::kImage,
        {3, 224, 224},
        1000,
@@ -198,8 +198,7 @@ std::vector<ModelEntry> ResNetModels() {
          return ResNet(kResNet34, c).ptr();
        }},
       {"resnet50",
-       "torchvision ResNet-50 v1.5 (Bottleneck ×[3, 4, 6, 3], expansion 4); natural input "
-       "3×224×224, 1000 classes",
+       "torchvision ResNet-50 v1.5 (Bottleneck ×[3, 4, 6, 3])",
        InputKind::kImage,
        {3, 224, 224},
        1000,

@@ -168,9 +168,7 @@ torch::Tensor TransformerClassifierImpl::forward(torch::Tensor inputs) {
 std::vector<ModelEntry> SequenceModels() {
   return {
       {"lstm",
-       "LSTM classifier: 2 layers of 512 hidden units over [T, F] features (images: one row per "
-       "step), last hidden state → linear; natural input 128×128 (128 steps of 128 features), "
-       "10 classes",
+       "LSTM, 2 layers × 512, over T steps of F features (images: a row per step)",
        InputKind::kSequence,
        {128, 128},
        10,
@@ -181,9 +179,7 @@ std::vector<ModelEntry> SequenceModels() {
          return LstmClassifier(c).ptr();
        }},
       {"transformer",
-       "post-LN Transformer encoder classifier (GELU, learned positions, mean pool) over [T, F] "
-       "features (images: one row per step); presets small (default: 4 layers, 256 hidden, 4 "
-       "heads, FFN 1024) and bert_base; natural input 128×256, 10 classes",
+       "post-LN Transformer encoder; preset small: 4 layers × 256, 4 heads, FFN 1024",
        InputKind::kSequence,
        {128, 256},
        10,
@@ -194,9 +190,7 @@ std::vector<ModelEntry> SequenceModels() {
        },
        MakeTransformer},
       {"bert_base",
-       "the transformer with preset bert_base: 12 layers, 768 hidden, 12 heads, FFN 3072 "
-       "(85,054,464 parameters in the encoder layers); natural input 128×768 (embeddings of 128 "
-       "tokens), 2 classes",
+       "transformer preset bert_base: 12 layers × 768, 12 heads, FFN 3072",
        InputKind::kSequence,
        {128, 768},
        2,

@@ -147,8 +147,7 @@ torch::Tensor CifarCnnImpl::forward(torch::Tensor images) {
 std::vector<ModelEntry> SimpleModels() {
   return {
       {"mlp",
-       "multilayer perceptron on the flattened input: 512, 512 hidden units with ReLU and "
-       "Dropout 0.2; natural input 1×28×28 (Fashion-MNIST), 10 classes",
+       "multilayer perceptron on the flattened input: 512, 512 (ReLU, Dropout 0.2)",
        InputKind::kAny,
        {1, 28, 28},
        10,
@@ -157,8 +156,7 @@ std::vector<ModelEntry> SimpleModels() {
        MlpParameters,
        [](const ModelConfig& c) -> std::shared_ptr<ClassifierImpl> { return Mlp(c).ptr(); }},
       {"convnet",
-       "the seeds' MNIST ConvNet (pytorch/examples): conv 32, conv 64, max-pool, Dropout2d 0.25, "
-       "linear 128, Dropout 0.5; natural input 1×28×28, 10 classes",
+       "the seeds' MNIST ConvNet (pytorch/examples): conv 32, conv 64, linear 128",
        InputKind::kImage,
        {1, 28, 28},
        10,
@@ -167,8 +165,7 @@ std::vector<ModelEntry> SimpleModels() {
        ConvNetParameters,
        [](const ModelConfig& c) -> std::shared_ptr<ClassifierImpl> { return ConvNet(c).ptr(); }},
       {"cifar_cnn",
-       "small VGG-style CNN: 3 blocks of 2 conv 3×3 + BatchNorm + ReLU (32, 64, 128 channels) "
-       "and max-pool, linear 384, Dropout 0.5; natural input 3×32×32 (CIFAR-10), 10 classes",
+       "VGG-style CNN for CIFAR-10: 3 × (2 conv 3×3 + BatchNorm, max-pool), linear 384",
        InputKind::kImage,
        {3, 32, 32},
        10,

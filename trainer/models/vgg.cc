@@ -121,18 +121,14 @@ torch::Tensor VggImpl::forward(torch::Tensor images) {
 std::vector<ModelEntry> VggModels() {
   return {
       VggEntry(
-          "vgg11",
-          "torchvision VGG-11 without BatchNorm (8 conv, 3 linear); natural input 3×224×224, "
-          "1000 classes; needs at least 32×32",
+          "vgg11", "torchvision VGG-11, no BatchNorm (needs at least 32×32)",
           [](const ModelConfig& c) { return CheckVgg("vgg11", Vgg11Layout(), c); },
           [](const ModelConfig& c) { return VggParameters(Vgg11Layout(), c); },
           [](const ModelConfig& c) -> std::shared_ptr<ClassifierImpl> {
             return Vgg(Vgg11Layout(), c).ptr();
           }),
       VggEntry(
-          "vgg16",
-          "torchvision VGG-16 without BatchNorm (13 conv, 3 linear); natural input 3×224×224, "
-          "1000 classes; needs at least 32×32",
+          "vgg16", "torchvision VGG-16, no BatchNorm (needs at least 32×32)",
           [](const ModelConfig& c) { return CheckVgg("vgg16", Vgg16Layout(), c); },
           [](const ModelConfig& c) { return VggParameters(Vgg16Layout(), c); },
           [](const ModelConfig& c) -> std::shared_ptr<ClassifierImpl> {
