@@ -82,28 +82,30 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
  private:
   void Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || cancelled_ || write_in_flight_) return;
-    if (pending_.empty()) {
+    while (pending_.empty()) {
+      // Read Closed() before the store: the log is closed only after its last commit, so a
+      // closed log whose read comes back empty has nothing more for this job.
+      const bool closed = log_->Closed();
       absl::StatusOr<std::vector<JobEvent>> events = log_->Read(job_id_, last_seq_, kReadBatch);
       if (!events.ok()) {
         FinishOnce(ToGrpcStatus(events.status()));
         return;
       }
       for (JobEvent& event : *events) pending_.push_back(std::move(event));
+      if (!pending_.empty()) break;
+      if (closed) {
+        FinishOnce(grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("mpsd is shutting down before job ", job_id_,
+                         " finished; resume with after_seq=", last_seq_)));
+        return;
+      }
+      watch_id_ = log_->Watch(job_id_, last_seq_, [this] { OnCommitted(); });
+      if (watch_id_ != 0) return;  // OnCommitted calls Next again.
+      // Committed (or closed) between the read and the watch: read again.
     }
-    if (!pending_.empty()) {
-      write_in_flight_ = true;
-      StartWrite(&pending_.front());
-      return;
-    }
-    if (log_->Closed()) {
-      FinishOnce(grpc::Status(
-          grpc::StatusCode::UNAVAILABLE,
-          absl::StrCat("mpsd is shutting down before job ", job_id_,
-                       " finished; resume with after_seq=", last_seq_)));
-      return;
-    }
-    watch_id_ = log_->Watch(job_id_, last_seq_, [this] { OnCommitted(); });
-    if (watch_id_ == 0) Next();  // Committed between the read and the watch.
+    write_in_flight_ = true;
+    StartWrite(&pending_.front());
   }
 
   void OnCommitted() {
