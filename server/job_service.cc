@@ -64,7 +64,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
     }
     log_->Unwatch(watch);  // Without mu_: a running callback may be waiting for it.
     absl::MutexLock lock(&mu_);
-    if (!write_in_flight_) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    Next();  // Finishes now, or in OnWriteDone once the write in flight is done.
   }
 
   void OnDone() override {
@@ -81,7 +81,13 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
 
  private:
   void Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || cancelled_ || write_in_flight_) return;
+    if (finished_ || write_in_flight_) return;
+    // Also reached from OnWriteDone(ok) after a cancel: a cancelled stream must still Finish,
+    // or gRPC's shutdown waits for it forever.
+    if (cancelled_) {
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
+    }
     while (pending_.empty()) {
       // Read Closed() before the store: the log is closed only after its last commit, so a
       // closed log whose read comes back empty has nothing more for this job.
