@@ -61,6 +61,9 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   if (!std::filesystem::exists(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": config file not found"));
   }
+  if (!std::filesystem::is_regular_file(path)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);

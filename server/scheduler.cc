@@ -17,8 +17,9 @@ namespace {
 using mpsd::v1::Job;
 using mpsd::v1::JobEvent;
 
+// Microsecond resolution: protobuf 3.21's TimeUtil::GetCurrentTime() has whole seconds.
 google::protobuf::Timestamp Now() {
-  return google::protobuf::util::TimeUtil::GetCurrentTime();
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(absl::Now()));
 }
 
 Job::Kind KindOf(const mpsd::v1::SubmitJobRequest& request) {
@@ -156,7 +157,8 @@ absl::StatusOr<Job> Scheduler::Cancel(const std::string& job_id) {
         "job ", job_id, " already finished (", Job::State_Name(job.state()), ")"));
   }
   if (job.state() == Job::QUEUED) {
-    queue_.erase(std::find(queue_.begin(), queue_.end(), job_id));
+    auto queued = std::find(queue_.begin(), queue_.end(), job_id);
+    if (queued != queue_.end()) queue_.erase(queued);
     *job.mutable_finished_at() = Now();
     SetState(job, Job::CANCELLED, Job::FAILURE_REASON_UNSPECIFIED, "cancelled while queued");
   } else if (running_job_ == job_id) {
@@ -197,6 +199,7 @@ void Scheduler::Shutdown() {
 void Scheduler::ExecutorLoop() {
   for (;;) {
     std::string job_id;
+    mpsd::v1::SubmitJobRequest spec;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -208,20 +211,18 @@ void Scheduler::ExecutorLoop() {
       queue_.pop_front();
       running_job_ = job_id;
       cancel_running_ = false;
+      // RUNNING in the same critical section that took it off the queue: a cancel in between
+      // would find a QUEUED job that is in no queue.
+      Job& job = jobs_[job_id];
+      *job.mutable_started_at() = Now();
+      SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
+      spec = job.spec();
     }
-    RunJob(job_id);
+    RunJob(job_id, spec);
   }
 }
 
-void Scheduler::RunJob(const std::string& job_id) {
-  mpsd::v1::SubmitJobRequest spec;
-  {
-    absl::MutexLock lock(&mu_);
-    Job& job = jobs_[job_id];
-    *job.mutable_started_at() = Now();
-    SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
-    spec = job.spec();
-  }
+void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec) {
   spdlog::info("job {} running", job_id);
   auto sink = [this, &job_id](JobEvent event) {
     absl::MutexLock lock(&mu_);

@@ -83,8 +83,9 @@ class Scheduler {
 
   absl::Status Recover();
   void ExecutorLoop();
-  // Runs one job on the executor thread; returns when it reached a terminal state.
-  void RunJob(const std::string& job_id);
+  // Runs one job, already RUNNING, on the executor thread; returns when it reached a terminal
+  // state.
+  void RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec);
   // Sets a job's state and publishes the StateChange event.
   void SetState(mpsd::v1::Job& job, mpsd::v1::Job::State state,
                 mpsd::v1::Job::FailureReason reason, const std::string& message)

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,14 +36,16 @@
 namespace mpsd::server {
 namespace {
 
+// Creates `dir` (mode 0700) if it is missing. An existing directory keeps its mode: it may be
+// shared, like /tmp.
 absl::Status MakePrivateDir(const std::string& dir) {
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
+  const bool created = std::filesystem::create_directories(dir, error);
   if (error) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create directory ", dir, ": ", error.message()));
   }
-  chmod(dir.c_str(), 0700);
+  if (created) chmod(dir.c_str(), 0700);
   return absl::OkStatus();
 }
 
@@ -110,9 +114,10 @@ absl::Status CheckLoopback(const std::string& address) {
         "listen: expected unix:///path/mpsd.sock or 127.0.0.1:PORT, got \"", address, "\""));
   }
   const std::string host = address.substr(0, colon);
-  if (host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.")) {
-    return absl::OkStatus();
-  }
+  in_addr ipv4{};
+  const bool loopback_ipv4 =
+      inet_pton(AF_INET, host.c_str(), &ipv4) == 1 && (ntohl(ipv4.s_addr) >> 24) == 127;
+  if (host == "localhost" || host == "[::1]" || loopback_ipv4) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "listen: ", address, " is not a loopback address; TCP on other interfaces needs TLS, "
       "which mpsd does not support yet (use a unix socket or 127.0.0.1:PORT)"));
