@@ -274,6 +274,21 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
     return code;
   }
   if (!stopped) {
+    // A stream asked for after the job's last event (`logs --after N` at the end) ends at
+    // once: the job's own record says how it ended.
+    v1::GetJobRequest get;
+    get.set_job_id(job_id);
+    v1::Job job;
+    if (stub_->GetJob(UnaryContext().get(), get, &job).ok() && IsTerminal(job.state())) {
+      if (!options_.json) {
+        v1::StateChange change;
+        change.set_state(job.state());
+        change.set_failure_reason(job.failure_reason());
+        change.set_message(job.message());
+        out_ << FormatFinal(job_id, change, job.has_summary() ? &job.summary() : nullptr);
+      }
+      return job.state() == v1::Job::SUCCEEDED ? kExitOk : kExitFailed;
+    }
     err_ << "mpsctl: the event stream of job " << job_id << " ended before the job did\n";
     return kExitFailed;
   }

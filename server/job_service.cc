@@ -191,6 +191,13 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     return new FinishedStreamReactor(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "after_seq: must be >= 0"));
   }
+  // A seq the job has not reached would be waited for forever.
+  if (request->after_seq() > job->last_seq()) {
+    return new FinishedStreamReactor(grpc::Status(
+        grpc::StatusCode::OUT_OF_RANGE,
+        absl::StrCat("after_seq: ", request->after_seq(), " is beyond job ", request->job_id(),
+                     "'s last event (seq ", job->last_seq(), ")")));
+  }
   // A finished job with nothing after after_seq has nothing more to say.
   if (IsTerminal(job->state()) && request->after_seq() >= job->last_seq()) {
     return new FinishedStreamReactor(grpc::Status::OK);

@@ -154,8 +154,20 @@ TEST_F(ServerE2eTest, TrainJobStreamsEveryStepAndSucceeds) {
   for (size_t i = 0; i < replay.size(); ++i) {
     EXPECT_EQ(replay[i].SerializeAsString(), events[i + k].SerializeAsString());
   }
-  // After the last event of a finished job there is nothing more to say.
+  // After the last event of a finished job there is nothing more to say; a seq the job never
+  // reached is out of range rather than waited for.
   EXPECT_TRUE(Stream(job->id(), finished.last_seq()).empty());
+  grpc::Status beyond;
+  EXPECT_TRUE(Stream(job->id(), finished.last_seq() + 100, &beyond).empty());
+  EXPECT_EQ(beyond.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(beyond.error_message().find("after_seq"), std::string::npos) << beyond.error_message();
+
+  // mpsctl resuming at the very end reports how the job ended.
+  const std::string last = std::to_string(finished.last_seq());
+  CommandResult resumed = RunCommand({MpsctlPath(), "--server", daemon_->address(), "logs",
+                                      job->id(), "--follow", "--after", last});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("SUCCEEDED"), std::string::npos) << resumed.out;
 }
 
 TEST_F(ServerE2eTest, BadJobIsRejectedAndTheNextJobSucceeds) {
