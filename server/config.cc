@@ -102,6 +102,11 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
     }
     if (absl::Status status = field->second(entry.second, where); !status.ok()) return status;
   }
+  if (config.cpu_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cpu_threads: must be >= 0 (0 = one per core), got ",
+                     config.cpu_threads));
+  }
   if (config.max_queued < 1) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": max_queued: must be >= 1"));
   }

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     }
     config = *loaded;
   }
-  if (!listen.empty()) config.listen = listen;
+  // A bare socket path, as mpsctl --server accepts.
+  if (!listen.empty()) config.listen = listen.front() == '/' ? "unix://" + listen : listen;
   if (!state_dir.empty()) config.state_dir = state_dir;
   // Logs go to stderr: stdout stays free for whatever runs mpsd in the foreground.
   spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd"));

@@ -181,7 +181,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
       unix_socket ? config.listen
                   : absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
   if (unix_socket) chmod(server->socket_path_.c_str(), 0600);
+  // Both the overall status ("") and the service's own, for probes that name the service.
   server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+  server->grpc_server_->GetHealthCheckService()->SetServingStatus(
+      mpsd::v1::JobService::service_full_name(), true);
   spdlog::info("mpsd listening on {} (state dir {})", server->address_, config.state_dir);
   return server;
 }

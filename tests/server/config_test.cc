@@ -59,6 +59,7 @@ TEST_F(ConfigTest, ErrorsNameTheFileAndTheKey) {
       {"max_queued: 0\n", "max_queued: must be >= 1"},
       {"log_level: loud\n", "log_level: expected one of trace, debug, info"},
       {"shutdown_grace_s: -1\n", "shutdown_grace_s: must be >= 0"},
+      {"cpu_threads: -2\n", "cpu_threads: must be >= 0"},
       {"listen: [a, b]\n", "listen: expected a string"},
       {"- just\n- a list\n", "expected a mapping"},
       {"max_queued: [\n", ":"},
