@@ -87,6 +87,10 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
            [&](auto& n, auto& w) {
              return ReadScalar(n, w, "a number of seconds", config.shutdown_grace_s);
            }},
+          {"heartbeat_interval_s",
+           [&](auto& n, auto& w) {
+             return ReadScalar(n, w, "a number of seconds", config.heartbeat_interval_s);
+           }},
           {"log_level",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.log_level); }},
       };
@@ -119,6 +123,10 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   }
   if (config.shutdown_grace_s < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": shutdown_grace_s: must be >= 0"));
+  }
+  if (!(config.heartbeat_interval_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": heartbeat_interval_s: must be > 0 seconds"));
   }
   return config;
 }

@@ -21,6 +21,8 @@ struct Config {
   int cpu_threads = 0;
   // On SIGTERM/SIGINT: how long running RPCs and the running job get to end, seconds.
   double shutdown_grace_s = 10.0;
+  // An event stream that has sent nothing for this long gets a heartbeat event, seconds (> 0).
+  double heartbeat_interval_s = 15.0;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
 };

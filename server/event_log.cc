@@ -94,12 +94,14 @@ void EventLog::WriterLoop() {
       mu_.Await(absl::Condition(&ready));
       jobs.swap(pending_jobs_);
       events.swap(pending_events_);
+      events_committing_ = static_cast<int64_t>(events.size());
       batches = batches_appended_;
       stop = stopping_ && jobs.empty() && events.empty();
     }
     if (stop) return;
     Notify(CommitBatch(jobs, events));
     absl::MutexLock lock(&mu_);
+    events_committing_ = 0;
     batches_done_ = batches;
   }
 }
@@ -112,7 +114,9 @@ absl::flat_hash_map<std::string, int64_t> EventLog::CommitBatch(
   for (const auto& [id, job] : jobs) rows.push_back(job);
   absl::Status status;
   for (int attempt = 1; attempt <= kCommitAttempts; ++attempt) {
+    const absl::Time start = absl::Now();
     status = store_->Commit(rows, events);
+    RecordCommit(status.ok(), static_cast<int64_t>(events.size()), absl::Now() - start);
     if (status.ok()) break;
     spdlog::error("storing {} events failed (attempt {}/{}): {}", events.size(), attempt,
                   kCommitAttempts, status.ToString());
@@ -175,6 +179,25 @@ void EventLog::Close() {
 bool EventLog::Closed() const {
   absl::MutexLock lock(&mu_);
   return closed_;
+}
+
+void EventLog::RecordCommit(bool ok, int64_t events, absl::Duration took) {
+  absl::MutexLock lock(&mu_);
+  commit_time_ += took;
+  if (!ok) return;
+  events_stored_ += events;
+  ++commits_;
+}
+
+EventLog::Stats EventLog::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  Stats stats;
+  stats.events_stored = events_stored_;
+  stats.commits = commits_;
+  stats.commit_time = commit_time_;
+  stats.events_pending = static_cast<int64_t>(pending_events_.size()) + events_committing_;
+  stats.watches = static_cast<int>(watchers_.size());
+  return stats;
 }
 
 }  // namespace mpsd::server

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "server/job_store.h"
 
@@ -24,6 +25,19 @@ namespace mpsd::server {
 // Thread-safe. Borrows the store, which must outlive it.
 class EventLog {
  public:
+  // Counters since construction, for GetServerStatus.
+  struct Stats {
+    // Events committed, and the transactions that committed them.
+    int64_t events_stored = 0;
+    int64_t commits = 0;
+    // Wall time inside JobStore::Commit, successful or not.
+    absl::Duration commit_time;
+    // Appended, not yet committed.
+    int64_t events_pending = 0;
+    // Watches registered and not yet fired or cancelled.
+    int watches = 0;
+  };
+
   explicit EventLog(JobStore* store);
   // Commits everything appended, then stops the writer thread.
   ~EventLog();
@@ -62,6 +76,8 @@ class EventLog {
   void Close();
   bool Closed() const;
 
+  Stats GetStats() const;
+
  private:
   struct Watcher {
     std::string job_id;
@@ -75,6 +91,8 @@ class EventLog {
       const absl::flat_hash_map<std::string, mpsd::v1::Job>& jobs,
       const std::vector<mpsd::v1::JobEvent>& events);
   void Notify(const absl::flat_hash_map<std::string, int64_t>& committed);
+  // Adds one JobStore::Commit call of `events` events to the stats.
+  void RecordCommit(bool ok, int64_t events, absl::Duration took);
   // Runs the callbacks of these watches one at a time, skipping those unwatched meanwhile.
   void RunCallbacks(const std::vector<uint64_t>& watch_ids);
 
@@ -94,6 +112,11 @@ class EventLog {
   uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Watches whose callbacks are running now; Unwatch waits until its id is not among them.
   absl::flat_hash_set<uint64_t> running_watches_ ABSL_GUARDED_BY(mu_);
+  // Stats::events_pending is pending_events_.size() plus the batch being committed.
+  int64_t events_committing_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t events_stored_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration commit_time_ ABSL_GUARDED_BY(mu_);
 
   std::thread writer_;
 };

@@ -1,6 +1,10 @@
-// JobService: unary RPCs answered from the scheduler; StreamEvents replays then follows.
+// JobService: unary RPCs answered from the scheduler; StreamEvents replays, follows and sends
+// heartbeats while idle.
 #include "server/job_service.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <string>
@@ -9,6 +13,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/job_query.h"
 #include "server/status_util.h"
 
 namespace mpsd::server {
@@ -21,19 +28,31 @@ constexpr int kReadBatch = 256;
 
 // One StreamEvents call: writes committed events with seq > after_seq, one write in flight,
 // reading the next batch when the last is sent and waiting on the EventLog when none is left.
-// Ends with OK after the terminal state event, or UNAVAILABLE when the daemon shuts down
-// before the job finished. Deletes itself in OnDone, then calls `on_done`.
+// While it waits, the ticker calls OnTick, which sends a heartbeat (seq 0) once nothing was
+// sent for the heartbeat interval. Ends with OK after the terminal state event, or UNAVAILABLE
+// when the daemon shuts down before the job finished. Deletes itself in OnDone, then calls
+// `on_done`.
+//
+// Threads: gRPC's (Start, OnWriteDone, OnCancel, OnDone), the EventLog's writer (OnCommitted)
+// and the ticker's (OnTick), all serialised by mu_. The EventLog and the ticker each wait in
+// Unwatch / Remove while a callback of this reactor runs, so both are called without mu_.
 class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
  public:
-  EventStreamReactor(EventLog* log, std::string job_id, int64_t after_seq,
-                     std::function<void()> on_done)
-      : log_(log),
+  EventStreamReactor(Scheduler* scheduler, Ticker* ticker, absl::Duration heartbeat_interval,
+                     std::string job_id, int64_t after_seq, std::function<void()> on_done)
+      : scheduler_(scheduler),
+        log_(&scheduler->events()),
+        ticker_(ticker),
+        heartbeat_interval_(heartbeat_interval),
         job_id_(std::move(job_id)),
         on_done_(std::move(on_done)),
         last_seq_(after_seq) {}
 
   void Start() {
     absl::MutexLock lock(&mu_);
+    last_sent_ = absl::Now();
+    tick_id_ = ticker_->Add(last_sent_ + heartbeat_interval_,
+                            [this](absl::Time now) { return OnTick(now); });
     Next();
   }
 
@@ -42,6 +61,10 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
     write_in_flight_ = false;
     if (!ok) {  // The client is gone; the status goes nowhere.
       FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      return;
+    }
+    if (std::exchange(heartbeat_in_flight_, false)) {
+      Next();
       return;
     }
     const JobEvent& sent = pending_.front();
@@ -56,24 +79,29 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
   }
 
   void OnCancel() override {
-    uint64_t watch;
+    uint64_t watch, tick;
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
       watch = std::exchange(watch_id_, 0);
+      tick = std::exchange(tick_id_, 0);
     }
-    log_->Unwatch(watch);  // Without mu_: a running callback may be waiting for it.
+    // Without mu_: a running callback may be waiting for it.
+    log_->Unwatch(watch);
+    ticker_->Remove(tick);
     absl::MutexLock lock(&mu_);
     Next();  // Finishes now, or in OnWriteDone once the write in flight is done.
   }
 
   void OnDone() override {
-    uint64_t watch;
+    uint64_t watch, tick;
     {
       absl::MutexLock lock(&mu_);
       watch = std::exchange(watch_id_, 0);
+      tick = std::exchange(tick_id_, 0);
     }
     log_->Unwatch(watch);
+    ticker_->Remove(tick);
     std::function<void()> on_done = std::move(on_done_);
     delete this;
     on_done();
@@ -81,6 +109,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
 
  private:
   void Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // write_in_flight_ covers heartbeats too: OnWriteDone calls Next again.
     if (finished_ || write_in_flight_) return;
     // Also reached from OnWriteDone(ok) after a cancel: a cancelled stream must still Finish,
     // or gRPC's shutdown waits for it forever.
@@ -88,6 +117,9 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       return;
     }
+    // Already waiting for the next commit (a heartbeat was written meanwhile): OnCommitted
+    // calls Next again. A second watch would leak the first.
+    if (watch_id_ != 0) return;
     while (pending_.empty()) {
       // Read Closed() before the store: the log is closed only after its last commit, so a
       // closed log whose read comes back empty has nothing more for this job.
@@ -110,8 +142,14 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       if (watch_id_ != 0) return;  // OnCommitted calls Next again.
       // Committed (or closed) between the read and the watch: read again.
     }
+    Write(&pending_.front());
+  }
+
+  // Starts the one write in flight: a stored event, or the heartbeat.
+  void Write(const JobEvent* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     write_in_flight_ = true;
-    StartWrite(&pending_.front());
+    last_sent_ = absl::Now();
+    StartWrite(event);
   }
 
   void OnCommitted() {
@@ -120,23 +158,51 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
     Next();
   }
 
+  // On the ticker's thread: sends a heartbeat if the stream has been idle for the interval;
+  // returns when to look again.
+  absl::Time OnTick(absl::Time now) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || cancelled_) return absl::InfiniteFuture();
+    // A write in flight is not idleness: the client is slow, and gets events, not heartbeats.
+    if (write_in_flight_) return now + heartbeat_interval_;
+    if (now < last_sent_ + heartbeat_interval_) return last_sent_ + heartbeat_interval_;
+    heartbeat_.Clear();
+    heartbeat_.set_job_id(job_id_);
+    *heartbeat_.mutable_time() =
+        google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(now));
+    *heartbeat_.mutable_heartbeat() = scheduler_->HeartbeatOf(job_id_);
+    heartbeat_in_flight_ = true;
+    Write(&heartbeat_);
+    return now + heartbeat_interval_;
+  }
+
   void FinishOnce(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     Finish(status);
   }
 
+  // Constant after construction.
+  Scheduler* const scheduler_;
   EventLog* const log_;
+  Ticker* const ticker_;
+  const absl::Duration heartbeat_interval_;
   const std::string job_id_;
   std::function<void()> on_done_;
 
   absl::Mutex mu_;
   int64_t last_seq_ ABSL_GUARDED_BY(mu_);
   std::deque<JobEvent> pending_ ABSL_GUARDED_BY(mu_);
+  // The heartbeat being written; it is not in pending_ because it has no seq to resume from.
+  JobEvent heartbeat_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // When the last write (event or heartbeat) started.
+  absl::Time last_sent_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t watch_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tick_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A stream whose answer is known before it starts (unknown job, nothing left to send).
@@ -155,7 +221,22 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// Resident set size from /proc/self/statm (its second field, in pages); 0 where there is no
+// /proc (macOS) or it cannot be read.
+int64_t ResidentSetBytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0;
+  long long size_pages = 0, resident_pages = 0;
+  const int fields = std::fscanf(statm, "%lld %lld", &size_pages, &resident_pages);
+  std::fclose(statm);
+  if (fields != 2) return 0;
+  return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGESIZE);
+}
+
 }  // namespace
+
+JobService::JobService(Scheduler* scheduler, const Options& options)
+    : scheduler_(scheduler), options_(options), started_(absl::Now()) {}
 
 grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* context,
                                                 const mpsd::v1::SubmitJobRequest* request,
@@ -170,11 +251,12 @@ grpc::ServerUnaryReactor* JobService::GetJob(grpc::CallbackServerContext* contex
 }
 
 grpc::ServerUnaryReactor* JobService::ListJobs(grpc::CallbackServerContext* context,
-                                               const mpsd::v1::ListJobsRequest* /*request*/,
+                                               const mpsd::v1::ListJobsRequest* request,
                                                mpsd::v1::ListJobsResponse* response) {
-  mpsd::v1::ListJobsResponse list;
-  for (mpsd::v1::Job& job : scheduler_->List()) *list.add_jobs() = std::move(job);
-  return Answer(context, absl::StatusOr<mpsd::v1::ListJobsResponse>(std::move(list)), response);
+  using Page = mpsd::v1::ListJobsResponse;
+  absl::StatusOr<JobQuery> query = QueryForPage(*request);
+  if (!query.ok()) return Answer<Page>(context, query.status(), response);
+  return Answer<Page>(context, PageFrom(*request, scheduler_->List(*query)), response);
 }
 
 grpc::ServerUnaryReactor* JobService::CancelJob(grpc::CallbackServerContext* context,
@@ -206,8 +288,8 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     absl::MutexLock lock(&mu_);
     ++open_streams_;
   }
-  auto* reactor = new EventStreamReactor(&scheduler_->events(), request->job_id(),
-                                         request->after_seq(), [this] {
+  auto* reactor = new EventStreamReactor(scheduler_, &ticker_, options_.heartbeat_interval,
+                                         request->job_id(), request->after_seq(), [this] {
                                            absl::MutexLock lock(&mu_);
                                            --open_streams_;
                                          });
@@ -232,6 +314,33 @@ grpc::ServerUnaryReactor* JobService::ListModels(grpc::CallbackServerContext* co
                                                  const mpsd::v1::ListModelsRequest* request,
                                                  mpsd::v1::ListModelsResponse* response) {
   return Answer(context, scheduler_->ListModels(*request), response);
+}
+
+grpc::ServerUnaryReactor* JobService::GetServerStatus(
+    grpc::CallbackServerContext* context, const mpsd::v1::GetServerStatusRequest* /*request*/,
+    mpsd::v1::ServerStatus* response) {
+  return Answer(context, absl::StatusOr<mpsd::v1::ServerStatus>(Status()), response);
+}
+
+mpsd::v1::ServerStatus JobService::Status() {
+  mpsd::v1::ServerStatus status;
+  {
+    absl::MutexLock lock(&mu_);
+    status.set_open_streams(open_streams_);
+  }
+  const Scheduler::QueueStats queue = scheduler_->GetQueueStats();
+  status.set_queued_jobs(queue.queued_jobs);
+  status.set_running_job_id(queue.running_job_id);
+  status.set_jobs_total(queue.jobs_total);
+  const EventLog::Stats events = scheduler_->events().GetStats();
+  status.set_event_watches(events.watches);
+  status.set_events_stored(events.events_stored);
+  status.set_event_commits(events.commits);
+  status.set_commit_time_s(absl::ToDoubleSeconds(events.commit_time));
+  status.set_events_pending(events.events_pending);
+  status.set_rss_bytes(ResidentSetBytes());
+  status.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
+  return status;
 }
 
 }  // namespace mpsd::server

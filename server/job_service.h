@@ -1,6 +1,7 @@
 // mpsd.v1.JobService on gRPC's callback API: unary RPCs answer on the DefaultReactor, and
 // StreamEvents is a write reactor with one write in flight that reads committed events from
-// the EventLog and waits on it for more, so nothing blocks inside a reaction.
+// the EventLog and waits on it for more, so nothing blocks inside a reaction. Idle streams get
+// heartbeats from one Ticker thread shared by all streams.
 #ifndef MPSD_SERVER_JOB_SERVICE_H_
 #define MPSD_SERVER_JOB_SERVICE_H_
 
@@ -9,14 +10,21 @@
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
 #include "server/scheduler.h"
+#include "server/ticker.h"
 
 namespace mpsd::server {
 
 // Thread-safe (gRPC calls it from its own threads). Borrows the scheduler, which must outlive
-// the gRPC server this service is registered with.
+// the gRPC server this service is registered with; the service itself must outlive that
+// server too (its streams use the service's ticker until their OnDone).
 class JobService final : public mpsd::v1::JobService::CallbackService {
  public:
-  explicit JobService(Scheduler* scheduler) : scheduler_(scheduler) {}
+  struct Options {
+    // A stream that has sent nothing for this long gets a heartbeat event. > 0.
+    absl::Duration heartbeat_interval = absl::Seconds(15);
+  };
+
+  JobService(Scheduler* scheduler, const Options& options);
 
   // For shutdown, once the scheduler has stopped and its EventLog is closed: waits until every
   // StreamEvents call has ended (each ends after sending what is stored), at most `timeout`.
@@ -44,9 +52,21 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const mpsd::v1::ListModelsRequest* request,
                                        mpsd::v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* GetServerStatus(grpc::CallbackServerContext* context,
+                                            const mpsd::v1::GetServerStatusRequest* request,
+                                            mpsd::v1::ServerStatus* response) override;
 
  private:
+  mpsd::v1::ServerStatus Status();
+
+  // Constant after construction.
   Scheduler* const scheduler_;
+  const Options options_;
+  const absl::Time started_;
+
+  // Heartbeat clocks of the open streams. Its thread is joined when the service is destroyed,
+  // which is after the gRPC server has ended every stream.
+  Ticker ticker_;
 
   absl::Mutex mu_;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;

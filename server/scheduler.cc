@@ -1,4 +1,4 @@
-// Scheduler: one FIFO queue, one executor thread, every state change and metric an event.
+// Scheduler: one priority queue, one executor thread, every state change and metric an event.
 #include "server/scheduler.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 
@@ -50,10 +51,22 @@ Job::FailureReason ReasonFor(const absl::Status& status) {
   }
 }
 
-// Numeric order of the decimal ids, newest first.
-bool NewerFirst(const Job& a, const Job& b) {
-  if (a.id().size() != b.id().size()) return a.id().size() > b.id().size();
-  return a.id() > b.id();
+// Job ids are decimal row ids ("1", "2", …); 0 for anything else.
+int64_t NumericId(const std::string& id) {
+  int64_t n = 0;
+  return absl::SimpleAtoi(id, &n) ? n : 0;
+}
+
+absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
+  if (request.spec_case() == mpsd::v1::SubmitJobRequest::SPEC_NOT_SET) {
+    return absl::InvalidArgumentError("spec: set train_job or bench_job");
+  }
+  if (request.request_id().size() > Scheduler::kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: at most ", Scheduler::kMaxRequestIdBytes, " bytes, got ",
+                     request.request_id().size()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -88,8 +101,11 @@ absl::Status Scheduler::Recover() {
     const std::string id = job.id();
     Job& kept = jobs_[id];
     kept = std::move(job);
+    if (!kept.spec().request_id().empty()) request_ids_[kept.spec().request_id()] = kept.id();
     if (kept.state() == Job::QUEUED) {
-      queue_.push_back(kept.id());
+      // Killed between storing the job and its first event: that event comes now.
+      if (kept.last_seq() == 0) SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED, "");
+      InsertInQueue(kept);
     } else if (kept.state() == Job::RUNNING) {
       spdlog::warn("job {} was running when mpsd stopped; marking it INTERRUPTED", kept.id());
       kept.set_message(absl::StrCat("interrupted: mpsd stopped while the job ran (last step ",
@@ -102,15 +118,49 @@ absl::Status Scheduler::Recover() {
 }
 
 absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request) {
-  if (request.spec_case() == mpsd::v1::SubmitJobRequest::SPEC_NOT_SET) {
-    return absl::InvalidArgumentError("spec: set train_job or bench_job");
+  if (absl::Status valid = CheckRequest(request); !valid.ok()) return valid;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
+    if (!earlier.ok()) return earlier.status();
+    if (*earlier != nullptr) return **earlier;
   }
+  // Validation reads the file system: not under mu_.
   if (absl::Status valid = executor_->Validate(request); !valid.ok()) return valid;
+  absl::StatusOr<Job> job = SubmitValidated(request);
+  // The caller hears of the job once its QUEUED event is stored, too; not under mu_.
+  if (job.ok()) event_log_.Flush();
+  return job;
+}
+
+absl::StatusOr<Job> Scheduler::SubmitValidated(const mpsd::v1::SubmitJobRequest& request) {
   absl::MutexLock lock(&mu_);
+  // A concurrent Submit with the same request_id may have won the race meanwhile.
+  absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
+  if (!earlier.ok()) return earlier.status();
+  if (*earlier != nullptr) return **earlier;
   if (shutting_down_) return absl::UnavailableError("mpsd is shutting down");
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("queue full (", options_.max_queued, ")"));
   }
+  return Enqueue(request);
+}
+
+absl::StatusOr<const Job*> Scheduler::EarlierSubmit(
+    const mpsd::v1::SubmitJobRequest& request) const {
+  if (request.request_id().empty()) return nullptr;
+  auto id = request_ids_.find(request.request_id());
+  if (id == request_ids_.end()) return nullptr;
+  const Job& job = jobs_.at(id->second);
+  if (!google::protobuf::util::MessageDifferencer::Equals(job.spec(), request)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request_id: \"", request.request_id(), "\" was already used for job ", job.id(),
+        " with a different request; use a new request_id for a new job"));
+  }
+  return &job;
+}
+
+absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request) {
   Job job;
   job.set_kind(KindOf(request));
   job.set_state(Job::QUEUED);
@@ -124,9 +174,18 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request)
   JobEvent queued;
   queued.mutable_state()->set_state(Job::QUEUED);
   Publish(stored, std::move(queued));
-  queue_.push_back(stored.id());
-  spdlog::info("job {} queued ({} in queue)", stored.id(), queue_.size());
+  if (!request.request_id().empty()) request_ids_[request.request_id()] = id;
+  InsertInQueue(stored);
+  spdlog::info("job {} queued, priority {} ({} in queue)", id, request.priority(), queue_.size());
   return stored;
+}
+
+void Scheduler::InsertInQueue(const Job& job) {
+  const int32_t priority = job.spec().priority();
+  auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const std::string& id) {
+    return jobs_.at(id).spec().priority() < priority;
+  });
+  queue_.insert(behind, job.id());
 }
 
 absl::StatusOr<Job> Scheduler::Get(const std::string& job_id) const {
@@ -136,18 +195,36 @@ absl::StatusOr<Job> Scheduler::Get(const std::string& job_id) const {
   return it->second;
 }
 
-std::vector<Job> Scheduler::List() const {
-  std::vector<Job> jobs;
-  {
-    absl::MutexLock lock(&mu_);
-    jobs.reserve(jobs_.size());
-    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+std::vector<Job> Scheduler::List(const JobQuery& query) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<int64_t, const Job*>> selected;
+  for (const auto& [id, job] : jobs_) {
+    const int64_t n = NumericId(id);
+    if ((query.before_id == 0 || n < query.before_id) && query.Matches(job)) {
+      selected.emplace_back(n, &job);
+    }
   }
-  std::sort(jobs.begin(), jobs.end(), NewerFirst);
+  auto newer_first = [](const auto& a, const auto& b) { return a.first > b.first; };
+  const size_t limit = static_cast<size_t>(std::max(query.limit, 0));
+  if (selected.size() > limit) {
+    std::nth_element(selected.begin(), selected.begin() + limit, selected.end(), newer_first);
+    selected.resize(limit);
+  }
+  std::sort(selected.begin(), selected.end(), newer_first);
+  std::vector<Job> jobs;
+  jobs.reserve(selected.size());
+  for (const auto& [n, job] : selected) jobs.push_back(*job);
   return jobs;
 }
 
 absl::StatusOr<Job> Scheduler::Cancel(const std::string& job_id) {
+  absl::StatusOr<Job> job = RequestCancel(job_id);
+  // A cancel that answered CANCELLED is stored: the job never runs, even after a crash.
+  if (job.ok() && job->state() == Job::CANCELLED) event_log_.Flush();
+  return job;
+}
+
+absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
@@ -179,6 +256,30 @@ mpsd::v1::DeviceInfo Scheduler::GetDevice() const {
 absl::StatusOr<mpsd::v1::ListModelsResponse> Scheduler::ListModels(
     const mpsd::v1::ListModelsRequest& request) const {
   return executor_->ListModels(request);
+}
+
+mpsd::v1::Heartbeat Scheduler::HeartbeatOf(const std::string& job_id) const {
+  mpsd::v1::Heartbeat heartbeat;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return heartbeat;
+  heartbeat.set_state(it->second.state());
+  if (it->second.state() == Job::QUEUED) {
+    auto place = std::find(queue_.begin(), queue_.end(), job_id);
+    if (place != queue_.end()) {
+      heartbeat.set_queue_position(static_cast<int32_t>(place - queue_.begin()) + 1);
+    }
+  }
+  return heartbeat;
+}
+
+Scheduler::QueueStats Scheduler::GetQueueStats() const {
+  absl::MutexLock lock(&mu_);
+  QueueStats stats;
+  stats.queued_jobs = static_cast<int>(queue_.size());
+  stats.running_job_id = running_job_;
+  stats.jobs_total = static_cast<int64_t>(jobs_.size());
+  return stats;
 }
 
 void Scheduler::Shutdown() {

@@ -1,4 +1,5 @@
-// The scheduler owns every job's state: it validates and queues submitted jobs, runs them one
+// The scheduler owns every job's state: it validates and queues submitted jobs (highest
+// priority first, FIFO within a priority; request_id makes a submit idempotent), runs them one
 // at a time on the executor thread (the only thread that touches the device), numbers their
 // events and hands them to the EventLog, and answers queries from memory.
 #ifndef MPSD_SERVER_SCHEDULER_H_
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "server/event_log.h"
+#include "server/job_query.h"
 #include "server/job_store.h"
 #include "trainer/executor.h"
 
@@ -36,8 +38,20 @@ class Scheduler {
     int max_queued = 1000;
   };
 
+  // Longest SubmitJobRequest.request_id accepted, bytes.
+  static constexpr size_t kMaxRequestIdBytes = 128;
+
+  // What GetServerStatus reports about the queue.
+  struct QueueStats {
+    int queued_jobs = 0;
+    // Empty when no job runs.
+    std::string running_job_id;
+    int64_t jobs_total = 0;
+  };
+
   // Loads the stored jobs: those left RUNNING by a daemon that died become INTERRUPTED, those
-  // QUEUED are queued again in their original order. Then starts the executor thread.
+  // QUEUED are queued again in their original order (by priority, then submission), and
+  // request ids are remembered. Then starts the executor thread.
   // Errors: the store's.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Options& options,
                                                            JobStore* store,
@@ -46,19 +60,24 @@ class Scheduler {
   // Stops as Shutdown() does.
   ~Scheduler();
 
-  // Validates the spec against the executor and queues the job. Errors: INVALID_ARGUMENT
-  // naming the field, UNIMPLEMENTED for BenchJob, RESOURCE_EXHAUSTED "queue full (N)",
-  // UNAVAILABLE while shutting down.
+  // Validates the spec against the executor and queues the job behind every queued job of the
+  // same or a higher priority. A request whose request_id names a job already submitted
+  // returns that job as it is now, without validating or queueing anything. Errors:
+  // INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too),
+  // UNIMPLEMENTED for BenchJob, ALREADY_EXISTS for a request_id used with a different request,
+  // RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting down. Returns once the
+  // job and its QUEUED event are stored.
   absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request);
 
   // NOT_FOUND for an unknown id.
   absl::StatusOr<mpsd::v1::Job> Get(const std::string& job_id) const;
 
-  // All jobs, newest first.
-  std::vector<mpsd::v1::Job> List() const;
+  // The jobs `query` selects, newest (highest id) first, at most query.limit.
+  std::vector<mpsd::v1::Job> List(const JobQuery& query) const;
 
-  // A QUEUED job becomes CANCELLED now; a RUNNING job is asked to stop at its next step
-  // boundary (the returned job is still RUNNING; its stream ends with CANCELLED).
+  // A QUEUED job becomes CANCELLED now (stored before this returns); a RUNNING job is asked
+  // to stop at its next step boundary (the returned job is still RUNNING; its stream ends
+  // with CANCELLED).
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a finished job.
   absl::StatusOr<mpsd::v1::Job> Cancel(const std::string& job_id);
 
@@ -69,6 +88,12 @@ class Scheduler {
   // runs.
   absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
       const mpsd::v1::ListModelsRequest& request) const;
+
+  // The job's state and, when QUEUED, its place in the queue (1 = runs next), for stream
+  // heartbeats. STATE_UNSPECIFIED for an unknown id.
+  mpsd::v1::Heartbeat HeartbeatOf(const std::string& job_id) const;
+
+  QueueStats GetQueueStats() const;
 
   // Committed events, for streams.
   EventLog& events() { return event_log_; }
@@ -82,6 +107,20 @@ class Scheduler {
   Scheduler(const Options& options, JobStore* store, mpsd::trainer::Executor* executor);
 
   absl::Status Recover();
+  // The job an earlier Submit with this request's request_id created, or nullptr if none did
+  // (or request_id is empty). ALREADY_EXISTS if that job was submitted with another request.
+  absl::StatusOr<const mpsd::v1::Job*> EarlierSubmit(const mpsd::v1::SubmitJobRequest& request)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Submit after validation: the request_id check again, shutdown, queue limit, Enqueue.
+  absl::StatusOr<mpsd::v1::Job> SubmitValidated(const mpsd::v1::SubmitJobRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancel's decision and state change, without waiting for the store.
+  absl::StatusOr<mpsd::v1::Job> RequestCancel(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stores a new QUEUED job for `request` and queues it; returns it as stored.
+  absl::StatusOr<mpsd::v1::Job> Enqueue(const mpsd::v1::SubmitJobRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a QUEUED job into queue_ behind every job of the same or a higher priority.
+  void InsertInQueue(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
   // Runs one job, already RUNNING, on the executor thread; returns when it reached a terminal
   // state.
@@ -102,7 +141,10 @@ class Scheduler {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, mpsd::v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
+  // Ids of QUEUED jobs in the order they will run.
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  // SubmitJobRequest.request_id -> job id, for every job that has one.
+  absl::flat_hash_map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   std::string running_job_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int64_t jobs_run_ ABSL_GUARDED_BY(mu_) = 0;

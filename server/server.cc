@@ -162,7 +162,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
       scheduler_options, server->store_.get(), server->executor_.get());
   if (!scheduler.ok()) return scheduler.status();
   server->scheduler_ = *std::move(scheduler);
-  server->service_ = std::make_unique<JobService>(server->scheduler_.get());
+  JobService::Options service_options;
+  service_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
+  server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
