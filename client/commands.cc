@@ -9,8 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/default_address.h"
 #include "client/event_printer.h"
@@ -76,6 +80,45 @@ std::string ConnectReason(const grpc::Status& status) {
   return absl::StrContains(reason, " ") ? reason : "";  // a lone word is not an OS reason
 }
 
+// Most jobs ListJobs returns per page (the daemon's maximum).
+constexpr int kMaxPageSize = 1000;
+
+// "queued", "Running", "QUEUED,RUNNING" → states; an unknown name is an error naming it.
+absl::StatusOr<std::vector<v1::Job::State>> ParseStates(const std::vector<std::string>& args) {
+  std::vector<v1::Job::State> states;
+  for (const std::string& arg : args) {
+    for (absl::string_view name : absl::StrSplit(arg, ',', absl::SkipWhitespace())) {
+      v1::Job::State state;
+      const std::string upper = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
+      if (upper == "STATE_UNSPECIFIED" || !v1::Job::State_Parse(upper, &state)) {
+        std::vector<std::string> known;
+        for (int i = 1; i <= v1::Job::State_MAX; ++i) {
+          if (v1::Job::State_IsValid(i)) known.push_back(v1::Job::State_Name(i));
+        }
+        return absl::InvalidArgumentError(absl::StrCat("--state: unknown \"", name, "\" (expected ",
+                                                       absl::StrJoin(known, ", "), ")"));
+      }
+      states.push_back(state);
+    }
+  }
+  return states;
+}
+
+// "TrainJob", "train_job", "TRAIN_JOB" → TRAIN_JOB; "" → KIND_UNSPECIFIED.
+absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
+  if (arg.empty()) return v1::Job::KIND_UNSPECIFIED;
+  auto squash = [](absl::string_view s) {
+    return absl::AsciiStrToLower(absl::StrReplaceAll(s, {{"_", ""}}));
+  };
+  for (int i = 1; i <= v1::Job::Kind_MAX; ++i) {
+    if (v1::Job::Kind_IsValid(i) && squash(v1::Job::Kind_Name(i)) == squash(arg)) {
+      return static_cast<v1::Job::Kind>(i);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kind: unknown \"", arg, "\" (expected TrainJob or BenchJob)"));
+}
+
 }  // namespace
 
 std::string StartDaemonHint(const std::string& server) {
@@ -134,7 +177,8 @@ int Commands::RpcFailed(const grpc::Status& status) {
   }
 }
 
-int Commands::Submit(const std::string& job_file, bool follow) {
+int Commands::Submit(const std::string& job_file, bool follow,
+                     const SubmitOverrides& overrides) {
   absl::StatusOr<v1::SubmitJobRequest> request = ReadJobFile(job_file);
   if (!request.ok()) {
     // Parse errors already start with "FILE:LINE:COL:"; I/O errors get the program's name.
@@ -142,6 +186,8 @@ int Commands::Submit(const std::string& job_file, bool follow) {
     err_ << request.status().message() << "\n";
     return kExitFailed;
   }
+  if (overrides.priority.has_value()) request->set_priority(*overrides.priority);
+  if (overrides.request_id.has_value()) request->set_request_id(*overrides.request_id);
   v1::Job job;
   const grpc::Status status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
   if (!status.ok()) {
@@ -167,15 +213,36 @@ int Commands::Get(const std::string& job_id) {
   return kExitOk;
 }
 
-int Commands::List() {
-  v1::ListJobsResponse response;
-  const grpc::Status status =
-      stub_->ListJobs(UnaryContext().get(), v1::ListJobsRequest(), &response);
-  if (!status.ok()) return RpcFailed(status);
+int Commands::List(const ListOptions& list) {
+  absl::StatusOr<std::vector<v1::Job::State>> states = ParseStates(list.states);
+  absl::StatusOr<v1::Job::Kind> kind = ParseKind(list.kind);
+  for (const absl::Status& status : {states.status(), kind.status()}) {
+    if (status.ok()) continue;
+    err_ << "mpsctl: " << status.message() << "\n";
+    return kExitUsage;
+  }
+  v1::ListJobsRequest request;
+  for (v1::Job::State state : *states) request.add_states(state);
+  request.set_kind(*kind);
+  v1::ListJobsResponse shown;
+  bool more = false;
+  do {
+    const int left = list.limit > 0 ? list.limit - shown.jobs_size() : kMaxPageSize;
+    request.set_page_size(std::min(left, kMaxPageSize));
+    v1::ListJobsResponse page;
+    const grpc::Status status = stub_->ListJobs(UnaryContext().get(), request, &page);
+    if (!status.ok()) return RpcFailed(status);
+    for (v1::Job& job : *page.mutable_jobs()) *shown.add_jobs() = std::move(job);
+    request.set_page_token(page.next_page_token());
+    more = !page.next_page_token().empty();
+  } while (more && (list.limit == 0 || shown.jobs_size() < list.limit));
   if (options_.json) {
-    out_ << ToJsonLine(response) << "\n";
-  } else {
-    out_ << FormatJobTable({response.jobs().begin(), response.jobs().end()}, absl::Now());
+    out_ << ToJsonLine(shown) << "\n";
+    return kExitOk;
+  }
+  out_ << FormatJobTable({shown.jobs().begin(), shown.jobs().end()}, absl::Now());
+  if (more) {
+    out_ << "(the newest " << shown.jobs_size() << " shown; --limit N for more, 0 for all)\n";
   }
   return kExitOk;
 }
@@ -235,6 +302,15 @@ int Commands::Models(const std::vector<int64_t>& input_shape, std::optional<int3
   }
   if (!status.ok()) return RpcFailed(status);
   out_ << (options_.json ? ToJsonLine(response) + "\n" : FormatModelTable(response));
+  return kExitOk;
+}
+
+int Commands::Status() {
+  v1::ServerStatus status;
+  const grpc::Status rpc =
+      stub_->GetServerStatus(UnaryContext().get(), v1::GetServerStatusRequest(), &status);
+  if (!rpc.ok()) return RpcFailed(rpc);
+  out_ << (options_.json ? ToJsonLine(status) + "\n" : FormatServerStatus(status));
   return kExitOk;
 }
 

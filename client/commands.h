@@ -45,6 +45,22 @@ struct CommandOptions {
   bool explain_interrupt = false;
 };
 
+// `mpsctl submit` flags that override the job file's top-level keys.
+struct SubmitOverrides {
+  std::optional<int32_t> priority;
+  std::optional<std::string> request_id;
+};
+
+// `mpsctl list` flags.
+struct ListOptions {
+  // State names, any case, each possibly a comma-separated list ("queued,running"); empty = all.
+  std::vector<std::string> states;
+  // "TrainJob" or "BenchJob" (also "train_job", "TRAIN_JOB"); empty = every kind.
+  std::string kind;
+  // Show at most this many jobs, newest first; 0 = all (fetched page by page).
+  int limit = 100;
+};
+
 // Not thread-safe. Borrows `out` (results) and `err` (errors), which must outlive it.
 class Commands {
  public:
@@ -55,14 +71,17 @@ class Commands {
   Commands(CommandOptions options, std::unique_ptr<v1::JobService::StubInterface> stub,
            std::ostream& out, std::ostream& err);
 
-  // Reads and submits a job file; prints the new job's id (or the Job as JSON). With `follow`,
-  // prints no id but follows the job like Logs(id, true, 0) and returns that exit code (in JSON
-  // mode only JobEvents are printed, so every line has the same type; each carries job_id).
-  int Submit(const std::string& job_file, bool follow);
+  // Reads and submits a job file, with `overrides` applied; prints the job's id (or the Job as
+  // JSON). A request_id that names an earlier job prints that job's id. With `follow`, prints
+  // no id but follows the job like Logs(id, true, 0) and returns that exit code (in JSON mode
+  // only JobEvents are printed, so every line has the same type; each carries job_id).
+  int Submit(const std::string& job_file, bool follow, const SubmitOverrides& overrides = {});
   // The job's details, or the Job as JSON.
   int Get(const std::string& job_id);
-  // A table of all jobs, newest first, or the ListJobsResponse as JSON.
-  int List();
+  // A table of the jobs `options` select, newest first, or one ListJobsResponse as JSON with
+  // every job shown (no next_page_token). When more jobs match than the limit, a last line says
+  // so. kExitUsage for an unknown state or kind name.
+  int List(const ListOptions& options);
   int Cancel(const std::string& job_id);
   // Prints the job's events with seq > after_seq. Without `follow`, stops at the newest event
   // stored when the command started and returns kExitOk. With `follow`, continues live until
@@ -75,6 +94,8 @@ class Commands {
   // a table, or the ListModelsResponse as JSON. A bad shape or count is kExitFailed with a
   // message naming the flag.
   int Models(const std::vector<int64_t>& input_shape, std::optional<int32_t> num_classes);
+  // The daemon's own health (GetServerStatus): streams, queue, memory, event storage.
+  int Status();
 
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or

@@ -29,6 +29,15 @@ EventPrinter::EventPrinter(std::string job_id, Options options, std::ostream& ou
     : job_id_(std::move(job_id)), options_(options), out_(out) {}
 
 void EventPrinter::Print(const v1::JobEvent& event) {
+  if (event.has_heartbeat()) {
+    if (options_.live && !options_.json) PrintHeartbeat(event.heartbeat());
+    return;
+  }
+  if (progress_is_queue_) {  // the job moved on: the queue line goes
+    ClearLive();
+    progress_.clear();
+    progress_is_queue_ = false;
+  }
   last_seq_ = event.seq();
   if (options_.json) {
     out_ << ToJsonLine(event) << "\n" << std::flush;
@@ -51,9 +60,19 @@ void EventPrinter::Print(const v1::JobEvent& event) {
     case v1::JobEvent::kState:
       PrintState(event.state());
       break;
+    case v1::JobEvent::kHeartbeat:  // handled above
     case v1::JobEvent::PAYLOAD_NOT_SET:
       break;
   }
+}
+
+void EventPrinter::PrintHeartbeat(const v1::Heartbeat& heartbeat) {
+  if (heartbeat.state() != v1::Job::QUEUED || (!progress_.empty() && !progress_is_queue_)) return;
+  progress_ = heartbeat.queue_position() > 0
+                  ? absl::StrCat("queued, position ", heartbeat.queue_position())
+                  : std::string("queued");
+  progress_is_queue_ = true;
+  DrawLive();
 }
 
 void EventPrinter::PrintStep(const v1::StepMetrics& step) {

@@ -1,6 +1,8 @@
 // Follow mode: turns a job's event stream into what `mpsctl submit --follow` and `mpsctl logs`
 // print, either for people (a live progress line, epoch and log lines, a final summary) or as
-// one JSON object per event.
+// one JSON object per event. Heartbeats (seq 0) are not events of the job: they are never
+// printed, except that on a terminal the live line of a queued job shows its place in the
+// queue ("queued, position 3").
 #ifndef MPSD_CLIENT_EVENT_PRINTER_H_
 #define MPSD_CLIENT_EVENT_PRINTER_H_
 
@@ -40,10 +42,11 @@ class EventPrinter {
 
   // The terminal state (SUCCEEDED, FAILED, CANCELLED, INTERRUPTED) once its event was printed.
   std::optional<v1::Job::State> final_state() const { return final_state_; }
-  // seq of the last event printed; 0 before the first.
+  // seq of the last event printed (heartbeats have none); 0 before the first.
   int64_t last_seq() const { return last_seq_; }
 
  private:
+  void PrintHeartbeat(const v1::Heartbeat& heartbeat);
   void PrintStep(const v1::StepMetrics& step);
   void PrintState(const v1::StateChange& state);
   // A whole line above the live progress line.
@@ -60,6 +63,7 @@ class EventPrinter {
   int64_t last_seq_ = 0;
   int64_t step_every_ = 0;      // when not live; chosen at the first step
   std::string progress_;        // the newest progress line, empty before the first step
+  bool progress_is_queue_ = false;  // progress_ is "queued, position N", not a step
   bool live_shown_ = false;     // progress_ is on screen with the cursor at its end
   std::optional<v1::JobSummary> summary_;
 };

@@ -299,6 +299,33 @@ std::string FormatDevice(const v1::DeviceInfo& d) {
   return out;
 }
 
+std::string FormatServerStatus(const v1::ServerStatus& s) {
+  std::string out;
+  auto line = [&out](absl::string_view label, absl::string_view value) {
+    absl::StrAppendFormat(&out, "%-11s %s\n", label, value);
+  };
+  line("streams", absl::StrCat(FormatThousands(s.open_streams()), " open, ",
+                               FormatThousands(s.event_watches()), " waiting for events"));
+  line("queue", absl::StrCat(FormatThousands(s.queued_jobs()), " queued, ",
+                             s.running_job_id().empty()
+                                 ? std::string("no job running")
+                                 : absl::StrCat("job ", s.running_job_id(), " running")));
+  line("jobs", FormatThousands(s.jobs_total()));
+  line("memory", s.rss_bytes() > 0 ? absl::StrCat(FormatMiB(s.rss_bytes()), " resident")
+                                   : std::string("unknown"));
+  line("uptime", FormatSeconds(s.uptime_s()));
+  std::string events = absl::StrCat(FormatThousands(s.events_stored()), " stored in ",
+                                    Plural(s.event_commits(), "commit"), ", ",
+                                    FormatThousands(s.events_pending()), " pending");
+  if (s.commit_time_s() > 0) {
+    absl::StrAppend(&events, "; ", FormatThousands(std::llround(s.events_stored() /
+                                                                  s.commit_time_s())),
+                    " events/s of commit time");
+  }
+  line("events", events);
+  return out;
+}
+
 namespace {
 
 // Terminal columns of UTF-8 text whose characters are each one column wide ("3×224×224" is 9).

@@ -68,6 +68,14 @@ std::string FormatDevice(const v1::DeviceInfo& device);
 // for a model that cannot take the input, why); numbers right-aligned, each row ending in '\n'.
 // "no models\n" when empty.
 std::string FormatModelTable(const v1::ListModelsResponse& response);
+// `mpsctl status`: labelled lines, e.g.
+//   streams     2 open, 1 waiting for events
+//   queue       3 queued, job 12 running
+//   jobs        57
+//   memory      45.2 MiB resident
+//   uptime      2h 01m
+//   events      12,345 stored in 456 commits, 0 pending; 81,234 events/s of commit time
+std::string FormatServerStatus(const v1::ServerStatus& status);
 
 }  // namespace mpsd::client
 

@@ -188,6 +188,17 @@ std::string UnknownField(const Descriptor& d, absl::string_view name) {
   return absl::StrCat("unknown field (", d.name(), " has ", EnglishList(names, "and"), ")");
 }
 
+// The fields of SubmitJobRequest outside its `spec` oneof (priority, request_id): top-level keys
+// of a job file beside `kind`, in proto order.
+std::vector<const FieldDescriptor*> RequestLevelFields() {
+  const Descriptor& request = *v1::SubmitJobRequest::descriptor();
+  std::vector<const FieldDescriptor*> fields;
+  for (int i = 0; i < request.field_count(); ++i) {
+    if (request.field(i)->real_containing_oneof() == nullptr) fields.push_back(request.field(i));
+  }
+  return fields;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The walk.
 
@@ -204,8 +215,11 @@ class JobFileParser {
 
   // The `spec` member that `kind` names, or nullptr after recording why there is none.
   const FieldDescriptor* KindField(const YAML::Node& root);
+  // Fills `message` from the keys of `map`, except those in `skip_keys`.
   void FillMessage(const YAML::Node& map, const std::string& path, Message& message,
-                   absl::string_view skip_key);
+                   const std::set<std::string>& skip_keys);
+  // Sets the request-level fields (priority, request_id) from their top-level keys.
+  void FillRequestFields(const YAML::Node& root, v1::SubmitJobRequest& request);
   bool CheckOneof(const YAML::Node& key, const std::string& path, const Message& message,
                   const FieldDescriptor& field);
   // One key's value: unset when null, else a map, a list or one value as the field's shape says.
@@ -267,7 +281,10 @@ absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml
             absl::StrCat("expected a map of job fields, got ", Describe(documents[0])));
     } else if (const FieldDescriptor* kind = KindField(documents[0])) {
       Message* spec = request.GetReflection()->MutableMessage(&request, kind);
-      FillMessage(documents[0], "", *spec, "kind");
+      std::set<std::string> skip_keys = {"kind"};
+      for (const FieldDescriptor* field : RequestLevelFields()) skip_keys.insert(field->name());
+      FillMessage(documents[0], "", *spec, skip_keys);
+      FillRequestFields(documents[0], request);
     }
   }
   if (errors_.empty()) return request;
@@ -300,7 +317,7 @@ const FieldDescriptor* JobFileParser::KindField(const YAML::Node& root) {
 }
 
 void JobFileParser::FillMessage(const YAML::Node& map, const std::string& path, Message& message,
-                                absl::string_view skip_key) {
+                                const std::set<std::string>& skip_keys) {
   const Descriptor& descriptor = *message.GetDescriptor();
   std::set<std::string> seen;
   for (const auto& entry : map) {
@@ -315,7 +332,7 @@ void JobFileParser::FillMessage(const YAML::Node& map, const std::string& path, 
       Error(key, field_path, "duplicate key");
       continue;
     }
-    if (name == skip_key) continue;
+    if (skip_keys.count(name) > 0) continue;
     const FieldDescriptor* field = descriptor.FindFieldByName(name);
     if (field == nullptr) {
       Error(key, field_path, UnknownField(descriptor, name));
@@ -323,6 +340,16 @@ void JobFileParser::FillMessage(const YAML::Node& map, const std::string& path, 
     }
     if (!entry.second.IsNull() && !CheckOneof(key, field_path, message, *field)) continue;
     SetField(entry.second, field_path, message, *field);
+  }
+}
+
+void JobFileParser::FillRequestFields(const YAML::Node& root, v1::SubmitJobRequest& request) {
+  for (const auto& entry : root) {
+    if (!entry.first.IsScalar()) continue;  // FillMessage reported it
+    const std::string& name = entry.first.Scalar();
+    const FieldDescriptor* field = v1::SubmitJobRequest::descriptor()->FindFieldByName(name);
+    if (field == nullptr || field->real_containing_oneof() != nullptr) continue;
+    SetField(entry.second, name, request, *field);
   }
 }
 
@@ -385,7 +412,7 @@ void JobFileParser::SetValue(const YAML::Node& value, const std::string& path, M
       return;
     }
     Message* sub = add ? r.AddMessage(&message, &field) : r.MutableMessage(&message, &field);
-    FillMessage(value, path, *sub, "");
+    FillMessage(value, path, *sub, {});
     return;
   }
   if (!value.IsScalar()) {
@@ -656,7 +683,13 @@ std::string FormatJobFile(const v1::SubmitJobRequest& request) {
   if (kind == nullptr) return "";
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "kind" << YAML::Value << kind->message_type()->name();
-  EmitFields(out, request.GetReflection()->GetMessage(request, kind));
+  const Reflection& r = *request.GetReflection();
+  for (const FieldDescriptor* field : RequestLevelFields()) {
+    if (!r.HasField(request, field)) continue;
+    out << YAML::Key << field->name() << YAML::Value;
+    EmitScalar(out, request, *field, 0);
+  }
+  EmitFields(out, r.GetMessage(request, kind));
   out << YAML::EndMap;
   return absl::StrCat(out.c_str(), "\n");
 }

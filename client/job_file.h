@@ -1,6 +1,8 @@
 // Job files: YAML documents that become mpsd.v1.SubmitJobRequest, and back.
 //
 //   kind: TrainJob                      # picks the `spec` oneof member whose message is TrainJob
+//   priority: 5                         # fields of SubmitJobRequest itself (outside `spec`):
+//   request_id: nightly-2024-05-01      #   priority, request_id
 //   model: {name: convnet}              # every other key is a field of that message, by its
 //   dataset: {name: fashion-mnist, limit_train: 2000}   # proto field name, nested as in the proto
 //   batch_size: 64
@@ -37,7 +39,8 @@ absl::StatusOr<mpsd::v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
 // cannot be read; the message names the path.
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
 
-// The job file for `request`: `kind:` first, then the set fields in proto order. Strings that YAML
+// The job file for `request`: `kind:` first, then the set request-level fields (priority,
+// request_id), then the spec's set fields in proto order. Strings that YAML
 // would read as another type are quoted, so any YAML reader (PyYAML too) reads the same values
 // back, and ParseJobFile(FormatJobFile(r)) == r. Empty string when no spec is set.
 std::string FormatJobFile(const mpsd::v1::SubmitJobRequest& request);

@@ -55,12 +55,32 @@ int main(int argc, char** argv) {
   std::string job_file, job_id;
   bool follow = false;
   int64_t after_seq = 0;
+  mpsd::client::SubmitOverrides overrides;
   CLI::App* submit = app.add_subcommand("submit", "submit a job file and print the job's id");
   submit->add_option("FILE", job_file, "YAML job file (see examples/)")->required();
   submit->add_flag("-f,--follow", follow, "follow the job until it ends; exit 0 if it succeeded");
+  submit->add_option("--priority", overrides.priority,
+                     "queued jobs run highest priority first (default: the file's priority:, "
+                     "else 0)")
+      ->type_name("N");
+  submit->add_option("--request-id", overrides.request_id,
+                     "submit at most once: the same id returns the job it created "
+                     "(default: the file's request_id:)")
+      ->type_name("ID");
   CLI::App* get = app.add_subcommand("get", "show a job");
   get->add_option("ID", job_id, "job id")->required();
+  mpsd::client::ListOptions list_options;
   CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
+  list->add_option("--state", list_options.states,
+                   "only jobs in this state (queued, running, succeeded, failed, cancelled, "
+                   "interrupted); repeat or separate with commas for several")
+      ->type_name("STATE");
+  list->add_option("--kind", list_options.kind, "only jobs of this kind (TrainJob, BenchJob)")
+      ->type_name("KIND");
+  list->add_option("--limit", list_options.limit, "show at most N jobs; 0 for all")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
   cancel->add_option("ID", job_id, "job id")->required();
   CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
@@ -86,6 +106,8 @@ int main(int argc, char** argv) {
       ->add_option("--num-classes", num_classes,
                    "count at this many classes (default: each model's natural count)")
       ->type_name("N");
+  CLI::App* status = app.add_subcommand(
+      "status", "show the daemon's health: streams, queue, memory, events stored");
 
   try {
     app.parse(argc, argv);
@@ -102,12 +124,13 @@ int main(int argc, char** argv) {
   options.explain_interrupt = true;
   std::unique_ptr<Commands> commands = Commands::Connect(options, std::cout, std::cerr);
 
-  if (*submit) return commands->Submit(job_file, follow);
+  if (*submit) return commands->Submit(job_file, follow, overrides);
   if (*get) return commands->Get(job_id);
-  if (*list) return commands->List();
+  if (*list) return commands->List(list_options);
   if (*cancel) return commands->Cancel(job_id);
   if (*logs) return commands->Logs(job_id, follow, after_seq);
   if (*device) return commands->Device();
   if (*models) return commands->Models(input_shape, num_classes);
+  if (*status) return commands->Status();
   return mpsd::client::kExitUsage;
 }

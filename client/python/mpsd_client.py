@@ -78,7 +78,8 @@ def import_stubs(stubs_dir=None):
 # ---------------------------------------------------------------------------------------------
 # Job files. The YAML is read with every scalar as a string, then typed by the proto field, so
 # `device: 12` stays "12" and `batch_size: sixty` names its path (as client/job_file.cc does,
-# without line numbers).
+# without line numbers). Top-level keys beside `kind` that are fields of SubmitJobRequest itself
+# (`priority`, `request_id`) go into the request; every other key is a field of the job.
 
 _NULL_WORDS = ("", "~", "null", "Null", "NULL")
 _TRUE_WORDS = ("true", "yes", "on")
@@ -201,6 +202,20 @@ def _fill(message, mapping, path, errors):
             errors.append(str(e))
 
 
+def _fill_request_fields(request, doc, errors):
+    """Moves the request-level keys (priority, request_id) out of `doc` into `request`."""
+    for field in request.DESCRIPTOR.fields:
+        if field.containing_oneof is not None or field.name not in doc:
+            continue
+        value = doc.pop(field.name)
+        if isinstance(value, str) and value in _NULL_WORDS:
+            continue
+        try:
+            setattr(request, field.name, _scalar(field, value, field.name))
+        except JobFileError as e:
+            errors.append(str(e))
+
+
 def parse_job_file(text, filename, pb2):
     """`text` of a job file → pb2.SubmitJobRequest; raises JobFileError naming file and paths."""
     import yaml
@@ -227,9 +242,10 @@ def parse_job_file(text, filename, pb2):
     if kind not in kinds:
         raise JobFileError('%s: kind: unknown %s (expected %s)' % (filename, _describe(kind), expected))
     request = pb2.SubmitJobRequest()
+    errors = []
+    _fill_request_fields(request, doc, errors)
     job = getattr(request, kinds[kind])
     job.SetInParent()
-    errors = []
     _fill(job, doc, "", errors)
     if errors:
         raise JobFileError("\n".join("%s: %s" % (filename, e) for e in errors))
@@ -248,14 +264,19 @@ def terminal_states(pb2):
     return (pb2.Job.SUCCEEDED, pb2.Job.FAILED, pb2.Job.CANCELLED, pb2.Job.INTERRUPTED)
 
 
-def follow_events(stub, pb2, job_id, after_seq=0):
+def follow_events(stub, pb2, job_id, after_seq=0, heartbeats=False):
     """Yields the job's JobEvents after `after_seq` up to and including its terminal state event.
 
-    The stream has no deadline (a job may run for hours). Raises grpc.RpcError if it fails.
+    Heartbeats (seq 0, sent while the stream is idle; for a queued job they carry its queue
+    position) are yielded only with heartbeats=True. To resume after a lost connection, pass the
+    last non-zero seq seen as `after_seq`. The stream has no deadline (a job may run for hours).
+    Raises grpc.RpcError if it fails.
     """
     call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=after_seq))
     try:
         for event in call:
+            if event.WhichOneof("payload") == "heartbeat" and not heartbeats:
+                continue
             yield event
             if event.WhichOneof("payload") == "state" and event.state.state in terminal_states(pb2):
                 return

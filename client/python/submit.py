@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Submit an mpsd job file and print each JobEvent as one JSON line until the job ends.
 
-  /usr/bin/python3 client/python/submit.py [--server ADDR] [--stubs DIR] JOB.yaml
+  /usr/bin/python3 client/python/submit.py [--server ADDR] [--stubs DIR] [--priority N]
+      [--request-id ID] JOB.yaml
 
 stdout: one JSON object per event (protobuf's JSON mapping, proto field names); the job id and
 errors go to stderr. Exit status: 0 if the job SUCCEEDED; 1 if it did not, or the job file or the
@@ -28,6 +29,11 @@ def main(argv=None):
     parser.add_argument("--stubs", metavar="DIR",
                         help="directory holding mpsd/v1/mpsd_pb2.py (default: $%s, then build*/python)"
                         % mpsd_client.STUBS_ENV)
+    parser.add_argument("--priority", type=int,
+                        help="queued jobs run highest priority first (default: the file's priority:, else 0)")
+    parser.add_argument("--request-id",
+                        help="submit at most once: the same id returns the job it created "
+                        "(default: the file's request_id:)")
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="deadline of the SubmitJob call, seconds (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -53,6 +59,11 @@ def main(argv=None):
     except OSError as e:
         print("%s: cannot read %s: %s" % (PROG, args.job_file, e.strerror), file=sys.stderr)
         return EXIT_FAILED
+
+    if args.priority is not None:
+        request.priority = args.priority
+    if args.request_id is not None:
+        request.request_id = args.request_id
 
     server = "unix://" + args.server if args.server.startswith("/") else args.server
     job_id = None
