@@ -129,6 +129,50 @@ TEST(EventPrinterTest, JsonPrintsEveryEventOnItsOwnLine) {
   EXPECT_THAT(out, Not(HasSubstr("\r")));
 }
 
+// A heartbeat as the daemon sends it on an idle stream: seq 0.
+v1::JobEvent Heartbeat(v1::Job::State state, int position) {
+  v1::JobEvent e;
+  e.set_job_id("42");
+  e.mutable_heartbeat()->set_state(state);
+  e.mutable_heartbeat()->set_queue_position(position);
+  return e;
+}
+
+TEST(EventPrinterTest, LiveLineShowsTheQueuePositionUntilTheJobRuns) {
+  EventPrinter::Options options;
+  options.live = true;
+  std::vector<v1::JobEvent> events = TrainEvents(1);
+  events.insert(events.begin() + 1, {Heartbeat(v1::Job::QUEUED, 3),
+                                     Heartbeat(v1::Job::QUEUED, 2)});
+  events.insert(events.begin() + 5, Heartbeat(v1::Job::RUNNING, 0));  // ignored
+  std::ostringstream out;
+  EventPrinter printer("42", options, out);
+  int64_t seq = 0;  // heartbeats leave last_seq() at the last real event's
+  for (const v1::JobEvent& e : events) {
+    printer.Print(e);
+    if (!e.has_heartbeat()) seq = e.seq();
+    EXPECT_EQ(printer.last_seq(), seq);
+  }
+  printer.Finish();
+  EXPECT_THAT(out.str(), HasSubstr("job 42 QUEUED\n\r\x1b[Kqueued, position 3"
+                                   "\r\x1b[Kqueued, position 2"
+                                   "\r\x1b[Kjob 42 RUNNING\n"));
+  EXPECT_EQ(printer.last_seq(), events.back().seq());
+}
+
+TEST(EventPrinterTest, HeartbeatsAreNeitherPrintedNorCountedOffALiveTerminal) {
+  std::vector<v1::JobEvent> events = TrainEvents(2);
+  events.insert(events.begin() + 1, Heartbeat(v1::Job::QUEUED, 1));
+  events.insert(events.begin() + 4, Heartbeat(v1::Job::RUNNING, 0));
+  std::vector<v1::JobEvent> without = TrainEvents(2);
+  for (bool json : {false, true}) {
+    EventPrinter::Options options;
+    options.json = json;
+    options.live = json;  // JSON ignores live
+    EXPECT_EQ(PrintAll(events, options), PrintAll(without, options)) << "json " << json;
+  }
+}
+
 TEST(EventPrinterTest, FailedJob) {
   std::vector<v1::JobEvent> events = TrainEvents(2);
   events.back().mutable_state()->set_state(v1::Job::FAILED);

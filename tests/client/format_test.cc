@@ -215,6 +215,30 @@ TEST(FormatTest, Device) {
             "jobs run     3\n");
 }
 
+TEST(FormatTest, ServerStatus) {
+  v1::ServerStatus s;
+  s.set_open_streams(2);
+  s.set_event_watches(1);
+  s.set_queued_jobs(3);
+  s.set_running_job_id("12");
+  s.set_jobs_total(1057);
+  s.set_rss_bytes(int64_t{45} * 1024 * 1024);
+  s.set_uptime_s(7300);
+  s.set_events_stored(12345);
+  s.set_event_commits(456);
+  s.set_commit_time_s(0.5);
+  EXPECT_EQ(FormatServerStatus(s),
+            "streams     2 open, 1 waiting for events\n"
+            "queue       3 queued, job 12 running\n"
+            "jobs        1,057\n"
+            "memory      45.0 MiB resident\n"
+            "uptime      2h 01m\n"
+            "events      12,345 stored in 456 commits, 0 pending; 24,690 events/s of commit "
+            "time\n");
+  EXPECT_THAT(FormatServerStatus(v1::ServerStatus()),
+              HasSubstr("queue       0 queued, no job running\n"));
+}
+
 TEST(FormatTest, JsonKeepsProtoFieldNames) {
   v1::StepMetrics step = Step();
   const std::string json = ToJsonLine(step);

@@ -226,6 +226,28 @@ TEST(JobFileTest, FormatRoundTrips) {
   EXPECT_THAT(FormatJobFile(tricky), HasSubstr("device: \"12\""));
 }
 
+TEST(JobFileTest, PriorityAndRequestIdAreTopLevelKeysOfTheRequest) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(
+      "kind: TrainJob\npriority: -2\nrequest_id: 7\nbatch_size: 8\n", "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->priority(), -2);
+  EXPECT_EQ(r->request_id(), "7");  // a string field keeps the text
+  EXPECT_EQ(r->train_job().batch_size(), 8);
+
+  EXPECT_THAT(ErrorOf("kind: TrainJob\npriority: high\n"),
+              HasSubstr("job.yaml:2:11: priority: expected an integer, got \"high\""));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\npriority: 1\npriority: 2\n"),
+              HasSubstr("job.yaml:3:1: priority: duplicate key"));
+
+  v1::SubmitJobRequest request = *r;
+  const std::string text = FormatJobFile(request);
+  EXPECT_THAT(text, testing::StartsWith(
+                        "kind: TrainJob\npriority: -2\nrequest_id: \"7\"\nbatch_size: 8\n"));
+  absl::StatusOr<v1::SubmitJobRequest> back = ParseJobFile(text, "formatted.yaml");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(request, *back)) << text;
+}
+
 TEST(JobFileTest, FormatBenchJob) {
   v1::SubmitJobRequest request;
   request.mutable_bench_job()->add_models("convnet");

@@ -83,6 +83,15 @@ class JobFileTest(unittest.TestCase):
         self.assertEqual(r.WhichOneof("spec"), "bench_job")
         self.assertEqual(list(r.bench_job.batch_sizes), [1, 64])
 
+    def test_priority_and_request_id_are_request_fields(self):
+        r = self.parse("kind: TrainJob\npriority: -3\nrequest_id: 7\nbatch_size: 8\n")
+        self.assertEqual(r.priority, -3)
+        self.assertEqual(r.request_id, "7")  # a string field keeps the text
+        self.assertEqual(r.train_job.batch_size, 8)
+        self.assertFalse(r.train_job.HasField("model"))
+        self.assertEqual(self.error("kind: TrainJob\npriority: high\n"),
+                         'job.yaml: priority: expected an integer, got "high"')
+
     def test_string_field_keeps_number_text(self):
         self.assertEqual(self.parse("kind: TrainJob\ndevice: 12\n").train_job.device, "12")
 
@@ -245,6 +254,29 @@ class SubmitWithRealDaemonTest(unittest.TestCase):
                          '%s: batch_size: expected an integer, got "sixty"\n' % job_file)
         self.assertEqual(result.stdout, "")
         self.assertEqual(self.mpsd.job_count(), jobs)
+
+
+    def test_request_id_submits_once(self):
+        jobs = self.mpsd.job_count()
+        job_file = self.job_file(train_job_yaml(320, 64, epochs=1))
+        request_id = "py-%d" % os.getpid()
+        first = run_submit(self.mpsd.address, job_file, "--request-id", request_id,
+                           "--priority", "4")
+        self.assertEqual(first.returncode, 0, first.stderr)
+        again = run_submit(self.mpsd.address, job_file, "--request-id", request_id,
+                           "--priority", "4")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stderr, first.stderr)  # "submitted job N", the same N
+        self.assertEqual(again.stdout, first.stdout)  # the same stored events
+        self.assertEqual(self.mpsd.job_count(), jobs + 1)
+        job_id = json.loads(first.stdout.splitlines()[0])["job_id"]
+        job = self.mpsd.stub.GetJob(pb2.GetJobRequest(job_id=job_id), timeout=10)
+        self.assertEqual((job.spec.priority, job.spec.request_id), (4, request_id))
+
+        other = run_submit(self.mpsd.address, job_file, "--request-id", request_id,
+                           "--priority", "5")
+        self.assertEqual(other.returncode, 1)
+        self.assertIn("already used for job %s" % job_id, other.stderr)
 
 
 class SubmitWithoutDaemonTest(unittest.TestCase):

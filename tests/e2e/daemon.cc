@@ -16,12 +16,34 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace mpsd::testing {
 namespace {
+
+// A context whose deadline is 30 s from now.
+std::unique_ptr<grpc::ClientContext> UnaryContext() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return context;
+}
+
+absl::Status ToAbsl(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+// Runs one unary call of the stub and returns its response or its error.
+template <typename Response, typename Request, typename Call>
+absl::StatusOr<Response> Unary(Call call, const Request& request) {
+  Response response;
+  grpc::Status status = call(UnaryContext().get(), request, &response);
+  if (!status.ok()) return ToAbsl(status);
+  return response;
+}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -92,9 +114,11 @@ Daemon::~Daemon() {
 void Daemon::Start(const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv = {MpsdPath(), "--listen", address_, "--state-dir", state_dir_};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  const std::string socket_path = address_.substr(std::strlen("unix://"));
+  std::error_code ignored;
+  std::filesystem::remove(socket_path, ignored);  // left behind by SIGKILL
   pid_ = Spawn(argv, log_path_ + ".out", log_path_);
   // Wait for the socket file first: a channel that fails to connect backs off for seconds.
-  const std::string socket_path = address_.substr(std::strlen("unix://"));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!std::filesystem::exists(socket_path)) {
     int status = 0;
@@ -145,5 +169,103 @@ std::vector<mpsd::v1::JobEvent> ParseEventLines(const std::string& text) {
   }
   return events;
 }
+
+mpsd::v1::SubmitJobRequest TrainJobRequest(int64_t limit_train, int64_t limit_test, int epochs,
+                                           int batch_size, const std::string& model) {
+  mpsd::v1::SubmitJobRequest request;
+  mpsd::v1::TrainJob* job = request.mutable_train_job();
+  job->mutable_model()->set_name(model);
+  job->mutable_dataset()->set_name("fashion-mnist");
+  job->mutable_dataset()->set_root("/usr/share/datasets/fashion-mnist");
+  job->mutable_dataset()->set_limit_train(limit_train);
+  job->mutable_dataset()->set_limit_test(limit_test);
+  job->set_batch_size(batch_size);
+  job->set_epochs(epochs);
+  job->mutable_optimizer()->set_name("adam");
+  job->mutable_optimizer()->set_learning_rate(0.001);
+  job->set_seed(1);
+  job->set_device("cpu");
+  return request;
+}
+
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+namespace rpc {
+
+absl::StatusOr<mpsd::v1::Job> Submit(Daemon& daemon, const mpsd::v1::SubmitJobRequest& request) {
+  auto call = [&](auto* c, const auto& r, auto* o) { return daemon.stub().SubmitJob(c, r, o); };
+  return Unary<mpsd::v1::Job>(call, request);
+}
+
+absl::StatusOr<mpsd::v1::Job> Get(Daemon& daemon, const std::string& job_id) {
+  mpsd::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  auto call = [&](auto* c, const auto& r, auto* o) { return daemon.stub().GetJob(c, r, o); };
+  return Unary<mpsd::v1::Job>(call, request);
+}
+
+absl::StatusOr<mpsd::v1::Job> Cancel(Daemon& daemon, const std::string& job_id) {
+  mpsd::v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  auto call = [&](auto* c, const auto& r, auto* o) { return daemon.stub().CancelJob(c, r, o); };
+  return Unary<mpsd::v1::Job>(call, request);
+}
+
+absl::StatusOr<mpsd::v1::ListJobsResponse> List(Daemon& daemon,
+                                                const mpsd::v1::ListJobsRequest& request) {
+  auto call = [&](auto* c, const auto& r, auto* o) { return daemon.stub().ListJobs(c, r, o); };
+  return Unary<mpsd::v1::ListJobsResponse>(call, request);
+}
+
+absl::StatusOr<mpsd::v1::ServerStatus> Status(Daemon& daemon) {
+  auto call = [&](auto* c, const auto& r, auto* o) {
+    return daemon.stub().GetServerStatus(c, r, o);
+  };
+  return Unary<mpsd::v1::ServerStatus>(call, mpsd::v1::GetServerStatusRequest());
+}
+
+std::vector<mpsd::v1::JobEvent> StreamAll(Daemon& daemon, const std::string& job_id,
+                                          int64_t after_seq, grpc::Status* final_status) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  mpsd::v1::StreamEventsRequest request;
+  request.set_job_id(job_id);
+  request.set_after_seq(after_seq);
+  auto reader = daemon.stub().StreamEvents(&context, request);
+  std::vector<mpsd::v1::JobEvent> events;
+  mpsd::v1::JobEvent event;
+  while (reader->Read(&event)) {
+    if (!event.has_heartbeat()) events.push_back(event);
+  }
+  grpc::Status status = reader->Finish();
+  if (final_status != nullptr) *final_status = status;
+  return events;
+}
+
+absl::StatusOr<mpsd::v1::Job> WaitForEnd(Daemon& daemon, const std::string& job_id,
+                                         absl::Duration timeout) {
+  absl::StatusOr<mpsd::v1::Job> job;
+  auto ended = [&] {
+    job = Get(daemon, job_id);
+    if (!job.ok()) return true;
+    const mpsd::v1::Job::State state = job->state();
+    return state == mpsd::v1::Job::SUCCEEDED || state == mpsd::v1::Job::FAILED ||
+           state == mpsd::v1::Job::CANCELLED || state == mpsd::v1::Job::INTERRUPTED;
+  };
+  if (!WaitUntil(ended, timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " did not end within ",
+                                                    absl::FormatDuration(timeout)));
+  }
+  return job;
+}
+
+}  // namespace rpc
 
 }  // namespace mpsd::testing

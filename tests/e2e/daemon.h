@@ -5,10 +5,16 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <grpcpp/support/status.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
 
 namespace mpsd::testing {
@@ -46,6 +52,7 @@ class Daemon {
   ~Daemon();
 
   // Starts mpsd and waits (up to 60 s) until it answers GetDevice. Fails the test otherwise.
+  // A socket file left by a killed daemon is removed first.
   void Start(const std::vector<std::string>& extra_args = {});
   // Sends `signal` and waits for the process; returns its exit status as waitpid gives it.
   int Stop(int signal);
@@ -71,6 +78,40 @@ std::string SourcePath(const std::string& relative);
 // Parses one JSON object per line (protobuf's JSON mapping) into JobEvents; fails the test on
 // a line that does not parse.
 std::vector<mpsd::v1::JobEvent> ParseEventLines(const std::string& text);
+
+// ---------------------------------------------------------------------------------------------
+// gRPC helpers for tests that talk to the daemon directly. Unary calls have a 30 s deadline.
+
+// A Fashion-MNIST TrainJob on the CPU: limit_train / batch_size steps per epoch (the last
+// partial batch counts), seed 1, Adam.
+mpsd::v1::SubmitJobRequest TrainJobRequest(int64_t limit_train, int64_t limit_test, int epochs,
+                                           int batch_size, const std::string& model = "convnet");
+
+// Calls `done` every 20 ms until it returns true (then true) or `timeout` passed (then false).
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(120));
+
+// One call each; errors are the daemon's, as absl statuses (the codes are the same numbers).
+namespace rpc {
+
+absl::StatusOr<mpsd::v1::Job> Submit(Daemon& daemon, const mpsd::v1::SubmitJobRequest& request);
+absl::StatusOr<mpsd::v1::Job> Get(Daemon& daemon, const std::string& job_id);
+absl::StatusOr<mpsd::v1::Job> Cancel(Daemon& daemon, const std::string& job_id);
+absl::StatusOr<mpsd::v1::ListJobsResponse> List(Daemon& daemon,
+                                                const mpsd::v1::ListJobsRequest& request);
+absl::StatusOr<mpsd::v1::ServerStatus> Status(Daemon& daemon);
+
+// Reads a job's stream from after_seq until the server ends it (at most 300 s), leaving out
+// heartbeats; `final_status` gets how it ended.
+std::vector<mpsd::v1::JobEvent> StreamAll(Daemon& daemon, const std::string& job_id,
+                                          int64_t after_seq = 0,
+                                          grpc::Status* final_status = nullptr);
+
+// Polls Get until the job is in a terminal state; returns it then, or an error (the call's,
+// or DEADLINE_EXCEEDED after `timeout`).
+absl::StatusOr<mpsd::v1::Job> WaitForEnd(Daemon& daemon, const std::string& job_id,
+                                         absl::Duration timeout = absl::Seconds(300));
+
+}  // namespace rpc
 
 }  // namespace mpsd::testing
 

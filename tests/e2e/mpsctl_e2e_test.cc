@@ -581,6 +581,85 @@ TEST_F(MpsctlE2eTest, ModelThatCannotTakeTheDatasetsImagesIsRejectedAtSubmit) {
   EXPECT_EQ(submitted.out, "");
 }
 
+TEST_F(MpsctlE2eTest, SubmitPriorityAndRequestId) {
+  const std::string file =
+      JobFile("job.yaml", absl::StrCat("priority: 2\nrequest_id: nightly-7\n", TinyJobYaml()));
+  CommandResult first = Mpsctl({"submit", file, "--priority", "7"});
+  EXPECT_EQ(first.exit_code, 0) << first.err;
+  const std::string id(absl::StripSuffix(first.out, "\n"));
+  const Job job = GetJob(*daemon_, id);
+  EXPECT_EQ(job.spec().priority(), 7);  // the flag over the file
+  EXPECT_EQ(job.spec().request_id(), "nightly-7");
+
+  // The same request again: the same job, no new one.
+  const int jobs = ListJobs().jobs_size();
+  CommandResult again = Mpsctl({"submit", file, "--priority", "7"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, first.out);
+  EXPECT_EQ(ListJobs().jobs_size(), jobs);
+  // Another request under that id is refused, naming the job.
+  CommandResult other = Mpsctl({"submit", file});
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_THAT(other.err, HasSubstr(absl::StrCat("already used for job ", id)));
+
+  CommandResult get = Mpsctl({"get", id});
+  EXPECT_THAT(get.out,
+              HasSubstr("spec:\n  kind: TrainJob\n  priority: 7\n  request_id: nightly-7\n"));
+  CancelAndWait(id);
+}
+
+TEST_F(MpsctlE2eTest, ListFiltersByStateAndKindWithALimit) {
+  const FinishedJob& finished = Finished();
+  ASSERT_THAT(finished.id, Not(IsEmpty()));
+  const std::string cancelled = Submit(JobFile("long.yaml", LongJobYaml()));
+  CancelAndWait(cancelled);
+
+  CommandResult succeeded = Mpsctl({"list", "--state", "succeeded"});
+  EXPECT_EQ(succeeded.exit_code, 0) << succeeded.err;
+  EXPECT_THAT(succeeded.out, HasSubstr(absl::StrCat("\n", finished.id, " ")));
+  EXPECT_THAT(succeeded.out, Not(HasSubstr("CANCELLED")));
+  CommandResult both = Mpsctl({"list", "--state", "SUCCEEDED,cancelled"});
+  EXPECT_THAT(both.out, AllOf(HasSubstr("SUCCEEDED"), HasSubstr("CANCELLED")));
+  CommandResult queued = Mpsctl({"list", "--state", "queued", "--state", "running"});
+  EXPECT_EQ(queued.out, "no jobs\n");
+  EXPECT_EQ(Mpsctl({"list", "--kind", "BenchJob"}).out, "no jobs\n");
+  EXPECT_THAT(Mpsctl({"list", "--kind", "train_job"}).out, HasSubstr("TrainJob"));
+
+  // The newest job only, and a note that there are more.
+  CommandResult one = Mpsctl({"list", "--limit", "1"});
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  const std::vector<std::string> lines = Lines(one.out);
+  ASSERT_EQ(lines.size(), 3u) << one.out;
+  EXPECT_THAT(lines[1], StartsWith(cancelled + " "));
+  EXPECT_THAT(lines[2], HasSubstr("the newest 1 shown"));
+  mpsd::v1::ListJobsResponse json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Mpsctl({"list", "--limit", "1", "--json"}).out, &json).ok());
+  EXPECT_EQ(json.jobs_size(), 1);
+  EXPECT_TRUE(json.next_page_token().empty());
+
+  CommandResult bad = Mpsctl({"list", "--state", "runing"});
+  EXPECT_EQ(bad.exit_code, 64);
+  EXPECT_THAT(bad.err, StartsWith("mpsctl: --state: unknown \"runing\" (expected QUEUED, "));
+  EXPECT_EQ(Mpsctl({"list", "--kind", "nope"}).exit_code, 64);
+}
+
+TEST_F(MpsctlE2eTest, StatusShowsTheDaemonsHealth) {
+  CommandResult status = Mpsctl({"status"});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, StartsWith("streams     0 open, 0 waiting for events\n"
+                                     "queue       0 queued, no job running\n"));
+  EXPECT_THAT(status.out, AllOf(HasSubstr("\nmemory      "), HasSubstr(" MiB resident\n")));
+
+  CommandResult json = Mpsctl({"status", "--json"});
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  mpsd::v1::ServerStatus printed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &printed).ok()) << json.out;
+  EXPECT_GT(printed.rss_bytes(), 0);
+  EXPECT_GT(printed.uptime_s(), 0);
+  EXPECT_EQ(printed.jobs_total(), ListJobs().jobs_size());
+}
+
 TEST_F(MpsctlE2eTest, FailedRunExitsOneWithTheReason) {
   // Training images cut short: the files are there at submit, the read fails at run time.
   const std::string root = dir_.path() + "/corrupt";

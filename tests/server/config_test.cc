@@ -28,11 +28,13 @@ class ConfigTest : public ::testing::Test {
 
 TEST_F(ConfigTest, FileOverridesDefaults) {
   absl::StatusOr<Config> config =
-      LoadConfig(Write("listen: 127.0.0.1:0\nmax_queued: 5\nshutdown_grace_s: 2.5\n"));
+      LoadConfig(Write("listen: 127.0.0.1:0\nmax_queued: 5\nshutdown_grace_s: 2.5\n"
+                       "heartbeat_interval_s: 0.5\n"));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->listen, "127.0.0.1:0");
   EXPECT_EQ(config->max_queued, 5);
   EXPECT_DOUBLE_EQ(config->shutdown_grace_s, 2.5);
+  EXPECT_DOUBLE_EQ(config->heartbeat_interval_s, 0.5);
   EXPECT_EQ(config->state_dir, DefaultConfig().state_dir);  // Not in the file: the default.
 }
 
@@ -40,6 +42,8 @@ TEST_F(ConfigTest, DeployedDefaultFileIsValid) {
   absl::StatusOr<Config> config = LoadConfig(std::string(MPSD_SOURCE_DIR) + "/deploy/mpsd.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->max_queued, DefaultConfig().max_queued);
+  EXPECT_DOUBLE_EQ(config->heartbeat_interval_s, DefaultConfig().heartbeat_interval_s);
+  EXPECT_DOUBLE_EQ(DefaultConfig().heartbeat_interval_s, 15.0);
 }
 
 TEST_F(ConfigTest, EmptyFileIsTheDefaults) {
@@ -60,6 +64,8 @@ TEST_F(ConfigTest, ErrorsNameTheFileAndTheKey) {
       {"log_level: loud\n", "log_level: expected one of trace, debug, info"},
       {"shutdown_grace_s: -1\n", "shutdown_grace_s: must be >= 0"},
       {"cpu_threads: -2\n", "cpu_threads: must be >= 0"},
+      {"heartbeat_interval_s: 0\n", "heartbeat_interval_s: must be > 0"},
+      {"heartbeat_interval_s: often\n", "heartbeat_interval_s: expected a number of seconds"},
       {"listen: [a, b]\n", "listen: expected a string"},
       {"- just\n- a list\n", "expected a mapping"},
       {"max_queued: [\n", ":"},
