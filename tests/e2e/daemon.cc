@@ -144,11 +144,21 @@ void Daemon::Start(const std::vector<std::string>& extra_args) {
                            << ReadFile(log_path_);
 }
 
-int Daemon::Stop(int signal) {
+int Daemon::Stop(int signal, absl::Duration limit) {
   if (pid_ <= 0) return -1;
   kill(pid_, signal);
   int status = 0;
-  waitpid(pid_, &status, 0);
+  const absl::Time deadline = absl::Now() + limit;
+  while (waitpid(pid_, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      ADD_FAILURE() << "mpsd did not exit within " << absl::FormatDuration(limit)
+                    << " of signal " << signal << "; killing it";
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   pid_ = -1;
   return status;
 }

@@ -55,7 +55,8 @@ class Daemon {
   // A socket file left by a killed daemon is removed first.
   void Start(const std::vector<std::string>& extra_args = {});
   // Sends `signal` and waits for the process; returns its exit status as waitpid gives it.
-  int Stop(int signal);
+  // A daemon still running after `limit` fails the test and is killed with SIGKILL.
+  int Stop(int signal, absl::Duration limit = absl::InfiniteDuration());
 
   const std::string& address() const { return address_; }
   const std::string& log_path() const { return log_path_; }

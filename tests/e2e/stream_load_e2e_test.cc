@@ -4,6 +4,7 @@
 // still get every event in order. Prints the figures: step times, RSS, events stored per second.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -85,6 +86,7 @@ class SlowReader {
  private:
   void Loop(Daemon& daemon, const std::string& job_id) {
     grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
     mpsd::v1::StreamEventsRequest request;
     request.set_job_id(job_id);
     auto reader = daemon.stub().StreamEvents(&context, request);
