@@ -69,6 +69,11 @@ struct RunResult {
     }
     return steps;
   }
+  std::vector<float> losses() const {
+    std::vector<float> losses;
+    for (const auto& step : steps()) losses.push_back(step.loss());
+    return losses;
+  }
   int CountEpochs() const {
     int count = 0;
     for (const auto& event : events) count += event.has_epoch() ? 1 : 0;
@@ -485,20 +490,15 @@ TEST(ExecutorRunTest, SameSeedGivesIdenticalLossesOnCpu) {
   mpsd::v1::SubmitJobRequest request = SmallJob();
   request.mutable_train_job()->mutable_dataset()->set_limit_train(320);
   request.mutable_train_job()->mutable_dataset()->set_limit_test(100);
-  auto losses = [](const RunResult& result) {
-    std::vector<float> losses;
-    for (const auto& step : result.steps()) losses.push_back(step.loss());
-    return losses;
-  };
   auto executor = MakeExecutor();
   const RunResult a = RunJob(*executor, request);
   const RunResult b = RunJob(*executor, request);
   request.mutable_train_job()->set_seed(2);
   const RunResult c = RunJob(*executor, request);
   ASSERT_TRUE(a.status.ok() && b.status.ok() && c.status.ok());
-  ASSERT_EQ(losses(a).size(), 5u);
-  EXPECT_EQ(losses(a), losses(b));
-  EXPECT_NE(losses(a), losses(c));
+  ASSERT_EQ(a.losses().size(), 5u);
+  EXPECT_EQ(a.losses(), b.losses());
+  EXPECT_NE(a.losses(), c.losses());
 }
 
 TEST(ExecutorRunTest, CifarCnnLearnsFashionMnistIn100Steps) {
@@ -547,11 +547,6 @@ TEST(ExecutorRunTest, ListModelsAndValidateDuringARunLeaveItsLossesAlone) {
   mpsd::v1::SubmitJobRequest request = SmallJob();
   request.mutable_train_job()->mutable_dataset()->set_limit_train(320);
   request.mutable_train_job()->mutable_dataset()->set_limit_test(100);
-  auto losses = [](const RunResult& result) {
-    std::vector<float> losses;
-    for (const auto& step : result.steps()) losses.push_back(step.loss());
-    return losses;
-  };
   auto executor = MakeExecutor();
   const RunResult alone = RunJob(*executor, request);
   std::atomic<bool> done{false};
@@ -571,7 +566,7 @@ TEST(ExecutorRunTest, ListModelsAndValidateDuringARunLeaveItsLossesAlone) {
   lister.join();
   ASSERT_TRUE(alone.status.ok() && together.status.ok());
   EXPECT_GT(calls, 0);
-  EXPECT_EQ(losses(alone), losses(together));
+  EXPECT_EQ(alone.losses(), together.losses());
 }
 
 TEST(ExecutorDeviceTest, DescribesTheCpu) {
