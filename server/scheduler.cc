@@ -329,7 +329,9 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
     absl::MutexLock lock(&mu_);
     Publish(jobs_[job_id], std::move(event));
   };
-  const absl::Status status = executor_->Run(spec, sink, cancel_running_);
+  mpsd::trainer::JobContext context;
+  context.job_id = job_id;
+  const absl::Status status = executor_->Run(context, spec, sink, cancel_running_);
 
   absl::MutexLock lock(&mu_);
   Job& job = jobs_[job_id];

@@ -152,6 +152,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   server->store_ = *std::move(store);
   mpsd::trainer::Executor::Options executor_options;
   executor_options.cpu_threads = config.cpu_threads;
+  executor_options.artifacts_dir = config.state_dir + "/artifacts";
   absl::StatusOr<std::unique_ptr<mpsd::trainer::Executor>> executor =
       mpsd::trainer::Executor::Create(executor_options);
   if (!executor.ok()) return executor.status();

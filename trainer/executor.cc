@@ -351,8 +351,8 @@ class TorchExecutor final : public Executor {
     return CatchTorchErrors([&] { return ResolveJob(spec).status(); });
   }
 
-  absl::Status Run(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
-                   const std::atomic<bool>& cancelled) override;
+  absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
+                   const EventSink& sink, const std::atomic<bool>& cancelled) override;
 
   mpsd::v1::DeviceInfo GetDevice() const override;
 
@@ -426,8 +426,10 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
   return Train(*model, optimizer, *data, options, sink, cancelled);
 }
 
-absl::Status TorchExecutor::Run(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
+absl::Status TorchExecutor::Run(const JobContext& context,
+                                const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
                                 const std::atomic<bool>& cancelled) {
+  (void)context;  // checkpoints and finished models: TrainJob issue
   absl::StatusOr<TrainJobConfig> job;
   if (absl::Status s = CatchTorchErrors([&] { return (job = ResolveJob(spec)).status(); });
       !s.ok()) {

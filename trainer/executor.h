@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,6 +23,16 @@ namespace mpsd::trainer {
 // between training steps).
 using EventSink = std::function<void(mpsd::v1::JobEvent event)>;
 
+// What the executor knows of a job besides its spec.
+struct JobContext {
+  // The daemon's id of the job ("17"). Names the job's artifact directory
+  // (<artifacts_dir>/<job_id>/: checkpoints, the finished model).
+  std::string job_id;
+  // The checkpoint file to resume from, resolved by the caller from restart_policy: resume;
+  // empty = as the spec says (resume_from, or start fresh). Overrides the spec's resume_from.
+  std::string resume_checkpoint;
+};
+
 class Executor {
  public:
   struct Options {
@@ -31,6 +42,12 @@ class Executor {
     // host-device synchronisation per group). Step events lag the device by up to this many
     // steps; 1 synchronises every step (tests, debugging).
     int steps_per_readback = 32;
+    // Where jobs write checkpoints and finished models: <artifacts_dir>/<job_id>/. Empty: jobs
+    // that ask for a checkpoint are rejected at Validate and no finished model is saved.
+    std::string artifacts_dir;
+    // Accept FaultInjection in specs (mpsd --enable-fault-injection, for tests only); when
+    // false such a spec fails Validate with INVALID_ARGUMENT.
+    bool allow_fault_injection = false;
   };
 
   // Initialises the device(s) LibTorch can see. Errors: INVALID_ARGUMENT for a negative
@@ -61,8 +78,8 @@ class Executor {
   // out of device memory; CANCELLED; INTERNAL for any other LibTorch error.
   //
   // Not thread-safe with itself: one job at a time (the device has one owner).
-  virtual absl::Status Run(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
-                           const std::atomic<bool>& cancelled) = 0;
+  virtual absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
+                           const EventSink& sink, const std::atomic<bool>& cancelled) = 0;
 
   // The default device and its memory now. Thread-safe.
   virtual mpsd::v1::DeviceInfo GetDevice() const = 0;

@@ -85,8 +85,8 @@ RunResult RunJob(Executor& executor, const mpsd::v1::SubmitJobRequest& request) 
   RunResult result;
   std::atomic<bool> cancelled{false};
   result.status = executor.Run(
-      request, [&](mpsd::v1::JobEvent event) { result.events.push_back(std::move(event)); },
-      cancelled);
+      JobContext{"1", ""}, request,
+      [&](mpsd::v1::JobEvent event) { result.events.push_back(std::move(event)); }, cancelled);
   return result;
 }
 
@@ -431,7 +431,7 @@ TEST(ExecutorRunTest, CancelStopsAtTheNextStepBoundary) {
   std::atomic<bool> cancelled{false};
   std::vector<mpsd::v1::JobEvent> events;
   const absl::Status status = executor->Run(
-      SmallJob(),
+      JobContext{"1", ""}, SmallJob(),
       [&](mpsd::v1::JobEvent event) {
         if (event.has_step() && event.step().step() == 5) cancelled = true;
         events.push_back(std::move(event));
