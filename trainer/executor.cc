@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <utility>
@@ -18,11 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/checkpoint.h"
 #include "trainer/compat.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
+#include "trainer/models/torchscript.h"
 #include "trainer/train_loop.h"
 
 namespace mpsd::trainer {
@@ -79,6 +82,21 @@ struct TrainJobConfig {
   double learning_rate = kDefaultLearningRate;
   uint64_t seed = 0;
   torch::Device device = torch::kCPU;
+
+  // ---- Checkpoints, resume, the finished model, TorchScript models (trainer/checkpoint.h) ----
+  // A user's TorchScript model instead of `model` (then nullptr): the file, and its trainable
+  // parameter count measured at validation.
+  std::string torchscript_path;
+  int64_t torchscript_parameters = 0;
+  int checkpoint_every_epochs = 0;  // 0 = no checkpoints
+  // The checkpoint to resume from (resume_from resolved, or JobContext::resume_checkpoint);
+  // empty = start fresh.
+  std::string resume_path;
+  // <artifacts_dir>/<job id>/ where checkpoints and the finished model go; empty = nowhere.
+  std::string job_dir;
+  std::string job_id;
+  // For the checkpoint's compatibility record.
+  std::string optimizer_name = std::string(kDefaultOptimizer);
 };
 
 absl::Status FieldError(absl::string_view field, absl::string_view problem) {
@@ -127,6 +145,30 @@ absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig&
     return FieldError("model.name",
                       absl::StrFormat("%s (the input of dataset %s)", s.message(), dataset.name));
   }
+  return absl::OkStatus();
+}
+
+// The TorchScript model of `spec` (its forward tried on one example of the dataset's shape).
+absl::Status ResolveTorchScript(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
+  if (!spec.name().empty() || !spec.preset().empty()) {
+    return FieldError("model.torchscript", "set either model.name (and preset) or torchscript");
+  }
+  const DatasetInfo& dataset = *config.dataset;
+  config.model_config.input_shape = {dataset.channels, dataset.height, dataset.width};
+  config.model_config.num_classes = dataset.num_classes;
+  if (spec.has_num_classes()) {
+    if (spec.num_classes() < dataset.num_classes) {
+      return FieldError("model.num_classes",
+                        absl::StrFormat("must be at least the %d classes of dataset %s, got %d",
+                                        dataset.num_classes, dataset.name, spec.num_classes()));
+    }
+    config.model_config.num_classes = spec.num_classes();
+  }
+  absl::StatusOr<int64_t> parameters = CheckTorchScriptModel(
+      spec.torchscript(), config.model_config.input_shape, config.model_config.num_classes);
+  if (!parameters.ok()) return FieldError("model.torchscript", parameters.status().message());
+  config.torchscript_path = spec.torchscript();
+  config.torchscript_parameters = *parameters;
   return absl::OkStatus();
 }
 
@@ -182,11 +224,18 @@ absl::StatusOr<double> ResolveOptimizer(const mpsd::v1::OptimizerSpec& spec) {
 absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
                                                const DeviceInventory& inventory) {
   TrainJobConfig config;
-  absl::StatusOr<const ModelEntry*> model = ResolveModel(spec.model());
-  if (!model.ok()) return model.status();
-  config.model = *model;
+  const bool torchscript = !spec.model().torchscript().empty();  // trainer/models/torchscript.h
+  if (!torchscript) {
+    absl::StatusOr<const ModelEntry*> model = ResolveModel(spec.model());
+    if (!model.ok()) return model.status();
+    config.model = *model;
+  }
   if (absl::Status s = ResolveDataset(spec.dataset(), config); !s.ok()) return s;
-  if (absl::Status s = ResolveModelConfig(spec.model(), config); !s.ok()) return s;
+  if (absl::Status s = torchscript ? ResolveTorchScript(spec.model(), config)
+                                   : ResolveModelConfig(spec.model(), config);
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<int> batch_size =
       PositiveOr("batch_size", spec.has_batch_size(), spec.batch_size(), kDefaultBatchSize);
   if (!batch_size.ok()) return batch_size.status();
@@ -257,6 +306,7 @@ class SummaryBuilder {
   void Observe(const JobEvent& event) {
     if (event.has_step()) ObserveStep(event.step());
     if (event.has_epoch()) ObserveEpoch(event.epoch());
+    if (event.has_checkpoint()) summary_.set_checkpoint_path(event.checkpoint().path());
   }
 
   mpsd::v1::JobSummary& summary() { return summary_; }
@@ -338,6 +388,149 @@ void EmitLog(const EventSink& sink, std::string text) {
   sink(std::move(event));
 }
 
+// ---- Checkpoints, resume, the finished model (trainer/checkpoint.h) --------------------------
+
+// What this job's checkpoints record and a checkpoint it resumes from must match. The dataset
+// size is known only once loaded (0 before).
+CheckpointInfo JobCheckpointInfo(const TrainJobConfig& job, int64_t train_examples) {
+  CheckpointInfo info;
+  info.model = job.model != nullptr ? std::string(job.model->name) : "torchscript";
+  info.parameters = job.model != nullptr ? job.model->parameters(job.model_config)
+                                         : job.torchscript_parameters;
+  info.optimizer = job.optimizer_name;
+  info.dataset = std::string(job.dataset->name);
+  info.train_examples = train_examples;
+  info.batch_size = job.batch_size;
+  info.precision = "fp32";
+  info.job_id = job.job_id;
+  info.torch_version = TORCH_VERSION;
+  return info;
+}
+
+// Reads the metadata of job.resume_path (not its tensors) and checks it fits the job.
+// `field` names where the path came from.
+absl::StatusOr<CheckpointInfo> CheckResumeCheckpoint(const TrainJobConfig& job,
+                                                     int64_t train_examples,
+                                                     absl::string_view field) {
+  absl::StatusOr<CheckpointInfo> saved = ReadCheckpointInfo(job.resume_path);
+  if (!saved.ok()) return FieldError(field, saved.status().message());
+  if (absl::Status s = CheckCompatible(*saved, JobCheckpointInfo(job, train_examples), job.epochs);
+      !s.ok()) {
+    return FieldError(field, absl::StrCat(job.resume_path, ": ", s.message()));
+  }
+  return saved;
+}
+
+// checkpoint, restart_policy and resume_from; `artifacts_dir` as in Executor::Options.
+absl::Status ResolveCheckpoints(const mpsd::v1::TrainJob& spec, const std::string& artifacts_dir,
+                                TrainJobConfig& config) {
+  if (!spec.optimizer().name().empty()) config.optimizer_name = spec.optimizer().name();
+  const int every = spec.checkpoint().every_epochs();
+  if (every < 0) {
+    return FieldError("checkpoint.every_epochs", absl::StrFormat("must be >= 0, got %d", every));
+  }
+  if (every > 0 && artifacts_dir.empty()) {
+    return FieldError("checkpoint.every_epochs",
+                      "this executor has no artifacts directory to write checkpoints to");
+  }
+  config.checkpoint_every_epochs = every;
+  const std::string& policy = spec.restart_policy();
+  if (!policy.empty() && policy != "none" && policy != "resume") {
+    return FieldError("restart_policy",
+                      absl::StrFormat("unknown policy \"%s\" (known: none, resume)", policy));
+  }
+  if (spec.resume_from().empty()) return absl::OkStatus();
+  config.resume_path = ResolveResumeFrom(spec.resume_from(), artifacts_dir);
+  if (config.resume_path != spec.resume_from() && artifacts_dir.empty()) {
+    return FieldError("resume_from", "a job id needs the executor's artifacts directory");
+  }
+  return CheckResumeCheckpoint(config, /*train_examples=*/0, "resume_from").status();
+}
+
+// A fresh model for the job, on its device: the zoo's, or the user's TorchScript module.
+absl::StatusOr<std::shared_ptr<ClassifierImpl>> MakeModel(const TrainJobConfig& job) {
+  if (job.model != nullptr) {
+    std::shared_ptr<ClassifierImpl> model = job.model->make(job.model_config);
+    model->to(job.device);
+    return model;
+  }
+  absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script =
+      LoadTorchScriptClassifier(job.torchscript_path, job.device);
+  if (!script.ok()) return FieldError("model.torchscript", script.status().message());
+  return std::shared_ptr<ClassifierImpl>(*std::move(script));
+}
+
+// Restores job.resume_path into the model and optimizer and sets where `options` starts.
+absl::Status RestoreCheckpoint(const TrainJobConfig& job, int64_t train_examples,
+                               ClassifierImpl& model, torch::optim::Optimizer& optimizer,
+                               TrainOptions& options, const EventSink& sink,
+                               mpsd::v1::JobSummary& summary) {
+  if (job.resume_path.empty()) return absl::OkStatus();
+  absl::StatusOr<CheckpointInfo> checked =
+      CheckResumeCheckpoint(job, train_examples, "resume_from");
+  if (!checked.ok()) return checked.status();
+  ExtraState extra;
+  absl::StatusOr<RestoredCheckpoint> restored =
+      LoadCheckpoint(job.resume_path, model, optimizer, extra, job.device);
+  if (!restored.ok()) return FieldError("resume_from", restored.status().message());
+  options.start_epoch = restored->info.epoch;
+  options.start_step = restored->info.step;
+  options.shuffle_state = restored->shuffle_state;
+  summary.set_resumed_at_step(restored->info.step);
+  EmitLog(sink, absl::StrFormat("resumed from %s: epoch %d, step %d", job.resume_path,
+                                restored->info.epoch, restored->info.step));
+  return absl::OkStatus();
+}
+
+// The epoch-end hook that writes a checkpoint every job.checkpoint_every_epochs epochs and
+// emits its `checkpoint` event.
+std::function<absl::Status(const EpochEnd&)> CheckpointHook(
+    const TrainJobConfig& job, int64_t train_examples, ClassifierImpl& model,
+    torch::optim::Optimizer& optimizer, const EventSink& sink) {
+  if (job.checkpoint_every_epochs <= 0) return nullptr;
+  return [&job, train_examples, &model, &optimizer, &sink](const EpochEnd& end) {
+    if (end.epoch % job.checkpoint_every_epochs != 0) return absl::OkStatus();
+    if (job.job_dir.empty()) {
+      return FieldError("checkpoint.every_epochs", "the job has no id to name its directory");
+    }
+    CheckpointInfo info = JobCheckpointInfo(job, train_examples);
+    info.epoch = end.epoch;
+    info.step = end.step;
+    absl::StatusOr<mpsd::v1::CheckpointSaved> saved =
+        SaveCheckpoint(job.job_dir, info, model, optimizer, end.shuffle, {}, job.device);
+    if (!saved.ok()) return saved.status();
+    JobEvent event;
+    *event.mutable_checkpoint() = *saved;
+    sink(std::move(event));
+    return absl::OkStatus();
+  };
+}
+
+// Saves the finished model into the job's directory: the TorchScript module as TorchScript, a
+// zoo model as a LibTorch archive (torch::save; torch::load into the same zoo model reads it).
+absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
+                               mpsd::v1::JobSummary& summary) {
+  if (job.job_dir.empty()) return absl::OkStatus();
+  std::error_code ec;
+  std::filesystem::create_directories(job.job_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(job.job_dir, ": cannot create: ", ec.message()));
+  const std::string path = (std::filesystem::path(job.job_dir) / "model.pt").string();
+  const std::string temporary = path + ".tmp";
+  auto* script = dynamic_cast<TorchScriptClassifierImpl*>(&model);
+  if (script != nullptr) {
+    script->script().save(temporary);
+  } else {
+    torch::serialize::OutputArchive archive;
+    model.save(archive);
+    archive.save_to(temporary);
+  }
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", temporary, ": ", ec.message()));
+  summary.set_model_path(path);
+  summary.set_model_format(script != nullptr ? "torchscript" : "libtorch_archive");
+  return absl::OkStatus();
+}
+
 // ---- The executor -----------------------------------------------------------------------------
 
 class TorchExecutor final : public Executor {
@@ -382,8 +575,15 @@ class TorchExecutor final : public Executor {
 absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(
     const mpsd::v1::SubmitJobRequest& spec) const {
   switch (spec.spec_case()) {
-    case mpsd::v1::SubmitJobRequest::kTrainJob:
-      return ResolveTrainJob(spec.train_job(), inventory_);
+    case mpsd::v1::SubmitJobRequest::kTrainJob: {
+      absl::StatusOr<TrainJobConfig> config = ResolveTrainJob(spec.train_job(), inventory_);
+      if (!config.ok()) return config;
+      if (absl::Status s = ResolveCheckpoints(spec.train_job(), options_.artifacts_dir, *config);
+          !s.ok()) {
+        return s;
+      }
+      return config;
+    }
     case mpsd::v1::SubmitJobRequest::kBenchJob:
       return absl::UnimplementedError("BenchJob is not implemented yet");
     default:
@@ -407,15 +607,17 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
                                 load_seconds, DeviceString(job.device)));
 
   torch::manual_seed(job.seed);
-  std::shared_ptr<ClassifierImpl> model = job.model->make(job.model_config);
-  model->to(job.device);
+  absl::StatusOr<std::shared_ptr<ClassifierImpl>> made = MakeModel(job);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<ClassifierImpl> model = *std::move(made);
   summary.summary().set_parameters(CountParameters(*model));
   torch::optim::Adam optimizer(
       model->parameters(),
       torch::optim::AdamOptions(job.learning_rate).betas(std::make_tuple(0.9, 0.999)).eps(1e-8));
   EmitLog(sink, absl::StrFormat("training %s (%d parameters): adam lr %g, batch size %d, "
                                 "%d epoch(s), seed %d",
-                                job.model->name, summary.summary().parameters(), job.learning_rate,
+                                job.model != nullptr ? job.model->name : job.torchscript_path,
+                                summary.summary().parameters(), job.learning_rate,
                                 job.batch_size, job.epochs, job.seed));
 
   TrainOptions options;
@@ -423,18 +625,32 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
   options.epochs = job.epochs;
   options.seed = job.seed;
   options.steps_per_readback = options_.steps_per_readback;
-  return Train(*model, optimizer, *data, options, sink, cancelled);
+  // Checkpoints, resume and the finished model (trainer/checkpoint.h).
+  const int64_t train_examples = data->train.size();
+  if (absl::Status s = RestoreCheckpoint(job, train_examples, *model, optimizer, options, sink,
+                                         summary.summary());
+      !s.ok()) {
+    return s;
+  }
+  options.on_epoch_end = CheckpointHook(job, train_examples, *model, optimizer, sink);
+  if (absl::Status s = Train(*model, optimizer, *data, options, sink, cancelled); !s.ok()) return s;
+  return SaveFinishedModel(job, *model, summary.summary());
 }
 
 absl::Status TorchExecutor::Run(const JobContext& context,
                                 const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
                                 const std::atomic<bool>& cancelled) {
-  (void)context;  // checkpoints and finished models: TrainJob issue
   absl::StatusOr<TrainJobConfig> job;
   if (absl::Status s = CatchTorchErrors([&] { return (job = ResolveJob(spec)).status(); });
       !s.ok()) {
     return s;
   }
+  // Where the job's artifacts go, and a checkpoint chosen by the scheduler (restart_policy).
+  job->job_id = context.job_id;
+  if (!options_.artifacts_dir.empty() && !context.job_id.empty()) {
+    job->job_dir = (std::filesystem::path(options_.artifacts_dir) / context.job_id).string();
+  }
+  if (!context.resume_checkpoint.empty()) job->resume_path = context.resume_checkpoint;
   jobs_run_.fetch_add(1, std::memory_order_relaxed);
   const Clock::time_point start = Clock::now();
   const torch::Device device = job->device;

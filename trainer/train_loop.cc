@@ -91,6 +91,8 @@ class StepReadback {
            (!pending_.empty() && Clock::now() - group_start_ >= interval);
   }
   int64_t steps() const { return steps_; }
+  // A resumed job: the next step recorded is `steps` + 1.
+  void ResumeAt(int64_t steps) { steps_ = steps; }
   int64_t total_steps() const { return total_steps_; }
   double epoch_loss() const { return epoch_examples_ > 0 ? epoch_loss_sum_ / epoch_examples_ : 0; }
   double epoch_accuracy() const {
@@ -258,7 +260,13 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   const int64_t steps_per_epoch = (data.train.size() + options.batch_size - 1) / options.batch_size;
   StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs, sink);
   at::Generator shuffle = MakeShuffleGenerator(device, options.seed);
-  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+  // Resume (trainer/checkpoint.h): continue the shuffle order and the step count.
+  if (options.shuffle_state.defined()) {
+    std::lock_guard<std::mutex> lock(shuffle.mutex());
+    shuffle.set_state(options.shuffle_state);
+  }
+  readback.ResumeAt(options.start_step);
+  for (int epoch = options.start_epoch + 1; epoch <= options.epochs; ++epoch) {
     const Clock::time_point start = Clock::now();
     if (absl::Status status = TrainEpoch(loop, epoch, shuffle, readback); !status.ok()) {
       return status;
@@ -268,6 +276,12 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
         Evaluate(model, data.test, options.eval_batch_size, cancelled);
     if (!test.ok()) return test.status();
     EmitEpoch(sink, epoch, readback, *test, epoch_seconds);
+    if (options.on_epoch_end) {
+      if (absl::Status s = options.on_epoch_end(EpochEnd{epoch, readback.steps(), shuffle});
+          !s.ok()) {
+        return s;
+      }
+    }
   }
   return absl::OkStatus();
 }

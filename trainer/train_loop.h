@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -16,6 +17,14 @@
 #include "trainer/models.h"
 
 namespace mpsd::trainer {
+
+// Where training stands at the end of an epoch, for TrainOptions::on_epoch_end.
+struct EpochEnd {
+  int epoch = 0;     // 1-based, the epoch just finished
+  int64_t step = 0;  // optimizer steps taken since the job started (resumed jobs included)
+  // The generator that orders the training set; its state is the next epoch's.
+  at::Generator shuffle;
+};
 
 struct TrainOptions {
   // Examples per optimizer step; the last batch of an epoch may be smaller.
@@ -32,6 +41,18 @@ struct TrainOptions {
   int readback_interval_ms = 500;
   // Examples per forward pass when evaluating.
   int64_t eval_batch_size = 1000;
+
+  // ---- Resume and checkpoints (trainer/checkpoint.h) ----
+  // Epochs finished and optimizer steps taken before this call (a resumed job): the loop runs
+  // epochs start_epoch + 1 .. epochs and numbers its steps from start_step + 1.
+  int start_epoch = 0;
+  int64_t start_step = 0;
+  // The shuffle generator's state to continue from (at::Generator::get_state of a checkpoint,
+  // a CPU uint8 tensor); undefined = a generator seeded with `seed`.
+  torch::Tensor shuffle_state;
+  // Called after each epoch's `epoch` event, at a step boundary where the default generators
+  // hold what the next epoch starts from. A non-OK status stops training with that status.
+  std::function<absl::Status(const EpochEnd&)> on_epoch_end;
 };
 
 // Trains `model` (already on the data's device, in train mode) with `optimizer` for

@@ -1,0 +1,330 @@
+// Checkpoints: a zip archive (caffe2::serialize, the container torch.save uses) holding a small
+// metadata record and one torch::serialize archive of every tensor a resumed job needs.
+#include "trainer/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <caffe2/serialize/inline_container.h>
+#include <fcntl.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+
+namespace mpsd::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kInfoRecord[] = "mpsd_checkpoint.txt";
+constexpr char kStateRecord[] = "state.pt";
+constexpr char kFormatLine[] = "format: mpsd-checkpoint 1";
+
+absl::Status FileError(const std::string& path, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
+}
+
+// ---- Metadata ---------------------------------------------------------------------------------
+
+std::string FormatInfo(const CheckpointInfo& info) {
+  return absl::StrCat(kFormatLine, "\n",                                   //
+                      "model: ", info.model, "\n",                         //
+                      "parameters: ", info.parameters, "\n",               //
+                      "optimizer: ", info.optimizer, "\n",                 //
+                      "dataset: ", info.dataset, "\n",                     //
+                      "train_examples: ", info.train_examples, "\n",       //
+                      "batch_size: ", info.batch_size, "\n",               //
+                      "epoch: ", info.epoch, "\n",                         //
+                      "step: ", info.step, "\n",                           //
+                      "precision: ", info.precision, "\n",                 //
+                      "job_id: ", info.job_id, "\n",                       //
+                      "torch_version: ", info.torch_version, "\n");
+}
+
+// Unknown keys are ignored (a newer mpsd may record more); the numbers must parse.
+absl::StatusOr<CheckpointInfo> ParseInfo(absl::string_view text) {
+  if (!absl::StartsWith(text, kFormatLine)) {
+    return absl::InvalidArgumentError("metadata does not start with \"format: mpsd-checkpoint 1\"");
+  }
+  CheckpointInfo info;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(line, absl::MaxSplits(": ", 1));
+    const absl::string_view key = kv.first;
+    const std::string value(absl::StripAsciiWhitespace(kv.second));
+    bool ok = true;
+    if (key == "model") info.model = value;
+    if (key == "optimizer") info.optimizer = value;
+    if (key == "dataset") info.dataset = value;
+    if (key == "precision") info.precision = value;
+    if (key == "job_id") info.job_id = value;
+    if (key == "torch_version") info.torch_version = value;
+    if (key == "parameters") ok = absl::SimpleAtoi(value, &info.parameters);
+    if (key == "train_examples") ok = absl::SimpleAtoi(value, &info.train_examples);
+    if (key == "batch_size") ok = absl::SimpleAtoi(value, &info.batch_size);
+    if (key == "epoch") ok = absl::SimpleAtoi(value, &info.epoch);
+    if (key == "step") ok = absl::SimpleAtoi(value, &info.step);
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat("metadata: bad ", key, " \"", value, "\""));
+    }
+  }
+  if (info.model.empty() || info.epoch < 0 || info.step < 0) {
+    return absl::InvalidArgumentError("metadata: model, epoch or step missing or negative");
+  }
+  return info;
+}
+
+// ---- Generators -------------------------------------------------------------------------------
+
+// Generator state reads and writes take the generator's lock, as torch.get_rng_state does.
+torch::Tensor GeneratorState(at::Generator generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void SetGeneratorState(at::Generator generator, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state.to(torch::kCPU));
+}
+
+// ---- Files ------------------------------------------------------------------------------------
+
+// Flushes a finished file to the disk, so that the rename that publishes it never publishes a
+// file whose blocks are still only in memory.
+absl::Status SyncFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat(path, ": open: ", std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int saved_errno = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat(path, ": fsync: ", std::strerror(saved_errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rename(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("rename ", from, " to ", to, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// Serialises every tensor of the checkpoint into one torch::serialize archive, in memory.
+std::string SerializeState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           const at::Generator& shuffle, const ExtraState& extra,
+                           const torch::Device& device) {
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive model_archive;
+  model.save(model_archive);
+  archive.write("model", model_archive);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  torch::serialize::OutputArchive extra_archive;
+  for (const auto& [name, tensor] : extra) extra_archive.write(name, tensor, /*is_buffer=*/true);
+  archive.write("extra", extra_archive);
+  archive.write("rng_shuffle", GeneratorState(shuffle), /*is_buffer=*/true);
+  archive.write("rng_cpu", GeneratorState(at::detail::getDefaultCPUGenerator()),
+                /*is_buffer=*/true);
+  if (!device.is_cpu()) {
+    archive.write("rng_device", GeneratorState(at::globalContext().defaultGenerator(device)),
+                  /*is_buffer=*/true);
+  }
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+// Writes `path` as the finished archive via a temporary next to it.
+absl::Status WriteArchive(const std::string& path, const std::string& info,
+                          const std::string& state) {
+  const std::string temporary = path + ".tmp";
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(temporary);
+    writer.writeRecord(kInfoRecord, info.data(), info.size());
+    writer.writeRecord(kStateRecord, state.data(), state.size());
+    writer.writeEndOfFile();
+  }
+  if (absl::Status s = SyncFile(temporary); !s.ok()) return s;
+  return Rename(temporary, path);
+}
+
+// Points checkpoint-latest.pt at `path` (a hard link, replaced by rename) and removes the
+// older checkpoint-epoch-*.pt files of `dir`.
+absl::Status PublishLatest(const fs::path& dir, const fs::path& path) {
+  const std::string latest = (dir / kLatestCheckpointName).string();
+  const std::string temporary = latest + ".tmp";
+  std::error_code ec;
+  fs::remove(temporary, ec);
+  fs::create_hard_link(path, temporary, ec);
+  if (ec) return absl::InternalError(absl::StrCat("link ", temporary, ": ", ec.message()));
+  if (absl::Status s = Rename(temporary, latest); !s.ok()) return s;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "checkpoint-epoch-") && absl::EndsWith(name, ".pt") &&
+        entry.path() != path) {
+      fs::remove(entry.path(), ec);
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsJobId(absl::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
+}
+
+}  // namespace
+
+absl::StatusOr<mpsd::v1::CheckpointSaved> SaveCheckpoint(
+    const std::string& dir, const CheckpointInfo& info, torch::nn::Module& model,
+    torch::optim::Optimizer& optimizer, const at::Generator& shuffle, const ExtraState& extra,
+    const torch::Device& device) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  const fs::path path = fs::path(dir) / absl::StrCat("checkpoint-epoch-", info.epoch, ".pt");
+  const std::string state = SerializeState(model, optimizer, shuffle, extra, device);
+  if (absl::Status s = WriteArchive(path.string(), FormatInfo(info), state); !s.ok()) return s;
+  if (absl::Status s = PublishLatest(dir, path); !s.ok()) return s;
+  mpsd::v1::CheckpointSaved saved;
+  saved.set_path(path.string());
+  saved.set_epoch(info.epoch);
+  saved.set_step(info.step);
+  saved.set_size_bytes(static_cast<int64_t>(fs::file_size(path, ec)));
+  return saved;
+}
+
+absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) return FileError(path, "no such checkpoint file");
+  if (!fs::is_regular_file(status)) return FileError(path, "not a regular file");
+  unsigned char magic[4] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(magic), sizeof(magic));
+  if (in.gcount() == 0) return FileError(path, "empty file, expected an mpsd checkpoint");
+  if (magic[0] == 0x80) {
+    return FileError(path,
+                     "a legacy PyTorch pickle (torch.save without the zip format); mpsd resumes "
+                     "only from checkpoints it wrote");
+  }
+  if (in.gcount() < 4 || std::memcmp(magic, "PK\x03\x04", 4) != 0) {
+    return FileError(path, "not a checkpoint archive (expected a zip archive written by mpsd)");
+  }
+  in.close();
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    if (!reader.hasRecord(kInfoRecord)) {
+      if (reader.hasRecord("data.pkl")) {
+        return FileError(path,
+                         "saved by Python torch.save; mpsd resumes only from checkpoints it wrote");
+      }
+      return FileError(path, "a zip archive without mpsd checkpoint metadata");
+    }
+    if (!reader.hasRecord(kStateRecord)) return FileError(path, "checkpoint has no state record");
+    auto [data, size] = reader.getRecord(kInfoRecord);
+    absl::StatusOr<CheckpointInfo> info =
+        ParseInfo(absl::string_view(static_cast<const char*>(data.get()), size));
+    if (!info.ok()) return FileError(path, info.status().message());
+    return info;
+  } catch (const c10::Error& e) {
+    return FileError(path, absl::StrCat("truncated or corrupt checkpoint archive (",
+                                        e.what_without_backtrace(), ")"));
+  }
+}
+
+absl::Status CheckCompatible(const CheckpointInfo& saved, const CheckpointInfo& job,
+                             int job_epochs) {
+  auto differs = [](absl::string_view what, const auto& theirs, const auto& ours) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint of another job: its ", what, " is ", theirs, ", this job's is ",
+                     ours));
+  };
+  if (saved.model != job.model) return differs("model", saved.model, job.model);
+  if (saved.parameters != job.parameters) {
+    return differs("parameter count", saved.parameters, job.parameters);
+  }
+  if (saved.optimizer != job.optimizer) return differs("optimizer", saved.optimizer, job.optimizer);
+  if (saved.dataset != job.dataset) return differs("dataset", saved.dataset, job.dataset);
+  if (saved.batch_size != job.batch_size) {
+    return differs("batch size", saved.batch_size, job.batch_size);
+  }
+  if (saved.train_examples > 0 && job.train_examples > 0 &&
+      saved.train_examples != job.train_examples) {
+    return differs("training set size", saved.train_examples, job.train_examples);
+  }
+  if (saved.epoch > job_epochs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "checkpoint is at epoch %d, beyond this job's %d epoch(s)", saved.epoch, job_epochs));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path,
+                                                  torch::nn::Module& model,
+                                                  torch::optim::Optimizer& optimizer,
+                                                  ExtraState& extra, const torch::Device& device) {
+  absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(path);
+  if (!info.ok()) return info.status();
+  RestoredCheckpoint restored{*std::move(info), torch::Tensor()};
+  torch::serialize::InputArchive archive;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    auto [data, size] = reader.getRecord(kStateRecord);
+    archive.load_from(static_cast<const char*>(data.get()), size, device);
+    torch::serialize::InputArchive model_archive;
+    archive.read("model", model_archive);
+    model.load(model_archive);
+    torch::serialize::InputArchive optimizer_archive;
+    archive.read("optimizer", optimizer_archive);
+    optimizer.load(optimizer_archive);
+  } catch (const c10::Error& e) {
+    return FileError(path, absl::StrCat("cannot restore the model and optimizer: ",
+                                        e.what_without_backtrace()));
+  }
+  torch::serialize::InputArchive extra_archive;
+  if (archive.try_read("extra", extra_archive)) {
+    for (auto& [name, tensor] : extra) {
+      tensor = torch::Tensor();
+      extra_archive.try_read(name, tensor, /*is_buffer=*/true);
+    }
+  }
+  torch::Tensor cpu_state;
+  archive.read("rng_shuffle", restored.shuffle_state, /*is_buffer=*/true);
+  restored.shuffle_state = restored.shuffle_state.to(torch::kCPU);
+  archive.read("rng_cpu", cpu_state, /*is_buffer=*/true);
+  SetGeneratorState(at::detail::getDefaultCPUGenerator(), cpu_state);
+  torch::Tensor device_state;
+  if (!device.is_cpu() && archive.try_read("rng_device", device_state, /*is_buffer=*/true)) {
+    SetGeneratorState(at::globalContext().defaultGenerator(device), device_state);
+  }
+  return restored;
+}
+
+std::string ResolveResumeFrom(const std::string& resume_from, const std::string& artifacts_dir) {
+  if (!IsJobId(resume_from)) return resume_from;
+  return (fs::path(artifacts_dir) / resume_from / kLatestCheckpointName).string();
+}
+
+}  // namespace mpsd::trainer

@@ -1,0 +1,114 @@
+// TorchScript user models: loading, the submit-time check, and the ClassifierImpl wrapper.
+#include "trainer/models/torchscript.h"
+
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace mpsd::trainer {
+namespace {
+
+absl::Status FileError(const std::string& path, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
+}
+
+// Loads a TorchScript archive, turning every failure into INVALID_ARGUMENT naming the file.
+absl::StatusOr<torch::jit::Module> LoadScript(const std::string& path,
+                                              const torch::Device& device) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return FileError(path, "no such file");
+  if (!std::filesystem::is_regular_file(path, ec)) return FileError(path, "not a regular file");
+  try {
+    return torch::jit::load(path, device);
+  } catch (const std::exception& e) {
+    const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
+    return FileError(path, absl::StrCat("not a TorchScript module (torch.jit.save): ",
+                                        torch_error != nullptr
+                                            ? torch_error->what_without_backtrace()
+                                            : e.what()));
+  }
+}
+
+std::string ShapeOf(const torch::Tensor& tensor) {
+  std::vector<int64_t> sizes(tensor.sizes().begin(), tensor.sizes().end());
+  return absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
+}
+
+}  // namespace
+
+TorchScriptClassifierImpl::TorchScriptClassifierImpl(torch::jit::Module module)
+    : module_(std::move(module)) {
+  std::set<std::string> names;
+  auto unique_name = [&names](const std::string& dotted) {
+    std::string name = absl::StrReplaceAll(dotted, {{".", "_"}});
+    while (!names.insert(name).second) name += "_";
+    return name;
+  };
+  for (const auto& parameter : module_.named_parameters(/*recurse=*/true)) {
+    register_parameter(unique_name(parameter.name), parameter.value,
+                       parameter.value.requires_grad());
+  }
+  for (const auto& buffer : module_.named_buffers(/*recurse=*/true)) {
+    register_buffer(unique_name(buffer.name), buffer.value);
+  }
+}
+
+torch::Tensor TorchScriptClassifierImpl::forward(torch::Tensor inputs) {
+  return module_.forward({std::move(inputs)}).toTensor();
+}
+
+void TorchScriptClassifierImpl::train(bool on) {
+  ClassifierImpl::train(on);
+  module_.train(on);
+}
+
+absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> LoadTorchScriptClassifier(
+    const std::string& path, const torch::Device& device) {
+  absl::StatusOr<torch::jit::Module> script = LoadScript(path, device);
+  if (!script.ok()) return script.status();
+  script->train(true);
+  return std::make_shared<TorchScriptClassifierImpl>(*std::move(script));
+}
+
+absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
+                                              const std::vector<int64_t>& input_shape,
+                                              int64_t num_classes) {
+  absl::StatusOr<torch::jit::Module> script = LoadScript(path, torch::kCPU);
+  if (!script.ok()) return script.status();
+  std::vector<int64_t> shape = {1};
+  shape.insert(shape.end(), input_shape.begin(), input_shape.end());
+  const std::string example = absl::StrCat("[", absl::StrJoin(shape, ", "), "] float32");
+  torch::jit::IValue output;
+  try {
+    torch::NoGradGuard no_grad;
+    script->eval();
+    output = script->forward({torch::zeros(shape)});
+  } catch (const std::exception& e) {
+    const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
+    return FileError(path, absl::StrCat("forward failed on one example ", example, ": ",
+                                        torch_error != nullptr
+                                            ? torch_error->what_without_backtrace()
+                                            : e.what()));
+  }
+  if (!output.isTensor()) {
+    return FileError(path, absl::StrCat("forward must return a tensor of logits [1, classes] for ",
+                                        example, ", got ", output.tagKind()));
+  }
+  const torch::Tensor logits = output.toTensor();
+  if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) < num_classes) {
+    return FileError(path, absl::StrCat("forward must return logits [1, K] with K >= ",
+                                        num_classes, " classes for ", example, ", got ",
+                                        ShapeOf(logits)));
+  }
+  int64_t parameters = 0;
+  for (const torch::Tensor& p : script->parameters(/*recurse=*/true)) {
+    if (p.requires_grad()) parameters += p.numel();
+  }
+  return parameters;
+}
+
+}  // namespace mpsd::trainer

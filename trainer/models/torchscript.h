@@ -1,0 +1,59 @@
+// A user's own model: a TorchScript module (torch.jit.save / torch::jit::Module::save) trained
+// as a zoo model is, through the ClassifierImpl interface. Internal to trainer/: includes torch.
+#ifndef MPSD_TRAINER_MODELS_TORCHSCRIPT_H_
+#define MPSD_TRAINER_MODELS_TORCHSCRIPT_H_
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainer/models.h"
+
+namespace mpsd::trainer {
+
+// Wraps a loaded TorchScript module: its parameters and buffers are registered on this module
+// (the same tensors, so the optimizer updates the script module in place, and module.save /
+// load of checkpoints see them, named with '.' replaced by '_'); train()/eval() reach the
+// script module too. forward calls the script's forward. Not thread-safe (one job, one
+// instance).
+class TorchScriptClassifierImpl : public ClassifierImpl {
+ public:
+  // `module` should already be on the job's device.
+  explicit TorchScriptClassifierImpl(torch::jit::Module module);
+
+  // inputs: [N, C, H, W] float32 → logits [N, classes] float32 (whatever the script returns;
+  // CheckTorchScriptModel checked the shape at submit).
+  torch::Tensor forward(torch::Tensor inputs) override;
+  void train(bool on = true) override;
+
+  // The script module, e.g. to save the finished model with torch::jit::Module::save.
+  torch::jit::Module& script() { return module_; }
+
+ private:
+  torch::jit::Module module_;
+};
+
+// Loads `path` with torch::jit::load onto `device` and wraps it. INVALID_ARGUMENT naming the
+// file when it is missing or not a TorchScript archive. Not thread-safe with a running job on
+// the same device only in the sense that it allocates there.
+absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> LoadTorchScriptClassifier(
+    const std::string& path, const torch::Device& device);
+
+// Submit-time check of a TorchScript model on the CPU: the file exists and is TorchScript, its
+// forward runs in eval mode without autograd on one zero example [1, ...input_shape] float32,
+// and returns a tensor [1, K] with K >= num_classes. Returns the model's trainable parameter
+// count. INVALID_ARGUMENT without a field path (the caller adds train_job.model.torchscript),
+// naming the file. Thread-safe (each call loads its own copy).
+absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
+                                              const std::vector<int64_t>& input_shape,
+                                              int64_t num_classes);
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_MODELS_TORCHSCRIPT_H_
