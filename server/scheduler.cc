@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -57,6 +58,25 @@ int64_t NumericId(const std::string& id) {
   return absl::SimpleAtoi(id, &n) ? n : 0;
 }
 
+// restart_policy: resume. A job that asks for it and wrote a checkpoint continues from its newest
+// checkpoint when mpsd stopped while it ran (Job.last_checkpoint, kept from its `checkpoint`
+// events; the server never opens the file).
+bool ResumesAfterRestart(const Job& job) {
+  return job.spec().train_job().restart_policy() == "resume" &&
+         !job.last_checkpoint().path().empty();
+}
+
+std::string ResumeMessage(const Job& job, absl::string_view why) {
+  return absl::StrCat(why, "; resumes from checkpoint ", job.last_checkpoint().path(),
+                      " at epoch ", job.last_checkpoint().epoch(), " (step ",
+                      job.last_checkpoint().step(), ")");
+}
+
+// True for a decimal job id ("12"), as TrainJob.resume_from may name one.
+bool IsJobId(absl::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
+}
+
 absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
   if (request.spec_case() == mpsd::v1::SubmitJobRequest::SPEC_NOT_SET) {
     return absl::InvalidArgumentError("spec: set train_job or bench_job");
@@ -105,6 +125,13 @@ absl::Status Scheduler::Recover() {
     if (kept.state() == Job::QUEUED) {
       // Killed between storing the job and its first event: that event comes now.
       if (kept.last_seq() == 0) SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED, "");
+      InsertInQueue(kept);
+    } else if (kept.state() == Job::RUNNING && ResumesAfterRestart(kept)) {
+      spdlog::warn("job {} was running when mpsd stopped; queued again to resume from {}",
+                   kept.id(), kept.last_checkpoint().path());
+      kept.set_resumed_from_job_id(kept.id());
+      SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
+               ResumeMessage(kept, "mpsd stopped while the job ran"));
       InsertInQueue(kept);
     } else if (kept.state() == Job::RUNNING) {
       spdlog::warn("job {} was running when mpsd stopped; marking it INTERRUPTED", kept.id());
@@ -166,6 +193,9 @@ absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request
   job.set_state(Job::QUEUED);
   *job.mutable_created_at() = Now();
   *job.mutable_spec() = request;
+  if (IsJobId(request.train_job().resume_from())) {
+    job.set_resumed_from_job_id(request.train_job().resume_from());
+  }
   absl::StatusOr<Job> inserted = store_->InsertJob(std::move(job));
   if (!inserted.ok()) return inserted.status();
   const std::string id = inserted->id();
@@ -301,6 +331,7 @@ void Scheduler::ExecutorLoop() {
   for (;;) {
     std::string job_id;
     mpsd::v1::SubmitJobRequest spec;
+    std::string resume_checkpoint;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -318,12 +349,15 @@ void Scheduler::ExecutorLoop() {
       *job.mutable_started_at() = Now();
       SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
       spec = job.spec();
+      // Only a job queued again by restart_policy: resume has a checkpoint before it runs.
+      resume_checkpoint = job.last_checkpoint().path();
     }
-    RunJob(job_id, spec);
+    RunJob(job_id, spec, resume_checkpoint);
   }
 }
 
-void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec) {
+void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec,
+                       const std::string& resume_checkpoint) {
   spdlog::info("job {} running", job_id);
   auto sink = [this, &job_id](JobEvent event) {
     absl::MutexLock lock(&mu_);
@@ -331,6 +365,7 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
   };
   mpsd::trainer::JobContext context;
   context.job_id = job_id;
+  context.resume_checkpoint = resume_checkpoint;
   const absl::Status status = executor_->Run(context, spec, sink, cancel_running_);
 
   absl::MutexLock lock(&mu_);
@@ -340,6 +375,11 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
   running_job_.clear();
   if (status.ok()) {
     SetState(job, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED, "");
+  } else if (status.code() == absl::StatusCode::kCancelled && stop_as_.load() == Job::INTERRUPTED &&
+             ResumesAfterRestart(job)) {
+    // Stays queued in the store: the next start runs it again from its checkpoint.
+    SetState(job, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
+             ResumeMessage(job, "mpsd shut down while the job ran"));
   } else if (status.code() == absl::StatusCode::kCancelled) {
     const Job::State state = stop_as_.load();
     SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED,
@@ -378,6 +418,9 @@ void Scheduler::Publish(Job& job, JobEvent event) {
       break;
     case JobEvent::kSummary:
       *job.mutable_summary() = event.summary();
+      break;
+    case JobEvent::kCheckpoint:
+      *job.mutable_last_checkpoint() = event.checkpoint();
       break;
     default:
       break;

@@ -49,7 +49,9 @@ class Scheduler {
     int64_t jobs_total = 0;
   };
 
-  // Loads the stored jobs: those left RUNNING by a daemon that died become INTERRUPTED, those
+  // Loads the stored jobs: those left RUNNING by a daemon that died become INTERRUPTED (or,
+  // with restart_policy "resume" and a checkpoint in Job.last_checkpoint, QUEUED again with a
+  // state event naming the checkpoint, to run from it: JobContext::resume_checkpoint), those
   // QUEUED are queued again in their original order (by priority, then submission), and
   // request ids are remembered. Then starts the executor thread.
   // Errors: the store's.
@@ -99,8 +101,9 @@ class Scheduler {
   EventLog& events() { return event_log_; }
 
   // Refuses new jobs, stops the running job at its next step boundary (it becomes
-  // INTERRUPTED; queued jobs stay QUEUED in the store for the next start), waits for the
-  // executor thread and commits every event. Idempotent.
+  // INTERRUPTED, or QUEUED to resume from its newest checkpoint on the next start when its spec
+  // has restart_policy "resume"; queued jobs stay QUEUED in the store for the next start), waits
+  // for the executor thread and commits every event. Idempotent.
   void Shutdown();
 
  private:
@@ -123,8 +126,10 @@ class Scheduler {
   void InsertInQueue(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
   // Runs one job, already RUNNING, on the executor thread; returns when it reached a terminal
-  // state.
-  void RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec);
+  // state (or, stopped by Shutdown with restart_policy: resume and a checkpoint, QUEUED again).
+  // `resume_checkpoint`: JobContext::resume_checkpoint, empty for a fresh start.
+  void RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec,
+              const std::string& resume_checkpoint);
   // Sets a job's state and publishes the StateChange event.
   void SetState(mpsd::v1::Job& job, mpsd::v1::Job::State state,
                 mpsd::v1::Job::FailureReason reason, const std::string& message)

@@ -1,0 +1,122 @@
+// End-to-end tests of checkpoints across daemon restarts (issue 5's restart_policy: resume)
+// against real mpsd processes: a job killed with its daemon resumes from its newest checkpoint on
+// the next start and succeeds; without the policy it stays INTERRUPTED.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/daemon.h"
+
+namespace mpsd::testing {
+namespace {
+
+using mpsd::v1::Job;
+using mpsd::v1::JobEvent;
+using mpsd::v1::SubmitJobRequest;
+
+// convnet, 8 steps an epoch for 6 epochs, a checkpoint after every epoch.
+SubmitJobRequest CheckpointedJob(const std::string& restart_policy) {
+  SubmitJobRequest request = TrainJobRequest(512, 64, 6, 64);
+  request.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+  request.mutable_train_job()->set_restart_policy(restart_policy);
+  return request;
+}
+
+class CheckpointE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<Daemon>(dir_.path() + "/state", dir_.path() + "/mpsd.sock");
+    ASSERT_NO_FATAL_FAILURE(daemon_->Start());
+  }
+  void TearDown() override {
+    if (daemon_->pid() <= 0) return;
+    const int status = daemon_->Stop(SIGTERM, absl::Seconds(60));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+
+  Job Get(const std::string& id) {
+    absl::StatusOr<Job> job = rpc::Get(*daemon_, id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.value_or(Job());
+  }
+
+  // Submits `request`, waits for its first stored checkpoint, kills the daemon with SIGKILL and
+  // starts it again. Returns the job as it was when killed.
+  Job RunUntilFirstCheckpointThenKill(const SubmitJobRequest& request) {
+    absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, request);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    Job job;
+    EXPECT_TRUE(WaitUntil([&] {
+      job = Get(submitted->id());
+      return job.has_last_checkpoint() || job.state() != Job::RUNNING && job.state() != Job::QUEUED;
+    }));
+    EXPECT_EQ(job.state(), Job::RUNNING) << "the job ended before the daemon could be killed";
+    const int status = daemon_->Stop(SIGKILL);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    daemon_->Start();
+    return job;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(CheckpointE2eTest, KilledJobWithRestartPolicyResumesFromItsCheckpointAndSucceeds) {
+  const Job killed = RunUntilFirstCheckpointThenKill(CheckpointedJob("resume"));
+  ASSERT_TRUE(killed.has_last_checkpoint());
+  const mpsd::v1::CheckpointSaved checkpoint = killed.last_checkpoint();
+  EXPECT_TRUE(absl::StartsWith(checkpoint.path(),
+                               absl::StrCat(dir_.path(), "/state/artifacts/", killed.id(), "/")))
+      << checkpoint.path();
+
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, killed.id());
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), Job::SUCCEEDED) << ended->message();
+  EXPECT_EQ(ended->resumed_from_job_id(), killed.id());
+  EXPECT_GE(ended->summary().resumed_at_step(), checkpoint.step());
+  EXPECT_EQ(ended->summary().epochs(), 6);
+  EXPECT_FALSE(ended->summary().model_path().empty());
+
+  // The stream tells the story: RUNNING, then QUEUED again naming the checkpoint, then RUNNING
+  // from the step after it, then SUCCEEDED.
+  const std::vector<JobEvent> events = rpc::StreamAll(*daemon_, killed.id());
+  std::vector<Job::State> states;
+  std::string requeued_message;
+  for (const JobEvent& e : events) {
+    if (!e.has_state()) continue;
+    states.push_back(e.state().state());
+    if (states.size() == 3) requeued_message = e.state().message();
+  }
+  EXPECT_EQ(states, (std::vector<Job::State>{Job::QUEUED, Job::RUNNING, Job::QUEUED, Job::RUNNING,
+                                             Job::SUCCEEDED}));
+  EXPECT_TRUE(absl::StrContains(requeued_message, "resumes from checkpoint ")) << requeued_message;
+  int64_t first_step_after_resume = 0;
+  bool resumed = false;
+  for (const JobEvent& e : events) {
+    if (e.has_state() && e.state().state() == Job::QUEUED && !e.state().message().empty()) {
+      resumed = true;
+    }
+    if (resumed && e.has_step() && first_step_after_resume == 0) {
+      first_step_after_resume = e.step().step();
+    }
+  }
+  EXPECT_EQ(first_step_after_resume, ended->summary().resumed_at_step() + 1);
+}
+
+TEST_F(CheckpointE2eTest, KilledJobWithoutRestartPolicyStaysInterrupted) {
+  const Job killed = RunUntilFirstCheckpointThenKill(CheckpointedJob(""));
+  const Job after = Get(killed.id());
+  EXPECT_EQ(after.state(), Job::INTERRUPTED);
+  EXPECT_TRUE(after.has_last_checkpoint());
+  EXPECT_TRUE(after.resumed_from_job_id().empty());
+}
+
+}  // namespace
+}  // namespace mpsd::testing
