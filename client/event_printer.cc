@@ -60,6 +60,9 @@ void EventPrinter::Print(const v1::JobEvent& event) {
     case v1::JobEvent::kState:
       PrintState(event.state());
       break;
+    case v1::JobEvent::kCheckpoint:
+      PrintLine(FormatCheckpoint(event.checkpoint()));
+      break;
     case v1::JobEvent::kHeartbeat:  // handled above
     case v1::JobEvent::PAYLOAD_NOT_SET:
       break;

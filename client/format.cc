@@ -68,6 +68,15 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   }
   if (s.parameters() > 0) work.push_back(Plural(s.parameters(), "parameter"));
   absl::StrAppend(&out, indent, absl::StrJoin(work, ", "), "\n");
+  if (s.resumed_at_step() > 0) {
+    absl::StrAppend(&out, indent, "resumed at step ", s.resumed_at_step(), "\n");
+  }
+  if (!s.model_path().empty()) {
+    absl::StrAppend(&out, indent, "model: ", s.model_path(), " (", s.model_format(), ")\n");
+  }
+  if (!s.checkpoint_path().empty()) {
+    absl::StrAppend(&out, indent, "checkpoint: ", s.checkpoint_path(), "\n");
+  }
 
   const v1::MemoryStats& m = s.memory();
   const bool no_memory = m.allocated_before_bytes() == 0 && m.peak_allocated_bytes() == 0 &&
@@ -209,6 +218,11 @@ std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
   absl::StrAppend(&out, state.message().empty() ? "" : absl::StrCat(": ", state.message()), "\n");
   if (summary != nullptr) absl::StrAppend(&out, SummaryLines(*summary, "  "));
   return out;
+}
+
+std::string FormatCheckpoint(const v1::CheckpointSaved& checkpoint) {
+  return absl::StrCat("checkpoint ", checkpoint.path(), " (epoch ", checkpoint.epoch(), ", step ",
+                      checkpoint.step(), ", ", FormatMiB(checkpoint.size_bytes()), ")");
 }
 
 std::string FormatJobProgress(const v1::Job& job) {

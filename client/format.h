@@ -46,6 +46,8 @@ std::string FormatProgress(const v1::StepMetrics& step, int total_epochs);
 std::string FormatEpoch(const v1::EpochMetrics& epoch);
 // A log event: INFO text as is, WARNING and ERROR prefixed "warning: " / "error: ".
 std::string FormatLog(const v1::LogLine& log);
+// "checkpoint /state/artifacts/7/checkpoint-epoch-2.pt (epoch 2, step 64, 12.3 MiB)".
+std::string FormatCheckpoint(const v1::CheckpointSaved& checkpoint);
 // The end of a job, several lines each ending in '\n':
 //   job 42 SUCCEEDED in 42.1 s on cpu
 //     test accuracy 0.8612, test loss 0.3876, final train loss 0.4123

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <set>
@@ -664,6 +665,34 @@ absl::StatusOr<v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
   return JobFileParser(filename).Parse(yaml);
 }
 
+namespace {
+
+// A relative `path` made absolute against `dir`; absolute and empty paths unchanged.
+std::string AgainstDirectory(const std::string& path, const std::filesystem::path& dir) {
+  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (dir / path).lexically_normal().string();
+}
+
+}  // namespace
+
+void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_file) {
+  if (!request.has_train_job()) return;
+  std::error_code ec;
+  const std::filesystem::path dir =
+      std::filesystem::absolute(job_file, ec).lexically_normal().parent_path();
+  if (ec) return;
+  v1::TrainJob& job = *request.mutable_train_job();
+  if (!job.model().torchscript().empty()) {
+    job.mutable_model()->set_torchscript(AgainstDirectory(job.model().torchscript(), dir));
+  }
+  // A job id ("12") stays as it is: only paths are resolved.
+  const std::string& resume_from = job.resume_from();
+  if (!resume_from.empty() &&
+      !std::all_of(resume_from.begin(), resume_from.end(), absl::ascii_isdigit)) {
+    job.set_resume_from(AgainstDirectory(resume_from, dir));
+  }
+}
+
 absl::StatusOr<v1::SubmitJobRequest> ReadJobFile(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
@@ -674,7 +703,9 @@ absl::StatusOr<v1::SubmitJobRequest> ReadJobFile(const std::string& path) {
   const int error = std::ferror(file) ? errno : 0;
   std::fclose(file);
   if (error != 0) return absl::ErrnoToStatus(error, absl::StrCat("cannot read ", path));
-  return ParseJobFile(text, path);
+  absl::StatusOr<v1::SubmitJobRequest> request = ParseJobFile(text, path);
+  if (request.ok()) MakePathsAbsolute(*request, path);
+  return request;
 }
 
 std::string FormatJobFile(const v1::SubmitJobRequest& request) {

@@ -35,9 +35,16 @@ namespace mpsd::client {
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
                                                         absl::string_view filename);
 
-// Reads `path` and parses it as above. NotFound / PermissionDenied / ... (from errno) when the file
-// cannot be read; the message names the path.
+// Reads `path` and parses it as above, then applies MakePathsAbsolute against `path`.
+// NotFound / PermissionDenied / ... (from errno) when the file cannot be read; the message names
+// the path.
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
+
+// Makes the TrainJob's relative file paths absolute against the directory of `job_file` (itself
+// taken against the current directory), since the daemon resolves relative paths against its
+// own working directory: model.torchscript, and resume_from unless it is a job id (all digits).
+// Absolute paths, empty fields and other job kinds are left alone. Thread-safe.
+void MakePathsAbsolute(mpsd::v1::SubmitJobRequest& request, const std::string& job_file);
 
 // The job file for `request`: `kind:` first, then the set request-level fields (priority,
 // request_id), then the spec's set fields in proto order. Strings that YAML

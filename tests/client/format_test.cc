@@ -135,6 +135,31 @@ TEST(FormatTest, FinalFailedWithoutSummary) {
             "job 7 FAILED (OUT_OF_MEMORY): CUDA out of memory\n");
 }
 
+TEST(FormatTest, FinalShowsTheResumeStepTheModelAndTheCheckpoint) {
+  v1::StateChange state;
+  state.set_state(v1::Job::SUCCEEDED);
+  v1::JobSummary summary = Summary();
+  summary.set_resumed_at_step(64);
+  summary.set_model_path("/s/artifacts/42/model.pt");
+  summary.set_model_format("libtorch_archive");
+  summary.set_checkpoint_path("/s/artifacts/42/checkpoint-epoch-3.pt");
+  const std::string out = FormatFinal("42", state, &summary);
+  EXPECT_THAT(out, HasSubstr("\n  resumed at step 64\n"
+                             "  model: /s/artifacts/42/model.pt (libtorch_archive)\n"
+                             "  checkpoint: /s/artifacts/42/checkpoint-epoch-3.pt\n"));
+  EXPECT_EQ(FormatFinal("42", state, &(summary = Summary())).find("model:"), std::string::npos);
+}
+
+TEST(FormatTest, CheckpointLine) {
+  v1::CheckpointSaved checkpoint;
+  checkpoint.set_path("/s/artifacts/7/checkpoint-epoch-2.pt");
+  checkpoint.set_epoch(2);
+  checkpoint.set_step(64);
+  checkpoint.set_size_bytes(3 * 1024 * 1024);
+  EXPECT_EQ(FormatCheckpoint(checkpoint),
+            "checkpoint /s/artifacts/7/checkpoint-epoch-2.pt (epoch 2, step 64, 3.0 MiB)");
+}
+
 TEST(FormatTest, FinalOnCpuSaysMemoryIsNotTracked) {
   v1::StateChange state;
   state.set_state(v1::Job::SUCCEEDED);

@@ -2,6 +2,8 @@
 // key paths, and the way back.
 #include "client/job_file.h"
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <google/protobuf/util/message_differencer.h>
@@ -88,8 +90,8 @@ TEST(JobFileTest, WrongTypeNamesPath) {
   EXPECT_THAT(ErrorOf("kind: TrainJob\noptimizer: {learning_rate: fast}\n"),
               HasSubstr("optimizer.learning_rate: expected a number, got \"fast\""));
   EXPECT_THAT(ErrorOf("kind: TrainJob\nmodel: convnet\n"),
-              HasSubstr("model: expected a map with fields name, num_classes and preset, got "
-                        "\"convnet\""));
+              HasSubstr("model: expected a map with fields name, num_classes, preset and "
+                        "torchscript, got \"convnet\""));
   EXPECT_THAT(ErrorOf("kind: TrainJob\ndevice: [cpu]\n"),
               HasSubstr("device: expected a string, got a list"));
   EXPECT_THAT(ErrorOf("kind: TrainJob\nbatch_size: 1.5\n"),
@@ -262,6 +264,43 @@ TEST(JobFileTest, ReadJobFileNamesMissingFile) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/job.yaml"));
+}
+
+TEST(JobFileTest, RelativeTorchScriptAndResumePathsAreTakenAgainstTheJobFilesDirectory) {
+  v1::SubmitJobRequest request;
+  request.mutable_train_job()->mutable_model()->set_torchscript("models/net.pt");
+  request.mutable_train_job()->set_resume_from("../runs/checkpoint-latest.pt");
+  MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
+  EXPECT_EQ(request.train_job().model().torchscript(), "/home/me/jobs/models/net.pt");
+  EXPECT_EQ(request.train_job().resume_from(), "/home/me/runs/checkpoint-latest.pt");
+
+  // A job id and absolute paths stay as they are.
+  request.mutable_train_job()->set_resume_from("12");
+  request.mutable_train_job()->mutable_model()->set_torchscript("/models/net.pt");
+  MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
+  EXPECT_EQ(request.train_job().resume_from(), "12");
+  EXPECT_EQ(request.train_job().model().torchscript(), "/models/net.pt");
+}
+
+TEST(JobFileTest, ReadJobFileResolvesRelativePathsAgainstItsDirectory) {
+  const std::string dir = ::testing::TempDir() + "/job_file_test_relative";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/job.yaml";
+  {
+    std::ofstream out(path);
+    out << "kind: TrainJob\nmodel: {torchscript: net.pt}\nresume_from: ckpt/latest.pt\n";
+  }
+  absl::StatusOr<v1::SubmitJobRequest> r = ReadJobFile(path);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string absolute_dir = std::filesystem::absolute(dir).lexically_normal().string();
+  EXPECT_EQ(r->train_job().model().torchscript(), absolute_dir + "/net.pt");
+  EXPECT_EQ(r->train_job().resume_from(), absolute_dir + "/ckpt/latest.pt");
+  // Parsing text alone resolves nothing: there is no directory to resolve against.
+  absl::StatusOr<v1::SubmitJobRequest> parsed =
+      ParseJobFile("kind: TrainJob\nmodel: {torchscript: net.pt}\n", "job.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->train_job().model().torchscript(), "net.pt");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(JobFileTest, ExamplesParse) {
