@@ -141,7 +141,9 @@ std::string SerializeState(torch::nn::Module& model, torch::optim::Optimizer& op
   torch::serialize::OutputArchive extra_archive;
   for (const auto& [name, tensor] : extra) extra_archive.write(name, tensor, /*is_buffer=*/true);
   archive.write("extra", extra_archive);
-  archive.write("rng_shuffle", GeneratorState(shuffle), /*is_buffer=*/true);
+  if (shuffle.defined()) {
+    archive.write("rng_shuffle", GeneratorState(shuffle), /*is_buffer=*/true);
+  }
   archive.write("rng_cpu", GeneratorState(at::detail::getDefaultCPUGenerator()),
                 /*is_buffer=*/true);
   if (!device.is_cpu()) {
@@ -310,9 +312,10 @@ absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path,
       extra_archive.try_read(name, tensor, /*is_buffer=*/true);
     }
   }
+  if (archive.try_read("rng_shuffle", restored.shuffle_state, /*is_buffer=*/true)) {
+    restored.shuffle_state = restored.shuffle_state.to(torch::kCPU);
+  }
   torch::Tensor cpu_state;
-  archive.read("rng_shuffle", restored.shuffle_state, /*is_buffer=*/true);
-  restored.shuffle_state = restored.shuffle_state.to(torch::kCPU);
   archive.read("rng_cpu", cpu_state, /*is_buffer=*/true);
   SetGeneratorState(at::detail::getDefaultCPUGenerator(), cpu_state);
   torch::Tensor device_state;

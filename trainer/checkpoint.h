@@ -7,8 +7,8 @@
 //   state.pt             a torch::serialize::OutputArchive with the sub-archives "model"
 //                        (parameters and buffers), "optimizer" (torch::optim state), "extra"
 //                        (tensors the loop keeps, e.g. the GradScaler's scale) and the RNG states
-//                        "rng_shuffle", "rng_cpu" and, off the CPU, "rng_device"
-//                        (at::Generator::get_state).
+//                        "rng_cpu", off the CPU "rng_device", and "rng_shuffle" when the loop
+//                        has a shuffle generator of its own (at::Generator::get_state).
 // Python's torch.save writes the same container but with archive/data.pkl and no
 // mpsd_checkpoint.txt; such files are recognised and refused.
 #ifndef MPSD_TRAINER_CHECKPOINT_H_
@@ -59,7 +59,8 @@ using ExtraState = std::map<std::string, torch::Tensor>;
 inline constexpr char kLatestCheckpointName[] = "checkpoint-latest.pt";
 
 // Writes a checkpoint of `model`, `optimizer`, `shuffle` (the generator that orders the training
-// set), the default CPU generator (and the default generator of `device` off the CPU) and
+// set; an undefined at::Generator() when the order is a function of seed and epoch), the
+// default CPU generator (and the default generator of `device` off the CPU) and
 // `extra` into `dir` (created if missing) as checkpoint-epoch-<info.epoch>.pt, then links it as
 // checkpoint-latest.pt and removes the job's older checkpoint-epoch-*.pt. Each file appears by
 // rename(2) of a finished temporary, so a crash never leaves a torn checkpoint under either name.
@@ -86,7 +87,8 @@ absl::Status CheckCompatible(const CheckpointInfo& saved, const CheckpointInfo& 
 // Restores a checkpoint written by SaveCheckpoint into `model` and `optimizer` (already built
 // for the same job, on `device`), the default generators, and `extra` (each tensor read by name,
 // left undefined when absent). Returns the checkpoint's metadata and the shuffle generator's
-// state in `shuffle_state` (a CPU uint8 tensor for at::Generator::set_state). Errors:
+// state in `shuffle_state` (a CPU uint8 tensor for at::Generator::set_state; undefined when the
+// checkpoint has none). Errors:
 // INVALID_ARGUMENT naming the file for an unreadable or incompatible archive. Throws c10::Error
 // for other LibTorch failures.
 struct RestoredCheckpoint {

@@ -47,9 +47,9 @@ class CheckpointE2eTest : public ::testing::Test {
     return job.value_or(Job());
   }
 
-  // Submits `request`, waits for its first stored checkpoint, kills the daemon with SIGKILL and
-  // starts it again. Returns the job as it was when killed.
-  Job RunUntilFirstCheckpointThenKill(const SubmitJobRequest& request) {
+  // Submits `request`, waits for its first stored checkpoint, stops the daemon with `signal` and
+  // starts it again. Returns the job as it was when stopped.
+  Job RunUntilFirstCheckpointThenKill(const SubmitJobRequest& request, int signal = SIGKILL) {
     absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, request);
     EXPECT_TRUE(submitted.ok()) << submitted.status();
     Job job;
@@ -58,8 +58,12 @@ class CheckpointE2eTest : public ::testing::Test {
       return job.has_last_checkpoint() || job.state() != Job::RUNNING && job.state() != Job::QUEUED;
     }));
     EXPECT_EQ(job.state(), Job::RUNNING) << "the job ended before the daemon could be killed";
-    const int status = daemon_->Stop(SIGKILL);
-    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    const int status = daemon_->Stop(signal, absl::Seconds(60));
+    if (signal == SIGKILL) {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
     daemon_->Start();
     return job;
   }
@@ -108,6 +112,21 @@ TEST_F(CheckpointE2eTest, KilledJobWithRestartPolicyResumesFromItsCheckpointAndS
     }
   }
   EXPECT_EQ(first_step_after_resume, ended->summary().resumed_at_step() + 1);
+}
+
+TEST_F(CheckpointE2eTest, JobStoppedBySigtermWithRestartPolicyResumesOnTheNextStart) {
+  const Job stopped = RunUntilFirstCheckpointThenKill(CheckpointedJob("resume"), SIGTERM);
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, stopped.id());
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), Job::SUCCEEDED) << ended->message();
+  EXPECT_GE(ended->summary().resumed_at_step(), stopped.last_checkpoint().step());
+  EXPECT_GT(ended->summary().resumed_at_step(), 0);
+  bool said_so = false;
+  for (const JobEvent& e : rpc::StreamAll(*daemon_, stopped.id())) {
+    said_so |= e.has_state() && e.state().state() == Job::QUEUED &&
+               absl::StrContains(e.state().message(), "mpsd shut down while the job ran");
+  }
+  EXPECT_TRUE(said_so);
 }
 
 TEST_F(CheckpointE2eTest, KilledJobWithoutRestartPolicyStaysInterrupted) {
