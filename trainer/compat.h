@@ -45,6 +45,7 @@
 #endif
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR && MPSD_TRAINER_HAS_FUSED_ADAM
 #define MPSD_TRAINER_HAS_CUDA_GRAPHS 1
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -239,16 +240,11 @@ class CudaGraph {
   template <typename Fn>
   void Capture(int device_index, Fn&& fn) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
-    c10::cuda::CUDAStream stream =
-        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_index));
-    stream.wait_stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)));
-    {
-      c10::cuda::CUDAStreamGuard guard(stream);
+    OnSideStream(device_index, [&] {
       graph_.capture_begin();
       fn();
       graph_.capture_end();
-    }
-    c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)).wait_stream(stream);
+    });
 #else
     (void)device_index, (void)fn;
     TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
@@ -260,14 +256,19 @@ class CudaGraph {
   template <typename Fn>
   static void OnSideStream(int device_index, Fn&& fn) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
-    c10::cuda::CUDAStream stream =
-        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_index));
-    stream.wait_stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)));
+    const auto index = static_cast<c10::DeviceIndex>(device_index);
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+    at::cuda::CUDAEvent current_ready;  // the side stream starts after the current one's work
+    current_ready.record(current);
+    current_ready.block(side);
     {
-      c10::cuda::CUDAStreamGuard guard(stream);
+      c10::cuda::CUDAStreamGuard guard(side);
       fn();
     }
-    c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)).wait_stream(stream);
+    at::cuda::CUDAEvent side_done;  // and the current stream continues after the side's
+    side_done.record(side);
+    side_done.block(current);
 #else
     (void)device_index, (void)fn;
     TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
