@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -160,8 +161,13 @@ inline void CudaResetPeak(int device_index) {
 #endif
 }
 
+// Also drops cuBLAS's per-stream workspaces (LibTorch >= 2; what
+// torch._C._cuda_clearCublasWorkspaces does), which otherwise stay allocated between jobs.
 inline void CudaEmptyCache() {
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+#if TORCH_VERSION_MAJOR >= 2
+  at::cuda::clearCublasWorkspaces();
+#endif
   c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
@@ -251,14 +257,16 @@ class CudaGraph {
 #endif
   }
 
-  // Runs `fn` eagerly on a side stream (warm-up before a capture, as PyTorch's recipe does:
-  // cuBLAS/cuDNN handles and workspaces get created outside the graph).
+  // Runs `fn` eagerly on the graph's side stream (warm-up before a capture, as PyTorch's recipe
+  // does: cuBLAS/cuDNN handles and workspaces get created outside the graph). Warm-up and capture
+  // share one side stream, so that cuBLAS keeps one workspace for it.
   template <typename Fn>
-  static void OnSideStream(int device_index, Fn&& fn) {
+  void OnSideStream(int device_index, Fn&& fn) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
     const auto index = static_cast<c10::DeviceIndex>(device_index);
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+    if (!side_.has_value()) side_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+    const c10::cuda::CUDAStream side = *side_;
     at::cuda::CUDAEvent current_ready;  // the side stream starts after the current one's work
     current_ready.record(current);
     current_ready.block(side);
@@ -286,6 +294,7 @@ class CudaGraph {
  private:
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
   at::cuda::CUDAGraph graph_;
+  std::optional<c10::cuda::CUDAStream> side_;
 #endif
 };
 
