@@ -253,8 +253,31 @@ def parse_job_file(text, filename, pb2):
 
 
 def read_job_file(path, pb2):
+    """Reads and parses a job file, then makes its relative paths absolute (make_paths_absolute)."""
     with open(path, encoding="utf-8") as f:
-        return parse_job_file(f.read(), path, pb2)
+        request = parse_job_file(f.read(), path, pb2)
+    make_paths_absolute(request, path)
+    return request
+
+
+def make_paths_absolute(request, job_file):
+    """Makes a TrainJob's relative model.torchscript and resume_from (unless a job id, all digits)
+    absolute against the directory of `job_file`, as mpsctl does: the daemon resolves relative
+    paths against its own working directory."""
+    if request.WhichOneof("spec") != "train_job":
+        return
+    job = request.train_job
+    directory = os.path.dirname(os.path.abspath(job_file))
+
+    def absolute(path):
+        if os.path.isabs(path):
+            return path
+        return os.path.normpath(os.path.join(directory, path))
+
+    if job.model.torchscript:
+        job.model.torchscript = absolute(job.model.torchscript)
+    if job.resume_from and not job.resume_from.isdigit():
+        job.resume_from = absolute(job.resume_from)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -108,6 +108,24 @@ class JobFileTest(unittest.TestCase):
             self.assertEqual(r.train_job.dataset.name, "fashion-mnist")
 
 
+    def test_relative_paths_are_taken_against_the_job_files_directory(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "job.yaml")
+            with open(path, "w") as f:
+                f.write("kind: TrainJob\nmodel: {torchscript: net.pt}\n"
+                        "resume_from: ../runs/checkpoint-latest.pt\n")
+            r = mpsd_client.read_job_file(path, pb2)
+            self.assertEqual(r.train_job.model.torchscript, os.path.join(directory, "net.pt"))
+            self.assertEqual(r.train_job.resume_from,
+                             os.path.join(os.path.dirname(directory), "runs",
+                                          "checkpoint-latest.pt"))
+            with open(path, "w") as f:
+                f.write("kind: TrainJob\nmodel: {torchscript: /models/net.pt}\nresume_from: 12\n")
+            r = mpsd_client.read_job_file(path, pb2)
+            self.assertEqual(r.train_job.model.torchscript, "/models/net.pt")
+            self.assertEqual(r.train_job.resume_from, "12")
+
+
 def run_submit(server, job_file, *extra):
     return subprocess.run([sys.executable, SUBMIT, "--server", server, job_file, *extra],
                           capture_output=True, text=True, timeout=120)
