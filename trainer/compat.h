@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@
 #endif
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR && MPSD_TRAINER_HAS_FUSED_ADAM
 #define MPSD_TRAINER_HAS_CUDA_GRAPHS 1
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -159,8 +161,13 @@ inline void CudaResetPeak(int device_index) {
 #endif
 }
 
+// Also drops cuBLAS's per-stream workspaces (LibTorch >= 2; what
+// torch._C._cuda_clearCublasWorkspaces does), which otherwise stay allocated between jobs.
 inline void CudaEmptyCache() {
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+#if TORCH_VERSION_MAJOR >= 2
+  at::cuda::clearCublasWorkspaces();
+#endif
   c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
@@ -239,35 +246,37 @@ class CudaGraph {
   template <typename Fn>
   void Capture(int device_index, Fn&& fn) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
-    c10::cuda::CUDAStream stream =
-        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_index));
-    stream.wait_stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)));
-    {
-      c10::cuda::CUDAStreamGuard guard(stream);
+    OnSideStream(device_index, [&] {
       graph_.capture_begin();
       fn();
       graph_.capture_end();
-    }
-    c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)).wait_stream(stream);
+    });
 #else
     (void)device_index, (void)fn;
     TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
 #endif
   }
 
-  // Runs `fn` eagerly on a side stream (warm-up before a capture, as PyTorch's recipe does:
-  // cuBLAS/cuDNN handles and workspaces get created outside the graph).
+  // Runs `fn` eagerly on the graph's side stream (warm-up before a capture, as PyTorch's recipe
+  // does: cuBLAS/cuDNN handles and workspaces get created outside the graph). Warm-up and capture
+  // share one side stream, so that cuBLAS keeps one workspace for it.
   template <typename Fn>
-  static void OnSideStream(int device_index, Fn&& fn) {
+  void OnSideStream(int device_index, Fn&& fn) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
-    c10::cuda::CUDAStream stream =
-        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_index));
-    stream.wait_stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)));
+    const auto index = static_cast<c10::DeviceIndex>(device_index);
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
+    if (!side_.has_value()) side_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+    const c10::cuda::CUDAStream side = *side_;
+    at::cuda::CUDAEvent current_ready;  // the side stream starts after the current one's work
+    current_ready.record(current);
+    current_ready.block(side);
     {
-      c10::cuda::CUDAStreamGuard guard(stream);
+      c10::cuda::CUDAStreamGuard guard(side);
       fn();
     }
-    c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)).wait_stream(stream);
+    at::cuda::CUDAEvent side_done;  // and the current stream continues after the side's
+    side_done.record(side);
+    side_done.block(current);
 #else
     (void)device_index, (void)fn;
     TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
@@ -285,6 +294,7 @@ class CudaGraph {
  private:
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
   at::cuda::CUDAGraph graph_;
+  std::optional<c10::cuda::CUDAStream> side_;
 #endif
 };
 

@@ -102,7 +102,7 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
   const std::vector<torch::Tensor> saved_avgs = Snapshot(exp_avgs_);
   const std::vector<torch::Tensor> saved_avg_sqs = Snapshot(exp_avg_sqs_);
   const std::vector<torch::Tensor> saved_steps = Snapshot(state_steps_);
-  compat::CudaGraph::OnSideStream(device_index, [&] {
+  graph_.OnSideStream(device_index, [&] {
     for (int i = 0; i < kWarmupSteps; ++i) Compute(static_index_);
   });
   compat::ZeroGradToNone(optimizer);
@@ -137,7 +137,10 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor
 
 std::pair<torch::Tensor, torch::Tensor> GraphedStep::Step(const torch::Tensor& index,
                                                           double learning_rate) {
-  lr_.fill_(learning_rate);
+  if (learning_rate != lr_value_) {  // one kernel, only when the schedule moves
+    lr_.fill_(learning_rate);
+    lr_value_ = learning_rate;
+  }
   if (index.size(0) == batch_size_) {
     static_index_.copy_(index);
     graph_.Replay();

@@ -88,6 +88,7 @@ class GraphedStep {
   std::vector<torch::Tensor> exp_avg_sqs_;
   std::vector<torch::Tensor> state_steps_;  // [] float32 each, on the device
   torch::Tensor lr_;                         // [] float32 on the device
+  double lr_value_ = 0;                      // what lr_ holds
 
   torch::Tensor static_index_;  // [batch_size] int64: the graph's input
   torch::Tensor static_loss_;   // the graph's outputs

@@ -296,6 +296,14 @@ EOF
     echo "device (after): $(tail -n1 "$OUT/device.json")"
     grep -v '"step"' "$OUT/mpsd_events.jsonl"
     if [[ $MODE == all ]]; then
+      say "(4b) mpsd TrainJob, drop_last: true (static batch shape, as (5c))"
+      { cat "$RUN_DIR/job.yaml"; echo "drop_last: true"; } > "$RUN_DIR/job_drop_last.yaml"
+      timeout "$(tmo "$RUN_TIMEOUT_S")" "${MPSCTL[@]}" submit "$RUN_DIR/job_drop_last.yaml" \
+        --follow | grep -v '"step"' > "$WORK/raw/v4b_events.jsonl"
+      echo "exit $?"
+      cat "$WORK/raw/v4b_events.jsonl"
+    fi
+    if [[ $MODE == all ]]; then
       say "ResNet-50 inference, mpsd BenchJob"
       printf '%s\n' "kind: BenchJob" "models: [resnet50]" "batch_sizes: [32, 64, 128]" \
         "devices: [$JOB_DEVICE]" "mode: inference" "precisions: [fp32, bf16]" \

@@ -2,6 +2,7 @@
 
 Inputs: RAW/v1.json, v2.json, v2b.json, v5a.json, v5b.json, v5c.json (the PyTorch variants),
 RAW/v3.json (the bare LibTorch loop), RAW/v4_wall.json and RAW/build_rc (the mpsd run),
+RAW/v4b_events.jsonl (the mpsd job again with drop_last: true, step events left out),
 RAW/bench_torch.json and RAW/bench_mpsd.jsonl (ResNet-50 inference: PyTorch eager, and the mpsd
 BenchJob's events), the mpsd job's events (`mpsctl --json submit --follow`, one JobEvent per line),
 `mpsctl --json device` (before and after the job, one line each) and env.txt. Missing inputs are
@@ -108,7 +109,7 @@ def mib(value):
 
 
 # Row order of the table; "4" is mpsd.
-VARIANTS = ("1", "2", "2b", "3", "5a", "5b", "5c", "4")
+VARIANTS = ("1", "2", "2b", "3", "5a", "5b", "5c", "4", "4b")
 PYTORCH_FILES = ("1", "2", "2b", "3", "5a", "5b", "5c")
 
 
@@ -244,12 +245,22 @@ def main():
     if build_rc is not None:
         variants["4"] = mpsd_result(load_lines(args.events),
                                     load_json(os.path.join(args.raw, "v4_wall.json")), build_rc)
+        v4b_events = load_lines(os.path.join(args.raw, "v4b_events.jsonl"))
+        if v4b_events:
+            v4b = mpsd_result(v4b_events, None, build_rc)
+            v4b["variant"] = "4b"
+            v4b["description"] = ("mpsd TrainJob as (4) with drop_last: true (every step a full "
+                                  "batch, as (5c))")
+            variants["4b"] = v4b
     ratios = {}
     t4 = variants.get("4", {}).get("s_per_epoch")
     for key in PYTORCH_FILES:
         tk = variants.get(key, {}).get("s_per_epoch")
         if t4 and tk:
             ratios[f"(4)/({key})"] = t4 / tk
+    t4b, t5c = variants.get("4b", {}).get("s_per_epoch"), variants.get("5c", {}).get("s_per_epoch")
+    if t4b and t5c:
+        ratios["(4b)/(5c)"] = t4b / t5c
     job = {}
     try:
         with open(os.path.join(args.raw, "job.yaml")) as f:
