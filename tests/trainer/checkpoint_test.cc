@@ -339,6 +339,49 @@ TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOrOptimizerOrBatchS
   }
 }
 
+TEST(CheckpointFileTest, ExtraStateAndRngStatesRoundTrip) {
+  TempDir dir;
+  ModelConfig config;
+  config.input_shape = {1, 28, 28};
+  torch::manual_seed(3);
+  std::shared_ptr<ClassifierImpl> model = FindModel("mlp")->make(config);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  at::Generator shuffle = at::detail::createCPUGenerator(11);
+  CheckpointInfo info;
+  info.model = "mlp";
+  info.epoch = 2;
+  info.step = 40;
+  const ExtraState extra = {
+      {"grad_scaler_scale", torch::full({}, 1024.0, torch::kFloat64)},
+      {"grad_scaler_growth_tracker", torch::full({}, 17, torch::kInt64)}};
+  absl::StatusOr<mpsd::v1::CheckpointSaved> saved =
+      SaveCheckpoint(dir / "run", info, *model, optimizer, shuffle, extra, torch::kCPU);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  // What the default generator and the shuffle generator draw next, as saved.
+  const torch::Tensor next_default = torch::rand({4});
+  const torch::Tensor next_shuffle = torch::randperm(8, shuffle);
+
+  torch::manual_seed(99);  // another model, another generator state
+  std::shared_ptr<ClassifierImpl> other = FindModel("mlp")->make(config);
+  torch::optim::SGD other_optimizer(other->parameters(),
+                                    torch::optim::SGDOptions(0.1).momentum(0.9));
+  ExtraState restored_extra = {{"grad_scaler_scale", {}}, {"grad_scaler_growth_tracker", {}},
+                               {"absent", {}}};
+  absl::StatusOr<RestoredCheckpoint> restored = LoadCheckpoint(
+      saved->path(), *other, other_optimizer, restored_extra, torch::kCPU);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->info.epoch, 2);
+  EXPECT_EQ(restored->info.step, 40);
+  EXPECT_EQ(MaxAbsDifference(*model, *other), 0);
+  EXPECT_EQ(restored_extra["grad_scaler_scale"].item<double>(), 1024.0);
+  EXPECT_EQ(restored_extra["grad_scaler_growth_tracker"].item<int64_t>(), 17);
+  EXPECT_FALSE(restored_extra["absent"].defined());
+  EXPECT_TRUE(torch::equal(torch::rand({4}), next_default));
+  at::Generator other_shuffle = at::detail::createCPUGenerator(0);
+  other_shuffle.set_state(restored->shuffle_state);
+  EXPECT_TRUE(torch::equal(torch::randperm(8, other_shuffle), next_shuffle));
+}
+
 TEST(CheckpointValidateTest, CheckpointsNeedAnArtifactsDirAndKnownRestartPolicy) {
   std::unique_ptr<Executor> executor = MakeExecutor("");
   mpsd::v1::SubmitJobRequest request = ConvnetJob(1);
