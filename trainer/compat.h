@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 // MPS exists from LibTorch 2 on, and only on Apple.
 #if defined(__APPLE__) && TORCH_VERSION_MAJOR >= 2
@@ -198,6 +199,26 @@ inline void ZeroGradToNone(torch::optim::Optimizer& optimizer) {
     }
   }
 #endif
+}
+
+// ---- Loss scaling ---------------------------------------------------------------------------
+
+// GradScaler's unscale_: multiplies every gradient in place by `inverse_scale` ([1] float32 on
+// their device) and adds a positive number to `found_inf` ([1] float32, same device) when any
+// holds inf or NaN. No synchronisation. On CUDA: at::_amp_foreach_non_finite_check_and_unscale_,
+// the fused kernel torch.cuda.amp.GradScaler uses (all gradients on one device); elsewhere spelled
+// out per gradient (LibTorch 1.13 has no CPU kernel for it).
+inline void NonFiniteCheckAndUnscale(std::vector<torch::Tensor>& gradients,
+                                     torch::Tensor& found_inf, const torch::Tensor& inverse_scale) {
+  if (gradients.empty()) return;
+  if (found_inf.is_cuda()) {
+    at::_amp_foreach_non_finite_check_and_unscale_(gradients, found_inf, inverse_scale);
+    return;
+  }
+  for (torch::Tensor& gradient : gradients) {
+    found_inf.add_(gradient.isfinite().all().logical_not());
+    gradient.mul_(inverse_scale.to(gradient.scalar_type()));
+  }
 }
 
 // ---- Attention ------------------------------------------------------------------------------

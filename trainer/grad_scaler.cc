@@ -2,6 +2,9 @@
 // host (its one synchronisation per step, reading found_inf, happens in Step anyway).
 #include "trainer/grad_scaler.h"
 
+#include <vector>
+
+#include "trainer/compat.h"
 #include "trainer/optimizers.h"
 
 namespace mpsd::trainer {
@@ -9,17 +12,17 @@ namespace mpsd::trainer {
 void GradScaler::Unscale(torch::optim::Optimizer& optimizer) {
   if (unscaled_) return;
   unscaled_ = true;
-  const double inverse = 1.0 / scale_;
-  for (const torch::Tensor& gradient : Gradients(optimizer)) {
-    torch::Tensor non_finite = gradient.isfinite().all().logical_not();
-    found_inf_ = found_inf_.defined() ? found_inf_.logical_or(non_finite) : non_finite;
-    gradient.mul_(inverse);
-  }
+  std::vector<torch::Tensor> gradients = Gradients(optimizer);
+  if (gradients.empty()) return;
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(
+      gradients.front().device());
+  found_inf_ = torch::zeros({1}, options);
+  compat::NonFiniteCheckAndUnscale(gradients, found_inf_, torch::full({1}, 1.0 / scale_, options));
 }
 
 bool GradScaler::Step(torch::optim::Optimizer& optimizer) {
   Unscale(optimizer);
-  skipped_ = found_inf_.defined() && found_inf_.item<bool>();
+  skipped_ = found_inf_.defined() && found_inf_.item<float>() > 0;
   if (!skipped_) optimizer.step();
   found_inf_ = torch::Tensor();
   unscaled_ = false;

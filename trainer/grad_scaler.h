@@ -61,7 +61,8 @@ class GradScaler {
   const Options options_;
   double scale_;
   int64_t growth_tracker_ = 0;
-  // [] bool on the gradients' device once Unscale ran for the current step; undefined before.
+  // [1] float32 on the gradients' device, > 0 when a gradient of the current step is inf/NaN;
+  // defined once Unscale ran for the step.
   torch::Tensor found_inf_;
   bool unscaled_ = false;
   bool skipped_ = false;  // the last Step's decision, for Update
