@@ -300,7 +300,8 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
   const int64_t n = train.size();
   const int64_t batch_size = loop.options.batch_size;
   const int64_t accumulation = loop.options.grad_accumulation_steps;
-  const int64_t batches = loop.options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+  const int64_t batches =
+      loop.options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
   shuffle.set_current_seed(EpochSeed(loop.options.seed, epoch));
   const torch::Tensor order = torch::randperm(
       n, shuffle, torch::TensorOptions().dtype(torch::kInt64).device(train.labels.device()));
