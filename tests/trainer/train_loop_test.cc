@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "trainer/compat.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/optimizers.h"
 #include "trainer/schedule.h"
@@ -261,6 +262,45 @@ TEST(TrainTest, ResumingAtAnEpochContinuesStepsAndShuffleOrder) {
   }
   EXPECT_THAT(steps, ::testing::ElementsAre(5, 6, 7, 8));
   EXPECT_TRUE(torch::equal(Flat(*resumed), uninterrupted));
+}
+
+TEST(AutocastGuardTest, Bf16OnCpuInsideTheScopeOnlyAndNestable) {
+  const torch::Tensor a = torch::ones({4, 4});
+  {
+    const compat::AutocastGuard outer(c10::DeviceType::CPU, torch::kBFloat16);
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
+    {
+      const compat::AutocastGuard inner(c10::DeviceType::CPU, torch::kBFloat16);
+      EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
+    }
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);  // inner restored outer's state
+  }
+  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat32);
+}
+
+TEST(TrainTest, Bf16RunsTheForwardInBf16AndLeavesAutocastOff) {
+  const DeviceDataset data = RandomData(64);
+  const auto losses = [&](Precision precision) {
+    auto model = MakeModel();
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.5));
+    TrainOptions options;
+    options.batch_size = 16;
+    options.precision = precision;
+    std::vector<float> values;
+    for (const auto& event : RunTrain(*model, optimizer, data, options)) {
+      if (event.has_step()) values.push_back(event.step().loss());
+    }
+    EXPECT_EQ(model->parameters().front().scalar_type(), torch::kFloat32);
+    return values;
+  };
+  const std::vector<float> fp32 = losses(Precision::kFp32);
+  const std::vector<float> bf16 = losses(Precision::kBf16);
+  ASSERT_EQ(fp32.size(), 4u);
+  ASSERT_EQ(bf16.size(), 4u);
+  EXPECT_NE(fp32, bf16);  // bf16 rounding shows in the losses
+  for (size_t i = 0; i < fp32.size(); ++i) EXPECT_NEAR(fp32[i], bf16[i], 0.05) << i;
+  const torch::Tensor a = torch::ones({2, 2});
+  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat32);  // autocast is off again
 }
 
 TEST(TrainTest, Fp16WithoutAScalerIsRejected) {
