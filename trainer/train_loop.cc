@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "trainer/augment.h"
 #include "trainer/compat.h"
 #include "trainer/device.h"
 #include "trainer/optimizers.h"
@@ -271,7 +272,9 @@ void OptimizerStep(const Loop& loop, StepResult& result) {
 }
 
 // One optimizer step over the batches [first, first + count) of the epoch's `order`.
-StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count) {
+// Augmentation draws from `shuffle`, so a seed fixes both the order and the augmentation.
+StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count,
+                     at::Generator& shuffle) {
   const TensorSplit& train = loop.data.train;
   const int64_t n = train.size();
   const int64_t batch_size = loop.options.batch_size;
@@ -280,8 +283,10 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
   for (int64_t batch = first; batch < first + count; ++batch) {
     const int64_t start = batch * batch_size;
     const torch::Tensor index = order.narrow(/*dim=*/0, start, std::min(batch_size, n - start));
-    ForwardBackward(loop, train.images.index_select(/*dim=*/0, index),
-                    train.labels.index_select(/*dim=*/0, index), result);
+    // Training batches only: evaluation never augments.
+    const torch::Tensor images = Augment(train.images.index_select(/*dim=*/0, index),
+                                         loop.data.augmentation, shuffle);
+    ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), result);
   }
   OptimizerStep(loop, result);
   result.loss = result.loss / static_cast<double>(result.examples);
@@ -313,7 +318,7 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
     }
     const double learning_rate = ApplySchedule(loop, readback.steps());
     const StepResult step =
-        TrainStep(loop, order, first, std::min(accumulation, batches - first));
+        TrainStep(loop, order, first, std::min(accumulation, batches - first), shuffle);
     readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
                     step.skipped);
     if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {

@@ -165,8 +165,9 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        "got 5"},
       {"num_classes zero", [](auto& j) { j.mutable_model()->set_num_classes(0); },
        "train_job.model.num_classes: must be in [1, 1048576], got 0"},
-      {"dataset", [](auto& j) { j.mutable_dataset()->set_name("cifar10"); },
-       "train_job.dataset.name: unknown dataset \"cifar10\" (known: fashion-mnist, mnist)"},
+      {"dataset", [](auto& j) { j.mutable_dataset()->set_name("imagenet"); },
+       "train_job.dataset.name: unknown dataset \"imagenet\" (known: fashion-mnist, mnist, "
+       "cifar10, synthetic)"},
       {"optimizer", [](auto& j) { j.mutable_optimizer()->set_name("lamb"); },
        "train_job.optimizer.name: unknown optimizer \"lamb\" (known: adam, adamw, sgd)"},
       {"momentum", [](auto& j) { Sgd(j).set_momentum(1.5); },
