@@ -173,6 +173,9 @@ std::string FormatProgress(const v1::StepMetrics& step, int total_epochs) {
   absl::StrAppend(&line, "  step ", step.step());
   if (step.total_steps() > 0) absl::StrAppend(&line, "/", step.total_steps());
   absl::StrAppendFormat(&line, "  loss %.4f  acc %.3f", step.loss(), step.accuracy());
+  if (step.learning_rate() > 0) absl::StrAppendFormat(&line, "  lr %.3g", step.learning_rate());
+  if (step.loss_scale() > 0) absl::StrAppendFormat(&line, "  scale %g", step.loss_scale());
+  if (step.skipped()) absl::StrAppend(&line, " (skipped: inf/NaN gradients)");
   if (step.samples_per_second() > 0) {
     absl::StrAppend(&line, "  ", FormatRate(step.samples_per_second()));
   }

@@ -39,8 +39,10 @@ std::string KindName(const v1::SubmitJobRequest& spec);
 int TotalEpochs(const v1::SubmitJobRequest& spec);
 bool IsTerminal(v1::Job::State state);
 
-// The live progress line: "epoch 1/3  step 120/938  loss 0.4123  acc 0.859  12,345 samples/s
-// ETA 0:42". `total_epochs` 0 leaves out "/N". The ETA counts training steps only.
+// The live progress line: "epoch 1/3  step 120/938  loss 0.4123  acc 0.859  lr 0.001
+// 12,345 samples/s  ETA 0:42", with "  scale 65536" for fp16 and " (skipped: inf/NaN
+// gradients)" for a skipped step. `total_epochs` 0 leaves out "/N"; a learning rate of 0 (not
+// reported) is left out. The ETA counts training steps only.
 std::string FormatProgress(const v1::StepMetrics& step, int total_epochs);
 // "epoch 1: train loss 0.4123 acc 0.859, test loss 0.3876 acc 0.861, 9.8 s, 6,123 samples/s".
 std::string FormatEpoch(const v1::EpochMetrics& epoch);

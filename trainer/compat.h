@@ -4,6 +4,7 @@
 #ifndef MPSD_TRAINER_COMPAT_H_
 #define MPSD_TRAINER_COMPAT_H_
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -33,6 +34,14 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #else
 #define MPSD_TRAINER_HAS_CUDA_ALLOCATOR 0
+#endif
+
+// LibTorch 2.4 replaced the per-backend autocast functions (set_enabled for CUDA,
+// set_cpu_enabled, set_autocast_gpu_dtype, ...) with ones that take the device type.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE 1
+#else
+#define MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE 0
 #endif
 
 // The fused (multi-tensor, device-side bias correction) Adam/AdamW kernels with a tensor learning
@@ -325,6 +334,26 @@ inline void ZeroGradToNone(torch::optim::Optimizer& optimizer) {
 #endif
 }
 
+// ---- Loss scaling ---------------------------------------------------------------------------
+
+// GradScaler's unscale_: multiplies every gradient in place by `inverse_scale` ([1] float32 on
+// their device) and adds a positive number to `found_inf` ([1] float32, same device) when any
+// holds inf or NaN. No synchronisation. On CUDA: at::_amp_foreach_non_finite_check_and_unscale_,
+// the fused kernel torch.cuda.amp.GradScaler uses (all gradients on one device); elsewhere spelled
+// out per gradient (LibTorch 1.13 has no CPU kernel for it).
+inline void NonFiniteCheckAndUnscale(std::vector<torch::Tensor>& gradients,
+                                     torch::Tensor& found_inf, const torch::Tensor& inverse_scale) {
+  if (gradients.empty()) return;
+  if (found_inf.is_cuda()) {
+    at::_amp_foreach_non_finite_check_and_unscale_(gradients, found_inf, inverse_scale);
+    return;
+  }
+  for (torch::Tensor& gradient : gradients) {
+    found_inf.add_(gradient.isfinite().all().logical_not());
+    gradient.mul_(inverse_scale.to(gradient.scalar_type()));
+  }
+}
+
 // ---- Attention ------------------------------------------------------------------------------
 
 // softmax(q·kᵀ / √d)·v with dropout `dropout_p` on the probabilities; q, k, v: [N, heads, T, d].
@@ -342,6 +371,89 @@ inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const tor
   return torch::matmul(probabilities, v);
 #endif
 }
+
+// ---- Autocast (mixed precision) ------------------------------------------------------------
+
+// Why `device_type` cannot autocast to `dtype` (kHalf or kBFloat16) with this LibTorch; empty
+// when it can. CUDA: both (bf16 needs an Ampere or newer GPU, which LibTorch checks when it
+// runs). CPU: bf16 always; fp16 only from LibTorch 2.4 (1.13's CPU autocast knows bf16 alone).
+// MPS: from LibTorch 2.5 (MPS autocast's first release).
+inline std::string AutocastUnsupportedReason(c10::DeviceType device_type, c10::ScalarType dtype) {
+  const bool half = dtype == c10::kHalf;
+  switch (device_type) {
+    case c10::DeviceType::CUDA:
+      return "";
+    case c10::DeviceType::CPU:
+      if (!half || MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE) return "";
+      return "fp16 autocast is not available on cpu with LibTorch " TORCH_VERSION
+             " (it needs LibTorch >= 2.4); use bf16 or fp32 on cpu";
+    case c10::DeviceType::MPS:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+      return "";
+#else
+      return "autocast on mps needs LibTorch >= 2.5";
+#endif
+    default:
+      return "autocast is not available on this device";
+  }
+}
+
+// Runs the forward passes of a scope under autocast to `dtype` on `device_type`, like
+// `with torch.autocast(device_type, dtype)`: on entry enables it (and bumps the nesting count),
+// on exit restores the previous state and, leaving the outermost autocast, clears the cache of
+// casted weights. Autocast state is thread-local: use the guard on the thread that runs the
+// forward. Not copyable. The caller checks AutocastUnsupportedReason first.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype) : device_type_(device_type) {
+    previous_enabled_ = IsEnabled(device_type_);
+    previous_dtype_ = GetDtype(device_type_);
+    Set(device_type_, true, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastGuard() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    Set(device_type_, previous_enabled_, previous_dtype_);
+  }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  static bool IsEnabled(c10::DeviceType device_type) {
+#if MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE
+    return at::autocast::is_autocast_enabled(device_type);
+#else
+    return device_type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled()
+                                               : at::autocast::is_enabled();
+#endif
+  }
+  static c10::ScalarType GetDtype(c10::DeviceType device_type) {
+#if MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE
+    return at::autocast::get_autocast_dtype(device_type);
+#else
+    return device_type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                               : at::autocast::get_autocast_gpu_dtype();
+#endif
+  }
+  static void Set(c10::DeviceType device_type, bool enabled, c10::ScalarType dtype) {
+#if MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE
+    at::autocast::set_autocast_dtype(device_type, dtype);
+    at::autocast::set_autocast_enabled(device_type, enabled);
+#else
+    if (device_type == c10::DeviceType::CPU) {
+      at::autocast::set_autocast_cpu_dtype(dtype);
+      at::autocast::set_cpu_enabled(enabled);
+    } else {
+      at::autocast::set_autocast_gpu_dtype(dtype);
+      at::autocast::set_enabled(enabled);
+    }
+#endif
+  }
+
+  const c10::DeviceType device_type_;
+  bool previous_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::kFloat;
+};
 
 }  // namespace mpsd::trainer::compat
 

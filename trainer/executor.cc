@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -23,9 +24,12 @@
 #include "trainer/compat.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
+#include "trainer/grad_scaler.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
 #include "trainer/models/torchscript.h"
+#include "trainer/optimizers.h"
+#include "trainer/schedule.h"
 #include "trainer/train_loop.h"
 
 namespace mpsd::trainer {
@@ -36,8 +40,9 @@ using mpsd::v1::JobEvent;
 
 constexpr int kDefaultBatchSize = 64;
 constexpr int kDefaultEpochs = 1;
-constexpr double kDefaultLearningRate = 1e-3;
-constexpr absl::string_view kDefaultOptimizer = "adam";
+constexpr double kDefaultLearningRate = 1e-3;     // adam, adamw (torch.optim's)
+constexpr double kDefaultSgdLearningRate = 1e-2;  // sgd
+constexpr double kDefaultAdamWWeightDecay = 1e-2;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -74,9 +79,22 @@ struct TrainJobConfig {
   const ModelEntry* model = nullptr;
   ModelConfig model_config;
   DatasetConfig dataset;
+  // What Validate assumes the training split holds (the dataset's published size, or
+  // limit_train below it): the schedule's total steps are checked with it at submit, and
+  // recomputed from the loaded data when the job runs.
+  int64_t nominal_train_examples = 0;
   int batch_size = kDefaultBatchSize;
   int epochs = kDefaultEpochs;
-  double learning_rate = kDefaultLearningRate;
+  OptimizerConfig optimizer;
+  // Steps are filled in by BuildSchedule; warmup_epochs (< 0: unset) becomes warmup_steps there.
+  ScheduleConfig schedule;
+  double warmup_epochs = -1;
+  Precision precision = Precision::kFp32;
+  int grad_accumulation_steps = 1;
+  double grad_clip_norm = 0;  // 0 = off
+  double label_smoothing = 0;
+  bool drop_last = false;
+  int eval_every_epochs = 1;
   uint64_t seed = 0;
   torch::Device device = torch::kCPU;
 
@@ -92,8 +110,6 @@ struct TrainJobConfig {
   // <artifacts_dir>/<job id>/ where checkpoints and the finished model go; empty = nowhere.
   std::string job_dir;
   std::string job_id;
-  // For the checkpoint's compatibility record.
-  std::string optimizer_name = std::string(kDefaultOptimizer);
 };
 
 absl::Status FieldError(absl::string_view field, absl::string_view problem) {
@@ -179,21 +195,335 @@ absl::StatusOr<int> PositiveOr(absl::string_view field, bool has_value, int valu
   return value;
 }
 
-// The learning rate of the (only) optimizer, adam.
-absl::StatusOr<double> ResolveOptimizer(const mpsd::v1::OptimizerSpec& spec) {
-  if (!spec.name().empty() && spec.name() != kDefaultOptimizer) {
-    return FieldError("optimizer.name",
-                      absl::StrFormat("unknown optimizer \"%s\" %s", spec.name(), Known({"adam"})));
+// `value` in the interval from `low` to `high` (closed or open at each end as the flags say;
+// a NaN is never in range). The message shows the interval as "[0, 1)".
+absl::Status CheckRange(absl::string_view field, double value, double low, bool low_closed,
+                        double high, bool high_closed) {
+  const bool above = low_closed ? value >= low : value > low;
+  const bool below = high_closed ? value <= high : value < high;
+  if (above && below) return absl::OkStatus();
+  return FieldError(field, absl::StrCat("must be in ", low_closed ? "[" : "(", low, ", ", high,
+                                        high_closed ? "]" : ")", ", got ", value));
+}
+
+// > 0 and finite.
+absl::Status CheckPositive(absl::string_view field, double value) {
+  if (!(value > 0)) return FieldError(field, absl::StrCat("must be > 0, got ", value));
+  if (!std::isfinite(value)) return FieldError(field, absl::StrCat("must be finite, got ", value));
+  return absl::OkStatus();
+}
+
+// >= 0 and finite.
+absl::Status CheckNonNegative(absl::string_view field, double value) {
+  if (!(value >= 0)) return FieldError(field, absl::StrCat("must be >= 0, got ", value));
+  if (!std::isfinite(value)) return FieldError(field, absl::StrCat("must be finite, got ", value));
+  return absl::OkStatus();
+}
+
+// A field set for a setting that does not use it is a mistake worth reporting.
+absl::Status NotFor(absl::string_view field, absl::string_view who, absl::string_view what) {
+  return FieldError(field, absl::StrFormat("only %s take%s it, not %s", who,
+                                           absl::StrContains(who, " ") ? "" : "s", what));
+}
+
+// torch.optim's SGD, Adam and AdamW with their defaults (AdamW's weight decay 0.01).
+absl::StatusOr<OptimizerConfig> ResolveOptimizer(const mpsd::v1::OptimizerSpec& spec) {
+  OptimizerConfig config;
+  if (spec.name().empty() || spec.name() == "adam") {
+    config.kind = OptimizerKind::kAdam;
+  } else if (spec.name() == "adamw") {
+    config.kind = OptimizerKind::kAdamW;
+  } else if (spec.name() == "sgd") {
+    config.kind = OptimizerKind::kSgd;
+  } else {
+    return FieldError("optimizer.name", absl::StrFormat("unknown optimizer \"%s\" %s", spec.name(),
+                                                        Known({"adam", "adamw", "sgd"})));
   }
-  if (!spec.has_learning_rate()) return kDefaultLearningRate;
-  const double lr = spec.learning_rate();
-  if (!(lr > 0)) {
-    return FieldError("optimizer.learning_rate", absl::StrCat("must be > 0, got ", lr));
+  const bool sgd = config.kind == OptimizerKind::kSgd;
+  const std::string name = OptimizerName(config.kind);
+  config.learning_rate = sgd ? kDefaultSgdLearningRate : kDefaultLearningRate;
+  if (spec.has_learning_rate()) {
+    config.learning_rate = spec.learning_rate();
+    if (absl::Status s = CheckPositive("optimizer.learning_rate", config.learning_rate); !s.ok()) {
+      return s;
+    }
   }
-  if (!std::isfinite(lr)) {
-    return FieldError("optimizer.learning_rate", absl::StrCat("must be finite, got ", lr));
+  config.weight_decay = config.kind == OptimizerKind::kAdamW ? kDefaultAdamWWeightDecay : 0;
+  if (spec.has_weight_decay()) {
+    config.weight_decay = spec.weight_decay();
+    if (absl::Status s = CheckNonNegative("optimizer.weight_decay", config.weight_decay);
+        !s.ok()) {
+      return s;
+    }
   }
-  return lr;
+  if (!sgd && spec.has_momentum()) return NotFor("optimizer.momentum", "sgd", name);
+  if (!sgd && spec.nesterov()) return NotFor("optimizer.nesterov", "sgd", name);
+  if (sgd && !spec.betas().empty()) return NotFor("optimizer.betas", "adam and adamw", name);
+  if (sgd && spec.has_eps()) return NotFor("optimizer.eps", "adam and adamw", name);
+  if (spec.has_momentum()) {
+    config.momentum = spec.momentum();
+    if (absl::Status s = CheckRange("optimizer.momentum", config.momentum, 0, true, 1, false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  config.nesterov = spec.nesterov();
+  if (config.nesterov && config.momentum <= 0) {
+    return FieldError("optimizer.nesterov",
+                      absl::StrCat("needs momentum > 0, got momentum ", config.momentum));
+  }
+  if (!spec.betas().empty()) {
+    if (spec.betas_size() != 2) {
+      return FieldError("optimizer.betas",
+                        absl::StrFormat("must be [beta1, beta2], got %d value(s)",
+                                        spec.betas_size()));
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (absl::Status s = CheckRange(absl::StrCat("optimizer.betas[", i, "]"), spec.betas(i), 0,
+                                      true, 1, false);
+          !s.ok()) {
+        return s;
+      }
+    }
+    config.beta1 = spec.betas(0);
+    config.beta2 = spec.betas(1);
+  }
+  if (spec.has_eps()) {
+    config.eps = spec.eps();
+    if (absl::Status s = CheckPositive("optimizer.eps", config.eps); !s.ok()) return s;
+  }
+  return config;
+}
+
+// Rejects a schedule field set for a schedule that does not use it.
+absl::Status CheckScheduleFieldsUsed(const mpsd::v1::ScheduleSpec& spec, ScheduleKind kind) {
+  const std::string name = ScheduleName(kind);
+  if (kind != ScheduleKind::kStep) {
+    if (spec.has_step_size_epochs()) return NotFor("schedule.step_size_epochs", "step", name);
+    if (spec.has_gamma()) return NotFor("schedule.gamma", "step", name);
+  }
+  if (kind != ScheduleKind::kCosine) {
+    if (spec.has_warmup_steps()) return NotFor("schedule.warmup_steps", "cosine", name);
+    if (spec.has_warmup_epochs()) return NotFor("schedule.warmup_epochs", "cosine", name);
+    if (spec.has_min_lr()) return NotFor("schedule.min_lr", "cosine", name);
+  }
+  if (kind != ScheduleKind::kOneCycle) {
+    const bool any = spec.has_max_lr() || spec.has_pct_start() || spec.has_div_factor() ||
+                     spec.has_final_div_factor() || !spec.anneal_strategy().empty() ||
+                     spec.has_cycle_momentum() || spec.has_base_momentum() ||
+                     spec.has_max_momentum();
+    if (any) {
+      return FieldError("schedule",
+                        absl::StrFormat("max_lr, pct_start, div_factor, final_div_factor, "
+                                        "anneal_strategy and *_momentum are onecycle's, not %s's",
+                                        name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveStepSchedule(const mpsd::v1::ScheduleSpec& spec, ScheduleConfig& config) {
+  if (spec.has_step_size_epochs()) {
+    if (spec.step_size_epochs() <= 0) {
+      return FieldError("schedule.step_size_epochs",
+                        absl::StrFormat("must be > 0, got %d", spec.step_size_epochs()));
+    }
+    config.step_size_epochs = spec.step_size_epochs();
+  }
+  if (spec.has_gamma()) {
+    config.gamma = spec.gamma();
+    if (absl::Status s = CheckPositive("schedule.gamma", config.gamma); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveCosineSchedule(const mpsd::v1::ScheduleSpec& spec, TrainJobConfig& job) {
+  ScheduleConfig& config = job.schedule;
+  if (spec.has_warmup_steps() && spec.has_warmup_epochs()) {
+    return FieldError("schedule.warmup_epochs", "set at most one of warmup_steps and "
+                                                "warmup_epochs");
+  }
+  if (spec.has_warmup_steps()) {
+    if (spec.warmup_steps() < 0) {
+      return FieldError("schedule.warmup_steps",
+                        absl::StrFormat("must be >= 0, got %d", spec.warmup_steps()));
+    }
+    config.warmup_steps = spec.warmup_steps();
+  }
+  if (spec.has_warmup_epochs()) {
+    job.warmup_epochs = spec.warmup_epochs();
+    if (absl::Status s = CheckNonNegative("schedule.warmup_epochs", job.warmup_epochs); !s.ok()) {
+      return s;
+    }
+  }
+  if (spec.has_min_lr()) {
+    config.min_lr = spec.min_lr();
+    if (absl::Status s = CheckNonNegative("schedule.min_lr", config.min_lr); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveOneCycleSchedule(const mpsd::v1::ScheduleSpec& spec, ScheduleConfig& config) {
+  config.max_lr = spec.has_max_lr() ? spec.max_lr() : config.base_lr;
+  if (absl::Status s = CheckPositive("schedule.max_lr", config.max_lr); !s.ok()) return s;
+  if (spec.has_pct_start()) {
+    config.pct_start = spec.pct_start();
+    if (absl::Status s = CheckRange("schedule.pct_start", config.pct_start, 0, true, 1, true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (spec.has_div_factor()) {
+    config.div_factor = spec.div_factor();
+    if (absl::Status s = CheckPositive("schedule.div_factor", config.div_factor); !s.ok()) return s;
+  }
+  if (spec.has_final_div_factor()) {
+    config.final_div_factor = spec.final_div_factor();
+    if (absl::Status s = CheckPositive("schedule.final_div_factor", config.final_div_factor);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (spec.anneal_strategy() == "linear") {
+    config.anneal_cos = false;
+  } else if (!spec.anneal_strategy().empty() && spec.anneal_strategy() != "cos") {
+    return FieldError("schedule.anneal_strategy",
+                      absl::StrFormat("must be \"cos\" or \"linear\", got \"%s\"",
+                                      spec.anneal_strategy()));
+  }
+  config.cycle_momentum = !spec.has_cycle_momentum() || spec.cycle_momentum();
+  if (spec.has_base_momentum()) config.base_momentum = spec.base_momentum();
+  if (spec.has_max_momentum()) config.max_momentum = spec.max_momentum();
+  if (absl::Status s =
+          CheckRange("schedule.base_momentum", config.base_momentum, 0, true, 1, false);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange("schedule.max_momentum", config.max_momentum, 0, true, 1, false);
+      !s.ok()) {
+    return s;
+  }
+  if (config.base_momentum > config.max_momentum) {
+    return FieldError("schedule.base_momentum",
+                      absl::StrCat("must be <= max_momentum ", config.max_momentum, ", got ",
+                                   config.base_momentum));
+  }
+  return absl::OkStatus();
+}
+
+// The schedule's kind and parameters; its steps come from BuildSchedule.
+absl::Status ResolveSchedule(const mpsd::v1::ScheduleSpec& spec, TrainJobConfig& job) {
+  ScheduleConfig& config = job.schedule;
+  config.base_lr = job.optimizer.learning_rate;
+  if (spec.name().empty() || spec.name() == "constant") {
+    config.kind = ScheduleKind::kConstant;
+  } else if (spec.name() == "step") {
+    config.kind = ScheduleKind::kStep;
+  } else if (spec.name() == "cosine") {
+    config.kind = ScheduleKind::kCosine;
+  } else if (spec.name() == "onecycle") {
+    config.kind = ScheduleKind::kOneCycle;
+  } else {
+    return FieldError("schedule.name",
+                      absl::StrFormat("unknown schedule \"%s\" %s", spec.name(),
+                                      Known({"constant", "step", "cosine", "onecycle"})));
+  }
+  if (absl::Status s = CheckScheduleFieldsUsed(spec, config.kind); !s.ok()) return s;
+  switch (config.kind) {
+    case ScheduleKind::kConstant:
+      return absl::OkStatus();
+    case ScheduleKind::kStep:
+      return ResolveStepSchedule(spec, config);
+    case ScheduleKind::kCosine:
+      return ResolveCosineSchedule(spec, job);
+    case ScheduleKind::kOneCycle:
+      return ResolveOneCycleSchedule(spec, config);
+  }
+  return absl::OkStatus();
+}
+
+// The job's schedule for a training split of `train_examples`: total steps exactly as the loop
+// will take them (StepsPerEpoch × epochs). Field errors for a job with no step, a onecycle too
+// short for its two phases, a cosine warm-up as long as the job.
+absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_examples) {
+  ScheduleConfig config = job.schedule;
+  config.steps_per_epoch = StepsPerEpoch(train_examples, job.batch_size, job.drop_last,
+                                         job.grad_accumulation_steps);
+  config.total_steps = config.steps_per_epoch * job.epochs;
+  if (config.steps_per_epoch == 0) {
+    return FieldError("drop_last", absl::StrFormat("the %d training examples make no full batch "
+                                                   "of %d, so an epoch would have no step",
+                                                   train_examples, job.batch_size));
+  }
+  if (job.warmup_epochs >= 0) {
+    config.warmup_steps = std::llround(job.warmup_epochs * config.steps_per_epoch);
+  }
+  absl::StatusOr<Schedule> schedule = Schedule::Create(config);
+  if (schedule.ok()) return schedule;
+  const std::string steps = absl::StrFormat(
+      " (%d epoch(s) × %d step(s) per epoch: %d training examples, batch size %d, "
+      "grad_accumulation_steps %d%s)",
+      job.epochs, config.steps_per_epoch, train_examples, job.batch_size,
+      job.grad_accumulation_steps, job.drop_last ? ", drop_last" : "");
+  std::string field = "schedule.name";
+  if (absl::StrContains(schedule.status().message(), "pct_start")) field = "schedule.pct_start";
+  if (config.kind == ScheduleKind::kCosine) {
+    field = job.warmup_epochs >= 0 ? "schedule.warmup_epochs" : "schedule.warmup_steps";
+  }
+  return FieldError(field, absl::StrCat(schedule.status().message(), steps));
+}
+
+// The training examples the dataset is published with (synthetic: its spec's), after limit_train.
+int64_t NominalTrainExamples(const DatasetConfig& dataset) {
+  if (dataset.info->name == "synthetic") return dataset.synthetic_train;
+  const int64_t examples = dataset.info->name == "cifar10" ? 50'000 : 60'000;  // (fashion-)mnist
+  return dataset.limit_train > 0 ? std::min(examples, dataset.limit_train) : examples;
+}
+
+absl::StatusOr<Precision> ResolvePrecision(absl::string_view name, const torch::Device& device) {
+  Precision precision = Precision::kFp32;
+  if (name == "fp16") {
+    precision = Precision::kFp16;
+  } else if (name == "bf16") {
+    precision = Precision::kBf16;
+  } else if (!name.empty() && name != "fp32") {
+    return FieldError("precision", absl::StrFormat("unknown precision \"%s\" %s", name,
+                                                   Known({"fp32", "fp16", "bf16"})));
+  }
+  if (precision == Precision::kFp32) return precision;
+  const std::string reason = compat::AutocastUnsupportedReason(
+      device.type(), precision == Precision::kFp16 ? torch::kHalf : torch::kBFloat16);
+  if (!reason.empty()) {
+    return FieldError("precision", absl::StrFormat("%s cannot run on device %s: %s", name,
+                                                   DeviceString(device), reason));
+  }
+  return precision;
+}
+
+// grad_accumulation_steps, grad_clip_norm, label_smoothing, drop_last, eval_every_epochs.
+absl::Status ResolveStepOptions(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  absl::StatusOr<int> accumulation =
+      PositiveOr("grad_accumulation_steps", spec.has_grad_accumulation_steps(),
+                 spec.grad_accumulation_steps(), 1);
+  if (!accumulation.ok()) return accumulation.status();
+  config.grad_accumulation_steps = *accumulation;
+  if (spec.has_grad_clip_norm()) {
+    config.grad_clip_norm = spec.grad_clip_norm();
+    if (absl::Status s = CheckPositive("grad_clip_norm", config.grad_clip_norm); !s.ok()) {
+      return s;
+    }
+  }
+  config.label_smoothing = spec.label_smoothing();
+  if (absl::Status s = CheckRange("label_smoothing", config.label_smoothing, 0, true, 1, false);
+      !s.ok()) {
+    return s;
+  }
+  config.drop_last = spec.drop_last();
+  absl::StatusOr<int> eval_every = PositiveOr("eval_every_epochs", spec.has_eval_every_epochs(),
+                                              spec.eval_every_epochs(), 1);
+  if (!eval_every.ok()) return eval_every.status();
+  config.eval_every_epochs = *eval_every;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
@@ -221,13 +551,22 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
       PositiveOr("epochs", spec.has_epochs(), spec.epochs(), kDefaultEpochs);
   if (!epochs.ok()) return epochs.status();
   config.epochs = *epochs;
-  absl::StatusOr<double> learning_rate = ResolveOptimizer(spec.optimizer());
-  if (!learning_rate.ok()) return learning_rate.status();
-  config.learning_rate = *learning_rate;
+  absl::StatusOr<OptimizerConfig> optimizer = ResolveOptimizer(spec.optimizer());
+  if (!optimizer.ok()) return optimizer.status();
+  config.optimizer = *optimizer;
+  if (absl::Status s = ResolveStepOptions(spec, config); !s.ok()) return s;
+  if (absl::Status s = ResolveSchedule(spec.schedule(), config); !s.ok()) return s;
+  config.nominal_train_examples = NominalTrainExamples(config.dataset);
+  if (absl::Status s = BuildSchedule(config, config.nominal_train_examples).status(); !s.ok()) {
+    return s;
+  }
   config.seed = spec.seed();
   absl::StatusOr<torch::Device> device = ResolveDevice(spec.device(), inventory);
   if (!device.ok()) return FieldError("device", device.status().message());
   config.device = *device;
+  absl::StatusOr<Precision> precision = ResolvePrecision(spec.precision(), config.device);
+  if (!precision.ok()) return precision.status();
+  config.precision = *precision;
   return config;
 }
 
@@ -322,6 +661,7 @@ class SummaryBuilder {
  private:
   void ObserveStep(const mpsd::v1::StepMetrics& step) {
     summary_.set_steps(summary_.steps() + 1);
+    if (step.skipped()) summary_.set_skipped_steps(summary_.skipped_steps() + 1);
     last_step_loss_ = step.loss();
     // Each step of a read-back group carries the group's mean step time.
     train_seconds_ += step.step_time_ms() / 1000.0;
@@ -365,6 +705,54 @@ void EmitLog(const EventSink& sink, std::string text) {
   sink(std::move(event));
 }
 
+// The job's settings as resolved, for the log line at its start.
+std::string DescribeTraining(const TrainJobConfig& job, const Schedule& schedule,
+                             int64_t parameters) {
+  const OptimizerConfig& o = job.optimizer;
+  std::string optimizer = absl::StrFormat("%s lr %g weight_decay %g", OptimizerName(o.kind),
+                                          o.learning_rate, o.weight_decay);
+  if (o.kind == OptimizerKind::kSgd) {
+    absl::StrAppendFormat(&optimizer, " momentum %g%s", o.momentum,
+                          o.nesterov ? " nesterov" : "");
+  } else {
+    absl::StrAppendFormat(&optimizer, " betas (%g, %g) eps %g", o.beta1, o.beta2, o.eps);
+  }
+  const ScheduleConfig& c = schedule.config();
+  std::string schedule_text = ScheduleName(c.kind);
+  switch (c.kind) {
+    case ScheduleKind::kConstant:
+      break;
+    case ScheduleKind::kStep:
+      absl::StrAppendFormat(&schedule_text, " (×%g every %d epoch(s))", c.gamma,
+                            c.step_size_epochs);
+      break;
+    case ScheduleKind::kCosine:
+      absl::StrAppendFormat(&schedule_text, " (warm-up %d step(s), min_lr %g)", c.warmup_steps,
+                            c.min_lr);
+      break;
+    case ScheduleKind::kOneCycle:
+      absl::StrAppendFormat(&schedule_text, " (max_lr %g, pct_start %g, %s%s)", c.max_lr,
+                            c.pct_start, c.anneal_cos ? "cos" : "linear",
+                            c.cycle_momentum ? ", cycling momentum" : "");
+      break;
+  }
+  std::string step = absl::StrFormat("batch size %d", job.batch_size);
+  if (job.grad_accumulation_steps > 1) {
+    absl::StrAppendFormat(&step, " × %d accumulated", job.grad_accumulation_steps);
+  }
+  if (job.grad_clip_norm > 0) absl::StrAppendFormat(&step, ", clip norm %g", job.grad_clip_norm);
+  if (job.label_smoothing > 0) {
+    absl::StrAppendFormat(&step, ", label smoothing %g", job.label_smoothing);
+  }
+  if (job.drop_last) absl::StrAppend(&step, ", drop_last");
+  return absl::StrFormat(
+      "training %s (%d parameters): %s, schedule %s, precision %s, %s, %d epoch(s) of %d "
+      "step(s), seed %d",
+      job.model != nullptr ? job.model->name : absl::string_view(job.torchscript_path),
+      parameters, optimizer, schedule_text, PrecisionName(job.precision), step,
+      job.epochs, c.steps_per_epoch, job.seed);
+}
+
 // ---- Checkpoints, resume, the finished model (trainer/checkpoint.h) --------------------------
 
 // What this job's checkpoints record and a checkpoint it resumes from must match. The dataset
@@ -374,11 +762,11 @@ CheckpointInfo JobCheckpointInfo(const TrainJobConfig& job, int64_t train_exampl
   info.model = job.model != nullptr ? std::string(job.model->name) : "torchscript";
   info.parameters = job.model != nullptr ? job.model->parameters(job.model_config)
                                          : job.torchscript_parameters;
-  info.optimizer = job.optimizer_name;
+  info.optimizer = OptimizerName(job.optimizer.kind);
   info.dataset = std::string(job.dataset.info->name);
   info.train_examples = train_examples;
   info.batch_size = job.batch_size;
-  info.precision = "fp32";
+  info.precision = PrecisionName(job.precision);
   info.job_id = job.job_id;
   info.torch_version = TORCH_VERSION;
   return info;
@@ -401,7 +789,6 @@ absl::StatusOr<CheckpointInfo> CheckResumeCheckpoint(const TrainJobConfig& job,
 // checkpoint, restart_policy and resume_from; `artifacts_dir` as in Executor::Options.
 absl::Status ResolveCheckpoints(const mpsd::v1::TrainJob& spec, const std::string& artifacts_dir,
                                 TrainJobConfig& config) {
-  if (!spec.optimizer().name().empty()) config.optimizer_name = spec.optimizer().name();
   const int every = spec.checkpoint().every_epochs();
   if (every < 0) {
     return FieldError("checkpoint.every_epochs", absl::StrFormat("must be >= 0, got %d", every));
@@ -437,22 +824,37 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> MakeModel(const TrainJobConfig& 
   return std::shared_ptr<ClassifierImpl>(*std::move(script));
 }
 
-// Restores job.resume_path into the model and optimizer and sets where `options` starts.
+// The loop's state besides model and optimizer that a checkpoint keeps: fp16's loss scale.
+constexpr char kScaleName[] = "grad_scaler_scale";
+constexpr char kGrowthTrackerName[] = "grad_scaler_growth_tracker";
+
+ExtraState SaveExtraState(const GradScaler& grad_scaler) {
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  return {{kScaleName, torch::full({}, grad_scaler.scale(), f64)},
+          {kGrowthTrackerName,
+           torch::full({}, grad_scaler.growth_tracker(), f64.dtype(torch::kInt64))}};
+}
+
+// Restores job.resume_path into the model, optimizer and GradScaler, and sets where `options`
+// starts (the epoch after the checkpoint's, the step after its step).
 absl::Status RestoreCheckpoint(const TrainJobConfig& job, int64_t train_examples,
                                ClassifierImpl& model, torch::optim::Optimizer& optimizer,
-                               TrainOptions& options, const EventSink& sink,
-                               mpsd::v1::JobSummary& summary) {
+                               GradScaler& grad_scaler, TrainOptions& options,
+                               const EventSink& sink, mpsd::v1::JobSummary& summary) {
   if (job.resume_path.empty()) return absl::OkStatus();
   absl::StatusOr<CheckpointInfo> checked =
       CheckResumeCheckpoint(job, train_examples, "resume_from");
   if (!checked.ok()) return checked.status();
-  ExtraState extra;
+  ExtraState extra = {{kScaleName, {}}, {kGrowthTrackerName, {}}};
   absl::StatusOr<RestoredCheckpoint> restored =
       LoadCheckpoint(job.resume_path, model, optimizer, extra, job.device);
   if (!restored.ok()) return FieldError("resume_from", restored.status().message());
-  options.start_epoch = restored->info.epoch;
+  if (extra[kScaleName].defined() && extra[kGrowthTrackerName].defined()) {
+    grad_scaler.Restore(extra[kScaleName].item<double>(),
+                        extra[kGrowthTrackerName].item<int64_t>());
+  }
+  options.start_epoch = restored->info.epoch + 1;
   options.start_step = restored->info.step;
-  options.shuffle_state = restored->shuffle_state;
   summary.set_resumed_at_step(restored->info.step);
   EmitLog(sink, absl::StrFormat("resumed from %s: epoch %d, step %d", job.resume_path,
                                 restored->info.epoch, restored->info.step));
@@ -460,21 +862,24 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, int64_t train_examples
 }
 
 // The epoch-end hook that writes a checkpoint every job.checkpoint_every_epochs epochs and
-// emits its `checkpoint` event.
-std::function<absl::Status(const EpochEnd&)> CheckpointHook(
-    const TrainJobConfig& job, int64_t train_examples, ClassifierImpl& model,
-    torch::optim::Optimizer& optimizer, const EventSink& sink) {
+// emits its `checkpoint` event. The loop's shuffle order is a function of seed and epoch, so
+// there is no shuffle generator to keep.
+EpochEndHook CheckpointHook(const TrainJobConfig& job, int64_t train_examples,
+                            ClassifierImpl& model, torch::optim::Optimizer& optimizer,
+                            const GradScaler& grad_scaler, const EventSink& sink) {
   if (job.checkpoint_every_epochs <= 0) return nullptr;
-  return [&job, train_examples, &model, &optimizer, &sink](const EpochEnd& end) {
-    if (end.epoch % job.checkpoint_every_epochs != 0) return absl::OkStatus();
+  return [&job, train_examples, &model, &optimizer, &grad_scaler, &sink](int epoch,
+                                                                         int64_t steps_done) {
+    if (epoch % job.checkpoint_every_epochs != 0) return absl::OkStatus();
     if (job.job_dir.empty()) {
       return FieldError("checkpoint.every_epochs", "the job has no id to name its directory");
     }
     CheckpointInfo info = JobCheckpointInfo(job, train_examples);
-    info.epoch = end.epoch;
-    info.step = end.step;
+    info.epoch = epoch;
+    info.step = steps_done;
     absl::StatusOr<mpsd::v1::CheckpointSaved> saved =
-        SaveCheckpoint(job.job_dir, info, model, optimizer, end.shuffle, {}, job.device);
+        SaveCheckpoint(job.job_dir, info, model, optimizer, at::Generator(),
+                       SaveExtraState(grad_scaler), job.device);
     if (!saved.ok()) return saved.status();
     JobEvent event;
     *event.mutable_checkpoint() = *saved;
@@ -583,35 +988,50 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
                                 job.dataset.info->name, data->train.size(), data->test.size(),
                                 load_seconds, DeviceString(job.device)));
 
+  absl::StatusOr<Schedule> schedule = BuildSchedule(job, data->train.size());
+  if (!schedule.ok()) return schedule.status();
+
   torch::manual_seed(job.seed);
   absl::StatusOr<std::shared_ptr<ClassifierImpl>> made = MakeModel(job);
   if (!made.ok()) return made.status();
   std::shared_ptr<ClassifierImpl> model = *std::move(made);
   summary.summary().set_parameters(CountParameters(*model));
-  torch::optim::Adam optimizer(
-      model->parameters(),
-      torch::optim::AdamOptions(job.learning_rate).betas(std::make_tuple(0.9, 0.999)).eps(1e-8));
-  EmitLog(sink, absl::StrFormat("training %s (%d parameters): adam lr %g, batch size %d, "
-                                "%d epoch(s), seed %d",
-                                job.model != nullptr ? job.model->name : job.torchscript_path,
-                                summary.summary().parameters(), job.learning_rate,
-                                job.batch_size, job.epochs, job.seed));
+  std::unique_ptr<torch::optim::Optimizer> optimizer =
+      MakeOptimizer(model->parameters(), job.optimizer);
+  summary.summary().set_optimizer(OptimizerName(job.optimizer.kind));
+  summary.summary().set_schedule(ScheduleName(job.schedule.kind));
+  summary.summary().set_precision(PrecisionName(job.precision));
+  EmitLog(sink, DescribeTraining(job, *schedule, summary.summary().parameters()));
 
+  GradScaler grad_scaler;
   TrainOptions options;
   options.batch_size = job.batch_size;
   options.epochs = job.epochs;
   options.seed = job.seed;
   options.steps_per_readback = options_.steps_per_readback;
+  options.grad_accumulation_steps = job.grad_accumulation_steps;
+  options.drop_last = job.drop_last;
+  options.grad_clip_norm = job.grad_clip_norm;
+  options.label_smoothing = job.label_smoothing;
+  options.eval_every_epochs = job.eval_every_epochs;
+  options.precision = job.precision;
+  options.schedule = *schedule;
+  options.grad_scaler = &grad_scaler;
   // Checkpoints, resume and the finished model (trainer/checkpoint.h).
   const int64_t train_examples = data->train.size();
-  if (absl::Status s = RestoreCheckpoint(job, train_examples, *model, optimizer, options, sink,
-                                         summary.summary());
+  if (absl::Status s = RestoreCheckpoint(job, train_examples, *model, *optimizer, grad_scaler,
+                                         options, sink, summary.summary());
       !s.ok()) {
     return s;
   }
-  options.on_epoch_end = CheckpointHook(job, train_examples, *model, optimizer, sink);
-  if (absl::Status s = Train(*model, optimizer, *data, options, sink, cancelled); !s.ok()) return s;
-  return SaveFinishedModel(job, *model, summary.summary());
+  options.on_epoch_end =
+      CheckpointHook(job, train_examples, *model, *optimizer, grad_scaler, sink);
+  absl::Status status = Train(*model, *optimizer, *data, options, sink, cancelled);
+  if (job.precision == Precision::kFp16) {
+    summary.summary().set_final_loss_scale(static_cast<float>(grad_scaler.scale()));
+  }
+  if (status.ok()) status = SaveFinishedModel(job, *model, summary.summary());
+  return status;
 }
 
 absl::Status TorchExecutor::Run(const JobContext& context,

@@ -13,6 +13,7 @@
 #include "trainer/augment.h"
 #include "trainer/compat.h"
 #include "trainer/device.h"
+#include "trainer/optimizers.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -38,6 +39,15 @@ at::Generator MakeShuffleGenerator(const torch::Device& device, uint64_t seed) {
   return generator;
 }
 
+// The shuffle seed of epoch `epoch` (1-based): SplitMix64 of the job's seed and the epoch, so
+// each epoch's order depends on (seed, epoch) alone and a resumed job needs no generator state.
+uint64_t EpochSeed(uint64_t seed, int epoch) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(epoch);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 // Puts a model in eval mode for a scope, and back in train mode however the scope ends.
 class EvalModeGuard {
  public:
@@ -55,12 +65,13 @@ class EvalModeGuard {
 class StepReadback {
  public:
   StepReadback(const torch::Device& device, int capacity, int64_t total_steps,
-               const EventSink& sink)
+               int64_t start_step, const EventSink& sink)
       : device_(device),
         capacity_(std::max(capacity, 1)),
         total_steps_(total_steps),
         sink_(sink),
-        values_(torch::zeros({capacity_, 2}, torch::TensorOptions().device(device))) {
+        values_(torch::zeros({capacity_, 2}, torch::TensorOptions().device(device))),
+        steps_(start_step) {
     for (int i = 0; i < capacity_; ++i) {
       loss_slots_.push_back(values_[i][0]);
       correct_slots_.push_back(values_[i][1]);
@@ -77,12 +88,13 @@ class StepReadback {
   }
 
   // loss: [] float32, correct: [] int64, both on the device and outside autograd. No sync.
+  // loss_scale: fp16's scale for the step (0 without scaling); skipped: fp16 skipped it.
   void Record(const torch::Tensor& loss, const torch::Tensor& correct, int64_t batch_size,
-              double learning_rate) {
+              double learning_rate, double loss_scale, bool skipped) {
     const size_t slot = pending_.size();
     loss_slots_[slot].copy_(loss);
     correct_slots_[slot].copy_(correct);
-    pending_.push_back(Pending{++steps_, batch_size, learning_rate});
+    pending_.push_back(Pending{++steps_, batch_size, learning_rate, loss_scale, skipped});
   }
 
   // True when the pending steps should be read back: the buffer is full, or `interval` has
@@ -92,8 +104,6 @@ class StepReadback {
            (!pending_.empty() && Clock::now() - group_start_ >= interval);
   }
   int64_t steps() const { return steps_; }
-  // A resumed job: the next step recorded is `steps` + 1.
-  void ResumeAt(int64_t steps) { steps_ = steps; }
   int64_t total_steps() const { return total_steps_; }
   double epoch_loss() const { return epoch_examples_ > 0 ? epoch_loss_sum_ / epoch_examples_ : 0; }
   double epoch_accuracy() const {
@@ -110,6 +120,8 @@ class StepReadback {
     int64_t step;
     int64_t batch_size;
     double learning_rate;
+    double loss_scale;
+    bool skipped;
   };
 
   // What is shared by the steps read back together.
@@ -132,7 +144,7 @@ class StepReadback {
   std::vector<torch::Tensor> correct_slots_;  // views of values_, one per slot
   std::vector<Pending> pending_;
   int epoch_ = 0;
-  int64_t steps_ = 0;
+  int64_t steps_;  // optimizer steps recorded, counted from the job's first (resumed: start_step)
   Clock::time_point group_start_ = Clock::now();
   double epoch_loss_sum_ = 0;  // Σ loss × batch size
   int64_t epoch_correct_ = 0;
@@ -176,6 +188,8 @@ mpsd::v1::JobEvent StepReadback::StepEvent(const Pending& step, float loss, int6
   metrics.set_step_time_ms(group.seconds * 1000.0 / static_cast<double>(group.steps));
   metrics.set_allocated_bytes(group.allocated_bytes);
   metrics.set_batch_size(static_cast<int32_t>(step.batch_size));
+  metrics.set_loss_scale(static_cast<float>(step.loss_scale));
+  metrics.set_skipped(step.skipped);
   return event;
 }
 
@@ -189,20 +203,94 @@ struct Loop {
   const std::atomic<bool>& cancelled;
 };
 
-// One optimizer step; returns the batch's mean loss and correct count, still on the device.
-std::pair<torch::Tensor, torch::Tensor> TrainStep(const Loop& loop, const torch::Tensor& images,
-                                                  const torch::Tensor& labels) {
-  compat::ZeroGradToNone(loop.optimizer);
-  const torch::Tensor logits = loop.model.forward(images);
-  torch::Tensor loss = F::cross_entropy(logits, labels);
-  loss.backward();
-  loop.optimizer.step();
-  torch::Tensor correct = logits.detach().argmax(/*dim=*/1).eq(labels).sum();
-  return {loss.detach(), std::move(correct)};
+// The learning rate of the next step: the schedule's (also set on the optimizer, with the
+// momentum where it cycles), else the optimizer's own.
+double ApplySchedule(const Loop& loop, int64_t step) {
+  if (!loop.options.schedule.has_value()) {
+    return loop.optimizer.param_groups().front().options().get_lr();
+  }
+  const double learning_rate = loop.options.schedule->LearningRate(step);
+  SetLearningRate(loop.optimizer, learning_rate);
+  if (const std::optional<double> momentum = loop.options.schedule->Momentum(step)) {
+    SetMomentum(loop.optimizer, *momentum);
+  }
+  return learning_rate;
 }
 
-double LearningRate(const torch::optim::Optimizer& optimizer) {
-  return optimizer.param_groups().front().options().get_lr();
+// What one optimizer step leaves on the device, and fp16's decision.
+struct StepResult {
+  torch::Tensor loss;     // [] float32: mean loss over the step's examples
+  torch::Tensor correct;  // [] int64
+  int64_t examples = 0;
+  double loss_scale = 0;
+  bool skipped = false;
+};
+
+// Forward (under autocast for fp16/bf16), loss and backward of one batch; adds the batch's
+// loss × size and correct count to `result`.
+void ForwardBackward(const Loop& loop, const torch::Tensor& images, const torch::Tensor& labels,
+                     StepResult& result) {
+  const TrainOptions& options = loop.options;
+  torch::Tensor logits;
+  if (options.precision == Precision::kFp32) {
+    logits = loop.model.forward(images);
+  } else {
+    const compat::AutocastGuard autocast(
+        images.device().type(), options.precision == Precision::kFp16 ? torch::kHalf
+                                                                      : torch::kBFloat16);
+    logits = loop.model.forward(images);
+  }
+  logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
+  const torch::Tensor loss = F::cross_entropy(
+      logits, labels, F::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing));
+  torch::Tensor scaled = loss / static_cast<double>(options.grad_accumulation_steps);
+  if (options.precision == Precision::kFp16) scaled = options.grad_scaler->Scale(scaled);
+  scaled.backward();
+  const int64_t size = labels.size(0);
+  torch::Tensor loss_sum = loss.detach() * static_cast<double>(size);
+  torch::Tensor correct = logits.detach().argmax(/*dim=*/1).eq(labels).sum();
+  result.loss = result.loss.defined() ? result.loss + loss_sum : loss_sum;
+  result.correct = result.correct.defined() ? result.correct + correct : correct;
+  result.examples += size;
+}
+
+// Unscale (fp16), clip, then step (fp16: unless a gradient is inf/NaN) and update the scale.
+void OptimizerStep(const Loop& loop, StepResult& result) {
+  const TrainOptions& options = loop.options;
+  GradScaler* scaler = options.precision == Precision::kFp16 ? options.grad_scaler : nullptr;
+  if (scaler != nullptr) {
+    result.loss_scale = scaler->scale();
+    scaler->Unscale(loop.optimizer);
+  }
+  if (options.grad_clip_norm > 0) ClipGradNorm(Gradients(loop.optimizer), options.grad_clip_norm);
+  if (scaler != nullptr) {
+    result.skipped = !scaler->Step(loop.optimizer);
+    scaler->Update();
+  } else {
+    loop.optimizer.step();
+  }
+}
+
+// One optimizer step over the batches [first, first + count) of the epoch's `order`.
+// Augmentation draws from `shuffle`, so a seed fixes both the order and the augmentation.
+StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count,
+                     at::Generator& shuffle) {
+  const TensorSplit& train = loop.data.train;
+  const int64_t n = train.size();
+  const int64_t batch_size = loop.options.batch_size;
+  compat::ZeroGradToNone(loop.optimizer);
+  StepResult result;
+  for (int64_t batch = first; batch < first + count; ++batch) {
+    const int64_t start = batch * batch_size;
+    const torch::Tensor index = order.narrow(/*dim=*/0, start, std::min(batch_size, n - start));
+    // Training batches only: evaluation never augments.
+    const torch::Tensor images = Augment(train.images.index_select(/*dim=*/0, index),
+                                         loop.data.augmentation, shuffle);
+    ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), result);
+  }
+  OptimizerStep(loop, result);
+  result.loss = result.loss / static_cast<double>(result.examples);
+  return result;
 }
 
 absl::Status Cancelled(const StepReadback& readback) {
@@ -210,27 +298,29 @@ absl::Status Cancelled(const StepReadback& readback) {
       absl::StrFormat("cancelled after step %d of %d", readback.steps(), readback.total_steps()));
 }
 
-// One pass over the training set in a fresh random order.
+// One pass over the training set in the epoch's random order.
 absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
                         StepReadback& readback) {
   const TensorSplit& train = loop.data.train;
   const int64_t n = train.size();
   const int64_t batch_size = loop.options.batch_size;
+  const int64_t accumulation = loop.options.grad_accumulation_steps;
+  const int64_t batches =
+      loop.options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+  shuffle.set_current_seed(EpochSeed(loop.options.seed, epoch));
   const torch::Tensor order = torch::randperm(
       n, shuffle, torch::TensorOptions().dtype(torch::kInt64).device(train.labels.device()));
   readback.StartEpoch(epoch);
-  for (int64_t start = 0; start < n; start += batch_size) {
+  for (int64_t first = 0; first < batches; first += accumulation) {
     if (loop.cancelled.load(std::memory_order_relaxed)) {
       readback.Flush();
       return Cancelled(readback);
     }
-    const torch::Tensor index = order.narrow(/*dim=*/0, start, std::min(batch_size, n - start));
-    // Training batches only: evaluation never augments. Draws from the shuffle generator, so a
-    // seed fixes both the order and the augmentation.
-    const torch::Tensor images = Augment(train.images.index_select(/*dim=*/0, index),
-                                         loop.data.augmentation, shuffle);
-    auto [loss, correct] = TrainStep(loop, images, train.labels.index_select(/*dim=*/0, index));
-    readback.Record(loss, correct, index.size(0), LearningRate(loop.optimizer));
+    const double learning_rate = ApplySchedule(loop, readback.steps());
+    const StepResult step =
+        TrainStep(loop, order, first, std::min(accumulation, batches - first), shuffle);
+    readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
+                    step.skipped);
     if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {
       readback.Flush();
     }
@@ -239,52 +329,88 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
   return absl::OkStatus();
 }
 
+// `test` is nullopt when the epoch was not evaluated.
 void EmitEpoch(const EventSink& sink, int epoch, const StepReadback& readback,
-               const EvalResult& test, double epoch_seconds) {
+               const std::optional<EvalResult>& test, double epoch_seconds,
+               double learning_rate) {
   mpsd::v1::JobEvent event;
   mpsd::v1::EpochMetrics& metrics = *event.mutable_epoch();
   metrics.set_epoch(epoch);
   metrics.set_train_loss(readback.epoch_loss());
   metrics.set_train_accuracy(readback.epoch_accuracy());
-  metrics.set_test_loss(test.loss);
-  metrics.set_test_accuracy(test.accuracy);
+  metrics.set_evaluated(test.has_value());
+  if (test.has_value()) {
+    metrics.set_test_loss(test->loss);
+    metrics.set_test_accuracy(test->accuracy);
+  }
   metrics.set_epoch_time_s(epoch_seconds);
   metrics.set_samples_per_second(
       epoch_seconds > 0 ? static_cast<double>(readback.epoch_examples()) / epoch_seconds : 0);
+  metrics.set_learning_rate(learning_rate);
   sink(std::move(event));
 }
 
+absl::Status CheckOptions(const TrainOptions& options, int64_t steps_per_epoch) {
+  if (options.precision == Precision::kFp16 && options.grad_scaler == nullptr) {
+    return absl::InvalidArgumentError("fp16 training needs a grad_scaler");
+  }
+  if (steps_per_epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "an epoch has no optimizer step (batch size %d, drop_last %v)", options.batch_size,
+        options.drop_last));
+  }
+  if (options.grad_accumulation_steps < 1 || options.eval_every_epochs < 1 ||
+      options.start_epoch < 1) {
+    return absl::InvalidArgumentError(
+        "grad_accumulation_steps, eval_every_epochs and start_epoch must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "unknown";
+}
 
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                    const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,
                    const std::atomic<bool>& cancelled) {
   const Loop loop{model, optimizer, data, options, sink, cancelled};
   const torch::Device device = data.train.labels.device();
-  const int64_t steps_per_epoch = (data.train.size() + options.batch_size - 1) / options.batch_size;
-  StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs, sink);
+  const int64_t steps_per_epoch = StepsPerEpoch(data.train.size(), options.batch_size,
+                                                options.drop_last, options.grad_accumulation_steps);
+  if (absl::Status s = CheckOptions(options, steps_per_epoch); !s.ok()) return s;
+  StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
+                        options.start_step, sink);
   at::Generator shuffle = MakeShuffleGenerator(device, options.seed);
-  // Resume (trainer/checkpoint.h): continue the shuffle order and the step count.
-  if (options.shuffle_state.defined()) {
-    std::lock_guard<std::mutex> lock(shuffle.mutex());
-    shuffle.set_state(options.shuffle_state);
-  }
-  readback.ResumeAt(options.start_step);
-  for (int epoch = options.start_epoch + 1; epoch <= options.epochs; ++epoch) {
+  for (int epoch = options.start_epoch; epoch <= options.epochs; ++epoch) {
     const Clock::time_point start = Clock::now();
     if (absl::Status status = TrainEpoch(loop, epoch, shuffle, readback); !status.ok()) {
       return status;
     }
     const double epoch_seconds = SecondsSince(start);
-    absl::StatusOr<EvalResult> test =
-        Evaluate(model, data.test, options.eval_batch_size, cancelled);
-    if (!test.ok()) return test.status();
-    EmitEpoch(sink, epoch, readback, *test, epoch_seconds);
+    std::optional<EvalResult> test;
+    if (epoch % options.eval_every_epochs == 0 || epoch == options.epochs) {
+      absl::StatusOr<EvalResult> result =
+          Evaluate(model, data.test, options.eval_batch_size, cancelled);
+      if (!result.ok()) return result.status();
+      test = *result;
+    }
+    const double learning_rate =
+        options.schedule.has_value() ? options.schedule->LearningRate(readback.steps())
+                                     : optimizer.param_groups().front().options().get_lr();
+    EmitEpoch(sink, epoch, readback, test, epoch_seconds, learning_rate);
     if (options.on_epoch_end) {
-      if (absl::Status s = options.on_epoch_end(EpochEnd{epoch, readback.steps(), shuffle});
-          !s.ok()) {
-        return s;
-      }
+      if (absl::Status s = options.on_epoch_end(epoch, readback.steps()); !s.ok()) return s;
     }
   }
   return absl::OkStatus();

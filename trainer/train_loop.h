@@ -1,6 +1,6 @@
-// The training loop: shuffles on the device, steps the optimizer, reads per-step metrics back
-// in groups (never one host↔device sync per step), and evaluates after every epoch. Internal to
-// trainer/: includes torch.
+// The training loop: shuffles on the device, runs each optimizer step (schedule, accumulation,
+// mixed precision, clipping), reads per-step metrics back in groups (no host↔device sync per
+// step except fp16's skip decision), and evaluates. Internal to trainer/: includes torch.
 #ifndef MPSD_TRAINER_TRAIN_LOOP_H_
 #define MPSD_TRAINER_TRAIN_LOOP_H_
 
@@ -9,28 +9,37 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainer/datasets.h"
 #include "trainer/executor.h"
+#include "trainer/grad_scaler.h"
 #include "trainer/models.h"
+#include "trainer/schedule.h"
 
 namespace mpsd::trainer {
 
-// Where training stands at the end of an epoch, for TrainOptions::on_epoch_end.
-struct EpochEnd {
-  int epoch = 0;     // 1-based, the epoch just finished
-  int64_t step = 0;  // optimizer steps taken since the job started (resumed jobs included)
-  // The generator that orders the training set; its state is the next epoch's.
-  at::Generator shuffle;
-};
+// Numeric precision of the forward passes. fp16 and bf16 run them under autocast (the weights,
+// gradients and optimizer state stay float32); fp16 also scales the loss (GradScaler).
+enum class Precision { kFp32, kFp16, kBf16 };
+
+// "fp32", "fp16", "bf16".
+std::string PrecisionName(Precision precision);
+
+// Called after an epoch's `epoch` event with the epoch (1-based) and the optimizer steps done so
+// far (checkpoints save here); an error stops the training and Train returns it.
+using EpochEndHook = std::function<absl::Status(int epoch, int64_t steps_done)>;
 
 struct TrainOptions {
-  // Examples per optimizer step; the last batch of an epoch may be smaller.
+  // Examples per batch (forward pass); the last batch of an epoch may be smaller unless
+  // drop_last.
   int64_t batch_size = 64;
   int epochs = 1;
-  // Seeds the generator that shuffles the training set each epoch (on the device).
+  // Seeds the generator that shuffles the training set (on the device): epoch e's order depends
+  // only on (seed, e), so a resumed job shuffles as the uninterrupted one would.
   uint64_t seed = 0;
   // Steps whose loss and correct count are read back from the device in one transfer. Larger
   // means fewer syncs and later step events; 1 syncs every step.
@@ -41,26 +50,43 @@ struct TrainOptions {
   int readback_interval_ms = 500;
   // Examples per forward pass when evaluating.
   int64_t eval_batch_size = 1000;
-
-  // ---- Resume and checkpoints (trainer/checkpoint.h) ----
-  // Epochs finished and optimizer steps taken before this call (a resumed job): the loop runs
-  // epochs start_epoch + 1 .. epochs and numbers its steps from start_step + 1.
-  int start_epoch = 0;
+  // Batches whose gradients are summed into one optimizer step; each batch's loss is divided by
+  // it. A partial group at an epoch's end makes one step of its own (see StepsPerEpoch).
+  int grad_accumulation_steps = 1;
+  // Drop each epoch's last partial batch.
+  bool drop_last = false;
+  // Clip the gradients' global L2 norm to this before each step (on the device); <= 0 = off.
+  double grad_clip_norm = 0;
+  // CrossEntropyLoss(label_smoothing=…), in [0, 1).
+  double label_smoothing = 0;
+  // Evaluate after every N-th epoch and after the last one.
+  int eval_every_epochs = 1;
+  Precision precision = Precision::kFp32;
+  // The learning rate (and momentum) of each step, set on the optimizer's parameter groups
+  // before the step; nullopt leaves the optimizer's learning rate alone.
+  std::optional<Schedule> schedule;
+  // fp16's loss scaler, owned by the caller (so that it can checkpoint it); required when
+  // precision is fp16, unused otherwise.
+  GradScaler* grad_scaler = nullptr;
+  // Resuming: the first epoch to run (1-based) and the optimizer steps already done (the
+  // schedule continues from there, step events count on from start_step + 1).
+  int start_epoch = 1;
   int64_t start_step = 0;
-  // The shuffle generator's state to continue from (at::Generator::get_state of a checkpoint,
-  // a CPU uint8 tensor); undefined = a generator seeded with `seed`.
-  torch::Tensor shuffle_state;
-  // Called after each epoch's `epoch` event, at a step boundary where the default generators
-  // hold what the next epoch starts from. A non-OK status stops training with that status.
-  std::function<absl::Status(const EpochEnd&)> on_epoch_end;
+  // Runs after each epoch's event; may be empty.
+  EpochEndHook on_epoch_end;
 };
 
-// Trains `model` (already on the data's device, in train mode) with `optimizer` for
-// options.epochs passes over data.train, evaluating on data.test after each. Emits, through
-// `sink`, one `step` event per step (in groups of steps_per_readback, and at each epoch's end)
-// and one `epoch` event per epoch. Checks `cancelled` before every step and evaluation batch and
-// then returns CANCELLED, after emitting the events of every step that ran. Throws c10::Error
-// for LibTorch failures (the executor's firewall converts them).
+// Trains `model` (already on the data's device, in train mode) with `optimizer` for epochs
+// start_epoch..epochs over data.train, evaluating on data.test as eval_every_epochs says. Per
+// optimizer step: sets the schedule's learning rate, runs grad_accumulation_steps batches
+// (forward under autocast for fp16/bf16, loss scaled for fp16), unscales, clips, steps (fp16:
+// unless a gradient is inf/NaN). Emits, through `sink`, one `step` event per optimizer step (in
+// groups of steps_per_readback, and at each epoch's end) and one `epoch` event per epoch. Only
+// fp16 synchronises every step (GradScaler's skip decision); otherwise the device is read back
+// once per group. Checks `cancelled` before every step and evaluation batch and then returns
+// CANCELLED, after emitting the events of every step that ran. INVALID_ARGUMENT for options
+// that do not fit together (fp16 without a grad_scaler, an epoch without a step). Throws
+// c10::Error for LibTorch failures (the executor's firewall converts them).
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                    const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,
                    const std::atomic<bool>& cancelled);

@@ -58,6 +58,13 @@ TEST(FormatTest, ProgressLine) {
   bare.set_epoch(2);
   bare.set_step(7);
   EXPECT_EQ(FormatProgress(bare, 0), "epoch 2  step 7  loss 0.0000  acc 0.000");
+  v1::StepMetrics fp16 = bare;
+  fp16.set_learning_rate(0.00123456);
+  fp16.set_loss_scale(32768);
+  fp16.set_skipped(true);
+  EXPECT_EQ(FormatProgress(fp16, 0),
+            "epoch 2  step 7  loss 0.0000  acc 0.000  lr 0.00123  scale 32768 (skipped: inf/NaN "
+            "gradients)");
 }
 
 TEST(FormatTest, EpochLine) {

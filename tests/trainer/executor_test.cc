@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "trainer/schedule.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -121,6 +123,16 @@ TEST(ExecutorValidateTest, AcceptsTheSmallJobAndTheDefaults) {
   EXPECT_TRUE(executor->Validate(minimal).ok()) << executor->Validate(minimal);
 }
 
+mpsd::v1::OptimizerSpec& Sgd(mpsd::v1::TrainJob& job) {
+  job.mutable_optimizer()->set_name("sgd");
+  return *job.mutable_optimizer();
+}
+
+mpsd::v1::ScheduleSpec& Schedule(mpsd::v1::TrainJob& job, const std::string& name) {
+  job.mutable_schedule()->set_name(name);
+  return *job.mutable_schedule();
+}
+
 struct BadField {
   std::string name;
   void (*mutate)(mpsd::v1::TrainJob&);
@@ -156,8 +168,92 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
       {"dataset", [](auto& j) { j.mutable_dataset()->set_name("imagenet"); },
        "train_job.dataset.name: unknown dataset \"imagenet\" (known: fashion-mnist, mnist, "
        "cifar10, synthetic)"},
-      {"optimizer", [](auto& j) { j.mutable_optimizer()->set_name("sgd"); },
-       "train_job.optimizer.name: unknown optimizer \"sgd\" (known: adam)"},
+      {"optimizer", [](auto& j) { j.mutable_optimizer()->set_name("lamb"); },
+       "train_job.optimizer.name: unknown optimizer \"lamb\" (known: adam, adamw, sgd)"},
+      {"momentum", [](auto& j) { Sgd(j).set_momentum(1.5); },
+       "train_job.optimizer.momentum: must be in [0, 1), got 1.5"},
+      {"momentum for adam", [](auto& j) { j.mutable_optimizer()->set_momentum(0.9); },
+       "train_job.optimizer.momentum: only sgd takes it, not adam"},
+      {"nesterov without momentum", [](auto& j) { Sgd(j).set_nesterov(true); },
+       "train_job.optimizer.nesterov: needs momentum > 0, got momentum 0"},
+      {"weight_decay", [](auto& j) { j.mutable_optimizer()->set_weight_decay(-0.1); },
+       "train_job.optimizer.weight_decay: must be >= 0, got -0.1"},
+      {"betas count", [](auto& j) { j.mutable_optimizer()->add_betas(0.9); },
+       "train_job.optimizer.betas: must be [beta1, beta2], got 1 value(s)"},
+      {"beta2",
+       [](auto& j) {
+         j.mutable_optimizer()->add_betas(0.9);
+         j.mutable_optimizer()->add_betas(1.0);
+       },
+       "train_job.optimizer.betas[1]: must be in [0, 1), got 1"},
+      {"betas for sgd", [](auto& j) { Sgd(j).add_betas(0.9); },
+       "train_job.optimizer.betas: only adam and adamw take it, not sgd"},
+      {"eps", [](auto& j) { j.mutable_optimizer()->set_eps(0); },
+       "train_job.optimizer.eps: must be > 0, got 0"},
+      {"schedule", [](auto& j) { j.mutable_schedule()->set_name("linear"); },
+       "train_job.schedule.name: unknown schedule \"linear\" (known: constant, step, cosine, "
+       "onecycle)"},
+      {"gamma", [](auto& j) { Schedule(j, "step").set_gamma(0); },
+       "train_job.schedule.gamma: must be > 0, got 0"},
+      {"step_size_epochs", [](auto& j) { Schedule(j, "step").set_step_size_epochs(0); },
+       "train_job.schedule.step_size_epochs: must be > 0, got 0"},
+      {"gamma for cosine", [](auto& j) { Schedule(j, "cosine").set_gamma(0.5); },
+       "train_job.schedule.gamma: only step takes it, not cosine"},
+      {"both warm-ups",
+       [](auto& j) {
+         Schedule(j, "cosine").set_warmup_steps(5);
+         j.mutable_schedule()->set_warmup_epochs(1);
+       },
+       "train_job.schedule.warmup_epochs: set at most one of warmup_steps and warmup_epochs"},
+      {"warm-up as long as the job", [](auto& j) { Schedule(j, "cosine").set_warmup_epochs(1); },
+       "train_job.schedule.warmup_epochs: warm-up of 32 steps leaves no step of the job's 32 for "
+       "the cosine"},
+      {"min_lr", [](auto& j) { Schedule(j, "cosine").set_min_lr(-1); },
+       "train_job.schedule.min_lr: must be >= 0, got -1"},
+      {"pct_start", [](auto& j) { Schedule(j, "onecycle").set_pct_start(1.5); },
+       "train_job.schedule.pct_start: must be in [0, 1], got 1.5"},
+      {"anneal_strategy", [](auto& j) { Schedule(j, "onecycle").set_anneal_strategy("exp"); },
+       "train_job.schedule.anneal_strategy: must be \"cos\" or \"linear\", got \"exp\""},
+      {"div_factor", [](auto& j) { Schedule(j, "onecycle").set_div_factor(-25); },
+       "train_job.schedule.div_factor: must be > 0, got -25"},
+      {"base_momentum above max",
+       [](auto& j) { Schedule(j, "onecycle").set_base_momentum(0.99); },
+       "train_job.schedule.base_momentum: must be <= max_momentum 0.95, got 0.99"},
+      {"max_lr for constant", [](auto& j) { j.mutable_schedule()->set_max_lr(0.1); },
+       "train_job.schedule: max_lr, pct_start, div_factor, final_div_factor, anneal_strategy and "
+       "*_momentum are onecycle's, not constant's"},
+      {"onecycle too short",
+       [](auto& j) {
+         Schedule(j, "onecycle");
+         j.mutable_dataset()->set_limit_train(50);
+       },
+       "train_job.schedule.name: onecycle needs at least 2 optimizer steps in all (one per "
+       "phase), got 1 (1 epoch(s) × 1 step(s) per epoch: 50 training examples, batch size 64, "
+       "grad_accumulation_steps 1)"},
+      {"onecycle too short with accumulation",
+       [](auto& j) {
+         Schedule(j, "onecycle");
+         j.set_grad_accumulation_steps(32);
+       },
+       "train_job.schedule.name: onecycle needs at least 2 optimizer steps in all (one per "
+       "phase), got 1 (1 epoch(s) × 1 step(s) per epoch: 2000 training examples, batch size 64, "
+       "grad_accumulation_steps 32)"},
+      {"drop_last leaves nothing",
+       [](auto& j) {
+         j.set_drop_last(true);
+         j.mutable_dataset()->set_limit_train(50);
+       },
+       "train_job.drop_last: the 50 training examples make no full batch of 64"},
+      {"precision", [](auto& j) { j.set_precision("fp8"); },
+       "train_job.precision: unknown precision \"fp8\" (known: fp32, fp16, bf16)"},
+      {"grad_accumulation_steps", [](auto& j) { j.set_grad_accumulation_steps(0); },
+       "train_job.grad_accumulation_steps: must be > 0, got 0"},
+      {"grad_clip_norm", [](auto& j) { j.set_grad_clip_norm(0); },
+       "train_job.grad_clip_norm: must be > 0, got 0"},
+      {"label_smoothing", [](auto& j) { j.set_label_smoothing(1); },
+       "train_job.label_smoothing: must be in [0, 1), got 1"},
+      {"eval_every_epochs", [](auto& j) { j.set_eval_every_epochs(-1); },
+       "train_job.eval_every_epochs: must be > 0, got -1"},
       {"lr zero", [](auto& j) { j.mutable_optimizer()->set_learning_rate(0); },
        "train_job.optimizer.learning_rate: must be > 0, got 0"},
       {"lr negative", [](auto& j) { j.mutable_optimizer()->set_learning_rate(-0.1); },
@@ -568,6 +664,125 @@ TEST(ExecutorRunTest, ListModelsAndValidateDuringARunLeaveItsLossesAlone) {
   ASSERT_TRUE(alone.status.ok() && together.status.ok());
   EXPECT_GT(calls, 0);
   EXPECT_EQ(alone.losses(), together.losses());
+}
+
+TEST(ExecutorValidateTest, PrecisionIsCheckedAgainstTheDevice) {
+  auto executor = MakeExecutor();
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  request.mutable_train_job()->set_precision("bf16");
+  EXPECT_TRUE(executor->Validate(request).ok()) << executor->Validate(request);
+  request.mutable_train_job()->set_precision("fp16");
+  const absl::Status status = executor->Validate(request);
+  if (absl::StartsWith(executor->GetDevice().torch_version(), "1.")) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()),
+                StartsWith("train_job.precision: fp16 cannot run on device cpu: fp16 autocast is "
+                           "not available on cpu with LibTorch 1."));
+  } else {
+    EXPECT_TRUE(status.ok()) << status;
+  }
+}
+
+TEST(ExecutorRunTest, ConvNetWithSgdOneCycleClippingAndAccumulationLearns) {
+  // 2000 examples in batches of 32: 63 batches, 2 per step: 32 steps of OneCycleLR.
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  mpsd::v1::TrainJob& job = *request.mutable_train_job();
+  job.set_batch_size(32);
+  job.set_grad_accumulation_steps(2);
+  job.set_grad_clip_norm(1.0);
+  job.set_label_smoothing(0.1);
+  Sgd(job).set_momentum(0.9);
+  job.mutable_optimizer()->set_nesterov(true);
+  job.mutable_optimizer()->set_learning_rate(0.05);
+  Schedule(job, "onecycle").set_pct_start(0.25);
+  auto executor = MakeExecutor();
+  const RunResult result = RunJob(*executor, request);
+  ASSERT_TRUE(result.status.ok()) << result.status;
+
+  ScheduleConfig config;
+  config.kind = ScheduleKind::kOneCycle;
+  config.max_lr = 0.05;  // max_lr defaults to the optimizer's learning rate
+  config.pct_start = 0.25;
+  config.steps_per_epoch = 32;
+  config.total_steps = 32;
+  const absl::StatusOr<mpsd::trainer::Schedule> schedule = mpsd::trainer::Schedule::Create(config);
+  ASSERT_TRUE(schedule.ok());
+  const std::vector<mpsd::v1::StepMetrics> steps = result.steps();
+  ASSERT_EQ(steps.size(), 32u);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_DOUBLE_EQ(steps[i].learning_rate(), schedule->LearningRate(i)) << i;
+    EXPECT_EQ(steps[i].batch_size(), i + 1 < steps.size() ? 64 : 2000 - 31 * 64);
+    EXPECT_FALSE(steps[i].skipped());
+  }
+  double first = 0, last = 0;
+  for (int i = 0; i < 8; ++i) {
+    first += steps[i].loss() / 8;
+    last += steps[steps.size() - 8 + i].loss() / 8;
+  }
+  EXPECT_LT(last, 0.8 * first) << "first 8 steps " << first << ", last 8 " << last;
+  const mpsd::v1::JobEvent& epoch = result.events[result.events.size() - 2];
+  ASSERT_TRUE(epoch.has_epoch());
+  EXPECT_TRUE(epoch.epoch().evaluated());
+  EXPECT_DOUBLE_EQ(epoch.epoch().learning_rate(), schedule->LearningRate(32));
+  EXPECT_GT(epoch.epoch().test_accuracy(), 0.6);
+  const mpsd::v1::JobSummary& summary = result.events.back().summary();
+  EXPECT_EQ(summary.optimizer(), "sgd");
+  EXPECT_EQ(summary.schedule(), "onecycle");
+  EXPECT_EQ(summary.precision(), "fp32");
+  EXPECT_EQ(summary.skipped_steps(), 0);
+  EXPECT_EQ(summary.final_loss_scale(), 0);
+  bool logged = false;
+  for (const auto& event : result.events) {
+    if (event.has_log() && absl::StrContains(event.log().text(), "training convnet")) {
+      logged = true;
+      EXPECT_THAT(event.log().text(),
+                  AllOf(HasSubstr("sgd lr 0.05"), HasSubstr("nesterov"),
+                        HasSubstr("schedule onecycle (max_lr 0.05, pct_start 0.25, cos"),
+                        HasSubstr("precision fp32"), HasSubstr("× 2 accumulated")));
+    }
+  }
+  EXPECT_TRUE(logged);
+}
+
+TEST(ExecutorRunTest, MlpInBf16WithAdamWAndCosineIsDeterministicAndLearns) {
+  // 3 epochs of 2000 examples in batches of 32: 189 steps; evaluated after epochs 2 and 3.
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  mpsd::v1::TrainJob& job = *request.mutable_train_job();
+  job.mutable_model()->set_name("mlp");
+  job.set_batch_size(32);
+  job.set_epochs(3);
+  job.set_eval_every_epochs(2);
+  job.set_precision("bf16");
+  job.mutable_optimizer()->set_name("adamw");
+  Schedule(job, "cosine").set_warmup_steps(20);
+  job.set_grad_clip_norm(5.0);
+  auto executor = MakeExecutor();
+  const RunResult a = RunJob(*executor, request);
+  const RunResult b = RunJob(*executor, request);
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  ASSERT_TRUE(b.status.ok()) << b.status;
+  ASSERT_EQ(a.losses().size(), 189u);
+  EXPECT_EQ(a.losses(), b.losses());  // bitwise
+
+  const std::vector<float> losses = a.losses();
+  double first = 0, last = 0;
+  for (int i = 0; i < 20; ++i) {
+    first += losses[i] / 20;
+    last += losses[losses.size() - 20 + i] / 20;
+  }
+  EXPECT_LT(last, 0.6 * first) << "first 20 steps " << first << ", last 20 " << last;
+  EXPECT_EQ(a.steps().front().learning_rate(), 0);  // linear warm-up from 0
+  EXPECT_DOUBLE_EQ(a.steps()[10].learning_rate(), 1e-3 * 10 / 20);
+  std::vector<bool> evaluated;
+  for (const auto& event : a.events) {
+    if (event.has_epoch()) evaluated.push_back(event.epoch().evaluated());
+  }
+  EXPECT_THAT(evaluated, ::testing::ElementsAre(false, true, true));
+  const mpsd::v1::JobSummary& summary = a.events.back().summary();
+  EXPECT_EQ(summary.optimizer(), "adamw");
+  EXPECT_EQ(summary.schedule(), "cosine");
+  EXPECT_EQ(summary.precision(), "bf16");
+  EXPECT_GT(summary.test_accuracy(), 0.6);
 }
 
 TEST(ExecutorDeviceTest, DescribesTheCpu) {

@@ -1,0 +1,319 @@
+// Tests for trainer/train_loop.cc, trainer/grad_scaler.cc and trainer/optimizers.cc on the CPU:
+// loss scaling with an injected inf gradient, device-side clipping, gradient accumulation against
+// one big batch, and the schedule's values on the optimizer. Small tensors made by the test.
+#include "trainer/train_loop.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "trainer/compat.h"
+#include "trainer/grad_scaler.h"
+#include "trainer/optimizers.h"
+#include "trainer/schedule.h"
+
+namespace mpsd::trainer {
+namespace {
+
+// A linear classifier on flattened inputs: no dropout, no batch norm, so a batch's gradient is
+// a plain mean over its examples.
+class LinearClassifierImpl : public ClassifierImpl {
+ public:
+  LinearClassifierImpl(int64_t inputs, int64_t classes)
+      : fc_(register_module("fc", torch::nn::Linear(inputs, classes))) {}
+  torch::Tensor forward(torch::Tensor inputs) override { return fc_(inputs.flatten(1)); }
+
+ private:
+  torch::nn::Linear fc_;
+};
+
+// `n` random 1×4×4 images in 3 classes.
+DeviceDataset RandomData(int64_t n) {
+  torch::manual_seed(7);
+  DeviceDataset data;
+  data.train = {torch::randn({n, 1, 4, 4}), torch::randint(0, 3, {n}, torch::kInt64)};
+  data.test = {torch::randn({16, 1, 4, 4}), torch::randint(0, 3, {16}, torch::kInt64)};
+  return data;
+}
+
+std::shared_ptr<LinearClassifierImpl> MakeModel() {
+  torch::manual_seed(3);
+  return std::make_shared<LinearClassifierImpl>(16, 3);
+}
+
+torch::Tensor Flat(const torch::nn::Module& model) {
+  std::vector<torch::Tensor> parts;
+  for (const torch::Tensor& p : model.parameters()) parts.push_back(p.detach().flatten());
+  return torch::cat(parts);
+}
+
+std::vector<mpsd::v1::JobEvent> RunTrain(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
+                                         const DeviceDataset& data, const TrainOptions& options) {
+  std::vector<mpsd::v1::JobEvent> events;
+  std::atomic<bool> cancelled{false};
+  const absl::Status status = Train(
+      model, optimizer, data, options,
+      [&](mpsd::v1::JobEvent event) { events.push_back(std::move(event)); }, cancelled);
+  EXPECT_TRUE(status.ok()) << status;
+  return events;
+}
+
+// ---- GradScaler -------------------------------------------------------------------------------
+
+TEST(GradScalerTest, SkipsAStepWithAnInfGradientBacksOffThenGrows) {
+  torch::Tensor weight = torch::ones({3}, torch::requires_grad());
+  torch::optim::SGD optimizer({weight}, torch::optim::SGDOptions(0.1));
+  GradScaler::Options options;
+  options.growth_interval = 2;
+  GradScaler scaler(options);
+  EXPECT_EQ(scaler.scale(), 65536.0);
+
+  // Scaled gradient [1, inf, 1] × 65536: the step is skipped, the weights unchanged.
+  weight.mutable_grad() = torch::tensor({1.0f, std::numeric_limits<float>::infinity(), 1.0f}) *
+                          scaler.scale();
+  EXPECT_FALSE(scaler.Step(optimizer));
+  scaler.Update();
+  EXPECT_TRUE(torch::equal(weight.detach(), torch::ones({3})));
+  EXPECT_EQ(scaler.scale(), 32768.0);
+
+  // NaN is skipped as well.
+  weight.mutable_grad() = torch::tensor({std::nanf(""), 0.0f, 0.0f});
+  EXPECT_FALSE(scaler.Step(optimizer));
+  scaler.Update();
+  EXPECT_EQ(scaler.scale(), 16384.0);
+
+  // Two clean steps: both step with the unscaled gradient, and the second grows the scale.
+  for (int i = 0; i < 2; ++i) {
+    weight.mutable_grad() = torch::full({3}, 2.0f) * scaler.scale();
+    EXPECT_TRUE(scaler.Step(optimizer));
+    scaler.Update();
+  }
+  EXPECT_TRUE(torch::allclose(weight.detach(), torch::full({3}, 1.0f - 2 * 0.1f * 2.0f)));
+  EXPECT_EQ(scaler.scale(), 32768.0);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+}
+
+TEST(GradScalerTest, UnscaleBeforeStepLeavesTrueGradientsForClipping) {
+  torch::Tensor weight = torch::zeros({2}, torch::requires_grad());
+  torch::optim::SGD optimizer({weight}, torch::optim::SGDOptions(1.0));
+  GradScaler scaler;
+  const torch::Tensor loss = (weight * torch::tensor({3.0f, 4.0f})).sum();
+  scaler.Scale(loss).backward();
+  EXPECT_TRUE(torch::allclose(weight.grad(), torch::tensor({3.0f, 4.0f}) * 65536.0f));
+  scaler.Unscale(optimizer);
+  EXPECT_TRUE(torch::allclose(weight.grad(), torch::tensor({3.0f, 4.0f})));
+  ClipGradNorm(Gradients(optimizer), 1.0);
+  EXPECT_TRUE(scaler.Step(optimizer));  // does not unscale a second time
+  EXPECT_TRUE(torch::allclose(weight.detach(), torch::tensor({-0.6f, -0.8f}), 1e-5, 1e-6));
+}
+
+// ---- Clipping ---------------------------------------------------------------------------------
+
+TEST(ClipGradNormTest, BoundsTheGlobalNormAndReturnsItOnTheDevice) {
+  // ‖[3, 0]‖ = 3, ‖[4]‖ = 4: global norm 5.
+  std::vector<torch::Tensor> gradients = {torch::tensor({3.0f, 0.0f}), torch::tensor({4.0f})};
+  const torch::Tensor total = ClipGradNorm(gradients, 1.0);
+  EXPECT_NEAR(total.item<float>(), 5.0f, 1e-6);
+  const float clipped =
+      std::sqrt(gradients[0].pow(2).sum().item<float>() + gradients[1].pow(2).sum().item<float>());
+  EXPECT_NEAR(clipped, 1.0f, 1e-5);
+  // Direction kept: 5 × 1 / (5 + 1e-6) of each.
+  EXPECT_NEAR(gradients[1].item<float>(), 0.8f, 1e-5);
+
+  std::vector<torch::Tensor> small = {torch::tensor({0.3f, 0.4f})};
+  ClipGradNorm(small, 1.0);
+  EXPECT_TRUE(torch::equal(small[0], torch::tensor({0.3f, 0.4f})));  // under the bound: as is
+}
+
+// ---- Train ------------------------------------------------------------------------------------
+
+TEST(TrainTest, AccumulatingTwoBatchesOf32EqualsOneBatchOf64) {
+  const DeviceDataset data = RandomData(64);
+  const auto run = [&](int64_t batch_size, int accumulation) {
+    auto model = MakeModel();
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.5));
+    TrainOptions options;
+    options.batch_size = batch_size;
+    options.grad_accumulation_steps = accumulation;
+    options.seed = 11;
+    const std::vector<mpsd::v1::JobEvent> events = RunTrain(*model, optimizer, data, options);
+    int steps = 0;
+    for (const auto& event : events) steps += event.has_step() ? 1 : 0;
+    EXPECT_EQ(steps, 64 / batch_size / accumulation);
+    return Flat(*model);
+  };
+  const torch::Tensor initial = Flat(*MakeModel());
+  const torch::Tensor big_batch = run(64, 1);
+  const torch::Tensor accumulated = run(32, 2);
+  const torch::Tensor two_steps = run(32, 1);
+  EXPECT_GT((big_batch - initial).abs().max().item<float>(), 1e-3);  // it did update
+  EXPECT_LE((big_batch - accumulated).abs().max().item<float>(), 1e-5);
+  EXPECT_GT((big_batch - two_steps).abs().max().item<float>(), 1e-4);  // the test can fail
+}
+
+TEST(TrainTest, PartialAccumulationGroupAndDropLastCountSteps) {
+  const DeviceDataset data = RandomData(100);  // batches of 16: 6 full + 1 of 4
+  auto model = MakeModel();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  TrainOptions options;
+  options.batch_size = 16;
+  options.grad_accumulation_steps = 3;
+  std::vector<int32_t> sizes;
+  for (const auto& event : RunTrain(*model, optimizer, data, options)) {
+    if (event.has_step()) sizes.push_back(event.step().batch_size());
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(48, 48, 4));  // ceil(7 / 3) = 3 steps
+
+  options.drop_last = true;
+  sizes.clear();
+  for (const auto& event : RunTrain(*model, optimizer, data, options)) {
+    if (event.has_step()) sizes.push_back(event.step().batch_size());
+  }
+  EXPECT_THAT(sizes, ::testing::ElementsAre(48, 48));
+}
+
+TEST(TrainTest, OneCycleSetsLearningRateAndMomentumOfEveryStep) {
+  const DeviceDataset data = RandomData(64);
+  auto model = MakeModel();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
+  ScheduleConfig config;
+  config.kind = ScheduleKind::kOneCycle;
+  config.max_lr = 0.2;
+  config.steps_per_epoch = 8;
+  config.total_steps = 16;
+  const absl::StatusOr<Schedule> schedule = Schedule::Create(config);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  TrainOptions options;
+  options.batch_size = 8;
+  options.epochs = 2;
+  options.eval_every_epochs = 3;
+  options.schedule = *schedule;
+  std::vector<int> hook_epochs;
+  options.on_epoch_end = [&](int epoch, int64_t steps_done) {
+    hook_epochs.push_back(epoch);
+    EXPECT_EQ(steps_done, 8 * epoch);
+    return absl::OkStatus();
+  };
+  const std::vector<mpsd::v1::JobEvent> events = RunTrain(*model, optimizer, data, options);
+  std::vector<mpsd::v1::EpochMetrics> epochs;
+  int64_t step = 0;
+  for (const auto& event : events) {
+    if (event.has_epoch()) epochs.push_back(event.epoch());
+    if (!event.has_step()) continue;
+    EXPECT_EQ(event.step().step(), step + 1);
+    EXPECT_EQ(event.step().learning_rate(), schedule->LearningRate(step)) << step;
+    EXPECT_EQ(event.step().loss_scale(), 0);
+    ++step;
+  }
+  EXPECT_EQ(step, 16);
+  const auto& sgd = static_cast<const torch::optim::SGDOptions&>(
+      optimizer.param_groups().front().options());
+  EXPECT_DOUBLE_EQ(sgd.lr(), schedule->LearningRate(15));
+  EXPECT_DOUBLE_EQ(sgd.momentum(), *schedule->Momentum(15));
+  EXPECT_THAT(hook_epochs, ::testing::ElementsAre(1, 2));
+  ASSERT_EQ(epochs.size(), 2u);
+  EXPECT_FALSE(epochs[0].evaluated());  // eval_every_epochs 3: only the last epoch
+  EXPECT_EQ(epochs[0].test_loss(), 0);
+  EXPECT_TRUE(epochs[1].evaluated());
+  EXPECT_GT(epochs[1].test_loss(), 0);
+  EXPECT_DOUBLE_EQ(epochs[0].learning_rate(), schedule->LearningRate(8));
+}
+
+TEST(TrainTest, ResumingAtAnEpochContinuesStepsAndShuffleOrder) {
+  const DeviceDataset data = RandomData(64);
+  TrainOptions options;
+  options.batch_size = 16;
+  options.epochs = 2;
+  options.seed = 5;
+  options.steps_per_readback = 1;
+  // Plain SGD without momentum has no state, so the model after epoch 1 is all a resume needs.
+  auto model = MakeModel();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  torch::Tensor after_epoch_1;
+  options.on_epoch_end = [&](int epoch, int64_t) {
+    if (epoch == 1) after_epoch_1 = Flat(*model).clone();
+    return absl::OkStatus();
+  };
+  RunTrain(*model, optimizer, data, options);
+  const torch::Tensor uninterrupted = Flat(*model);
+
+  auto resumed = MakeModel();
+  {
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (torch::Tensor& p : resumed->parameters()) {
+      p.copy_(after_epoch_1.narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
+  }
+  torch::optim::SGD resumed_optimizer(resumed->parameters(), torch::optim::SGDOptions(0.1));
+  options.on_epoch_end = nullptr;
+  options.start_epoch = 2;
+  options.start_step = 4;
+  std::vector<int64_t> steps;
+  for (const auto& event : RunTrain(*resumed, resumed_optimizer, data, options)) {
+    if (event.has_step()) steps.push_back(event.step().step());
+  }
+  EXPECT_THAT(steps, ::testing::ElementsAre(5, 6, 7, 8));
+  EXPECT_TRUE(torch::equal(Flat(*resumed), uninterrupted));
+}
+
+TEST(AutocastGuardTest, Bf16OnCpuInsideTheScopeOnlyAndNestable) {
+  const torch::Tensor a = torch::ones({4, 4});
+  {
+    const compat::AutocastGuard outer(c10::DeviceType::CPU, torch::kBFloat16);
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
+    {
+      const compat::AutocastGuard inner(c10::DeviceType::CPU, torch::kBFloat16);
+      EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
+    }
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);  // inner restored outer's state
+  }
+  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat32);
+}
+
+TEST(TrainTest, Bf16RunsTheForwardInBf16AndLeavesAutocastOff) {
+  const DeviceDataset data = RandomData(64);
+  const auto losses = [&](Precision precision) {
+    auto model = MakeModel();
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.5));
+    TrainOptions options;
+    options.batch_size = 16;
+    options.precision = precision;
+    std::vector<float> values;
+    for (const auto& event : RunTrain(*model, optimizer, data, options)) {
+      if (event.has_step()) values.push_back(event.step().loss());
+    }
+    EXPECT_EQ(model->parameters().front().scalar_type(), torch::kFloat32);
+    return values;
+  };
+  const std::vector<float> fp32 = losses(Precision::kFp32);
+  const std::vector<float> bf16 = losses(Precision::kBf16);
+  ASSERT_EQ(fp32.size(), 4u);
+  ASSERT_EQ(bf16.size(), 4u);
+  EXPECT_NE(fp32, bf16);  // bf16 rounding shows in the losses
+  for (size_t i = 0; i < fp32.size(); ++i) EXPECT_NEAR(fp32[i], bf16[i], 0.05) << i;
+  const torch::Tensor a = torch::ones({2, 2});
+  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat32);  // autocast is off again
+}
+
+TEST(TrainTest, Fp16WithoutAScalerIsRejected) {
+  const DeviceDataset data = RandomData(16);
+  auto model = MakeModel();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  TrainOptions options;
+  options.precision = Precision::kFp16;
+  std::atomic<bool> cancelled{false};
+  const absl::Status status =
+      Train(*model, optimizer, data, options, [](mpsd::v1::JobEvent) {}, cancelled);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mpsd::trainer
