@@ -21,7 +21,8 @@ struct ExecutorConfig {
   // Replace the executor after this many jobs; 0 = never.
   int64_t restart_after_jobs = 0;
   // Replace the executor after a job whose device memory after cleanup exceeds the baseline by
-  // more than this, bytes; 0 = never.
+  // more than this, bytes; 0 = never. On CPU: the executor's resident memory against its
+  // resident memory at start (Linux).
   int64_t restart_above_baseline_bytes = 0;
   // A cancelled job that has not stopped this long after the cancel gets its executor killed
   // and replaced, seconds (>= 0).

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -51,6 +52,8 @@ struct ExecutorSupervisor::Child {
   std::unique_ptr<executor_v1::Executor::Stub> stub;
   // GetDevice's answer at start: the baseline.
   mpsd::v1::DeviceInfo device;
+  // Resident set size when it became ready, bytes (0 where unknown): CPU's baseline.
+  int64_t baseline_resident_bytes = 0;
 
   // Guarded by the supervisor's mu_.
   int64_t jobs_run = 0;
@@ -176,6 +179,16 @@ const char* SignalName(int sig) {
     case SIGHUP: return "SIGHUP";
     default: return "signal";
   }
+}
+
+// Resident set size of `pid`, bytes, from /proc/PID/statm (Linux); 0 where unknown.
+int64_t ResidentBytes(pid_t pid) {
+  FILE* file = std::fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "r");
+  if (file == nullptr) return 0;
+  long long size = 0, resident = 0;
+  const bool read = std::fscanf(file, "%lld %lld", &size, &resident) == 2;
+  std::fclose(file);
+  return read ? static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) : 0;
 }
 
 bool Reap(pid_t pid, int* status, bool block) {
@@ -383,10 +396,13 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::S
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  spdlog::info("executor pid {} ready (generation {}, {}, baseline {} allocated, {} reserved)",
-               pid, generation, child->device.name(),
-               FormatBytes(child->device.baseline_allocated_bytes()),
-               FormatBytes(child->device.baseline_reserved_bytes()));
+  child->baseline_resident_bytes = ResidentBytes(pid);
+  spdlog::info(
+      "executor pid {} ready (generation {}, {}, baseline {} allocated, {} reserved, {} resident)",
+      pid, generation, child->device.name(),
+      FormatBytes(child->device.baseline_allocated_bytes()),
+      FormatBytes(child->device.baseline_reserved_bytes()),
+      FormatBytes(child->baseline_resident_bytes));
   return child;
 }
 
@@ -455,13 +471,22 @@ std::string ExecutorSupervisor::RestartReason(Child& child,
     return absl::StrCat("restart_after_jobs: ", jobs_run, " jobs run");
   }
   if (options_.restart_above_baseline_bytes > 0 && summary != nullptr) {
+    const std::string limit =
+        absl::StrCat(" (limit ", FormatBytes(options_.restart_above_baseline_bytes), ")");
     const mpsd::v1::MemoryStats& m = summary->memory();
     const int64_t above =
         std::max(m.allocated_after_bytes() - m.baseline_allocated_bytes(),
                  m.reserved_after_bytes() - m.baseline_reserved_bytes());
     if (above > options_.restart_above_baseline_bytes) {
-      return absl::StrCat("memory after cleanup ", FormatBytes(above), " above baseline (limit ",
-                          FormatBytes(options_.restart_above_baseline_bytes), ")");
+      return absl::StrCat("memory after cleanup ", FormatBytes(above), " above baseline", limit);
+    }
+    // On CPU the allocator keeps no statistics: the process's resident memory stands in.
+    if (summary->device() == "cpu" && child.baseline_resident_bytes > 0) {
+      const int64_t resident_above = ResidentBytes(child.pid) - child.baseline_resident_bytes;
+      if (resident_above > options_.restart_above_baseline_bytes) {
+        return absl::StrCat("resident memory after cleanup ", FormatBytes(resident_above),
+                            " above baseline", limit);
+      }
     }
   }
   return "";

@@ -55,7 +55,8 @@ class ExecutorSupervisor final : public mpsd::trainer::Executor {
     int64_t restart_after_jobs = 0;
     // Replace the executor after a job whose memory after cleanup exceeds the executor's
     // baseline by more than this, bytes (allocated, or reserved where the device has it);
-    // 0 = never. CPU reports no allocator memory, so this never fires there.
+    // 0 = never. On CPU, where LibTorch's allocator keeps no statistics, the executor's
+    // resident memory (Linux /proc) against its resident memory when it became ready.
     int64_t restart_above_baseline_bytes = 0;
     // A cancelled job (CancelJob or daemon shutdown) that has not ended this long after the
     // executor was asked to stop it gets its executor killed and replaced, seconds.

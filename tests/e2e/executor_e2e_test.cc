@@ -143,7 +143,7 @@ TEST_F(ExecutorE2eTest, FaultInjectionIsRejectedWithoutTheFlag) {
   EXPECT_THAT(job.status().message(), HasSubstr("--enable-fault-injection"));
 }
 
-TEST_F(ExecutorE2eTest, InjectedAbortFailsTheJobAndTheNextJobSucceeds) {
+TEST_F(ExecutorE2eTest, InjectedAbortAndSegfaultFailTheJobAndTheNextJobSucceeds) {
   StartDaemon("", /*fault_injection=*/true);
   absl::StatusOr<Job> bad_kind = rpc::Submit(*daemon_, WithFault(TinyJob(), "explode", 1));
   ASSERT_FALSE(bad_kind.ok());
@@ -159,6 +159,15 @@ TEST_F(ExecutorE2eTest, InjectedAbortFailsTheJobAndTheNextJobSucceeds) {
   EXPECT_EQ(next.state(), Job::SUCCEEDED) << next.message();
   EXPECT_NE(next.summary().executor_pid(), aborted.summary().executor_pid());
   ExpectPlausibleMemory(next, Device(*daemon_));
+
+  const Job segfault = RunToEnd(*daemon_, WithFault(TinyJob(), "segfault", 1));
+  EXPECT_EQ(segfault.state(), Job::FAILED);
+  EXPECT_EQ(segfault.failure_reason(), Job::EXECUTOR_CRASHED);
+  EXPECT_THAT(segfault.message(), HasSubstr("killed by signal 11 (SIGSEGV)"));
+  EXPECT_THAT(segfault.message(), HasSubstr("last step reported: 0"));
+  EXPECT_EQ(segfault.summary().executor_pid(), next.summary().executor_pid());
+  EXPECT_EQ(RunToEnd(*daemon_, TinyJob()).state(), Job::SUCCEEDED);
+  EXPECT_EQ(Device(*daemon_).executor_restarts(), 2);
 }
 
 TEST_F(ExecutorE2eTest, UnboundedAllocationHitsTheMemoryLimitAsOutOfMemory) {
@@ -220,6 +229,17 @@ TEST_F(ExecutorE2eTest, RestartAfterJobsReplacesTheExecutorEveryNJobs) {
   EXPECT_THAT(second.summary().executor_restart_reason(), HasSubstr("restart_after_jobs"));
   EXPECT_NE(third.summary().executor_pid(), second.summary().executor_pid());
   EXPECT_EQ(third.state(), Job::SUCCEEDED) << third.message();
+}
+
+TEST_F(ExecutorE2eTest, MemoryAboveTheBaselineReplacesTheExecutor) {
+  // 1 byte: any job leaves the executor above its baseline (on CPU: its resident memory).
+  StartDaemon("executor:\n  restart_above_baseline_bytes: 1\n", /*fault_injection=*/false);
+  const Job first = RunToEnd(*daemon_, TinyJob());
+  EXPECT_EQ(first.state(), Job::SUCCEEDED) << first.message();
+  EXPECT_THAT(first.summary().executor_restart_reason(), HasSubstr("above baseline (limit "));
+  const Job second = RunToEnd(*daemon_, TinyJob());
+  EXPECT_EQ(second.state(), Job::SUCCEEDED) << second.message();
+  EXPECT_NE(second.summary().executor_pid(), first.summary().executor_pid());
 }
 
 TEST(ExecutorStartTest, AMissingExecutorProgramIsAnErrorNamingIt) {

@@ -20,13 +20,13 @@ ctl() { "$build/client/mpsctl" --server "$address" "$@"; }
 for _ in $(seq 1 300); do ctl device >/dev/null 2>&1 && break; sleep 0.2; done
 
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-executor_pid() { ctl device --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("executorPid", 0))'; }
+executor_pid() { ctl device --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("executor_pid", 0))'; }
 
 root=/usr/share/datasets/fashion-mnist
 jobs=(
   "model: {name: mlp}|dataset: {name: fashion-mnist, root: $root, limit_train: 20000, limit_test: 2000}"
   "model: {name: convnet}|dataset: {name: fashion-mnist, root: $root, limit_train: 5000, limit_test: 1000}"
-  "model: {name: lstm}|dataset: {name: fashion-mnist, root: $root, limit_train: 5000, limit_test: 1000}"
+  "model: {name: cifar_cnn}|dataset: {name: fashion-mnist, root: $root, limit_train: 5000, limit_test: 1000}"
 )
 printf '%-8s %-7s %-10s %-10s %-10s %-10s %-10s %-10s %-10s %s\n' job model pid \
   alloc_start alloc_peak alloc_after resv_peak rss_before_MiB rss_peak_MiB "rss_after_MiB restart"
@@ -51,10 +51,10 @@ j = json.load(sys.stdin); s = j.get("summary", {}); m = s.get("memory", {})
 g = lambda k: int(m.get(k, 0))
 mib = lambda kb: "%.1f" % (int(kb or 0) / 1024)
 print("%-8s %-7s %-10s %-10d %-10d %-10d %-10d %-14s %-12s %-13s %s" % (
-    j["id"] + ":" + j["state"][:4], sys.argv[1], s.get("executorPid", 0),
-    g("allocatedBeforeBytes"), g("peakAllocatedBytes"), g("allocatedAfterBytes"),
-    g("peakReservedBytes"), mib(sys.argv[2]), mib(sys.argv[3]), mib(sys.argv[4]),
-    s.get("executorRestartReason", "-") or "-"))' \
+    j["id"] + ":" + j["state"][:4], sys.argv[1], s.get("executor_pid", 0),
+    g("allocated_before_bytes"), g("peak_allocated_bytes"), g("allocated_after_bytes"),
+    g("peak_reserved_bytes"), mib(sys.argv[2]), mib(sys.argv[3]), mib(sys.argv[4]),
+    s.get("executor_restart_reason", "-") or "-"))' \
     "$(echo "$model_line" | sed 's/.*name: \([a-z_]*\).*/\1/')" "$rss_before" "${hwm:-0}" "$rss_after"
 done
 echo
