@@ -19,7 +19,7 @@ trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null; echo "log: $work
 ctl() { "$build/client/mpsctl" --server "$address" "$@"; }
 for _ in $(seq 1 300); do ctl device >/dev/null 2>&1 && break; sleep 0.2; done
 
-status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || true; }
 executor_pid() { ctl device --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("executor_pid", 0))'; }
 
 root=/usr/share/datasets/fashion-mnist
@@ -35,21 +35,24 @@ for spec in "${jobs[@]}"; do
   printf 'kind: TrainJob\n%s\n%s\nbatch_size: 64\nepochs: 1\nseed: 1\ndevice: %s\n' \
     "$model_line" "${spec#*|}" "$device" >"$work/job.yaml"
   pid=$(executor_pid)
+  hwm=0
   rss_before=$(status_kb "$pid" VmRSS)
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true  # resets VmHWM to the current RSS
   id=$(ctl submit "$work/job.yaml" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   while :; do
     state=$(ctl get "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
     case $state in SUCCEEDED|FAILED|CANCELLED|INTERRUPTED) break ;; esac
+    h=$(status_kb "$pid" VmHWM); [[ -n $h && $h != 0 ]] && hwm=$h
     sleep 0.2
   done
-  hwm=$(status_kb "$pid" VmHWM)
+  # An executor replaced after the job (restart policy) is gone: its figures stay the last seen.
+  h=$(status_kb "$pid" VmHWM); [[ -n $h && $h != 0 ]] && hwm=$h
   rss_after=$(status_kb "$pid" VmRSS)
   ctl get "$id" --json | python3 -c '
 import json, sys
 j = json.load(sys.stdin); s = j.get("summary", {}); m = s.get("memory", {})
 g = lambda k: int(m.get(k, 0))
-mib = lambda kb: "%.1f" % (int(kb or 0) / 1024)
+mib = lambda kb: "%.1f" % (int(kb) / 1024) if kb and kb != "0" else "-"
 print("%-8s %-7s %-10s %-10d %-10d %-10d %-10d %-14s %-12s %-13s %s" % (
     j["id"] + ":" + j["state"][:4], sys.argv[1], s.get("executor_pid", 0),
     g("allocated_before_bytes"), g("peak_allocated_bytes"), g("allocated_after_bytes"),
