@@ -4,6 +4,7 @@
 #ifndef MPSD_TRAINER_COMPAT_H_
 #define MPSD_TRAINER_COMPAT_H_
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -208,6 +209,87 @@ inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const tor
   return torch::matmul(probabilities, v);
 #endif
 }
+
+// ---- Autocast (mixed precision) -------------------------------------------------------------
+
+// LibTorch 2.4 replaced the per-backend autocast switches (set_enabled for CUDA, set_cpu_enabled,
+// set_autocast_gpu_dtype, ...) by ones taking the device type; MPS autocast exists from 2.5.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE 1
+#else
+#define MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE 0
+#endif
+
+// Whether this LibTorch autocasts to `dtype` (kHalf or kBFloat16) on `device_type`: CUDA both;
+// CPU bfloat16 only (1.13's CPU autocast silently falls back to float32 for float16, so it is
+// reported as unsupported everywhere rather than measured wrong); MPS float16 from 2.5.
+inline bool AutocastSupported(c10::DeviceType device_type, c10::ScalarType dtype) {
+  const bool half = dtype == c10::ScalarType::Half;
+  const bool bfloat16 = dtype == c10::ScalarType::BFloat16;
+  switch (device_type) {
+    case c10::DeviceType::CUDA:
+      return half || bfloat16;
+    case c10::DeviceType::CPU:
+      return bfloat16;
+    case c10::DeviceType::MPS:
+      return MPSD_TRAINER_HAS_MPS && MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE &&
+             (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5) && half;
+    default:
+      return false;
+  }
+}
+
+// Autocast to `dtype` on `device_type` for the calling thread while alive, as
+// `with torch.autocast(device_type, dtype):` does; the destructor restores the previous setting
+// and drops the cast-weight cache. `AutocastSupported(device_type, dtype)` must hold. Autocast
+// state is thread-local: create and destroy the guard on the same thread. Not copyable.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype) : device_type_(device_type) {
+#if MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE
+    previous_enabled_ = at::autocast::is_autocast_enabled(device_type_);
+    previous_dtype_ = at::autocast::get_autocast_dtype(device_type_);
+    at::autocast::set_autocast_dtype(device_type_, dtype);
+    at::autocast::set_autocast_enabled(device_type_, true);
+#else
+    const bool cpu = device_type_ == c10::DeviceType::CPU;
+    previous_enabled_ = cpu ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+    previous_dtype_ =
+        cpu ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+    if (cpu) {
+      at::autocast::set_autocast_cpu_dtype(dtype);
+      at::autocast::set_cpu_enabled(true);
+    } else {
+      at::autocast::set_autocast_gpu_dtype(dtype);
+      at::autocast::set_enabled(true);
+    }
+#endif
+  }
+
+  ~AutocastGuard() {
+#if MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE
+    at::autocast::set_autocast_enabled(device_type_, previous_enabled_);
+    at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
+#else
+    if (device_type_ == c10::DeviceType::CPU) {
+      at::autocast::set_cpu_enabled(previous_enabled_);
+      at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+    } else {
+      at::autocast::set_enabled(previous_enabled_);
+      at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+    }
+#endif
+    at::autocast::clear_cache();
+  }
+
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  const c10::DeviceType device_type_;
+  bool previous_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
+};
 
 }  // namespace mpsd::trainer::compat
 
