@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "client/job_file.h"
 #include "trainer/executor.h"
 
 namespace mpsd::trainer {
@@ -340,6 +341,17 @@ TEST(BenchValidateTest, AllAndDuplicatesMeanEachDeviceOnce) {
   EXPECT_EQ(result.rows().size(), devices);
   ASSERT_FALSE(result.rows().empty());
   EXPECT_EQ(result.rows()[0].device(), "cpu");
+}
+
+TEST(BenchValidateTest, TheBenchExamplesAreValidJobs) {
+  auto executor = MakeExecutor();
+  for (const char* name : {"resnet50-bench.yaml", "arch-bench.yaml"}) {
+    const std::string path = std::string(MPSD_SOURCE_DIR) + "/examples/" + name;
+    absl::StatusOr<mpsd::v1::SubmitJobRequest> request = client::ReadJobFile(path);
+    ASSERT_TRUE(request.ok()) << request.status();
+    ASSERT_TRUE(request->has_bench_job()) << path;
+    EXPECT_TRUE(executor->Validate(*request).ok()) << path << ": " << executor->Validate(*request);
+  }
 }
 
 }  // namespace
