@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 // MPS exists from LibTorch 2 on, and only on Apple.
 #if defined(__APPLE__) && TORCH_VERSION_MAJOR >= 2
@@ -32,6 +34,25 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #else
 #define MPSD_TRAINER_HAS_CUDA_ALLOCATOR 0
+#endif
+
+// The fused (multi-tensor, device-side bias correction) Adam/AdamW kernels with a tensor learning
+// rate, at::_fused_adam_ / at::_fused_adamw_, exist from LibTorch 2.2 on (CUDA; CPU from 2.4).
+// CUDA graphs of a whole training step need them plus at::cuda::CUDAGraph, so only a CUDA
+// LibTorch >= 2.2 can capture.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#define MPSD_TRAINER_HAS_FUSED_ADAM 1
+#else
+#define MPSD_TRAINER_HAS_FUSED_ADAM 0
+#endif
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR && MPSD_TRAINER_HAS_FUSED_ADAM
+#define MPSD_TRAINER_HAS_CUDA_GRAPHS 1
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#else
+#define MPSD_TRAINER_HAS_CUDA_GRAPHS 0
 #endif
 
 namespace mpsd::trainer::compat {
@@ -141,8 +162,13 @@ inline void CudaResetPeak(int device_index) {
 #endif
 }
 
+// Also drops cuBLAS's per-stream workspaces (LibTorch >= 2; what
+// torch._C._cuda_clearCublasWorkspaces does), which otherwise stay allocated between jobs.
 inline void CudaEmptyCache() {
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+#if TORCH_VERSION_MAJOR >= 2
+  at::cuda::clearCublasWorkspaces();
+#endif
   c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
@@ -164,6 +190,114 @@ inline CudaProperties GetCudaProperties(int device_index) {
 #endif
   return props;
 }
+
+// ---- Fused Adam and CUDA graphs ---------------------------------------------------------------
+
+// The key of a parameter in torch::optim::Optimizer::state(): the TensorImpl's address printed
+// as a string in LibTorch 1.x, the address itself (void*) in 2.x.
+inline auto OptimizerStateKey(const torch::Tensor& param) {
+#if TORCH_VERSION_MAJOR >= 2
+  return static_cast<void*>(param.unsafeGetTensorImpl());
+#else
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+#endif
+}
+
+constexpr bool kHasFusedAdam = MPSD_TRAINER_HAS_FUSED_ADAM;
+constexpr bool kHasCudaGraphs = MPSD_TRAINER_HAS_CUDA_GRAPHS;
+
+// One Adam (decoupled = false: L2 weight decay, torch.optim.Adam) or AdamW (decoupled = true)
+// update of every parameter in a few kernel launches, as torch.optim.Adam(fused=True) does:
+// state_steps (one [] float32 tensor per parameter, on the device) += 1, then the fused kernel
+// with the bias corrections computed on the device from them. `lr` is a [] float32 tensor on
+// the device, so a CUDA graph that captured this call follows a schedule. All lists have the
+// same length; exp_avgs/exp_avg_sqs are the first and second moments, shaped like the params.
+// Without MPSD_TRAINER_HAS_FUSED_ADAM: throws c10::Error (callers check kHasFusedAdam first).
+inline void FusedAdamUpdate(const std::vector<torch::Tensor>& params,
+                            const std::vector<torch::Tensor>& grads,
+                            const std::vector<torch::Tensor>& exp_avgs,
+                            const std::vector<torch::Tensor>& exp_avg_sqs,
+                            const std::vector<torch::Tensor>& state_steps, const torch::Tensor& lr,
+                            double beta1, double beta2, double weight_decay, double eps,
+                            bool decoupled) {
+#if MPSD_TRAINER_HAS_FUSED_ADAM
+  at::_foreach_add_(state_steps, 1);
+  if (decoupled) {
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps,
+                      lr, beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  } else {
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps,
+                     lr, beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)state_steps, (void)lr;
+  (void)beta1, (void)beta2, (void)weight_decay, (void)eps, (void)decoupled;
+  TORCH_CHECK(false, "fused Adam needs LibTorch >= 2.2, this is ", TORCH_VERSION);
+#endif
+}
+
+// A CUDA graph of work issued on the current thread: Capture(fn) runs `fn` on a side stream
+// while the graph records it (nothing executes), Replay() launches the recorded kernels on the
+// current stream. Tensors created inside `fn` live in the graph's private memory pool for the
+// graph's lifetime: their addresses are what Replay reads and writes. Dropout and other RNG
+// users draw from the default CUDA generator, which PyTorch advances per replay. Without
+// MPSD_TRAINER_HAS_CUDA_GRAPHS every call throws c10::Error. Not thread-safe.
+class CudaGraph {
+ public:
+  template <typename Fn>
+  void Capture(int device_index, Fn&& fn) {
+#if MPSD_TRAINER_HAS_CUDA_GRAPHS
+    OnSideStream(device_index, [&] {
+      graph_.capture_begin();
+      fn();
+      graph_.capture_end();
+    });
+#else
+    (void)device_index, (void)fn;
+    TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
+#endif
+  }
+
+  // Runs `fn` eagerly on the graph's side stream (warm-up before a capture, as PyTorch's recipe
+  // does: cuBLAS/cuDNN handles and workspaces get created outside the graph). Warm-up and capture
+  // share one side stream, so that cuBLAS keeps one workspace for it.
+  template <typename Fn>
+  void OnSideStream(int device_index, Fn&& fn) {
+#if MPSD_TRAINER_HAS_CUDA_GRAPHS
+    const auto index = static_cast<c10::DeviceIndex>(device_index);
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
+    if (!side_.has_value()) side_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+    const c10::cuda::CUDAStream side = *side_;
+    at::cuda::CUDAEvent current_ready;  // the side stream starts after the current one's work
+    current_ready.record(current);
+    current_ready.block(side);
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      fn();
+    }
+    at::cuda::CUDAEvent side_done;  // and the current stream continues after the side's
+    side_done.record(side);
+    side_done.block(current);
+#else
+    (void)device_index, (void)fn;
+    TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
+#endif
+  }
+
+  void Replay() {
+#if MPSD_TRAINER_HAS_CUDA_GRAPHS
+    graph_.replay();
+#else
+    TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
+#endif
+  }
+
+ private:
+#if MPSD_TRAINER_HAS_CUDA_GRAPHS
+  at::cuda::CUDAGraph graph_;
+  std::optional<c10::cuda::CUDAStream> side_;
+#endif
+};
 
 // ---- Errors ---------------------------------------------------------------------------------
 

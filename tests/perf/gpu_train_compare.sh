@@ -5,7 +5,12 @@
 #   (1)  the seeds' PyTorch script: torchvision dataset, DataLoader(num_workers=2, pin_memory)
 #   (2)  PyTorch eager, whole dataset resident on the GPU (randperm + index per batch)
 #   (2b) the same with Adam(fused=True)
+#   (3)  a bare LibTorch C++ loop, data resident on the GPU (tests/perf/bare_loop.cc)
 #   (4)  an mpsd TrainJob end to end (mpsd on a unix socket, mpsctl submit --follow --json)
+#   (5a) torch.compile(model) + fused Adam, (5b) torch.compile(mode="reduce-overhead") + fused
+#        Adam, (5c) the whole step captured in one CUDA graph (capturable fused Adam)
+# plus ResNet-50 inference at batch 32, 64, 128 (fp32, and bf16 + channels_last): PyTorch eager
+# (tests/perf/torch_bench.py) against an mpsd BenchJob,
 # and writes $OUT/results.json and $OUT/RESULTS.md (tests/perf/summarize.py).
 #
 # For a machine without package network the inputs come in one directory, DEPS (first argument,
@@ -23,8 +28,8 @@
 # OUT, PREFIX, WORK, JOBS, EPOCHS, BATCH, LR, PYTHON, TORCH_PREFIX, BUILD_TIMEOUT_S, RUN_TIMEOUT_S,
 # SKIP_BUILD=1 (reuse WORK/build from an earlier run).
 #
-# At most 8 files land in $OUT: env.txt run.log build.log mpsd.log device.json
-# mpsd_events.jsonl results.json RESULTS.md.
+# At most 9 files land in $OUT: env.txt run.log build.log mpsd.log device.json
+# mpsd_events.jsonl bench_mpsd.jsonl results.json RESULTS.md.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -117,6 +122,17 @@ if [[ $MODE == all ]]; then
   timeout "$(tmo "$RUN_TIMEOUT_S")" "$PY" "$PERF/torch_resident.py" "${COMMON[@]}" --fused \
     --idx-dir "$IDX_DIR" --json "$WORK/raw/v2b.json"
   echo "exit $?"
+  for v in "5a --compile default" "5b --compile reduce-overhead" "5c --cuda-graph"; do
+    set -- $v
+    say "($1) PyTorch, dataset resident on the GPU, ${*:2}"
+    timeout "$(tmo "$RUN_TIMEOUT_S")" "$PY" "$PERF/torch_resident.py" "${COMMON[@]}" "${@:2}" \
+      --idx-dir "$IDX_DIR" --json "$WORK/raw/v$1.json"
+    echo "exit $?"
+  done
+  say "ResNet-50 inference, PyTorch eager"
+  timeout "$(tmo 120)" "$PY" "$PERF/torch_bench.py" --batch-sizes 32,64,128 --warmup 10 \
+    --iters 50 --json "$WORK/raw/bench_torch.json"
+  echo "exit $?"
 fi
 
 # ---- build mpsd -------------------------------------------------------------------------------
@@ -191,7 +207,8 @@ build_mpsd() {
   rm -rf "$SRC" "$BUILD" && mkdir -p "$SRC"
   tar -xzf "$DEPS/mpsd-src.tar.gz" -C "$SRC" || return 1
   local configure=(cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-                   -DMPSD_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$prefix_path" "${cmake_args[@]}")
+                   -DMPSD_BUILD_TESTS=OFF -DMPSD_BUILD_PERF=ON -DCMAKE_PREFIX_PATH="$prefix_path"
+                   "${cmake_args[@]}")
   if ! CMAKE_POLICY_VERSION_MINIMUM=3.5 "${configure[@]}" 2>&1 | tee "$BUILD.configure.log"; then
     # Still no nvtx3: an empty CUDA::nvToolsExt, defined right after project(), lets the package's
     # torch::nvtoolsext resolve (NVTX ranges are only for profilers). Not needed, so not yet run,
@@ -206,8 +223,8 @@ build_mpsd() {
   fi
   grep -E '^(Torch_DIR|gRPC_DIR|absl_DIR|spdlog_DIR|yaml-cpp_DIR|Protobuf_PROTOC_EXECUTABLE|SQLite3_LIBRARY|ZLIB_LIBRARY_RELEASE|OPENSSL_SSL_LIBRARY|C10_CUDA_LIBRARY):' \
     "$BUILD/CMakeCache.txt"
-  say "build -j$JOBS (mpsd, mpsctl)"
-  cmake --build "$BUILD" --target mpsd mpsctl -j "$JOBS" || return 1
+  say "build -j$JOBS (mpsd and its executor, mpsctl, the bare loop)"
+  cmake --build "$BUILD" -j "$JOBS" || return 1
   ldd "$BUILD/server/mpsd" | grep -E '=> not found|libtorch|libc10|libgrpc|libprotobuf|libcudart' || true
 }
 run_build() {
@@ -226,8 +243,21 @@ fi
 echo "build exit $build_rc"
 echo "$build_rc" > "$WORK/raw/build_rc"
 
-# ---- (4): an mpsd TrainJob end to end ---------------------------------------------------------
+# ---- (3): the bare LibTorch loop --------------------------------------------------------------
 [[ $MODE == build ]] && exit "$build_rc"
+if [[ $build_rc -eq 0 && $MODE == all ]]; then
+  say "(3) bare LibTorch C++ loop"
+  (
+    if compgen -G "$DEPS/*.deb" > /dev/null; then
+      export LD_LIBRARY_PATH="$PREFIX/$ARCH_LIB:$PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    timeout "$(tmo "$RUN_TIMEOUT_S")" "$BUILD/tests/perf/mpsd_bare_loop" "$IDX_DIR" \
+      "$WORK/raw/v3.json" "$EPOCHS" "$BATCH" "$LR" 1 "$JOB_DEVICE"
+    echo "exit $?"
+  )
+fi
+
+# ---- (4): an mpsd TrainJob end to end ---------------------------------------------------------
 
 if [[ $build_rc -eq 0 ]]; then
   say "(4) mpsd TrainJob end to end"
@@ -265,6 +295,25 @@ EOF
     timeout 60 "${MPSCTL[@]}" device >> "$OUT/device.json"
     echo "device (after): $(tail -n1 "$OUT/device.json")"
     grep -v '"step"' "$OUT/mpsd_events.jsonl"
+    if [[ $MODE == all ]]; then
+      say "(4b) mpsd TrainJob, drop_last: true (static batch shape, as (5c))"
+      { cat "$RUN_DIR/job.yaml"; echo "drop_last: true"; } > "$RUN_DIR/job_drop_last.yaml"
+      timeout "$(tmo "$RUN_TIMEOUT_S")" "${MPSCTL[@]}" submit "$RUN_DIR/job_drop_last.yaml" \
+        --follow | grep -v '"step"' > "$WORK/raw/v4b_events.jsonl"
+      echo "exit $?"
+      cat "$WORK/raw/v4b_events.jsonl"
+    fi
+    if [[ $MODE == all ]]; then
+      say "ResNet-50 inference, mpsd BenchJob"
+      printf '%s\n' "kind: BenchJob" "models: [resnet50]" "batch_sizes: [32, 64, 128]" \
+        "devices: [$JOB_DEVICE]" "mode: inference" "precisions: [fp32, bf16]" \
+        "memory_formats: [contiguous, channels_last]" "warmup_iters: 10" "iters: 50" \
+        > "$RUN_DIR/bench.yaml"
+      timeout "$(tmo 150)" "${MPSCTL[@]}" submit "$RUN_DIR/bench.yaml" --follow \
+        > "$WORK/raw/bench_mpsd.jsonl"
+      echo "bench exit $?, rows: $(grep -c bench_row "$WORK/raw/bench_mpsd.jsonl")"
+      cp "$WORK/raw/bench_mpsd.jsonl" "$OUT/bench_mpsd.jsonl"
+    fi
     kill -TERM "$mpsd_pid"
     wait "$mpsd_pid"
     echo "mpsd exit $?"

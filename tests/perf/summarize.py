@@ -1,7 +1,10 @@
 """Collects what tests/perf/gpu_train_compare.sh measured into OUT/results.json and OUT/RESULTS.md.
 
-Inputs: RAW/v1.json, v2.json, v2b.json (the PyTorch variants), RAW/v4_wall.json and RAW/build_rc
-(the mpsd run), the mpsd job's events (`mpsctl --json submit --follow`, one JobEvent per line),
+Inputs: RAW/v1.json, v2.json, v2b.json, v5a.json, v5b.json, v5c.json (the PyTorch variants),
+RAW/v3.json (the bare LibTorch loop), RAW/v4_wall.json and RAW/build_rc (the mpsd run),
+RAW/v4b_events.jsonl (the mpsd job again with drop_last: true, step events left out),
+RAW/bench_torch.json and RAW/bench_mpsd.jsonl (ResNet-50 inference: PyTorch eager, and the mpsd
+BenchJob's events), the mpsd job's events (`mpsctl --json submit --follow`, one JobEvent per line),
 `mpsctl --json device` (before and after the job, one line each) and env.txt. Missing inputs are
 reported as not measured; nothing here needs torch."""
 
@@ -105,6 +108,49 @@ def mib(value):
         return "—"
 
 
+# Row order of the table; "4" is mpsd.
+VARIANTS = ("1", "2", "2b", "3", "5a", "5b", "5c", "4", "4b")
+PYTORCH_FILES = ("1", "2", "2b", "3", "5a", "5b", "5c")
+
+
+def bench_rows(raw):
+    """ResNet-50 inference rows keyed (batch_size, precision, memory_format): PyTorch's from
+    bench_torch.json, mpsd's from the BenchJob's bench_row events."""
+    torch_rows = (load_json(os.path.join(raw, "bench_torch.json")) or {}).get("rows", [])
+    mpsd_rows = [e["bench_row"] for e in load_lines(os.path.join(raw, "bench_mpsd.jsonl"))
+                 if "bench_row" in e]
+    table = {}
+    for side, rows in (("torch", torch_rows), ("mpsd", mpsd_rows)):
+        for r in rows:
+            if side == "mpsd" and not str(r.get("device", "")).startswith("cuda"):
+                continue
+            key = (int(r.get("batch_size", r.get("batchSize", 0))), r.get("precision", "fp32"),
+                   r.get("memory_format", r.get("memoryFormat", "contiguous")) or "contiguous")
+            table.setdefault(key, {})[side] = r
+    return [{"batch_size": k[0], "precision": k[1], "memory_format": k[2], **v}
+            for k, v in sorted(table.items())]
+
+
+def render_bench(rows):
+    out = ["## ResNet-50 inference (random weights, [N, 3, 224, 224], eval, no autograd)", "",
+           "Median ms per batch over the timed iterations, the device synchronised before every "
+           "clock read; ratio = mpsd / PyTorch (target: at most 1.05).", "",
+           "| batch | precision | layout | PyTorch eager ms | mpsd BenchJob ms | ratio | "
+           "mpsd samples/s |", "|---:|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        t = r.get("torch", {}).get("median_ms")
+        m = r.get("mpsd", {})
+        mm = m.get("median_ms", m.get("medianMs"))
+        ratio = (mm / t) if (t and mm) else None
+        status = m.get("status", "")
+        note = "" if not status or status == "OK" else f" ({status})"
+        out.append(f"| {r['batch_size']} | {r['precision']} | {r['memory_format']} | "
+                   f"{fmt(t, '.2f')} | {fmt(mm, '.2f')}{note} | {fmt(ratio, '.3f')} | "
+                   f"{fmt(m.get('samples_per_second', m.get('samplesPerSecond')), ',.0f')} |")
+    out.append("")
+    return out
+
+
 def render(results):
     env = results["environment"]
     rows = results["variants"]
@@ -123,7 +169,7 @@ def render(results):
     out.append("")
     out.append("| variant | s/epoch | epoch times (s) | test accuracy |")
     out.append("|---|---:|---|---:|")
-    for key in ("1", "2", "2b", "4"):
+    for key in VARIANTS:
         r = rows.get(key)
         if not r:
             out.append(f"| ({key}) not measured | — | — | — |")
@@ -159,6 +205,9 @@ def render(results):
         if v4.get("error") or v4.get("final_message"):
             out.append("")
             out.append(f"mpsd problem: {v4.get('error') or v4.get('final_message')}")
+    if results.get("bench"):
+        out.append("")
+        out.extend(render_bench(results["bench"]))
     for i, d in enumerate(results.get("device", [])):
         out.append("")
         out.append(f"`mpsctl device` ({'before' if i == 0 else 'after'} the job): "
@@ -183,7 +232,7 @@ def main():
     args = parser.parse_args()
 
     variants = {}
-    for key in ("1", "2", "2b"):
+    for key in PYTORCH_FILES:
         r = load_json(os.path.join(args.raw, f"v{key}.json"))
         if r:
             variants[key] = r
@@ -196,12 +245,22 @@ def main():
     if build_rc is not None:
         variants["4"] = mpsd_result(load_lines(args.events),
                                     load_json(os.path.join(args.raw, "v4_wall.json")), build_rc)
+        v4b_events = load_lines(os.path.join(args.raw, "v4b_events.jsonl"))
+        if v4b_events:
+            v4b = mpsd_result(v4b_events, None, build_rc)
+            v4b["variant"] = "4b"
+            v4b["description"] = ("mpsd TrainJob as (4) with drop_last: true (every step a full "
+                                  "batch, as (5c))")
+            variants["4b"] = v4b
     ratios = {}
     t4 = variants.get("4", {}).get("s_per_epoch")
-    for key in ("1", "2", "2b"):
+    for key in PYTORCH_FILES:
         tk = variants.get(key, {}).get("s_per_epoch")
         if t4 and tk:
             ratios[f"(4)/({key})"] = t4 / tk
+    t4b, t5c = variants.get("4b", {}).get("s_per_epoch"), variants.get("5c", {}).get("s_per_epoch")
+    if t4b and t5c:
+        ratios["(4b)/(5c)"] = t4b / t5c
     job = {}
     try:
         with open(os.path.join(args.raw, "job.yaml")) as f:
@@ -218,6 +277,7 @@ def main():
         "ratios": ratios,
         "device": load_lines(args.device),
         "job": job,
+        "bench": bench_rows(args.raw),
     }
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
