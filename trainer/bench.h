@@ -37,8 +37,8 @@ absl::Status ValidateBenchJob(const mpsd::v1::BenchJob& job, const DeviceInvento
 // an OUT_OF_MEMORY row, a precision or memory format the device or model cannot run an
 // UNSUPPORTED row, any other LibTorch error an ERROR row; the next row runs in every case.
 // Checks `cancelled` before every iteration and then returns CANCELLED after emitting the rows
-// finished so far and the summary. `default_cpu_threads` is restored after cpu rows that ran
-// with job.cpu_threads.
+// finished so far and the summary. cpu rows run with job.cpu_threads intra-op threads when set;
+// torch's setting is restored after each such row.
 //
 // Errors: INVALID_ARGUMENT for a spec that fails ValidateBenchJob (nothing emitted); CANCELLED.
 // Never throws. Not thread-safe with itself (one device owner).
