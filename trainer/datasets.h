@@ -1,6 +1,8 @@
 // Datasets the executor can train on, decoded once into tensors that stay on the device for the
 // whole job, so the training loop batches by index and does no per-example work on the host.
-// Internal to trainer/: includes torch.
+// The registry knows, for each dataset, its shape, how to check its files at submit and how to
+// load itself; ResolveDataset is the dataset part of a TrainJob's validation. Internal to
+// trainer/: includes torch.
 #ifndef MPSD_TRAINER_DATASETS_H_
 #define MPSD_TRAINER_DATASETS_H_
 
@@ -13,35 +15,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "mpsd/v1/mpsd.pb.h"
+#include "trainer/augment.h"
 
 namespace mpsd::trainer {
 
-// A dataset of single-channel images in the four IDX files of MNIST's layout.
-struct DatasetInfo {
-  absl::string_view name;          // "fashion-mnist"
-  absl::string_view default_root;  // "/usr/share/datasets/fashion-mnist"
-  // Per-pixel normalisation after scaling to [0, 1]: (x - mean) / std.
-  float mean = 0;
-  float std = 1;
-  int num_classes = 10;
-  int64_t height = 28;
-  int64_t width = 28;
-  // One image is [channels, height, width]; IDX datasets have one channel.
-  int64_t channels = 1;
-};
-
-// The registry: nullptr for an unknown name. Entries live for the whole process.
-const DatasetInfo* FindDataset(absl::string_view name);
-// Known names in registry order ("fashion-mnist", "mnist"), for error messages.
-std::vector<std::string> DatasetNames();
-
-// Checks without reading them that `root` is a directory holding the four IDX files, each raw or
-// .gz. NOT_FOUND naming the directory or the first missing file. Thread-safe.
-absl::Status CheckDatasetFiles(const std::string& root);
-
 // One split on the device.
 struct TensorSplit {
-  torch::Tensor images;  // [N, 1, H, W] float32, normalised with the dataset's mean and std
+  torch::Tensor images;  // [N, ...input_shape] float32; images normalised per channel
   torch::Tensor labels;  // [N] int64, each in [0, num_classes)
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };
@@ -49,15 +30,67 @@ struct TensorSplit {
 struct DeviceDataset {
   TensorSplit train;
   TensorSplit test;
+  // What the training loop applies to each gathered training batch (never to evaluation).
+  AugmentationOptions augmentation;
 };
 
-// Reads the train and t10k splits under `root`, keeping the first limit_train / limit_test
-// examples (0 = all), and decodes them onto `device`: only the raw bytes cross to the device,
-// conversion and normalisation run there. Errors are the IDX reader's, naming the file
-// (NOT_FOUND, DATA_LOSS), plus DATA_LOSS for images of another size than the dataset's. Throws
-// c10::Error for device failures (e.g. out of memory); the caller's firewall converts.
-absl::StatusOr<DeviceDataset> LoadDataset(const DatasetInfo& info, const std::string& root,
-                                          int64_t limit_train, int64_t limit_test,
+struct DatasetConfig;
+
+// One registry entry. Entries live for the whole process and are safe to use from any thread.
+struct DatasetInfo {
+  absl::string_view name;          // "cifar10"
+  absl::string_view default_root;  // "/usr/share/datasets/cifar10"; "" for synthetic (no files)
+  // One example without the batch dimension ([C, H, W] for images) and the class count;
+  // synthetic's come from its spec instead.
+  std::vector<int64_t> input_shape;
+  int num_classes = 10;
+  // Per-channel normalisation after scaling pixels to [0, 1]: (x - mean[c]) / std[c]. One value
+  // per channel; empty for synthetic (drawn already standard normal).
+  std::vector<float> mean;
+  std::vector<float> std;
+  // Checks without reading the data that `root` holds the dataset's files; errors name the
+  // directory or the file (NOT_FOUND, DATA_LOSS, FAILED_PRECONDITION). nullptr: no files.
+  absl::Status (*check_files)(const std::string& root) = nullptr;
+  // Loads both splits of `config` onto `device` (see LoadDataset).
+  absl::StatusOr<DeviceDataset> (*load)(const DatasetConfig& config, uint64_t seed,
+                                        const torch::Device& device) = nullptr;
+};
+
+// The registry: nullptr for an unknown name.
+const DatasetInfo* FindDataset(absl::string_view name);
+// Known names in registry order ("fashion-mnist", "mnist", "cifar10", "synthetic").
+std::vector<std::string> DatasetNames();
+
+// A DatasetSpec with every default applied and every name looked up.
+struct DatasetConfig {
+  const DatasetInfo* info = nullptr;  // borrowed from the registry
+  std::string root;                   // empty for synthetic
+  int64_t limit_train = 0;            // 0 = all
+  int64_t limit_test = 0;
+  // One example, e.g. [3, 32, 32], and the class count: the dataset's, or synthetic's spec.
+  std::vector<int64_t> input_shape;
+  int num_classes = 10;
+  // synthetic only: examples per split, limits already applied.
+  int64_t synthetic_train = 0;
+  int64_t synthetic_test = 0;
+  AugmentationOptions augmentation;
+};
+
+// Checks every field of `spec` and the dataset's files (by name and size only; nothing is
+// decoded), applying the defaults the proto documents. Errors are INVALID_ARGUMENT whose message
+// starts with the field path: "train_job.dataset.name: unknown dataset …",
+// "train_job.dataset.root: <the file error>", "train_job.dataset.limit_train: must be >= 0 …",
+// "train_job.dataset.synthetic.input_shape: …", "train_job.dataset.augmentation
+// .random_crop_padding: …". Reads the file system only; thread-safe.
+absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec);
+
+// Loads `config` (from ResolveDataset) onto `device`. For file datasets only the raw bytes cross
+// to the device; conversion and normalisation run there. synthetic draws its inputs (standard
+// normal) and labels (uniform over the classes) on the device from a generator seeded with
+// `seed`, so a seed gives the same data on one device. Errors are the readers', naming the file
+// (NOT_FOUND for a file gone since validation, DATA_LOSS for a corrupt one). Throws c10::Error
+// for device failures (e.g. out of memory); the caller's firewall converts.
+absl::StatusOr<DeviceDataset> LoadDataset(const DatasetConfig& config, uint64_t seed,
                                           const torch::Device& device);
 
 }  // namespace mpsd::trainer

@@ -71,10 +71,7 @@ absl::Status CatchTorchErrors(Fn&& fn) {
 struct TrainJobConfig {
   const ModelEntry* model = nullptr;
   ModelConfig model_config;
-  const DatasetInfo* dataset = nullptr;
-  std::string dataset_root;
-  int64_t limit_train = 0;
-  int64_t limit_test = 0;
+  DatasetConfig dataset;
   int batch_size = kDefaultBatchSize;
   int epochs = kDefaultEpochs;
   double learning_rate = kDefaultLearningRate;
@@ -105,9 +102,9 @@ absl::StatusOr<const ModelEntry*> ResolveModel(const mpsd::v1::ModelSpec& spec) 
 // dataset's images names the model, the shape and the dataset.
 absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
   const ModelEntry& model = *config.model;
-  const DatasetInfo& dataset = *config.dataset;
+  const DatasetConfig& dataset = config.dataset;
   ModelConfig& model_config = config.model_config;
-  model_config.input_shape = {dataset.channels, dataset.height, dataset.width};
+  model_config.input_shape = dataset.input_shape;
   model_config.num_classes = dataset.num_classes;
   if (spec.has_num_classes()) {
     if (absl::Status s = CheckNumClasses(spec.num_classes()); !s.ok()) {
@@ -116,7 +113,8 @@ absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig&
     if (spec.num_classes() < dataset.num_classes) {
       return FieldError("model.num_classes",
                         absl::StrFormat("must be at least the %d classes of dataset %s, got %d",
-                                        dataset.num_classes, dataset.name, spec.num_classes()));
+                                        dataset.num_classes, dataset.info->name,
+                                        spec.num_classes()));
     }
     model_config.num_classes = spec.num_classes();
   }
@@ -126,32 +124,8 @@ absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig&
   model_config.preset = spec.preset();
   if (absl::Status s = CheckModelConfig(model, model_config); !s.ok()) {
     return FieldError("model.name",
-                      absl::StrFormat("%s (the input of dataset %s)", s.message(), dataset.name));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckLimit(absl::string_view field, int64_t value) {
-  if (value < 0) return FieldError(field, absl::StrFormat("must be >= 0, got %d", value));
-  return absl::OkStatus();
-}
-
-// Fills the dataset fields of `config`.
-absl::Status ResolveDataset(const mpsd::v1::DatasetSpec& spec, TrainJobConfig& config) {
-  if (spec.name().empty()) return FieldError("dataset.name", "required " + Known(DatasetNames()));
-  config.dataset = FindDataset(spec.name());
-  if (config.dataset == nullptr) {
-    return FieldError("dataset.name", absl::StrFormat("unknown dataset \"%s\" %s", spec.name(),
-                                                      Known(DatasetNames())));
-  }
-  if (absl::Status s = CheckLimit("dataset.limit_train", spec.limit_train()); !s.ok()) return s;
-  if (absl::Status s = CheckLimit("dataset.limit_test", spec.limit_test()); !s.ok()) return s;
-  config.limit_train = spec.limit_train();
-  config.limit_test = spec.limit_test();
-  config.dataset_root =
-      spec.root().empty() ? std::string(config.dataset->default_root) : spec.root();
-  if (absl::Status s = CheckDatasetFiles(config.dataset_root); !s.ok()) {
-    return FieldError("dataset.root", s.message());
+                      absl::StrFormat("%s (the input of dataset %s)", s.message(),
+                                      dataset.info->name));
   }
   return absl::OkStatus();
 }
@@ -186,7 +160,9 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   absl::StatusOr<const ModelEntry*> model = ResolveModel(spec.model());
   if (!model.ok()) return model.status();
   config.model = *model;
-  if (absl::Status s = ResolveDataset(spec.dataset(), config); !s.ok()) return s;
+  absl::StatusOr<DatasetConfig> dataset = ResolveDataset(spec.dataset());
+  if (!dataset.ok()) return dataset.status();
+  config.dataset = *std::move(dataset);
   if (absl::Status s = ResolveModelConfig(spec.model(), config); !s.ok()) return s;
   absl::StatusOr<int> batch_size =
       PositiveOr("batch_size", spec.has_batch_size(), spec.batch_size(), kDefaultBatchSize);
@@ -402,14 +378,14 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
                                          SummaryBuilder& summary) const {
   const Clock::time_point load_start = Clock::now();
   absl::StatusOr<DeviceDataset> data =
-      LoadDataset(*job.dataset, job.dataset_root, job.limit_train, job.limit_test, job.device);
+      LoadDataset(job.dataset, job.seed, job.device);
   if (!data.ok()) return data.status();
   const double load_seconds = SecondsSince(load_start);
   summary.summary().set_train_examples(data->train.size());
   summary.summary().set_test_examples(data->test.size());
   summary.summary().set_data_load_time_s(load_seconds);
   EmitLog(sink, absl::StrFormat("loaded %s: %d train, %d test examples in %.2f s on %s",
-                                job.dataset->name, data->train.size(), data->test.size(),
+                                job.dataset.info->name, data->train.size(), data->test.size(),
                                 load_seconds, DeviceString(job.device)));
 
   torch::manual_seed(job.seed);

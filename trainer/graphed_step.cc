@@ -46,6 +46,7 @@ std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
   if (request.grad_accumulation_steps != 1) return "gradient accumulation runs eagerly";
   if (request.grad_clip) return "gradient clipping runs eagerly";
   if (request.loss_scaling) return "loss scaling runs eagerly";
+  if (request.augmentation) return "augmentation runs eagerly";
   if (!compat::kHasCudaGraphs) return "this LibTorch has no CUDA graphs or fused Adam (needs >= 2.2)";
   return "";
 }

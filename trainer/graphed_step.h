@@ -29,6 +29,9 @@ struct GraphedStepRequest {
   int grad_accumulation_steps = 1;
   bool grad_clip = false;
   bool loss_scaling = false;
+  // Training-time augmentation (DeviceDataset::augmentation enabled): it draws per batch from
+  // the shuffle generator outside the captured step.
+  bool augmentation = false;
 };
 
 // Why the graphed step cannot serve `request`, or "" when it can: the request's settings are

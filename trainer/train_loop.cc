@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "trainer/augment.h"
 #include "trainer/compat.h"
 #include "trainer/device.h"
 
@@ -222,8 +223,11 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
       return Cancelled(readback);
     }
     const torch::Tensor index = order.narrow(/*dim=*/0, start, std::min(batch_size, n - start));
-    auto [loss, correct] = TrainStep(loop, train.images.index_select(/*dim=*/0, index),
-                                     train.labels.index_select(/*dim=*/0, index));
+    // Training batches only: evaluation never augments. Draws from the shuffle generator, so a
+    // seed fixes both the order and the augmentation.
+    const torch::Tensor images = Augment(train.images.index_select(/*dim=*/0, index),
+                                         loop.data.augmentation, shuffle);
+    auto [loss, correct] = TrainStep(loop, images, train.labels.index_select(/*dim=*/0, index));
     readback.Record(loss, correct, index.size(0), LearningRate(loop.optimizer));
     if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {
       readback.Flush();

@@ -274,5 +274,29 @@ TEST(JobFileTest, ExamplesParse) {
   }
 }
 
+TEST(JobFileTest, DatasetExamplesParse) {
+  absl::StatusOr<v1::SubmitJobRequest> cifar =
+      ReadJobFile(std::string(MPSD_SOURCE_DIR) + "/examples/cifar10-cnn.yaml");
+  ASSERT_TRUE(cifar.ok()) << cifar.status();
+  const v1::TrainJob& job = cifar->train_job();
+  EXPECT_EQ(job.model().name(), "cifar_cnn");
+  EXPECT_EQ(job.dataset().name(), "cifar10");
+  EXPECT_EQ(job.dataset().augmentation().random_crop_padding(), 4);
+  EXPECT_TRUE(job.dataset().augmentation().horizontal_flip());
+  EXPECT_EQ(job.optimizer().name(), "adamw");
+  EXPECT_EQ(job.schedule().name(), "onecycle");
+  EXPECT_EQ(job.schedule().max_lr(), 0.01);
+  EXPECT_EQ(job.batch_size(), 128);
+  EXPECT_EQ(job.epochs(), 50);
+
+  absl::StatusOr<v1::SubmitJobRequest> synthetic =
+      ReadJobFile(std::string(MPSD_SOURCE_DIR) + "/examples/synthetic-resnet18.yaml");
+  ASSERT_TRUE(synthetic.ok()) << synthetic.status();
+  const v1::DatasetSpec& dataset = synthetic->train_job().dataset();
+  EXPECT_EQ(dataset.name(), "synthetic");
+  EXPECT_THAT(dataset.synthetic().input_shape(), ::testing::ElementsAre(3, 32, 32));
+  EXPECT_EQ(dataset.synthetic().train_examples(), 50000);
+}
+
 }  // namespace
 }  // namespace mpsd::client

@@ -153,8 +153,9 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        "got 5"},
       {"num_classes zero", [](auto& j) { j.mutable_model()->set_num_classes(0); },
        "train_job.model.num_classes: must be in [1, 1048576], got 0"},
-      {"dataset", [](auto& j) { j.mutable_dataset()->set_name("cifar10"); },
-       "train_job.dataset.name: unknown dataset \"cifar10\" (known: fashion-mnist, mnist)"},
+      {"dataset", [](auto& j) { j.mutable_dataset()->set_name("imagenet"); },
+       "train_job.dataset.name: unknown dataset \"imagenet\" (known: fashion-mnist, mnist, "
+       "cifar10, synthetic)"},
       {"optimizer", [](auto& j) { j.mutable_optimizer()->set_name("sgd"); },
        "train_job.optimizer.name: unknown optimizer \"sgd\" (known: adam)"},
       {"lr zero", [](auto& j) { j.mutable_optimizer()->set_learning_rate(0); },

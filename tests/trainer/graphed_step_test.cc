@@ -52,6 +52,9 @@ TEST(GraphedStepTest, SettingsThatRunEagerly) {
   GraphedStepRequest scaling = CudaAdam();
   scaling.loss_scaling = true;
   EXPECT_THAT(GraphedStepUnsupportedReason(scaling), HasSubstr("loss scaling"));
+  GraphedStepRequest augmentation = CudaAdam();
+  augmentation.augmentation = true;
+  EXPECT_THAT(GraphedStepUnsupportedReason(augmentation), HasSubstr("augmentation"));
 }
 
 }  // namespace
