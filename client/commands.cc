@@ -333,7 +333,8 @@ int Commands::Bench(const std::string& job_id, const std::string& format_name) {
   }
   std::vector<v1::BenchRow> rows(job.summary().bench_rows().begin(),
                                  job.summary().bench_rows().end());
-  if (!IsTerminal(job.state()) && job.last_seq() > 0) {
+  // No summary yet (running) or none at all (interrupted): the stored rows are the table.
+  if (rows.empty() && job.last_seq() > 0) {
     if (const grpc::Status read = StoredBenchRows(job_id, job.last_seq(), rows); !read.ok()) {
       return RpcFailed(read);
     }

@@ -98,7 +98,8 @@ class Commands {
   int Status();
   // A BenchJob's rows in `format` ("table", "markdown", "csv", "json"; --json means json), see
   // client/bench_table.h: from the job's summary once it finished, else the rows stored so far
-  // (and a note on stderr that the job still runs). kExitUsage for an unknown format;
+  // (a job still running, or one INTERRUPTED without a summary; a note on stderr says when the
+  // job still runs). kExitUsage for an unknown format;
   // kExitFailed for a job that is not a BenchJob.
   int Bench(const std::string& job_id, const std::string& format);
 
