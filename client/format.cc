@@ -298,6 +298,16 @@ std::string FormatDevice(const v1::DeviceInfo& d) {
   line("torch", d.torch_version().empty() ? "-" : d.torch_version());
   if (d.cpu_threads() > 0) line("cpu threads", absl::StrCat(d.cpu_threads()));
   line("jobs run", absl::StrCat(d.jobs_run()));
+  // The executor process (mpsd-executor); a daemon without one (or between two) reports pid 0.
+  if (d.executor_pid() > 0) {
+    line("baseline", absl::StrCat("allocated ", FormatMiB(d.baseline_allocated_bytes()),
+                                  ", reserved ", FormatMiB(d.baseline_reserved_bytes())));
+    line("executor",
+         absl::StrCat("pid ", d.executor_pid(), ", up ", FormatSeconds(d.executor_uptime_s()),
+                      ", ", d.executor_jobs_run(), d.executor_jobs_run() == 1 ? " job" : " jobs",
+                      ", ", d.executor_restarts(),
+                      d.executor_restarts() == 1 ? " restart" : " restarts"));
+  }
   return out;
 }
 

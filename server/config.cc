@@ -36,6 +36,75 @@ absl::Status ReadScalar(const YAML::Node& node, const std::string& where, const 
   return absl::OkStatus();
 }
 
+using FieldReader = std::function<absl::Status(const YAML::Node&, const std::string&)>;
+
+// Reads `node` (a mapping) with `fields`; errors name `where` and the key.
+absl::Status ReadMapping(const YAML::Node& node, const std::string& where,
+                         const std::map<std::string, FieldReader>& fields) {
+  if (!node.IsMap()) return absl::InvalidArgumentError(absl::StrCat(where, ": expected a mapping"));
+  for (const auto& entry : node) {
+    const std::string key = entry.first.Scalar();
+    const std::string field_where = absl::StrCat(where, ".", key);
+    auto field = fields.find(key);
+    if (field == fields.end()) {
+      std::vector<std::string> known;
+      for (const auto& [name, read] : fields) known.push_back(name);
+      return absl::InvalidArgumentError(
+          absl::StrCat(field_where, ": unknown key (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    if (absl::Status status = field->second(entry.second, field_where); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where,
+                                ExecutorConfig& config) {
+  const std::map<std::string, FieldReader> fields = {
+      {"path", [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.path); }},
+      {"isolation",
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "shared or per_job", config.isolation); }},
+      {"restart_after_jobs",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "an integer", config.restart_after_jobs);
+       }},
+      {"restart_above_baseline_bytes",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of bytes", config.restart_above_baseline_bytes);
+       }},
+      {"cancel_grace_s",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of seconds", config.cancel_grace_s);
+       }},
+      {"memory_limit_bytes",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of bytes", config.memory_limit_bytes);
+       }},
+      {"memory_fraction",
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "a number", config.memory_fraction); }},
+  };
+  if (absl::Status s = ReadMapping(node, where, fields); !s.ok()) return s;
+  auto bad = [&where](absl::string_view key, absl::string_view problem) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": ", problem));
+  };
+  if (config.isolation != "shared" && config.isolation != "per_job") {
+    return bad("isolation", absl::StrCat("expected shared or per_job, got \"", config.isolation,
+                                         "\""));
+  }
+  if (config.restart_after_jobs < 0) return bad("restart_after_jobs", "must be >= 0 (0 = never)");
+  if (config.restart_above_baseline_bytes < 0) {
+    return bad("restart_above_baseline_bytes", "must be >= 0 (0 = never)");
+  }
+  if (!(config.cancel_grace_s >= 0)) return bad("cancel_grace_s", "must be >= 0 seconds");
+  if (config.memory_limit_bytes < 0) return bad("memory_limit_bytes", "must be >= 0 (0 = none)");
+  if (!(config.memory_fraction >= 0 && config.memory_fraction <= 2)) {
+    return bad("memory_fraction", absl::StrCat("must be in (0, 2] (0 = PyTorch's default), got ",
+                                               config.memory_fraction));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string DefaultStateDir() {
@@ -93,6 +162,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
            }},
           {"log_level",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.log_level); }},
+          {"executor",
+           [&](auto& n, auto& w) { return ReadExecutorConfig(n, w, config.executor); }},
       };
   for (const auto& entry : root) {
     const std::string key = entry.first.Scalar();

@@ -3,11 +3,37 @@
 #ifndef MPSD_SERVER_CONFIG_H_
 #define MPSD_SERVER_CONFIG_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 
 namespace mpsd::server {
+
+// How mpsd runs its executor process, mpsd-executor (the `executor:` mapping of the config).
+// See server/executor_supervisor.h.
+struct ExecutorConfig {
+  // The mpsd-executor program; empty = DefaultExecutorPath() (next to mpsd, else the build
+  // tree's trainer/).
+  std::string path;
+  // "shared" (one warm executor for every job) or "per_job" (a new executor for each job).
+  std::string isolation = "shared";
+  // Replace the executor after this many jobs; 0 = never.
+  int64_t restart_after_jobs = 0;
+  // Replace the executor after a job whose device memory after cleanup exceeds the baseline by
+  // more than this, bytes; 0 = never. On CPU: the executor's resident memory against its
+  // resident memory at start (Linux).
+  int64_t restart_above_baseline_bytes = 0;
+  // A cancelled job that has not stopped this long after the cancel gets its executor killed
+  // and replaced, seconds (>= 0).
+  double cancel_grace_s = 30.0;
+  // The executor's address-space limit (RLIMIT_AS), bytes; 0 = none. On CPU an allocation
+  // beyond it fails the job as OUT_OF_MEMORY.
+  int64_t memory_limit_bytes = 0;
+  // MPS: PyTorch's high watermark ratio (PYTORCH_MPS_HIGH_WATERMARK_RATIO) in the executor's
+  // environment, in (0, 2]; 0 = PyTorch's default.
+  double memory_fraction = 0.0;
+};
 
 struct Config {
   // gRPC address: "unix:///path/mpsd.sock" or "127.0.0.1:PORT" (loopback only until TLS
@@ -25,6 +51,7 @@ struct Config {
   double heartbeat_interval_s = 15.0;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
+  ExecutorConfig executor;
 };
 
 // The built-in configuration: every field at its default, listen and state_dir filled in.

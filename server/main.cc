@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir,
                  "directory for the job database (default: " + mpsd::server::DefaultStateDir() +
                      ")");
+  bool enable_fault_injection = false;
+  app.add_flag("--enable-fault-injection", enable_fault_injection,
+               "accept jobs' fault_injection (crash, out-of-memory and hang tests only)");
   CLI11_PARSE(app, argc, argv);
 
   mpsd::server::Config config = mpsd::server::DefaultConfig();
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
 
   mpsd::server::Server::Options options;
   options.config = config;
+  options.allow_fault_injection = enable_fault_injection;
   absl::StatusOr<std::unique_ptr<mpsd::server::Server>> server =
       mpsd::server::Server::BuildAndStart(options);
   if (!server.ok()) {

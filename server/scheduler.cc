@@ -46,6 +46,9 @@ Job::FailureReason ReasonFor(const absl::Status& status) {
       return Job::DATASET_ERROR;
     case absl::StatusCode::kResourceExhausted:
       return Job::OUT_OF_MEMORY;
+    // The executor process died during the job (server/executor_supervisor.h).
+    case absl::StatusCode::kUnavailable:
+      return Job::EXECUTOR_CRASHED;
     default:
       return Job::INTERNAL;
   }

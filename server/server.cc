@@ -27,11 +27,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/executor_supervisor.h"
 #include "server/job_service.h"
 #include "server/job_store.h"
 #include "server/scheduler.h"
 #include "spdlog/spdlog.h"
-#include "trainer/executor.h"
 
 namespace mpsd::server {
 namespace {
@@ -150,11 +150,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(store_options);
   if (!store.ok()) return store.status();
   server->store_ = *std::move(store);
-  mpsd::trainer::Executor::Options executor_options;
-  executor_options.cpu_threads = config.cpu_threads;
-  executor_options.artifacts_dir = config.state_dir + "/artifacts";
-  absl::StatusOr<std::unique_ptr<mpsd::trainer::Executor>> executor =
-      mpsd::trainer::Executor::Create(executor_options);
+  // The executor is a child process (mpsd-executor) that owns the device.
+  ExecutorSupervisor::Options executor_options;
+  executor_options.executor_path =
+      config.executor.path.empty() ? DefaultExecutorPath() : config.executor.path;
+  executor_options.socket_path = config.state_dir + "/executor.sock";
+  executor_options.executor.cpu_threads = config.cpu_threads;
+  executor_options.executor.artifacts_dir = config.state_dir + "/artifacts";
+  executor_options.executor.allow_fault_injection = options.allow_fault_injection;
+  executor_options.per_job = config.executor.isolation == "per_job";
+  executor_options.restart_after_jobs = config.executor.restart_after_jobs;
+  executor_options.restart_above_baseline_bytes = config.executor.restart_above_baseline_bytes;
+  executor_options.cancel_grace_s = config.executor.cancel_grace_s;
+  executor_options.memory_limit_bytes = config.executor.memory_limit_bytes;
+  executor_options.memory_fraction = config.executor.memory_fraction;
+  executor_options.log_level = config.log_level;
+  absl::StatusOr<std::unique_ptr<ExecutorSupervisor>> executor =
+      ExecutorSupervisor::Start(executor_options);
   if (!executor.ok()) return executor.status();
   server->executor_ = *std::move(executor);
   Scheduler::Options scheduler_options;

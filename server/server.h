@@ -29,12 +29,15 @@ class Server {
  public:
   struct Options {
     Config config;
+    // Accept jobs' fault_injection (mpsd --enable-fault-injection; tests only).
+    bool allow_fault_injection = false;
   };
 
   // Creates the state dir (mode 0700) and takes its lock, opens the store, recovers jobs,
-  // starts the executor and listens. Errors: INVALID_ARGUMENT for a bad listen address (a
+  // starts the executor process (mpsd-executor, server/executor_supervisor.h) and listens. Errors: INVALID_ARGUMENT for a bad listen address (a
   // non-loopback TCP address is refused until TLS exists); FAILED_PRECONDITION if another mpsd
-  // holds the state dir or listens on the socket; the store's and executor's errors.
+  // holds the state dir or listens on the socket, or when mpsd-executor cannot be started; the
+  // store's errors.
   static absl::StatusOr<std::unique_ptr<Server>> BuildAndStart(const Options& options);
 
   // Shuts down if still running.

@@ -6,18 +6,18 @@ namespace mpsd::trainer {
 namespace {
 
 // [N, C, H, W] → the random H×W window of each example's padded image.
-torch::Tensor RandomCrop(const torch::Tensor& images, int64_t padding,
-                         const std::vector<float>& fill, at::Generator& generator) {
+torch::Tensor RandomCrop(const torch::Tensor& images, int64_t padding, const torch::Tensor& fill,
+                         at::Generator& generator) {
   const int64_t n = images.size(0), c = images.size(1), h = images.size(2), w = images.size(3);
   const int64_t padded_w = w + 2 * padding;
   torch::Tensor padded = torch::empty({n, c, h + 2 * padding, padded_w}, images.options());
-  if (fill.empty()) {
+  if (!fill.defined()) {
     padded.zero_();
   } else {
-    TORCH_CHECK(static_cast<int64_t>(fill.size()) == c, "Augment: padding_fill has ", fill.size(),
-                " values for ", c, " channels");
-    const torch::Tensor values =
-        torch::tensor(fill, torch::kFloat32).to(images.device(), images.scalar_type());
+    TORCH_CHECK(fill.dim() == 1 && fill.size(0) == c, "Augment: padding_fill is ", fill.sizes(),
+                ", expected [", c, "]");
+    // A no-op when the fill is already on the images' device in their dtype.
+    const torch::Tensor values = fill.to(images.options());
     padded.copy_(values.view({1, c, 1, 1}).expand_as(padded));
   }
   padded.narrow(/*dim=*/2, padding, h).narrow(/*dim=*/3, padding, w).copy_(images);

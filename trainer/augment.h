@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <vector>
 
 namespace mpsd::trainer {
 
@@ -18,10 +17,12 @@ struct AugmentationOptions {
   int64_t random_crop_padding = 0;
   // Flip each image left-right with probability 0.5 (RandomHorizontalFlip).
   bool horizontal_flip = false;
-  // The value of the padding, per channel ([C] values), in the units of the images given to
-  // Augment; empty = 0. torchvision pads the raw image with black before Normalize, so for
-  // normalised images this is -mean[c] / std[c] (LoadDataset sets it so).
-  std::vector<float> padding_fill;
+  // The value of the padding per channel: [C] float32, in the units of the images given to
+  // Augment; undefined = 0. torchvision pads the raw image with black before Normalize, so for
+  // normalised images this is -mean[c] / std[c] (ResolveDataset sets it so, on the CPU, and
+  // LoadDataset moves it to the data's device). On another device than the images it is copied
+  // there on every call, which synchronises a CUDA device with the host: keep it on theirs.
+  torch::Tensor padding_fill;
 
   bool enabled() const { return random_crop_padding > 0 || horizontal_flip; }
 };
@@ -34,6 +35,7 @@ struct AugmentationOptions {
 // itself when !options.enabled(); otherwise a new tensor, same shape, dtype and device, outside
 // autograd. Not thread-safe with other users of `generator`. Throws c10::Error for a tensor that
 // is not 4-D, a padding that is negative or >= H or W, or padding_fill of other than C values.
+// Queues device work only: no host-device synchronisation.
 torch::Tensor Augment(const torch::Tensor& images, const AugmentationOptions& options,
                       at::Generator& generator);
 

@@ -57,11 +57,12 @@
 
 namespace mpsd::trainer::compat {
 
-// Bytes held by one device's allocator. Peak is since the last ResetPeak (CUDA only).
+// Bytes held by one device's allocator. Peaks are since the last ResetPeak (CUDA only).
 struct AllocatorStats {
   int64_t allocated_bytes = 0;
   int64_t reserved_bytes = 0;
   int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
 };
 
 // ---- MPS ------------------------------------------------------------------------------------
@@ -94,6 +95,7 @@ inline AllocatorStats MpsStats() {
   stats.allocated_bytes = static_cast<int64_t>(hooks.getCurrentAllocatedMemory());
   stats.reserved_bytes = static_cast<int64_t>(hooks.getDriverAllocatedMemory());
   stats.peak_allocated_bytes = stats.allocated_bytes;
+  stats.peak_reserved_bytes = stats.reserved_bytes;
 #endif
   return stats;
 }
@@ -145,6 +147,7 @@ inline AllocatorStats CudaStats(int device_index) {
     stats.allocated_bytes = s.allocated_bytes[0].current;
     stats.reserved_bytes = s.reserved_bytes[0].current;
     stats.peak_allocated_bytes = s.allocated_bytes[0].peak;
+    stats.peak_reserved_bytes = s.reserved_bytes[0].peak;
   });
 #else
   (void)device_index;

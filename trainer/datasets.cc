@@ -8,6 +8,7 @@
 #include <mutex>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -262,9 +263,14 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
   }
   config.augmentation.random_crop_padding = padding;
   config.augmentation.horizontal_flip = spec.horizontal_flip();
-  // torchvision pads the raw image with black: 0 before normalisation.
-  for (size_t c = 0; c < config.info->mean.size(); ++c) {
-    config.augmentation.padding_fill.push_back(-config.info->mean[c] / config.info->std[c]);
+  // torchvision pads the raw image with black: 0 before normalisation. A host tensor here;
+  // LoadDataset moves it to the device once.
+  if (!config.info->mean.empty()) {
+    std::vector<float> fill;
+    for (size_t c = 0; c < config.info->mean.size(); ++c) {
+      fill.push_back(-config.info->mean[c] / config.info->std[c]);
+    }
+    config.augmentation.padding_fill = torch::tensor(fill, torch::kFloat32);
   }
   return absl::OkStatus();
 }
@@ -313,7 +319,13 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
 
 absl::StatusOr<DeviceDataset> LoadDataset(const DatasetConfig& config, uint64_t seed,
                                           const torch::Device& device) {
-  return config.info->load(config, seed, device);
+  absl::StatusOr<DeviceDataset> data = config.info->load(config, seed, device);
+  if (!data.ok()) return data;
+  // Augment must find the fill on the device: a host tensor would be copied, and the device
+  // synchronised with the host, on every training step.
+  torch::Tensor& fill = data->augmentation.padding_fill;
+  if (fill.defined()) fill = fill.to(device);
+  return data;
 }
 
 }  // namespace mpsd::trainer

@@ -116,7 +116,8 @@ DeviceMemory ReadMemory(const torch::Device& device) {
   } else if (device.is_mps()) {
     stats = compat::MpsStats();
   }
-  return DeviceMemory{stats.allocated_bytes, stats.reserved_bytes, stats.peak_allocated_bytes};
+  return DeviceMemory{stats.allocated_bytes, stats.reserved_bytes, stats.peak_allocated_bytes,
+                      stats.peak_reserved_bytes};
 }
 
 void ResetPeakMemory(const torch::Device& device) {

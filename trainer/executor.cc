@@ -22,6 +22,7 @@
 #include "trainer/compat.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
+#include "trainer/fault_injection.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
 #include "trainer/train_loop.h"
@@ -363,6 +364,10 @@ class TorchExecutor final : public Executor {
 
 absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(
     const mpsd::v1::SubmitJobRequest& spec) const {
+  // Fault injection (tests only): rejected unless the daemon allows it.
+  if (absl::Status s = CheckFaultInjection(spec, options_.allow_fault_injection); !s.ok()) {
+    return s;
+  }
   switch (spec.spec_case()) {
     case mpsd::v1::SubmitJobRequest::kTrainJob:
       return ResolveTrainJob(spec.train_job(), inventory_);
@@ -429,9 +434,11 @@ absl::Status TorchExecutor::Run(const JobContext& context,
   const Clock::time_point start = Clock::now();
   const torch::Device device = job->device;
   SummaryBuilder summary(DeviceString(device));
+  // Fault injection (tests only; validated above): the fault fires from inside the sink.
+  const EventSink faulty = WithFaultInjection(spec, DeviceString(device), sink);
   const EventSink observed = [&](JobEvent event) {
     summary.Observe(event);
-    sink(std::move(event));
+    faulty(std::move(event));
   };
 
   const absl::Status status = CatchTorchErrors([&] {

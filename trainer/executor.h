@@ -75,7 +75,9 @@ class Executor {
   // Errors (the job fails; the executor stays usable): INVALID_ARGUMENT for a spec problem found
   // only at run time; DATA_LOSS for a dataset file that is corrupt or truncated, NOT_FOUND for
   // one that disappeared after validation (the message names the file); RESOURCE_EXHAUSTED for
-  // out of device memory; CANCELLED; INTERNAL for any other LibTorch error.
+  // out of device memory; CANCELLED; INTERNAL for any other LibTorch error. An executor in
+  // another process (server/executor_supervisor.h) adds UNAVAILABLE: the process died during
+  // the job (the job FAILS with EXECUTOR_CRASHED).
   //
   // A BenchJob instead emits one `bench_row` event per measured row and a summary with every
   // row (trainer/bench.h); an out-of-memory row is recorded in its row, not a failed job.

@@ -215,6 +215,20 @@ TEST(FormatTest, Device) {
             "jobs run     3\n");
 }
 
+TEST(FormatTest, DeviceWithExecutor) {
+  v1::DeviceInfo d;
+  d.set_kind("cpu");
+  d.set_baseline_allocated_bytes(int64_t{3} * 1024 * 1024);
+  d.set_baseline_reserved_bytes(int64_t{20} * 1024 * 1024);
+  d.set_executor_pid(4242);
+  d.set_executor_uptime_s(125);
+  d.set_executor_jobs_run(1);
+  d.set_executor_restarts(2);
+  EXPECT_THAT(FormatDevice(d), HasSubstr("jobs run     0\n"
+                                         "baseline     allocated 3.0 MiB, reserved 20.0 MiB\n"
+                                         "executor     pid 4242, up 2m 05s, 1 job, 2 restarts\n"));
+}
+
 TEST(FormatTest, ServerStatus) {
   v1::ServerStatus s;
   s.set_open_streams(2);

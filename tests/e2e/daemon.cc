@@ -165,6 +165,7 @@ int Daemon::Stop(int signal, absl::Duration limit) {
 
 std::string MpsdPath() { return std::string(MPSD_BINARY_DIR) + "/server/mpsd"; }
 std::string MpsctlPath() { return std::string(MPSD_BINARY_DIR) + "/client/mpsctl"; }
+std::string ExecutorPath() { return std::string(MPSD_BINARY_DIR) + "/trainer/mpsd-executor"; }
 std::string SourcePath(const std::string& relative) {
   return std::string(MPSD_SOURCE_DIR) + "/" + relative;
 }
@@ -239,6 +240,11 @@ absl::StatusOr<mpsd::v1::ServerStatus> Status(Daemon& daemon) {
     return daemon.stub().GetServerStatus(c, r, o);
   };
   return Unary<mpsd::v1::ServerStatus>(call, mpsd::v1::GetServerStatusRequest());
+}
+
+absl::StatusOr<mpsd::v1::DeviceInfo> Device(Daemon& daemon) {
+  auto call = [&](auto* c, const auto& r, auto* o) { return daemon.stub().GetDevice(c, r, o); };
+  return Unary<mpsd::v1::DeviceInfo>(call, mpsd::v1::GetDeviceRequest());
 }
 
 std::vector<mpsd::v1::JobEvent> StreamAll(Daemon& daemon, const std::string& job_id,

@@ -71,9 +71,11 @@ class Daemon {
   std::unique_ptr<mpsd::v1::JobService::Stub> stub_;
 };
 
-// Paths of the built programs and of the source tree.
+// Paths of the built programs and of the source tree. mpsd finds mpsd-executor itself (in the
+// build tree's trainer/, beside its server/: server/executor_supervisor.h).
 std::string MpsdPath();
 std::string MpsctlPath();
+std::string ExecutorPath();
 std::string SourcePath(const std::string& relative);
 
 // Parses one JSON object per line (protobuf's JSON mapping) into JobEvents; fails the test on
@@ -100,6 +102,7 @@ absl::StatusOr<mpsd::v1::Job> Cancel(Daemon& daemon, const std::string& job_id);
 absl::StatusOr<mpsd::v1::ListJobsResponse> List(Daemon& daemon,
                                                 const mpsd::v1::ListJobsRequest& request);
 absl::StatusOr<mpsd::v1::ServerStatus> Status(Daemon& daemon);
+absl::StatusOr<mpsd::v1::DeviceInfo> Device(Daemon& daemon);
 
 // Reads a job's stream from after_seq until the server ends it (at most 300 s), leaving out
 // heartbeats; `final_status` gets how it ended.

@@ -514,6 +514,11 @@ TEST_F(MpsctlE2eTest, DeviceShowsTheDaemonsDevice) {
                                                   "\navailable    ")));
   EXPECT_THAT(device.out,
               HasSubstr(absl::StrCat("\ntorch        ", expected.torch_version(), "\n")));
+  // The executor process that owns the device (issue 6).
+  ASSERT_GT(expected.executor_pid(), 0);
+  EXPECT_THAT(device.out, HasSubstr(absl::StrCat("\nbaseline     allocated ")));
+  EXPECT_THAT(device.out,
+              HasSubstr(absl::StrCat("\nexecutor     pid ", expected.executor_pid(), ", up ")));
 
   CommandResult json = Mpsctl({"device", "--json"});
   EXPECT_EQ(json.exit_code, 0) << json.err;

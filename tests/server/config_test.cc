@@ -38,6 +38,29 @@ TEST_F(ConfigTest, FileOverridesDefaults) {
   EXPECT_EQ(config->state_dir, DefaultConfig().state_dir);  // Not in the file: the default.
 }
 
+TEST_F(ConfigTest, ExecutorKeys) {
+  absl::StatusOr<Config> config = LoadConfig(
+      Write("executor:\n  path: /opt/mpsd/mpsd-executor\n  isolation: per_job\n"
+            "  restart_after_jobs: 10\n  restart_above_baseline_bytes: 1073741824\n"
+            "  cancel_grace_s: 2.5\n  memory_limit_bytes: 8589934592\n"
+            "  memory_fraction: 0.8\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->executor.path, "/opt/mpsd/mpsd-executor");
+  EXPECT_EQ(config->executor.isolation, "per_job");
+  EXPECT_EQ(config->executor.restart_after_jobs, 10);
+  EXPECT_EQ(config->executor.restart_above_baseline_bytes, int64_t{1} << 30);
+  EXPECT_DOUBLE_EQ(config->executor.cancel_grace_s, 2.5);
+  EXPECT_EQ(config->executor.memory_limit_bytes, int64_t{8} << 30);
+  EXPECT_DOUBLE_EQ(config->executor.memory_fraction, 0.8);
+  // Not in the file: the defaults.
+  absl::StatusOr<Config> defaults = LoadConfig(Write("executor: {}\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->executor.path, "");
+  EXPECT_EQ(defaults->executor.isolation, "shared");
+  EXPECT_EQ(defaults->executor.restart_after_jobs, 0);
+  EXPECT_DOUBLE_EQ(defaults->executor.cancel_grace_s, 30.0);
+}
+
 TEST_F(ConfigTest, DeployedDefaultFileIsValid) {
   absl::StatusOr<Config> config = LoadConfig(std::string(MPSD_SOURCE_DIR) + "/deploy/mpsd.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -69,6 +92,15 @@ TEST_F(ConfigTest, ErrorsNameTheFileAndTheKey) {
       {"listen: [a, b]\n", "listen: expected a string"},
       {"- just\n- a list\n", "expected a mapping"},
       {"max_queued: [\n", ":"},
+      {"executor: per_job\n", "executor: expected a mapping"},
+      {"executor:\n  isolaton: per_job\n", "executor.isolaton: unknown key (known: "},
+      {"executor:\n  isolation: sometimes\n",
+       "executor.isolation: expected shared or per_job, got \"sometimes\""},
+      {"executor:\n  restart_after_jobs: -1\n", "executor.restart_after_jobs: must be >= 0"},
+      {"executor:\n  memory_limit_bytes: 8G\n",
+       "executor.memory_limit_bytes: expected a number of bytes, got \"8G\""},
+      {"executor:\n  memory_fraction: 3\n", "executor.memory_fraction: must be in (0, 2]"},
+      {"executor:\n  cancel_grace_s: -1\n", "executor.cancel_grace_s: must be >= 0"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Config> config = LoadConfig(Write(c.text));

@@ -99,7 +99,7 @@ TEST(AugmentTest, CropPadsWithTheFillOfEachChannel) {
   const torch::Tensor images = Batch(16);
   AugmentationOptions options;
   options.random_crop_padding = p;
-  options.padding_fill = fill;
+  options.padding_fill = torch::tensor(fill);
   options.horizontal_flip = true;
   at::Generator generator = MakeGenerator(3);
   const torch::Tensor out = Augment(images, options, generator);
@@ -131,7 +131,7 @@ TEST(AugmentTest, RejectsWhatTheCallerShouldHaveChecked) {
   EXPECT_THROW(Augment(Batch(2), options, generator), c10::Error);
   options.random_crop_padding = 1;
   EXPECT_THROW(Augment(torch::zeros({2, 8, 6}), options, generator), c10::Error);
-  options.padding_fill = {0.0f};  // 1 value for 3 channels
+  options.padding_fill = torch::zeros({1});  // 1 value for 3 channels
   EXPECT_THROW(Augment(Batch(2), options, generator), c10::Error);
 }
 

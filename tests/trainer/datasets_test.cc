@@ -175,9 +175,10 @@ TEST(ResolveDatasetTest, AugmentationPadsWithBlackOfTheNormalisedImages) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->augmentation.random_crop_padding, 4);
   EXPECT_TRUE(config->augmentation.horizontal_flip);
-  ASSERT_EQ(config->augmentation.padding_fill.size(), 3u);
-  EXPECT_FLOAT_EQ(config->augmentation.padding_fill[0], -0.4914f / 0.2470f);
-  EXPECT_FLOAT_EQ(config->augmentation.padding_fill[2], -0.4465f / 0.2616f);
+  const torch::Tensor& fill = config->augmentation.padding_fill;
+  ASSERT_EQ(fill.sizes(), (std::vector<int64_t>{3}));
+  EXPECT_FLOAT_EQ(fill[0].item<float>(), -0.4914f / 0.2470f);
+  EXPECT_FLOAT_EQ(fill[2].item<float>(), -0.4465f / 0.2616f);
 }
 
 // ---- LoadDataset ------------------------------------------------------------------------------

@@ -1,0 +1,661 @@
+// ExecutorSupervisor: starts, watches, replaces and talks to mpsd-executor.
+#include "server/executor_supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#endif
+#if defined(__APPLE__)
+#include <mach-o/dyld.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "mpsd/v1/executor.grpc.pb.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace mpsd::server {
+
+namespace executor_v1 = mpsd::v1::executor;
+
+// One executor process. The monitor thread owns its life; calls hold a shared_ptr so that the
+// stub outlives a replacement.
+struct ExecutorSupervisor::Child {
+  int generation = 0;
+  pid_t pid = -1;
+  absl::Time started;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<executor_v1::Executor::Stub> stub;
+  // GetDevice's answer at start: the baseline.
+  mpsd::v1::DeviceInfo device;
+  // Resident set size when it became ready, bytes (0 where unknown): CPU's baseline.
+  int64_t baseline_resident_bytes = 0;
+
+  // Guarded by the supervisor's mu_.
+  int64_t jobs_run = 0;
+  // Non-empty: replace this executor (kill: at once, with SIGKILL).
+  std::string retire_reason;
+  bool kill = false;
+  // Set by the monitor once the process is reaped.
+  bool exited = false;
+  std::string exit_description;
+};
+
+namespace {
+
+constexpr absl::Duration kMonitorPoll = absl::Milliseconds(50);
+constexpr absl::Duration kStopGrace = absl::Seconds(10);
+constexpr absl::Duration kUnaryDeadline = absl::Seconds(60);
+
+std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+absl::Status FromProto(const executor_v1::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", bytes / double(1 << 30));
+  return absl::StrFormat("%.1f MiB", bytes / double(1 << 20));
+}
+
+std::string SelfExecutable() {
+#if defined(__APPLE__)
+  char buffer[4096];
+  uint32_t size = sizeof(buffer);
+  if (_NSGetExecutablePath(buffer, &size) == 0) return buffer;
+  return "";
+#else
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? "" : self.string();
+#endif
+}
+
+// argv and envp for the executor, built before fork(): the child may only call
+// async-signal-safe functions until execve.
+struct Command {
+  std::vector<std::string> args;
+  std::vector<std::string> env;
+};
+
+Command BuildCommand(const ExecutorSupervisor::Options& o) {
+  Command c;
+  c.args = {o.executor_path,
+            "--socket", o.socket_path,
+            "--parent-pid", absl::StrCat(getpid()),
+            "--cpu-threads", absl::StrCat(o.executor.cpu_threads),
+            "--steps-per-readback", absl::StrCat(o.executor.steps_per_readback),
+            "--memory-limit-bytes", absl::StrCat(o.memory_limit_bytes),
+            "--log-level", o.log_level};
+  if (!o.executor.artifacts_dir.empty()) {
+    c.args.insert(c.args.end(), {"--artifacts-dir", o.executor.artifacts_dir});
+  }
+  if (o.executor.allow_fault_injection) c.args.push_back("--enable-fault-injection");
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    if (o.memory_fraction > 0 && (absl::StartsWith(entry, "PYTORCH_MPS_HIGH_WATERMARK_RATIO=") ||
+                                  absl::StartsWith(entry, "PYTORCH_MPS_LOW_WATERMARK_RATIO="))) {
+      continue;
+    }
+    c.env.emplace_back(entry);
+  }
+  if (o.memory_fraction > 0) {
+    c.env.push_back(absl::StrCat("PYTORCH_MPS_HIGH_WATERMARK_RATIO=", o.memory_fraction));
+    c.env.push_back(
+        absl::StrCat("PYTORCH_MPS_LOW_WATERMARK_RATIO=", o.memory_fraction * 1.4 / 1.7));
+  }
+  return c;
+}
+
+std::vector<char*> Pointers(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (std::string& s : strings) pointers.push_back(s.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// In the forked child: a clean signal state (mpsd blocks SIGTERM/SIGINT and ignores SIGPIPE, and
+// both survive execve), its own process group (a terminal's Ctrl-C goes to mpsd, which stops the
+// job itself), death with the parent, stdout onto stderr, no inherited descriptors.
+[[noreturn]] void ExecChild(char* const* argv, char* const* envp) {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) signal(sig, SIG_DFL);
+  setpgid(0, 0);
+#if defined(__linux__)
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  const int null_fd = open("/dev/null", O_RDONLY);
+  if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+  const long max_fd = std::min(sysconf(_SC_OPEN_MAX), 65536L);
+  for (int fd = 3; fd < max_fd; ++fd) close(fd);
+  execve(argv[0], argv, envp);
+  _exit(127);
+}
+
+// sigabbrev_np is glibc-only.
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGKILL: return "SIGKILL";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGILL: return "SIGILL";
+    case SIGFPE: return "SIGFPE";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "signal";
+  }
+}
+
+// Resident set size of `pid`, bytes, from /proc/PID/statm (Linux); 0 where unknown.
+int64_t ResidentBytes(pid_t pid) {
+  FILE* file = std::fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "r");
+  if (file == nullptr) return 0;
+  long long size = 0, resident = 0;
+  const bool read = std::fscanf(file, "%lld %lld", &size, &resident) == 2;
+  std::fclose(file);
+  return read ? static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) : 0;
+}
+
+bool Reap(pid_t pid, int* status, bool block) {
+  for (;;) {
+    const pid_t r = waitpid(pid, status, block ? 0 : WNOHANG);
+    if (r == pid) return true;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {  // not our child any more (reaped elsewhere): treat as gone
+      *status = 0;
+      return true;
+    }
+    return false;
+  }
+}
+
+}  // namespace
+
+std::string DefaultExecutorPath() {
+  const std::filesystem::path self = SelfExecutable();
+  if (self.empty()) return "mpsd-executor";
+  const std::filesystem::path dir = self.parent_path();
+  const std::vector<std::filesystem::path> candidates = {
+      dir / "mpsd-executor", dir.parent_path() / "trainer" / "mpsd-executor"};
+  for (const auto& candidate : candidates) {
+    if (std::filesystem::exists(candidate)) return candidate.string();
+  }
+  return candidates.front().string();
+}
+
+std::string DescribeExitStatus(int wait_status) {
+  if (WIFSIGNALED(wait_status)) {
+    const int sig = WTERMSIG(wait_status);
+    return absl::StrFormat("killed by signal %d (%s)", sig, SignalName(sig));
+  }
+  if (WIFEXITED(wait_status)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status));
+  return absl::StrCat("ended with wait status ", wait_status);
+}
+
+ExecutorSupervisor::ExecutorSupervisor(const Options& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<ExecutorSupervisor>> ExecutorSupervisor::Start(
+    const Options& options) {
+  if (options.executor_path.empty()) {
+    return absl::InvalidArgumentError("executor.path: empty");
+  }
+  if (options.socket_path.empty() || options.socket_path.size() > 107) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor socket path must be 1 to 107 bytes: ", options.socket_path));
+  }
+  if (options.executor.cpu_threads < 0 || options.executor.steps_per_readback <= 0 ||
+      options.restart_after_jobs < 0 || options.restart_above_baseline_bytes < 0 ||
+      options.memory_limit_bytes < 0 || !(options.cancel_grace_s >= 0) ||
+      !(options.memory_fraction >= 0 && options.memory_fraction <= 2)) {
+    return absl::InvalidArgumentError("executor: an option is out of range");
+  }
+  if (access(options.executor_path.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "executor.path: ", options.executor_path, " is not an executable program (",
+        strerror(errno), "); build mpsd-executor or set executor.path in the config"));
+  }
+  std::unique_ptr<ExecutorSupervisor> supervisor(new ExecutorSupervisor(options));
+  ExecutorSupervisor* s = supervisor.get();
+  s->monitor_ = std::thread([s] { s->MonitorLoop(); });
+  std::string error;
+  {
+    absl::MutexLock lock(&s->mu_);
+    auto started = [s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+      return s->current_ != nullptr || !s->start_error_.empty();
+    };
+    s->mu_.Await(absl::Condition(&started));
+    if (s->current_ == nullptr) error = s->start_error_;
+  }
+  // The destructor stops the monitor, which would otherwise retry.
+  if (!error.empty()) return absl::FailedPreconditionError(error);
+  return supervisor;
+}
+
+ExecutorSupervisor::~ExecutorSupervisor() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  if (monitor_.joinable()) monitor_.join();
+}
+
+void ExecutorSupervisor::MonitorLoop() {
+  absl::Duration backoff = absl::Milliseconds(500);
+  for (;;) {
+    std::shared_ptr<Child> child;
+    int generation = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) break;
+      child = current_;
+      if (child == nullptr) generation = ++generations_;
+    }
+    if (child == nullptr) {
+      absl::StatusOr<std::shared_ptr<Child>> started = Spawn(generation);
+      absl::MutexLock lock(&mu_);
+      if (!started.ok()) {
+        start_error_ = std::string(started.status().message());
+        spdlog::error("executor: {}; retrying in {}", start_error_,
+                      absl::FormatDuration(backoff));
+        auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutting_down_; };
+        mu_.AwaitWithTimeout(absl::Condition(&stop), backoff);
+        backoff = std::min(backoff * 2, absl::Seconds(30));
+        continue;
+      }
+      backoff = absl::Milliseconds(500);
+      start_error_.clear();
+      if (generation > 1) ++restarts_;
+      current_ = *std::move(started);
+      last_device_ = current_->device;
+      continue;
+    }
+    int status = 0;
+    if (Reap(child->pid, &status, /*block=*/false)) {
+      const std::string how = DescribeExitStatus(status);
+      absl::MutexLock lock(&mu_);
+      if (child->retire_reason.empty()) {
+        spdlog::error("executor pid {} {}; starting a new one", child->pid, how);
+      }
+      child->exited = true;
+      child->exit_description = how;
+      current_ = nullptr;
+      continue;
+    }
+    std::string retire;
+    bool kill_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this, &child]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutting_down_ || !child->retire_reason.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), kMonitorPoll);
+      if (shutting_down_) break;
+      retire = child->retire_reason;
+      kill_now = child->kill;
+    }
+    if (kill_now) {
+      kill(child->pid, SIGKILL);  // reaped on the next turn
+    } else if (!retire.empty()) {
+      Stop(*child, retire);
+      absl::MutexLock lock(&mu_);
+      current_ = nullptr;
+    }
+  }
+  std::shared_ptr<Child> last;
+  {
+    absl::MutexLock lock(&mu_);
+    last = current_;
+  }
+  if (last != nullptr && !last->exited) Stop(*last, "mpsd is stopping");
+}
+
+absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::Spawn(
+    int generation) {
+  std::error_code ignored;
+  std::filesystem::remove(options_.socket_path, ignored);
+  Command command = BuildCommand(options_);
+  std::vector<char*> argv = Pointers(command.args);
+  std::vector<char*> envp = Pointers(command.env);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  if (pid == 0) ExecChild(argv.data(), envp.data());
+
+  auto child = std::make_shared<Child>();
+  child->generation = generation;
+  child->pid = pid;
+  child->started = absl::Now();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // A channel of its own per executor: never a subchannel (or its reconnect back-off) shared
+  // with the channel of the executor it replaces, which listened on the same path.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  child->channel = grpc::CreateCustomChannel("unix://" + options_.socket_path,
+                                             grpc::InsecureChannelCredentials(), args);
+  child->stub = executor_v1::Executor::NewStub(child->channel);
+
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  for (;;) {
+    int status = 0;
+    if (Reap(pid, &status, /*block=*/false)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(options_.executor_path, " ", DescribeExitStatus(status),
+                       " during start-up (its log is in mpsd's)"));
+    }
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      Reap(pid, &status, /*block=*/true);
+      return absl::DeadlineExceededError(absl::StrCat(
+          options_.executor_path, " did not answer within ",
+          absl::FormatDuration(options_.start_timeout), "; killed it"));
+    }
+    if (std::filesystem::exists(options_.socket_path, ignored)) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineIn(absl::Seconds(10)));
+      context.set_wait_for_ready(true);
+      const grpc::Status rpc =
+          child->stub->GetDevice(&context, mpsd::v1::GetDeviceRequest(), &child->device);
+      if (rpc.ok()) break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  child->baseline_resident_bytes = ResidentBytes(pid);
+  spdlog::info(
+      "executor pid {} ready (generation {}, {}, baseline {} allocated, {} reserved, {} resident)",
+      pid, generation, child->device.name(),
+      FormatBytes(child->device.baseline_allocated_bytes()),
+      FormatBytes(child->device.baseline_reserved_bytes()),
+      FormatBytes(child->baseline_resident_bytes));
+  return child;
+}
+
+void ExecutorSupervisor::Stop(Child& child, const std::string& why) {
+  spdlog::info("stopping executor pid {}: {}", child.pid, why);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(absl::Seconds(2)));
+    executor_v1::ShutdownResponse response;
+    child.stub->Shutdown(&context, executor_v1::ShutdownRequest(), &response);
+  }
+  int status = 0;
+  const absl::Time deadline = absl::Now() + kStopGrace;
+  bool reaped = false;
+  while (!(reaped = Reap(child.pid, &status, /*block=*/false)) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (!reaped) {
+    spdlog::warn("executor pid {} still runs {} after Shutdown; killing it", child.pid,
+                 absl::FormatDuration(kStopGrace));
+    kill(child.pid, SIGKILL);
+    Reap(child.pid, &status, /*block=*/true);
+  }
+  absl::MutexLock lock(&mu_);
+  child.exited = true;
+  child.exit_description = absl::StrCat(DescribeExitStatus(status), " (", why, ")");
+}
+
+absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::WaitForChild(
+    absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ || (current_ != nullptr && current_->retire_reason.empty() &&
+                              !current_->exited);
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout) || shutting_down_) {
+    return absl::UnavailableError(
+        absl::StrCat("no executor is running", shutting_down_ ? " (mpsd is stopping)" : "",
+                     start_error_.empty() ? "" : ": ", start_error_));
+  }
+  return current_;
+}
+
+std::string ExecutorSupervisor::WaitForExit(Child& child, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto exited = [&child]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return child.exited; };
+  mu_.AwaitWithTimeout(absl::Condition(&exited), timeout);
+  return child.exited ? child.exit_description : "";
+}
+
+void ExecutorSupervisor::Retire(Child& child, const std::string& reason, bool kill) {
+  absl::MutexLock lock(&mu_);
+  if (child.retire_reason.empty()) child.retire_reason = reason;
+  child.kill = child.kill || kill;
+}
+
+std::string ExecutorSupervisor::RestartReason(Child& child,
+                                              const mpsd::v1::JobSummary* summary) {
+  int64_t jobs_run = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs_run = ++child.jobs_run;
+  }
+  if (options_.per_job) return "isolation: per_job";
+  if (options_.restart_after_jobs > 0 && jobs_run >= options_.restart_after_jobs) {
+    return absl::StrCat("restart_after_jobs: ", jobs_run, " jobs run");
+  }
+  if (options_.restart_above_baseline_bytes > 0 && summary != nullptr) {
+    const std::string limit =
+        absl::StrCat(" (limit ", FormatBytes(options_.restart_above_baseline_bytes), ")");
+    const mpsd::v1::MemoryStats& m = summary->memory();
+    const int64_t above =
+        std::max(m.allocated_after_bytes() - m.baseline_allocated_bytes(),
+                 m.reserved_after_bytes() - m.baseline_reserved_bytes());
+    if (above > options_.restart_above_baseline_bytes) {
+      return absl::StrCat("memory after cleanup ", FormatBytes(above), " above baseline", limit);
+    }
+    // On CPU the allocator keeps no statistics: the process's resident memory stands in.
+    if (summary->device() == "cpu" && child.baseline_resident_bytes > 0) {
+      const int64_t resident_above = ResidentBytes(child.pid) - child.baseline_resident_bytes;
+      if (resident_above > options_.restart_above_baseline_bytes) {
+        return absl::StrCat("resident memory after cleanup ", FormatBytes(resident_above),
+                            " above baseline", limit);
+      }
+    }
+  }
+  return "";
+}
+
+absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec) const {
+  executor_v1::ValidateRequest request;
+  *request.mutable_spec() = spec;
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<std::shared_ptr<Child>> child = WaitForChild(options_.start_timeout);
+    if (!child.ok()) return child.status();
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(kUnaryDeadline));
+    executor_v1::Status response;
+    const grpc::Status rpc = (*child)->stub->Validate(&context, request, &response);
+    if (rpc.ok()) return FromProto(response);
+    // The executor may have died under the call: once more with its successor.
+    if (attempt == 0 && rpc.error_code() == grpc::StatusCode::UNAVAILABLE) continue;
+    return absl::UnavailableError(absl::StrCat("executor: ", rpc.error_message()));
+  }
+}
+
+absl::StatusOr<mpsd::v1::ListModelsResponse> ExecutorSupervisor::ListModels(
+    const mpsd::v1::ListModelsRequest& request) const {
+  absl::StatusOr<std::shared_ptr<Child>> child = WaitForChild(options_.start_timeout);
+  if (!child.ok()) return child.status();
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(kUnaryDeadline));
+  mpsd::v1::ListModelsResponse response;
+  const grpc::Status rpc = (*child)->stub->ListModels(&context, request, &response);
+  if (!rpc.ok()) return FromGrpc(rpc);
+  return response;
+}
+
+mpsd::v1::DeviceInfo ExecutorSupervisor::GetDevice() const {
+  // Between two executors (a restart) the answer waits for the new one, a few seconds.
+  absl::StatusOr<std::shared_ptr<Child>> child = WaitForChild(absl::Seconds(30));
+  mpsd::v1::DeviceInfo info;
+  bool answered = false;
+  if (child.ok()) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(absl::Seconds(10)));
+    answered = (*child)->stub->GetDevice(&context, mpsd::v1::GetDeviceRequest(), &info).ok();
+  }
+  absl::MutexLock lock(&mu_);
+  if (answered) {
+    last_device_ = info;
+    info.set_executor_pid((*child)->pid);
+    info.set_executor_uptime_s(absl::ToDoubleSeconds(absl::Now() - (*child)->started));
+  } else {
+    info = last_device_;
+    info.set_executor_pid(0);
+    info.set_executor_uptime_s(0);
+  }
+  info.set_executor_restarts(restarts_);
+  return info;
+}
+
+absl::Status ExecutorSupervisor::Run(const mpsd::trainer::JobContext& job,
+                                     const mpsd::v1::SubmitJobRequest& spec,
+                                     const mpsd::trainer::EventSink& sink,
+                                     const std::atomic<bool>& cancelled) {
+  // An executor may be starting (after a crash, or per_job); a cancel ends the wait.
+  absl::StatusOr<std::shared_ptr<Child>> started;
+  const absl::Time wait_deadline = absl::Now() + options_.start_timeout;
+  do {
+    started = WaitForChild(absl::Milliseconds(100));
+  } while (!started.ok() && !cancelled.load() && absl::Now() < wait_deadline &&
+           !absl::StrContains(started.status().message(), "mpsd is stopping"));
+  if (!started.ok()) {
+    if (cancelled.load()) return absl::CancelledError("cancelled while no executor was running");
+    return started.status();
+  }
+  const std::shared_ptr<Child> child = *std::move(started);
+
+  executor_v1::RunRequest request;
+  request.set_job_id(job.job_id);
+  request.set_resume_checkpoint(job.resume_checkpoint);
+  *request.mutable_spec() = spec;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<executor_v1::RunUpdate>> reader =
+      child->stub->Run(&context, request);
+
+  // Passes a cancel on to the executor, and kills an executor that ignores it.
+  std::atomic<bool> done{false};
+  std::atomic<bool> killed_for_cancel{false};
+  std::thread watcher([&] {
+    std::optional<absl::Time> asked;
+    while (!done.load()) {
+      if (!asked.has_value() && cancelled.load()) {
+        asked = absl::Now();
+        grpc::ClientContext cancel_context;
+        cancel_context.set_deadline(DeadlineIn(absl::Seconds(5)));
+        executor_v1::CancelRequest cancel;
+        cancel.set_job_id(job.job_id);
+        executor_v1::CancelResponse response;
+        child->stub->Cancel(&cancel_context, cancel, &response);
+      }
+      if (asked.has_value() &&
+          absl::Now() - *asked > absl::Seconds(options_.cancel_grace_s)) {
+        spdlog::warn("job {}: executor pid {} did not stop within {} s of the cancel; killing it",
+                     job.job_id, child->pid, options_.cancel_grace_s);
+        killed_for_cancel = true;
+        Retire(*child, absl::StrCat("cancel not honoured within ", options_.cancel_grace_s, " s"),
+               /*kill=*/true);
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  });
+
+  executor_v1::RunUpdate update;
+  std::optional<mpsd::v1::JobEvent> summary;
+  std::optional<absl::Status> result;
+  int64_t last_step = 0;
+  while (reader->Read(&update)) {
+    if (update.has_result()) {
+      result = FromProto(update.result());
+      continue;
+    }
+    mpsd::v1::JobEvent& event = *update.mutable_event();
+    if (event.has_step()) last_step = event.step().step();
+    if (event.has_summary()) {
+      summary = std::move(event);  // sent last, once the restart decision is in it
+      continue;
+    }
+    sink(std::move(event));
+  }
+  const grpc::Status rpc = reader->Finish();
+  done = true;
+  watcher.join();
+
+  absl::Status status;
+  std::string restart_reason;
+  if (result.has_value()) {
+    status = *result;
+    restart_reason = RestartReason(*child, summary ? &summary->summary() : nullptr);
+    if (!restart_reason.empty()) Retire(*child, restart_reason, /*kill=*/false);
+  } else {
+    // No result: the executor died, or the call broke and the executor must go.
+    std::string how = WaitForExit(*child, absl::Seconds(5));
+    if (how.empty()) {
+      spdlog::warn("job {}: the Run call to executor pid {} ended without a result ({}); "
+                   "killing it", job.job_id, child->pid, rpc.error_message());
+      Retire(*child, "its Run call broke", /*kill=*/true);
+      how = WaitForExit(*child, absl::Seconds(30));
+    }
+    if (killed_for_cancel) {
+      restart_reason = absl::StrCat("cancel not honoured within ", options_.cancel_grace_s, " s");
+      status = absl::CancelledError(absl::StrCat(restart_reason, "; executor pid ", child->pid,
+                                                 " was killed"));
+    } else {
+      restart_reason = absl::StrCat("crashed: ", how);
+      status = absl::UnavailableError(absl::StrFormat(
+          "executor crashed: pid %d %s; last step reported: %d", child->pid, how, last_step));
+    }
+  }
+  if (!summary.has_value()) {
+    summary.emplace();
+    mpsd::v1::JobSummary& s = *summary->mutable_summary();
+    s.set_device(child->device.kind());
+    s.set_steps(last_step);
+    s.mutable_memory()->set_baseline_allocated_bytes(child->device.baseline_allocated_bytes());
+    s.mutable_memory()->set_baseline_reserved_bytes(child->device.baseline_reserved_bytes());
+  }
+  summary->mutable_summary()->set_executor_pid(child->pid);
+  summary->mutable_summary()->set_executor_restart_reason(restart_reason);
+  sink(*std::move(summary));
+  return status;
+}
+
+}  // namespace mpsd::server

@@ -1,0 +1,69 @@
+// The executor process's gRPC service (proto/mpsd/v1/executor.proto): serves one
+// mpsd::trainer::Executor to the daemon that started the process, over a private unix socket.
+// Torch-free: it sees the executor only through trainer/executor.h.
+#ifndef MPSD_TRAINER_EXECUTOR_SERVICE_H_
+#define MPSD_TRAINER_EXECUTOR_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "mpsd/v1/executor.grpc.pb.h"
+#include "trainer/device_memory.h"
+#include "trainer/executor.h"
+
+namespace mpsd::trainer {
+
+// gRPC's synchronous API: each call runs on one of gRPC's threads; Run runs the job on its
+// call's thread, one job at a time (a second concurrent Run gets FAILED_PRECONDITION), while
+// Validate, GetDevice, ListModels and Cancel are answered alongside. Borrows the executor, which
+// must outlive the service. Thread-safe.
+class ExecutorService final : public mpsd::v1::executor::Executor::Service {
+ public:
+  // `baseline`: memory of the executor's default device after its warm-up (MeasureBaseline),
+  // put into every DeviceInfo (baseline_*) and every job summary's MemoryStats (baseline_*).
+  ExecutorService(Executor* executor, const MemoryFigures& baseline);
+
+  // Blocks until Shutdown has been called and no job runs any more.
+  void WaitForShutdown();
+
+  grpc::Status Validate(grpc::ServerContext* context,
+                        const mpsd::v1::executor::ValidateRequest* request,
+                        mpsd::v1::executor::Status* response) override;
+  grpc::Status Run(grpc::ServerContext* context, const mpsd::v1::executor::RunRequest* request,
+                   grpc::ServerWriter<mpsd::v1::executor::RunUpdate>* writer) override;
+  grpc::Status Cancel(grpc::ServerContext* context,
+                      const mpsd::v1::executor::CancelRequest* request,
+                      mpsd::v1::executor::CancelResponse* response) override;
+  grpc::Status GetDevice(grpc::ServerContext* context, const mpsd::v1::GetDeviceRequest* request,
+                         mpsd::v1::DeviceInfo* response) override;
+  grpc::Status ListModels(grpc::ServerContext* context,
+                          const mpsd::v1::ListModelsRequest* request,
+                          mpsd::v1::ListModelsResponse* response) override;
+  grpc::Status Shutdown(grpc::ServerContext* context,
+                        const mpsd::v1::executor::ShutdownRequest* request,
+                        mpsd::v1::executor::ShutdownResponse* response) override;
+
+ private:
+  // Adds what only this process knows to a job's summary: the baseline, and the device's peak
+  // reserved memory over the job.
+  void CompleteSummary(mpsd::v1::JobSummary& summary) const;
+
+  // Constant after construction.
+  Executor* const executor_;
+  const MemoryFigures baseline_;
+
+  // Read by the running job at step boundaries.
+  std::atomic<bool> cancel_{false};
+
+  absl::Mutex mu_;
+  // The running job's id; empty when none runs.
+  std::string running_job_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_EXECUTOR_SERVICE_H_
