@@ -249,23 +249,31 @@ absl::Status ResolveCounts(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
   return absl::OkStatus();
 }
 
+// "oom" is the bench's own fault (a row runs out of memory and is recorded); the executor's
+// faults (trainer/fault_injection.h: abort, segfault, allocate_unbounded, hang) apply to bench
+// rows too, and the executor injects them.
 absl::Status ResolveFaultInjection(const mpsd::v1::BenchJob& job, bool allow,
                                    BenchPlan& plan) {
   if (!job.has_fault_injection()) return absl::OkStatus();
   const mpsd::v1::FaultInjection& fault = job.fault_injection();
   if (!allow) {
     return FieldError("fault_injection",
-                      "not accepted: mpsd runs without --enable-fault-injection (tests only)");
+                      "accepted only when mpsd runs with --enable-fault-injection (for tests)");
   }
-  if (fault.kind() != "oom") {
+  const std::vector<std::string> kinds = {"oom", "abort", "segfault", "allocate_unbounded",
+                                          "hang"};
+  if (std::find(kinds.begin(), kinds.end(), fault.kind()) == kinds.end()) {
     return FieldError("fault_injection.kind",
-                      absl::StrFormat("BenchJob supports only \"oom\", got \"%s\"", fault.kind()));
+                      absl::StrFormat("expected oom, abort, segfault, allocate_unbounded or hang, "
+                                      "got \"%s\"",
+                                      fault.kind()));
   }
   if (fault.at_step() < 0) {
     return FieldError("fault_injection.at_step",
-                      absl::StrFormat("must be >= 1 (a 1-based row), got %d", fault.at_step()));
+                      absl::StrFormat("must be >= 0 (0 = 1; a 1-based row), got %d",
+                                      fault.at_step()));
   }
-  plan.oom_at_row = fault.at_step() == 0 ? 1 : fault.at_step();
+  if (fault.kind() == "oom") plan.oom_at_row = std::max<int64_t>(fault.at_step(), 1);
   return absl::OkStatus();
 }
 

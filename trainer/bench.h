@@ -18,8 +18,9 @@ struct DeviceInventory;  // trainer/device.h
 // each known and able to take input_shape (each model's natural input when unset); batch sizes
 // > 0; devices known and available ("all" = every available device); mode, precisions and
 // memory formats known; warmup_iters >= 0, iters >= 1, min_time_ms in [0, 1 hour], cpu_threads
-// > 0, num_classes in range; fault_injection only {kind: "oom"} and only when
-// `allow_fault_injection`. INVALID_ARGUMENT whose message starts with the field path, e.g.
+// > 0, num_classes in range; fault_injection only when `allow_fault_injection`, of kind "oom"
+// (row at_step throws an out-of-memory error from inside the row, which is recorded) or one of
+// the executor's kinds (trainer/fault_injection.h; the executor injects those). INVALID_ARGUMENT whose message starts with the field path, e.g.
 // "bench_job.batch_sizes[1]: must be > 0, got 0". Thread-safe.
 absl::Status ValidateBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& inventory,
                               bool allow_fault_injection);

@@ -420,9 +420,14 @@ absl::Status TorchExecutor::Run(const JobContext& context,
   if (spec.has_bench_job()) {
     if (absl::Status s = Validate(spec); !s.ok()) return s;
     jobs_run_.fetch_add(1, std::memory_order_relaxed);
+    // "oom" is a bench row's own fault (trainer/bench.h); the others are the executor's.
+    const EventSink bench_sink =
+        spec.bench_job().fault_injection().kind() == "oom"
+            ? sink
+            : WithFaultInjection(spec, DeviceString(inventory_.preferred), sink);
     return CatchTorchErrors([&] {
-      return RunBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection, sink,
-                         cancelled);
+      return RunBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
+                         bench_sink, cancelled);
     });
   }
   absl::StatusOr<TrainJobConfig> job;

@@ -295,7 +295,7 @@ TEST(BenchValidateTest, RejectsEachBadFieldNamingItsPath) {
        "bench_job.cpu_threads: must be in [1, 4096], got 0"},
       {"fault injection without the option",
        [](BenchJob& j) { j.mutable_fault_injection()->set_kind("oom"); },
-       "bench_job.fault_injection: not accepted: mpsd runs without --enable-fault-injection"},
+       "bench_job.fault_injection: accepted only when mpsd runs with --enable-fault-injection"},
   };
   auto executor = MakeExecutor();
   ASSERT_TRUE(executor->Validate(SmallBench()).ok()) << executor->Validate(SmallBench());
@@ -313,14 +313,21 @@ TEST(BenchValidateTest, RejectsEachBadFieldNamingItsPath) {
   }
 }
 
-TEST(BenchValidateTest, FaultInjectionOnlyOomAndOnlyWhenAllowed) {
+TEST(BenchValidateTest, FaultInjectionKindsWhenAllowed) {
   auto executor = MakeExecutor(/*allow_fault_injection=*/true);
   mpsd::v1::SubmitJobRequest request = SmallBench();
-  request.mutable_bench_job()->mutable_fault_injection()->set_kind("oom");
-  EXPECT_TRUE(executor->Validate(request).ok()) << executor->Validate(request);
-  request.mutable_bench_job()->mutable_fault_injection()->set_kind("segfault");
+  for (const char* kind : {"oom", "segfault", "allocate_unbounded"}) {
+    request.mutable_bench_job()->mutable_fault_injection()->set_kind(kind);
+    EXPECT_TRUE(executor->Validate(request).ok()) << kind << ": " << executor->Validate(request);
+  }
+  request.mutable_bench_job()->mutable_fault_injection()->set_kind("explode");
   EXPECT_EQ(executor->Validate(request).message(),
-            "bench_job.fault_injection.kind: BenchJob supports only \"oom\", got \"segfault\"");
+            "bench_job.fault_injection.kind: expected oom, abort, segfault, allocate_unbounded or "
+            "hang, got \"explode\"");
+  request.mutable_bench_job()->mutable_fault_injection()->set_kind("oom");
+  request.mutable_bench_job()->mutable_fault_injection()->set_at_step(-1);
+  EXPECT_EQ(executor->Validate(request).message(),
+            "bench_job.fault_injection.at_step: must be >= 0 (0 = 1; a 1-based row), got -1");
 }
 
 TEST(BenchValidateTest, AllAndDuplicatesMeanEachDeviceOnce) {
