@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/bench.h"
 #include "trainer/checkpoint.h"
 #include "trainer/compat.h"
 #include "trainer/datasets.h"
@@ -924,6 +925,11 @@ class TorchExecutor final : public Executor {
         cpu_threads_(torch::get_num_threads()) {}
 
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override {
+    if (spec.has_bench_job()) {
+      return CatchTorchErrors([&] {
+        return ValidateBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection);
+      });
+    }
     return CatchTorchErrors([&] { return ResolveJob(spec).status(); });
   }
 
@@ -971,10 +977,10 @@ absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(
       }
       return config;
     }
-    case mpsd::v1::SubmitJobRequest::kBenchJob:
-      return absl::UnimplementedError("BenchJob is not implemented yet");
+    case mpsd::v1::SubmitJobRequest::kBenchJob:  // Validate and Run handle it (trainer/bench.h)
+      return absl::InvalidArgumentError("spec: a BenchJob is not a TrainJob");
     default:
-      return absl::InvalidArgumentError("spec: no job given (set train_job)");
+      return absl::InvalidArgumentError("spec: no job given (set train_job or bench_job)");
   }
 }
 
@@ -1042,6 +1048,19 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
 absl::Status TorchExecutor::Run(const JobContext& context,
                                 const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
                                 const std::atomic<bool>& cancelled) {
+  if (spec.has_bench_job()) {
+    if (absl::Status s = Validate(spec); !s.ok()) return s;
+    jobs_run_.fetch_add(1, std::memory_order_relaxed);
+    // "oom" is a bench row's own fault (trainer/bench.h); the others are the executor's.
+    const EventSink bench_sink =
+        spec.bench_job().fault_injection().kind() == "oom"
+            ? sink
+            : WithFaultInjection(spec, DeviceString(inventory_.preferred), sink);
+    return CatchTorchErrors([&] {
+      return RunBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
+                         bench_sink, cancelled);
+    });
+  }
   absl::StatusOr<TrainJobConfig> job;
   if (absl::Status s = CatchTorchErrors([&] { return (job = ResolveJob(spec)).status(); });
       !s.ok()) {
