@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/bench_table.h"
 #include "client/default_address.h"
 #include "client/event_printer.h"
 #include "client/format.h"
@@ -312,6 +313,57 @@ int Commands::Status() {
   if (!rpc.ok()) return RpcFailed(rpc);
   out_ << (options_.json ? ToJsonLine(status) + "\n" : FormatServerStatus(status));
   return kExitOk;
+}
+
+int Commands::Bench(const std::string& job_id, const std::string& format_name) {
+  const absl::StatusOr<BenchFormat> format = ParseBenchFormat(options_.json ? "json" : format_name);
+  if (!format.ok()) {
+    err_ << "mpsctl: bench: " << format.status().message() << "\n";
+    return kExitUsage;
+  }
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  const grpc::Status status = stub_->GetJob(UnaryContext().get(), request, &job);
+  if (!status.ok()) return RpcFailed(status);
+  if (!job.spec().has_bench_job()) {
+    err_ << "mpsctl: bench: job " << job_id << " is a " << KindName(job.spec())
+         << ", not a BenchJob\n";
+    return kExitFailed;
+  }
+  std::vector<v1::BenchRow> rows(job.summary().bench_rows().begin(),
+                                 job.summary().bench_rows().end());
+  // No summary yet (running) or none at all (interrupted): the stored rows are the table.
+  if (rows.empty() && job.last_seq() > 0) {
+    if (const grpc::Status read = StoredBenchRows(job_id, job.last_seq(), rows); !read.ok()) {
+      return RpcFailed(read);
+    }
+  }
+  out_ << FormatBenchRows(rows, *format) << std::flush;
+  if (!IsTerminal(job.state())) {
+    err_ << "mpsctl: job " << job_id << " is " << v1::Job::State_Name(job.state()) << ": "
+         << rows.size() << " row(s) so far\n";
+  }
+  return kExitOk;
+}
+
+grpc::Status Commands::StoredBenchRows(const std::string& job_id, int64_t last_seq,
+                                       std::vector<v1::BenchRow>& rows) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::StreamEventsRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader =
+      stub_->StreamEvents(&context, request);
+  v1::JobEvent event;
+  bool reached = false;
+  while (!reached && reader->Read(&event)) {
+    if (event.has_bench_row()) rows.push_back(event.bench_row());
+    reached = event.seq() >= last_seq || event.has_summary();
+  }
+  if (reached) context.TryCancel();  // the stream would follow the job live
+  const grpc::Status status = reader->Finish();
+  return reached ? grpc::Status::OK : status;
 }
 
 int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_seq,

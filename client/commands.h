@@ -96,11 +96,20 @@ class Commands {
   int Models(const std::vector<int64_t>& input_shape, std::optional<int32_t> num_classes);
   // The daemon's own health (GetServerStatus): streams, queue, memory, event storage.
   int Status();
+  // A BenchJob's rows in `format` ("table", "markdown", "csv", "json"; --json means json), see
+  // client/bench_table.h: from the job's summary once it finished, else the rows stored so far
+  // (a job still running, or one INTERRUPTED without a summary; a note on stderr says when the
+  // job still runs). kExitUsage for an unknown format;
+  // kExitFailed for a job that is not a BenchJob.
+  int Bench(const std::string& job_id, const std::string& format);
 
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or
   // after the event with seq `stop_seq` when that is > 0.
   int Stream(const std::string& job_id, int total_epochs, int64_t after_seq, int64_t stop_seq);
+  // The bench_row events stored for `job_id` up to seq `last_seq`.
+  grpc::Status StoredBenchRows(const std::string& job_id, int64_t last_seq,
+                               std::vector<v1::BenchRow>& rows);
   // Prints the error for a failed RPC and returns the exit code for it.
   int RpcFailed(const grpc::Status& status);
   std::unique_ptr<grpc::ClientContext> UnaryContext() const;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/bench_table.h"
 #include "client/format.h"
 
 namespace mpsd::client {
@@ -60,6 +61,9 @@ void EventPrinter::Print(const v1::JobEvent& event) {
     case v1::JobEvent::kState:
       PrintState(event.state());
       break;
+    case v1::JobEvent::kBenchRow:
+      PrintLine(FormatBenchRowLine(event.bench_row()));
+      break;
     case v1::JobEvent::kHeartbeat:  // handled above
     case v1::JobEvent::PAYLOAD_NOT_SET:
       break;
@@ -101,6 +105,12 @@ void EventPrinter::PrintState(const v1::StateChange& state) {
   final_state_ = state.state();
   ClearLive();
   progress_.clear();  // nothing to redraw below the summary
+  if (summary_ && summary_->bench_rows_size() > 0) {
+    out_ << "\n"
+         << FormatBenchRows({summary_->bench_rows().begin(), summary_->bench_rows().end()},
+                            BenchFormat::kTable)
+         << "\n";
+  }
   out_ << FormatFinal(job_id_, state, summary_ ? &*summary_ : nullptr) << std::flush;
 }
 

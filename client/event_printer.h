@@ -1,5 +1,6 @@
 // Follow mode: turns a job's event stream into what `mpsctl submit --follow` and `mpsctl logs`
-// print, either for people (a live progress line, epoch and log lines, a final summary) or as
+// print, either for people (a live progress line, epoch and log lines, one line per BenchJob row
+// as it arrives and the bench table before the final summary) or as
 // one JSON object per event. Heartbeats (seq 0) are not events of the job: they are never
 // printed, except that on a terminal the live line of a queued job shows its place in the
 // queue ("queued, position 3").

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/bench_table.h"
 #include "client/job_file.h"
 
 namespace mpsd::client {
@@ -55,6 +56,7 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
                           indent, s.test_accuracy(), s.test_loss(), s.final_train_loss());
   }
   std::vector<std::string> work = {Plural(s.epochs(), "epoch"), Plural(s.steps(), "step")};
+  if (s.bench_rows_size() > 0) work = {FormatBenchRowCounts(s)};  // a BenchJob trains nothing
   if (s.train_examples() > 0) {
     work.push_back(absl::StrCat(FormatThousands(s.train_examples()), " train / ",
                                 FormatThousands(s.test_examples()), " test examples"));

@@ -108,6 +108,16 @@ int main(int argc, char** argv) {
       ->type_name("N");
   CLI::App* status = app.add_subcommand(
       "status", "show the daemon's health: streams, queue, memory, events stored");
+  std::string bench_format = "table";
+  CLI::App* bench = app.add_subcommand(
+      "bench", "show a BenchJob's table: models and batch sizes by devices, speedup last");
+  bench->add_option("ID", job_id, "job id")->required();
+  bench
+      ->add_option("--format", bench_format,
+                   "table, markdown (the seeds' layout), csv or json (every field of every row; "
+                   "--json means json)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
 
   try {
     app.parse(argc, argv);
@@ -132,5 +142,6 @@ int main(int argc, char** argv) {
   if (*device) return commands->Device();
   if (*models) return commands->Models(input_shape, num_classes);
   if (*status) return commands->Status();
+  if (*bench) return commands->Bench(job_id, bench_format);
   return mpsd::client::kExitUsage;
 }

@@ -401,6 +401,25 @@ inline std::string AutocastUnsupportedReason(c10::DeviceType device_type, c10::S
   }
 }
 
+// Whether this LibTorch autocasts to `dtype` (kHalf or kBFloat16) on `device_type`: CUDA both;
+// CPU bfloat16 only (1.13's CPU autocast silently falls back to float32 for float16, so it is
+// reported as unsupported everywhere rather than measured wrong); MPS float16 from 2.5.
+inline bool AutocastSupported(c10::DeviceType device_type, c10::ScalarType dtype) {
+  const bool half = dtype == c10::ScalarType::Half;
+  const bool bfloat16 = dtype == c10::ScalarType::BFloat16;
+  switch (device_type) {
+    case c10::DeviceType::CUDA:
+      return half || bfloat16;
+    case c10::DeviceType::CPU:
+      return bfloat16;
+    case c10::DeviceType::MPS:
+      return MPSD_TRAINER_HAS_MPS && MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE &&
+             (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5) && half;
+    default:
+      return false;
+  }
+}
+
 // Runs the forward passes of a scope under autocast to `dtype` on `device_type`, like
 // `with torch.autocast(device_type, dtype)`: on entry enables it (and bumps the nesting count),
 // on exit restores the previous state and, leaving the outermost autocast, clears the cache of

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/bench.h"
 #include "trainer/compat.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
@@ -714,6 +715,11 @@ class TorchExecutor final : public Executor {
         cpu_threads_(torch::get_num_threads()) {}
 
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override {
+    if (spec.has_bench_job()) {
+      return CatchTorchErrors([&] {
+        return ValidateBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection);
+      });
+    }
     return CatchTorchErrors([&] { return ResolveJob(spec).status(); });
   }
 
@@ -754,10 +760,10 @@ absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(
   switch (spec.spec_case()) {
     case mpsd::v1::SubmitJobRequest::kTrainJob:
       return ResolveTrainJob(spec.train_job(), inventory_);
-    case mpsd::v1::SubmitJobRequest::kBenchJob:
-      return absl::UnimplementedError("BenchJob is not implemented yet");
+    case mpsd::v1::SubmitJobRequest::kBenchJob:  // Validate and Run handle it (trainer/bench.h)
+      return absl::InvalidArgumentError("spec: a BenchJob is not a TrainJob");
     default:
-      return absl::InvalidArgumentError("spec: no job given (set train_job)");
+      return absl::InvalidArgumentError("spec: no job given (set train_job or bench_job)");
   }
 }
 
@@ -815,6 +821,19 @@ absl::Status TorchExecutor::Run(const JobContext& context,
                                 const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
                                 const std::atomic<bool>& cancelled) {
   (void)context;  // checkpoints and finished models: TrainJob issue
+  if (spec.has_bench_job()) {
+    if (absl::Status s = Validate(spec); !s.ok()) return s;
+    jobs_run_.fetch_add(1, std::memory_order_relaxed);
+    // "oom" is a bench row's own fault (trainer/bench.h); the others are the executor's.
+    const EventSink bench_sink =
+        spec.bench_job().fault_injection().kind() == "oom"
+            ? sink
+            : WithFaultInjection(spec, DeviceString(inventory_.preferred), sink);
+    return CatchTorchErrors([&] {
+      return RunBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
+                         bench_sink, cancelled);
+    });
+  }
   absl::StatusOr<TrainJobConfig> job;
   if (absl::Status s = CatchTorchErrors([&] { return (job = ResolveJob(spec)).status(); });
       !s.ok()) {

@@ -59,8 +59,8 @@ class Executor {
   // Checks a job before it is queued, without touching the device's memory: every field in
   // range, the device available, the dataset's files present, the model able to take the
   // dataset's input shape (by shape arithmetic). Errors: INVALID_ARGUMENT whose
-  // message starts with the field path ("train_job.batch_size: must be > 0, got 0");
-  // UNIMPLEMENTED for a BenchJob. Thread-safe.
+  // message starts with the field path ("train_job.batch_size: must be > 0, got 0",
+  // "bench_job.models[0]: unknown model ..."; BenchJob: see trainer/bench.h). Thread-safe.
   virtual absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const = 0;
 
   // Runs one job to its end on the calling thread: loads the data onto the device, trains,
@@ -78,6 +78,9 @@ class Executor {
   // out of device memory; CANCELLED; INTERNAL for any other LibTorch error. An executor in
   // another process (server/executor_supervisor.h) adds UNAVAILABLE: the process died during
   // the job (the job FAILS with EXECUTOR_CRASHED).
+  //
+  // A BenchJob instead emits one `bench_row` event per measured row and a summary with every
+  // row (trainer/bench.h); an out-of-memory row is recorded in its row, not a failed job.
   //
   // Not thread-safe with itself: one job at a time (the device has one owner).
   virtual absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,

@@ -195,5 +195,47 @@ TEST(EventPrinterTest, UnfinishedLiveLineGetsItsNewline) {
   EXPECT_THAT(out, testing::EndsWith("step 2/2  loss 0.5000  acc 0.000\n"));
 }
 
+// A BenchJob's events: each row is printed when it arrives, the table before the final lines.
+TEST(EventPrinterTest, BenchRowsArePrintedAsTheyArriveAndTheTableAtTheEnd) {
+  std::vector<v1::JobEvent> events;
+  auto add = [&events]() -> v1::JobEvent& {
+    v1::JobEvent& e = events.emplace_back();
+    e.set_job_id("42");
+    e.set_seq(static_cast<int64_t>(events.size()));
+    return e;
+  };
+  add().mutable_state()->set_state(v1::Job::RUNNING);
+  v1::BenchRow row;
+  row.set_model("mlp");
+  row.set_batch_size(4);
+  row.set_device("cpu");
+  row.set_mode("inference");
+  row.set_precision("fp32");
+  row.set_memory_format("contiguous");
+  row.set_status(v1::BenchRow::OK);
+  row.set_median_ms(2);
+  row.set_p10_ms(1.5);
+  row.set_p90_ms(2.5);
+  row.set_samples_per_second(2000);
+  *add().mutable_bench_row() = row;
+  v1::JobSummary& summary = *add().mutable_summary();
+  summary.set_device("cpu");
+  summary.set_total_time_s(1.5);
+  *summary.add_bench_rows() = row;
+  add().mutable_state()->set_state(v1::Job::SUCCEEDED);
+
+  EXPECT_EQ(PrintAll(events, {}),
+            "job 42 RUNNING\n"
+            "mlp batch 4 on cpu, inference fp32: median 2.00 ms (p10 1.50, p90 2.50), "
+            "2,000 samples/s\n"
+            "\n"
+            "model  batch  cpu (ms)\n"
+            "mlp        4      2.00\n"
+            "\n"
+            "job 42 SUCCEEDED in 1.5 s on cpu\n"
+            "  1 row (all OK)\n"
+            "  memory: not tracked on cpu\n");
+}
+
 }  // namespace
 }  // namespace mpsd::client

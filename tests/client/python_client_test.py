@@ -106,6 +106,10 @@ class JobFileTest(unittest.TestCase):
         for name in ("fashion-mnist.yaml", "fashion-mnist-small.yaml"):
             r = mpsd_client.read_job_file(os.path.join(REPO, "examples", name), pb2)
             self.assertEqual(r.train_job.dataset.name, "fashion-mnist")
+        for name, models in (("resnet50-bench.yaml", ["resnet50"]),
+                             ("arch-bench.yaml", ["resnet50", "vgg16", "bert_base", "lstm"])):
+            r = mpsd_client.read_job_file(os.path.join(REPO, "examples", name), pb2)
+            self.assertEqual(list(r.bench_job.models), models)
 
 
 def run_submit(server, job_file, *extra):
@@ -224,6 +228,19 @@ class SubmitWithRealDaemonTest(unittest.TestCase):
         self.assertEqual(events[-1]["state"], {"state": "SUCCEEDED"})
         self.assertIn("total_steps", next(e for e in events if "step" in e)["step"])
         self.assertNotIn(" ", lines[0])
+
+    def test_bench_job_rows_are_printed_as_events(self):
+        text = ("kind: BenchJob\nmodels: [mlp]\nbatch_sizes: [2, 4]\ndevices: [cpu]\n"
+                "warmup_iters: 1\niters: 2\n")
+        result = run_submit(self.mpsd.address, self.job_file(text))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        printed = [json_format.Parse(line, pb2.JobEvent()) for line in result.stdout.splitlines()]
+        rows = [e.bench_row for e in printed if e.HasField("bench_row")]
+        self.assertEqual([(r.model, r.batch_size, r.status) for r in rows],
+                         [("mlp", 2, pb2.BenchRow.OK), ("mlp", 4, pb2.BenchRow.OK)])
+        summary = next(e.summary for e in printed if e.HasField("summary"))
+        self.assertEqual(list(summary.bench_rows), rows)
+        self.assertEqual(printed[-1].state.state, pb2.Job.SUCCEEDED)
 
     def test_failed_run_exits_1_with_the_reason(self):
         root = os.path.join(self.test_dir, "corrupt")

@@ -318,13 +318,15 @@ TEST(ExecutorValidateTest, RejectsADeviceThatIsNotAvailable) {
               StartsWith("train_job.device: cuda is not available (available: cpu"));
 }
 
-TEST(ExecutorValidateTest, BenchJobIsUnimplementedAndAnEmptySpecInvalid) {
+TEST(ExecutorValidateTest, BenchJobIsValidatedAndAnEmptySpecInvalid) {
   auto executor = MakeExecutor();
   mpsd::v1::SubmitJobRequest bench;
   bench.mutable_bench_job()->add_models("convnet");
-  const absl::Status status = executor->Validate(bench);
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(status.message(), "BenchJob is not implemented yet");
+  const absl::Status status = executor->Validate(bench);  // bench_test.cc has the rest
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "bench_job.batch_sizes: at least one required");
+  bench.mutable_bench_job()->add_batch_sizes(8);
+  EXPECT_TRUE(executor->Validate(bench).ok()) << executor->Validate(bench);
 
   EXPECT_EQ(executor->Validate(mpsd::v1::SubmitJobRequest()).code(),
             absl::StatusCode::kInvalidArgument);
