@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "trainer/augment.h"
 #include "trainer/compat.h"
 #include "trainer/device.h"
+#include "trainer/graphed_step.h"
 #include "trainer/optimizers.h"
 
 namespace mpsd::trainer {
@@ -201,6 +205,8 @@ struct Loop {
   const TrainOptions& options;
   const EventSink& sink;
   const std::atomic<bool>& cancelled;
+  // The whole step in one CUDA graph (trainer/graphed_step.h), or nullptr to run eagerly.
+  GraphedStep* graphed = nullptr;
 };
 
 // The learning rate of the next step: the schedule's (also set on the optimizer, with the
@@ -317,8 +323,16 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
       return Cancelled(readback);
     }
     const double learning_rate = ApplySchedule(loop, readback.steps());
-    const StepResult step =
-        TrainStep(loop, order, first, std::min(accumulation, batches - first), shuffle);
+    StepResult step;
+    if (loop.graphed != nullptr) {  // one batch per step, no augmentation, fp32
+      const int64_t start = first * batch_size;
+      const int64_t size = std::min(batch_size, n - start);
+      std::tie(step.loss, step.correct) =
+          loop.graphed->Step(order.narrow(/*dim=*/0, start, size), learning_rate);
+      step.examples = size;
+    } else {
+      step = TrainStep(loop, order, first, std::min(accumulation, batches - first), shuffle);
+    }
     readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
                     step.skipped);
     if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {
@@ -348,6 +362,46 @@ void EmitEpoch(const EventSink& sink, int epoch, const StepReadback& readback,
       epoch_seconds > 0 ? static_cast<double>(readback.epoch_examples()) / epoch_seconds : 0);
   metrics.set_learning_rate(learning_rate);
   sink(std::move(event));
+}
+
+// The CUDA-graph step when the job allows one (GraphedStepUnsupportedReason), else nullptr; a log
+// event says which and why.
+std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
+                                              torch::optim::Optimizer& optimizer,
+                                              const DeviceDataset& data,
+                                              const TrainOptions& options, const EventSink& sink) {
+  GraphedStepRequest request;
+  request.device = data.train.labels.device();
+  request.optimizer = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr  ? "adamw"
+                      : dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ? "adam"
+                                                                                 : "other";
+  request.precision = PrecisionName(options.precision);
+  request.grad_accumulation_steps = options.grad_accumulation_steps;
+  request.grad_clip = options.grad_clip_norm > 0;
+  request.loss_scaling = options.precision == Precision::kFp16;
+  request.augmentation = data.augmentation.enabled();
+  std::string reason = GraphedStepUnsupportedReason(request);
+  if (reason.empty() && !options.cuda_graphs) reason = "CUDA graphs turned off";
+  // OneCycleLR's cycle_momentum moves Adam's beta1 every step; the graph reads it once.
+  if (reason.empty() && options.schedule.has_value() && options.schedule->Momentum(0)) {
+    reason = "the schedule cycles the momentum (beta1)";
+  }
+  std::unique_ptr<GraphedStep> graphed;
+  if (reason.empty()) {
+    graphed = std::make_unique<GraphedStep>(model, optimizer, data.train.images, data.train.labels,
+                                            options.batch_size, options.label_smoothing);
+  }
+  if (request.device.is_cuda()) {
+    mpsd::v1::JobEvent event;
+    event.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
+    event.mutable_log()->set_text(
+        graphed != nullptr
+            ? "training step captured in one CUDA graph (fused " + request.optimizer +
+                  "); a partial last batch runs eagerly"
+            : "training step runs eagerly: " + reason);
+    sink(std::move(event));
+  }
+  return graphed;
 }
 
 absl::Status CheckOptions(const TrainOptions& options, int64_t steps_per_epoch) {
@@ -384,11 +438,12 @@ std::string PrecisionName(Precision precision) {
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                    const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,
                    const std::atomic<bool>& cancelled) {
-  const Loop loop{model, optimizer, data, options, sink, cancelled};
   const torch::Device device = data.train.labels.device();
   const int64_t steps_per_epoch = StepsPerEpoch(data.train.size(), options.batch_size,
                                                 options.drop_last, options.grad_accumulation_steps);
   if (absl::Status s = CheckOptions(options, steps_per_epoch); !s.ok()) return s;
+  std::unique_ptr<GraphedStep> graphed = MaybeCaptureStep(model, optimizer, data, options, sink);
+  const Loop loop{model, optimizer, data, options, sink, cancelled, graphed.get()};
   StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
                         options.start_step, sink);
   at::Generator shuffle = MakeShuffleGenerator(device, options.seed);
@@ -409,6 +464,7 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
         options.schedule.has_value() ? options.schedule->LearningRate(readback.steps())
                                      : optimizer.param_groups().front().options().get_lr();
     EmitEpoch(sink, epoch, readback, test, epoch_seconds, learning_rate);
+    if (graphed != nullptr) graphed->ExportState();  // the optimizer's state, for checkpoints
     if (options.on_epoch_end) {
       if (absl::Status s = options.on_epoch_end(epoch, readback.steps()); !s.ok()) return s;
     }

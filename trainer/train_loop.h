@@ -74,6 +74,9 @@ struct TrainOptions {
   int64_t start_step = 0;
   // Runs after each epoch's event; may be empty.
   EpochEndHook on_epoch_end;
+  // On CUDA, capture the whole step in one CUDA graph when the job allows it
+  // (trainer/graphed_step.h: adam/adamw, fp32, one batch per step, no clipping or augmentation).
+  bool cuda_graphs = true;
 };
 
 // Trains `model` (already on the data's device, in train mode) with `optimizer` for epochs

@@ -28,8 +28,8 @@
 # OUT, PREFIX, WORK, JOBS, EPOCHS, BATCH, LR, PYTHON, TORCH_PREFIX, BUILD_TIMEOUT_S, RUN_TIMEOUT_S,
 # SKIP_BUILD=1 (reuse WORK/build from an earlier run).
 #
-# At most 9 files land in $OUT: env.txt run.log build.log mpsd.log device.json
-# mpsd_events.jsonl bench_mpsd.jsonl results.json RESULTS.md.
+# At most 8 files land in $OUT (the device tool brings back 8): env.txt run.log build.log mpsd.log
+# device.json mpsd_events.jsonl results.json RESULTS.md; the BenchJob's rows are in results.json.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -312,7 +312,6 @@ EOF
       timeout "$(tmo 150)" "${MPSCTL[@]}" submit "$RUN_DIR/bench.yaml" --follow \
         > "$WORK/raw/bench_mpsd.jsonl"
       echo "bench exit $?, rows: $(grep -c bench_row "$WORK/raw/bench_mpsd.jsonl")"
-      cp "$WORK/raw/bench_mpsd.jsonl" "$OUT/bench_mpsd.jsonl"
     fi
     kill -TERM "$mpsd_pid"
     wait "$mpsd_pid"
