@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <mutex>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "trainer/cifar.h"
+#include "trainer/device.h"
 #include "trainer/idx.h"
 #include "trainer/models.h"
 
@@ -130,18 +130,6 @@ absl::StatusOr<DeviceDataset> LoadCifar(const DatasetConfig& config, uint64_t /*
 
 // ---- synthetic --------------------------------------------------------------------------------
 
-// A generator of the device's kind (so the draws run on the device), separate from the default
-// generator, seeded with `seed`.
-at::Generator MakeDeviceGenerator(const torch::Device& device, uint64_t seed) {
-  at::Generator default_generator = at::globalContext().defaultGenerator(device);
-  at::Generator generator;
-  {
-    std::lock_guard<std::mutex> lock(default_generator.mutex());
-    generator = default_generator.clone();
-  }
-  generator.set_current_seed(seed);
-  return generator;
-}
 
 TensorSplit DrawSyntheticSplit(const DatasetConfig& config, int64_t n, at::Generator& generator,
                                const torch::Device& device) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -138,6 +139,17 @@ void EmptyCache(const torch::Device& device) {
   } else if (device.is_mps()) {
     compat::MpsEmptyCache();
   }
+}
+
+at::Generator MakeDeviceGenerator(const torch::Device& device, uint64_t seed) {
+  at::Generator default_generator = at::globalContext().defaultGenerator(device);
+  at::Generator generator;
+  {
+    std::lock_guard<std::mutex> lock(default_generator.mutex());
+    generator = default_generator.clone();
+  }
+  generator.set_current_seed(seed);
+  return generator;
 }
 
 }  // namespace mpsd::trainer

@@ -67,6 +67,11 @@ void ResetPeakMemory(const torch::Device& device);
 // errors surface here, as c10::Error.
 void Synchronize(const torch::Device& device);
 
+// A generator of `device`'s kind (so random draws with it run on the device), separate from the
+// default generator that weight initialisation and dropout draw from, seeded with `seed`: what it
+// draws depends on the seed alone. Thread-safe (it locks the default generator to clone it).
+at::Generator MakeDeviceGenerator(const torch::Device& device, uint64_t seed);
+
 // Returns the caching allocator's unused blocks to the driver, like torch.cuda.empty_cache()
 // (no-op on cpu).
 void EmptyCache(const torch::Device& device);

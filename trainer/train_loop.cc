@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -29,19 +28,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The generator that shuffles the training set: of the device's own kind, so randperm runs on
-// the device, and separate from the default generator that dropout draws from, so the order of
-// examples depends on the seed alone.
-at::Generator MakeShuffleGenerator(const torch::Device& device, uint64_t seed) {
-  at::Generator default_generator = at::globalContext().defaultGenerator(device);
-  at::Generator generator;
-  {
-    std::lock_guard<std::mutex> lock(default_generator.mutex());
-    generator = default_generator.clone();
-  }
-  generator.set_current_seed(seed);
-  return generator;
-}
 
 // The shuffle seed of epoch `epoch` (1-based): SplitMix64 of the job's seed and the epoch, so
 // each epoch's order depends on (seed, epoch) alone and a resumed job needs no generator state.
@@ -446,7 +432,9 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   const Loop loop{model, optimizer, data, options, sink, cancelled, graphed.get()};
   StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
                         options.start_step, sink);
-  at::Generator shuffle = MakeShuffleGenerator(device, options.seed);
+  // The shuffle generator is the device's own kind, so randperm runs there, and separate from
+  // the default generator that dropout draws from, so the order depends on the seed alone.
+  at::Generator shuffle = MakeDeviceGenerator(device, options.seed);
   for (int epoch = options.start_epoch; epoch <= options.epochs; ++epoch) {
     const Clock::time_point start = Clock::now();
     if (absl::Status status = TrainEpoch(loop, epoch, shuffle, readback); !status.ok()) {
