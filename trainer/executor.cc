@@ -569,6 +569,13 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   absl::StatusOr<Precision> precision = ResolvePrecision(spec.precision(), config.device);
   if (!precision.ok()) return precision.status();
   config.precision = *precision;
+  // BenchJob measures channels_last; the training loop keeps LibTorch's default layout.
+  if (!spec.memory_format().empty() && spec.memory_format() != "contiguous") {
+    return FieldError("memory_format",
+                      absl::StrFormat("only \"contiguous\" is implemented for a TrainJob, got "
+                                      "\"%s\" (BenchJob.memory_formats measures channels_last)",
+                                      spec.memory_format()));
+  }
   return config;
 }
 

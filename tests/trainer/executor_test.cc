@@ -246,6 +246,9 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        "train_job.drop_last: the 50 training examples make no full batch of 64"},
       {"precision", [](auto& j) { j.set_precision("fp8"); },
        "train_job.precision: unknown precision \"fp8\" (known: fp32, fp16, bf16)"},
+      {"memory_format", [](auto& j) { j.set_memory_format("channels_last"); },
+       "train_job.memory_format: only \"contiguous\" is implemented for a TrainJob, got "
+       "\"channels_last\""},
       {"grad_accumulation_steps", [](auto& j) { j.set_grad_accumulation_steps(0); },
        "train_job.grad_accumulation_steps: must be > 0, got 0"},
       {"grad_clip_norm", [](auto& j) { j.set_grad_clip_norm(0); },
