@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "trainer/scoped_fd.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -82,21 +83,6 @@ absl::Status DataLoss(const std::string& path, absl::string_view what) {
 }
 
 // ---- Byte sources --------------------------------------------------------------------------
-
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // Reads up to n bytes at the file offset, retrying short reads; returns the count, or -1 with
 // errno set.
