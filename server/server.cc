@@ -253,6 +253,8 @@ void Server::Shutdown() {
     absl::MutexLock health_lock(&health_mu_);
     stopping_ = true;
     UpdateHealth();
+    // Freezes NOT_SERVING, so that gRPC's shutdown can end the Watch calls.
+    if (health_ != nullptr) health_->Shutdown();
   }
   // The HTTP listener first: its handlers read the scheduler and the service.
   if (http_server_ != nullptr) http_server_->Shutdown();
@@ -304,8 +306,9 @@ void Server::SetExecutorReady(bool ready) {
 void Server::UpdateHealth() {
   if (health_ == nullptr) return;
   const bool serving = executor_ready_ && !stopping_;
-  // Both the overall status ("") and the service's own, for probes that name the service.
-  health_->SetServingStatus(serving);
+  // Both the overall status ("") and the service's own, for probes that name the service; each
+  // by name (the overload without one sets every service, so watchers would hear it twice).
+  health_->SetServingStatus("", serving);
   health_->SetServingStatus(mpsd::v1::JobService::service_full_name(), serving);
 }
 
