@@ -169,8 +169,10 @@ grpc::ChannelArguments KeepaliveChannelArguments() {
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // gRPC stops pinging after 2 pings without data by default; a quiet stream needs them all.
+  // gRPC stops pinging after 2 pings without data, and spaces such pings 5 min apart, by
+  // default; a quiet stream needs them all, at the keepalive interval.
   arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  arguments.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
   return arguments;
 }
 

@@ -526,6 +526,58 @@ TEST_F(RemoteE2eTest, AFollowerResumesAfterTheDaemonIsKilledAndRestarted) {
   EXPECT_EQ(final->last_seq(), seqs.back());
 }
 
+// A quiet stream on a channel that pings every `ping_interval`: how it ends after `quiet` of
+// silence (a job queued behind a long one is cancelled then, which ends its stream with OK).
+grpc::Status QuietStream(Daemon& daemon, absl::Duration ping_interval, absl::Duration quiet) {
+  grpc::ChannelArguments arguments;
+  const int ms = static_cast<int>(absl::ToInt64Milliseconds(ping_interval));
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  arguments.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, ms);
+  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateCustomChannel(
+      daemon.address(), grpc::InsecureChannelCredentials(), arguments));
+  absl::StatusOr<Job> running = rpc::Submit(daemon, TrainJobRequest(60000, 200, 50, 64, "mlp"));
+  absl::StatusOr<Job> queued = rpc::Submit(daemon, TrainJobRequest(640, 200, 1, 64, "mlp"));
+  EXPECT_TRUE(running.ok() && queued.ok());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  mpsd::v1::StreamEventsRequest request;
+  request.set_job_id(queued->id());
+  auto stream = stub->StreamEvents(&context, request);
+  mpsd::v1::JobEvent event;
+  EXPECT_TRUE(stream->Read(&event));  // QUEUED, stored; then nothing until the cancel
+  std::thread cancel([&] {
+    absl::SleepFor(quiet);
+    rpc::Cancel(daemon, queued->id());
+  });
+  while (stream->Read(&event)) {
+  }
+  cancel.join();
+  rpc::Cancel(daemon, running->id());
+  return stream->Finish();
+}
+
+// The documented policy: pings every 10 s keep a silent stream (heartbeats 60 s apart) alive.
+// Before it, gRPC's default (5 min between pings without data) answered the third with GOAWAY.
+TEST_F(RemoteE2eTest, KeepalivePingsAtThePermittedIntervalKeepAQuietStream) {
+  const std::string config = dir_.path() + "/mpsd.yaml";
+  WriteFile(config, "heartbeat_interval_s: 60\n");
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", config}));
+  const grpc::Status status = QuietStream(*daemon_, absl::Seconds(10), absl::Seconds(35));
+  EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+}
+
+// Faster than the policy: gRPC's own defence ends the connection (GOAWAY "too_many_pings").
+TEST_F(RemoteE2eTest, KeepalivePingsFasterThanThePolicyGetGoaway) {
+  const std::string config = dir_.path() + "/mpsd.yaml";
+  WriteFile(config, "heartbeat_interval_s: 60\n");
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", config}));
+  const grpc::Status status = QuietStream(*daemon_, absl::Seconds(1), absl::Seconds(15));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
 TEST_F(RemoteE2eTest, ServerStatusReportsTheStreamTiming) {
   const std::string config = dir_.path() + "/mpsd.yaml";
   WriteFile(config, "heartbeat_interval_s: 7\n");
