@@ -10,6 +10,7 @@ packages=(
   libtorch-dev libgtest-dev
   python3 python3-grpcio python3-protobuf python3-yaml
   dataset-fashion-mnist
+  libjs-dygraphs
 )
 
 missing=()
