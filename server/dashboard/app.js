@@ -87,7 +87,7 @@ async function errorText(response) {
 // in a header), calling onEvent(event) for each JobEvent. Reconnects after a dropped connection
 // or a daemon restart with Last-Event-ID set to the last seq received, as an EventSource would,
 // and stops after the job's terminal event (or when stop() is called).
-function followEvents(jobId, { afterSeq = 0, omitStepsThrough = 0, onEvent, onStatus }) {
+function followEvents(ctx, jobId, { afterSeq = 0, omitStepsThrough = 0, onEvent, onStatus }) {
   let lastSeq = afterSeq;
   let stopped = false;
   let controller = null;
@@ -113,24 +113,25 @@ function followEvents(jobId, { afterSeq = 0, omitStepsThrough = 0, onEvent, onSt
           lastSeq = seq;
           onEvent(event);
           return event.state && TERMINAL.has(event.state.state);
-        }, (ms) => { retryMs = ms; });
+        }, (ms) => { retryMs = ms; }, ctx);
       } catch (error) {
         if (stopped) return;
         if (error instanceof HttpError && error.status < 500) { onStatus && onStatus('error', error.message); return; }
       }
       if (finished || stopped) { onStatus && onStatus('ended'); return; }
       onStatus && onStatus('reconnecting');
-      state.counters.reconnects = (state.counters.reconnects || 0) + 1;
+      ctx.counters.reconnects = (ctx.counters.reconnects || 0) + 1;
       await new Promise((resolve) => setTimeout(resolve, retryMs));
     }
   }
+  if (!ctx.alive) stopped = true;
   connect();
   return { stop() { stopped = true; controller && controller.abort(); }, lastSeq: () => lastSeq };
 }
 
 // Parses an SSE body (WHATWG HTML §9.2): calls onMessage(id, data) per message; a true return
 // means the stream is complete. Resolves true if onMessage said so, false when the body ended.
-async function readSse(body, onMessage, onRetry) {
+async function readSse(body, onMessage, onRetry, ctx) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   let id = null;
@@ -151,7 +152,7 @@ async function readSse(body, onMessage, onRetry) {
         }
         continue;
       }
-      if (line.startsWith(':')) { state.counters.heartbeats = (state.counters.heartbeats || 0) + 1; continue; }
+      if (line.startsWith(':')) { ctx.counters.heartbeats = (ctx.counters.heartbeats || 0) + 1; continue; }
       const colon = line.indexOf(':');
       const field = colon < 0 ? line : line.slice(0, colon);
       let text = colon < 0 ? '' : line.slice(colon + 1);
@@ -210,17 +211,21 @@ async function signIn() {
 function route() {
   if (!state.whoami) return;
   if (state.page && state.page.leave) state.page.leave();
-  state.charts = {};
-  state.counters = {};
+  if (state.ctx) state.ctx.alive = false;
+  // What a page draws and counts; a page left behind keeps writing only to its own.
+  const ctx = { counters: {}, charts: {}, alive: true };
+  state.ctx = ctx;
+  state.charts = ctx.charts;
+  state.counters = ctx.counters;
   const main = document.getElementById('main');
   main.replaceChildren();
   const hash = location.hash.replace(/^#/, '') || '/';
   const [path, query] = hash.split('?');
   const params = new URLSearchParams(query || '');
   let match;
-  if ((match = path.match(/^\/jobs\/([^/]+)$/))) state.page = jobPage(main, decodeURIComponent(match[1]));
-  else if (path === '/compare') state.page = comparePage(main, (params.get('ids') || '').split(',').filter(Boolean));
-  else state.page = jobsPage(main, params);
+  if ((match = path.match(/^\/jobs\/([^/]+)$/))) state.page = jobPage(ctx, main, decodeURIComponent(match[1]));
+  else if (path === '/compare') state.page = comparePage(ctx, main, (params.get('ids') || '').split(',').filter(Boolean));
+  else state.page = jobsPage(ctx, main, params);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -286,7 +291,7 @@ function jobRow(job, selected, onSelect) {
     el('td', { class: 'num hide-narrow' }, age));
 }
 
-function jobsPage(main, params) {
+function jobsPage(ctx, main, params) {
   const selected = new Set();
   let jobs = new Map();  // id -> job
   let timer = null;
@@ -315,7 +320,7 @@ function jobsPage(main, params) {
       compare.disabled = selected.size < 2;
     })));
     count.textContent = `${rows.length} of ${jobs.size} jobs`;
-    state.counters.rendered = (state.counters.rendered || 0) + 1;
+    ctx.counters.rendered = (ctx.counters.rendered || 0) + 1;
   }
   stateFilter.addEventListener('change', render);
   kindFilter.addEventListener('change', render);
@@ -332,7 +337,7 @@ function jobsPage(main, params) {
     } while (pageToken);
     jobs = new Map(all.map((job) => [job.id, job]));
     render();
-    state.counters.loaded = performance.now();
+    ctx.counters.loaded = performance.now();
   }
   async function refreshActive() {
     const page = await api('api/jobs?page_size=1000&state=QUEUED,RUNNING');
@@ -350,9 +355,9 @@ function jobsPage(main, params) {
     } catch (error) {
       if (!(error instanceof HttpError && error.status === 401)) banner('mpsd unreachable, retrying: ' + error.message, true);
     }
-    timer = setTimeout(tick, 2000);
+    if (ctx.alive) timer = setTimeout(tick, 2000);
   }
-  loadAll().then(() => { timer = setTimeout(tick, 2000); }, (error) => {
+  loadAll().then(() => { if (ctx.alive) timer = setTimeout(tick, 2000); }, (error) => {
     if (!(error instanceof HttpError && error.status === 401)) banner('Cannot list jobs: ' + error.message, true);
   });
   return { leave() { clearTimeout(timer); } };
@@ -450,7 +455,7 @@ function canCancel(job) {
   return state.whoami.role === 'submitter' && job.submittedBy === state.whoami.name;
 }
 
-function jobPage(main, jobId) {
+function jobPage(ctx, main, jobId) {
   let follower = null;
   let job = null;
   const live = el('span', { class: 'muted', id: 'live-status' });
@@ -471,8 +476,8 @@ function jobPage(main, jobId) {
   api(`api/jobs/${encodeURIComponent(jobId)}`).then((loaded) => {
     job = loaded;
     showHead();
-    if (job.kind === 'BENCH_JOB') benchView(body, job, (f) => { follower = f; }, refresh);
-    else trainView(body, job, (f) => { follower = f; }, refresh, live);
+    if (job.kind === 'BENCH_JOB') benchView(ctx, body, job, (f) => { follower = f; }, refresh);
+    else trainView(ctx, body, job, (f) => { follower = f; }, refresh, live);
   }, (error) => {
     if (!(error instanceof HttpError && error.status === 401)) main.append(el('p', { class: 'error', id: 'page-error' }, `Job ${jobId}: ${error.message}`));
   });
@@ -484,7 +489,7 @@ function jobPage(main, jobId) {
   return { leave() { follower && follower.stop(); } };
 }
 
-function trainView(body, job, setFollower, refresh, live) {
+function trainView(ctx, body, job, setFollower, refresh, live) {
   const smoothing = el('input', { type: 'range', min: '0', max: '0.99', step: '0.01', value: '0.6', id: 'smoothing' });
   const smoothingValue = el('span', {}, '0.6');
   const loss = chartCard('Loss per step', 'chart-loss', el('div', { class: 'toolbar' }, el('label', {}, 'Smoothing (EMA) ', smoothing), smoothingValue));
@@ -500,18 +505,23 @@ function trainView(body, job, setFollower, refresh, live) {
       el('div', { class: 'card' }, el('h2', {}, 'Log and state changes'), logs),
       el('div', { class: 'card' }, el('h2', {}, 'Spec'), yaml)));
 
+  // Epoch charts span the job's epochs from the start, so that one point is not a lone dot
+  // at the edge; points are drawn, as there are few.
+  const epochCount = num((job.spec.trainJob || {}).epochs) || 1;
+  const epochAxis = { drawPoints: true, pointSize: 3, dateWindow: [0.8, epochCount + 0.2],
+    axes: { x: { pixelsPerLabel: 30, axisLabelFormatter: (x) => (Number.isInteger(x) ? String(x) : '') } } };
   const charts = {
     loss: new LiveChart(loss.box, ['step', 'loss', 'smoothed'], { labelsDiv: loss.legend, xlabel: 'step',
-      series: { loss: { color: '#9ab8f0', strokeWidth: 1 }, smoothed: { color: '#1f6feb', strokeWidth: 2 } } }),
-    epochLoss: new LiveChart(epochLoss.box, ['epoch', 'train loss', 'test loss'], { labelsDiv: epochLoss.legend, xlabel: 'epoch', drawPoints: true, pointSize: 3 }),
-    epochAccuracy: new LiveChart(epochAcc.box, ['epoch', 'train accuracy', 'test accuracy'], { labelsDiv: epochAcc.legend, xlabel: 'epoch', drawPoints: true, pointSize: 3 }),
+      series: { loss: { color: 'rgba(31,111,235,0.35)', strokeWidth: 1 }, smoothed: { color: '#1f6feb', strokeWidth: 2 } } }),
+    epochLoss: new LiveChart(epochLoss.box, ['epoch', 'train loss', 'test loss'], { labelsDiv: epochLoss.legend, xlabel: 'epoch', ...epochAxis }),
+    epochAccuracy: new LiveChart(epochAcc.box, ['epoch', 'train accuracy', 'test accuracy'], { labelsDiv: epochAcc.legend, xlabel: 'epoch', ...epochAxis }),
     learningRate: new LiveChart(lr.box, ['step', 'learning rate'], { labelsDiv: lr.legend, xlabel: 'step' }),
     speed: new LiveChart(speed.box, ['step', 'samples/s', 'step ms'], { labelsDiv: speed.legend, xlabel: 'step',
       series: { 'step ms': { axis: 'y2' } }, axes: { y2: { independentTicks: true } }, ylabel: 'samples/s', y2label: 'ms' }),
     memory: new LiveChart(memory.box, ['step', 'allocated'], { labelsDiv: memory.legend, xlabel: 'step',
       axes: { y: { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes } } }),
   };
-  state.charts = charts;
+  Object.assign(ctx.charts, charts);
   // Raw step values, kept for the smoothing slider; epoch rows by epoch.
   const steps = { x: [], loss: [], lr: [], sps: [], ms: [], mem: [] };
   const epochs = new Map();
@@ -529,13 +539,13 @@ function trainView(body, job, setFollower, refresh, live) {
     charts.learningRate.set(steps.x.map((x, i) => [x, steps.lr[i]]));
     charts.speed.set(steps.x.map((x, i) => [x, steps.sps[i], steps.ms[i]]));
     charts.memory.set(steps.x.map((x, i) => [x, steps.mem[i]]));
-    state.counters.stepPoints = steps.x.length;
+    ctx.counters.stepPoints = steps.x.length;
   }
   function drawEpochs() {
     const rows = [...epochs.values()].sort((a, b) => a.epoch - b.epoch);
     charts.epochLoss.set(rows.map((e) => [e.epoch, num(e.trainLoss), e.evaluated ? num(e.testLoss) : null]));
     charts.epochAccuracy.set(rows.map((e) => [e.epoch, num(e.trainAccuracy), e.evaluated ? num(e.testAccuracy) : null]));
-    state.counters.epochPoints = rows.length;
+    ctx.counters.epochPoints = rows.length;
   }
   function addLog(event) {
     let line = null;
@@ -564,14 +574,14 @@ function trainView(body, job, setFollower, refresh, live) {
     const msAt = index(byName.step_time_ms || []), memAt = index(byName.allocated_bytes || []);
     for (const [x, value] of lossPoints) addStep(x, value, lrAt.get(x) ?? null, spsAt.get(x) ?? null, msAt.get(x) ?? null, memAt.get(x) ?? null);
     drawSteps();
-    state.counters.firstChart = performance.now();
-    const follower = followEvents(job.id, {
+    ctx.counters.firstChart = performance.now();
+    const follower = followEvents(ctx, job.id, {
       afterSeq: 0, omitStepsThrough: num(series.throughSeq),
       onEvent: (event) => {
         if (event.step) {
           const s = event.step;
           addStep(num(s.step), num(s.loss), num(s.learningRate), num(s.samplesPerSecond), num(s.stepTimeMs), num(s.allocatedBytes));
-          state.counters.stepsStreamed = (state.counters.stepsStreamed || 0) + 1;
+          ctx.counters.stepsStreamed = (ctx.counters.stepsStreamed || 0) + 1;
           drawSteps();
         } else if (event.epoch) {
           epochs.set(num(event.epoch.epoch), { ...event.epoch, epoch: num(event.epoch.epoch) });
@@ -580,11 +590,11 @@ function trainView(body, job, setFollower, refresh, live) {
           addLog(event);
           if (event.state || event.summary) refresh();
         }
-        state.counters.lastSeq = num(event.seq);
+        ctx.counters.lastSeq = num(event.seq);
       },
       onStatus: (status, message) => {
         live.textContent = status === 'live' ? '● live' : status === 'reconnecting' ? 'reconnecting…' : status === 'ended' ? 'finished' : 'error: ' + message;
-        state.counters.status = status;
+        ctx.counters.status = status;
       },
     });
     setFollower(follower);
@@ -624,7 +634,7 @@ function specYaml(job) { return toYaml(specObject(job)) + '\n'; }
 // ---------------------------------------------------------------------------------------------
 // BenchJob: the seeds' table (models and batch sizes by devices, speedup last) and a bar chart.
 
-function benchView(body, job, setFollower, refresh) {
+function benchView(ctx, body, job, setFollower, refresh) {
   const rows = [];
   const table = el('div', { class: 'scroll', id: 'bench-table' });
   const measure = el('select', { id: 'bench-measure' }, el('option', { value: 'ms' }, 'ms per batch (p10–p90)'), el('option', { value: 'sps' }, 'samples/s'));
@@ -637,7 +647,7 @@ function benchView(body, job, setFollower, refresh) {
   function draw() {
     const view = benchLayout(rows);
     table.replaceChildren(benchTable(view));
-    state.counters.benchRows = rows.length;
+    ctx.counters.benchRows = rows.length;
     if (!view.groups.length) return;
     const sps = measure.value === 'sps';
     const data = view.groups.map((group, i) => [i + 1, ...view.devices.map((device) => {
@@ -652,9 +662,9 @@ function benchView(body, job, setFollower, refresh) {
     };
     if (!graph) graph = new Dygraph(bars.box, data, { colors: COLORS, legend: 'always', ...options });
     else graph.updateOptions(options);
-    state.charts.bench = graph;
+    ctx.charts.bench = graph;
   }
-  const follower = followEvents(job.id, {
+  const follower = followEvents(ctx, job.id, {
     onEvent: (event) => {
       if (event.benchRow) { rows.push(event.benchRow); draw(); }
       if (event.state || event.summary) refresh();
@@ -747,7 +757,7 @@ function specDifferences(specs) {
     .map((k) => ({ key: k, values: flat.map((f) => (k in f ? f[k] : '')) }));
 }
 
-function comparePage(main, ids) {
+function comparePage(ctx, main, ids) {
   const followers = [];
   const metric = el('select', { id: 'compare-metric' }, [...STEP_METRICS, ...EPOCH_METRICS].map((m) => el('option', { value: m }, m)));
   const xAxis = el('select', { id: 'compare-x' }, el('option', { value: 'step' }, 'step'), el('option', { value: 'epoch' }, 'epoch'), el('option', { value: 'time' }, 'wall time (s)'));
@@ -764,6 +774,7 @@ function comparePage(main, ids) {
   let generation = 0;
 
   async function draw() {
+    if (!ctx.alive) return;
     const mine = ++generation;
     const name = metric.value, x = xAxis.value;
     const isEpoch = EPOCH_METRICS.includes(name);
@@ -786,17 +797,17 @@ function comparePage(main, ids) {
     });
     const rows = [...byX.entries()].sort((a, b) => a[0] - b[0]).map(([xv, values]) => [xv, ...values]);
     const labels = [x, ...jobs.map((job) => `job ${job.id} (${jobModel(job)})`)];
-    state.counters.compareSeries = jobs.length;
-    state.counters.comparePoints = series.map((s) => s.series[0].points.length);
+    ctx.counters.compareSeries = jobs.length;
+    ctx.counters.comparePoints = series.map((s) => s.series[0].points.length);
     if (!rows.length) rows.push([0, ...jobs.map(() => null)]);
     const options = { file: rows, labels, xlabel: x === 'time' ? 'seconds since start' : x, ylabel: name, drawPoints: isEpoch, pointSize: 3 };
     if (!graph) graph = new Dygraph(card.box, rows, { colors: COLORS, legend: 'always', labelsDiv: card.legend, connectSeparatedPoints: true, ...options });
     else graph.updateOptions(options);
-    state.charts.compare = graph;
+    ctx.charts.compare = graph;
   }
   function showDiff() {
     const differences = specDifferences(jobs.map(specObject));
-    state.counters.diffKeys = differences.map((d) => d.key);
+    ctx.counters.diffKeys = differences.map((d) => d.key);
     diff.replaceChildren(differences.length ? el('table', { class: 'diff' },
       el('thead', {}, el('tr', {}, el('th', {}, 'key'), jobs.map((job) => el('th', {}, `job ${job.id}`)))),
       el('tbody', {}, differences.map((d) => el('tr', {}, el('td', {}, d.key), d.values.map((v) => el('td', {}, v))))))
@@ -809,7 +820,7 @@ function comparePage(main, ids) {
     // Running jobs' curves grow: redraw when any of them gets events, at most every 2 s.
     let due = false;
     for (const job of jobs.filter((j) => !TERMINAL.has(j.state))) {
-      followers.push(followEvents(job.id, { afterSeq: num(job.lastSeq), onEvent: () => {
+      followers.push(followEvents(ctx, job.id, { afterSeq: num(job.lastSeq), onEvent: () => {
         if (due) return;
         due = true;
         setTimeout(() => { due = false; draw(); }, 2000);
