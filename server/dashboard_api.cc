@@ -20,8 +20,6 @@ namespace {
 
 using mpsd::v1::Job;
 
-// Events read from the store per batch while building a series.
-constexpr int kSeriesReadBatch = 4096;
 constexpr int kDefaultMaxPoints = 2000;
 constexpr int kMaxMaxPoints = 100000;
 
@@ -115,29 +113,16 @@ absl::StatusOr<std::vector<SeriesMetric>> ParseMetrics(const std::string& text) 
   return metrics;
 }
 
-// Feeds every committed event of `job_id` to `builder`, in seq order.
-absl::Status ReadAll(EventLog& log, const std::string& job_id, SeriesBuilder& builder) {
-  int64_t after = 0;
-  for (;;) {
-    absl::StatusOr<std::vector<mpsd::v1::JobEvent>> events =
-        log.Read(job_id, after, kSeriesReadBatch);
-    if (!events.ok()) return events.status();
-    for (const mpsd::v1::JobEvent& event : *events) builder.Add(event);
-    if (events->size() < static_cast<size_t>(kSeriesReadBatch)) return absl::OkStatus();
-    after = events->back().seq();
-  }
-}
-
-std::string SeriesJson(const std::string& job_id, const SeriesBuilder& builder, int max_points) {
+std::string SeriesJson(const std::string& job_id, const SeriesCache::Result& result) {
   std::string out = absl::StrCat("{\"jobId\":", JsonString(job_id),
-                                 ",\"throughSeq\":", builder.through_seq(), ",\"series\":[");
-  for (size_t i = 0; i < builder.metrics().size(); ++i) {
-    const SeriesMetric& metric = builder.metrics()[i];
-    const std::vector<SeriesPoint>& raw = builder.points(i);
-    absl::StrAppend(&out, i ? "," : "", "{\"metric\":", JsonString(metric.name), ",\"x\":\"",
-                    metric.source == SeriesMetric::Source::kStep ? "step" : "epoch",
-                    "\",\"rawPoints\":", raw.size(), ",\"points\":[");
-    const std::vector<SeriesPoint> kept = Downsample(raw, max_points);
+                                 ",\"throughSeq\":", result.through_seq, ",\"series\":[");
+  for (size_t i = 0; i < result.series.size(); ++i) {
+    const SeriesCache::Series& series = result.series[i];
+    absl::StrAppend(&out, i ? "," : "", "{\"metric\":", JsonString(series.metric.name),
+                    ",\"x\":\"",
+                    series.metric.source == SeriesMetric::Source::kStep ? "step" : "epoch",
+                    "\",\"rawPoints\":", series.raw_points, ",\"points\":[");
+    const std::vector<SeriesPoint>& kept = series.points;
     for (size_t k = 0; k < kept.size(); ++k) {
       absl::StrAppend(&out, k ? "," : "", "[", kept[k].x, ",", JsonNumber(kept[k].value), ",",
                       kept[k].time_us, "]");
@@ -201,8 +186,8 @@ HttpReply GetJobHandler(const Scheduler& scheduler, const std::string& job_id) {
   return JsonReply(*job);
 }
 
-HttpReply SeriesHandler(const Scheduler& scheduler, EventLog& log, const std::string& job_id,
-                        const QueryParam& param) {
+HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache,
+                        const std::string& job_id, const QueryParam& param) {
   absl::StatusOr<Job> job = scheduler.Get(job_id);
   if (!job.ok()) return ErrorReply(job.status());
   absl::StatusOr<std::vector<SeriesMetric>> metrics = ParseMetrics(param("metric"));
@@ -210,10 +195,10 @@ HttpReply SeriesHandler(const Scheduler& scheduler, EventLog& log, const std::st
   absl::StatusOr<int> max_points =
       ParseInt(param("max_points"), "max_points", kDefaultMaxPoints, 4, kMaxMaxPoints);
   if (!max_points.ok()) return ErrorReply(max_points.status());
-  SeriesBuilder builder(*std::move(metrics));
-  if (absl::Status read = ReadAll(log, job_id, builder); !read.ok()) return ErrorReply(read);
+  absl::StatusOr<SeriesCache::Result> result = cache.Query(job_id, *metrics, *max_points);
+  if (!result.ok()) return ErrorReply(result.status());
   HttpReply reply;
-  reply.body = SeriesJson(job_id, builder, *max_points);
+  reply.body = SeriesJson(job_id, *result);
   return reply;
 }
 

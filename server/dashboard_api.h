@@ -17,6 +17,7 @@
 #include "google/protobuf/message.h"
 #include "server/event_log.h"
 #include "server/scheduler.h"
+#include "server/series_cache.h"
 
 namespace mpsd::server {
 
@@ -51,17 +52,18 @@ HttpReply ListJobsHandler(const Scheduler& scheduler, const QueryParam& param);
 // GET /api/jobs/{id}. NOT_FOUND for an unknown id.
 HttpReply GetJobHandler(const Scheduler& scheduler, const std::string& job_id);
 
-// GET /api/jobs/{id}/series?metric=loss,learning_rate&max_points=2000: reads the job's
-// committed events once and answers, per metric (FindSeriesMetric's names), its points
-// downsampled to at most max_points (default 2000, 4 to 100000) by Downsample:
+// GET /api/jobs/{id}/series?metric=loss,learning_rate&max_points=2000: the job's committed
+// events (through `cache`, which reads only what was committed since its last request) as, per
+// metric (FindSeriesMetric's names), its points downsampled to at most max_points (default
+// 2000, 4 to 100000; server/series.h says what is kept):
 //   {"jobId": "3", "throughSeq": 1234,
 //    "series": [{"metric": "loss", "x": "step", "rawPoints": 100000,
 //                "points": [[step, value, time_us], ...]}]}
 // throughSeq is the highest seq read: every step event up to it is in the points (or was
 // downsampled away), so a client follows the events after it. Errors: NOT_FOUND (job),
 // INVALID_ARGUMENT naming metric or max_points, the store's.
-HttpReply SeriesHandler(const Scheduler& scheduler, EventLog& log, const std::string& job_id,
-                        const QueryParam& param);
+HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache,
+                        const std::string& job_id, const QueryParam& param);
 
 }  // namespace mpsd::server
 

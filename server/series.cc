@@ -103,22 +103,40 @@ std::vector<std::string> SeriesMetricNames() {
 SeriesBuilder::SeriesBuilder(std::vector<SeriesMetric> metrics)
     : metrics_(std::move(metrics)), points_(metrics_.size()) {}
 
+std::optional<SeriesPoint> PointOf(const SeriesMetric& metric, const JobEvent& event) {
+  const int64_t time_us = google::protobuf::util::TimeUtil::TimestampToMicroseconds(event.time());
+  if (metric.source == SeriesMetric::Source::kStep) {
+    if (!event.has_step()) return std::nullopt;
+    return SeriesPoint{event.step().step(), ReadNumber(event.step(), metric.field_number),
+                       time_us};
+  }
+  if (!event.has_epoch()) return std::nullopt;
+  if (IsTestMetric(metric.field_number) && !event.epoch().evaluated()) return std::nullopt;
+  return SeriesPoint{event.epoch().epoch(), ReadNumber(event.epoch(), metric.field_number),
+                     time_us};
+}
+
 void SeriesBuilder::Add(const JobEvent& event) {
   if (event.seq() > through_seq_) through_seq_ = event.seq();
-  const bool step = event.has_step();
-  if (!step && !event.has_epoch()) return;
-  const int64_t time_us = google::protobuf::util::TimeUtil::TimestampToMicroseconds(event.time());
+  if (!event.has_step() && !event.has_epoch()) return;
   for (size_t i = 0; i < metrics_.size(); ++i) {
-    const SeriesMetric& metric = metrics_[i];
-    if (step != (metric.source == SeriesMetric::Source::kStep)) continue;
-    if (step) {
-      points_[i].push_back(
-          {event.step().step(), ReadNumber(event.step(), metric.field_number), time_us});
-      continue;
+    if (std::optional<SeriesPoint> point = PointOf(metrics_[i], event)) {
+      points_[i].push_back(*point);
     }
-    if (IsTestMetric(metric.field_number) && !event.epoch().evaluated()) continue;
-    points_[i].push_back(
-        {event.epoch().epoch(), ReadNumber(event.epoch(), metric.field_number), time_us});
+  }
+}
+
+void AppendBucket(const std::vector<SeriesPoint>& points, size_t begin, size_t end,
+                  std::vector<SeriesPoint>* out) {
+  if (begin >= end) return;
+  auto [min_i, max_i] = MinMaxIndex(points, begin, end);
+  size_t picks[3] = {min_i, max_i, end - 1};
+  std::sort(picks, picks + 3);
+  size_t previous = end;  // None yet.
+  for (size_t i : picks) {
+    if (i == end || i == previous) continue;  // All-NaN bucket, or one point kept twice.
+    out->push_back(points[i]);
+    previous = i;
   }
 }
 
@@ -132,19 +150,46 @@ std::vector<SeriesPoint> Downsample(const std::vector<SeriesPoint>& points, int 
   kept.reserve(1 + 3 * buckets);
   kept.push_back(points[0]);
   for (size_t b = 0; b < buckets; ++b) {
-    const size_t begin = 1 + rest * b / buckets;
-    const size_t end = 1 + rest * (b + 1) / buckets;
-    auto [min_i, max_i] = MinMaxIndex(points, begin, end);
-    size_t picks[3] = {min_i, max_i, end - 1};
-    std::sort(picks, picks + 3);
-    size_t previous = end;  // None yet.
-    for (size_t i : picks) {
-      if (i == end || i == previous) continue;  // All-NaN bucket, or one point kept twice.
-      kept.push_back(points[i]);
-      previous = i;
-    }
+    AppendBucket(points, 1 + rest * b / buckets, 1 + rest * (b + 1) / buckets, &kept);
   }
   return kept;
+}
+
+void MetricSeries::Add(const SeriesPoint& point) {
+  ++count_;
+  if (!reduced_) {
+    raw_.push_back(point);
+    if (raw_.size() <= raw_limit_) return;
+    // Too long to keep whole: the first point, then whole blocks reduced, the rest as tail.
+    reduced_ = true;
+    first_ = raw_[0];
+    size_t begin = 1;
+    for (; begin + block_ <= raw_.size(); begin += block_) {
+      AppendBucket(raw_, begin, begin + block_, &blocks_);
+    }
+    tail_.assign(raw_.begin() + static_cast<std::ptrdiff_t>(begin), raw_.end());
+    std::vector<SeriesPoint>().swap(raw_);
+    return;
+  }
+  tail_.push_back(point);
+  if (tail_.size() < block_) return;
+  AppendBucket(tail_, 0, tail_.size(), &blocks_);
+  tail_.clear();
+}
+
+std::vector<SeriesPoint> MetricSeries::Downsampled(int max_points) const {
+  if (!reduced_) return Downsample(raw_, max_points);
+  std::vector<SeriesPoint> points;
+  points.reserve(1 + blocks_.size() + 3);
+  points.push_back(first_);
+  points.insert(points.end(), blocks_.begin(), blocks_.end());
+  AppendBucket(tail_, 0, tail_.size(), &points);
+  return Downsample(points, max_points);
+}
+
+size_t MetricSeries::bytes() const {
+  return sizeof(*this) +
+         sizeof(SeriesPoint) * (raw_.capacity() + blocks_.capacity() + tail_.capacity());
 }
 
 }  // namespace mpsd::server

@@ -9,6 +9,8 @@
 #define MPSD_SERVER_SERIES_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -52,6 +54,10 @@ absl::StatusOr<SeriesMetric> FindSeriesMetric(absl::string_view name);
 // Every metric name FindSeriesMetric knows, step metrics first.
 std::vector<std::string> SeriesMetricNames();
 
+// The point `event` gives `metric`, if any (a step event for a step metric, an epoch event for
+// an epoch metric, except test_* of an epoch whose evaluation was skipped).
+std::optional<SeriesPoint> PointOf(const SeriesMetric& metric, const mpsd::v1::JobEvent& event);
+
 // Collects points of several metrics from a job's events, fed in seq order (heartbeats and
 // events of other payloads are skipped). Thread-compatible.
 class SeriesBuilder {
@@ -80,6 +86,45 @@ class SeriesBuilder {
 // series is always kept (it is the last bucket's last point). NaN values count as neither
 // minimum nor maximum but are kept when last.
 std::vector<SeriesPoint> Downsample(const std::vector<SeriesPoint>& points, int max_points);
+
+// Appends to `out`, in their original order, the points of points[begin, end) that hold its
+// minimum, its maximum and the last one (each once; NaN values are no extreme). One bucket of
+// Downsample.
+void AppendBucket(const std::vector<SeriesPoint>& points, size_t begin, size_t end,
+                  std::vector<SeriesPoint>* out);
+
+// One metric of one job, built incrementally, that answers Downsample(all points, max_points)
+// for any max_points without keeping every point of a long series: up to `raw_limit` points it
+// keeps them all; beyond, it keeps the first point and, for each run of `block` consecutive
+// points, that run's minimum, maximum and last (AppendBucket), plus the raw points of the run not
+// yet complete. Downsampling those reduced points keeps what Downsample keeps of the raw ones
+// (first, last, every bucket's minimum and maximum) with bucket edges rounded to whole blocks.
+// Thread-compatible.
+class MetricSeries {
+ public:
+  MetricSeries(int raw_limit, int block) : raw_limit_(raw_limit), block_(block) {}
+
+  void Add(const SeriesPoint& point);
+
+  // Points added so far.
+  int64_t count() const { return count_; }
+  // At most max_points (>= 4) points as described above; every point when count() fits.
+  std::vector<SeriesPoint> Downsampled(int max_points) const;
+  // Memory held, bytes (approximately).
+  size_t bytes() const;
+
+ private:
+  const size_t raw_limit_;
+  const size_t block_;
+  int64_t count_ = 0;
+  // Every point, while count_ <= raw_limit_.
+  std::vector<SeriesPoint> raw_;
+  // Beyond: the first point, the complete blocks' extremes and the current block's points.
+  bool reduced_ = false;
+  SeriesPoint first_;
+  std::vector<SeriesPoint> blocks_;
+  std::vector<SeriesPoint> tail_;
+};
 
 }  // namespace mpsd::server
 

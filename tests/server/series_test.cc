@@ -163,6 +163,37 @@ TEST(SeriesBuilderTest, ReadsStepAndEpochFieldsAndSkipsUnevaluatedTests) {
   EXPECT_EQ(builder.points(3)[0].value, 2.0);
 }
 
+TEST(MetricSeriesTest, WholeUpToTheRawLimitThenReducedWithTheSameExtremes) {
+  const std::vector<SeriesPoint> points = [] {
+    std::vector<SeriesPoint> p = Noise(300000, 4);
+    p[123457].value = 1e6;   // Past the raw limit: inside a reduced block.
+    p[64 * 2000 + 1].value = -1e6;  // A block's first point.
+    p[299998].value = 77.0;  // In the incomplete last block.
+    return p;
+  }();
+  MetricSeries series(/*raw_limit=*/100000, /*block=*/64);
+  for (size_t i = 0; i < points.size(); ++i) {
+    series.Add(points[i]);
+    if (i + 1 == 5000) {  // Under the limit: exactly what Downsample keeps.
+      std::vector<SeriesPoint> prefix(points.begin(), points.begin() + 5000);
+      EXPECT_EQ(series.Downsampled(2000), Downsample(prefix, 2000));
+      EXPECT_EQ(series.Downsampled(100000), prefix);
+    }
+  }
+  EXPECT_EQ(series.count(), 300000);
+  const std::vector<SeriesPoint> kept = series.Downsampled(2000);
+  ASSERT_LE(kept.size(), 2000u);
+  EXPECT_EQ(kept.front(), points.front());
+  EXPECT_EQ(kept.back(), points.back());
+  for (size_t i : {123457u, 64u * 2000 + 1, 299998u}) {
+    EXPECT_THAT(kept, ::testing::Contains(points[i])) << "spike at " << i << " lost";
+  }
+  for (size_t i = 1; i < kept.size(); ++i) ASSERT_LT(kept[i - 1].x, kept[i].x);
+  // Reduced, it holds ~3 points per block, not 300,000.
+  EXPECT_LT(series.bytes(), sizeof(SeriesPoint) * 300000 / 10);
+  EXPECT_LE(series.Downsampled(100000).size(), 1 + 3 * (300000 / 64) + 3);
+}
+
 TEST(SeriesMetricTest, UnknownNameIsNamedWithTheKnownOnes) {
   absl::StatusOr<SeriesMetric> metric = FindSeriesMetric("los");
   ASSERT_FALSE(metric.ok());
