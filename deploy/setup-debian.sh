@@ -10,6 +10,7 @@ packages=(
   libtorch-dev libgtest-dev libcpp-httplib-dev prometheus-cpp-dev
   python3 python3-grpcio python3-protobuf python3-yaml python3-prometheus-client
   dataset-fashion-mnist
+  libjs-dygraphs
 )
 
 missing=()
