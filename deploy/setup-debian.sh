@@ -10,6 +10,7 @@ packages=(
   libtorch-dev libgtest-dev
   python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools
   dataset-fashion-mnist
+  libjs-dygraphs
 )
 
 missing=()
