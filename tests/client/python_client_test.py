@@ -356,6 +356,52 @@ class SubmitWithRealDaemonTest(unittest.TestCase):
         self.assertIn("already used for job %s" % job_id, other.stderr)
 
 
+class FollowAcrossRestartTest(unittest.TestCase):
+    """Client.follow reconnects by itself when the daemon is killed and started again."""
+
+    def test_follow_resumes_after_the_daemon_is_killed_and_restarted(self):
+        import threading
+        with tempfile.TemporaryDirectory(prefix="mpsd-py-") as directory:
+            daemon = Mpsd(directory)
+            try:
+                spec = {"kind": "TrainJob", "model": {"name": "mlp"},
+                        "dataset": {"name": "fashion-mnist", "root": FASHION_MNIST,
+                                    "limit_train": 3200, "limit_test": 200},
+                        "batch_size": 64, "epochs": 3, "seed": 1, "device": "cpu",
+                        "optimizer": {"name": "adam", "learning_rate": 0.001},
+                        "checkpoint": {"every_epochs": 1}, "restart_policy": "resume"}
+                events, errors = [], []
+                with mpsd.Client(daemon.address) as client:
+                    job = client.submit(spec)
+
+                    def follow():
+                        try:
+                            events.extend(client.follow(job.id))
+                        except Exception as error:  # reported below
+                            errors.append(error)
+
+                    follower = threading.Thread(target=follow)
+                    follower.start()
+                    deadline = time.monotonic() + 240
+                    while not any(e.HasField("checkpoint") for e in list(events)):
+                        self.assertLess(time.monotonic(), deadline, "no checkpoint event")
+                        time.sleep(0.05)
+                    daemon.process.kill()
+                    daemon.process.wait()
+                    time.sleep(2)
+                    os.remove(os.path.join(directory, "mpsd.sock"))  # left by SIGKILL
+                    daemon = Mpsd(directory)
+                    follower.join(timeout=300)
+                    self.assertFalse(follower.is_alive())
+                self.assertEqual(errors, [])
+                seqs = [e.seq for e in events]
+                self.assertEqual(seqs, list(range(1, len(seqs) + 1)))  # no gap, no duplicate
+                self.assertTrue(mpsd.is_terminal(events[-1]))
+                self.assertEqual(events[-1].state.state, pb2.Job.SUCCEEDED)
+            finally:
+                daemon.stop()
+
+
 class SubmitWithoutDaemonTest(unittest.TestCase):
     def test_missing_daemon_exits_2(self):
         with tempfile.TemporaryDirectory(prefix="mpsd-py-") as directory:

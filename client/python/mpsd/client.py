@@ -14,6 +14,8 @@ bad field path); a bad job file or spec is JobFileError before anything is sent.
 """
 
 import os
+import threading
+import time
 from typing import Iterator, Optional
 
 import grpc
@@ -52,25 +54,104 @@ def is_terminal(event: pb2.JobEvent) -> bool:
     return event.WhichOneof("payload") == "state" and event.state.state in terminal_states()
 
 
+# The channel options the client connects with (the same as mpsctl's): HTTP/2 keepalive pings
+# every 30 s, also without calls, with a 10 s timeout; the daemon accepts pings every 10 s or
+# slower (ServerStatus.min_keepalive_interval_s). gRPC's defaults would stop after two pings
+# without data, spaced 5 min apart.
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30000),
+    ("grpc.keepalive_timeout_ms", 10000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_time_between_pings_ms", 30000),
+]
+
+# Codes after which a followed stream is reopened (the daemon restarted, the connection broke).
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
+
+class _Watchdog:
+    """Cancels `call` when nothing arrived on it for `silence` seconds (a dead connection)."""
+
+    def __init__(self, call, silence: Optional[float]):
+        self.fired = False
+        self._call, self._silence = call, silence
+        self._timer = None
+        self.reset()
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._call.cancel()
+
+    def reset(self) -> None:
+        self.stop()
+        if self._silence:
+            self._timer = threading.Timer(self._silence, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def _silence_limit(stub: pb2_grpc.JobServiceStub) -> float:
+    """Two of the daemon's heartbeat intervals (GetServerStatus) and 5 s: silence longer than
+    that means the stream is broken. 15 s intervals when the daemon does not say."""
+    try:
+        interval = stub.GetServerStatus(pb2.GetServerStatusRequest(), timeout=10).heartbeat_interval_s
+    except grpc.RpcError:
+        interval = 0
+    return 2 * (interval or 15.0) + 5
+
+
 def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0,
-                  heartbeats: bool = False) -> Iterator[pb2.JobEvent]:
+                  heartbeats: bool = False,
+                  reconnect_timeout: float = 0.0) -> Iterator[pb2.JobEvent]:
     """Yields the job's JobEvents after `after_seq` up to and including its terminal state event.
 
     Heartbeats (seq 0, sent while the stream is idle; for a queued job they carry its queue
-    position) are yielded only with heartbeats=True. To resume after a lost connection, pass the
-    last non-zero seq seen as `after_seq`. The stream has no deadline (a job may run for hours).
-    Closing the generator early cancels the call. Raises grpc.RpcError if it fails.
+    position; outside the numbered sequence) are yielded only with heartbeats=True. The stream
+    has no deadline (a job may run for hours). Closing the generator early cancels the call.
+
+    With reconnect_timeout > 0 (seconds), a stream that breaks (UNAVAILABLE: a daemon restart, a
+    dropped connection) or stays silent for more than two heartbeat intervals is reopened with
+    after_seq = the last seq yielded, for as long as events keep arriving within
+    reconnect_timeout of each other: every event is yielded exactly once. The first call is not
+    retried when it cannot connect. Raises grpc.RpcError otherwise.
     """
-    call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=after_seq))
-    try:
-        for event in call:
-            if event.WhichOneof("payload") == "heartbeat" and not heartbeats:
-                continue
-            yield event
-            if is_terminal(event):
-                return
-    finally:
-        call.cancel()  # no-op once the server has ended the stream
+    silence = _silence_limit(stub) if reconnect_timeout > 0 else None
+    last_seq, connected, attempt = after_seq, False, 0
+    last_progress = time.monotonic()
+    while True:
+        call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=last_seq),
+                                 wait_for_ready=attempt > 0)
+        watchdog = _Watchdog(call, silence)
+        try:
+            for event in call:
+                watchdog.reset()
+                connected, last_progress = True, time.monotonic()
+                if event.WhichOneof("payload") == "heartbeat":
+                    if heartbeats:
+                        yield event
+                    continue
+                if event.seq <= last_seq:
+                    continue  # a replay that overlaps what was yielded
+                last_seq = event.seq
+                yield event
+                if is_terminal(event):
+                    return
+            return
+        except grpc.RpcError as error:
+            retry = watchdog.fired or error.code() in _RETRYABLE
+            if not (retry and connected and reconnect_timeout > 0 and
+                    time.monotonic() - last_progress <= reconnect_timeout):
+                raise
+        finally:
+            watchdog.stop()
+            call.cancel()  # no-op once the server has ended the stream
+        attempt += 1
+        time.sleep(min(attempt, 5))
 
 
 class Client:
@@ -84,7 +165,8 @@ class Client:
     def __init__(self, address: Optional[str] = None, *, timeout: float = 10.0):
         self.address = address or default_address()
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(grpc_target(self.address))
+        self._channel = grpc.insecure_channel(grpc_target(self.address),
+                                              options=KEEPALIVE_OPTIONS)
         self.stub = pb2_grpc.JobServiceStub(self._channel)
 
     def __enter__(self) -> "Client":
@@ -112,11 +194,13 @@ class Client:
             request.request_id = request_id
         return self.stub.SubmitJob(request, timeout=self.timeout)
 
-    def follow(self, job_id: str, *, after_seq: int = 0,
-               heartbeats: bool = False) -> Iterator[pb2.JobEvent]:
+    def follow(self, job_id: str, *, after_seq: int = 0, heartbeats: bool = False,
+               reconnect_timeout: float = 120.0) -> Iterator[pb2.JobEvent]:
         """The job's events after `after_seq`, stored ones first, then live, ending with its
-        terminal state event (see follow_events)."""
-        return follow_events(self.stub, job_id, after_seq=after_seq, heartbeats=heartbeats)
+        terminal state event; a stream that breaks or goes silent is reopened where it stopped
+        (see follow_events; reconnect_timeout=0 turns that off)."""
+        return follow_events(self.stub, job_id, after_seq=after_seq, heartbeats=heartbeats,
+                             reconnect_timeout=reconnect_timeout)
 
     def get(self, job_id: str) -> pb2.Job:
         """The job now; grpc.RpcError NOT_FOUND for an unknown id."""
