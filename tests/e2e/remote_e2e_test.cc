@@ -260,6 +260,14 @@ TEST_F(RemoteE2eTest, HealthIsNotServingDuringShutdown) {
   HealthCheckResponse update;
   ASSERT_TRUE(watch->Read(&update));
   EXPECT_EQ(update.status(), HealthCheckResponse::SERVING);
+  // A running job makes the shutdown last (it is stopped and its events committed), so that
+  // the update is written before gRPC ends the call.
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, TrainJobRequest(60000, 200, 50, 64, "mlp"));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
+    return now.ok() && now->last_step().step() > 0;
+  }));
   kill(daemon_->pid(), SIGTERM);
   ASSERT_TRUE(watch->Read(&update));
   EXPECT_EQ(update.status(), HealthCheckResponse::NOT_SERVING);
