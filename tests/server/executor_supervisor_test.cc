@@ -110,12 +110,14 @@ TEST_F(ExecutorSupervisorTest, BadOptionsAndMissingProgramsFailToStart) {
   options.executor_path = dir_ / "no-such-executor";
   absl::Status missing = ExecutorSupervisor::Start(options).status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(missing.message(), HasSubstr("no-such-executor is not an executable program"));
+  EXPECT_THAT(std::string(missing.message()),
+              HasSubstr("no-such-executor is not an executable program"));
   options = Options();
   options.executor_path = "/bin/false";
   absl::Status exits = ExecutorSupervisor::Start(options).status();
   EXPECT_EQ(exits.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(exits.message(), HasSubstr("/bin/false exited with code 1 during start-up"));
+  EXPECT_THAT(std::string(exits.message()),
+              HasSubstr("/bin/false exited with code 1 during start-up"));
 }
 
 TEST_F(ExecutorSupervisorTest, ForwardsAJobAndItsSummary) {
@@ -130,7 +132,7 @@ TEST_F(ExecutorSupervisorTest, ForwardsAJobAndItsSummary) {
   bad.mutable_train_job()->set_batch_size(0);
   const absl::Status invalid = supervisor->Validate(bad);
   EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(invalid.message(), StartsWith("train_job.batch_size"));
+  EXPECT_THAT(std::string(invalid.message()), StartsWith("train_job.batch_size"));
   EXPECT_TRUE(supervisor->Validate(SyntheticJob()).ok());
   absl::StatusOr<mpsd::v1::ListModelsResponse> models = supervisor->ListModels({});
   ASSERT_TRUE(models.ok()) << models.status();

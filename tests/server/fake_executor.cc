@@ -7,6 +7,29 @@
 
 namespace mpsd::testing {
 
+FakeExecutor::Script FakeExecutor::Held(int steps) {
+  Script script;
+  script.steps = steps;
+  script.hold = true;
+  return script;
+}
+
+FakeExecutor::Script FakeExecutor::EndsWith(absl::Status result) {
+  Script script;
+  script.result = std::move(result);
+  return script;
+}
+
+mpsd::v1::SubmitJobRequest FakeTrainRequest(int priority, const std::string& request_id,
+                                            const std::string& model) {
+  mpsd::v1::SubmitJobRequest request;
+  request.mutable_train_job()->mutable_model()->set_name(model);
+  request.mutable_train_job()->mutable_dataset()->set_name("fashion-mnist");
+  request.set_priority(priority);
+  request.set_request_id(request_id);
+  return request;
+}
+
 void FakeExecutor::FailValidation(const std::string& model, absl::Status error) {
   absl::MutexLock lock(&mu_);
   failing_model_ = model;

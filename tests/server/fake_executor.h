@@ -31,6 +31,11 @@ class FakeExecutor final : public api::Executor {
     absl::Status result = absl::OkStatus();
   };
 
+  // A job that sends `steps` steps, then waits until it is cancelled or released.
+  static Script Held(int steps);
+  // A job that sends two steps and ends with `result`.
+  static Script EndsWith(absl::Status result);
+
   // What one Run was given.
   struct RunRecord {
     api::JobContext context;
@@ -74,6 +79,10 @@ class FakeExecutor final : public api::Executor {
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_seen_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// A TrainJob request naming `model` (FakeExecutor runs any), with a priority and request_id.
+mpsd::v1::SubmitJobRequest FakeTrainRequest(int priority = 0, const std::string& request_id = "",
+                                            const std::string& model = "mlp");
 
 }  // namespace mpsd::testing
 

@@ -33,10 +33,7 @@ using ::mpsd::v1::JobEvent;
 using ::testing::HasSubstr;
 
 mpsd::v1::SubmitJobRequest TrainRequest(const std::string& model = "mlp") {
-  mpsd::v1::SubmitJobRequest request;
-  request.mutable_train_job()->mutable_model()->set_name(model);
-  request.mutable_train_job()->mutable_dataset()->set_name("fashion-mnist");
-  return request;
+  return ::mpsd::testing::FakeTrainRequest(0, "", model);
 }
 
 // What one StreamEvents call received.
@@ -96,6 +93,23 @@ class JobServiceTest : public ::testing::Test {
     return job;
   }
 
+  // Submits a job that holds after `steps` steps and a second one queued behind it, and opens
+  // the queued job's stream, whose first event (QUEUED) it reads. Returns the held job's id.
+  std::string HoldOneAndFollowTheNext(int steps) {
+    executor_.QueueScript(FakeExecutor::Held(steps));
+    const Job held = Submit(TrainRequest());
+    EXPECT_TRUE(executor_.WaitUntilHeld());
+    queued_ = Submit(TrainRequest());
+    mpsd::v1::StreamEventsRequest request;
+    request.set_job_id(queued_.id());
+    follow_context_ = Context();
+    follower_ = stub_->StreamEvents(follow_context_.get(), request);
+    JobEvent event;
+    EXPECT_TRUE(follower_->Read(&event));
+    EXPECT_EQ(event.state().state(), Job::QUEUED);
+    return held.id();
+  }
+
   Stream ReadStream(const std::string& job_id, int64_t after_seq, bool heartbeats = false) {
     mpsd::v1::StreamEventsRequest request;
     request.set_job_id(job_id);
@@ -119,6 +133,10 @@ class JobServiceTest : public ::testing::Test {
   std::unique_ptr<JobService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<mpsd::v1::JobService::Stub> stub_;
+  // HoldOneAndFollowTheNext's queued job and its open stream.
+  Job queued_;
+  std::unique_ptr<grpc::ClientContext> follow_context_;
+  std::unique_ptr<grpc::ClientReader<JobEvent>> follower_;
 };
 
 TEST_F(JobServiceTest, SubmitThenStreamToTheEnd) {
@@ -185,22 +203,11 @@ TEST_F(JobServiceTest, ErrorsCarryTheSchedulersCodes) {
 }
 
 TEST_F(JobServiceTest, IdleStreamGetsHeartbeatsAndEndsWithTheCancel) {
-  FakeExecutor::Script held;
-  held.steps = 1;
-  held.hold = true;
-  executor_.QueueScript(held);
-  const Job job = Submit(TrainRequest());
-  ASSERT_TRUE(executor_.WaitUntilHeld());
-  // A second job waits behind the held one: its heartbeats carry its place in the queue.
-  const Job queued = Submit(TrainRequest());
-
-  mpsd::v1::StreamEventsRequest request;
-  request.set_job_id(queued.id());
-  auto context = Context();
-  auto reader = stub_->StreamEvents(context.get(), request);
+  // The second job waits behind the held one: its heartbeats carry its place in the queue.
+  const std::string held_id = HoldOneAndFollowTheNext(/*steps=*/1);
+  const Job& queued = queued_;
+  auto& reader = follower_;
   JobEvent event;
-  ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.state().state(), Job::QUEUED);
   ASSERT_TRUE(reader->Read(&event));  // nothing else happens: a heartbeat, after 50 ms
   ASSERT_TRUE(event.has_heartbeat()) << event.DebugString();
   EXPECT_EQ(event.seq(), 0);
@@ -217,27 +224,16 @@ TEST_F(JobServiceTest, IdleStreamGetsHeartbeatsAndEndsWithTheCancel) {
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(last.state().state(), Job::CANCELLED);
 
-  cancel.set_job_id(job.id());
+  cancel.set_job_id(held_id);
   ASSERT_TRUE(stub_->CancelJob(Context().get(), cancel, &cancelled).ok());
-  const Stream running = ReadStream(job.id(), 0);
+  const Stream running = ReadStream(held_id, 0);
   EXPECT_EQ(running.events.back().state().state(), Job::CANCELLED);
 }
 
 TEST_F(JobServiceTest, ShutdownEndsTheStreamOfAJobThatNeverRan) {
-  FakeExecutor::Script held;
-  held.steps = 0;
-  held.hold = true;
-  executor_.QueueScript(held);
-  Submit(TrainRequest());
-  ASSERT_TRUE(executor_.WaitUntilHeld());
-  const Job queued = Submit(TrainRequest());
-  mpsd::v1::StreamEventsRequest request;
-  request.set_job_id(queued.id());
-  auto context = Context();
-  auto reader = stub_->StreamEvents(context.get(), request);
+  HoldOneAndFollowTheNext(/*steps=*/0);
+  auto& reader = follower_;
   JobEvent event;
-  ASSERT_TRUE(reader->Read(&event));
-  EXPECT_EQ(event.state().state(), Job::QUEUED);
   StopDaemon();
   while (reader->Read(&event)) {
   }
@@ -263,6 +259,8 @@ TEST_F(JobServiceTest, ListsPagesAndReportsStatus) {
   EXPECT_EQ(page.jobs(0).id(), "1");
   EXPECT_TRUE(page.next_page_token().empty());
 
+  // The server ends a stream (OnDone) just after its client saw the end.
+  ASSERT_TRUE(service_->WaitForStreamsToEnd(absl::Seconds(10)));
   mpsd::v1::ServerStatus status;
   ASSERT_TRUE(stub_->GetServerStatus(Context().get(), {}, &status).ok());
   EXPECT_EQ(status.jobs_total(), 3);

@@ -32,27 +32,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 SubmitJobRequest TrainRequest(int priority = 0, const std::string& request_id = "") {
-  SubmitJobRequest request;
-  request.mutable_train_job()->mutable_model()->set_name("mlp");
-  request.mutable_train_job()->mutable_dataset()->set_name("fashion-mnist");
-  request.set_priority(priority);
-  request.set_request_id(request_id);
-  return request;
-}
-
-// A job that sends `steps` steps, then waits until it is cancelled or released.
-FakeExecutor::Script Held(int steps) {
-  FakeExecutor::Script script;
-  script.steps = steps;
-  script.hold = true;
-  return script;
-}
-
-// A job that sends two steps and ends with `result`.
-FakeExecutor::Script EndsWith(absl::Status result) {
-  FakeExecutor::Script script;
-  script.result = std::move(result);
-  return script;
+  return ::mpsd::testing::FakeTrainRequest(priority, request_id);
 }
 
 class SchedulerTest : public ::testing::Test {
@@ -135,7 +115,7 @@ TEST_F(SchedulerTest, RunsAJobAndStoresItsEvents) {
 }
 
 TEST_F(SchedulerTest, HigherPriorityFirstThenFirstInFirstOut) {
-  executor_.QueueScript(Held(1));
+  executor_.QueueScript(FakeExecutor::Held(1));
   auto scheduler = Start();
   const Job first = Submit(*scheduler, TrainRequest(0));
   ASSERT_TRUE(executor_.WaitUntilHeld());
@@ -207,7 +187,7 @@ TEST_F(SchedulerTest, InvalidSpecsAreRefusedBeforeQueueing) {
 }
 
 TEST_F(SchedulerTest, FullQueueIsResourceExhausted) {
-  executor_.QueueScript(Held(0));
+  executor_.QueueScript(FakeExecutor::Held(0));
   auto scheduler = Start(/*max_queued=*/2);
   Submit(*scheduler, TrainRequest());
   ASSERT_TRUE(executor_.WaitUntilHeld());
@@ -219,7 +199,7 @@ TEST_F(SchedulerTest, FullQueueIsResourceExhausted) {
 }
 
 TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
-  executor_.QueueScript(Held(1));
+  executor_.QueueScript(FakeExecutor::Held(1));
   auto scheduler = Start();
   const Job running = Submit(*scheduler, TrainRequest());
   ASSERT_TRUE(executor_.WaitUntilHeld());
@@ -246,11 +226,11 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
 }
 
 TEST_F(SchedulerTest, FailureReasonComesWithTheError) {
-  executor_.QueueScript(EndsWith(absl::DataLossError("train-images: truncated")));
-  executor_.QueueScript(EndsWith(absl::ResourceExhaustedError("out of memory")));
-  executor_.QueueScript(EndsWith(
+  executor_.QueueScript(FakeExecutor::EndsWith(absl::DataLossError("train-images: truncated")));
+  executor_.QueueScript(FakeExecutor::EndsWith(absl::ResourceExhaustedError("out of memory")));
+  executor_.QueueScript(FakeExecutor::EndsWith(
       api::WithFailureReason(absl::UnavailableError("executor crashed"), Job::EXECUTOR_CRASHED)));
-  executor_.QueueScript(EndsWith(absl::UnavailableError("no reason attached")));
+  executor_.QueueScript(FakeExecutor::EndsWith(absl::UnavailableError("no reason attached")));
   auto scheduler = Start();
   const Job data = Submit(*scheduler, TrainRequest());
   const Job memory = Submit(*scheduler, TrainRequest());
@@ -268,7 +248,7 @@ TEST_F(SchedulerTest, FailureReasonComesWithTheError) {
 }
 
 TEST_F(SchedulerTest, ShutdownInterruptsTheRunningJobAndKeepsTheQueue) {
-  executor_.QueueScript(Held(1));
+  executor_.QueueScript(FakeExecutor::Held(1));
   std::string running_id, queued_low, queued_high;
   {
     auto scheduler = Start();
