@@ -1,14 +1,8 @@
 // ExecutorSupervisor: starts, watches, replaces and talks to mpsd-executor.
 #include "server/executor_supervisor.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
-#if defined(__linux__)
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#endif
 #if defined(__APPLE__)
 #include <mach-o/dyld.h>
 #endif
@@ -36,6 +30,8 @@
 #include "api/memory.h"
 #include "api/status.h"
 #include "mpsd/v1/executor.grpc.pb.h"
+#include "server/cancel_watchdog.h"
+#include "server/child_process.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -48,6 +44,8 @@ namespace executor_v1 = mpsd::v1::executor;
 // stub outlives a replacement.
 struct ExecutorSupervisor::Child {
   int generation = 0;
+  // Reaped and signalled by the monitor thread only.
+  std::unique_ptr<ChildProcess> process;
   pid_t pid = -1;
   absl::Time started;
   std::shared_ptr<grpc::Channel> channel;
@@ -105,8 +103,7 @@ std::string SelfExecutable() {
 #endif
 }
 
-// argv and envp for the executor, built before fork(): the child may only call
-// async-signal-safe functions until execve.
+// argv and envp for the executor.
 struct Command {
   std::vector<std::string> args;
   std::vector<std::string> env;
@@ -141,63 +138,6 @@ Command BuildCommand(const ExecutorSupervisor::Options& o) {
   return c;
 }
 
-std::vector<char*> Pointers(std::vector<std::string>& strings) {
-  std::vector<char*> pointers;
-  for (std::string& s : strings) pointers.push_back(s.data());
-  pointers.push_back(nullptr);
-  return pointers;
-}
-
-// In the forked child: a clean signal state (mpsd blocks SIGTERM/SIGINT and ignores SIGPIPE, and
-// both survive execve), its own process group (a terminal's Ctrl-C goes to mpsd, which stops the
-// job itself), death with the parent, stdout onto stderr, no inherited descriptors.
-[[noreturn]] void ExecChild(char* const* argv, char* const* envp) {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) signal(sig, SIG_DFL);
-  setpgid(0, 0);
-#if defined(__linux__)
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-#endif
-  dup2(STDERR_FILENO, STDOUT_FILENO);
-  const int null_fd = open("/dev/null", O_RDONLY);
-  if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-  const long max_fd = std::min(sysconf(_SC_OPEN_MAX), 65536L);
-  for (int fd = 3; fd < max_fd; ++fd) close(fd);
-  execve(argv[0], argv, envp);
-  _exit(127);
-}
-
-// sigabbrev_np is glibc-only.
-const char* SignalName(int sig) {
-  switch (sig) {
-    case SIGKILL: return "SIGKILL";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGILL: return "SIGILL";
-    case SIGFPE: return "SIGFPE";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    default: return "signal";
-  }
-}
-
-bool Reap(pid_t pid, int* status, bool block) {
-  for (;;) {
-    const pid_t r = waitpid(pid, status, block ? 0 : WNOHANG);
-    if (r == pid) return true;
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {  // not our child any more (reaped elsewhere): treat as gone
-      *status = 0;
-      return true;
-    }
-    return false;
-  }
-}
-
 }  // namespace
 
 std::string DefaultExecutorPath() {
@@ -210,15 +150,6 @@ std::string DefaultExecutorPath() {
     if (std::filesystem::exists(candidate)) return candidate.string();
   }
   return candidates.front().string();
-}
-
-std::string DescribeExitStatus(int wait_status) {
-  if (WIFSIGNALED(wait_status)) {
-    const int sig = WTERMSIG(wait_status);
-    return absl::StrFormat("killed by signal %d (%s)", sig, SignalName(sig));
-  }
-  if (WIFEXITED(wait_status)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status));
-  return absl::StrCat("ended with wait status ", wait_status);
 }
 
 ExecutorSupervisor::ExecutorSupervisor(const Options& options) : options_(options) {}
@@ -311,9 +242,8 @@ void ExecutorSupervisor::MonitorLoop() {
       }
       continue;
     }
-    int status = 0;
-    if (Reap(child->pid, &status, /*block=*/false)) {
-      const std::string how = DescribeExitStatus(status);
+    if (const std::optional<int> status = child->process->TryReap()) {
+      const std::string how = DescribeExitStatus(*status);
       absl::MutexLock lock(&mu_);
       if (child->retire_reason.empty()) {
         spdlog::error("executor pid {} {}; starting a new one", child->pid, how);
@@ -342,7 +272,7 @@ void ExecutorSupervisor::MonitorLoop() {
       kill_now = child->kill;
     }
     if (kill_now) {
-      kill(child->pid, SIGKILL);  // reaped on the next turn
+      child->process->Signal(SIGKILL);  // reaped on the next turn
     } else if (!retire.empty()) {
       if (options_.on_ready_changed) options_.on_ready_changed(false);
       Stop(*child, retire);
@@ -364,15 +294,15 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::S
   std::error_code ignored;
   std::filesystem::remove(options_.socket_path, ignored);
   Command command = BuildCommand(options_);
-  std::vector<char*> argv = Pointers(command.args);
-  std::vector<char*> envp = Pointers(command.env);
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  if (pid == 0) ExecChild(argv.data(), envp.data());
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn(std::move(command.args), std::move(command.env));
+  if (!process.ok()) return process.status();
 
   auto child = std::make_shared<Child>();
   child->generation = generation;
-  child->pid = pid;
+  child->process = *std::move(process);
+  child->pid = child->process->pid();
+  const pid_t pid = child->pid;
   child->started = absl::Now();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
@@ -388,15 +318,14 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::S
 
   const absl::Time deadline = absl::Now() + options_.start_timeout;
   for (;;) {
-    int status = 0;
-    if (Reap(pid, &status, /*block=*/false)) {
+    if (const std::optional<int> status = child->process->TryReap()) {
       return absl::FailedPreconditionError(
-          absl::StrCat(options_.executor_path, " ", DescribeExitStatus(status),
+          absl::StrCat(options_.executor_path, " ", DescribeExitStatus(*status),
                        " during start-up (its log is in mpsd's)"));
     }
     if (absl::Now() > deadline) {
-      kill(pid, SIGKILL);
-      Reap(pid, &status, /*block=*/true);
+      child->process->Signal(SIGKILL);
+      child->process->Reap();
       return absl::DeadlineExceededError(absl::StrCat(
           options_.executor_path, " did not answer within ",
           absl::FormatDuration(options_.start_timeout), "; killed it"));
@@ -429,21 +358,16 @@ void ExecutorSupervisor::Stop(Child& child, const std::string& why) {
     executor_v1::ShutdownResponse response;
     child.stub->Shutdown(&context, executor_v1::ShutdownRequest(), &response);
   }
-  int status = 0;
-  const absl::Time deadline = absl::Now() + kStopGrace;
-  bool reaped = false;
-  while (!(reaped = Reap(child.pid, &status, /*block=*/false)) && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  if (!reaped) {
+  std::optional<int> status = child.process->ReapWithin(kStopGrace);
+  if (!status.has_value()) {
     spdlog::warn("executor pid {} still runs {} after Shutdown; killing it", child.pid,
                  absl::FormatDuration(kStopGrace));
-    kill(child.pid, SIGKILL);
-    Reap(child.pid, &status, /*block=*/true);
+    child.process->Signal(SIGKILL);
+    status = child.process->Reap();
   }
   absl::MutexLock lock(&mu_);
   child.exited = true;
-  child.exit_description = absl::StrCat(DescribeExitStatus(status), " (", why, ")");
+  child.exit_description = absl::StrCat(DescribeExitStatus(*status), " (", why, ")");
 }
 
 absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::WaitForChild(
@@ -566,121 +490,131 @@ mpsd::v1::DeviceInfo ExecutorSupervisor::GetDevice() const {
   return info;
 }
 
-absl::Status ExecutorSupervisor::Run(const mpsd::api::JobContext& job,
-                                     const mpsd::v1::SubmitJobRequest& spec,
-                                     const mpsd::api::EventSink& sink,
-                                     const mpsd::api::CancelFlag& cancelled) {
+absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::ChildForJob(
+    const api::CancelFlag& cancelled) const {
   // An executor may be starting (after a crash, or per_job); a cancel ends the wait.
-  absl::StatusOr<std::shared_ptr<Child>> started;
-  const absl::Time wait_deadline = absl::Now() + options_.start_timeout;
+  absl::StatusOr<std::shared_ptr<Child>> child;
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
   do {
-    started = WaitForChild(absl::Milliseconds(100));
-  } while (!started.ok() && !cancelled.cancelled() && absl::Now() < wait_deadline &&
-           !absl::StrContains(started.status().message(), "mpsd is stopping"));
-  if (!started.ok()) {
-    if (cancelled.cancelled()) {
-      return absl::CancelledError("cancelled while no executor was running");
-    }
-    return api::WithFailureReason(started.status(), mpsd::v1::Job::EXECUTOR_CRASHED);
+    child = WaitForChild(absl::Milliseconds(100));
+  } while (!child.ok() && !cancelled.cancelled() && absl::Now() < deadline &&
+           !absl::StrContains(child.status().message(), "mpsd is stopping"));
+  if (child.ok()) return child;
+  if (cancelled.cancelled()) {
+    return absl::CancelledError("cancelled while no executor was running");
   }
-  const std::shared_ptr<Child> child = *std::move(started);
+  return api::WithFailureReason(child.status(), mpsd::v1::Job::EXECUTOR_CRASHED);
+}
 
+ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
+    Child& child, const api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
+    const api::EventSink& sink, const api::CancelFlag& cancelled) {
   executor_v1::RunRequest request;
   request.set_job_id(job.job_id);
   request.set_resume_checkpoint(job.resume_checkpoint);
   *request.mutable_spec() = spec;
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<executor_v1::RunUpdate>> reader =
-      child->stub->Run(&context, request);
-
+      child.stub->Run(&context, request);
   // Passes a cancel on to the executor, and kills an executor that ignores it.
-  std::atomic<bool> done{false};
-  std::atomic<bool> killed_for_cancel{false};
-  std::thread watcher([&] {
-    std::optional<absl::Time> asked;
-    while (!done.load()) {
-      if (!asked.has_value() && cancelled.cancelled()) {
-        asked = absl::Now();
-        grpc::ClientContext cancel_context;
-        cancel_context.set_deadline(DeadlineIn(absl::Seconds(5)));
-        executor_v1::CancelRequest cancel;
-        cancel.set_job_id(job.job_id);
-        executor_v1::CancelResponse response;
-        child->stub->Cancel(&cancel_context, cancel, &response);
-      }
-      if (asked.has_value() &&
-          absl::Now() - *asked > absl::Seconds(options_.cancel_grace_s)) {
+  CancelWatchdog watchdog(
+      cancelled, absl::Seconds(options_.cancel_grace_s),
+      /*ask=*/[&] { AskToCancel(child, job.job_id); },
+      /*kill=*/[&] {
         spdlog::warn("job {}: executor pid {} did not stop within {} s of the cancel; killing it",
-                     job.job_id, child->pid, options_.cancel_grace_s);
-        killed_for_cancel = true;
-        Retire(*child, absl::StrCat("cancel not honoured within ", options_.cancel_grace_s, " s"),
-               /*kill=*/true);
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  });
-
+                     job.job_id, child.pid, options_.cancel_grace_s);
+        Retire(child, CancelNotHonoured(), /*kill=*/true);
+      });
+  RunOutcome outcome;
   executor_v1::RunUpdate update;
-  std::optional<mpsd::v1::JobEvent> summary;
-  std::optional<absl::Status> result;
-  int64_t last_step = 0;
   while (reader->Read(&update)) {
     if (update.has_result()) {
-      result = api::FromExecutorStatus(update.result());
+      outcome.result = api::FromExecutorStatus(update.result());
       continue;
     }
     mpsd::v1::JobEvent& event = *update.mutable_event();
-    if (event.has_step()) last_step = event.step().step();
+    if (event.has_step()) outcome.last_step = event.step().step();
     if (event.has_summary()) {
-      summary = std::move(event);  // sent last, once the restart decision is in it
+      outcome.summary = std::move(event);  // sent last, once the restart decision is in it
       continue;
     }
     sink(std::move(event));
   }
-  const grpc::Status rpc = reader->Finish();
-  done = true;
-  watcher.join();
+  outcome.rpc = reader->Finish();
+  outcome.killed_for_cancel = watchdog.Stop();
+  return outcome;
+}
 
-  absl::Status status;
+absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_id,
+                                          const RunOutcome& outcome,
+                                          std::string& restart_reason) {
+  if (outcome.result.has_value()) {
+    restart_reason =
+        RestartReason(child, outcome.summary ? &outcome.summary->summary() : nullptr);
+    if (!restart_reason.empty()) Retire(child, restart_reason, /*kill=*/false);
+    return *outcome.result;
+  }
+  // No result: the executor died, or the call broke and the executor must go.
+  std::string how = WaitForExit(child, absl::Seconds(5));
+  if (how.empty()) {
+    spdlog::warn("job {}: the Run call to executor pid {} ended without a result ({}); "
+                 "killing it", job_id, child.pid, outcome.rpc.error_message());
+    Retire(child, "its Run call broke", /*kill=*/true);
+    how = WaitForExit(child, absl::Seconds(30));
+  }
+  if (outcome.killed_for_cancel) {
+    restart_reason = CancelNotHonoured();
+    return absl::CancelledError(
+        absl::StrCat(restart_reason, "; executor pid ", child.pid, " was killed"));
+  }
+  restart_reason = absl::StrCat("crashed: ", how);
+  return api::WithFailureReason(
+      absl::UnavailableError(absl::StrFormat("executor crashed: pid %d %s; last step reported: %d",
+                                             child.pid, how, outcome.last_step)),
+      mpsd::v1::Job::EXECUTOR_CRASHED);
+}
+
+void ExecutorSupervisor::SendSummary(const Child& child, RunOutcome& outcome,
+                                     const std::string& restart_reason,
+                                     const api::EventSink& sink) const {
+  if (!outcome.summary.has_value()) {
+    outcome.summary.emplace();
+    mpsd::v1::JobSummary& s = *outcome.summary->mutable_summary();
+    s.set_device(child.device.kind());
+    s.set_steps(outcome.last_step);
+    s.mutable_memory()->set_baseline_allocated_bytes(child.device.baseline_allocated_bytes());
+    s.mutable_memory()->set_baseline_reserved_bytes(child.device.baseline_reserved_bytes());
+  }
+  outcome.summary->mutable_summary()->set_executor_pid(child.pid);
+  outcome.summary->mutable_summary()->set_executor_restart_reason(restart_reason);
+  sink(*std::move(outcome.summary));
+}
+
+std::string ExecutorSupervisor::CancelNotHonoured() const {
+  return absl::StrCat("cancel not honoured within ", options_.cancel_grace_s, " s");
+}
+
+absl::Status ExecutorSupervisor::Run(const mpsd::api::JobContext& job,
+                                     const mpsd::v1::SubmitJobRequest& spec,
+                                     const mpsd::api::EventSink& sink,
+                                     const mpsd::api::CancelFlag& cancelled) {
+  absl::StatusOr<std::shared_ptr<Child>> started = ChildForJob(cancelled);
+  if (!started.ok()) return started.status();
+  const std::shared_ptr<Child> child = *std::move(started);
+  RunOutcome outcome = ForwardRun(*child, job, spec, sink, cancelled);
   std::string restart_reason;
-  if (result.has_value()) {
-    status = *result;
-    restart_reason = RestartReason(*child, summary ? &summary->summary() : nullptr);
-    if (!restart_reason.empty()) Retire(*child, restart_reason, /*kill=*/false);
-  } else {
-    // No result: the executor died, or the call broke and the executor must go.
-    std::string how = WaitForExit(*child, absl::Seconds(5));
-    if (how.empty()) {
-      spdlog::warn("job {}: the Run call to executor pid {} ended without a result ({}); "
-                   "killing it", job.job_id, child->pid, rpc.error_message());
-      Retire(*child, "its Run call broke", /*kill=*/true);
-      how = WaitForExit(*child, absl::Seconds(30));
-    }
-    if (killed_for_cancel) {
-      restart_reason = absl::StrCat("cancel not honoured within ", options_.cancel_grace_s, " s");
-      status = absl::CancelledError(absl::StrCat(restart_reason, "; executor pid ", child->pid,
-                                                 " was killed"));
-    } else {
-      restart_reason = absl::StrCat("crashed: ", how);
-      status = api::WithFailureReason(
-          absl::UnavailableError(absl::StrFormat(
-              "executor crashed: pid %d %s; last step reported: %d", child->pid, how, last_step)),
-          mpsd::v1::Job::EXECUTOR_CRASHED);
-    }
-  }
-  if (!summary.has_value()) {
-    summary.emplace();
-    mpsd::v1::JobSummary& s = *summary->mutable_summary();
-    s.set_device(child->device.kind());
-    s.set_steps(last_step);
-    s.mutable_memory()->set_baseline_allocated_bytes(child->device.baseline_allocated_bytes());
-    s.mutable_memory()->set_baseline_reserved_bytes(child->device.baseline_reserved_bytes());
-  }
-  summary->mutable_summary()->set_executor_pid(child->pid);
-  summary->mutable_summary()->set_executor_restart_reason(restart_reason);
-  sink(*std::move(summary));
+  const absl::Status status = Conclude(*child, job.job_id, outcome, restart_reason);
+  SendSummary(*child, outcome, restart_reason, sink);
   return status;
+}
+
+void ExecutorSupervisor::AskToCancel(Child& child, const std::string& job_id) const {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(absl::Seconds(5)));
+  executor_v1::CancelRequest cancel;
+  cancel.set_job_id(job_id);
+  executor_v1::CancelResponse response;
+  child.stub->Cancel(&context, cancel, &response);
 }
 
 }  // namespace mpsd::server

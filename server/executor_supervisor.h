@@ -8,18 +8,22 @@
 // reaps it and starts the next one: after it died (crash, SIGKILL, abort), after a job when the
 // restart policy says so (isolation: per_job, restart_after_jobs, memory after cleanup above the
 // baseline), or when a cancelled job did not stop within cancel_grace_s (then it is killed).
+// Starting, signalling and reaping the process is server/child_process.h's; passing a cancel on
+// and enforcing cancel_grace_s is server/cancel_watchdog.h's.
 #ifndef MPSD_SERVER_EXECUTOR_SUPERVISOR_H_
 #define MPSD_SERVER_EXECUTOR_SUPERVISOR_H_
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+
+#include <grpcpp/support/status.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -36,9 +40,6 @@ namespace mpsd::server {
 // trainer/ beside its server/ (build/server/mpsd → build/trainer/mpsd-executor). Returns the
 // first that exists, else the first candidate (so that the start-up error names it).
 std::string DefaultExecutorPath();
-
-// "killed by signal 9 (SIGKILL)", "exited with code 1": a waitpid status in words.
-std::string DescribeExitStatus(int wait_status);
 
 class ExecutorSupervisor final : public mpsd::api::Executor {
  public:
@@ -122,6 +123,18 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
  private:
   struct Child;
 
+  // How one Run call to the executor ended.
+  struct RunOutcome {
+    // The executor's result; none when it died or the call broke before it answered.
+    std::optional<absl::Status> result;
+    // The summary event, held back to carry the restart decision.
+    std::optional<mpsd::v1::JobEvent> summary;
+    int64_t last_step = 0;
+    grpc::Status rpc;
+    // The cancel watchdog killed the executor: the cancel was not honoured in time.
+    bool killed_for_cancel = false;
+  };
+
   explicit ExecutorSupervisor(const Options& options);
 
   // The monitor thread: starts executors, reaps them, replaces them.
@@ -139,6 +152,25 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   void Retire(Child& child, const std::string& reason, bool kill);
   // Why `child` must be replaced after a job that ended normally; "" if it may stay.
   std::string RestartReason(Child& child, const mpsd::v1::JobSummary* summary);
+
+  // Run's steps. The executor to run a job on, waiting while one starts (up to start_timeout;
+  // a cancel ends the wait).
+  absl::StatusOr<std::shared_ptr<Child>> ChildForJob(const mpsd::api::CancelFlag& cancelled) const;
+  // The Run call: forwards every event but the summary to `sink` until the stream ends, with a
+  // CancelWatchdog on `cancelled` for as long as the call lasts.
+  RunOutcome ForwardRun(Child& child, const mpsd::api::JobContext& job,
+                        const mpsd::v1::SubmitJobRequest& spec, const mpsd::api::EventSink& sink,
+                        const mpsd::api::CancelFlag& cancelled);
+  // The job's status from the outcome, and the restart reason (retiring `child` if it must go).
+  absl::Status Conclude(Child& child, const std::string& job_id, const RunOutcome& outcome,
+                        std::string& restart_reason);
+  // The summary, last: the executor's, or one made here when it sent none.
+  void SendSummary(const Child& child, RunOutcome& outcome, const std::string& restart_reason,
+                   const mpsd::api::EventSink& sink) const;
+  // The cancel watchdog's request to the executor.
+  void AskToCancel(Child& child, const std::string& job_id) const;
+  // "cancel not honoured within 30 s".
+  std::string CancelNotHonoured() const;
 
   // Constant after construction.
   const Options options_;

@@ -46,8 +46,8 @@ class BenchE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     suite_dir_ = std::make_unique<TempDir>();
-    daemon_ = std::make_unique<Daemon>(suite_dir_->path() + "/state",
-                                       suite_dir_->path() + "/mpsd.sock");
+    daemon_ = std::make_unique<Daemon>(suite_dir_->str() + "/state",
+                                       suite_dir_->str() + "/mpsd.sock");
     daemon_->Start();
   }
   static void TearDownTestSuite() {
@@ -62,7 +62,7 @@ class BenchE2eTest : public ::testing::Test {
   }
 
   std::string JobFile(const std::string& yaml) {
-    const std::string path = dir_.path() + "/bench.yaml";
+    const std::string path = dir_.str() + "/bench.yaml";
     WriteFile(path, yaml);
     return path;
   }

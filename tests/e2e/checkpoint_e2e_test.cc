@@ -32,7 +32,7 @@ SubmitJobRequest CheckpointedJob(const std::string& restart_policy) {
 class CheckpointE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    daemon_ = std::make_unique<Daemon>(dir_.path() + "/state", dir_.path() + "/mpsd.sock");
+    daemon_ = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
     ASSERT_NO_FATAL_FAILURE(daemon_->Start());
   }
   void TearDown() override {
@@ -77,7 +77,7 @@ TEST_F(CheckpointE2eTest, KilledJobWithRestartPolicyResumesFromItsCheckpointAndS
   ASSERT_TRUE(killed.has_last_checkpoint());
   const mpsd::v1::CheckpointSaved checkpoint = killed.last_checkpoint();
   EXPECT_TRUE(absl::StartsWith(checkpoint.path(),
-                               absl::StrCat(dir_.path(), "/state/artifacts/", killed.id(), "/")))
+                               absl::StrCat(dir_.str(), "/state/artifacts/", killed.id(), "/")))
       << checkpoint.path();
 
   absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, killed.id());

@@ -71,19 +71,9 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
 
 }  // namespace
 
-TempDir::TempDir() {
-  std::string pattern = std::filesystem::temp_directory_path().string() + "/mpsd-test-XXXXXX";
-  path_ = mkdtemp(pattern.data());
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
-
 CommandResult RunCommand(const std::vector<std::string>& argv) {
   TempDir dir;
-  const std::string out_path = dir.path() + "/out", err_path = dir.path() + "/err";
+  const std::string out_path = dir.str() + "/out", err_path = dir.str() + "/err";
   const pid_t pid = Spawn(argv, out_path, err_path);
   int status = 0;
   waitpid(pid, &status, 0);

@@ -16,19 +16,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
+#include "tests/common/temp_dir.h"  // TempDir, for the tests that include this
 
 namespace mpsd::testing {
-
-// A fresh directory under the test's temp dir, removed by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // What a finished command printed.
 struct CommandResult {

@@ -78,9 +78,9 @@ class DurableE2eTest : public ::testing::Test {
  protected:
   // Starts mpsd with these config file lines (YAML; empty = defaults).
   void StartDaemon(const std::string& config = "") {
-    config_path_ = dir_.path() + "/mpsd.yaml";
+    config_path_ = dir_.str() + "/mpsd.yaml";
     WriteFile(config_path_, config);
-    daemon_ = std::make_unique<Daemon>(dir_.path() + "/state", dir_.path() + "/mpsd.sock");
+    daemon_ = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
     ASSERT_NO_FATAL_FAILURE(daemon_->Start({"--config", config_path_}));
   }
   // Starts it again on the same state dir and config, after Stop().

@@ -80,12 +80,12 @@ class ExecutorE2eTest : public ::testing::Test {
   void StartDaemon(const std::string& config_yaml, bool fault_injection) {
     std::vector<std::string> args;
     if (!config_yaml.empty()) {
-      const std::string config_path = dir_.path() + "/mpsd.yaml";
+      const std::string config_path = dir_.str() + "/mpsd.yaml";
       WriteFile(config_path, config_yaml);
       args = {"--config", config_path};
     }
     if (fault_injection) args.push_back("--enable-fault-injection");
-    daemon_ = std::make_unique<Daemon>(dir_.path() + "/state", dir_.path() + "/mpsd.sock");
+    daemon_ = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
     daemon_->Start(args);
   }
 
@@ -244,13 +244,13 @@ TEST_F(ExecutorE2eTest, MemoryAboveTheBaselineReplacesTheExecutor) {
 
 TEST(ExecutorStartTest, AMissingExecutorProgramIsAnErrorNamingIt) {
   TempDir dir;
-  const std::string config_path = dir.path() + "/mpsd.yaml";
-  WriteFile(config_path, "executor:\n  path: " + dir.path() + "/no-such-executor\n");
+  const std::string config_path = dir.str() + "/mpsd.yaml";
+  WriteFile(config_path, "executor:\n  path: " + dir.str() + "/no-such-executor\n");
   const CommandResult result =
-      RunCommand({MpsdPath(), "--config", config_path, "--listen", dir.path() + "/mpsd.sock",
-                  "--state-dir", dir.path() + "/state"});
+      RunCommand({MpsdPath(), "--config", config_path, "--listen", dir.str() + "/mpsd.sock",
+                  "--state-dir", dir.str() + "/state"});
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_THAT(result.err, HasSubstr("executor.path: " + dir.path() + "/no-such-executor"));
+  EXPECT_THAT(result.err, HasSubstr("executor.path: " + dir.str() + "/no-such-executor"));
 }
 
 // DESIGN.md: the daemon is free of LibTorch; only mpsd-executor links it.

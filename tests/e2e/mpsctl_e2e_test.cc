@@ -96,7 +96,7 @@ std::string IdFromFollowOutput(const std::string& out) {
 class BackgroundCommand {
  public:
   explicit BackgroundCommand(const std::vector<std::string>& argv)
-      : out_path_(dir_.path() + "/out"), err_path_(dir_.path() + "/err") {
+      : out_path_(dir_.str() + "/out"), err_path_(dir_.str() + "/err") {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
@@ -172,8 +172,8 @@ class MpsctlE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     suite_dir_ = std::make_unique<TempDir>();
-    daemon_ = std::make_unique<Daemon>(suite_dir_->path() + "/state",
-                                       suite_dir_->path() + "/mpsd.sock");
+    daemon_ = std::make_unique<Daemon>(suite_dir_->str() + "/state",
+                                       suite_dir_->str() + "/mpsd.sock");
     daemon_->Start();
   }
   static void TearDownTestSuite() {
@@ -199,7 +199,7 @@ class MpsctlE2eTest : public ::testing::Test {
 
   // Writes a job file into this test's temp dir and returns its path.
   std::string JobFile(const std::string& name, const std::string& yaml) {
-    const std::string path = dir_.path() + "/" + name;
+    const std::string path = dir_.str() + "/" + name;
     WriteFile(path, yaml);
     return path;
   }
@@ -293,7 +293,7 @@ TEST_F(MpsctlE2eTest, BadJobFileNeverReachesTheDaemon) {
 }
 
 TEST_F(MpsctlE2eTest, JobRejectedByTheDaemonNamesTheFieldAndTheFile) {
-  const std::string missing = dir_.path() + "/no-such-dataset";
+  const std::string missing = dir_.str() + "/no-such-dataset";
   const std::string file = JobFile("job.yaml", TrainJobYaml(320, 64, 1, missing));
   CommandResult submitted = Mpsctl({"submit", file});
   EXPECT_EQ(submitted.exit_code, 1);
@@ -667,7 +667,7 @@ TEST_F(MpsctlE2eTest, StatusShowsTheDaemonsHealth) {
 
 TEST_F(MpsctlE2eTest, FailedRunExitsOneWithTheReason) {
   // Training images cut short: the files are there at submit, the read fails at run time.
-  const std::string root = dir_.path() + "/corrupt";
+  const std::string root = dir_.str() + "/corrupt";
   std::filesystem::create_directories(root);
   for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                            "t10k-labels-idx1-ubyte.gz"}) {
@@ -717,7 +717,7 @@ TEST_F(MpsctlE2eTest, ServerAddressForms) {
 
 TEST(MpsctlUnreachableTest, MissingSocketIsAClearOneLineError) {
   TempDir dir;
-  const std::string address = "unix://" + dir.path() + "/mpsd.sock";
+  const std::string address = "unix://" + dir.str() + "/mpsd.sock";
   CommandResult list = RunCommand({MpsctlPath(), "--server", address, "list"});
   EXPECT_EQ(list.exit_code, 2);
   EXPECT_EQ(list.err, absl::StrCat("mpsctl: cannot reach mpsd at ", address,
@@ -728,7 +728,7 @@ TEST(MpsctlUnreachableTest, MissingSocketIsAClearOneLineError) {
 
 TEST(MpsctlUnreachableTest, EveryCommandReportsIt) {
   TempDir dir;
-  const std::string address = "unix://" + dir.path() + "/mpsd.sock";
+  const std::string address = "unix://" + dir.str() + "/mpsd.sock";
   for (std::vector<std::string> command : std::vector<std::vector<std::string>>{
            {"submit", SmallJobFile()}, {"submit", SmallJobFile(), "--follow"}, {"get", "1"},
            {"cancel", "1"}, {"logs", "1"}, {"logs", "1", "--follow"}, {"device"}}) {
@@ -745,10 +745,10 @@ TEST(MpsctlUnreachableTest, EveryCommandReportsIt) {
 // from a restarted daemon misses nothing.
 TEST(MpsctlLostDaemonTest, KilledWhileFollowingSaysHowToResume) {
   TempDir dir;
-  const std::string socket = dir.path() + "/mpsd.sock";
-  Daemon daemon(dir.path() + "/state", socket);
+  const std::string socket = dir.str() + "/mpsd.sock";
+  Daemon daemon(dir.str() + "/state", socket);
   ASSERT_NO_FATAL_FAILURE(daemon.Start());
-  const std::string job_file = dir.path() + "/long.yaml";
+  const std::string job_file = dir.str() + "/long.yaml";
   WriteFile(job_file, LongJobYaml());
   CommandResult submitted = RunCommand({MpsctlPath(), "--server", daemon.address(), "submit",
                                         job_file});

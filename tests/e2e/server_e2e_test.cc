@@ -48,7 +48,7 @@ mpsd::v1::SubmitJobRequest SmallTrainJob() {
 class ServerE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    daemon_ = std::make_unique<Daemon>(dir_.path() + "/state", dir_.path() + "/mpsd.sock");
+    daemon_ = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
     ASSERT_NO_FATAL_FAILURE(daemon_->Start());
   }
 
@@ -170,7 +170,7 @@ TEST_F(ServerE2eTest, TrainJobStreamsEveryStepAndSucceeds) {
 
 TEST_F(ServerE2eTest, BadJobIsRejectedAndTheNextJobSucceeds) {
   mpsd::v1::SubmitJobRequest bad = SmallTrainJob();
-  bad.mutable_train_job()->mutable_dataset()->set_root(dir_.path() + "/no-such-dir");
+  bad.mutable_train_job()->mutable_dataset()->set_root(dir_.str() + "/no-such-dir");
   absl::StatusOr<Job> rejected = Submit(bad);
   ASSERT_FALSE(rejected.ok());
   EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
@@ -195,7 +195,7 @@ TEST_F(ServerE2eTest, BadJobIsRejectedAndTheNextJobSucceeds) {
 
 TEST_F(ServerE2eTest, CorruptDatasetFailsTheJobAndTheDaemonCarriesOn) {
   // A dataset dir whose training images are cut short: found at submit, failed at run time.
-  const std::string root = dir_.path() + "/corrupt";
+  const std::string root = dir_.str() + "/corrupt";
   std::filesystem::create_directories(root);
   for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                            "t10k-labels-idx1-ubyte.gz"}) {
@@ -349,21 +349,21 @@ TEST_F(ServerE2eTest, SigtermEndsEveryStreamAndKeepsQueuedJobs) {
 
 TEST_F(ServerE2eTest, SocketIsPrivate) {
   struct stat info {};
-  ASSERT_EQ(stat((dir_.path() + "/mpsd.sock").c_str(), &info), 0);
+  ASSERT_EQ(stat((dir_.str() + "/mpsd.sock").c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600);
 }
 
 TEST(ServerStartTest, RefusesNonLoopbackTcpAndASecondDaemonOnOneStateDir) {
   TempDir dir;
   CommandResult tcp = RunCommand({MpsdPath(), "--listen", "0.0.0.0:50051", "--state-dir",
-                           dir.path() + "/state"});
+                           dir.str() + "/state"});
   EXPECT_NE(tcp.exit_code, 0);
   EXPECT_NE(tcp.err.find("loopback"), std::string::npos) << tcp.err;
 
-  Daemon first(dir.path() + "/state", dir.path() + "/a.sock");
+  Daemon first(dir.str() + "/state", dir.str() + "/a.sock");
   ASSERT_NO_FATAL_FAILURE(first.Start());
-  CommandResult second = RunCommand({MpsdPath(), "--listen", "unix://" + dir.path() + "/b.sock",
-                              "--state-dir", dir.path() + "/state"});
+  CommandResult second = RunCommand({MpsdPath(), "--listen", "unix://" + dir.str() + "/b.sock",
+                              "--state-dir", dir.str() + "/state"});
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.err.find("another mpsd"), std::string::npos) << second.err;
 }

@@ -109,7 +109,7 @@ class SlowReader {
 
 TEST(StreamLoadE2eTest, ASlowSubscriberCostsNeitherStepTimeNorMemory) {
   TempDir dir;
-  Daemon daemon(dir.path() + "/state", dir.path() + "/mpsd.sock");
+  Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
   ASSERT_NO_FATAL_FAILURE(daemon.Start());
 
   // The same job twice: alone, then with the slow subscriber.

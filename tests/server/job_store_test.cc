@@ -3,7 +3,6 @@
 #include "server/job_store.h"
 
 #include <sqlite3.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -23,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
 
 namespace mpsd::server {
 namespace {
@@ -122,13 +122,7 @@ class RawDb {
 
 class JobStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (std::filesystem::path(::testing::TempDir()) / "job_store_XXXXXX");
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    path_ = (std::filesystem::path(dir_) / "mpsd.db").string();
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { path_ = (std::filesystem::path(dir_) / "mpsd.db").string(); }
 
   std::unique_ptr<JobStore> OpenStore() {
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path_));
@@ -142,7 +136,8 @@ class JobStoreTest : public ::testing::Test {
     return inserted.value_or(Job());
   }
 
-  std::string dir_;
+  const mpsd::testing::TempDir temp_{"job_store"};
+  const std::string dir_ = temp_.str();
   std::string path_;
 };
 

@@ -3,9 +3,6 @@
 // eviction keeps answers right.
 #include "server/series_cache.h"
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/event_log.h"
 #include "server/job_store.h"
+#include "tests/common/temp_dir.h"
 
 namespace mpsd::server {
 namespace {
@@ -25,9 +23,6 @@ using ::mpsd::v1::JobEvent;
 class SeriesCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir_template[] = "/tmp/mpsd-series-cache-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir_template), nullptr);
-    dir_ = dir_template;
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({dir_ + "/mpsd.db"});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
@@ -36,7 +31,6 @@ class SeriesCacheTest : public ::testing::Test {
   void TearDown() override {
     log_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   Job NewJob() {
@@ -84,7 +78,8 @@ class SeriesCacheTest : public ::testing::Test {
     return Downsample(builder.points(0), max_points);
   }
 
-  std::string dir_;
+  const mpsd::testing::TempDir temp_{"series_cache_test"};
+  const std::string dir_ = temp_.str();
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<EventLog> log_;
   std::map<std::string, int64_t> steps_;

@@ -4,9 +4,6 @@
 // at the terminal event, heartbeat timeouts and shutdown.
 #include "server/sse.h"
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/event_log.h"
 #include "server/job_store.h"
+#include "tests/common/temp_dir.h"
 
 namespace mpsd::server {
 namespace {
@@ -57,9 +55,6 @@ TEST(ResumeAfterSeqTest, BadValuesAreNamed) {
 class EventFollowerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir_template[] = "/tmp/mpsd-sse-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir_template), nullptr);
-    dir_ = dir_template;
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({dir_ + "/mpsd.db"});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
@@ -75,7 +70,6 @@ class EventFollowerTest : public ::testing::Test {
   void TearDown() override {
     log_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   // Appends steps first..last; `terminal` makes the last one a SUCCEEDED state event instead.
@@ -124,7 +118,8 @@ class EventFollowerTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  const mpsd::testing::TempDir temp_{"sse_test"};
+  const std::string dir_ = temp_.str();
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<EventLog> log_;
   Job job_;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/temp_dir.h"
 #include "trainer/checkpoint.h"
 #include "trainer/executor.h"
 #include "trainer/models.h"
@@ -24,29 +25,12 @@ namespace mpsd::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using ::mpsd::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
-
-// A directory of its own under the test's temp dir, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::path(testing::TempDir()) /
-            absl::StrCat("checkpoint_test_", ::getpid(), "_", counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 std::string MessageOf(const absl::Status& status) { return std::string(status.message()); }
 
@@ -140,7 +124,7 @@ double MaxAbsDifference(const torch::nn::Module& a, const torch::nn::Module& b) 
 }
 
 TEST(CheckpointTest, ResumedAfterEpochOneOfThreeEndsWithTheSameWeights) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   mpsd::v1::SubmitJobRequest whole = ConvnetJob(3);
   const RunResult uninterrupted = RunJob(*executor, "1", whole);
@@ -172,7 +156,7 @@ TEST(CheckpointTest, ResumedAfterEpochOneOfThreeEndsWithTheSameWeights) {
 }
 
 TEST(CheckpointTest, EveryEpochWritesOneKeepingTheNewestAndReportsIt) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   mpsd::v1::SubmitJobRequest request = ConvnetJob(3);
   request.mutable_train_job()->mutable_checkpoint()->set_every_epochs(2);
@@ -226,7 +210,7 @@ absl::Status ValidateResume(Executor& executor, const std::string& path, int epo
 }
 
 TEST(CheckpointValidateTest, RejectsBadFilesNamingTheFieldAndTheFile) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   const std::string real = WriteRealCheckpoint(*executor, dir);
   std::string bytes;
@@ -267,7 +251,7 @@ TEST(CheckpointValidateTest, RejectsBadFilesNamingTheFieldAndTheFile) {
 }
 
 TEST(CheckpointValidateTest, RejectsAPythonTorchSaveArchive) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   // What torch.save writes: archive/data.pkl, archive/data/0, archive/version.
   const std::string path = dir / "python.pt";
@@ -286,7 +270,7 @@ TEST(CheckpointValidateTest, RejectsAPythonTorchSaveArchive) {
 }
 
 TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOrOptimizerOrBatchSize) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   // Checkpoints written with SaveCheckpoint itself, each differing from ConvnetJob in one way.
   ModelConfig config;
@@ -340,7 +324,7 @@ TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOrOptimizerOrBatchS
 }
 
 TEST(CheckpointFileTest, ExtraStateAndRngStatesRoundTrip) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   ModelConfig config;
   config.input_shape = {1, 28, 28};
   torch::manual_seed(3);
@@ -427,7 +411,7 @@ mpsd::v1::SubmitJobRequest ScriptJob(const std::string& path) {
 }
 
 TEST(TorchScriptModelTest, TrainsItsParametersAndSavesTheTrainedModuleAsTorchScript) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   const std::string path = SaveLinearScript(dir / "linear.pt");
   const mpsd::v1::SubmitJobRequest request = ScriptJob(path);
@@ -451,7 +435,7 @@ TEST(TorchScriptModelTest, TrainsItsParametersAndSavesTheTrainedModuleAsTorchScr
 }
 
 TEST(TorchScriptModelTest, ResumesFromItsCheckpoint) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   const std::string path = SaveLinearScript(dir / "linear.pt");
   mpsd::v1::SubmitJobRequest request = ScriptJob(path);
@@ -468,7 +452,7 @@ TEST(TorchScriptModelTest, ResumesFromItsCheckpoint) {
 }
 
 TEST(TorchScriptModelTest, RejectsBadModulesAtSubmitNamingTheField) {
-  TempDir dir;
+  TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   WriteBytes(dir / "text.pt", "not torchscript");
   const std::string narrow = SaveLinearScript(dir / "narrow.pt", /*classes=*/5);

@@ -8,34 +8,20 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/temp_dir.h"
 #include "tests/trainer/cifar_files.h"
 
 namespace mpsd::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using ::mpsd::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::MakeRecords;
 using testing::WriteBytes;
 using testing::WriteCifarRoot;
-
-// A fresh directory under the test's temp dir, removed at the end of the test.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::path(::testing::TempDir()) / ("cifar_test_" + name)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 TEST(CifarTest, FileNamesAreTheBinaryVersions) {
   EXPECT_THAT(CifarFileNames(CifarSplitKind::kTrain),
@@ -45,7 +31,7 @@ TEST(CifarTest, FileNamesAreTheBinaryVersions) {
 }
 
 TEST(CifarTest, ReadsBothSplitsBackExactly) {
-  TempDir dir("good");
+  TempDir dir("cifar_test_good");
   WriteCifarRoot(dir.path(), /*per_train_file=*/3, /*test=*/4);
   ASSERT_TRUE(CheckCifarFiles(dir.str()).ok());
 
@@ -63,7 +49,7 @@ TEST(CifarTest, ReadsBothSplitsBackExactly) {
 }
 
 TEST(CifarTest, LimitKeepsTheFirstRecordsAcrossFilesAndReadsNoFurther) {
-  TempDir dir("limit");
+  TempDir dir("cifar_test_limit");
   WriteCifarRoot(dir.path(), /*per_train_file=*/3, /*test=*/4);
   // A bad label in the last file: a limit that stops before it never reads it.
   std::vector<uint8_t> last = MakeRecords(12, 3);
@@ -85,7 +71,7 @@ TEST(CifarTest, LimitKeepsTheFirstRecordsAcrossFilesAndReadsNoFurther) {
 }
 
 TEST(CifarTest, LabelOutOfRangeNamesFileRecordAndOffset) {
-  TempDir dir("label");
+  TempDir dir("cifar_test_label");
   WriteCifarRoot(dir.path(), /*per_train_file=*/3, /*test=*/4);
   std::vector<uint8_t> bytes = MakeRecords(3, 3);
   bytes[2 * 3073] = 12;
@@ -100,7 +86,7 @@ TEST(CifarTest, LabelOutOfRangeNamesFileRecordAndOffset) {
 }
 
 TEST(CifarTest, SizeNotAMultipleOfTheRecordNamesTheFile) {
-  TempDir dir("size");
+  TempDir dir("cifar_test_size");
   WriteCifarRoot(dir.path(), /*per_train_file=*/3, /*test=*/4);
   std::vector<uint8_t> bytes = MakeRecords(1000000, 2);
   bytes.resize(bytes.size() + 5);
@@ -115,7 +101,7 @@ TEST(CifarTest, SizeNotAMultipleOfTheRecordNamesTheFile) {
 }
 
 TEST(CifarTest, RecordsOf3074BytesLookLikeCifar100) {
-  TempDir dir("cifar100");
+  TempDir dir("cifar_test_cifar100");
   WriteCifarRoot(dir.path(), /*per_train_file=*/3, /*test=*/4);
   WriteBytes(dir.path() / "data_batch_1.bin", std::vector<uint8_t>(3 * 3074, 1));
   const absl::Status status = CheckCifarFiles(dir.str());
@@ -129,7 +115,7 @@ TEST(CifarTest, RecordsOf3074BytesLookLikeCifar100) {
 }
 
 TEST(CifarTest, MissingBatchFileIsNamed) {
-  TempDir dir("missing");
+  TempDir dir("cifar_test_missing");
   WriteCifarRoot(dir.path(), /*per_train_file=*/3, /*test=*/4);
   fs::remove(dir.path() / "data_batch_3.bin");
   const absl::Status status = CheckCifarFiles(dir.str());
@@ -148,7 +134,7 @@ TEST(CifarTest, MissingBatchFileIsNamed) {
 }
 
 TEST(CifarTest, EmptyFileDirectoryAndBadRootAreRejected) {
-  TempDir dir("odd");
+  TempDir dir("cifar_test_odd");
   WriteCifarRoot(dir.path(), /*per_train_file=*/3, /*test=*/4);
   WriteBytes(dir.path() / "data_batch_4.bin", {});
   absl::Status status = CheckCifarFiles(dir.str());

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/temp_dir.h"
 #include "tests/trainer/cifar_files.h"
 #include "trainer/executor.h"
 
@@ -22,26 +23,12 @@ namespace mpsd::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using ::mpsd::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using testing::MakeRecord;
 using testing::WriteCifarRoot;
-
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::path(::testing::TempDir()) / ("datasets_test_" + name)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 mpsd::v1::DatasetSpec Cifar(const std::string& root) {
   mpsd::v1::DatasetSpec spec;
@@ -68,7 +55,7 @@ std::string ErrorOf(const mpsd::v1::DatasetSpec& spec) {
 TEST(ResolveDatasetTest, KnowsEveryDatasetAndItsShape) {
   EXPECT_THAT(DatasetNames(),
               ::testing::ElementsAre("fashion-mnist", "mnist", "cifar10", "synthetic"));
-  TempDir dir("shape");
+  TempDir dir("datasets_test_shape");
   WriteCifarRoot(dir.path(), 1, 1);
   absl::StatusOr<DatasetConfig> cifar = ResolveDataset(Cifar(dir.str()));
   ASSERT_TRUE(cifar.ok()) << cifar.status();
@@ -91,7 +78,7 @@ TEST(ResolveDatasetTest, CifarDefaultRootAndMissingFileAreNamed) {
     EXPECT_EQ(ErrorOf(spec),
               "train_job.dataset.root: directory /usr/share/datasets/cifar10 does not exist");
   }
-  TempDir dir("missing");
+  TempDir dir("datasets_test_missing");
   WriteCifarRoot(dir.path(), 1, 1);
   fs::remove(dir.path() / "data_batch_4.bin");
   EXPECT_THAT(ErrorOf(Cifar(dir.str())),
@@ -166,7 +153,7 @@ TEST(ResolveDatasetTest, RejectsBadAugmentation) {
 }
 
 TEST(ResolveDatasetTest, AugmentationPadsWithBlackOfTheNormalisedImages) {
-  TempDir dir("fill");
+  TempDir dir("datasets_test_fill");
   WriteCifarRoot(dir.path(), 1, 1);
   mpsd::v1::DatasetSpec spec = Cifar(dir.str());
   spec.mutable_augmentation()->set_random_crop_padding(4);
@@ -184,7 +171,7 @@ TEST(ResolveDatasetTest, AugmentationPadsWithBlackOfTheNormalisedImages) {
 // ---- LoadDataset ------------------------------------------------------------------------------
 
 TEST(LoadDatasetTest, DecodesCifarRecordsExactly) {
-  TempDir dir("decode");
+  TempDir dir("datasets_test_decode");
   WriteCifarRoot(dir.path(), /*per_train_file=*/4, /*test=*/3);
   mpsd::v1::DatasetSpec spec = Cifar(dir.str());
   spec.set_limit_train(10);  // two whole files and half of the third
@@ -292,7 +279,7 @@ TEST(DatasetJobTest, ValidateNamesTheDatasetFields) {
   for (const int64_t dim : {3, 8, 8}) small.mutable_synthetic()->add_input_shape(dim);
   EXPECT_THAT(std::string(executor->Validate(Job("vgg16", small)).message()),
               AllOf(StartsWith("train_job.model.name: "), HasSubstr("dataset synthetic")));
-  TempDir dir("validate");
+  TempDir dir("datasets_test_validate");
   WriteCifarRoot(dir.path(), 1, 1);
   fs::remove(dir.path() / "test_batch.bin");
   EXPECT_THAT(std::string(executor->Validate(Job("cifar_cnn", Cifar(dir.str()))).message()),
@@ -300,7 +287,7 @@ TEST(DatasetJobTest, ValidateNamesTheDatasetFields) {
 }
 
 TEST(DatasetJobTest, TrainsCifarCnnOnCifarFilesWithAugmentation) {
-  TempDir dir("run");
+  TempDir dir("datasets_test_run");
   WriteCifarRoot(dir.path(), /*per_train_file=*/60, /*test=*/100);
   mpsd::v1::DatasetSpec spec = Cifar(dir.str());
   spec.mutable_augmentation()->set_random_crop_padding(4);

@@ -18,12 +18,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/common/temp_dir.h"
 #include "trainer/schedule.h"
 
 namespace mpsd::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using ::mpsd::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -91,21 +93,6 @@ RunResult RunJob(Executor& executor, const mpsd::v1::SubmitJobRequest& request) 
       [&](mpsd::v1::JobEvent event) { result.events.push_back(std::move(event)); }, cancelled);
   return result;
 }
-
-// A fresh directory under the test's temp dir, removed at the end of the test.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::path(::testing::TempDir()) / ("executor_test_" + name)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 void LinkFashionMnistFile(const fs::path& dir, const std::string& name) {
   fs::create_symlink(fs::path(kFashionMnist) / (name + ".gz"), dir / (name + ".gz"));
@@ -346,7 +333,7 @@ TEST(ExecutorValidateTest, MissingDatasetRootNamesTheDirectory) {
 }
 
 TEST(ExecutorValidateTest, DatasetRootThatIsAFileIsNamed) {
-  TempDir dir("root_is_file");
+  TempDir dir("executor_test_root_is_file");
   const fs::path file = dir.path() / "not-a-dir";
   std::ofstream(file) << "x";
   auto executor = MakeExecutor();
@@ -372,7 +359,7 @@ TEST(ExecutorValidateTest, DefaultRootIsPerDataset) {
 }
 
 TEST(ExecutorValidateTest, MissingIdxFileIsNamed) {
-  TempDir dir("missing_file");
+  TempDir dir("executor_test_missing_file");
   LinkFashionMnistFile(dir.path(), "train-images-idx3-ubyte");
   LinkFashionMnistFile(dir.path(), "train-labels-idx1-ubyte");
   LinkFashionMnistFile(dir.path(), "t10k-images-idx3-ubyte");
@@ -556,7 +543,7 @@ TEST(ExecutorRunTest, CancelStopsAtTheNextStepBoundary) {
 }
 
 TEST(ExecutorRunTest, TruncatedIdxFileFailsWithDataLossNamingTheFile) {
-  TempDir dir("truncated");
+  TempDir dir("executor_test_truncated");
   LinkFashionMnistFile(dir.path(), "train-labels-idx1-ubyte");
   LinkFashionMnistFile(dir.path(), "t10k-images-idx3-ubyte");
   LinkFashionMnistFile(dir.path(), "t10k-labels-idx1-ubyte");

@@ -2,7 +2,6 @@
 // Fashion-MNIST files when installed, and one test per way a file can be wrong.
 #include "trainer/idx.h"
 
-#include <stdlib.h>
 #include <zlib.h>
 
 #include <chrono>
@@ -17,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -78,19 +78,10 @@ void ExpectError(const absl::Status& status, absl::StatusCode code,
 
 class IdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "idx_test.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << pattern;
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
-
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
-  std::string dir_;
+  const mpsd::testing::TempDir temp_{"idx_test"};
+  const std::string dir_ = temp_.str();
 };
 
 // ---- Good files ---------------------------------------------------------------------------

@@ -1,0 +1,143 @@
+// FakeExecutor: scripted jobs behind the real executor interface.
+#include "tests/server/fake_executor.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace mpsd::testing {
+
+FakeExecutor::Script FakeExecutor::Held(int steps) {
+  Script script;
+  script.steps = steps;
+  script.hold = true;
+  return script;
+}
+
+FakeExecutor::Script FakeExecutor::EndsWith(absl::Status result) {
+  Script script;
+  script.result = std::move(result);
+  return script;
+}
+
+mpsd::v1::SubmitJobRequest FakeTrainRequest(int priority, const std::string& request_id,
+                                            const std::string& model) {
+  mpsd::v1::SubmitJobRequest request;
+  request.mutable_train_job()->mutable_model()->set_name(model);
+  request.mutable_train_job()->mutable_dataset()->set_name("fashion-mnist");
+  request.set_priority(priority);
+  request.set_request_id(request_id);
+  return request;
+}
+
+void FakeExecutor::FailValidation(const std::string& model, absl::Status error) {
+  absl::MutexLock lock(&mu_);
+  failing_model_ = model;
+  validation_error_ = std::move(error);
+}
+
+void FakeExecutor::QueueScript(Script script) {
+  absl::MutexLock lock(&mu_);
+  scripts_.push_back(std::move(script));
+}
+
+void FakeExecutor::Release() {
+  absl::MutexLock lock(&mu_);
+  released_ = true;
+}
+
+bool FakeExecutor::WaitForRuns(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto started = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(runs_.size()) >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&started), timeout);
+}
+
+bool FakeExecutor::WaitUntilHeld(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&holding_), timeout);
+}
+
+std::vector<FakeExecutor::RunRecord> FakeExecutor::runs() const {
+  absl::MutexLock lock(&mu_);
+  return runs_;
+}
+
+absl::Status FakeExecutor::Validate(const mpsd::v1::SubmitJobRequest& spec) const {
+  absl::MutexLock lock(&mu_);
+  if (!failing_model_.empty() && spec.train_job().model().name() == failing_model_) {
+    return validation_error_;
+  }
+  return absl::OkStatus();
+}
+
+bool FakeExecutor::Hold(const api::CancelFlag& cancelled) {
+  {
+    absl::MutexLock lock(&mu_);
+    cancel_seen_ = false;
+    holding_ = true;
+  }
+  // Woken by the flag itself: the callback runs on the thread that cancels, under the flag's
+  // lock, so the callback is registered and removed without holding mu_.
+  api::CancelFlag::Callback on_cancel(cancelled, [this] {
+    absl::MutexLock lock(&mu_);
+    cancel_seen_ = true;
+  });
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancel_seen_ || released_; };
+  mu_.Await(absl::Condition(&done));
+  holding_ = false;
+  return cancel_seen_;
+}
+
+absl::Status FakeExecutor::Run(const api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
+                               const api::EventSink& sink, const api::CancelFlag& cancelled) {
+  Script script;
+  {
+    absl::MutexLock lock(&mu_);
+    runs_.push_back(RunRecord{job, spec});
+    if (!scripts_.empty()) {
+      script = std::move(scripts_.front());
+      scripts_.pop_front();
+    }
+  }
+  auto finish = [&](absl::Status status) {
+    mpsd::v1::JobEvent summary;
+    summary.mutable_summary()->set_device("fake");
+    sink(std::move(summary));
+    return status;
+  };
+  for (int step = 1; step <= script.steps; ++step) {
+    mpsd::v1::JobEvent event;
+    event.mutable_step()->set_step(step);
+    event.mutable_step()->set_epoch(1);
+    event.mutable_step()->set_loss(1.0f / step);
+    sink(std::move(event));
+    if (cancelled.cancelled()) {
+      return finish(absl::CancelledError(absl::StrCat("cancelled after step ", step)));
+    }
+  }
+  if (script.hold && Hold(cancelled)) return finish(absl::CancelledError("cancelled while held"));
+  return finish(script.result);
+}
+
+mpsd::v1::DeviceInfo FakeExecutor::GetDevice() const {
+  mpsd::v1::DeviceInfo info;
+  info.set_kind("fake");
+  info.set_name("fake executor");
+  absl::MutexLock lock(&mu_);
+  info.set_jobs_run(static_cast<int64_t>(runs_.size()));
+  return info;
+}
+
+absl::StatusOr<mpsd::v1::ListModelsResponse> FakeExecutor::ListModels(
+    const mpsd::v1::ListModelsRequest& /*request*/) const {
+  mpsd::v1::ListModelsResponse response;
+  mpsd::v1::ModelInfo* model = response.add_models();
+  model->set_name("fake");
+  model->set_parameters(1);
+  return response;
+}
+
+}  // namespace mpsd::testing
