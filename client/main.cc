@@ -13,9 +13,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/default_address.h"
 #include "client/commands.h"
 #include "client/completion.h"
-#include "client/default_address.h"
 #include "version/version.h"
 
 namespace {
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", mpsd::VersionText("mpsctl"),
                        "print the version, git commit and LibTorch version, and exit");
 
-  std::string server = mpsd::DefaultServerAddress();
+  std::string server = mpsd::api::DefaultServerAddress();
   bool json = false;
   app.add_option("--server", server,
                  "mpsd's address: unix:///path/to.sock, host:port, or a socket path "
