@@ -15,6 +15,8 @@
 
 #include "api/default_address.h"
 #include "client/commands.h"
+#include "client/completion.h"
+#include "version/version.h"
 
 namespace {
 
@@ -41,6 +43,9 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed job that did not "
       "succeed; 2 mpsd cannot be reached; 64 bad command line.");
+
+  app.set_version_flag("--version", mpsd::VersionText("mpsctl"),
+                       "print the version, git commit and LibTorch version, and exit");
 
   std::string server = mpsd::api::DefaultServerAddress();
   bool json = false;
@@ -136,12 +141,24 @@ int main(int argc, char** argv) {
                  "(resuming where it stopped); 0 = do not reconnect")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  std::string completion_shell;
+  CLI::App* completion = app.add_subcommand(
+      "completion", "print a shell completion script: source <(mpsctl completion bash)");
+  completion->add_option("SHELL", completion_shell, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : mpsd::client::kExitUsage;
+  }
+
+  if (*completion) {
+    std::cout << (completion_shell == "bash" ? mpsd::client::BashCompletion(app)
+                                             : mpsd::client::ZshCompletion(app));
+    return 0;
   }
 
   CommandOptions options;

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh; fi
-deploy/build.sh
+# Only what the main job needs: the daemon, its executor, mpsctl (deploy/test.sh builds the rest).
+MPSD_BUILD_TARGETS="mpsd mpsd-executor mpsctl" deploy/build.sh
 build_dir="${MPSD_BUILD_DIR:-build}"
 
 state_dir="$(mktemp -d -t mpsd-quickstart-XXXXXX)"

@@ -5,3 +5,5 @@ cd "$(dirname "$0")/.."
 if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh; fi
 deploy/build.sh
 ctest --test-dir "${MPSD_BUILD_DIR:-build}" --output-on-failure -j 2 --timeout 600
+# The .deb: built from this tree, installed, started as the service, used, removed.
+MPSD_BUILD_DIR="${MPSD_BUILD_DIR:-build}" deploy/test-package.sh

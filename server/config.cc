@@ -83,6 +83,8 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
        }},
       {"memory_fraction",
        [&](auto& n, auto& w) { return ReadScalar(n, w, "a number", config.memory_fraction); }},
+      {"mps_fallback",
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "true or false", config.mps_fallback); }},
   };
   if (absl::Status s = ReadMapping(node, where, fields); !s.ok()) return s;
   auto bad = [&where](absl::string_view key, absl::string_view problem) {
@@ -112,7 +114,11 @@ std::string DefaultStateDir() {
     return absl::StrCat(state_home, "/mpsd");
   }
   if (const std::string home = EnvOr("HOME", ""); !home.empty()) {
+#if defined(__APPLE__)
+    return absl::StrCat(home, "/Library/Application Support/mpsd");
+#else
     return absl::StrCat(home, "/.local/state/mpsd");
+#endif
   }
   return absl::StrCat("/tmp/mpsd-", getuid(), "/state");
 }
@@ -164,6 +170,16 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
            }},
           {"log_level",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.log_level); }},
+          {"log_file",
+           [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.log_file); }},
+          {"log_file_max_bytes",
+           [&](auto& n, auto& w) {
+             return ReadScalar(n, w, "an integer", config.log_file_max_bytes);
+           }},
+          {"log_file_max_files",
+           [&](auto& n, auto& w) {
+             return ReadScalar(n, w, "an integer", config.log_file_max_files);
+           }},
           {"executor",
            [&](auto& n, auto& w) { return ReadExecutorConfig(n, w, config.executor); }},
       };
@@ -193,6 +209,14 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": log_level: expected one of ",
                                                    absl::StrJoin(kLevels, ", "), ", got \"",
                                                    config.log_level, "\""));
+  }
+  if (config.log_file_max_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": log_file_max_bytes: must be >= 1, got ", config.log_file_max_bytes));
+  }
+  if (config.log_file_max_files < 1 || config.log_file_max_files > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": log_file_max_files: must be 1 to 1000, got ", config.log_file_max_files));
   }
   if (config.shutdown_grace_s < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": shutdown_grace_s: must be >= 0"));

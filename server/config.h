@@ -33,6 +33,10 @@ struct ExecutorConfig {
   // MPS: PyTorch's high watermark ratio (PYTORCH_MPS_HIGH_WATERMARK_RATIO) in the executor's
   // environment, in (0, 2]; 0 = PyTorch's default.
   double memory_fraction = 0.0;
+  // MPS only: PYTORCH_ENABLE_MPS_FALLBACK in the executor's environment, 1 or 0: with it an
+  // operator the MPS backend lacks runs on the CPU (slower, and reported in the job's log)
+  // instead of failing the job.
+  bool mps_fallback = false;
 };
 
 struct Config {
@@ -55,6 +59,13 @@ struct Config {
   double heartbeat_interval_s = 15.0;
   // spdlog level: trace, debug, info, warn, error.
   std::string log_level = "info";
+  // mpsd's log: "" = stderr (journald under systemd, StandardErrorPath under launchd); else this
+  // file, rotated by size (spdlog's rotating sink): at log_file_max_bytes (>= 1) it becomes
+  // FILE.1 (FILE.1 becomes FILE.2, ...) and at most log_file_max_files (1 to 1000) old files stay.
+  // The executor's own messages stay on stderr.
+  std::string log_file;
+  int64_t log_file_max_bytes = 10 * 1024 * 1024;
+  int log_file_max_files = 5;
   ExecutorConfig executor;
 };
 
@@ -66,7 +77,8 @@ Config DefaultConfig();
 // the file does not exist.
 absl::StatusOr<Config> LoadConfig(const std::string& path);
 
-// "$XDG_STATE_HOME/mpsd", else "$HOME/.local/state/mpsd", else "/tmp/mpsd-$UID/state".
+// "$XDG_STATE_HOME/mpsd", else "$HOME/.local/state/mpsd" ("$HOME/Library/Application
+// Support/mpsd" on macOS), else "/tmp/mpsd-$UID/state".
 std::string DefaultStateDir();
 
 // $MPSD_ADDR, else "unix://$XDG_RUNTIME_DIR/mpsd/mpsd.sock", else

@@ -128,8 +128,10 @@ Command BuildCommand(const ExecutorSupervisor::Options& o) {
                                   absl::StartsWith(entry, "PYTORCH_MPS_LOW_WATERMARK_RATIO="))) {
       continue;
     }
+    if (absl::StartsWith(entry, "PYTORCH_ENABLE_MPS_FALLBACK=")) continue;
     c.env.emplace_back(entry);
   }
+  c.env.push_back(absl::StrCat("PYTORCH_ENABLE_MPS_FALLBACK=", o.mps_fallback ? 1 : 0));
   if (o.memory_fraction > 0) {
     c.env.push_back(absl::StrCat("PYTORCH_MPS_HIGH_WATERMARK_RATIO=", o.memory_fraction));
     c.env.push_back(
@@ -144,12 +146,14 @@ std::string DefaultExecutorPath() {
   const std::filesystem::path self = SelfExecutable();
   if (self.empty()) return "mpsd-executor";
   const std::filesystem::path dir = self.parent_path();
+  const std::filesystem::path libexec =
+      dir.parent_path() / "libexec" / "mpsd" / "mpsd-executor";
   const std::vector<std::filesystem::path> candidates = {
-      dir / "mpsd-executor", dir.parent_path() / "trainer" / "mpsd-executor"};
+      dir / "mpsd-executor", libexec, dir.parent_path() / "trainer" / "mpsd-executor"};
   for (const auto& candidate : candidates) {
     if (std::filesystem::exists(candidate)) return candidate.string();
   }
-  return candidates.front().string();
+  return libexec.string();
 }
 
 ExecutorSupervisor::ExecutorSupervisor(const Options& options) : options_(options) {}

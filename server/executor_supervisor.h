@@ -35,10 +35,11 @@
 
 namespace mpsd::server {
 
-// Where mpsd looks for mpsd-executor when the config names none: next to the running mpsd
-// binary (an install: /usr/bin/mpsd, /usr/bin/mpsd-executor), else in the build tree's
-// trainer/ beside its server/ (build/server/mpsd → build/trainer/mpsd-executor). Returns the
-// first that exists, else the first candidate (so that the start-up error names it).
+// Where mpsd looks for mpsd-executor when the config names none, in order: next to the running
+// mpsd binary; in the install layout's libexec/mpsd/ (`cmake --install`, the .deb, Homebrew:
+// /usr/bin/mpsd → /usr/libexec/mpsd/mpsd-executor); in the build tree's trainer/ beside its
+// server/ (build/server/mpsd → build/trainer/mpsd-executor). Returns the first that exists,
+// else the libexec one (so that the start-up error names where an install puts it).
 std::string DefaultExecutorPath();
 
 class ExecutorSupervisor final : public mpsd::api::Executor {
@@ -71,6 +72,9 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
     // PYTORCH_MPS_LOW_WATERMARK_RATIO = memory_fraction × 1.4 / 1.7 (PyTorch's default
     // proportion between the two); 0 = leave PyTorch's defaults. Only MPS reads them.
     double memory_fraction = 0;
+    // PYTORCH_ENABLE_MPS_FALLBACK=1 (true) or =0 in the executor's environment, replacing the
+    // daemon's own; only MPS reads it (operators MPS lacks then run on the CPU).
+    bool mps_fallback = false;
     // The executor's log level (spdlog names); it logs to the daemon's stderr.
     std::string log_level = "info";
     // How long an executor may take to start (LibTorch, device, baseline) before it is killed.

@@ -1,14 +1,21 @@
 // mpsd: parses flags, builds the configuration, starts the server, waits for SIGTERM/SIGINT.
+#include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "server/config.h"
+#include "server/executor_supervisor.h"
 #include "server/server.h"
+#include "server/service_notify.h"
+#include "spdlog/sinks/rotating_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "version/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"mpsd: a training daemon with a gRPC job API"};
@@ -27,7 +34,33 @@ int main(int argc, char** argv) {
   bool enable_fault_injection = false;
   app.add_flag("--enable-fault-injection", enable_fault_injection,
                "accept jobs' fault_injection (crash, out-of-memory and hang tests only)");
+  std::string check_config;
+  app.add_option("--check-config", check_config,
+                 "check a configuration file (every key, and that executor.path is a program), "
+                 "print what it sets, and exit: 0 if it is valid, 2 if not")
+      ->type_name("FILE");
+  app.set_version_flag("--version", mpsd::VersionText("mpsd"),
+                       "print the version, git commit and LibTorch version, and exit");
   CLI11_PARSE(app, argc, argv);
+
+  if (!check_config.empty()) {
+    absl::StatusOr<mpsd::server::Config> loaded = mpsd::server::LoadConfig(check_config);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "mpsd: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    const std::string executor =
+        loaded->executor.path.empty() ? mpsd::server::DefaultExecutorPath() : loaded->executor.path;
+    if (access(executor.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "mpsd: %s: executor.path: %s is not an executable program\n",
+                   check_config.c_str(), executor.c_str());
+      return 2;
+    }
+    std::printf("%s: valid\nlisten: %s\nstate_dir: %s\nexecutor.path: %s\n",
+                check_config.c_str(), loaded->listen.c_str(), loaded->state_dir.c_str(),
+                executor.c_str());
+    return 0;
+  }
 
   mpsd::server::Config config = mpsd::server::DefaultConfig();
   if (!config_file.empty()) {
@@ -42,8 +75,21 @@ int main(int argc, char** argv) {
   if (!listen.empty()) config.listen = listen.front() == '/' ? "unix://" + listen : listen;
   if (!state_dir.empty()) config.state_dir = state_dir;
   if (!http_listen.empty()) config.http_listen = http_listen;
-  // Logs go to stderr: stdout stays free for whatever runs mpsd in the foreground.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd"));
+  // Logs go to stderr (stdout stays free for whatever runs mpsd in the foreground), or to
+  // log_file, rotated by size.
+  if (config.log_file.empty()) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd"));
+  } else {
+    try {
+      spdlog::set_default_logger(spdlog::rotating_logger_mt(
+          "mpsd", config.log_file, static_cast<size_t>(config.log_file_max_bytes),
+          static_cast<size_t>(config.log_file_max_files)));
+    } catch (const spdlog::spdlog_ex& e) {
+      std::fprintf(stderr, "mpsd: log_file: %s\n", e.what());
+      return 2;
+    }
+    spdlog::flush_on(spdlog::level::info);
+  }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
 
   // Signals are taken synchronously by this thread; every thread started later inherits the mask.
@@ -63,9 +109,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mpsd: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
+  mpsd::server::NotifyReady("listening on " + (*server)->address());
+  // Waits for SIGTERM/SIGINT; feeds the service manager's watchdog meanwhile, if it asked for
+  // one (WatchdogSec in deploy/mpsd.service).
+  const absl::Duration watchdog = mpsd::server::WatchdogInterval();
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+#if !defined(__APPLE__)  // macOS has no sigtimedwait, and no systemd watchdog to feed
+  if (watchdog > absl::ZeroDuration()) {
+    const timespec interval = absl::ToTimespec(watchdog);
+    mpsd::server::NotifyWatchdog();
+    while ((signal_number = sigtimedwait(&signals, nullptr, &interval)) < 0) {
+      if (errno == EAGAIN) mpsd::server::NotifyWatchdog();
+    }
+  }
+#endif
+  if (signal_number == 0) sigwait(&signals, &signal_number);
+  const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
+  spdlog::info("received {}", name);
+  mpsd::server::NotifyStopping(std::string("stopping (") + name + ")");
   (*server)->Shutdown();
   return 0;
 }

@@ -186,6 +186,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   executor_options.cancel_grace_s = config.executor.cancel_grace_s;
   executor_options.memory_limit_bytes = config.executor.memory_limit_bytes;
   executor_options.memory_fraction = config.executor.memory_fraction;
+  executor_options.mps_fallback = config.executor.mps_fallback;
   executor_options.log_level = config.log_level;
   Server* self = server.get();
   executor_options.on_ready_changed = [self](bool ready) { self->SetExecutorReady(ready); };

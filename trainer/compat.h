@@ -16,12 +16,18 @@
 
 #include "api/memory.h"
 
-// MPS exists from LibTorch 2 on, and only on Apple.
-#if defined(__APPLE__) && TORCH_VERSION_MAJOR >= 2
+// MPS exists from LibTorch 2 on, and only on Apple. MPSD_MPS_COMPILE_CHECK (CMake option
+// -DMPSD_MPS_COMPILE_CHECK=ON) compiles the MPS branches off Apple too, against a LibTorch 2.x
+// whose MPS API is there and answers "not available" (torch::mps::is_available() is false, so
+// no job ever reaches the others): a typo in them fails a Linux build instead of a user's Mac.
+// Only the sysctl calls below stay Apple-only.
+#if TORCH_VERSION_MAJOR >= 2 && (defined(__APPLE__) || defined(MPSD_MPS_COMPILE_CHECK))
 #define MPSD_TRAINER_HAS_MPS 1
 #include <ATen/detail/MPSHooksInterface.h>
-#include <sys/sysctl.h>
 #include <torch/mps.h>
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 #else
 #define MPSD_TRAINER_HAS_MPS 0
 #endif
@@ -110,7 +116,7 @@ struct MpsProperties {
 
 inline MpsProperties GetMpsProperties() {
   MpsProperties props;
-#if MPSD_TRAINER_HAS_MPS
+#if MPSD_TRAINER_HAS_MPS && defined(__APPLE__)
   char brand[128] = {};
   size_t size = sizeof(brand) - 1;
   if (sysctlbyname("machdep.cpu.brand_string", brand, &size, nullptr, 0) == 0) props.name = brand;

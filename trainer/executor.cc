@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <new>
 #include <string>
@@ -714,6 +715,16 @@ void EmitLog(const EventSink& sink, std::string text) {
   sink(std::move(event));
 }
 
+// An MPS job's log says what an operator the MPS backend lacks does: PyTorch reads
+// PYTORCH_ENABLE_MPS_FALLBACK (mpsd's config executor.mps_fallback sets it for the executor).
+std::string MpsFallbackText() {
+  const char* value = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
+  const bool on = value != nullptr && std::string(value) == "1";
+  return absl::StrCat("MPS fallback ", on ? "on" : "off", " (PYTORCH_ENABLE_MPS_FALLBACK=",
+                      value != nullptr ? value : "", "): an operator MPS lacks ",
+                      on ? "runs on the CPU" : "fails the job");
+}
+
 // The job's settings as resolved, for the log line at its start.
 std::string DescribeTraining(const TrainJobConfig& job, const Schedule& schedule,
                              int64_t parameters) {
@@ -1005,6 +1016,7 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
   EmitLog(sink, absl::StrFormat("loaded %s: %d train, %d test examples in %.2f s on %s",
                                 job.dataset.info->name, data->train.size(), data->test.size(),
                                 load_seconds, DeviceString(job.device)));
+  if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
 
   absl::StatusOr<Schedule> schedule = BuildSchedule(job, data->train.size());
   if (!schedule.ok()) return schedule.status();

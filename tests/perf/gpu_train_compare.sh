@@ -22,6 +22,8 @@
 #   DEPS/fashion-mnist/*.gz    the four Fashion-MNIST IDX files
 # Empty DEPS/*.deb: the libraries are taken from the system (PREFIX unused).
 #
+# MPS_COMPILE_CHECK=1 (the default with MODE=build) then also builds mpsd-executor with the Apple
+# MPS code paths compiled in (tests/perf/mps_compile_check.sh; build.log ends with its verdict).
 # MODE=build only unpacks, configures and builds; MODE=mpsd also runs the mpsd job but none of
 # the PyTorch variants (both to try the recipe on a machine without a GPU, e.g. with TORCH_PREFIX
 # pointing at Debian's CPU LibTorch, JOB_DEVICE=cpu and LIMIT_TRAIN/LIMIT_TEST). Other knobs:
@@ -43,10 +45,12 @@ EPOCHS=${EPOCHS:-3}
 BATCH=${BATCH:-128}
 LR=${LR:-0.001}
 MODE=${MODE:-all}
+if [[ $MODE == build ]]; then MPS_COMPILE_CHECK=${MPS_COMPILE_CHECK:-1}; fi
 JOB_DEVICE=${JOB_DEVICE:-cuda}
 LIMIT_TRAIN=${LIMIT_TRAIN:-0}
 LIMIT_TEST=${LIMIT_TEST:-0}
 PY=${PYTHON:-python3}
+if [[ $MODE == build ]]; then BUILD_TIMEOUT_S=${BUILD_TIMEOUT_S:-500}; fi  # + the MPS check
 BUILD_TIMEOUT_S=${BUILD_TIMEOUT_S:-330}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-150}
 TOTAL_BUDGET_S=${TOTAL_BUDGET_S:-560}   # every step's timeout is cut to end the script by then
@@ -226,9 +230,16 @@ build_mpsd() {
   say "build -j$JOBS (mpsd and its executor, mpsctl, the bare loop)"
   cmake --build "$BUILD" -j "$JOBS" || return 1
   ldd "$BUILD/server/mpsd" | grep -E '=> not found|libtorch|libc10|libgrpc|libprotobuf|libcudart' || true
+  if [[ ${MPS_COMPILE_CHECK:-0} == 1 ]]; then
+    say "MPS compile check: mpsd-executor with -DMPSD_MPS_COMPILE_CHECK=ON (tests/perf/mps_compile_check.sh)"
+    local shim=()
+    [[ -f $BUILD.nvtx_shim.cmake ]] && shim=(-DCMAKE_PROJECT_INCLUDE="$BUILD.nvtx_shim.cmake")
+    bash "$SRC/tests/perf/mps_compile_check.sh" "$SRC" "$BUILD-mps" "$JOBS" \
+      -DCMAKE_PREFIX_PATH="$prefix_path" "${cmake_args[@]}" "${shim[@]}" || return 1
+  fi
 }
 run_build() {
-  (export -f build_mpsd say; export DEPS PREFIX SRC BUILD JOBS TORCH_PREFIX ARCH_LIB
+  (export -f build_mpsd say; export DEPS PREFIX SRC BUILD JOBS TORCH_PREFIX ARCH_LIB MPS_COMPILE_CHECK
    timeout "$(tmo "$BUILD_TIMEOUT_S")" bash -c build_mpsd) > "$OUT/build.log" 2>&1
 }
 if [[ ${SKIP_BUILD:-0} == 1 && -x $BUILD/server/mpsd ]]; then
