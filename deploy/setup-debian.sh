@@ -11,6 +11,7 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-yaml
   dataset-fashion-mnist
   libjs-dygraphs
+  chromium chromium-driver python3-selenium
 )
 
 missing=()
