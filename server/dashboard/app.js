@@ -73,7 +73,11 @@ async function api(path, options = {}) {
   const headers = { Accept: 'application/json', ...(options.headers || {}) };
   if (token()) headers.Authorization = 'Bearer ' + token();
   const response = await fetch(path, { ...options, headers, cache: 'no-store' });
-  if (response.status === 401) { askForToken('The token was refused: ' + await errorText(response)); throw new HttpError(401, 'unauthenticated'); }
+  if (response.status === 401) {
+    // No token yet: just ask. A token that was sent and refused: say so, with mpsd's reason.
+    askForToken(token() ? 'The token was refused: ' + await errorText(response) : '');
+    throw new HttpError(401, 'unauthenticated');
+  }
   if (!response.ok) throw new HttpError(response.status, await errorText(response));
   return response.json();
 }
@@ -405,6 +409,12 @@ class LiveChart {
   set(rows) { this.rows = rows; this.redraw(); }
   push(row) { this.rows.push(row); this.redraw(); }
   redraw() {
+    if (!this.drawn && this.rows.length) {  // The first draw at once; later ones throttled.
+      this.drawn = true;
+      this.graph.updateOptions({ file: this.rows });
+      if (this.onFirstDraw) this.onFirstDraw();
+      return;
+    }
     if (this.pending) return;
     this.pending = true;
     setTimeout(() => {
@@ -573,8 +583,8 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
     const lrAt = index(byName.learning_rate || []), spsAt = index(byName.samples_per_second || []);
     const msAt = index(byName.step_time_ms || []), memAt = index(byName.allocated_bytes || []);
     for (const [x, value] of lossPoints) addStep(x, value, lrAt.get(x) ?? null, spsAt.get(x) ?? null, msAt.get(x) ?? null, memAt.get(x) ?? null);
+    charts.loss.onFirstDraw = () => { ctx.counters.firstChart = performance.now(); };
     drawSteps();
-    ctx.counters.firstChart = performance.now();
     const follower = followEvents(ctx, job.id, {
       afterSeq: 0, omitStepsThrough: num(series.throughSeq),
       onEvent: (event) => {
