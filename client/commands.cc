@@ -4,8 +4,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -15,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/bench_table.h"
 #include "client/default_address.h"
@@ -122,6 +128,31 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
 
 }  // namespace
 
+absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
+                                                                   &EVP_MD_CTX_free);
+  if (context == nullptr || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
+    return absl::InternalError("SHA-256 is not available (OpenSSL)");
+  }
+  std::vector<char> buffer(1 << 16);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(context.get(), buffer.data(), in.gcount());
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(context.get(), digest, &length);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) {
+    hex += kHex[digest[i] >> 4];
+    hex += kHex[digest[i] & 0xf];
+  }
+  return hex;
+}
+
 std::string StartDaemonHint(const std::string& server) {
   if (server == DefaultServerAddress()) return "mpsd";
   return absl::StrCat("mpsd --listen ", server);
@@ -133,10 +164,22 @@ std::string NormalizeServerAddress(const std::string& server) {
   return server;
 }
 
+grpc::ChannelArguments KeepaliveChannelArguments() {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // gRPC stops pinging after 2 pings without data, and spaces such pings 5 min apart, by
+  // default; a quiet stream needs them all, at the keepalive interval.
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  arguments.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
+  return arguments;
+}
+
 std::unique_ptr<Commands> Commands::Connect(CommandOptions options, std::ostream& out,
                                             std::ostream& err) {
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      options.server, grpc::InsecureChannelCredentials(), KeepaliveChannelArguments());
   return std::make_unique<Commands>(std::move(options), v1::JobService::NewStub(channel), out,
                                     err);
 }
@@ -366,6 +409,204 @@ grpc::Status Commands::StoredBenchRows(const std::string& job_id, int64_t last_s
   return reached ? grpc::Status::OK : status;
 }
 
+int Commands::Artifacts(const std::string& job_id) {
+  v1::ListArtifactsRequest request;
+  request.set_job_id(job_id);
+  v1::ListArtifactsResponse response;
+  const grpc::Status status = stub_->ListArtifacts(UnaryContext().get(), request, &response);
+  if (!status.ok()) return RpcFailed(status);
+  if (options_.json) {
+    out_ << ToJsonLine(response) << "\n";
+    return kExitOk;
+  }
+  out_ << FormatArtifacts(response);
+  return kExitOk;
+}
+
+namespace {
+
+// The artifact `name` names, or the job's model (else its only artifact) when `name` is empty.
+absl::StatusOr<v1::Artifact> ChooseArtifact(const v1::ListArtifactsResponse& list,
+                                            const std::string& job_id, const std::string& name) {
+  std::vector<std::string> names;
+  for (const v1::Artifact& artifact : list.artifacts()) {
+    if (artifact.name() == name || (name.empty() && artifact.kind() == "model")) return artifact;
+    names.push_back(artifact.name());
+  }
+  if (name.empty() && list.artifacts_size() == 1) return list.artifacts(0);
+  if (names.empty()) return absl::NotFoundError(absl::StrCat("job ", job_id, " has no artifacts"));
+  return absl::NotFoundError(absl::StrCat(
+      name.empty() ? absl::StrCat("job ", job_id, " has no model; name one")
+                   : absl::StrCat("job ", job_id, " has no artifact \"", name, "\""),
+      " (artifacts: ", absl::StrJoin(names, ", "), ")"));
+}
+
+// Where a download of `name` goes: `output`, or inside it when it is a directory, or the
+// artifact's file name in the current directory.
+std::string DownloadPath(const std::string& name, const std::string& output) {
+  const std::string file = std::filesystem::path(name).filename().string();
+  if (output.empty()) return file;
+  std::error_code error;
+  if (std::filesystem::is_directory(output, error)) {
+    return (std::filesystem::path(output) / file).string();
+  }
+  return output;
+}
+
+}  // namespace
+
+int Commands::Download(const std::string& job_id, const std::string& name,
+                       const std::string& output) {
+  v1::ListArtifactsRequest list_request;
+  list_request.set_job_id(job_id);
+  v1::ListArtifactsResponse list;
+  grpc::Status status = stub_->ListArtifacts(UnaryContext().get(), list_request, &list);
+  if (!status.ok()) return RpcFailed(status);
+  absl::StatusOr<v1::Artifact> artifact = ChooseArtifact(list, job_id, name);
+  if (!artifact.ok()) {
+    err_ << "mpsctl: " << artifact.status().message() << "\n";
+    return kExitFailed;
+  }
+  const std::string path = DownloadPath(artifact->name(), output);
+  const std::string part = path + ".part";
+  absl::Time last_progress = absl::Now();
+  for (int attempt = 0;; ++attempt) {
+    std::error_code error;
+    int64_t offset = std::filesystem::exists(part, error)
+                         ? static_cast<int64_t>(std::filesystem::file_size(part, error))
+                         : 0;
+    if (offset > artifact->size_bytes()) {  // Not a prefix of this artifact: start again.
+      std::filesystem::remove(part, error);
+      offset = 0;
+    }
+    int64_t received = 0;
+    status = ReceiveArtifact(job_id, artifact->name(), offset, part, received);
+    if (received > 0) last_progress = absl::Now();
+    if (status.ok()) break;
+    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::INTERNAL;
+    if (!retryable || (attempt == 0 && received == 0 && offset == 0) ||
+        absl::Now() - last_progress > options_.reconnect_timeout) {
+      if (status.error_code() == grpc::StatusCode::DATA_LOSS) {
+        err_ << "mpsctl: " << status.error_message() << "\n";
+        return kExitFailed;
+      }
+      return RpcFailed(status);
+    }
+    err_ << "mpsctl: the download of " << artifact->name() << " broke ("
+         << status.error_message() << "); resuming at byte " << offset + received << "\n";
+    absl::SleepFor(std::min(absl::Seconds(1) * (attempt + 1), absl::Seconds(5)));
+  }
+  absl::StatusOr<std::string> sha256 = Sha256OfFile(part);
+  if (!sha256.ok() || *sha256 != artifact->sha256()) {
+    std::error_code error;
+    std::filesystem::remove(part, error);
+    err_ << "mpsctl: " << artifact->name() << ": the downloaded bytes' SHA-256 "
+         << (sha256.ok() ? *sha256 : "(unreadable)") << " is not the daemon's "
+         << artifact->sha256() << "; removed " << part << ", download again\n";
+    return kExitFailed;
+  }
+  std::error_code error;
+  std::filesystem::rename(part, path, error);
+  if (error) {
+    err_ << "mpsctl: cannot rename " << part << " to " << path << ": " << error.message() << "\n";
+    return kExitFailed;
+  }
+  out_ << "downloaded " << artifact->name() << " (" << artifact->size_bytes()
+       << " bytes, sha256 " << artifact->sha256() << ") to " << path << "\n";
+  return kExitOk;
+}
+
+grpc::Status Commands::ReceiveArtifact(const std::string& job_id, const std::string& name,
+                                       int64_t offset, const std::string& part,
+                                       int64_t& received) {
+  std::ofstream file(part, std::ios::binary | std::ios::app);
+  if (!file) return grpc::Status(grpc::StatusCode::DATA_LOSS, absl::StrCat("cannot write ", part));
+  grpc::ClientContext context;
+  context.set_wait_for_ready(offset > 0);
+  v1::GetArtifactRequest request;
+  request.set_job_id(job_id);
+  request.set_name(name);
+  request.set_offset(offset);
+  std::unique_ptr<grpc::ClientReaderInterface<v1::ArtifactChunk>> reader =
+      stub_->GetArtifact(&context, request);
+  v1::ArtifactChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (chunk.offset() != offset + received) {
+      context.TryCancel();
+      reader->Finish();
+      return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          absl::StrCat(name, ": chunk at byte ", chunk.offset(), ", expected ",
+                                       offset + received));
+    }
+    file.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    received += static_cast<int64_t>(chunk.data().size());
+  }
+  file.flush();
+  if (!file) return grpc::Status(grpc::StatusCode::DATA_LOSS, absl::StrCat("cannot write ", part));
+  return reader->Finish();
+}
+
+absl::Duration Commands::HeartbeatInterval() {
+  v1::ServerStatus status;
+  if (stub_->GetServerStatus(UnaryContext().get(), v1::GetServerStatusRequest(), &status).ok() &&
+      status.heartbeat_interval_s() > 0) {
+    return absl::Seconds(status.heartbeat_interval_s());
+  }
+  return absl::Seconds(15);
+}
+
+grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq,
+                                  int64_t stop_seq, absl::Duration silence, bool wait_for_ready,
+                                  EventPrinter& printer, bool& stopped, bool& received,
+                                  bool& went_silent) {
+  grpc::ClientContext context;  // no deadline: a job may run for hours
+  context.set_wait_for_ready(wait_for_ready);
+  v1::StreamEventsRequest request;
+  request.set_job_id(job_id);
+  request.set_after_seq(after_seq);
+  // The watchdog cancels the call when nothing (not even a heartbeat) arrived for `silence`:
+  // a connection that died without a reset would otherwise block Read forever.
+  absl::Mutex mu;
+  absl::Time last_message = absl::Now();
+  bool done = false;
+  std::thread watchdog([&] {
+    absl::MutexLock lock(&mu);
+    while (!done) {
+      const absl::Time due = last_message + silence;
+      if (absl::Now() >= due) {
+        went_silent = true;
+        context.TryCancel();
+        return;
+      }
+      mu.AwaitWithDeadline(absl::Condition(&done), due);
+    }
+  });
+  std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader =
+      stub_->StreamEvents(&context, request);
+  v1::JobEvent event;
+  while (reader->Read(&event)) {
+    {
+      absl::MutexLock lock(&mu);
+      last_message = absl::Now();
+    }
+    received = true;
+    // Heartbeats are outside the numbered sequence; an event already printed (a replay that
+    // overlaps) is not printed twice.
+    if (event.seq() != 0 && event.seq() <= printer.last_seq()) continue;
+    printer.Print(event);
+    stopped = printer.final_state().has_value() || (stop_seq > 0 && event.seq() >= stop_seq);
+    if (stopped) break;
+  }
+  {
+    absl::MutexLock lock(&mu);
+    done = true;
+  }
+  watchdog.join();
+  if (stopped) context.TryCancel();  // Finish() then reports CANCELLED, which is ours
+  return reader->Finish();
+}
+
 int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_seq,
                      int64_t stop_seq) {
   EventPrinter::Options print_options;
@@ -376,21 +617,37 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
   EventPrinter printer(job_id, print_options, out_);
   InterruptNote note(options_.explain_interrupt && stop_seq == 0, job_id);
 
-  grpc::ClientContext context;  // no deadline: a job may run for hours
-  v1::StreamEventsRequest request;
-  request.set_job_id(job_id);
-  request.set_after_seq(after_seq);
-  std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader =
-      stub_->StreamEvents(&context, request);
-  v1::JobEvent event;
-  bool stopped = false;
-  while (reader->Read(&event)) {
-    printer.Print(event);
-    stopped = printer.final_state().has_value() || (stop_seq > 0 && event.seq() >= stop_seq);
-    if (stopped) break;
+  const absl::Duration silence = 2 * HeartbeatInterval() + absl::Seconds(5);
+  bool stopped = false, connected = false;
+  grpc::Status status;
+  absl::Time last_progress = absl::Now();
+  for (int attempt = 0;; ++attempt) {
+    bool received = false, went_silent = false;
+    const int64_t from = std::max(after_seq, printer.last_seq());
+    status = StreamOnce(job_id, from, stop_seq, silence, /*wait_for_ready=*/attempt > 0,
+                        printer, stopped, received, went_silent);
+    if (received) {
+      connected = true;
+      last_progress = absl::Now();
+    }
+    if (stopped || (status.ok() && !went_silent)) break;
+    // Reconnect only to a daemon that answered once: a first call that cannot connect is
+    // reported as unreachable at once, as every other command does.
+    const bool retryable = went_silent || status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::INTERNAL ||
+                           status.error_code() == grpc::StatusCode::UNKNOWN;
+    if (!connected || !retryable || options_.reconnect_timeout <= absl::ZeroDuration() ||
+        absl::Now() - last_progress > options_.reconnect_timeout) {
+      break;
+    }
+    printer.Finish();  // ends a live progress line before the note
+    err_ << "mpsctl: the event stream of job " << job_id << " "
+         << (went_silent ? absl::StrCat("was silent for ", absl::FormatDuration(silence))
+                         : absl::StrCat("broke (", status.error_message(), ")"))
+         << "; reconnecting, resuming after seq " << std::max(after_seq, printer.last_seq())
+         << "\n";
+    absl::SleepFor(std::min(absl::Seconds(1) * (attempt + 1), absl::Seconds(5)));
   }
-  if (stopped) context.TryCancel();  // Finish() then reports CANCELLED, which is ours
-  const grpc::Status status = reader->Finish();
   printer.Finish();
 
   if (!stopped && !status.ok()) {

@@ -12,11 +12,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
 #include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::client {
+
+class EventPrinter;
 
 // Exit codes of mpsctl.
 inline constexpr int kExitOk = 0;
@@ -43,7 +46,16 @@ struct CommandOptions {
   // While following, Ctrl-C prints how to resume before exiting (installs a SIGINT handler for
   // the duration of the stream). Off in tests.
   bool explain_interrupt = false;
+  // A followed stream that broke (the daemon restarted, the network dropped) or stayed silent
+  // for two heartbeat intervals is reopened with after_seq = the last seq printed, for up to
+  // this long without an event; zero = never reconnect.
+  absl::Duration reconnect_timeout = absl::Minutes(2);
 };
+
+// The channel arguments mpsctl (and the Python client) connect with: HTTP/2 keepalive pings
+// every 30 s (the daemon accepts every 10 s or slower: ServerStatus.min_keepalive_interval_s),
+// also while no call is active, with a 10 s timeout, so that a dead connection is noticed.
+grpc::ChannelArguments KeepaliveChannelArguments();
 
 // `mpsctl submit` flags that override the job file's top-level keys.
 struct SubmitOverrides {
@@ -96,6 +108,14 @@ class Commands {
   int Models(const std::vector<int64_t>& input_shape, std::optional<int32_t> num_classes);
   // The daemon's own health (GetServerStatus): streams, queue, memory, event storage.
   int Status();
+  // A table of the job's artifacts (name, size, kind, sha256), or the ListArtifactsResponse
+  // as JSON.
+  int Artifacts(const std::string& job_id);
+  // Downloads artifact `name` of the job (empty: its model, else its only artifact) to
+  // `output` (empty: the artifact's file name in the current directory; a directory: into it),
+  // through a temporary file "<output>.part" that a broken download resumes from; checks the
+  // SHA-256 before renaming it into place. kExitFailed on a mismatch (the file is removed).
+  int Download(const std::string& job_id, const std::string& name, const std::string& output);
   // A BenchJob's rows in `format` ("table", "markdown", "csv", "json"; --json means json), see
   // client/bench_table.h: from the job's summary once it finished, else the rows stored so far
   // (a job still running, or one INTERRUPTED without a summary; a note on stderr says when the
@@ -105,8 +125,20 @@ class Commands {
 
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or
-  // after the event with seq `stop_seq` when that is > 0.
+  // after the event with seq `stop_seq` when that is > 0. Reconnects as reconnect_timeout says.
   int Stream(const std::string& job_id, int total_epochs, int64_t after_seq, int64_t stop_seq);
+  // One StreamEvents call from the printer's last seq (or `after_seq`), cancelled when nothing
+  // arrives for `silence`. Sets `stopped` when the stream reached what was asked for,
+  // `received` when any message (heartbeats too) arrived.
+  grpc::Status StreamOnce(const std::string& job_id, int64_t after_seq, int64_t stop_seq,
+                          absl::Duration silence, bool wait_for_ready, EventPrinter& printer,
+                          bool& stopped, bool& received, bool& went_silent);
+  // One GetArtifact call from `offset`, appending to the file `part`; `received` counts the
+  // bytes written. DATA_LOSS when the file cannot be written or a chunk is out of place.
+  grpc::Status ReceiveArtifact(const std::string& job_id, const std::string& name,
+                               int64_t offset, const std::string& part, int64_t& received);
+  // The daemon's heartbeat interval (GetServerStatus), 15 s when it does not say.
+  absl::Duration HeartbeatInterval();
   // The bench_row events stored for `job_id` up to seq `last_seq`.
   grpc::Status StoredBenchRows(const std::string& job_id, int64_t last_seq,
                                std::vector<v1::BenchRow>& rows);
@@ -120,6 +152,9 @@ class Commands {
   std::ostream& out_;
   std::ostream& err_;
 };
+
+// Lowercase hex SHA-256 of the file at `path` (OpenSSL). NOT_FOUND when it cannot be read.
+absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
 
 // "mpsd" when `server` is the default address, else "mpsd --listen SERVER": how to start a daemon
 // that this client would reach.

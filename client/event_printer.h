@@ -38,7 +38,8 @@ class EventPrinter {
   EventPrinter(std::string job_id, Options options, std::ostream& out);
 
   void Print(const v1::JobEvent& event);
-  // Ends the output: a live progress line left on screen gets its newline. Call once, last.
+  // Ends the output: a live progress line left on screen gets its newline. Called last, and
+  // before a note on stderr (a reconnect); printing may go on after it.
   void Finish();
 
   // The terminal state (SUCCEEDED, FAILED, CANCELLED, INTERRUPTED) once its event was printed.

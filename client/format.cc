@@ -352,6 +352,35 @@ std::string FormatServerStatus(const v1::ServerStatus& s) {
                     " events/s of commit time");
   }
   line("events", events);
+  if (s.heartbeat_interval_s() > 0) {
+    line("streams", absl::StrCat("heartbeat after ", FormatSeconds(s.heartbeat_interval_s()),
+                                 " idle; client keepalive every ",
+                                 FormatSeconds(s.min_keepalive_interval_s()), " or slower"));
+  }
+  return out;
+}
+
+std::string FormatArtifacts(const v1::ListArtifactsResponse& response) {
+  if (response.artifacts().empty()) return "no artifacts\n";
+  std::vector<std::vector<std::string>> rows = {{"NAME", "SIZE", "KIND", "SHA256"}};
+  for (const v1::Artifact& a : response.artifacts()) {
+    rows.push_back({a.name(), FormatMiB(a.size_bytes()), a.kind(), a.sha256()});
+  }
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c > 0) out.append("  ");
+      const std::string padding(widths[c] - row[c].size(), ' ');
+      // SIZE is right-aligned; the last column needs no padding.
+      if (c == 1) absl::StrAppend(&out, padding, row[c]);
+      else absl::StrAppend(&out, row[c], c + 1 < row.size() ? padding : "");
+    }
+    out.push_back('\n');
+  }
   return out;
 }
 

@@ -80,6 +80,9 @@ std::string FormatModelTable(const v1::ListModelsResponse& response);
 //   uptime      2h 01m
 //   events      12,345 stored in 456 commits, 0 pending; 81,234 events/s of commit time
 std::string FormatServerStatus(const v1::ServerStatus& status);
+// `mpsctl artifacts`: NAME, SIZE (MiB, right-aligned), KIND, SHA256; "no artifacts\n" when
+// empty.
+std::string FormatArtifacts(const v1::ListArtifactsResponse& response);
 
 }  // namespace mpsd::client
 

@@ -119,6 +119,24 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
 
+  CLI::App* artifacts = app.add_subcommand(
+      "artifacts", "list a job's artifacts (model, checkpoints) with sizes and SHA-256");
+  artifacts->add_option("ID", job_id, "job id")->required();
+  std::string artifact_name, output;
+  CLI::App* download = app.add_subcommand(
+      "download", "download a job's artifact (default: its model), checking its SHA-256");
+  download->add_option("ID", job_id, "job id")->required();
+  download->add_option("NAME", artifact_name, "artifact name, as `mpsctl artifacts` lists it");
+  download->add_option("-o,--output", output,
+                       "file or directory to write (default: the artifact's file name here)")
+      ->type_name("PATH");
+  double reconnect_s = 120;
+  app.add_option("--reconnect-timeout", reconnect_s,
+                 "seconds to keep reconnecting a followed stream or a download that broke "
+                 "(resuming where it stopped); 0 = do not reconnect")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -132,6 +150,7 @@ int main(int argc, char** argv) {
   options.live = StdoutIsTerminal();
   options.terminal_width = options.live ? TerminalWidth() : 0;
   options.explain_interrupt = true;
+  options.reconnect_timeout = absl::Seconds(reconnect_s);
   std::unique_ptr<Commands> commands = Commands::Connect(options, std::cout, std::cerr);
 
   if (*submit) return commands->Submit(job_file, follow, overrides);
@@ -143,5 +162,7 @@ int main(int argc, char** argv) {
   if (*models) return commands->Models(input_shape, num_classes);
   if (*status) return commands->Status();
   if (*bench) return commands->Bench(job_id, bench_format);
+  if (*artifacts) return commands->Artifacts(job_id);
+  if (*download) return commands->Download(job_id, artifact_name, output);
   return mpsd::client::kExitUsage;
 }

@@ -7,8 +7,8 @@ packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev libcli11-dev zlib1g-dev
-  libtorch-dev libgtest-dev
-  python3 python3-grpcio python3-protobuf python3-yaml
+  libtorch-dev libgtest-dev libcpp-httplib-dev prometheus-cpp-dev
+  python3 python3-grpcio python3-protobuf python3-yaml python3-prometheus-client
   dataset-fashion-mnist
   libjs-dygraphs
   chromium chromium-driver python3-selenium

@@ -146,6 +146,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   const std::map<std::string, std::function<absl::Status(const YAML::Node&, const std::string&)>>
       fields = {
           {"listen", [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.listen); }},
+          {"http_listen",
+           [&](auto& n, auto& w) { return ReadScalar(n, w, "HOST:PORT", config.http_listen); }},
           {"state_dir",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.state_dir); }},
           {"max_queued",

@@ -39,6 +39,10 @@ struct Config {
   // gRPC address: "unix:///path/mpsd.sock" or "127.0.0.1:PORT" (loopback only until TLS
   // exists; port 0 picks a free port). Default: DefaultListenAddress().
   std::string listen;
+  // HTTP(S) listener for /metrics, /healthz and the dashboard, "HOST:PORT" (port 0 picks a
+  // free port); empty = none (the default). A non-loopback host needs TLS; every request but
+  // /healthz needs a bearer token. See server/http_server.h.
+  std::string http_listen;
   // Where the job database lives. Default: DefaultStateDir().
   std::string state_dir;
   // SubmitJob fails with RESOURCE_EXHAUSTED beyond this many queued jobs.

@@ -68,6 +68,16 @@ struct ExecutorSupervisor::Child {
 namespace {
 
 constexpr absl::Duration kMonitorPoll = absl::Milliseconds(50);
+
+// The RestartsByReason key for a Child's retire_reason ("" when it died by itself).
+std::string RestartLabel(const std::string& retire_reason) {
+  if (retire_reason.empty() || retire_reason == "its Run call broke") return "crash";
+  if (absl::StartsWith(retire_reason, "isolation")) return "per_job";
+  if (absl::StartsWith(retire_reason, "restart_after_jobs")) return "restart_after_jobs";
+  if (absl::StartsWith(retire_reason, "cancel not honoured")) return "cancel_timeout";
+  if (absl::StrContains(retire_reason, "memory")) return "memory";
+  return "crash";
+}
 constexpr absl::Duration kStopGrace = absl::Seconds(10);
 constexpr absl::Duration kUnaryDeadline = absl::Seconds(60);
 
@@ -289,6 +299,11 @@ void ExecutorSupervisor::MonitorLoop() {
       absl::StatusOr<std::shared_ptr<Child>> started = Spawn(generation);
       absl::MutexLock lock(&mu_);
       if (!started.ok()) {
+        if (options_.on_ready_changed) {
+          mu_.Unlock();
+          options_.on_ready_changed(false);
+          mu_.Lock();
+        }
         start_error_ = std::string(started.status().message());
         spdlog::error("executor: {}; retrying in {}", start_error_,
                       absl::FormatDuration(backoff));
@@ -299,9 +314,17 @@ void ExecutorSupervisor::MonitorLoop() {
       }
       backoff = absl::Milliseconds(500);
       start_error_.clear();
-      if (generation > 1) ++restarts_;
+      if (generation > 1) {
+        ++restarts_;
+        ++restarts_by_reason_[last_end_reason_];
+      }
       current_ = *std::move(started);
       last_device_ = current_->device;
+      if (options_.on_ready_changed) {
+        mu_.Unlock();
+        options_.on_ready_changed(true);
+        mu_.Lock();
+      }
       continue;
     }
     int status = 0;
@@ -313,7 +336,13 @@ void ExecutorSupervisor::MonitorLoop() {
       }
       child->exited = true;
       child->exit_description = how;
+      last_end_reason_ = RestartLabel(child->retire_reason);
       current_ = nullptr;
+      if (options_.on_ready_changed) {
+        mu_.Unlock();
+        options_.on_ready_changed(false);
+        mu_.Lock();
+      }
       continue;
     }
     std::string retire;
@@ -331,8 +360,10 @@ void ExecutorSupervisor::MonitorLoop() {
     if (kill_now) {
       kill(child->pid, SIGKILL);  // reaped on the next turn
     } else if (!retire.empty()) {
+      if (options_.on_ready_changed) options_.on_ready_changed(false);
       Stop(*child, retire);
       absl::MutexLock lock(&mu_);
+      last_end_reason_ = RestartLabel(retire);
       current_ = nullptr;
     }
   }
@@ -519,6 +550,11 @@ absl::StatusOr<mpsd::v1::ListModelsResponse> ExecutorSupervisor::ListModels(
   const grpc::Status rpc = (*child)->stub->ListModels(&context, request, &response);
   if (!rpc.ok()) return FromGrpc(rpc);
   return response;
+}
+
+std::map<std::string, int64_t> ExecutorSupervisor::RestartsByReason() const {
+  absl::MutexLock lock(&mu_);
+  return restarts_by_reason_;
 }
 
 mpsd::v1::DeviceInfo ExecutorSupervisor::GetDevice() const {

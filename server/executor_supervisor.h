@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -72,6 +74,11 @@ class ExecutorSupervisor final : public mpsd::trainer::Executor {
     std::string log_level = "info";
     // How long an executor may take to start (LibTorch, device, baseline) before it is killed.
     absl::Duration start_timeout = absl::Seconds(120);
+    // Called on the monitor thread with true when an executor became ready, false when it
+    // died, is being replaced, or could not be started (health checking). Never called with
+    // the supervisor's lock held; may be called after Start returns an error, never after the
+    // destructor returns.
+    std::function<void(bool ready)> on_ready_changed;
   };
 
   // Starts the first executor and waits until it answers. Errors: INVALID_ARGUMENT for bad
@@ -105,6 +112,12 @@ class ExecutorSupervisor final : public mpsd::trainer::Executor {
   absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
       const mpsd::v1::ListModelsRequest& request) const override;
 
+  // Executor replacements since Start, by reason: "crash" (it died, or its call broke),
+  // "per_job", "restart_after_jobs", "memory" (above the baseline after cleanup),
+  // "cancel_timeout" (killed for an ignored cancel). Their sum is DeviceInfo.executor_restarts.
+  // Thread-safe.
+  std::map<std::string, int64_t> RestartsByReason() const;
+
  private:
   struct Child;
 
@@ -136,6 +149,9 @@ class ExecutorSupervisor final : public mpsd::trainer::Executor {
   std::string start_error_ ABSL_GUARDED_BY(mu_);
   int generations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t restarts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> restarts_by_reason_ ABSL_GUARDED_BY(mu_);
+  // Why the last executor ended (a RestartsByReason key), counted when the next one starts.
+  std::string last_end_reason_ ABSL_GUARDED_BY(mu_) = "crash";
   mutable mpsd::v1::DeviceInfo last_device_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 

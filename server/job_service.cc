@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
@@ -15,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/artifacts.h"
 #include "server/job_query.h"
 #include "server/status_util.h"
 
@@ -205,10 +209,64 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
   uint64_t tick_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// A stream whose answer is known before it starts (unknown job, nothing left to send).
-class FinishedStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
+// One GetArtifact call: the file from the requested offset in chunks of kArtifactChunkBytes,
+// one write in flight; the next chunk is read (a local file, at most 1 MiB) in OnWriteDone.
+// Threads: gRPC's. Deletes itself in OnDone.
+class ArtifactReactor final : public grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk> {
  public:
-  explicit FinishedStreamReactor(const grpc::Status& status) { Finish(status); }
+  ArtifactReactor(std::ifstream file, int64_t offset, int64_t size, std::string sha256)
+      : file_(std::move(file)), offset_(offset), size_(size), sha256_(std::move(sha256)) {
+    file_.seekg(offset_);
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      return;
+    }
+    Next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    // An empty file still gets one chunk, so that the client learns size and sha256.
+    if (offset_ >= size_ && sent_any_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const int64_t length = std::min<int64_t>(kArtifactChunkBytes, size_ - offset_);
+    std::string data(static_cast<size_t>(std::max<int64_t>(length, 0)), '\0');
+    file_.read(data.data(), static_cast<std::streamsize>(data.size()));
+    if (file_.gcount() != static_cast<std::streamsize>(data.size())) {
+      Finish(grpc::Status(grpc::StatusCode::ABORTED,
+                          "the artifact changed while it was read; download it again"));
+      return;
+    }
+    chunk_.set_offset(offset_);
+    chunk_.set_data(std::move(data));
+    chunk_.set_size_bytes(size_);
+    chunk_.set_sha256(sha256_);
+    offset_ += length;
+    sent_any_ = true;
+    StartWrite(&chunk_);
+  }
+
+  std::ifstream file_;
+  int64_t offset_;
+  const int64_t size_;
+  const std::string sha256_;
+  bool sent_any_ = false;
+  mpsd::v1::ArtifactChunk chunk_;
+};
+
+// A stream whose answer is known before it starts (unknown job, nothing left to send).
+template <typename Message = JobEvent>
+class FinishedStreamReactor final : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit FinishedStreamReactor(const grpc::Status& status) { this->Finish(status); }
   void OnDone() override { delete this; }
 };
 
@@ -268,21 +326,21 @@ grpc::ServerUnaryReactor* JobService::CancelJob(grpc::CallbackServerContext* con
 grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     grpc::CallbackServerContext* /*context*/, const mpsd::v1::StreamEventsRequest* request) {
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
-  if (!job.ok()) return new FinishedStreamReactor(ToGrpcStatus(job.status()));
+  if (!job.ok()) return new FinishedStreamReactor<>(ToGrpcStatus(job.status()));
   if (request->after_seq() < 0) {
-    return new FinishedStreamReactor(
+    return new FinishedStreamReactor<>(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "after_seq: must be >= 0"));
   }
   // A seq the job has not reached would be waited for forever.
   if (request->after_seq() > job->last_seq()) {
-    return new FinishedStreamReactor(grpc::Status(
+    return new FinishedStreamReactor<>(grpc::Status(
         grpc::StatusCode::OUT_OF_RANGE,
         absl::StrCat("after_seq: ", request->after_seq(), " is beyond job ", request->job_id(),
                      "'s last event (seq ", job->last_seq(), ")")));
   }
   // A finished job with nothing after after_seq has nothing more to say.
   if (IsTerminal(job->state()) && request->after_seq() >= job->last_seq()) {
-    return new FinishedStreamReactor(grpc::Status::OK);
+    return new FinishedStreamReactor<>(grpc::Status::OK);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -316,13 +374,55 @@ grpc::ServerUnaryReactor* JobService::ListModels(grpc::CallbackServerContext* co
   return Answer(context, scheduler_->ListModels(*request), response);
 }
 
+grpc::ServerUnaryReactor* JobService::ListArtifacts(
+    grpc::CallbackServerContext* context, const mpsd::v1::ListArtifactsRequest* request,
+    mpsd::v1::ListArtifactsResponse* response) {
+  using Response = mpsd::v1::ListArtifactsResponse;
+  absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+  if (!job.ok()) return Answer<Response>(context, job.status(), response);
+  absl::StatusOr<std::vector<mpsd::v1::Artifact>> artifacts =
+      server::ListArtifacts(JobArtifactsDir(job->id()));
+  if (!artifacts.ok()) return Answer<Response>(context, artifacts.status(), response);
+  Response list;
+  for (mpsd::v1::Artifact& artifact : *artifacts) *list.add_artifacts() = std::move(artifact);
+  return Answer<Response>(context, std::move(list), response);
+}
+
+grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* JobService::GetArtifact(
+    grpc::CallbackServerContext* /*context*/, const mpsd::v1::GetArtifactRequest* request) {
+  using Failed = FinishedStreamReactor<mpsd::v1::ArtifactChunk>;
+  absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+  if (!job.ok()) return new Failed(ToGrpcStatus(job.status()));
+  absl::StatusOr<std::string> path = ResolveArtifact(JobArtifactsDir(job->id()), request->name());
+  if (!path.ok()) return new Failed(ToGrpcStatus(path.status()));
+  std::ifstream file(*path, std::ios::binary);
+  std::error_code error;
+  const auto size = static_cast<int64_t>(std::filesystem::file_size(*path, error));
+  absl::StatusOr<std::string> sha256 = Sha256OfFile(*path);
+  if (!file || error || !sha256.ok()) {
+    return new Failed(grpc::Status(grpc::StatusCode::INTERNAL,
+                                   absl::StrCat("cannot read artifact ", request->name())));
+  }
+  if (request->offset() < 0 || request->offset() > size) {
+    return new Failed(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("offset: ", request->offset(), " is outside ", request->name(), " (",
+                     size, " bytes)")));
+  }
+  return new ArtifactReactor(std::move(file), request->offset(), size, *std::move(sha256));
+}
+
+std::string JobService::JobArtifactsDir(const std::string& job_id) const {
+  return (std::filesystem::path(options_.artifacts_dir) / job_id).string();
+}
+
 grpc::ServerUnaryReactor* JobService::GetServerStatus(
     grpc::CallbackServerContext* context, const mpsd::v1::GetServerStatusRequest* /*request*/,
     mpsd::v1::ServerStatus* response) {
-  return Answer(context, absl::StatusOr<mpsd::v1::ServerStatus>(Status()), response);
+  return Answer(context, absl::StatusOr<mpsd::v1::ServerStatus>(CurrentStatus()), response);
 }
 
-mpsd::v1::ServerStatus JobService::Status() {
+mpsd::v1::ServerStatus JobService::CurrentStatus() {
   mpsd::v1::ServerStatus status;
   {
     absl::MutexLock lock(&mu_);
@@ -340,6 +440,8 @@ mpsd::v1::ServerStatus JobService::Status() {
   status.set_events_pending(events.events_pending);
   status.set_rss_bytes(ResidentSetBytes());
   status.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
+  status.set_heartbeat_interval_s(absl::ToDoubleSeconds(options_.heartbeat_interval));
+  status.set_min_keepalive_interval_s(absl::ToDoubleSeconds(options_.min_keepalive_interval));
   return status;
 }
 

@@ -7,6 +7,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include <string>
+
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
 #include "server/scheduler.h"
@@ -22,6 +24,10 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   struct Options {
     // A stream that has sent nothing for this long gets a heartbeat event. > 0.
     absl::Duration heartbeat_interval = absl::Seconds(15);
+    // Reported in ServerStatus: the keepalive policy the gRPC server was built with.
+    absl::Duration min_keepalive_interval = absl::Seconds(10);
+    // <state_dir>/artifacts: jobs' artifacts are in its <job_id>/ subdirectories.
+    std::string artifacts_dir;
   };
 
   JobService(Scheduler* scheduler, const Options& options);
@@ -52,13 +58,22 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const mpsd::v1::ListModelsRequest* request,
                                        mpsd::v1::ListModelsResponse* response) override;
+  // What GetServerStatus answers now (also read by /metrics). Thread-safe.
+  mpsd::v1::ServerStatus CurrentStatus();
+
+  grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* context,
+                                          const mpsd::v1::ListArtifactsRequest* request,
+                                          mpsd::v1::ListArtifactsResponse* response) override;
+  grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* GetArtifact(
+      grpc::CallbackServerContext* context,
+      const mpsd::v1::GetArtifactRequest* request) override;
   grpc::ServerUnaryReactor* GetServerStatus(grpc::CallbackServerContext* context,
                                             const mpsd::v1::GetServerStatusRequest* request,
                                             mpsd::v1::ServerStatus* response) override;
 
  private:
-  mpsd::v1::ServerStatus Status();
-
+  // <artifacts_dir>/<job_id>.
+  std::string JobArtifactsDir(const std::string& job_id) const;
   // Constant after construction.
   Scheduler* const scheduler_;
   const Options options_;

@@ -17,6 +17,10 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen,
                  "unix:///path/mpsd.sock or 127.0.0.1:PORT (default: " +
                      mpsd::server::DefaultListenAddress() + ")");
+  std::string http_listen;
+  app.add_option("--http-listen", http_listen,
+                 "HOST:PORT for HTTP(S): /metrics (Prometheus), /healthz; loopback unless TLS "
+                 "(default: none)");
   app.add_option("--state-dir", state_dir,
                  "directory for the job database (default: " + mpsd::server::DefaultStateDir() +
                      ")");
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
   // A bare socket path, as mpsctl --server accepts.
   if (!listen.empty()) config.listen = listen.front() == '/' ? "unix://" + listen : listen;
   if (!state_dir.empty()) config.state_dir = state_dir;
+  if (!http_listen.empty()) config.http_listen = http_listen;
   // Logs go to stderr: stdout stays free for whatever runs mpsd in the foreground.
   spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd"));
   spdlog::set_level(spdlog::level::from_str(config.log_level));

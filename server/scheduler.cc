@@ -315,6 +315,13 @@ Scheduler::QueueStats Scheduler::GetQueueStats() const {
   return stats;
 }
 
+std::map<std::pair<Job::State, Job::Kind>, int64_t> Scheduler::CountJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::pair<Job::State, Job::Kind>, int64_t> counts;
+  for (const auto& [id, job] : jobs_) ++counts[{job.state(), job.kind()}];
+  return counts;
+}
+
 void Scheduler::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
@@ -428,6 +435,7 @@ void Scheduler::Publish(Job& job, JobEvent event) {
     default:
       break;
   }
+  if (options_.on_event) options_.on_event(job, event);
   std::vector<JobEvent> events;
   events.push_back(std::move(event));
   event_log_.Append(job, std::move(events));

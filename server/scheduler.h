@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +38,9 @@ class Scheduler {
   struct Options {
     // SubmitJob fails with RESOURCE_EXHAUSTED beyond this many QUEUED jobs.
     int max_queued = 1000;
+    // Called with every event as it is published (numbered, before it is stored), under the
+    // scheduler's lock: it must be quick and must not call the scheduler (metrics counters).
+    std::function<void(const mpsd::v1::Job&, const mpsd::v1::JobEvent&)> on_event;
   };
 
   // Longest SubmitJobRequest.request_id accepted, bytes.
@@ -96,6 +101,9 @@ class Scheduler {
   mpsd::v1::Heartbeat HeartbeatOf(const std::string& job_id) const;
 
   QueueStats GetQueueStats() const;
+
+  // The jobs the scheduler knows, counted by (state, kind); pairs without jobs are absent.
+  std::map<std::pair<mpsd::v1::Job::State, mpsd::v1::Job::Kind>, int64_t> CountJobs() const;
 
   // Committed events, for streams.
   EventLog& events() { return event_log_; }

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <system_error>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
@@ -27,9 +26,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "httplib.h"
 #include "server/executor_supervisor.h"
+#include "server/http_server.h"
 #include "server/job_service.h"
 #include "server/job_store.h"
+#include "server/metrics.h"
+#include "server/reflection_service.h"
 #include "server/scheduler.h"
 #include "spdlog/spdlog.h"
 
@@ -123,6 +126,25 @@ absl::Status CheckLoopback(const std::string& address) {
       "which mpsd does not support yet (use a unix socket or 127.0.0.1:PORT)"));
 }
 
+// The keepalive policy (documented on StreamEvents in mpsd.proto and in the README): clients
+// may ping every kMinKeepaliveInterval, with or without calls in progress; the daemon pings an
+// idle connection every kServerKeepaliveTime and drops it when no answer comes within
+// kServerKeepaliveTimeout, so a client that vanished (a laptop closed) frees its streams.
+constexpr absl::Duration kMinKeepaliveInterval = absl::Seconds(10);
+constexpr absl::Duration kServerKeepaliveTime = absl::Seconds(60);
+constexpr absl::Duration kServerKeepaliveTimeout = absl::Seconds(20);
+
+void AddKeepalivePolicy(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kMinKeepaliveInterval)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kServerKeepaliveTime)));
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(kServerKeepaliveTimeout)));
+}
+
 }  // namespace
 
 Server::Server() = default;
@@ -165,28 +187,43 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   executor_options.memory_limit_bytes = config.executor.memory_limit_bytes;
   executor_options.memory_fraction = config.executor.memory_fraction;
   executor_options.log_level = config.log_level;
+  Server* self = server.get();
+  executor_options.on_ready_changed = [self](bool ready) { self->SetExecutorReady(ready); };
   absl::StatusOr<std::unique_ptr<ExecutorSupervisor>> executor =
       ExecutorSupervisor::Start(executor_options);
   if (!executor.ok()) return executor.status();
   server->executor_ = *std::move(executor);
   Scheduler::Options scheduler_options;
   scheduler_options.max_queued = config.max_queued;
+  server->metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
+  scheduler_options.on_event = [metrics = server->metrics_.get()](const mpsd::v1::Job& job,
+                                                                   const mpsd::v1::JobEvent& e) {
+    metrics->ObserveEvent(job, e);
+  };
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
       scheduler_options, server->store_.get(), server->executor_.get());
   if (!scheduler.ok()) return scheduler.status();
   server->scheduler_ = *std::move(scheduler);
   JobService::Options service_options;
   service_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
+  service_options.min_keepalive_interval = kMinKeepaliveInterval;
+  service_options.artifacts_dir = config.state_dir + "/artifacts";
   server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
 
+  absl::StatusOr<std::unique_ptr<ReflectionService>> reflection =
+      ReflectionService::Create({"grpc.health.v1.Health"});
+  if (!reflection.ok()) return reflection.status();
+  server->reflection_ = *std::move(reflection);
+
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   // The socket is created with the process's umask: 0077 makes it 0600 from its first moment.
   const mode_t old_umask = umask(0077);
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->reflection_.get());
+  AddKeepalivePolicy(builder);
   server->grpc_server_ = builder.BuildAndStart();
   umask(old_umask);
   if (server->grpc_server_ == nullptr || (!unix_socket && port == 0)) {
@@ -196,11 +233,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
       unix_socket ? config.listen
                   : absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
   if (unix_socket) chmod(server->socket_path_.c_str(), 0600);
-  // Both the overall status ("") and the service's own, for probes that name the service.
-  server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
-  server->grpc_server_->GetHealthCheckService()->SetServingStatus(
-      mpsd::v1::JobService::service_full_name(), true);
+  {
+    absl::MutexLock lock(&server->health_mu_);
+    server->health_ = server->grpc_server_->GetHealthCheckService();
+    server->UpdateHealth();
+  }
   spdlog::info("mpsd listening on {} (state dir {})", server->address_, config.state_dir);
+  if (absl::Status status = server->StartHttp(); !status.ok()) return status;
   return server;
 }
 
@@ -210,7 +249,15 @@ void Server::Shutdown() {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return;
   spdlog::info("shutting down");
-  if (grpc_server_ != nullptr) grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  {
+    absl::MutexLock health_lock(&health_mu_);
+    stopping_ = true;
+    UpdateHealth();
+    // Freezes NOT_SERVING, so that gRPC's shutdown can end the Watch calls.
+    if (health_ != nullptr) health_->Shutdown();
+  }
+  // The HTTP listener first: its handlers read the scheduler and the service.
+  if (http_server_ != nullptr) http_server_->Shutdown();
   // Stopping the scheduler ends the running job's stream with its terminal event; closing the
   // event log ends the streams of jobs that never ran with UNAVAILABLE once they have sent
   // what is stored. gRPC then cancels what is left (a client that stopped reading) and drops
@@ -228,7 +275,13 @@ void Server::Shutdown() {
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now()));
     grpc_server_->Wait();
   }
+  {
+    absl::MutexLock health_lock(&health_mu_);
+    health_ = nullptr;
+  }
   grpc_server_.reset();
+  http_server_.reset();
+  reflection_.reset();
   service_.reset();
   scheduler_.reset();
   executor_.reset();
@@ -238,6 +291,81 @@ void Server::Shutdown() {
   lock_fd_ = -1;
   shut_down_ = true;
   spdlog::info("mpsd stopped");
+}
+
+std::string Server::http_url() const {
+  return http_server_ == nullptr ? "" : http_server_->url();
+}
+
+void Server::SetExecutorReady(bool ready) {
+  absl::MutexLock lock(&health_mu_);
+  executor_ready_ = ready;
+  UpdateHealth();
+}
+
+void Server::UpdateHealth() {
+  if (health_ == nullptr) return;
+  const bool serving = executor_ready_ && !stopping_;
+  // Both the overall status ("") and the service's own, for probes that name the service; each
+  // by name (the overload without one sets every service, so watchers would hear it twice).
+  health_->SetServingStatus("", serving);
+  health_->SetServingStatus(mpsd::v1::JobService::service_full_name(), serving);
+}
+
+bool Server::Serving() {
+  absl::MutexLock lock(&health_mu_);
+  return executor_ready_ && !stopping_;
+}
+
+absl::Status Server::StartHttp() {
+  const Config& config = options_.config;
+  if (config.http_listen.empty()) return absl::OkStatus();
+  HttpServer::Options http_options;
+  http_options.address = config.http_listen;
+  // Until the daemon has tokens (server/auth.h), nothing protected is served.
+  http_options.authorize = [](absl::string_view, absl::string_view) -> absl::StatusOr<HttpCaller> {
+    return absl::UnauthenticatedError("no tokens are configured on this daemon");
+  };
+  absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Create(http_options);
+  if (!http.ok()) return http.status();
+  http_server_ = *std::move(http);
+
+  MetricsSources sources;
+  sources.server_status = [this] { return service_->CurrentStatus(); };
+  sources.job_counts = [this] { return scheduler_->CountJobs(); };
+  sources.running_job = [this]() -> std::optional<mpsd::v1::Job> {
+    const std::string id = scheduler_->GetQueueStats().running_job_id;
+    if (id.empty()) return std::nullopt;
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(id);
+    if (!job.ok()) return std::nullopt;
+    return *std::move(job);
+  };
+  sources.device = [this]() -> std::optional<mpsd::v1::DeviceInfo> {
+    if (!Serving()) return std::nullopt;  // GetDevice would wait for the next executor.
+    return executor_->GetDevice();
+  };
+  auto* supervisor = static_cast<ExecutorSupervisor*>(executor_.get());
+  sources.executor_restarts = [supervisor] { return supervisor->RestartsByReason(); };
+  metrics_->SetSources(std::move(sources));
+
+  // Public: a load balancer's probe carries no token, and the answer reveals nothing more than
+  // whether the port answers.
+  http_server_->Get(
+      "/healthz",
+      [this](const HttpCaller&, const httplib::Request&, httplib::Response& response) {
+        const bool serving = Serving();
+        response.status = serving ? 200 : 503;
+        response.set_content(serving ? "SERVING\n" : "NOT_SERVING\n",
+                             "text/plain; charset=utf-8");
+      },
+      /*public_route=*/true);
+  http_server_->Get("/metrics", [this](const HttpCaller&, const httplib::Request&,
+                                       httplib::Response& response) {
+    response.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http_server_->Start();
+  spdlog::info("mpsd serving /metrics and /healthz on {}", http_server_->url());
+  return absl::OkStatus();
 }
 
 void Server::Wait() {

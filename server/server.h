@@ -1,5 +1,6 @@
-// mpsd's top-level object: owns the job store, the executor, the scheduler and the gRPC server
-// (JobService, health checking, reflection), on a unix socket or a loopback TCP port.
+// mpsd's top-level object: owns the job store, the executor, the scheduler, the gRPC server
+// (JobService, health checking, reflection), on a unix socket or a loopback TCP port, and the
+// optional HTTP listener (/metrics, /healthz).
 #ifndef MPSD_SERVER_SERVER_H_
 #define MPSD_SERVER_SERVER_H_
 
@@ -12,6 +13,7 @@
 #include "server/config.h"
 
 namespace grpc {
+class HealthCheckServiceInterface;
 class Server;
 }  // namespace grpc
 
@@ -21,8 +23,11 @@ class Executor;
 
 namespace mpsd::server {
 
+class HttpServer;
 class JobService;
 class JobStore;
+class Metrics;
+class ReflectionService;
 class Scheduler;
 
 class Server {
@@ -55,8 +60,20 @@ class Server {
   // Blocks until Shutdown() has finished.
   void Wait();
 
+  // The HTTP listener's URL ("http://127.0.0.1:9464"); empty without http_listen.
+  std::string http_url() const;
+
  private:
   Server();
+
+  // Starts the HTTP listener (config.http_listen) with its routes: /healthz, /metrics, and
+  // those other components register there (the dashboard).
+  absl::Status StartHttp();
+  // Health checking ("" and mpsd.v1.JobService): SERVING while an executor is ready and the
+  // daemon is not shutting down. Called from the executor's monitor thread and Shutdown.
+  void SetExecutorReady(bool ready);
+  void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
+  bool Serving();
 
   // Constant after BuildAndStart.
   Options options_;
@@ -67,7 +84,16 @@ class Server {
   std::unique_ptr<mpsd::trainer::Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobService> service_;
+  std::unique_ptr<ReflectionService> reflection_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<HttpServer> http_server_;
   std::unique_ptr<grpc::Server> grpc_server_;
+
+  absl::Mutex health_mu_;
+  bool executor_ready_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(health_mu_) = false;
+  // Set once the gRPC server runs; nullptr before and after.
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -755,8 +755,9 @@ TEST(MpsctlLostDaemonTest, KilledWhileFollowingSaysHowToResume) {
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id(absl::StripSuffix(submitted.out, "\n"));
 
-  BackgroundCommand follow({MpsctlPath(), "--server", daemon.address(), "--json", "logs", id,
-                            "--follow"});
+  // With reconnecting turned off (remote_e2e_test covers mpsctl reconnecting by itself).
+  BackgroundCommand follow({MpsctlPath(), "--server", daemon.address(), "--reconnect-timeout",
+                            "0", "--json", "logs", id, "--follow"});
   // Kill it once mpsctl has printed some step events.
   ASSERT_TRUE(PollUntil([&] { return absl::StrContains(follow.out(), R"("step":)"); }));
   daemon.Stop(SIGKILL);
