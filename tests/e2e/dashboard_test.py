@@ -14,9 +14,11 @@ Run (after building mpsd, mpsd-executor and the stubs):
 or through CTest: ctest --test-dir build -R dashboard_test.
 """
 
+import hashlib
 import http.client
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -82,25 +84,29 @@ class Daemon:
             f.write("heartbeat_interval_s: %s\n" % heartbeat_interval_s)
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         self.tokens_file = os.path.join(self.state_dir, "tokens.yaml")
-        self.tokens = {name: self._add_token(name, role)
-                       for name, role in (("ada", "admin"), ("vic", "viewer"), ("sam", "submitter"))}
+        self.tokens = {}
+        self._write_tokens((("ada", "admin"), ("vic", "viewer"), ("sam", "submitter")))
         self.log_path = os.path.join(directory, "mpsd.log")
         self.process = None
         self.start()
 
-    def _add_token(self, name, role):
-        out = subprocess.run([MPSD, "token", "add", "--tokens", self.tokens_file, "--name", name,
-                              "--role", role], check=True, capture_output=True, text=True).stdout
-        tokens = [w for w in out.split() if w.startswith("mpsd_")]
-        assert len(tokens) == 1, out
-        return tokens[0]
+    def _write_tokens(self, entries):
+        """The tokens file as server/auth.h reads it: {name, role, sha256 of the token}, 0600."""
+        lines = []
+        for name, role in entries:
+            token = "mpsd_" + secrets.token_hex(32)
+            self.tokens[name] = token
+            lines.append("- {name: %s, role: %s, sha256: %s}" %
+                         (name, role, hashlib.sha256(token.encode()).hexdigest()))
+        fd = os.open(self.tokens_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
     def start(self):
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen(
             [MPSD, "--listen", "unix://" + self.socket, "--state-dir", self.state_dir,
-             "--config", self.config, "--http-listen", "127.0.0.1:%d" % self.port,
-             "--tokens", self.tokens_file],
+             "--config", self.config, "--http-listen", "127.0.0.1:%d" % self.port],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 60
         while time.time() < deadline:
