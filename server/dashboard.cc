@@ -167,8 +167,11 @@ void ServeEvents(Scheduler* scheduler, const HttpServer* http, absl::Duration he
   response.set_header("X-Accel-Buffering", "no");  // Proxies (nginx) must not buffer a stream.
   auto stream = std::make_shared<EventStream>(scheduler, http, job_id, *after_seq, omit,
                                               heartbeat_interval);
+  // Exactly "text/event-stream" (SSE is UTF-8 by definition): cpp-httplib compresses every
+  // other text/* type for a browser that accepts gzip or br, and a compressor holds the stream's
+  // messages back until it ends.
   response.set_chunked_content_provider(
-      "text/event-stream; charset=utf-8",
+      "text/event-stream",
       [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->Provide(sink); });
 }
 

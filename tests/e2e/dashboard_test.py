@@ -178,7 +178,9 @@ class SseReader:
 
     def __init__(self, daemon, job_id, after_seq=0, last_event_id=None, token="ada", query=""):
         self.conn = daemon.connection(timeout=30)
-        headers = {"Authorization": "Bearer " + daemon.tokens[token], "Accept": "text/event-stream"}
+        # As a browser asks: a compressed stream would hold its messages back until it ends.
+        headers = {"Authorization": "Bearer " + daemon.tokens[token], "Accept": "text/event-stream",
+                   "Accept-Encoding": "gzip, deflate, br"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
         self.conn.request("GET", "/api/jobs/%s/events?after_seq=%d%s" % (job_id, after_seq, query),
@@ -266,7 +268,8 @@ class DashboardHttpTest(unittest.TestCase):
         # the original after_seq=0 in the URL and Last-Event-ID: the last id received.
         reader = SseReader(d, job.id)
         self.assertEqual(reader.response.status, 200)
-        self.assertTrue(reader.response.getheader("Content-Type").startswith("text/event-stream"))
+        self.assertEqual(reader.response.getheader("Content-Type"), "text/event-stream")
+        self.assertIsNone(reader.response.getheader("Content-Encoding"))
         seen = []
         for seq, event in reader.messages():
             self.assertEqual(int(event["seq"]), seq)
@@ -454,8 +457,10 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertEqual(self.js("window.mpsd.charts.epochAccuracy.numRows()"), 3)
         self.assertIn("kind: TrainJob", self.js("document.getElementById('spec-yaml').textContent"))
         self.assertIn("SUCCEEDED", self.js("document.getElementById('log').textContent"))
-        time.sleep(0.5)  # Let the last redraw land.
+        driver.set_window_size(1400, 1700)  # The whole page: charts, log and spec.
+        time.sleep(1.0)  # Let the charts resize and the last redraw land.
         driver.save_screenshot(os.path.join(self.shots, "job.png"))
+        driver.set_window_size(1400, 1000)
 
         # Compare: two jobs overlaid, and the spec keys that differ.
         job_c = d.submit(train_job(limit_train=500, batch_size=4, epochs=3, lr=0.003, seed=2))
@@ -499,7 +504,7 @@ class DashboardBrowserTest(unittest.TestCase):
 
         # mpsd dies (SIGKILL) under an open page of a running job, and starts again: the page
         # reconnects with Last-Event-ID and its curve has every stored step once.
-        job_r = d.submit(train_job(limit_train=500, batch_size=2, epochs=2))
+        job_r = d.submit(train_job(limit_train=500, batch_size=1, epochs=40))  # Killed early.
         driver.get(d.url() + "#/jobs/" + job_r.id)
         self.until("window.mpsd.counters.stepsStreamed > 20")
         # Zoomed in, the chart keeps its window while points arrive.
