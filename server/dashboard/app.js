@@ -38,6 +38,7 @@ const fmt = (v, digits = 3) => (Number.isFinite(v) ? Number(v).toPrecision(digit
 function fmtBytes(b) {
   b = num(b);
   if (b <= 0) return '0';
+  if (b < 1024) return b.toFixed(0) + ' B';
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   const i = Math.min(units.length - 1, Math.floor(Math.log(b) / Math.log(1024)));
   return (b / 1024 ** i).toFixed(i ? 1 : 0) + ' ' + units[i];
@@ -615,6 +616,8 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
 // The spec as a job file (YAML), keys as the proto names them.
 
 function yamlScalar(v) {
+  // The JSON mapping spells 64-bit integers as strings: a job file spells them as numbers.
+  if (typeof v === 'string' && /^-?\d+$/.test(v)) return v;
   if (typeof v === 'string') return /^[\w./:@+-]+$/.test(v) && !/^(true|false|null|yes|no|~|[-+]?[\d.]+(e[-+]?\d+)?)$/i.test(v) ? v : JSON.stringify(v);
   return String(v);
 }
