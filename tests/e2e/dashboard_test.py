@@ -14,6 +14,7 @@ Run (after building mpsd, mpsd-executor and the stubs):
 or through CTest: ctest --test-dir build -R dashboard_test.
 """
 
+import gzip
 import hashlib
 import http.client
 import json
@@ -251,6 +252,12 @@ class DashboardHttpTest(unittest.TestCase):
         self.assertEqual(ids, sorted(ids, reverse=True))
         one = json_format.Parse(json.dumps(d.get_json("/api/jobs/" + job.id)), pb2.Job())
         self.assertEqual(one, d.stub.GetJob(pb2.GetJobRequest(job_id=job.id)))
+        # Gzipped for a client that accepts it (a browser), the same JSON.
+        status, body, response = d.get("/api/jobs", headers={"Accept-Encoding": "gzip, br"})
+        self.assertEqual(status, 200)
+        self.assertEqual(response.getheader("Content-Encoding"), "gzip")
+        self.assertEqual(response.getheader("Content-Type"), "application/json; charset=utf-8")
+        self.assertEqual(json.loads(gzip.decompress(body)), d.get_json("/api/jobs"))
         only = d.get_json("/api/jobs?state=succeeded&kind=TrainJob&page_size=1")
         self.assertEqual(len(only["jobs"]), 1)
         self.assertIn("nextPageToken", only)
