@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev libcli11-dev zlib1g-dev
   libtorch-dev libgtest-dev libcpp-httplib-dev prometheus-cpp-dev
   python3 python3-grpcio python3-protobuf python3-yaml python3-prometheus-client
+  python3-venv python3-pip python3-setuptools
   dataset-fashion-mnist
   libjs-dygraphs
   chromium chromium-driver python3-selenium

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
+#include "api/job_state.h"
 #include "httplib.h"
 #include "zlib.h"
 #include "server/auth.h"
@@ -197,7 +198,7 @@ void ServeEvents(Scheduler* scheduler, const HttpServer* http, absl::Duration he
                 request, response);
   }
   SecurityHeaders(response);
-  if (IsTerminal(job->state()) && *after_seq >= job->last_seq()) {
+  if (api::IsTerminal(job->state()) && *after_seq >= job->last_seq()) {
     response.status = 204;  // Nothing after the terminal event: an EventSource stops here.
     return;
   }
