@@ -36,15 +36,15 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import grpc  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
-import mpsd_client  # noqa: E402
+import mpsd  # noqa: E402  (client/python)
 
-pb2, pb2_grpc = mpsd_client.import_stubs()
+pb2, pb2_grpc = mpsd.pb2, mpsd.pb2_grpc
 MPSD = os.environ.get("MPSD_BINARY", os.path.join(REPO, "build", "server", "mpsd"))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def train_job(limit_train=500, batch_size=16, epochs=2, lr=0.001, seed=1, limit_test=200):
-    return mpsd_client.parse_job_file("""kind: TrainJob
+    return mpsd.parse_job_file("""kind: TrainJob
 model: {name: convnet}
 dataset: {name: fashion-mnist, root: %s, limit_train: %d, limit_test: %d}
 batch_size: %d
@@ -52,17 +52,17 @@ epochs: %d
 optimizer: {name: adam, learning_rate: %s}
 seed: %d
 device: cpu
-""" % (FASHION_MNIST, limit_train, limit_test, batch_size, epochs, lr, seed), "job.yaml", pb2)
+""" % (FASHION_MNIST, limit_train, limit_test, batch_size, epochs, lr, seed), "job.yaml")
 
 
 def bench_job():
-    return mpsd_client.parse_job_file("""kind: BenchJob
+    return mpsd.parse_job_file("""kind: BenchJob
 models: [mlp, convnet]
 batch_sizes: [1, 8]
 devices: [cpu]
 warmup_iters: 1
 iters: 3
-""", "bench.yaml", pb2)
+""", "bench.yaml")
 
 
 def free_port():
