@@ -12,6 +12,7 @@ packages=(
   python3-prometheus-client
   dataset-fashion-mnist
   libjs-dygraphs
+  chromium chromium-driver python3-selenium
 )
 
 missing=()

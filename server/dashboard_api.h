@@ -24,6 +24,7 @@ namespace mpsd::server {
 // What a handler answers. Plain value.
 struct HttpReply {
   int status = 200;
+  // Without parameters; the sender adds "; charset=utf-8".
   std::string content_type = "application/json";
   std::string body;
 };

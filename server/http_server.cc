@@ -167,6 +167,14 @@ void HttpServer::Get(const std::string& pattern, Handler handler, bool public_ro
   });
 }
 
+void HttpServer::Post(const std::string& pattern, Handler handler, bool public_route) {
+  const std::string action = absl::StrCat("POST ", pattern);
+  server_->Post(pattern, [this, action, handler = std::move(handler), public_route](
+                             const httplib::Request& request, httplib::Response& response) {
+    Serve(action, handler, public_route, request, response);
+  });
+}
+
 void HttpServer::Serve(const std::string& action, const Handler& handler, bool public_route,
                        const httplib::Request& request, httplib::Response& response) const {
   HttpCaller caller;

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/auth.h"
 
 namespace httplib {
 class Server;
@@ -27,9 +28,11 @@ namespace mpsd::server {
 struct HttpCaller {
   // The token's name ("" for a public route, which authenticates no one).
   std::string name;
+  // The token's role (server/auth.h); meaningless on a public route.
+  Role role = Role::kViewer;
 };
 
-// Thread-safety: Get() only before Start(); Start() once; Shutdown() from any thread, any
+// Thread-safety: Get() and Post() only before Start(); Start() once; Shutdown() from any thread, any
 // number of times. Handlers run on cpp-httplib's worker threads (several at once) and must be
 // thread-safe. A handler that takes long (a stream) must watch stopping() and return soon after
 // it turns true, or Shutdown() waits for it.
@@ -73,6 +76,8 @@ class HttpServer {
   // whole, as cpp-httplib does; its groups are in Request::matches). `public_route`: answered
   // without a token (only for routes that reveal nothing, like /healthz). Before Start() only.
   void Get(const std::string& pattern, Handler handler, bool public_route = false);
+  // The same for POST requests (the request body is in Request::body).
+  void Post(const std::string& pattern, Handler handler, bool public_route = false);
 
   // Serves on a thread of its own until Shutdown.
   void Start();

@@ -27,6 +27,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "httplib.h"
+#include "server/auth.h"
+#include "server/dashboard.h"
 #include "server/executor_supervisor.h"
 #include "server/http_server.h"
 #include "server/job_service.h"
@@ -282,6 +284,8 @@ void Server::Shutdown() {
   }
   grpc_server_.reset();
   http_server_.reset();
+  dashboard_.reset();
+  tokens_.reset();
   reflection_.reset();
   service_.reset();
   scheduler_.reset();
@@ -323,10 +327,36 @@ absl::Status Server::StartHttp() {
   if (config.http_listen.empty()) return absl::OkStatus();
   HttpServer::Options http_options;
   http_options.address = config.http_listen;
-  // Until the daemon has tokens (server/auth.h), nothing protected is served.
-  http_options.authorize = [](absl::string_view, absl::string_view) -> absl::StatusOr<HttpCaller> {
-    return absl::UnauthenticatedError("no tokens are configured on this daemon");
+  // Bearer tokens from <state_dir>/tokens.yaml (server/auth.h): any role may view. Without the
+  // file every protected route answers 401 saying how to make one; a file that is unsafe or
+  // invalid stops the start.
+  const std::string tokens_path = config.state_dir + "/tokens.yaml";
+  absl::StatusOr<std::unique_ptr<TokenStore>> tokens = TokenStore::Open(tokens_path);
+  if (tokens.ok()) {
+    tokens_ = *std::move(tokens);
+  } else if (tokens.status().code() != absl::StatusCode::kNotFound) {
+    return tokens.status();
+  }
+  http_options.authorize =
+      [store = tokens_.get(), tokens_path](
+          absl::string_view authorization,
+          absl::string_view action) -> absl::StatusOr<HttpCaller> {
+    if (store == nullptr) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "no tokens on this daemon: add one to ", tokens_path,
+          " (mpsd token add --tokens ", tokens_path, " --name NAME --role viewer)"));
+    }
+    absl::StatusOr<Principal> principal =
+        store->Authenticate(authorization);
+    if (!principal.ok()) return principal.status();
+    if (absl::Status allowed = Authorize(*principal, Role::kViewer, action); !allowed.ok()) {
+      return allowed;
+    }
+    return HttpCaller{principal->name, principal->role};
   };
+  // Each open dashboard holds a worker for its event stream, and a browser keeps a few more
+  // connections alive: room for a few dozen dashboards at once.
+  http_options.threads = 64;
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Create(http_options);
   if (!http.ok()) return http.status();
   http_server_ = *std::move(http);
@@ -364,8 +394,12 @@ absl::Status Server::StartHttp() {
                                        httplib::Response& response) {
     response.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
   });
+  DashboardOptions dashboard_options;
+  dashboard_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
+  dashboard_ = std::make_unique<Dashboard>(scheduler_.get(), dashboard_options);
+  dashboard_->Register(http_server_.get());
   http_server_->Start();
-  spdlog::info("mpsd serving /metrics and /healthz on {}", http_server_->url());
+  spdlog::info("mpsd serving the dashboard, /metrics and /healthz on {}", http_server_->url());
   return absl::OkStatus();
 }
 

@@ -24,8 +24,10 @@ class Executor;
 namespace mpsd::server {
 
 class HttpServer;
+class Dashboard;
 class JobService;
 class JobStore;
+class TokenStore;
 class Metrics;
 class ReflectionService;
 class Scheduler;
@@ -86,6 +88,8 @@ class Server {
   std::unique_ptr<JobService> service_;
   std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<TokenStore> tokens_;
+  std::unique_ptr<Dashboard> dashboard_;
   std::unique_ptr<HttpServer> http_server_;
   std::unique_ptr<grpc::Server> grpc_server_;
 

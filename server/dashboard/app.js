@@ -38,6 +38,7 @@ const fmt = (v, digits = 3) => (Number.isFinite(v) ? Number(v).toPrecision(digit
 function fmtBytes(b) {
   b = num(b);
   if (b <= 0) return '0';
+  if (b < 1024) return b.toFixed(0) + ' B';
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   const i = Math.min(units.length - 1, Math.floor(Math.log(b) / Math.log(1024)));
   return (b / 1024 ** i).toFixed(i ? 1 : 0) + ' ' + units[i];
@@ -73,7 +74,11 @@ async function api(path, options = {}) {
   const headers = { Accept: 'application/json', ...(options.headers || {}) };
   if (token()) headers.Authorization = 'Bearer ' + token();
   const response = await fetch(path, { ...options, headers, cache: 'no-store' });
-  if (response.status === 401) { askForToken('The token was refused: ' + await errorText(response)); throw new HttpError(401, 'unauthenticated'); }
+  if (response.status === 401) {
+    // No token yet: just ask. A token that was sent and refused: say so, with mpsd's reason.
+    askForToken(token() ? 'The token was refused: ' + await errorText(response) : '');
+    throw new HttpError(401, 'unauthenticated');
+  }
   if (!response.ok) throw new HttpError(response.status, await errorText(response));
   return response.json();
 }
@@ -405,6 +410,12 @@ class LiveChart {
   set(rows) { this.rows = rows; this.redraw(); }
   push(row) { this.rows.push(row); this.redraw(); }
   redraw() {
+    if (!this.drawn && this.rows.length) {  // The first draw at once; later ones throttled.
+      this.drawn = true;
+      this.graph.updateOptions({ file: this.rows });
+      if (this.onFirstDraw) this.onFirstDraw();
+      return;
+    }
     if (this.pending) return;
     this.pending = true;
     setTimeout(() => {
@@ -573,8 +584,8 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
     const lrAt = index(byName.learning_rate || []), spsAt = index(byName.samples_per_second || []);
     const msAt = index(byName.step_time_ms || []), memAt = index(byName.allocated_bytes || []);
     for (const [x, value] of lossPoints) addStep(x, value, lrAt.get(x) ?? null, spsAt.get(x) ?? null, msAt.get(x) ?? null, memAt.get(x) ?? null);
+    charts.loss.onFirstDraw = () => { ctx.counters.firstChart = performance.now(); };
     drawSteps();
-    ctx.counters.firstChart = performance.now();
     const follower = followEvents(ctx, job.id, {
       afterSeq: 0, omitStepsThrough: num(series.throughSeq),
       onEvent: (event) => {
@@ -605,6 +616,8 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
 // The spec as a job file (YAML), keys as the proto names them.
 
 function yamlScalar(v) {
+  // The JSON mapping spells 64-bit integers as strings: a job file spells them as numbers.
+  if (typeof v === 'string' && /^-?\d+$/.test(v)) return v;
   if (typeof v === 'string') return /^[\w./:@+-]+$/.test(v) && !/^(true|false|null|yes|no|~|[-+]?[\d.]+(e[-+]?\d+)?)$/i.test(v) ? v : JSON.stringify(v);
   return String(v);
 }

@@ -1,0 +1,539 @@
+#!/usr/bin/env python3
+"""The dashboard (issue 13) against real mpsd processes on 127.0.0.1.
+
+DashboardHttpTest speaks HTTP to the data endpoints (tokens, JSON mapping, SSE replay, follow,
+Last-Event-ID resume, heartbeats, series, cancel). DashboardBrowserTest drives Debian's chromium
+(headless) through python3-selenium and chromium-driver against a daemon training small
+Fashion-MNIST jobs on the CPU: the jobs table, a job's live charts, compare, a BenchJob, a
+daemon restart under an open page, a wrong token; it writes screenshots to
+$MPSD_SCREENSHOT_DIR (default: a temp dir).
+
+Run (after building mpsd, mpsd-executor and the stubs):
+  MPSD_BINARY=build/server/mpsd MPSD_PYTHON_STUBS=build/python /usr/bin/python3 \
+      tests/e2e/dashboard_test.py -v
+or through CTest: ctest --test-dir build -R dashboard_test.
+"""
+
+import gzip
+import hashlib
+import http.client
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+
+import grpc  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
+
+import mpsd  # noqa: E402  (client/python)
+
+pb2, pb2_grpc = mpsd.pb2, mpsd.pb2_grpc
+MPSD = os.environ.get("MPSD_BINARY", os.path.join(REPO, "build", "server", "mpsd"))
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def train_job(limit_train=500, batch_size=16, epochs=2, lr=0.001, seed=1, limit_test=200):
+    return mpsd.parse_job_file("""kind: TrainJob
+model: {name: convnet}
+dataset: {name: fashion-mnist, root: %s, limit_train: %d, limit_test: %d}
+batch_size: %d
+epochs: %d
+optimizer: {name: adam, learning_rate: %s}
+seed: %d
+device: cpu
+""" % (FASHION_MNIST, limit_train, limit_test, batch_size, epochs, lr, seed), "job.yaml")
+
+
+def bench_job():
+    return mpsd.parse_job_file("""kind: BenchJob
+models: [mlp, convnet]
+batch_sizes: [1, 8]
+devices: [cpu]
+warmup_iters: 1
+iters: 3
+""", "bench.yaml")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """One mpsd with a unix socket (for submitting as the local admin) and --http-listen on a
+    loopback port, with a tokens file holding an admin and a viewer token."""
+
+    def __init__(self, directory, heartbeat_interval_s=15.0):
+        self.directory = directory
+        self.state_dir = os.path.join(directory, "state")
+        self.socket = os.path.join(directory, "mpsd.sock")
+        self.port = free_port()
+        self.config = os.path.join(directory, "mpsd.yaml")
+        with open(self.config, "w") as f:
+            f.write("heartbeat_interval_s: %s\n" % heartbeat_interval_s)
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        self.tokens_file = os.path.join(self.state_dir, "tokens.yaml")
+        self.tokens = {}
+        self._write_tokens((("ada", "admin"), ("vic", "viewer"), ("sam", "submitter")))
+        self.log_path = os.path.join(directory, "mpsd.log")
+        self.process = None
+        self.start()
+
+    def _write_tokens(self, entries):
+        """The tokens file as server/auth.h reads it: {name, role, sha256 of the token}, 0600."""
+        lines = []
+        for name, role in entries:
+            token = "mpsd_" + secrets.token_hex(32)
+            self.tokens[name] = token
+            lines.append("- {name: %s, role: %s, sha256: %s}" %
+                         (name, role, hashlib.sha256(token.encode()).hexdigest()))
+        fd = os.open(self.tokens_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def start(self):
+        self.log = open(self.log_path, "a")
+        self.process = subprocess.Popen(
+            [MPSD, "--listen", "unix://" + self.socket, "--state-dir", self.state_dir,
+             "--config", self.config, "--http-listen", "127.0.0.1:%d" % self.port],
+            stdout=self.log, stderr=self.log)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if self.get("/healthz", token=None)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.process.poll() is not None:
+                raise AssertionError("mpsd exited: " + self.read_log())
+            time.sleep(0.1)
+        else:
+            raise AssertionError("mpsd's HTTP listener did not come up: " + self.read_log())
+        self.channel = grpc.insecure_channel("unix://" + self.socket)
+        self.stub = pb2_grpc.JobServiceStub(self.channel)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=60)
+        self.channel.close()
+        self.log.close()
+
+    def read_log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def url(self):
+        return "http://127.0.0.1:%d/" % self.port
+
+    def connection(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def get(self, path, token="ada", headers=None, method="GET"):
+        conn = self.connection()
+        h = dict(headers or {})
+        if token:
+            h["Authorization"] = "Bearer " + self.tokens.get(token, token)
+        conn.request(method, path, headers=h)
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+        return response.status, body, response
+
+    def get_json(self, path, token="ada"):
+        status, body, _ = self.get(path, token)
+        assert status == 200, (status, body)
+        return json.loads(body)
+
+    def submit(self, spec):
+        request = spec if isinstance(spec, pb2.SubmitJobRequest) else spec
+        return self.stub.SubmitJob(request, timeout=30)
+
+    def wait(self, job_id, states=("SUCCEEDED",), timeout=180):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            job = self.stub.GetJob(pb2.GetJobRequest(job_id=job_id), timeout=10)
+            if pb2.Job.State.Name(job.state) in states:
+                return job
+            time.sleep(0.1)
+        raise AssertionError("job %s not in %s" % (job_id, states))
+
+    def stored_events(self, job_id):
+        return list(self.stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id), timeout=60))
+
+
+class SseReader:
+    """Reads an SSE response line by line: messages as (id, data) and comments."""
+
+    def __init__(self, daemon, job_id, after_seq=0, last_event_id=None, token="ada", query=""):
+        self.conn = daemon.connection(timeout=30)
+        # As a browser asks: a compressed stream would hold its messages back until it ends.
+        headers = {"Authorization": "Bearer " + daemon.tokens[token], "Accept": "text/event-stream",
+                   "Accept-Encoding": "gzip, deflate, br"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        self.conn.request("GET", "/api/jobs/%s/events?after_seq=%d%s" % (job_id, after_seq, query),
+                          headers=headers)
+        self.response = self.conn.getresponse()
+        self.comments = []
+
+    def messages(self):
+        """Yields (id, event dict) until the stream ends."""
+        seq, data = None, []
+        while True:
+            line = self.response.fp.readline()
+            if not line:
+                return
+            line = line.decode().rstrip("\r\n")
+            if line == "":
+                if data:
+                    yield seq, json.loads("\n".join(data))
+                seq, data = None, []
+            elif line.startswith(":"):
+                self.comments.append(line)
+            elif line.startswith("id: "):
+                seq = int(line[4:])
+            elif line.startswith("data: "):
+                data.append(line[6:])
+
+    def close(self):
+        self.conn.close()
+
+
+class DashboardHttpTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="mpsd-dashboard-http-")
+        cls.daemon = Daemon(cls.dir, heartbeat_interval_s=0.5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        log = cls.daemon.read_log()
+        for token in cls.daemon.tokens.values():
+            assert token not in log, "a token reached the daemon's log"
+        shutil.rmtree(cls.dir)
+
+    def test_tokens(self):
+        d = self.daemon
+        status, body, response = d.get("/", token=None)
+        self.assertEqual(status, 200)  # The page holds no data: it asks for the token.
+        self.assertIn(b"<title>mpsd</title>", body)
+        self.assertIn("default-src 'self'", response.getheader("Content-Security-Policy"))
+        self.assertEqual(d.get("/assets/dygraph.min.js", token=None)[0], 200)
+        self.assertEqual(d.get("/assets/nope.js", token=None)[0], 404)
+        self.assertEqual(d.get("/api/jobs", token=None)[0], 401)
+        self.assertEqual(d.get("/api/jobs", token="mpsd_" + "0" * 64)[0], 401)
+        self.assertEqual(d.get_json("/api/whoami", token="vic"), {"name": "vic", "role": "viewer"})
+        # Assets are revalidated by ETag.
+        _, _, response = d.get("/assets/app.js", token=None)
+        etag = response.getheader("ETag")
+        self.assertEqual(d.get("/assets/app.js", token=None, headers={"If-None-Match": etag})[0], 304)
+
+    def test_jobs_json_is_the_proto_json_mapping(self):
+        d = self.daemon
+        job = d.submit(train_job(limit_train=64, epochs=1))
+        d.wait(job.id)
+        listed = json_format.Parse(json.dumps(d.get_json("/api/jobs")), pb2.ListJobsResponse())
+        self.assertIn(job.id, [j.id for j in listed.jobs])
+        ids = [int(j.id) for j in listed.jobs]
+        self.assertEqual(ids, sorted(ids, reverse=True))
+        one = json_format.Parse(json.dumps(d.get_json("/api/jobs/" + job.id)), pb2.Job())
+        self.assertEqual(one, d.stub.GetJob(pb2.GetJobRequest(job_id=job.id)))
+        # Gzipped for a client that accepts it (a browser), the same JSON.
+        status, body, response = d.get("/api/jobs", headers={"Accept-Encoding": "gzip, br"})
+        self.assertEqual(status, 200)
+        self.assertEqual(response.getheader("Content-Encoding"), "gzip")
+        self.assertEqual(response.getheader("Content-Type"), "application/json; charset=utf-8")
+        self.assertEqual(json.loads(gzip.decompress(body)), d.get_json("/api/jobs"))
+        only = d.get_json("/api/jobs?state=succeeded&kind=TrainJob&page_size=1")
+        self.assertEqual(len(only["jobs"]), 1)
+        self.assertIn("nextPageToken", only)
+        status, body, _ = d.get("/api/jobs?state=bogus")
+        self.assertEqual(status, 400)
+        self.assertIn("state: unknown job state", json.loads(body)["message"])
+        status, body, _ = d.get("/api/jobs/999999")
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(body)["code"], "NOT_FOUND")
+
+    def test_events_replay_follow_and_resume_with_last_event_id(self):
+        d = self.daemon
+        job = d.submit(train_job(limit_train=500, batch_size=8, epochs=2))
+        # Follow live from the start, drop after 25 events, reconnect as an EventSource would:
+        # the original after_seq=0 in the URL and Last-Event-ID: the last id received.
+        reader = SseReader(d, job.id)
+        self.assertEqual(reader.response.status, 200)
+        self.assertEqual(reader.response.getheader("Content-Type"), "text/event-stream")
+        self.assertIsNone(reader.response.getheader("Content-Encoding"))
+        seen = []
+        for seq, event in reader.messages():
+            self.assertEqual(int(event["seq"]), seq)
+            seen.append(seq)
+            if len(seen) == 25:
+                break
+        reader.close()
+        reader = SseReader(d, job.id, after_seq=0, last_event_id=seen[-1])
+        last = None
+        for seq, event in reader.messages():
+            seen.append(seq)
+            last = event
+        reader.close()
+        stored = d.stored_events(job.id)
+        self.assertEqual(seen, [e.seq for e in stored])  # No gap, no duplicate.
+        self.assertEqual(seen, list(range(1, len(seen) + 1)))
+        self.assertEqual(last["state"]["state"], "SUCCEEDED")  # Ends after the terminal event.
+        # Resuming after the terminal event: 204, so an EventSource stops reconnecting.
+        status, _, _ = d.get("/api/jobs/%s/events" % job.id, headers={"Last-Event-ID": str(seen[-1])})
+        self.assertEqual(status, 204)
+        # A replay of a finished job gives the same events, in protobuf's JSON mapping.
+        reader = SseReader(d, job.id, after_seq=10)
+        replay = [json_format.Parse(json.dumps(e), pb2.JobEvent()) for _, e in reader.messages()]
+        reader.close()
+        self.assertEqual(replay, stored[10:])
+        # omit_steps_through leaves out the steps a client drew from the series.
+        reader = SseReader(d, job.id, query="&omit_steps_through=%d" % seen[-1])
+        kinds = {next(k for k in e if k not in ("jobId", "seq", "time")) for _, e in reader.messages()}
+        reader.close()
+        self.assertNotIn("step", kinds)
+        self.assertIn("epoch", kinds)
+        # Bad resume points are named.
+        status, body, _ = d.get("/api/jobs/%s/events" % job.id, headers={"Last-Event-ID": "x"})
+        self.assertEqual(status, 400)
+        self.assertIn("Last-Event-ID", json.loads(body)["message"])
+        status, body, _ = d.get("/api/jobs/%s/events?after_seq=%d" % (job.id, seen[-1] + 5))
+        self.assertEqual(status, 400)
+        self.assertIn("beyond", json.loads(body)["message"])
+
+    def test_heartbeats_are_comments(self):
+        d = self.daemon
+        blocker = d.submit(train_job(limit_train=2000, batch_size=8, epochs=1))
+        queued = d.submit(train_job(limit_train=64, epochs=1))
+        reader = SseReader(d, queued.id)
+        deadline = time.time() + 30
+        messages = reader.messages()
+        first = next(messages)
+        self.assertEqual(first[1]["state"]["state"], "QUEUED")
+        while not reader.comments and time.time() < deadline:
+            line = reader.response.fp.readline().decode()
+            if line.startswith(":"):
+                reader.comments.append(line)
+        reader.close()
+        self.assertTrue(any(c.startswith(": heartbeat") for c in reader.comments), reader.comments)
+        d.stub.CancelJob(pb2.CancelJobRequest(job_id=queued.id))
+        d.stub.CancelJob(pb2.CancelJobRequest(job_id=blocker.id))
+        d.wait(blocker.id, states=("CANCELLED",))
+
+    def test_series_keeps_first_last_and_extremes(self):
+        d = self.daemon
+        job = d.submit(train_job(limit_train=500, batch_size=8, epochs=2))
+        d.wait(job.id)
+        steps = [e.step for e in d.stored_events(job.id) if e.WhichOneof("payload") == "step"]
+        out = d.get_json("/api/jobs/%s/series?metric=loss,test_accuracy&max_points=10" % job.id)
+        loss, acc = out["series"]
+        self.assertEqual(loss["rawPoints"], len(steps))
+        points = loss["points"]
+        self.assertLessEqual(len(points), 10)
+        self.assertEqual(points[0][0], steps[0].step)
+        self.assertEqual(points[-1][0], steps[-1].step)
+        self.assertAlmostEqual(max(p[1] for p in points), max(s.loss for s in steps), places=5)
+        self.assertAlmostEqual(min(p[1] for p in points), min(s.loss for s in steps), places=5)
+        self.assertEqual(acc["x"], "epoch")
+        self.assertEqual([p[0] for p in acc["points"]], [1, 2])
+        full = d.get_json("/api/jobs/%s/series?metric=loss&max_points=100000" % job.id)
+        self.assertEqual([p[0] for p in full["series"][0]["points"]], [s.step for s in steps])
+        for query, name in (("metric=los", "metric"), ("metric=loss&max_points=2", "max_points")):
+            status, body, _ = d.get("/api/jobs/%s/series?%s" % (job.id, query))
+            self.assertEqual(status, 400)
+            self.assertIn(name + ":", json.loads(body)["message"])
+
+    def test_cancel_needs_admin_or_the_submitter(self):
+        d = self.daemon
+        blocker = d.submit(train_job(limit_train=2000, batch_size=8, epochs=1))
+        queued = d.submit(train_job(limit_train=64, epochs=1))  # Submitted by "local".
+        for token in ("vic", "sam"):
+            status, body, _ = d.get("/api/jobs/%s/cancel" % queued.id, token=token, method="POST")
+            self.assertEqual(status, 403, body)
+        status, body, _ = d.get("/api/jobs/%s/cancel" % queued.id, token="ada", method="POST")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["state"], "CANCELLED")
+        d.stub.CancelJob(pb2.CancelJobRequest(job_id=blocker.id))
+        d.wait(blocker.id, states=("CANCELLED",))
+
+
+def make_driver(width=1400, height=1000):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=%d,%d" % (width, height), "--no-first-run"):
+        options.add_argument(arg)
+    service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
+    return webdriver.Chrome(service=service, options=options)
+
+
+class DashboardBrowserTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="mpsd-dashboard-browser-")
+        cls.shots = os.environ.get("MPSD_SCREENSHOT_DIR") or os.path.join(cls.dir, "screenshots")
+        os.makedirs(cls.shots, exist_ok=True)
+        cls.daemon = Daemon(cls.dir, heartbeat_interval_s=1.0)
+        cls.driver = make_driver()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.driver.quit()
+        cls.daemon.stop()
+        log = cls.daemon.read_log()
+        for token in cls.daemon.tokens.values():
+            assert token not in log, "a token reached the daemon's log"
+        shutil.rmtree(cls.dir)
+
+    def js(self, script):
+        return self.driver.execute_script("return " + script)
+
+    def until(self, script, timeout=120, message=""):
+        deadline = time.time() + timeout
+        value = None
+        while time.time() < deadline:
+            try:
+                value = self.js(script)
+            except Exception:  # The page may be between routes.
+                value = None
+            if value:
+                return value
+            time.sleep(0.1)
+        self.fail("timed out waiting for %s %s (last %r)" % (script, message, value))
+
+    def sign_in(self, token):
+        from selenium.webdriver.common.by import By
+        self.until("document.getElementById('token-dialog').open")
+        box = self.driver.find_element(By.ID, "token-input")
+        box.clear()
+        box.send_keys(token)
+        self.driver.find_element(By.CSS_SELECTOR, "#token-form button").click()
+
+    def step_events(self, job_id):
+        return [e for e in self.daemon.stored_events(job_id) if e.WhichOneof("payload") == "step"]
+
+    def test_dashboard(self):
+        d, driver = self.daemon, self.driver
+        job_a = d.submit(train_job(limit_train=500, batch_size=4, epochs=3))
+
+        # A wrong token shows an error, not a blank page; the right one opens the table.
+        driver.get(d.url())
+        self.sign_in("mpsd_" + "f" * 64)
+        error = self.until("!document.getElementById('token-error').hidden && "
+                           "document.getElementById('token-error').textContent")
+        self.assertIn("refused", error)
+        self.sign_in(d.tokens["ada"])
+        self.until("document.querySelector('tr[data-job-id=\"%s\"]')" % job_a.id)
+
+        # The table shows the job, and its progress moves.
+        progress = set()
+        deadline = time.time() + 120
+        while time.time() < deadline and len(progress) < 2:
+            text = self.js("(document.querySelector('tr[data-job-id=\"%s\"] .progress') || {}).textContent"
+                           % job_a.id)
+            if text:
+                progress.add(text)
+            time.sleep(0.1)
+        self.assertGreaterEqual(len(progress), 2, progress)
+
+        # The job's page: as many loss points as steps, a point per epoch.
+        driver.get(d.url() + "#/jobs/" + job_a.id)
+        self.until("window.mpsd.counters.status === 'ended'", timeout=180)
+        steps = self.step_events(job_a.id)
+        self.until("window.mpsd.charts.loss.numRows() === %d" % len(steps))
+        xs = self.js("window.mpsd.charts.loss.rows.map(r => r[0])")
+        self.assertEqual(xs, [e.step.step for e in steps])
+        self.assertEqual(self.js("window.mpsd.charts.epochLoss.numRows()"), 3)
+        self.assertEqual(self.js("window.mpsd.charts.epochAccuracy.numRows()"), 3)
+        self.assertIn("kind: TrainJob", self.js("document.getElementById('spec-yaml').textContent"))
+        self.assertIn("SUCCEEDED", self.js("document.getElementById('log').textContent"))
+        driver.set_window_size(1400, 1700)  # The whole page: charts, log and spec.
+        time.sleep(1.0)  # Let the charts resize and the last redraw land.
+        driver.save_screenshot(os.path.join(self.shots, "job.png"))
+        driver.set_window_size(1400, 1000)
+
+        # Compare: two jobs overlaid, and the spec keys that differ.
+        job_c = d.submit(train_job(limit_train=500, batch_size=4, epochs=3, lr=0.003, seed=2))
+        d.wait(job_c.id)
+        driver.get(d.url() + "#/compare?ids=%s,%s" % (job_a.id, job_c.id))
+        self.until("window.mpsd.counters.compareSeries === 2")
+        points = self.js("window.mpsd.counters.comparePoints")
+        self.assertEqual(points, [len(steps), len(self.step_events(job_c.id))])
+        self.assertEqual(self.js("window.mpsd.charts.compare.numColumns()"), 3)  # x + 2 jobs.
+        self.assertEqual(self.js("window.mpsd.counters.diffKeys"),
+                         ["optimizer.learning_rate", "seed"])
+        time.sleep(0.5)
+        driver.save_screenshot(os.path.join(self.shots, "compare.png"))
+        # x as epoch and as wall time redraw the same two series.
+        from selenium.webdriver.support.ui import Select
+        from selenium.webdriver.common.by import By
+        Select(driver.find_element(By.ID, "compare-x")).select_by_value("time")
+        self.until("window.mpsd.charts.compare.getOption('xlabel') === 'seconds since start'")
+        Select(driver.find_element(By.ID, "compare-metric")).select_by_value("test_accuracy")
+        self.until("window.mpsd.counters.comparePoints.join() === '3,3'")
+
+        # A BenchJob shows its table and its bar chart.
+        bench = d.submit(bench_job())
+        d.wait(bench.id)
+        driver.get(d.url() + "#/jobs/" + bench.id)
+        self.until("document.querySelectorAll('#bench-table tr.bench-row').length === 4")
+        self.assertEqual(self.js("window.mpsd.counters.benchRows"), 4)
+        self.assertTrue(self.js("!!window.mpsd.charts.bench"))
+        time.sleep(0.5)
+        driver.save_screenshot(os.path.join(self.shots, "bench.png"))
+
+        # A phone-sized screen: nothing wider than the viewport but the scrolling tables.
+        driver.set_window_size(390, 844)
+        driver.get(d.url() + "#/jobs/" + job_a.id)
+        self.until("window.mpsd.counters.status === 'ended'")
+        self.assertLessEqual(self.js("document.documentElement.scrollWidth"),
+                             self.js("window.innerWidth"))
+        time.sleep(0.5)
+        driver.save_screenshot(os.path.join(self.shots, "job-phone.png"))
+        driver.set_window_size(1400, 1000)
+
+        # mpsd dies (SIGKILL) under an open page of a running job, and starts again: the page
+        # reconnects with Last-Event-ID and its curve has every stored step once.
+        job_r = d.submit(train_job(limit_train=500, batch_size=1, epochs=40))  # Killed early.
+        driver.get(d.url() + "#/jobs/" + job_r.id)
+        self.until("window.mpsd.counters.stepsStreamed > 20")
+        # Zoomed in, the chart keeps its window while points arrive.
+        self.js("window.mpsd.charts.loss.graph.updateOptions({dateWindow: [2, 12]})")
+        rows = self.js("window.mpsd.charts.loss.numRows()")
+        self.until("window.mpsd.charts.loss.numRows() > %d + 5" % rows)
+        time.sleep(0.5)  # Past a redraw.
+        self.assertEqual(self.js("window.mpsd.charts.loss.graph.xAxisRange()"), [2, 12])
+        d.stop(signal.SIGKILL)
+        self.until("window.mpsd.counters.status === 'reconnecting'", timeout=30)
+        d.start()
+        self.until("window.mpsd.counters.status === 'ended'", timeout=60)
+        final = d.wait(job_r.id, states=("INTERRUPTED",))
+        self.assertGreaterEqual(self.js("window.mpsd.counters.reconnects"), 1)
+        steps = self.step_events(job_r.id)
+        self.assertGreater(len(steps), 20)
+        self.until("window.mpsd.charts.loss.numRows() === %d" % len(steps))
+        xs = self.js("window.mpsd.charts.loss.rows.map(r => r[0])")
+        self.assertEqual(xs, [e.step.step for e in steps])  # No gap, no duplicate.
+        self.assertEqual(self.js("window.mpsd.counters.lastSeq"), final.last_seq)
+        self.assertIn("INTERRUPTED", self.js("document.getElementById('log').textContent"))
+
+
+if __name__ == "__main__":
+    unittest.main()
