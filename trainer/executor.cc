@@ -43,7 +43,7 @@ class TorchExecutor final : public Executor {
   }
 
   absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
-                   const EventSink& sink, const std::atomic<bool>& cancelled) override;
+                   const EventSink& sink, const CancelFlag& cancel) override;
 
   mpsd::v1::DeviceInfo GetDevice() const override;
 
@@ -87,7 +87,8 @@ absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(
 
 absl::Status TorchExecutor::Run(const JobContext& context,
                                 const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
-                                const std::atomic<bool>& cancelled) {
+                                const CancelFlag& cancel) {
+  const std::atomic<bool>& cancelled = cancel.flag();  // polled at step boundaries
   if (spec.has_bench_job()) return RunBench(spec, sink, cancelled);
   return RunTrain(context, spec, sink, cancelled);
 }
@@ -139,7 +140,7 @@ mpsd::v1::DeviceInfo TorchExecutor::GetDevice() const {
     info.set_kind(description.kind);
     info.set_name(description.name);
     info.set_total_memory_bytes(description.total_memory_bytes);
-    const DeviceMemory memory = ReadMemory(inventory_.preferred);
+    const api::MemoryFigures memory = ReadMemory(inventory_.preferred);
     info.set_allocated_bytes(memory.allocated_bytes);
     info.set_reserved_bytes(memory.reserved_bytes);
     return absl::OkStatus();
@@ -150,7 +151,7 @@ mpsd::v1::DeviceInfo TorchExecutor::GetDevice() const {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Options& options) {
+absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Options& options) {
   if (options.cpu_threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("cpu_threads: must be >= 0, got %d", options.cpu_threads));

@@ -4,16 +4,15 @@
 #include <algorithm>
 #include <utility>
 
-#include "trainer/device.h"
 
 namespace mpsd::trainer {
 
-void SetMemoryBefore(const DeviceMemory& before, mpsd::v1::MemoryStats& stats) {
+void SetMemoryBefore(const api::MemoryFigures& before, mpsd::v1::MemoryStats& stats) {
   stats.set_allocated_before_bytes(before.allocated_bytes);
   stats.set_reserved_before_bytes(before.reserved_bytes);
 }
 
-void SetMemoryAfter(const DeviceMemory& after, mpsd::v1::MemoryStats& stats) {
+void SetMemoryAfter(const api::MemoryFigures& after, mpsd::v1::MemoryStats& stats) {
   stats.set_allocated_after_bytes(after.allocated_bytes);
   stats.set_reserved_after_bytes(after.reserved_bytes);
   stats.set_peak_reserved_bytes(std::max({stats.peak_reserved_bytes(), after.peak_reserved_bytes,
@@ -27,11 +26,11 @@ void SummaryBuilder::Observe(const mpsd::v1::JobEvent& event) {
   if (event.has_checkpoint()) summary_.set_checkpoint_path(event.checkpoint().path());
 }
 
-void SummaryBuilder::SetMemoryBefore(const DeviceMemory& before) {
+void SummaryBuilder::SetMemoryBefore(const api::MemoryFigures& before) {
   trainer::SetMemoryBefore(before, *summary_.mutable_memory());
 }
 
-void SummaryBuilder::SetMemoryAfter(const DeviceMemory& after) {
+void SummaryBuilder::SetMemoryAfter(const api::MemoryFigures& after) {
   trainer::SetMemoryAfter(after, *summary_.mutable_memory());
   device_peak_bytes_ = after.peak_allocated_bytes;
 }

@@ -8,20 +8,19 @@
 #include <utility>
 #include <vector>
 
+#include "api/memory.h"
 #include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::trainer {
 
-struct DeviceMemory;  // trainer/device.h
-
 // The device's memory at the job's start, in bytes: allocated_before, reserved_before.
-void SetMemoryBefore(const DeviceMemory& before, mpsd::v1::MemoryStats& stats);
+void SetMemoryBefore(const api::MemoryFigures& before, mpsd::v1::MemoryStats& stats);
 
 // The device's memory after the job's cleanup (synchronize, release, empty_cache), in bytes:
 // allocated_after, reserved_after, and peak_reserved as the largest of the figure already there,
 // the device's peak since the job's reset (CUDA keeps one; MPS's equals reserved now) and both
 // reserved figures, so that peak_reserved >= reserved_before, reserved_after.
-void SetMemoryAfter(const DeviceMemory& after, mpsd::v1::MemoryStats& stats);
+void SetMemoryAfter(const api::MemoryFigures& after, mpsd::v1::MemoryStats& stats);
 
 // Builds a TrainJob's summary from the events it emitted (so the summary agrees with what
 // clients saw) plus what only the executor knows: data sizes, parameters, memory. Used on the
@@ -39,9 +38,9 @@ class SummaryBuilder {
   // For the fields only the executor knows (train_examples, parameters, optimizer, ...).
   mpsd::v1::JobSummary& summary() { return summary_; }
 
-  void SetMemoryBefore(const DeviceMemory& before);
+  void SetMemoryBefore(const api::MemoryFigures& before);
   // Also keeps the device's peak allocated figure for Build.
-  void SetMemoryAfter(const DeviceMemory& after);
+  void SetMemoryAfter(const api::MemoryFigures& after);
 
   // The summary with the job's wall time `total_seconds`: the median epoch time, samples/s over
   // the training steps, and the peak allocated memory (the device's own peak where it keeps one,
