@@ -22,8 +22,11 @@
 #include "absl/strings/str_join.h"
 #include "trainer/compat.h"
 #include "trainer/device.h"
+#include "trainer/field_checks.h"
+#include "trainer/job_summary.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
+#include "trainer/precision.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -75,12 +78,13 @@ struct RowSpec {
   torch::Device device = torch::kCPU;
 };
 
-absl::Status FieldError(absl::string_view field, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat("bench_job.", field, ": ", problem));
+const FieldChecks& Fields() {
+  static const FieldChecks* const fields = new FieldChecks("bench_job");
+  return *fields;
 }
 
-std::string Indexed(absl::string_view field, int index) {
-  return absl::StrCat(field, "[", index, "]");
+absl::Status FieldError(absl::string_view field, absl::string_view problem) {
+  return Fields().Error(field, problem);
 }
 
 std::string Expected(const std::vector<std::string>& names) {
@@ -106,7 +110,7 @@ std::vector<std::string> Distinct(const google::protobuf::RepeatedPtrField<std::
 }
 
 absl::Status ResolveModels(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
-  const std::string known = absl::StrCat("(known: ", absl::StrJoin(ModelNames(), ", "), ")");
+  const std::string known = KnownNames(ModelNames());
   if (job.models().empty()) return FieldError("models", "at least one model required " + known);
   const std::vector<int64_t> input_shape(job.input_shape().begin(), job.input_shape().end());
   if (!input_shape.empty()) {
@@ -141,9 +145,8 @@ absl::Status ResolveBatchSizes(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
   if (job.batch_sizes().empty()) return FieldError("batch_sizes", "at least one required");
   for (int i = 0; i < job.batch_sizes_size(); ++i) {
     const int batch_size = job.batch_sizes(i);
-    if (batch_size <= 0) {
-      return FieldError(Indexed("batch_sizes", i),
-                        absl::StrFormat("must be > 0, got %d", batch_size));
+    if (absl::Status s = Fields().Positive(Indexed("batch_sizes", i), batch_size); !s.ok()) {
+      return s;
     }
     plan.batch_sizes.push_back(batch_size);
   }
@@ -202,7 +205,7 @@ absl::Status ResolveKinds(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
   plan.precisions = Distinct(job.precisions(), "fp32");
   for (int i = 0; i < job.precisions_size(); ++i) {
     if (absl::Status s =
-            CheckChoice(Indexed("precisions", i), job.precisions(i), {"fp32", "fp16", "bf16"});
+            CheckChoice(Indexed("precisions", i), job.precisions(i), PrecisionNames());
         !s.ok()) {
       return s;
     }
@@ -220,16 +223,13 @@ absl::Status ResolveKinds(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
 
 absl::Status ResolveCounts(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
   if (job.has_warmup_iters()) {
-    if (job.warmup_iters() < 0) {
-      return FieldError("warmup_iters",
-                        absl::StrFormat("must be >= 0, got %d", job.warmup_iters()));
+    if (absl::Status s = Fields().AtLeast("warmup_iters", job.warmup_iters(), 0); !s.ok()) {
+      return s;
     }
     plan.warmup_iters = job.warmup_iters();
   }
   if (job.has_iters()) {
-    if (job.iters() < 1) {
-      return FieldError("iters", absl::StrFormat("must be >= 1, got %d", job.iters()));
-    }
+    if (absl::Status s = Fields().AtLeast("iters", job.iters(), 1); !s.ok()) return s;
     plan.iters = job.iters();
   }
   if (!(job.min_time_ms() >= 0 && job.min_time_ms() <= kMaxMinTimeMs)) {
@@ -239,9 +239,9 @@ absl::Status ResolveCounts(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
   }
   plan.min_time_ms = job.min_time_ms();
   if (job.has_cpu_threads()) {
-    if (job.cpu_threads() <= 0 || job.cpu_threads() > kMaxCpuThreads) {
-      return FieldError("cpu_threads", absl::StrFormat("must be in [1, %d], got %d",
-                                                       kMaxCpuThreads, job.cpu_threads()));
+    if (absl::Status s = Fields().InRange("cpu_threads", job.cpu_threads(), 1, kMaxCpuThreads);
+        !s.ok()) {
+      return s;
     }
     plan.cpu_threads = job.cpu_threads();
   }
@@ -329,9 +329,9 @@ std::optional<c10::ScalarType> AutocastType(const std::string& precision) {
 // Why the row cannot run on its device; "" when it can.
 std::string Unsupported(const RowSpec& row) {
   const std::optional<c10::ScalarType> autocast = AutocastType(row.precision);
-  if (autocast && !compat::AutocastSupported(row.device.type(), *autocast)) {
-    return absl::StrFormat("%s autocast is not available on %s with this LibTorch", row.precision,
-                           DeviceString(row.device));
+  if (autocast) {
+    std::string reason = compat::AutocastUnsupportedReason(row.device.type(), *autocast);
+    if (!reason.empty()) return reason;
   }
   if (row.memory_format == kChannelsLast && row.model->input_kind != InputKind::kImage) {
     return absl::StrFormat("channels_last is for image models; %s takes %s", row.model->name,
@@ -596,6 +596,30 @@ absl::Status RunRows(const BenchPlan& plan, const EventSink& sink,
   return absl::OkStatus();
 }
 
+// Adds the rows to the summary, then synchronises and empties every device and records the
+// accelerator's memory after (its peak allocated: the most of any of its rows).
+void FinishSummary(const BenchPlan& plan, std::vector<torch::Device>::const_iterator accelerator,
+                   std::vector<BenchRow> rows, mpsd::v1::JobSummary& summary) {
+  int64_t peak = 0;
+  for (BenchRow& row : rows) {
+    if (row.device() != "cpu") peak = std::max(peak, row.peak_memory_bytes());
+    *summary.add_bench_rows() = std::move(row);
+  }
+  try {
+    for (const torch::Device& device : plan.devices) {
+      Synchronize(device);
+      EmptyCache(device);
+    }
+    if (accelerator != plan.devices.end()) {
+      SetMemoryAfter(ReadMemory(*accelerator), *summary.mutable_memory());
+      summary.mutable_memory()->set_peak_allocated_bytes(peak);
+    }
+  } catch (const c10::Error& e) {
+    Log(LogLevel::kWarning,
+        absl::StrCat("bench: cleanup at the end: ", e.what_without_backtrace()));
+  }
+}
+
 }  // namespace
 
 absl::Status ValidateBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& inventory,
@@ -617,9 +641,7 @@ absl::Status RunBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& i
   mpsd::v1::JobSummary summary;
   summary.set_device(DeviceList(plan->devices));
   if (accelerator != plan->devices.end()) {
-    const api::MemoryFigures before = ReadMemory(*accelerator);
-    summary.mutable_memory()->set_allocated_before_bytes(before.allocated_bytes);
-    summary.mutable_memory()->set_reserved_before_bytes(before.reserved_bytes);
+    SetMemoryBefore(ReadMemory(*accelerator), *summary.mutable_memory());
   }
   const std::vector<RowSpec> specs = ListRows(*plan);
   EmitLog(sink, mpsd::v1::LogLine::INFO, PlanLine(*plan, specs.size()));
@@ -627,26 +649,7 @@ absl::Status RunBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& i
   std::vector<BenchRow> rows;
   const absl::Status status = RunRows(*plan, sink, cancelled, rows);
 
-  int64_t peak = 0;
-  for (BenchRow& row : rows) {
-    if (row.device() != "cpu") peak = std::max(peak, row.peak_memory_bytes());
-    *summary.add_bench_rows() = std::move(row);
-  }
-  try {
-    for (const torch::Device& device : plan->devices) {
-      Synchronize(device);
-      EmptyCache(device);
-    }
-    if (accelerator != plan->devices.end()) {
-      const api::MemoryFigures after = ReadMemory(*accelerator);
-      summary.mutable_memory()->set_allocated_after_bytes(after.allocated_bytes);
-      summary.mutable_memory()->set_reserved_after_bytes(after.reserved_bytes);
-      summary.mutable_memory()->set_peak_allocated_bytes(peak);
-    }
-  } catch (const c10::Error& e) {
-    Log(LogLevel::kWarning,
-        absl::StrCat("bench: cleanup at the end: ", e.what_without_backtrace()));
-  }
+  FinishSummary(*plan, accelerator, std::move(rows), summary);
   summary.set_total_time_s(std::chrono::duration<double>(Clock::now() - start).count());
   JobEvent event;
   *event.mutable_summary() = std::move(summary);

@@ -377,10 +377,12 @@ inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const tor
 
 // ---- Autocast (mixed precision) ------------------------------------------------------------
 
-// Why `device_type` cannot autocast to `dtype` (kHalf or kBFloat16) with this LibTorch; empty
-// when it can. CUDA: both (bf16 needs an Ampere or newer GPU, which LibTorch checks when it
-// runs). CPU: bf16 always; fp16 only from LibTorch 2.4 (1.13's CPU autocast knows bf16 alone).
-// MPS: from LibTorch 2.5 (MPS autocast's first release).
+// Why `device_type` cannot autocast to `dtype` (kHalf or kBFloat16) with this LibTorch; "" when
+// it can. The one decision for TrainJob (rejected at submit) and BenchJob (an UNSUPPORTED row).
+// CUDA: both (bf16 needs an Ampere or newer GPU, which LibTorch checks when it runs). CPU: bf16
+// always; fp16 only from LibTorch 2.4 (1.13's CPU autocast knows bf16 alone and would run fp16
+// in float32). MPS: fp16 from LibTorch 2.5 (MPS autocast's first release), bf16 from 2.6
+// (pytorch/pytorch#139390, which needs macOS 14).
 inline std::string AutocastUnsupportedReason(c10::DeviceType device_type, c10::ScalarType dtype) {
   const bool half = dtype == c10::kHalf;
   switch (device_type) {
@@ -391,32 +393,16 @@ inline std::string AutocastUnsupportedReason(c10::DeviceType device_type, c10::S
       return "fp16 autocast is not available on cpu with LibTorch " TORCH_VERSION
              " (it needs LibTorch >= 2.4); use bf16 or fp32 on cpu";
     case c10::DeviceType::MPS:
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
       return "";
+#elif TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR == 5
+      if (half) return "";
+      return "bf16 autocast on mps needs LibTorch >= 2.6; use fp16 or fp32 on mps";
 #else
       return "autocast on mps needs LibTorch >= 2.5";
 #endif
     default:
       return "autocast is not available on this device";
-  }
-}
-
-// Whether this LibTorch autocasts to `dtype` (kHalf or kBFloat16) on `device_type`: CUDA both;
-// CPU bfloat16 only (1.13's CPU autocast silently falls back to float32 for float16, so it is
-// reported as unsupported everywhere rather than measured wrong); MPS float16 from 2.5.
-inline bool AutocastSupported(c10::DeviceType device_type, c10::ScalarType dtype) {
-  const bool half = dtype == c10::ScalarType::Half;
-  const bool bfloat16 = dtype == c10::ScalarType::BFloat16;
-  switch (device_type) {
-    case c10::DeviceType::CUDA:
-      return half || bfloat16;
-    case c10::DeviceType::CPU:
-      return bfloat16;
-    case c10::DeviceType::MPS:
-      return MPSD_TRAINER_HAS_MPS && MPSD_TRAINER_AUTOCAST_BY_DEVICE_TYPE &&
-             (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5) && half;
-    default:
-      return false;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "trainer/cifar.h"
 #include "trainer/device.h"
+#include "trainer/field_checks.h"
 #include "trainer/idx.h"
 #include "trainer/models.h"
 
@@ -158,38 +159,38 @@ absl::StatusOr<DeviceDataset> LoadSynthetic(const DatasetConfig& config, uint64_
 // not the 0.2023/0.1994/0.2010 of per-image stds some scripts copy).
 const std::vector<DatasetInfo>& Registry() {
   static const std::vector<DatasetInfo> registry = {
-      {"fashion-mnist", "/usr/share/datasets/fashion-mnist", {1, 28, 28}, 10, {0.2860f},
-       {0.3530f}, CheckIdxFiles, LoadIdx},
-      {"mnist", "/usr/share/datasets/mnist", {1, 28, 28}, 10, {0.1307f}, {0.3081f},
-       CheckIdxFiles, LoadIdx},
-      {"cifar10", "/usr/share/datasets/cifar10", {3, 32, 32}, kCifarClasses,
+      {"fashion-mnist", "/usr/share/datasets/fashion-mnist", {1, 28, 28}, 10, 60'000, 10'000,
+       {0.2860f}, {0.3530f}, CheckIdxFiles, LoadIdx},
+      {"mnist", "/usr/share/datasets/mnist", {1, 28, 28}, 10, 60'000, 10'000, {0.1307f},
+       {0.3081f}, CheckIdxFiles, LoadIdx},
+      {"cifar10", "/usr/share/datasets/cifar10", {3, 32, 32}, kCifarClasses, 50'000, 10'000,
        {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}, CheckCifarFiles, LoadCifar},
-      {"synthetic", "", {3, 32, 32}, 10, {}, {}, nullptr, LoadSynthetic},
+      {"synthetic", "", {3, 32, 32}, 10, 0, 0, {}, {}, nullptr, LoadSynthetic},
   };
   return registry;
 }
 
 // ---- Validation -------------------------------------------------------------------------------
 
+const FieldChecks& Fields() {
+  static const FieldChecks* const fields = new FieldChecks("train_job.dataset");
+  return *fields;
+}
+
 absl::Status FieldError(absl::string_view field, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat("train_job.dataset.", field, ": ", problem));
+  return Fields().Error(field, problem);
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::Status CheckLimit(absl::string_view field, int64_t value) {
-  if (value < 0) return FieldError(field, absl::StrFormat("must be >= 0, got %d", value));
-  return absl::OkStatus();
-}
-
 // Examples in one synthetic split: the spec's (or the default), then the limit.
 absl::StatusOr<int64_t> SyntheticExamples(absl::string_view field, bool has_value, int64_t value,
                                           int64_t default_value, int64_t limit,
                                           const std::vector<int64_t>& shape) {
-  if (has_value && value <= 0) {
-    return FieldError(field, absl::StrFormat("must be > 0, got %d", value));
+  if (has_value) {
+    if (absl::Status s = Fields().Positive(field, value); !s.ok()) return s;
   }
   int64_t n = has_value ? value : default_value;
   if (limit > 0) n = std::min(n, limit);
@@ -239,9 +240,9 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
                                       "have shape %s",
                                       config.info->name, ShapeString(shape)));
   }
-  if (padding < 0) {
-    return FieldError("augmentation.random_crop_padding",
-                      absl::StrFormat("must be >= 0, got %d", padding));
+  if (absl::Status s = Fields().AtLeast("augmentation.random_crop_padding", padding, 0);
+      !s.ok()) {
+    return s;
   }
   if (padding >= shape[1] || padding >= shape[2]) {
     return FieldError("augmentation.random_crop_padding",
@@ -279,15 +280,15 @@ std::vector<std::string> DatasetNames() {
 }
 
 absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) {
-  const std::string known = absl::StrCat("(known: ", absl::StrJoin(DatasetNames(), ", "), ")");
+  const std::string known = KnownNames(DatasetNames());
   if (spec.name().empty()) return FieldError("name", "required " + known);
   DatasetConfig config;
   config.info = FindDataset(spec.name());
   if (config.info == nullptr) {
     return FieldError("name", absl::StrFormat("unknown dataset \"%s\" %s", spec.name(), known));
   }
-  if (absl::Status s = CheckLimit("limit_train", spec.limit_train()); !s.ok()) return s;
-  if (absl::Status s = CheckLimit("limit_test", spec.limit_test()); !s.ok()) return s;
+  if (absl::Status s = Fields().AtLeast("limit_train", spec.limit_train(), 0); !s.ok()) return s;
+  if (absl::Status s = Fields().AtLeast("limit_test", spec.limit_test(), 0); !s.ok()) return s;
   config.limit_train = spec.limit_train();
   config.limit_test = spec.limit_test();
   config.input_shape = config.info->input_shape;
@@ -303,6 +304,12 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
     }
   }
   return config;
+}
+
+int64_t NominalTrainExamples(const DatasetConfig& config) {
+  if (config.info->check_files == nullptr) return config.synthetic_train;
+  const int64_t examples = config.info->train_examples;
+  return config.limit_train > 0 ? std::min(examples, config.limit_train) : examples;
 }
 
 absl::StatusOr<DeviceDataset> LoadDataset(const DatasetConfig& config, uint64_t seed,

@@ -44,6 +44,10 @@ struct DatasetInfo {
   // synthetic's come from its spec instead.
   std::vector<int64_t> input_shape;
   int num_classes = 10;
+  // Examples in the published training and test splits (60 000 and 10 000 for (fashion-)mnist);
+  // 0 for synthetic, whose spec sets them.
+  int64_t train_examples = 0;
+  int64_t test_examples = 0;
   // Per-channel normalisation after scaling pixels to [0, 1]: (x - mean[c]) / std[c]. One value
   // per channel; empty for synthetic (drawn already standard normal).
   std::vector<float> mean;
@@ -83,6 +87,11 @@ struct DatasetConfig {
 // "train_job.dataset.synthetic.input_shape: …", "train_job.dataset.augmentation
 // .random_crop_padding: …". Reads the file system only; thread-safe.
 absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec);
+
+// The training examples `config` will load if its files are the published ones: the dataset's
+// train_examples (synthetic: its spec's), after limit_train. A TrainJob's schedule is checked
+// with it at submit, before the files are decoded.
+int64_t NominalTrainExamples(const DatasetConfig& config);
 
 // Loads `config` (from ResolveDataset) onto `device`. For file datasets only the raw bytes cross
 // to the device; conversion and normalisation run there. synthetic draws its inputs (standard

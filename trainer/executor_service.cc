@@ -1,7 +1,6 @@
 // ExecutorService: executor.proto's calls mapped onto an api::Executor.
 #include "trainer/executor_service.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -109,11 +108,6 @@ void ExecutorService::CompleteSummary(mpsd::v1::JobSummary& summary) const {
   mpsd::v1::MemoryStats& memory = *summary.mutable_memory();
   memory.set_baseline_allocated_bytes(baseline_.allocated_bytes);
   memory.set_baseline_reserved_bytes(baseline_.reserved_bytes);
-  absl::StatusOr<api::MemoryFigures> now = ReadDeviceMemory(summary.device());
-  if (!now.ok()) return;
-  memory.set_peak_reserved_bytes(std::max({memory.peak_reserved_bytes(), now->peak_reserved_bytes,
-                                           memory.reserved_before_bytes(),
-                                           memory.reserved_after_bytes()}));
 }
 
 }  // namespace mpsd::trainer

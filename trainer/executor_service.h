@@ -46,8 +46,8 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
                         mpsd::v1::executor::ShutdownResponse* response) override;
 
  private:
-  // Adds what only this process knows to a job's summary: the baseline, and the device's peak
-  // reserved memory over the job.
+  // Adds what only this process knows to a job's summary: the baseline. (The executor fills the
+  // job's own memory figures, peak reserved included, on the job's device.)
   void CompleteSummary(mpsd::v1::JobSummary& summary) const;
 
   // Constant after construction.

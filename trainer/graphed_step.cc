@@ -39,10 +39,10 @@ void Restore(const std::vector<torch::Tensor>& tensors, const std::vector<torch:
 
 std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
   if (!request.device.is_cuda()) return "CUDA graphs are for CUDA devices";
-  if (request.optimizer != "adam" && request.optimizer != "adamw") {
+  if (request.optimizer != OptimizerKind::kAdam && request.optimizer != OptimizerKind::kAdamW) {
     return "only adam and adamw have a fused, capturable update";
   }
-  if (request.precision != "fp32") return "mixed precision runs eagerly";
+  if (request.precision != Precision::kFp32) return "mixed precision runs eagerly";
   if (request.grad_accumulation_steps != 1) return "gradient accumulation runs eagerly";
   if (request.grad_clip) return "gradient clipping runs eagerly";
   if (request.loss_scaling) return "loss scaling runs eagerly";
@@ -52,7 +52,7 @@ std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
 }
 
 GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
-                         const torch::Tensor& images, const torch::Tensor& labels,
+                         OptimizerKind kind, const torch::Tensor& images, const torch::Tensor& labels,
                          int64_t batch_size, double label_smoothing)
     : model_(model),
       optimizer_(optimizer),
@@ -62,12 +62,12 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
       label_smoothing_(label_smoothing) {
   TORCH_CHECK(optimizer.param_groups().size() == 1, "the graphed step needs one param group");
   const torch::optim::OptimizerOptions& options = optimizer.param_groups()[0].options();
-  decoupled_ = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  TORCH_CHECK(kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW,
+              "the graphed step needs torch::optim::Adam or AdamW");
+  decoupled_ = kind == OptimizerKind::kAdamW;
   if (decoupled_) {
     ReadHyperparameters<torch::optim::AdamWOptions>(options, beta1_, beta2_, eps_, weight_decay_);
   } else {
-    TORCH_CHECK(dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr,
-                "the graphed step needs torch::optim::Adam or AdamW");
     ReadHyperparameters<torch::optim::AdamOptions>(options, beta1_, beta2_, eps_, weight_decay_);
   }
   const torch::TensorOptions scalar = torch::TensorOptions().dtype(torch::kFloat32).device(images.device());
@@ -144,13 +144,11 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Step(const torch::Tensor& i
   if (index.size(0) == batch_size_) {
     static_index_.copy_(index);
     graph_.Replay();
-    ++replays_;
     return {static_loss_, static_correct_};
   }
   // The partial batch: eager, through the same fused state. Its gradients must not add to the
   // graph's (which the graph overwrites anyway), so drop them first.
   compat::ZeroGradToNone(optimizer_);
-  ++eager_steps_;
   return Compute(index);
 }
 

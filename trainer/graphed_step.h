@@ -16,16 +16,18 @@
 
 #include "trainer/compat.h"
 #include "trainer/models.h"
+#include "trainer/optimizers.h"
+#include "trainer/precision.h"
 
 namespace mpsd::trainer {
 
 // What the loop knows when it decides whether to capture.
 struct GraphedStepRequest {
   torch::Device device = torch::kCPU;
-  // "adam" or "adamw" (the fused kernels); anything else runs eagerly.
-  std::string optimizer;
-  // "fp32" only: autocast's weight cache does not belong in a graph.
-  std::string precision = "fp32";
+  // adam or adamw (the fused kernels); sgd runs eagerly.
+  OptimizerKind optimizer = OptimizerKind::kAdam;
+  // fp32 only: autocast's weight cache does not belong in a graph.
+  Precision precision = Precision::kFp32;
   int grad_accumulation_steps = 1;
   bool grad_clip = false;
   bool loss_scaling = false;
@@ -43,14 +45,15 @@ class GraphedStep {
  public:
   // Takes over the optimizer's state: its per-parameter Adam state (step, exp_avg, exp_avg_sq;
   // fresh when the optimizer has not stepped) moves into fused device tensors; ExportState puts
-  // it back. `optimizer` must be a torch::optim::Adam or AdamW over model.parameters() in one
-  // param group without amsgrad. images: [N, ...] float32, labels: [N] int64, both on the CUDA
+  // it back. `optimizer` must be the torch::optim::Adam or AdamW that `kind` names (kAdam or
+  // kAdamW, as MakeOptimizer built it) over model.parameters() in one param group without
+  // amsgrad. images: [N, ...] float32, labels: [N] int64, both on the CUDA
   // device the model is on; batch_size: rows of a full batch. label_smoothing as
   // CrossEntropyLoss's. Warms up on a side stream (learning rate 0; model buffers, e.g.
   // BatchNorm's running statistics, and the optimizer state are restored afterwards) and
   // captures. Throws c10::Error on any LibTorch failure (the caller's firewall converts it).
   // Not thread-safe; the model, optimizer and data must outlive it.
-  GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
+  GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer, OptimizerKind kind,
               const torch::Tensor& images, const torch::Tensor& labels, int64_t batch_size,
               double label_smoothing);
   ~GraphedStep();
@@ -66,9 +69,6 @@ class GraphedStep {
   // Writes the fused state back into the optimizer's per-parameter state (for checkpoints, or an
   // eager continuation). One host sync (the step counts).
   void ExportState();
-
-  int64_t replays() const { return replays_; }
-  int64_t eager_steps() const { return eager_steps_; }
 
  private:
   // forward + loss + backward + fused update on the examples at `index`; returns loss, correct.
@@ -94,8 +94,6 @@ class GraphedStep {
   torch::Tensor static_loss_;   // the graph's outputs
   torch::Tensor static_correct_;
   compat::CudaGraph graph_;
-  int64_t replays_ = 0;
-  int64_t eager_steps_ = 0;
 };
 
 }  // namespace mpsd::trainer

@@ -51,6 +51,45 @@ absl::Status CheckRank(const ModelEntry& entry, const std::vector<int64_t>& shap
                       Expected(entry.input_kind), shape.size(), FormatShape(shape)));
 }
 
+absl::Status CheckListModelsRequest(const mpsd::v1::ListModelsRequest& request) {
+  if (!request.input_shape().empty()) {
+    const std::vector<int64_t> shape(request.input_shape().begin(), request.input_shape().end());
+    if (absl::Status s = CheckInputShape(shape); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input_shape: ", s.message()));
+    }
+  }
+  if (request.has_num_classes()) {
+    if (absl::Status s = CheckNumClasses(request.num_classes()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("num_classes: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `entry` at the request's shape and classes, or at its natural ones.
+mpsd::v1::ModelInfo DescribeModel(const ModelEntry& entry,
+                                  const mpsd::v1::ListModelsRequest& request) {
+  ModelConfig config;
+  config.input_shape =
+      request.input_shape().empty()
+          ? entry.natural_input_shape
+          : std::vector<int64_t>(request.input_shape().begin(), request.input_shape().end());
+  config.num_classes =
+      request.has_num_classes() ? request.num_classes() : entry.natural_num_classes;
+  mpsd::v1::ModelInfo info;
+  info.set_name(std::string(entry.name));
+  info.set_description(std::string(entry.description));
+  for (const int64_t dim : config.input_shape) info.add_input_shape(dim);
+  info.set_num_classes(static_cast<int32_t>(config.num_classes));
+  for (const absl::string_view preset : entry.presets) info.add_presets(std::string(preset));
+  if (absl::Status s = CheckModelConfig(entry, config); s.ok()) {
+    info.set_parameters(entry.parameters(config));
+  } else {
+    info.set_unsupported(std::string(s.message()));
+  }
+  return info;
+}
+
 }  // namespace
 
 const std::vector<ModelEntry>& Models() {
@@ -125,6 +164,14 @@ absl::Status CheckModelConfig(const ModelEntry& entry, const ModelConfig& config
   }
   if (absl::Status s = CheckRank(entry, config.input_shape); !s.ok()) return s;
   return entry.check(config);
+}
+
+absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
+    const mpsd::v1::ListModelsRequest& request) {
+  if (absl::Status s = CheckListModelsRequest(request); !s.ok()) return s;
+  mpsd::v1::ListModelsResponse response;
+  for (const ModelEntry& entry : Models()) *response.add_models() = DescribeModel(entry, request);
+  return response;
 }
 
 std::string FormatShape(const std::vector<int64_t>& shape) {

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::trainer {
 
@@ -85,6 +87,13 @@ absl::Status CheckPreset(const ModelEntry& entry, absl::string_view preset);
 // the entry's input kind, then the entry's own check (e.g. vgg16's five max-pools need 32×32).
 // Cheap (arithmetic only). INVALID_ARGUMENT without a field path.
 absl::Status CheckModelConfig(const ModelEntry& entry, const ModelConfig& config);
+
+// Executor::ListModels: every model at the request's input shape and class count (each at its
+// natural ones by default), with its parameter count, or `unsupported` saying why it cannot take
+// them. Arithmetic only: builds no model. INVALID_ARGUMENT whose message starts with the field
+// ("input_shape: ...", "num_classes: ..."). Thread-safe.
+absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
+    const mpsd::v1::ListModelsRequest& request);
 
 // "3×224×224".
 std::string FormatShape(const std::vector<int64_t>& shape);

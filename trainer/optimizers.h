@@ -1,6 +1,7 @@
 // The optimizers a TrainJob may name (torch.optim's SGD, Adam and AdamW through LibTorch's
-// torch::optim), setting their learning rate and momentum per step, and gradient clipping that
-// stays on the device. Internal to trainer/: includes torch.
+// torch::optim): their settings and validation (OptimizerSpec), setting their learning rate and
+// momentum per step, and gradient clipping that stays on the device. Internal to trainer/:
+// includes torch.
 #ifndef MPSD_TRAINER_OPTIMIZERS_H_
 #define MPSD_TRAINER_OPTIMIZERS_H_
 
@@ -10,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "mpsd/v1/mpsd.pb.h"
+#include "trainer/field_checks.h"
+
 namespace mpsd::trainer {
 
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
@@ -17,8 +22,8 @@ enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // "sgd", "adam", "adamw".
 std::string OptimizerName(OptimizerKind kind);
 
-// An optimizer's settings with every default applied (the caller validates the ranges; the
-// values and their meaning are torch.optim's).
+// An optimizer's settings with every default applied (the values and their meaning are
+// torch.optim's).
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kAdam;
   double learning_rate = 1e-3;
@@ -33,6 +38,18 @@ struct OptimizerConfig {
   double eps = 1e-8;
 };
 
+// The settings of `spec` with torch.optim's defaults (lr 1e-3 for adam and adamw, 1e-2 for sgd;
+// AdamW's weight decay 0.01); name "" is adam. INVALID_ARGUMENT from `fields` (the spec's path,
+// "train_job.optimizer") for an unknown name, a value out of range (learning_rate and eps > 0,
+// weight_decay >= 0, momentum and betas in [0, 1), nesterov with momentum > 0) or a field of
+// another optimizer ("momentum" for adam). Thread-safe.
+absl::StatusOr<OptimizerConfig> ResolveOptimizer(const mpsd::v1::OptimizerSpec& spec,
+                                                 const FieldChecks& fields);
+
+// "sgd lr 0.1 weight_decay 0 momentum 0.9 nesterov", "adam lr 0.001 weight_decay 0 betas (0.9,
+// 0.999) eps 1e-08": the settings for a job's log.
+std::string DescribeOptimizer(const OptimizerConfig& config);
+
 // A new optimizer over `parameters` (the model's, on its device). Throws c10::Error for settings
 // LibTorch refuses (the caller validates first).
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<torch::Tensor> parameters,
@@ -42,8 +59,8 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<torch::Tensor
 void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate);
 
 // Sets SGD's momentum, or Adam's / AdamW's beta1, of every parameter group, as OneCycleLR does
-// with cycle_momentum.
-void SetMomentum(torch::optim::Optimizer& optimizer, double momentum);
+// with cycle_momentum. `kind` is what `optimizer` was built as (MakeOptimizer's config.kind).
+void SetMomentum(torch::optim::Optimizer& optimizer, OptimizerKind kind, double momentum);
 
 // Every gradient of `optimizer`'s parameters (those that have one).
 std::vector<torch::Tensor> Gradients(torch::optim::Optimizer& optimizer);

@@ -1,10 +1,12 @@
-// The schedules' closed forms (formulas and their sources in schedule.h).
+// The schedules' closed forms (formulas and their sources in schedule.h), and ScheduleSpec's
+// validation.
 #include "trainer/schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace mpsd::trainer {
@@ -19,7 +21,181 @@ double AnnealCos(double start, double end, double pct) {
 
 double AnnealLinear(double start, double end, double pct) { return (end - start) * pct + start; }
 
+// ---- Validation -------------------------------------------------------------------------------
+
+constexpr Interval kMomentumInterval = {0, true, 1, false};  // [0, 1)
+constexpr Interval kPctStartInterval = {0, true, 1, true};   // [0, 1]
+
+absl::StatusOr<ScheduleKind> ParseScheduleName(const std::string& name,
+                                               const FieldChecks& fields) {
+  if (name.empty()) return ScheduleKind::kConstant;
+  for (const ScheduleKind kind : {ScheduleKind::kConstant, ScheduleKind::kStep,
+                                  ScheduleKind::kCosine, ScheduleKind::kOneCycle}) {
+    if (name == ScheduleName(kind)) return kind;
+  }
+  return fields.Error("name", absl::StrFormat("unknown schedule \"%s\" %s", name,
+                                              KnownNames({"constant", "step", "cosine",
+                                                          "onecycle"})));
+}
+
+bool HasOneCycleField(const mpsd::v1::ScheduleSpec& spec) {
+  return spec.has_max_lr() || spec.has_pct_start() || spec.has_div_factor() ||
+         spec.has_final_div_factor() || !spec.anneal_strategy().empty() ||
+         spec.has_cycle_momentum() || spec.has_base_momentum() || spec.has_max_momentum();
+}
+
+// Rejects a field set for a schedule that does not use it.
+absl::Status CheckFieldsUsed(const mpsd::v1::ScheduleSpec& spec, ScheduleKind kind,
+                             const FieldChecks& fields) {
+  const std::string name = ScheduleName(kind);
+  if (kind != ScheduleKind::kStep) {
+    if (spec.has_step_size_epochs()) return fields.NotFor("step_size_epochs", "step", name);
+    if (spec.has_gamma()) return fields.NotFor("gamma", "step", name);
+  }
+  if (kind != ScheduleKind::kCosine) {
+    if (spec.has_warmup_steps()) return fields.NotFor("warmup_steps", "cosine", name);
+    if (spec.has_warmup_epochs()) return fields.NotFor("warmup_epochs", "cosine", name);
+    if (spec.has_min_lr()) return fields.NotFor("min_lr", "cosine", name);
+  }
+  if (kind != ScheduleKind::kOneCycle && HasOneCycleField(spec)) {
+    return fields.Error("", absl::StrFormat("max_lr, pct_start, div_factor, final_div_factor, "
+                                            "anneal_strategy and *_momentum are onecycle's, "
+                                            "not %s's",
+                                            name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveStep(const mpsd::v1::ScheduleSpec& spec, const FieldChecks& fields,
+                         ScheduleSettings& settings) {
+  ScheduleConfig& config = settings.config;
+  if (spec.has_step_size_epochs()) {
+    if (absl::Status s = fields.Positive("step_size_epochs", spec.step_size_epochs()); !s.ok()) {
+      return s;
+    }
+    config.step_size_epochs = spec.step_size_epochs();
+  }
+  if (spec.has_gamma()) {
+    config.gamma = spec.gamma();
+    return fields.PositiveFinite("gamma", config.gamma);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveCosine(const mpsd::v1::ScheduleSpec& spec, const FieldChecks& fields,
+                           ScheduleSettings& settings) {
+  ScheduleConfig& config = settings.config;
+  if (spec.has_warmup_steps() && spec.has_warmup_epochs()) {
+    return fields.Error("warmup_epochs", "set at most one of warmup_steps and warmup_epochs");
+  }
+  if (spec.has_warmup_steps()) {
+    if (absl::Status s = fields.AtLeast("warmup_steps", spec.warmup_steps(), 0); !s.ok()) {
+      return s;
+    }
+    config.warmup_steps = spec.warmup_steps();
+  }
+  if (spec.has_warmup_epochs()) {
+    settings.warmup_epochs = spec.warmup_epochs();
+    if (absl::Status s = fields.NonNegativeFinite("warmup_epochs", settings.warmup_epochs);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (spec.has_min_lr()) {
+    config.min_lr = spec.min_lr();
+    return fields.NonNegativeFinite("min_lr", config.min_lr);
+  }
+  return absl::OkStatus();
+}
+
+// onecycle's learning rates: max_lr, pct_start, div_factor, final_div_factor, anneal_strategy.
+absl::Status ResolveOneCycleRates(const mpsd::v1::ScheduleSpec& spec, const FieldChecks& fields,
+                                  ScheduleConfig& config) {
+  config.max_lr = spec.has_max_lr() ? spec.max_lr() : config.base_lr;
+  if (absl::Status s = fields.PositiveFinite("max_lr", config.max_lr); !s.ok()) return s;
+  if (spec.has_pct_start()) {
+    config.pct_start = spec.pct_start();
+    if (absl::Status s = fields.InRange("pct_start", config.pct_start, kPctStartInterval);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (spec.has_div_factor()) {
+    config.div_factor = spec.div_factor();
+    if (absl::Status s = fields.PositiveFinite("div_factor", config.div_factor); !s.ok()) return s;
+  }
+  if (spec.has_final_div_factor()) {
+    config.final_div_factor = spec.final_div_factor();
+    if (absl::Status s = fields.PositiveFinite("final_div_factor", config.final_div_factor);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (spec.anneal_strategy() == "linear") {
+    config.anneal_cos = false;
+  } else if (!spec.anneal_strategy().empty() && spec.anneal_strategy() != "cos") {
+    return fields.Error("anneal_strategy",
+                        absl::StrFormat("must be \"cos\" or \"linear\", got \"%s\"",
+                                        spec.anneal_strategy()));
+  }
+  return absl::OkStatus();
+}
+
+// onecycle's momentum: cycle_momentum, base_momentum, max_momentum.
+absl::Status ResolveOneCycleMomentum(const mpsd::v1::ScheduleSpec& spec,
+                                     const FieldChecks& fields, ScheduleConfig& config) {
+  config.cycle_momentum = !spec.has_cycle_momentum() || spec.cycle_momentum();
+  if (spec.has_base_momentum()) config.base_momentum = spec.base_momentum();
+  if (spec.has_max_momentum()) config.max_momentum = spec.max_momentum();
+  if (absl::Status s = fields.InRange("base_momentum", config.base_momentum, kMomentumInterval);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = fields.InRange("max_momentum", config.max_momentum, kMomentumInterval);
+      !s.ok()) {
+    return s;
+  }
+  if (config.base_momentum > config.max_momentum) {
+    return fields.Error("base_momentum",
+                        absl::StrCat("must be <= max_momentum ", config.max_momentum, ", got ",
+                                     config.base_momentum));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveOneCycle(const mpsd::v1::ScheduleSpec& spec, const FieldChecks& fields,
+                             ScheduleSettings& settings) {
+  if (absl::Status s = ResolveOneCycleRates(spec, fields, settings.config); !s.ok()) return s;
+  return ResolveOneCycleMomentum(spec, fields, settings.config);
+}
+
 }  // namespace
+
+absl::StatusOr<ScheduleSettings> ResolveSchedule(const mpsd::v1::ScheduleSpec& spec,
+                                                 double base_lr, const FieldChecks& fields) {
+  ScheduleSettings settings;
+  settings.config.base_lr = base_lr;
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleName(spec.name(), fields);
+  if (!kind.ok()) return kind.status();
+  settings.config.kind = *kind;
+  if (absl::Status s = CheckFieldsUsed(spec, *kind, fields); !s.ok()) return s;
+  absl::Status status;
+  switch (*kind) {
+    case ScheduleKind::kConstant:
+      break;
+    case ScheduleKind::kStep:
+      status = ResolveStep(spec, fields, settings);
+      break;
+    case ScheduleKind::kCosine:
+      status = ResolveCosine(spec, fields, settings);
+      break;
+    case ScheduleKind::kOneCycle:
+      status = ResolveOneCycle(spec, fields, settings);
+      break;
+  }
+  if (!status.ok()) return status;
+  return settings;
+}
 
 int64_t StepsPerEpoch(int64_t train_examples, int64_t batch_size, bool drop_last,
                       int64_t grad_accumulation_steps) {
@@ -40,6 +216,26 @@ std::string ScheduleName(ScheduleKind kind) {
       return "onecycle";
   }
   return "unknown";
+}
+
+std::string DescribeSchedule(const ScheduleConfig& c) {
+  std::string text = ScheduleName(c.kind);
+  switch (c.kind) {
+    case ScheduleKind::kConstant:
+      break;
+    case ScheduleKind::kStep:
+      absl::StrAppendFormat(&text, " (×%g every %d epoch(s))", c.gamma, c.step_size_epochs);
+      break;
+    case ScheduleKind::kCosine:
+      absl::StrAppendFormat(&text, " (warm-up %d step(s), min_lr %g)", c.warmup_steps, c.min_lr);
+      break;
+    case ScheduleKind::kOneCycle:
+      absl::StrAppendFormat(&text, " (max_lr %g, pct_start %g, %s%s)", c.max_lr, c.pct_start,
+                            c.anneal_cos ? "cos" : "linear",
+                            c.cycle_momentum ? ", cycling momentum" : "");
+      break;
+  }
+  return text;
 }
 
 absl::StatusOr<Schedule> Schedule::Create(const ScheduleConfig& config) {

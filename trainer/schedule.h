@@ -1,6 +1,7 @@
 // Learning-rate schedules in closed form: the learning rate (and, for OneCycleLR, the momentum)
 // of optimizer step t is a function of t alone, so a resumed job needs only its step counter.
-// Torch-free, so the formulas are unit-testable without a device.
+// Also a ScheduleSpec's validation. Torch-free, so the formulas are unit-testable without a
+// device.
 #ifndef MPSD_TRAINER_SCHEDULE_H_
 #define MPSD_TRAINER_SCHEDULE_H_
 
@@ -9,6 +10,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "mpsd/v1/mpsd.pb.h"
+#include "trainer/field_checks.h"
 
 namespace mpsd::trainer {
 
@@ -51,6 +54,26 @@ struct ScheduleConfig {
 
 // "constant", "step", "cosine", "onecycle".
 std::string ScheduleName(ScheduleKind kind);
+
+// "onecycle (max_lr 0.1, pct_start 0.3, cos, cycling momentum)", "step (×0.1 every 2
+// epoch(s))": the kind and its parameters for a job's log.
+std::string DescribeSchedule(const ScheduleConfig& config);
+
+// A ScheduleSpec resolved, before the job's steps are known: `config` without steps_per_epoch
+// and total_steps (the caller fills them from the training split, and warmup_steps from
+// warmup_epochs).
+struct ScheduleSettings {
+  ScheduleConfig config;
+  // cosine's warm-up in epochs; < 0: unset.
+  double warmup_epochs = -1;
+};
+
+// The kind and parameters of `spec` with OneCycleLR's and the proto's defaults; `base_lr` is the
+// optimizer's learning rate (onecycle's max_lr defaults to it). INVALID_ARGUMENT from `fields`
+// (the spec's path, "train_job.schedule") for an unknown name, a value out of range, or a field
+// of another schedule ("gamma" for cosine). Thread-safe.
+absl::StatusOr<ScheduleSettings> ResolveSchedule(const mpsd::v1::ScheduleSpec& spec,
+                                                 double base_lr, const FieldChecks& fields);
 
 // A schedule as a function of the step. Immutable, so any thread may use it.
 class Schedule {

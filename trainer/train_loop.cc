@@ -16,7 +16,6 @@
 #include "trainer/compat.h"
 #include "trainer/device.h"
 #include "trainer/graphed_step.h"
-#include "trainer/optimizers.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -204,7 +203,7 @@ double ApplySchedule(const Loop& loop, int64_t step) {
   const double learning_rate = loop.options.schedule->LearningRate(step);
   SetLearningRate(loop.optimizer, learning_rate);
   if (const std::optional<double> momentum = loop.options.schedule->Momentum(step)) {
-    SetMomentum(loop.optimizer, *momentum);
+    SetMomentum(loop.optimizer, loop.options.optimizer, *momentum);
   }
   return learning_rate;
 }
@@ -358,10 +357,8 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
                                               const TrainOptions& options, const EventSink& sink) {
   GraphedStepRequest request;
   request.device = data.train.labels.device();
-  request.optimizer = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr  ? "adamw"
-                      : dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ? "adam"
-                                                                                 : "other";
-  request.precision = PrecisionName(options.precision);
+  request.optimizer = options.optimizer;
+  request.precision = options.precision;
   request.grad_accumulation_steps = options.grad_accumulation_steps;
   request.grad_clip = options.grad_clip_norm > 0;
   request.loss_scaling = options.precision == Precision::kFp16;
@@ -374,16 +371,17 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   }
   std::unique_ptr<GraphedStep> graphed;
   if (reason.empty()) {
-    graphed = std::make_unique<GraphedStep>(model, optimizer, data.train.images, data.train.labels,
-                                            options.batch_size, options.label_smoothing);
+    graphed = std::make_unique<GraphedStep>(model, optimizer, options.optimizer, data.train.images,
+                                            data.train.labels, options.batch_size,
+                                            options.label_smoothing);
   }
   if (request.device.is_cuda()) {
     mpsd::v1::JobEvent event;
     event.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
     event.mutable_log()->set_text(
         graphed != nullptr
-            ? "training step captured in one CUDA graph (fused " + request.optimizer +
-                  "); a partial last batch runs eagerly"
+            ? "training step captured in one CUDA graph (fused " +
+                  OptimizerName(request.optimizer) + "); a partial last batch runs eagerly"
             : "training step runs eagerly: " + reason);
     sink(std::move(event));
   }
@@ -408,18 +406,6 @@ absl::Status CheckOptions(const TrainOptions& options, int64_t steps_per_epoch) 
 }
 
 }  // namespace
-
-std::string PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kFp16:
-      return "fp16";
-    case Precision::kBf16:
-      return "bf16";
-  }
-  return "unknown";
-}
 
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                    const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,

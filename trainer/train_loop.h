@@ -18,16 +18,11 @@
 #include "trainer/executor.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/models.h"
+#include "trainer/optimizers.h"
+#include "trainer/precision.h"
 #include "trainer/schedule.h"
 
 namespace mpsd::trainer {
-
-// Numeric precision of the forward passes. fp16 and bf16 run them under autocast (the weights,
-// gradients and optimizer state stay float32); fp16 also scales the loss (GradScaler).
-enum class Precision { kFp32, kFp16, kBf16 };
-
-// "fp32", "fp16", "bf16".
-std::string PrecisionName(Precision precision);
 
 // Called after an epoch's `epoch` event with the epoch (1-based) and the optimizer steps done so
 // far (checkpoints save here); an error stops the training and Train returns it.
@@ -61,7 +56,11 @@ struct TrainOptions {
   double label_smoothing = 0;
   // Evaluate after every N-th epoch and after the last one.
   int eval_every_epochs = 1;
+  // The forward passes' precision (trainer/precision.h).
   Precision precision = Precision::kFp32;
+  // What `optimizer` is (MakeOptimizer's config.kind): how OneCycleLR's momentum is set, and
+  // whether the CUDA graph's fused update applies.
+  OptimizerKind optimizer = OptimizerKind::kAdam;
   // The learning rate (and momentum) of each step, set on the optimizer's parameter groups
   // before the step; nullopt leaves the optimizer's learning rate alone.
   std::optional<Schedule> schedule;

@@ -211,6 +211,43 @@ TEST(BenchTest, PrecisionsAndMemoryFormatsTheDeviceCannotRunAreUnsupportedRows) 
   EXPECT_THAT(rows[3].message(), HasSubstr("fp16 autocast is not available on cpu"));
 }
 
+// A precision that a BenchJob measures as UNSUPPORTED on a device is one that a TrainJob on that
+// device is refused at submit, for the same reason, and the other way round: one decision for
+// both job kinds (trainer/compat.h's AutocastUnsupportedReason).
+TEST(BenchTest, TrainJobAndBenchJobAgreeOnWhichPrecisionsTheCpuRuns) {
+  auto executor = MakeExecutor();
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    mpsd::v1::SubmitJobRequest bench;
+    BenchJob& job = *bench.mutable_bench_job();
+    job.add_models("mlp");
+    job.add_batch_sizes(2);
+    job.add_devices("cpu");
+    job.add_precisions(precision);
+    job.set_warmup_iters(0);
+    job.set_iters(1);
+    const BenchResult result = RunBench(*executor, bench);
+    ASSERT_TRUE(result.status.ok()) << result.status;
+    ASSERT_EQ(result.rows().size(), 1u);
+    const BenchRow row = result.rows()[0];
+
+    mpsd::v1::SubmitJobRequest train;
+    mpsd::v1::TrainJob& train_job = *train.mutable_train_job();
+    train_job.mutable_model()->set_name("mlp");
+    train_job.mutable_dataset()->set_name("synthetic");
+    train_job.set_device("cpu");
+    train_job.set_precision(precision);
+    const absl::Status validated = executor->Validate(train);
+    EXPECT_EQ(validated.ok(), row.status() != BenchRow::UNSUPPORTED)
+        << validated << " / " << row.message();
+    if (!validated.ok()) {
+      EXPECT_THAT(std::string(validated.message()),
+                  StartsWith("train_job.precision: " + std::string(precision) +
+                             " cannot run on device cpu: " + row.message()));
+    }
+  }
+}
+
 TEST(BenchTest, CpuThreadsAppliesToTheRowsAndIsRestored) {
   auto executor = MakeExecutor();
   const int default_threads = executor->GetDevice().cpu_threads();

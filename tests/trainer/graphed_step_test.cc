@@ -13,7 +13,7 @@ using ::testing::HasSubstr;
 GraphedStepRequest CudaAdam() {
   GraphedStepRequest request;
   request.device = torch::Device(torch::kCUDA, 0);
-  request.optimizer = "adam";
+  request.optimizer = OptimizerKind::kAdam;
   return request;
 }
 
@@ -24,13 +24,14 @@ TEST(GraphedStepTest, CpuRunsEagerly) {
 }
 
 TEST(GraphedStepTest, CudaAdamNeedsACudaLibTorchWithFusedAdam) {
-  for (const char* optimizer : {"adam", "adamw"}) {
+  for (const OptimizerKind optimizer : {OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
     GraphedStepRequest request = CudaAdam();
     request.optimizer = optimizer;
     if (compat::kHasCudaGraphs) {
-      EXPECT_EQ(GraphedStepUnsupportedReason(request), "") << optimizer;
+      EXPECT_EQ(GraphedStepUnsupportedReason(request), "") << OptimizerName(optimizer);
     } else {
-      EXPECT_THAT(GraphedStepUnsupportedReason(request), HasSubstr(">= 2.2")) << optimizer;
+      EXPECT_THAT(GraphedStepUnsupportedReason(request), HasSubstr(">= 2.2"))
+          << OptimizerName(optimizer);
     }
   }
 }
@@ -38,10 +39,10 @@ TEST(GraphedStepTest, CudaAdamNeedsACudaLibTorchWithFusedAdam) {
 // Each of these runs eagerly whatever the LibTorch; the reason names the setting.
 TEST(GraphedStepTest, SettingsThatRunEagerly) {
   GraphedStepRequest sgd = CudaAdam();
-  sgd.optimizer = "sgd";
+  sgd.optimizer = OptimizerKind::kSgd;
   EXPECT_THAT(GraphedStepUnsupportedReason(sgd), HasSubstr("adam and adamw"));
   GraphedStepRequest bf16 = CudaAdam();
-  bf16.precision = "bf16";
+  bf16.precision = Precision::kBf16;
   EXPECT_THAT(GraphedStepUnsupportedReason(bf16), HasSubstr("mixed precision"));
   GraphedStepRequest accumulation = CudaAdam();
   accumulation.grad_accumulation_steps = 2;

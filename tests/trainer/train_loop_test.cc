@@ -139,6 +139,7 @@ TEST(TrainTest, AccumulatingTwoBatchesOf32EqualsOneBatchOf64) {
     auto model = MakeModel();
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.5));
     TrainOptions options;
+    options.optimizer = OptimizerKind::kSgd;
     options.batch_size = batch_size;
     options.grad_accumulation_steps = accumulation;
     options.seed = 11;
@@ -162,6 +163,7 @@ TEST(TrainTest, PartialAccumulationGroupAndDropLastCountSteps) {
   auto model = MakeModel();
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
   TrainOptions options;
+  options.optimizer = OptimizerKind::kSgd;
   options.batch_size = 16;
   options.grad_accumulation_steps = 3;
   std::vector<int32_t> sizes;
@@ -190,6 +192,7 @@ TEST(TrainTest, OneCycleSetsLearningRateAndMomentumOfEveryStep) {
   const absl::StatusOr<Schedule> schedule = Schedule::Create(config);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
   TrainOptions options;
+  options.optimizer = OptimizerKind::kSgd;
   options.batch_size = 8;
   options.epochs = 2;
   options.eval_every_epochs = 3;
@@ -228,6 +231,7 @@ TEST(TrainTest, OneCycleSetsLearningRateAndMomentumOfEveryStep) {
 TEST(TrainTest, ResumingAtAnEpochContinuesStepsAndShuffleOrder) {
   const DeviceDataset data = RandomData(64);
   TrainOptions options;
+  options.optimizer = OptimizerKind::kSgd;
   options.batch_size = 16;
   options.epochs = 2;
   options.seed = 5;
@@ -284,6 +288,7 @@ TEST(TrainTest, Bf16RunsTheForwardInBf16AndLeavesAutocastOff) {
     auto model = MakeModel();
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.5));
     TrainOptions options;
+    options.optimizer = OptimizerKind::kSgd;
     options.batch_size = 16;
     options.precision = precision;
     std::vector<float> values;
@@ -308,6 +313,7 @@ TEST(TrainTest, Fp16WithoutAScalerIsRejected) {
   auto model = MakeModel();
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
   TrainOptions options;
+  options.optimizer = OptimizerKind::kSgd;
   options.precision = Precision::kFp16;
   std::atomic<bool> cancelled{false};
   const absl::Status status =

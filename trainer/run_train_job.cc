@@ -1,0 +1,311 @@
+// A resolved TrainJob run to its end (run_train_job.h): the data, model, optimizer and the
+// loop's options set up from the config, checkpoints restored and written, the finished model
+// saved, and the summary.
+#include "trainer/run_train_job.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainer/checkpoint.h"
+#include "trainer/device.h"
+#include "trainer/grad_scaler.h"
+#include "trainer/job_summary.h"
+#include "trainer/log.h"
+#include "trainer/models/torchscript.h"
+#include "trainer/torch_errors.h"
+#include "trainer/train_job.h"
+#include "trainer/train_loop.h"
+
+namespace mpsd::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using mpsd::v1::JobEvent;
+
+// The loop's state besides model and optimizer that a checkpoint keeps: fp16's loss scale.
+constexpr char kScaleName[] = "grad_scaler_scale";
+constexpr char kGrowthTrackerName[] = "grad_scaler_growth_tracker";
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void EmitLog(const EventSink& sink, std::string text) {
+  Log(LogLevel::kInfo, text);
+  JobEvent event;
+  event.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
+  event.mutable_log()->set_text(std::move(text));
+  sink(std::move(event));
+}
+
+std::string DescribeStep(const TrainJobConfig& job) {
+  std::string step = absl::StrFormat("batch size %d", job.batch_size);
+  if (job.grad_accumulation_steps > 1) {
+    absl::StrAppendFormat(&step, " × %d accumulated", job.grad_accumulation_steps);
+  }
+  if (job.grad_clip_norm > 0) absl::StrAppendFormat(&step, ", clip norm %g", job.grad_clip_norm);
+  if (job.label_smoothing > 0) {
+    absl::StrAppendFormat(&step, ", label smoothing %g", job.label_smoothing);
+  }
+  if (job.drop_last) absl::StrAppend(&step, ", drop_last");
+  return step;
+}
+
+// The job's settings as resolved, for the log line at its start.
+std::string DescribeTraining(const TrainJobConfig& job, const Schedule& schedule,
+                             int64_t parameters) {
+  const ScheduleConfig& c = schedule.config();
+  return absl::StrFormat(
+      "training %s (%d parameters): %s, schedule %s, precision %s, %s, %d epoch(s) of %d "
+      "step(s), seed %d",
+      job.model != nullptr ? job.model->name : absl::string_view(job.torchscript_path),
+      parameters, DescribeOptimizer(job.optimizer), DescribeSchedule(c),
+      PrecisionName(job.precision), DescribeStep(job), job.epochs, c.steps_per_epoch, job.seed);
+}
+
+// What one job works with once its data is loaded and its model built.
+struct JobState {
+  DeviceDataset data;
+  Schedule schedule;
+  std::shared_ptr<ClassifierImpl> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  GradScaler grad_scaler;
+  int64_t train_examples() const { return data.train.size(); }
+};
+
+absl::StatusOr<DeviceDataset> LoadData(const TrainJobConfig& job, const EventSink& sink,
+                                       mpsd::v1::JobSummary& summary) {
+  const Clock::time_point load_start = Clock::now();
+  absl::StatusOr<DeviceDataset> data = LoadDataset(job.dataset, job.seed, job.device);
+  if (!data.ok()) return data.status();
+  const double load_seconds = SecondsSince(load_start);
+  summary.set_train_examples(data->train.size());
+  summary.set_test_examples(data->test.size());
+  summary.set_data_load_time_s(load_seconds);
+  EmitLog(sink, absl::StrFormat("loaded %s: %d train, %d test examples in %.2f s on %s",
+                                job.dataset.info->name, data->train.size(), data->test.size(),
+                                load_seconds, DeviceString(job.device)));
+  if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
+  return data;
+}
+
+// An MPS job's log says what an operator the MPS backend lacks does: PyTorch reads
+// PYTORCH_ENABLE_MPS_FALLBACK (mpsd's config executor.mps_fallback sets it for the executor).
+std::string MpsFallbackText() {
+  const char* value = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
+  const bool on = value != nullptr && std::string(value) == "1";
+  return absl::StrCat("MPS fallback ", on ? "on" : "off", " (PYTORCH_ENABLE_MPS_FALLBACK=",
+                      value != nullptr ? value : "", "): an operator MPS lacks ",
+                      on ? "runs on the CPU" : "fails the job");
+}
+
+// A fresh model for the job, on its device: the zoo's, or the user's TorchScript module.
+absl::StatusOr<std::shared_ptr<ClassifierImpl>> MakeModel(const TrainJobConfig& job) {
+  if (job.model != nullptr) {
+    std::shared_ptr<ClassifierImpl> model = job.model->make(job.model_config);
+    model->to(job.device);
+    return model;
+  }
+  absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script =
+      LoadTorchScriptClassifier(job.torchscript_path, job.device);
+  if (!script.ok()) {
+    return TrainJobFields().Error("model.torchscript", script.status().message());
+  }
+  return std::shared_ptr<ClassifierImpl>(*std::move(script));
+}
+
+// Loads the data, builds the schedule for it, then the model (torch seeded with job.seed) and
+// its optimizer; logs the settings.
+absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const EventSink& sink,
+                                                mpsd::v1::JobSummary& summary) {
+  absl::StatusOr<DeviceDataset> data = LoadData(job, sink, summary);
+  if (!data.ok()) return data.status();
+  absl::StatusOr<Schedule> schedule = BuildSchedule(job, data->train.size());
+  if (!schedule.ok()) return schedule.status();
+  torch::manual_seed(job.seed);
+  absl::StatusOr<std::shared_ptr<ClassifierImpl>> model = MakeModel(job);
+  if (!model.ok()) return model.status();
+  auto state = std::unique_ptr<JobState>(
+      new JobState{*std::move(data), *std::move(schedule), *std::move(model), nullptr, {}});
+  summary.set_parameters(CountParameters(*state->model));
+  state->optimizer = MakeOptimizer(state->model->parameters(), job.optimizer);
+  summary.set_optimizer(OptimizerName(job.optimizer.kind));
+  summary.set_schedule(ScheduleName(job.schedule.config.kind));
+  summary.set_precision(PrecisionName(job.precision));
+  EmitLog(sink, DescribeTraining(job, state->schedule, summary.parameters()));
+  return state;
+}
+
+TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
+                              JobState& state) {
+  TrainOptions options;
+  options.batch_size = job.batch_size;
+  options.epochs = job.epochs;
+  options.seed = job.seed;
+  options.steps_per_readback = steps_per_readback;
+  options.grad_accumulation_steps = job.grad_accumulation_steps;
+  options.drop_last = job.drop_last;
+  options.grad_clip_norm = job.grad_clip_norm;
+  options.label_smoothing = job.label_smoothing;
+  options.eval_every_epochs = job.eval_every_epochs;
+  options.precision = job.precision;
+  options.optimizer = job.optimizer.kind;
+  options.schedule = state.schedule;
+  options.grad_scaler = &state.grad_scaler;
+  return options;
+}
+
+ExtraState SaveExtraState(const GradScaler& grad_scaler) {
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  return {{kScaleName, torch::full({}, grad_scaler.scale(), f64)},
+          {kGrowthTrackerName,
+           torch::full({}, grad_scaler.growth_tracker(), f64.dtype(torch::kInt64))}};
+}
+
+// Restores job.resume_path into the model, optimizer and GradScaler, and sets where `options`
+// starts (the epoch after the checkpoint's, the step after its step).
+absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, TrainOptions& options,
+                               const EventSink& sink, mpsd::v1::JobSummary& summary) {
+  if (job.resume_path.empty()) return absl::OkStatus();
+  absl::StatusOr<CheckpointInfo> checked =
+      CheckResumeCheckpoint(job, state.train_examples(), "resume_from");
+  if (!checked.ok()) return checked.status();
+  ExtraState extra = {{kScaleName, {}}, {kGrowthTrackerName, {}}};
+  absl::StatusOr<RestoredCheckpoint> restored =
+      LoadCheckpoint(job.resume_path, *state.model, *state.optimizer, extra, job.device);
+  if (!restored.ok()) return TrainJobFields().Error("resume_from", restored.status().message());
+  if (extra[kScaleName].defined() && extra[kGrowthTrackerName].defined()) {
+    state.grad_scaler.Restore(extra[kScaleName].item<double>(),
+                              extra[kGrowthTrackerName].item<int64_t>());
+  }
+  options.start_epoch = restored->info.epoch + 1;
+  options.start_step = restored->info.step;
+  summary.set_resumed_at_step(restored->info.step);
+  EmitLog(sink, absl::StrFormat("resumed from %s: epoch %d, step %d", job.resume_path,
+                                restored->info.epoch, restored->info.step));
+  return absl::OkStatus();
+}
+
+// The epoch-end hook that writes a checkpoint every job.checkpoint_every_epochs epochs and
+// emits its `checkpoint` event. The loop's shuffle order is a function of seed and epoch, so
+// there is no shuffle generator to keep.
+EpochEndHook CheckpointHook(const TrainJobConfig& job, JobState& state, const EventSink& sink) {
+  if (job.checkpoint_every_epochs <= 0) return nullptr;
+  return [&job, &state, &sink](int epoch, int64_t steps_done) {
+    if (epoch % job.checkpoint_every_epochs != 0) return absl::OkStatus();
+    if (job.job_dir.empty()) {
+      return TrainJobFields().Error("checkpoint.every_epochs",
+                                    "the job has no id to name its directory");
+    }
+    CheckpointInfo info = JobCheckpointInfo(job, state.train_examples());
+    info.epoch = epoch;
+    info.step = steps_done;
+    absl::StatusOr<mpsd::v1::CheckpointSaved> saved =
+        SaveCheckpoint(job.job_dir, info, *state.model, *state.optimizer, at::Generator(),
+                       SaveExtraState(state.grad_scaler), job.device);
+    if (!saved.ok()) return saved.status();
+    JobEvent event;
+    *event.mutable_checkpoint() = *saved;
+    sink(std::move(event));
+    return absl::OkStatus();
+  };
+}
+
+// Saves the finished model into the job's directory: the TorchScript module as TorchScript, a
+// zoo model as a LibTorch archive (torch::save; torch::load into the same zoo model reads it).
+absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
+                               mpsd::v1::JobSummary& summary) {
+  if (job.job_dir.empty()) return absl::OkStatus();
+  std::error_code ec;
+  std::filesystem::create_directories(job.job_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(job.job_dir, ": cannot create: ", ec.message()));
+  const std::string path = (std::filesystem::path(job.job_dir) / "model.pt").string();
+  const std::string temporary = path + ".tmp";
+  // The config says which kind of model the job built, so no cast recovers it.
+  const bool torchscript = job.model == nullptr;
+  if (torchscript) {
+    static_cast<TorchScriptClassifierImpl&>(model).script().save(temporary);
+  } else {
+    torch::serialize::OutputArchive archive;
+    model.save(archive);
+    archive.save_to(temporary);
+  }
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", temporary, ": ", ec.message()));
+  summary.set_model_path(path);
+  summary.set_model_format(torchscript ? "torchscript" : "libtorch_archive");
+  return absl::OkStatus();
+}
+
+// Sets up, restores, trains and saves. The data, model and optimizer are released on return.
+absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
+                          const EventSink& sink, const std::atomic<bool>& cancelled,
+                          SummaryBuilder& summary) {
+  absl::StatusOr<std::unique_ptr<JobState>> state = SetUp(job, sink, summary.summary());
+  if (!state.ok()) return state.status();
+  JobState& s = **state;
+  TrainOptions options = MakeTrainOptions(job, steps_per_readback, s);
+  if (absl::Status restored = RestoreCheckpoint(job, s, options, sink, summary.summary());
+      !restored.ok()) {
+    return restored;
+  }
+  options.on_epoch_end = CheckpointHook(job, s, sink);
+  absl::Status status = Train(*s.model, *s.optimizer, s.data, options, sink, cancelled);
+  if (job.precision == Precision::kFp16) {
+    summary.summary().set_final_loss_scale(static_cast<float>(s.grad_scaler.scale()));
+  }
+  if (status.ok()) status = SaveFinishedModel(job, *s.model, summary.summary());
+  return status;
+}
+
+// Waits for the device, returns the caching allocator's free blocks to the driver and records
+// what is left. Runs after the job's tensors went out of scope.
+absl::Status ReleaseDevice(const torch::Device& device, SummaryBuilder& summary) {
+  return CatchTorchErrors([&] {
+    Synchronize(device);
+    EmptyCache(device);
+    summary.SetMemoryAfter(ReadMemory(device));
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+absl::Status RunTrainJob(const TrainJobConfig& job, int steps_per_readback, const EventSink& sink,
+                         const EventSink& summary_sink, const std::atomic<bool>& cancelled) {
+  const Clock::time_point start = Clock::now();
+  const torch::Device device = job.device;
+  SummaryBuilder summary(DeviceString(device));
+  const EventSink observed = [&](JobEvent event) {
+    summary.Observe(event);
+    sink(std::move(event));
+  };
+  const absl::Status status = CatchTorchErrors([&] {
+    at::init_num_threads();  // this thread may not be the one that created the executor
+    ResetPeakMemory(device);
+    summary.SetMemoryBefore(ReadMemory(device));
+    return TrainInScope(job, steps_per_readback, observed, cancelled, summary);
+  });
+  if (!status.ok()) Log(LogLevel::kWarning, absl::StrCat("job ended: ", status.ToString()));
+
+  const absl::Status cleanup = ReleaseDevice(device, summary);
+  const absl::Status emitted = CatchTorchErrors([&] {
+    JobEvent event;
+    *event.mutable_summary() = summary.Build(SecondsSince(start));
+    summary_sink(std::move(event));
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return cleanup.ok() ? emitted : cleanup;
+}
+
+}  // namespace mpsd::trainer

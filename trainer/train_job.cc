@@ -1,0 +1,301 @@
+// A TrainJob spec resolved into a TrainJobConfig (train_job.h). Each setting parses itself
+// (optimizers.h, schedule.h, precision.h, datasets.h, models.h); this file puts them together
+// and checks what spans several of them.
+#include "trainer/train_job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainer/compat.h"
+#include "trainer/models/torchscript.h"
+
+namespace mpsd::trainer {
+namespace {
+
+constexpr int kDefaultBatchSize = 64;
+constexpr int kDefaultEpochs = 1;
+constexpr Interval kLabelSmoothingInterval = {0, true, 1, false};  // [0, 1)
+
+absl::Status FieldError(absl::string_view field, absl::string_view problem) {
+  return TrainJobFields().Error(field, problem);
+}
+
+absl::StatusOr<const ModelEntry*> ResolveModel(const mpsd::v1::ModelSpec& spec) {
+  if (spec.name().empty()) {
+    return FieldError("model.name", "required " + KnownNames(ModelNames()));
+  }
+  const ModelEntry* model = FindModel(spec.name());
+  if (model == nullptr) {
+    return FieldError("model.name", absl::StrFormat("unknown model \"%s\" %s", spec.name(),
+                                                    KnownNames(ModelNames())));
+  }
+  return model;
+}
+
+// The dataset's input shape and classes, or model.num_classes when it sets at least as many.
+absl::Status ResolveClasses(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
+  const DatasetConfig& dataset = config.dataset;
+  config.model_config.input_shape = dataset.input_shape;
+  config.model_config.num_classes = dataset.num_classes;
+  if (!spec.has_num_classes()) return absl::OkStatus();
+  if (spec.num_classes() < dataset.num_classes) {
+    return FieldError("model.num_classes",
+                      absl::StrFormat("must be at least the %d classes of dataset %s, got %d",
+                                      dataset.num_classes, dataset.info->name,
+                                      spec.num_classes()));
+  }
+  config.model_config.num_classes = spec.num_classes();
+  return absl::OkStatus();
+}
+
+// Fills config.model_config once the dataset is known: its input shape, its classes unless
+// model.num_classes sets more, and the preset. The message for a model that cannot take the
+// dataset's images names the model, the shape and the dataset.
+absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
+  const ModelEntry& model = *config.model;
+  if (spec.has_num_classes()) {
+    if (absl::Status s = CheckNumClasses(spec.num_classes()); !s.ok()) {
+      return FieldError("model.num_classes", s.message());
+    }
+  }
+  if (absl::Status s = ResolveClasses(spec, config); !s.ok()) return s;
+  if (absl::Status s = CheckPreset(model, spec.preset()); !s.ok()) {
+    return FieldError("model.preset", s.message());
+  }
+  config.model_config.preset = spec.preset();
+  if (absl::Status s = CheckModelConfig(model, config.model_config); !s.ok()) {
+    return FieldError("model.name", absl::StrFormat("%s (the input of dataset %s)", s.message(),
+                                                    config.dataset.info->name));
+  }
+  return absl::OkStatus();
+}
+
+// The TorchScript model of `spec` (its forward tried on one example of the dataset's shape).
+absl::Status ResolveTorchScript(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
+  if (!spec.name().empty() || !spec.preset().empty()) {
+    return FieldError("model.torchscript", "set either model.name (and preset) or torchscript");
+  }
+  if (absl::Status s = ResolveClasses(spec, config); !s.ok()) return s;
+  absl::StatusOr<int64_t> parameters = CheckTorchScriptModel(
+      spec.torchscript(), config.model_config.input_shape, config.model_config.num_classes);
+  if (!parameters.ok()) return FieldError("model.torchscript", parameters.status().message());
+  config.torchscript_path = spec.torchscript();
+  config.torchscript_parameters = *parameters;
+  return absl::OkStatus();
+}
+
+// The model (a zoo name, or a TorchScript file: trainer/models/torchscript.h) and the dataset.
+absl::Status ResolveModelAndData(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  const bool torchscript = !spec.model().torchscript().empty();
+  if (!torchscript) {
+    absl::StatusOr<const ModelEntry*> model = ResolveModel(spec.model());
+    if (!model.ok()) return model.status();
+    config.model = *model;
+  }
+  absl::StatusOr<DatasetConfig> dataset = ResolveDataset(spec.dataset());
+  if (!dataset.ok()) return dataset.status();
+  config.dataset = *std::move(dataset);
+  return torchscript ? ResolveTorchScript(spec.model(), config)
+                     : ResolveModelConfig(spec.model(), config);
+}
+
+// batch_size and epochs.
+absl::Status ResolveBatching(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  const FieldChecks& fields = TrainJobFields();
+  absl::StatusOr<int> batch_size =
+      fields.PositiveOr("batch_size", spec.has_batch_size(), spec.batch_size(), kDefaultBatchSize);
+  if (!batch_size.ok()) return batch_size.status();
+  config.batch_size = *batch_size;
+  absl::StatusOr<int> epochs =
+      fields.PositiveOr("epochs", spec.has_epochs(), spec.epochs(), kDefaultEpochs);
+  if (!epochs.ok()) return epochs.status();
+  config.epochs = *epochs;
+  return absl::OkStatus();
+}
+
+// grad_accumulation_steps, grad_clip_norm, label_smoothing, drop_last, eval_every_epochs.
+absl::Status ResolveStepOptions(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  const FieldChecks& fields = TrainJobFields();
+  absl::StatusOr<int> accumulation =
+      fields.PositiveOr("grad_accumulation_steps", spec.has_grad_accumulation_steps(),
+                        spec.grad_accumulation_steps(), 1);
+  if (!accumulation.ok()) return accumulation.status();
+  config.grad_accumulation_steps = *accumulation;
+  if (spec.has_grad_clip_norm()) {
+    config.grad_clip_norm = spec.grad_clip_norm();
+    if (absl::Status s = fields.PositiveFinite("grad_clip_norm", config.grad_clip_norm);
+        !s.ok()) {
+      return s;
+    }
+  }
+  config.label_smoothing = spec.label_smoothing();
+  if (absl::Status s =
+          fields.InRange("label_smoothing", config.label_smoothing, kLabelSmoothingInterval);
+      !s.ok()) {
+    return s;
+  }
+  config.drop_last = spec.drop_last();
+  absl::StatusOr<int> eval_every = fields.PositiveOr(
+      "eval_every_epochs", spec.has_eval_every_epochs(), spec.eval_every_epochs(), 1);
+  if (!eval_every.ok()) return eval_every.status();
+  config.eval_every_epochs = *eval_every;
+  return absl::OkStatus();
+}
+
+// Batching, the optimizer, the step options, then the schedule on the optimizer's learning
+// rate, checked with the nominal split.
+absl::Status ResolveOptimization(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  if (absl::Status s = ResolveBatching(spec, config); !s.ok()) return s;
+  absl::StatusOr<OptimizerConfig> optimizer =
+      ResolveOptimizer(spec.optimizer(), TrainJobFields().Sub("optimizer"));
+  if (!optimizer.ok()) return optimizer.status();
+  config.optimizer = *optimizer;
+  if (absl::Status s = ResolveStepOptions(spec, config); !s.ok()) return s;
+  absl::StatusOr<ScheduleSettings> schedule = ResolveSchedule(
+      spec.schedule(), config.optimizer.learning_rate, TrainJobFields().Sub("schedule"));
+  if (!schedule.ok()) return schedule.status();
+  config.schedule = *schedule;
+  config.nominal_train_examples = NominalTrainExamples(config.dataset);
+  return BuildSchedule(config, config.nominal_train_examples).status();
+}
+
+// The precision of the spec, on the job's device.
+absl::Status ResolvePrecision(absl::string_view name, TrainJobConfig& config) {
+  absl::StatusOr<Precision> precision = ParsePrecision(name, TrainJobFields(), "precision");
+  if (!precision.ok()) return precision.status();
+  config.precision = *precision;
+  if (config.precision == Precision::kFp32) return absl::OkStatus();
+  const std::string reason = compat::AutocastUnsupportedReason(
+      config.device.type(), config.precision == Precision::kFp16 ? torch::kHalf : torch::kBFloat16);
+  if (reason.empty()) return absl::OkStatus();
+  return FieldError("precision", absl::StrFormat("%s cannot run on device %s: %s", name,
+                                                 DeviceString(config.device), reason));
+}
+
+// The device, the precision on it, and the memory format.
+absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
+                                   const DeviceInventory& inventory, TrainJobConfig& config) {
+  absl::StatusOr<torch::Device> device = ResolveDevice(spec.device(), inventory);
+  if (!device.ok()) return FieldError("device", device.status().message());
+  config.device = *device;
+  if (absl::Status s = ResolvePrecision(spec.precision(), config); !s.ok()) return s;
+  // BenchJob measures channels_last; the training loop keeps LibTorch's default layout.
+  if (!spec.memory_format().empty() && spec.memory_format() != "contiguous") {
+    return FieldError("memory_format",
+                      absl::StrFormat("only \"contiguous\" is implemented for a TrainJob, got "
+                                      "\"%s\" (BenchJob.memory_formats measures channels_last)",
+                                      spec.memory_format()));
+  }
+  return absl::OkStatus();
+}
+
+// checkpoint, restart_policy and resume_from.
+absl::Status ResolveCheckpoints(const mpsd::v1::TrainJob& spec, const std::string& artifacts_dir,
+                                TrainJobConfig& config) {
+  const int every = spec.checkpoint().every_epochs();
+  if (absl::Status s = TrainJobFields().AtLeast("checkpoint.every_epochs", every, 0); !s.ok()) {
+    return s;
+  }
+  if (every > 0 && artifacts_dir.empty()) {
+    return FieldError("checkpoint.every_epochs",
+                      "this executor has no artifacts directory to write checkpoints to");
+  }
+  config.checkpoint_every_epochs = every;
+  const std::string& policy = spec.restart_policy();
+  if (!policy.empty() && policy != "none" && policy != "resume") {
+    return FieldError("restart_policy",
+                      absl::StrFormat("unknown policy \"%s\" (known: none, resume)", policy));
+  }
+  if (spec.resume_from().empty()) return absl::OkStatus();
+  config.resume_path = ResolveResumeFrom(spec.resume_from(), artifacts_dir);
+  if (config.resume_path != spec.resume_from() && artifacts_dir.empty()) {
+    return FieldError("resume_from", "a job id needs the executor's artifacts directory");
+  }
+  return CheckResumeCheckpoint(config, /*train_examples=*/0, "resume_from").status();
+}
+
+// The field a Schedule::Create error belongs to.
+std::string ScheduleErrorField(const TrainJobConfig& job, const absl::Status& status) {
+  if (job.schedule.config.kind == ScheduleKind::kCosine) {
+    return job.schedule.warmup_epochs >= 0 ? "schedule.warmup_epochs" : "schedule.warmup_steps";
+  }
+  if (absl::StrContains(status.message(), "pct_start")) return "schedule.pct_start";
+  return "schedule.name";
+}
+
+}  // namespace
+
+const FieldChecks& TrainJobFields() {
+  static const FieldChecks* const fields = new FieldChecks("train_job");
+  return *fields;
+}
+
+absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
+                                               const DeviceInventory& inventory,
+                                               const std::string& artifacts_dir) {
+  TrainJobConfig config;
+  if (absl::Status s = ResolveModelAndData(spec, config); !s.ok()) return s;
+  if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
+  config.seed = spec.seed();
+  if (absl::Status s = ResolveDeviceSettings(spec, inventory, config); !s.ok()) return s;
+  if (absl::Status s = ResolveCheckpoints(spec, artifacts_dir, config); !s.ok()) return s;
+  return config;
+}
+
+absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_examples) {
+  ScheduleConfig config = job.schedule.config;
+  config.steps_per_epoch = StepsPerEpoch(train_examples, job.batch_size, job.drop_last,
+                                         job.grad_accumulation_steps);
+  config.total_steps = config.steps_per_epoch * job.epochs;
+  if (config.steps_per_epoch == 0) {
+    return FieldError("drop_last", absl::StrFormat("the %d training examples make no full batch "
+                                                   "of %d, so an epoch would have no step",
+                                                   train_examples, job.batch_size));
+  }
+  if (job.schedule.warmup_epochs >= 0) {
+    config.warmup_steps = std::llround(job.schedule.warmup_epochs * config.steps_per_epoch);
+  }
+  absl::StatusOr<Schedule> schedule = Schedule::Create(config);
+  if (schedule.ok()) return schedule;
+  const std::string steps = absl::StrFormat(
+      " (%d epoch(s) × %d step(s) per epoch: %d training examples, batch size %d, "
+      "grad_accumulation_steps %d%s)",
+      job.epochs, config.steps_per_epoch, train_examples, job.batch_size,
+      job.grad_accumulation_steps, job.drop_last ? ", drop_last" : "");
+  return FieldError(ScheduleErrorField(job, schedule.status()),
+                    absl::StrCat(schedule.status().message(), steps));
+}
+
+CheckpointInfo JobCheckpointInfo(const TrainJobConfig& job, int64_t train_examples) {
+  CheckpointInfo info;
+  info.model = job.model != nullptr ? std::string(job.model->name) : "torchscript";
+  info.parameters = job.model != nullptr ? job.model->parameters(job.model_config)
+                                         : job.torchscript_parameters;
+  info.optimizer = OptimizerName(job.optimizer.kind);
+  info.dataset = std::string(job.dataset.info->name);
+  info.train_examples = train_examples;
+  info.batch_size = job.batch_size;
+  info.precision = PrecisionName(job.precision);
+  info.job_id = job.job_id;
+  info.torch_version = TORCH_VERSION;
+  return info;
+}
+
+absl::StatusOr<CheckpointInfo> CheckResumeCheckpoint(const TrainJobConfig& job,
+                                                     int64_t train_examples,
+                                                     absl::string_view field) {
+  absl::StatusOr<CheckpointInfo> saved = ReadCheckpointInfo(job.resume_path);
+  if (!saved.ok()) return FieldError(field, saved.status().message());
+  if (absl::Status s = CheckCompatible(*saved, JobCheckpointInfo(job, train_examples), job.epochs);
+      !s.ok()) {
+    return FieldError(field, absl::StrCat(job.resume_path, ": ", s.message()));
+  }
+  return saved;
+}
+
+}  // namespace mpsd::trainer

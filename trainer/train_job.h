@@ -1,0 +1,95 @@
+// TrainJob: a spec resolved into a TrainJobConfig, with every default applied and every name
+// looked up, checked against this process's devices and files without touching device memory
+// (Executor::Validate for a TrainJob); and what a config implies once the data is loaded: its
+// schedule and what its checkpoints record. Internal to trainer/: includes torch.
+#ifndef MPSD_TRAINER_TRAIN_JOB_H_
+#define MPSD_TRAINER_TRAIN_JOB_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "mpsd/v1/mpsd.pb.h"
+#include "trainer/checkpoint.h"
+#include "trainer/datasets.h"
+#include "trainer/device.h"
+#include "trainer/field_checks.h"
+#include "trainer/models.h"
+#include "trainer/optimizers.h"
+#include "trainer/precision.h"
+#include "trainer/schedule.h"
+
+namespace mpsd::trainer {
+
+// The fields of a TrainJob: errors read "train_job.<field>: <problem>".
+const FieldChecks& TrainJobFields();
+
+// A TrainJob with every default applied and every name looked up.
+struct TrainJobConfig {
+  const ModelEntry* model = nullptr;  // borrowed from the registry; nullptr for TorchScript
+  ModelConfig model_config;
+  DatasetConfig dataset;
+  // What validation assumes the training split holds (NominalTrainExamples): the schedule's
+  // total steps are checked with it at submit, and recomputed from the loaded data at run.
+  int64_t nominal_train_examples = 0;
+  int batch_size = 64;
+  int epochs = 1;
+  OptimizerConfig optimizer;
+  // Without steps; BuildSchedule adds them (and turns warmup_epochs into warmup_steps).
+  ScheduleSettings schedule;
+  Precision precision = Precision::kFp32;
+  int grad_accumulation_steps = 1;
+  double grad_clip_norm = 0;  // 0 = off
+  double label_smoothing = 0;
+  bool drop_last = false;
+  int eval_every_epochs = 1;
+  uint64_t seed = 0;
+  torch::Device device = torch::kCPU;
+
+  // ---- Checkpoints, resume, the finished model, TorchScript models (trainer/checkpoint.h) ----
+  // A user's TorchScript model instead of `model`: the file, and its trainable parameter count
+  // measured at validation.
+  std::string torchscript_path;
+  int64_t torchscript_parameters = 0;
+  int checkpoint_every_epochs = 0;  // 0 = no checkpoints
+  // The checkpoint to resume from (resume_from resolved, or JobContext::resume_checkpoint);
+  // empty = start fresh.
+  std::string resume_path;
+  // <artifacts_dir>/<job id>/ where checkpoints and the finished model go; empty = nowhere.
+  std::string job_dir;
+  std::string job_id;
+};
+
+// Resolves and checks every field of `spec`: the model (zoo name and preset, or a TorchScript
+// file whose forward is tried on one example), the dataset (trainer/datasets.h, its files by
+// name and size), the model against the dataset's input, batch size and epochs, the optimizer,
+// step options and schedule (the schedule's steps checked with NominalTrainExamples), the
+// device of `inventory`, the precision on that device, memory_format, and checkpoint,
+// restart_policy and resume_from (a checkpoint's metadata read and checked against the job;
+// `artifacts_dir` as Executor::Options has it). INVALID_ARGUMENT whose message starts with the
+// field path ("train_job.batch_size: must be > 0, got 0"). Reads files only; thread-safe.
+absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
+                                               const DeviceInventory& inventory,
+                                               const std::string& artifacts_dir);
+
+// The job's schedule for a training split of `train_examples`: total steps exactly as the loop
+// will take them (StepsPerEpoch × epochs). INVALID_ARGUMENT with a field path for a job with no
+// step (drop_last), a onecycle too short for its two phases, a cosine warm-up as long as the job.
+absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_examples);
+
+// What this job's checkpoints record and a checkpoint it resumes from must match;
+// `train_examples` is known only once the data is loaded (0 before).
+CheckpointInfo JobCheckpointInfo(const TrainJobConfig& job, int64_t train_examples);
+
+// Reads the metadata of job.resume_path (not its tensors) and checks it fits the job.
+// INVALID_ARGUMENT on `field` (where the path came from, "resume_from") otherwise.
+absl::StatusOr<CheckpointInfo> CheckResumeCheckpoint(const TrainJobConfig& job,
+                                                     int64_t train_examples,
+                                                     absl::string_view field);
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_TRAIN_JOB_H_
