@@ -35,6 +35,16 @@ using mpsd::v1::JobEvent;
 constexpr char kScaleName[] = "grad_scaler_scale";
 constexpr char kGrowthTrackerName[] = "grad_scaler_growth_tracker";
 
+// An MPS job's log says what an operator the MPS backend lacks does: PyTorch reads
+// PYTORCH_ENABLE_MPS_FALLBACK (mpsd's config executor.mps_fallback sets it for the executor).
+std::string MpsFallbackText() {
+  const char* value = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
+  const bool on = value != nullptr && std::string(value) == "1";
+  return absl::StrCat("MPS fallback ", on ? "on" : "off", " (PYTORCH_ENABLE_MPS_FALLBACK=",
+                      value != nullptr ? value : "", "): an operator MPS lacks ",
+                      on ? "runs on the CPU" : "fails the job");
+}
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -96,16 +106,6 @@ absl::StatusOr<DeviceDataset> LoadData(const TrainJobConfig& job, const EventSin
                                 load_seconds, DeviceString(job.device)));
   if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
   return data;
-}
-
-// An MPS job's log says what an operator the MPS backend lacks does: PyTorch reads
-// PYTORCH_ENABLE_MPS_FALLBACK (mpsd's config executor.mps_fallback sets it for the executor).
-std::string MpsFallbackText() {
-  const char* value = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
-  const bool on = value != nullptr && std::string(value) == "1";
-  return absl::StrCat("MPS fallback ", on ? "on" : "off", " (PYTORCH_ENABLE_MPS_FALLBACK=",
-                      value != nullptr ? value : "", "): an operator MPS lacks ",
-                      on ? "runs on the CPU" : "fails the job");
 }
 
 // A fresh model for the job, on its device: the zoo's, or the user's TorchScript module.

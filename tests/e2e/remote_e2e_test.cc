@@ -66,7 +66,7 @@ int HttpPort(const Daemon& daemon) {
 // (prometheus_client.parser): "name{label="value",...}" (labels sorted) -> value.
 std::map<std::string, double> ParseMetrics(const std::string& text) {
   TempDir dir;
-  const std::string path = dir.path() + "/metrics.txt";
+  const std::string path = dir.str() + "/metrics.txt";
   WriteFile(path, text);
   const CommandResult parsed =
       RunCommand({"/usr/bin/python3", SourcePath("tests/e2e/parse_metrics.py"), path});
@@ -132,11 +132,11 @@ class Background {
 class RemoteE2eTest : public ::testing::Test {
  protected:
   void StartDaemon(const std::vector<std::string>& extra_args = {}) {
-    daemon_ = std::make_unique<Daemon>(dir_.path() + "/state", dir_.path() + "/mpsd.sock");
+    daemon_ = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
     ASSERT_NO_FATAL_FAILURE(daemon_->Start(extra_args));
   }
 
-  std::string state_dir() const { return dir_.path() + "/state"; }
+  std::string state_dir() const { return dir_.str() + "/state"; }
 
   TempDir dir_;
   std::unique_ptr<Daemon> daemon_;
@@ -145,7 +145,7 @@ class RemoteE2eTest : public ::testing::Test {
 // ---- HTTP listener -------------------------------------------------------------------------
 
 TEST_F(RemoteE2eTest, HttpOnANonLoopbackAddressWithoutTlsIsRefused) {
-  const CommandResult result = RunCommand({MpsdPath(), "--listen", "unix://" + dir_.path() + "/s",
+  const CommandResult result = RunCommand({MpsdPath(), "--listen", "unix://" + dir_.str() + "/s",
                                            "--state-dir", state_dir(), "--http-listen",
                                            "0.0.0.0:0"});
   EXPECT_NE(result.exit_code, 0);
@@ -154,7 +154,7 @@ TEST_F(RemoteE2eTest, HttpOnANonLoopbackAddressWithoutTlsIsRefused) {
 }
 
 TEST_F(RemoteE2eTest, HttpListenWithABadAddressNamesIt) {
-  const CommandResult result = RunCommand({MpsdPath(), "--listen", "unix://" + dir_.path() + "/s",
+  const CommandResult result = RunCommand({MpsdPath(), "--listen", "unix://" + dir_.str() + "/s",
                                            "--state-dir", state_dir(), "--http-listen",
                                            "localhost"});
   EXPECT_NE(result.exit_code, 0);
@@ -460,7 +460,7 @@ TEST_F(ArtifactsE2eTest, BadNamesAreRefusedAndNothingOutsideTheJobIsRead) {
 
 TEST_F(ArtifactsE2eTest, MpsctlDownloadChecksTheSha256AndResumesAPartialFile) {
   const std::string model = ReadAll(job_dir_ + "/model.pt");
-  const std::string out = dir_.path() + "/downloads";
+  const std::string out = dir_.str() + "/downloads";
   std::filesystem::create_directories(out);
   const CommandResult whole =
       RunCommand({MpsctlPath(), "--server", daemon_->address(), "download", job_.id(), "-o", out});
@@ -469,7 +469,7 @@ TEST_F(ArtifactsE2eTest, MpsctlDownloadChecksTheSha256AndResumesAPartialFile) {
   EXPECT_EQ(ReadAll(out + "/model.pt"), model);
 
   // A broken earlier download left its first third: only the rest is fetched.
-  const std::string resumed = dir_.path() + "/resumed.pt";
+  const std::string resumed = dir_.str() + "/resumed.pt";
   WriteFile(resumed + ".part", model.substr(0, model.size() / 3));
   const CommandResult rest = RunCommand({MpsctlPath(), "--server", daemon_->address(),
                                          "download", job_.id(), "model.pt", "-o", resumed});
@@ -478,7 +478,7 @@ TEST_F(ArtifactsE2eTest, MpsctlDownloadChecksTheSha256AndResumesAPartialFile) {
   EXPECT_FALSE(std::filesystem::exists(resumed + ".part"));
 
   // A partial file that is not the artifact's prefix fails the SHA-256 check and is removed.
-  const std::string corrupt = dir_.path() + "/corrupt.pt";
+  const std::string corrupt = dir_.str() + "/corrupt.pt";
   WriteFile(corrupt + ".part", std::string(model.size() / 3, 'x'));
   const CommandResult bad = RunCommand({MpsctlPath(), "--server", daemon_->address(), "download",
                                         job_.id(), "model.pt", "-o", corrupt});
@@ -503,7 +503,7 @@ TEST_F(RemoteE2eTest, AFollowerResumesAfterTheDaemonIsKilledAndRestarted) {
   request.mutable_train_job()->set_restart_policy("resume");
   absl::StatusOr<Job> job = rpc::Submit(*daemon_, request);
   ASSERT_TRUE(job.ok()) << job.status();
-  const std::string out = dir_.path() + "/follow.out", err = dir_.path() + "/follow.err";
+  const std::string out = dir_.str() + "/follow.out", err = dir_.str() + "/follow.err";
   Background follower({MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(),
                        "--follow"},
                       out, err);
@@ -570,7 +570,7 @@ grpc::Status QuietStream(Daemon& daemon, absl::Duration ping_interval, absl::Dur
 // The documented policy: pings every 10 s keep a silent stream (heartbeats 60 s apart) alive.
 // Before it, gRPC's default (5 min between pings without data) answered the third with GOAWAY.
 TEST_F(RemoteE2eTest, KeepalivePingsAtThePermittedIntervalKeepAQuietStream) {
-  const std::string config = dir_.path() + "/mpsd.yaml";
+  const std::string config = dir_.str() + "/mpsd.yaml";
   WriteFile(config, "heartbeat_interval_s: 60\n");
   ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", config}));
   const grpc::Status status = QuietStream(*daemon_, absl::Seconds(10), absl::Seconds(35));
@@ -579,7 +579,7 @@ TEST_F(RemoteE2eTest, KeepalivePingsAtThePermittedIntervalKeepAQuietStream) {
 
 // Faster than the policy: gRPC's own defence ends the connection (GOAWAY "too_many_pings").
 TEST_F(RemoteE2eTest, KeepalivePingsFasterThanThePolicyGetGoaway) {
-  const std::string config = dir_.path() + "/mpsd.yaml";
+  const std::string config = dir_.str() + "/mpsd.yaml";
   WriteFile(config, "heartbeat_interval_s: 60\n");
   ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", config}));
   const grpc::Status status = QuietStream(*daemon_, absl::Seconds(1), absl::Seconds(15));
@@ -587,7 +587,7 @@ TEST_F(RemoteE2eTest, KeepalivePingsFasterThanThePolicyGetGoaway) {
 }
 
 TEST_F(RemoteE2eTest, ServerStatusReportsTheStreamTiming) {
-  const std::string config = dir_.path() + "/mpsd.yaml";
+  const std::string config = dir_.str() + "/mpsd.yaml";
   WriteFile(config, "heartbeat_interval_s: 7\n");
   ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", config}));
   absl::StatusOr<mpsd::v1::ServerStatus> status = rpc::Status(*daemon_);
