@@ -9,7 +9,7 @@ daemon restart under an open page, a wrong token; it writes screenshots to
 $MPSD_SCREENSHOT_DIR (default: a temp dir).
 
 Run (after building mpsd, mpsd-executor and the stubs):
-  MPSD_BINARY=build/server/mpsd MPSD_PYTHON_STUBS=build/python /usr/bin/python3 \
+  MPSD_BINARY=build/server/mpsd /usr/bin/python3 \
       tests/e2e/dashboard_test.py -v
 or through CTest: ctest --test-dir build -R dashboard_test.
 """
