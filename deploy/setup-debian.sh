@@ -8,7 +8,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev libcli11-dev zlib1g-dev
   libtorch-dev libgtest-dev
-  python3 python3-grpcio python3-protobuf python3-yaml
+  libturbojpeg0-dev libpng-dev libssl-dev
+  python3 python3-grpcio python3-protobuf python3-yaml python3-pil python3-torch
   dataset-fashion-mnist
 )
 
