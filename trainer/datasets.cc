@@ -16,6 +16,7 @@
 #include "trainer/device.h"
 #include "trainer/idx.h"
 #include "trainer/models.h"
+#include "trainer/own_data.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -165,6 +166,8 @@ const std::vector<DatasetInfo>& Registry() {
       {"cifar10", "/usr/share/datasets/cifar10", {3, 32, 32}, kCifarClasses,
        {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}, CheckCifarFiles, LoadCifar},
       {"synthetic", "", {3, 32, 32}, 10, {}, {}, nullptr, LoadSynthetic},
+      {"image_folder", "", {}, 0, {}, {}, nullptr, LoadImageFolder, ResolveImageFolder},
+      {"tensors", "", {}, 0, {}, {}, nullptr, LoadTensors, ResolveTensors},
   };
   return registry;
 }
@@ -292,8 +295,13 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
   config.limit_test = spec.limit_test();
   config.input_shape = config.info->input_shape;
   config.num_classes = config.info->num_classes;
-  if (config.info->check_files == nullptr) {
-    if (absl::Status s = ResolveSynthetic(spec.synthetic(), config); !s.ok()) return s;
+  if (config.info->resolve != nullptr) {
+    if (absl::Status s = config.info->resolve(spec, config); !s.ok()) return s;
+  } else {
+    if (absl::Status s = CheckOwnDataFieldsUnset(spec); !s.ok()) return s;
+    if (config.info->check_files == nullptr) {
+      if (absl::Status s = ResolveSynthetic(spec.synthetic(), config); !s.ok()) return s;
+    }
   }
   if (absl::Status s = ResolveAugmentation(spec.augmentation(), config); !s.ok()) return s;
   if (config.info->check_files != nullptr) {

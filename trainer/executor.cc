@@ -478,6 +478,7 @@ absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_
 // The training examples the dataset is published with (synthetic: its spec's), after limit_train.
 int64_t NominalTrainExamples(const DatasetConfig& dataset) {
   if (dataset.info->name == "synthetic") return dataset.synthetic_train;
+  if (dataset.info->resolve != nullptr) return dataset.own.train_examples;  // own data
   const int64_t examples = dataset.info->name == "cifar10" ? 50'000 : 60'000;  // (fashion-)mnist
   return dataset.limit_train > 0 ? std::min(examples, dataset.limit_train) : examples;
 }
@@ -897,9 +898,31 @@ EpochEndHook CheckpointHook(const TrainJobConfig& job, int64_t train_examples,
   };
 }
 
+// The class names as a JSON array of strings (RFC 8259 escaping).
+std::string ClassNamesJson(const std::vector<std::string>& names) {
+  std::string json = "[";
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) json += ", ";
+    json += '"';
+    for (const char c : names[i]) {
+      if (c == '"' || c == '\\') {
+        json += '\\';
+        json += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        absl::StrAppendFormat(&json, "\\u%04x", static_cast<unsigned char>(c));
+      } else {
+        json += c;
+      }
+    }
+    json += '"';
+  }
+  return json + "]";
+}
+
 // Saves the finished model into the job's directory: the TorchScript module as TorchScript, a
 // zoo model as a LibTorch archive (torch::save; torch::load into the same zoo model reads it).
 absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
+                               const std::vector<std::string>& class_names,
                                mpsd::v1::JobSummary& summary) {
   if (job.job_dir.empty()) return absl::OkStatus();
   std::error_code ec;
@@ -908,11 +931,21 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   const std::string path = (std::filesystem::path(job.job_dir) / "model.pt").string();
   const std::string temporary = path + ".tmp";
   auto* script = dynamic_cast<TorchScriptClassifierImpl*>(&model);
+  // The class names travel with the model, so its predictions can be mapped back: an extra
+  // file of the TorchScript archive (torch.jit.load(..., _extra_files={"class_names.json": ""})),
+  // or the entry "class_names" (a list of strings) of the LibTorch archive.
   if (script != nullptr) {
-    script->script().save(temporary);
+    torch::jit::ExtraFilesMap extra;
+    if (!class_names.empty()) extra["class_names.json"] = ClassNamesJson(class_names);
+    script->script().save(temporary, extra);
   } else {
     torch::serialize::OutputArchive archive;
     model.save(archive);
+    if (!class_names.empty()) {
+      c10::List<std::string> names;
+      for (const std::string& name : class_names) names.push_back(name);
+      archive.write("class_names", c10::IValue(names));
+    }
     archive.save_to(temporary);
   }
   std::filesystem::rename(temporary, path, ec);
@@ -1002,9 +1035,13 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
   summary.summary().set_train_examples(data->train.size());
   summary.summary().set_test_examples(data->test.size());
   summary.summary().set_data_load_time_s(load_seconds);
+  for (const std::string& note : data->notes) EmitLog(sink, note);
   EmitLog(sink, absl::StrFormat("loaded %s: %d train, %d test examples in %.2f s on %s",
                                 job.dataset.info->name, data->train.size(), data->test.size(),
                                 load_seconds, DeviceString(job.device)));
+  for (const std::string& name : data->class_names) summary.summary().add_class_names(name);
+  summary.summary().set_data_placement(data->placement);
+  summary.summary().set_skipped_images(data->skipped_images);
 
   absl::StatusOr<Schedule> schedule = BuildSchedule(job, data->train.size());
   if (!schedule.ok()) return schedule.status();
@@ -1048,7 +1085,9 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
   if (job.precision == Precision::kFp16) {
     summary.summary().set_final_loss_scale(static_cast<float>(grad_scaler.scale()));
   }
-  if (status.ok()) status = SaveFinishedModel(job, *model, summary.summary());
+  if (status.ok()) {
+    status = SaveFinishedModel(job, *model, data->class_names, summary.summary());
+  }
   return status;
 }
 
@@ -1079,6 +1118,7 @@ absl::Status TorchExecutor::Run(const JobContext& context,
     job->job_dir = (std::filesystem::path(options_.artifacts_dir) / context.job_id).string();
   }
   if (!context.resume_checkpoint.empty()) job->resume_path = context.resume_checkpoint;
+  job->dataset.own.cache_dir = options_.cache_dir;
   jobs_run_.fetch_add(1, std::memory_order_relaxed);
   const Clock::time_point start = Clock::now();
   const torch::Device device = job->device;

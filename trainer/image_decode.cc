@@ -33,7 +33,8 @@ bool IsPng(absl::string_view bytes) {
 
 absl::Status CheckPixels(int64_t width, int64_t height) {
   if (width <= 0 || height <= 0) {
-    return absl::DataLossError(absl::StrFormat("image of %d×%d pixels", width, height));
+    return absl::DataLossError(
+        absl::StrFormat("image of %d×%d pixels (a truncated or corrupt header)", width, height));
   }
   if (width * height > kMaxImagePixels) {
     return absl::DataLossError(absl::StrFormat(
