@@ -11,6 +11,7 @@ packages=(
   libturbojpeg0-dev libpng-dev libssl-dev
   python3 python3-grpcio python3-protobuf python3-yaml python3-pil python3-torch
   dataset-fashion-mnist
+  libjs-dygraphs
 )
 
 missing=()
