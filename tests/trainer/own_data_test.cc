@@ -381,6 +381,16 @@ TEST_F(OwnDataTest, BadImagesFailTheJobOrAreSkipped) {
   EXPECT_EQ(skipped.summary.skipped_images(), 1);
   EXPECT_EQ(skipped.summary.train_examples(), 7);
   EXPECT_TRUE(skipped.Logged("1 bad images skipped (on_bad_image: skip): " + bad));
+
+  // A file that cannot even be examined (a dangling symlink) fails at submit unless skipped.
+  const std::string dangling = root + "/val/blue/gone.png";
+  fs::create_symlink(root + "/nowhere.png", dangling);
+  EXPECT_THAT(ValidateError(ImageFolder(root)),
+              StartsWith("train_job.dataset.root: " + dangling + ": cannot stat: No such file"));
+  const RunResult both = RunJob(*executor, Job(skip, 1));
+  ASSERT_TRUE(both.status.ok()) << both.status;
+  EXPECT_EQ(both.summary.skipped_images(), 2);
+  EXPECT_EQ(both.summary.test_examples(), 4);
 }
 
 TEST_F(OwnDataTest, FinishedModelCarriesTheClassNames) {
