@@ -16,8 +16,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "api/default_address.h"
+#include "api/job_state.h"
 #include "client/bench_table.h"
-#include "client/default_address.h"
 #include "client/event_printer.h"
 #include "client/format.h"
 #include "client/job_file.h"
@@ -123,7 +124,7 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
 }  // namespace
 
 std::string StartDaemonHint(const std::string& server) {
-  if (server == DefaultServerAddress()) return "mpsd";
+  if (server == api::DefaultServerAddress()) return "mpsd";
   return absl::StrCat("mpsd --listen ", server);
 }
 
@@ -340,7 +341,7 @@ int Commands::Bench(const std::string& job_id, const std::string& format_name) {
     }
   }
   out_ << FormatBenchRows(rows, *format) << std::flush;
-  if (!IsTerminal(job.state())) {
+  if (!api::IsTerminal(job.state())) {
     err_ << "mpsctl: job " << job_id << " is " << v1::Job::State_Name(job.state()) << ": "
          << rows.size() << " row(s) so far\n";
   }
@@ -407,7 +408,7 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
     v1::GetJobRequest get;
     get.set_job_id(job_id);
     v1::Job job;
-    if (stub_->GetJob(UnaryContext().get(), get, &job).ok() && IsTerminal(job.state())) {
+    if (stub_->GetJob(UnaryContext().get(), get, &job).ok() && api::IsTerminal(job.state())) {
       if (!options_.json) {
         v1::StateChange change;
         change.set_state(job.state());

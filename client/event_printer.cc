@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "api/job_state.h"
 #include "client/bench_table.h"
 #include "client/format.h"
 
@@ -42,7 +43,9 @@ void EventPrinter::Print(const v1::JobEvent& event) {
   last_seq_ = event.seq();
   if (options_.json) {
     out_ << ToJsonLine(event) << "\n" << std::flush;
-    if (event.has_state() && IsTerminal(event.state().state())) final_state_ = event.state().state();
+    if (event.has_state() && api::IsTerminal(event.state().state())) {
+      final_state_ = event.state().state();
+    }
     return;
   }
   switch (event.payload_case()) {
@@ -99,7 +102,7 @@ void EventPrinter::PrintStep(const v1::StepMetrics& step) {
 }
 
 void EventPrinter::PrintState(const v1::StateChange& state) {
-  if (!IsTerminal(state.state())) {
+  if (!api::IsTerminal(state.state())) {
     std::string line = absl::StrCat("job ", job_id_, " ", v1::Job::State_Name(state.state()));
     if (!state.message().empty()) absl::StrAppend(&line, ": ", state.message());
     PrintLine(line);

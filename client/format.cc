@@ -164,11 +164,6 @@ int TotalEpochs(const v1::SubmitJobRequest& spec) {
   return spec.train_job().has_epochs() ? spec.train_job().epochs() : 1;
 }
 
-bool IsTerminal(v1::Job::State state) {
-  return state == v1::Job::SUCCEEDED || state == v1::Job::FAILED ||
-         state == v1::Job::CANCELLED || state == v1::Job::INTERRUPTED;
-}
-
 std::string FormatProgress(const v1::StepMetrics& step, int total_epochs) {
   std::string line = absl::StrCat("epoch ", step.epoch());
   if (total_epochs > 0) absl::StrAppend(&line, "/", total_epochs);

@@ -37,7 +37,6 @@ std::string FormatMiB(int64_t bytes);
 std::string KindName(const v1::SubmitJobRequest& spec);
 // Epochs the spec asks for (default 1 for a TrainJob); 0 when unknown.
 int TotalEpochs(const v1::SubmitJobRequest& spec);
-bool IsTerminal(v1::Job::State state);
 
 // The live progress line: "epoch 1/3  step 120/938  loss 0.4123  acc 0.859  lr 0.001
 // 12,345 samples/s  ETA 0:42", with "  scale 65536" for fp16 and " (skipped: inf/NaN

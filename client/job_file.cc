@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "api/job_id.h"
 
 namespace mpsd::client {
 namespace {
@@ -690,8 +691,7 @@ void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_fil
   }
   // A job id ("12") stays as it is: only paths are resolved.
   const std::string& resume_from = job.resume_from();
-  if (!resume_from.empty() &&
-      !std::all_of(resume_from.begin(), resume_from.end(), absl::ascii_isdigit)) {
+  if (!resume_from.empty() && !api::IsJobId(resume_from)) {
     job.set_resume_from(AgainstDirectory(resume_from, dir));
   }
 }

@@ -13,8 +13,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/default_address.h"
 #include "client/commands.h"
-#include "client/default_address.h"
 
 namespace {
 
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed job that did not "
       "succeed; 2 mpsd cannot be reached; 64 bad command line.");
 
-  std::string server = mpsd::DefaultServerAddress();
+  std::string server = mpsd::api::DefaultServerAddress();
   bool json = false;
   app.add_option("--server", server,
                  "mpsd's address: unix:///path/to.sock, host:port, or a socket path "

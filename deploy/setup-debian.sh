@@ -9,7 +9,8 @@ packages=(
   libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev libcli11-dev zlib1g-dev
   libtorch-dev libgtest-dev
   libturbojpeg0-dev libpng-dev libssl-dev
-  python3 python3-grpcio python3-protobuf python3-yaml python3-pil python3-torch
+  python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools
+  python3-pil python3-torch
   dataset-fashion-mnist
   libjs-dygraphs
 )

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/default_address.h"
+#include "api/default_address.h"
 #include "yaml-cpp/yaml.h"
 
 namespace mpsd::server {
@@ -117,7 +117,7 @@ std::string DefaultStateDir() {
   return absl::StrCat("/tmp/mpsd-", getuid(), "/state");
 }
 
-std::string DefaultListenAddress() { return mpsd::DefaultServerAddress(); }
+std::string DefaultListenAddress() { return api::DefaultServerAddress(); }
 
 Config DefaultConfig() {
   Config config;

@@ -66,7 +66,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& path);
 std::string DefaultStateDir();
 
 // $MPSD_ADDR, else "unix://$XDG_RUNTIME_DIR/mpsd/mpsd.sock", else
-// "unix:///tmp/mpsd-$UID/mpsd.sock": the same default mpsctl uses (client/default_address.h).
+// "unix:///tmp/mpsd-$UID/mpsd.sock": the same default mpsctl uses (api/default_address.h).
 std::string DefaultListenAddress();
 
 }  // namespace mpsd::server

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -33,6 +32,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "api/failure_reason.h"
+#include "api/memory.h"
+#include "api/status.h"
 #include "mpsd/v1/executor.grpc.pb.h"
 #include "spdlog/spdlog.h"
 
@@ -73,14 +75,6 @@ constexpr absl::Duration kUnaryDeadline = absl::Seconds(60);
 
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);
-}
-
-absl::Status FromProto(const executor_v1::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
-}
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 std::string FormatBytes(int64_t bytes) {
@@ -182,16 +176,6 @@ const char* SignalName(int sig) {
     case SIGHUP: return "SIGHUP";
     default: return "signal";
   }
-}
-
-// Resident set size of `pid`, bytes, from /proc/PID/statm (Linux); 0 where unknown.
-int64_t ResidentBytes(pid_t pid) {
-  FILE* file = std::fopen(absl::StrCat("/proc/", pid, "/statm").c_str(), "r");
-  if (file == nullptr) return 0;
-  long long size = 0, resident = 0;
-  const bool read = std::fscanf(file, "%lld %lld", &size, &resident) == 2;
-  std::fclose(file);
-  return read ? static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE) : 0;
 }
 
 bool Reap(pid_t pid, int* status, bool block) {
@@ -399,7 +383,7 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::S
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  child->baseline_resident_bytes = ResidentBytes(pid);
+  child->baseline_resident_bytes = api::ResidentSetBytes(pid);
   spdlog::info(
       "executor pid {} ready (generation {}, {}, baseline {} allocated, {} reserved, {} resident)",
       pid, generation, child->device.name(),
@@ -485,7 +469,8 @@ std::string ExecutorSupervisor::RestartReason(Child& child,
     }
     // On CPU the allocator keeps no statistics: the process's resident memory stands in.
     if (summary->device() == "cpu" && child.baseline_resident_bytes > 0) {
-      const int64_t resident_above = ResidentBytes(child.pid) - child.baseline_resident_bytes;
+      const int64_t resident_above =
+          api::ResidentSetBytes(child.pid) - child.baseline_resident_bytes;
       if (resident_above > options_.restart_above_baseline_bytes) {
         return absl::StrCat("resident memory after cleanup ", FormatBytes(resident_above),
                             " above baseline", limit);
@@ -505,7 +490,7 @@ absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec
     context.set_deadline(DeadlineIn(kUnaryDeadline));
     executor_v1::Status response;
     const grpc::Status rpc = (*child)->stub->Validate(&context, request, &response);
-    if (rpc.ok()) return FromProto(response);
+    if (rpc.ok()) return api::FromExecutorStatus(response);
     // The executor may have died under the call: once more with its successor.
     if (attempt == 0 && rpc.error_code() == grpc::StatusCode::UNAVAILABLE) continue;
     return absl::UnavailableError(absl::StrCat("executor: ", rpc.error_message()));
@@ -520,7 +505,7 @@ absl::StatusOr<mpsd::v1::ListModelsResponse> ExecutorSupervisor::ListModels(
   context.set_deadline(DeadlineIn(kUnaryDeadline));
   mpsd::v1::ListModelsResponse response;
   const grpc::Status rpc = (*child)->stub->ListModels(&context, request, &response);
-  if (!rpc.ok()) return FromGrpc(rpc);
+  if (!rpc.ok()) return api::FromGrpcStatus(rpc);
   return response;
 }
 
@@ -548,20 +533,22 @@ mpsd::v1::DeviceInfo ExecutorSupervisor::GetDevice() const {
   return info;
 }
 
-absl::Status ExecutorSupervisor::Run(const mpsd::trainer::JobContext& job,
+absl::Status ExecutorSupervisor::Run(const mpsd::api::JobContext& job,
                                      const mpsd::v1::SubmitJobRequest& spec,
-                                     const mpsd::trainer::EventSink& sink,
-                                     const std::atomic<bool>& cancelled) {
+                                     const mpsd::api::EventSink& sink,
+                                     const mpsd::api::CancelFlag& cancelled) {
   // An executor may be starting (after a crash, or per_job); a cancel ends the wait.
   absl::StatusOr<std::shared_ptr<Child>> started;
   const absl::Time wait_deadline = absl::Now() + options_.start_timeout;
   do {
     started = WaitForChild(absl::Milliseconds(100));
-  } while (!started.ok() && !cancelled.load() && absl::Now() < wait_deadline &&
+  } while (!started.ok() && !cancelled.cancelled() && absl::Now() < wait_deadline &&
            !absl::StrContains(started.status().message(), "mpsd is stopping"));
   if (!started.ok()) {
-    if (cancelled.load()) return absl::CancelledError("cancelled while no executor was running");
-    return started.status();
+    if (cancelled.cancelled()) {
+      return absl::CancelledError("cancelled while no executor was running");
+    }
+    return api::WithFailureReason(started.status(), mpsd::v1::Job::EXECUTOR_CRASHED);
   }
   const std::shared_ptr<Child> child = *std::move(started);
 
@@ -579,7 +566,7 @@ absl::Status ExecutorSupervisor::Run(const mpsd::trainer::JobContext& job,
   std::thread watcher([&] {
     std::optional<absl::Time> asked;
     while (!done.load()) {
-      if (!asked.has_value() && cancelled.load()) {
+      if (!asked.has_value() && cancelled.cancelled()) {
         asked = absl::Now();
         grpc::ClientContext cancel_context;
         cancel_context.set_deadline(DeadlineIn(absl::Seconds(5)));
@@ -607,7 +594,7 @@ absl::Status ExecutorSupervisor::Run(const mpsd::trainer::JobContext& job,
   int64_t last_step = 0;
   while (reader->Read(&update)) {
     if (update.has_result()) {
-      result = FromProto(update.result());
+      result = api::FromExecutorStatus(update.result());
       continue;
     }
     mpsd::v1::JobEvent& event = *update.mutable_event();
@@ -643,8 +630,10 @@ absl::Status ExecutorSupervisor::Run(const mpsd::trainer::JobContext& job,
                                                  " was killed"));
     } else {
       restart_reason = absl::StrCat("crashed: ", how);
-      status = absl::UnavailableError(absl::StrFormat(
-          "executor crashed: pid %d %s; last step reported: %d", child->pid, how, last_step));
+      status = api::WithFailureReason(
+          absl::UnavailableError(absl::StrFormat(
+              "executor crashed: pid %d %s; last step reported: %d", child->pid, how, last_step)),
+          mpsd::v1::Job::EXECUTOR_CRASHED);
     }
   }
   if (!summary.has_value()) {

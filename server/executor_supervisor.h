@@ -1,5 +1,5 @@
 // ExecutorSupervisor: the daemon's side of the executor process. It implements
-// mpsd::trainer::Executor (trainer/executor.h) by starting `mpsd-executor` as a child process and
+// mpsd::api::Executor (api/executor.h) by starting `mpsd-executor` as a child process and
 // forwarding every call over proto/mpsd/v1/executor.proto on a private unix socket, so that the
 // daemon never links LibTorch and a crash, an abort inside a kernel or a poisoned device context
 // kills one job, never the daemon.
@@ -24,8 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "api/executor.h"
 #include "mpsd/v1/mpsd.pb.h"
-#include "trainer/executor.h"
 
 namespace mpsd::server {
 
@@ -38,7 +38,7 @@ std::string DefaultExecutorPath();
 // "killed by signal 9 (SIGKILL)", "exited with code 1": a waitpid status in words.
 std::string DescribeExitStatus(int wait_status);
 
-class ExecutorSupervisor final : public mpsd::trainer::Executor {
+class ExecutorSupervisor final : public mpsd::api::Executor {
  public:
   struct Options {
     // The mpsd-executor program. Required.
@@ -48,7 +48,7 @@ class ExecutorSupervisor final : public mpsd::trainer::Executor {
     std::string socket_path;
     // Passed to the executor as flags (cpu_threads, steps_per_readback, artifacts_dir,
     // allow_fault_injection).
-    mpsd::trainer::Executor::Options executor;
+    mpsd::api::Executor::Options executor;
     // Start a new executor for every job ("isolation: per_job").
     bool per_job = false;
     // Replace the executor after it ran this many jobs; 0 = never.
@@ -88,14 +88,15 @@ class ExecutorSupervisor final : public mpsd::trainer::Executor {
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override;
 
   // Runs the job in the executor and forwards its events; the summary (last) gains
-  // executor_pid and executor_restart_reason. Beyond trainer/executor.h's errors: UNAVAILABLE
+  // executor_pid and executor_restart_reason. Beyond api/executor.h's errors: UNAVAILABLE
   // "executor crashed: pid N killed by signal 9 (SIGKILL); last step reported: 12" when the
-  // executor died during the job (it is replaced before the next); CANCELLED also when a
-  // cancelled job was not honoured within cancel_grace_s and the executor was killed. One job
-  // at a time.
-  absl::Status Run(const mpsd::trainer::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
-                   const mpsd::trainer::EventSink& sink,
-                   const std::atomic<bool>& cancelled) override;
+  // executor died during the job (it is replaced before the next), and UNAVAILABLE when no
+  // executor could be started for it, both with the failure reason EXECUTOR_CRASHED attached
+  // (api/failure_reason.h); CANCELLED also when a cancelled job was not honoured within
+  // cancel_grace_s and the executor was killed. One job at a time.
+  absl::Status Run(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
+                   const mpsd::api::EventSink& sink,
+                   const mpsd::api::CancelFlag& cancelled) override;
 
   // The executor's answer plus executor_pid, executor_uptime_s, executor_restarts; while no
   // executor answers (one is starting), the last answer with executor_pid 0. Thread-safe.

@@ -4,7 +4,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <deque>
 #include <functional>
 #include <string>
@@ -14,9 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/job_state.h"
+#include "api/memory.h"
+#include "api/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/job_query.h"
-#include "server/status_util.h"
 
 namespace mpsd::server {
 namespace {
@@ -69,7 +70,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
     }
     const JobEvent& sent = pending_.front();
     last_seq_ = sent.seq();
-    const bool terminal = sent.has_state() && IsTerminal(sent.state().state());
+    const bool terminal = sent.has_state() && api::IsTerminal(sent.state().state());
     pending_.pop_front();
     if (terminal) {
       FinishOnce(grpc::Status::OK);
@@ -126,7 +127,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       const bool closed = log_->Closed();
       absl::StatusOr<std::vector<JobEvent>> events = log_->Read(job_id_, last_seq_, kReadBatch);
       if (!events.ok()) {
-        FinishOnce(ToGrpcStatus(events.status()));
+        FinishOnce(api::ToGrpcStatus(events.status()));
         return;
       }
       for (JobEvent& event : *events) pending_.push_back(std::move(event));
@@ -217,20 +218,8 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                  absl::StatusOr<T> result, T* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) *response = *std::move(result);
-  reactor->Finish(ToGrpcStatus(result.status()));
+  reactor->Finish(api::ToGrpcStatus(result.status()));
   return reactor;
-}
-
-// Resident set size from /proc/self/statm (its second field, in pages); 0 where there is no
-// /proc (macOS) or it cannot be read.
-int64_t ResidentSetBytes() {
-  std::FILE* statm = std::fopen("/proc/self/statm", "r");
-  if (statm == nullptr) return 0;
-  long long size_pages = 0, resident_pages = 0;
-  const int fields = std::fscanf(statm, "%lld %lld", &size_pages, &resident_pages);
-  std::fclose(statm);
-  if (fields != 2) return 0;
-  return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGESIZE);
 }
 
 }  // namespace
@@ -268,7 +257,7 @@ grpc::ServerUnaryReactor* JobService::CancelJob(grpc::CallbackServerContext* con
 grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     grpc::CallbackServerContext* /*context*/, const mpsd::v1::StreamEventsRequest* request) {
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
-  if (!job.ok()) return new FinishedStreamReactor(ToGrpcStatus(job.status()));
+  if (!job.ok()) return new FinishedStreamReactor(api::ToGrpcStatus(job.status()));
   if (request->after_seq() < 0) {
     return new FinishedStreamReactor(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "after_seq: must be >= 0"));
@@ -281,7 +270,7 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
                      "'s last event (seq ", job->last_seq(), ")")));
   }
   // A finished job with nothing after after_seq has nothing more to say.
-  if (IsTerminal(job->state()) && request->after_seq() >= job->last_seq()) {
+  if (api::IsTerminal(job->state()) && request->after_seq() >= job->last_seq()) {
     return new FinishedStreamReactor(grpc::Status::OK);
   }
   {
@@ -338,7 +327,7 @@ mpsd::v1::ServerStatus JobService::Status() {
   status.set_event_commits(events.commits);
   status.set_commit_time_s(absl::ToDoubleSeconds(events.commit_time));
   status.set_events_pending(events.events_pending);
-  status.set_rss_bytes(ResidentSetBytes());
+  status.set_rss_bytes(api::ResidentSetBytes(getpid()));
   status.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
   return status;
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/job_id.h"
 
 namespace mpsd::server {
 namespace {
@@ -87,16 +89,6 @@ absl::Status SqliteError(sqlite3* db, int rc, absl::string_view path, absl::stri
   const char* message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   return absl::Status(CodeForSqlite(rc), absl::StrCat(what, ": ", message, " (SQLite error ",
                                                        rc, ", database ", path, ")"));
-}
-
-// Job ids are the decimal form of the row id: "1", "2", … Anything else ("", "01", "-1", "x",
-// out of range) names no job.
-bool ParseJobId(absl::string_view id, int64_t* row_id) {
-  if (id.empty() || id.size() > 19 || id[0] == '0') return false;
-  for (char c : id) {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return absl::SimpleAtoi(id, row_id);
 }
 
 int64_t CreatedAtMicros(const Job& job) {
@@ -311,13 +303,13 @@ absl::StatusOr<Job> SqliteJobStore::InsertJob(Job job) {
 }
 
 absl::Status SqliteJobStore::UpdateJob(const Job& job) {
-  int64_t row_id;
-  if (!ParseJobId(job.id(), &row_id)) {
+  const std::optional<int64_t> row_id = api::ParseJobId(job.id());
+  if (!row_id.has_value()) {
     return absl::NotFoundError(absl::StrCat("no job \"", job.id(), "\""));
   }
   sqlite3_stmt* update = update_job_.get();
   ScopedReset reset(update);
-  sqlite3_bind_int64(update, 1, row_id);
+  sqlite3_bind_int64(update, 1, *row_id);
   sqlite3_bind_int(update, 2, job.kind());
   sqlite3_bind_int(update, 3, job.state());
   sqlite3_bind_int64(update, 4, CreatedAtMicros(job));
@@ -331,8 +323,8 @@ absl::Status SqliteJobStore::UpdateJob(const Job& job) {
 }
 
 absl::Status SqliteJobStore::AppendEvent(const JobEvent& event) {
-  int64_t row_id;
-  if (!ParseJobId(event.job_id(), &row_id)) {
+  const std::optional<int64_t> row_id = api::ParseJobId(event.job_id());
+  if (!row_id.has_value()) {
     return absl::NotFoundError(absl::StrCat("event for unknown job \"", event.job_id(), "\""));
   }
   if (event.seq() < 1) {
@@ -341,7 +333,7 @@ absl::Status SqliteJobStore::AppendEvent(const JobEvent& event) {
   }
   sqlite3_stmt* insert = insert_event_.get();
   ScopedReset reset(insert);
-  sqlite3_bind_int64(insert, 1, row_id);
+  sqlite3_bind_int64(insert, 1, *row_id);
   sqlite3_bind_int64(insert, 2, event.seq());
   if (absl::Status s = BindProto(insert, 3, event); !s.ok()) return s;
   int rc = sqlite3_step(insert);
@@ -374,12 +366,12 @@ absl::Status SqliteJobStore::Commit(const std::vector<Job>& jobs,
 }
 
 absl::StatusOr<Job> SqliteJobStore::GetJob(const std::string& id) const {
-  int64_t row_id;
-  if (!ParseJobId(id, &row_id)) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
+  const std::optional<int64_t> row_id = api::ParseJobId(id);
+  if (!row_id.has_value()) return absl::NotFoundError(absl::StrCat("no job \"", id, "\""));
   absl::MutexLock lock(&mu_);
   sqlite3_stmt* select = get_job_.get();
   ScopedReset reset(select);
-  sqlite3_bind_int64(select, 1, row_id);
+  sqlite3_bind_int64(select, 1, *row_id);
   int rc = sqlite3_step(select);
   if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no job ", id));
   if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("reading job ", id));
@@ -408,12 +400,12 @@ absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ReadEvents(const std::stri
     return absl::InvalidArgumentError(absl::StrCat("ReadEvents limit is ", limit,
                                                    "; must be >= 1"));
   }
-  int64_t row_id;
-  if (!ParseJobId(job_id, &row_id)) return std::vector<JobEvent>();
+  const std::optional<int64_t> row_id = api::ParseJobId(job_id);
+  if (!row_id.has_value()) return std::vector<JobEvent>();
   absl::MutexLock lock(&mu_);
   sqlite3_stmt* select = read_events_.get();
   ScopedReset reset(select);
-  sqlite3_bind_int64(select, 1, row_id);
+  sqlite3_bind_int64(select, 1, *row_id);
   sqlite3_bind_int64(select, 2, after_seq);
   sqlite3_bind_int(select, 3, limit);
   std::vector<JobEvent> events;

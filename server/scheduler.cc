@@ -4,11 +4,12 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/failure_reason.h"
+#include "api/job_id.h"
+#include "api/job_state.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
@@ -35,31 +36,8 @@ Job::Kind KindOf(const mpsd::v1::SubmitJobRequest& request) {
   }
 }
 
-// Maps how Executor::Run ended to the job's failure reason (see trainer/executor.h).
-Job::FailureReason ReasonFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kUnimplemented:
-      return Job::INVALID_SPEC;
-    case absl::StatusCode::kDataLoss:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-      return Job::DATASET_ERROR;
-    case absl::StatusCode::kResourceExhausted:
-      return Job::OUT_OF_MEMORY;
-    // The executor process died during the job (server/executor_supervisor.h).
-    case absl::StatusCode::kUnavailable:
-      return Job::EXECUTOR_CRASHED;
-    default:
-      return Job::INTERNAL;
-  }
-}
-
 // Job ids are decimal row ids ("1", "2", …); 0 for anything else.
-int64_t NumericId(const std::string& id) {
-  int64_t n = 0;
-  return absl::SimpleAtoi(id, &n) ? n : 0;
-}
+int64_t NumericId(const std::string& id) { return api::ParseJobId(id).value_or(0); }
 
 // restart_policy: resume. A job that asks for it and wrote a checkpoint continues from its newest
 // checkpoint when mpsd stopped while it ran (Job.last_checkpoint, kept from its `checkpoint`
@@ -73,11 +51,6 @@ std::string ResumeMessage(const Job& job, absl::string_view why) {
   return absl::StrCat(why, "; resumes from checkpoint ", job.last_checkpoint().path(),
                       " at epoch ", job.last_checkpoint().epoch(), " (step ",
                       job.last_checkpoint().step(), ")");
-}
-
-// True for a decimal job id ("12"), as TrainJob.resume_from may name one.
-bool IsJobId(absl::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
 }
 
 absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
@@ -94,17 +67,12 @@ absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
 
 }  // namespace
 
-bool IsTerminal(Job::State state) {
-  return state == Job::SUCCEEDED || state == Job::FAILED || state == Job::CANCELLED ||
-         state == Job::INTERRUPTED;
-}
-
-Scheduler::Scheduler(const Options& options, JobStore* store, mpsd::trainer::Executor* executor)
+Scheduler::Scheduler(const Options& options, JobStore* store, mpsd::api::Executor* executor)
     : options_(options), store_(store), executor_(executor), event_log_(store) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const Options& options,
                                                              JobStore* store,
-                                                             mpsd::trainer::Executor* executor) {
+                                                             mpsd::api::Executor* executor) {
   std::unique_ptr<Scheduler> scheduler(new Scheduler(options, store, executor));
   if (absl::Status status = scheduler->Recover(); !status.ok()) return status;
   scheduler->executor_thread_ = std::thread([s = scheduler.get()] { s->ExecutorLoop(); });
@@ -196,7 +164,7 @@ absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request
   job.set_state(Job::QUEUED);
   *job.mutable_created_at() = Now();
   *job.mutable_spec() = request;
-  if (IsJobId(request.train_job().resume_from())) {
+  if (api::IsJobId(request.train_job().resume_from())) {
     job.set_resumed_from_job_id(request.train_job().resume_from());
   }
   absl::StatusOr<Job> inserted = store_->InsertJob(std::move(job));
@@ -262,7 +230,7 @@ absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
   Job& job = it->second;
-  if (IsTerminal(job.state())) {
+  if (api::IsTerminal(job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " already finished (", Job::State_Name(job.state()), ")"));
   }
@@ -273,7 +241,7 @@ absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
     SetState(job, Job::CANCELLED, Job::FAILURE_REASON_UNSPECIFIED, "cancelled while queued");
   } else if (running_job_ == job_id) {
     stop_as_ = Job::CANCELLED;
-    cancel_running_ = true;
+    cancel_running_.Cancel();
     spdlog::info("job {}: cancel requested; stopping at the next step", job_id);
   }
   return job;
@@ -322,7 +290,7 @@ void Scheduler::Shutdown() {
       shutting_down_ = true;
       if (!running_job_.empty()) {
         stop_as_ = Job::INTERRUPTED;
-        cancel_running_ = true;
+        cancel_running_.Cancel();
       }
     }
   }
@@ -345,7 +313,7 @@ void Scheduler::ExecutorLoop() {
       job_id = queue_.front();
       queue_.pop_front();
       running_job_ = job_id;
-      cancel_running_ = false;
+      cancel_running_.Reset();
       // RUNNING in the same critical section that took it off the queue: a cancel in between
       // would find a QUEUED job that is in no queue.
       Job& job = jobs_[job_id];
@@ -366,7 +334,7 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
     absl::MutexLock lock(&mu_);
     Publish(jobs_[job_id], std::move(event));
   };
-  mpsd::trainer::JobContext context;
+  mpsd::api::JobContext context;
   context.job_id = job_id;
   context.resume_checkpoint = resume_checkpoint;
   const absl::Status status = executor_->Run(context, spec, sink, cancel_running_);
@@ -388,7 +356,7 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
     SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED,
              state == Job::CANCELLED ? "cancelled by request" : "interrupted: mpsd shut down");
   } else {
-    SetState(job, Job::FAILED, ReasonFor(status), std::string(status.message()));
+    SetState(job, Job::FAILED, api::FailureReasonOf(status), std::string(status.message()));
   }
   spdlog::info("job {} {}{}{}", job_id, Job::State_Name(job.state()),
                job.message().empty() ? "" : ": ", job.message());

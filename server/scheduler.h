@@ -18,16 +18,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "api/executor.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "server/event_log.h"
 #include "server/job_query.h"
 #include "server/job_store.h"
-#include "trainer/executor.h"
 
 namespace mpsd::server {
-
-// True for SUCCEEDED, FAILED, CANCELLED and INTERRUPTED: a job in one of these never changes.
-bool IsTerminal(mpsd::v1::Job::State state);
 
 // Thread-safe: every public method may be called from any thread (gRPC's). Borrows the store
 // and the executor, which must outlive it.
@@ -57,7 +54,7 @@ class Scheduler {
   // Errors: the store's.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Options& options,
                                                            JobStore* store,
-                                                           mpsd::trainer::Executor* executor);
+                                                           mpsd::api::Executor* executor);
 
   // Stops as Shutdown() does.
   ~Scheduler();
@@ -65,8 +62,8 @@ class Scheduler {
   // Validates the spec against the executor and queues the job behind every queued job of the
   // same or a higher priority. A request whose request_id names a job already submitted
   // returns that job as it is now, without validating or queueing anything. Errors:
-  // INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too),
-  // UNIMPLEMENTED for BenchJob, ALREADY_EXISTS for a request_id used with a different request,
+  // INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too; for a
+  // BenchJob see trainer/bench.h), ALREADY_EXISTS for a request_id used with a different request,
   // RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting down. Returns once the
   // job and its QUEUED event are stored.
   absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request);
@@ -107,7 +104,7 @@ class Scheduler {
   void Shutdown();
 
  private:
-  Scheduler(const Options& options, JobStore* store, mpsd::trainer::Executor* executor);
+  Scheduler(const Options& options, JobStore* store, mpsd::api::Executor* executor);
 
   absl::Status Recover();
   // The job an earlier Submit with this request's request_id created, or nullptr if none did
@@ -140,7 +137,7 @@ class Scheduler {
   // Constant after construction.
   const Options options_;
   JobStore* const store_;
-  mpsd::trainer::Executor* const executor_;
+  mpsd::api::Executor* const executor_;
 
   EventLog event_log_;
 
@@ -154,8 +151,8 @@ class Scheduler {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int64_t jobs_run_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // Set to stop the running job; read by the training loop at step boundaries.
-  std::atomic<bool> cancel_running_{false};
+  // Set to stop the running job; reset (under mu_) before each job starts.
+  mpsd::api::CancelFlag cancel_running_;
   // Why the running job was stopped: CANCELLED by a user, or INTERRUPTED by shutdown.
   std::atomic<mpsd::v1::Job::State> stop_as_{mpsd::v1::Job::CANCELLED};
 

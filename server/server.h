@@ -15,9 +15,9 @@ namespace grpc {
 class Server;
 }  // namespace grpc
 
-namespace mpsd::trainer {
+namespace mpsd::api {
 class Executor;
-}  // namespace mpsd::trainer
+}  // namespace mpsd::api
 
 namespace mpsd::server {
 
@@ -64,7 +64,7 @@ class Server {
   std::string socket_path_;  // Empty for TCP.
   int lock_fd_ = -1;
   std::unique_ptr<JobStore> store_;
-  std::unique_ptr<mpsd::trainer::Executor> executor_;
+  std::unique_ptr<mpsd::api::Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "api/job_state.h"
 #include "server/scheduler.h"
 
 namespace mpsd::server {
@@ -72,7 +73,7 @@ absl::StatusOr<EventFollower::Batch> EventFollower::Read() {
   if (!events.ok()) return events.status();
   for (mpsd::v1::JobEvent& event : *events) {
     last_seq_ = event.seq();
-    const bool terminal = event.has_state() && IsTerminal(event.state().state());
+    const bool terminal = event.has_state() && api::IsTerminal(event.state().state());
     batch.events.push_back(std::move(event));
     if (terminal) {
       finished_ = batch.finished = true;

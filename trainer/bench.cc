@@ -617,7 +617,7 @@ absl::Status RunBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& i
   mpsd::v1::JobSummary summary;
   summary.set_device(DeviceList(plan->devices));
   if (accelerator != plan->devices.end()) {
-    const DeviceMemory before = ReadMemory(*accelerator);
+    const api::MemoryFigures before = ReadMemory(*accelerator);
     summary.mutable_memory()->set_allocated_before_bytes(before.allocated_bytes);
     summary.mutable_memory()->set_reserved_before_bytes(before.reserved_bytes);
   }
@@ -638,7 +638,7 @@ absl::Status RunBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& i
       EmptyCache(device);
     }
     if (accelerator != plan->devices.end()) {
-      const DeviceMemory after = ReadMemory(*accelerator);
+      const api::MemoryFigures after = ReadMemory(*accelerator);
       summary.mutable_memory()->set_allocated_after_bytes(after.allocated_bytes);
       summary.mutable_memory()->set_reserved_after_bytes(after.reserved_bytes);
       summary.mutable_memory()->set_peak_allocated_bytes(peak);

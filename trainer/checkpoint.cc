@@ -19,13 +19,13 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "api/job_id.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -192,10 +192,6 @@ absl::Status PublishLatest(const fs::path& dir, const fs::path& path) {
   return absl::OkStatus();
 }
 
-bool IsJobId(absl::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
-}
-
 }  // namespace
 
 absl::StatusOr<mpsd::v1::CheckpointSaved> SaveCheckpoint(
@@ -326,7 +322,7 @@ absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path,
 }
 
 std::string ResolveResumeFrom(const std::string& resume_from, const std::string& artifacts_dir) {
-  if (!IsJobId(resume_from)) return resume_from;
+  if (!api::IsJobId(resume_from)) return resume_from;
   return (fs::path(artifacts_dir) / resume_from / kLatestCheckpointName).string();
 }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "api/memory.h"
+
 // MPS exists from LibTorch 2 on, and only on Apple.
 #if defined(__APPLE__) && TORCH_VERSION_MAJOR >= 2
 #define MPSD_TRAINER_HAS_MPS 1
@@ -69,14 +71,6 @@
 
 namespace mpsd::trainer::compat {
 
-// Bytes held by one device's allocator. Peaks are since the last ResetPeak (CUDA only).
-struct AllocatorStats {
-  int64_t allocated_bytes = 0;
-  int64_t reserved_bytes = 0;
-  int64_t peak_allocated_bytes = 0;
-  int64_t peak_reserved_bytes = 0;
-};
-
 // ---- MPS ------------------------------------------------------------------------------------
 
 inline bool MpsIsAvailable() {
@@ -100,8 +94,8 @@ inline void MpsEmptyCache() {
 }
 
 // MPS keeps no peak; "reserved" is what the Metal driver has allocated for the process.
-inline AllocatorStats MpsStats() {
-  AllocatorStats stats;
+inline api::MemoryFigures MpsStats() {
+  api::MemoryFigures stats;
 #if MPSD_TRAINER_HAS_MPS
   const auto& hooks = at::detail::getMPSHooks();
   stats.allocated_bytes = static_cast<int64_t>(hooks.getCurrentAllocatedMemory());
@@ -150,8 +144,8 @@ inline void IfCudaAllocatorInitialized(Fn&& fn) {
 
 // Index 0 of every StatArray is StatType::AGGREGATE (small and large pools together); the enum
 // moved namespaces in LibTorch 2.5, the index did not.
-inline AllocatorStats CudaStats(int device_index) {
-  AllocatorStats stats;
+inline api::MemoryFigures CudaStats(int device_index) {
+  api::MemoryFigures stats;
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
   IfCudaAllocatorInitialized([&] {
     const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(

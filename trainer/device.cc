@@ -110,15 +110,10 @@ DeviceDescription DescribeDevice(const torch::Device& device) {
   return description;
 }
 
-DeviceMemory ReadMemory(const torch::Device& device) {
-  compat::AllocatorStats stats;
-  if (device.is_cuda()) {
-    stats = compat::CudaStats(device.has_index() ? device.index() : 0);
-  } else if (device.is_mps()) {
-    stats = compat::MpsStats();
-  }
-  return DeviceMemory{stats.allocated_bytes, stats.reserved_bytes, stats.peak_allocated_bytes,
-                      stats.peak_reserved_bytes};
+api::MemoryFigures ReadMemory(const torch::Device& device) {
+  if (device.is_cuda()) return compat::CudaStats(device.has_index() ? device.index() : 0);
+  if (device.is_mps()) return compat::MpsStats();
+  return api::MemoryFigures{};
 }
 
 void ResetPeakMemory(const torch::Device& device) {

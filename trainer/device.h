@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "api/memory.h"
 
 namespace mpsd::trainer {
 
@@ -48,19 +49,10 @@ struct DeviceDescription {
 
 DeviceDescription DescribeDevice(const torch::Device& device);
 
-// Bytes held by the device's allocator. "allocated" is live tensors, "reserved" what the caching
-// allocator holds from the driver (CUDA) or what the driver allocated (MPS). LibTorch's CPU
-// allocator keeps no statistics, so every figure is 0 on cpu. The peak is since the last
-// ResetPeakMemory on CUDA; MPS keeps no peak, so it equals allocated (and reserved) there.
-struct DeviceMemory {
-  int64_t allocated_bytes = 0;
-  int64_t reserved_bytes = 0;
-  int64_t peak_allocated_bytes = 0;
-  int64_t peak_reserved_bytes = 0;
-};
-
-// Reads the allocator's counters; no device synchronisation. Thread-safe.
-DeviceMemory ReadMemory(const torch::Device& device);
+// Bytes held by the device's allocator (api/memory.h says what each figure means); peaks are
+// since the last ResetPeakMemory. Reads the allocator's counters; no device synchronisation.
+// Thread-safe.
+api::MemoryFigures ReadMemory(const torch::Device& device);
 void ResetPeakMemory(const torch::Device& device);
 
 // Waits for every queued kernel on the device to finish (no-op on cpu). Asynchronous device

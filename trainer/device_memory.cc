@@ -11,14 +11,9 @@
 namespace mpsd::trainer {
 namespace {
 
-MemoryFigures ToFigures(const DeviceMemory& memory) {
-  return MemoryFigures{memory.allocated_bytes, memory.reserved_bytes,
-                       memory.peak_allocated_bytes, memory.peak_reserved_bytes};
-}
-
 // Runs `fn`, converting what LibTorch throws.
 template <typename Fn>
-absl::StatusOr<MemoryFigures> Guarded(const std::string& device, Fn&& fn) {
+absl::StatusOr<api::MemoryFigures> Guarded(const std::string& device, Fn&& fn) {
   try {
     return fn(torch::Device(device));
   } catch (const c10::Error& e) {
@@ -31,11 +26,11 @@ absl::StatusOr<MemoryFigures> Guarded(const std::string& device, Fn&& fn) {
 
 }  // namespace
 
-absl::StatusOr<MemoryFigures> ReadDeviceMemory(const std::string& device) {
-  return Guarded(device, [](const torch::Device& d) { return ToFigures(ReadMemory(d)); });
+absl::StatusOr<api::MemoryFigures> ReadDeviceMemory(const std::string& device) {
+  return Guarded(device, [](const torch::Device& d) { return ReadMemory(d); });
 }
 
-absl::StatusOr<MemoryFigures> MeasureBaseline(const std::string& device) {
+absl::StatusOr<api::MemoryFigures> MeasureBaseline(const std::string& device) {
   return Guarded(device, [](const torch::Device& d) {
     {
       torch::NoGradGuard no_grad;
@@ -45,7 +40,7 @@ absl::StatusOr<MemoryFigures> MeasureBaseline(const std::string& device) {
     }
     Synchronize(d);
     EmptyCache(d);
-    return ToFigures(ReadMemory(d));
+    return ReadMemory(d);
   });
 }
 

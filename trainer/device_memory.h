@@ -3,35 +3,23 @@
 #ifndef MPSD_TRAINER_DEVICE_MEMORY_H_
 #define MPSD_TRAINER_DEVICE_MEMORY_H_
 
-#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "api/memory.h"
 
 namespace mpsd::trainer {
-
-// Bytes held by one device's allocator (trainer/device.h's DeviceMemory): "allocated" is live
-// tensors, "reserved" what the CUDA caching allocator holds from the driver or what the Metal
-// driver allocated (MPS). LibTorch's CPU allocator keeps no statistics: every figure is 0 on cpu.
-// Peaks are since the last reset (CUDA; the executor resets them at each job's start); MPS
-// keeps none, so there they equal the current figures.
-struct MemoryFigures {
-  int64_t allocated_bytes = 0;
-  int64_t reserved_bytes = 0;
-  int64_t peak_allocated_bytes = 0;
-  int64_t peak_reserved_bytes = 0;
-};
 
 // Reads the allocator's counters of `device` ("cpu", "cuda", "cuda:0", "mps": what
 // DeviceInfo.kind or JobSummary.device holds), without synchronising. INVALID_ARGUMENT for a
 // string LibTorch does not parse; INTERNAL for a LibTorch error. Thread-safe.
-absl::StatusOr<MemoryFigures> ReadDeviceMemory(const std::string& device);
+absl::StatusOr<api::MemoryFigures> ReadDeviceMemory(const std::string& device);
 
 // The executor's baseline: runs one warm-up operation on `device` (a 256×256 float32 matmul,
 // which creates the device context, the allocator's first block and the BLAS handles), waits
 // for it, releases it, empties the caching allocator and reads what is left. Errors as
 // ReadDeviceMemory. Call once, before any job runs.
-absl::StatusOr<MemoryFigures> MeasureBaseline(const std::string& device);
+absl::StatusOr<api::MemoryFigures> MeasureBaseline(const std::string& device);
 
 }  // namespace mpsd::trainer
 

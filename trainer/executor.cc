@@ -637,12 +637,12 @@ class SummaryBuilder {
 
   mpsd::v1::JobSummary& summary() { return summary_; }
 
-  void SetMemoryBefore(const DeviceMemory& before) {
+  void SetMemoryBefore(const api::MemoryFigures& before) {
     summary_.mutable_memory()->set_allocated_before_bytes(before.allocated_bytes);
     summary_.mutable_memory()->set_reserved_before_bytes(before.reserved_bytes);
   }
 
-  void SetMemoryAfter(const DeviceMemory& after) {
+  void SetMemoryAfter(const api::MemoryFigures& after) {
     summary_.mutable_memory()->set_allocated_after_bytes(after.allocated_bytes);
     summary_.mutable_memory()->set_reserved_after_bytes(after.reserved_bytes);
     device_peak_bytes_ = after.peak_allocated_bytes;
@@ -974,7 +974,7 @@ class TorchExecutor final : public Executor {
   }
 
   absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
-                   const EventSink& sink, const std::atomic<bool>& cancelled) override;
+                   const EventSink& sink, const CancelFlag& cancel) override;
 
   mpsd::v1::DeviceInfo GetDevice() const override;
 
@@ -1093,7 +1093,8 @@ absl::Status TorchExecutor::TrainInScope(const TrainJobConfig& job, const EventS
 
 absl::Status TorchExecutor::Run(const JobContext& context,
                                 const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
-                                const std::atomic<bool>& cancelled) {
+                                const CancelFlag& cancel) {
+  const std::atomic<bool>& cancelled = cancel.flag();  // polled at step boundaries
   if (spec.has_bench_job()) {
     if (absl::Status s = Validate(spec); !s.ok()) return s;
     jobs_run_.fetch_add(1, std::memory_order_relaxed);
@@ -1160,7 +1161,7 @@ mpsd::v1::DeviceInfo TorchExecutor::GetDevice() const {
     info.set_kind(description.kind);
     info.set_name(description.name);
     info.set_total_memory_bytes(description.total_memory_bytes);
-    const DeviceMemory memory = ReadMemory(inventory_.preferred);
+    const api::MemoryFigures memory = ReadMemory(inventory_.preferred);
     info.set_allocated_bytes(memory.allocated_bytes);
     info.set_reserved_bytes(memory.reserved_bytes);
     return absl::OkStatus();
@@ -1171,7 +1172,7 @@ mpsd::v1::DeviceInfo TorchExecutor::GetDevice() const {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Options& options) {
+absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Options& options) {
   if (options.cpu_threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("cpu_threads: must be >= 0, got %d", options.cpu_threads));

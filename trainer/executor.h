@@ -1,105 +1,28 @@
-// The executor: the one component that touches tensors. It owns the device, validates job specs
-// against it, and runs one job at a time, reporting progress as JobEvent payloads.
+// The LibTorch executor: api/executor.h's Executor, running jobs in this process on the devices
+// LibTorch can see. mpsd-executor (executor_main.cc) serves it to the daemon over
+// executor.proto (executor_service.h); tests run it directly.
 //
-// This header is torch-free on purpose: the server talks to the executor only in proto messages,
-// so that the executor can move into its own process (DESIGN.md) without the server changing.
+// Torch-free header: it names only the interface.
 #ifndef MPSD_TRAINER_EXECUTOR_H_
 #define MPSD_TRAINER_EXECUTOR_H_
 
-#include <atomic>
-#include <functional>
 #include <memory>
-#include <string>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "mpsd/v1/mpsd.pb.h"
+#include "api/executor.h"
 
 namespace mpsd::trainer {
 
-// Receives one job's event payloads in the order they happen. The executor fills the payload
-// (step, epoch, log or summary) and leaves job_id, seq and time to the receiver, which owns the
-// numbering. Called on the thread that called Executor::Run; must not block for long (it runs
-// between training steps).
-using EventSink = std::function<void(mpsd::v1::JobEvent event)>;
+// The interface's names, which trainer code uses unqualified.
+using ::mpsd::api::CancelFlag;
+using ::mpsd::api::EventSink;
+using ::mpsd::api::Executor;
+using ::mpsd::api::JobContext;
 
-// What the executor knows of a job besides its spec.
-struct JobContext {
-  // The daemon's id of the job ("17"). Names the job's artifact directory
-  // (<artifacts_dir>/<job_id>/: checkpoints, the finished model).
-  std::string job_id;
-  // The checkpoint file to resume from, resolved by the caller from restart_policy: resume;
-  // empty = as the spec says (resume_from, or start fresh). Overrides the spec's resume_from.
-  std::string resume_checkpoint;
-};
-
-class Executor {
- public:
-  struct Options {
-    // Intra-op threads for CPU work; 0 keeps LibTorch's default (one per core).
-    int cpu_threads = 0;
-    // Training steps whose metrics are read back from the device in one transfer (one
-    // host-device synchronisation per group). Step events lag the device by up to this many
-    // steps; 1 synchronises every step (tests, debugging).
-    int steps_per_readback = 32;
-    // Where jobs write checkpoints and finished models: <artifacts_dir>/<job_id>/. Empty: jobs
-    // that ask for a checkpoint are rejected at Validate and no finished model is saved.
-    std::string artifacts_dir;
-    // Where image_folder datasets keep their decode caches (trainer/dataset_cache.h); mpsd sets
-    // <state_dir>/cache. Empty: every job decodes its images again, into memory.
-    std::string cache_dir;
-    // Accept FaultInjection in specs (mpsd --enable-fault-injection, for tests only); when
-    // false such a spec fails Validate with INVALID_ARGUMENT.
-    bool allow_fault_injection = false;
-  };
-
-  // Initialises the device(s) LibTorch can see. Errors: INVALID_ARGUMENT for a negative
-  // cpu_threads or steps_per_readback <= 0; INTERNAL if LibTorch cannot start.
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(const Options& options);
-
-  virtual ~Executor() = default;
-
-  // Checks a job before it is queued, without touching the device's memory: every field in
-  // range, the device available, the dataset's files present, the model able to take the
-  // dataset's input shape (by shape arithmetic). Errors: INVALID_ARGUMENT whose
-  // message starts with the field path ("train_job.batch_size: must be > 0, got 0",
-  // "bench_job.models[0]: unknown model ..."; BenchJob: see trainer/bench.h). Thread-safe.
-  virtual absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const = 0;
-
-  // Runs one job to its end on the calling thread: loads the data onto the device, trains,
-  // evaluates, then synchronises, releases the model, optimizer and data and empties the
-  // caching allocator. Emits one `step` event per optimizer step (read back from the device in
-  // groups, so they lag the device by a few steps), one `epoch` event per epoch and, last, one
-  // `summary` event (also emitted for a failed or cancelled job, with the memory figures), plus
-  // a few `log` events. A spec that fails Validate() returns its error before anything runs and
-  // emits nothing. Stops at the next step boundary once `cancelled` is true (after emitting the
-  // events of the steps that ran) and returns CANCELLED.
-  //
-  // Errors (the job fails; the executor stays usable): INVALID_ARGUMENT for a spec problem found
-  // only at run time; DATA_LOSS for a dataset file that is corrupt or truncated, NOT_FOUND for
-  // one that disappeared after validation (the message names the file); RESOURCE_EXHAUSTED for
-  // out of device memory; CANCELLED; INTERNAL for any other LibTorch error. An executor in
-  // another process (server/executor_supervisor.h) adds UNAVAILABLE: the process died during
-  // the job (the job FAILS with EXECUTOR_CRASHED).
-  //
-  // A BenchJob instead emits one `bench_row` event per measured row and a summary with every
-  // row (trainer/bench.h); an out-of-memory row is recorded in its row, not a failed job.
-  //
-  // Not thread-safe with itself: one job at a time (the device has one owner).
-  virtual absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
-                           const EventSink& sink, const std::atomic<bool>& cancelled) = 0;
-
-  // The default device and its memory now. Thread-safe.
-  virtual mpsd::v1::DeviceInfo GetDevice() const = 0;
-
-  // The models a job may name, each with its parameter count at the request's input shape and
-  // class count (each model at its natural input by default); a model that cannot take the
-  // requested shape is listed with `unsupported` saying why. Arithmetic only: builds no model
-  // and draws no random numbers, so it never disturbs a running job. Errors: INVALID_ARGUMENT
-  // whose message starts with the field ("input_shape: ...", "num_classes: ..."). Thread-safe.
-  virtual absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
-      const mpsd::v1::ListModelsRequest& request) const = 0;
-};
+// Initialises the device(s) LibTorch can see and returns the executor that runs jobs on them.
+// Errors: INVALID_ARGUMENT for a negative cpu_threads or steps_per_readback <= 0; INTERNAL if
+// LibTorch cannot start.
+absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Options& options);
 
 }  // namespace mpsd::trainer
 

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   std::string socket_path, artifacts_dir, log_level = "info";
   int parent_pid = 0;
   int64_t memory_limit_bytes = 0;
-  mpsd::trainer::Executor::Options options;
+  mpsd::api::Executor::Options options;
   app.add_option("--socket", socket_path, "unix socket path to serve on")->required();
   app.add_option("--parent-pid", parent_pid, "exit when this process is no longer the parent");
   app.add_option("--cpu-threads", options.cpu_threads, "intra-op threads; 0 = one per core");
@@ -88,11 +88,11 @@ int main(int argc, char** argv) {
     if (setrlimit(RLIMIT_AS, &limit) != 0) return Fail("cannot set RLIMIT_AS");
   }
 
-  absl::StatusOr<std::unique_ptr<mpsd::trainer::Executor>> executor =
-      mpsd::trainer::Executor::Create(options);
+  absl::StatusOr<std::unique_ptr<mpsd::api::Executor>> executor =
+      mpsd::trainer::CreateTorchExecutor(options);
   if (!executor.ok()) return Fail(std::string(executor.status().message()));
   const std::string device = (*executor)->GetDevice().kind();
-  absl::StatusOr<mpsd::trainer::MemoryFigures> baseline = mpsd::trainer::MeasureBaseline(device);
+  absl::StatusOr<mpsd::api::MemoryFigures> baseline = mpsd::trainer::MeasureBaseline(device);
   if (!baseline.ok()) return Fail(std::string(baseline.status().message()));
 
   mpsd::trainer::ExecutorService service(executor->get(), *baseline);

@@ -1,25 +1,16 @@
-// ExecutorService: executor.proto's calls mapped onto mpsd::trainer::Executor.
+// ExecutorService: executor.proto's calls mapped onto an api::Executor.
 #include "trainer/executor_service.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "api/status.h"
 #include "trainer/log.h"
 
 namespace mpsd::trainer {
-namespace {
 
-mpsd::v1::executor::Status ToProto(const absl::Status& status) {
-  mpsd::v1::executor::Status proto;
-  proto.set_code(static_cast<int32_t>(status.code()));
-  proto.set_message(std::string(status.message()));
-  return proto;
-}
-
-}  // namespace
-
-ExecutorService::ExecutorService(Executor* executor, const MemoryFigures& baseline)
+ExecutorService::ExecutorService(api::Executor* executor, const api::MemoryFigures& baseline)
     : executor_(executor), baseline_(baseline) {}
 
 void ExecutorService::WaitForShutdown() {
@@ -33,7 +24,7 @@ void ExecutorService::WaitForShutdown() {
 grpc::Status ExecutorService::Validate(grpc::ServerContext* /*context*/,
                                        const mpsd::v1::executor::ValidateRequest* request,
                                        mpsd::v1::executor::Status* response) {
-  *response = ToProto(executor_->Validate(request->spec()));
+  *response = api::ToExecutorStatus(executor_->Validate(request->spec()));
   return grpc::Status::OK;
 }
 
@@ -51,23 +42,23 @@ grpc::Status ExecutorService::Run(grpc::ServerContext* context,
     }
     running_ = true;
     running_job_ = request->job_id();
-    cancel_ = false;
+    cancel_.Reset();
   }
-  JobContext job;
+  api::JobContext job;
   job.job_id = request->job_id();
   job.resume_checkpoint = request->resume_checkpoint();
-  const EventSink sink = [&](mpsd::v1::JobEvent event) {
+  const api::EventSink sink = [&](mpsd::v1::JobEvent event) {
     if (event.has_summary()) CompleteSummary(*event.mutable_summary());
     mpsd::v1::executor::RunUpdate update;
     *update.mutable_event() = std::move(event);
     // The daemon went away or gave up on the job: stop at the next step boundary.
-    if (!writer->Write(update) || context->IsCancelled()) cancel_ = true;
+    if (!writer->Write(update) || context->IsCancelled()) cancel_.Cancel();
   };
   Log(LogLevel::kInfo, absl::StrCat("job ", job.job_id, " running"));
   const absl::Status status = executor_->Run(job, request->spec(), sink, cancel_);
   Log(LogLevel::kInfo, absl::StrCat("job ", job.job_id, " ended: ", status.ToString()));
   mpsd::v1::executor::RunUpdate result;
-  *result.mutable_result() = ToProto(status);
+  *result.mutable_result() = api::ToExecutorStatus(status);
   writer->Write(result);
   absl::MutexLock lock(&mu_);
   running_ = false;
@@ -80,7 +71,7 @@ grpc::Status ExecutorService::Cancel(grpc::ServerContext* /*context*/,
                                      mpsd::v1::executor::CancelResponse* response) {
   absl::MutexLock lock(&mu_);
   if (running_ && running_job_ == request->job_id()) {
-    cancel_ = true;
+    cancel_.Cancel();
     response->set_cancelled(true);
   }
   return grpc::Status::OK;
@@ -100,10 +91,7 @@ grpc::Status ExecutorService::ListModels(grpc::ServerContext* /*context*/,
                                          const mpsd::v1::ListModelsRequest* request,
                                          mpsd::v1::ListModelsResponse* response) {
   absl::StatusOr<mpsd::v1::ListModelsResponse> models = executor_->ListModels(*request);
-  if (!models.ok()) {
-    return grpc::Status(static_cast<grpc::StatusCode>(models.status().code()),
-                        std::string(models.status().message()));
-  }
+  if (!models.ok()) return api::ToGrpcStatus(models.status());
   *response = *std::move(models);
   return grpc::Status::OK;
 }
@@ -113,7 +101,7 @@ grpc::Status ExecutorService::Shutdown(grpc::ServerContext* /*context*/,
                                        mpsd::v1::executor::ShutdownResponse* /*response*/) {
   absl::MutexLock lock(&mu_);
   shutdown_requested_ = true;
-  cancel_ = true;
+  cancel_.Cancel();
   return grpc::Status::OK;
 }
 
@@ -121,7 +109,7 @@ void ExecutorService::CompleteSummary(mpsd::v1::JobSummary& summary) const {
   mpsd::v1::MemoryStats& memory = *summary.mutable_memory();
   memory.set_baseline_allocated_bytes(baseline_.allocated_bytes);
   memory.set_baseline_reserved_bytes(baseline_.reserved_bytes);
-  absl::StatusOr<MemoryFigures> now = ReadDeviceMemory(summary.device());
+  absl::StatusOr<api::MemoryFigures> now = ReadDeviceMemory(summary.device());
   if (!now.ok()) return;
   memory.set_peak_reserved_bytes(std::max({memory.peak_reserved_bytes(), now->peak_reserved_bytes,
                                            memory.reserved_before_bytes(),

@@ -1,6 +1,6 @@
 // The executor process's gRPC service (proto/mpsd/v1/executor.proto): serves one
-// mpsd::trainer::Executor to the daemon that started the process, over a private unix socket.
-// Torch-free: it sees the executor only through trainer/executor.h.
+// api::Executor to the daemon that started the process, over a private unix socket.
+// Torch-free: it sees the executor only through api/executor.h.
 #ifndef MPSD_TRAINER_EXECUTOR_SERVICE_H_
 #define MPSD_TRAINER_EXECUTOR_SERVICE_H_
 
@@ -11,7 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "mpsd/v1/executor.grpc.pb.h"
 #include "trainer/device_memory.h"
-#include "trainer/executor.h"
+#include "api/executor.h"
 
 namespace mpsd::trainer {
 
@@ -23,7 +23,7 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
  public:
   // `baseline`: memory of the executor's default device after its warm-up (MeasureBaseline),
   // put into every DeviceInfo (baseline_*) and every job summary's MemoryStats (baseline_*).
-  ExecutorService(Executor* executor, const MemoryFigures& baseline);
+  ExecutorService(api::Executor* executor, const api::MemoryFigures& baseline);
 
   // Blocks until Shutdown has been called and no job runs any more.
   void WaitForShutdown();
@@ -51,11 +51,11 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
   void CompleteSummary(mpsd::v1::JobSummary& summary) const;
 
   // Constant after construction.
-  Executor* const executor_;
-  const MemoryFigures baseline_;
+  api::Executor* const executor_;
+  const api::MemoryFigures baseline_;
 
   // Read by the running job at step boundaries.
-  std::atomic<bool> cancel_{false};
+  api::CancelFlag cancel_;
 
   absl::Mutex mu_;
   // The running job's id; empty when none runs.

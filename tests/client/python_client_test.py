@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Tests for client/python: job files, and submit.py against a real mpsd that the test starts.
+"""Tests for client/python (the `mpsd` package, from the checkout): job files and specs, and
+submit.py against a real mpsd that the test starts.
 
 Run (after building mpsd and the stubs: cmake --build BUILD --target mpsd mpsd_python_stubs):
-  MPSD_BINARY=BUILD/server/mpsd MPSD_PYTHON_STUBS=BUILD/python /usr/bin/python3 \
-      tests/client/python_client_test.py -v
+  MPSD_BINARY=BUILD/server/mpsd /usr/bin/python3 tests/client/python_client_test.py -v
 or through CTest: ctest --test-dir BUILD -R python_client_test.
 """
 
@@ -26,9 +26,9 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import grpc  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
-import mpsd_client  # noqa: E402
+import mpsd  # noqa: E402
 
-pb2, pb2_grpc = mpsd_client.import_stubs()
+pb2, pb2_grpc = mpsd.pb2, mpsd.pb2_grpc
 
 
 def train_job_yaml(limit_train=2000, limit_test=500, epochs=2, root=FASHION_MNIST):
@@ -49,10 +49,10 @@ GOOD = train_job_yaml()
 
 class JobFileTest(unittest.TestCase):
     def parse(self, text):
-        return mpsd_client.parse_job_file(text, "job.yaml", pb2)
+        return mpsd.parse_job_file(text, "job.yaml")
 
     def error(self, text):
-        with self.assertRaises(mpsd_client.JobFileError) as cm:
+        with self.assertRaises(mpsd.JobFileError) as cm:
             self.parse(text)
         return str(cm.exception)
 
@@ -104,11 +104,11 @@ class JobFileTest(unittest.TestCase):
 
     def test_examples(self):
         for name in ("fashion-mnist.yaml", "fashion-mnist-small.yaml"):
-            r = mpsd_client.read_job_file(os.path.join(REPO, "examples", name), pb2)
+            r = mpsd.read_job_file(os.path.join(REPO, "examples", name))
             self.assertEqual(r.train_job.dataset.name, "fashion-mnist")
         for name, models in (("resnet50-bench.yaml", ["resnet50"]),
                              ("arch-bench.yaml", ["resnet50", "vgg16", "bert_base", "lstm"])):
-            r = mpsd_client.read_job_file(os.path.join(REPO, "examples", name), pb2)
+            r = mpsd.read_job_file(os.path.join(REPO, "examples", name))
             self.assertEqual(list(r.bench_job.models), models)
 
 
@@ -118,16 +118,58 @@ class JobFileTest(unittest.TestCase):
             with open(path, "w") as f:
                 f.write("kind: TrainJob\nmodel: {torchscript: net.pt}\n"
                         "resume_from: ../runs/checkpoint-latest.pt\n")
-            r = mpsd_client.read_job_file(path, pb2)
+            r = mpsd.read_job_file(path)
             self.assertEqual(r.train_job.model.torchscript, os.path.join(directory, "net.pt"))
             self.assertEqual(r.train_job.resume_from,
                              os.path.join(os.path.dirname(directory), "runs",
                                           "checkpoint-latest.pt"))
             with open(path, "w") as f:
                 f.write("kind: TrainJob\nmodel: {torchscript: /models/net.pt}\nresume_from: 12\n")
-            r = mpsd_client.read_job_file(path, pb2)
+            r = mpsd.read_job_file(path)
             self.assertEqual(r.train_job.model.torchscript, "/models/net.pt")
             self.assertEqual(r.train_job.resume_from, "12")
+
+
+class JobSpecTest(unittest.TestCase):
+    """mpsd.job_request: the forms Client.submit takes besides a file."""
+
+    def test_dict_is_checked_like_a_job_file(self):
+        r = mpsd.job_request({"kind": "TrainJob", "priority": 2, "model": {"name": "convnet"},
+                              "dataset": {"name": "fashion-mnist", "limit_train": 320},
+                              "batch_size": 64, "optimizer": {"learning_rate": 0.001},
+                              "device": "cpu", "drop_last": True, "resume_from": None})
+        self.assertEqual(r, self.parse_yaml(
+            "kind: TrainJob\npriority: 2\nmodel: {name: convnet}\n"
+            "dataset: {name: fashion-mnist, limit_train: 320}\nbatch_size: 64\n"
+            "optimizer: {learning_rate: 0.001}\ndevice: cpu\ndrop_last: true\n"))
+        with self.assertRaises(mpsd.JobFileError) as cm:
+            mpsd.job_request({"kind": "TrainJob", "batch_size": "sixty", "dataset": {"limt": 1}})
+        self.assertEqual(str(cm.exception).splitlines()[0],
+                         'spec: batch_size: expected an integer, got "sixty"')
+        self.assertIn("spec: dataset.limt: unknown field", str(cm.exception))
+        with self.assertRaises(mpsd.JobFileError) as cm:
+            mpsd.job_request({"kind": "BenchJob", "batch_sizes": [1, 2.5]})
+        self.assertEqual(str(cm.exception),
+                         'spec: batch_sizes[1]: expected an integer, got "2.5"')
+
+    def parse_yaml(self, text):
+        return mpsd.parse_job_file(text, "job.yaml")
+
+    def test_messages_and_paths(self):
+        job = pb2.TrainJob(batch_size=8)
+        self.assertEqual(mpsd.job_request(job), pb2.SubmitJobRequest(train_job=job))
+        bench = pb2.BenchJob(models=["mlp"])
+        self.assertEqual(mpsd.job_request(bench), pb2.SubmitJobRequest(bench_job=bench))
+        request = pb2.SubmitJobRequest(train_job=job, priority=3)
+        copy = mpsd.job_request(request)
+        self.assertEqual(copy, request)
+        copy.priority = 4
+        self.assertEqual(request.priority, 3)  # a copy, not the caller's message
+        import pathlib
+        example = pathlib.Path(REPO, "examples", "fashion-mnist-small.yaml")
+        self.assertEqual(mpsd.job_request(example), mpsd.read_job_file(str(example)))
+        with self.assertRaises(TypeError):
+            mpsd.job_request(42)
 
 
 def run_submit(server, job_file, *extra):

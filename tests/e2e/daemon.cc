@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "api/status.h"
 #include "gtest/gtest.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -32,16 +33,12 @@ std::unique_ptr<grpc::ClientContext> UnaryContext() {
   return context;
 }
 
-absl::Status ToAbsl(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 // Runs one unary call of the stub and returns its response or its error.
 template <typename Response, typename Request, typename Call>
 absl::StatusOr<Response> Unary(Call call, const Request& request) {
   Response response;
   grpc::Status status = call(UnaryContext().get(), request, &response);
-  if (!status.ok()) return ToAbsl(status);
+  if (!status.ok()) return api::FromGrpcStatus(status);
   return response;
 }
 

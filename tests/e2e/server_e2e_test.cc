@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/status.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/daemon.h"
 
@@ -55,10 +56,7 @@ class ServerE2eTest : public ::testing::Test {
     grpc::ClientContext context;
     Job job;
     grpc::Status status = daemon_->stub().SubmitJob(&context, request, &job);
-    if (!status.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                          status.error_message());
-    }
+    if (!status.ok()) return api::FromGrpcStatus(status);
     return job;
   }
 

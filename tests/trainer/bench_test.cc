@@ -27,7 +27,7 @@ using ::testing::StartsWith;
 std::unique_ptr<Executor> MakeExecutor(bool allow_fault_injection = false) {
   Executor::Options options;
   options.allow_fault_injection = allow_fault_injection;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(options);
+  absl::StatusOr<std::unique_ptr<Executor>> executor = CreateTorchExecutor(options);
   EXPECT_TRUE(executor.ok()) << executor.status();
   return *std::move(executor);
 }
@@ -69,9 +69,9 @@ struct BenchResult {
 // Runs `request`; `on_event` (if set) sees each event as it is emitted, with the flag that
 // cancels the job.
 BenchResult RunBench(Executor& executor, const mpsd::v1::SubmitJobRequest& request,
-                     std::function<void(const JobEvent&, std::atomic<bool>&)> on_event = {}) {
+                     std::function<void(const JobEvent&, CancelFlag&)> on_event = {}) {
   BenchResult result;
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
   result.status = executor.Run(
       JobContext{"1", ""}, request,
       [&](JobEvent event) {
@@ -141,8 +141,8 @@ TEST(BenchTest, EachRowIsAnEventAsSoonAsMeasuredAndCancellationStopsBetweenItera
   auto executor = MakeExecutor();
   int rows_seen = 0;
   const BenchResult result =
-      RunBench(*executor, SmallBench(), [&](const JobEvent& event, std::atomic<bool>& cancel) {
-        if (event.has_bench_row() && ++rows_seen == 1) cancel = true;
+      RunBench(*executor, SmallBench(), [&](const JobEvent& event, CancelFlag& cancel) {
+        if (event.has_bench_row() && ++rows_seen == 1) cancel.Cancel();
       });
   EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled) << result.status;
   // The first row arrived while the job still ran (it cancelled the rest); the summary has it.

@@ -54,7 +54,7 @@ std::unique_ptr<Executor> MakeExecutor(const std::string& artifacts_dir) {
   Executor::Options options;
   options.steps_per_readback = 4;
   options.artifacts_dir = artifacts_dir;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(options);
+  absl::StatusOr<std::unique_ptr<Executor>> executor = CreateTorchExecutor(options);
   EXPECT_TRUE(executor.ok()) << executor.status();
   return *std::move(executor);
 }
@@ -111,7 +111,7 @@ RunResult RunJob(Executor& executor, const std::string& job_id,
                  const mpsd::v1::SubmitJobRequest& request,
                  const std::string& resume_checkpoint = "") {
   RunResult result;
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
   JobContext context{job_id, resume_checkpoint};
   result.status = executor.Run(
       context, request, [&](mpsd::v1::JobEvent e) { result.events.push_back(std::move(e)); },

@@ -239,7 +239,7 @@ TEST(LoadDatasetTest, SyntheticIsDrawnFromTheSeed) {
 std::unique_ptr<Executor> MakeExecutor() {
   Executor::Options options;
   options.steps_per_readback = 4;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(options);
+  absl::StatusOr<std::unique_ptr<Executor>> executor = CreateTorchExecutor(options);
   EXPECT_TRUE(executor.ok()) << executor.status();
   return *std::move(executor);
 }
@@ -266,7 +266,7 @@ struct RunResult {
 
 RunResult RunJob(Executor& executor, const mpsd::v1::SubmitJobRequest& request) {
   RunResult result;
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
   result.status = executor.Run(
       JobContext{"1", ""}, request,
       [&](mpsd::v1::JobEvent event) {

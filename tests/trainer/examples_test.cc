@@ -57,7 +57,7 @@ bool ShouldRun(const fs::path& file) {
 
 void RunExample(Executor& executor, const fs::path& file,
                 const mpsd::v1::SubmitJobRequest& request) {
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
   mpsd::v1::JobSummary summary;
   const absl::Status status = executor.Run(
       JobContext{"example", ""}, request,
@@ -77,7 +77,7 @@ TEST(ExamplesTest, EveryJobFileParsesAndValidates) {
   const std::vector<fs::path> files = ExampleFiles();
   ASSERT_GE(files.size(), 7u);
   Executor::Options options;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(options);
+  absl::StatusOr<std::unique_ptr<Executor>> executor = CreateTorchExecutor(options);
   ASSERT_TRUE(executor.ok()) << executor.status();
   int validated = 0;
   for (const fs::path& file : files) {

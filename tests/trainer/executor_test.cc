@@ -37,7 +37,7 @@ constexpr char kKnownModels[] =
 std::unique_ptr<Executor> MakeExecutor(int steps_per_readback = 32) {
   Executor::Options options;
   options.steps_per_readback = steps_per_readback;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(options);
+  absl::StatusOr<std::unique_ptr<Executor>> executor = CreateTorchExecutor(options);
   EXPECT_TRUE(executor.ok()) << executor.status();
   return *std::move(executor);
 }
@@ -85,7 +85,7 @@ struct RunResult {
 
 RunResult RunJob(Executor& executor, const mpsd::v1::SubmitJobRequest& request) {
   RunResult result;
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
   result.status = executor.Run(
       JobContext{"1", ""}, request,
       [&](mpsd::v1::JobEvent event) { result.events.push_back(std::move(event)); }, cancelled);
@@ -530,12 +530,12 @@ TEST(ExecutorRunTest, CancelStopsAtTheNextStepBoundary) {
   // Read back at least every 4 steps (sooner when a step is slow): the flag set while step 5's
   // event is delivered stops the job after the group that holds step 5, at step 8 at most.
   auto executor = MakeExecutor(/*steps_per_readback=*/4);
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
   std::vector<mpsd::v1::JobEvent> events;
   const absl::Status status = executor->Run(
       JobContext{"1", ""}, SmallJob(),
       [&](mpsd::v1::JobEvent event) {
-        if (event.has_step() && event.step().step() == 5) cancelled = true;
+        if (event.has_step() && event.step().step() == 5) cancelled.Cancel();
         events.push_back(std::move(event));
       },
       cancelled);

@@ -102,7 +102,7 @@ std::unique_ptr<Executor> MakeExecutor(const std::string& cache_dir = "",
   options.steps_per_readback = 3;
   options.cache_dir = cache_dir;
   options.artifacts_dir = artifacts_dir;
-  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(options);
+  absl::StatusOr<std::unique_ptr<Executor>> executor = CreateTorchExecutor(options);
   EXPECT_TRUE(executor.ok()) << executor.status();
   return *std::move(executor);
 }
@@ -122,7 +122,7 @@ struct RunResult {
 
 RunResult RunJob(Executor& executor, const mpsd::v1::SubmitJobRequest& request) {
   RunResult result;
-  std::atomic<bool> cancelled{false};
+  CancelFlag cancelled;
   result.status = executor.Run(
       JobContext{"7", ""}, request,
       [&](mpsd::v1::JobEvent event) {

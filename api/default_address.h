@@ -1,14 +1,14 @@
 // Where mpsd listens and mpsctl connects when no address is given. Shared by the daemon and every
 // client, so it depends on nothing but the C++ and POSIX standard libraries (no torch, no gRPC).
-#ifndef MPSD_CLIENT_DEFAULT_ADDRESS_H_
-#define MPSD_CLIENT_DEFAULT_ADDRESS_H_
+#ifndef MPSD_API_DEFAULT_ADDRESS_H_
+#define MPSD_API_DEFAULT_ADDRESS_H_
 
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
-namespace mpsd {
+namespace mpsd::api {
 
 // The environment variable that overrides the default address, for the daemon and its clients.
 inline constexpr char kServerAddressEnv[] = "MPSD_ADDR";
@@ -32,16 +32,13 @@ inline std::string DefaultServerAddressFor(const char* mpsd_addr, const char* xd
   return "unix://" + DefaultSocketPathFor(xdg_runtime_dir, uid);
 }
 
-// DefaultSocketPathFor / DefaultServerAddressFor with this process's environment and real uid.
-// Reads the environment: do not call while another thread may call setenv().
-inline std::string DefaultSocketPath() {
-  return DefaultSocketPathFor(std::getenv("XDG_RUNTIME_DIR"), getuid());
-}
+// DefaultServerAddressFor with this process's environment and real uid. Reads the environment:
+// do not call while another thread may call setenv().
 inline std::string DefaultServerAddress() {
   return DefaultServerAddressFor(std::getenv(kServerAddressEnv), std::getenv("XDG_RUNTIME_DIR"),
                                  getuid());
 }
 
-}  // namespace mpsd
+}  // namespace mpsd::api
 
-#endif  // MPSD_CLIENT_DEFAULT_ADDRESS_H_
+#endif  // MPSD_API_DEFAULT_ADDRESS_H_

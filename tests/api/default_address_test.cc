@@ -1,9 +1,9 @@
-// Tests for client/default_address.h: the address mpsd and its clients agree on.
-#include "client/default_address.h"
+// Tests for api/default_address.h: the address mpsd and its clients agree on.
+#include "api/default_address.h"
 
 #include <gtest/gtest.h>
 
-namespace mpsd {
+namespace mpsd::api {
 namespace {
 
 TEST(DefaultAddressTest, ExplicitAddressWins) {
@@ -24,4 +24,4 @@ TEST(DefaultAddressTest, TmpPerUserOtherwise) {
 }
 
 }  // namespace
-}  // namespace mpsd
+}  // namespace mpsd::api

@@ -1,78 +1,22 @@
-"""A small Python client library for mpsd: stubs, default address, job files, event streams.
+"""Job files and job specs: YAML (or a dict of the same shape) to a SubmitJobRequest.
 
-The gRPC stubs are generated at build time, not committed: the CMake target `mpsd_python_stubs`
-(built by default) writes <build>/python/mpsd/v1/mpsd_pb2.py and mpsd_pb2_grpc.py. import_stubs()
-looks for them in, in order: its `stubs_dir` argument (submit.py --stubs DIR), $MPSD_PYTHON_STUBS,
-anything already importable (PYTHONPATH), then <repo>/build/python and <repo>/build-*/python.
-
-Needs grpcio, protobuf and PyYAML. On Debian: apt install python3-grpcio python3-protobuf
-python3-yaml, and run with /usr/bin/python3 (a pyenv or venv python does not see those packages).
+The rules are client/job_file.cc's (mpsctl): every scalar is read as a string, then typed by the
+proto field, so `device: 12` stays "12" and `batch_size: sixty` is an error naming its path.
+Thread-safety: the functions keep no state; call them from any thread.
 """
 
 import base64
-import glob
-import importlib
 import os
 import re
-import sys
+from typing import Any, Mapping, Union
 
-STUBS_ENV = "MPSD_PYTHON_STUBS"
-ADDRESS_ENV = "MPSD_ADDR"
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from google.protobuf.descriptor import FieldDescriptor as F
 
-
-class StubsNotFound(ImportError):
-    pass
+from .v1 import mpsd_pb2 as pb2
 
 
 class JobFileError(ValueError):
-    """A job file that cannot become a SubmitJobRequest; str() has one line per problem."""
-
-
-def default_address():
-    """The address mpsd listens on by default; the same rule as client/default_address.h."""
-    explicit = os.environ.get(ADDRESS_ENV)
-    if explicit:
-        return explicit
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime_dir:
-        return "unix://%s/mpsd/mpsd.sock" % runtime_dir
-    return "unix:///tmp/mpsd-%d/mpsd.sock" % os.getuid()
-
-
-def _stub_dirs(stubs_dir):
-    if stubs_dir:
-        yield stubs_dir
-        return  # an explicit directory that lacks the stubs is an error, not a hint
-    if os.environ.get(STUBS_ENV):
-        yield os.environ[STUBS_ENV]
-        return
-    yield None  # whatever sys.path already has
-    yield os.path.join(REPO_ROOT, "build", "python")
-    yield from sorted(glob.glob(os.path.join(REPO_ROOT, "build-*", "python")))
-
-
-def import_stubs(stubs_dir=None):
-    """Returns the modules (mpsd_pb2, mpsd_pb2_grpc); raises StubsNotFound saying where it looked."""
-    looked = []
-    for directory in _stub_dirs(stubs_dir):
-        if directory is not None:
-            if not os.path.isfile(os.path.join(directory, "mpsd", "v1", "mpsd_pb2.py")):
-                looked.append(directory)
-                continue
-            sys.path.insert(0, os.path.abspath(directory))
-        try:
-            pb2 = importlib.import_module("mpsd.v1.mpsd_pb2")
-            pb2_grpc = importlib.import_module("mpsd.v1.mpsd_pb2_grpc")
-            return pb2, pb2_grpc
-        except ImportError as e:
-            if directory is not None:
-                raise StubsNotFound("cannot import the stubs in %s: %s" % (directory, e)) from e
-            looked.append("sys.path")
-    raise StubsNotFound(
-        "no generated stubs (mpsd/v1/mpsd_pb2.py) in %s; build them with "
-        "`cmake --build BUILD --target mpsd_python_stubs` and pass --stubs BUILD/python "
-        "or set %s=BUILD/python" % (", ".join(looked), STUBS_ENV))
+    """A job file or spec that cannot become a SubmitJobRequest; str() has one line per problem."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,7 +40,6 @@ def _describe(value):
 
 
 def _int_range(field):
-    from google.protobuf.descriptor import FieldDescriptor as F
     return {
         F.CPPTYPE_INT32: (-2**31, 2**31 - 1),
         F.CPPTYPE_INT64: (-2**63, 2**63 - 1),
@@ -121,7 +64,6 @@ def _parse_float(text):
 
 def _scalar(field, value, path):
     """The Python value for one scalar of `field`; raises JobFileError."""
-    from google.protobuf.descriptor import FieldDescriptor as F
     if not isinstance(value, str):
         raise JobFileError("%s: expected a single value, got %s" % (path, _describe(value)))
     t = field.cpp_type
@@ -163,7 +105,6 @@ def _scalar(field, value, path):
 
 
 def _fill(message, mapping, path, errors):
-    from google.protobuf.descriptor import FieldDescriptor as F
     for key, value in mapping.items():
         key_path = "%s.%s" % (path, key) if path else key
         field = message.DESCRIPTOR.fields_by_name.get(key)
@@ -216,8 +157,10 @@ def _fill_request_fields(request, doc, errors):
             errors.append(str(e))
 
 
-def parse_job_file(text, filename, pb2):
-    """`text` of a job file → pb2.SubmitJobRequest; raises JobFileError naming file and paths."""
+def parse_job_file(text: str, filename: str) -> pb2.SubmitJobRequest:
+    """`text` of a job file → SubmitJobRequest; raises JobFileError naming file and paths.
+
+    Needs PyYAML. Relative paths stay as written (read_job_file makes them absolute)."""
     import yaml
     try:
         documents = list(yaml.load_all(text, Loader=yaml.BaseLoader))
@@ -230,17 +173,22 @@ def parse_job_file(text, filename, pb2):
         raise JobFileError('%s: empty job file (expected a map that starts with "kind: TrainJob")' % filename)
     if len(documents) > 1:
         raise JobFileError("%s: a job file holds one YAML document, found %d" % (filename, len(documents)))
-    doc = documents[0]
+    return _request_from_document(documents[0], filename)
+
+
+def _request_from_document(doc, source):
+    """A job file's top-level map (every scalar a string) → SubmitJobRequest."""
     if not isinstance(doc, dict):
-        raise JobFileError("%s: expected a map of job fields, got %s" % (filename, _describe(doc)))
+        raise JobFileError("%s: expected a map of job fields, got %s" % (source, _describe(doc)))
+    doc = dict(doc)
     spec = pb2.SubmitJobRequest.DESCRIPTOR.oneofs_by_name["spec"]
     kinds = {f.message_type.name: f.name for f in spec.fields}
     expected = " or ".join(kinds)
     if "kind" not in doc:
-        raise JobFileError('%s: missing "kind" (expected %s)' % (filename, expected))
+        raise JobFileError('%s: missing "kind" (expected %s)' % (source, expected))
     kind = doc.pop("kind")
     if kind not in kinds:
-        raise JobFileError('%s: kind: unknown %s (expected %s)' % (filename, _describe(kind), expected))
+        raise JobFileError('%s: kind: unknown %s (expected %s)' % (source, _describe(kind), expected))
     request = pb2.SubmitJobRequest()
     errors = []
     _fill_request_fields(request, doc, errors)
@@ -248,19 +196,69 @@ def parse_job_file(text, filename, pb2):
     job.SetInParent()
     _fill(job, doc, "", errors)
     if errors:
-        raise JobFileError("\n".join("%s: %s" % (filename, e) for e in errors))
+        raise JobFileError("\n".join("%s: %s" % (source, e) for e in errors))
     return request
 
 
-def read_job_file(path, pb2):
-    """Reads and parses a job file, then makes its relative paths absolute (make_paths_absolute)."""
+def read_job_file(path: Union[str, "os.PathLike[str]"]) -> pb2.SubmitJobRequest:
+    """Reads and parses a job file, then makes its relative paths absolute (make_paths_absolute).
+    Raises OSError if it cannot be read, JobFileError if it is not a job."""
+    path = os.fspath(path)
     with open(path, encoding="utf-8") as f:
-        request = parse_job_file(f.read(), path, pb2)
+        request = parse_job_file(f.read(), path)
     make_paths_absolute(request, path)
     return request
 
 
-def make_paths_absolute(request, job_file):
+def _as_text(value):
+    """A Python value from a dict spec as the string YAML's BaseLoader would have read."""
+    if isinstance(value, Mapping):
+        return {str(k): _as_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_text(v) for v in value]
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+SpecLike = Union[str, "os.PathLike[str]", Mapping[str, Any], pb2.SubmitJobRequest, pb2.TrainJob,
+                 pb2.BenchJob]
+
+
+def job_request(spec: SpecLike) -> pb2.SubmitJobRequest:
+    """Any of the forms a job can be given in → a new SubmitJobRequest:
+
+    - a path (str or os.PathLike) to a YAML job file (read_job_file: relative paths in it are
+      made absolute against its directory);
+    - a dict shaped like a job file: {"kind": "TrainJob", "model": {"name": "convnet"}, ...},
+      checked by the same rules (errors name the key path, with "spec" as the file name);
+      relative paths in it are sent as they are (the daemon takes them against its own working
+      directory);
+    - a SubmitJobRequest (copied), a TrainJob or a BenchJob message.
+    Raises JobFileError for a bad spec, TypeError for anything else."""
+    if isinstance(spec, pb2.SubmitJobRequest):
+        request = pb2.SubmitJobRequest()
+        request.CopyFrom(spec)
+        return request
+    if isinstance(spec, pb2.TrainJob):
+        return pb2.SubmitJobRequest(train_job=spec)
+    if isinstance(spec, pb2.BenchJob):
+        return pb2.SubmitJobRequest(bench_job=spec)
+    if isinstance(spec, (str, os.PathLike)):
+        return read_job_file(spec)
+    if isinstance(spec, Mapping):
+        return _request_from_document(_as_text(spec), "spec")
+    raise TypeError("a job spec is a job file path, a dict, a SubmitJobRequest, a TrainJob or a "
+                    "BenchJob, not %s" % type(spec).__name__)
+
+
+def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
     """Makes a TrainJob's relative model.torchscript and resume_from (unless a job id, all digits)
     absolute against the directory of `job_file`, as mpsctl does: the daemon resolves relative
     paths against its own working directory."""
@@ -278,38 +276,3 @@ def make_paths_absolute(request, job_file):
         job.model.torchscript = absolute(job.model.torchscript)
     if job.resume_from and not job.resume_from.isdigit():
         job.resume_from = absolute(job.resume_from)
-
-
-# ---------------------------------------------------------------------------------------------
-# Events.
-
-def terminal_states(pb2):
-    return (pb2.Job.SUCCEEDED, pb2.Job.FAILED, pb2.Job.CANCELLED, pb2.Job.INTERRUPTED)
-
-
-def follow_events(stub, pb2, job_id, after_seq=0, heartbeats=False):
-    """Yields the job's JobEvents after `after_seq` up to and including its terminal state event.
-
-    Heartbeats (seq 0, sent while the stream is idle; for a queued job they carry its queue
-    position) are yielded only with heartbeats=True. To resume after a lost connection, pass the
-    last non-zero seq seen as `after_seq`. The stream has no deadline (a job may run for hours).
-    Raises grpc.RpcError if it fails.
-    """
-    call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=after_seq))
-    try:
-        for event in call:
-            if event.WhichOneof("payload") == "heartbeat" and not heartbeats:
-                continue
-            yield event
-            if event.WhichOneof("payload") == "state" and event.state.state in terminal_states(pb2):
-                return
-    finally:
-        call.cancel()  # no-op once the server has ended the stream
-
-
-def to_json_line(message):
-    """protobuf's JSON mapping on one line, proto field names (as `mpsctl --json` prints)."""
-    import json
-    from google.protobuf import json_format
-    return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True),
-                      separators=(",", ":"))

@@ -1,0 +1,42 @@
+// Tests for api/status.h: codes and messages survive every conversion both ways.
+#include "api/status.h"
+
+#include <gtest/gtest.h>
+
+namespace mpsd::api {
+namespace {
+
+TEST(StatusTest, OkIsOk) {
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+  EXPECT_TRUE(FromExecutorStatus(ToExecutorStatus(absl::OkStatus())).ok());
+  EXPECT_EQ(ToExecutorStatus(absl::OkStatus()).code(), 0);
+}
+
+TEST(StatusTest, GrpcKeepsCodeAndMessage) {
+  const grpc::Status grpc = ToGrpcStatus(absl::NotFoundError("job 9 not found"));
+  EXPECT_EQ(grpc.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(grpc.error_message(), "job 9 not found");
+  const absl::Status back = FromGrpcStatus(grpc);
+  EXPECT_EQ(back, absl::NotFoundError("job 9 not found"));
+}
+
+TEST(StatusTest, EveryCanonicalCodeRoundTrips) {
+  for (int code = 1; code <= 16; ++code) {
+    const absl::Status status(static_cast<absl::StatusCode>(code), "m");
+    EXPECT_EQ(static_cast<int>(ToGrpcStatus(status).error_code()), code);
+    EXPECT_EQ(FromGrpcStatus(ToGrpcStatus(status)), status);
+    EXPECT_EQ(ToExecutorStatus(status).code(), code);
+    EXPECT_EQ(FromExecutorStatus(ToExecutorStatus(status)), status);
+  }
+}
+
+TEST(StatusTest, ExecutorStatusKeepsMessage) {
+  const mpsd::v1::executor::Status proto =
+      ToExecutorStatus(absl::DataLossError("train-images-idx3-ubyte: truncated"));
+  EXPECT_EQ(proto.code(), static_cast<int>(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(proto.message(), "train-images-idx3-ubyte: truncated");
+}
+
+}  // namespace
+}  // namespace mpsd::api
