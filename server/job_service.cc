@@ -15,8 +15,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/grpc_auth.h"
 #include "server/job_query.h"
 #include "server/status_util.h"
+#include "spdlog/spdlog.h"
 
 namespace mpsd::server {
 namespace {
@@ -241,7 +243,19 @@ JobService::JobService(Scheduler* scheduler, const Options& options)
 grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* context,
                                                 const mpsd::v1::SubmitJobRequest* request,
                                                 mpsd::v1::Job* response) {
-  return Answer(context, scheduler_->Submit(*request), response);
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  if (!IsUnixSocketCall(*context)) {
+    absl::Status allowed = options_.data_roots != nullptr
+                               ? options_.data_roots->Check(*request)
+                               : absl::PermissionDeniedError("no data_roots on this listener");
+    if (!allowed.ok()) {
+      spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
+                   principal->name, std::string(allowed.message()));
+      return Answer<mpsd::v1::Job>(context, allowed, response);
+    }
+  }
+  return Answer(context, scheduler_->Submit(*request, principal->name), response);
 }
 
 grpc::ServerUnaryReactor* JobService::GetJob(grpc::CallbackServerContext* context,
@@ -262,6 +276,18 @@ grpc::ServerUnaryReactor* JobService::ListJobs(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* JobService::CancelJob(grpc::CallbackServerContext* context,
                                                 const mpsd::v1::CancelJobRequest* request,
                                                 mpsd::v1::Job* response) {
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  if (principal->role != Role::kAdmin) {
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+    if (!job.ok()) return Answer(context, std::move(job), response);
+    if (absl::Status allowed = CanCancel(*principal, job->submitted_by(), job->id());
+        !allowed.ok()) {
+      spdlog::warn("CancelJob from {} (token \"{}\") refused: {}", context->peer(),
+                   principal->name, std::string(allowed.message()));
+      return Answer<mpsd::v1::Job>(context, allowed, response);
+    }
+  }
   return Answer(context, scheduler_->Cancel(request->job_id()), response);
 }
 

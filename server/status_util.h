@@ -8,6 +8,8 @@
 
 namespace mpsd::server {
 
+// An UNAVAILABLE message that does not start with "mpsd" gets "mpsd: " in front (see the proto's
+// service comment: how clients tell the daemon's UNAVAILABLE from no connection).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace mpsd::server
