@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
 #include <ctime>
 #include <string>
 
@@ -74,6 +77,14 @@ int main(int argc, char** argv) {
   // A bare socket path, as mpsctl --server accepts.
   if (!listen.empty()) config.listen = listen.front() == '/' ? "unix://" + listen : listen;
   if (!state_dir.empty()) config.state_dir = state_dir;
+  // Absolute from here on: the executor's socket becomes a unix:// URI in it, where a relative
+  // path would be read as an authority ("unix://state/executor.sock"), and the executor may run
+  // elsewhere.
+  {
+    std::error_code ignored;
+    const std::filesystem::path absolute = std::filesystem::absolute(config.state_dir, ignored);
+    if (!absolute.empty()) config.state_dir = absolute.lexically_normal().string();
+  }
   if (!http_listen.empty()) config.http_listen = http_listen;
   // Logs go to stderr (stdout stays free for whatever runs mpsd in the foreground), or to
   // log_file, rotated by size.
@@ -127,6 +138,11 @@ int main(int argc, char** argv) {
   const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
   spdlog::info("received {}", name);
   mpsd::server::NotifyStopping(std::string("stopping (") + name + ")");
-  (*server)->Shutdown();
+  if (!(*server)->Shutdown()) {
+    // gRPC still holds a call of a client that stopped reading: every event is committed, and
+    // the Server must not be destroyed (its gRPC server would wait for that call).
+    spdlog::default_logger()->flush();
+    std::_Exit(0);
+  }
   return 0;
 }

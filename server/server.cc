@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <thread>
 #include <system_error>
 
 #include <grpcpp/health_check_service_interface.h>
@@ -24,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "httplib.h"
@@ -135,6 +138,8 @@ absl::Status CheckLoopback(const std::string& address) {
 constexpr absl::Duration kMinKeepaliveInterval = absl::Seconds(10);
 constexpr absl::Duration kServerKeepaliveTime = absl::Seconds(60);
 constexpr absl::Duration kServerKeepaliveTimeout = absl::Seconds(20);
+// How long gRPC may take to end the calls Shutdown cancelled before mpsd exits without them.
+constexpr absl::Duration kCancelledCallsWait = absl::Seconds(5);
 
 void AddKeepalivePolicy(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
@@ -248,9 +253,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
 
 Server::~Server() { Shutdown(); }
 
-void Server::Shutdown() {
+bool Server::Shutdown() {
   absl::MutexLock lock(&mu_);
-  if (shut_down_) return;
+  if (shut_down_) return !abandoned_;
   spdlog::info("shutting down");
   {
     absl::MutexLock health_lock(&health_mu_);
@@ -274,9 +279,14 @@ void Server::Shutdown() {
     spdlog::warn("streams still open after {} s; cancelling them",
                  options_.config.shutdown_grace_s);
   }
-  if (grpc_server_ != nullptr) {
-    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now()));
-    grpc_server_->Wait();
+  if (grpc_server_ != nullptr && !ShutdownGrpc()) {
+    spdlog::error("gRPC still holds cancelled calls {} after cancelling them (a client that "
+                  "stopped reading its stream); exiting without them: every event is committed",
+                  absl::FormatDuration(kCancelledCallsWait));
+    if (!socket_path_.empty()) std::filesystem::remove(socket_path_);
+    abandoned_ = true;
+    shut_down_ = true;
+    return false;
   }
   {
     absl::MutexLock health_lock(&health_mu_);
@@ -296,6 +306,26 @@ void Server::Shutdown() {
   lock_fd_ = -1;
   shut_down_ = true;
   spdlog::info("mpsd stopped");
+  return true;
+}
+
+bool Server::ShutdownGrpc() {
+  // Cancels what is left and waits for every call to end, on a thread of its own: a cancelled
+  // call whose write is stuck behind a client that does not read ends only when that client
+  // reads or disconnects (gRPC 1.51), and gRPC's Shutdown and Wait wait for it.
+  auto done = std::make_shared<absl::Notification>();
+  grpc::Server* const grpc_server = grpc_server_.get();
+  std::thread shutdown([grpc_server, done] {
+    grpc_server->Shutdown(absl::ToChronoTime(absl::Now()));
+    grpc_server->Wait();
+    done->Notify();
+  });
+  if (done->WaitForNotificationWithTimeout(kCancelledCallsWait)) {
+    shutdown.join();
+    return true;
+  }
+  shutdown.detach();  // the process ends without it
+  return false;
 }
 
 std::string Server::http_url() const {

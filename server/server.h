@@ -47,7 +47,7 @@ class Server {
   // store's errors.
   static absl::StatusOr<std::unique_ptr<Server>> BuildAndStart(const Options& options);
 
-  // Shuts down if still running.
+  // Shuts down if still running. Must not run after Shutdown() returned false.
   ~Server();
 
   // The address clients connect to, e.g. "unix:///run/user/1000/mpsd/mpsd.sock" or
@@ -57,7 +57,14 @@ class Server {
   // Refuses new jobs, stops the running job at its next step boundary (INTERRUPTED), ends
   // every stream (those still open after the configured grace are cancelled), commits every
   // event and closes the store. Thread-safe and idempotent.
-  void Shutdown();
+  //
+  // Returns false when gRPC has not ended the calls it cancelled within a few seconds (a
+  // client that stopped reading, e.g. a stopped process, keeps a write pending until it reads
+  // or goes away): then every event is committed and the socket removed, but gRPC, the store
+  // and the executor are left as they are, and the caller must end the process without
+  // destroying this Server (std::_Exit; SQLite's WAL keeps what was committed, the executor
+  // dies with its parent). True when everything stopped.
+  bool Shutdown();
 
   // Blocks until Shutdown() has finished.
   void Wait();
@@ -74,6 +81,9 @@ class Server {
   // Health checking ("" and mpsd.v1.JobService): SERVING while an executor is ready and the
   // daemon is not shutting down. Called from the executor's monitor thread and Shutdown.
   void SetExecutorReady(bool ready);
+  // grpc::Server's Shutdown (cancelling every call) and Wait, given kCancelledCallsWait; false
+  // when they did not return by then (they go on, on a detached thread).
+  bool ShutdownGrpc() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
   bool Serving();
 
@@ -101,6 +111,8 @@ class Server {
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Shutdown() gave up waiting for gRPC (it returned false).
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace mpsd::server
