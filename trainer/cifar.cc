@@ -94,13 +94,10 @@ absl::StatusOr<std::vector<CifarFile>> CheckSplit(const std::string& root, Cifar
 
 // Reads the first `records` records of `file` into dst.
 absl::Status ReadRecords(const CifarFile& file, int64_t records, uint8_t* dst) {
-  const int fd_value = open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_value < 0) {
-    const int error = errno;
-    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(file.path, ": no such file"));
-    return absl::ErrnoToStatus(error, absl::StrCat(file.path, ": cannot open"));
-  }
-  ScopedFd fd(fd_value);
+  // Checked by CheckFile, but it may have been replaced since (by a FIFO: never block on it).
+  absl::StatusOr<int> fd_value = OpenRegularFile(file.path, "CIFAR-10 records");
+  if (!fd_value.ok()) return fd_value.status();
+  ScopedFd fd(*fd_value);
   const size_t want = static_cast<size_t>(records * kCifarRecordBytes);
   size_t got = 0;
   while (got < want) {

@@ -275,19 +275,11 @@ class IdxReader {
 };
 
 absl::StatusOr<std::unique_ptr<IdxReader>> IdxReader::Open(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int error = errno;
-    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::ErrnoToStatus(error, absl::StrCat(path, ": cannot open"));
-  }
-  ScopedFd owner(fd);
+  absl::StatusOr<int> fd = OpenRegularFile(path, "an IDX file");
+  if (!fd.ok()) return fd.status();
+  ScopedFd owner(*fd);
   struct stat st;
-  if (fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot stat"));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": not a regular file, expected an IDX file"));
-  }
+  if (fstat(*fd, &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot stat"));
   const bool gzip = absl::EndsWithIgnoreCase(path, ".gz");
   auto reader = std::unique_ptr<IdxReader>(
       new IdxReader(path, owner.release(), gzip, static_cast<uint64_t>(st.st_size)));
@@ -454,11 +446,6 @@ std::string JoinPath(const std::string& root, const std::string& name) {
   return absl::StrCat(root, "/", name);
 }
 
-bool PathExists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -514,9 +501,16 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_items)
 
 absl::StatusOr<std::string> FindIdxFile(const std::string& root, const std::string& name) {
   const std::string raw = JoinPath(root, name);
-  if (PathExists(raw)) return raw;
   const std::string gz = raw + ".gz";
-  if (PathExists(gz)) return gz;
+  for (const std::string& path : {raw, gz}) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) continue;
+    if (!S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, ": not a regular file, expected an IDX file"));
+    }
+    return path;
+  }
   std::string message = absl::StrCat("neither ", raw, " nor ", gz, " exists");
   if (!root.empty() && !IsDirectory(root)) {
     absl::StrAppend(&message, " (", root, " is not a directory)");

@@ -37,8 +37,10 @@ struct IdxArray {
 //   other codes         from errno when the file cannot be opened or read (PERMISSION_DENIED…).
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path, int64_t max_items = 0);
 
-// Returns root/name if it exists, else root/name.gz if that exists, else NOT_FOUND naming both.
-// An empty root means the current directory.
+// Returns root/name if it exists, else root/name.gz if that exists, else NOT_FOUND naming both;
+// FAILED_PRECONDITION "PATH: not a regular file, expected an IDX file" when the one found is not
+// a regular file after following symbolic links (a FIFO would block whoever opens it). Only
+// stat()s. An empty root means the current directory.
 absl::StatusOr<std::string> FindIdxFile(const std::string& root, const std::string& name);
 
 // Images and their labels read as one split, e.g. Fashion-MNIST's 60,000 training examples.

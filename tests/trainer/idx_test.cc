@@ -2,6 +2,7 @@
 // Fashion-MNIST files when installed, and one test per way a file can be wrong.
 #include "trainer/idx.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <chrono>
@@ -177,6 +178,20 @@ TEST_F(IdxTest, NegativeMaxItemsIsInvalid) {
   WriteRaw(Path("a"), MakeIdx({1}, {0}));
   ExpectError(ReadIdxFile(Path("a"), -1).status(), absl::StatusCode::kInvalidArgument,
               {Path("a"), "max_items is -1"});
+}
+
+// A FIFO (or a device) named as an IDX file is refused without being opened: open() on a FIFO
+// blocks until a writer comes, and that held a job's executor forever.
+TEST_F(IdxTest, AFifoIsRefusedWithoutBlocking) {
+  ASSERT_EQ(mkfifo(Path("train-images-idx3-ubyte").c_str(), 0600), 0);
+  ExpectError(FindIdxFile(Path(""), "train-images-idx3-ubyte").status(),
+              absl::StatusCode::kFailedPrecondition,
+              {Path("train-images-idx3-ubyte"), "not a regular file"});
+  ExpectError(ReadIdxFile(Path("train-images-idx3-ubyte")).status(),
+              absl::StatusCode::kFailedPrecondition,
+              {Path("train-images-idx3-ubyte"), "not a regular file"});
+  ExpectError(ReadIdxFile("/dev/zero").status(), absl::StatusCode::kFailedPrecondition,
+              {"/dev/zero", "not a regular file"});
 }
 
 // ---- The real Fashion-MNIST -----------------------------------------------------------------
