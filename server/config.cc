@@ -38,6 +38,24 @@ absl::Status ReadScalar(const YAML::Node& node, const std::string& where, const 
 
 using FieldReader = std::function<absl::Status(const YAML::Node&, const std::string&)>;
 
+// Upper bounds of the numeric keys, as the job fields are bounded: a value beyond them is a
+// typo, not a wish (cpu_threads: 100000 started thousands of threads, and mpsd never listened).
+constexpr int kMaxCpuThreads = 4096;  // as BenchJob.cpu_threads
+constexpr int kMaxQueued = 1'000'000;
+constexpr int64_t kMaxRestartAfterJobs = 1'000'000'000;
+constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB
+constexpr double kMaxSeconds = 86'400;           // a day
+
+// "KEY: must be >= MIN and <= MAX (NOTE), got VALUE" unless min <= value <= max (false for NaN).
+template <typename T>
+absl::Status CheckRange(absl::string_view where, absl::string_view key, T value, T min, T max,
+                        absl::string_view note = "") {
+  if (value >= min && value <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(where, key, ": must be >= ", min, " and <= ",
+                                                 max, note.empty() ? "" : " (", note,
+                                                 note.empty() ? "" : ")", ", got ", value));
+}
+
 // Reads `node` (a mapping) with `fields`; errors name `where` and the key.
 absl::Status ReadMapping(const YAML::Node& node, const std::string& where,
                          const std::map<std::string, FieldReader>& fields) {
@@ -94,12 +112,18 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
     return bad("isolation", absl::StrCat("expected shared or per_job, got \"", config.isolation,
                                          "\""));
   }
-  if (config.restart_after_jobs < 0) return bad("restart_after_jobs", "must be >= 0 (0 = never)");
-  if (config.restart_above_baseline_bytes < 0) {
-    return bad("restart_above_baseline_bytes", "must be >= 0 (0 = never)");
+  const std::string prefix = absl::StrCat(where, ".");
+  for (absl::Status s :
+       {CheckRange<int64_t>(prefix, "restart_after_jobs", config.restart_after_jobs, 0,
+                            kMaxRestartAfterJobs, "0 = never"),
+        CheckRange<int64_t>(prefix, "restart_above_baseline_bytes",
+                            config.restart_above_baseline_bytes, 0, kMaxBytes, "0 = never"),
+        CheckRange<double>(prefix, "cancel_grace_s", config.cancel_grace_s, 0, kMaxSeconds,
+                           "seconds"),
+        CheckRange<int64_t>(prefix, "memory_limit_bytes", config.memory_limit_bytes, 0, kMaxBytes,
+                            "0 = none")}) {
+    if (!s.ok()) return s;
   }
-  if (!(config.cancel_grace_s >= 0)) return bad("cancel_grace_s", "must be >= 0 seconds");
-  if (config.memory_limit_bytes < 0) return bad("memory_limit_bytes", "must be >= 0 (0 = none)");
   if (!(config.memory_fraction >= 0 && config.memory_fraction <= 2)) {
     return bad("memory_fraction", absl::StrCat("must be in (0, 2] (0 = PyTorch's default), got ",
                                                config.memory_fraction));
@@ -195,13 +219,16 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
     }
     if (absl::Status status = field->second(entry.second, where); !status.ok()) return status;
   }
-  if (config.cpu_threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cpu_threads: must be >= 0 (0 = one per core), got ",
-                     config.cpu_threads));
-  }
-  if (config.max_queued < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": max_queued: must be >= 1"));
+  const std::string prefix = absl::StrCat(path, ": ");
+  for (absl::Status s :
+       {CheckRange(prefix, "cpu_threads", config.cpu_threads, 0, kMaxCpuThreads,
+                   "0 = one per core"),
+        CheckRange(prefix, "max_queued", config.max_queued, 1, kMaxQueued),
+        CheckRange<int64_t>(prefix, "log_file_max_bytes", config.log_file_max_bytes, 1,
+                            kMaxBytes),
+        CheckRange(prefix, "shutdown_grace_s", config.shutdown_grace_s, 0.0, kMaxSeconds,
+                   "seconds")}) {
+    if (!s.ok()) return s;
   }
   static const std::vector<std::string> kLevels = {"trace", "debug", "info", "warn",
                                                    "error", "critical", "off"};
@@ -210,20 +237,14 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
                                                    absl::StrJoin(kLevels, ", "), ", got \"",
                                                    config.log_level, "\""));
   }
-  if (config.log_file_max_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": log_file_max_bytes: must be >= 1, got ", config.log_file_max_bytes));
-  }
   if (config.log_file_max_files < 1 || config.log_file_max_files > 1000) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": log_file_max_files: must be 1 to 1000, got ", config.log_file_max_files));
   }
-  if (config.shutdown_grace_s < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": shutdown_grace_s: must be >= 0"));
-  }
-  if (!(config.heartbeat_interval_s > 0)) {
+  if (!(config.heartbeat_interval_s > 0 && config.heartbeat_interval_s <= kMaxSeconds)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": heartbeat_interval_s: must be > 0 seconds"));
+        absl::StrCat(path, ": heartbeat_interval_s: must be > 0 seconds and <= ", kMaxSeconds,
+                     ", got ", config.heartbeat_interval_s));
   }
   return config;
 }

@@ -51,7 +51,8 @@ struct Config {
   std::string state_dir;
   // SubmitJob fails with RESOURCE_EXHAUSTED beyond this many queued jobs.
   int max_queued = 1000;
-  // Intra-op threads for CPU training; 0 = LibTorch's default (one per core).
+  // Intra-op threads for CPU training, 0 to 4096; 0 = LibTorch's default, one per physical core
+  // (half the logical CPUs where cores run two hardware threads; the executor logs the count).
   int cpu_threads = 0;
   // On SIGTERM/SIGINT: how long running RPCs and the running job get to end, seconds.
   double shutdown_grace_s = 10.0;

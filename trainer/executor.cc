@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -165,9 +166,19 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Op
   if (!status.ok()) {
     return absl::InternalError(absl::StrCat("LibTorch failed to start: ", status.message()));
   }
+  // cpu_threads 0 keeps LibTorch's default, one thread per physical core: on a machine whose
+  // cores run two hardware threads that is half the logical CPUs (1 on a 2-vCPU machine). Said
+  // here, so that it is not a surprise.
+  const std::string threads =
+      options.cpu_threads > 0
+          ? absl::StrFormat("%d CPU thread(s) (cpu_threads)", torch::get_num_threads())
+          : absl::StrFormat("%d CPU thread(s) of %u logical CPUs (cpu_threads 0: LibTorch's "
+                            "default, one per physical core)",
+                            torch::get_num_threads(), std::thread::hardware_concurrency());
   Log(LogLevel::kInfo,
-      absl::StrFormat("executor: LibTorch %s, devices: %s, auto = %s", TORCH_VERSION,
-                      absl::StrJoin(inventory.available, ", "), DeviceString(inventory.preferred)));
+      absl::StrFormat("executor: LibTorch %s, devices: %s, auto = %s, %s", TORCH_VERSION,
+                      absl::StrJoin(inventory.available, ", "), DeviceString(inventory.preferred),
+                      threads));
   return std::make_unique<TorchExecutor>(options, std::move(inventory));
 }
 

@@ -111,6 +111,45 @@ TEST_F(ConfigTest, ErrorsNameTheFileAndTheKey) {
   }
 }
 
+// Every numeric key has an upper bound, as the job fields do: cpu_threads: 100000 started
+// thousands of threads and mpsd never listened. NaN and infinity are out of range too.
+TEST_F(ConfigTest, NumericKeysAreBounded) {
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {"cpu_threads: 100000\n", "cpu_threads: must be >= 0 and <= 4096 (0 = one per core)"},
+      {"max_queued: 2000000\n", "max_queued: must be >= 1 and <= 1000000, got 2000000"},
+      {"shutdown_grace_s: .inf\n", "shutdown_grace_s: must be >= 0 and <= 86400"},
+      {"shutdown_grace_s: .nan\n", "shutdown_grace_s: must be >= 0 and <= 86400"},
+      {"heartbeat_interval_s: 1e9\n", "heartbeat_interval_s: must be > 0 seconds and <= 86400"},
+      {"heartbeat_interval_s: .nan\n", "heartbeat_interval_s: must be > 0"},
+      {"log_file_max_bytes: 9223372036854775807\n", "log_file_max_bytes: must be >= 1 and <= "},
+      {"executor:\n  cancel_grace_s: 1e12\n", "executor.cancel_grace_s: must be >= 0 and <= 86400"},
+      {"executor:\n  cancel_grace_s: .nan\n", "executor.cancel_grace_s: must be >= 0"},
+      {"executor:\n  restart_after_jobs: 9000000000\n",
+       "executor.restart_after_jobs: must be >= 0 and <= 1000000000 (0 = never)"},
+      {"executor:\n  memory_limit_bytes: 9223372036854775807\n",
+       "executor.memory_limit_bytes: must be >= 0 and <= 1125899906842624 (0 = none)"},
+      {"executor:\n  restart_above_baseline_bytes: 9223372036854775807\n",
+       "executor.restart_above_baseline_bytes: must be >= 0 and <= "},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Config> config = LoadConfig(Write(c.text));
+    ASSERT_FALSE(config.ok()) << c.text;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(path_)) << c.text;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.expected)) << c.text;
+  }
+  // The bounds themselves are accepted.
+  absl::StatusOr<Config> edges = LoadConfig(
+      Write("cpu_threads: 4096\nmax_queued: 1000000\nshutdown_grace_s: 86400\n"
+            "heartbeat_interval_s: 86400\nexecutor:\n  cancel_grace_s: 0\n"));
+  ASSERT_TRUE(edges.ok()) << edges.status();
+  EXPECT_EQ(edges->cpu_threads, 4096);
+}
+
 TEST_F(ConfigTest, MissingFileIsNotFound) {
   absl::StatusOr<Config> config = LoadConfig(path_ + ".missing");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
