@@ -4,6 +4,10 @@
 // and rejects `resume_from: 12` for a string field; hence no YAML → JSON → message round trip.)
 #include "client/job_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -694,15 +698,38 @@ void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_fil
 }
 
 absl::StatusOr<v1::SubmitJobRequest> ReadJobFile(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
-  std::string text;
-  char buffer[1 << 14];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  const int error = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  if (error != 0) return absl::ErrnoToStatus(error, absl::StrCat("cannot read ", path));
+  // O_NONBLOCK: a FIFO is refused below instead of waited on for a writer.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file; a job file is a YAML file"));
+  }
+  auto too_big = [&path](const std::string& size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", size, "; a job file is at most ",
+                                                   "1 MiB (", kMaxJobFileBytes, " bytes)"));
+  };
+  if (st.st_size > kMaxJobFileBytes) return too_big(absl::StrCat(st.st_size, " bytes"));
+  // Read to at most one byte beyond the limit: the file may have grown since fstat.
+  std::string text(static_cast<size_t>(kMaxJobFileBytes) + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > static_cast<size_t>(kMaxJobFileBytes)) {
+    return too_big(absl::StrCat("more than ", kMaxJobFileBytes, " bytes"));
+  }
+  text.resize(got);
   absl::StatusOr<v1::SubmitJobRequest> request = ParseJobFile(text, path);
   if (request.ok()) MakePathsAbsolute(*request, path);
   return request;

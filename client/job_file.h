@@ -14,6 +14,7 @@
 #ifndef MPSD_CLIENT_JOB_FILE_H_
 #define MPSD_CLIENT_JOB_FILE_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -35,9 +36,14 @@ namespace mpsd::client {
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
                                                         absl::string_view filename);
 
+// The largest job file ReadJobFile reads, bytes (1 MiB; the Python client's limit too). A job
+// is a few hundred bytes of YAML; this bounds what a mistaken path (a log, a dataset) costs.
+inline constexpr int64_t kMaxJobFileBytes = int64_t{1} << 20;
+
 // Reads `path` and parses it as above, then applies MakePathsAbsolute against `path`.
-// NotFound / PermissionDenied / ... (from errno) when the file cannot be read; the message names
-// the path.
+// INVALID_ARGUMENT "PATH: ..." for what is not a regular file (a FIFO, /dev/zero, a directory;
+// the open never blocks) and for a file over kMaxJobFileBytes; NotFound / PermissionDenied / ...
+// (from errno) when the file cannot be read; the message names the path.
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
 
 // Makes the TrainJob's relative file paths absolute against the directory of `job_file` (itself

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "api/default_address.h"
+#include "api/job_id.h"
 #include "client/commands.h"
 #include "client/completion.h"
 #include "version/version.h"
@@ -29,6 +30,19 @@ int TerminalWidth() {
   struct winsize size = {};
   if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
   return 0;
+}
+
+// A job id as the daemon names jobs (api/job_id.h): "abc" is a usage error (exit 64) saying so,
+// not a round trip that answers "job abc not found".
+CLI::Validator JobId() {
+  return CLI::Validator(
+      [](std::string& id) -> std::string {
+        if (mpsd::api::ParseJobId(id).has_value()) return "";
+        return "\"" + id +
+               "\" is not a job id (job ids are numbers, as mpsctl submit and mpsctl list "
+               "print them)";
+      },
+      "ID");
 }
 
 }  // namespace
@@ -73,7 +87,7 @@ int main(int argc, char** argv) {
                      "(default: the file's request_id:)")
       ->type_name("ID");
   CLI::App* get = app.add_subcommand("get", "show a job");
-  get->add_option("ID", job_id, "job id")->required();
+  get->add_option("ID", job_id, "job id")->required()->check(JobId());
   mpsd::client::ListOptions list_options;
   CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
   list->add_option("--state", list_options.states,
@@ -87,9 +101,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
-  cancel->add_option("ID", job_id, "job id")->required();
+  cancel->add_option("ID", job_id, "job id")->required()->check(JobId());
   CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
-  logs->add_option("ID", job_id, "job id")->required();
+  logs->add_option("ID", job_id, "job id")->required()->check(JobId());
   logs->add_flag("-f,--follow", follow, "keep following until the job ends; exit 0 if it succeeded");
   logs->add_option("--after", after_seq, "only events with seq > SEQ")
       ->type_name("SEQ")
@@ -116,7 +130,7 @@ int main(int argc, char** argv) {
   std::string bench_format = "table";
   CLI::App* bench = app.add_subcommand(
       "bench", "show a BenchJob's table: models and batch sizes by devices, speedup last");
-  bench->add_option("ID", job_id, "job id")->required();
+  bench->add_option("ID", job_id, "job id")->required()->check(JobId());
   bench
       ->add_option("--format", bench_format,
                    "table, markdown (the seeds' layout), csv or json (every field of every row; "
@@ -126,11 +140,11 @@ int main(int argc, char** argv) {
 
   CLI::App* artifacts = app.add_subcommand(
       "artifacts", "list a job's artifacts (model, checkpoints) with sizes and SHA-256");
-  artifacts->add_option("ID", job_id, "job id")->required();
+  artifacts->add_option("ID", job_id, "job id")->required()->check(JobId());
   std::string artifact_name, output;
   CLI::App* download = app.add_subcommand(
       "download", "download a job's artifact (default: its model), checking its SHA-256");
-  download->add_option("ID", job_id, "job id")->required();
+  download->add_option("ID", job_id, "job id")->required()->check(JobId());
   download->add_option("NAME", artifact_name, "artifact name, as `mpsctl artifacts` lists it");
   download->add_option("-o,--output", output,
                        "file or directory to write (default: the artifact's file name here)")

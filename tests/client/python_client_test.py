@@ -130,6 +130,29 @@ class JobFileTest(unittest.TestCase):
             self.assertEqual(r.train_job.resume_from, "12")
 
 
+    def test_non_regular_and_oversized_files_are_refused_without_blocking(self):
+        # /dev/zero read without limit (5 GB in 10 s), and a FIFO blocked open() for a writer.
+        with tempfile.TemporaryDirectory() as directory:
+            fifo = os.path.join(directory, "job.fifo")
+            os.mkfifo(fifo)
+            big = os.path.join(directory, "big.yaml")
+            with open(big, "w") as f:
+                f.write(GOOD + "#" * (2 << 20) + "\n")
+            for path, message in ((big, "a job file is at most 1 MiB"),
+                                  (directory, "not a regular file"),
+                                  (fifo, "not a regular file"),
+                                  ("/dev/zero", "not a regular file")):
+                with self.assertRaises(mpsd.JobFileError) as cm:
+                    mpsd.read_job_file(path)
+                self.assertIn(path, str(cm.exception))
+                self.assertIn(message, str(cm.exception))
+            exact = os.path.join(directory, "exact.yaml")
+            with open(exact, "w") as f:
+                f.write(GOOD + "#" * (mpsd.MAX_JOB_FILE_BYTES - len(GOOD) - 1) + "\n")
+            self.assertEqual(os.path.getsize(exact), mpsd.MAX_JOB_FILE_BYTES)
+            self.assertEqual(mpsd.read_job_file(exact).train_job.dataset.name, "fashion-mnist")
+
+
 class JobSpecTest(unittest.TestCase):
     """mpsd.job_request: the forms Client.submit takes besides a file."""
 

@@ -35,13 +35,15 @@ except ModuleNotFoundError as e:
 from ._version import __version__
 from .client import (ADDRESS_ENV, Client, default_address, follow, follow_events, grpc_target,
                      is_terminal, submit, terminal_states, to_json_line)
-from .jobfile import JobFileError, SpecLike, job_request, make_paths_absolute, parse_job_file, read_job_file
+from .jobfile import (MAX_JOB_FILE_BYTES, JobFileError, SpecLike, job_request, make_paths_absolute,
+                      parse_job_file, read_job_file)
 
 Job = pb2.Job
 JobEvent = pb2.JobEvent
 
 __all__ = [
-    "ADDRESS_ENV", "Client", "Job", "JobEvent", "JobFileError", "SpecLike", "StubsNotFound",
+    "ADDRESS_ENV", "Client", "Job", "JobEvent", "JobFileError", "MAX_JOB_FILE_BYTES", "SpecLike",
+    "StubsNotFound",
     "__version__",
     "default_address", "follow", "follow_events", "grpc_target", "is_terminal", "job_request",
     "make_paths_absolute", "parse_job_file", "pb2", "pb2_grpc", "read_job_file", "submit",

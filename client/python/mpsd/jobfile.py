@@ -8,6 +8,7 @@ Thread-safety: the functions keep no state; call them from any thread.
 import base64
 import os
 import re
+import stat
 from typing import Any, Mapping, Union
 
 from google.protobuf.descriptor import FieldDescriptor as F
@@ -200,12 +201,45 @@ def _request_from_document(doc, source):
     return request
 
 
+# The largest job file read_job_file reads, bytes: 1 MiB, as mpsctl (client/job_file.h).
+MAX_JOB_FILE_BYTES = 1 << 20
+
+
+def _read_regular_file(path: str, limit: int) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes. The open never blocks
+    (O_NONBLOCK: a FIFO is refused, not waited on); JobFileError for what is not a regular file
+    (a FIFO, /dev/zero, a directory) or is larger; OSError if it cannot be opened or read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise JobFileError("%s: not a regular file; a job file is a YAML file" % path)
+        if info.st_size > limit:
+            raise JobFileError("%s: %d bytes; a job file is at most 1 MiB (%d bytes)"
+                               % (path, info.st_size, limit))
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while size <= limit:  # to one byte beyond the limit: the file may have grown
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise JobFileError("%s: more than %d bytes; a job file is at most 1 MiB (%d bytes)"
+                               % (path, limit, limit))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_job_file(path: Union[str, "os.PathLike[str]"]) -> pb2.SubmitJobRequest:
     """Reads and parses a job file, then makes its relative paths absolute (make_paths_absolute).
-    Raises OSError if it cannot be read, JobFileError if it is not a job."""
+    Raises OSError if it cannot be read, JobFileError if it is not a job, not a regular file or
+    larger than MAX_JOB_FILE_BYTES (1 MiB)."""
     path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        request = parse_job_file(f.read(), path)
+    text = _read_regular_file(path, MAX_JOB_FILE_BYTES).decode("utf-8")
+    request = parse_job_file(text, path)
     make_paths_absolute(request, path)
     return request
 
