@@ -9,7 +9,13 @@ namespace mpsd::server {
 
 CancelWatchdog::CancelWatchdog(const api::CancelFlag& cancelled, absl::Duration grace,
                                std::function<void()> ask, std::function<void()> kill)
-    : grace_(grace),
+    : CancelWatchdog(
+          cancelled, [grace] { return grace; }, std::move(ask), std::move(kill)) {}
+
+CancelWatchdog::CancelWatchdog(const api::CancelFlag& cancelled,
+                               std::function<absl::Duration()> grace, std::function<void()> ask,
+                               std::function<void()> kill)
+    : grace_(std::move(grace)),
       ask_(std::move(ask)),
       kill_(std::move(kill)),
       on_cancel_(cancelled,
@@ -42,7 +48,7 @@ void CancelWatchdog::Watch() {
     return;
   }
   // The grace period starts with the request, however long passing it on takes.
-  const absl::Time deadline = absl::Now() + grace_;
+  const absl::Time deadline = absl::Now() + grace_();
   mu_.Unlock();
   ask_();
   mu_.Lock();

@@ -1,6 +1,7 @@
 // CancelWatchdog: acts on one running job's cancel flag. Once the flag is set it passes the
 // cancel on (`ask`), and if the job has not ended `grace` later it has the job's process
 // killed (`kill`). It sleeps on a condition the flag's callback and Stop() wake, never polling.
+// The grace may be decided when the cancel comes (e.g. from the job's measured step time).
 #ifndef MPSD_SERVER_CANCEL_WATCHDOG_H_
 #define MPSD_SERVER_CANCEL_WATCHDOG_H_
 
@@ -21,6 +22,10 @@ class CancelWatchdog {
  public:
   CancelWatchdog(const api::CancelFlag& cancelled, absl::Duration grace, std::function<void()> ask,
                  std::function<void()> kill);
+  // As above, with the grace that `grace` returns when the cancel is seen (on the watchdog's
+  // thread, before `ask`).
+  CancelWatchdog(const api::CancelFlag& cancelled, std::function<absl::Duration()> grace,
+                 std::function<void()> ask, std::function<void()> kill);
   // Stop().
   ~CancelWatchdog();
   CancelWatchdog(const CancelWatchdog&) = delete;
@@ -34,7 +39,7 @@ class CancelWatchdog {
   void Watch();
 
   // Constant after construction.
-  const absl::Duration grace_;
+  const std::function<absl::Duration()> grace_;
   const std::function<void()> ask_;
   const std::function<void()> kill_;
 

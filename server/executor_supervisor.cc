@@ -8,6 +8,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -386,11 +387,12 @@ void ExecutorSupervisor::Stop(Child& child, const std::string& why) {
 }
 
 absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::WaitForChild(
-    absl::Duration timeout) const {
+    absl::Duration timeout, const Child* not_this) const {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || (current_ != nullptr && current_->retire_reason.empty() &&
-                              !current_->exited);
+  auto ready = [this, not_this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ ||
+           (current_ != nullptr && current_.get() != not_this && current_->retire_reason.empty() &&
+            !current_->process_exited && !current_->exited);
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout) || shutting_down_) {
     return absl::UnavailableError(
@@ -450,16 +452,26 @@ std::string ExecutorSupervisor::RestartReason(Child& child,
 absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec) const {
   executor_v1::ValidateRequest request;
   *request.mutable_spec() = spec;
-  for (int attempt = 0;; ++attempt) {
-    absl::StatusOr<std::shared_ptr<Child>> child = WaitForChild(options_.start_timeout);
+  // An executor being replaced (after a crash, restart_after_jobs, per_job isolation) fails the
+  // call or goes away under it: then the call waits for its successor and goes to that one,
+  // for up to start_timeout in all. Kept until then, so that no new Child reuses its address.
+  std::shared_ptr<Child> failed;
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  for (;;) {
+    absl::StatusOr<std::shared_ptr<Child>> child =
+        WaitForChild(std::max(deadline - absl::Now(), absl::ZeroDuration()), failed.get());
     if (!child.ok()) return child.status();
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(kUnaryDeadline));
     executor_v1::Status response;
     const grpc::Status rpc = (*child)->stub->Validate(&context, request, &response);
     if (rpc.ok()) return api::FromExecutorStatus(response);
-    // The executor may have died under the call: once more with its successor.
-    if (attempt == 0 && rpc.error_code() == grpc::StatusCode::UNAVAILABLE) continue;
+    const bool going_away = rpc.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                            rpc.error_code() == grpc::StatusCode::CANCELLED;
+    if (going_away && absl::Now() < deadline) {
+      failed = *std::move(child);
+      continue;
+    }
     return absl::UnavailableError(absl::StrCat("executor: ", rpc.error_message()));
   }
 }
@@ -531,14 +543,29 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<executor_v1::RunUpdate>> reader =
       child.stub->Run(&context, request);
+  // The last step time reported, milliseconds: it sets a cancel's grace.
+  std::atomic<double> step_time_ms{0};
+  absl::Mutex grace_mu;
+  absl::Duration granted;  // set when the cancel comes, on the watchdog's thread
   // Passes a cancel on to the executor, and kills an executor that ignores it.
   CancelWatchdog watchdog(
-      cancelled, absl::Seconds(options_.cancel_grace_s),
+      cancelled,
+      /*grace=*/
+      [&] {
+        absl::MutexLock lock(&grace_mu);
+        granted = CancelGrace(absl::Milliseconds(step_time_ms.load()));
+        return granted;
+      },
       /*ask=*/[&] { AskToCancel(child, job.job_id); },
       /*kill=*/[&] {
-        spdlog::warn("job {}: executor pid {} did not stop within {} s of the cancel; killing it",
-                     job.job_id, child.pid, options_.cancel_grace_s);
-        Retire(child, CancelNotHonoured(), /*kill=*/true);
+        std::string reason;
+        {
+          absl::MutexLock lock(&grace_mu);
+          reason = CancelNotHonoured(granted);
+        }
+        spdlog::warn("job {}: executor pid {}: {}; killing and replacing it", job.job_id,
+                     child.pid, reason);
+        Retire(child, reason, /*kill=*/true);
       });
   RunOutcome outcome;
   executor_v1::RunUpdate update;
@@ -548,7 +575,10 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
       continue;
     }
     mpsd::v1::JobEvent& event = *update.mutable_event();
-    if (event.has_step()) outcome.last_step = event.step().step();
+    if (event.has_step()) {
+      outcome.last_step = event.step().step();
+      step_time_ms.store(event.step().step_time_ms());
+    }
     if (event.has_summary()) {
       outcome.summary = std::move(event);  // sent last, once the restart decision is in it
       continue;
@@ -557,6 +587,8 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
   }
   outcome.rpc = reader->Finish();
   outcome.killed_for_cancel = watchdog.Stop();
+  absl::MutexLock lock(&grace_mu);
+  outcome.cancel_grace = granted;
   return outcome;
 }
 
@@ -578,9 +610,9 @@ absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_i
     how = WaitForExit(child, absl::Seconds(30));
   }
   if (outcome.killed_for_cancel) {
-    restart_reason = CancelNotHonoured();
-    return absl::CancelledError(
-        absl::StrCat(restart_reason, "; executor pid ", child.pid, " was killed"));
+    restart_reason = CancelNotHonoured(outcome.cancel_grace);
+    return absl::CancelledError(absl::StrCat(restart_reason, "; executor pid ", child.pid,
+                                             " was killed and replaced"));
   }
   restart_reason = absl::StrCat("crashed: ", how);
   return api::WithFailureReason(
@@ -605,8 +637,20 @@ void ExecutorSupervisor::SendSummary(const Child& child, RunOutcome& outcome,
   sink(*std::move(outcome.summary));
 }
 
-std::string ExecutorSupervisor::CancelNotHonoured() const {
-  return absl::StrCat("cancel not honoured within ", options_.cancel_grace_s, " s");
+absl::Duration ExecutorSupervisor::CancelGrace(absl::Duration step_time) const {
+  const absl::Duration configured = absl::Seconds(options_.cancel_grace_s);
+  if (3 * step_time <= configured) return configured;
+  return absl::Ceil(3 * step_time, absl::Seconds(1));
+}
+
+std::string ExecutorSupervisor::CancelNotHonoured(absl::Duration grace) const {
+  const absl::Duration configured = absl::Seconds(options_.cancel_grace_s);
+  if (grace <= configured) {
+    return absl::StrCat("cancel not honoured within ", options_.cancel_grace_s, " s");
+  }
+  return absl::StrCat("cancel not honoured within ", options_.cancel_grace_s,
+                      " s (cancel_grace_s, extended to ", absl::ToInt64Seconds(grace),
+                      " s: 3 × its last step time)");
 }
 
 absl::Status ExecutorSupervisor::Run(const mpsd::api::JobContext& job,

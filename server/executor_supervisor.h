@@ -63,7 +63,9 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
     // resident memory (Linux /proc) against its resident memory when it became ready.
     int64_t restart_above_baseline_bytes = 0;
     // A cancelled job (CancelJob or daemon shutdown) that has not ended this long after the
-    // executor was asked to stop it gets its executor killed and replaced, seconds.
+    // executor was asked to stop it gets its executor killed and replaced, seconds. A job whose
+    // steps are slower gets longer: 3 × its last measured step time (rounded up to whole
+    // seconds) when that is longer, since the executor checks for a cancel between steps.
     double cancel_grace_s = 30;
     // The executor's RLIMIT_AS, bytes; 0 = none. On CPU an allocation beyond it fails as out of
     // memory (the job FAILS with OUT_OF_MEMORY) instead of the kernel's OOM killer acting.
@@ -95,8 +97,10 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // Asks the executor to shut down, kills it after 10 s, and reaps it. A job must not be running.
   ~ExecutorSupervisor() override;
 
-  // Forwarded to the executor (waiting for one to be ready, up to start_timeout). UNAVAILABLE
-  // when no executor could be started or it died during the call. Thread-safe.
+  // Forwarded to the executor (waiting for one to be ready, up to start_timeout). An executor
+  // that dies or is replaced during the call (a crash, restart_after_jobs, per_job) is no error:
+  // the call goes to its successor. UNAVAILABLE when no executor could be started within
+  // start_timeout. Thread-safe.
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override;
 
   // Runs the job in the executor and forwards its events; the summary (last) gains
@@ -104,8 +108,9 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // "executor crashed: pid N killed by signal 9 (SIGKILL); last step reported: 12" when the
   // executor died during the job (it is replaced before the next), and UNAVAILABLE when no
   // executor could be started for it, both with the failure reason EXECUTOR_CRASHED attached
-  // (api/failure_reason.h); CANCELLED also when a cancelled job was not honoured within
-  // cancel_grace_s and the executor was killed. One job at a time.
+  // (api/failure_reason.h); CANCELLED "cancel not honoured within 30 s; executor pid N was killed
+  // and replaced" when a cancelled job was not honoured within its grace (Options's
+  // cancel_grace_s) and the executor was killed. One job at a time.
   absl::Status Run(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                    const mpsd::api::EventSink& sink,
                    const mpsd::api::CancelFlag& cancelled) override;
@@ -137,6 +142,8 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
     grpc::Status rpc;
     // The cancel watchdog killed the executor: the cancel was not honoured in time.
     bool killed_for_cancel = false;
+    // What the cancel was given (CancelGrace when it came); zero without a cancel.
+    absl::Duration cancel_grace;
   };
 
   explicit ExecutorSupervisor(const Options& options);
@@ -147,8 +154,11 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   absl::StatusOr<std::shared_ptr<Child>> Spawn(int generation);
   // Asks `child` to exit, kills it after 10 s, reaps it.
   void Stop(Child& child, const std::string& why);
-  // The current executor once it is ready, waiting up to `timeout`.
-  absl::StatusOr<std::shared_ptr<Child>> WaitForChild(absl::Duration timeout) const;
+  // The current executor once it is ready (not retired, its process not exited) and is not
+  // `not_this` (one a call just failed on), waiting up to `timeout`. UNAVAILABLE after that, or
+  // when mpsd is stopping.
+  absl::StatusOr<std::shared_ptr<Child>> WaitForChild(absl::Duration timeout,
+                                                      const Child* not_this = nullptr) const;
   // Waits (up to `timeout`) until the monitor reaped `child`; returns how it ended, or "" if
   // it still runs.
   std::string WaitForExit(Child& child, absl::Duration timeout) const;
@@ -173,8 +183,12 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
                    const mpsd::api::EventSink& sink) const;
   // The cancel watchdog's request to the executor.
   void AskToCancel(Child& child, const std::string& job_id) const;
-  // "cancel not honoured within 30 s".
-  std::string CancelNotHonoured() const;
+  // The grace of a cancel for a job whose last step took `step_time` (zero: none measured yet):
+  // cancel_grace_s, or 3 × step_time rounded up to whole seconds when that is longer.
+  absl::Duration CancelGrace(absl::Duration step_time) const;
+  // "cancel not honoured within 30 s", and "(cancel_grace_s, extended to 120 s: 3 × its last
+  // step time)" when the step time set the grace.
+  std::string CancelNotHonoured(absl::Duration grace) const;
 
   // Constant after construction.
   const Options options_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -360,8 +361,14 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
              ResumeMessage(job, "mpsd shut down while the job ran"));
   } else if (status.code() == absl::StatusCode::kCancelled) {
     const Job::State state = stop_as_.load();
-    SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED,
-             state == Job::CANCELLED ? "cancelled by request" : "interrupted: mpsd shut down");
+    std::string message =
+        state == Job::CANCELLED ? "cancelled by request" : "interrupted: mpsd shut down";
+    // The executor ignored the cancel and was killed (ExecutorSupervisor::Run): say so, and
+    // that a new executor replaced it.
+    if (absl::StartsWith(status.message(), "cancel not honoured")) {
+      absl::StrAppend(&message, "; ", status.message());
+    }
+    SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED, message);
   } else {
     SetState(job, Job::FAILED, api::FailureReasonOf(status), std::string(status.message()));
   }

@@ -198,7 +198,7 @@ TEST_F(ExecutorSupervisorTest, CancelIgnoredBeyondTheGracePeriodKillsTheExecutor
       });
   EXPECT_EQ(run.status, absl::CancelledError(absl::StrCat(
                             "cancel not honoured within 0.5 s; executor pid ", pid,
-                            " was killed")));
+                            " was killed and replaced")));
   EXPECT_EQ(run.events.back().summary().executor_restart_reason(),
             "cancel not honoured within 0.5 s");
   EXPECT_NE(supervisor->GetDevice().executor_pid(), pid);
