@@ -1,0 +1,398 @@
+// Hangs a break-it pass found (issue 14, "Hangs" and "The executor's restarts"), each against a
+// real mpsd: a client that stops reading its stream, a dataset file that blocks whoever opens it,
+// config values that would start thousands of threads, submits while the executor restarts, and
+// a cancel of a step longer than the grace.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/client_context.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/daemon.h"
+
+namespace mpsd::testing {
+namespace {
+
+using mpsd::v1::Job;
+using ::testing::HasSubstr;
+
+// A long job that emits one step event per millisecond or so: mlp on 8 random numbers, batch 1.
+mpsd::v1::SubmitJobRequest ChattyJob(int64_t steps) {
+  mpsd::v1::SubmitJobRequest request;
+  mpsd::v1::TrainJob* job = request.mutable_train_job();
+  job->mutable_model()->set_name("mlp");
+  job->mutable_dataset()->set_name("synthetic");
+  mpsd::v1::SyntheticSpec* synthetic = job->mutable_dataset()->mutable_synthetic();
+  synthetic->add_input_shape(8);
+  synthetic->set_num_classes(2);
+  synthetic->set_train_examples(steps);
+  synthetic->set_test_examples(10);
+  job->set_batch_size(1);
+  job->set_device("cpu");
+  return request;
+}
+
+class HangsE2eTest : public ::testing::Test {
+ protected:
+  void StartDaemon(const std::string& config, const std::vector<std::string>& args = {}) {
+    const std::string config_path = dir_.str() + "/mpsd.yaml";
+    WriteFile(config_path, config);
+    daemon_ = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
+    std::vector<std::string> all = {"--config", config_path};
+    all.insert(all.end(), args.begin(), args.end());
+    ASSERT_NO_FATAL_FAILURE(daemon_->Start(all));
+  }
+
+  void TearDown() override {
+    if (daemon_ != nullptr && daemon_->pid() > 0) daemon_->Stop(SIGKILL);
+  }
+
+  std::string ReadLog() const {
+    std::ifstream in(daemon_->log_path());
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+// Starts `argv` (no shell) with stdin, stdout and stderr on /dev/null; returns its pid.
+pid_t SpawnQuiet(const std::vector<std::string>& argv) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null_fd = open("/dev/null", O_RDWR);
+    for (int fd : {0, 1, 2}) dup2(null_fd, fd);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Runs `argv` (no shell) for at most `limit`, stdout and stderr into files under `dir`; a
+// program still running then is killed (SIGKILL) and reported as exit code -1.
+CommandResult RunWithin(const std::vector<std::string>& argv, const std::string& dir,
+                        absl::Duration limit) {
+  const std::string out = dir + "/run.out", err = dir + "/run.err";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null_fd = open("/dev/null", O_RDONLY);
+    dup2(null_fd, 0);
+    dup2(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 1);
+    dup2(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 2);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  CommandResult result;
+  int status = 0;
+  const absl::Time deadline = absl::Now() + limit;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      status = -1;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  result.exit_code = status == -1 ? -1 : (WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  result.out = read(out);
+  result.err = read(err);
+  return result;
+}
+
+// Item 1: a client that stops reading its stream (a stopped `mpsctl logs --follow`: the socket
+// fills, the daemon's write stays pending) must not keep mpsd from exiting on SIGTERM. Before
+// the fix mpsd stayed in grpc::Server::Shutdown until that client went away.
+TEST_F(HangsE2eTest, SigtermExitsWhileAStoppedClientHoldsAStream) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("shutdown_grace_s: 1\n"));
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, ChattyJob(2'000'000));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const pid_t follower = SpawnQuiet(
+      {MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(), "--follow"});
+  ASSERT_GT(follower, 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
+    return now.ok() && now->last_seq() > 10;
+  }));
+  kill(follower, SIGSTOP);
+  // Several hundred KB of step events: more than the socket's buffers and the stream's window.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
+        return now.ok() && now->last_seq() > 8'000;
+      },
+      absl::Seconds(300)));
+  // shutdown_grace_s, then 5 s for gRPC to end what it cancelled, and the executor's stop.
+  const int status = daemon_->Stop(SIGTERM, absl::Seconds(30));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  kill(follower, SIGKILL);
+  waitpid(follower, nullptr, 0);
+  const std::string log = ReadLog();
+  EXPECT_THAT(log, HasSubstr("streams still open after 1 s")) << log;
+}
+
+// Item 2: a FIFO named as a dataset file is refused at submit, naming it, instead of blocking
+// the executor in open() (the submit timed out, the queue stalled); the next job runs.
+TEST_F(HangsE2eTest, AFifoAsADatasetFileIsRefusedAndTheQueueMovesOn) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  const std::string root = dir_.str() + "/fifo-data";
+  std::filesystem::create_directory(root);
+  const std::string real = "/usr/share/datasets/fashion-mnist/";
+  for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                           "t10k-labels-idx1-ubyte.gz"}) {
+    std::filesystem::create_symlink(real + name, root + "/" + name);
+  }
+  const std::string fifo = root + "/train-images-idx3-ubyte";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  mpsd::v1::SubmitJobRequest request = TrainJobRequest(256, 64, 1, 64);
+  request.mutable_train_job()->mutable_dataset()->set_root(root);
+  absl::StatusOr<Job> refused = rpc::Submit(*daemon_, request);  // 30 s deadline
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().code(), absl::StatusCode::kDeadlineExceeded) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr(fifo));
+  EXPECT_THAT(refused.status().message(), HasSubstr("not a regular file"));
+
+  absl::StatusOr<Job> next = rpc::Submit(*daemon_, TrainJobRequest(256, 64, 1, 64));
+  ASSERT_TRUE(next.ok()) << next.status();
+  absl::StatusOr<Job> done = rpc::WaitForEnd(*daemon_, next->id());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), Job::SUCCEEDED);
+}
+
+// Item 3: a numeric config key beyond its bound is refused, naming it, by --check-config and at
+// start (cpu_threads: 100000 started thousands of threads; mpsd never listened nor stopped).
+TEST_F(HangsE2eTest, OutOfBoundsConfigValuesAreRefusedAtCheckAndAtStart) {
+  const std::string config = dir_.str() + "/bad.yaml";
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"cpu_threads: 100000\n", "cpu_threads: must be >= 0 and <= 4096"},
+           {"max_queued: 2000000000\n", "max_queued: must be >= 1 and <= 1000000"},
+           {"shutdown_grace_s: 1e300\n", "shutdown_grace_s: must be >= 0 and <= 86400"},
+           {"executor:\n  cancel_grace_s: .inf\n", "executor.cancel_grace_s: must be >= 0"}}) {
+    SCOPED_TRACE(text);
+    WriteFile(config, text);
+    CommandResult check =
+        RunWithin({MpsdPath(), "--check-config", config}, dir_.str(), absl::Seconds(30));
+    EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
+    EXPECT_THAT(check.err, HasSubstr(message));
+    CommandResult start = RunWithin({MpsdPath(), "--config", config, "--listen",
+                                     "unix://" + dir_.str() + "/bad.sock", "--state-dir",
+                                     dir_.str() + "/bad-state"},
+                                    dir_.str(), absl::Seconds(30));
+    EXPECT_EQ(start.exit_code, 2) << start.err;
+    EXPECT_THAT(start.err, HasSubstr(message));
+  }
+}
+
+mpsd::v1::SubmitJobRequest WithFault(mpsd::v1::SubmitJobRequest request, const std::string& kind,
+                                     int64_t at_step) {
+  request.mutable_train_job()->mutable_fault_injection()->set_kind(kind);
+  request.mutable_train_job()->mutable_fault_injection()->set_at_step(at_step);
+  return request;
+}
+
+// Item 12: submits that arrive while the executor is being replaced after a crash succeed: the
+// validation waits for the new executor instead of answering UNAVAILABLE ("executor: Broken
+// pipe", about one submit in a hundred around a crash before the fix).
+TEST_F(HangsE2eTest, SubmitsDuringAnExecutorRestartSucceed) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("max_queued: 100000\n", {"--enable-fault-injection"}));
+  mpsd::v1::SubmitJobRequest tiny = ChattyJob(64);
+  tiny.mutable_train_job()->set_batch_size(32);
+  std::atomic<int> submitted{0};
+  std::atomic<int> failed{0};
+  std::string first_failure;
+  absl::Mutex failure_mu;
+  for (int round = 0; round < 3; ++round) {
+    absl::StatusOr<mpsd::v1::DeviceInfo> before = rpc::Device(*daemon_);
+    ASSERT_TRUE(before.ok()) << before.status();
+    // Ahead of the small jobs the last round queued.
+    mpsd::v1::SubmitJobRequest crashing = WithFault(ChattyJob(64'000), "segfault", 20);
+    crashing.set_priority(10);
+    absl::StatusOr<Job> crash = rpc::Submit(*daemon_, crashing);
+    ASSERT_TRUE(crash.ok()) << crash.status();
+    // Four clients submit without pause until a new executor answers, and a moment after.
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 4; ++i) {
+      clients.emplace_back([&] {
+        while (!stop.load()) {
+          absl::StatusOr<Job> job = rpc::Submit(*daemon_, tiny);
+          ++submitted;
+          if (!job.ok()) {
+            ++failed;
+            absl::MutexLock lock(&failure_mu);
+            if (first_failure.empty()) first_failure = job.status().ToString();
+          }
+        }
+      });
+    }
+    EXPECT_TRUE(WaitUntil([&] {
+      absl::StatusOr<mpsd::v1::DeviceInfo> now = rpc::Device(*daemon_);
+      return now.ok() && now->executor_pid() != 0 && now->executor_pid() != before->executor_pid();
+    }));
+    absl::SleepFor(absl::Seconds(1));
+    stop = true;
+    for (std::thread& client : clients) client.join();
+    absl::StatusOr<Job> crashed = rpc::Get(*daemon_, crash->id());
+    ASSERT_TRUE(crashed.ok());
+    EXPECT_EQ(crashed->state(), Job::FAILED);
+  }
+  EXPECT_GT(submitted.load(), 0);
+  EXPECT_EQ(failed.load(), 0) << failed.load() << " of " << submitted.load()
+                              << " submits failed, the first: " << first_failure;
+}
+
+// Item 13: a cancel gets 3 × the job's step time when that is longer than cancel_grace_s (the
+// executor looks for a cancel between steps): with cancel_grace_s 0 every cancel used to kill
+// the executor; now the job stops at its next step and the executor stays.
+TEST_F(HangsE2eTest, ACancelWaitsForTheStepInProgressWhenStepsAreSlowerThanTheGrace) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("executor:\n  cancel_grace_s: 0\n"));
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, TrainJobRequest(60'000, 64, 100, 256));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
+    return now.ok() && now->last_step().step() >= 2 && now->last_step().step_time_ms() > 0;
+  }));
+  absl::StatusOr<mpsd::v1::DeviceInfo> before = rpc::Device(*daemon_);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(rpc::Cancel(*daemon_, job->id()).ok());
+  absl::StatusOr<Job> cancelled = rpc::WaitForEnd(*daemon_, job->id());
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), Job::CANCELLED);
+  EXPECT_EQ(cancelled->summary().executor_restart_reason(), "") << cancelled->message();
+  EXPECT_EQ(cancelled->summary().executor_pid(), before->executor_pid());
+}
+
+// Item 13: a cancel the executor does ignore says that the executor was replaced.
+TEST_F(HangsE2eTest, AnIgnoredCancelSaysTheExecutorWasReplaced) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDaemon("executor:\n  cancel_grace_s: 1\n", {"--enable-fault-injection"}));
+  // "hang" sleeps before step 3, deaf to a cancel.
+  absl::StatusOr<Job> job =
+      rpc::Submit(*daemon_, WithFault(TrainJobRequest(320, 64, 500, 64), "hang", 3));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
+    return now.ok() && now->last_step().step() >= 2;
+  }));
+  ASSERT_TRUE(rpc::Cancel(*daemon_, job->id()).ok());
+  absl::StatusOr<Job> cancelled = rpc::WaitForEnd(*daemon_, job->id());
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), Job::CANCELLED);
+  EXPECT_THAT(cancelled->message(), HasSubstr("cancelled by request; cancel not honoured within 1 s"));
+  EXPECT_THAT(cancelled->message(), HasSubstr("was killed and replaced"));
+}
+
+// Item 4: mpsctl reads a job file only when it is a regular file of at most 1 MiB: /dev/zero
+// was read without end (5 GB resident in 10 s), a FIFO blocked open(), a 20 MB file went out and
+// came back as gRPC's message-size error. A 1 MiB job file still goes through.
+TEST_F(HangsE2eTest, MpsctlReadsOnlyRegularJobFilesOfAtMostOneMebibyte) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  const std::string fifo = dir_.str() + "/job.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string big = dir_.str() + "/big.yaml";
+  const std::string job_yaml =
+      "kind: TrainJob\nmodel: {name: mlp}\ndataset: {name: synthetic, synthetic: "
+      "{input_shape: [8], num_classes: 2, train_examples: 64, test_examples: 8}}\n"
+      "batch_size: 32\ndevice: cpu\n";
+  WriteFile(big, job_yaml + std::string(20 << 20, '#') + "\n");
+  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
+           {big, "20971694 bytes; a job file is at most 1 MiB"},
+           {dir_.str(), "not a regular file"},
+           {fifo, "not a regular file"},
+           {"/dev/zero", "not a regular file"}}) {
+    SCOPED_TRACE(path);
+    CommandResult submit = RunWithin(
+        {MpsctlPath(), "--server", daemon_->address(), "submit", path}, dir_.str(),
+        absl::Seconds(30));
+    EXPECT_EQ(submit.exit_code, 1) << submit.err;
+    EXPECT_THAT(submit.err, HasSubstr(path + ": " + message));
+  }
+  const std::string exact = dir_.str() + "/exact.yaml";
+  WriteFile(exact, job_yaml + "#" + std::string((1 << 20) - job_yaml.size() - 2, '#') + "\n");
+  ASSERT_EQ(std::filesystem::file_size(exact), 1u << 20);
+  CommandResult submit = RunWithin({MpsctlPath(), "--server", daemon_->address(), "submit", exact},
+                                   dir_.str(), absl::Seconds(60));
+  EXPECT_EQ(submit.exit_code, 0) << submit.err;
+}
+
+// mpsctl says that "abc" is not a job id (a usage error, exit 64) instead of asking the daemon
+// and reporting "job abc not found".
+TEST_F(HangsE2eTest, MpsctlSaysWhatIsNotAJobId) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"get", "abc"}, {"cancel", "abc"}, {"logs", "abc"}, {"artifacts", "01"}}) {
+    std::vector<std::string> argv = {MpsctlPath(), "--server",
+                                     "unix://" + dir_.str() + "/nobody.sock"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult result = RunWithin(argv, dir_.str(), absl::Seconds(30));
+    EXPECT_EQ(result.exit_code, 64) << args[0] << ": " << result.err;
+    EXPECT_THAT(result.err, HasSubstr("\"" + args[1] + "\" is not a job id")) << args[0];
+  }
+}
+
+// A relative --state-dir works: mpsd makes it absolute before the executor's socket becomes a
+// unix:// URI in it (a relative one read as an authority; the executor never answered).
+TEST_F(HangsE2eTest, ARelativeStateDirWorks) {
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_.path());
+  daemon_ = std::make_unique<Daemon>("relative-state", dir_.str() + "/mpsd.sock");
+  daemon_->Start();
+  std::filesystem::current_path(cwd);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  mpsd::v1::SubmitJobRequest tiny = ChattyJob(64);
+  tiny.mutable_train_job()->set_batch_size(32);
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, tiny);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<Job> done = rpc::WaitForEnd(*daemon_, job->id());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), Job::SUCCEEDED) << done->message();
+  EXPECT_TRUE(std::filesystem::exists(dir_.path() / "relative-state" / "mpsd.db"));
+}
+
+// A limit beyond the dataset's published split is refused at submit, naming the field, rather
+// than silently capped (limit_train: 100000 on Fashion-MNIST trained on 60,000).
+TEST_F(HangsE2eTest, ALimitBeyondTheDatasetIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  absl::StatusOr<Job> refused = rpc::Submit(*daemon_, TrainJobRequest(100'000, 64, 1, 64));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("limit_train: 100000 is more than the 60000 training examples of "
+                        "fashion-mnist"));
+  absl::StatusOr<Job> test_split = rpc::Submit(*daemon_, TrainJobRequest(100, 20'000, 1, 64));
+  ASSERT_FALSE(test_split.ok());
+  EXPECT_THAT(test_split.status().message(),
+              HasSubstr("limit_test: 20000 is more than the 10000 test examples"));
+  EXPECT_TRUE(rpc::Submit(*daemon_, TrainJobRequest(60'000, 10'000, 1, 64)).ok());
+}
+
+}  // namespace
+}  // namespace mpsd::testing
