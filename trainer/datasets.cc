@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <system_error>
 #include <utility>
-#include <initializer_list>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -292,22 +291,6 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
   if (absl::Status s = Fields().AtLeast("limit_test", spec.limit_test(), 0); !s.ok()) return s;
   config.limit_train = spec.limit_train();
   config.limit_test = spec.limit_test();
-  // A limit beyond the published split is refused rather than silently capped (files of fewer
-  // examples, e.g. a truncated copy, are capped at load, and its log line says so).
-  struct Limit {
-    const char* field;
-    int64_t limit, examples;
-    const char* split;
-  };
-  for (const Limit& l : {Limit{"limit_train", config.limit_train, config.info->train_examples,
-                               "training"},
-                         Limit{"limit_test", config.limit_test, config.info->test_examples,
-                               "test"}}) {
-    if (l.examples > 0 && l.limit > l.examples) {
-      return FieldError(l.field, absl::StrFormat("%d is more than the %d %s examples of %s",
-                                                 l.limit, l.examples, l.split, config.info->name));
-    }
-  }
   config.input_shape = config.info->input_shape;
   config.num_classes = config.info->num_classes;
   if (config.info->check_files == nullptr) {
