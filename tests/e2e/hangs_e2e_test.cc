@@ -377,22 +377,5 @@ TEST_F(HangsE2eTest, ARelativeStateDirWorks) {
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / "relative-state" / "mpsd.db"));
 }
 
-// A limit beyond the dataset's published split is refused at submit, naming the field, rather
-// than silently capped (limit_train: 100000 on Fashion-MNIST trained on 60,000).
-TEST_F(HangsE2eTest, ALimitBeyondTheDatasetIsRefused) {
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
-  absl::StatusOr<Job> refused = rpc::Submit(*daemon_, TrainJobRequest(100'000, 64, 1, 64));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused.status().message(),
-              HasSubstr("limit_train: 100000 is more than the 60000 training examples of "
-                        "fashion-mnist"));
-  absl::StatusOr<Job> test_split = rpc::Submit(*daemon_, TrainJobRequest(100, 20'000, 1, 64));
-  ASSERT_FALSE(test_split.ok());
-  EXPECT_THAT(test_split.status().message(),
-              HasSubstr("limit_test: 20000 is more than the 10000 test examples"));
-  EXPECT_TRUE(rpc::Submit(*daemon_, TrainJobRequest(60'000, 10'000, 1, 64)).ok());
-}
-
 }  // namespace
 }  // namespace mpsd::testing
