@@ -122,6 +122,7 @@ absl::Status TorchExecutor::RunTrain(const JobContext& context,
     job->job_dir = (std::filesystem::path(options_.artifacts_dir) / context.job_id).string();
   }
   if (!context.resume_checkpoint.empty()) job->resume_path = context.resume_checkpoint;
+  job->dataset.own.cache_dir = options_.cache_dir;
   jobs_run_.fetch_add(1, std::memory_order_relaxed);
   // Fault injection (tests only; validated above): the fault fires from inside the sink, never
   // at the summary.

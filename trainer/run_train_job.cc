@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -101,9 +102,15 @@ absl::StatusOr<DeviceDataset> LoadData(const TrainJobConfig& job, const EventSin
   summary.set_train_examples(data->train.size());
   summary.set_test_examples(data->test.size());
   summary.set_data_load_time_s(load_seconds);
+  for (const std::string& note : data->notes) EmitLog(sink, note);
   EmitLog(sink, absl::StrFormat("loaded %s: %d train, %d test examples in %.2f s on %s",
                                 job.dataset.info->name, data->train.size(), data->test.size(),
                                 load_seconds, DeviceString(job.device)));
+  // image_folder and tensors: the class names (index = class), where the data lives, and what
+  // on_bad_image: skip left out.
+  for (const std::string& name : data->class_names) summary.add_class_names(name);
+  summary.set_data_placement(data->placement);
+  summary.set_skipped_images(data->skipped_images);
   if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
   return data;
 }
@@ -220,9 +227,34 @@ EpochEndHook CheckpointHook(const TrainJobConfig& job, JobState& state, const Ev
   };
 }
 
+// The class names as a JSON array of strings (RFC 8259 escaping).
+std::string ClassNamesJson(const std::vector<std::string>& names) {
+  std::string json = "[";
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) json += ", ";
+    json += '"';
+    for (const char c : names[i]) {
+      if (c == '"' || c == '\\') {
+        json += '\\';
+        json += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        absl::StrAppendFormat(&json, "\\u%04x", static_cast<unsigned char>(c));
+      } else {
+        json += c;
+      }
+    }
+    json += '"';
+  }
+  return json + "]";
+}
+
 // Saves the finished model into the job's directory: the TorchScript module as TorchScript, a
 // zoo model as a LibTorch archive (torch::save; torch::load into the same zoo model reads it).
+// The class names travel with the model, so its predictions can be mapped back: an extra file
+// of the TorchScript archive (torch.jit.load(..., _extra_files={"class_names.json": ""})), or
+// the entry "class_names" (a list of strings) of the LibTorch archive.
 absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
+                               const std::vector<std::string>& class_names,
                                mpsd::v1::JobSummary& summary) {
   if (job.job_dir.empty()) return absl::OkStatus();
   std::error_code ec;
@@ -233,10 +265,17 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   // The config says which kind of model the job built, so no cast recovers it.
   const bool torchscript = job.model == nullptr;
   if (torchscript) {
-    static_cast<TorchScriptClassifierImpl&>(model).script().save(temporary);
+    torch::jit::ExtraFilesMap extra;
+    if (!class_names.empty()) extra["class_names.json"] = ClassNamesJson(class_names);
+    static_cast<TorchScriptClassifierImpl&>(model).script().save(temporary, extra);
   } else {
     torch::serialize::OutputArchive archive;
     model.save(archive);
+    if (!class_names.empty()) {
+      c10::List<std::string> names;
+      for (const std::string& name : class_names) names.push_back(name);
+      archive.write("class_names", c10::IValue(names));
+    }
     archive.save_to(temporary);
   }
   std::filesystem::rename(temporary, path, ec);
@@ -263,7 +302,9 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
   if (job.precision == Precision::kFp16) {
     summary.summary().set_final_loss_scale(static_cast<float>(s.grad_scaler.scale()));
   }
-  if (status.ok()) status = SaveFinishedModel(job, *s.model, summary.summary());
+  if (status.ok()) {
+    status = SaveFinishedModel(job, *s.model, s.data.class_names, summary.summary());
+  }
   return status;
 }
 
