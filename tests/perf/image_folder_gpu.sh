@@ -3,20 +3,25 @@
 # (MODE=build, same DEPS argument and knobs), generate an image folder of JPEGs larger than a set
 # device budget, and run through a real mpsd:
 #   (a) resnet50 at 224×224 on that folder with device_budget_bytes below its size, so "auto"
-#       streams it from the host (the job fails the script if the summary says otherwise); the
+#       streams it from the host (the results say ERROR if the summary says otherwise); the
 #       first job decodes the folder into the cache (its log gives the decode rate);
-#   (b) the same job again: the cache is reused (data load time of both printed);
-#   (c) the same job on synthetic data of the same shape and size, resident on the device.
-# Prints samples/s of (a)/(b) and (c) (epoch 1 and the steady epochs), their ratio, and the first
-# pass's decode rate in images/s and images/s per decoding thread (one per core).
+#   (b) the same job on synthetic data of the same shape and size, resident on the device;
+#   (c) the folder job again: the cache is reused (data load time of both printed).
+# Prints samples/s of (a)/(c) and (b) (per epoch and the median of the epochs after the first),
+# their ratio, and the first pass's decode rate in images/s and images/s per decoding thread
+# (one per core).
 #
-#   tests/perf/image_folder_gpu.sh DEPS     (DEPS as gpu_train_compare.sh; with *.deb files there,
-#                                             add libturbojpeg0-dev, libturbojpeg0, libpng-dev)
+#   tests/perf/image_folder_gpu.sh DEPS     (DEPS as gpu_train_compare.sh: *.deb files, with
+#                                             libturbojpeg0(-dev) and libpng16-16/libpng-dev
+#                                             among them, and mpsd-src.tar.gz)
 # Knobs: OUT (default perf-out-image-folder), WORK (/tmp/mpsd-perf), PYTHON (a python3 with PIL),
 # N_TRAIN (12800), N_VAL (1280), CLASSES (10), BATCH (128), EPOCHS (3), BUDGET_BYTES (2 GiB),
-# PRECISION (fp32), SKIP_BUILD=1 (reuse WORK/build), JOB_TIMEOUT_S (900).
+# PRECISION (fp32), MODEL (resnet50), IMAGE_SIZE (224), DEVICE (cuda), SKIP_BUILD=1 (reuse
+# WORK/build), BUILD_TIMEOUT_S (360), TOTAL_BUDGET_S (530: every step's timeout is cut so that
+# the script ends by then, results included), MPS_COMPILE_CHECK (0 here: gpu_train_compare.sh's).
+# A job that runs out of time is cancelled, and the results show what it got done.
 # Files in $OUT (at most 8): image_folder_gpu.log, build.log, mpsd.log, folder_events.jsonl,
-# folder_again_events.jsonl, synthetic_events.jsonl, results.txt.
+# synthetic_events.jsonl, folder_again_events.jsonl, results.txt.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -30,7 +35,14 @@ BATCH=${BATCH:-128}
 EPOCHS=${EPOCHS:-3}
 BUDGET_BYTES=${BUDGET_BYTES:-2147483648}
 PRECISION=${PRECISION:-fp32}
-JOB_TIMEOUT_S=${JOB_TIMEOUT_S:-900}
+MODEL=${MODEL:-resnet50}
+IMAGE_SIZE=${IMAGE_SIZE:-224}
+DEVICE=${DEVICE:-cuda}
+BUILD_TIMEOUT_S=${BUILD_TIMEOUT_S:-360}
+TOTAL_BUDGET_S=${TOTAL_BUDGET_S:-530}
+DEADLINE=$((SECONDS + TOTAL_BUDGET_S))
+# tmo LIMIT: LIMIT, or less so that 20 s are left for the results before the deadline.
+tmo() { local t=$1 left=$((DEADLINE - SECONDS - 20)); ((left < t)) && t=$left; ((t < 5)) && t=5; echo "$t"; }
 mkdir -p "$OUT"
 exec > >(tee "$OUT/image_folder_gpu.log") 2>&1
 say() { printf '\n==== [%s] %s\n' "$(date +%T)" "$*"; }
@@ -41,23 +53,28 @@ if [[ ${SKIP_BUILD:-0} == 1 && -x $BUILD/server/mpsd ]]; then
   say "SKIP_BUILD=1: using $BUILD"
 else
   say "build mpsd (MODE=build of gpu_train_compare.sh)"
-  MODE=build OUT="$WORK/build-out" WORK="$WORK" PYTHON="$PY" "$REPO/tests/perf/gpu_train_compare.sh" "$@"
+  MODE=build OUT="$WORK/build-out" WORK="$WORK" PYTHON="$PY" \
+    MPS_COMPILE_CHECK=${MPS_COMPILE_CHECK:-0} BUILD_TIMEOUT_S="$(tmo "$BUILD_TIMEOUT_S")" \
+    "$REPO/tests/perf/gpu_train_compare.sh" "$@"
   rc=$?
   cp "$WORK/build-out/build.log" "$OUT/build.log" 2>/dev/null
   [[ $rc -eq 0 && -x $BUILD/server/mpsd ]] || { echo "build failed ($rc): see build.log"; exit 1; }
+  say "built"
 fi
 DEPS=$(realpath "${1:-${DEPS:-$REPO/.deps}}")
 if compgen -G "$DEPS/*.deb" > /dev/null; then
   PREFIX=${PREFIX:-/opt/deps}
   export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu:$PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# What the executor links, and whether the loader finds all of it (libturbojpeg, libpng).
+ldd "$BUILD/trainer/mpsd-executor" | grep -E 'not found|turbojpeg|png|libssl|libcrypto|libtorch_cuda'
 
 # ---- the image folder ---------------------------------------------------------------------------
 DATA="$WORK/data/image-folder-$N_TRAIN-$N_VAL-$CLASSES"
 if [[ ! -e $DATA/.complete ]]; then
   say "writing $N_TRAIN + $N_VAL JPEGs of 200-320 pixels a side, $CLASSES classes, into $DATA"
   rm -rf "$DATA"
-  "$PY" - "$DATA" "$N_TRAIN" "$N_VAL" "$CLASSES" <<'EOF' || exit 1
+  timeout "$(tmo 150)" "$PY" - "$DATA" "$N_TRAIN" "$N_VAL" "$CLASSES" <<'EOF' || exit 1
 import multiprocessing, os, random, sys
 from PIL import Image, ImageDraw
 root, n_train, n_val, classes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -87,7 +104,7 @@ EOF
   touch "$DATA/.complete"
 fi
 du -sh "$DATA"
-echo "resident as float32 at 224x224: $(( (N_TRAIN + N_VAL) * 3 * 224 * 224 * 4 / 1048576 )) MiB; budget $((BUDGET_BYTES / 1048576)) MiB"
+echo "resident as float32 at ${IMAGE_SIZE}x$IMAGE_SIZE: $(( (N_TRAIN + N_VAL) * 3 * IMAGE_SIZE * IMAGE_SIZE * 4 / 1048576 )) MiB; budget $((BUDGET_BYTES / 1048576)) MiB"
 
 # ---- the jobs -----------------------------------------------------------------------------------
 RUN="$WORK/image-folder-run"
@@ -98,34 +115,42 @@ epochs: $EPOCHS
 optimizer: {name: sgd, learning_rate: 0.1, momentum: 0.9, weight_decay: 0.0001}
 precision: $PRECISION
 seed: 1
-device: cuda"
+device: $DEVICE"
 cat > "$RUN/folder.yaml" <<EOF
 kind: TrainJob
-model: {name: resnet50}
+model: {name: $MODEL}
 dataset:
   name: image_folder
   root: $DATA
-  image_folder: {image_size: [224, 224]}
+  image_folder: {image_size: [$IMAGE_SIZE, $IMAGE_SIZE]}
   device_budget_bytes: $BUDGET_BYTES
 $COMMON
 EOF
 cat > "$RUN/synthetic.yaml" <<EOF
 kind: TrainJob
-model: {name: resnet50}
+model: {name: $MODEL}
 dataset:
   name: synthetic
-  synthetic: {input_shape: [3, 224, 224], num_classes: $CLASSES, train_examples: $N_TRAIN, test_examples: $N_VAL}
+  synthetic: {input_shape: [3, $IMAGE_SIZE, $IMAGE_SIZE], num_classes: $CLASSES, train_examples: $N_TRAIN, test_examples: $N_VAL}
 $COMMON
 EOF
 "$BUILD/server/mpsd" --listen "$SOCK" --state-dir "$RUN/state" > "$OUT/mpsd.log" 2>&1 &
 mpsd_pid=$!
 for _ in $(seq 600); do [[ -S $RUN/mpsd.sock ]] && break; sleep 0.1; done
 MPSCTL=("$BUILD/client/mpsctl" --server "$SOCK" --json)
-for job in folder:folder folder_again:folder synthetic:synthetic; do
+# The synthetic job second, so that a run short of time still has one job of each kind.
+for job in folder:folder synthetic:synthetic folder_again:folder; do
   name=${job%%:*} file=${job##*:}
   say "job $name ($file.yaml)"
-  timeout "$JOB_TIMEOUT_S" "${MPSCTL[@]}" submit "$RUN/$file.yaml" --follow > "$OUT/${name}_events.jsonl"
-  echo "exit $?"
+  timeout "$(tmo 600)" "${MPSCTL[@]}" submit "$RUN/$file.yaml" --follow > "$OUT/${name}_events.jsonl"
+  rc=$?
+  echo "exit $rc"
+  if [[ $rc -eq 124 ]]; then
+    # Out of time: cancel it, so that the next job does not queue behind it.
+    id=$("$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["job_id"])' \
+           < "$OUT/${name}_events.jsonl" 2>/dev/null)
+    [[ -n $id ]] && timeout 20 "${MPSCTL[@]}" cancel "$id"
+  fi
   grep -v '"step"' "$OUT/${name}_events.jsonl" | cut -c1-400
 done
 kill -TERM "$mpsd_pid"
@@ -152,7 +177,7 @@ def load(name):
     return epochs, summary, logs
 
 rows = {}
-for name in ("folder", "folder_again", "synthetic"):
+for name in ("folder", "synthetic", "folder_again"):
     epochs, summary, logs = load(name)
     rates = [e.get("samples_per_second", 0.0) for e in epochs]
     steady = statistics.median(rates[1:]) if len(rates) > 1 else (rates[0] if rates else 0.0)
@@ -176,5 +201,7 @@ for name in ("folder", "folder_again", "synthetic"):
                       f"{n / s / t:,.0f} images/s per thread ({cores} cores)")
 if rows.get("synthetic"):
     for name in ("folder", "folder_again"):
-        print(f"{name} / synthetic samples/s (steady epochs): {rows[name] / rows['synthetic']:.3f}")
+        if rows.get(name):
+            print(f"{name} / synthetic samples/s (steady epochs): "
+                  f"{rows[name] / rows['synthetic']:.3f}")
 EOF
