@@ -97,8 +97,8 @@ struct OwnDataConfig {
   std::vector<std::string> class_names;
   // Training examples found at validation (after limit_train).
   int64_t train_examples = 0;
-  // Where image_folder keeps its decode cache; "" = none (decoded into memory every time). The
-  // executor sets it (Executor::Options::cache_dir).
+  // Where image_folder keeps its decode cache; "" = none (decoded into memory every time).
+  // ResolveTrainJob sets it from Executor::Options::cache_dir.
   std::string cache_dir;
 };
 
