@@ -214,7 +214,7 @@ inline int64_t CudaFreeBytes(int device_index) {
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
   size_t free_bytes = 0, total_bytes = 0;
   C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const AllocatorStats stats = CudaStats(device_index);
+  const api::MemoryFigures stats = CudaStats(device_index);
   return static_cast<int64_t>(free_bytes) + stats.reserved_bytes - stats.allocated_bytes;
 #else
   (void)device_index;
