@@ -3,6 +3,8 @@
 // saved, and the summary.
 #include "trainer/run_train_job.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainer/checkpoint.h"
@@ -227,25 +230,17 @@ EpochEndHook CheckpointHook(const TrainJobConfig& job, JobState& state, const Ev
   };
 }
 
-// The class names as a JSON array of strings (RFC 8259 escaping).
-std::string ClassNamesJson(const std::vector<std::string>& names) {
-  std::string json = "[";
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) json += ", ";
-    json += '"';
-    for (const char c : names[i]) {
-      if (c == '"' || c == '\\') {
-        json += '\\';
-        json += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        absl::StrAppendFormat(&json, "\\u%04x", static_cast<unsigned char>(c));
-      } else {
-        json += c;
-      }
-    }
-    json += '"';
+// The class names as a JSON array of strings: protobuf's JSON mapping of a ListValue, which
+// escapes as RFC 8259 asks.
+absl::StatusOr<std::string> ClassNamesJson(const std::vector<std::string>& names) {
+  google::protobuf::ListValue list;
+  for (const std::string& name : names) list.add_values()->set_string_value(name);
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(list, &json);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("class names as JSON: ", status.ToString()));
   }
-  return json + "]";
+  return json;
 }
 
 // Saves the finished model into the job's directory: the TorchScript module as TorchScript, a
@@ -266,7 +261,11 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   const bool torchscript = job.model == nullptr;
   if (torchscript) {
     torch::jit::ExtraFilesMap extra;
-    if (!class_names.empty()) extra["class_names.json"] = ClassNamesJson(class_names);
+    if (!class_names.empty()) {
+      absl::StatusOr<std::string> json = ClassNamesJson(class_names);
+      if (!json.ok()) return json.status();
+      extra["class_names.json"] = *std::move(json);
+    }
     static_cast<TorchScriptClassifierImpl&>(model).script().save(temporary, extra);
   } else {
     torch::serialize::OutputArchive archive;

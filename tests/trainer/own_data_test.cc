@@ -5,6 +5,7 @@
 // and invalidated across jobs, bad images, and class names in the summary and the finished model.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -406,6 +408,40 @@ TEST_F(OwnDataTest, FinishedModelCarriesTheClassNames) {
   std::vector<std::string> read;
   for (const c10::IValue& name : names.toListRef()) read.push_back(name.toStringRef());
   EXPECT_THAT(read, ElementsAre("blue", "green", "red"));
+}
+
+// A user's TorchScript model (a linear classifier over the flattened 3×16×16 images, as a user
+// would torch.jit.save it) trains on a tensors file, and its finished model.pt carries the class
+// names as the extra file class_names.json, a JSON array that torch.jit.load(...,
+// _extra_files=...) hands back.
+TEST_F(OwnDataTest, TorchScriptModelTrainsOnOwnDataAndCarriesTheClassNames) {
+  torch::manual_seed(3);
+  torch::jit::Module linear("LinearClassifier");
+  linear.register_parameter("weight", (torch::randn({3, 768}) * 0.01).requires_grad_(),
+                            /*is_buffer=*/false);
+  linear.register_parameter("bias", torch::zeros({3}).requires_grad_(), /*is_buffer=*/false);
+  linear.define(R"(
+    def forward(self, x):
+        return torch.addmm(self.bias, torch.flatten(x, 1), self.weight.t())
+  )");
+  const std::string script = Path("linear.pt");
+  linear.save(script);
+  const std::string artifacts = Path("script_artifacts");
+  auto executor = MakeExecutor("", artifacts);
+  mpsd::v1::SubmitJobRequest request = Job(Tensors(TensorsPath()));
+  request.mutable_train_job()->mutable_model()->clear_name();
+  request.mutable_train_job()->mutable_model()->set_torchscript(script);
+  ASSERT_TRUE(executor->Validate(request).ok()) << executor->Validate(request);
+  const RunResult result = RunJob(*executor, request);
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  EXPECT_GE(result.summary.test_accuracy(), 0.9);
+  EXPECT_THAT(result.summary.class_names(), ElementsAre("blue", "green", "red"));
+  ASSERT_EQ(result.summary.model_format(), "torchscript");
+  torch::jit::ExtraFilesMap extra{{"class_names.json", ""}};
+  torch::jit::Module trained = torch::jit::load(result.summary.model_path(), torch::kCPU, extra);
+  EXPECT_EQ(extra["class_names.json"], R"(["blue","green","red"])");
+  EXPECT_EQ(trained.forward({torch::zeros({2, 3, 16, 16})}).toTensor().sizes(),
+            torch::IntArrayRef({2, 3}));
 }
 
 }  // namespace
