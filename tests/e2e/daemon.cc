@@ -99,7 +99,11 @@ Daemon::~Daemon() {
 }
 
 void Daemon::Start(const std::vector<std::string>& extra_args) {
-  std::vector<std::string> argv = {MpsdPath(), "--listen", address_, "--state-dir", state_dir_};
+  std::vector<std::string> argv = wrapper_;
+  for (const std::string& arg : {MpsdPath(), std::string("--listen"), address_,
+                                 std::string("--state-dir"), state_dir_}) {
+    argv.push_back(arg);
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   const std::string socket_path = address_.substr(std::strlen("unix://"));
   std::error_code ignored;
