@@ -67,7 +67,8 @@ std::vector<std::string> JobDirs(const std::string& dir) {
 
 absl::Status MakePrivateDir(const std::string& dir) {
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
+  const bool created = std::filesystem::create_directories(dir, error);
+  if (created) chmod(dir.c_str(), 0700);  // Whatever the umask of a caller other than main().
   if (error) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create directory ", dir, ": ", error.message()));

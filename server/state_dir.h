@@ -28,8 +28,8 @@ namespace mpsd::server {
 // inherits it).
 inline constexpr mode_t kPrivateUmask = 0077;
 
-// Creates `dir` and its missing parents (mode 0700 under kPrivateUmask). An existing directory
-// keeps its mode. FAILED_PRECONDITION naming the directory when it cannot be created.
+// Creates `dir` (mode 0700) and its missing parents (0700 under kPrivateUmask). An existing
+// directory keeps its mode. FAILED_PRECONDITION naming the directory when it cannot be created.
 absl::Status MakePrivateDir(const std::string& dir);
 
 // The folder that holds mpsd's unix socket must be a directory that nobody but the daemon's
