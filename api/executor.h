@@ -47,6 +47,9 @@ class Executor {
     // Where jobs write checkpoints and finished models: <artifacts_dir>/<job_id>/. Empty: jobs
     // that ask for a checkpoint are rejected at Validate and no finished model is saved.
     std::string artifacts_dir;
+    // Where image_folder datasets keep their decode caches (trainer/dataset_cache.h); mpsd sets
+    // <state_dir>/cache. Empty: every job decodes its images again, into memory.
+    std::string cache_dir;
     // Accept FaultInjection in specs (mpsd --enable-fault-injection, for tests only); when
     // false such a spec fails Validate with INVALID_ARGUMENT.
     bool allow_fault_injection = false;

@@ -686,6 +686,9 @@ void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_fil
   if (!job.model().torchscript().empty()) {
     job.mutable_model()->set_torchscript(AgainstDirectory(job.model().torchscript(), dir));
   }
+  if (!job.dataset().root().empty()) {
+    job.mutable_dataset()->set_root(AgainstDirectory(job.dataset().root(), dir));
+  }
   // A job id ("12") stays as it is: only paths are resolved.
   const std::string& resume_from = job.resume_from();
   if (!resume_from.empty() && !api::IsJobId(resume_from)) {

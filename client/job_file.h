@@ -42,7 +42,8 @@ absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
 
 // Makes the TrainJob's relative file paths absolute against the directory of `job_file` (itself
 // taken against the current directory), since the daemon resolves relative paths against its
-// own working directory: model.torchscript, and resume_from unless it is a job id (all digits).
+// own working directory: model.torchscript, dataset.root, and resume_from unless it is a job id
+// (all digits).
 // Absolute paths, empty fields and other job kinds are left alone. Thread-safe.
 void MakePathsAbsolute(mpsd::v1::SubmitJobRequest& request, const std::string& job_file);
 

@@ -123,6 +123,9 @@ Command BuildCommand(const ExecutorSupervisor::Options& o) {
   if (!o.executor.artifacts_dir.empty()) {
     c.args.insert(c.args.end(), {"--artifacts-dir", o.executor.artifacts_dir});
   }
+  if (!o.executor.cache_dir.empty()) {
+    c.args.insert(c.args.end(), {"--cache-dir", o.executor.cache_dir});
+  }
   if (o.executor.allow_fault_injection) c.args.push_back("--enable-fault-injection");
   for (char** e = environ; *e != nullptr; ++e) {
     const absl::string_view entry(*e);

@@ -160,6 +160,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   executor_options.socket_path = config.state_dir + "/executor.sock";
   executor_options.executor.cpu_threads = config.cpu_threads;
   executor_options.executor.artifacts_dir = config.state_dir + "/artifacts";
+  executor_options.executor.cache_dir = config.state_dir + "/cache";
   executor_options.executor.allow_fault_injection = options.allow_fault_injection;
   executor_options.per_job = config.executor.isolation == "per_job";
   executor_options.restart_after_jobs = config.executor.restart_after_jobs;

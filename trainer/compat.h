@@ -39,7 +39,11 @@
 #if defined(MPSD_TRAINER_WITH_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
 #define MPSD_TRAINER_HAS_CUDA_ALLOCATOR 1
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #else
 #define MPSD_TRAINER_HAS_CUDA_ALLOCATOR 0
 #endif
@@ -201,6 +205,113 @@ inline CudaProperties GetCudaProperties(int device_index) {
 #endif
   return props;
 }
+
+// Bytes a new allocation on the CUDA device could get: the driver's free memory
+// (cudaMemGetInfo) plus the caching allocator's reserved but unallocated blocks, as
+// torch.cuda.mem_get_info() plus (memory_reserved() - memory_allocated()). 0 without CUDA.
+inline int64_t CudaFreeBytes(int device_index) {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
+  size_t free_bytes = 0, total_bytes = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const api::MemoryFigures stats = CudaStats(device_index);
+  return static_cast<int64_t>(free_bytes) + stats.reserved_bytes - stats.allocated_bytes;
+#else
+  (void)device_index;
+  return 0;
+#endif
+}
+
+// ---- Copies to the device on a side stream ---------------------------------------------------
+
+// Host memory for staging copies to `device`: page-locked (pinned, so that a copy can run
+// asynchronously) for CUDA, ordinary elsewhere.
+inline torch::Tensor EmptyStaging(at::IntArrayRef shape, c10::ScalarType dtype,
+                                  const torch::Device& device) {
+  return torch::empty(shape, torch::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda()));
+}
+
+// Host-to-device copies into `slots` buffers on a CUDA stream of their own, ordered against the
+// current stream with two events per slot: `copied` (the copy finished) and `consumed` (the
+// current stream's work queued so far, which read the slot's device buffer). Off CUDA every copy
+// is a plain synchronous copy_ and the events are no-ops. One thread at a time.
+class SideStreamCopier {
+ public:
+  SideStreamCopier(const torch::Device& device, int slots) : device_(device) {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+    if (device_.is_cuda()) {
+      const auto index = static_cast<c10::DeviceIndex>(device_.has_index() ? device_.index() : 0);
+      side_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+      copied_.resize(slots);
+      consumed_.resize(slots);
+    }
+#else
+    (void)slots;
+#endif
+  }
+
+  // Blocks the host until the slot's last copy has read its (staging) source.
+  void WaitCopied(int slot) {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+    if (side_.has_value()) copied_[slot].synchronize();
+#else
+    (void)slot;
+#endif
+  }
+
+  // dst.copy_(src): on CUDA queued on the side stream after the current stream's work that read
+  // the slot before (MarkConsumed), with src pinned host memory.
+  void Copy(int slot, torch::Tensor& dst, const torch::Tensor& src) {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+    if (side_.has_value()) {
+      consumed_[slot].block(*side_);
+      const c10::cuda::CUDAStreamGuard guard(*side_);
+      dst.copy_(src, /*non_blocking=*/true);
+      copied_[slot].record(*side_);
+      return;
+    }
+#endif
+    (void)slot;
+    dst.copy_(src);
+  }
+
+  // The current stream waits (on the device, not the host) for the slot's copy.
+  void WaitOnCurrentStream(int slot) {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+    if (side_.has_value()) {
+      copied_[slot].block(c10::cuda::getCurrentCUDAStream(side_->device_index()));
+    }
+#else
+    (void)slot;
+#endif
+  }
+
+  // Marks the current stream's queued work as the last reader of the slot's device buffer.
+  void MarkConsumed(int slot) {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+    if (side_.has_value()) {
+      consumed_[slot].record(c10::cuda::getCurrentCUDAStream(side_->device_index()));
+    }
+#else
+    (void)slot;
+#endif
+  }
+
+  // Waits for every queued copy.
+  void Synchronize() {
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+    if (side_.has_value()) side_->synchronize();
+#endif
+  }
+
+ private:
+  const torch::Device device_;
+#if MPSD_TRAINER_HAS_CUDA_ALLOCATOR
+  std::optional<c10::cuda::CUDAStream> side_;
+  std::vector<at::cuda::CUDAEvent> copied_;
+  std::vector<at::cuda::CUDAEvent> consumed_;
+#endif
+};
 
 // ---- Fused Adam and CUDA graphs ---------------------------------------------------------------
 

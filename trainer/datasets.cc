@@ -17,6 +17,7 @@
 #include "trainer/field_checks.h"
 #include "trainer/idx.h"
 #include "trainer/models.h"
+#include "trainer/own_data.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -166,6 +167,8 @@ const std::vector<DatasetInfo>& Registry() {
       {"cifar10", "/usr/share/datasets/cifar10", {3, 32, 32}, kCifarClasses, 50'000, 10'000,
        {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}, CheckCifarFiles, LoadCifar},
       {"synthetic", "", {3, 32, 32}, 10, 0, 0, {}, {}, nullptr, LoadSynthetic},
+      {"image_folder", "", {}, 0, 0, 0, {}, {}, nullptr, LoadImageFolder, ResolveImageFolder},
+      {"tensors", "", {}, 0, 0, 0, {}, {}, nullptr, LoadTensors, ResolveTensors},
   };
   return registry;
 }
@@ -293,8 +296,13 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
   config.limit_test = spec.limit_test();
   config.input_shape = config.info->input_shape;
   config.num_classes = config.info->num_classes;
-  if (config.info->check_files == nullptr) {
-    if (absl::Status s = ResolveSynthetic(spec.synthetic(), config); !s.ok()) return s;
+  if (config.info->resolve != nullptr) {
+    if (absl::Status s = config.info->resolve(spec, config); !s.ok()) return s;
+  } else {
+    if (absl::Status s = CheckOwnDataFieldsUnset(spec); !s.ok()) return s;
+    if (config.info->check_files == nullptr) {
+      if (absl::Status s = ResolveSynthetic(spec.synthetic(), config); !s.ok()) return s;
+    }
   }
   if (absl::Status s = ResolveAugmentation(spec.augmentation(), config); !s.ok()) return s;
   if (config.info->check_files != nullptr) {
@@ -307,6 +315,7 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
 }
 
 int64_t NominalTrainExamples(const DatasetConfig& config) {
+  if (config.info->resolve != nullptr) return config.own.train_examples;  // own data, counted
   if (config.info->check_files == nullptr) return config.synthetic_train;
   const int64_t examples = config.info->train_examples;
   return config.limit_train > 0 ? std::min(examples, config.limit_train) : examples;

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,13 +18,20 @@
 #include "absl/strings/string_view.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "trainer/augment.h"
+#include "trainer/dataset_cache.h"
 
 namespace mpsd::trainer {
 
+class StreamedSplit;  // trainer/streamed_split.h
+
 // One split on the device.
 struct TensorSplit {
-  torch::Tensor images;  // [N, ...input_shape] float32; images normalised per channel
-  torch::Tensor labels;  // [N] int64, each in [0, num_classes)
+  // [N, ...input_shape] float32; images normalised per channel. Undefined when `streamed`.
+  torch::Tensor images;
+  torch::Tensor labels;  // [N] int64 on the device, each in [0, num_classes)
+  // Set when the inputs stay on the host and each batch is copied to the device as the loop
+  // asks for it (image_folder and tensors data beyond the device budget).
+  std::shared_ptr<StreamedSplit> streamed;
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };
 
@@ -32,6 +40,13 @@ struct DeviceDataset {
   TensorSplit test;
   // What the training loop applies to each gathered training batch (never to evaluation).
   AugmentationOptions augmentation;
+  // image_folder and tensors (trainer/own_data.h): the class names (index = class; may be
+  // empty), "resident" or "streamed", images left out by on_bad_image: skip, and lines for the
+  // job's log (decode rate, cache reuse, the placement and why).
+  std::vector<std::string> class_names;
+  std::string placement;
+  int64_t skipped_images = 0;
+  std::vector<std::string> notes;
 };
 
 struct DatasetConfig;
@@ -58,12 +73,34 @@ struct DatasetInfo {
   // Loads both splits of `config` onto `device` (see LoadDataset).
   absl::StatusOr<DeviceDataset> (*load)(const DatasetConfig& config, uint64_t seed,
                                         const torch::Device& device) = nullptr;
+  // Datasets whose shape, classes and files come from the spec (image_folder, tensors:
+  // trainer/own_data.h): checks the spec's fields and the files and fills `config` (input_shape,
+  // num_classes, own). nullptr: the fields above apply.
+  absl::Status (*resolve)(const mpsd::v1::DatasetSpec& spec, DatasetConfig& config) = nullptr;
 };
 
 // The registry: nullptr for an unknown name.
 const DatasetInfo* FindDataset(absl::string_view name);
-// Known names in registry order ("fashion-mnist", "mnist", "cifar10", "synthetic").
+// Known names in registry order ("fashion-mnist", "mnist", "cifar10", "synthetic",
+// "image_folder", "tensors").
 std::vector<std::string> DatasetNames();
+
+// Where image_folder and tensors data lives while training (DatasetSpec.placement).
+enum class Placement { kAuto, kResident, kStreamed };
+
+// The settings of image_folder and tensors (trainer/own_data.h).
+struct OwnDataConfig {
+  ImageDecodeOptions decode;     // image_folder only
+  std::vector<float> mean, std;  // given; empty = computed (or none for float tensors)
+  Placement placement = Placement::kAuto;
+  int64_t device_budget_bytes = 0;  // 0 = half the device's free memory
+  std::vector<std::string> class_names;
+  // Training examples found at validation (after limit_train).
+  int64_t train_examples = 0;
+  // Where image_folder keeps its decode cache; "" = none (decoded into memory every time).
+  // ResolveTrainJob sets it from Executor::Options::cache_dir.
+  std::string cache_dir;
+};
 
 // A DatasetSpec with every default applied and every name looked up.
 struct DatasetConfig {
@@ -78,6 +115,7 @@ struct DatasetConfig {
   int64_t synthetic_train = 0;
   int64_t synthetic_test = 0;
   AugmentationOptions augmentation;
+  OwnDataConfig own;  // image_folder and tensors only
 };
 
 // Checks every field of `spec` and the dataset's files (by name and size only; nothing is
@@ -89,7 +127,8 @@ struct DatasetConfig {
 absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec);
 
 // The training examples `config` will load if its files are the published ones: the dataset's
-// train_examples (synthetic: its spec's), after limit_train. A TrainJob's schedule is checked
+// train_examples (synthetic: its spec's; image_folder and tensors: the examples counted at
+// validation), after limit_train. A TrainJob's schedule is checked
 // with it at submit, before the files are decoded.
 int64_t NominalTrainExamples(const DatasetConfig& config);
 

@@ -78,7 +78,7 @@ absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(const mpsd::v1::SubmitJ
   }
   switch (spec.spec_case()) {
     case mpsd::v1::SubmitJobRequest::kTrainJob:
-      return ResolveTrainJob(spec.train_job(), inventory_, options_.artifacts_dir, context);
+      return ResolveTrainJob(spec.train_job(), inventory_, options_, context);
     case mpsd::v1::SubmitJobRequest::kBenchJob:  // Validate and Run handle it (trainer/bench.h)
       return absl::InvalidArgumentError("spec: a BenchJob is not a TrainJob");
     default:

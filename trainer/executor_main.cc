@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps-per-readback", options.steps_per_readback,
                  "training steps read back from the device in one transfer");
   app.add_option("--artifacts-dir", options.artifacts_dir, "checkpoints and finished models");
+  app.add_option("--cache-dir", options.cache_dir, "decode caches of image_folder datasets");
   app.add_flag("--enable-fault-injection", options.allow_fault_injection,
                "accept fault_injection in job specs (tests only)");
   app.add_option("--memory-limit-bytes", memory_limit_bytes,

@@ -3,6 +3,8 @@
 // saved, and the summary.
 #include "trainer/run_train_job.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -11,8 +13,10 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainer/checkpoint.h"
@@ -101,9 +105,15 @@ absl::StatusOr<DeviceDataset> LoadData(const TrainJobConfig& job, const EventSin
   summary.set_train_examples(data->train.size());
   summary.set_test_examples(data->test.size());
   summary.set_data_load_time_s(load_seconds);
+  for (const std::string& note : data->notes) EmitLog(sink, note);
   EmitLog(sink, absl::StrFormat("loaded %s: %d train, %d test examples in %.2f s on %s",
                                 job.dataset.info->name, data->train.size(), data->test.size(),
                                 load_seconds, DeviceString(job.device)));
+  // image_folder and tensors: the class names (index = class), where the data lives, and what
+  // on_bad_image: skip left out.
+  for (const std::string& name : data->class_names) summary.add_class_names(name);
+  summary.set_data_placement(data->placement);
+  summary.set_skipped_images(data->skipped_images);
   if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
   return data;
 }
@@ -220,9 +230,26 @@ EpochEndHook CheckpointHook(const TrainJobConfig& job, JobState& state, const Ev
   };
 }
 
+// The class names as a JSON array of strings: protobuf's JSON mapping of a ListValue, which
+// escapes as RFC 8259 asks.
+absl::StatusOr<std::string> ClassNamesJson(const std::vector<std::string>& names) {
+  google::protobuf::ListValue list;
+  for (const std::string& name : names) list.add_values()->set_string_value(name);
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(list, &json);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("class names as JSON: ", status.ToString()));
+  }
+  return json;
+}
+
 // Saves the finished model into the job's directory: the TorchScript module as TorchScript, a
 // zoo model as a LibTorch archive (torch::save; torch::load into the same zoo model reads it).
+// The class names travel with the model, so its predictions can be mapped back: an extra file
+// of the TorchScript archive (torch.jit.load(..., _extra_files={"class_names.json": ""})), or
+// the entry "class_names" (a list of strings) of the LibTorch archive.
 absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
+                               const std::vector<std::string>& class_names,
                                mpsd::v1::JobSummary& summary) {
   if (job.job_dir.empty()) return absl::OkStatus();
   std::error_code ec;
@@ -233,10 +260,21 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   // The config says which kind of model the job built, so no cast recovers it.
   const bool torchscript = job.model == nullptr;
   if (torchscript) {
-    static_cast<TorchScriptClassifierImpl&>(model).script().save(temporary);
+    torch::jit::ExtraFilesMap extra;
+    if (!class_names.empty()) {
+      absl::StatusOr<std::string> json = ClassNamesJson(class_names);
+      if (!json.ok()) return json.status();
+      extra["class_names.json"] = *std::move(json);
+    }
+    static_cast<TorchScriptClassifierImpl&>(model).script().save(temporary, extra);
   } else {
     torch::serialize::OutputArchive archive;
     model.save(archive);
+    if (!class_names.empty()) {
+      c10::List<std::string> names;
+      for (const std::string& name : class_names) names.push_back(name);
+      archive.write("class_names", c10::IValue(names));
+    }
     archive.save_to(temporary);
   }
   std::filesystem::rename(temporary, path, ec);
@@ -263,7 +301,9 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
   if (job.precision == Precision::kFp16) {
     summary.summary().set_final_loss_scale(static_cast<float>(s.grad_scaler.scale()));
   }
-  if (status.ok()) status = SaveFinishedModel(job, *s.model, summary.summary());
+  if (status.ok()) {
+    status = SaveFinishedModel(job, *s.model, s.data.class_names, summary.summary());
+  }
   return status;
 }
 

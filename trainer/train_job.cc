@@ -248,8 +248,9 @@ const FieldChecks& TrainJobFields() {
 
 absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
                                                const DeviceInventory& inventory,
-                                               const std::string& artifacts_dir,
+                                               const api::Executor::Options& options,
                                                const api::JobContext* context) {
+  const std::string& artifacts_dir = options.artifacts_dir;
   TrainJobConfig config;
   if (absl::Status s = ResolveModelAndData(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
@@ -257,6 +258,7 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   if (absl::Status s = ResolveDeviceSettings(spec, inventory, config); !s.ok()) return s;
   if (absl::Status s = ResolveCheckpoints(spec, artifacts_dir, config); !s.ok()) return s;
   if (context != nullptr) PlaceJob(*context, artifacts_dir, config);
+  config.dataset.own.cache_dir = options.cache_dir;  // image_folder's decode cache
   return config;
 }
 

@@ -71,8 +71,9 @@ struct TrainJobConfig {
 // step options and schedule (the schedule's steps checked with NominalTrainExamples), the
 // device of `inventory`, the precision on that device, memory_format, and checkpoint,
 // restart_policy and resume_from (a checkpoint's metadata read and checked against the job;
-// `artifacts_dir` as Executor::Options has it). INVALID_ARGUMENT whose message starts with the
-// field path ("train_job.batch_size: must be > 0, got 0"). Reads files only; thread-safe.
+// `options.artifacts_dir` says where checkpoints go), and the image_folder decode cache's
+// directory (`options.cache_dir`). INVALID_ARGUMENT whose message starts with the field path
+// ("train_job.batch_size: must be > 0, got 0"). Reads files only; thread-safe.
 //
 // `context`: nullptr to validate a submit; for a run, the job's context, which completes the
 // config: job_id, job_dir (<artifacts_dir>/<job_id>/ when both are set) and resume_path
@@ -81,7 +82,7 @@ struct TrainJobConfig {
 // (RunTrainJob): nothing downstream reads `spec` again or fills in the config.
 absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
                                                const DeviceInventory& inventory,
-                                               const std::string& artifacts_dir,
+                                               const api::Executor::Options& options,
                                                const api::JobContext* context);
 
 // The job's schedule for a training split of `train_examples`: total steps exactly as the loop

@@ -16,6 +16,7 @@
 #include "trainer/compat.h"
 #include "trainer/device.h"
 #include "trainer/graphed_step.h"
+#include "trainer/streamed_split.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -274,9 +275,12 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
   for (int64_t batch = first; batch < first + count; ++batch) {
     const int64_t start = batch * batch_size;
     const torch::Tensor index = order.narrow(/*dim=*/0, start, std::min(batch_size, n - start));
+    // The streamed split yields the same rows in the same order (its pass follows `order`).
+    const torch::Tensor gathered = train.streamed != nullptr
+                                       ? train.streamed->Next()
+                                       : train.images.index_select(/*dim=*/0, index);
     // Training batches only: evaluation never augments.
-    const torch::Tensor images = Augment(train.images.index_select(/*dim=*/0, index),
-                                         loop.data.augmentation, shuffle);
+    const torch::Tensor images = Augment(gathered, loop.data.augmentation, shuffle);
     ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), result);
   }
   OptimizerStep(loop, result);
@@ -301,6 +305,11 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
   shuffle.set_current_seed(EpochSeed(loop.options.seed, epoch));
   const torch::Tensor order = torch::randperm(
       n, shuffle, torch::TensorOptions().dtype(torch::kInt64).device(train.labels.device()));
+  if (train.streamed != nullptr) {
+    // The epoch's batches, copied ahead from the host in this order (one read-back of `order`).
+    train.streamed->StartPass(order.narrow(/*dim=*/0, 0, std::min(n, batches * batch_size)),
+                              batch_size);
+  }
   readback.StartEpoch(epoch);
   for (int64_t first = 0; first < batches; first += accumulation) {
     if (loop.cancelled.load(std::memory_order_relaxed)) {
@@ -364,6 +373,10 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   request.loss_scaling = options.precision == Precision::kFp16;
   request.augmentation = data.augmentation.enabled();
   std::string reason = GraphedStepUnsupportedReason(request);
+  // The graph gathers its batches from the device-resident images.
+  if (reason.empty() && data.train.streamed != nullptr) {
+    reason = "the training set is streamed from the host";
+  }
   if (reason.empty() && !options.cuda_graphs) reason = "CUDA graphs turned off";
   // OneCycleLR's cycle_momentum moves Adam's beta1 every step; the graph reads it once.
   if (reason.empty() && options.schedule.has_value() && options.schedule->Momentum(0)) {
@@ -454,13 +467,20 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
   torch::Tensor loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
   torch::Tensor correct = torch::zeros({}, on_device.dtype(torch::kInt64));
   const int64_t n = split.size();
+  if (split.streamed != nullptr && n > 0) {
+    split.streamed->StartPass(torch::arange(n, torch::TensorOptions().dtype(torch::kInt64)),
+                              batch_size);
+  }
   for (int64_t start = 0; start < n; start += batch_size) {
     if (cancelled.load(std::memory_order_relaxed)) {
       return absl::CancelledError("cancelled during evaluation");
     }
     const int64_t size = std::min(batch_size, n - start);
     const torch::Tensor labels = split.labels.narrow(/*dim=*/0, start, size);
-    const torch::Tensor logits = model.forward(split.images.narrow(/*dim=*/0, start, size));
+    const torch::Tensor images = split.streamed != nullptr
+                                     ? split.streamed->Next()
+                                     : split.images.narrow(/*dim=*/0, start, size);
+    const torch::Tensor logits = model.forward(images);
     loss_sum.add_(
         F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum)));
     correct.add_(logits.argmax(/*dim=*/1).eq(labels).sum());

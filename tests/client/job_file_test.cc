@@ -282,6 +282,19 @@ TEST(JobFileTest, RelativeTorchScriptAndResumePathsAreTakenAgainstTheJobFilesDir
   EXPECT_EQ(request.train_job().model().torchscript(), "/models/net.pt");
 }
 
+TEST(JobFileTest, RelativeDatasetRootIsTakenAgainstTheJobFilesDirectory) {
+  v1::SubmitJobRequest request;
+  request.mutable_train_job()->mutable_dataset()->set_root("../data/pets");
+  MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
+  EXPECT_EQ(request.train_job().dataset().root(), "/home/me/data/pets");
+  request.mutable_train_job()->mutable_dataset()->set_root("/srv/data.pt");
+  MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
+  EXPECT_EQ(request.train_job().dataset().root(), "/srv/data.pt");
+  request.mutable_train_job()->mutable_dataset()->clear_root();  // the dataset's default root
+  MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
+  EXPECT_EQ(request.train_job().dataset().root(), "");
+}
+
 TEST(JobFileTest, ReadJobFileResolvesRelativePathsAgainstItsDirectory) {
   const std::string dir = ::testing::TempDir() + "/job_file_test_relative";
   std::filesystem::create_directories(dir);

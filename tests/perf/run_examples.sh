@@ -4,7 +4,8 @@
 # the data in the default places. Usage: tests/perf/run_examples.sh BUILD_DIR [OUT_DIR]
 # (OUT_DIR gets mpsd.log and one <example>.log each). Where /usr/share/datasets/cifar10 is
 # missing, it writes random CIFAR-10-format files there first (the shape of the real ones;
-# the accuracy then means nothing). PER_JOB_TIMEOUT_S (default 300) bounds each job.
+# the accuracy then means nothing), and /usr/share/datasets/colours{,.pt} the same way.
+# PER_JOB_TIMEOUT_S (default 300) bounds each job.
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=$(realpath "${1:?usage: run_examples.sh BUILD_DIR [OUT_DIR]}")
@@ -20,6 +21,11 @@ for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
         for _ in range(10000):
             f.write(bytes([random.randrange(10)]) + os.urandom(3072))
 PY
+fi
+# examples/image-folder.yaml and tensors.yaml: the colours task of examples/make_own_data.py.
+if [[ ! -e /usr/share/datasets/colours.pt ]]; then
+  /usr/bin/python3 "$REPO/examples/make_own_data.py" /usr/share/datasets/colours \
+    --tensors /usr/share/datasets/colours.pt
 fi
 "$BUILD/server/mpsd" --listen "unix://$RUN/mpsd.sock" --state-dir "$RUN/state" > "$OUT/mpsd.log" 2>&1 &
 mpsd_pid=$!

@@ -54,7 +54,8 @@ std::string ErrorOf(const mpsd::v1::DatasetSpec& spec) {
 
 TEST(ResolveDatasetTest, KnowsEveryDatasetAndItsShape) {
   EXPECT_THAT(DatasetNames(),
-              ::testing::ElementsAre("fashion-mnist", "mnist", "cifar10", "synthetic"));
+              ::testing::ElementsAre("fashion-mnist", "mnist", "cifar10", "synthetic",
+                                     "image_folder", "tensors"));
   TempDir dir("datasets_test_shape");
   WriteCifarRoot(dir.path(), 1, 1);
   absl::StatusOr<DatasetConfig> cifar = ResolveDataset(Cifar(dir.str()));

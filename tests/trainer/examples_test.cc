@@ -42,7 +42,8 @@ bool NeedsWhatThisMachineLacks(const absl::Status& status) {
   return (absl::StartsWith(message, "train_job.device: ") &&
           absl::StrContains(message, "is not available")) ||
          absl::StartsWith(message, "train_job.dataset.name: unknown dataset") ||
-         absl::StartsWith(message, "train_job.dataset.root: directory /usr/share/datasets/");
+         absl::StartsWith(message, "train_job.dataset.root: directory /usr/share/datasets/") ||
+         absl::StartsWith(message, "train_job.dataset.root: file /usr/share/datasets/");
 }
 
 bool ShouldRun(const fs::path& file) {

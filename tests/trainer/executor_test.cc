@@ -154,7 +154,7 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        "train_job.model.num_classes: must be in [1, 1048576], got 0"},
       {"dataset", [](auto& j) { j.mutable_dataset()->set_name("imagenet"); },
        "train_job.dataset.name: unknown dataset \"imagenet\" (known: fashion-mnist, mnist, "
-       "cifar10, synthetic)"},
+       "cifar10, synthetic, image_folder, tensors)"},
       {"optimizer", [](auto& j) { j.mutable_optimizer()->set_name("lamb"); },
        "train_job.optimizer.name: unknown optimizer \"lamb\" (known: adam, adamw, sgd)"},
       {"momentum", [](auto& j) { Sgd(j).set_momentum(1.5); },

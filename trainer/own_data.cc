@@ -1,0 +1,447 @@
+// image_folder and tensors: validation, loading, normalisation and placement (resident on the
+// device, or streamed from the host).
+#include "trainer/own_data.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "trainer/dataset_cache.h"
+#include "trainer/device.h"
+#include "trainer/field_checks.h"
+#include "trainer/image_folder.h"
+#include "trainer/models.h"
+#include "trainer/streamed_split.h"
+#include "trainer/tensor_file.h"
+
+namespace mpsd::trainer {
+namespace {
+
+constexpr int kMaxImageSide = 4096;
+constexpr int kStreamDepth = 2;  // batches copied ahead of the one in use
+constexpr int64_t kStatsChunkRows = 4096;
+
+absl::Status FieldError(absl::string_view field, absl::string_view problem) {
+  static const FieldChecks* const fields = new FieldChecks("train_job.dataset");
+  return fields->Error(field, problem);
+}
+
+std::string MiB(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
+
+// mean/std (after input_shape is known: C = input_shape[0]), placement, device_budget_bytes.
+absl::Status ResolveCommon(const mpsd::v1::DatasetSpec& spec, DatasetConfig& config) {
+  OwnDataConfig& own = config.own;
+  if (spec.mean_size() != spec.std_size()) {
+    return FieldError(spec.mean_size() < spec.std_size() ? "mean" : "std",
+                      absl::StrFormat("set both mean and std or neither (got %d and %d values)",
+                                      spec.mean_size(), spec.std_size()));
+  }
+  const int64_t channels = config.input_shape.empty() ? 1 : config.input_shape[0];
+  if (spec.mean_size() != 0 && spec.mean_size() != 1 && spec.mean_size() != channels) {
+    return FieldError("mean", absl::StrFormat("needs 1 value or %d (one per channel, dim 1 of a "
+                                              "batch), got %d",
+                                              channels, spec.mean_size()));
+  }
+  for (int i = 0; i < spec.mean_size(); ++i) {
+    if (!std::isfinite(spec.mean(i))) {
+      return FieldError(absl::StrCat("mean[", i, "]"), absl::StrCat("must be finite, got ",
+                                                                    spec.mean(i)));
+    }
+    if (!(spec.std(i) > 0) || !std::isfinite(spec.std(i))) {
+      return FieldError(absl::StrCat("std[", i, "]"), absl::StrCat("must be > 0 and finite, got ",
+                                                                   spec.std(i)));
+    }
+  }
+  own.mean.assign(spec.mean().begin(), spec.mean().end());
+  own.std.assign(spec.std().begin(), spec.std().end());
+  const std::string& placement = spec.placement();
+  if (placement.empty() || placement == "auto") {
+    own.placement = Placement::kAuto;
+  } else if (placement == "resident") {
+    own.placement = Placement::kResident;
+  } else if (placement == "streamed") {
+    own.placement = Placement::kStreamed;
+  } else {
+    return FieldError("placement", absl::StrFormat("unknown placement \"%s\" (known: auto, "
+                                                   "resident, streamed)",
+                                                   placement));
+  }
+  if (spec.device_budget_bytes() < 0) {
+    return FieldError("device_budget_bytes",
+                      absl::StrFormat("must be >= 0, got %d", spec.device_budget_bytes()));
+  }
+  own.device_budget_bytes = spec.device_budget_bytes();
+  return absl::OkStatus();
+}
+
+absl::Status ResolveDecodeOptions(const mpsd::v1::ImageFolderSpec& spec,
+                                  ImageDecodeOptions& options) {
+  if (spec.image_size_size() != 2) {
+    return FieldError("image_folder.image_size",
+                      absl::StrFormat("required: [height, width] in pixels, got %d value(s)",
+                                      spec.image_size_size()));
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (spec.image_size(i) < 1 || spec.image_size(i) > kMaxImageSide) {
+      return FieldError(absl::StrCat("image_folder.image_size[", i, "]"),
+                        absl::StrFormat("must be in [1, %d], got %d", kMaxImageSide,
+                                        spec.image_size(i)));
+    }
+  }
+  options.height = spec.image_size(0);
+  options.width = spec.image_size(1);
+  options.channels = spec.has_channels() ? spec.channels() : 3;
+  if (options.channels != 1 && options.channels != 3) {
+    return FieldError("image_folder.channels",
+                      absl::StrFormat("must be 3 (RGB) or 1 (grayscale), got %d",
+                                      options.channels));
+  }
+  if (spec.on_bad_image() == "skip") {
+    options.skip_bad_images = true;
+  } else if (!spec.on_bad_image().empty() && spec.on_bad_image() != "fail") {
+    return FieldError("image_folder.on_bad_image",
+                      absl::StrFormat("must be \"fail\" or \"skip\", got \"%s\"",
+                                      spec.on_bad_image()));
+  }
+  if (spec.decode_threads() < 0 || spec.decode_threads() > 1024) {
+    return FieldError("image_folder.decode_threads",
+                      absl::StrFormat("must be in [0, 1024], got %d", spec.decode_threads()));
+  }
+  options.threads = spec.decode_threads();
+  return absl::OkStatus();
+}
+
+void ApplyLimit(int64_t limit, std::vector<ImageFile>& files) {
+  if (limit > 0 && static_cast<int64_t>(files.size()) > limit) files.resize(limit);
+}
+
+// ---- Placement ----------------------------------------------------------------------------
+
+// The transform both placements apply: /255 for uint8, then the normalisation.
+InputTransform MakeTransform(const torch::Tensor& host, const std::vector<float>& mean,
+                             const std::vector<float>& std, const torch::Device& device) {
+  InputTransform transform;
+  transform.scale_uint8 = host.scalar_type() == torch::kUInt8;
+  if (!mean.empty()) {
+    std::vector<int64_t> shape(host.dim(), 1);
+    shape[1] = static_cast<int64_t>(mean.size());
+    const auto on_device = torch::TensorOptions().device(device);
+    transform.mean = torch::tensor(mean, torch::kFloat32).view(shape).to(on_device);
+    transform.std = torch::tensor(std, torch::kFloat32).view(shape).to(on_device);
+  }
+  return transform;
+}
+
+struct HostData {
+  torch::Tensor train_x, train_y, test_x, test_y;  // CPU; x uint8 or float32, y int64
+  std::shared_ptr<const void> keep_alive;          // owns the memory the x tensors view
+};
+
+TensorSplit PlaceSplit(const torch::Tensor& x, const torch::Tensor& y,
+                       const InputTransform& transform, bool streamed,
+                       const HostData& host, const torch::Device& device) {
+  torch::Tensor labels = y.to(device, /*non_blocking=*/false, /*copy=*/true);
+  if (!streamed) return TensorSplit{transform.Apply(x.to(device)), std::move(labels), nullptr};
+  auto split = std::make_shared<StreamedSplit>(x, labels, transform, device, kStreamDepth,
+                                               host.keep_alive);
+  return TensorSplit{torch::Tensor(), std::move(labels), std::move(split)};
+}
+
+// Resident or streamed by the job's placement and the budget; the choice goes into the notes.
+DeviceDataset Place(const DatasetConfig& config, const HostData& host,
+                    const std::vector<float>& mean, const std::vector<float>& std,
+                    const torch::Device& device) {
+  const OwnDataConfig& own = config.own;
+  const int64_t values = host.train_x.numel() + host.test_x.numel();
+  // float32 on the device, plus the raw copy while it is converted.
+  const int64_t resident_bytes = values * (4 + host.train_x.element_size());
+  const int64_t budget = DeviceBudgetBytes(own, device);
+  bool streamed = own.placement == Placement::kStreamed;
+  std::string why = own.placement == Placement::kAuto ? "" : " (set by the job)";
+  if (own.placement == Placement::kAuto) {
+    streamed = resident_bytes > budget;
+    why = absl::StrFormat(": %s as float32 on the device %s the device budget of %s%s",
+                          MiB(resident_bytes), streamed ? "exceeds" : "fits",
+                          MiB(budget), own.device_budget_bytes > 0 ? " (device_budget_bytes)"
+                                                                    : " (half its free memory)");
+  }
+  DeviceDataset data;
+  const InputTransform transform = MakeTransform(host.train_x, mean, std, device);
+  data.train = PlaceSplit(host.train_x, host.train_y, transform, streamed, host, device);
+  data.test = PlaceSplit(host.test_x, host.test_y, transform, streamed, host, device);
+  data.placement = streamed ? "streamed" : "resident";
+  data.notes.push_back(absl::StrCat(
+      "data placement ", data.placement, why,
+      streamed ? absl::StrFormat("; batches are copied from %s on the host, %d ahead",
+                                 host.train_x.scalar_type() == torch::kUInt8 ? "uint8 pixels"
+                                                                             : "float32 tensors",
+                                 kStreamDepth)
+               : ""));
+  data.augmentation = config.augmentation;
+  if (data.augmentation.enabled() && !mean.empty()) {
+    // torchvision pads the raw image with black (0) before Normalize.
+    const int64_t channels = host.train_x.size(1);
+    std::vector<float> fill;
+    for (int64_t c = 0; c < channels; ++c) {
+      const size_t i = mean.size() == 1 ? 0 : static_cast<size_t>(c);
+      fill.push_back(-mean[i] / std[i]);
+    }
+    data.augmentation.padding_fill = torch::tensor(fill, torch::kFloat32);
+  }
+  return data;
+}
+
+// Per-channel (dim 1) mean and population std of uint8 `x` / 255, in chunks of rows.
+std::pair<std::vector<float>, std::vector<float>> ChannelStats(const torch::Tensor& x) {
+  std::vector<int64_t> dims = {0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  torch::Tensor sum = torch::zeros({x.size(1)}, torch::kFloat64);
+  torch::Tensor squares = torch::zeros({x.size(1)}, torch::kFloat64);
+  for (int64_t start = 0; start < x.size(0); start += kStatsChunkRows) {
+    const torch::Tensor chunk =
+        x.narrow(0, start, std::min(kStatsChunkRows, x.size(0) - start)).to(torch::kFloat64) /
+        255.0;
+    sum += chunk.sum(dims);
+    squares += (chunk * chunk).sum(dims);
+  }
+  const double count = static_cast<double>(x.numel() / x.size(1));
+  const torch::Tensor mean = sum / count;
+  const torch::Tensor std = (squares / count - mean * mean).clamp_min(0).sqrt();
+  std::vector<float> m, s;
+  for (int64_t c = 0; c < x.size(1); ++c) {
+    m.push_back(static_cast<float>(mean[c].item<double>()));
+    s.push_back(static_cast<float>(std[c].item<double>()));
+  }
+  return {m, s};
+}
+
+std::string Floats(const std::vector<float>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ", ", [](std::string* out, float v) {
+                        absl::StrAppendFormat(out, "%.4f", v);
+                      }), "]");
+}
+
+// ---- image_folder ---------------------------------------------------------------------------
+
+torch::Tensor PixelsView(const std::shared_ptr<const DecodedSplit>& split) {
+  return torch::from_blob(const_cast<uint8_t*>(split->pixels()),
+                          {split->count(), split->channels(), split->height(), split->width()},
+                          [split](void*) {}, torch::kUInt8);
+}
+
+torch::Tensor LabelsView(const DecodedSplit& split) {
+  return torch::from_blob(const_cast<int64_t*>(split.labels()), {split.count()}, torch::kInt64);
+}
+
+std::string DecodeNote(absl::string_view name, const ImageFolderSplit& listed,
+                       const DecodedSplit& split) {
+  std::string note;
+  if (split.reused()) {
+    note = absl::StrFormat("%s: %d images from the decode cache %s", name, split.count(),
+                           split.cache_path());
+  } else {
+    const double rate = split.decode_seconds() > 0 ? listed.files.size() / split.decode_seconds()
+                                                   : 0;
+    note = absl::StrFormat(
+        "%s: decoded %d images in %.2f s on %d threads: %.0f images/s, %.0f images/s per thread%s",
+        name, listed.files.size(), split.decode_seconds(), split.decode_threads(), rate,
+        rate / std::max(split.decode_threads(), 1),
+        split.cache_path().empty() ? " (no cache directory: not kept)"
+                                   : absl::StrCat("; cached in ", split.cache_path()));
+  }
+  if (listed.other_files > 0) {
+    absl::StrAppendFormat(&note, "; %d files without a .jpg/.jpeg/.png name skipped",
+                          listed.other_files);
+  }
+  if (split.skipped() > 0) {
+    absl::StrAppendFormat(&note, "; %d bad images skipped (on_bad_image: skip)%s", split.skipped(),
+                          split.skipped_errors().empty()
+                              ? ""
+                              : absl::StrCat(": ", absl::StrJoin(split.skipped_errors(), "; ")));
+  }
+  return note;
+}
+
+}  // namespace
+
+int64_t DeviceBudgetBytes(const OwnDataConfig& config, const torch::Device& device) {
+  if (config.device_budget_bytes > 0) return config.device_budget_bytes;
+  int64_t free_bytes = 0;
+  if (device.is_cuda()) {
+    free_bytes = compat::CudaFreeBytes(device.has_index() ? device.index() : 0);
+  } else {
+    free_bytes = DescribeDevice(device).total_memory_bytes - ReadMemory(device).reserved_bytes;
+  }
+  return std::max<int64_t>(free_bytes, 0) / 2;
+}
+
+absl::Status CheckOwnDataFieldsUnset(const mpsd::v1::DatasetSpec& spec) {
+  const auto unused = [&](absl::string_view field) {
+    return FieldError(field, absl::StrFormat("only image_folder and tensors take it, not %s",
+                                             spec.name()));
+  };
+  if (spec.has_image_folder()) {
+    return FieldError("image_folder", absl::StrFormat("only image_folder takes it, not %s",
+                                                      spec.name()));
+  }
+  if (spec.mean_size() > 0) return unused("mean");
+  if (spec.std_size() > 0) return unused("std");
+  if (!spec.placement().empty()) return unused("placement");
+  if (spec.device_budget_bytes() != 0) return unused("device_budget_bytes");
+  return absl::OkStatus();
+}
+
+absl::Status ResolveImageFolder(const mpsd::v1::DatasetSpec& spec, DatasetConfig& config) {
+  if (spec.root().empty()) {
+    return FieldError("root", "required: the directory holding train/<class>/ and val/<class>/ "
+                              "(or test/<class>/)");
+  }
+  config.root = spec.root();
+  OwnDataConfig& own = config.own;
+  if (absl::Status s = ResolveDecodeOptions(spec.image_folder(), own.decode); !s.ok()) return s;
+  absl::StatusOr<ImageFolderListing> listing = ScanImageFolder(config.root);
+  if (!listing.ok()) return FieldError("root", listing.status().message());
+  if (!own.decode.skip_bad_images) {
+    for (const ImageFolderSplit* split : {&listing->train, &listing->test}) {
+      for (const ImageFile& file : split->files) {
+        if (file.size_bytes < 0) {
+          return FieldError("root", absl::StrCat(file.path, ": ", file.error,
+                                                 " (image_folder.on_bad_image: skip leaves such "
+                                                 "files out)"));
+        }
+      }
+    }
+  }
+  if (absl::Status s = CheckNumClasses(static_cast<int64_t>(listing->classes.size())); !s.ok()) {
+    return FieldError("root", absl::StrCat(listing->train.dir, ": ", s.message()));
+  }
+  config.num_classes = static_cast<int>(listing->classes.size());
+  own.class_names = listing->classes;
+  config.input_shape = {own.decode.channels, own.decode.height, own.decode.width};
+  own.train_examples = static_cast<int64_t>(listing->train.files.size());
+  if (config.limit_train > 0) own.train_examples = std::min(own.train_examples, config.limit_train);
+  return ResolveCommon(spec, config);
+}
+
+absl::Status ResolveTensors(const mpsd::v1::DatasetSpec& spec, DatasetConfig& config) {
+  if (spec.root().empty()) {
+    return FieldError("root", "required: the path of the file torch.save wrote");
+  }
+  if (spec.has_image_folder()) {
+    return FieldError("image_folder", "only image_folder takes it, not tensors");
+  }
+  config.root = spec.root();
+  absl::StatusOr<TensorFile> file = ReadTensorFile(config.root);
+  if (!file.ok()) return FieldError("root", file.status().message());
+  if (absl::Status s = CheckInputShape(file->input_shape); !s.ok()) {
+    return FieldError("root", absl::StrCat(config.root, ": train.x: ", s.message()));
+  }
+  if (absl::Status s = CheckNumClasses(file->num_classes); !s.ok()) {
+    return FieldError("root", absl::StrCat(config.root, ": train.y: ", s.message()));
+  }
+  config.input_shape = file->input_shape;
+  config.num_classes = file->num_classes;
+  config.own.class_names = file->class_names;
+  config.own.train_examples = file->train.x.size(0);
+  if (config.limit_train > 0) {
+    config.own.train_examples = std::min(config.own.train_examples, config.limit_train);
+  }
+  return ResolveCommon(spec, config);
+}
+
+absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint64_t /*seed*/,
+                                              const torch::Device& device) {
+  absl::StatusOr<ImageFolderListing> listing = ScanImageFolder(config.root);
+  if (!listing.ok()) return listing.status();
+  if (listing->classes != config.own.class_names) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the classes changed since the job was submitted (now %s)", listing->train.dir,
+        absl::StrJoin(listing->classes, ", ")));
+  }
+  ApplyLimit(config.limit_train, listing->train.files);
+  ApplyLimit(config.limit_test, listing->test.files);
+  absl::StatusOr<std::shared_ptr<const DecodedSplit>> train =
+      LoadDecodedSplit(*listing, listing->train, config.own.decode, config.own.cache_dir);
+  if (!train.ok()) return train.status();
+  absl::StatusOr<std::shared_ptr<const DecodedSplit>> test =
+      LoadDecodedSplit(*listing, listing->test, config.own.decode, config.own.cache_dir);
+  if (!test.ok()) return test.status();
+
+  std::vector<float> mean = config.own.mean, std = config.own.std;
+  const bool computed = mean.empty();
+  if (computed) {
+    for (const double m : (*train)->mean()) mean.push_back(static_cast<float>(m));
+    for (const double s : (*train)->std()) std.push_back(std::max(static_cast<float>(s), 1e-6f));
+  }
+  HostData host;
+  host.train_x = PixelsView(*train);
+  host.train_y = LabelsView(**train);
+  host.test_x = PixelsView(*test);
+  host.test_y = LabelsView(**test);
+  host.keep_alive = std::make_shared<std::pair<std::shared_ptr<const DecodedSplit>,
+                                               std::shared_ptr<const DecodedSplit>>>(*train,
+                                                                                     *test);
+  DeviceDataset data = Place(config, host, mean, std, device);
+  data.class_names = config.own.class_names;
+  data.skipped_images = (*train)->skipped() + (*test)->skipped();
+  data.notes.insert(data.notes.begin(),
+                    {DecodeNote("train", listing->train, **train),
+                     DecodeNote(listing->test.dir.substr(listing->test.dir.rfind('/') + 1),
+                                listing->test, **test),
+                     absl::StrFormat("normalisation mean %s std %s (%s)", Floats(mean),
+                                     Floats(std),
+                                     !computed ? "given"
+                                     : (*train)->cache_path().empty()
+                                         ? "of the training images"
+                                         : "of the training images, stored with the cache")});
+  return data;
+}
+
+absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t /*seed*/,
+                                          const torch::Device& device) {
+  absl::StatusOr<TensorFile> file = ReadTensorFile(config.root);
+  if (!file.ok()) return file.status();
+  if (file->input_shape != config.input_shape || file->num_classes != config.num_classes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the examples' shape or the classes changed since the job was submitted",
+        config.root));
+  }
+  HostData host;
+  const auto limited = [](const torch::Tensor& t, int64_t limit) {
+    return limit > 0 && t.size(0) > limit ? t.narrow(/*dim=*/0, 0, limit).contiguous() : t;
+  };
+  const auto as_input = [](const torch::Tensor& x) {
+    return x.scalar_type() == torch::kUInt8 ? x : x.to(torch::kFloat32).contiguous();
+  };
+  host.train_x = as_input(limited(file->train.x, config.limit_train));
+  host.train_y = limited(file->train.y, config.limit_train);
+  host.test_x = as_input(limited(file->test.x, config.limit_test));
+  host.test_y = limited(file->test.y, config.limit_test);
+  std::vector<float> mean = config.own.mean, std = config.own.std;
+  std::string normalisation = "given";
+  if (mean.empty() && host.train_x.scalar_type() == torch::kUInt8) {
+    std::tie(mean, std) = ChannelStats(host.train_x);
+    for (float& s : std) s = std::max(s, 1e-6f);
+    normalisation = "of train.x / 255, computed at load";
+  }
+  DeviceDataset data = Place(config, host, mean, std, device);
+  data.class_names = config.own.class_names;
+  data.notes.insert(
+      data.notes.begin(),
+      {absl::StrFormat("tensors %s: %d train, %d test examples of shape [%s] %s", config.root,
+                       host.train_x.size(0), host.test_x.size(0),
+                       absl::StrJoin(config.input_shape, ", "),
+                       c10::toString(file->train.x.scalar_type())),
+       mean.empty() ? std::string("normalisation: none (float x used as stored)")
+                    : absl::StrFormat("normalisation mean %s std %s (%s)", Floats(mean),
+                                      Floats(std), normalisation)});
+  return data;
+}
+
+}  // namespace mpsd::trainer

@@ -1,0 +1,236 @@
+// Reading a torch.save dict of tensors with torch::pickle_load and checking every key.
+#include "trainer/tensor_file.h"
+
+#include <torch/serialize.h>
+
+#include <fstream>
+#include <iterator>
+#include <sys/stat.h>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace mpsd::trainer {
+namespace {
+
+absl::Status KeyError(const std::string& path, absl::string_view key, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": ", problem));
+}
+
+std::string Shape(const torch::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes().vec(), ", "), "]");
+}
+
+// LibTorch's message about why it could not read the file, made into ours.
+absl::Status PickleError(const std::string& path, const std::string& message) {
+  // LibTorch 1.13's unpickler lacks SETITEM (0x73), which pickle uses for a dict of one entry;
+  // a valid file has none (train and test at the top, x and y in each split).
+  if (absl::StrContains(message, "Unknown opcode") && absl::StrContains(message, "0x73")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": holds a dict with a single entry, which LibTorch " TORCH_VERSION
+              " cannot read; a tensors file has the keys train and test, and x and y in each: ",
+        message));
+  }
+  if (absl::StrContains(message, "unknown type") || absl::StrContains(message, "Unknown type") ||
+      absl::StrContains(message, "pickler class") || absl::StrContains(message, "global")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": holds pickled Python objects that are not read (only dicts, lists, strings, "
+              "numbers and tensors are read; numpy arrays: torch.from_numpy first): ",
+        message));
+  }
+  if (absl::StrContains(message, "version")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": written by a newer PyTorch in a format this LibTorch (" TORCH_VERSION
+              ") cannot read: ",
+        message));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": not a readable torch.save file: ", message));
+}
+
+absl::StatusOr<std::vector<char>> ReadBytes(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrFormat("file %s does not exist", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": a legacy torch.save file (a bare pickle, _use_new_zipfile_serialization=False); "
+              "save it again with torch.save's default zip format (PyTorch >= 1.6)"));
+  }
+  if (bytes.size() < 4 || bytes[0] != 'P' || bytes[1] != 'K' || bytes[2] != 3 || bytes[3] != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a torch.save file (not a zip archive)"));
+  }
+  return bytes;
+}
+
+// The entries of a dict with string keys; every key must be one of `known`.
+absl::StatusOr<std::vector<std::pair<std::string, c10::IValue>>> Entries(
+    const std::string& path, absl::string_view where, const c10::IValue& value,
+    const std::vector<std::string>& known) {
+  if (!value.isGenericDict()) {
+    return KeyError(path, where, absl::StrCat("expected a dict with keys ",
+                                              absl::StrJoin(known, ", "), ", got ",
+                                              value.tagKind()));
+  }
+  std::vector<std::pair<std::string, c10::IValue>> entries;
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString()) {
+      return KeyError(path, where, absl::StrCat("keys must be strings, got ",
+                                                entry.key().tagKind()));
+    }
+    const std::string key = entry.key().toStringRef();
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return KeyError(path, where.empty() ? key : absl::StrCat(where, ".", key),
+                      absl::StrCat("unknown key (expected ", absl::StrJoin(known, ", "), ")"));
+    }
+    entries.emplace_back(key, entry.value());
+  }
+  return entries;
+}
+
+const c10::IValue* Find(const std::vector<std::pair<std::string, c10::IValue>>& entries,
+                        absl::string_view key) {
+  for (const auto& [name, value] : entries) {
+    if (name == key) return &value;
+  }
+  return nullptr;
+}
+
+bool IsInputDtype(c10::ScalarType t) {
+  return t == torch::kFloat32 || t == torch::kFloat64 || t == torch::kFloat16 ||
+         t == torch::kBFloat16 || t == torch::kUInt8;
+}
+
+absl::StatusOr<TensorFileSplit> ReadSplit(const std::string& path, const std::string& name,
+                                          const c10::IValue& value) {
+  absl::StatusOr<std::vector<std::pair<std::string, c10::IValue>>> entries =
+      Entries(path, name, value, {"x", "y"});
+  if (!entries.ok()) return entries.status();
+  TensorFileSplit split;
+  for (const char* key : {"x", "y"}) {
+    const c10::IValue* v = Find(*entries, key);
+    const std::string where = absl::StrCat(name, ".", key);
+    if (v == nullptr) return KeyError(path, where, "missing");
+    if (!v->isTensor()) return KeyError(path, where, absl::StrCat("expected a tensor, got ",
+                                                                  v->tagKind()));
+    (std::string(key) == "x" ? split.x : split.y) = v->toTensor().contiguous();
+  }
+  const torch::Tensor& x = split.x;
+  const torch::Tensor& y = split.y;
+  if (!IsInputDtype(x.scalar_type())) {
+    return KeyError(path, name + ".x",
+                    absl::StrCat("dtype ", c10::toString(x.scalar_type()),
+                                 ", expected float32, float64, float16, bfloat16 or uint8"));
+  }
+  if (x.dim() < 2 || x.size(0) < 1) {
+    return KeyError(path, name + ".x",
+                    absl::StrCat("shape ", Shape(x), ", expected [N, ...] with N >= 1"));
+  }
+  if (y.scalar_type() != torch::kInt64) {
+    return KeyError(path, name + ".y", absl::StrCat("dtype ", c10::toString(y.scalar_type()),
+                                                    ", expected int64 (class indices)"));
+  }
+  if (y.dim() != 1 || y.size(0) != x.size(0)) {
+    return KeyError(path, name + ".y",
+                    absl::StrFormat("shape %s, expected [%d] (one label per row of %s.x)",
+                                    Shape(y), x.size(0), name));
+  }
+  return split;
+}
+
+absl::Status CheckLabels(const std::string& path, const std::string& key, const torch::Tensor& y,
+                         int num_classes) {
+  const torch::Tensor bad = torch::logical_or(y < 0, y >= num_classes).nonzero();
+  if (bad.size(0) == 0) return absl::OkStatus();
+  const int64_t index = bad[0][0].item<int64_t>();
+  return KeyError(path, absl::StrCat(key, "[", index, "]"),
+                  absl::StrFormat("label %d, but there are %d classes (labels 0 to %d)",
+                                  y[index].item<int64_t>(), num_classes, num_classes - 1));
+}
+
+absl::Status ReadClasses(const std::string& path, const c10::IValue& value, TensorFile& file) {
+  if (!value.isList()) {
+    return KeyError(path, "classes", absl::StrCat("expected a list of strings, got ",
+                                                  value.tagKind()));
+  }
+  for (const c10::IValue& name : value.toListRef()) {
+    if (!name.isString()) {
+      return KeyError(path, "classes", absl::StrCat("expected a list of strings, got an item "
+                                                    "of type ", name.tagKind()));
+    }
+    file.class_names.push_back(name.toStringRef());
+  }
+  if (file.class_names.empty()) return KeyError(path, "classes", "empty list");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorFile> CheckFile(const std::string& path, const c10::IValue& root) {
+  absl::StatusOr<std::vector<std::pair<std::string, c10::IValue>>> entries =
+      Entries(path, "", root, {"train", "test", "classes"});
+  if (!entries.ok()) return entries.status();
+  TensorFile file;
+  for (const char* key : {"train", "test"}) {
+    const c10::IValue* v = Find(*entries, key);
+    if (v == nullptr) return KeyError(path, key, "missing");
+    absl::StatusOr<TensorFileSplit> split = ReadSplit(path, key, *v);
+    if (!split.ok()) return split.status();
+    (std::string(key) == "train" ? file.train : file.test) = *std::move(split);
+  }
+  const torch::Tensor& x = file.train.x;
+  const torch::Tensor& test_x = file.test.x;
+  if (test_x.sizes().slice(1) != x.sizes().slice(1) || test_x.scalar_type() != x.scalar_type()) {
+    return KeyError(path, "test.x",
+                    absl::StrFormat("shape %s %s, but train.x is %s %s (examples must match)",
+                                    Shape(test_x), c10::toString(test_x.scalar_type()), Shape(x),
+                                    c10::toString(x.scalar_type())));
+  }
+  if (const c10::IValue* classes = Find(*entries, "classes")) {
+    if (absl::Status s = ReadClasses(path, *classes, file); !s.ok()) return s;
+    file.num_classes = static_cast<int>(file.class_names.size());
+  } else {
+    const int64_t low = file.train.y.min().item<int64_t>();
+    if (low < 0) return CheckLabels(path, "train.y", file.train.y, 1);
+    file.num_classes = static_cast<int>(file.train.y.max().item<int64_t>() + 1);
+  }
+  if (absl::Status s = CheckLabels(path, "train.y", file.train.y, file.num_classes); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckLabels(path, "test.y", file.test.y, file.num_classes); !s.ok()) {
+    return s;
+  }
+  file.input_shape = x.sizes().slice(1).vec();
+  return file;
+}
+
+}  // namespace
+
+absl::StatusOr<TensorFile> ReadTensorFile(const std::string& path) {
+  absl::StatusOr<std::vector<char>> bytes = ReadBytes(path);
+  if (!bytes.ok()) return bytes.status();
+  c10::IValue root;
+  try {
+    root = torch::pickle_load(*bytes);
+  } catch (const c10::Error& e) {
+    return PickleError(path, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return PickleError(path, e.what());
+  }
+  try {
+    return CheckFile(path, root);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace mpsd::trainer

@@ -1,0 +1,51 @@
+// The `tensors` dataset's file: what Python's
+//   torch.save({"train": {"x": X, "y": Y}, "test": {"x": X, "y": Y}, "classes": [...]}, path)
+// writes, read with LibTorch's own torch::pickle_load, which rebuilds dicts, lists, strings,
+// numbers and tensors and refuses every other pickled Python object (it has no Python to run:
+// nothing in the file is ever executed). Internal to trainer/: includes torch.
+#ifndef MPSD_TRAINER_TENSOR_FILE_H_
+#define MPSD_TRAINER_TENSOR_FILE_H_
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mpsd::trainer {
+
+struct TensorFileSplit {
+  torch::Tensor x;  // [N, ...] on the CPU: float32, float64, float16, bfloat16 or uint8
+  torch::Tensor y;  // [N] int64 on the CPU, each in [0, num_classes)
+};
+
+struct TensorFile {
+  TensorFileSplit train;
+  TensorFileSplit test;
+  // The optional "classes" entry (class names, index = class); empty when absent.
+  std::vector<std::string> class_names;
+  // len(classes) when given, else 1 + the largest training label.
+  int num_classes = 0;
+  // One example's shape: x.shape[1:].
+  std::vector<int64_t> input_shape;
+};
+
+// Reads and checks the file at `path`. Errors (INVALID_ARGUMENT unless said; every message starts
+// with the path and names the key, e.g. "<path>: train.y: dtype float32, expected int64"):
+//   NOT_FOUND  "file <path> does not exist";
+//   not a zip archive: a legacy torch.save file (_use_new_zipfile_serialization=False), or not
+//   a torch.save file at all; a file from a newer PyTorch whose format version this LibTorch
+//   cannot read; pickled Python objects other than dicts, lists, strings, numbers and tensors
+//   (numpy arrays, classes: "… only dicts, lists, strings, numbers and tensors are read");
+//   not a dict; a missing or unknown key (the known ones: train, test, classes; x and y in a
+//   split); x not [N, ...] of a float or uint8 dtype with N >= 1; y not int64 [N] with x's N;
+//   test.x's example shape or dtype not train.x's; a label < 0 or >= the classes
+//   ("test.y[17]: label 12, but there are 10 classes"); classes not a list of strings.
+// Reads the whole file into memory once. Thread-safe. Throws nothing (LibTorch's errors are
+// converted).
+absl::StatusOr<TensorFile> ReadTensorFile(const std::string& path);
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_TENSOR_FILE_H_
