@@ -14,6 +14,7 @@ packages=(
   dataset-fashion-mnist
   libjs-dygraphs
   chromium chromium-driver python3-selenium
+  clang-14 libclang-rt-14-dev llvm-14 util-linux
 )
 
 missing=()

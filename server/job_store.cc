@@ -4,6 +4,10 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -67,6 +71,11 @@ struct StmtFinalizer {
 using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
 using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
 
+// ENOSPC, EDQUOT and EFBIG (RLIMIT_FSIZE) under SQLite's I/O errors: the disk is full too.
+bool OutOfSpace(int system_errno) {
+  return system_errno == ENOSPC || system_errno == EDQUOT || system_errno == EFBIG;
+}
+
 absl::StatusCode CodeForSqlite(int rc) {
   switch (rc & 0xff) {
     case SQLITE_NOTADB:
@@ -85,8 +94,38 @@ absl::StatusCode CodeForSqlite(int rc) {
 // "<what>: <SQLite's message> (SQLite error <rc>, database <path>)". The message comes from the
 // connection when there is one: it is more specific than sqlite3_errstr (e.g. the column of a
 // failed constraint).
+// The errno behind SQLite's last I/O error: sqlite3_system_errno is errno when SQLite looked,
+// often overwritten by then, so the files' own records are asked too (the database's, and the
+// WAL's, where a commit writes).
+int LastIoErrno(sqlite3* db) {
+  const int system_errno = sqlite3_system_errno(db);
+  if (OutOfSpace(system_errno)) return system_errno;
+  int file_errno = 0;
+  if (sqlite3_file_control(db, "main", SQLITE_FCNTL_LAST_ERRNO, &file_errno) == SQLITE_OK &&
+      OutOfSpace(file_errno)) {
+    return file_errno;
+  }
+  sqlite3_file* journal = nullptr;
+  if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &journal) == SQLITE_OK &&
+      journal != nullptr && journal->pMethods != nullptr &&
+      journal->pMethods->xFileControl(journal, SQLITE_FCNTL_LAST_ERRNO, &file_errno) ==
+          SQLITE_OK &&
+      OutOfSpace(file_errno)) {
+    return file_errno;
+  }
+  return system_errno;
+}
+
 absl::Status SqliteError(sqlite3* db, int rc, absl::string_view path, absl::string_view what) {
   const char* message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  const int system_errno = db != nullptr && (rc & 0xff) == SQLITE_IOERR ? LastIoErrno(db) : 0;
+  if ((rc & 0xff) == SQLITE_FULL || ((rc & 0xff) == SQLITE_IOERR && OutOfSpace(system_errno))) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": ", message, system_errno != 0 ? absl::StrCat(" (", strerror(system_errno), ")") : "",
+        ": the file system holding ", path,
+        " is full or a file size limit was reached; nothing was written by this call (SQLite "
+        "error ", rc, ")"));
+  }
   return absl::Status(CodeForSqlite(rc), absl::StrCat(what, ": ", message, " (SQLite error ",
                                                        rc, ", database ", path, ")"));
 }
@@ -116,10 +155,12 @@ class SqliteJobStore final : public JobStore {
   absl::Status PrepareStatements() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<Job> InsertJob(Job job) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReserveIdsThrough(int64_t id) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Commit(const std::vector<Job>& jobs,
                       const std::vector<JobEvent>& events) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Job> GetJob(const std::string& id) const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<Job>> ListJobs() const override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<JobListing> ListJobsSkippingDamaged() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<JobEvent>> ReadEvents(const std::string& job_id, int64_t after_seq,
                                                    int limit) const override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -141,6 +182,8 @@ class SqliteJobStore final : public JobStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status UpdateJob(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AppendEvent(const JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The highest job id that max(id) or sqlite_sequence can still tell; DATA_LOSS if neither.
+  absl::StatusOr<int64_t> HighestId() const ABSL_LOCKS_EXCLUDED(mu_);
   // Parses the current row of a `SELECT id, job` statement.
   absl::StatusOr<Job> ParseJobRow(sqlite3_stmt* stmt) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -302,6 +345,24 @@ absl::StatusOr<Job> SqliteJobStore::InsertJob(Job job) {
   return job;
 }
 
+absl::Status SqliteJobStore::ReserveIdsThrough(int64_t id) {
+  if (id <= 0) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  Transaction txn(*this);
+  if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  // AUTOINCREMENT continues above max(sqlite_sequence.seq, max(rowid)); the row for "jobs"
+  // exists only once a job was inserted.
+  const std::string sql = absl::StrCat(
+      "UPDATE sqlite_sequence SET seq = max(seq, ", id, ") WHERE name = 'jobs';"
+      "INSERT INTO sqlite_sequence (name, seq) SELECT 'jobs', ", id,
+      " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'jobs');");
+  char* message = nullptr;
+  const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, &message);
+  sqlite3_free(message);
+  if (rc != SQLITE_OK) return Error(rc, absl::StrCat("reserving job ids through ", id));
+  return txn.Commit();
+}
+
 absl::Status SqliteJobStore::UpdateJob(const Job& job) {
   const std::optional<int64_t> row_id = api::ParseJobId(job.id());
   if (!row_id.has_value()) {
@@ -391,6 +452,54 @@ absl::StatusOr<std::vector<Job>> SqliteJobStore::ListJobs() const {
   }
   if (rc != SQLITE_DONE) return Error(rc, "listing jobs");
   return jobs;
+}
+
+absl::StatusOr<int64_t> SqliteJobStore::HighestId() const {
+  absl::MutexLock lock(&mu_);
+  int64_t highest = -1;
+  absl::Status last_error;
+  for (const char* sql : {"SELECT max(id) FROM jobs",
+                          "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"}) {
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db_.get(), sql, -1, &raw, nullptr);
+    StmtPtr stmt(raw);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt.get());
+    if (rc == SQLITE_ROW) {
+      highest = std::max<int64_t>(highest, sqlite3_column_int64(stmt.get(), 0));
+    } else if (rc != SQLITE_DONE) {
+      last_error = Error(rc, absl::StrCat("running \"", sql, "\""));
+    }
+  }
+  if (highest < 0) {
+    return absl::DataLossError(absl::StrCat("database ", path_,
+                                            ": cannot tell how many jobs it holds: ",
+                                            last_error.message()));
+  }
+  return highest;
+}
+
+absl::StatusOr<JobStore::JobListing> SqliteJobStore::ListJobsSkippingDamaged() const {
+  JobListing listing;
+  absl::StatusOr<std::vector<Job>> all = ListJobs();
+  if (all.ok()) {
+    listing.jobs = *std::move(all);
+    return listing;
+  }
+  if (all.status().code() != absl::StatusCode::kDataLoss) return all.status();
+  absl::StatusOr<int64_t> highest = HighestId();
+  if (!highest.ok()) return highest.status();
+  for (int64_t id = *highest; id >= 1; --id) {
+    const std::string key = absl::StrCat(id);
+    absl::StatusOr<Job> job = GetJob(key);
+    if (job.ok()) {
+      listing.jobs.push_back(*std::move(job));
+    } else if (job.status().code() == absl::StatusCode::kDataLoss) {
+      listing.damaged.emplace_back(key, job.status());
+    } else if (job.status().code() != absl::StatusCode::kNotFound) {
+      return job.status();
+    }
+  }
+  return listing;
 }
 
 absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ReadEvents(const std::string& job_id,

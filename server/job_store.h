@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,6 +49,12 @@ class JobStore {
   // stored, with its id set.
   virtual absl::StatusOr<mpsd::v1::Job> InsertJob(mpsd::v1::Job job) = 0;
 
+  // Makes InsertJob hand out ids above `id` from now on (and across restarts), e.g. the highest
+  // job id whose artifacts exist, so that a database restored from an older copy never gives a
+  // new job the id (and so the artifacts directory) of one it lost. Lower than the ids already
+  // used: nothing changes.
+  virtual absl::Status ReserveIdsThrough(int64_t id) = 0;
+
   // In one transaction: replaces the rows of `jobs` (each must exist: NOT_FOUND otherwise,
   // and nothing is written) and appends `events` (ALREADY_EXISTS if a (job_id, seq) is
   // already stored or repeated in `events`, and nothing is written). An event whose job does
@@ -62,6 +69,21 @@ class JobStore {
 
   // All jobs, newest (highest id) first.
   virtual absl::StatusOr<std::vector<mpsd::v1::Job>> ListJobs() const = 0;
+
+  // What ListJobsSkippingDamaged found.
+  struct JobListing {
+    // Every job that could be read, newest (highest id) first.
+    std::vector<mpsd::v1::Job> jobs;
+    // The ids of jobs whose rows cannot be read (a corrupt page, a blob that is not a Job), each
+    // with its DATA_LOSS status, highest id first.
+    std::vector<std::pair<std::string, absl::Status>> damaged;
+  };
+
+  // ListJobs for a database with damaged pages: when the scan of the whole table meets a
+  // corrupt page, reads the jobs one by one (ids up to the highest the table or its sequence
+  // can still tell), so that one damaged page costs the jobs stored on it, not all of them.
+  // Errors: DATA_LOSS when not even the highest id can be read; the others as ListJobs.
+  virtual absl::StatusOr<JobListing> ListJobsSkippingDamaged() const = 0;
 
   // Events of one job with seq > after_seq, ascending by seq, at most `limit` of them
   // (INVALID_ARGUMENT unless limit >= 1). An unknown job gives an empty list.

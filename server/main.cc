@@ -1,6 +1,7 @@
 // mpsd: parses flags, builds the configuration, starts the server, waits for SIGTERM/SIGINT.
 #include <errno.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,12 +16,16 @@
 #include "server/executor_supervisor.h"
 #include "server/server.h"
 #include "server/service_notify.h"
+#include "server/state_dir.h"
 #include "spdlog/sinks/rotating_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "version/version.h"
 
 int main(int argc, char** argv) {
+  // Before anything is created: the state dir, the database, the socket, and what
+  // mpsd-executor writes (it inherits the mask) are private to the daemon's user.
+  umask(mpsd::server::kPrivateUmask);
   CLI::App app{"mpsd: a training daemon with a gRPC job API"};
   std::string config_file, listen, state_dir;
   app.add_option("--config", config_file, "YAML configuration file (see deploy/mpsd.yaml)");
@@ -110,6 +115,9 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Past RLIMIT_FSIZE a write fails with EFBIG, which the store reports as an error; the
+  // default action would kill the daemon instead.
+  signal(SIGXFSZ, SIG_IGN);
 
   mpsd::server::Server::Options options;
   options.config = config;

@@ -83,11 +83,18 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const Options& opti
 Scheduler::~Scheduler() { Shutdown(); }
 
 absl::Status Scheduler::Recover() {
-  absl::StatusOr<std::vector<Job>> stored = store_->ListJobs();
+  absl::StatusOr<JobStore::JobListing> stored = store_->ListJobsSkippingDamaged();
   if (!stored.ok()) return stored.status();
-  std::vector<Job> jobs = *std::move(stored);
+  std::vector<Job> jobs = std::move(stored->jobs);
   std::reverse(jobs.begin(), jobs.end());  // Oldest first: the queue keeps its order.
   absl::MutexLock lock(&mu_);
+  for (const auto& [id, status] : stored->damaged) {
+    spdlog::error("job {} cannot be read from the database; it is reported as DATA_LOSS: {}", id,
+                  std::string(status.message()));
+    damaged_.emplace(id, absl::DataLossError(absl::StrCat(
+                             "job ", id, " is damaged in the database and cannot be read (",
+                             status.message(), "); the other jobs are not affected")));
+  }
   for (Job& job : jobs) {
     event_log_.SetCommittedSeq(job.id(), job.last_seq());
     const std::string id = job.id();
@@ -123,6 +130,7 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request)
     absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
     if (!earlier.ok()) return earlier.status();
     if (*earlier != nullptr) return **earlier;
+    if (!refuse_submits_.ok()) return refuse_submits_;
   }
   // Validation reads the file system: not under mu_.
   if (absl::Status valid = executor_->Validate(request); !valid.ok()) return valid;
@@ -139,10 +147,16 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(const mpsd::v1::SubmitJobRequest&
   if (!earlier.ok()) return earlier.status();
   if (*earlier != nullptr) return **earlier;
   if (shutting_down_) return absl::UnavailableError("mpsd is shutting down");
+  if (!refuse_submits_.ok()) return refuse_submits_;
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("queue full (", options_.max_queued, ")"));
   }
   return Enqueue(request);
+}
+
+void Scheduler::RefuseSubmits(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  refuse_submits_ = std::move(why);
 }
 
 absl::StatusOr<const Job*> Scheduler::EarlierSubmit(
@@ -190,10 +204,16 @@ void Scheduler::InsertInQueue(const Job& job) {
   queue_.insert(behind, job.id());
 }
 
+absl::Status Scheduler::UnknownJob(const std::string& job_id) const {
+  auto damaged = damaged_.find(job_id);
+  if (damaged != damaged_.end()) return damaged->second;
+  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+}
+
 absl::StatusOr<Job> Scheduler::Get(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (it == jobs_.end()) return UnknownJob(job_id);
   return it->second;
 }
 
@@ -229,7 +249,7 @@ absl::StatusOr<Job> Scheduler::Cancel(const std::string& job_id) {
 absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (it == jobs_.end()) return UnknownJob(job_id);
   Job& job = it->second;
   if (api::IsTerminal(job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(

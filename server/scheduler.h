@@ -73,7 +73,14 @@ class Scheduler {
   // job and its QUEUED event are stored.
   absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request);
 
-  // NOT_FOUND for an unknown id.
+  // From now on every Submit fails with `why` (not OK), e.g. when the state dir was deleted
+  // under the daemon (server/state_dir.h: StateDirWatch): a job accepted then would be lost.
+  // Jobs already queued or running go on. A request_id that names an earlier job still
+  // returns it.
+  void RefuseSubmits(absl::Status why);
+
+  // NOT_FOUND for an unknown id; DATA_LOSS for a job whose stored row could not be read at
+  // start-up (a damaged database page), whose id also gives DATA_LOSS to Cancel.
   absl::StatusOr<mpsd::v1::Job> Get(const std::string& job_id) const;
 
   // The jobs `query` selects, newest (highest id) first, at most query.limit.
@@ -115,6 +122,9 @@ class Scheduler {
   Scheduler(const Options& options, JobStore* store, mpsd::api::Executor* executor);
 
   absl::Status Recover();
+  // NOT_FOUND for an id the scheduler does not know; DATA_LOSS for one whose stored row is
+  // damaged (JobStore::ListJobsSkippingDamaged).
+  absl::Status UnknownJob(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job an earlier Submit with this request's request_id created, or nullptr if none did
   // (or request_id is empty). ALREADY_EXISTS if that job was submitted with another request.
   absl::StatusOr<const mpsd::v1::Job*> EarlierSubmit(const mpsd::v1::SubmitJobRequest& request)
@@ -157,6 +167,10 @@ class Scheduler {
   absl::flat_hash_map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   std::string running_job_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Jobs whose stored rows could not be read at start-up, with their DATA_LOSS status.
+  absl::flat_hash_map<std::string, absl::Status> damaged_ ABSL_GUARDED_BY(mu_);
+  // RefuseSubmits' reason; OK while submits are accepted.
+  absl::Status refuse_submits_ ABSL_GUARDED_BY(mu_);
   int64_t jobs_run_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Set to stop the running job; reset (under mu_) before each job starts.

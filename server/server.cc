@@ -39,23 +39,11 @@
 #include "server/metrics.h"
 #include "server/reflection_service.h"
 #include "server/scheduler.h"
+#include "server/state_dir.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
 namespace {
-
-// Creates `dir` (mode 0700) if it is missing. An existing directory keeps its mode: it may be
-// shared, like /tmp.
-absl::Status MakePrivateDir(const std::string& dir) {
-  std::error_code error;
-  const bool created = std::filesystem::create_directories(dir, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create directory ", dir, ": ", error.message()));
-  }
-  if (created) chmod(dir.c_str(), 0700);
-  return absl::OkStatus();
-}
 
 // Takes an exclusive lock on <state_dir>/mpsd.lock for the life of the process, so that two
 // daemons never share one database. Returns the lock's fd.
@@ -77,17 +65,6 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
   return fd;
 }
 
-bool SomeoneListensOn(const std::string& socket_path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return connected;
-}
-
 // For "unix:///abs/path" or "unix:rel/path": prepares the socket's directory and removes a
 // stale socket file. Returns the socket's path.
 absl::StatusOr<std::string> PrepareUnixSocket(const std::string& address) {
@@ -98,17 +75,11 @@ absl::StatusOr<std::string> PrepareUnixSocket(const std::string& address) {
     return absl::InvalidArgumentError(absl::StrCat("listen: unix socket path too long (",
                                                    path.size(), " bytes): ", path));
   }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (!dir.empty()) {
-    if (absl::Status status = MakePrivateDir(dir); !status.ok()) return status;
-  }
-  if (std::filesystem::exists(path)) {
-    if (SomeoneListensOn(path)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("another process already listens on ", address));
-    }
-    std::filesystem::remove(path);
-  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (absl::Status status = MakePrivateDir(dir); !status.ok()) return status;
+  if (absl::Status status = CheckSocketDir(dir, geteuid()); !status.ok()) return status;
+  if (absl::Status status = RemoveStaleSocket(path); !status.ok()) return status;
   return path;
 }
 
@@ -165,9 +136,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
     if (absl::Status status = CheckLoopback(config.listen); !status.ok()) return status;
   }
   if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
+  CheckStateDirMode(config.state_dir);
   absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
   if (!lock_fd.ok()) return lock_fd.status();
   server->lock_fd_ = *lock_fd;
+  // Under the lock: no other mpsd is creating the database right now.
+  if (absl::Status status = CheckDatabaseNotLost(config.state_dir); !status.ok()) return status;
   if (unix_socket) {
     absl::StatusOr<std::string> path = PrepareUnixSocket(config.listen);
     if (!path.ok()) return path.status();
@@ -179,6 +153,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(store_options);
   if (!store.ok()) return store.status();
   server->store_ = *std::move(store);
+  const std::string artifacts_dir = config.state_dir + "/artifacts";
+  if (absl::Status status = server->store_->ReserveIdsThrough(HighestArtifactJobId(artifacts_dir));
+      !status.ok()) {
+    return status;
+  }
   // The executor is a child process (mpsd-executor) that owns the device.
   ExecutorSupervisor::Options executor_options;
   executor_options.executor_path =
@@ -218,6 +197,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   service_options.min_keepalive_interval = kMinKeepaliveInterval;
   service_options.artifacts_dir = config.state_dir + "/artifacts";
   server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
+  StateDirWatch::Options watch_options;
+  watch_options.state_dir = config.state_dir;
+  watch_options.database = store_options.path;
+  watch_options.on_lost = [self](const absl::Status& lost) { self->StateDirLost(lost); };
+  absl::StatusOr<std::unique_ptr<StateDirWatch>> watch =
+      StateDirWatch::Start(std::move(watch_options));
+  if (!watch.ok()) return watch.status();
+  server->state_dir_watch_ = *std::move(watch);
 
   absl::StatusOr<std::unique_ptr<ReflectionService>> reflection =
       ReflectionService::Create({"grpc.health.v1.Health"});
@@ -294,6 +281,7 @@ bool Server::Shutdown() {
     health_ = nullptr;
   }
   grpc_server_.reset();
+  state_dir_watch_.reset();
   http_server_.reset();
   dashboard_.reset();
   tokens_.reset();
@@ -339,9 +327,17 @@ void Server::SetExecutorReady(bool ready) {
   UpdateHealth();
 }
 
+void Server::StateDirLost(const absl::Status& lost) {
+  spdlog::error("{}", std::string(lost.message()));
+  scheduler_->RefuseSubmits(lost);
+  absl::MutexLock lock(&health_mu_);
+  state_dir_lost_ = true;
+  UpdateHealth();
+}
+
 void Server::UpdateHealth() {
   if (health_ == nullptr) return;
-  const bool serving = executor_ready_ && !stopping_;
+  const bool serving = executor_ready_ && !stopping_ && !state_dir_lost_;
   // Both the overall status ("") and the service's own, for probes that name the service; each
   // by name (the overload without one sets every service, so watchers would hear it twice).
   health_->SetServingStatus("", serving);
@@ -350,7 +346,7 @@ void Server::UpdateHealth() {
 
 bool Server::Serving() {
   absl::MutexLock lock(&health_mu_);
-  return executor_ready_ && !stopping_;
+  return executor_ready_ && !stopping_ && !state_dir_lost_;
 }
 
 absl::Status Server::StartHttp() {

@@ -31,6 +31,7 @@ class TokenStore;
 class Metrics;
 class ReflectionService;
 class Scheduler;
+class StateDirWatch;
 
 class Server {
  public:
@@ -40,10 +41,14 @@ class Server {
     bool allow_fault_injection = false;
   };
 
-  // Creates the state dir (mode 0700) and takes its lock, opens the store, recovers jobs,
+  // Creates the state dir (mode 0700) and takes its lock, checks that its database was not lost
+  // (server/state_dir.h: CheckDatabaseNotLost), opens the store (new ids above every job in
+  // artifacts/), recovers jobs,
   // starts the executor process (mpsd-executor, server/executor_supervisor.h) and listens. Errors: INVALID_ARGUMENT for a bad listen address (a
   // non-loopback TCP address is refused until TLS exists); FAILED_PRECONDITION if another mpsd
-  // holds the state dir or listens on the socket, or when mpsd-executor cannot be started; the
+  // holds the state dir or listens on the socket, the socket's folder is unsafe or its path is
+  // taken by something that is not a socket (CheckSocketDir, RemoveStaleSocket), the database
+  // is missing while artifacts are not, or when mpsd-executor cannot be started; the
   // store's errors.
   static absl::StatusOr<std::unique_ptr<Server>> BuildAndStart(const Options& options);
 
@@ -84,6 +89,9 @@ class Server {
   // grpc::Server's Shutdown (cancelling every call) and Wait, given kCancelledCallsWait; false
   // when they did not return by then (they go on, on a detached thread).
   bool ShutdownGrpc() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state dir or its database was deleted or replaced (StateDirWatch): submits are refused
+  // and health turns NOT_SERVING for the rest of this process's life.
+  void StateDirLost(const absl::Status& lost);
   void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
   bool Serving();
 
@@ -102,10 +110,12 @@ class Server {
   std::unique_ptr<Dashboard> dashboard_;
   std::unique_ptr<HttpServer> http_server_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<StateDirWatch> state_dir_watch_;
 
   absl::Mutex health_mu_;
   bool executor_ready_ ABSL_GUARDED_BY(health_mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool state_dir_lost_ ABSL_GUARDED_BY(health_mu_) = false;
   // Set once the gRPC server runs; nullptr before and after.
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
 

@@ -99,7 +99,11 @@ Daemon::~Daemon() {
 }
 
 void Daemon::Start(const std::vector<std::string>& extra_args) {
-  std::vector<std::string> argv = {MpsdPath(), "--listen", address_, "--state-dir", state_dir_};
+  std::vector<std::string> argv = wrapper_;
+  for (const std::string& arg : {MpsdPath(), std::string("--listen"), address_,
+                                 std::string("--state-dir"), state_dir_}) {
+    argv.push_back(arg);
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   const std::string socket_path = address_.substr(std::strlen("unix://"));
   std::error_code ignored;
@@ -119,7 +123,13 @@ void Daemon::Start(const std::vector<std::string>& extra_args) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  // A subchannel pool of its own: gRPC's global pool could hand this channel the connection
+  // to the daemon that listened on this path before a restart, which fails the first call with
+  // UNAVAILABLE "Broken pipe" when that daemon's end is gone.
+  grpc::ChannelArguments channel_args;
+  channel_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel =
+      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
   stub_ = mpsd::v1::JobService::NewStub(channel);
   grpc::ClientContext context;
   context.set_wait_for_ready(true);

@@ -48,6 +48,10 @@ class Daemon {
   // A daemon still running after `limit` fails the test and is killed with SIGKILL.
   int Stop(int signal, absl::Duration limit = absl::InfiniteDuration());
 
+  // A program and its arguments that Start runs mpsd under, e.g. {"/usr/bin/prlimit",
+  // "--fsize=262144", "--"}; empty (the default): mpsd itself.
+  void set_wrapper(std::vector<std::string> wrapper) { wrapper_ = std::move(wrapper); }
+
   const std::string& address() const { return address_; }
   const std::string& log_path() const { return log_path_; }
   pid_t pid() const { return pid_; }
@@ -57,6 +61,7 @@ class Daemon {
   std::string state_dir_;
   std::string address_;
   std::string log_path_;
+  std::vector<std::string> wrapper_;
   pid_t pid_ = -1;
   std::unique_ptr<mpsd::v1::JobService::Stub> stub_;
 };

@@ -401,6 +401,48 @@ TEST_F(JobStoreTest, CorruptStoredProtoIsDataLoss) {
   EXPECT_THAT(store->ReadEvents("1", 0, 10).status(), StatusIs(absl::StatusCode::kDataLoss));
 }
 
+TEST_F(JobStoreTest, ListJobsSkippingDamagedReadsAroundADamagedRow) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 4; ++i) Insert(*store);
+  RawDb(path_).Exec("UPDATE jobs SET job = x'ff' WHERE id = 2");
+  ASSERT_THAT(store->ListJobs().status(), StatusIs(absl::StatusCode::kDataLoss));
+  absl::StatusOr<JobStore::JobListing> listing = store->ListJobsSkippingDamaged();
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  std::vector<std::string> ids;
+  for (const Job& job : listing->jobs) ids.push_back(job.id());
+  EXPECT_THAT(ids, ElementsAre("4", "3", "1"));
+  ASSERT_EQ(listing->damaged.size(), 1u);
+  EXPECT_EQ(listing->damaged[0].first, "2");
+  EXPECT_THAT(listing->damaged[0].second, StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(JobStoreTest, ListJobsSkippingDamagedOfAHealthyStoreIsListJobs) {
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  Insert(*store);
+  Insert(*store);
+  absl::StatusOr<JobStore::JobListing> listing = store->ListJobsSkippingDamaged();
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  EXPECT_EQ(listing->jobs.size(), 2u);
+  EXPECT_TRUE(listing->damaged.empty());
+}
+
+TEST_F(JobStoreTest, ReserveIdsThroughSkipsIdsAcrossReopen) {
+  {
+    std::unique_ptr<JobStore> store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->ReserveIdsThrough(7).ok());  // before any job: no sequence row yet
+    EXPECT_EQ(Insert(*store).id(), "8");
+    ASSERT_TRUE(store->ReserveIdsThrough(3).ok());  // lower: nothing changes
+    EXPECT_EQ(Insert(*store).id(), "9");
+    ASSERT_TRUE(store->ReserveIdsThrough(20).ok());
+  }
+  std::unique_ptr<JobStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Insert(*store).id(), "21");
+}
+
 TEST_F(JobStoreTest, MissingDirectoryNamesThePath) {
   const std::string path = dir_ + "/no/such/dir/mpsd.db";
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options(path));

@@ -1,0 +1,541 @@
+// The fault suite (issue 14): a real mpsd against hostile files, folders and disks. A path to
+// listen on that is taken by a regular file, socket folders another user could change, a state
+// dir whose database is gone while its artifacts are not, a state dir deleted while mpsd runs,
+// file modes under a permissive umask, a full disk, and database pages corrupted mid-file.
+#include <sqlite3.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "tests/e2e/daemon.h"
+
+namespace mpsd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using grpc::health::v1::HealthCheckResponse;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(stat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
+  return st.st_mode & 07777;
+}
+
+// mpsd run to completion with these arguments; a daemon that starts instead of refusing is
+// killed after 20 s (exit code 137), which every caller counts as a failure.
+CommandResult RunMpsd(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/timeout", "-s", "KILL", "20", MpsdPath()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+HealthCheckResponse::ServingStatus Health(Daemon& daemon) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("mpsd.v1.JobService");
+  HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+// A job that stays QUEUED or RUNNING for a while and writes nothing big: 1 epoch of the MLP.
+mpsd::v1::SubmitJobRequest SmallJob() { return TrainJobRequest(256, 64, 1, 64, "mlp"); }
+
+class FaultE2eTest : public ::testing::Test {
+ protected:
+  std::string state() const { return dir_ / "state"; }
+  std::string socket() const { return dir_ / "mpsd.sock"; }
+
+  TempDir dir_{"mpsd-fault"};
+};
+
+// ---- item 5: --listen on a path that is not a socket ---------------------------------------
+
+TEST_F(FaultE2eTest, ListenOnARegularFileRefusesAndKeepsTheFile) {
+  const std::string file = dir_ / "precious.txt";
+  WriteFile(file, "do not delete\n");
+  const CommandResult result =
+      RunMpsd({"--listen", "unix://" + file, "--state-dir", state()});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr(file + " exists and is not a socket (a regular file)"));
+  EXPECT_EQ(ReadFile(file), "do not delete\n");
+}
+
+TEST_F(FaultE2eTest, ListenOnADirectoryRefusesAndKeepsIt) {
+  const std::string taken = dir_ / "taken";
+  fs::create_directory(taken);
+  WriteFile(taken + "/inside", "x");
+  const CommandResult result =
+      RunMpsd({"--listen", "unix://" + taken, "--state-dir", state()});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("is not a socket (a directory)"));
+  EXPECT_TRUE(fs::exists(taken + "/inside"));
+}
+
+TEST_F(FaultE2eTest, AStaleSocketIsReplaced) {
+  // A socket nobody listens on, as a SIGKILLed mpsd leaves it.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket().c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(fd);
+  ASSERT_TRUE(fs::is_socket(socket()));
+  // Daemon::Start would remove it itself; this start must do it on its own.
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(MpsdPath().c_str(), MpsdPath().c_str(), "--listen", ("unix://" + socket()).c_str(),
+          "--state-dir", state().c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const bool listening = WaitUntil(
+      [&] {
+        const int probe = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        const bool ok = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+        close(probe);
+        return ok;
+      },
+      absl::Seconds(60));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(listening) << "mpsd did not listen on the stale socket's path";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// ---- item 9: the socket's folder ------------------------------------------------------------
+
+TEST_F(FaultE2eTest, ASocketFolderWritableByOthersIsRefused) {
+  const std::string folder = dir_ / "shared";
+  fs::create_directory(folder);
+  ASSERT_EQ(chmod(folder.c_str(), 0777), 0);
+  const CommandResult result =
+      RunMpsd({"--listen", "unix://" + folder + "/mpsd.sock", "--state-dir", state()});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("socket folder " + folder + " has mode 0777"));
+  EXPECT_FALSE(fs::exists(folder + "/mpsd.sock"));
+}
+
+TEST_F(FaultE2eTest, ASocketFolderOwnedByAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a folder another user owns";
+  // As a pre-existing /tmp/mpsd-$UID made by someone else: private to that user, and theirs.
+  const std::string folder = dir_ / "theirs";
+  fs::create_directory(folder);
+  ASSERT_EQ(chmod(folder.c_str(), 0700), 0);
+  ASSERT_EQ(chown(folder.c_str(), 65534, 65534), 0);
+  const CommandResult result =
+      RunMpsd({"--listen", "unix://" + folder + "/mpsd.sock", "--state-dir", state()});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("socket folder " + folder + " is owned by"));
+  EXPECT_THAT(result.err, HasSubstr("uid 65534"));
+  EXPECT_FALSE(fs::exists(folder + "/mpsd.sock"));
+}
+
+TEST_F(FaultE2eTest, AStickyWorldWritableFolderIsAccepted) {
+  // As /tmp: others may write there but not remove or rename what is ours.
+  const std::string folder = dir_ / "sticky";
+  fs::create_directory(folder);
+  ASSERT_EQ(chmod(folder.c_str(), 01777), 0);
+  Daemon daemon(state(), folder + "/mpsd.sock");
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  EXPECT_EQ(ModeOf(folder + "/mpsd.sock") & 0777, 0600);
+}
+
+// ---- item 6: the database lost, the artifacts not ------------------------------------------
+
+class LostDatabaseTest : public FaultE2eTest {
+ protected:
+  void SetUp() override {
+    fs::create_directories(state() + "/artifacts/1");
+    fs::create_directories(state() + "/artifacts/2");
+    WriteFile(state() + "/artifacts/1/model.pt", "job 1's model");
+  }
+  void ExpectRefused(const std::string& why) {
+    const CommandResult result =
+        RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+    EXPECT_EQ(result.exit_code, 1) << result.err;
+    EXPECT_THAT(result.err, HasSubstr("the job database " + state() + "/mpsd.db " + why));
+    EXPECT_THAT(result.err, HasSubstr("Restore mpsd.db"));
+    EXPECT_EQ(ReadFile(state() + "/artifacts/1/model.pt"), "job 1's model");
+  }
+};
+
+TEST_F(LostDatabaseTest, AMissingDatabaseWithArtifactsIsRefused) {
+  ExpectRefused("is missing but " + state() + "/artifacts/ with 2 job(s) (1, 2) is there");
+  EXPECT_FALSE(fs::exists(state() + "/mpsd.db"));
+}
+
+TEST_F(LostDatabaseTest, AnEmptyDatabaseWithArtifactsIsRefused) {
+  WriteFile(state() + "/mpsd.db", "");
+  ExpectRefused("is empty but");
+  EXPECT_EQ(fs::file_size(state() + "/mpsd.db"), 0u);
+}
+
+TEST_F(LostDatabaseTest, AMissingDatabaseWithItsWalIsRefused) {
+  fs::remove_all(state() + "/artifacts");
+  WriteFile(state() + "/mpsd.db-wal", "some frames");
+  const CommandResult result =
+      RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("is missing but " + state() + "/mpsd.db-wal is there"));
+}
+
+TEST_F(LostDatabaseTest, AnEmptyArtifactsFolderStarts) {
+  fs::remove_all(state() + "/artifacts");
+  fs::create_directories(state() + "/artifacts");
+  Daemon daemon(state(), socket());
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+}
+
+TEST_F(FaultE2eTest, NewJobsNeverTakeTheIdOfStoredArtifacts) {
+  {
+    Daemon daemon(state(), socket());
+    ASSERT_NO_FATAL_FAILURE(daemon.Start());
+    absl::StatusOr<mpsd::v1::Job> first = rpc::Submit(daemon, SmallJob());
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->id(), "1");
+  }
+  // A database restored from a copy older than the artifacts of jobs 2..7.
+  fs::create_directories(state() + "/artifacts/7");
+  WriteFile(state() + "/artifacts/7/model.pt", "job 7's model");
+  Daemon daemon(state(), socket() + ".2");
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  absl::StatusOr<mpsd::v1::Job> next = rpc::Submit(daemon, SmallJob());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->id(), "8");
+  ASSERT_TRUE(rpc::Cancel(daemon, "8").ok());
+  EXPECT_EQ(ReadFile(state() + "/artifacts/7/model.pt"), "job 7's model");
+}
+
+// ---- item 7: the state dir deleted while mpsd runs ------------------------------------------
+
+TEST_F(FaultE2eTest, AStateDirDeletedWhileRunningStopsAcceptingJobs) {
+  Daemon daemon(state(), socket());
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  ASSERT_TRUE(rpc::Submit(daemon, SmallJob()).ok());
+  EXPECT_EQ(Health(daemon), HealthCheckResponse::SERVING);
+
+  fs::remove_all(state());
+  absl::Status refused;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        refused = rpc::Submit(daemon, SmallJob()).status();
+        return !refused.ok();
+      },
+      absl::Seconds(30)))
+      << "submits are still accepted 30 s after the state dir was deleted";
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr(state()));
+  EXPECT_THAT(std::string(refused.message()), ::testing::ContainsRegex("is gone|was replaced"));
+  EXPECT_EQ(Health(daemon), HealthCheckResponse::NOT_SERVING);
+  // Queries still answer from memory.
+  EXPECT_TRUE(rpc::Get(daemon, "1").ok());
+  daemon.Stop(SIGTERM, absl::Seconds(60));
+  EXPECT_THAT(ReadFile(daemon.log_path()),
+              HasSubstr("[error] the state dir changed under mpsd: " + state()));
+}
+
+TEST_F(FaultE2eTest, AStateDirReplacedWhileRunningStopsAcceptingJobs) {
+  Daemon daemon(state(), socket());
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  // A restore that moves another copy in place: the database is a different file now.
+  fs::rename(state(), dir_ / "moved");
+  fs::create_directories(state());
+  fs::copy_file(dir_ / "moved/mpsd.db", state() + "/mpsd.db");
+  absl::Status refused;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        refused = rpc::Submit(daemon, SmallJob()).status();
+        return !refused.ok();
+      },
+      absl::Seconds(30)));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("was replaced by another file"));
+  EXPECT_EQ(Health(daemon), HealthCheckResponse::NOT_SERVING);
+}
+
+// ---- item 10: modes -----------------------------------------------------------------------
+
+TEST_F(FaultE2eTest, EverythingIsPrivateUnderAPermissiveUmask) {
+  const mode_t old_umask = umask(0022);  // The daemon inherits it through fork.
+  Daemon daemon(state(), socket());
+  daemon.Start();
+  umask(old_umask);
+  if (HasFatalFailure()) return;
+  mpsd::v1::SubmitJobRequest request = TrainJobRequest(128, 64, 1, 64);
+  request.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+  absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon, request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<mpsd::v1::Job> done = rpc::WaitForEnd(daemon, job->id());
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), mpsd::v1::Job::SUCCEEDED) << done->message();
+
+  EXPECT_EQ(ModeOf(state()), 0700u);
+  EXPECT_EQ(ModeOf(socket()), 0600u);
+  std::vector<std::string> files;
+  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(state())) {
+    if (entry.is_symlink() || entry.is_socket()) continue;
+    const std::string path = entry.path().string();
+    files.push_back(path);
+    EXPECT_EQ(ModeOf(path), entry.is_directory() ? 0700u : 0600u) << path;
+  }
+  EXPECT_THAT(files, ::testing::Contains(state() + "/mpsd.db"));
+  EXPECT_THAT(files, ::testing::Contains(state() + "/artifacts/1/model.pt"));
+  EXPECT_THAT(files, ::testing::Contains(state() + "/artifacts/1/checkpoint-epoch-1.pt"));
+}
+
+TEST_F(FaultE2eTest, AStateDirReadableByOthersIsWarnedAboutAndItsDatabaseMadePrivate) {
+  {
+    Daemon daemon(state(), socket());
+    ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  }
+  ASSERT_EQ(chmod(state().c_str(), 0755), 0);
+  ASSERT_EQ(chmod((state() + "/mpsd.db").c_str(), 0644), 0);
+  Daemon daemon(state(), socket() + ".2");
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  daemon.Stop(SIGTERM, absl::Seconds(60));
+  const std::string log = ReadFile(daemon.log_path());
+  EXPECT_THAT(log, HasSubstr("state dir " + state() + " has mode 0755"));
+  EXPECT_THAT(log, HasSubstr("run chmod 700 " + state()));
+  EXPECT_EQ(ModeOf(state() + "/mpsd.db"), 0600u);
+}
+
+// ---- a full disk under the state dir --------------------------------------------------------
+
+// How the disk fills: a tmpfs of a few MiB mounted over the state dir (root only), or
+// RLIMIT_FSIZE on the daemon (prlimit: every file it writes stops growing at the limit).
+enum class DiskLimit { kTmpfs, kFileSizeLimit };
+
+class DiskFullTest : public FaultE2eTest, public ::testing::WithParamInterface<DiskLimit> {
+ protected:
+  void TearDown() override {
+    if (mounted_) umount2(disk().c_str(), MNT_DETACH);
+  }
+  std::string disk() const { return dir_ / "disk"; }
+
+  // Fills the tmpfs but for `slack` bytes.
+  void Fill(int64_t slack) {
+    const std::string filler = disk() + "/filler";
+    std::ofstream out(filler, std::ios::binary);
+    const std::string block(1 << 16, '\0');
+    while (out.write(block.data(), block.size()) && out.flush()) {
+    }
+    out.close();
+    const int64_t size = static_cast<int64_t>(fs::file_size(filler));
+    fs::resize_file(filler, size > slack ? size - slack : 0);
+  }
+
+  bool mounted_ = false;
+};
+
+TEST_P(DiskFullTest, JobsAreRefusedClearlyAndNoneAcceptedIsLost) {
+  std::string state_dir = state();
+  if (GetParam() == DiskLimit::kTmpfs) {
+    if (geteuid() != 0) GTEST_SKIP() << "a tmpfs needs root; the RLIMIT_FSIZE case runs instead";
+    fs::create_directories(disk());
+    if (mount("tmpfs", disk().c_str(), "tmpfs", 0, "size=4m,mode=0700") != 0) {
+      GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+    }
+    mounted_ = true;
+    state_dir = disk();  // Its log, <state_dir>.log, stays outside.
+  }
+  Daemon daemon(state_dir, socket());
+  if (GetParam() == DiskLimit::kFileSizeLimit) {
+    daemon.set_wrapper({"/usr/bin/prlimit", "--fsize=" + std::to_string(256 << 10), "--"});
+  }
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  if (GetParam() == DiskLimit::kTmpfs) Fill(/*slack=*/96 << 10);
+
+  std::vector<mpsd::v1::Job> accepted;
+  absl::Status refused;
+  for (int i = 0; i < 5000 && refused.ok(); ++i) {
+    mpsd::v1::SubmitJobRequest request = SmallJob();
+    request.set_request_id("fill-" + std::to_string(i));
+    absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon, request);
+    if (job.ok()) {
+      accepted.push_back(*job);
+    } else {
+      refused = job.status();
+    }
+  }
+  ASSERT_FALSE(refused.ok()) << "5000 jobs fitted";
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("is full or a file size limit was reached"));
+  EXPECT_THAT(refused.message(), HasSubstr(state_dir + "/mpsd.db"));
+  ASSERT_GT(accepted.size(), 0u);
+  daemon.Stop(SIGTERM, absl::Seconds(60));
+
+  // Room again; every job a call answered is there, with the request it was submitted with.
+  if (GetParam() == DiskLimit::kTmpfs) {
+    ASSERT_EQ(mount("tmpfs", disk().c_str(), "tmpfs", MS_REMOUNT, "size=64m,mode=0700"), 0)
+        << std::strerror(errno);
+  }
+  // A new socket path: the first daemon's connections in this process are not reused.
+  Daemon again(state_dir, socket() + ".2");
+  ASSERT_NO_FATAL_FAILURE(again.Start());
+  for (const mpsd::v1::Job& job : accepted) {
+    absl::StatusOr<mpsd::v1::Job> stored = rpc::Get(again, job.id());
+    ASSERT_TRUE(stored.ok()) << "job " << job.id() << " was accepted and is lost: "
+                             << stored.status();
+    EXPECT_EQ(stored->spec().request_id(), job.spec().request_id());
+  }
+  // A retry of the refused request now succeeds, under a new id.
+  mpsd::v1::SubmitJobRequest retry = SmallJob();
+  retry.set_request_id("fill-" + std::to_string(accepted.size()));
+  absl::StatusOr<mpsd::v1::Job> retried = rpc::Submit(again, retry);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  for (const mpsd::v1::Job& job : accepted) EXPECT_NE(job.id(), retried->id());
+}
+
+INSTANTIATE_TEST_SUITE_P(Limits, DiskFullTest,
+                         ::testing::Values(DiskLimit::kTmpfs, DiskLimit::kFileSizeLimit),
+                         [](const auto& info) {
+                           return info.param == DiskLimit::kTmpfs ? "Tmpfs" : "FileSizeLimit";
+                         });
+
+// ---- database pages corrupted mid-file ------------------------------------------------------
+
+// SQLite's variable-length integer at `p` (1 to 9 bytes, big-endian, 7 bits a byte).
+int64_t ReadVarint(const unsigned char* p) {
+  int64_t value = 0;
+  for (int i = 0; i < 8; ++i) {
+    value = (value << 7) | (p[i] & 0x7f);
+    if ((p[i] & 0x80) == 0) return value;
+  }
+  return (value << 8) | p[8];
+}
+
+// The rowids of the cells on table-leaf page `pageno` (1-based) of the database file `bytes`.
+std::vector<int64_t> RowidsOnLeaf(const std::string& bytes, int page_size, int pageno) {
+  const auto* page = reinterpret_cast<const unsigned char*>(bytes.data()) +
+                     static_cast<size_t>(pageno - 1) * page_size;
+  const unsigned char* header = page + (pageno == 1 ? 100 : 0);
+  EXPECT_EQ(header[0], 0x0d) << "page " << pageno << " is not a table leaf";
+  const int cells = header[3] << 8 | header[4];
+  std::vector<int64_t> rowids;
+  for (int i = 0; i < cells; ++i) {
+    const int offset = header[8 + 2 * i] << 8 | header[9 + 2 * i];
+    const unsigned char* cell = page + offset;
+    int length = 0;
+    while (cell[length] & 0x80) ++length;  // The payload size, then the rowid.
+    rowids.push_back(ReadVarint(cell + length + 1));
+  }
+  return rowids;
+}
+
+// The leaf pages of the jobs table, in page order, and the page size.
+std::vector<int> JobLeafPages(const std::string& database, int* page_size) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(database.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  std::vector<int> pages;
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &stmt, nullptr);
+  if (sqlite3_step(stmt) == SQLITE_ROW) *page_size = sqlite3_column_int(stmt, 0);
+  sqlite3_finalize(stmt);
+  EXPECT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT pageno FROM dbstat WHERE name = 'jobs' AND pagetype = "
+                               "'leaf' ORDER BY pageno",
+                               -1, &stmt, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  while (sqlite3_step(stmt) == SQLITE_ROW) pages.push_back(sqlite3_column_int(stmt, 0));
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return pages;
+}
+
+TEST_F(FaultE2eTest, ACorruptPageIsDataLossForItsJobsAndTheRestIsReadable) {
+  constexpr int kJobs = 60;
+  {
+    Daemon daemon(state(), socket());
+    ASSERT_NO_FATAL_FAILURE(daemon.Start());
+    for (int i = 0; i < kJobs; ++i) ASSERT_TRUE(rpc::Submit(daemon, SmallJob()).ok());
+    // Cancelled newest first, so that the queue does not move on while they are.
+    for (int i = kJobs; i >= 1; --i) rpc::Cancel(daemon, std::to_string(i)).IgnoreError();
+  }  // SIGTERM: the last connection checkpoints the WAL into mpsd.db.
+  const std::string database = state() + "/mpsd.db";
+  ASSERT_FALSE(fs::exists(database + "-wal") && fs::file_size(database + "-wal") > 0);
+  int page_size = 0;
+  const std::vector<int> leaves = JobLeafPages(database, &page_size);
+  ASSERT_GE(leaves.size(), 3u) << "the jobs should span several pages";
+  const int victim = leaves[leaves.size() / 2];
+  std::string bytes = ReadFile(database);
+  const std::vector<int64_t> damaged = RowidsOnLeaf(bytes, page_size, victim);
+  ASSERT_FALSE(damaged.empty());
+  {
+    std::fstream file(database, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(victim - 1) * page_size);
+    const std::string garbage(page_size, '\xa5');
+    file.write(garbage.data(), garbage.size());
+  }
+
+  Daemon daemon(state(), socket() + ".2");
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  int readable = 0;
+  for (int i = 1; i <= kJobs; ++i) {
+    absl::StatusOr<mpsd::v1::Job> job = rpc::Get(daemon, std::to_string(i));
+    if (std::find(damaged.begin(), damaged.end(), i) != damaged.end()) {
+      EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss) << i << ": " << job.status();
+      EXPECT_THAT(job.status().message(),
+                  HasSubstr("job " + std::to_string(i) + " is damaged in the database"));
+    } else {
+      ASSERT_TRUE(job.ok()) << i << ": " << job.status();
+      EXPECT_EQ(job->id(), std::to_string(i));
+      ++readable;
+    }
+  }
+  EXPECT_EQ(readable, kJobs - static_cast<int>(damaged.size()));
+  mpsd::v1::ListJobsRequest all;
+  all.set_page_size(1000);
+  absl::StatusOr<mpsd::v1::ListJobsResponse> list = rpc::List(daemon, all);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->jobs_size(), readable);
+  // An undamaged job's events still stream; new jobs are stored after the highest id.
+  int64_t intact = 1;
+  while (std::find(damaged.begin(), damaged.end(), intact) != damaged.end()) ++intact;
+  grpc::Status end;
+  EXPECT_FALSE(rpc::StreamAll(daemon, std::to_string(intact), 0, &end).empty());
+  absl::StatusOr<mpsd::v1::Job> next = rpc::Submit(daemon, SmallJob());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->id(), std::to_string(kJobs + 1));
+  daemon.Stop(SIGTERM, absl::Seconds(60));
+  EXPECT_THAT(ReadFile(daemon.log_path()),
+              HasSubstr("cannot be read from the database; it is reported as DATA_LOSS"));
+}
+
+}  // namespace
+}  // namespace mpsd::testing
