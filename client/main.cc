@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/ascii.h"
 #include "api/default_address.h"
 #include "client/commands.h"
 #include "client/completion.h"
@@ -42,7 +43,9 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global flags may also come after the command: `mpsctl list --json`
   app.footer(
       "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed job that did not "
-      "succeed; 2 mpsd cannot be reached; 64 bad command line.");
+      "succeed; 2 mpsd cannot be reached (no connection, TLS handshake failed); 3 mpsd runs but "
+      "answered UNAVAILABLE (e.g. shutting down); 64 bad command line.\n"
+      "Remote: mpsctl --server HOST:PORT --tls-ca ca.pem --token-file ~/.config/mpsd/token ...");
 
   app.set_version_flag("--version", mpsd::VersionText("mpsctl"),
                        "print the version, git commit and LibTorch version, and exit");
@@ -53,6 +56,20 @@ int main(int argc, char** argv) {
                  "mpsd's address: unix:///path/to.sock, host:port, or a socket path "
                  "(default: $MPSD_ADDR, else the per-user socket)")
       ->capture_default_str();
+  mpsd::client::TlsOptions tls;
+  std::string token_file;
+  app.add_option("--tls-ca", tls.ca_file,
+                 "PEM CA certificate(s) that mpsd's TLS certificate chains to (default: the "
+                 "system's CA certificates); TCP servers off loopback always use TLS")
+      ->type_name("FILE");
+  app.add_option("--tls-cert", tls.cert_file, "client certificate for mutual TLS (PEM)")
+      ->type_name("FILE");
+  app.add_option("--tls-key", tls.key_file, "key of --tls-cert (PEM)")->type_name("FILE");
+  app.add_flag("--tls", tls.enabled,
+               "use TLS on a loopback address too, verified with the system's CA certificates");
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token sent to a TCP server (default: $MPSD_TOKEN)")
+      ->type_name("FILE");
   app.add_flag("--json", json,
                "print protobuf's JSON mapping (proto field names); one object per line for "
                "event streams");
@@ -163,12 +180,29 @@ int main(int argc, char** argv) {
 
   CommandOptions options;
   options.server = mpsd::client::NormalizeServerAddress(server);
+  options.tls = tls;
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = mpsd::client::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::cerr << "mpsctl: " << token.status().message() << "\n";
+      return mpsd::client::kExitUsage;
+    }
+    options.token = *token;
+  } else if (const char* token = std::getenv("MPSD_TOKEN"); token != nullptr) {
+    options.token = std::string(absl::StripAsciiWhitespace(token));
+  }
   options.json = json;
   options.live = StdoutIsTerminal();
   options.terminal_width = options.live ? TerminalWidth() : 0;
   options.explain_interrupt = true;
   options.reconnect_timeout = absl::Seconds(reconnect_s);
-  std::unique_ptr<Commands> commands = Commands::Connect(options, std::cout, std::cerr);
+  absl::StatusOr<std::unique_ptr<Commands>> connected =
+      Commands::Connect(options, std::cout, std::cerr);
+  if (!connected.ok()) {
+    std::cerr << "mpsctl: " << connected.status().message() << "\n";
+    return mpsd::client::kExitUsage;
+  }
+  std::unique_ptr<Commands>& commands = *connected;
 
   if (*submit) return commands->Submit(job_file, follow, overrides);
   if (*get) return commands->Get(job_id);
