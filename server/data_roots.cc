@@ -73,12 +73,29 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
       "); jobs submitted over TCP may only name files there"));
 }
 
+absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& dir) const {
+  std::error_code error;
+  std::filesystem::recursive_directory_iterator it(
+      dir, std::filesystem::directory_options::none, error);
+  int seen = 0;
+  for (; !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
+    if (++seen > kMaxTreeEntries) break;  // A huge tree: the files past this are not looked at.
+    if (it.depth() >= kMaxTreeDepth) it.disable_recursion_pending();
+    if (!it->is_symlink(error)) continue;
+    if (absl::Status s = CheckPath(field, it->path().string()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request) const {
   if (!request.has_train_job()) return absl::OkStatus();
   const mpsd::v1::TrainJob& job = request.train_job();
   const mpsd::v1::DatasetSpec& dataset = job.dataset();
   if (!dataset.root().empty()) {
     if (absl::Status s = CheckPath("train_job.dataset.root", dataset.root()); !s.ok()) return s;
+    // A symlink inside the root that leads out of the roots (a "dataset file" that is
+    // /etc/shadow) is refused as the root itself would be.
+    if (absl::Status s = CheckTree("train_job.dataset.root", dataset.root()); !s.ok()) return s;
   } else if (!dataset.name().empty() && dataset.name() != "synthetic") {
     const std::string root = absl::StrCat("/usr/share/datasets/", dataset.name());
     if (absl::Status s = CheckPath("train_job.dataset.root (default)", root); !s.ok()) return s;

@@ -25,7 +25,8 @@ class DataRoots {
   // the working directory.
   explicit DataRoots(const std::vector<std::string>& roots);
 
-  // OK when every path `request` names lies under a root. PERMISSION_DENIED otherwise, naming
+  // OK when every path `request` names lies under a root, and no symlink in the dataset's
+  // root directory leads elsewhere (CheckTree). PERMISSION_DENIED otherwise, naming
   // the field and the path as given and the roots; the message is the same whether the path
   // exists or not (and whether the daemon could read it), so that it tells nothing about files
   // outside the roots. A dataset without a root is checked at its default directory
@@ -34,6 +35,13 @@ class DataRoots {
 
   // The check for one path; `field` is its field path, e.g. "train_job.dataset.root".
   absl::Status CheckPath(absl::string_view field, const std::string& path) const;
+
+  // CheckPath for every symlink under the directory `dir` (which has passed CheckPath), at most
+  // kMaxTreeDepth levels down and kMaxTreeEntries entries: the files a dataset reads are in it,
+  // and one of them may be a link to a file outside the roots. Errors name the link's path.
+  absl::Status CheckTree(absl::string_view field, const std::string& dir) const;
+  static constexpr int kMaxTreeDepth = 3;
+  static constexpr int kMaxTreeEntries = 100000;
 
   const std::vector<std::string>& roots() const { return roots_; }
 

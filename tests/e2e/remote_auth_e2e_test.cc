@@ -737,6 +737,49 @@ TEST_F(RemoteTest, HttpsWithTheSameCertificateAndTokens) {
   EXPECT_EQ(again->status, 200);
 }
 
+// Issue 14 item 11: a dataset file that is a symlink out of the data_roots is refused like the
+// root itself; and a file that is not IDX is reported without quoting its bytes.
+TEST_F(RemoteTest, DatasetFilesAreHeldToTheRootsAndNeverQuoted) {
+  const std::string token = AddToken(tokens_, "ci", "submitter");
+  const std::string allowed = dir_.str() + "/data";
+  const std::string secret = dir_.str() + "/private/shadow";
+  std::filesystem::create_directories(allowed + "/ds");
+  std::filesystem::create_directories(dir_.str() + "/private");
+  WriteFile(secret, "root:$6$secret:19000:0:99999:7:::\n");
+  chmod(secret.c_str(), 0600);
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    std::filesystem::create_symlink(secret, allowed + "/ds/" + name);
+  }
+  const std::string config = dir_.str() + "/mpsd.yaml";
+  WriteFile(config, "data_roots: [" + allowed + "]\n");
+  std::unique_ptr<Daemon> daemon = StartTlsDaemon({"--config", config});
+  auto stub = mpsd::v1::JobService::NewStub(TlsChannel(TcpAddress(*daemon), Cert("ca.pem")));
+  mpsd::v1::SubmitJobRequest request = TrainJobRequest(64, 64, 1, 64, "mlp");
+  request.mutable_train_job()->mutable_dataset()->set_root(allowed + "/ds");
+  Job job;
+  grpc::Status status = stub->SubmitJob(Context(token).get(), request, &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), StartsWith("train_job.dataset.root: \"" + allowed + "/ds/"));
+  EXPECT_THAT(status.error_message(), HasSubstr("is not under the daemon's data_roots"));
+  EXPECT_THAT(status.error_message(), Not(HasSubstr(secret)));
+  // The daemon's own user (unix socket) may read it; the job fails without quoting it.
+  // (Refused at submit if the executor checks the files then, else the job fails.)
+  absl::StatusOr<Job> local = rpc::Submit(*daemon, request);
+  std::string message;
+  if (local.ok()) {
+    absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon, local->id());
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    EXPECT_EQ(ended->state(), Job::FAILED);
+    message = ended->message();
+  } else {
+    message = std::string(local.status().message());
+  }
+  EXPECT_THAT(message, HasSubstr("bad magic, expected 00 00 08 NN"));
+  EXPECT_THAT(message, Not(HasSubstr("72 6f 6f 74")));
+  EXPECT_THAT(message, Not(HasSubstr("root:")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // SIGHUP: a new certificate for new connections; open streams go on.
 
