@@ -131,6 +131,12 @@ class Commands {
   int Models(const std::vector<int64_t>& input_shape, std::optional<int32_t> num_classes);
   // The daemon's own health (GetServerStatus): streams, queue, memory, event storage.
   int Status();
+  // The dashboard's URL, from GetServerStatus's http_url, on stdout (a wildcard host such as
+  // 0.0.0.0 replaced by the host mpsctl dialed, or localhost for a unix socket), and on stderr
+  // where a token comes from; the URL never carries a token. `open_browser`: also starts the
+  // desktop's browser on it (xdg-open; open on macOS). kExitFailed when the daemon has no HTTP
+  // listener (saying how to enable one) or the browser cannot be started.
+  int Dashboard(bool open_browser);
   // A table of the job's artifacts (name, size, kind, sha256), or the ListArtifactsResponse
   // as JSON.
   int Artifacts(const std::string& job_id);

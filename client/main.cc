@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
       ->type_name("N");
   CLI::App* status = app.add_subcommand(
       "status", "show the daemon's health: streams, queue, memory, events stored");
+  bool open_browser = false;
+  CLI::App* dashboard = app.add_subcommand(
+      "dashboard", "print the dashboard's URL (the daemon's --http-listen); --open starts a browser");
+  dashboard->add_flag("--open", open_browser, "also open it in the desktop's browser");
   std::string bench_format = "table";
   CLI::App* bench = app.add_subcommand(
       "bench", "show a BenchJob's table: models and batch sizes by devices, speedup last");
@@ -212,6 +216,7 @@ int main(int argc, char** argv) {
   if (*device) return commands->Device();
   if (*models) return commands->Models(input_shape, num_classes);
   if (*status) return commands->Status();
+  if (*dashboard) return commands->Dashboard(open_browser);
   if (*bench) return commands->Bench(job_id, bench_format);
   if (*artifacts) return commands->Artifacts(job_id);
   if (*download) return commands->Download(job_id, artifact_name, output);

@@ -238,6 +238,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
         response.status = 500;
         response.set_content("internal error\n", "text/plain; charset=utf-8");
       });
+  // A POST (or PUT) with neither Content-Length nor chunked encoding has, in HTTP/1.1, a body
+  // that ends only when the client closes the connection (RFC 9112 6.3); cpp-httplib would wait
+  // for that. mpsd's POST routes take no body (`curl -X POST` sends no length): such a request
+  // is read as having an empty one, and answered at once.
+  http->server_->set_pre_routing_handler(
+      [](const httplib::Request& request, httplib::Response&) {
+        if ((request.method == "POST" || request.method == "PUT" || request.method == "PATCH") &&
+            !request.has_header("Content-Length") && !request.has_header("Transfer-Encoding")) {
+          const_cast<httplib::Request&>(request).headers.emplace("Content-Length", "0");
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
   // process bind the same port and take a share of the connections (and their tokens).
   http->server_->set_socket_options([](socket_t socket) {

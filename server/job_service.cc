@@ -451,6 +451,11 @@ grpc::ServerUnaryReactor* JobService::GetServerStatus(
   return Answer(context, absl::StatusOr<mpsd::v1::ServerStatus>(CurrentStatus()), response);
 }
 
+void JobService::SetHttpUrl(std::string url) {
+  absl::MutexLock lock(&http_url_mu_);
+  http_url_ = std::move(url);
+}
+
 mpsd::v1::ServerStatus JobService::CurrentStatus() {
   mpsd::v1::ServerStatus status;
   {
@@ -471,6 +476,10 @@ mpsd::v1::ServerStatus JobService::CurrentStatus() {
   status.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
   status.set_heartbeat_interval_s(absl::ToDoubleSeconds(options_.heartbeat_interval));
   status.set_min_keepalive_interval_s(absl::ToDoubleSeconds(options_.min_keepalive_interval));
+  {
+    absl::MutexLock lock(&http_url_mu_);
+    status.set_http_url(http_url_);
+  }
   return status;
 }
 

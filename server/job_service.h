@@ -73,6 +73,10 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   // What GetServerStatus answers now (also read by /metrics). Thread-safe.
   mpsd::v1::ServerStatus CurrentStatus();
 
+  // ServerStatus.http_url from now on (the HTTP listener starts after this service exists).
+  // Thread-safe.
+  void SetHttpUrl(std::string url) ABSL_LOCKS_EXCLUDED(http_url_mu_);
+
   grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* context,
                                           const mpsd::v1::ListArtifactsRequest* request,
                                           mpsd::v1::ListArtifactsResponse* response) override;
@@ -97,6 +101,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
 
   absl::Mutex mu_;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex http_url_mu_;
+  std::string http_url_ ABSL_GUARDED_BY(http_url_mu_);
 };
 
 }  // namespace mpsd::server

@@ -491,6 +491,7 @@ absl::Status Server::StartHttp() {
   dashboard_ = std::make_unique<Dashboard>(scheduler_.get(), dashboard_options);
   dashboard_->Register(http_server_.get());
   http_server_->Start();
+  service_->SetHttpUrl(http_server_->url());
   spdlog::info("mpsd serving the dashboard, /metrics and /healthz on {}", http_server_->url());
   return absl::OkStatus();
 }

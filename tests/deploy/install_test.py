@@ -164,7 +164,8 @@ class CompletionTest(unittest.TestCase):
     def test_bash_completes_commands_options_and_files(self):
         commands = self.complete_bash("")
         for command in ("submit", "get", "list", "cancel", "logs", "device", "models",
-                        "status", "bench", "completion", "artifacts", "download",
+                        "status", "bench", "completion", "artifacts", "download", "dashboard",
+                        "--server",
                         "--json", "--version", "--reconnect-timeout"):
             self.assertIn(command, commands)
         self.assertEqual(self.complete_bash("su"), ["submit"])

@@ -1,7 +1,10 @@
 // End-to-end tests of remote access: real mpsd processes listening on a unix socket and on
 // 127.0.0.1 port 0 with real TLS (certificates made here with the openssl CLI), bearer tokens
 // made with `mpsd token add`, and the real mpsctl binary and gRPC clients against them.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -714,6 +717,17 @@ TEST_F(RemoteTest, HttpsWithTheSameCertificateAndTokens) {
   httplib::Result plain_answer = plain.Get("/healthz");
   EXPECT_TRUE(!plain_answer || plain_answer->status != 200);
 
+  // mpsctl dashboard: the URL from GetServerStatus, the wildcard host replaced.
+  CommandResult local = RunCommand({MpsctlPath(), "--server", daemon->address(), "dashboard"});
+  EXPECT_EQ(local.exit_code, 0) << local.err;
+  EXPECT_EQ(local.out, absl::StrCat("https://localhost:", port, "/\n"));
+  EXPECT_THAT(local.err, HasSubstr("mpsd token add --name NAME --role viewer"));
+  CommandResult remote = Mpsctl(TcpAddress(*daemon), {"--tls-ca", Cert("ca.pem"), "--token-file",
+                                                      TokenFile(token), "dashboard"});
+  EXPECT_EQ(remote.exit_code, 0) << remote.err;
+  EXPECT_EQ(remote.out, absl::StrCat("https://127.0.0.1:", port, "/\n"));
+  EXPECT_THAT(remote.out + remote.err, Not(HasSubstr(token)));
+
   // SIGHUP: a mismatched pair changes nothing; the matching pair reaches new HTTPS connections.
   const std::string first = Certificates::Serial(ReadFile(Cert("server.pem")));
   const std::string second = Certificates::Serial(ReadFile(Cert("server2.pem")));
@@ -735,6 +749,91 @@ TEST_F(RemoteTest, HttpsWithTheSameCertificateAndTokens) {
   httplib::Result again = after.Get("/api/jobs", {{"Authorization", "Bearer " + token}});
   ASSERT_TRUE(again) << httplib::to_string(again.error());
   EXPECT_EQ(again->status, 200);
+}
+
+TEST_F(RemoteTest, DashboardWithoutAnHttpListenerSaysHowToEnableIt) {
+  auto daemon = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
+  daemon->Start();
+  CommandResult result = RunCommand({MpsctlPath(), "--server", daemon->address(), "dashboard"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.out, "");
+  EXPECT_THAT(result.err, HasSubstr("serves no dashboard: start it with --http-listen "
+                                    "127.0.0.1:9464"));
+}
+
+// Sends `request` as is to 127.0.0.1:`port` and returns what comes back before the server
+// closes the connection or 20 s pass.
+std::string RawHttp(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    ADD_FAILURE() << "cannot connect to port " << port;
+    return "";
+  }
+  timeval timeout{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  (void)!write(fd, request.data(), request.size());
+  std::string answer;
+  char buffer[4096];
+  ssize_t n = 0;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+    if (answer.find("\r\n\r\n") != std::string::npos) {
+      // Headers are in; the answers here are short: read what follows within a moment.
+      timeval brief{1, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &brief, sizeof(brief));
+    }
+  }
+  close(fd);
+  return answer;
+}
+
+// POST /api/jobs/{id}/cancel: a submitter token cancels the jobs it submitted and no other, an
+// admin token any; a request without Content-Length (curl -X POST) is answered at once.
+TEST_F(RemoteTest, HttpCancelFollowsSubmittedBy) {
+  const std::string ci = AddToken(tokens_, "ci", "submitter");
+  const std::string other = AddToken(tokens_, "ci2", "submitter");
+  const std::string admin = AddToken(tokens_, "root", "admin");
+  auto daemon = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
+  daemon->Start({"--listen", "127.0.0.1:0", "--tokens", tokens_, "--http-listen", "127.0.0.1:0"});
+  const int port = UrlPort(HttpUrl(*daemon));
+  // A long job first (over the unix socket), so the two below stay queued.
+  absl::StatusOr<Job> blocker = rpc::Submit(*daemon, LongJob());
+  ASSERT_TRUE(blocker.ok()) << blocker.status();
+  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(
+      TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
+  auto submit_as = [&](const std::string& token) {
+    Job job;
+    grpc::Status status =
+        stub->SubmitJob(Context(token).get(), TrainJobRequest(64, 64, 1, 64, "mlp"), &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return job;
+  };
+  const Job mine = submit_as(ci);
+  const Job theirs = submit_as(other);
+  EXPECT_EQ(mine.submitted_by(), "ci");
+  auto cancel = [&](const std::string& id, const std::string& token) {
+    const absl::Time start = absl::Now();
+    // No Content-Length, no body: as curl -X POST sends it.
+    std::string answer = RawHttp(port, absl::StrCat("POST /api/jobs/", id, "/cancel HTTP/1.1\r\n"
+                                                    "Host: 127.0.0.1\r\nAuthorization: Bearer ",
+                                                    token, "\r\nConnection: close\r\n\r\n"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the answer took until the timeout";
+    return answer;
+  };
+  std::string refused = cancel(theirs.id(), ci);
+  EXPECT_THAT(refused, StartsWith("HTTP/1.1 403"));
+  EXPECT_THAT(refused, HasSubstr("submitter"));
+  std::string cancelled = cancel(mine.id(), ci);
+  EXPECT_THAT(cancelled, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(cancelled, HasSubstr("CANCELLED"));
+  std::string by_admin = cancel(theirs.id(), admin);
+  EXPECT_THAT(by_admin, StartsWith("HTTP/1.1 200"));
+  EXPECT_TRUE(rpc::Cancel(*daemon, blocker->id()).ok());
 }
 
 // Issue 14 item 11: a dataset file that is a symlink out of the data_roots is refused like the
