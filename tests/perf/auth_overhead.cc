@@ -1,8 +1,13 @@
-// What remote access costs: mpsd's start-up with and without a TLS listener and tokens, and the
+// What remote access costs: mpsd's start-up with and without a TLS listener and tokens, the
 // per-call time of GetJob over the unix socket (no auth), over loopback TCP with a token
-// (plaintext, gRPC's local credentials) and over TLS with a token. Prints the numbers.
+// (plaintext, gRPC's local credentials) and over TLS with a token, and StreamEvents' replay
+// throughput (events/s) over the unix socket and over TLS with a token. Prints the numbers.
 //
-//   build/tests/e2e/mpsd_auth_overhead [--calls 1000] [--starts 5]
+//   build/tests/e2e/mpsd_auth_overhead [--calls 1000] [--starts 5] [--replays 5]
+//
+// Every wait is bounded (a daemon that does not answer within 120 s ends the run with a
+// message): an earlier version read the previous daemon's log, dialed its dead port, and waited
+// for ever.
 //
 // Needs the built mpsd and the openssl CLI (certificates are made in a temp dir). Each call is
 // a sync GetJob on one warm channel, one after another; times are wall-clock.
@@ -49,7 +54,10 @@ struct Daemon {
   std::string log;
 };
 
+// `log` must be a new file name: the parent reads it for the TCP port before the child may have
+// written anything, so an old log would name an old port.
 Daemon Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  std::filesystem::remove(log);
   Daemon daemon;
   daemon.log = log;
   daemon.pid = fork();
@@ -70,17 +78,26 @@ void Stop(Daemon& daemon) {
   waitpid(daemon.pid, nullptr, 0);
 }
 
-// Calls GetDevice until it answers; returns the time since `start`, seconds.
+// Calls GetDevice until it answers; returns the time since `start`, seconds. Exits after 120 s.
 double WaitUntilServing(mpsd::v1::JobService::Stub& stub, const std::string& token,
                         Clock::time_point start) {
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(120);
   for (;;) {
+    if (Clock::now() > give_up) {
+      std::fprintf(stderr, "mpsd did not answer GetDevice within 120 s\n");
+      std::exit(1);
+    }
     grpc::ClientContext context;
     context.set_wait_for_ready(true);
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     mpsd::v1::DeviceInfo device;
-    if (stub.GetDevice(&context, {}, &device).ok()) {
-      return std::chrono::duration<double>(Clock::now() - start).count();
+    const grpc::Status status = stub.GetDevice(&context, {}, &device);
+    if (status.ok()) return std::chrono::duration<double>(Clock::now() - start).count();
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      std::fprintf(stderr, "GetDevice: %s\n", status.error_message().c_str());
+      std::exit(1);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -98,6 +115,34 @@ std::string TcpAddressFromLog(const std::string& log) {
   }
   std::fprintf(stderr, "no TCP listener in %s\n", log.c_str());
   std::exit(1);
+}
+
+// Replays job `job_id`'s stored events (StreamEvents from seq 0 to its terminal event)
+// `replays` times; returns events per second over all of them, and sets `events` to one
+// replay's count.
+double ReplayRate(mpsd::v1::JobService::Stub& stub, const std::string& token,
+                  const std::string& job_id, int replays, int64_t& events) {
+  const Clock::time_point start = Clock::now();
+  int64_t total = 0;
+  for (int i = 0; i < replays; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    mpsd::v1::StreamEventsRequest request;
+    request.set_job_id(job_id);
+    auto reader = stub.StreamEvents(&context, request);
+    mpsd::v1::JobEvent event;
+    int64_t count = 0;
+    while (reader->Read(&event)) ++count;
+    const grpc::Status status = reader->Finish();
+    if (!status.ok()) {
+      std::fprintf(stderr, "StreamEvents: %s\n", status.error_message().c_str());
+      std::exit(1);
+    }
+    events = count;
+    total += count;
+  }
+  return total / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 struct Stats {
@@ -133,11 +178,16 @@ Stats TimeGetJob(mpsd::v1::JobService::Stub& stub, const std::string& token,
 }  // namespace
 
 int main(int argc, char** argv) {
-  int calls = 1000, starts = 5;
+  int calls = 1000, starts = 5, replays = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::string(argv[i]) == "--calls") calls = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--starts") starts = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--replays") replays = std::atoi(argv[i + 1]);
   }
+  int spawned = 0;
+  auto log_name = [&](const std::string& what) {
+    return what + "-" + std::to_string(++spawned) + ".log";
+  };
   const std::string mpsd = std::string(MPSD_BINARY_DIR) + "/server/mpsd";
   char pattern[] = "/tmp/mpsd-auth-overhead-XXXXXX";
   const std::string dir = mkdtemp(pattern);
@@ -172,7 +222,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < starts; ++i) {
     {
       const Clock::time_point start = Clock::now();
-      Daemon daemon = Spawn(plain_args, dir + "/plain.log");
+      Daemon daemon = Spawn(plain_args, dir + "/" + log_name("plain"));
       auto stub = mpsd::v1::JobService::NewStub(
           grpc::CreateChannel(unix_address, grpc::InsecureChannelCredentials()));
       plain_starts.push_back(WaitUntilServing(*stub, "", start));
@@ -180,8 +230,9 @@ int main(int argc, char** argv) {
     }
     {
       const Clock::time_point start = Clock::now();
-      Daemon daemon = Spawn(tls_args, dir + "/tls.log");
-      const std::string tcp = TcpAddressFromLog(dir + "/tls.log");
+      const std::string log = dir + "/" + log_name("tls");
+      Daemon daemon = Spawn(tls_args, log);
+      const std::string tcp = TcpAddressFromLog(log);
       auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(tcp, grpc::SslCredentials(ssl)));
       tls_starts.push_back(WaitUntilServing(*stub, token, start));
       Stop(daemon);
@@ -198,8 +249,9 @@ int main(int argc, char** argv) {
 
   // Per call: one daemon with all three listeners.
   std::vector<std::string> all_args = tls_args;
-  Daemon daemon = Spawn(all_args, dir + "/all.log");
-  const std::string tls_address = TcpAddressFromLog(dir + "/all.log");
+  const std::string all_log = dir + "/" + log_name("all");
+  Daemon daemon = Spawn(all_args, all_log);
+  const std::string tls_address = TcpAddressFromLog(all_log);
   auto unix_stub = mpsd::v1::JobService::NewStub(
       grpc::CreateChannel(unix_address, grpc::InsecureChannelCredentials()));
   WaitUntilServing(*unix_stub, "", Clock::now());
@@ -207,10 +259,11 @@ int main(int argc, char** argv) {
   mpsd::v1::SubmitJobRequest submit;
   submit.mutable_train_job()->mutable_model()->set_name("mlp");
   submit.mutable_train_job()->mutable_dataset()->set_name("fashion-mnist");
-  submit.mutable_train_job()->mutable_dataset()->set_limit_train(64);
+  // 2,000 steps of batch 1: a job with a few thousand events to replay.
+  submit.mutable_train_job()->mutable_dataset()->set_limit_train(2000);
   submit.mutable_train_job()->mutable_dataset()->set_limit_test(64);
   submit.mutable_train_job()->set_epochs(1);
-  submit.mutable_train_job()->set_batch_size(8);
+  submit.mutable_train_job()->set_batch_size(1);
   submit.mutable_train_job()->set_device("cpu");
   mpsd::v1::Job job;
   {
@@ -223,16 +276,36 @@ int main(int argc, char** argv) {
   }
   auto tls_stub =
       mpsd::v1::JobService::NewStub(grpc::CreateChannel(tls_address, grpc::SslCredentials(ssl)));
+  // The job finished first (at most 10 minutes), so that no training competes with the calls.
+  for (int i = 0;; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    mpsd::v1::GetJobRequest get;
+    get.set_job_id(job.id());
+    mpsd::v1::Job now;
+    if (unix_stub->GetJob(&context, get, &now).ok() && now.state() >= mpsd::v1::Job::SUCCEEDED) {
+      break;
+    }
+    if (i > 6000) {
+      std::fprintf(stderr, "job %s did not finish within 10 minutes\n", job.id().c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   const Stats unix_stats = TimeGetJob(*unix_stub, "", job.id(), calls);
   const Stats tls_stats = TimeGetJob(*tls_stub, token, job.id(), calls);
+  int64_t events = 0;
+  const double unix_rate = ReplayRate(*unix_stub, "", job.id(), replays, events);
+  const double tls_rate = ReplayRate(*tls_stub, token, job.id(), replays, events);
   Stop(daemon);
 
   // Loopback plaintext TCP with a token: TLS's share of the difference.
   std::vector<std::string> local_args = plain_args;
   for (const std::string a : {"--listen", "127.0.0.1:0", "--tokens"}) local_args.push_back(a);
   local_args.push_back(dir + "/tokens.yaml");
-  Daemon local = Spawn(local_args, dir + "/local.log");
-  const std::string local_address = TcpAddressFromLog(dir + "/local.log");
+  const std::string local_log = dir + "/" + log_name("local");
+  Daemon local = Spawn(local_args, local_log);
+  const std::string local_address = TcpAddressFromLog(local_log);
   auto local_stub = mpsd::v1::JobService::NewStub(
       grpc::CreateChannel(local_address, grpc::experimental::LocalCredentials(LOCAL_TCP)));
   WaitUntilServing(*local_stub, token, Clock::now());
@@ -249,6 +322,10 @@ int main(int argc, char** argv) {
   row("loopback TCP TLS + token check", tls_stats);
   std::printf("  added per call by TLS + token: %.1f us (mean), %.1f us (p50)\n",
               tls_stats.mean_us - unix_stats.mean_us, tls_stats.p50_us - unix_stats.p50_us);
+  std::printf("StreamEvents replay of a finished job's %lld events, %d times (events/s):\n",
+              static_cast<long long>(events), replays);
+  std::printf("  unix socket, no auth                     %10.0f\n", unix_rate);
+  std::printf("  loopback TCP TLS + token check           %10.0f\n", tls_rate);
   std::filesystem::remove_all(dir);
   return 0;
 }
