@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -32,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "api/default_address.h"
 #include "api/job_state.h"
+#include "api/sha256.h"
 #include "client/bench_table.h"
 #include "client/event_printer.h"
 #include "client/format.h"
@@ -137,31 +137,6 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
-                                                                   &EVP_MD_CTX_free);
-  if (context == nullptr || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
-    return absl::InternalError("SHA-256 is not available (OpenSSL)");
-  }
-  std::vector<char> buffer(1 << 16);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    if (in.gcount() > 0) EVP_DigestUpdate(context.get(), buffer.data(), in.gcount());
-  }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(context.get(), digest, &length);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 0xf];
-  }
-  return hex;
-}
 
 std::string StartDaemonHint(const std::string& server) {
   if (server == api::DefaultServerAddress()) return "mpsd";
@@ -690,7 +665,7 @@ int Commands::Download(const std::string& job_id, const std::string& name,
          << status.error_message() << "); resuming at byte " << offset + received << "\n";
     absl::SleepFor(std::min(absl::Seconds(1) * (attempt + 1), absl::Seconds(5)));
   }
-  absl::StatusOr<std::string> sha256 = Sha256OfFile(part);
+  absl::StatusOr<std::string> sha256 = api::Sha256OfFile(part);
   if (!sha256.ok() || *sha256 != artifact->sha256()) {
     std::error_code error;
     std::filesystem::remove(part, error);

@@ -183,9 +183,6 @@ class Commands {
   std::ostream& err_;
 };
 
-// Lowercase hex SHA-256 of the file at `path` (OpenSSL). NOT_FOUND when it cannot be read.
-absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
-
 // "mpsd" when `server` is the default address, else "mpsd --listen SERVER": how to start a daemon
 // that this client would reach.
 std::string StartDaemonHint(const std::string& server);

@@ -1,7 +1,5 @@
-// Artifacts: a directory walk, OpenSSL's SHA-256, and path checks on canonical paths.
+// Artifacts: a directory walk, each file's SHA-256 (api/sha256.h), and path checks on canonical paths.
 #include "server/artifacts.h"
-
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "api/sha256.h"
 
 namespace mpsd::server {
 namespace fs = std::filesystem;
@@ -31,32 +30,6 @@ bool IsUnder(const fs::path& path, const fs::path& dir) {
 
 }  // namespace
 
-absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InternalError(absl::StrCat("cannot read ", path));
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
-                                                                   &EVP_MD_CTX_free);
-  if (context == nullptr || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
-    return absl::InternalError("SHA-256 is not available (OpenSSL)");
-  }
-  std::vector<char> buffer(1 << 16);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    if (in.gcount() > 0) EVP_DigestUpdate(context.get(), buffer.data(), in.gcount());
-  }
-  if (in.bad()) return absl::InternalError(absl::StrCat("cannot read ", path));
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(context.get(), digest, &length);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 0xf];
-  }
-  return hex;
-}
-
 absl::StatusOr<std::vector<mpsd::v1::Artifact>> ListArtifacts(const std::string& job_dir) {
   std::vector<mpsd::v1::Artifact> artifacts;
   std::error_code error;
@@ -66,7 +39,7 @@ absl::StatusOr<std::vector<mpsd::v1::Artifact>> ListArtifacts(const std::string&
     if (it->is_symlink() || !it->is_regular_file()) continue;
     const std::string name = fs::relative(it->path(), job_dir).generic_string();
     if (absl::EndsWith(name, ".tmp")) continue;
-    absl::StatusOr<std::string> sha256 = Sha256OfFile(it->path().string());
+    absl::StatusOr<std::string> sha256 = api::Sha256OfFile(it->path().string());
     if (!sha256.ok()) continue;  // Removed meanwhile (an older checkpoint replaced).
     mpsd::v1::Artifact& artifact = artifacts.emplace_back();
     artifact.set_name(name);

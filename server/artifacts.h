@@ -28,9 +28,6 @@ absl::StatusOr<std::vector<mpsd::v1::Artifact>> ListArtifacts(const std::string&
 // (following symbolic links) outside `job_dir`; NOT_FOUND when no such regular file exists.
 absl::StatusOr<std::string> ResolveArtifact(const std::string& job_dir, absl::string_view name);
 
-// Lowercase hex SHA-256 of the file at `path`. INTERNAL naming it when it cannot be read.
-absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
-
 }  // namespace mpsd::server
 
 #endif  // MPSD_SERVER_ARTIFACTS_H_

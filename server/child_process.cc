@@ -17,7 +17,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 
 namespace mpsd::server {
 namespace {
@@ -76,8 +75,8 @@ std::string DescribeExitStatus(int wait_status) {
   return absl::StrCat("ended with wait status ", wait_status);
 }
 
-absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<std::string> args,
-                                                                   std::vector<std::string> env) {
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
+    std::vector<std::string> args, std::vector<std::string> env, std::function<void()> on_exit) {
   if (args.empty()) return absl::InvalidArgumentError("ChildProcess::Spawn: no program");
   // Built before fork(): the child may not allocate.
   std::vector<char*> argv = Pointers(args);
@@ -85,13 +84,38 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<st
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   if (pid == 0) ExecChild(argv.data(), envp.data());
-  return std::unique_ptr<ChildProcess>(new ChildProcess(pid));
+  std::unique_ptr<ChildProcess> child(new ChildProcess(pid));
+  ChildProcess* raw = child.get();
+  child->watcher_ = std::thread([raw, on_exit = std::move(on_exit)]() mutable {
+    raw->Watch(std::move(on_exit));
+  });
+  return child;
+}
+
+void ChildProcess::Watch(std::function<void()> on_exit) {
+  siginfo_t info;
+  // WNOWAIT: the child stays a zombie until its owner reaps it. ECHILD: the owner reaped it
+  // first (Reap, or the destructor's); either way it has exited.
+  while (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    exited_ = true;
+  }
+  if (on_exit) on_exit();
+}
+
+bool ChildProcess::HasExited() const {
+  absl::MutexLock lock(&mu_);
+  return exited_;
 }
 
 ChildProcess::~ChildProcess() {
-  if (wait_status_.has_value()) return;
-  Signal(SIGKILL);
-  Reap();
+  if (!wait_status_.has_value()) {
+    Signal(SIGKILL);
+    Reap();
+  }
+  if (watcher_.joinable()) watcher_.join();
 }
 
 void ChildProcess::Signal(int signal) {
@@ -103,22 +127,25 @@ std::optional<int> ChildProcess::Wait(bool block) {
   for (;;) {
     int status = 0;
     const pid_t r = waitpid(pid_, &status, block ? 0 : WNOHANG);
-    if (r == pid_) return wait_status_ = status;
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return wait_status_ = 0;  // not our child any more (reaped elsewhere): gone
-    return std::nullopt;
+    if (r == 0) return std::nullopt;
+    // r < 0: not our child any more (reaped elsewhere): gone.
+    wait_status_ = r == pid_ ? status : 0;
+    // The watcher has seen the exit, or sees ECHILD now: it ends at once.
+    if (watcher_.joinable()) watcher_.join();
+    return wait_status_;
   }
 }
 
 std::optional<int> ChildProcess::TryReap() { return Wait(/*block=*/false); }
 
 std::optional<int> ChildProcess::ReapWithin(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
-    if (std::optional<int> status = Wait(/*block=*/false)) return status;
-    if (absl::Now() >= deadline) return std::nullopt;
-    absl::SleepFor(absl::Milliseconds(10));
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&exited_), timeout);
+    if (!exited_) return std::nullopt;
   }
+  return Wait(/*block=*/true);  // it has exited: returns at once
 }
 
 int ChildProcess::Reap() { return *Wait(/*block=*/true); }

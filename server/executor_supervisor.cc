@@ -60,14 +60,16 @@ struct ExecutorSupervisor::Child {
   // Non-empty: replace this executor (kill: at once, with SIGKILL).
   std::string retire_reason;
   bool kill = false;
+  // The monitor sent SIGKILL for `kill`: what is left is to reap it once it exited.
+  bool kill_sent = false;
+  // Set by the process's watcher thread as soon as it exits: wakes the monitor to reap it.
+  bool process_exited = false;
   // Set by the monitor once the process is reaped.
   bool exited = false;
   std::string exit_description;
 };
 
 namespace {
-
-constexpr absl::Duration kMonitorPoll = absl::Milliseconds(50);
 
 // The RestartsByReason key for a Child's retire_reason ("" when it died by itself).
 std::string RestartLabel(const std::string& retire_reason) {
@@ -267,16 +269,20 @@ void ExecutorSupervisor::MonitorLoop() {
     bool kill_now = false;
     {
       absl::MutexLock lock(&mu_);
+      // Woken by the process's exit (its watcher thread), a retirement or mpsd stopping.
       auto wake = [this, &child]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutting_down_ || !child->retire_reason.empty();
+        return shutting_down_ || child->process_exited ||
+               (!child->retire_reason.empty() && !child->kill_sent);
       };
-      mu_.AwaitWithTimeout(absl::Condition(&wake), kMonitorPoll);
+      mu_.Await(absl::Condition(&wake));
       if (shutting_down_) break;
+      if (child->process_exited) continue;  // reaped on the next turn
       retire = child->retire_reason;
       kill_now = child->kill;
+      if (kill_now) child->kill_sent = true;
     }
     if (kill_now) {
-      child->process->Signal(SIGKILL);  // reaped on the next turn
+      child->process->Signal(SIGKILL);  // its exit wakes the monitor, which reaps it
     } else if (!retire.empty()) {
       if (options_.on_ready_changed) options_.on_ready_changed(false);
       Stop(*child, retire);
@@ -298,11 +304,16 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::S
   std::error_code ignored;
   std::filesystem::remove(options_.socket_path, ignored);
   Command command = BuildCommand(options_);
-  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
-      ChildProcess::Spawn(std::move(command.args), std::move(command.env));
-  if (!process.ok()) return process.status();
-
   auto child = std::make_shared<Child>();
+  // The watcher runs until the process exits, and the process is reaped (which waits for the
+  // watcher) before the Child goes away: `raw` outlives it.
+  Child* raw = child.get();
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn(std::move(command.args), std::move(command.env), [this, raw] {
+        absl::MutexLock lock(&mu_);
+        raw->process_exited = true;
+      });
+  if (!process.ok()) return process.status();
   child->generation = generation;
   child->process = *std::move(process);
   child->pid = child->process->pid();

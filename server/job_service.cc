@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "api/job_state.h"
 #include "api/memory.h"
+#include "api/sha256.h"
 #include "api/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/artifacts.h"
@@ -427,7 +428,7 @@ grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* JobService::GetArtifact(
   std::ifstream file(*path, std::ios::binary);
   std::error_code error;
   const auto size = static_cast<int64_t>(std::filesystem::file_size(*path, error));
-  absl::StatusOr<std::string> sha256 = Sha256OfFile(*path);
+  absl::StatusOr<std::string> sha256 = api::Sha256OfFile(*path);
   if (!file || error || !sha256.ok()) {
     return new Failed(grpc::Status(grpc::StatusCode::INTERNAL,
                                    absl::StrCat("cannot read artifact ", request->name())));

@@ -26,10 +26,6 @@ absl::StatusOr<api::MemoryFigures> Guarded(const std::string& device, Fn&& fn) {
 
 }  // namespace
 
-absl::StatusOr<api::MemoryFigures> ReadDeviceMemory(const std::string& device) {
-  return Guarded(device, [](const torch::Device& d) { return ReadMemory(d); });
-}
-
 absl::StatusOr<api::MemoryFigures> MeasureBaseline(const std::string& device) {
   return Guarded(device, [](const torch::Device& d) {
     {

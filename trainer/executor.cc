@@ -6,7 +6,6 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -39,7 +38,7 @@ class TorchExecutor final : public Executor {
         return ValidateBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection);
       });
     }
-    return CatchTorchErrors([&] { return ResolveJob(spec).status(); });
+    return CatchTorchErrors([&] { return ResolveJob(spec, nullptr).status(); });
   }
 
   absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
@@ -53,8 +52,10 @@ class TorchExecutor final : public Executor {
   }
 
  private:
-  // The TrainJob of `spec` resolved (fault injection checked first).
-  absl::StatusOr<TrainJobConfig> ResolveJob(const mpsd::v1::SubmitJobRequest& spec) const;
+  // The TrainJob of `spec` resolved (fault injection checked first); `context` as
+  // ResolveTrainJob takes it (nullptr: validation).
+  absl::StatusOr<TrainJobConfig> ResolveJob(const mpsd::v1::SubmitJobRequest& spec,
+                                            const JobContext* context) const;
 
   absl::Status RunBench(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
                         const std::atomic<bool>& cancelled);
@@ -69,15 +70,15 @@ class TorchExecutor final : public Executor {
   std::atomic<int64_t> jobs_run_{0};
 };
 
-absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(
-    const mpsd::v1::SubmitJobRequest& spec) const {
+absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(const mpsd::v1::SubmitJobRequest& spec,
+                                                        const JobContext* context) const {
   // Fault injection (tests only): rejected unless the daemon allows it.
   if (absl::Status s = CheckFaultInjection(spec, options_.allow_fault_injection); !s.ok()) {
     return s;
   }
   switch (spec.spec_case()) {
     case mpsd::v1::SubmitJobRequest::kTrainJob:
-      return ResolveTrainJob(spec.train_job(), inventory_, options_.artifacts_dir);
+      return ResolveTrainJob(spec.train_job(), inventory_, options_.artifacts_dir, context);
     case mpsd::v1::SubmitJobRequest::kBenchJob:  // Validate and Run handle it (trainer/bench.h)
       return absl::InvalidArgumentError("spec: a BenchJob is not a TrainJob");
     default:
@@ -112,16 +113,11 @@ absl::Status TorchExecutor::RunTrain(const JobContext& context,
                                      const mpsd::v1::SubmitJobRequest& spec,
                                      const EventSink& sink, const std::atomic<bool>& cancelled) {
   absl::StatusOr<TrainJobConfig> job;
-  if (absl::Status s = CatchTorchErrors([&] { return (job = ResolveJob(spec)).status(); });
+  if (absl::Status s =
+          CatchTorchErrors([&] { return (job = ResolveJob(spec, &context)).status(); });
       !s.ok()) {
     return s;
   }
-  // Where the job's artifacts go, and a checkpoint chosen by the scheduler (restart_policy).
-  job->job_id = context.job_id;
-  if (!options_.artifacts_dir.empty() && !context.job_id.empty()) {
-    job->job_dir = (std::filesystem::path(options_.artifacts_dir) / context.job_id).string();
-  }
-  if (!context.resume_checkpoint.empty()) job->resume_path = context.resume_checkpoint;
   jobs_run_.fetch_add(1, std::memory_order_relaxed);
   // Fault injection (tests only; validated above): the fault fires from inside the sink, never
   // at the summary.

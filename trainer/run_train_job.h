@@ -14,7 +14,7 @@ namespace mpsd::trainer {
 
 struct TrainJobConfig;  // trainer/train_job.h
 
-// Runs `job` (from ResolveTrainJob, with job_id, job_dir and resume_path set by the caller) to
+// Runs `job` (from ResolveTrainJob with the job's context: job_id, job_dir, resume_path) to
 // its end on the calling thread: loads the dataset onto job.device, seeds torch with job.seed and
 // builds the model and optimizer, restores job.resume_path when set (model, optimizer,
 // GradScaler; training continues at the epoch and step after the checkpoint's), trains with a

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -228,6 +229,16 @@ std::string ScheduleErrorField(const TrainJobConfig& job, const absl::Status& st
   return "schedule.name";
 }
 
+// Where a run's artifacts go, and a checkpoint chosen by the scheduler (restart_policy: resume).
+void PlaceJob(const api::JobContext& context, const std::string& artifacts_dir,
+              TrainJobConfig& config) {
+  config.job_id = context.job_id;
+  if (!artifacts_dir.empty() && !context.job_id.empty()) {
+    config.job_dir = (std::filesystem::path(artifacts_dir) / context.job_id).string();
+  }
+  if (!context.resume_checkpoint.empty()) config.resume_path = context.resume_checkpoint;
+}
+
 }  // namespace
 
 const FieldChecks& TrainJobFields() {
@@ -237,13 +248,15 @@ const FieldChecks& TrainJobFields() {
 
 absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
                                                const DeviceInventory& inventory,
-                                               const std::string& artifacts_dir) {
+                                               const std::string& artifacts_dir,
+                                               const api::JobContext* context) {
   TrainJobConfig config;
   if (absl::Status s = ResolveModelAndData(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
   config.seed = spec.seed();
   if (absl::Status s = ResolveDeviceSettings(spec, inventory, config); !s.ok()) return s;
   if (absl::Status s = ResolveCheckpoints(spec, artifacts_dir, config); !s.ok()) return s;
+  if (context != nullptr) PlaceJob(*context, artifacts_dir, config);
   return config;
 }
 

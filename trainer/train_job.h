@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "api/executor.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "trainer/checkpoint.h"
 #include "trainer/datasets.h"
@@ -58,7 +59,8 @@ struct TrainJobConfig {
   // The checkpoint to resume from (resume_from resolved, or JobContext::resume_checkpoint);
   // empty = start fresh.
   std::string resume_path;
-  // <artifacts_dir>/<job id>/ where checkpoints and the finished model go; empty = nowhere.
+  // <artifacts_dir>/<job id>/ where checkpoints and the finished model go; empty = nowhere
+  // (validation, which has no job id yet, or an executor without an artifacts directory).
   std::string job_dir;
   std::string job_id;
 };
@@ -71,9 +73,16 @@ struct TrainJobConfig {
 // restart_policy and resume_from (a checkpoint's metadata read and checked against the job;
 // `artifacts_dir` as Executor::Options has it). INVALID_ARGUMENT whose message starts with the
 // field path ("train_job.batch_size: must be > 0, got 0"). Reads files only; thread-safe.
+//
+// `context`: nullptr to validate a submit; for a run, the job's context, which completes the
+// config: job_id, job_dir (<artifacts_dir>/<job_id>/ when both are set) and resume_path
+// (context->resume_checkpoint when set, overriding resume_from; checked when the run restores it,
+// as it is only then that the loaded data is known). The result is all a run reads
+// (RunTrainJob): nothing downstream reads `spec` again or fills in the config.
 absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
                                                const DeviceInventory& inventory,
-                                               const std::string& artifacts_dir);
+                                               const std::string& artifacts_dir,
+                                               const api::JobContext* context);
 
 // The job's schedule for a training split of `train_examples`: total steps exactly as the loop
 // will take them (StepsPerEpoch × epochs). INVALID_ARGUMENT with a field path for a job with no

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "gmock/gmock.h"
+#include "api/sha256.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace mpsd::server {
@@ -86,7 +88,7 @@ TEST_F(ArtifactsTest, RefusesNamesThatLeaveTheJob) {
 }
 
 TEST_F(ArtifactsTest, Sha256OfAnUnreadableFileNamesIt) {
-  absl::StatusOr<std::string> sha = Sha256OfFile((root_ / "nope").string());
+  absl::StatusOr<std::string> sha = api::Sha256OfFile((root_ / "nope").string());
   EXPECT_EQ(sha.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(sha.status().message(), HasSubstr("nope"));
 }

@@ -9,11 +9,13 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -103,6 +105,28 @@ TEST(ChildProcessTest, TryReapAndReapWithin) {
   EXPECT_EQ(child->TryReap(), status);
   EXPECT_EQ(child->Reap(), *status);
   child->Signal(SIGKILL);
+}
+
+TEST(ChildProcessTest, ItsExitIsAnEventThatWakesOnExitAndHasExited) {
+  absl::Notification exited;
+  // The child runs until the test creates `go`, then exits with code 4.
+  const std::string go = absl::StrCat(::testing::TempDir(), "/child-process-go-", getpid());
+  std::filesystem::remove(go);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Spawn(
+      {"/bin/sh", "-c", absl::StrCat("while [ ! -e ", go, " ]; do sleep 0.01; done; exit 4")}, {},
+      [&exited] { exited.Notify(); });
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_FALSE((*child)->HasExited());
+  EXPECT_FALSE(exited.HasBeenNotified());
+  EXPECT_EQ((*child)->TryReap(), std::nullopt);
+  { std::ofstream(go) << "go"; }
+  // Left unreaped until its owner reaps it: the watcher only saw it exit.
+  ASSERT_TRUE(exited.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE((*child)->HasExited());
+  const std::optional<int> status = (*child)->TryReap();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(DescribeExitStatus(*status), "exited with code 4");
+  std::filesystem::remove(go);
 }
 
 TEST(ChildProcessTest, DestructorKillsAndReapsARunningChild) {
