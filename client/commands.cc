@@ -2,19 +2,27 @@
 #include "client/commands.h"
 
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <grpc/grpc_security_constants.h>
+#include <grpcpp/security/credentials.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -28,6 +36,7 @@
 #include "client/event_printer.h"
 #include "client/format.h"
 #include "client/job_file.h"
+#include "client/tls_probe.h"
 
 namespace mpsd::client {
 namespace {
@@ -152,17 +161,118 @@ grpc::ChannelArguments KeepaliveChannelArguments() {
   return arguments;
 }
 
-std::unique_ptr<Commands> Commands::Connect(CommandOptions options, std::ostream& out,
-                                            std::ostream& err) {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(flag, " ", path, ": cannot read: ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!absl::StrContains(text.str(), "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": not a PEM file"));
+  }
+  return text.str();
+}
+
+// Host and port of a TCP target ("host:port", "[v6]:port", "dns:///host:port"); port -1 for a
+// unix socket or what does not parse.
+std::pair<std::string, int> HostAndPort(const std::string& server) {
+  if (absl::StartsWith(server, "unix:")) return {"", -1};
+  std::string target = server;
+  if (absl::StartsWith(target, "dns:///")) target = target.substr(7);
+  const size_t colon = target.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(target.substr(colon + 1), &port)) {
+    return {target, -1};
+  }
+  return {target.substr(0, colon), port};
+}
+
+bool IsLoopbackHost(std::string host) {
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return host == "localhost" || host == "::1";
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const CommandOptions& options) {
+  if (absl::StartsWith(options.server, "unix:")) return grpc::InsecureChannelCredentials();
+  std::shared_ptr<grpc::ChannelCredentials> channel;
+  if (UsesTls(options.server, options.tls)) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls.ca_file.empty()) {
+      absl::StatusOr<std::string> ca = ReadPem("--tls-ca", options.tls.ca_file);
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+    }
+    if (options.tls.cert_file.empty() != options.tls.key_file.empty()) {
+      return absl::InvalidArgumentError("--tls-cert and --tls-key go together (mutual TLS)");
+    }
+    if (!options.tls.cert_file.empty()) {
+      absl::StatusOr<std::string> cert = ReadPem("--tls-cert", options.tls.cert_file);
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPem("--tls-key", options.tls.key_file);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
+    channel = grpc::SslCredentials(ssl);
+  } else {
+    // Plaintext on loopback, as mpsd's local credentials expect; call credentials (the token)
+    // are allowed on it, unlike on InsecureChannelCredentials.
+    channel = grpc::experimental::LocalCredentials(LOCAL_TCP);
+  }
+  if (options.token.empty()) return channel;
+  return grpc::CompositeChannelCredentials(channel, grpc::AccessTokenCredentials(options.token));
+}
+
+}  // namespace
+
+bool UsesTls(const std::string& server, const TlsOptions& tls) {
+  if (absl::StartsWith(server, "unix:")) return false;
+  if (tls.enabled || !tls.ca_file.empty() || !tls.cert_file.empty()) return true;
+  return !IsLoopbackHost(HostAndPort(server).first);
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--token-file ", path, ": cannot read: ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--token-file ", path, ": empty"));
+  }
+  return token;
+}
+
+absl::StatusOr<std::unique_ptr<Commands>> Commands::Connect(CommandOptions options,
+                                                            std::ostream& out,
+                                                            std::ostream& err) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentialsFor(options);
+  if (!credentials.ok()) return credentials.status();
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.server, grpc::InsecureChannelCredentials(), KeepaliveChannelArguments());
-  return std::make_unique<Commands>(std::move(options), v1::JobService::NewStub(channel), out,
-                                    err);
+      options.server, *credentials, KeepaliveChannelArguments());
+  auto stub = v1::JobService::NewStub(channel);
+  return std::make_unique<Commands>(std::move(options), std::move(stub), out, err,
+                                    std::move(channel));
 }
 
 Commands::Commands(CommandOptions options, std::unique_ptr<v1::JobService::StubInterface> stub,
-                   std::ostream& out, std::ostream& err)
-    : options_(std::move(options)), stub_(std::move(stub)), out_(out), err_(err) {}
+                   std::ostream& out, std::ostream& err, std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      stub_(std::move(stub)),
+      channel_(std::move(channel)),
+      out_(out),
+      err_(err) {}
 
 std::unique_ptr<grpc::ClientContext> Commands::UnaryContext() const {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -171,9 +281,25 @@ std::unique_ptr<grpc::ClientContext> Commands::UnaryContext() const {
 }
 
 int Commands::RpcFailed(const grpc::Status& status) {
+  const std::string& message = status.error_message();
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
+      // mpsd's own UNAVAILABLE names mpsd first (mpsd.proto, JobService).
+      if (absl::StartsWith(message, "mpsd")) {
+        err_ << "mpsctl: mpsd at " << options_.server << " is running but answered UNAVAILABLE: "
+             << message << " (try again later)\n";
+        return kExitDaemonUnavailable;
+      }
       if (IsConnectFailure(status)) {
+        const auto [host, port] = HostAndPort(options_.server);
+        const std::string tls_problem =
+            port > 0 ? DiagnoseTls(host, port, options_.tls, UsesTls(options_.server, options_.tls))
+                     : "";
+        if (!tls_problem.empty()) {
+          err_ << "mpsctl: cannot reach mpsd at " << options_.server << ": TLS: " << tls_problem
+               << "\n";
+          return kExitUnreachable;
+        }
         const std::string reason = ConnectReason(status);
         err_ << "mpsctl: cannot reach mpsd at " << options_.server
              << (reason.empty() ? "" : absl::StrCat(" (", reason, ")"))
@@ -181,17 +307,23 @@ int Commands::RpcFailed(const grpc::Status& status) {
              << ")\n";
       } else {
         err_ << "mpsctl: mpsd at " << options_.server
-             << " is unavailable: " << status.error_message() << "\n";
+             << " is unavailable: " << message << "\n";
       }
       return kExitUnreachable;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       err_ << "mpsctl: mpsd at " << options_.server << " did not answer within "
            << absl::FormatDuration(options_.rpc_timeout) << "\n";
       return kExitUnreachable;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      err_ << "mpsctl: mpsd at " << options_.server << " refused the call: " << message
+           << (options_.token.empty() && !absl::StrContains(message, "MPSD_TOKEN")
+                   ? " (no token given: --token-file FILE or MPSD_TOKEN)"
+                   : "")
+           << "\n";
+      return kExitFailed;
     default:
       err_ << "mpsctl: "
-           << (status.error_message().empty() ? absl::StrCat("error code ", status.error_code())
-                                              : status.error_message())
+           << (message.empty() ? absl::StrCat("error code ", status.error_code()) : message)
            << "\n";
       return kExitFailed;
   }
@@ -331,6 +463,66 @@ int Commands::Status() {
       stub_->GetServerStatus(UnaryContext().get(), v1::GetServerStatusRequest(), &status);
   if (!rpc.ok()) return RpcFailed(rpc);
   out_ << (options_.json ? ToJsonLine(status) + "\n" : FormatServerStatus(status));
+  return kExitOk;
+}
+
+namespace {
+
+// http_url as a browser elsewhere reaches it (see Commands::Dashboard), with a trailing '/'.
+std::string DashboardUrl(const std::string& http_url, const std::string& server) {
+  // "scheme://host:port" as the daemon bound it.
+  const size_t scheme_end = http_url.find("://");
+  const size_t port_colon = http_url.rfind(':');
+  if (scheme_end == std::string::npos || port_colon == std::string::npos ||
+      port_colon < scheme_end + 3) {
+    return http_url + "/";
+  }
+  std::string host = http_url.substr(scheme_end + 3, port_colon - scheme_end - 3);
+  if (host == "0.0.0.0" || host == "[::]") {
+    const auto [dialed, port] = HostAndPort(server);
+    host = port > 0 && !dialed.empty() ? dialed : "localhost";
+  }
+  return absl::StrCat(http_url.substr(0, scheme_end + 3), host, http_url.substr(port_colon), "/");
+}
+
+}  // namespace
+
+int Commands::Dashboard(bool open_browser) {
+  v1::ServerStatus status;
+  const grpc::Status rpc =
+      stub_->GetServerStatus(UnaryContext().get(), v1::GetServerStatusRequest(), &status);
+  if (!rpc.ok()) return RpcFailed(rpc);
+  if (status.http_url().empty()) {
+    err_ << "mpsctl: mpsd at " << options_.server
+         << " serves no dashboard: start it with --http-listen 127.0.0.1:9464 (config "
+            "http_listen: 127.0.0.1:9464; another host needs TLS: --tls-cert, --tls-key)\n";
+    return kExitFailed;
+  }
+  const std::string url = DashboardUrl(status.http_url(), options_.server);
+  out_ << url << "\n";
+  err_ << "mpsctl: the page asks once for a token (kept in the tab's sessionStorage, sent as a "
+          "header): on the daemon's machine, mpsd token add --name NAME --role viewer prints one "
+          "(or the admin token in <state_dir>/admin.token, if the first start made one)\n";
+  if (!open_browser) return kExitOk;
+#if defined(__APPLE__)
+  const char* opener = "open";
+#else
+  const char* opener = "xdg-open";
+#endif
+  std::vector<char*> argv = {const_cast<char*>(opener), const_cast<char*>(url.c_str()), nullptr};
+  pid_t pid = 0;
+  if (const int error = posix_spawnp(&pid, opener, nullptr, nullptr, argv.data(), environ);
+      error != 0) {
+    err_ << "mpsctl: cannot start " << opener << " to open the browser: " << std::strerror(error)
+         << "; open " << url << " yourself\n";
+    return kExitFailed;
+  }
+  int wait_status = 0;
+  waitpid(pid, &wait_status, 0);
+  if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
+    err_ << "mpsctl: " << opener << " " << url << " failed; open it yourself\n";
+    return kExitFailed;
+  }
   return kExitOk;
 }
 
@@ -628,7 +820,7 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
 
   if (!stopped && !status.ok()) {
     const int code = RpcFailed(status);
-    if (code == kExitUnreachable && printer.last_seq() > 0) {
+    if ((code == kExitUnreachable || code == kExitDaemonUnavailable) && printer.last_seq() > 0) {
       err_ << "mpsctl: job " << job_id << " may still be running; resume with: mpsctl logs "
            << job_id << " --follow --after " << printer.last_seq() << "\n";
     }

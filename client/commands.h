@@ -28,12 +28,30 @@ inline constexpr int kExitFailed = 1;
 // The daemon cannot be reached (no socket, connection refused, no answer within the deadline,
 // connection lost while following).
 inline constexpr int kExitUnreachable = 2;
+// mpsd answered, with UNAVAILABLE: it runs but cannot take the call now (shutting down, its
+// executor restarting); retrying later may work.
+inline constexpr int kExitDaemonUnavailable = 3;
 // Bad command line (main.cc).
 inline constexpr int kExitUsage = 64;
+
+// How mpsctl reaches a TCP server (--tls-ca, --tls-cert, --tls-key, --tls).
+struct TlsOptions {
+  // Verify the server with TLS even on loopback (implied by any of the files below).
+  bool enabled = false;
+  // PEM CA certificates the server's certificate must chain to; empty = the system's roots.
+  std::string ca_file;
+  // Client certificate and key for servers that require one (mutual TLS).
+  std::string cert_file;
+  std::string key_file;
+};
 
 struct CommandOptions {
   // gRPC target, e.g. "unix:///run/user/1000/mpsd/mpsd.sock" or "localhost:7070".
   std::string server;
+  // For TCP targets: TLS (always off loopback; on loopback when asked for) and the bearer
+  // token sent on every call (--token-file or $MPSD_TOKEN). Unused on unix sockets.
+  TlsOptions tls;
+  std::string token;
   // Print protobuf's JSON mapping instead of text: one object per response, one per line for
   // event streams.
   bool json = false;
@@ -76,12 +94,17 @@ struct ListOptions {
 // Not thread-safe. Borrows `out` (results) and `err` (errors), which must outlive it.
 class Commands {
  public:
-  // A channel to options.server with insecure credentials (unix sockets and local TCP). Never
-  // fails: gRPC connects on the first call, and each command reports an unreachable daemon.
-  static std::unique_ptr<Commands> Connect(CommandOptions options, std::ostream& out,
-                                           std::ostream& err);
+  // A channel to options.server: plaintext on a unix socket; on TCP, TLS (UsesTls) or gRPC's
+  // local credentials on loopback, with the token as "authorization: Bearer" on every call.
+  // gRPC connects on the first call, and each command reports an unreachable daemon; errors
+  // here are for files that cannot be read (naming the flag and the file).
+  static absl::StatusOr<std::unique_ptr<Commands>> Connect(CommandOptions options,
+                                                           std::ostream& out, std::ostream& err);
+  // `channel` (may be null) tells, after a failed call, whether a connection was made: an
+  // UNAVAILABLE without one is "cannot reach mpsd", with one it is the daemon's own answer.
   Commands(CommandOptions options, std::unique_ptr<v1::JobService::StubInterface> stub,
-           std::ostream& out, std::ostream& err);
+           std::ostream& out, std::ostream& err,
+           std::shared_ptr<grpc::Channel> channel = nullptr);
 
   // Reads and submits a job file, with `overrides` applied; prints the job's id (or the Job as
   // JSON). A request_id that names an earlier job prints that job's id. With `follow`, prints
@@ -108,6 +131,12 @@ class Commands {
   int Models(const std::vector<int64_t>& input_shape, std::optional<int32_t> num_classes);
   // The daemon's own health (GetServerStatus): streams, queue, memory, event storage.
   int Status();
+  // The dashboard's URL, from GetServerStatus's http_url, on stdout (a wildcard host such as
+  // 0.0.0.0 replaced by the host mpsctl dialed, or localhost for a unix socket), and on stderr
+  // where a token comes from; the URL never carries a token. `open_browser`: also starts the
+  // desktop's browser on it (xdg-open; open on macOS). kExitFailed when the daemon has no HTTP
+  // listener (saying how to enable one) or the browser cannot be started.
+  int Dashboard(bool open_browser);
   // A table of the job's artifacts (name, size, kind, sha256), or the ListArtifactsResponse
   // as JSON.
   int Artifacts(const std::string& job_id);
@@ -149,6 +178,7 @@ class Commands {
   // Constant after construction.
   const CommandOptions options_;
   const std::unique_ptr<v1::JobService::StubInterface> stub_;
+  const std::shared_ptr<grpc::Channel> channel_;
   std::ostream& out_;
   std::ostream& err_;
 };
@@ -160,6 +190,14 @@ std::string StartDaemonHint(const std::string& server);
 // `--server` as given to a gRPC target: a path (starting with '/' or '.') becomes "unix:PATH";
 // anything else is kept.
 std::string NormalizeServerAddress(const std::string& server);
+
+// Whether mpsctl speaks TLS to `server`: never on a unix socket; on TCP when the host is not
+// loopback (127.0.0.0/8, ::1, localhost) or when `tls` asks for it.
+bool UsesTls(const std::string& server, const TlsOptions& tls);
+
+// The token in `path` (surrounding whitespace removed). Errors name the file: unreadable,
+// empty.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 }  // namespace mpsd::client
 

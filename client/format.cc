@@ -234,7 +234,11 @@ std::string FormatJobProgress(const v1::Job& job) {
 
 std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
   if (jobs.empty()) return "no jobs\n";
+  // Who submitted each job, when the daemon recorded it for any of them (Job.submitted_by).
+  const bool by = std::any_of(jobs.begin(), jobs.end(),
+                              [](const v1::Job& job) { return !job.submitted_by().empty(); });
   std::vector<std::vector<std::string>> rows = {{"ID", "KIND", "STATE", "MODEL", "PROGRESS", "AGE"}};
+  if (by) rows[0].push_back("BY");
   for (const v1::Job& job : jobs) {
     std::string kind = KindName(job.spec());
     if (kind == "-" && job.kind() != v1::Job::KIND_UNSPECIFIED) kind = v1::Job::Kind_Name(job.kind());
@@ -242,6 +246,7 @@ std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
     rows.push_back({job.id(), kind, v1::Job::State_Name(job.state()), model.empty() ? "-" : model,
                     FormatJobProgress(job),
                     IsSet(job.created_at()) ? FormatAge(now - ToTime(job.created_at())) : "-"});
+    if (by) rows.back().push_back(job.submitted_by().empty() ? "-" : job.submitted_by());
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -271,6 +276,7 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   }
   if (!job.message().empty()) absl::StrAppend(&state, ": ", job.message());
   line("state", state);
+  if (!job.submitted_by().empty()) line("by", job.submitted_by());
   line("created", FormatTimestamp(job.created_at(), now));
   line("started", FormatTimestamp(job.started_at(), now));
   line("finished", FormatTimestamp(job.finished_at(), now));

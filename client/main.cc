@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/ascii.h"
 #include "api/default_address.h"
 #include "api/job_id.h"
 #include "client/commands.h"
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global flags may also come after the command: `mpsctl list --json`
   app.footer(
       "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed job that did not "
-      "succeed; 2 mpsd cannot be reached; 64 bad command line.");
+      "succeed; 2 mpsd cannot be reached (no connection, TLS handshake failed); 3 mpsd runs but "
+      "answered UNAVAILABLE (e.g. shutting down); 64 bad command line.\n"
+      "Remote: mpsctl --server HOST:PORT --tls-ca ca.pem --token-file ~/.config/mpsd/token ...");
 
   app.set_version_flag("--version", mpsd::VersionText("mpsctl"),
                        "print the version, git commit and LibTorch version, and exit");
@@ -67,6 +70,20 @@ int main(int argc, char** argv) {
                  "mpsd's address: unix:///path/to.sock, host:port, or a socket path "
                  "(default: $MPSD_ADDR, else the per-user socket)")
       ->capture_default_str();
+  mpsd::client::TlsOptions tls;
+  std::string token_file;
+  app.add_option("--tls-ca", tls.ca_file,
+                 "PEM CA certificate(s) that mpsd's TLS certificate chains to (default: the "
+                 "system's CA certificates); TCP servers off loopback always use TLS")
+      ->type_name("FILE");
+  app.add_option("--tls-cert", tls.cert_file, "client certificate for mutual TLS (PEM)")
+      ->type_name("FILE");
+  app.add_option("--tls-key", tls.key_file, "key of --tls-cert (PEM)")->type_name("FILE");
+  app.add_flag("--tls", tls.enabled,
+               "use TLS on a loopback address too, verified with the system's CA certificates");
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token sent to a TCP server (default: $MPSD_TOKEN)")
+      ->type_name("FILE");
   app.add_flag("--json", json,
                "print protobuf's JSON mapping (proto field names); one object per line for "
                "event streams");
@@ -127,6 +144,10 @@ int main(int argc, char** argv) {
       ->type_name("N");
   CLI::App* status = app.add_subcommand(
       "status", "show the daemon's health: streams, queue, memory, events stored");
+  bool open_browser = false;
+  CLI::App* dashboard = app.add_subcommand(
+      "dashboard", "print the dashboard's URL (the daemon's --http-listen); --open starts a browser");
+  dashboard->add_flag("--open", open_browser, "also open it in the desktop's browser");
   std::string bench_format = "table";
   CLI::App* bench = app.add_subcommand(
       "bench", "show a BenchJob's table: models and batch sizes by devices, speedup last");
@@ -177,12 +198,29 @@ int main(int argc, char** argv) {
 
   CommandOptions options;
   options.server = mpsd::client::NormalizeServerAddress(server);
+  options.tls = tls;
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = mpsd::client::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::cerr << "mpsctl: " << token.status().message() << "\n";
+      return mpsd::client::kExitUsage;
+    }
+    options.token = *token;
+  } else if (const char* token = std::getenv("MPSD_TOKEN"); token != nullptr) {
+    options.token = std::string(absl::StripAsciiWhitespace(token));
+  }
   options.json = json;
   options.live = StdoutIsTerminal();
   options.terminal_width = options.live ? TerminalWidth() : 0;
   options.explain_interrupt = true;
   options.reconnect_timeout = absl::Seconds(reconnect_s);
-  std::unique_ptr<Commands> commands = Commands::Connect(options, std::cout, std::cerr);
+  absl::StatusOr<std::unique_ptr<Commands>> connected =
+      Commands::Connect(options, std::cout, std::cerr);
+  if (!connected.ok()) {
+    std::cerr << "mpsctl: " << connected.status().message() << "\n";
+    return mpsd::client::kExitUsage;
+  }
+  std::unique_ptr<Commands>& commands = *connected;
 
   if (*submit) return commands->Submit(job_file, follow, overrides);
   if (*get) return commands->Get(job_id);
@@ -192,6 +230,7 @@ int main(int argc, char** argv) {
   if (*device) return commands->Device();
   if (*models) return commands->Models(input_shape, num_classes);
   if (*status) return commands->Status();
+  if (*dashboard) return commands->Dashboard(open_browser);
   if (*bench) return commands->Bench(job_id, bench_format);
   if (*artifacts) return commands->Artifacts(job_id);
   if (*download) return commands->Download(job_id, artifact_name, output);

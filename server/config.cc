@@ -77,6 +77,37 @@ absl::Status ReadMapping(const YAML::Node& node, const std::string& where,
   return absl::OkStatus();
 }
 
+// A string or a list of strings.
+absl::Status ReadStrings(const YAML::Node& node, const std::string& where,
+                         std::vector<std::string>& out) {
+  out.clear();
+  if (node.IsScalar()) {
+    out.push_back(node.Scalar());
+    return absl::OkStatus();
+  }
+  if (!node.IsSequence()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a string or a list of strings"));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (!node[i].IsScalar()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "[", i, "]: expected a string"));
+    }
+    out.push_back(node[i].Scalar());
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": empty list"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadTlsConfig(const YAML::Node& node, const std::string& where, TlsFiles& tls) {
+  const std::map<std::string, FieldReader> fields = {
+      {"cert", [&](auto& n, auto& w) { return ReadScalar(n, w, "a PEM file's path", tls.cert); }},
+      {"key", [&](auto& n, auto& w) { return ReadScalar(n, w, "a PEM file's path", tls.key); }},
+      {"client_ca",
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "a PEM file's path", tls.client_ca); }},
+  };
+  return ReadMapping(node, where, fields);
+}
+
 absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where,
                                 ExecutorConfig& config) {
   const std::map<std::string, FieldReader> fields = {
@@ -151,7 +182,7 @@ std::string DefaultListenAddress() { return api::DefaultServerAddress(); }
 
 Config DefaultConfig() {
   Config config;
-  config.listen = DefaultListenAddress();
+  config.listen = {DefaultListenAddress()};
   config.state_dir = DefaultStateDir();
   return config;
 }
@@ -175,7 +206,11 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a mapping"));
   const std::map<std::string, std::function<absl::Status(const YAML::Node&, const std::string&)>>
       fields = {
-          {"listen", [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.listen); }},
+          {"listen", [&](auto& n, auto& w) { return ReadStrings(n, w, config.listen); }},
+          {"tls", [&](auto& n, auto& w) { return ReadTlsConfig(n, w, config.tls); }},
+          {"tokens_file",
+           [&](auto& n, auto& w) { return ReadScalar(n, w, "a path", config.tokens_file); }},
+          {"data_roots", [&](auto& n, auto& w) { return ReadStrings(n, w, config.data_roots); }},
           {"http_listen",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "HOST:PORT", config.http_listen); }},
           {"state_dir",

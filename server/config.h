@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/tls.h"
 
 namespace mpsd::server {
 
@@ -40,12 +42,24 @@ struct ExecutorConfig {
 };
 
 struct Config {
-  // gRPC address: "unix:///path/mpsd.sock" or "127.0.0.1:PORT" (loopback only until TLS
-  // exists; port 0 picks a free port). Default: DefaultListenAddress().
-  std::string listen;
-  // HTTP(S) listener for /metrics, /healthz and the dashboard, "HOST:PORT" (port 0 picks a
-  // free port); empty = none (the default). A non-loopback host needs TLS; every request but
-  // /healthz needs a bearer token. See server/http_server.h.
+  // gRPC addresses, one listener each (`listen:` a string or a list; --listen repeated):
+  // "unix:///path/mpsd.sock" (mode 0600; callers act as admin) or HOST:PORT on TCP (port 0 picks
+  // a free port). TCP always needs a token (tokens_file); a TCP address other than loopback
+  // also needs TLS. Default: {DefaultListenAddress()}.
+  std::vector<std::string> listen;
+  // Certificate and key for the TCP listeners, and the client CA for mutual TLS (`tls:`
+  // {cert, key, client_ca}). Unset: TCP is plaintext and loopback only.
+  TlsFiles tls;
+  // Bearer tokens for TCP (server/auth.h). Default: <state_dir>/tokens.yaml; created with an
+  // admin token on the first start with a TCP listener.
+  std::string tokens_file;
+  // Paths that jobs submitted over TCP may name (dataset roots, torchscript, resume_from) must
+  // lie under one of these directories, symlinks resolved. Default: the daemon user's home,
+  // /usr/share/datasets and the state dir.
+  std::vector<std::string> data_roots;
+  // HTTP(S) listener for the dashboard, /metrics and /healthz, "HOST:PORT" (port 0 picks a
+  // free port); empty = none (the default). A non-loopback host needs TLS (the `tls:` files);
+  // every request but /healthz needs a bearer token from tokens_file. See server/http_server.h.
   std::string http_listen;
   // Where the job database lives. Default: DefaultStateDir().
   std::string state_dir;

@@ -228,10 +228,10 @@ void ServeCancel(Scheduler* scheduler, const HttpCaller& caller, const httplib::
   const std::string job_id = request.matches[1];
   absl::StatusOr<Job> job = scheduler->Get(job_id);
   if (!job.ok()) return Send(ErrorReply(job.status()), request, response);
-  // Job.submitted_by (the token that submitted the job) is not recorded yet: until it is, only
-  // admin tokens may cancel from here.
-  const std::string submitted_by;
-  absl::Status allowed = CanCancel(Principal{caller.name, caller.role}, submitted_by, job_id);
+  // Admin tokens may cancel any job, submitter tokens the jobs they submitted (Job.submitted_by
+  // is the submitting token's name), as CancelJob on gRPC.
+  absl::Status allowed =
+      CanCancel(Principal{caller.name, caller.role}, job->submitted_by(), job_id);
   if (!allowed.ok()) return Send(ErrorReply(allowed), request, response);
   absl::StatusOr<Job> cancelled = scheduler->Cancel(job_id);
   if (!cancelled.ok()) return Send(ErrorReply(cancelled.status()), request, response);

@@ -6,15 +6,101 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <fstream>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "httplib.h"
+#include "server/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
+namespace {
+
+// A certificate (with its chain) and its key, parsed once; what a handshake presents.
+struct KeyPair {
+  X509* cert = nullptr;
+  STACK_OF(X509)* chain = nullptr;
+  EVP_PKEY* key = nullptr;
+  ~KeyPair() {
+    X509_free(cert);
+    sk_X509_pop_free(chain, X509_free);
+    EVP_PKEY_free(key);
+  }
+};
+
+// Reads `cert_path` (the certificate, then any intermediates) and `key_path` after CheckTlsFiles
+// (server/tls.h) has checked them: readable, PEM, the key matches, within their dates.
+absl::StatusOr<std::shared_ptr<const KeyPair>> LoadKeyPair(const std::string& cert_path,
+                                                           const std::string& key_path) {
+  TlsFiles files;
+  files.cert = cert_path;
+  files.key = key_path;
+  if (absl::Status status = CheckTlsFiles(files); !status.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("http_listen: ", status.message()));
+  }
+  auto pair = std::make_shared<KeyPair>();
+  pair->chain = sk_X509_new_null();
+  BIO* cert_bio = BIO_new_file(cert_path.c_str(), "r");
+  BIO* key_bio = BIO_new_file(key_path.c_str(), "r");
+  if (cert_bio != nullptr) {
+    pair->cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+    while (X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr)) {
+      sk_X509_push(pair->chain, extra);
+    }
+    BIO_free(cert_bio);
+  }
+  if (key_bio != nullptr) {
+    pair->key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+    BIO_free(key_bio);
+  }
+  ERR_clear_error();
+  if (pair->cert == nullptr || pair->key == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "http_listen: cannot read the TLS certificate ", cert_path, " or key ", key_path));
+  }
+  return std::shared_ptr<const KeyPair>(std::move(pair));
+}
+
+}  // namespace
+
+// The pair the listener's handshakes present: swapped by ReloadTls, read by every handshake
+// (OpenSSL's certificate callback), so a reload needs no new SSL_CTX and drops no connection.
+class HttpTlsKeys {
+ public:
+  explicit HttpTlsKeys(std::shared_ptr<const KeyPair> pair) : pair_(std::move(pair)) {}
+
+  std::shared_ptr<const KeyPair> Get() const {
+    absl::MutexLock lock(&mu_);
+    return pair_;
+  }
+  void Set(std::shared_ptr<const KeyPair> pair) {
+    absl::MutexLock lock(&mu_);
+    pair_ = std::move(pair);
+  }
+
+  // SSL_CTX_set_cert_cb's callback: runs in each handshake, before the certificate is chosen.
+  static int OnHandshake(SSL* ssl, void* arg) {
+    std::shared_ptr<const KeyPair> pair = static_cast<HttpTlsKeys*>(arg)->Get();
+    // Takes its own references to the certificate, chain and key.
+    return SSL_use_cert_and_key(ssl, pair->cert, pair->key, pair->chain, /*override=*/1) == 1
+               ? 1
+               : 0;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const KeyPair> pair_ ABSL_GUARDED_BY(mu_);
+};
+
 namespace {
 
 absl::Status CheckReadable(const std::string& path, absl::string_view what) {
@@ -26,8 +112,9 @@ absl::Status CheckReadable(const std::string& path, absl::string_view what) {
   return absl::OkStatus();
 }
 
-// The plain or TLS server the options ask for.
-absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Options& options) {
+// The plain or TLS server the options ask for; `keys` is set for TLS.
+absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Options& options,
+                                                            std::shared_ptr<HttpTlsKeys>& keys) {
   if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
     return absl::InvalidArgumentError(
         "http_listen: TLS needs both a certificate and a key (--tls-cert and --tls-key)");
@@ -39,22 +126,39 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Op
     }
     return std::make_unique<httplib::Server>();
   }
-  for (const auto& [path, what] : {std::pair{options.tls_cert_path, "certificate"},
-                                   std::pair{options.tls_key_path, "key"},
-                                   std::pair{options.tls_client_ca_path, "client CA"}}) {
-    if (path.empty()) continue;
-    if (absl::Status status = CheckReadable(path, what); !status.ok()) return status;
+  if (!options.tls_client_ca_path.empty()) {
+    if (absl::Status status = CheckReadable(options.tls_client_ca_path, "client CA");
+        !status.ok()) {
+      return status;
+    }
   }
-  auto server = std::make_unique<httplib::SSLServer>(
-      options.tls_cert_path.c_str(), options.tls_key_path.c_str(),
-      options.tls_client_ca_path.empty() ? nullptr : options.tls_client_ca_path.c_str());
+  absl::StatusOr<std::shared_ptr<const KeyPair>> pair =
+      LoadKeyPair(options.tls_cert_path, options.tls_key_path);
+  if (!pair.ok()) return pair.status();
+  keys = std::make_shared<HttpTlsKeys>(*std::move(pair));
+  const std::string client_ca = options.tls_client_ca_path;
+  HttpTlsKeys* raw_keys = keys.get();
+  auto server = std::make_unique<httplib::SSLServer>([raw_keys, client_ca](SSL_CTX& ctx) {
+    // As cpp-httplib's own file-based setup, with TLS 1.2 at least, and the certificate chosen
+    // per handshake (HttpTlsKeys) instead of fixed on the context.
+    SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION |
+                                  SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+    SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+    SSL_CTX_set_cert_cb(&ctx, &HttpTlsKeys::OnHandshake, raw_keys);
+    if (!client_ca.empty()) {
+      if (SSL_CTX_load_verify_locations(&ctx, client_ca.c_str(), nullptr) != 1) return false;
+      STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str());
+      if (names == nullptr) return false;
+      SSL_CTX_set_client_CA_list(&ctx, names);
+      SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    }
+    return true;
+  });
   if (!server->is_valid()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "http_listen: cannot load the TLS certificate ", options.tls_cert_path, " with key ",
-        options.tls_key_path,
-        options.tls_client_ca_path.empty() ? "" : absl::StrCat(" and client CA ",
-                                                               options.tls_client_ca_path),
-        " (not PEM, or the key does not match the certificate)"));
+    ERR_clear_error();
+    return absl::FailedPreconditionError(
+        absl::StrCat("http_listen: cannot load the TLS client CA ", client_ca,
+                     " (expected PEM certificates)"));
   }
   return std::unique_ptr<httplib::Server>(std::move(server));
 }
@@ -122,7 +226,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
     return absl::InvalidArgumentError("http_listen: no authorize hook (internal error)");
   }
   std::unique_ptr<HttpServer> http(new HttpServer(options));
-  absl::StatusOr<std::unique_ptr<httplib::Server>> server = MakeServer(options);
+  absl::StatusOr<std::unique_ptr<httplib::Server>> server = MakeServer(options, http->tls_);
   if (!server.ok()) return server.status();
   http->server_ = *std::move(server);
   const int threads = std::max(1, options.threads);
@@ -133,6 +237,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
         spdlog::error("http: a handler of {} threw", request.path);
         response.status = 500;
         response.set_content("internal error\n", "text/plain; charset=utf-8");
+      });
+  // A POST (or PUT) with neither Content-Length nor chunked encoding has, in HTTP/1.1, a body
+  // that ends only when the client closes the connection (RFC 9112 6.3); cpp-httplib would wait
+  // for that. mpsd's POST routes take no body (`curl -X POST` sends no length): such a request
+  // is read as having an empty one, and answered at once.
+  http->server_->set_pre_routing_handler(
+      [](const httplib::Request& request, httplib::Response&) {
+        if ((request.method == "POST" || request.method == "PUT" || request.method == "PATCH") &&
+            !request.has_header("Content-Length") && !request.has_header("Transfer-Encoding")) {
+          const_cast<httplib::Request&>(request).headers.emplace("Content-Length", "0");
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
       });
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
   // process bind the same port and take a share of the connections (and their tokens).
@@ -158,6 +274,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
 }
 
 HttpServer::~HttpServer() { Shutdown(); }
+
+absl::Status HttpServer::ReloadTls() {
+  if (tls_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<const KeyPair>> pair =
+      LoadKeyPair(options_.tls_cert_path, options_.tls_key_path);
+  if (!pair.ok()) return pair.status();
+  tls_->Set(*std::move(pair));
+  return absl::OkStatus();
+}
 
 void HttpServer::Get(const std::string& pattern, Handler handler, bool public_route) {
   const std::string action = absl::StrCat("GET ", pattern);

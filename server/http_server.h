@@ -32,6 +32,8 @@ struct HttpCaller {
   Role role = Role::kViewer;
 };
 
+class HttpTlsKeys;
+
 // Thread-safety: Get() and Post() only before Start(); Start() once; Shutdown() from any thread, any
 // number of times. Handlers run on cpp-httplib's worker threads (several at once) and must be
 // thread-safe. A handler that takes long (a stream) must watch stopping() and return soon after
@@ -53,7 +55,8 @@ class HttpServer {
     // port (see port()). A host that is not loopback is refused without TLS.
     std::string address;
     // PEM files. cert and key together turn on HTTPS; client_ca additionally requires client
-    // certificates signed by it (mTLS). Empty = plain HTTP (loopback only).
+    // certificates signed by it (mTLS). Empty = plain HTTP (loopback only). The certificate and
+    // key are read into memory at Create and again at ReloadTls; the client CA only at Create.
     std::string tls_cert_path;
     std::string tls_key_path;
     std::string tls_client_ca_path;
@@ -79,6 +82,15 @@ class HttpServer {
   // The same for POST requests (the request body is in Request::body).
   void Post(const std::string& pattern, Handler handler, bool public_route = false);
 
+  // HTTPS only: re-reads the certificate and key files (checked as at Create: readable, PEM,
+  // matching, within their dates). OK: handshakes from now on use the new pair, connections
+  // already open keep theirs. An error names the file and changes nothing. OK and no-op for
+  // plain HTTP. Thread-safe.
+  absl::Status ReloadTls();
+
+  // Whether the listener speaks HTTPS.
+  bool tls() const { return tls_ != nullptr; }
+
   // Serves on a thread of its own until Shutdown.
   void Start();
 
@@ -102,6 +114,8 @@ class HttpServer {
 
   // Constant after Create.
   const Options options_;
+  // HTTPS: the certificate and key the handshakes use (server/http_server.cc); null for HTTP.
+  std::shared_ptr<HttpTlsKeys> tls_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   std::string url_;

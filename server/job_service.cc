@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -23,12 +24,26 @@
 #include "api/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/artifacts.h"
+#include "server/grpc_auth.h"
 #include "server/job_query.h"
+#include "spdlog/spdlog.h"
 
 namespace mpsd::server {
 namespace {
 
 using mpsd::v1::JobEvent;
+
+// api::ToGrpcStatus, except that an UNAVAILABLE message that does not start with "mpsd" gets
+// "mpsd: " in front: gRPC's clients report a connection they could not make as UNAVAILABLE too,
+// and the daemon's own always names mpsd first so that a client can tell the two apart (the
+// proto's JobService comment).
+grpc::Status ToClientStatus(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kUnavailable &&
+      !absl::StartsWith(status.message(), "mpsd")) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("mpsd: ", status.message()));
+  }
+  return api::ToGrpcStatus(status);
+}
 
 // Events read from the store per batch: bounds a stream's memory, however far behind it is.
 constexpr int kReadBatch = 256;
@@ -133,7 +148,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       const bool closed = log_->Closed();
       absl::StatusOr<std::vector<JobEvent>> events = log_->Read(job_id_, last_seq_, kReadBatch);
       if (!events.ok()) {
-        FinishOnce(api::ToGrpcStatus(events.status()));
+        FinishOnce(ToClientStatus(events.status()));
         return;
       }
       for (JobEvent& event : *events) pending_.push_back(std::move(event));
@@ -278,7 +293,7 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                  absl::StatusOr<T> result, T* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) *response = *std::move(result);
-  reactor->Finish(api::ToGrpcStatus(result.status()));
+  reactor->Finish(ToClientStatus(result.status()));
   return reactor;
 }
 
@@ -290,7 +305,19 @@ JobService::JobService(Scheduler* scheduler, const Options& options)
 grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* context,
                                                 const mpsd::v1::SubmitJobRequest* request,
                                                 mpsd::v1::Job* response) {
-  return Answer(context, scheduler_->Submit(*request), response);
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  if (!IsUnixSocketCall(*context)) {
+    absl::Status allowed = options_.data_roots != nullptr
+                               ? options_.data_roots->Check(*request)
+                               : absl::PermissionDeniedError("no data_roots on this listener");
+    if (!allowed.ok()) {
+      spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
+                   principal->name, std::string(allowed.message()));
+      return Answer<mpsd::v1::Job>(context, allowed, response);
+    }
+  }
+  return Answer(context, scheduler_->Submit(*request, principal->name), response);
 }
 
 grpc::ServerUnaryReactor* JobService::GetJob(grpc::CallbackServerContext* context,
@@ -311,13 +338,25 @@ grpc::ServerUnaryReactor* JobService::ListJobs(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* JobService::CancelJob(grpc::CallbackServerContext* context,
                                                 const mpsd::v1::CancelJobRequest* request,
                                                 mpsd::v1::Job* response) {
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  if (principal->role != Role::kAdmin) {
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+    if (!job.ok()) return Answer(context, std::move(job), response);
+    if (absl::Status allowed = CanCancel(*principal, job->submitted_by(), job->id());
+        !allowed.ok()) {
+      spdlog::warn("CancelJob from {} (token \"{}\") refused: {}", context->peer(),
+                   principal->name, std::string(allowed.message()));
+      return Answer<mpsd::v1::Job>(context, allowed, response);
+    }
+  }
   return Answer(context, scheduler_->Cancel(request->job_id()), response);
 }
 
 grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     grpc::CallbackServerContext* /*context*/, const mpsd::v1::StreamEventsRequest* request) {
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
-  if (!job.ok()) return new FinishedStreamReactor<>(api::ToGrpcStatus(job.status()));
+  if (!job.ok()) return new FinishedStreamReactor<>(ToClientStatus(job.status()));
   if (request->after_seq() < 0) {
     return new FinishedStreamReactor<>(
         grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "after_seq: must be >= 0"));
@@ -383,9 +422,9 @@ grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* JobService::GetArtifact(
     grpc::CallbackServerContext* /*context*/, const mpsd::v1::GetArtifactRequest* request) {
   using Failed = FinishedStreamReactor<mpsd::v1::ArtifactChunk>;
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
-  if (!job.ok()) return new Failed(api::ToGrpcStatus(job.status()));
+  if (!job.ok()) return new Failed(ToClientStatus(job.status()));
   absl::StatusOr<std::string> path = ResolveArtifact(JobArtifactsDir(job->id()), request->name());
-  if (!path.ok()) return new Failed(api::ToGrpcStatus(path.status()));
+  if (!path.ok()) return new Failed(ToClientStatus(path.status()));
   std::ifstream file(*path, std::ios::binary);
   std::error_code error;
   const auto size = static_cast<int64_t>(std::filesystem::file_size(*path, error));
@@ -413,6 +452,11 @@ grpc::ServerUnaryReactor* JobService::GetServerStatus(
   return Answer(context, absl::StatusOr<mpsd::v1::ServerStatus>(CurrentStatus()), response);
 }
 
+void JobService::SetHttpUrl(std::string url) {
+  absl::MutexLock lock(&http_url_mu_);
+  http_url_ = std::move(url);
+}
+
 mpsd::v1::ServerStatus JobService::CurrentStatus() {
   mpsd::v1::ServerStatus status;
   {
@@ -433,6 +477,10 @@ mpsd::v1::ServerStatus JobService::CurrentStatus() {
   status.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
   status.set_heartbeat_interval_s(absl::ToDoubleSeconds(options_.heartbeat_interval));
   status.set_min_keepalive_interval_s(absl::ToDoubleSeconds(options_.min_keepalive_interval));
+  {
+    absl::MutexLock lock(&http_url_mu_);
+    status.set_http_url(http_url_);
+  }
   return status;
 }
 

@@ -11,11 +11,17 @@
 
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
+#include "server/auth.h"
+#include "server/data_roots.h"
 #include "server/scheduler.h"
 #include "server/ticker.h"
 
 namespace mpsd::server {
 
+// Who may call what is decided before a call gets here (TokenAuthProcessor on every TCP
+// listener; the unix socket acts as admin). The service itself records who submitted a job,
+// lets a submitter cancel only its own jobs, and holds jobs submitted over TCP to data_roots.
+//
 // Thread-safe (gRPC calls it from its own threads). Borrows the scheduler, which must outlive
 // the gRPC server this service is registered with; the service itself must outlive that
 // server too (its streams use the service's ticker until their OnDone).
@@ -28,6 +34,12 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
     absl::Duration min_keepalive_interval = absl::Seconds(10);
     // <state_dir>/artifacts: jobs' artifacts are in its <job_id>/ subdirectories.
     std::string artifacts_dir;
+    // The tokens of the TCP listeners, whose calls have passed TokenAuthProcessor
+    // (server/grpc_auth.h) before they reach this service; null when there is no TCP listener.
+    // Borrowed; must outlive the service.
+    const TokenStore* tokens = nullptr;
+    // Where the paths of jobs submitted over TCP must lie. Borrowed; null = no TCP listener.
+    const DataRoots* data_roots = nullptr;
   };
 
   JobService(Scheduler* scheduler, const Options& options);
@@ -61,6 +73,10 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   // What GetServerStatus answers now (also read by /metrics). Thread-safe.
   mpsd::v1::ServerStatus CurrentStatus();
 
+  // ServerStatus.http_url from now on (the HTTP listener starts after this service exists).
+  // Thread-safe.
+  void SetHttpUrl(std::string url) ABSL_LOCKS_EXCLUDED(http_url_mu_);
+
   grpc::ServerUnaryReactor* ListArtifacts(grpc::CallbackServerContext* context,
                                           const mpsd::v1::ListArtifactsRequest* request,
                                           mpsd::v1::ListArtifactsResponse* response) override;
@@ -85,6 +101,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
 
   absl::Mutex mu_;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex http_url_mu_;
+  std::string http_url_ ABSL_GUARDED_BY(http_url_mu_);
 };
 
 }  // namespace mpsd::server

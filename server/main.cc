@@ -1,4 +1,5 @@
-// mpsd: parses flags, builds the configuration, starts the server, waits for SIGTERM/SIGINT.
+// mpsd: parses flags, builds the configuration, starts the server, waits for SIGTERM/SIGINT
+// (stop) and SIGHUP (reload the TLS files). `mpsd token add|list|revoke` edits a tokens file.
 #include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -9,9 +10,13 @@
 #include <filesystem>
 #include <system_error>
 #include <ctime>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_join.h"
+#include "server/auth.h"
 #include "server/config.h"
 #include "server/executor_supervisor.h"
 #include "server/server.h"
@@ -22,23 +27,85 @@
 #include "spdlog/spdlog.h"
 #include "version/version.h"
 
+namespace {
+
+// `mpsd token …`: exit codes 0 success, 1 error (printed on stderr).
+int RunTokenCommand(const std::string& command, const std::string& path, const std::string& name,
+                    const std::string& role_name) {
+  if (command == "add") {
+    absl::StatusOr<mpsd::server::Role> role = mpsd::server::ParseRole(role_name);
+    if (!role.ok()) {
+      std::fprintf(stderr, "mpsd token add: --role: %s\n", std::string(role.status().message()).c_str());
+      return 1;
+    }
+    absl::StatusOr<std::string> token = mpsd::server::AddToken(path, name, *role);
+    if (!token.ok()) {
+      std::fprintf(stderr, "mpsd token add: %s\n", std::string(token.status().message()).c_str());
+      return 1;
+    }
+    std::cout << *token << std::endl;
+    std::fprintf(stderr,
+                 "mpsd: token \"%s\" (%s) added to %s. It is printed this once and stored only "
+                 "as its SHA-256: keep it in a file of mode 0600 (mpsctl --token-file FILE) or in "
+                 "MPSD_TOKEN.\n",
+                 name.c_str(), role_name.c_str(), path.c_str());
+    return 0;
+  }
+  if (command == "revoke") {
+    if (absl::Status status = mpsd::server::RevokeToken(path, name); !status.ok()) {
+      std::fprintf(stderr, "mpsd token revoke: %s\n", std::string(status.message()).c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "mpsd: token \"%s\" revoked in %s (a running mpsd refuses it from its next call)\n",
+                 name.c_str(), path.c_str());
+    return 0;
+  }
+  absl::StatusOr<std::unique_ptr<mpsd::server::TokenStore>> store =
+      mpsd::server::TokenStore::Open(path);
+  if (!store.ok()) {
+    std::fprintf(stderr, "mpsd token list: %s\n", std::string(store.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%-32s %s\n", "NAME", "ROLE");
+  for (const mpsd::server::TokenRecord& record : (*store)->Records()) {
+    std::printf("%-32s %s\n", record.name.c_str(),
+                std::string(mpsd::server::RoleName(record.role)).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Before anything is created: the state dir, the database, the socket, and what
   // mpsd-executor writes (it inherits the mask) are private to the daemon's user.
   umask(mpsd::server::kPrivateUmask);
   CLI::App app{"mpsd: a training daemon with a gRPC job API"};
-  std::string config_file, listen, state_dir;
+  std::string config_file, state_dir, tokens_file;
+  std::vector<std::string> listen;
+  mpsd::server::TlsFiles tls;
   app.add_option("--config", config_file, "YAML configuration file (see deploy/mpsd.yaml)");
   app.add_option("--listen", listen,
-                 "unix:///path/mpsd.sock or 127.0.0.1:PORT (default: " +
-                     mpsd::server::DefaultListenAddress() + ")");
+                 "unix:///path/mpsd.sock or HOST:PORT; repeat for several listeners. TCP needs a "
+                 "token on every call and, off loopback, TLS (default: " +
+                     mpsd::server::DefaultListenAddress() + ")")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   std::string http_listen;
   app.add_option("--http-listen", http_listen,
-                 "HOST:PORT for HTTP(S): /metrics (Prometheus), /healthz; loopback unless TLS "
-                 "(default: none)");
+                 "HOST:PORT for HTTP(S): the dashboard, /metrics (Prometheus), /healthz; a bearer "
+                 "token on every request but /healthz; TLS (the --tls-cert/--tls-key files) off "
+                 "loopback (default: none)");
   app.add_option("--state-dir", state_dir,
                  "directory for the job database (default: " + mpsd::server::DefaultStateDir() +
                      ")");
+  app.add_option("--tls-cert", tls.cert, "PEM certificate (and chain) for the TCP listeners");
+  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", tls.client_ca,
+                 "PEM CA certificates: TCP clients must present a certificate signed by one "
+                 "(mutual TLS)");
+  app.add_option("--tokens", tokens_file,
+                 "tokens file for TCP, mode 0600 (default: <state dir>/tokens.yaml)");
   bool enable_fault_injection = false;
   app.add_flag("--enable-fault-injection", enable_fault_injection,
                "accept jobs' fault_injection (crash, out-of-memory and hang tests only)");
@@ -49,6 +116,23 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   app.set_version_flag("--version", mpsd::VersionText("mpsd"),
                        "print the version, git commit and LibTorch version, and exit");
+
+  CLI::App* token = app.add_subcommand("token", "add, list or revoke bearer tokens for TCP");
+  token->require_subcommand(1);
+  std::string token_name, token_role;
+  CLI::App* token_add = token->add_subcommand(
+      "add", "add a token and print it (once; the file keeps only its SHA-256)");
+  token_add->add_option("--name", token_name, "the token's name (A-Z a-z 0-9 . _ -)")->required();
+  token_add->add_option("--role", token_role, "viewer, submitter or admin")
+      ->required()
+      ->check(CLI::IsMember({"viewer", "submitter", "admin"}));
+  CLI::App* token_list = token->add_subcommand("list", "list the tokens' names and roles");
+  CLI::App* token_revoke = token->add_subcommand("revoke", "remove a token");
+  token_revoke->add_option("NAME", token_name, "the token's name")->required();
+  for (CLI::App* sub : {token_add, token_list, token_revoke}) {
+    sub->add_option("--tokens", tokens_file,
+                    "tokens file (default: the config's tokens_file, else <state dir>/tokens.yaml)");
+  }
   CLI11_PARSE(app, argc, argv);
 
   if (!check_config.empty()) {
@@ -65,7 +149,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::printf("%s: valid\nlisten: %s\nstate_dir: %s\nexecutor.path: %s\n",
-                check_config.c_str(), loaded->listen.c_str(), loaded->state_dir.c_str(),
+                check_config.c_str(), absl::StrJoin(loaded->listen, ", ").c_str(), loaded->state_dir.c_str(),
                 executor.c_str());
     return 0;
   }
@@ -79,8 +163,14 @@ int main(int argc, char** argv) {
     }
     config = *loaded;
   }
-  // A bare socket path, as mpsctl --server accepts.
-  if (!listen.empty()) config.listen = listen.front() == '/' ? "unix://" + listen : listen;
+  if (!listen.empty()) {
+    config.listen.clear();
+    // A bare socket path, as mpsctl --server accepts.
+    for (const std::string& address : listen) {
+      config.listen.push_back(!address.empty() && address.front() == '/' ? "unix://" + address
+                                                                          : address);
+    }
+  }
   if (!state_dir.empty()) config.state_dir = state_dir;
   // Absolute from here on: the executor's socket becomes a unix:// URI in it, where a relative
   // path would be read as an authority ("unix://state/executor.sock"), and the executor may run
@@ -91,6 +181,18 @@ int main(int argc, char** argv) {
     if (!absolute.empty()) config.state_dir = absolute.lexically_normal().string();
   }
   if (!http_listen.empty()) config.http_listen = http_listen;
+  if (!tls.cert.empty()) config.tls.cert = tls.cert;
+  if (!tls.key.empty()) config.tls.key = tls.key;
+  if (!tls.client_ca.empty()) config.tls.client_ca = tls.client_ca;
+  if (!tokens_file.empty()) config.tokens_file = tokens_file;
+
+  if (*token) {
+    const std::string path =
+        config.tokens_file.empty() ? config.state_dir + "/tokens.yaml" : config.tokens_file;
+    const std::string command = *token_add ? "add" : *token_revoke ? "revoke" : "list";
+    return RunTokenCommand(command, path, token_name, token_role);
+  }
+
   // Logs go to stderr (stdout stays free for whatever runs mpsd in the foreground), or to
   // log_file, rotated by size.
   if (config.log_file.empty()) {
@@ -113,6 +215,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   // Past RLIMIT_FSIZE a write fails with EFBIG, which the store reports as an error; the
@@ -129,20 +232,26 @@ int main(int argc, char** argv) {
     return 1;
   }
   mpsd::server::NotifyReady("listening on " + (*server)->address());
-  // Waits for SIGTERM/SIGINT; feeds the service manager's watchdog meanwhile, if it asked for
-  // one (WatchdogSec in deploy/mpsd.service).
+  // Waits for SIGTERM/SIGINT, reloading the TLS files on each SIGHUP; feeds the service
+  // manager's watchdog meanwhile, if it asked for one (WatchdogSec in deploy/mpsd.service).
   const absl::Duration watchdog = mpsd::server::WatchdogInterval();
   int signal_number = 0;
+  for (;;) {
+    signal_number = 0;
 #if !defined(__APPLE__)  // macOS has no sigtimedwait, and no systemd watchdog to feed
-  if (watchdog > absl::ZeroDuration()) {
-    const timespec interval = absl::ToTimespec(watchdog);
-    mpsd::server::NotifyWatchdog();
-    while ((signal_number = sigtimedwait(&signals, nullptr, &interval)) < 0) {
-      if (errno == EAGAIN) mpsd::server::NotifyWatchdog();
+    if (watchdog > absl::ZeroDuration()) {
+      const timespec interval = absl::ToTimespec(watchdog);
+      mpsd::server::NotifyWatchdog();
+      while ((signal_number = sigtimedwait(&signals, nullptr, &interval)) < 0) {
+        if (errno == EAGAIN) mpsd::server::NotifyWatchdog();
+      }
     }
-  }
 #endif
-  if (signal_number == 0) sigwait(&signals, &signal_number);
+    if (signal_number == 0) sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    spdlog::info("received SIGHUP: reloading");
+    (*server)->Reload().IgnoreError();  // Reload logs what it did or why not.
+  }
   const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
   spdlog::info("received {}", name);
   mpsd::server::NotifyStopping(std::string("stopping (") + name + ")");

@@ -123,7 +123,8 @@ absl::Status Scheduler::Recover() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request) {
+absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
+                                      const std::string& submitted_by) {
   if (absl::Status valid = CheckRequest(request); !valid.ok()) return valid;
   {
     absl::MutexLock lock(&mu_);
@@ -134,13 +135,14 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request)
   }
   // Validation reads the file system: not under mu_.
   if (absl::Status valid = executor_->Validate(request); !valid.ok()) return valid;
-  absl::StatusOr<Job> job = SubmitValidated(request);
+  absl::StatusOr<Job> job = SubmitValidated(request, submitted_by);
   // The caller hears of the job once its QUEUED event is stored, too; not under mu_.
   if (job.ok()) event_log_.Flush();
   return job;
 }
 
-absl::StatusOr<Job> Scheduler::SubmitValidated(const mpsd::v1::SubmitJobRequest& request) {
+absl::StatusOr<Job> Scheduler::SubmitValidated(const mpsd::v1::SubmitJobRequest& request,
+                                               const std::string& submitted_by) {
   absl::MutexLock lock(&mu_);
   // A concurrent Submit with the same request_id may have won the race meanwhile.
   absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
@@ -151,7 +153,7 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(const mpsd::v1::SubmitJobRequest&
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("queue full (", options_.max_queued, ")"));
   }
-  return Enqueue(request);
+  return Enqueue(request, submitted_by);
 }
 
 void Scheduler::RefuseSubmits(absl::Status why) {
@@ -173,8 +175,10 @@ absl::StatusOr<const Job*> Scheduler::EarlierSubmit(
   return &job;
 }
 
-absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request) {
+absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request,
+                                       const std::string& submitted_by) {
   Job job;
+  job.set_submitted_by(submitted_by);
   job.set_kind(KindOf(request));
   job.set_state(Job::QUEUED);
   *job.mutable_created_at() = Now();
@@ -192,7 +196,8 @@ absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request
   Publish(stored, std::move(queued));
   if (!request.request_id().empty()) request_ids_[request.request_id()] = id;
   InsertInQueue(stored);
-  spdlog::info("job {} queued, priority {} ({} in queue)", id, request.priority(), queue_.size());
+  spdlog::info("job {} queued by {}, priority {} ({} in queue)", id, submitted_by,
+               request.priority(), queue_.size());
   return stored;
 }
 

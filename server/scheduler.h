@@ -70,8 +70,9 @@ class Scheduler {
   // INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too; for a
   // BenchJob see trainer/bench.h), ALREADY_EXISTS for a request_id used with a different request,
   // RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting down. Returns once the
-  // job and its QUEUED event are stored.
-  absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request);
+  // job and its QUEUED event are stored. `submitted_by` goes into Job.submitted_by.
+  absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request,
+                                       const std::string& submitted_by = "local");
 
   // From now on every Submit fails with `why` (not OK), e.g. when the state dir was deleted
   // under the daemon (server/state_dir.h: StateDirWatch): a job accepted then would be lost.
@@ -130,12 +131,14 @@ class Scheduler {
   absl::StatusOr<const mpsd::v1::Job*> EarlierSubmit(const mpsd::v1::SubmitJobRequest& request)
       const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Submit after validation: the request_id check again, shutdown, queue limit, Enqueue.
-  absl::StatusOr<mpsd::v1::Job> SubmitValidated(const mpsd::v1::SubmitJobRequest& request)
+  absl::StatusOr<mpsd::v1::Job> SubmitValidated(const mpsd::v1::SubmitJobRequest& request,
+                                                const std::string& submitted_by)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Cancel's decision and state change, without waiting for the store.
   absl::StatusOr<mpsd::v1::Job> RequestCancel(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Stores a new QUEUED job for `request` and queues it; returns it as stored.
-  absl::StatusOr<mpsd::v1::Job> Enqueue(const mpsd::v1::SubmitJobRequest& request)
+  absl::StatusOr<mpsd::v1::Job> Enqueue(const mpsd::v1::SubmitJobRequest& request,
+                                        const std::string& submitted_by)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a QUEUED job into queue_ behind every job of the same or a higher priority.
   void InsertInQueue(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -27,12 +27,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "httplib.h"
 #include "server/auth.h"
 #include "server/dashboard.h"
+#include "server/data_roots.h"
 #include "server/executor_supervisor.h"
+#include "server/grpc_auth.h"
 #include "server/http_server.h"
 #include "server/job_service.h"
 #include "server/job_store.h"
@@ -40,6 +43,7 @@
 #include "server/reflection_service.h"
 #include "server/scheduler.h"
 #include "server/state_dir.h"
+#include "server/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -83,23 +87,60 @@ absl::StatusOr<std::string> PrepareUnixSocket(const std::string& address) {
   return path;
 }
 
-// Accepts "127.0.0.1:PORT", "localhost:PORT" and "[::1]:PORT"; refuses other hosts.
-absl::Status CheckLoopback(const std::string& address) {
-  const size_t colon = address.rfind(':');
+// A TCP listen address split up: "HOST:PORT", "[V6]:PORT".
+struct TcpAddress {
+  std::string host;
   int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
+  bool loopback = false;
+};
+
+absl::StatusOr<TcpAddress> ParseTcpAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  TcpAddress tcp;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &tcp.port) || tcp.port < 0 ||
+      tcp.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "listen: expected unix:///path/mpsd.sock or 127.0.0.1:PORT, got \"", address, "\""));
+        "listen: expected unix:///path/mpsd.sock or HOST:PORT (e.g. 127.0.0.1:7070, "
+        "0.0.0.0:7070, [::]:7070), got \"", address, "\""));
   }
-  const std::string host = address.substr(0, colon);
+  tcp.host = address.substr(0, colon);
   in_addr ipv4{};
-  const bool loopback_ipv4 =
-      inet_pton(AF_INET, host.c_str(), &ipv4) == 1 && (ntohl(ipv4.s_addr) >> 24) == 127;
-  if (host == "localhost" || host == "[::1]" || loopback_ipv4) return absl::OkStatus();
+  tcp.loopback = tcp.host == "localhost" || tcp.host == "[::1]" ||
+                 (inet_pton(AF_INET, tcp.host.c_str(), &ipv4) == 1 &&
+                  (ntohl(ipv4.s_addr) >> 24) == 127);
+  return tcp;
+}
+
+// A TCP listener off loopback carries tokens and jobs over the network: only with TLS.
+absl::Status CheckTcpListener(const std::string& address, const TcpAddress& tcp,
+                              bool tls_enabled) {
+  if (tcp.loopback || tls_enabled) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "listen: ", address, " is not a loopback address; TCP on other interfaces needs TLS, "
-      "which mpsd does not support yet (use a unix socket or 127.0.0.1:PORT)"));
+      "listen: ", address, " is not a loopback address, and TCP on other interfaces needs TLS: "
+      "give mpsd --tls-cert FILE --tls-key FILE (config: tls: {cert: FILE, key: FILE}; add "
+      "--tls-client-ca FILE to require client certificates), or listen on 127.0.0.1:PORT or a "
+      "unix socket"));
+}
+
+// The tokens file for the TCP listeners; on the first start (no file yet) one is created with
+// an admin token in <state_dir>/admin.token, and the log says where it is.
+absl::StatusOr<std::unique_ptr<TokenStore>> OpenTokens(const Config& config) {
+  const std::string path =
+      config.tokens_file.empty() ? config.state_dir + "/tokens.yaml" : config.tokens_file;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    const std::string admin_token = config.state_dir + "/admin.token";
+    if (absl::Status status = CreateTokensFileWithAdmin(path, admin_token); !status.ok()) {
+      return status;
+    }
+    spdlog::warn("created the tokens file {} with one admin token, which is in {} (mode 0600); "
+                 "add tokens for others with `mpsd token add --tokens {} --name NAME --role "
+                 "viewer|submitter|admin`", path, admin_token, path);
+  }
+  absl::StatusOr<std::unique_ptr<TokenStore>> tokens = TokenStore::Open(path);
+  if (tokens.ok()) spdlog::info("tokens file {}: {} tokens", path, (*tokens)->Records().size());
+  return tokens;
 }
 
 // The keepalive policy (documented on StreamEvents in mpsd.proto and in the README): clients
@@ -131,10 +172,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   const Config& config = options.config;
-  const bool unix_socket = absl::StartsWith(config.listen, "unix:");
-  if (!unix_socket) {
-    if (absl::Status status = CheckLoopback(config.listen); !status.ok()) return status;
+  if (config.listen.empty()) return absl::InvalidArgumentError("listen: no address");
+  bool any_tcp = false;
+  for (const std::string& address : config.listen) {
+    if (absl::StartsWith(address, "unix:")) continue;
+    absl::StatusOr<TcpAddress> tcp = ParseTcpAddress(address);
+    if (!tcp.ok()) return tcp.status();
+    if (absl::Status s = CheckTcpListener(address, *tcp, config.tls.enabled()); !s.ok()) return s;
+    any_tcp = true;
   }
+  if (absl::Status status = CheckTlsFiles(config.tls); !status.ok()) return status;
   if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
   CheckStateDirMode(config.state_dir);
   absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
@@ -142,10 +189,29 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   server->lock_fd_ = *lock_fd;
   // Under the lock: no other mpsd is creating the database right now.
   if (absl::Status status = CheckDatabaseNotLost(config.state_dir); !status.ok()) return status;
-  if (unix_socket) {
-    absl::StatusOr<std::string> path = PrepareUnixSocket(config.listen);
+  for (const std::string& address : config.listen) {
+    if (!absl::StartsWith(address, "unix:")) continue;
+    absl::StatusOr<std::string> path = PrepareUnixSocket(address);
     if (!path.ok()) return path.status();
-    server->socket_path_ = *path;
+    server->socket_paths_.push_back(*path);
+  }
+  // One tokens file for every listener that is not the unix socket: the gRPC TCP listeners
+  // and the HTTP listener check the same TokenStore.
+  if (any_tcp || !config.http_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenStore>> tokens = OpenTokens(config);
+    if (!tokens.ok()) return tokens.status();
+    server->tokens_ = *std::move(tokens);
+  }
+  server->data_roots_ = std::make_unique<DataRoots>(
+      config.data_roots.empty() ? DefaultDataRoots(config.state_dir) : config.data_roots);
+  if (any_tcp) {
+    server->auth_processor_ = std::make_shared<TokenAuthProcessor>(server->tokens_.get());
+    if (config.tls.enabled()) {
+      absl::StatusOr<std::unique_ptr<TlsCredentials>> tls =
+          TlsCredentials::Create(config.tls, config.state_dir + "/tls");
+      if (!tls.ok()) return tls.status();
+      server->tls_ = *std::move(tls);
+    }
   }
 
   JobStore::Options store_options;
@@ -196,6 +262,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   service_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
   service_options.min_keepalive_interval = kMinKeepaliveInterval;
   service_options.artifacts_dir = config.state_dir + "/artifacts";
+  service_options.tokens = server->tokens_.get();
+  service_options.data_roots = server->data_roots_.get();
   server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
   StateDirWatch::Options watch_options;
   watch_options.state_dir = config.state_dir;
@@ -213,28 +281,59 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  int port = 0;
+  // TCP: TLS, or on loopback gRPC's local credentials (plaintext, refused from other hosts);
+  // either way every call passes the token check first.
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
+  if (any_tcp) {
+    tcp_credentials = server->tls_ != nullptr
+                          ? server->tls_->credentials()
+                          : grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+    tcp_credentials->SetAuthMetadataProcessor(server->auth_processor_);
+  }
+  std::vector<int> ports(config.listen.size(), 0);
+  for (size_t i = 0; i < config.listen.size(); ++i) {
+    const bool unix_socket = absl::StartsWith(config.listen[i], "unix:");
+    builder.AddListeningPort(config.listen[i],
+                             unix_socket ? grpc::InsecureServerCredentials() : tcp_credentials,
+                             &ports[i]);
+  }
+  builder.RegisterService(server->service_.get());
   // The socket is created with the process's umask: 0077 makes it 0600 from its first moment.
   const mode_t old_umask = umask(0077);
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(server->service_.get());
   builder.RegisterService(server->reflection_.get());
   AddKeepalivePolicy(builder);
   server->grpc_server_ = builder.BuildAndStart();
   umask(old_umask);
-  if (server->grpc_server_ == nullptr || (!unix_socket && port == 0)) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
+  if (server->grpc_server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", absl::StrJoin(config.listen, ", ")));
   }
-  server->address_ =
-      unix_socket ? config.listen
-                  : absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
-  if (unix_socket) chmod(server->socket_path_.c_str(), 0600);
+  for (size_t i = 0; i < config.listen.size(); ++i) {
+    const std::string& address = config.listen[i];
+    if (absl::StartsWith(address, "unix:")) {
+      server->addresses_.push_back(address);
+      continue;
+    }
+    if (ports[i] == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    server->addresses_.push_back(
+        absl::StrCat(address.substr(0, address.rfind(':')), ":", ports[i]));
+  }
+  for (const std::string& path : server->socket_paths_) chmod(path.c_str(), 0600);
   {
     absl::MutexLock lock(&server->health_mu_);
     server->health_ = server->grpc_server_->GetHealthCheckService();
     server->UpdateHealth();
   }
-  spdlog::info("mpsd listening on {} (state dir {})", server->address_, config.state_dir);
+  for (const std::string& address : server->addresses_) {
+    const bool unix_socket = absl::StartsWith(address, "unix:");
+    spdlog::info("mpsd listening on {} ({})", address,
+                 unix_socket               ? "unix socket, mode 0600"
+                 : server->tls_ != nullptr ? (config.tls.client_ca.empty()
+                                                  ? "TLS, bearer tokens"
+                                                  : "mutual TLS, bearer tokens")
+                                           : "plaintext loopback, bearer tokens");
+  }
+  spdlog::info("state dir {}", config.state_dir);
   if (absl::Status status = server->StartHttp(); !status.ok()) return status;
   return server;
 }
@@ -290,7 +389,7 @@ bool Server::Shutdown() {
   scheduler_.reset();
   executor_.reset();
   store_.reset();
-  if (!socket_path_.empty()) std::filesystem::remove(socket_path_);
+  for (const std::string& path : socket_paths_) std::filesystem::remove(path);
   if (lock_fd_ >= 0) close(lock_fd_);
   lock_fd_ = -1;
   shut_down_ = true;
@@ -354,28 +453,21 @@ absl::Status Server::StartHttp() {
   if (config.http_listen.empty()) return absl::OkStatus();
   HttpServer::Options http_options;
   http_options.address = config.http_listen;
-  // Bearer tokens from <state_dir>/tokens.yaml (server/auth.h): any role may view. Without the
-  // file every protected route answers 401 saying how to make one; a file that is unsafe or
-  // invalid stops the start.
-  const std::string tokens_path = config.state_dir + "/tokens.yaml";
-  absl::StatusOr<std::unique_ptr<TokenStore>> tokens = TokenStore::Open(tokens_path);
-  if (tokens.ok()) {
-    tokens_ = *std::move(tokens);
-  } else if (tokens.status().code() != absl::StatusCode::kNotFound) {
-    return tokens.status();
-  }
+  // TLS with the gRPC listeners' files (config tls: {cert, key, client_ca}).
+  http_options.tls_cert_path = config.tls.cert;
+  http_options.tls_key_path = config.tls.key;
+  http_options.tls_client_ca_path = config.tls.client_ca;
+  // Bearer tokens from the one tokens file (server/auth.h) the gRPC TCP listeners use too: any
+  // role may view; what needs more (POST /cancel) checks the caller's role itself.
   http_options.authorize =
-      [store = tokens_.get(), tokens_path](
-          absl::string_view authorization,
-          absl::string_view action) -> absl::StatusOr<HttpCaller> {
-    if (store == nullptr) {
+      [store = tokens_.get()](absl::string_view authorization,
+                              absl::string_view action) -> absl::StatusOr<HttpCaller> {
+    absl::StatusOr<Principal> principal = store->Authenticate(authorization);
+    if (!principal.ok()) {
       return absl::UnauthenticatedError(absl::StrCat(
-          "no tokens on this daemon: add one to ", tokens_path,
-          " (mpsd token add --tokens ", tokens_path, " --name NAME --role viewer)"));
+          principal.status().message(), ". A token is made on the daemon's machine with: mpsd "
+          "token add --tokens ", store->path(), " --name NAME --role viewer"));
     }
-    absl::StatusOr<Principal> principal =
-        store->Authenticate(authorization);
-    if (!principal.ok()) return principal.status();
     if (absl::Status allowed = Authorize(*principal, Role::kViewer, action); !allowed.ok()) {
       return allowed;
     }
@@ -426,8 +518,29 @@ absl::Status Server::StartHttp() {
   dashboard_ = std::make_unique<Dashboard>(scheduler_.get(), dashboard_options);
   dashboard_->Register(http_server_.get());
   http_server_->Start();
+  service_->SetHttpUrl(http_server_->url());
   spdlog::info("mpsd serving the dashboard, /metrics and /healthz on {}", http_server_->url());
   return absl::OkStatus();
+}
+
+absl::Status Server::Reload() {
+  const TlsFiles& files = options_.config.tls;
+  if (!files.enabled()) {
+    spdlog::info("reload: no TLS configured; nothing to reload (tokens are re-read on change)");
+    return absl::OkStatus();
+  }
+  // Both listeners or neither: the files are checked once here, then each listener re-reads.
+  absl::Status status = CheckTlsFiles(files);
+  if (status.ok() && tls_ != nullptr) status = tls_->Reload();
+  if (status.ok() && http_server_ != nullptr) status = http_server_->ReloadTls();
+  if (status.ok()) {
+    spdlog::info("reload: TLS certificate {} and key {} re-read; new connections use them",
+                 files.cert, files.key);
+  } else {
+    spdlog::error("reload refused, keeping the current TLS files: {}",
+                  std::string(status.message()));
+  }
+  return status;
 }
 
 void Server::Wait() {

@@ -1,11 +1,13 @@
 // mpsd's top-level object: owns the job store, the executor, the scheduler, the gRPC server
-// (JobService, health checking, reflection), on a unix socket or a loopback TCP port, and the
-// optional HTTP listener (/metrics, /healthz).
+// (JobService, health checking, reflection) with its listeners: unix sockets (mode 0600, callers
+// act as admin) and TCP ports (bearer tokens with roles; TLS, required off loopback), and the
+// optional HTTP(S) listener (the dashboard, /metrics, /healthz) with the same tokens and TLS files.
 #ifndef MPSD_SERVER_SERVER_H_
 #define MPSD_SERVER_SERVER_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -23,15 +25,18 @@ class Executor;
 
 namespace mpsd::server {
 
-class HttpServer;
+class DataRoots;
 class Dashboard;
+class HttpServer;
 class JobService;
 class JobStore;
-class TokenStore;
 class Metrics;
 class ReflectionService;
 class Scheduler;
 class StateDirWatch;
+class TlsCredentials;
+class TokenAuthProcessor;
+class TokenStore;
 
 class Server {
  public:
@@ -43,21 +48,33 @@ class Server {
 
   // Creates the state dir (mode 0700) and takes its lock, checks that its database was not lost
   // (server/state_dir.h: CheckDatabaseNotLost), opens the store (new ids above every job in
-  // artifacts/), recovers jobs,
-  // starts the executor process (mpsd-executor, server/executor_supervisor.h) and listens. Errors: INVALID_ARGUMENT for a bad listen address (a
-  // non-loopback TCP address is refused until TLS exists); FAILED_PRECONDITION if another mpsd
-  // holds the state dir or listens on the socket, the socket's folder is unsafe or its path is
-  // taken by something that is not a socket (CheckSocketDir, RemoveStaleSocket), the database
-  // is missing while artifacts are not, or when mpsd-executor cannot be started; the
-  // store's errors.
+  // artifacts/), recovers jobs, starts the executor process (mpsd-executor,
+  // server/executor_supervisor.h) and listens on every address of config.listen. With a TCP
+  // address it opens the tokens file (creating one with an admin token in
+  // <state_dir>/admin.token on the first start, when there is none).
+  // Errors: INVALID_ARGUMENT for a bad listen address or a non-loopback TCP address without
+  // TLS (the message says what to configure); FAILED_PRECONDITION if another mpsd holds the
+  // state dir or listens on the socket, the socket's folder is unsafe or its path is taken by
+  // something that is not a socket (CheckSocketDir, RemoveStaleSocket), the database is missing
+  // while artifacts are not, when mpsd-executor cannot be started, for TLS files that are
+  // unreadable, mismatched or expired and for a tokens file that is unreadable, invalid or
+  // group/world-accessible (each naming the file); the store's errors.
   static absl::StatusOr<std::unique_ptr<Server>> BuildAndStart(const Options& options);
 
   // Shuts down if still running. Must not run after Shutdown() returned false.
   ~Server();
 
   // The address clients connect to, e.g. "unix:///run/user/1000/mpsd/mpsd.sock" or
-  // "127.0.0.1:40123" (the port chosen when 0 was asked for).
-  const std::string& address() const { return address_; }
+  // "127.0.0.1:40123" (the port chosen when 0 was asked for): the first of addresses().
+  const std::string& address() const { return addresses_.front(); }
+  // One per config.listen entry, in its order.
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+  // On SIGHUP: re-reads the TLS certificate, key and client CA (TlsCredentials::Reload); new
+  // connections get them within about a second, open ones and their streams are kept. A bad
+  // file is refused (the error names it) and the old ones stay. OK without TLS. (The tokens file
+  // needs no reload: it is re-read whenever it changes.) Thread-safe.
+  absl::Status Reload();
 
   // Refuses new jobs, stops the running job at its next step boundary (INTERRUPTED), ends
   // every stream (those still open after the configured grace are cancelled), commits every
@@ -97,16 +114,21 @@ class Server {
 
   // Constant after BuildAndStart.
   Options options_;
-  std::string address_;
-  std::string socket_path_;  // Empty for TCP.
+  std::vector<std::string> addresses_;
+  std::vector<std::string> socket_paths_;  // Of the unix listeners.
   int lock_fd_ = -1;
+  // Set when there is a TCP or an HTTP listener: the one tokens file both check.
+  std::unique_ptr<TokenStore> tokens_;
+  std::unique_ptr<DataRoots> data_roots_;
+  std::shared_ptr<TokenAuthProcessor> auth_processor_;
+  // Set when TLS is configured.
+  std::unique_ptr<TlsCredentials> tls_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<mpsd::api::Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobService> service_;
   std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<TokenStore> tokens_;
   std::unique_ptr<Dashboard> dashboard_;
   std::unique_ptr<HttpServer> http_server_;
   std::unique_ptr<grpc::Server> grpc_server_;

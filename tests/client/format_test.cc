@@ -208,6 +208,13 @@ TEST(FormatTest, JobTable) {
             "a-long-job-id  BenchJob  QUEUED     convnet,resnet18  -         5s\n"
             "6              TrainJob  SUCCEEDED  convnet           100%      2h\n");
   EXPECT_EQ(FormatJobTable({}, now), "no jobs\n");
+  // Job.submitted_by gets a column once any job has one.
+  v1::Job ci = TrainJob("9", v1::Job::QUEUED, 0, now - absl::Seconds(1));
+  ci.set_submitted_by("ci");
+  EXPECT_EQ(FormatJobTable({ci, TrainJob("8", v1::Job::QUEUED, 0, now - absl::Seconds(2))}, now),
+            "ID  KIND      STATE   MODEL    PROGRESS  AGE  BY\n"
+            "9   TrainJob  QUEUED  convnet  -         1s   ci\n"
+            "8   TrainJob  QUEUED  convnet  -         2s   -\n");
 }
 
 TEST(FormatTest, JobDetails) {
@@ -226,6 +233,10 @@ TEST(FormatTest, JobDetails) {
   EXPECT_THAT(text, HasSubstr("events      130\n"));
   EXPECT_THAT(text, HasSubstr("spec:\n  kind: TrainJob\n  model: {name: convnet}\n  epochs: 3\n"));
   EXPECT_THAT(text, Not(HasSubstr("summary")));
+  EXPECT_THAT(text, Not(HasSubstr("by ")));
+  job.set_submitted_by("ci");
+  EXPECT_THAT(FormatJobDetails(job, now), HasSubstr("id          7\nkind        TrainJob\n"));
+  EXPECT_THAT(FormatJobDetails(job, now), HasSubstr("by          ci\n"));
 }
 
 TEST(FormatTest, Device) {

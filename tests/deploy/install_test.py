@@ -164,14 +164,16 @@ class CompletionTest(unittest.TestCase):
     def test_bash_completes_commands_options_and_files(self):
         commands = self.complete_bash("")
         for command in ("submit", "get", "list", "cancel", "logs", "device", "models",
-                        "status", "bench", "completion", "artifacts", "download", "--server",
+                        "status", "bench", "completion", "artifacts", "download", "dashboard",
+                        "--server",
                         "--json", "--version", "--reconnect-timeout"):
             self.assertIn(command, commands)
         self.assertEqual(self.complete_bash("su"), ["submit"])
         self.assertEqual(self.complete_bash("submit", "--pr"), ["--priority"])
         self.assertEqual(sorted(self.complete_bash("list", "--")),
                          sorted(["--state", "--kind", "--limit", "--server", "--json", "--help",
-                                 "--version", "--reconnect-timeout"]))
+                                 "--version", "--reconnect-timeout", "--tls-ca", "--tls-cert",
+                                 "--tls-key", "--tls", "--token-file"]))
         self.assertEqual(self.complete_bash("submit", "--priority", ""), [])
         with tempfile.TemporaryDirectory() as directory:
             open(os.path.join(directory, "job.yaml"), "w").close()

@@ -189,6 +189,111 @@ TEST_F(RemoteE2eTest, HealthzIsPublicAndMetricsNeedAToken) {
   EXPECT_EQ(missing->status, 404);
 }
 
+// A viewer token added to the daemon's tokens file with `mpsd token add` (remote-auth's CLI);
+// returns the token.
+std::string AddViewerToken(const std::string& tokens_file) {
+  const CommandResult added = RunCommand({MpsdPath(), "token", "add", "--tokens", tokens_file,
+                                          "--name", "prometheus", "--role", "viewer"});
+  EXPECT_EQ(added.exit_code, 0) << added.err;
+  std::string token = added.out;
+  while (!token.empty() && (token.back() == '\n' || token.back() == ' ')) token.pop_back();
+  return token;
+}
+
+// One scrape of /metrics with `token`, parsed.
+std::map<std::string, double> Scrape(int port, const std::string& token) {
+  httplib::Client client("127.0.0.1", port);
+  httplib::Result response = client.Get("/metrics", {{"Authorization", "Bearer " + token}});
+  EXPECT_TRUE(response);
+  if (!response) return {};
+  EXPECT_EQ(response->status, 200) << response->body;
+  EXPECT_THAT(response->get_header_value("Content-Type"), HasSubstr("version=0.0.4"));
+  return ParseMetrics(response->body);
+}
+
+TEST_F(RemoteE2eTest, MetricsAgreeWithServerStatusDuringAndAfterAJob) {
+  const std::string tokens = dir_.str() + "/tokens.yaml";
+  const std::string token = AddViewerToken(tokens);
+  ASSERT_FALSE(token.empty());
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--http-listen", "127.0.0.1:0", "--tokens", tokens}));
+  const int port = HttpPort(*daemon_);
+  ASSERT_GT(port, 0);
+  absl::StatusOr<mpsd::v1::DeviceInfo> device = rpc::Device(*daemon_);
+  ASSERT_TRUE(device.ok());
+
+  // 3 epochs of 3,200 examples at batch 64: 150 steps.
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, TrainJobRequest(3200, 200, 3, 64, "mlp"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
+    return now.ok() && now->state() == Job::RUNNING && now->last_step().step() > 0;
+  }));
+  // One open stream while the job runs.
+  grpc::ClientContext stream_context;
+  mpsd::v1::StreamEventsRequest stream_request;
+  stream_request.set_job_id(job->id());
+  auto stream = daemon_->stub().StreamEvents(&stream_context, stream_request);
+  mpsd::v1::JobEvent first;
+  ASSERT_TRUE(stream->Read(&first));
+
+  std::map<std::string, double> during = Scrape(port, token);
+  absl::StatusOr<mpsd::v1::ServerStatus> status = rpc::Status(*daemon_);
+  ASSERT_TRUE(status.ok());
+  stream_context.TryCancel();
+  stream->Finish();
+  if (status->running_job_id() == job->id()) {  // the job may have ended between the two
+    EXPECT_EQ(during[absl::StrCat("mpsd_running_job_info{job_id=\"", job->id(),
+                                  "\",model=\"mlp\"}")],
+              1);
+    EXPECT_EQ(during["mpsd_jobs{kind=\"train_job\",state=\"running\"}"], 1);
+  }
+  EXPECT_EQ(during["mpsd_queue_depth"], status->queued_jobs());
+  EXPECT_EQ(during["mpsd_event_streams_open"], status->open_streams());
+  EXPECT_EQ(status->open_streams(), 1);
+  EXPECT_EQ(during["mpsd_jobs_submitted_total"], 1);
+  EXPECT_GT(during["mpsd_process_resident_memory_bytes"], 0);
+  EXPECT_NEAR(during["mpsd_process_resident_memory_bytes"], status->rss_bytes(), 64 << 20);
+  EXPECT_EQ(during[absl::StrCat("mpsd_build_info{torch=\"", device->torch_version(),
+                                "\",version=\"0.1.0\"}")],
+            1);
+  EXPECT_EQ(during.count("mpsd_device_memory_allocated_bytes{device=\"cpu\"}"), 1u);
+  EXPECT_EQ(during.count("mpsd_device_memory_reserved_bytes{device=\"cpu\"}"), 1u);
+  // No NVIDIA driver here: no utilisation series.
+  for (const auto& [name, value] : during) {
+    EXPECT_FALSE(absl::StartsWith(name, "mpsd_device_utilization_ratio")) << name;
+  }
+
+  absl::StatusOr<Job> done = rpc::WaitForEnd(*daemon_, job->id());
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->state(), Job::SUCCEEDED) << done->message();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<mpsd::v1::ServerStatus> s = rpc::Status(*daemon_);
+    return s.ok() && s->events_pending() == 0 && s->running_job_id().empty();
+  }));
+  std::map<std::string, double> after = Scrape(port, token);
+  status = rpc::Status(*daemon_);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(after["mpsd_events_stored_total"], status->events_stored());
+  EXPECT_EQ(after["mpsd_queue_depth"], 0);
+  EXPECT_EQ(after["mpsd_event_streams_open"], status->open_streams());
+  EXPECT_EQ(after["mpsd_jobs{kind=\"train_job\",state=\"succeeded\"}"], 1);
+  EXPECT_EQ(after["mpsd_jobs{kind=\"train_job\",state=\"running\"}"], 0);
+  double jobs = 0;
+  for (const auto& [name, value] : after) {
+    if (absl::StartsWith(name, "mpsd_jobs{")) jobs += value;
+    // Job ids only on mpsd_running_job_info, and that series is gone once no job runs.
+    EXPECT_FALSE(absl::StrContains(name, "job_id=")) << name;
+  }
+  EXPECT_EQ(jobs, status->jobs_total());
+  EXPECT_EQ(after["mpsd_job_steps_total"], done->summary().steps());
+  EXPECT_EQ(after["mpsd_job_steps_total"], 150);
+  EXPECT_EQ(after["mpsd_samples_total"], 3 * 3200);
+  EXPECT_EQ(after["mpsd_step_duration_seconds_count"], 150);
+  EXPECT_GT(after["mpsd_step_duration_seconds_sum"], 0);
+  EXPECT_EQ(after["mpsd_step_duration_seconds_bucket{le=\"+Inf\"}"], 150);
+  EXPECT_EQ(after["mpsd_executor_restarts_total{reason=\"crash\"}"], 0);
+}
+
 // ---- gRPC health ---------------------------------------------------------------------------
 
 using grpc::health::v1::HealthCheckRequest;

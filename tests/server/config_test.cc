@@ -31,7 +31,7 @@ TEST_F(ConfigTest, FileOverridesDefaults) {
       LoadConfig(Write("listen: 127.0.0.1:0\nmax_queued: 5\nshutdown_grace_s: 2.5\n"
                        "heartbeat_interval_s: 0.5\n"));
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->listen, "127.0.0.1:0");
+  EXPECT_EQ(config->listen, std::vector<std::string>{"127.0.0.1:0"});
   EXPECT_EQ(config->max_queued, 5);
   EXPECT_DOUBLE_EQ(config->shutdown_grace_s, 2.5);
   EXPECT_DOUBLE_EQ(config->heartbeat_interval_s, 0.5);
@@ -59,6 +59,26 @@ TEST_F(ConfigTest, ExecutorKeys) {
   EXPECT_EQ(defaults->executor.isolation, "shared");
   EXPECT_EQ(defaults->executor.restart_after_jobs, 0);
   EXPECT_DOUBLE_EQ(defaults->executor.cancel_grace_s, 30.0);
+}
+
+TEST_F(ConfigTest, ListenersTlsTokensAndDataRoots) {
+  absl::StatusOr<Config> config = LoadConfig(
+      Write("listen:\n  - unix:///tmp/a.sock\n  - 0.0.0.0:7070\n"
+            "tls: {cert: /etc/mpsd/cert.pem, key: /etc/mpsd/key.pem, client_ca: /etc/mpsd/ca.pem}\n"
+            "tokens_file: /etc/mpsd/tokens.yaml\ndata_roots: [/data, /scratch]\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen, (std::vector<std::string>{"unix:///tmp/a.sock", "0.0.0.0:7070"}));
+  EXPECT_EQ(config->tls.cert, "/etc/mpsd/cert.pem");
+  EXPECT_EQ(config->tls.key, "/etc/mpsd/key.pem");
+  EXPECT_EQ(config->tls.client_ca, "/etc/mpsd/ca.pem");
+  EXPECT_EQ(config->tokens_file, "/etc/mpsd/tokens.yaml");
+  EXPECT_EQ(config->data_roots, (std::vector<std::string>{"/data", "/scratch"}));
+  absl::StatusOr<Config> defaults = LoadConfig(Write("max_queued: 3\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->listen.size(), 1u);
+  EXPECT_FALSE(defaults->tls.enabled());
+  EXPECT_EQ(defaults->tokens_file, "");
+  EXPECT_TRUE(defaults->data_roots.empty());
 }
 
 TEST_F(ConfigTest, DeployedDefaultFileIsValid) {
@@ -89,7 +109,11 @@ TEST_F(ConfigTest, ErrorsNameTheFileAndTheKey) {
       {"cpu_threads: -2\n", "cpu_threads: must be >= 0"},
       {"heartbeat_interval_s: 0\n", "heartbeat_interval_s: must be > 0"},
       {"heartbeat_interval_s: often\n", "heartbeat_interval_s: expected a number of seconds"},
-      {"listen: [a, b]\n", "listen: expected a string"},
+      {"listen: {a: b}\n", "listen: expected a string or a list of strings"},
+      {"listen: [[a]]\n", "listen[0]: expected a string"},
+      {"tls: cert.pem\n", "tls: expected a mapping"},
+      {"tls:\n  certificate: x\n", "tls.certificate: unknown key (known: cert, client_ca, key)"},
+      {"data_roots: {a: b}\n", "data_roots: expected a string or a list of strings"},
       {"- just\n- a list\n", "expected a mapping"},
       {"max_queued: [\n", ":"},
       {"executor: per_job\n", "executor: expected a mapping"},

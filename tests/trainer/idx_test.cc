@@ -315,7 +315,8 @@ TEST_F(IdxTest, GzNotNamedGz) {
 TEST_F(IdxTest, RawNamedGz) {
   WriteRaw(Path("raw.gz"), MakeIdx({1, 1, 1}, {7}));
   ExpectError(ReadIdxFile(Path("raw.gz")).status(), absl::StatusCode::kDataLoss,
-              {Path("raw.gz"), "is named .gz but is not gzip-compressed (starts with 00 00 08 03"});
+              {Path("raw.gz"), "is named .gz but is not gzip-compressed (expected it to start with "
+                               "1f 8b)"});
   WriteRaw(Path("empty.gz"), {});
   ExpectError(ReadIdxFile(Path("empty.gz")).status(), absl::StatusCode::kDataLoss,
               {Path("empty.gz"), "is named .gz but is empty"});
@@ -327,14 +328,17 @@ TEST_F(IdxTest, ByteSwappedMagic) {
   std::swap(file[1], file[2]);
   WriteRaw(Path("swapped"), file);
   ExpectError(ReadIdxFile(Path("swapped")).status(), absl::StatusCode::kDataLoss,
-              {Path("swapped"), "magic looks byte-swapped (little-endian)",
-               "starts with 03 08 00 00, expected 00 00 08 03"});
+              {Path("swapped"), "magic looks byte-swapped (little-endian",
+               "expected 00 00 08 NN"});
 }
 
 TEST_F(IdxTest, BadMagic) {
   WriteRaw(Path("zip"), {0x50, 0x4b, 0x03, 0x04, 0, 0, 0, 0});
   ExpectError(ReadIdxFile(Path("zip")).status(), absl::StatusCode::kDataLoss,
-              {Path("zip"), "bad magic: starts with 50 4b 03 04, expected 00 00 08 NN"});
+              {Path("zip"), "bad magic, expected 00 00 08 NN"});
+  // The file's bytes are not in the message (it may be a file the caller cannot read).
+  EXPECT_EQ(std::string(ReadIdxFile(Path("zip")).status().message()).find("50 4b"),
+            std::string::npos);
 }
 
 TEST_F(IdxTest, WrongType) {

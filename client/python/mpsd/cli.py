@@ -18,7 +18,7 @@ from . import client as _client
 from . import jobfile
 from .v1 import mpsd_pb2 as pb2
 
-EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_DAEMON_UNAVAILABLE = 0, 1, 2, 3
 
 
 def main(argv=None, prog=None):
@@ -36,6 +36,15 @@ def main(argv=None, prog=None):
                         "(default: the file's request_id:)")
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="deadline of the SubmitJob call, seconds (default: %(default)s)")
+    parser.add_argument("--tls-ca", metavar="FILE",
+                        help="PEM CA that mpsd's certificate chains to (default: the system's); "
+                        "TCP servers off loopback always use TLS")
+    parser.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    parser.add_argument("--tls-key", metavar="FILE", help="key of --tls-cert")
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS on a loopback address too (system CAs unless --tls-ca)")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="bearer token for a TCP server (default: $MPSD_TOKEN)")
     args = parser.parse_args(argv)
 
     try:
@@ -54,7 +63,14 @@ def main(argv=None, prog=None):
     server = _client.grpc_target(args.server)
     job_id = None
     final_state = None
-    with _client.Client(server, timeout=args.timeout) as client:
+    try:
+        client = _client.Client(server, timeout=args.timeout, tls=args.tls, tls_ca=args.tls_ca,
+                                tls_cert=args.tls_cert, tls_key=args.tls_key,
+                                token_file=args.token_file)
+    except (OSError, ValueError) as e:
+        print("%s: %s" % (prog, e), file=sys.stderr)
+        return 64
+    with client:
         try:
             job = client.submit(request, priority=args.priority, request_id=args.request_id)
             job_id = job.id
@@ -77,8 +93,15 @@ def main(argv=None, prog=None):
 
 def report_rpc_error(error, prog, server, job_id):
     code = error.code()
+    if code == grpc.StatusCode.UNAVAILABLE and _client.daemon_answered(error):
+        print("%s: mpsd at %s is running but answered UNAVAILABLE: %s (try again later)"
+              % (prog, server, error.details()), file=sys.stderr)
+        return EXIT_DAEMON_UNAVAILABLE
     if code == grpc.StatusCode.UNAVAILABLE:
-        if job_id is None:
+        if job_id is None and "handshake" in (error.details() or "").lower():
+            print("%s: cannot reach mpsd at %s: TLS handshake failed: %s"
+                  % (prog, server, error.details()), file=sys.stderr)
+        elif job_id is None:
             print("%s: cannot reach mpsd at %s: is the daemon running? (start it with: mpsd)"
                   % (prog, server), file=sys.stderr)
         else:
@@ -88,6 +111,10 @@ def report_rpc_error(error, prog, server, job_id):
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         print("%s: mpsd at %s did not answer in time" % (prog, server), file=sys.stderr)
         return EXIT_UNREACHABLE
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        print("%s: mpsd at %s refused the call: %s" % (prog, server, error.details()),
+              file=sys.stderr)
+        return EXIT_FAILED
     print("%s: %s" % (prog, error.details() or code.name), file=sys.stderr)
     return EXIT_FAILED
 

@@ -25,6 +25,7 @@ from .v1 import mpsd_pb2 as pb2
 from .v1 import mpsd_pb2_grpc as pb2_grpc
 
 ADDRESS_ENV = "MPSD_ADDR"
+TOKEN_ENV = "MPSD_TOKEN"
 
 
 def default_address() -> str:
@@ -42,6 +43,69 @@ def default_address() -> str:
 def grpc_target(address: str) -> str:
     """An mpsd address as gRPC's target: a bare absolute path is a unix socket."""
     return "unix://" + address if address.startswith("/") else address
+
+
+def _is_loopback(host: str) -> bool:
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def uses_tls(address: str, tls: bool = False, tls_ca: Optional[str] = None,
+             tls_cert: Optional[str] = None) -> bool:
+    """Whether a client speaks TLS to `address`, as mpsctl decides: never on a unix socket; on
+    TCP when the host is not loopback, or when TLS is asked for (tls, a CA or a client cert)."""
+    target = grpc_target(address)
+    if target.startswith("unix:"):
+        return False
+    if tls or tls_ca or tls_cert:
+        return True
+    host = target.rsplit(":", 1)[0]
+    return not _is_loopback(host)
+
+
+def read_token_file(path: str) -> str:
+    """The bearer token in `path`, whitespace stripped. OSError if unreadable; ValueError if
+    empty."""
+    with open(path) as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError("%s: empty token file" % path)
+    return token
+
+
+def channel_for(address: str, *, tls: bool = False, tls_ca: Optional[str] = None,
+                tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                token: Optional[str] = None, options=None) -> grpc.Channel:
+    """A channel to `address` as mpsctl makes it: plaintext on a unix socket (the daemon's own
+    user, no token); on TCP, TLS (uses_tls: verified with `tls_ca`, else the system's roots;
+    `tls_cert`/`tls_key` for mutual TLS) or gRPC's local credentials on loopback, with `token`
+    sent as "authorization: Bearer <token>" on every call. `options`: gRPC channel options."""
+    target = grpc_target(address)
+    if target.startswith("unix:"):
+        return grpc.insecure_channel(target, options=options)
+    if uses_tls(address, tls, tls_ca, tls_cert):
+        def read(path):
+            if not path:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+        if bool(tls_cert) != bool(tls_key):
+            raise ValueError("tls_cert and tls_key go together (mutual TLS)")
+        credentials = grpc.ssl_channel_credentials(root_certificates=read(tls_ca),
+                                                   private_key=read(tls_key),
+                                                   certificate_chain=read(tls_cert))
+    else:
+        credentials = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    if token:
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token))
+    return grpc.secure_channel(target, credentials, options=options)
+
+
+def daemon_answered(error: grpc.RpcError) -> bool:
+    """For an UNAVAILABLE error: True when mpsd itself answered it (its messages start with
+    "mpsd"), False when no connection was made or it was lost."""
+    return (error.details() or "").startswith("mpsd")
 
 
 def terminal_states():
@@ -160,13 +224,24 @@ class Client:
     `address`: unix:///path/mpsd.sock, a bare /path (a unix socket), or host:port; default
     default_address(). `timeout`: the deadline in seconds of each unary call (submit, get,
     cancel, device); follow() has none. Close it (or use `with`) to release the channel.
+    For TCP (see channel_for): `tls_ca`, `tls_cert`, `tls_key`, `tls` as mpsctl's --tls-ca,
+    --tls-cert, --tls-key, --tls; `token` (else the file `token_file`, else $MPSD_TOKEN) is
+    sent on every call.
     """
 
-    def __init__(self, address: Optional[str] = None, *, timeout: float = 10.0):
+    def __init__(self, address: Optional[str] = None, *, timeout: float = 10.0,
+                 tls: bool = False, tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None):
         self.address = address or default_address()
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(grpc_target(self.address),
-                                              options=KEEPALIVE_OPTIONS)
+        if not token and token_file:
+            token = read_token_file(token_file)
+        if not token:
+            token = os.environ.get(TOKEN_ENV, "").strip() or None
+        self._channel = channel_for(self.address, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                    tls_key=tls_key, token=token,
+                                    options=KEEPALIVE_OPTIONS)
         self.stub = pb2_grpc.JobServiceStub(self._channel)
 
     def __enter__(self) -> "Client":
