@@ -450,7 +450,7 @@ TEST_F(MpsctlE2eTest, ListPrintsATable) {
   CommandResult list = Mpsctl({"list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;
   const std::vector<std::string> lines = Lines(list.out);
-  EXPECT_THAT(lines[0], MatchesRegex("ID +KIND +STATE +MODEL +PROGRESS +AGE"));
+  EXPECT_THAT(lines[0], MatchesRegex("ID +KIND +STATE +MODEL +PROGRESS +AGE +BY"));
   EXPECT_THAT(lines, Contains(MatchesRegex(absl::StrCat(
                          finished.id, " +TrainJob +SUCCEEDED +convnet +100% +[0-9].*"))));
 
