@@ -370,7 +370,7 @@ bool Server::Shutdown() {
     spdlog::error("gRPC still holds cancelled calls {} after cancelling them (a client that "
                   "stopped reading its stream); exiting without them: every event is committed",
                   absl::FormatDuration(kCancelledCallsWait));
-    if (!socket_path_.empty()) std::filesystem::remove(socket_path_);
+    for (const std::string& path : socket_paths_) std::filesystem::remove(path);
     abandoned_ = true;
     shut_down_ = true;
     return false;

@@ -175,7 +175,14 @@ void CheckStateDirMode(const std::string& state_dir) {
   }
   for (const char* name : {"mpsd.db", "mpsd.db-wal", "mpsd.db-shm", "mpsd.lock"}) {
     const std::string path = state_dir + "/" + name;
-    if (stat(path.c_str(), &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) == 0) continue;
+    // lstat, and regular files only: chmod follows symbolic links, and a link planted here
+    // (in a state dir others can write) would turn any file the daemon may touch 0600.
+    if (lstat(path.c_str(), &st) != 0) continue;
+    if (!S_ISREG(st.st_mode)) {
+      spdlog::warn("{} is not a regular file; its mode is left as it is", path);
+      continue;
+    }
+    if ((st.st_mode & (S_IRWXG | S_IRWXO)) == 0) continue;
     if (chmod(path.c_str(), 0600) == 0) {
       spdlog::warn("{} had mode {}; made it 0600", path, Mode(st.st_mode));
     } else {

@@ -150,6 +150,17 @@ TEST_F(StateDirTest, CheckStateDirModeMakesTheDatabasePrivate) {
   chmod(dir_.str().c_str(), 0700);
 }
 
+TEST_F(StateDirTest, CheckStateDirModeNeverChangesAFileThroughASymlink) {
+  const std::string outside = Path("outside-file");
+  Touch(outside);
+  ASSERT_EQ(chmod(outside.c_str(), 0644), 0);
+  ASSERT_EQ(symlink(outside.c_str(), Path("mpsd.db").c_str()), 0);
+  CheckStateDirMode(dir_.str());
+  struct stat st {};
+  ASSERT_EQ(stat(outside.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+}
+
 TEST_F(StateDirTest, WatchReportsADeletedDatabaseOnce) {
   const std::string state = Path("state");
   fs::create_directories(state);
