@@ -161,9 +161,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   server->options_ = options;
   const Config& config = options.config;
   const bool unix_socket = absl::StartsWith(config.listen, "unix:");
-  if (!unix_socket) {
-    if (absl::Status status = CheckLoopback(config.listen); !status.ok()) return status;
-  }
+  if (absl::Status status = CheckListenAddresses(config); !status.ok()) return status;
   if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
   absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
   if (!lock_fd.ok()) return lock_fd.status();
@@ -307,6 +305,16 @@ bool Server::Shutdown() {
   shut_down_ = true;
   spdlog::info("mpsd stopped");
   return true;
+}
+
+absl::Status Server::CheckListenAddresses(const Config& config) {
+  if (!absl::StartsWith(config.listen, "unix:")) {
+    if (absl::Status status = CheckLoopback(config.listen); !status.ok()) return status;
+  }
+  if (!config.http_listen.empty()) {
+    return CheckHttpListen(config.http_listen, /*tls=*/false);  // mpsd has no TLS settings yet
+  }
+  return absl::OkStatus();
 }
 
 bool Server::ShutdownGrpc() {
