@@ -36,7 +36,9 @@
 #include "client/event_printer.h"
 #include "client/format.h"
 #include "client/job_file.h"
+#include "client/tables.h"
 #include "client/tls_probe.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace mpsd::client {
 namespace {
@@ -340,6 +342,7 @@ int Commands::Submit(const std::string& job_file, bool follow,
   }
   if (overrides.priority.has_value()) request->set_priority(*overrides.priority);
   if (overrides.request_id.has_value()) request->set_request_id(*overrides.request_id);
+  for (const std::string& id : overrides.after) request->add_after(id);
   v1::Job job;
   const grpc::Status status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
   if (!status.ok()) {
@@ -376,6 +379,36 @@ int Commands::List(const ListOptions& list) {
   v1::ListJobsRequest request;
   for (v1::Job::State state : *states) request.add_states(state);
   request.set_kind(*kind);
+  request.set_name(list.name);
+  for (const std::string& label : list.labels) {
+    const size_t eq = label.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      err_ << "mpsctl: --label: expected KEY=VALUE, got \"" << label << "\"\n";
+      return kExitUsage;
+    }
+    (*request.mutable_labels())[label.substr(0, eq)] = label.substr(eq + 1);
+  }
+  if (!list.since.empty()) {
+    absl::Duration since;
+    // absl's durations, plus days ("2d"), which people reach for first.
+    std::string text = list.since;
+    int64_t days = 0;
+    const bool day_form = absl::EndsWith(text, "d") &&
+                          absl::SimpleAtoi(text.substr(0, text.size() - 1), &days);
+    if (day_form) {
+      since = absl::Hours(24 * days);
+    } else if (!absl::ParseDuration(text, &since)) {
+      err_ << "mpsctl: --since: expected a duration such as 12h, 30m, 90s or 2d, got \"" << text
+           << "\"\n";
+      return kExitUsage;
+    }
+    if (since < absl::ZeroDuration()) {
+      err_ << "mpsctl: --since: must not be negative\n";
+      return kExitUsage;
+    }
+    *request.mutable_created_after() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+        absl::ToUnixMicros(absl::Now() - since));
+  }
   v1::ListJobsResponse shown;
   bool more = false;
   do {
@@ -396,6 +429,159 @@ int Commands::List(const ListOptions& list) {
   if (more) {
     out_ << "(the newest " << shown.jobs_size() << " shown; --limit N for more, 0 for all)\n";
   }
+  return kExitOk;
+}
+
+int Commands::Pause() {
+  v1::ServerStatus status;
+  const grpc::Status rpc =
+      stub_->PauseQueue(UnaryContext().get(), v1::PauseQueueRequest(), &status);
+  if (!rpc.ok()) return RpcFailed(rpc);
+  if (options_.json) {
+    out_ << ToJsonLine(status) << "\n";
+  } else {
+    out_ << "queue paused: " << status.queued_jobs() << " queued job(s) wait"
+         << (status.running_job_id().empty()
+                 ? ""
+                 : absl::StrCat("; job ", status.running_job_id(), " runs to its end"))
+         << " (mpsctl resume)\n";
+  }
+  return kExitOk;
+}
+
+int Commands::Resume() {
+  v1::ServerStatus status;
+  const grpc::Status rpc =
+      stub_->ResumeQueue(UnaryContext().get(), v1::ResumeQueueRequest(), &status);
+  if (!rpc.ok()) return RpcFailed(rpc);
+  if (options_.json) {
+    out_ << ToJsonLine(status) << "\n";
+  } else {
+    out_ << "queue running: " << status.queued_jobs() << " queued job(s)\n";
+  }
+  return kExitOk;
+}
+
+int Commands::Move(const std::string& job_id, int32_t priority) {
+  v1::MoveJobRequest request;
+  request.set_job_id(job_id);
+  request.set_priority(priority);
+  v1::Job job;
+  const grpc::Status status = stub_->MoveJob(UnaryContext().get(), request, &job);
+  if (!status.ok()) return RpcFailed(status);
+  if (options_.json) {
+    out_ << ToJsonLine(job) << "\n";
+  } else {
+    out_ << "job " << job.id() << " priority " << priority << "\n";
+  }
+  return kExitOk;
+}
+
+int Commands::GetJobs(const std::vector<std::string>& ids, std::vector<v1::Job>& jobs) {
+  for (const std::string& id : ids) {
+    v1::GetJobRequest request;
+    request.set_job_id(id);
+    v1::Job job;
+    const grpc::Status status = stub_->GetJob(UnaryContext().get(), request, &job);
+    if (!status.ok()) return RpcFailed(status);
+    jobs.push_back(std::move(job));
+  }
+  return kExitOk;
+}
+
+int Commands::Wait(const std::vector<std::string>& job_ids, absl::Duration timeout) {
+  const absl::Time deadline =
+      timeout > absl::ZeroDuration() ? absl::Now() + timeout : absl::InfiniteFuture();
+  std::vector<std::string> waiting = job_ids;
+  bool all_succeeded = true;
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  while (!waiting.empty()) {
+    std::vector<std::string> still;
+    for (const std::string& id : waiting) {
+      v1::GetJobRequest request;
+      request.set_job_id(id);
+      v1::Job job;
+      const grpc::Status status = stub_->GetJob(UnaryContext().get(), request, &job);
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        // A daemon restarting under a waiting script: keep asking, for reconnect_timeout.
+        if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
+        if (absl::Now() - unreachable_since > options_.reconnect_timeout) return RpcFailed(status);
+        still.push_back(id);
+        continue;
+      }
+      if (!status.ok()) return RpcFailed(status);
+      unreachable_since = absl::InfiniteFuture();
+      if (!api::IsTerminal(job.state())) {
+        still.push_back(id);
+        continue;
+      }
+      if (job.state() != v1::Job::SUCCEEDED) all_succeeded = false;
+      if (options_.json) {
+        out_ << ToJsonLine(job) << "\n";
+      } else {
+        out_ << "job " << job.id() << " " << v1::Job::State_Name(job.state())
+             << (job.message().empty() ? "" : absl::StrCat(": ", job.message())) << "\n";
+      }
+      out_.flush();
+    }
+    waiting = std::move(still);
+    if (waiting.empty()) break;
+    if (absl::Now() >= deadline) {
+      err_ << "mpsctl: timed out waiting for job(s) " << absl::StrJoin(waiting, ", ") << "\n";
+      return kExitWaitTimeout;
+    }
+    absl::SleepFor(std::min(absl::Milliseconds(500), deadline - absl::Now()));
+  }
+  return all_succeeded ? kExitOk : kExitFailed;
+}
+
+int Commands::Sweep(const std::string& job_id, const std::string& metric,
+                    const std::string& format) {
+  std::vector<v1::Job> sweep;
+  if (int code = GetJobs({job_id}, sweep); code != kExitOk) return code;
+  if (sweep[0].kind() != v1::Job::SWEEP) {
+    err_ << "mpsctl: job " << job_id << " is not a sweep ("
+         << (sweep[0].has_trial() ? absl::StrCat("it is trial ", sweep[0].trial().index(),
+                                                 " of sweep ", sweep[0].trial().sweep_id())
+                                  : v1::Job::Kind_Name(sweep[0].kind()))
+         << ")\n";
+    return kExitFailed;
+  }
+  std::vector<v1::Job> trials;
+  if (int code = GetJobs({sweep[0].trial_job_ids().begin(), sweep[0].trial_job_ids().end()},
+                         trials);
+      code != kExitOk) {
+    return code;
+  }
+  absl::StatusOr<TextTable> table = SweepTable(trials, metric);
+  if (!table.ok()) {
+    err_ << "mpsctl: " << table.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::string> text = RenderTable(*table, options_.json ? "json" : format);
+  if (!text.ok()) {
+    err_ << "mpsctl: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  out_ << *text;
+  if (!api::IsTerminal(sweep[0].state()) && format == "table" && !options_.json) {
+    err_ << "sweep " << job_id << " is " << v1::Job::State_Name(sweep[0].state())
+         << ": unfinished trials show their newest epoch\n";
+  }
+  return kExitOk;
+}
+
+int Commands::Compare(const std::vector<std::string>& job_ids, const std::string& format) {
+  std::vector<v1::Job> jobs;
+  if (int code = GetJobs(job_ids, jobs); code != kExitOk) return code;
+  absl::StatusOr<std::string> text =
+      RenderTable(CompareTable(jobs), options_.json ? "json" : format);
+  if (!text.ok()) {
+    err_ << "mpsctl: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  out_ << *text;
   return kExitOk;
 }
 

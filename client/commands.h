@@ -31,6 +31,8 @@ inline constexpr int kExitUnreachable = 2;
 // mpsd answered, with UNAVAILABLE: it runs but cannot take the call now (shutting down, its
 // executor restarting); retrying later may work.
 inline constexpr int kExitDaemonUnavailable = 3;
+// `mpsctl wait`: the timeout passed before every job ended.
+inline constexpr int kExitWaitTimeout = 4;
 // Bad command line (main.cc).
 inline constexpr int kExitUsage = 64;
 
@@ -79,6 +81,8 @@ grpc::ChannelArguments KeepaliveChannelArguments();
 struct SubmitOverrides {
   std::optional<int32_t> priority;
   std::optional<std::string> request_id;
+  // --after ID (repeatable): appended to the file's after:.
+  std::vector<std::string> after;
 };
 
 // `mpsctl list` flags.
@@ -89,6 +93,12 @@ struct ListOptions {
   std::string kind;
   // Show at most this many jobs, newest first; 0 = all (fetched page by page).
   int limit = 100;
+  // --name GLOB: only jobs whose name matches (fnmatch).
+  std::string name;
+  // --label KEY=VALUE, repeatable: only jobs with every one of these labels.
+  std::vector<std::string> labels;
+  // --since DURATION ("12h", "30m", "2d", "90s"): only jobs created that recently.
+  std::string since;
 };
 
 // Not thread-safe. Borrows `out` (results) and `err` (errors), which must outlive it.
@@ -151,6 +161,20 @@ class Commands {
   // job still runs). kExitUsage for an unknown format;
   // kExitFailed for a job that is not a BenchJob.
   int Bench(const std::string& job_id, const std::string& format);
+  // PauseQueue / ResumeQueue: prints the queue's state.
+  int Pause();
+  int Resume();
+  // MoveJob: a queued job (or a sweep's queued trials) to `priority`.
+  int Move(const std::string& job_id, int32_t priority);
+  // Polls the jobs until each ended (or `timeout` passed; zero = no limit), printing each as
+  // it ends. kExitOk when all SUCCEEDED, kExitFailed when one ended otherwise,
+  // kExitWaitTimeout when the timeout passed first; kExitUnreachable / kExitFailed for a
+  // daemon that cannot be reached (for longer than reconnect_timeout) or an unknown job.
+  int Wait(const std::vector<std::string>& job_ids, absl::Duration timeout);
+  // A sweep's trials ranked by `metric` (client/tables.h) in `format`.
+  int Sweep(const std::string& job_id, const std::string& metric, const std::string& format);
+  // The jobs' differing spec keys and final metrics side by side, in `format`.
+  int Compare(const std::vector<std::string>& job_ids, const std::string& format);
 
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or
@@ -173,6 +197,8 @@ class Commands {
                                std::vector<v1::BenchRow>& rows);
   // Prints the error for a failed RPC and returns the exit code for it.
   int RpcFailed(const grpc::Status& status);
+  // GetJob for each id, in order; prints the error and returns its exit code on failure.
+  int GetJobs(const std::vector<std::string>& ids, std::vector<v1::Job>& jobs);
   std::unique_ptr<grpc::ClientContext> UnaryContext() const;
 
   // Constant after construction.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -232,21 +233,45 @@ std::string FormatJobProgress(const v1::Job& job) {
   return absl::StrCat(std::min<int64_t>(100, step.step() * 100 / step.total_steps()), "%");
 }
 
+std::string FormatLabels(const v1::SubmitJobRequest& spec) {
+  std::map<std::string, std::string> sorted(spec.labels().begin(), spec.labels().end());
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : sorted) parts.push_back(absl::StrCat(key, "=", value));
+  return absl::StrJoin(parts, ",");
+}
+
 std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
   if (jobs.empty()) return "no jobs\n";
   // Who submitted each job, when the daemon recorded it for any of them (Job.submitted_by).
   const bool by = std::any_of(jobs.begin(), jobs.end(),
                               [](const v1::Job& job) { return !job.submitted_by().empty(); });
-  std::vector<std::vector<std::string>> rows = {{"ID", "KIND", "STATE", "MODEL", "PROGRESS", "AGE"}};
+  // NAME and LABELS only when some job has them (SubmitJobRequest.name, .labels).
+  const bool named = std::any_of(jobs.begin(), jobs.end(),
+                                 [](const v1::Job& job) { return !job.spec().name().empty(); });
+  const bool labelled = std::any_of(jobs.begin(), jobs.end(),
+                                    [](const v1::Job& job) { return job.spec().labels_size() > 0; });
+  std::vector<std::vector<std::string>> rows = {{"ID"}};
+  if (named) rows[0].push_back("NAME");
+  for (const char* h : {"KIND", "STATE", "MODEL", "PROGRESS", "AGE"}) rows[0].push_back(h);
+  if (labelled) rows[0].push_back("LABELS");
   if (by) rows[0].push_back("BY");
   for (const v1::Job& job : jobs) {
     std::string kind = KindName(job.spec());
     if (kind == "-" && job.kind() != v1::Job::KIND_UNSPECIFIED) kind = v1::Job::Kind_Name(job.kind());
+    if (job.kind() == v1::Job::SWEEP) kind = "Sweep";
     const std::string model = ModelName(job.spec());
-    rows.push_back({job.id(), kind, v1::Job::State_Name(job.state()), model.empty() ? "-" : model,
-                    FormatJobProgress(job),
-                    IsSet(job.created_at()) ? FormatAge(now - ToTime(job.created_at())) : "-"});
-    if (by) rows.back().push_back(job.submitted_by().empty() ? "-" : job.submitted_by());
+    std::vector<std::string> row = {job.id()};
+    if (named) row.push_back(job.spec().name().empty() ? "-" : job.spec().name());
+    for (std::string cell :
+         {kind, std::string(v1::Job::State_Name(job.state())), model.empty() ? "-" : model,
+          job.kind() == v1::Job::SWEEP ? absl::StrCat(job.trial_job_ids_size(), " trials")
+                                       : FormatJobProgress(job),
+          IsSet(job.created_at()) ? FormatAge(now - ToTime(job.created_at())) : "-"}) {
+      row.push_back(std::move(cell));
+    }
+    if (labelled) row.push_back(job.spec().labels_size() > 0 ? FormatLabels(job.spec()) : "-");
+    if (by) row.push_back(job.submitted_by().empty() ? "-" : job.submitted_by());
+    rows.push_back(std::move(row));
   }
   std::vector<size_t> widths(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -269,9 +294,20 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
     absl::StrAppendFormat(&out, "%-11s %s\n", label, value);
   };
   line("id", job.id());
-  line("kind", KindName(job.spec()));
+  if (!job.spec().name().empty()) line("name", job.spec().name());
+  line("kind", job.kind() == v1::Job::SWEEP ? "Sweep" : KindName(job.spec()));
+  if (job.spec().labels_size() > 0) line("labels", FormatLabels(job.spec()));
+  if (job.spec().after_size() > 0) line("after", absl::StrJoin(job.spec().after(), ", "));
+  if (job.has_trial()) {
+    line("trial", absl::StrCat(job.trial().index(), " of sweep ", job.trial().sweep_id()));
+  }
+  if (job.kind() == v1::Job::SWEEP) {
+    line("trials", absl::StrCat(absl::StrJoin(job.trial_job_ids(), ", "), " (mpsctl sweep ",
+                                job.id(), ")"));
+  }
   std::string state = v1::Job::State_Name(job.state());
-  if (job.state() == v1::Job::FAILED) {
+  if (job.state() == v1::Job::FAILED ||
+      job.failure_reason() == v1::Job::DEPENDENCY_FAILED) {
     absl::StrAppend(&state, " (", v1::Job::FailureReason_Name(job.failure_reason()), ")");
   }
   if (!job.message().empty()) absl::StrAppend(&state, ": ", job.message());
@@ -339,7 +375,8 @@ std::string FormatServerStatus(const v1::ServerStatus& s) {
   line("queue", absl::StrCat(FormatThousands(s.queued_jobs()), " queued, ",
                              s.running_job_id().empty()
                                  ? std::string("no job running")
-                                 : absl::StrCat("job ", s.running_job_id(), " running")));
+                                 : absl::StrCat("job ", s.running_job_id(), " running"),
+                             s.queue_paused() ? "; paused (mpsctl resume)" : ""));
   line("jobs", FormatThousands(s.jobs_total()));
   line("memory", s.rss_bytes() > 0 ? absl::StrCat(FormatMiB(s.rss_bytes()), " resident")
                                    : std::string("unknown"));

@@ -58,9 +58,12 @@ std::string FormatCheckpoint(const v1::CheckpointSaved& checkpoint);
 std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
                         const v1::JobSummary* summary);
 
-// The table of `mpsctl list`: ID, KIND, STATE, MODEL, PROGRESS, AGE; columns padded to fit,
+// The table of `mpsctl list`: ID, (NAME when a job has one,) KIND, STATE, MODEL, PROGRESS, AGE,
+// (LABELS, BY when a job has them); columns padded to fit,
 // each row ending in '\n'. "no jobs\n" when empty.
 std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now);
+// "owner=ana,project=fmnist": the spec's labels sorted by key.
+std::string FormatLabels(const v1::SubmitJobRequest& spec);
 // "42%" (or "-" before the first step) from last_step; "100%" for a SUCCEEDED job.
 std::string FormatJobProgress(const v1::Job& job);
 // `mpsctl get`: labelled lines for the job, its spec as a job file, progress and summary.

@@ -205,6 +205,23 @@ std::vector<const FieldDescriptor*> RequestLevelFields() {
   return fields;
 }
 
+// A list of messages keyed by their `path` string (SweepSpec.grid, RandomSearch.parameters):
+// job files write it as a map from path to the rest, `optimizer.learning_rate: [0.1, 0.01]`
+// (a list is the `values`) or `optimizer.learning_rate: {log_uniform: [1e-4, 1e-1]}`.
+const FieldDescriptor* PathField(const FieldDescriptor& field) {
+  if (!field.is_repeated() || field.is_map() ||
+      field.cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
+    return nullptr;
+  }
+  const FieldDescriptor* path = field.message_type()->FindFieldByName("path");
+  if (path == nullptr || path->is_repeated() ||
+      path->cpp_type() != FieldDescriptor::CPPTYPE_STRING ||
+      field.message_type()->FindFieldByName("values") == nullptr) {
+    return nullptr;
+  }
+  return path;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The walk.
 
@@ -233,6 +250,9 @@ class JobFileParser {
                 const FieldDescriptor& field);
   void SetMapField(const YAML::Node& value, const std::string& path, Message& message,
                    const FieldDescriptor& field);
+  // PathField's map form: one message per key.
+  void SetPathKeyedField(const YAML::Node& value, const std::string& path, Message& message,
+                         const FieldDescriptor& field);
   // Sets a singular field, or appends one element to a repeated one.
   void SetValue(const YAML::Node& value, const std::string& path, Message& message,
                 const FieldDescriptor& field);
@@ -376,6 +396,8 @@ void JobFileParser::SetField(const YAML::Node& value, const std::string& path, M
   if (value.IsNull()) return;  // `key:`, `key: ~`, `key: null` leave the field unset
   if (field.is_map()) {
     SetMapField(value, path, message, field);
+  } else if (PathField(field) != nullptr && value.IsMap()) {
+    SetPathKeyedField(value, path, message, field);
   } else if (field.is_repeated()) {
     if (!value.IsSequence()) {
       Error(value, path,
@@ -405,6 +427,31 @@ void JobFileParser::SetMapField(const YAML::Node& value, const std::string& path
     Message* entry = message.GetReflection()->AddMessage(&message, &field);
     SetValue(item.first, item_path, *entry, *entry_type.map_key());
     SetField(item.second, item_path, *entry, *entry_type.map_value());
+  }
+}
+
+void JobFileParser::SetPathKeyedField(const YAML::Node& value, const std::string& path,
+                                      Message& message, const FieldDescriptor& field) {
+  const FieldDescriptor& path_field = *PathField(field);
+  const FieldDescriptor& values = *field.message_type()->FindFieldByName("values");
+  for (const auto& item : value) {
+    if (!item.first.IsScalar()) {
+      Error(item.first, path,
+            absl::StrCat("expected a field path as key, got ", Describe(item.first)));
+      continue;
+    }
+    const std::string item_path = absl::StrCat(path, ".", item.first.Scalar());
+    Message* entry = message.GetReflection()->AddMessage(&message, &field);
+    entry->GetReflection()->SetString(entry, &path_field, item.first.Scalar());
+    if (item.second.IsSequence()) {
+      SetField(item.second, item_path, *entry, values);
+    } else if (item.second.IsMap()) {
+      FillMessage(item.second, item_path, *entry, {path_field.name()});
+    } else {
+      Error(item.second.IsNull() ? item.first : item.second, item_path,
+            absl::StrCat("expected a list of values or a map (e.g. {uniform: [0.1, 0.5]}), got ",
+                         Describe(item.second)));
+    }
   }
 }
 
@@ -626,10 +673,12 @@ void EmitScalar(YAML::Emitter& out, const Message& message, const FieldDescripto
   }
 }
 
-void EmitFields(YAML::Emitter& out, const Message& message);
+void EmitFields(YAML::Emitter& out, const Message& message, const FieldDescriptor* skip = nullptr);
+void EmitValue(YAML::Emitter& out, const Message& message, const FieldDescriptor& field);
 
 // Messages of a few scalars read best on one line: `model: {name: convnet}`.
-void EmitMessage(YAML::Emitter& out, const Message& message) {
+void EmitMessage(YAML::Emitter& out, const Message& message,
+                 const FieldDescriptor* skip = nullptr) {
   std::vector<const FieldDescriptor*> fields;
   message.GetReflection()->ListFields(message, &fields);
   const bool flat = fields.size() <= 4 && std::none_of(fields.begin(), fields.end(), [](auto* f) {
@@ -637,29 +686,86 @@ void EmitMessage(YAML::Emitter& out, const Message& message) {
                     });
   if (flat) out << YAML::Flow;
   out << YAML::BeginMap;
-  EmitFields(out, message);
+  EmitFields(out, message, skip);
   out << YAML::EndMap;
 }
 
-void EmitFields(YAML::Emitter& out, const Message& message) {
+// A map field as a YAML map: `labels: {project: fmnist}`.
+void EmitMap(YAML::Emitter& out, const Message& message, const FieldDescriptor& field) {
+  const Reflection& r = *message.GetReflection();
+  const FieldDescriptor& key = *field.message_type()->map_key();
+  const FieldDescriptor& value = *field.message_type()->map_value();
+  // Sorted by the key's text: map order is unspecified, and a stable file reads better.
+  std::vector<std::pair<std::string, const Message*>> entries;
+  for (int i = 0; i < r.FieldSize(message, &field); ++i) {
+    const Message& entry = r.GetRepeatedMessage(message, &field, i);
+    YAML::Emitter text;
+    EmitScalar(text, entry, key, 0);
+    entries.emplace_back(text.c_str(), &entry);
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  out << YAML::BeginMap;
+  for (const auto& [text, entry] : entries) {
+    out << YAML::Key;
+    EmitScalar(out, *entry, key, 0);
+    out << YAML::Value;
+    EmitValue(out, *entry, value);
+  }
+  out << YAML::EndMap;
+}
+
+// PathField's map form: `optimizer.learning_rate: [0.1, 0.01]`.
+void EmitPathKeyed(YAML::Emitter& out, const Message& message, const FieldDescriptor& field) {
+  const Reflection& r = *message.GetReflection();
+  const FieldDescriptor& path = *PathField(field);
+  const FieldDescriptor& values = *field.message_type()->FindFieldByName("values");
+  out << YAML::BeginMap;
+  for (int i = 0; i < r.FieldSize(message, &field); ++i) {
+    const Message& entry = r.GetRepeatedMessage(message, &field, i);
+    const Reflection& er = *entry.GetReflection();
+    out << YAML::Key << er.GetString(entry, &path) << YAML::Value;
+    std::vector<const FieldDescriptor*> set;
+    er.ListFields(entry, &set);
+    const bool only_values = std::all_of(set.begin(), set.end(), [&](auto* f) {
+      return f == &path || f == &values;
+    });
+    if (only_values && er.FieldSize(entry, &values) > 0) {
+      EmitValue(out, entry, values);
+    } else {
+      EmitMessage(out, entry, &path);
+    }
+  }
+  out << YAML::EndMap;
+}
+
+void EmitValue(YAML::Emitter& out, const Message& message, const FieldDescriptor& field) {
+  const Reflection& r = *message.GetReflection();
+  const bool is_message = field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+  if (field.is_map()) return EmitMap(out, message, field);
+  if (PathField(field) != nullptr) return EmitPathKeyed(out, message, field);
+  if (!field.is_repeated()) {
+    is_message ? EmitMessage(out, r.GetMessage(message, &field))
+               : EmitScalar(out, message, field, 0);
+    return;
+  }
+  if (!is_message) out << YAML::Flow;
+  out << YAML::BeginSeq;
+  for (int i = 0; i < r.FieldSize(message, &field); ++i) {
+    is_message ? EmitMessage(out, r.GetRepeatedMessage(message, &field, i))
+               : EmitScalar(out, message, field, i);
+  }
+  out << YAML::EndSeq;
+}
+
+void EmitFields(YAML::Emitter& out, const Message& message, const FieldDescriptor* skip) {
   const Reflection& r = *message.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r.ListFields(message, &fields);
   for (const FieldDescriptor* field : fields) {
+    if (field == skip) continue;
     out << YAML::Key << field->name() << YAML::Value;
-    const bool is_message = field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
-    if (!field->is_repeated()) {
-      is_message ? EmitMessage(out, r.GetMessage(message, field))
-                 : EmitScalar(out, message, *field, 0);
-      continue;
-    }
-    if (!is_message) out << YAML::Flow;
-    out << YAML::BeginSeq;
-    for (int i = 0; i < r.FieldSize(message, field); ++i) {
-      is_message ? EmitMessage(out, r.GetRepeatedMessage(message, field, i))
-                 : EmitScalar(out, message, *field, i);
-    }
-    out << YAML::EndSeq;
+    EmitValue(out, message, *field);
   }
 }
 
@@ -746,11 +852,18 @@ std::string FormatJobFile(const v1::SubmitJobRequest& request) {
   out << YAML::BeginMap << YAML::Key << "kind" << YAML::Value << kind->message_type()->name();
   const Reflection& r = *request.GetReflection();
   for (const FieldDescriptor* field : RequestLevelFields()) {
-    if (!r.HasField(request, field)) continue;
+    if (field->is_repeated() ? r.FieldSize(request, field) == 0 : !r.HasField(request, field)) {
+      continue;
+    }
+    if (field->name() == "sweep") continue;  // after the spec: it names the spec's fields
     out << YAML::Key << field->name() << YAML::Value;
-    EmitScalar(out, request, *field, 0);
+    EmitValue(out, request, *field);
   }
   EmitFields(out, r.GetMessage(request, kind));
+  if (request.has_sweep()) {
+    out << YAML::Key << "sweep" << YAML::Value;
+    EmitMessage(out, request.sweep());
+  }
   out << YAML::EndMap;
   return absl::StrCat(out.c_str(), "\n");
 }

@@ -56,9 +56,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // global flags may also come after the command: `mpsctl list --json`
   app.footer(
-      "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed job that did not "
-      "succeed; 2 mpsd cannot be reached (no connection, TLS handshake failed); 3 mpsd runs but "
-      "answered UNAVAILABLE (e.g. shutting down); 64 bad command line.\n"
+      "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed (or waited-for) "
+      "job that did not succeed; 2 mpsd cannot be reached (no connection, TLS handshake "
+      "failed); 3 mpsd runs but answered UNAVAILABLE (e.g. shutting down); 4 mpsctl wait timed "
+      "out; 64 bad command line.\n"
       "Remote: mpsctl --server HOST:PORT --tls-ca ca.pem --token-file ~/.config/mpsd/token ...");
 
   app.set_version_flag("--version", mpsd::VersionText("mpsctl"),
@@ -103,6 +104,11 @@ int main(int argc, char** argv) {
                      "submit at most once: the same id returns the job it created "
                      "(default: the file's request_id:)")
       ->type_name("ID");
+  submit->add_option("--after", overrides.after,
+                     "run only after job ID succeeded (cancelled if it ends otherwise); "
+                     "repeatable, added to the file's after:")
+      ->type_name("ID")
+      ->check(JobId());
   CLI::App* get = app.add_subcommand("get", "show a job");
   get->add_option("ID", job_id, "job id")->required()->check(JobId());
   mpsd::client::ListOptions list_options;
@@ -117,7 +123,15 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
+  list->add_option("--name", list_options.name, "only jobs whose name matches GLOB (* ? [..])")
+      ->type_name("GLOB");
+  list->add_option("--label", list_options.labels,
+                   "only jobs with this label; repeat for several (all must match)")
+      ->type_name("KEY=VALUE");
+  list->add_option("--since", list_options.since,
+                   "only jobs submitted within DURATION (e.g. 12h, 30m, 2d)")
+      ->type_name("DURATION");
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job (or sweep)");
   cancel->add_option("ID", job_id, "job id")->required()->check(JobId());
   CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
   logs->add_option("ID", job_id, "job id")->required()->check(JobId());
@@ -156,6 +170,45 @@ int main(int argc, char** argv) {
       ->add_option("--format", bench_format,
                    "table, markdown (the seeds' layout), csv or json (every field of every row; "
                    "--json means json)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
+
+  CLI::App* pause = app.add_subcommand(
+      "pause", "hold the queue: the running job finishes, queued jobs wait (kept across restarts)");
+  CLI::App* resume = app.add_subcommand("resume", "let queued jobs run again after mpsctl pause");
+  int32_t move_priority = 0;
+  CLI::App* move = app.add_subcommand("move", "give a queued job (or a sweep's queued trials) "
+                                              "another priority");
+  move->add_option("ID", job_id, "job id")->required()->check(JobId());
+  move->add_option("--priority", move_priority, "the new priority (higher runs first)")
+      ->required()
+      ->type_name("N");
+  std::vector<std::string> job_ids;
+  double wait_timeout_s = 0;
+  CLI::App* wait = app.add_subcommand(
+      "wait", "block until the jobs end; exit 0 only if all succeeded (1 if one did not, 4 on "
+              "--timeout)");
+  wait->add_option("ID", job_ids, "job ids")->required()->check(JobId());
+  wait->add_option("--timeout", wait_timeout_s, "give up after S seconds (exit 4); 0 = never")
+      ->type_name("S")
+      ->check(CLI::NonNegativeNumber);
+  std::string sweep_metric = "test_accuracy";
+  std::string table_format = "table";
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "a sweep's trials with their parameters and metrics, best first");
+  sweep->add_option("ID", job_id, "the sweep's job id")->required()->check(JobId());
+  sweep->add_option("--metric", sweep_metric,
+                    "rank by test_accuracy, test_loss, train_loss, samples_per_second, "
+                    "epoch_time_s, peak_memory or time_s")
+      ->capture_default_str();
+  sweep->add_option("--format", table_format, "table, markdown, csv or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
+  CLI::App* compare = app.add_subcommand(
+      "compare", "jobs side by side: the spec keys that differ, then final metrics");
+  compare->add_option("ID", job_ids, "two or more job ids")->required()->expected(2, -1)->check(
+      JobId());
+  compare->add_option("--format", table_format, "table, markdown, csv or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
 
@@ -234,5 +287,11 @@ int main(int argc, char** argv) {
   if (*bench) return commands->Bench(job_id, bench_format);
   if (*artifacts) return commands->Artifacts(job_id);
   if (*download) return commands->Download(job_id, artifact_name, output);
+  if (*pause) return commands->Pause();
+  if (*resume) return commands->Resume();
+  if (*move) return commands->Move(job_id, move_priority);
+  if (*wait) return commands->Wait(job_ids, absl::Seconds(wait_timeout_s));
+  if (*sweep) return commands->Sweep(job_id, sweep_metric, table_format);
+  if (*compare) return commands->Compare(job_ids, table_format);
   return mpsd::client::kExitUsage;
 }

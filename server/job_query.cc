@@ -2,6 +2,8 @@
 // spells the request's states and kind, so a token cannot silently continue another listing.
 #include "server/job_query.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -26,12 +28,25 @@ int PageSize(const ListJobsRequest& request) {
   return std::min(request.page_size(), kMaxPageSize);
 }
 
-// The request's filter in a canonical form: sorted distinct state numbers, then the kind.
+// The request's filter in a canonical form: sorted distinct state numbers, the kind, and the
+// name, labels (sorted) and created_after when set, each escaped so that no two filters spell
+// the same.
 std::string FilterKey(const ListJobsRequest& request) {
   std::vector<int> states(request.states().begin(), request.states().end());
   std::sort(states.begin(), states.end());
   states.erase(std::unique(states.begin(), states.end()), states.end());
-  return absl::StrCat(absl::StrJoin(states, ","), "/", request.kind());
+  std::string key = absl::StrCat(absl::StrJoin(states, ","), "/", request.kind());
+  if (!request.name().empty()) absl::StrAppend(&key, "/n=", absl::CEscape(request.name()));
+  const std::map<std::string, std::string> labels(request.labels().begin(),
+                                                  request.labels().end());
+  for (const auto& [k, v] : labels) {
+    absl::StrAppend(&key, "/l=", absl::CEscape(k), "=", absl::CEscape(v));
+  }
+  if (request.has_created_after()) {
+    absl::StrAppend(&key, "/t=", request.created_after().seconds(), ".",
+                    request.created_after().nanos());
+  }
+  return key;
 }
 
 std::string MakeToken(const ListJobsRequest& request, int64_t before_id) {
@@ -53,7 +68,8 @@ absl::StatusOr<int64_t> ParseToken(const ListJobsRequest& request) {
   }
   if (parts[2] != FilterKey(request)) {
     return absl::InvalidArgumentError(
-        "page_token: issued for other states or another kind; send the same filter with "
+        "page_token: issued for other states, another kind, name, labels or created_after; "
+        "send the same filter with "
         "every page, or start again without a token");
   }
   return before_id;
@@ -63,7 +79,22 @@ absl::StatusOr<int64_t> ParseToken(const ListJobsRequest& request) {
 
 bool JobQuery::Matches(const Job& job) const {
   if (kind != Job::KIND_UNSPECIFIED && job.kind() != kind) return false;
-  return states.empty() || std::find(states.begin(), states.end(), job.state()) != states.end();
+  if (!states.empty() && std::find(states.begin(), states.end(), job.state()) == states.end()) {
+    return false;
+  }
+  if (!name_glob.empty() && fnmatch(name_glob.c_str(), job.spec().name().c_str(), 0) != 0) {
+    return false;
+  }
+  for (const auto& [key, value] : labels) {
+    auto it = job.spec().labels().find(key);
+    if (it == job.spec().labels().end() || it->second != value) return false;
+  }
+  if (created_after_us > 0) {
+    const int64_t created =
+        job.created_at().seconds() * 1000000 + job.created_at().nanos() / 1000;
+    if (created < created_after_us) return false;
+  }
+  return true;
 }
 
 absl::StatusOr<JobQuery> QueryForPage(const ListJobsRequest& request) {
@@ -75,6 +106,13 @@ absl::StatusOr<JobQuery> QueryForPage(const ListJobsRequest& request) {
   JobQuery query;
   for (int state : request.states()) query.states.push_back(static_cast<Job::State>(state));
   query.kind = request.kind();
+  query.name_glob = request.name();
+  query.labels.insert(request.labels().begin(), request.labels().end());
+  if (request.has_created_after()) {
+    query.created_after_us = request.created_after().seconds() * 1000000 +
+                             request.created_after().nanos() / 1000;
+    if (query.created_after_us <= 0) query.created_after_us = 1;
+  }
   query.limit = PageSize(request) + 1;
   if (!request.page_token().empty()) {
     absl::StatusOr<int64_t> before_id = ParseToken(request);

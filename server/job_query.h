@@ -4,6 +4,8 @@
 #define MPSD_SERVER_JOB_QUERY_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,19 +23,26 @@ struct JobQuery {
   std::vector<mpsd::v1::Job::State> states;
   // KIND_UNSPECIFIED = any kind.
   mpsd::v1::Job::Kind kind = mpsd::v1::Job::KIND_UNSPECIFIED;
+  // fnmatch glob on spec.name; empty = any name.
+  std::string name_glob;
+  // Labels every selected job carries with these values.
+  std::map<std::string, std::string> labels;
+  // Only jobs created at or after this, unix microseconds; 0 = any.
+  int64_t created_after_us = 0;
   // Only jobs whose numeric id is below this; 0 = no bound (start at the newest job).
   int64_t before_id = 0;
   // At most this many jobs (>= 1).
   int limit = kDefaultPageSize;
 
-  // True if `job` passes the state and kind filters (before_id and limit are not checked).
+  // True if `job` passes the state, kind, name, label and time filters (before_id and limit
+  // are not checked).
   bool Matches(const mpsd::v1::Job& job) const;
 };
 
 // The query for one page of `request`, asking for one job more than the page holds so that
 // the caller can tell whether a next page exists. Errors (INVALID_ARGUMENT, naming the field):
 // a negative page_size; a page_token that does not decode, or that was issued for other
-// states or another kind.
+// states, kind, name, labels or created_after.
 absl::StatusOr<JobQuery> QueryForPage(const mpsd::v1::ListJobsRequest& request);
 
 // The response to `request` from the jobs its query selected (newest first, at most the

@@ -26,6 +26,7 @@
 #include "server/artifacts.h"
 #include "server/grpc_auth.h"
 #include "server/job_query.h"
+#include "server/sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -311,6 +312,15 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
     absl::Status allowed = options_.data_roots != nullptr
                                ? options_.data_roots->Check(*request)
                                : absl::PermissionDeniedError("no data_roots on this listener");
+    // A sweep may set paths per trial (dataset.root, resume_from): each trial is checked.
+    if (allowed.ok() && request->has_sweep() && options_.data_roots != nullptr) {
+      absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(*request);
+      if (!trials.ok()) return Answer<mpsd::v1::Job>(context, trials.status(), response);
+      for (const SweepTrialRequest& trial : *trials) {
+        allowed = options_.data_roots->Check(trial.request);
+        if (!allowed.ok()) break;
+      }
+    }
     if (!allowed.ok()) {
       spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
                    principal->name, std::string(allowed.message()));
@@ -446,6 +456,28 @@ std::string JobService::JobArtifactsDir(const std::string& job_id) const {
   return (std::filesystem::path(options_.artifacts_dir) / job_id).string();
 }
 
+grpc::ServerUnaryReactor* JobService::PauseQueue(grpc::CallbackServerContext* context,
+                                                 const mpsd::v1::PauseQueueRequest* /*request*/,
+                                                 mpsd::v1::ServerStatus* response) {
+  using Status = mpsd::v1::ServerStatus;
+  if (absl::Status s = scheduler_->Pause(); !s.ok()) return Answer<Status>(context, s, response);
+  return Answer(context, absl::StatusOr<Status>(CurrentStatus()), response);
+}
+
+grpc::ServerUnaryReactor* JobService::ResumeQueue(grpc::CallbackServerContext* context,
+                                                  const mpsd::v1::ResumeQueueRequest* /*request*/,
+                                                  mpsd::v1::ServerStatus* response) {
+  using Status = mpsd::v1::ServerStatus;
+  if (absl::Status s = scheduler_->Resume(); !s.ok()) return Answer<Status>(context, s, response);
+  return Answer(context, absl::StatusOr<Status>(CurrentStatus()), response);
+}
+
+grpc::ServerUnaryReactor* JobService::MoveJob(grpc::CallbackServerContext* context,
+                                              const mpsd::v1::MoveJobRequest* request,
+                                              mpsd::v1::Job* response) {
+  return Answer(context, scheduler_->Move(request->job_id(), request->priority()), response);
+}
+
 grpc::ServerUnaryReactor* JobService::GetServerStatus(
     grpc::CallbackServerContext* context, const mpsd::v1::GetServerStatusRequest* /*request*/,
     mpsd::v1::ServerStatus* response) {
@@ -467,6 +499,7 @@ mpsd::v1::ServerStatus JobService::CurrentStatus() {
   status.set_queued_jobs(queue.queued_jobs);
   status.set_running_job_id(queue.running_job_id);
   status.set_jobs_total(queue.jobs_total);
+  status.set_queue_paused(queue.paused);
   const EventLog::Stats events = scheduler_->events().GetStats();
   status.set_event_watches(events.watches);
   status.set_events_stored(events.events_stored);

@@ -83,6 +83,15 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* GetArtifact(
       grpc::CallbackServerContext* context,
       const mpsd::v1::GetArtifactRequest* request) override;
+  grpc::ServerUnaryReactor* PauseQueue(grpc::CallbackServerContext* context,
+                                       const mpsd::v1::PauseQueueRequest* request,
+                                       mpsd::v1::ServerStatus* response) override;
+  grpc::ServerUnaryReactor* ResumeQueue(grpc::CallbackServerContext* context,
+                                        const mpsd::v1::ResumeQueueRequest* request,
+                                        mpsd::v1::ServerStatus* response) override;
+  grpc::ServerUnaryReactor* MoveJob(grpc::CallbackServerContext* context,
+                                    const mpsd::v1::MoveJobRequest* request,
+                                    mpsd::v1::Job* response) override;
   grpc::ServerUnaryReactor* GetServerStatus(grpc::CallbackServerContext* context,
                                             const mpsd::v1::GetServerStatusRequest* request,
                                             mpsd::v1::ServerStatus* response) override;

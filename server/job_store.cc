@@ -34,7 +34,7 @@ using ::mpsd::v1::Job;
 using ::mpsd::v1::JobEvent;
 
 // PRAGMA user_version of the schema this code writes. A newer file is refused, not guessed at.
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 // How long a statement waits for a lock held by another connection (e.g. the sqlite3 shell or a
 // backup) before failing with SQLITE_BUSY.
@@ -58,6 +58,16 @@ constexpr const char* kMigrations[kSchemaVersion] = {
         seq INTEGER NOT NULL,
         event BLOB NOT NULL,          -- serialized mpsd.v1.JobEvent
         PRIMARY KEY (job_id, seq)
+      ) WITHOUT ROWID;
+    )sql",
+    // 1 -> 2. name mirrors the blob's spec.name (ListJobs filters on it); rows stored before
+    // have no name. settings holds daemon-wide state that survives restarts (the queue's
+    // pause).
+    R"sql(
+      ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT '';
+      CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
       ) WITHOUT ROWID;
     )sql",
 };
@@ -164,6 +174,10 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<std::vector<JobEvent>> ReadEvents(const std::string& job_id, int64_t after_seq,
                                                    int limit) const override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::string> GetSetting(const std::string& key) const override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status PutSetting(const std::string& key, const std::string& value) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // BEGIN IMMEDIATE on construction (Begin()), ROLLBACK on destruction unless Commit() succeeded.
@@ -204,6 +218,8 @@ class SqliteJobStore final : public JobStore {
   StmtPtr get_job_ ABSL_GUARDED_BY(mu_);
   StmtPtr list_jobs_ ABSL_GUARDED_BY(mu_);
   StmtPtr read_events_ ABSL_GUARDED_BY(mu_);
+  StmtPtr get_setting_ ABSL_GUARDED_BY(mu_);
+  StmtPtr put_setting_ ABSL_GUARDED_BY(mu_);
   // Reused serialization buffer: blobs are bound SQLITE_STATIC from it, so it must outlive each
   // step, and reusing it saves an allocation per event.
   std::string scratch_ ABSL_GUARDED_BY(mu_);
@@ -261,10 +277,15 @@ absl::Status SqliteJobStore::PrepareStatements() {
       {"BEGIN IMMEDIATE", &begin_},
       {"COMMIT", &commit_},
       {"ROLLBACK", &rollback_},
-      {"INSERT INTO jobs (kind, state, created_at, job) VALUES (?1, ?2, ?3, ?4)", &insert_job_},
+      {"INSERT INTO jobs (kind, state, created_at, job, name) VALUES (?1, ?2, ?3, ?4, ?5)",
+       &insert_job_},
       {"UPDATE jobs SET job = ?2 WHERE id = ?1", &set_job_blob_},
-      {"UPDATE jobs SET kind = ?2, state = ?3, created_at = ?4, job = ?5 WHERE id = ?1",
+      {"UPDATE jobs SET kind = ?2, state = ?3, created_at = ?4, job = ?5, name = ?6 WHERE id = ?1",
        &update_job_},
+      {"SELECT value FROM settings WHERE key = ?1", &get_setting_},
+      {"INSERT INTO settings (key, value) VALUES (?1, ?2) "
+       "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+       &put_setting_},
       {"INSERT INTO events (job_id, seq, event) VALUES (?1, ?2, ?3)", &insert_event_},
       {"SELECT id, job FROM jobs WHERE id = ?1", &get_job_},
       {"SELECT id, job FROM jobs ORDER BY id DESC", &list_jobs_},
@@ -328,6 +349,8 @@ absl::StatusOr<Job> SqliteJobStore::InsertJob(Job job) {
     sqlite3_bind_int(insert, 2, job.state());
     sqlite3_bind_int64(insert, 3, CreatedAtMicros(job));
     if (absl::Status s = BindProto(insert, 4, job); !s.ok()) return s;
+    sqlite3_bind_text(insert, 5, job.spec().name().data(),
+                      static_cast<int>(job.spec().name().size()), SQLITE_STATIC);
     int rc = sqlite3_step(insert);
     if (rc != SQLITE_DONE) return Error(rc, "inserting a job");
   }
@@ -375,6 +398,8 @@ absl::Status SqliteJobStore::UpdateJob(const Job& job) {
   sqlite3_bind_int(update, 3, job.state());
   sqlite3_bind_int64(update, 4, CreatedAtMicros(job));
   if (absl::Status s = BindProto(update, 5, job); !s.ok()) return s;
+  sqlite3_bind_text(update, 6, job.spec().name().data(),
+                    static_cast<int>(job.spec().name().size()), SQLITE_STATIC);
   int rc = sqlite3_step(update);
   if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("updating job ", job.id()));
   if (sqlite3_changes(db_.get()) == 0) {
@@ -530,6 +555,29 @@ absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ReadEvents(const std::stri
   return events;
 }
 
+absl::StatusOr<std::string> SqliteJobStore::GetSetting(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* select = get_setting_.get();
+  ScopedReset reset(select);
+  sqlite3_bind_text(select, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+  const int rc = sqlite3_step(select);
+  if (rc == SQLITE_DONE) return std::string();
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("reading setting ", key));
+  const unsigned char* text = sqlite3_column_text(select, 0);
+  return std::string(text != nullptr ? reinterpret_cast<const char*>(text) : "");
+}
+
+absl::Status SqliteJobStore::PutSetting(const std::string& key, const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* upsert = put_setting_.get();
+  ScopedReset reset(upsert);
+  sqlite3_bind_text(upsert, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+  sqlite3_bind_text(upsert, 2, value.data(), static_cast<int>(value.size()), SQLITE_STATIC);
+  const int rc = sqlite3_step(upsert);
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("storing setting ", key));
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Opening: connection settings, schema version check, migrations.
 
@@ -590,6 +638,16 @@ absl::Status Migrate(sqlite3* db, const std::string& path) {
         return absl::DataLossError(absl::StrCat(
             "database ", path, " has tables but no mpsd schema version: it is not an mpsd job "
             "store"));
+      }
+    }
+    if (*version > 0 && *version < kSchemaVersion) {
+      absl::StatusOr<std::string> jobs = QueryText(
+          db, path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'jobs'");
+      if (!jobs.ok()) return jobs.status();
+      if (*jobs != "1") {
+        return absl::DataLossError(absl::StrCat(
+            "database ", path, " has mpsd schema version ", *version,
+            " but does not have the expected schema: no table jobs"));
       }
     }
     for (int v = *version; v < kSchemaVersion; ++v) {

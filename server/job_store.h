@@ -35,7 +35,9 @@ class JobStore {
   };
 
   // Opens or creates the database, sets WAL mode and synchronous=NORMAL, foreign keys on, and
-  // creates or upgrades the schema (versioned by PRAGMA user_version) in one transaction.
+  // creates or upgrades the schema (versioned by PRAGMA user_version) in one transaction. A
+  // database of an older mpsd is upgraded in place and keeps its jobs and events (version 1 ->
+  // 2 adds the jobs' name column, filled from then on, and the settings table).
   // Errors, each naming the file: INTERNAL if the file cannot be opened (e.g. its directory is
   // missing); DATA_LOSS if it is not a database or its schema is not ours (tables but no
   // version, or our version without our tables); FAILED_PRECONDITION if it was written by a
@@ -90,6 +92,11 @@ class JobStore {
   virtual absl::StatusOr<std::vector<mpsd::v1::JobEvent>> ReadEvents(const std::string& job_id,
                                                                      int64_t after_seq,
                                                                      int limit) const = 0;
+
+  // Daemon-wide state kept across restarts (e.g. "queue_paused" -> "1"): the value stored under
+  // `key`, or "" when none is. PutSetting replaces it, durably once it returns OK.
+  virtual absl::StatusOr<std::string> GetSetting(const std::string& key) const = 0;
+  virtual absl::Status PutSetting(const std::string& key, const std::string& value) = 0;
 };
 
 }  // namespace mpsd::server

@@ -101,6 +101,10 @@ Metrics::Metrics(std::string version)
                        .Name("mpsd_queue_depth")
                        .Help("Jobs waiting to run (QUEUED)")
                        .Register(*registry_)),
+      queue_paused_(prometheus::BuildGauge()
+                        .Name("mpsd_queue_paused")
+                        .Help("1 while the queue is paused (mpsctl pause), else 0")
+                        .Register(*registry_)),
       submitted_(prometheus::BuildCounter()
                      .Name("mpsd_jobs_submitted_total")
                      .Help("Jobs submitted since the daemon started")
@@ -190,6 +194,7 @@ std::string Metrics::Scrape() {
 
 void Metrics::UpdateFromStatus(const mpsd::v1::ServerStatus& status) {
   queue_depth_.Add({}).Set(status.queued_jobs());
+  queue_paused_.Add({}).Set(status.queue_paused() ? 1 : 0);
   streams_open_.Add({}).Set(status.open_streams());
   resident_.Add({}).Set(static_cast<double>(status.rss_bytes()));
   RaiseTo(events_stored_.Add({}), static_cast<double>(status.events_stored()));

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -13,6 +15,7 @@
 #include "api/job_state.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -27,6 +30,7 @@ google::protobuf::Timestamp Now() {
 }
 
 Job::Kind KindOf(const mpsd::v1::SubmitJobRequest& request) {
+  if (request.has_sweep()) return Job::SWEEP;
   switch (request.spec_case()) {
     case mpsd::v1::SubmitJobRequest::kTrainJob:
       return Job::TRAIN_JOB;
@@ -54,6 +58,40 @@ std::string ResumeMessage(const Job& job, absl::string_view why) {
                       job.last_checkpoint().step(), ")");
 }
 
+// A name or label value: at most kMaxNameBytes, no control characters.
+absl::Status CheckText(absl::string_view field, const std::string& text) {
+  if (text.size() > Scheduler::kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": at most ", Scheduler::kMaxNameBytes,
+                                                   " bytes, got ", text.size()));
+  }
+  for (char c : text) {
+    if (absl::ascii_iscntrl(c)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": control characters not allowed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLabels(const mpsd::v1::SubmitJobRequest& request) {
+  if (request.labels_size() > Scheduler::kMaxLabels) {
+    return absl::InvalidArgumentError(absl::StrCat("labels: at most ", Scheduler::kMaxLabels,
+                                                   ", got ", request.labels_size()));
+  }
+  for (const auto& [key, value] : request.labels()) {
+    const bool key_ok =
+        !key.empty() && key.size() <= 63 && std::all_of(key.begin(), key.end(), [](char c) {
+          return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-' || c == '/';
+        });
+    if (!key_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "labels: key \"", absl::CEscape(key),
+          "\" must be 1 to 63 characters of A-Z, a-z, 0-9, _, ., -, /"));
+    }
+    if (absl::Status s = CheckText(absl::StrCat("labels.", key), value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
   if (request.spec_case() == mpsd::v1::SubmitJobRequest::SPEC_NOT_SET) {
     return absl::InvalidArgumentError("spec: set train_job or bench_job");
@@ -63,7 +101,36 @@ absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
         absl::StrCat("request_id: at most ", Scheduler::kMaxRequestIdBytes, " bytes, got ",
                      request.request_id().size()));
   }
+  if (absl::Status s = CheckText("name", request.name()); !s.ok()) return s;
+  if (absl::Status s = CheckLabels(request); !s.ok()) return s;
+  if (request.after_size() > Scheduler::kMaxAfter) {
+    return absl::InvalidArgumentError(absl::StrCat("after: at most ", Scheduler::kMaxAfter,
+                                                   " jobs, got ", request.after_size()));
+  }
+  for (int i = 0; i < request.after_size(); ++i) {
+    if (!api::IsJobId(request.after(i))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "after[", i, "]: \"", absl::CEscape(request.after(i)), "\" is not a job id"));
+    }
+  }
   return absl::OkStatus();
+}
+
+// The spec the executor validates: without resume_from when it names a dependency that has
+// not written its checkpoint yet.
+mpsd::v1::SubmitJobRequest ForValidation(const mpsd::v1::SubmitJobRequest& request,
+                                         bool resumes_from_dependency) {
+  mpsd::v1::SubmitJobRequest copy = request;
+  copy.clear_sweep();
+  if (resumes_from_dependency) copy.mutable_train_job()->clear_resume_from();
+  return copy;
+}
+
+// A trial's validation error: "sweep trial 3 (optimizer.learning_rate=-1): <field: why>".
+absl::Status TrialError(const SweepTrialRequest& trial, size_t count, const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat("sweep trial ", trial.trial.index(), " of ", count, " (",
+                                   DescribeTrial(trial.trial), "): ", status.message()));
 }
 
 }  // namespace
@@ -95,12 +162,22 @@ absl::Status Scheduler::Recover() {
                              "job ", id, " is damaged in the database and cannot be read (",
                              status.message(), "); the other jobs are not affected")));
   }
+  // Every job first, then the fix-ups in submission order: a job that ends now (INTERRUPTED)
+  // cancels the jobs waiting for it, which must be known by then.
+  std::vector<std::string> ids;
+  ids.reserve(jobs.size());
   for (Job& job : jobs) {
     event_log_.SetCommittedSeq(job.id(), job.last_seq());
-    const std::string id = job.id();
-    Job& kept = jobs_[id];
-    kept = std::move(job);
-    if (!kept.spec().request_id().empty()) request_ids_[kept.spec().request_id()] = kept.id();
+    ids.push_back(job.id());
+    if (!job.spec().request_id().empty()) request_ids_[job.spec().request_id()] = job.id();
+    jobs_[job.id()] = std::move(job);
+  }
+  absl::StatusOr<std::string> paused = store_->GetSetting("queue_paused");
+  if (!paused.ok()) return paused.status();
+  paused_ = *paused == "1";
+  for (const std::string& id : ids) {
+    Job& kept = jobs_.at(id);
+    if (kept.kind() == Job::SWEEP) continue;  // never queued itself: SettleRecovered
     if (kept.state() == Job::QUEUED) {
       // Killed between storing the job and its first event: that event comes now.
       if (kept.last_seq() == 0) SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED, "");
@@ -119,30 +196,81 @@ absl::Status Scheduler::Recover() {
       SetState(kept, Job::INTERRUPTED, Job::FAILURE_REASON_UNSPECIFIED, kept.message());
     }
   }
+  SettleRecovered();
   if (!queue_.empty()) spdlog::info("{} queued job(s) restored", queue_.size());
+  if (paused_) spdlog::warn("the queue is paused (mpsctl resume lets queued jobs run)");
   return absl::OkStatus();
+}
+
+void Scheduler::SettleRecovered() {
+  // A sweep's trial list, from the trials themselves: a daemon killed while it queued a sweep
+  // stored the trials before the list.
+  absl::flat_hash_map<std::string, std::vector<std::pair<int32_t, std::string>>> trials;
+  for (const auto& [id, job] : jobs_) {
+    if (job.has_trial()) trials[job.trial().sweep_id()].emplace_back(job.trial().index(), id);
+  }
+  for (auto& [sweep_id, list] : trials) {
+    auto parent = jobs_.find(sweep_id);
+    if (parent == jobs_.end()) continue;
+    std::sort(list.begin(), list.end());
+    if (parent->second.trial_job_ids_size() == static_cast<int>(list.size())) continue;
+    parent->second.clear_trial_job_ids();
+    for (const auto& entry : list) parent->second.add_trial_job_ids(entry.second);
+    event_log_.Append(parent->second, {});
+  }
+  // Killed after a dependency ended but before its dependents were cancelled.
+  const std::vector<std::string> queued(queue_.begin(), queue_.end());
+  for (const std::string& id : queued) {
+    const Job& job = jobs_.at(id);
+    if (job.state() != Job::QUEUED) continue;
+    if (const Job* failed = FailedDependency(job)) CancelForDependency(id, *failed);
+  }
+  for (const auto& [sweep_id, list] : trials) UpdateSweep(sweep_id);
 }
 
 absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
                                       const std::string& submitted_by) {
   if (absl::Status valid = CheckRequest(request); !valid.ok()) return valid;
+  bool resumes_from_dependency = false;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
     if (!earlier.ok()) return earlier.status();
     if (*earlier != nullptr) return **earlier;
     if (!refuse_submits_.ok()) return refuse_submits_;
+    if (absl::Status s = CheckAfter(request); !s.ok()) return s;
+    resumes_from_dependency = ResumesFromDependency(request);
   }
   // Validation reads the file system: not under mu_.
-  if (absl::Status valid = executor_->Validate(request); !valid.ok()) return valid;
-  absl::StatusOr<Job> job = SubmitValidated(request, submitted_by);
+  std::vector<mpsd::v1::SubmitJobRequest> trials;
+  std::vector<mpsd::v1::SweepTrial> info;
+  if (request.has_sweep()) {
+    absl::StatusOr<std::vector<SweepTrialRequest>> expanded = ExpandSweep(request);
+    if (!expanded.ok()) return expanded.status();
+    for (SweepTrialRequest& trial : *expanded) {
+      if (absl::Status valid =
+              executor_->Validate(ForValidation(trial.request, resumes_from_dependency));
+          !valid.ok()) {
+        return TrialError(trial, expanded->size(), valid);
+      }
+      trials.push_back(std::move(trial.request));
+      info.push_back(std::move(trial.trial));
+    }
+  } else if (absl::Status valid =
+                 executor_->Validate(ForValidation(request, resumes_from_dependency));
+             !valid.ok()) {
+    return valid;
+  }
+  absl::StatusOr<Job> job = SubmitValidated(request, trials, info, submitted_by);
   // The caller hears of the job once its QUEUED event is stored, too; not under mu_.
   if (job.ok()) event_log_.Flush();
   return job;
 }
 
-absl::StatusOr<Job> Scheduler::SubmitValidated(const mpsd::v1::SubmitJobRequest& request,
-                                               const std::string& submitted_by) {
+absl::StatusOr<Job> Scheduler::SubmitValidated(
+    const mpsd::v1::SubmitJobRequest& request,
+    const std::vector<mpsd::v1::SubmitJobRequest>& trials,
+    const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by) {
   absl::MutexLock lock(&mu_);
   // A concurrent Submit with the same request_id may have won the race meanwhile.
   absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
@@ -150,10 +278,41 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(const mpsd::v1::SubmitJobRequest&
   if (*earlier != nullptr) return **earlier;
   if (shutting_down_) return absl::UnavailableError("mpsd is shutting down");
   if (!refuse_submits_.ok()) return refuse_submits_;
-  if (static_cast<int>(queue_.size()) >= options_.max_queued) {
-    return absl::ResourceExhaustedError(absl::StrCat("queue full (", options_.max_queued, ")"));
+  const size_t adding = request.has_sweep() ? trials.size() : 1;
+  if (queue_.size() + adding > static_cast<size_t>(options_.max_queued)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue full (", options_.max_queued, ")",
+                     request.has_sweep() ? absl::StrCat(": the sweep has ", trials.size(),
+                                                        " trials, ", queue_.size(), " queued")
+                                         : ""));
   }
+  if (request.has_sweep()) return EnqueueSweep(request, trials, info, submitted_by);
   return Enqueue(request, submitted_by);
+}
+
+absl::Status Scheduler::CheckAfter(const mpsd::v1::SubmitJobRequest& request) const {
+  for (int i = 0; i < request.after_size(); ++i) {
+    const std::string& id = request.after(i);
+    if (jobs_.contains(id)) continue;
+    if (auto damaged = damaged_.find(id); damaged != damaged_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("after[", i, "]: ", damaged->second.message()));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "after[", i, "]: no job ", id, " (a job can wait only for jobs submitted before it, "
+        "which also keeps dependencies from forming a cycle)"));
+  }
+  return absl::OkStatus();
+}
+
+bool Scheduler::ResumesFromDependency(const mpsd::v1::SubmitJobRequest& request) const {
+  const std::string& from = request.train_job().resume_from();
+  if (!api::IsJobId(from)) return false;
+  if (std::find(request.after().begin(), request.after().end(), from) == request.after().end()) {
+    return false;
+  }
+  auto it = jobs_.find(from);
+  return it != jobs_.end() && !api::IsTerminal(it->second.state());
 }
 
 void Scheduler::RefuseSubmits(absl::Status why) {
@@ -176,13 +335,17 @@ absl::StatusOr<const Job*> Scheduler::EarlierSubmit(
 }
 
 absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request,
-                                       const std::string& submitted_by) {
+                                       const std::string& submitted_by,
+                                       const mpsd::v1::SweepTrial* trial,
+                                       bool check_dependencies) {
   Job job;
   job.set_submitted_by(submitted_by);
   job.set_kind(KindOf(request));
   job.set_state(Job::QUEUED);
   *job.mutable_created_at() = Now();
   *job.mutable_spec() = request;
+  job.set_priority(request.priority());
+  if (trial != nullptr) *job.mutable_trial() = *trial;
   if (api::IsJobId(request.train_job().resume_from())) {
     job.set_resumed_from_job_id(request.train_job().resume_from());
   }
@@ -198,15 +361,167 @@ absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request
   InsertInQueue(stored);
   spdlog::info("job {} queued by {}, priority {} ({} in queue)", id, submitted_by,
                request.priority(), queue_.size());
-  return stored;
+  if (check_dependencies) {
+    if (const Job* failed = FailedDependency(stored)) CancelForDependency(id, *failed);
+  }
+  return jobs_.at(id);
+}
+
+absl::StatusOr<Job> Scheduler::EnqueueSweep(const mpsd::v1::SubmitJobRequest& request,
+                                            const std::vector<mpsd::v1::SubmitJobRequest>& trials,
+                                            const std::vector<mpsd::v1::SweepTrial>& info,
+                                            const std::string& submitted_by) {
+  Job parent;
+  parent.set_submitted_by(submitted_by);
+  parent.set_kind(Job::SWEEP);
+  parent.set_state(Job::QUEUED);
+  *parent.mutable_created_at() = Now();
+  *parent.mutable_spec() = request;
+  parent.set_priority(request.priority());
+  absl::StatusOr<Job> inserted = store_->InsertJob(std::move(parent));
+  if (!inserted.ok()) return inserted.status();
+  const std::string sweep_id = inserted->id();
+  jobs_[sweep_id] = *std::move(inserted);
+  JobEvent queued;
+  queued.mutable_state()->set_state(Job::QUEUED);
+  Publish(jobs_.at(sweep_id), std::move(queued));
+  if (!request.request_id().empty()) request_ids_[request.request_id()] = sweep_id;
+  std::vector<std::string> trial_ids;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    mpsd::v1::SubmitJobRequest trial_request = trials[i];
+    (*trial_request.mutable_labels())["sweep"] = sweep_id;
+    mpsd::v1::SweepTrial trial = info[i];
+    trial.set_sweep_id(sweep_id);
+    absl::StatusOr<Job> job =
+        Enqueue(trial_request, submitted_by, &trial, /*check_dependencies=*/false);
+    if (!job.ok()) return job.status();
+    trial_ids.push_back(job->id());
+  }
+  Job& stored = jobs_.at(sweep_id);  // jobs_ grew: no reference from before is valid
+  for (const std::string& id : trial_ids) stored.add_trial_job_ids(id);
+  event_log_.Append(stored, {});
+  spdlog::info("sweep {} queued by {}: {} trials (jobs {} to {})", sweep_id, submitted_by,
+               trial_ids.size(), trial_ids.front(), trial_ids.back());
+  for (const std::string& id : trial_ids) {
+    const Job& job = jobs_.at(id);
+    if (job.state() != Job::QUEUED) continue;
+    if (const Job* failed = FailedDependency(job)) CancelForDependency(id, *failed);
+  }
+  return jobs_.at(sweep_id);
+}
+
+int32_t Scheduler::PriorityOf(const Job& job) {
+  return job.has_priority() ? job.priority() : job.spec().priority();
 }
 
 void Scheduler::InsertInQueue(const Job& job) {
-  const int32_t priority = job.spec().priority();
+  const int32_t priority = PriorityOf(job);
   auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const std::string& id) {
-    return jobs_.at(id).spec().priority() < priority;
+    return PriorityOf(jobs_.at(id)) < priority;
   });
   queue_.insert(behind, job.id());
+}
+
+const Job* Scheduler::FailedDependency(const Job& job) const {
+  for (const std::string& id : job.spec().after()) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;  // damaged rows: CheckAfter refused them at submit
+    const Job::State state = it->second.state();
+    if (api::IsTerminal(state) && state != Job::SUCCEEDED) return &it->second;
+  }
+  return nullptr;
+}
+
+std::deque<std::string>::const_iterator Scheduler::NextReady() const {
+  return std::find_if(queue_.begin(), queue_.end(), [this](const std::string& id) {
+    for (const std::string& dependency : jobs_.at(id).spec().after()) {
+      auto it = jobs_.find(dependency);
+      if (it != jobs_.end() && it->second.state() != Job::SUCCEEDED) return false;
+    }
+    return true;
+  });
+}
+
+void Scheduler::CancelQueued(Job& job, Job::FailureReason reason, const std::string& message) {
+  auto queued = std::find(queue_.begin(), queue_.end(), job.id());
+  if (queued != queue_.end()) queue_.erase(queued);
+  *job.mutable_finished_at() = Now();
+  SetState(job, Job::CANCELLED, reason, message);
+}
+
+void Scheduler::CancelForDependency(const std::string& job_id, const Job& dependency) {
+  Job& job = jobs_.at(job_id);
+  if (job.state() != Job::QUEUED) return;
+  // Copied: ending this job may end others and change `dependency`'s sweep.
+  const std::string message =
+      absl::StrCat("dependency job ", dependency.id(), " ended ",
+                   Job::State_Name(dependency.state()),
+                   dependency.message().empty() ? "" : absl::StrCat(": ", dependency.message()));
+  const Job dependency_copy = dependency;
+  spdlog::info("job {} CANCELLED: {}", job_id, message);
+  if (job.kind() != Job::SWEEP) {
+    CancelQueued(job, Job::DEPENDENCY_FAILED, message);
+    return;
+  }
+  *job.mutable_finished_at() = Now();
+  SetState(job, Job::CANCELLED, Job::DEPENDENCY_FAILED, message);
+  const std::vector<std::string> trials(job.trial_job_ids().begin(), job.trial_job_ids().end());
+  for (const std::string& id : trials) CancelForDependency(id, dependency_copy);
+}
+
+void Scheduler::AfterStateChange(const Job& job) {
+  if (job.has_trial()) UpdateSweep(job.trial().sweep_id());
+  if (!api::IsTerminal(job.state()) || job.state() == Job::SUCCEEDED) return;
+  std::vector<std::string> waiting;
+  for (const auto& [id, other] : jobs_) {
+    if (other.state() != Job::QUEUED) continue;
+    if (std::find(other.spec().after().begin(), other.spec().after().end(), job.id()) !=
+        other.spec().after().end()) {
+      waiting.push_back(id);
+    }
+  }
+  std::sort(waiting.begin(), waiting.end(),
+            [](const std::string& a, const std::string& b) { return NumericId(a) < NumericId(b); });
+  const Job ended = job;  // `job` may be a sweep that the cancels below change
+  for (const std::string& id : waiting) CancelForDependency(id, ended);
+}
+
+void Scheduler::UpdateSweep(const std::string& sweep_id) {
+  auto it = jobs_.find(sweep_id);
+  if (it == jobs_.end() || api::IsTerminal(it->second.state())) return;
+  Job& sweep = it->second;
+  int ended = 0, succeeded = 0, failed = 0, started = 0;
+  std::string first_failure;
+  for (const std::string& id : sweep.trial_job_ids()) {
+    auto trial = jobs_.find(id);
+    if (trial == jobs_.end()) continue;
+    const Job& t = trial->second;
+    if (t.state() != Job::QUEUED) ++started;
+    if (!api::IsTerminal(t.state())) continue;
+    ++ended;
+    if (t.state() == Job::SUCCEEDED) ++succeeded;
+    if (t.state() == Job::FAILED && failed++ == 0) {
+      first_failure = absl::StrCat("; first: job ", id, ": ", t.message());
+    }
+  }
+  const int total = sweep.trial_job_ids_size();
+  if (total > 0 && ended == total) {
+    *sweep.mutable_finished_at() = Now();
+    if (succeeded == total) {
+      SetState(sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,
+               absl::StrCat("all ", total, " trials succeeded"));
+    } else if (failed > 0) {
+      SetState(sweep, Job::FAILED, Job::INTERNAL,
+               absl::StrCat(failed, " of ", total, " trials failed", first_failure));
+    } else {
+      SetState(sweep, Job::CANCELLED, Job::FAILURE_REASON_UNSPECIFIED,
+               absl::StrCat(total - succeeded, " of ", total,
+                            " trials did not finish (cancelled or interrupted)"));
+    }
+  } else if (sweep.state() == Job::QUEUED && started > 0) {
+    *sweep.mutable_started_at() = Now();
+    SetState(sweep, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
+  }
 }
 
 absl::Status Scheduler::UnknownJob(const std::string& job_id) const {
@@ -260,17 +575,85 @@ absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " already finished (", Job::State_Name(job.state()), ")"));
   }
+  if (job.kind() == Job::SWEEP) {
+    const std::vector<std::string> trials(job.trial_job_ids().begin(),
+                                          job.trial_job_ids().end());
+    for (const std::string& id : trials) {
+      Job& trial = jobs_.at(id);
+      if (trial.state() == Job::QUEUED) {
+        CancelQueued(trial, Job::FAILURE_REASON_UNSPECIFIED,
+                     absl::StrCat("cancelled with its sweep ", job_id, " while queued"));
+      } else if (running_job_ == id) {
+        stop_as_ = Job::CANCELLED;
+        cancel_running_.Cancel();
+        spdlog::info("job {}: cancel of sweep {} requested; stopping at the next step", id,
+                     job_id);
+      }
+    }
+    UpdateSweep(job_id);
+    return jobs_.at(job_id);
+  }
   if (job.state() == Job::QUEUED) {
-    auto queued = std::find(queue_.begin(), queue_.end(), job_id);
-    if (queued != queue_.end()) queue_.erase(queued);
-    *job.mutable_finished_at() = Now();
-    SetState(job, Job::CANCELLED, Job::FAILURE_REASON_UNSPECIFIED, "cancelled while queued");
+    CancelQueued(job, Job::FAILURE_REASON_UNSPECIFIED, "cancelled while queued");
   } else if (running_job_ == job_id) {
     stop_as_ = Job::CANCELLED;
     cancel_running_.Cancel();
     spdlog::info("job {}: cancel requested; stopping at the next step", job_id);
   }
   return job;
+}
+
+absl::Status Scheduler::Pause() {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = store_->PutSetting("queue_paused", "1"); !s.ok()) return s;
+  if (!paused_) spdlog::info("queue paused: queued jobs wait (mpsctl resume)");
+  paused_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Resume() {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = store_->PutSetting("queue_paused", "0"); !s.ok()) return s;
+  if (paused_) spdlog::info("queue resumed");
+  paused_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Job> Scheduler::Move(const std::string& job_id, int32_t priority) {
+  absl::StatusOr<Job> moved = [&]() -> absl::StatusOr<Job> {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return UnknownJob(job_id);
+    std::vector<std::string> ids;
+    if (it->second.kind() == Job::SWEEP) {
+      for (const std::string& id : it->second.trial_job_ids()) {
+        if (jobs_.at(id).state() == Job::QUEUED) ids.push_back(id);
+      }
+    } else if (it->second.state() == Job::QUEUED) {
+      ids.push_back(job_id);
+    }
+    if (ids.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " is ", Job::State_Name(it->second.state()),
+          it->second.kind() == Job::SWEEP ? " with no queued trial" : "",
+          "; only a queued job can be moved"));
+    }
+    if (it->second.kind() == Job::SWEEP) {
+      it->second.set_priority(priority);
+      event_log_.Append(it->second, {});
+    }
+    for (const std::string& id : ids) {
+      Job& job = jobs_.at(id);
+      queue_.erase(std::find(queue_.begin(), queue_.end(), id));
+      job.set_priority(priority);
+      InsertInQueue(job);
+      event_log_.Append(job, {});
+    }
+    spdlog::info("job {} moved to priority {}", job_id, priority);
+    return jobs_.at(job_id);
+  }();
+  if (moved.ok()) event_log_.Flush();
+  return moved;
 }
 
 mpsd::v1::DeviceInfo Scheduler::GetDevice() const {
@@ -306,6 +689,7 @@ Scheduler::QueueStats Scheduler::GetQueueStats() const {
   stats.queued_jobs = static_cast<int>(queue_.size());
   stats.running_job_id = running_job_;
   stats.jobs_total = static_cast<int64_t>(jobs_.size());
+  stats.paused = paused_;
   return stats;
 }
 
@@ -338,13 +722,17 @@ void Scheduler::ExecutorLoop() {
     std::string resume_checkpoint;
     {
       absl::MutexLock lock(&mu_);
+      // Queued jobs that wait for unfinished dependencies are passed over; when every queued
+      // job waits, the jobs it waits for are running or queued ahead (a failed dependency
+      // cancels its dependents at once), so the wait ends when they do.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutting_down_ || !queue_.empty();
+        return shutting_down_ || (!paused_ && NextReady() != queue_.end());
       };
       mu_.Await(absl::Condition(&ready));
       if (shutting_down_) return;
-      job_id = queue_.front();
-      queue_.pop_front();
+      auto next = NextReady();
+      job_id = *next;
+      queue_.erase(next);
       running_job_ = job_id;
       cancel_running_.Reset();
       // RUNNING in the same critical section that took it off the queue: a cancel in between
@@ -412,6 +800,7 @@ void Scheduler::SetState(Job& job, Job::State state, Job::FailureReason reason,
   change->set_failure_reason(reason);
   change->set_message(message);
   Publish(job, std::move(event));
+  AfterStateChange(job);
 }
 
 void Scheduler::Publish(Job& job, JobEvent event) {

@@ -1,7 +1,10 @@
 // The scheduler owns every job's state: it validates and queues submitted jobs (highest
 // priority first, FIFO within a priority; request_id makes a submit idempotent), runs them one
 // at a time on the executor thread (the only thread that touches the device), numbers their
-// events and hands them to the EventLog, and answers queries from memory.
+// events and hands them to the EventLog, and answers queries from memory. It also keeps the
+// queue's order of work: dependencies (SubmitJobRequest.after: a job runs only once each one
+// SUCCEEDED, and is CANCELLED with DEPENDENCY_FAILED at once when one ends otherwise), sweeps
+// (a parent Job of kind SWEEP over trial jobs, server/sweep.h), pause and re-prioritising.
 #ifndef MPSD_SERVER_SCHEDULER_H_
 #define MPSD_SERVER_SCHEDULER_H_
 
@@ -49,13 +52,22 @@ class Scheduler {
     // Empty when no job runs.
     std::string running_job_id;
     int64_t jobs_total = 0;
+    // PauseQueue in effect.
+    bool paused = false;
   };
+
+  // Longest SubmitJobRequest.name and label value, bytes; most labels and dependencies.
+  static constexpr size_t kMaxNameBytes = 256;
+  static constexpr int kMaxLabels = 64;
+  static constexpr int kMaxAfter = 64;
 
   // Loads the stored jobs: those left RUNNING by a daemon that died become INTERRUPTED (or,
   // with restart_policy "resume" and a checkpoint in Job.last_checkpoint, QUEUED again with a
   // state event naming the checkpoint, to run from it: JobContext::resume_checkpoint), those
   // QUEUED are queued again in their original order (by priority, then submission), and
-  // request ids are remembered. Then starts the executor thread.
+  // request ids are remembered; queued jobs whose dependency ended other than SUCCEEDED are
+  // CANCELLED (DEPENDENCY_FAILED), sweeps whose trials all ended get their final state, and the
+  // stored pause (PauseQueue) holds the queue again. Then starts the executor thread.
   // Errors: the store's.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Options& options,
                                                            JobStore* store,
@@ -65,10 +77,12 @@ class Scheduler {
   ~Scheduler();
 
   // Validates the spec against the executor and queues the job behind every queued job of the
-  // same or a higher priority. A request whose request_id names a job already submitted
+  // same or a higher priority. A sweep (request.sweep) is expanded (server/sweep.h), every
+  // trial validated (an error names the trial, its values and the field), and stored as a
+  // parent Job of kind SWEEP, returned, plus one queued job per trial. A request whose request_id names a job already submitted
   // returns that job as it is now, without validating or queueing anything. Errors:
-  // INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too; for a
-  // BenchJob see trainer/bench.h), ALREADY_EXISTS for a request_id used with a different request,
+  // INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too, a bad name or
+  // label, an `after` entry that names no earlier job; for a BenchJob see trainer/bench.h), ALREADY_EXISTS for a request_id used with a different request,
   // RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting down. Returns once the
   // job and its QUEUED event are stored. `submitted_by` goes into Job.submitted_by.
   absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request,
@@ -89,9 +103,21 @@ class Scheduler {
 
   // A QUEUED job becomes CANCELLED now (stored before this returns); a RUNNING job is asked
   // to stop at its next step boundary (the returned job is still RUNNING; its stream ends
-  // with CANCELLED).
+  // with CANCELLED). A sweep: each of its unfinished trials so; the sweep ends CANCELLED once
+  // they all ended. Jobs waiting for a cancelled job end CANCELLED (DEPENDENCY_FAILED).
   // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a finished job.
   absl::StatusOr<mpsd::v1::Job> Cancel(const std::string& job_id);
+
+  // Holds / releases the queue (PauseQueue, ResumeQueue): while paused no queued job starts;
+  // the running one goes on. Stored before returning, so a restart keeps it. Idempotent.
+  // Errors: the store's.
+  absl::Status Pause();
+  absl::Status Resume();
+
+  // Gives a QUEUED job (for a sweep: its queued trials) `priority` and moves it behind every
+  // queued job of the same or a higher priority. NOT_FOUND for an unknown id,
+  // FAILED_PRECONDITION for a job that is not QUEUED (a sweep with no queued trial).
+  absl::StatusOr<mpsd::v1::Job> Move(const std::string& job_id, int32_t priority);
 
   mpsd::v1::DeviceInfo GetDevice() const;
 
@@ -131,15 +157,57 @@ class Scheduler {
   absl::StatusOr<const mpsd::v1::Job*> EarlierSubmit(const mpsd::v1::SubmitJobRequest& request)
       const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Submit after validation: the request_id check again, shutdown, queue limit, Enqueue.
-  absl::StatusOr<mpsd::v1::Job> SubmitValidated(const mpsd::v1::SubmitJobRequest& request,
-                                                const std::string& submitted_by)
+  // `trials` and `info`: a sweep's trial requests and what makes each a trial (empty for a
+  // plain job).
+  absl::StatusOr<mpsd::v1::Job> SubmitValidated(
+      const mpsd::v1::SubmitJobRequest& request,
+      const std::vector<mpsd::v1::SubmitJobRequest>& trials,
+      const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Cancel's decision and state change, without waiting for the store.
   absl::StatusOr<mpsd::v1::Job> RequestCancel(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Stores a new QUEUED job for `request` and queues it; returns it as stored.
+  // Stores a new QUEUED job for `request` and queues it; returns it as stored. `trial`: the
+  // sweep trial it is (nullptr for a plain job). `check_dependencies`: a dependency that
+  // already ended other than SUCCEEDED cancels the job at once.
   absl::StatusOr<mpsd::v1::Job> Enqueue(const mpsd::v1::SubmitJobRequest& request,
-                                        const std::string& submitted_by)
+                                        const std::string& submitted_by,
+                                        const mpsd::v1::SweepTrial* trial = nullptr,
+                                        bool check_dependencies = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores the parent of a sweep and queues its trials; returns the parent.
+  absl::StatusOr<mpsd::v1::Job> EnqueueSweep(const mpsd::v1::SubmitJobRequest& request,
+                                             const std::vector<mpsd::v1::SubmitJobRequest>& trials,
+                                             const std::vector<mpsd::v1::SweepTrial>& info,
+                                             const std::string& submitted_by)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every `after` entry names a job the scheduler knows: INVALID_ARGUMENT naming the entry.
+  absl::Status CheckAfter(const mpsd::v1::SubmitJobRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when train_job.resume_from names an unfinished job that `after` also names: the
+  // checkpoint it will resume from does not exist yet, so validation leaves resume_from out.
+  bool ResumesFromDependency(const mpsd::v1::SubmitJobRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The priority the queue orders a job by (Job.priority, else spec.priority).
+  static int32_t PriorityOf(const mpsd::v1::Job& job);
+  // The first queued job whose dependencies all SUCCEEDED; queue_.end() when none.
+  std::deque<std::string>::const_iterator NextReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first of the job's dependencies that ended other than SUCCEEDED, or nullptr.
+  const mpsd::v1::Job* FailedDependency(const mpsd::v1::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a state change of `job`: its sweep's state, and, when it ended other than
+  // SUCCEEDED, the jobs waiting for it.
+  void AfterStateChange(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a queued job (a sweep: with its unfinished trials) CANCELLED with DEPENDENCY_FAILED
+  // because `dependency` ended other than SUCCEEDED.
+  void CancelForDependency(const std::string& job_id, const mpsd::v1::Job& dependency)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a QUEUED job from the queue and ends it CANCELLED with `reason` and `message`.
+  void CancelQueued(mpsd::v1::Job& job, mpsd::v1::Job::FailureReason reason,
+                    const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A sweep's state from its trials': RUNNING once one left the queue, final once all ended.
+  void UpdateSweep(const std::string& sweep_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recover's last step: trial lists from the trials, dependencies and sweeps settled.
+  void SettleRecovered() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a QUEUED job into queue_ behind every job of the same or a higher priority.
   void InsertInQueue(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
@@ -170,6 +238,8 @@ class Scheduler {
   absl::flat_hash_map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   std::string running_job_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // PauseQueue in effect (stored as setting "queue_paused").
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
   // Jobs whose stored rows could not be read at start-up, with their DATA_LOSS status.
   absl::flat_hash_map<std::string, absl::Status> damaged_ ABSL_GUARDED_BY(mu_);
   // RefuseSubmits' reason; OK while submits are accepted.

@@ -505,7 +505,10 @@ absl::Status Server::StartHttp() {
       [this](const HttpCaller&, const httplib::Request&, httplib::Response& response) {
         const bool serving = Serving();
         response.status = serving ? 200 : 503;
-        response.set_content(serving ? "SERVING\n" : "NOT_SERVING\n",
+        // A paused queue (mpsctl pause) is healthy, and says so on a second line.
+        const bool paused = scheduler_->GetQueueStats().paused;
+        response.set_content(absl::StrCat(serving ? "SERVING\n" : "NOT_SERVING\n",
+                                          paused ? "queue paused\n" : ""),
                              "text/plain; charset=utf-8");
       },
       /*public_route=*/true);

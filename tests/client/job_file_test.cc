@@ -352,3 +352,62 @@ TEST(JobFileTest, DatasetExamplesParse) {
 
 }  // namespace
 }  // namespace mpsd::client
+
+namespace mpsd::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(JobFileSweepTest, SweepExampleParsesWithPathKeyedParameters) {
+  absl::StatusOr<v1::SubmitJobRequest> r =
+      ReadJobFile(std::string(MPSD_SOURCE_DIR) + "/examples/fashion-mnist-sweep.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->name(), "convnet-lr");
+  EXPECT_EQ(r->labels().at("project"), "fashion-mnist");
+  ASSERT_EQ(r->sweep().grid_size(), 1);
+  EXPECT_EQ(r->sweep().grid(0).path(), "optimizer.learning_rate");
+  EXPECT_THAT(r->sweep().grid(0).values(), ElementsAre("0.01", "0.003", "0.001", "0.0003"));
+}
+
+TEST(JobFileSweepTest, NamesLabelsAfterAndSweepsRoundTrip) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(R"(kind: TrainJob
+name: lr-grid
+labels: {project: q17, owner: ana}
+after: [3, 5]
+model: {name: mlp}
+sweep:
+  grid:
+    optimizer.learning_rate: [0.1, 0.01]
+  random:
+    trials: 3
+    seed: 9
+    parameters:
+      batch_size: {choice: [32, 64]}
+      schedule.max_lr: {log_uniform: [1.0e-3, 1.0e-1]}
+)", "sweep.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->after(), ElementsAre("3", "5"));
+  EXPECT_EQ(r->labels().at("owner"), "ana");
+  ASSERT_EQ(r->sweep().random().parameters_size(), 2);
+  EXPECT_EQ(r->sweep().random().parameters(1).path(), "schedule.max_lr");
+  EXPECT_THAT(r->sweep().random().parameters(1).log_uniform(), ElementsAre(1e-3, 1e-1));
+  EXPECT_THAT(r->sweep().random().parameters(0).choice(), ElementsAre("32", "64"));
+  const std::string text = FormatJobFile(*r);
+  absl::StatusOr<v1::SubmitJobRequest> again = ParseJobFile(text, "formatted.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*r, *again)) << text;
+  // Strings that read as numbers are quoted, so that any YAML reader reads strings back.
+  EXPECT_THAT(text, HasSubstr("optimizer.learning_rate: [\"0.1\", \"0.01\"]"));
+
+  absl::StatusOr<v1::SubmitJobRequest> bad = ParseJobFile(R"(kind: TrainJob
+sweep:
+  grid:
+    batch_size: 32
+)", "bad.yaml");
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("bad.yaml:4:17: sweep.grid.batch_size: expected a list of values"));
+}
+
+}  // namespace
+}  // namespace mpsd::client

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -218,7 +219,7 @@ TEST_F(JobStoreTest, DatabaseIsInWalModeWithSchemaVersion) {
   ASSERT_NE(OpenStore(), nullptr);
   RawDb raw(path_);
   EXPECT_EQ(raw.Query("PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(raw.Query("PRAGMA user_version"), "1");
+  EXPECT_EQ(raw.Query("PRAGMA user_version"), "2");
 }
 
 TEST_F(JobStoreTest, KindStateAndCreatedAtColumnsFollowTheBlob) {
@@ -562,6 +563,70 @@ TEST_F(JobStoreTest, CommitThroughput) {
                      static_cast<int>(events_per_s));
     }
   }
+}
+
+}  // namespace
+}  // namespace mpsd::server
+
+namespace mpsd::server {
+namespace {
+
+// A database as mpsd wrote it at schema version 1 (before names and settings): it opens,
+// is upgraded in place, and keeps its job and events.
+TEST(JobStoreMigrationTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
+  const mpsd::testing::TempDir dir{"job_store"};
+  const std::string path = dir.str() + "/mpsd.db";
+  Job job;
+  job.set_id("3");
+  job.set_kind(Job::TRAIN_JOB);
+  job.set_state(Job::SUCCEEDED);
+  job.mutable_spec()->set_priority(2);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string blob = job.SerializeAsString();
+    std::string hex;
+    for (unsigned char c : blob) absl::StrAppendFormat(&hex, "%02x", c);
+    const std::string sql = absl::StrCat(
+        "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, kind INTEGER NOT NULL, "
+        "state INTEGER NOT NULL, created_at INTEGER NOT NULL, job BLOB NOT NULL);"
+        "CREATE TABLE events (job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, "
+        "seq INTEGER NOT NULL, event BLOB NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;"
+        "INSERT INTO jobs VALUES (3, 1, 3, 0, x'", hex, "');"
+        "PRAGMA user_version = 1;");
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open({path});
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<Job> got = (*store)->GetJob("3");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->spec().priority(), 2);
+  EXPECT_EQ(got->state(), Job::SUCCEEDED);
+  // The new parts work on the upgraded file.
+  EXPECT_EQ((*store)->GetSetting("queue_paused").value_or("?"), "");
+  ASSERT_TRUE((*store)->PutSetting("queue_paused", "1").ok());
+  Job named;
+  named.set_kind(Job::TRAIN_JOB);
+  named.mutable_spec()->set_name("resnet-a");
+  absl::StatusOr<Job> inserted = (*store)->InsertJob(named);
+  ASSERT_TRUE(inserted.ok()) << inserted.status();
+  EXPECT_EQ(inserted->id(), "4");
+  store->reset();
+  absl::StatusOr<std::unique_ptr<JobStore>> again = JobStore::Open({path});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->GetSetting("queue_paused").value_or("?"), "1");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT group_concat(name, '|') FROM jobs ORDER BY id", -1,
+                               &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "|resnet-a");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ bad field path); a bad job file or spec is JobFileError before anything is sent.
 import os
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import grpc
 
@@ -254,20 +254,56 @@ class Client:
         self._channel.close()
 
     def submit(self, spec: jobfile.SpecLike, *, priority: Optional[int] = None,
-               request_id: Optional[str] = None) -> pb2.Job:
+               request_id: Optional[str] = None, name: Optional[str] = None,
+               labels: Optional[Dict[str, str]] = None,
+               after: Optional[Sequence[str]] = None) -> pb2.Job:
         """Queues a job and returns it as the daemon stored it (state QUEUED, its id).
 
         `spec`: a job file path, a dict shaped like one, a SubmitJobRequest, a TrainJob or a
         BenchJob (jobfile.job_request). `priority` and `request_id` override the spec's: queued
         jobs run highest priority first; submitting the same request_id again returns the job it
-        created. Raises JobFileError (bad spec, nothing sent), OSError (unreadable file),
+        created. `name` replaces the spec's name, `labels` are added to its labels, `after`
+        (job ids) to its dependencies: the job runs once each of them SUCCEEDED. Raises
+        JobFileError (bad spec, nothing sent), OSError (unreadable file),
         grpc.RpcError (the daemon said no, or cannot be reached)."""
         request = jobfile.job_request(spec)
         if priority is not None:
             request.priority = priority
         if request_id is not None:
             request.request_id = request_id
+        if name is not None:
+            request.name = name
+        for key, value in (labels or {}).items():
+            request.labels[key] = value
+        request.after.extend(after or [])
         return self.stub.SubmitJob(request, timeout=self.timeout)
+
+    def wait(self, job_ids: Sequence[str], *, timeout: Optional[float] = None,
+             poll_s: float = 0.5) -> List[pb2.Job]:
+        """Polls the jobs until each reached a terminal state and returns them, in order (as
+        `mpsctl wait`); TimeoutError when `timeout` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = {}
+        while True:
+            for job_id in job_ids:
+                if job_id not in done:
+                    job = self.get(job_id)
+                    if job.state in terminal_states():
+                        done[job_id] = job
+            if len(done) == len(job_ids):
+                return [done[j] for j in job_ids]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("jobs still unfinished: %s" % ", ".join(
+                    j for j in job_ids if j not in done))
+            time.sleep(poll_s)
+
+    def pause(self) -> pb2.ServerStatus:
+        """Holds the queue (the running job finishes); kept across daemon restarts."""
+        return self.stub.PauseQueue(pb2.PauseQueueRequest(), timeout=self.timeout)
+
+    def resume(self) -> pb2.ServerStatus:
+        """Lets queued jobs run again."""
+        return self.stub.ResumeQueue(pb2.ResumeQueueRequest(), timeout=self.timeout)
 
     def follow(self, job_id: str, *, after_seq: int = 0, heartbeats: bool = False,
                reconnect_timeout: float = 120.0) -> Iterator[pb2.JobEvent]:

@@ -105,6 +105,14 @@ def _scalar(field, value, path):
     return value
 
 
+def _is_path_keyed(field):
+    """A list of messages keyed by their `path` (SweepSpec.grid, RandomSearch.parameters)."""
+    if field.label != F.LABEL_REPEATED or field.cpp_type != F.CPPTYPE_MESSAGE:
+        return False
+    names = field.message_type.fields_by_name
+    return "path" in names and "values" in names
+
+
 def _fill(message, mapping, path, errors):
     for key, value in mapping.items():
         key_path = "%s.%s" % (path, key) if path else key
@@ -118,7 +126,32 @@ def _fill(message, mapping, path, errors):
         is_message = field.cpp_type == F.CPPTYPE_MESSAGE
         try:
             if is_message and field.message_type.GetOptions().map_entry:
-                raise JobFileError("%s: map fields are not supported here" % key_path)
+                # `labels: {project: fmnist}`: string keys and scalar values.
+                if not isinstance(value, dict):
+                    raise JobFileError("%s: expected a map, got %s" % (key_path, _describe(value)))
+                value_field = field.message_type.fields_by_name["value"]
+                if value_field.cpp_type == F.CPPTYPE_MESSAGE:
+                    raise JobFileError("%s: maps of messages are not supported here" % key_path)
+                target = getattr(message, key)
+                for k, v in value.items():
+                    target[k] = _scalar(value_field, v, "%s.%s" % (key_path, k))
+                continue
+            if _is_path_keyed(field) and isinstance(value, dict):
+                # `grid: {optimizer.learning_rate: [0.1, 0.01]}` (mpsctl's form, client/job_file.cc).
+                target = getattr(message, key)
+                values_field = field.message_type.fields_by_name["values"]
+                for k, v in value.items():
+                    item_path = "%s.%s" % (key_path, k)
+                    item = target.add()
+                    item.path = k
+                    if isinstance(v, list):
+                        item.values.extend(_scalar(values_field, x, item_path) for x in v)
+                    elif isinstance(v, dict):
+                        _fill(item, v, item_path, errors)
+                    else:
+                        raise JobFileError("%s: expected a list of values or a map, got %s" % (
+                            item_path, _describe(v)))
+                continue
             if field.label == F.LABEL_REPEATED:
                 if not isinstance(value, list):
                     raise JobFileError("%s: expected a list, got %s" % (key_path, _describe(value)))
@@ -145,12 +178,16 @@ def _fill(message, mapping, path, errors):
 
 
 def _fill_request_fields(request, doc, errors):
-    """Moves the request-level keys (priority, request_id) out of `doc` into `request`."""
+    """Moves the request-level keys (priority, request_id, name, labels, after, sweep) out of
+    `doc` into `request`."""
     for field in request.DESCRIPTOR.fields:
         if field.containing_oneof is not None or field.name not in doc:
             continue
         value = doc.pop(field.name)
         if isinstance(value, str) and value in _NULL_WORDS:
+            continue
+        if field.label == F.LABEL_REPEATED or field.cpp_type == F.CPPTYPE_MESSAGE:
+            _fill(request, {field.name: value}, "", errors)  # labels, after, sweep
             continue
         try:
             setattr(request, field.name, _scalar(field, value, field.name))

@@ -1,0 +1,371 @@
+// Sweep and compare tables; JSON through protobuf's Struct mapping, not hand-written.
+#include "client/tables.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace mpsd::client {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+std::string Number(double value, int precision = 4) {
+  return absl::StrFormat("%.*g", precision, value);
+}
+
+std::string RenderAligned(const TextTable& table) {
+  std::vector<size_t> widths(table.header.size(), 0);
+  auto widen = [&widths](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size() && c < widths.size(); ++c) {
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  };
+  widen(table.header);
+  for (const auto& row : table.rows) widen(row);
+  std::string out;
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&out, row[c]);
+      if (c + 1 < row.size()) out.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out.push_back('\n');
+  };
+  line(table.header);
+  for (const auto& row : table.rows) line(row);
+  return out;
+}
+
+std::string RenderMarkdown(const TextTable& table) {
+  auto line = [](const std::vector<std::string>& row) {
+    std::vector<std::string> cells;
+    for (const std::string& cell : row) cells.push_back(absl::StrReplaceAll(cell, {{"|", "\\|"}}));
+    return absl::StrCat("| ", absl::StrJoin(cells, " | "), " |\n");
+  };
+  std::string out = line(table.header);
+  absl::StrAppend(&out, "|", absl::StrJoin(std::vector<std::string>(table.header.size(), "---"), "|"),
+                  "|\n");
+  for (const auto& row : table.rows) absl::StrAppend(&out, line(row));
+  return out;
+}
+
+std::string CsvCell(const std::string& cell) {
+  if (cell.find_first_of(",\"\n") == std::string::npos) return cell;
+  return absl::StrCat("\"", absl::StrReplaceAll(cell, {{"\"", "\"\""}}), "\"");
+}
+
+std::string RenderCsv(const TextTable& table) {
+  std::string out;
+  auto line = [&out](const std::vector<std::string>& row) {
+    std::vector<std::string> cells;
+    for (const std::string& cell : row) cells.push_back(CsvCell(cell));
+    absl::StrAppend(&out, absl::StrJoin(cells, ","), "\n");
+  };
+  line(table.header);
+  for (const auto& row : table.rows) line(row);
+  return out;
+}
+
+absl::StatusOr<std::string> RenderJson(const TextTable& table) {
+  google::protobuf::ListValue list;
+  for (const auto& row : table.rows) {
+    google::protobuf::Struct* object = list.add_values()->mutable_struct_value();
+    for (size_t c = 0; c < row.size() && c < table.header.size(); ++c) {
+      google::protobuf::Value& value = (*object->mutable_fields())[table.header[c]];
+      double number = 0;
+      if (row[c] == "-") {
+        value.set_null_value(google::protobuf::NULL_VALUE);
+      } else if (absl::SimpleAtod(row[c], &number) && !absl::StrContains(row[c], " ")) {
+        value.set_number_value(number);
+      } else {
+        value.set_string_value(row[c]);
+      }
+    }
+  }
+  google::protobuf::Value root;
+  *root.mutable_list_value() = std::move(list);
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  const auto status = google::protobuf::util::MessageToJsonString(root, &json, options);
+  if (!status.ok()) return absl::InternalError(std::string(status.message()));
+  return absl::StrCat(json, "\n");
+}
+
+// A trial's metrics, from its summary once finished, else its newest epoch.
+struct TrialMetrics {
+  std::optional<double> test_accuracy, test_loss, train_loss, samples_per_second, epoch_time_s,
+      peak_memory, time_s;
+};
+
+TrialMetrics MetricsOf(const v1::Job& job) {
+  TrialMetrics m;
+  if (job.has_summary() && job.summary().epochs() > 0) {
+    const v1::JobSummary& s = job.summary();
+    m.test_accuracy = s.test_accuracy();
+    m.test_loss = s.test_loss();
+    m.train_loss = s.final_train_loss();
+    m.samples_per_second = s.samples_per_second();
+    m.epoch_time_s = s.median_epoch_time_s();
+    if (s.memory().peak_allocated_bytes() > 0) {
+      m.peak_memory = static_cast<double>(s.memory().peak_allocated_bytes());
+    }
+    m.time_s = s.total_time_s();
+  } else if (job.last_epoch().epoch() > 0) {
+    const v1::EpochMetrics& e = job.last_epoch();
+    if (e.evaluated()) {
+      m.test_accuracy = e.test_accuracy();
+      m.test_loss = e.test_loss();
+    }
+    m.train_loss = e.train_loss();
+    m.samples_per_second = e.samples_per_second();
+    m.epoch_time_s = e.epoch_time_s();
+  }
+  return m;
+}
+
+struct MetricSpec {
+  const char* name;
+  std::optional<double> TrialMetrics::*value;
+  bool higher_is_better;
+};
+
+constexpr MetricSpec kMetrics[] = {
+    {"test_accuracy", &TrialMetrics::test_accuracy, true},
+    {"test_loss", &TrialMetrics::test_loss, false},
+    {"train_loss", &TrialMetrics::train_loss, false},
+    {"samples_per_second", &TrialMetrics::samples_per_second, true},
+    {"epoch_time_s", &TrialMetrics::epoch_time_s, false},
+    {"peak_memory", &TrialMetrics::peak_memory, false},
+    {"time_s", &TrialMetrics::time_s, false},
+};
+
+std::string Cell(const std::optional<double>& value, int precision = 4) {
+  return value.has_value() ? Number(*value, precision) : "-";
+}
+
+// Text of one scalar (or element of a repeated field).
+std::string ScalarText(const Message& message, const FieldDescriptor& field, int index) {
+  const Reflection& r = *message.GetReflection();
+  const bool rep = field.is_repeated();
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(rep ? r.GetRepeatedInt32(message, &field, index)
+                              : r.GetInt32(message, &field));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(rep ? r.GetRepeatedInt64(message, &field, index)
+                              : r.GetInt64(message, &field));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return absl::StrCat(rep ? r.GetRepeatedUInt32(message, &field, index)
+                              : r.GetUInt32(message, &field));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return absl::StrCat(rep ? r.GetRepeatedUInt64(message, &field, index)
+                              : r.GetUInt64(message, &field));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return Number(rep ? r.GetRepeatedDouble(message, &field, index)
+                        : r.GetDouble(message, &field),
+                    10);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return Number(rep ? r.GetRepeatedFloat(message, &field, index)
+                        : r.GetFloat(message, &field),
+                    7);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return (rep ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
+                 ? "true"
+                 : "false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return (rep ? r.GetRepeatedEnum(message, &field, index) : r.GetEnum(message, &field))
+          ->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return rep ? r.GetRepeatedString(message, &field, index) : r.GetString(message, &field);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return "";
+}
+
+void Flatten(const Message& message, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  const Reflection& r = *message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r.ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string path = prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
+    if (field->is_map()) {
+      for (int i = 0; i < r.FieldSize(message, field); ++i) {
+        const Message& entry = r.GetRepeatedMessage(message, field, i);
+        const auto* key = field->message_type()->map_key();
+        const auto* value = field->message_type()->map_value();
+        out[absl::StrCat(path, ".", ScalarText(entry, *key, 0))] = ScalarText(entry, *value, 0);
+      }
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (field->is_repeated()) {
+        for (int i = 0; i < r.FieldSize(message, field); ++i) {
+          Flatten(r.GetRepeatedMessage(message, field, i), absl::StrCat(path, "[", i, "]"), out);
+        }
+      } else {
+        Flatten(r.GetMessage(message, field), path, out);
+      }
+    } else if (field->is_repeated()) {
+      std::vector<std::string> items;
+      for (int i = 0; i < r.FieldSize(message, field); ++i) {
+        items.push_back(ScalarText(message, *field, i));
+      }
+      out[path] = absl::StrJoin(items, ",");
+    } else {
+      out[path] = ScalarText(message, *field, 0);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderTable(const TextTable& table, absl::string_view format) {
+  if (format == "table") return RenderAligned(table);
+  if (format == "markdown") return RenderMarkdown(table);
+  if (format == "csv") return RenderCsv(table);
+  if (format == "json") return RenderJson(table);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format: unknown \"", format, "\" (expected table, markdown, csv or json)"));
+}
+
+std::vector<std::string> SweepMetrics() {
+  std::vector<std::string> names;
+  for (const MetricSpec& m : kMetrics) names.push_back(m.name);
+  return names;
+}
+
+absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
+                                     const std::string& metric) {
+  const MetricSpec* spec = nullptr;
+  for (const MetricSpec& m : kMetrics) {
+    if (metric == m.name) spec = &m;
+  }
+  if (spec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric,
+                                                   "\" (expected ",
+                                                   absl::StrJoin(SweepMetrics(), ", "), ")"));
+  }
+  std::vector<std::string> paths;
+  for (const v1::Job& trial : trials) {
+    for (const auto& p : trial.trial().parameters()) {
+      if (std::find(paths.begin(), paths.end(), p.path()) == paths.end()) paths.push_back(p.path());
+    }
+  }
+  std::vector<std::pair<const v1::Job*, TrialMetrics>> ranked;
+  for (const v1::Job& trial : trials) ranked.emplace_back(&trial, MetricsOf(trial));
+  std::stable_sort(ranked.begin(), ranked.end(), [spec](const auto& a, const auto& b) {
+    const std::optional<double>& x = a.second.*(spec->value);
+    const std::optional<double>& y = b.second.*(spec->value);
+    if (x.has_value() != y.has_value()) return x.has_value();
+    if (!x.has_value()) return false;
+    return spec->higher_is_better ? *x > *y : *x < *y;
+  });
+  TextTable table;
+  table.header = {"RANK", "TRIAL", "JOB"};
+  for (const std::string& path : paths) table.header.push_back(path);
+  for (const char* h : {"STATE", "TEST_ACC", "TEST_LOSS", "TRAIN_LOSS", "SAMPLES/S", "S/EPOCH",
+                        "PEAK_MEM", "TIME_S"}) {
+    table.header.push_back(h);
+  }
+  int rank = 0;
+  for (const auto& [job, m] : ranked) {
+    std::vector<std::string> row = {absl::StrCat(++rank), absl::StrCat(job->trial().index()),
+                                    job->id()};
+    for (const std::string& path : paths) {
+      std::string value = "-";
+      for (const auto& p : job->trial().parameters()) {
+        if (p.path() == path) value = p.value();
+      }
+      row.push_back(value);
+    }
+    row.push_back(v1::Job::State_Name(job->state()));
+    row.push_back(Cell(m.test_accuracy));
+    row.push_back(Cell(m.test_loss));
+    row.push_back(Cell(m.train_loss));
+    row.push_back(Cell(m.samples_per_second, 6));
+    row.push_back(Cell(m.epoch_time_s));
+    row.push_back(Cell(m.peak_memory, 12));
+    row.push_back(Cell(m.time_s));
+    table.rows.push_back(std::move(row));
+  }
+  return table;
+}
+
+std::map<std::string, std::string> FlattenSpec(const v1::SubmitJobRequest& request) {
+  std::map<std::string, std::string> out;
+  if (request.has_train_job()) Flatten(request.train_job(), "", out);
+  if (request.has_bench_job()) Flatten(request.bench_job(), "", out);
+  // Request-level fields (priority, name, labels, after) through the same walk.
+  v1::SubmitJobRequest outside = request;
+  outside.clear_train_job();
+  outside.clear_bench_job();
+  outside.clear_sweep();
+  Flatten(outside, "", out);
+  return out;
+}
+
+TextTable CompareTable(const std::vector<v1::Job>& jobs) {
+  TextTable table;
+  table.header = {"KEY"};
+  for (const v1::Job& job : jobs) table.header.push_back(absl::StrCat("job ", job.id()));
+  std::vector<std::map<std::string, std::string>> specs;
+  std::set<std::string> keys;
+  for (const v1::Job& job : jobs) {
+    specs.push_back(FlattenSpec(job.spec()));
+    for (const auto& [key, value] : specs.back()) keys.insert(key);
+  }
+  auto add_row = [&table](const std::string& key, std::vector<std::string> values) {
+    std::vector<std::string> row = {key};
+    for (std::string& v : values) row.push_back(v.empty() ? "-" : std::move(v));
+    table.rows.push_back(std::move(row));
+  };
+  std::vector<std::string> kinds;
+  for (const v1::Job& job : jobs) kinds.push_back(v1::Job::Kind_Name(job.kind()));
+  if (std::set<std::string>(kinds.begin(), kinds.end()).size() > 1) add_row("kind", kinds);
+  for (const std::string& key : keys) {
+    std::vector<std::string> values;
+    for (const auto& spec : specs) {
+      auto it = spec.find(key);
+      values.push_back(it == spec.end() ? "-" : it->second);
+    }
+    if (std::set<std::string>(values.begin(), values.end()).size() > 1) add_row(key, values);
+  }
+  auto metric = [&](const std::string& name, auto get) {
+    std::vector<std::string> values;
+    for (const v1::Job& job : jobs) values.push_back(get(job));
+    add_row(name, values);
+  };
+  metric("state", [](const v1::Job& j) { return v1::Job::State_Name(j.state()); });
+  auto summary = [](double v, const v1::Job& j) {
+    return j.has_summary() && j.summary().epochs() > 0 ? Number(v) : std::string("-");
+  };
+  metric("test_accuracy", [&](const v1::Job& j) { return summary(j.summary().test_accuracy(), j); });
+  metric("test_loss", [&](const v1::Job& j) { return summary(j.summary().test_loss(), j); });
+  metric("final_train_loss",
+         [&](const v1::Job& j) { return summary(j.summary().final_train_loss(), j); });
+  metric("samples_per_second",
+         [&](const v1::Job& j) { return summary(j.summary().samples_per_second(), j); });
+  metric("total_time_s", [&](const v1::Job& j) {
+    return j.has_summary() ? Number(j.summary().total_time_s()) : std::string("-");
+  });
+  return table;
+}
+
+}  // namespace mpsd::client

@@ -1,0 +1,52 @@
+// Tables of jobs side by side: `mpsctl sweep` (a sweep's trials ranked by a metric) and
+// `mpsctl compare` (the spec keys that differ and the final metrics), each rendered as an
+// aligned text table, GitHub markdown, CSV or JSON.
+#ifndef MPSD_CLIENT_TABLES_H_
+#define MPSD_CLIENT_TABLES_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::client {
+
+// A header and rows of cells, all text ("-" for nothing). Plain value.
+struct TextTable {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+
+// "table" (columns aligned with two spaces), "markdown" (a GitHub table), "csv" (RFC 4180
+// quoting) or "json" (an array with one object per row keyed by the header; cells that read as
+// numbers are JSON numbers, "-" is null). INVALID_ARGUMENT naming --format otherwise.
+absl::StatusOr<std::string> RenderTable(const TextTable& table, absl::string_view format);
+
+// The metrics `mpsctl sweep --metric` ranks by, each with its direction (accuracy and
+// samples/s: highest first; losses and times: lowest first).
+std::vector<std::string> SweepMetrics();
+
+// One row per trial, best `metric` first (trials without a value for it last, in trial
+// order): TRIAL, JOB, one column per swept path, STATE, TEST_ACC, TEST_LOSS, TRAIN_LOSS,
+// SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S. Metrics come from the
+// trial's summary once it finished, else from its newest epoch. INVALID_ARGUMENT for a metric
+// not in SweepMetrics().
+absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials,
+                                     const std::string& metric);
+
+// Every set field of the request as "path" -> value text: request-level fields by name
+// ("priority", "labels.project", "after"), spec fields without the spec's own name
+// ("optimizer.learning_rate", "batch_size"); lists joined with ",". Sweep specs are left out.
+std::map<std::string, std::string> FlattenSpec(const mpsd::v1::SubmitJobRequest& request);
+
+// KEY, then one column per job ("job 12"): first `kind` and each spec key whose value differs
+// between the jobs ("-" where a job does not set it), then the final metrics (state,
+// test_accuracy, test_loss, final_train_loss, samples_per_second, total_time_s).
+TextTable CompareTable(const std::vector<mpsd::v1::Job>& jobs);
+
+}  // namespace mpsd::client
+
+#endif  // MPSD_CLIENT_TABLES_H_

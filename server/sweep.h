@@ -1,0 +1,43 @@
+// Sweeps: a SubmitJobRequest with `sweep:` expanded into one trial request per point of its
+// grid and random draws, each a plain job spec with the swept fields set. Pure functions of the
+// request (no I/O), so the scheduler, the data-roots check and tests all expand it the same way.
+#ifndef MPSD_SERVER_SWEEP_H_
+#define MPSD_SERVER_SWEEP_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::server {
+
+// Most trials one sweep may have (mpsd.proto, SweepSpec).
+inline constexpr int kMaxSweepTrials = 1000;
+
+// One trial of a sweep before it is queued.
+struct SweepTrialRequest {
+  // The sweep's request without `sweep` and `request_id`, with this trial's values set and
+  // `name` "<sweep name>/<index>" (left empty when the sweep has none).
+  mpsd::v1::SubmitJobRequest request;
+  // index and parameters; sweep_id is left for the scheduler to fill in.
+  mpsd::v1::SweepTrial trial;
+};
+
+// The trials of `request.sweep` in order (mpsd.proto, SweepSpec: grid points with the first
+// parameter varying slowest, random draws fastest, draws from mt19937_64 seeded with
+// random.seed). Deterministic: the same request gives the same trials on every platform.
+// INVALID_ARGUMENT naming the field path ("sweep.grid[1].path", "sweep.random.parameters[0]
+// .uniform", "sweep.grid[0].values[2]") for: no grid and no random parameters, a path that is
+// not a scalar field of the spec, a path swept twice, a value that is not of the field's type,
+// a range that is not [low, high] with low < high (log_uniform: low > 0), random.trials < 1,
+// more than kMaxSweepTrials trials. Thread-safe.
+absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(
+    const mpsd::v1::SubmitJobRequest& request);
+
+// "optimizer.learning_rate=0.01, batch_size=64": a trial's values, for messages and tables.
+std::string DescribeTrial(const mpsd::v1::SweepTrial& trial);
+
+}  // namespace mpsd::server
+
+#endif  // MPSD_SERVER_SWEEP_H_
