@@ -1,3 +1,4 @@
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 #include <fcntl.h>
@@ -40,13 +41,6 @@ absl::StatusOr<Response> Unary(Call call, const Request& request) {
   grpc::Status status = call(UnaryContext().get(), request, &response);
   if (!status.ok()) return api::FromGrpcStatus(status);
   return response;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // fork + exec with stdout/stderr redirected to files; returns the pid.
