@@ -731,7 +731,9 @@ void EmitPathKeyed(YAML::Emitter& out, const Message& message, const FieldDescri
   for (int i = 0; i < r.FieldSize(message, &field); ++i) {
     const Message& entry = r.GetRepeatedMessage(message, &field, i);
     const Reflection& er = *entry.GetReflection();
-    out << YAML::Key << er.GetString(entry, &path) << YAML::Value;
+    out << YAML::Key;
+    EmitScalar(out, entry, path, 0);  // quoted where a plain scalar would read differently
+    out << YAML::Value;
     std::vector<const FieldDescriptor*> set;
     er.ListFields(entry, &set);
     const bool only_values = std::all_of(set.begin(), set.end(), [&](auto* f) {

@@ -177,7 +177,12 @@ absl::Status Scheduler::Recover() {
   paused_ = *paused == "1";
   for (const std::string& id : ids) {
     Job& kept = jobs_.at(id);
-    if (kept.kind() == Job::SWEEP) continue;  // never queued itself: SettleRecovered
+    if (kept.kind() == Job::SWEEP) {  // never queued itself: SettleRecovered settles it
+      if (kept.state() == Job::QUEUED && kept.last_seq() == 0) {
+        SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED, "");
+      }
+      continue;
+    }
     if (kept.state() == Job::QUEUED) {
       // Killed between storing the job and its first event: that event comes now.
       if (kept.last_seq() == 0) SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED, "");

@@ -1,0 +1,82 @@
+// The sweep and compare tables and their four renderings.
+#include "client/tables.h"
+
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace mpsd::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::Job Trial(const std::string& id, int index, const std::string& lr, double accuracy,
+              double loss) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(v1::Job::SUCCEEDED);
+  job.mutable_trial()->set_sweep_id("1");
+  job.mutable_trial()->set_index(index);
+  auto* p = job.mutable_trial()->add_parameters();
+  p->set_path("optimizer.learning_rate");
+  p->set_value(lr);
+  job.mutable_summary()->set_epochs(1);
+  job.mutable_summary()->set_test_accuracy(accuracy);
+  job.mutable_summary()->set_test_loss(loss);
+  job.mutable_summary()->set_samples_per_second(1000 + index);
+  return job;
+}
+
+TEST(TablesTest, SweepTableRanksBestFirstAndUnfinishedLast) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.5, 1.2), Trial("3", 1, "0.01", 0.8, 0.6),
+                                 Trial("4", 2, "0.001", 0.7, 0.5)};
+  v1::Job queued;
+  queued.set_id("5");
+  queued.set_state(v1::Job::QUEUED);
+  queued.mutable_trial()->set_index(3);
+  trials.push_back(queued);
+  absl::StatusOr<TextTable> table = SweepTable(trials, "test_accuracy");
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->rows.size(), 4u);
+  EXPECT_EQ(table->rows[0][2], "3");
+  EXPECT_EQ(table->rows[1][2], "4");
+  EXPECT_EQ(table->rows[2][2], "2");
+  EXPECT_EQ(table->rows[3][2], "5");
+  EXPECT_EQ(table->rows[3][3], "-");  // no value for a parameter it does not carry
+  table = SweepTable(trials, "test_loss");
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(table->rows[0][2], "4");
+  EXPECT_THAT(std::string(SweepTable(trials, "accuracy").status().message()),
+              HasSubstr("--metric: unknown \"accuracy\""));
+}
+
+TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
+  TextTable table{{"A", "B"}, {{"x,y", "1.5"}, {"p|q", "-"}}};
+  EXPECT_EQ(*RenderTable(table, "table"), "A    B\nx,y  1.5\np|q  -\n");
+  EXPECT_EQ(*RenderTable(table, "markdown"), "| A | B |\n|---|---|\n| x,y | 1.5 |\n| p\\|q | - |\n");
+  EXPECT_EQ(*RenderTable(table, "csv"), "A,B\n\"x,y\",1.5\np|q,-\n");
+  EXPECT_EQ(*RenderTable(table, "json"), "[{\"A\":\"x,y\",\"B\":1.5},{\"A\":\"p|q\",\"B\":null}]\n");
+  EXPECT_FALSE(RenderTable(table, "html").ok());
+}
+
+TEST(TablesTest, CompareShowsOnlyDifferingKeys) {
+  v1::Job a, b;
+  a.set_id("1");
+  b.set_id("2");
+  a.mutable_spec()->mutable_train_job()->set_batch_size(64);
+  b.mutable_spec()->mutable_train_job()->set_batch_size(64);
+  a.mutable_spec()->mutable_train_job()->mutable_optimizer()->set_learning_rate(0.1);
+  b.mutable_spec()->mutable_train_job()->mutable_optimizer()->set_learning_rate(0.01);
+  (*b.mutable_spec()->mutable_labels())["project"] = "x";
+  const TextTable table = CompareTable({a, b});
+  const std::string csv = *RenderTable(table, "csv");
+  EXPECT_THAT(csv, HasSubstr("KEY,job 1,job 2\n"));
+  EXPECT_THAT(csv, HasSubstr("labels.project,-,x\n"));
+  EXPECT_THAT(csv, HasSubstr("optimizer.learning_rate,0.1,0.01\n"));
+  EXPECT_THAT(csv, ::testing::Not(HasSubstr("batch_size")));
+}
+
+}  // namespace
+}  // namespace mpsd::client
