@@ -173,7 +173,8 @@ class CompletionTest(unittest.TestCase):
         self.assertEqual(sorted(self.complete_bash("list", "--")),
                          sorted(["--state", "--kind", "--limit", "--server", "--json", "--help",
                                  "--version", "--reconnect-timeout", "--tls-ca", "--tls-cert",
-                                 "--tls-key", "--tls", "--token-file"]))
+                                 "--tls-key", "--tls", "--token-file",
+                                 "--name", "--label", "--since"]))
         self.assertEqual(self.complete_bash("submit", "--priority", ""), [])
         with tempfile.TemporaryDirectory() as directory:
             open(os.path.join(directory, "job.yaml"), "w").close()
