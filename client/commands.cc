@@ -329,6 +329,9 @@ int Commands::RpcFailed(const grpc::Status& status) {
   }
 }
 
+// Attempts of one SubmitJob that times out (each with rpc_timeout), under one request_id.
+constexpr int kSubmitAttempts = 3;
+
 int Commands::Submit(const std::string& job_file, bool follow,
                      const SubmitOverrides& overrides) {
   absl::StatusOr<v1::SubmitJobRequest> request = ReadJobFile(job_file);
@@ -340,8 +343,27 @@ int Commands::Submit(const std::string& job_file, bool follow,
   }
   if (overrides.priority.has_value()) request->set_priority(*overrides.priority);
   if (overrides.request_id.has_value()) request->set_request_id(*overrides.request_id);
+  if (request->request_id().empty()) request->set_request_id(NewRequestId());
+  // A submit that timed out may still have created the job (validation can be slow): asked
+  // again with the same request_id, mpsd returns that job rather than making a second.
   v1::Job job;
-  const grpc::Status status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
+  grpc::Status status;
+  for (int attempt = 1;; ++attempt) {
+    status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
+    if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || attempt == kSubmitAttempts) {
+      break;
+    }
+    err_ << "mpsctl: mpsd did not answer within " << absl::FormatDuration(options_.rpc_timeout)
+         << "; asking again with request_id " << request->request_id()
+         << " (a job the first attempt created is returned, not made twice)\n";
+  }
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    const int code = RpcFailed(status);
+    err_ << "mpsctl: the job may still be created; mpsctl submit " << job_file
+         << " --request-id " << request->request_id()
+         << " returns it without making another\n";
+    return code;
+  }
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       err_ << "mpsctl: " << job_file << ": mpsd rejected the job: " << status.error_message()

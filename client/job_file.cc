@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_replace.h"
 #include "api/job_id.h"
 
@@ -738,6 +740,26 @@ absl::StatusOr<v1::SubmitJobRequest> ReadJobFile(const std::string& path) {
   return request;
 }
 
+bool IsGeneratedRequestId(absl::string_view request_id) {
+  return absl::StartsWith(request_id, kGeneratedRequestIdPrefix);
+}
+
+std::string NewRequestId() {
+  unsigned char bytes[16] = {};
+  std::FILE* random = std::fopen("/dev/urandom", "rb");
+  const bool read = random != nullptr && std::fread(bytes, 1, sizeof(bytes), random) == sizeof(bytes);
+  if (random != nullptr) std::fclose(random);
+  if (!read) {  // no /dev/urandom: time and pid, unique enough for one user's retries
+    const uint64_t now = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+    const uint64_t pid = static_cast<uint64_t>(getpid());
+    std::memcpy(bytes, &now, sizeof(now));
+    std::memcpy(bytes + sizeof(now), &pid, sizeof(pid));
+  }
+  return absl::StrCat(kGeneratedRequestIdPrefix,
+                      absl::BytesToHexString(absl::string_view(
+                          reinterpret_cast<const char*>(bytes), sizeof(bytes))));
+}
+
 std::string FormatJobFile(const v1::SubmitJobRequest& request) {
   const OneofDescriptor& spec = *v1::SubmitJobRequest::descriptor()->FindOneofByName("spec");
   const FieldDescriptor* kind = request.GetReflection()->GetOneofFieldDescriptor(request, &spec);
@@ -747,6 +769,9 @@ std::string FormatJobFile(const v1::SubmitJobRequest& request) {
   const Reflection& r = *request.GetReflection();
   for (const FieldDescriptor* field : RequestLevelFields()) {
     if (!r.HasField(request, field)) continue;
+    // A request_id mpsctl made up is a retry token of that one submit, not part of the job: a
+    // job file printed from it and submitted again makes a new job.
+    if (field->name() == "request_id" && IsGeneratedRequestId(request.request_id())) continue;
     out << YAML::Key << field->name() << YAML::Value;
     EmitScalar(out, request, *field, 0);
   }

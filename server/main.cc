@@ -141,6 +141,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "mpsd: %s\n", std::string(loaded.status().message()).c_str());
       return 2;
     }
+    // The addresses as BuildAndStart checks them: what --check-config calls valid starts.
+    if (absl::Status status = mpsd::server::Server::CheckListenAddresses(*loaded); !status.ok()) {
+      std::fprintf(stderr, "mpsd: %s: %s\n", check_config.c_str(),
+                   std::string(status.message()).c_str());
+      return 2;
+    }
     const std::string executor =
         loaded->executor.path.empty() ? mpsd::server::DefaultExecutorPath() : loaded->executor.path;
     if (access(executor.c_str(), X_OK) != 0) {
