@@ -18,11 +18,13 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/numeric/int128.h"
@@ -208,6 +210,73 @@ std::vector<const FieldDescriptor*> RequestLevelFields() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The documents, counted before any node is built.
+
+// yaml-cpp 0.7's YAML::LoadAll never returns on a token that no document can start with (a
+// ',' outside [...] or {...}: the job file "," alone): Parser::HandleNextDocument reports a
+// document without consuming the token, and LoadAll appends an empty one each turn until
+// memory runs out (found by tests/fuzz/job_file_fuzzer). So the job file's documents are
+// counted on the parser's events, at most kScanTurns of them, and only the first is loaded.
+// Aliases (*name) are refused here too: they share nodes, and the walk below would visit a
+// shared node once for each path to it (exponential in the nesting: "billion laughs").
+class DocumentScan final : public YAML::EventHandler {
+ public:
+  // Where each document the parser reported starts (the same position twice: stuck), and where
+  // its first node is (the mark a node of it would carry).
+  std::vector<YAML::Mark> starts;
+  std::vector<YAML::Mark> first_nodes;
+  std::optional<YAML::Mark> alias;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    Node(mark);
+    if (!alias.has_value()) alias = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (first_nodes.size() < starts.size()) first_nodes.push_back(mark);
+  }
+};
+
+// One document, a second one (an error either way), and two more that show whether the parser
+// stuck on one token after the second's "---" ("a: 1\n---\n,").
+constexpr int kScanTurns = 4;
+
+DocumentScan ScanDocuments(const std::string& yaml) {
+  std::istringstream stream(yaml);
+  YAML::Parser parser(stream);
+  DocumentScan scan;
+  for (int turn = 0; turn < kScanTurns && parser.HandleNextDocument(scan); ++turn) {
+  }
+  return scan;
+}
+
+// The position where the parser stopped making progress, if it did.
+std::optional<YAML::Mark> StuckAt(const DocumentScan& scan) {
+  for (size_t i = 1; i < scan.starts.size(); ++i) {
+    if (scan.starts[i].pos == scan.starts[i - 1].pos) return scan.starts[i];
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The walk.
 
 class JobFileParser {
@@ -271,8 +340,28 @@ void JobFileParser::Error(const YAML::Node& at, absl::string_view path, absl::st
 absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml) {
   v1::SubmitJobRequest request;
   std::vector<YAML::Node> documents;
+  const std::string text(yaml);
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    const DocumentScan scan = ScanDocuments(text);
+    if (std::optional<YAML::Mark> stuck = StuckAt(scan); stuck.has_value()) {
+      const char c = stuck->pos >= 0 && static_cast<size_t>(stuck->pos) < text.size()
+                         ? text[static_cast<size_t>(stuck->pos)]
+                         : ' ';
+      Error(*stuck, "",
+            absl::StrCat("YAML syntax error: unexpected ",
+                         absl::ascii_isgraph(static_cast<unsigned char>(c))
+                             ? absl::StrCat("'", std::string(1, c), "'")
+                             : std::string("character"),
+                         c == ',' ? " (a ',' separates items only inside [...] or {...})" : ""));
+    } else if (scan.starts.size() > 1) {
+      Error(scan.first_nodes.size() > 1 ? scan.first_nodes[1] : scan.starts[1], "",
+            "a job file holds one YAML document, but a second one starts here");
+    } else if (scan.alias.has_value()) {
+      Error(*scan.alias, "",
+            "YAML aliases (*name) are not supported in a job file: write the value out");
+    } else if (!scan.starts.empty()) {
+      documents.push_back(YAML::Load(text));
+    }
   } catch (const YAML::ParserException& e) {
     Error(e.mark, "", absl::StrCat("YAML syntax error: ", e.msg));
   } catch (const YAML::Exception& e) {
@@ -282,8 +371,6 @@ absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml
     if (documents.empty() || (documents.size() == 1 && documents[0].IsNull())) {
       Error(YAML::Mark::null_mark(), "",
             "empty job file (expected a map that starts with \"kind: TrainJob\")");
-    } else if (documents.size() > 1) {
-      Error(documents[1], "", "a job file holds one YAML document, but a second one starts here");
     } else if (!documents[0].IsMap()) {
       Error(documents[0], "",
             absl::StrCat("expected a map of job fields, got ", Describe(documents[0])));
