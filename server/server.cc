@@ -177,7 +177,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   const bool any_tcp = absl::c_any_of(
       config.listen, [](const std::string& a) { return !absl::StartsWith(a, "unix:"); });
   if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
-  CheckStateDirMode(config.state_dir);
+  if (absl::Status status = CheckStateDirMode(config.state_dir); !status.ok()) return status;
   absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
   if (!lock_fd.ok()) return lock_fd.status();
   server->lock_fd_ = *lock_fd;
@@ -474,9 +474,11 @@ absl::Status Server::StartHttp() {
                               absl::string_view action) -> absl::StatusOr<HttpCaller> {
     absl::StatusOr<Principal> principal = store->Authenticate(authorization);
     if (!principal.ok()) {
+      // No path in the answer: where the daemon keeps its tokens is nobody's business who has
+      // no token (its log and `mpsd token list` say it to the owner).
       return absl::UnauthenticatedError(absl::StrCat(
           principal.status().message(), ". A token is made on the daemon's machine with: mpsd "
-          "token add --tokens ", store->path(), " --name NAME --role viewer"));
+          "token add --name NAME --role viewer"));
     }
     if (absl::Status allowed = Authorize(*principal, Role::kViewer, action); !allowed.ok()) {
       return allowed;
