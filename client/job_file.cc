@@ -894,7 +894,8 @@ bool IsGeneratedRequestId(absl::string_view request_id) {
 std::string NewRequestId() {
   unsigned char bytes[16] = {};
   std::FILE* random = std::fopen("/dev/urandom", "rb");
-  const bool read = random != nullptr && std::fread(bytes, 1, sizeof(bytes), random) == sizeof(bytes);
+  const bool read =
+      random != nullptr && std::fread(bytes, 1, sizeof(bytes), random) == sizeof(bytes);
   if (random != nullptr) std::fclose(random);
   if (!read) {  // no /dev/urandom: time and pid, unique enough for one user's retries
     const uint64_t now = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));

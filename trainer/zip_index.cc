@@ -45,7 +45,8 @@ class File {
     out.resize(n);
     size_t done = 0;
     while (done < n) {
-      const ssize_t got = pread(fd_, out.data() + done, n - done, static_cast<off_t>(offset + done));
+      const ssize_t got =
+          pread(fd_, out.data() + done, n - done, static_cast<off_t>(offset + done));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) return false;
       done += static_cast<size_t>(got);

@@ -330,7 +330,7 @@ TEST_F(HangsE2eTest, CheckConfigRefusesTheAddressesTheStartRefuses) {
     SCOPED_TRACE(text);
     WriteFile(config, text);
     CommandResult check =
-        RunWithin({MpsdPath(), "--check-config", config}, dir_.str(), absl::Seconds(30));
+        RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
     EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
     EXPECT_THAT(check.err, HasSubstr(message));
     std::vector<std::string> start = {MpsdPath(), "--config", config, "--state-dir",
@@ -338,13 +338,13 @@ TEST_F(HangsE2eTest, CheckConfigRefusesTheAddressesTheStartRefuses) {
     if (!absl::StartsWith(text, "listen:")) {
       start.insert(start.end(), {"--listen", "unix://" + dir_.str() + "/addresses.sock"});
     }
-    CommandResult started = RunWithin(start, dir_.str(), absl::Seconds(30));
+    CommandResult started = RunCommandWithin(start, absl::Seconds(30));
     EXPECT_NE(started.exit_code, 0) << started.err;
     EXPECT_THAT(started.err, HasSubstr(message));
   }
   WriteFile(config, "listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\n");
   CommandResult good =
-      RunWithin({MpsdPath(), "--check-config", config}, dir_.str(), absl::Seconds(30));
+      RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
   EXPECT_EQ(good.exit_code, 0) << good.err;
   EXPECT_THAT(good.out, HasSubstr(": valid"));
 }
@@ -361,8 +361,8 @@ TEST_F(HangsE2eTest, MpsctlSubmitsCarryARequestId) {
             "batch_size: 32\ndevice: cpu\n");
   std::vector<std::string> ids;
   for (int i = 0; i < 2; ++i) {
-    CommandResult submit = RunWithin({MpsctlPath(), "--server", daemon_->address(), "submit", file},
-                                     dir_.str(), absl::Seconds(60));
+    CommandResult submit = RunCommandWithin(
+        {MpsctlPath(), "--server", daemon_->address(), "submit", file}, absl::Seconds(60));
     ASSERT_EQ(submit.exit_code, 0) << submit.err;
     ids.push_back(std::string(absl::StripAsciiWhitespace(submit.out)));
   }
@@ -375,8 +375,8 @@ TEST_F(HangsE2eTest, MpsctlSubmitsCarryARequestId) {
     request_ids.push_back(job->spec().request_id());
   }
   EXPECT_NE(request_ids[0], request_ids[1]);
-  CommandResult get = RunWithin({MpsctlPath(), "--server", daemon_->address(), "get", ids[0]},
-                                dir_.str(), absl::Seconds(30));
+  CommandResult get = RunCommandWithin(
+      {MpsctlPath(), "--server", daemon_->address(), "get", ids[0]}, absl::Seconds(30));
   EXPECT_EQ(get.exit_code, 0) << get.err;
   EXPECT_THAT(get.out, ::testing::Not(HasSubstr("request_id")));
   // The same request_id again (what a retry sends) returns the first job.
@@ -399,7 +399,8 @@ TEST_F(HangsE2eTest, AMalformedJobIdIsInvalidArgumentNotNotFound) {
     EXPECT_EQ(rpc::Cancel(*daemon_, id).status().code(), absl::StatusCode::kInvalidArgument);
     grpc::Status streamed;
     rpc::StreamAll(*daemon_, id, 0, &streamed);
-    EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << streamed.error_message();
+    EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << streamed.error_message();
   }
   EXPECT_EQ(rpc::Get(*daemon_, "999").status().code(), absl::StatusCode::kNotFound);
 }
