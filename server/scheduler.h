@@ -94,8 +94,9 @@ class Scheduler {
   // returns it.
   void RefuseSubmits(absl::Status why);
 
-  // NOT_FOUND for an unknown id; DATA_LOSS for a job whose stored row could not be read at
-  // start-up (a damaged database page), whose id also gives DATA_LOSS to Cancel.
+  // INVALID_ARGUMENT "job_id: ..." for what is not a job id at all ("", "abc"; api/job_id.h),
+  // NOT_FOUND for an unknown well-formed id; DATA_LOSS for a job whose stored row could not be
+  // read at start-up (a damaged database page), whose id also gives DATA_LOSS to Cancel.
   absl::StatusOr<mpsd::v1::Job> Get(const std::string& job_id) const;
 
   // The jobs `query` selects, newest (highest id) first, at most query.limit.
@@ -105,7 +106,8 @@ class Scheduler {
   // to stop at its next step boundary (the returned job is still RUNNING; its stream ends
   // with CANCELLED). A sweep: each of its unfinished trials so; the sweep ends CANCELLED once
   // they all ended. Jobs waiting for a cancelled job end CANCELLED (DEPENDENCY_FAILED).
-  // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a finished job.
+  // INVALID_ARGUMENT for what is not a job id, NOT_FOUND for an unknown id,
+  // FAILED_PRECONDITION for a finished job.
   absl::StatusOr<mpsd::v1::Job> Cancel(const std::string& job_id);
 
   // Holds / releases the queue (PauseQueue, ResumeQueue): while paused no queued job starts;
