@@ -96,6 +96,7 @@ bool AnyLogContains(const JobRun& run, const std::string& text) {
 class DistributedE2eTest : public ::testing::Test {
  protected:
   void SetUp() override { daemon_.Start(); }
+  std::string state() const { return (dir_.path() / "state").string(); }
 
   TempDir dir_{"mpsd-ddp"};
   Daemon daemon_{(dir_.path() / "state").string(), (dir_.path() / "mpsd.sock").string()};
@@ -198,8 +199,10 @@ TEST_F(DistributedE2eTest, ResumesFromADistributedCheckpoint) {
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("world size"));
 }
 
-// The pid of the executor whose command line names `needle` (its socket), or 0.
-pid_t FindExecutor(const std::string& needle) {
+// The pid of the executor for local rank 1 of the daemon whose state dir is `state_dir` (its
+// socket, named on its command line, is <state_dir>/….rank1), or 0.
+pid_t FindRank1Executor(const std::string& state_dir) {
+  const std::string needle = ".rank1";
   DIR* proc = opendir("/proc");
   pid_t found = 0;
   while (dirent* entry = readdir(proc)) {
@@ -212,7 +215,8 @@ pid_t FindExecutor(const std::string& needle) {
     for (char& ch : cmdline) {
       if (ch == '\0') ch = ' ';
     }
-    if (absl::StrContains(cmdline, "mpsd-executor") && absl::StrContains(cmdline, needle + " ")) {
+    if (absl::StrContains(cmdline, "mpsd-executor") && absl::StrContains(cmdline, state_dir) &&
+        absl::StrContains(cmdline, needle + " ")) {
       found = std::stoi(name);
     }
   }
@@ -232,7 +236,7 @@ TEST_F(DistributedE2eTest, KillingOneRanksExecutorFailsTheJobAndTheNextJobRuns) 
     const absl::StatusOr<mpsd::v1::Job> now = rpc::Get(daemon_, job->id());
     return now.ok() && now->last_step().step() >= 3;
   })) << "the job never reached step 3";
-  const pid_t rank1 = FindExecutor(".rank1");
+  const pid_t rank1 = FindRank1Executor(state());
   ASSERT_GT(rank1, 0) << "no executor for rank 1";
   const absl::Time killed = absl::Now();
   ASSERT_EQ(kill(rank1, SIGKILL), 0);
@@ -248,7 +252,27 @@ TEST_F(DistributedE2eTest, KillingOneRanksExecutorFailsTheJobAndTheNextJobRuns) 
 
   const JobRun next = SubmitAndWait(daemon_, Job("mlp", "adam", 256, 64));
   EXPECT_EQ(next.job.state(), mpsd::v1::Job::SUCCEEDED) << next.job.message();
-  EXPECT_EQ(FindExecutor(".rank1"), 0) << "rank 1's executor outlived the job";
+  EXPECT_EQ(FindRank1Executor(state()), 0) << "rank 1's executor outlived the job";
+}
+
+// CancelJob cancels every rank: the job ends CANCELLED, rank 1's executor is gone, and the next
+// job runs.
+TEST_F(DistributedE2eTest, CancelStopsEveryRank) {
+  absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(
+      daemon_, Distributed(Job("mlp", "adam", 12000, 32, /*epochs=*/5), 2, FreePort()));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitUntil([&] {
+    const absl::StatusOr<mpsd::v1::Job> now = rpc::Get(daemon_, job->id());
+    return now.ok() && now->last_step().step() >= 3;
+  })) << "the job never reached step 3";
+  ASSERT_GT(FindRank1Executor(state()), 0);
+  ASSERT_TRUE(rpc::Cancel(daemon_, job->id()).ok());
+  absl::StatusOr<mpsd::v1::Job> ended = rpc::WaitForEnd(daemon_, job->id(), absl::Seconds(60));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), mpsd::v1::Job::CANCELLED) << ended->message();
+  EXPECT_EQ(FindRank1Executor(state()), 0) << "rank 1's executor outlived the job";
+  const JobRun next = SubmitAndWait(daemon_, Job("mlp", "adam", 256, 64));
+  EXPECT_EQ(next.job.state(), mpsd::v1::Job::SUCCEEDED) << next.job.message();
 }
 
 // nnodes 2 with only node 0 submitted: the rendezvous fails after timeout_s naming rank 1.
