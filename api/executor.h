@@ -32,6 +32,10 @@ struct JobContext {
   // The checkpoint file to resume from, resolved by the caller from restart_policy: resume;
   // empty = as the spec says (resume_from, or start fresh). Overrides the spec's resume_from.
   std::string resume_checkpoint;
+  // A data-parallel job (TrainJob.distributed): which of this daemon's ranks this executor
+  // runs, in [0, nproc_per_node); its rank in the job is node_rank × nproc_per_node + this.
+  // 0 for every other job.
+  int local_rank = 0;
 };
 
 class Executor {

@@ -135,9 +135,12 @@ Command BuildCommand(const ExecutorSupervisor::Options& o) {
       continue;
     }
     if (absl::StartsWith(entry, "PYTORCH_ENABLE_MPS_FALLBACK=")) continue;
+    if (absl::StartsWith(entry, "NCCL_NVLS_ENABLE=")) continue;
     c.env.emplace_back(entry);
   }
   c.env.push_back(absl::StrCat("PYTORCH_ENABLE_MPS_FALLBACK=", o.mps_fallback ? 1 : 0));
+  // NCCL's NVLink SHARP (multicast) stays off for distributed jobs' NCCL process groups.
+  c.env.push_back("NCCL_NVLS_ENABLE=0");
   if (o.memory_fraction > 0) {
     c.env.push_back(absl::StrCat("PYTORCH_MPS_HIGH_WATERMARK_RATIO=", o.memory_fraction));
     c.env.push_back(
@@ -218,6 +221,12 @@ void ExecutorSupervisor::MonitorLoop() {
       absl::MutexLock lock(&mu_);
       if (shutting_down_) break;
       child = current_;
+      if (child == nullptr && !options_.respawn && generations_ > 0) {
+        // One executor only (a distributed job's extra rank): none after it ends.
+        auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutting_down_; };
+        mu_.Await(absl::Condition(&stop));
+        break;
+      }
       if (child == nullptr) generation = ++generations_;
     }
     if (child == nullptr) {
@@ -542,6 +551,7 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
   executor_v1::RunRequest request;
   request.set_job_id(job.job_id);
   request.set_resume_checkpoint(job.resume_checkpoint);
+  request.set_local_rank(job.local_rank);
   *request.mutable_spec() = spec;
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<executor_v1::RunUpdate>> reader =
@@ -662,9 +672,31 @@ absl::Status ExecutorSupervisor::Run(const mpsd::api::JobContext& job,
                                      const mpsd::v1::SubmitJobRequest& spec,
                                      const mpsd::api::EventSink& sink,
                                      const mpsd::api::CancelFlag& cancelled) {
+  const int nproc = spec.has_train_job() && spec.train_job().has_distributed()
+                        ? spec.train_job().distributed().nproc_per_node()
+                        : 1;
+  if (nproc > 1) return RunRanks(job, spec, sink, cancelled, nproc);
+  return RunHere(job, spec, sink, cancelled, nullptr);
+}
+
+void ExecutorSupervisor::KillCurrent(const std::string& reason) {
+  std::shared_ptr<Child> child;
+  {
+    absl::MutexLock lock(&mu_);
+    child = current_;
+  }
+  if (child != nullptr) Retire(*child, reason, /*kill=*/true);
+}
+
+absl::Status ExecutorSupervisor::RunHere(const mpsd::api::JobContext& job,
+                                         const mpsd::v1::SubmitJobRequest& spec,
+                                         const mpsd::api::EventSink& sink,
+                                         const mpsd::api::CancelFlag& cancelled,
+                                         const std::function<void(pid_t)>& on_pid) {
   absl::StatusOr<std::shared_ptr<Child>> started = ChildForJob(cancelled);
   if (!started.ok()) return started.status();
   const std::shared_ptr<Child> child = *std::move(started);
+  if (on_pid) on_pid(child->pid);
   RunOutcome outcome = ForwardRun(*child, job, spec, sink, cancelled);
   std::string restart_reason;
   const absl::Status status = Conclude(*child, job.job_id, outcome, restart_reason);

@@ -79,6 +79,9 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
     bool mps_fallback = false;
     // The executor's log level (spdlog names); it logs to the daemon's stderr.
     std::string log_level = "info";
+    // Start a new executor when one ends (crash, retirement); false: the first is the only one
+    // (a distributed job's extra ranks, started for one job).
+    bool respawn = true;
     // How long an executor may take to start (LibTorch, device, baseline) before it is killed.
     absl::Duration start_timeout = absl::Seconds(120);
     // Called on the monitor thread with true when an executor became ready, false when it
@@ -104,7 +107,13 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override;
 
   // Runs the job in the executor and forwards its events; the summary (last) gains
-  // executor_pid and executor_restart_reason. Beyond api/executor.h's errors: UNAVAILABLE
+  // executor_pid and executor_restart_reason. A data-parallel TrainJob with
+  // distributed.nproc_per_node = N > 1 runs local rank 0 in this executor and ranks 1..N-1 each
+  // in an executor of its own, started for the job (sockets <socket_path>.rank<k>) and stopped
+  // after it (server/executor_ranks.cc); the job's events are rank 0's (step and epoch
+  // metrics are global). When any rank fails, the others are cancelled and, if still running
+  // 5 s later, killed (rank 0's executor is then replaced); the job then fails with the first
+  // failure: "rank 1 of 2 (host h, pid N): <cause>". Beyond api/executor.h's errors: UNAVAILABLE
   // "executor crashed: pid N killed by signal 9 (SIGKILL); last step reported: 12" when the
   // executor died during the job (it is replaced before the next), and UNAVAILABLE when no
   // executor could be started for it, both with the failure reason EXECUTOR_CRASHED attached
@@ -147,6 +156,18 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   };
 
   explicit ExecutorSupervisor(const Options& options);
+
+  // Run for one executor (this one's): a job of one process, or local rank 0 of a distributed
+  // one (job.local_rank). `on_pid` (may be empty) is told the executor's pid first.
+  absl::Status RunHere(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
+                       const mpsd::api::EventSink& sink, const mpsd::api::CancelFlag& cancelled,
+                       const std::function<void(pid_t)>& on_pid);
+  // A distributed job's ranks on this node (server/executor_ranks.cc).
+  absl::Status RunRanks(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
+                        const mpsd::api::EventSink& sink, const mpsd::api::CancelFlag& cancelled,
+                        int nproc_per_node);
+  // Kills the running executor (it is replaced), e.g. a rank left behind by a failed peer.
+  void KillCurrent(const std::string& reason);
 
   // The monitor thread: starts executors, reaps them, replaces them.
   void MonitorLoop();

@@ -84,6 +84,7 @@ std::string FormatInfo(const CheckpointInfo& info) {
                       "dataset: ", info.dataset, "\n",                     //
                       "train_examples: ", info.train_examples, "\n",       //
                       "batch_size: ", info.batch_size, "\n",               //
+                      "world_size: ", info.world_size, "\n",               //
                       "epoch: ", info.epoch, "\n",                         //
                       "step: ", info.step, "\n",                           //
                       "precision: ", info.precision, "\n",                 //
@@ -112,6 +113,7 @@ absl::StatusOr<CheckpointInfo> ParseInfo(absl::string_view text) {
     if (key == "parameters") ok = absl::SimpleAtoi(value, &info.parameters);
     if (key == "train_examples") ok = absl::SimpleAtoi(value, &info.train_examples);
     if (key == "batch_size") ok = absl::SimpleAtoi(value, &info.batch_size);
+    if (key == "world_size") ok = absl::SimpleAtoi(value, &info.world_size);
     if (key == "epoch") ok = absl::SimpleAtoi(value, &info.epoch);
     if (key == "step") ok = absl::SimpleAtoi(value, &info.step);
     if (!ok) {
@@ -316,6 +318,9 @@ absl::Status CheckCompatible(const CheckpointInfo& saved, const CheckpointInfo& 
   if (saved.dataset != job.dataset) return differs("dataset", saved.dataset, job.dataset);
   if (saved.batch_size != job.batch_size) {
     return differs("batch size", saved.batch_size, job.batch_size);
+  }
+  if (saved.world_size != job.world_size) {
+    return differs("world size (distributed ranks)", saved.world_size, job.world_size);
   }
   if (saved.train_examples > 0 && job.train_examples > 0 &&
       saved.train_examples != job.train_examples) {

@@ -40,6 +40,9 @@ struct CheckpointInfo {
   int64_t train_examples = 0;
   // Examples per step: with train_examples it fixes the steps per epoch.
   int64_t batch_size = 0;
+  // Ranks of a data-parallel job (batch_size is per rank); 1 otherwise and for checkpoints
+  // written before it was recorded. A resume must have the same world size.
+  int64_t world_size = 1;
   // Epochs finished and optimizer steps taken when the checkpoint was written.
   int epoch = 0;
   int64_t step = 0;

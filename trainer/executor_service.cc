@@ -49,6 +49,7 @@ grpc::Status ExecutorService::Run(grpc::ServerContext* context,
   api::JobContext job;
   job.job_id = request->job_id();
   job.resume_checkpoint = request->resume_checkpoint();
+  job.local_rank = request->local_rank();
   const api::EventSink sink = [&](mpsd::v1::JobEvent event) {
     if (event.has_summary()) CompleteSummary(*event.mutable_summary());
     mpsd::v1::executor::RunUpdate update;

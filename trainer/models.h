@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,15 @@ struct ModelConfig {
   // A named size of the architecture (transformer: "small", "bert_base"); "" = the model's
   // default. Models without presets accept only "".
   std::string preset;
+  // ModelSpec.dropout: the probability of every dropout layer, in [0, 1); nullopt = each
+  // architecture's own (DropoutOr).
+  std::optional<double> dropout;
 };
+
+// config.dropout when set, else the architecture's `default_p`.
+inline double DropoutOr(const ModelConfig& config, double default_p) {
+  return config.dropout.value_or(default_p);
+}
 
 enum class InputKind {
   kImage,     // [C, H, W]

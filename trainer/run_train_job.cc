@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "trainer/checkpoint.h"
 #include "trainer/device.h"
+#include "trainer/distributed.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
@@ -88,6 +89,8 @@ std::string DescribeTraining(const TrainJobConfig& job, const Schedule& schedule
 
 // What one job works with once its data is loaded and its model built.
 struct JobState {
+  // A distributed job's process group, connected before anything else; nullptr otherwise.
+  std::unique_ptr<DataParallel> data_parallel;
   DeviceDataset data;
   Schedule schedule;
   std::shared_ptr<ClassifierImpl> model;
@@ -133,10 +136,30 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> MakeModel(const TrainJobConfig& 
   return std::shared_ptr<ClassifierImpl>(*std::move(script));
 }
 
+// A distributed job's rendezvous and process group (trainer/distributed.h); nullptr for one
+// process. Logs the rank's place in the job.
+absl::StatusOr<std::unique_ptr<DataParallel>> ConnectRanks(const TrainJobConfig& job,
+                                                           const EventSink& sink) {
+  const DistributedConfig& d = job.distributed;
+  if (!d.enabled) return std::unique_ptr<DataParallel>();
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<std::unique_ptr<DataParallel>> connected = DataParallel::Connect(d, job.device);
+  if (!connected.ok()) return connected.status();
+  EmitLog(sink, absl::StrFormat(
+                    "distributed: rank %d of %d (node %d of %d, local rank %d) on %s, %s, "
+                    "rendezvous %s:%d in %.2f s",
+                    d.rank, d.world_size, d.node_rank, d.nnodes, d.local_rank,
+                    DeviceString(job.device), DistributedBackendName(d.backend), d.master_addr,
+                    d.master_port, SecondsSince(start)));
+  return connected;
+}
+
 // Loads the data, builds the schedule for it, then the model (torch seeded with job.seed) and
 // its optimizer; logs the settings.
 absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const EventSink& sink,
                                                 mpsd::v1::JobSummary& summary) {
+  absl::StatusOr<std::unique_ptr<DataParallel>> data_parallel = ConnectRanks(job, sink);
+  if (!data_parallel.ok()) return data_parallel.status();
   absl::StatusOr<DeviceDataset> data = LoadData(job, sink, summary);
   if (!data.ok()) return data.status();
   absl::StatusOr<Schedule> schedule = BuildSchedule(job, data->train.size());
@@ -144,8 +167,16 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   torch::manual_seed(job.seed);
   absl::StatusOr<std::shared_ptr<ClassifierImpl>> model = MakeModel(job);
   if (!model.ok()) return model.status();
-  auto state = std::unique_ptr<JobState>(
-      new JobState{*std::move(data), *std::move(schedule), *std::move(model), nullptr, {}});
+  auto state = std::unique_ptr<JobState>(new JobState{*std::move(data_parallel), *std::move(data),
+                                                      *std::move(schedule), *std::move(model),
+                                                      nullptr, {}});
+  if (state->data_parallel != nullptr) {
+    // DDP's construction: every rank starts from rank 0's weights; each evaluates its part.
+    state->data_parallel->Broadcast(*state->model);
+    if (state->data.test.streamed == nullptr) {
+      state->data.test = state->data_parallel->ShardSplit(state->data.test);
+    }
+  }
   summary.set_parameters(CountParameters(*state->model));
   state->optimizer = MakeOptimizer(state->model->parameters(), job.optimizer);
   summary.set_optimizer(OptimizerName(job.optimizer.kind));
@@ -171,6 +202,7 @@ TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
   options.optimizer = job.optimizer.kind;
   options.schedule = state.schedule;
   options.grad_scaler = &state.grad_scaler;
+  options.data_parallel = state.data_parallel.get();
   return options;
 }
 
@@ -209,7 +241,8 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, Train
 // emits its `checkpoint` event. The loop's shuffle order is a function of seed and epoch, so
 // there is no shuffle generator to keep.
 EpochEndHook CheckpointHook(const TrainJobConfig& job, JobState& state, const EventSink& sink) {
-  if (job.checkpoint_every_epochs <= 0) return nullptr;
+  // Every rank holds the same weights and optimizer state: rank 0 writes them (DDP's practice).
+  if (job.checkpoint_every_epochs <= 0 || job.distributed.rank != 0) return nullptr;
   return [&job, &state, &sink](int epoch, int64_t steps_done) {
     if (epoch % job.checkpoint_every_epochs != 0) return absl::OkStatus();
     if (job.job_dir.empty()) {
@@ -301,7 +334,17 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
   if (job.precision == Precision::kFp16) {
     summary.summary().set_final_loss_scale(static_cast<float>(s.grad_scaler.scale()));
   }
-  if (status.ok()) {
+  if (status.ok() && s.data_parallel != nullptr) {
+    uint64_t fingerprint = 0;
+    const bool agree = s.data_parallel->WeightsAgree(*s.model, fingerprint);
+    EmitLog(sink, absl::StrFormat("distributed: final weights %s across %d ranks (rank %d's "
+                                  "fingerprint %016x)",
+                                  agree ? "bitwise identical" : "DIFFER",
+                                  s.data_parallel->world_size(), s.data_parallel->rank(),
+                                  fingerprint));
+    if (!agree) status = absl::InternalError("distributed: the ranks' final weights differ");
+  }
+  if (status.ok() && job.distributed.rank == 0) {
     status = SaveFinishedModel(job, *s.model, s.data.class_names, summary.summary());
   }
   return status;

@@ -69,6 +69,13 @@ absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig&
     return FieldError("model.preset", s.message());
   }
   config.model_config.preset = spec.preset();
+  if (spec.has_dropout()) {
+    if (!(spec.dropout() >= 0 && spec.dropout() < 1)) {
+      return FieldError("model.dropout", absl::StrFormat("must be in [0, 1), got %g",
+                                                         spec.dropout()));
+    }
+    config.model_config.dropout = spec.dropout();
+  }
   if (absl::Status s = CheckModelConfig(model, config.model_config); !s.ok()) {
     return FieldError("model.name", absl::StrFormat("%s (the input of dataset %s)", s.message(),
                                                     config.dataset.info->name));
@@ -80,6 +87,9 @@ absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig&
 absl::Status ResolveTorchScript(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
   if (!spec.name().empty() || !spec.preset().empty()) {
     return FieldError("model.torchscript", "set either model.name (and preset) or torchscript");
+  }
+  if (spec.has_dropout()) {
+    return FieldError("model.dropout", "applies to the zoo's models, not to a torchscript model");
   }
   if (absl::Status s = ResolveClasses(spec, config); !s.ok()) return s;
   absl::StatusOr<int64_t> parameters = CheckTorchScriptModel(
@@ -178,12 +188,18 @@ absl::Status ResolvePrecision(absl::string_view name, TrainJobConfig& config) {
                                                  DeviceString(config.device), reason));
 }
 
-// The device, the precision on it, and the memory format.
+// The device (a distributed job's rank: its entry of distributed.devices), the distributed
+// block, the precision and the memory format.
 absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
-                                   const DeviceInventory& inventory, TrainJobConfig& config) {
+                                   const DeviceInventory& inventory, int local_rank,
+                                   TrainJobConfig& config) {
   absl::StatusOr<torch::Device> device = ResolveDevice(spec.device(), inventory);
   if (!device.ok()) return FieldError("device", device.status().message());
   config.device = *device;
+  absl::StatusOr<DistributedConfig> distributed =
+      ResolveDistributed(spec, local_rank, inventory, TrainJobFields(), config.device);
+  if (!distributed.ok()) return distributed.status();
+  config.distributed = *distributed;
   if (absl::Status s = ResolvePrecision(spec.precision(), config); !s.ok()) return s;
   // BenchJob measures channels_last; the training loop keeps LibTorch's default layout.
   if (!spec.memory_format().empty() && spec.memory_format() != "contiguous") {
@@ -255,7 +271,10 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   if (absl::Status s = ResolveModelAndData(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
   config.seed = spec.seed();
-  if (absl::Status s = ResolveDeviceSettings(spec, inventory, config); !s.ok()) return s;
+  const int local_rank = context != nullptr ? context->local_rank : 0;
+  if (absl::Status s = ResolveDeviceSettings(spec, inventory, local_rank, config); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ResolveCheckpoints(spec, artifacts_dir, config); !s.ok()) return s;
   if (context != nullptr) PlaceJob(*context, artifacts_dir, config);
   config.dataset.own.cache_dir = options.cache_dir;  // image_folder's decode cache
@@ -264,6 +283,8 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
 
 absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_examples) {
   ScheduleConfig config = job.schedule.config;
+  // A distributed rank steps through its shard (batch_size is per rank, as in DDP).
+  train_examples = ShardSize(train_examples, job.distributed.world_size, job.drop_last);
   config.steps_per_epoch = StepsPerEpoch(train_examples, job.batch_size, job.drop_last,
                                          job.grad_accumulation_steps);
   config.total_steps = config.steps_per_epoch * job.epochs;
@@ -295,6 +316,7 @@ CheckpointInfo JobCheckpointInfo(const TrainJobConfig& job, int64_t train_exampl
   info.dataset = std::string(job.dataset.info->name);
   info.train_examples = train_examples;
   info.batch_size = job.batch_size;
+  info.world_size = job.distributed.world_size;
   info.precision = PrecisionName(job.precision);
   info.job_id = job.job_id;
   info.torch_version = TORCH_VERSION;

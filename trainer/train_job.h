@@ -17,6 +17,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
+#include "trainer/distributed.h"
 #include "trainer/field_checks.h"
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
@@ -49,6 +50,9 @@ struct TrainJobConfig {
   int eval_every_epochs = 1;
   uint64_t seed = 0;
   torch::Device device = torch::kCPU;
+  // TrainJob.distributed resolved for this process's rank (trainer/distributed.h); `device` is
+  // then this rank's (distributed.devices).
+  DistributedConfig distributed;
 
   // ---- Checkpoints, resume, the finished model, TorchScript models (trainer/checkpoint.h) ----
   // A user's TorchScript model instead of `model`: the file, and its trainable parameter count

@@ -263,12 +263,22 @@ void OptimizerStep(const Loop& loop, StepResult& result) {
   }
 }
 
+// Sums the step's loss × examples and correct count across ranks (every rank runs as many
+// examples per step: DataParallel::Shard gives them equal shards).
+void ReduceStepMetrics(DataParallel& data_parallel, StepResult& result) {
+  torch::Tensor sums = data_parallel.AllReduceSum(
+      torch::stack({result.loss.to(torch::kFloat32), result.correct.to(torch::kFloat32)}));
+  result.loss = sums[0];
+  result.correct = sums[1].to(torch::kInt64);
+  result.examples *= data_parallel.world_size();
+}
+
 // One optimizer step over the batches [first, first + count) of the epoch's `order`.
 // Augmentation draws from `shuffle`, so a seed fixes both the order and the augmentation.
 StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count,
                      at::Generator& shuffle) {
   const TensorSplit& train = loop.data.train;
-  const int64_t n = train.size();
+  const int64_t n = order.size(0);  // a distributed rank's shard is shorter than the set
   const int64_t batch_size = loop.options.batch_size;
   compat::ZeroGradToNone(loop.optimizer);
   StepResult result;
@@ -283,7 +293,11 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
     const torch::Tensor images = Augment(gathered, loop.data.augmentation, shuffle);
     ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), result);
   }
+  DataParallel* data_parallel = loop.options.data_parallel;
+  // DDP's no_sync for every micro-batch but the last: one all-reduce per optimizer step.
+  if (data_parallel != nullptr) data_parallel->AllReduceGradients(loop.model.parameters());
   OptimizerStep(loop, result);
+  if (data_parallel != nullptr) ReduceStepMetrics(*data_parallel, result);
   result.loss = result.loss / static_cast<double>(result.examples);
   return result;
 }
@@ -297,14 +311,18 @@ absl::Status Cancelled(const StepReadback& readback) {
 absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
                         StepReadback& readback) {
   const TensorSplit& train = loop.data.train;
-  const int64_t n = train.size();
   const int64_t batch_size = loop.options.batch_size;
   const int64_t accumulation = loop.options.grad_accumulation_steps;
+  shuffle.set_current_seed(EpochSeed(loop.options.seed, epoch));
+  torch::Tensor order = torch::randperm(
+      train.size(), shuffle,
+      torch::TensorOptions().dtype(torch::kInt64).device(train.labels.device()));
+  if (loop.options.data_parallel != nullptr) {
+    order = loop.options.data_parallel->Shard(order, loop.options.drop_last);
+  }
+  const int64_t n = order.size(0);
   const int64_t batches =
       loop.options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
-  shuffle.set_current_seed(EpochSeed(loop.options.seed, epoch));
-  const torch::Tensor order = torch::randperm(
-      n, shuffle, torch::TensorOptions().dtype(torch::kInt64).device(train.labels.device()));
   if (train.streamed != nullptr) {
     // The epoch's batches, copied ahead from the host in this order (one read-back of `order`).
     train.streamed->StartPass(order.narrow(/*dim=*/0, 0, std::min(n, batches * batch_size)),
@@ -378,6 +396,9 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     reason = "the training set is streamed from the host";
   }
   if (reason.empty() && !options.cuda_graphs) reason = "CUDA graphs turned off";
+  if (reason.empty() && options.data_parallel != nullptr) {
+    reason = "distributed: gradients are all-reduced between backward and step";
+  }
   // OneCycleLR's cycle_momentum moves Adam's beta1 every step; the graph reads it once.
   if (reason.empty() && options.schedule.has_value() && options.schedule->Momentum(0)) {
     reason = "the schedule cycles the momentum (beta1)";
@@ -401,7 +422,8 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   return graphed;
 }
 
-absl::Status CheckOptions(const TrainOptions& options, int64_t steps_per_epoch) {
+absl::Status CheckOptions(const TrainOptions& options, const DeviceDataset& data,
+                          int64_t steps_per_epoch) {
   if (options.precision == Precision::kFp16 && options.grad_scaler == nullptr) {
     return absl::InvalidArgumentError("fp16 training needs a grad_scaler");
   }
@@ -409,6 +431,11 @@ absl::Status CheckOptions(const TrainOptions& options, int64_t steps_per_epoch) 
     return absl::InvalidArgumentError(absl::StrFormat(
         "an epoch has no optimizer step (batch size %d, drop_last %v)", options.batch_size,
         options.drop_last));
+  }
+  if (options.data_parallel != nullptr && data.train.streamed != nullptr) {
+    return absl::InvalidArgumentError(
+        "distributed: the training set is streamed from the host; a distributed job needs it "
+        "resident on the device");
   }
   if (options.grad_accumulation_steps < 1 || options.eval_every_epochs < 1 ||
       options.start_epoch < 1) {
@@ -424,9 +451,12 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                    const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,
                    const std::atomic<bool>& cancelled) {
   const torch::Device device = data.train.labels.device();
-  const int64_t steps_per_epoch = StepsPerEpoch(data.train.size(), options.batch_size,
-                                                options.drop_last, options.grad_accumulation_steps);
-  if (absl::Status s = CheckOptions(options, steps_per_epoch); !s.ok()) return s;
+  const int64_t steps_per_epoch = StepsPerEpoch(
+      options.data_parallel != nullptr
+          ? ShardSize(data.train.size(), options.data_parallel->world_size(), options.drop_last)
+          : data.train.size(),
+      options.batch_size, options.drop_last, options.grad_accumulation_steps);
+  if (absl::Status s = CheckOptions(options, data, steps_per_epoch); !s.ok()) return s;
   std::unique_ptr<GraphedStep> graphed = MaybeCaptureStep(model, optimizer, data, options, sink);
   const Loop loop{model, optimizer, data, options, sink, cancelled, graphed.get()};
   StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
@@ -443,7 +473,7 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
     std::optional<EvalResult> test;
     if (epoch % options.eval_every_epochs == 0 || epoch == options.epochs) {
       absl::StatusOr<EvalResult> result =
-          Evaluate(model, data.test, options.eval_batch_size, cancelled);
+          Evaluate(model, data.test, options.eval_batch_size, cancelled, options.data_parallel);
       if (!result.ok()) return result.status();
       test = *result;
     }
@@ -460,7 +490,8 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
 }
 
 absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& split,
-                                    int64_t batch_size, const std::atomic<bool>& cancelled) {
+                                    int64_t batch_size, const std::atomic<bool>& cancelled,
+                                    DataParallel* data_parallel) {
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
   const auto on_device = torch::TensorOptions().device(split.labels.device());
@@ -486,10 +517,16 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
     correct.add_(logits.argmax(/*dim=*/1).eq(labels).sum());
   }
   // The one synchronisation of the evaluation.
-  const torch::Tensor totals =
-      torch::stack({loss_sum, correct.to(torch::kFloat32)}).to(torch::kCPU);
-  if (n == 0) return EvalResult{};
-  return EvalResult{totals[0].item<double>() / n, totals[1].item<double>() / n};
+  torch::Tensor totals = torch::stack({loss_sum, correct.to(torch::kFloat32)});
+  int64_t examples = n;
+  if (data_parallel != nullptr) {
+    totals = data_parallel->AllReduceSum(torch::cat(
+        {totals, torch::full({1}, static_cast<double>(n), on_device.dtype(torch::kFloat32))}));
+  }
+  totals = totals.to(torch::kCPU);
+  if (data_parallel != nullptr) examples = static_cast<int64_t>(totals[2].item<double>());
+  if (examples == 0) return EvalResult{};
+  return EvalResult{totals[0].item<double>() / examples, totals[1].item<double>() / examples};
 }
 
 }  // namespace mpsd::trainer

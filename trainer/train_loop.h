@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainer/datasets.h"
+#include "trainer/distributed.h"
 #include "trainer/executor.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/models.h"
@@ -76,6 +77,13 @@ struct TrainOptions {
   // On CUDA, capture the whole step in one CUDA graph when the job allows it
   // (trainer/graphed_step.h: adam/adamw, fp32, one batch per step, no clipping or augmentation).
   bool cuda_graphs = true;
+  // A data-parallel job's process group (trainer/distributed.h), borrowed; nullptr for one
+  // process. Then each epoch's permutation is this rank's shard (DataParallel::Shard), every
+  // step's gradients are averaged across ranks after the last micro-batch's backward (so
+  // clipping sees the global norm), and the step's loss, correct count and examples are summed
+  // across ranks: step and epoch events carry the global figures. Evaluate reduces the same
+  // way. The CUDA graph is not used. The training set must be device-resident.
+  DataParallel* data_parallel = nullptr;
 };
 
 // Trains `model` (already on the data's device, in train mode) with `optimizer` for epochs
@@ -100,8 +108,12 @@ struct EvalResult {
 
 // Evaluates `model` on `split` in eval mode without autograd, accumulating on the device and
 // synchronising once; leaves the model in train mode. CANCELLED if `cancelled` turns true.
+// With `data_parallel`, `split` is this rank's shard (DataParallel::ShardSplit) and the loss
+// sum, correct count and examples are summed across ranks before the division: every rank
+// returns the whole set's figures.
 absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& split,
-                                    int64_t batch_size, const std::atomic<bool>& cancelled);
+                                    int64_t batch_size, const std::atomic<bool>& cancelled,
+                                    DataParallel* data_parallel = nullptr);
 
 }  // namespace mpsd::trainer
 

@@ -91,8 +91,8 @@ TEST(JobFileTest, WrongTypeNamesPath) {
   EXPECT_THAT(ErrorOf("kind: TrainJob\noptimizer: {learning_rate: fast}\n"),
               HasSubstr("optimizer.learning_rate: expected a number, got \"fast\""));
   EXPECT_THAT(ErrorOf("kind: TrainJob\nmodel: convnet\n"),
-              HasSubstr("model: expected a map with fields name, num_classes, preset and "
-                        "torchscript, got \"convnet\""));
+              HasSubstr("model: expected a map with fields name, num_classes, preset, "
+                        "torchscript and dropout, got \"convnet\""));
   EXPECT_THAT(ErrorOf("kind: TrainJob\ndevice: [cpu]\n"),
               HasSubstr("device: expected a string, got a list"));
   EXPECT_THAT(ErrorOf("kind: TrainJob\nbatch_size: 1.5\n"),

@@ -152,6 +152,31 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        "got 5"},
       {"num_classes zero", [](auto& j) { j.mutable_model()->set_num_classes(0); },
        "train_job.model.num_classes: must be in [1, 1048576], got 0"},
+      {"dropout", [](auto& j) { j.mutable_model()->set_dropout(1); },
+       "train_job.model.dropout: must be in [0, 1), got 1"},
+      {"negative dropout", [](auto& j) { j.mutable_model()->set_dropout(-0.5); },
+       "train_job.model.dropout: must be in [0, 1), got -0.5"},
+      {"nproc_per_node", [](auto& j) { j.mutable_distributed()->set_nproc_per_node(0); },
+       "train_job.distributed.nproc_per_node: must be in [1, 64], got 0"},
+      {"node_rank", [](auto& j) { j.mutable_distributed()->set_node_rank(1); },
+       "train_job.distributed.node_rank: must be in [0, nnodes = 1), got 1"},
+      {"master_addr for two nodes", [](auto& j) { j.mutable_distributed()->set_nnodes(2); },
+       "train_job.distributed.master_addr: required when nnodes > 1 (the host of node 0)"},
+      {"master_port", [](auto& j) { j.mutable_distributed()->set_master_port(70000); },
+       "train_job.distributed.master_port: must be in [1, 65535], got 70000"},
+      {"backend", [](auto& j) { j.mutable_distributed()->set_backend("mpi"); },
+       "train_job.distributed.backend: unknown backend \"mpi\" (known: auto, gloo, nccl)"},
+      {"nccl on cpu", [](auto& j) { j.mutable_distributed()->set_backend("nccl"); },
+       "train_job.distributed.backend: nccl needs CUDA devices; the job's is cpu (use gloo)"},
+      {"devices count",
+       [](auto& j) {
+         j.mutable_distributed()->set_nproc_per_node(2);
+         j.mutable_distributed()->add_devices("cpu");
+       },
+       "train_job.distributed.devices: must name one device per local rank (nproc_per_node = "
+       "2), got 1"},
+      {"timeout_s", [](auto& j) { j.mutable_distributed()->set_timeout_s(0); },
+       "train_job.distributed.timeout_s: must be in (0, 86400], got 0"},
       {"dataset", [](auto& j) { j.mutable_dataset()->set_name("imagenet"); },
        "train_job.dataset.name: unknown dataset \"imagenet\" (known: fashion-mnist, mnist, "
        "cifar10, synthetic, image_folder, tensors)"},

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,36 @@ TEST(ModelBuildTest, SmallModels) {
            {"cifar_cnn", {2, 8, 8}, 2, "", true},
        }) {
     BuildAndRun(c);
+  }
+}
+
+// ModelSpec.dropout: 0 makes a training-mode forward pass that of eval mode (no unit dropped);
+// unset keeps the architecture's own dropout, which zeroes some units in training mode.
+TEST(ModelBuildTest, DropoutOverridesEveryDropoutLayer) {
+  for (const std::string name : {"mlp", "convnet", "cifar_cnn", "transformer"}) {
+    SCOPED_TRACE(name);
+    const ModelEntry& entry = Entry(name);
+    ModelConfig config = Natural(entry);
+    const torch::Tensor inputs = torch::randn(ZeroInputs(config, 4).sizes());
+    for (const bool off : {true, false}) {
+      config.dropout = off ? std::optional<double>(0.0) : std::nullopt;
+      torch::manual_seed(1);
+      std::shared_ptr<ClassifierImpl> model = entry.make(config);
+      if (name == "cifar_cnn") {  // BatchNorm: compare in train mode against itself, not eval
+        model->train();
+        torch::manual_seed(2);
+        const torch::Tensor first = model->forward(inputs);
+        torch::manual_seed(3);
+        const torch::Tensor second = model->forward(inputs);
+        EXPECT_EQ(torch::equal(first, second), off);
+        continue;
+      }
+      model->eval();
+      const torch::Tensor expected = model->forward(inputs);
+      model->train();
+      const torch::Tensor trained = model->forward(inputs);
+      EXPECT_EQ(torch::allclose(trained, expected, /*rtol=*/1e-6, /*atol=*/1e-6), off);
+    }
   }
 }
 

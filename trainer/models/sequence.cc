@@ -145,10 +145,11 @@ TransformerClassifierImpl::TransformerClassifierImpl(const TransformerPreset& pr
       register_module("input_proj", nn::Linear(SequenceDims(config.input_shape).second, h));
   positions_ = register_module("positions", nn::Embedding(kMaxPositions, h));
   norm_ = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({h}).eps(1e-12)));
-  dropout_ = register_module("dropout", nn::Dropout(kTransformerDropout));
+  const double dropout = DropoutOr(config, kTransformerDropout);
+  dropout_ = register_module("dropout", nn::Dropout(dropout));
   layers_ = register_module("layers", nn::ModuleList());
   for (int64_t i = 0; i < preset.layers; ++i) {
-    layers_->push_back(TransformerEncoderLayer(h, preset.heads, preset.ffn, kTransformerDropout));
+    layers_->push_back(TransformerEncoderLayer(h, preset.heads, preset.ffn, dropout));
   }
   classifier_ = register_module("classifier", nn::Linear(h, config.num_classes));
   InitLikeBert(*this);

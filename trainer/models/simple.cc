@@ -83,11 +83,12 @@ int64_t CifarCnnParameters(const ModelConfig& config) {
 }  // namespace
 
 MlpImpl::MlpImpl(const ModelConfig& config) {
+  const double p = DropoutOr(config, 0.2);
   layers_ = register_module(
       "layers",
       nn::Sequential(nn::Flatten(), nn::Linear(Product(config.input_shape), kMlpHidden), nn::ReLU(),
-                     nn::Dropout(/*p=*/0.2), nn::Linear(kMlpHidden, kMlpHidden), nn::ReLU(),
-                     nn::Dropout(/*p=*/0.2), nn::Linear(kMlpHidden, config.num_classes)));
+                     nn::Dropout(p), nn::Linear(kMlpHidden, kMlpHidden), nn::ReLU(),
+                     nn::Dropout(p), nn::Linear(kMlpHidden, config.num_classes)));
 }
 
 torch::Tensor MlpImpl::forward(torch::Tensor inputs) { return layers_->forward(inputs); }
@@ -99,11 +100,11 @@ ConvNetImpl::ConvNetImpl(const ModelConfig& config) {
   };
   conv1_ = register_module("conv1", nn::Conv2d(conv3x3(shape[0], /*out_channels=*/32)));
   conv2_ = register_module("conv2", nn::Conv2d(conv3x3(/*in_channels=*/32, /*out_channels=*/64)));
-  dropout1_ = register_module("dropout1", nn::Dropout2d(/*p=*/0.25));
+  dropout1_ = register_module("dropout1", nn::Dropout2d(/*p=*/DropoutOr(config, 0.25)));
   fc1_ = register_module("fc1", nn::Linear(/*in_features=*/64 * ConvNetPooledSize(shape[1]) *
                                                ConvNetPooledSize(shape[2]),
                                            /*out_features=*/128));
-  dropout2_ = register_module("dropout2", nn::Dropout(/*p=*/0.5));
+  dropout2_ = register_module("dropout2", nn::Dropout(/*p=*/DropoutOr(config, 0.5)));
   fc2_ = register_module("fc2", nn::Linear(/*in_features=*/128, config.num_classes));
 }
 
@@ -136,7 +137,8 @@ CifarCnnImpl::CifarCnnImpl(const ModelConfig& config) {
       "classifier",
       nn::Sequential(nn::Flatten(),
                      nn::Linear(CifarCnnFlatFeatures(config.input_shape), kCifarHidden),
-                     nn::ReLU(nn::ReLUOptions().inplace(true)), nn::Dropout(/*p=*/0.5),
+                     nn::ReLU(nn::ReLUOptions().inplace(true)),
+                     nn::Dropout(/*p=*/DropoutOr(config, 0.5)),
                      nn::Linear(kCifarHidden, config.num_classes)));
 }
 

@@ -104,12 +104,13 @@ VggImpl::VggImpl(const std::vector<int64_t>& layout, const ModelConfig& config) 
   features_ = register_module("features", features);
   avgpool_ = register_module(
       "avgpool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({kPooledSize, kPooledSize})));
+  const double p = DropoutOr(config, 0.5);
   classifier_ = register_module(
       "classifier",
       nn::Sequential(nn::Linear(in_channels * kPooledSize * kPooledSize, kHidden),
-                     nn::ReLU(nn::ReLUOptions().inplace(true)), nn::Dropout(/*p=*/0.5),
+                     nn::ReLU(nn::ReLUOptions().inplace(true)), nn::Dropout(p),
                      nn::Linear(kHidden, kHidden), nn::ReLU(nn::ReLUOptions().inplace(true)),
-                     nn::Dropout(/*p=*/0.5), nn::Linear(kHidden, config.num_classes)));
+                     nn::Dropout(p), nn::Linear(kHidden, config.num_classes)));
   InitLikeTorchvision(*this);
 }
 
