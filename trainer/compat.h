@@ -465,6 +465,7 @@ class CudaGraph {
 #else
     (void)device_index;
     TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
+    return {};
 #endif
   }
   static void SetRngState(int device_index, const torch::Tensor& state) {

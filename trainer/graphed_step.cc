@@ -138,7 +138,7 @@ void DeviceUpdate::Update() {
   // This step's learning rate and momentum, looked up on the device (past the table's end the
   // last entry holds).
   const torch::Tensor at = step_.clamp_max(lr_table_.size(0) - 1);
-  lr_.copy_(lr_table_.index_select(/*dim=*/0, at).view({}));
+  lr_.copy_(lr_table_.index_select(/*dim=*/0, at).squeeze(0));
   if (zero_lr_) lr_.zero_();
   zero_lr_ = false;
   std::vector<torch::Tensor> params, grads, first, second, steps;
@@ -155,7 +155,7 @@ void DeviceUpdate::Update() {
     }
   }
   if (kind_ == OptimizerKind::kSgd) {
-    if (momentum_) momentum_value_.copy_(momentum_table_.index_select(/*dim=*/0, at).view({}));
+    if (momentum_) momentum_value_.copy_(momentum_table_.index_select(/*dim=*/0, at).squeeze(0));
     compat::MultiTensorSgdUpdate(params, grads, first, lr_, momentum_value_, weight_decay_,
                                  nesterov_, momentum_);
   } else {
