@@ -566,9 +566,16 @@ std::string ShortestDouble(double value) {
   return buffer;
 }
 
+// True when a plain scalar would not read back as `s`: words YAML or our parser would take for
+// null, a bool or a number, and strings whose control characters or surrounding white space a
+// plain scalar would lose (the parser folds or strips them; "resum\r" read back as "resum").
 bool NeedsQuotes(const std::string& s) {
-  return IsNullWord(s) || ParseBool(s).has_value() || ParseFloat(s).has_value() ||
-         ParseInteger(s).has_value();
+  const bool loses_characters =
+      std::any_of(s.begin(), s.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }) ||
+      (!s.empty() && (s.front() == ' ' || s.back() == ' '));
+  return loses_characters || IsNullWord(s) || ParseBool(s).has_value() ||
+         ParseFloat(s).has_value() || ParseInteger(s).has_value();
 }
 
 void EmitScalar(YAML::Emitter& out, const Message& message, const FieldDescriptor& field,

@@ -4,7 +4,8 @@
 #   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer, plus libFuzzer's coverage
 #                instrumentation: the daemon, mpsctl, the api/, server/, client/ tests and the
 #                torch-free readers' tests (IDX, CIFAR-10), and tests/fuzz's targets, each run
-#                for MPSD_FUZZ_SECONDS (default 30) from its seed corpus.
+#                for MPSD_FUZZ_SECONDS (default 30, libFuzzer seed MPSD_FUZZ_SEED, default 1)
+#                from its seed corpus.
 #   build-tsan/  ThreadSanitizer: the daemon, mpsctl and the same tests.
 # Neither links LibTorch (MPSD_WITH_TORCH=OFF): mpsd-executor, the trainer and the end-to-end
 # tests stay in the main build. MPSD_SANITIZERS="asan tsan fuzz" picks the parts (default all).
@@ -13,6 +14,9 @@ cd "$(dirname "$0")/.."
 parts="${MPSD_SANITIZERS:-asan tsan fuzz}"
 jobs="${MPSD_JOBS:-2}"
 fuzz_seconds="${MPSD_FUZZ_SECONDS:-30}"
+# A fixed seed by default, so a run from a fresh tree (CI's) takes the same mutation path each
+# time and a red run is a new input, not chance; MPSD_FUZZ_SEED=0 lets libFuzzer pick one.
+fuzz_seed="${MPSD_FUZZ_SEED:-1}"
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 
@@ -53,7 +57,7 @@ if [[ " $parts " == *" fuzz "* ]]; then
   for fuzzer in ${MPSD_FUZZERS:-config_fuzzer idx_fuzzer cifar_fuzzer submit_request_fuzzer}; do
     mkdir -p "build-asan/fuzz-corpus/$fuzzer"
     echo "test-sanitizers: $fuzzer for ${fuzz_seconds} s"
-    build-asan/tests/fuzz/$fuzzer -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
+    build-asan/tests/fuzz/$fuzzer -seed="$fuzz_seed" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
       -max_len=65536 -print_final_stats=1 -artifact_prefix=build-asan/fuzz-artifacts/"$fuzzer"- \
       "build-asan/fuzz-corpus/$fuzzer" "tests/fuzz/corpus/$fuzzer" 2>"build-asan/$fuzzer.log" ||
       { tail -n 60 "build-asan/$fuzzer.log"; exit 1; }

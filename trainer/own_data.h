@@ -3,6 +3,9 @@
 // (trainer/tensor_file.h); loading decodes through the cache (trainer/dataset_cache.h), computes
 // the normalisation when the spec gives none, and places the data: resident on the device when
 // it fits the device budget, else streamed from the host (trainer/streamed_split.h).
+// Thread-safety: free functions without shared state, safe to call from any thread; two loads
+// of one folder may run at once (the decode cache's writes are atomic renames,
+// trainer/dataset_cache.h). The loaded DeviceDataset is owned by the caller.
 // Internal to trainer/: includes torch.
 #ifndef MPSD_TRAINER_OWN_DATA_H_
 #define MPSD_TRAINER_OWN_DATA_H_

@@ -228,6 +228,20 @@ TEST(JobFileTest, FormatRoundTrips) {
   EXPECT_THAT(FormatJobFile(tricky), HasSubstr("device: \"12\""));
 }
 
+// Strings a plain YAML scalar would change on the way back: control characters (the
+// submit_request fuzzer's "resum\r" read back as "resum"), leading and trailing spaces.
+TEST(JobFileTest, FormatQuotesStringsAPlainScalarWouldChange) {
+  for (const std::string name : {"resum\r", "a\tb", " lead", "trail ", "two\nlines", "bell\x07",
+                                 "del\x7f"}) {
+    v1::SubmitJobRequest request;
+    request.mutable_train_job()->set_restart_policy(name);
+    const std::string text = FormatJobFile(request);
+    absl::StatusOr<v1::SubmitJobRequest> back = ParseJobFile(text, "formatted.yaml");
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+    EXPECT_EQ(back->train_job().restart_policy(), name) << text;
+  }
+}
+
 TEST(JobFileTest, PriorityAndRequestIdAreTopLevelKeysOfTheRequest) {
   absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(
       "kind: TrainJob\npriority: -2\nrequest_id: 7\nbatch_size: 8\n", "job.yaml");

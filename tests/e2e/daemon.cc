@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "api/status.h"
 #include "gtest/gtest.h"
+#include "tests/common/files.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace mpsd::testing {
@@ -42,14 +43,9 @@ absl::StatusOr<Response> Unary(Call call, const Request& request) {
   return response;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
-// fork + exec with stdout/stderr redirected to files; returns the pid.
+}  // namespace
+
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
             const std::string& err_path) {
   const pid_t pid = fork();
@@ -69,19 +65,32 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
   return pid;
 }
 
-}  // namespace
-
-CommandResult RunCommand(const std::vector<std::string>& argv) {
+CommandResult RunCommandWithin(const std::vector<std::string>& argv, absl::Duration limit) {
   TempDir dir;
   const std::string out_path = dir.str() + "/out", err_path = dir.str() + "/err";
   const pid_t pid = Spawn(argv, out_path, err_path);
   int status = 0;
-  waitpid(pid, &status, 0);
+  bool killed = false;
+  const absl::Time deadline = absl::Now() + limit;
+  while (waitpid(pid, &status, limit == absl::InfiniteDuration() ? 0 : WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      killed = true;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   CommandResult result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.exit_code =
+      killed ? -1 : (WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   result.out = ReadFile(out_path);
   result.err = ReadFile(err_path);
   return result;
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv) {
+  return RunCommandWithin(argv, absl::InfiniteDuration());
 }
 
 void WriteFile(const std::string& path, const std::string& text) {

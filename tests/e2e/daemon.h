@@ -29,6 +29,15 @@ struct CommandResult {
 
 // Runs argv[0] with the arguments (no shell) to completion, stdin from /dev/null.
 CommandResult RunCommand(const std::vector<std::string>& argv);
+// RunCommand for at most `limit`: a program still running then is killed (SIGKILL) and its
+// exit_code is -1; out and err hold what it printed until then.
+CommandResult RunCommandWithin(const std::vector<std::string>& argv, absl::Duration limit);
+
+// Starts argv[0] with the arguments (no shell): stdin from /dev/null, stdout into `out_path`
+// (truncated), stderr appended to `err_path`, each created 0600 ("/dev/null" discards). Returns
+// the pid; the caller waits for it.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
+            const std::string& err_path);
 
 // Writes `text` to `path`.
 void WriteFile(const std::string& path, const std::string& text);

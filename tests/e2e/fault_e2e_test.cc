@@ -29,6 +29,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -37,19 +38,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using grpc::health::v1::HealthCheckResponse;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-mode_t ModeOf(const std::string& path) {
-  struct stat st {};
-  EXPECT_EQ(stat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
-  return st.st_mode & 07777;
-}
 
 // mpsd run to completion with these arguments; a daemon that starts instead of refusing is
 // killed after 20 s (exit code 137), which every caller counts as a failure.

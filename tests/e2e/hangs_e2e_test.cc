@@ -5,13 +5,10 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +24,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -66,68 +64,11 @@ class HangsE2eTest : public ::testing::Test {
     if (daemon_ != nullptr && daemon_->pid() > 0) daemon_->Stop(SIGKILL);
   }
 
-  std::string ReadLog() const {
-    std::ifstream in(daemon_->log_path());
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string ReadLog() const { return ReadFile(daemon_->log_path()); }
 
   TempDir dir_;
   std::unique_ptr<Daemon> daemon_;
 };
-
-// Starts `argv` (no shell) with stdin, stdout and stderr on /dev/null; returns its pid.
-pid_t SpawnQuiet(const std::vector<std::string>& argv) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int null_fd = open("/dev/null", O_RDWR);
-    for (int fd : {0, 1, 2}) dup2(null_fd, fd);
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// Runs `argv` (no shell) for at most `limit`, stdout and stderr into files under `dir`; a
-// program still running then is killed (SIGKILL) and reported as exit code -1.
-CommandResult RunWithin(const std::vector<std::string>& argv, const std::string& dir,
-                        absl::Duration limit) {
-  const std::string out = dir + "/run.out", err = dir + "/run.err";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int null_fd = open("/dev/null", O_RDONLY);
-    dup2(null_fd, 0);
-    dup2(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 1);
-    dup2(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 2);
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  CommandResult result;
-  int status = 0;
-  const absl::Time deadline = absl::Now() + limit;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (absl::Now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      status = -1;
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  result.exit_code = status == -1 ? -1 : (WIFEXITED(status) ? WEXITSTATUS(status) : 128);
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  result.out = read(out);
-  result.err = read(err);
-  return result;
-}
 
 // Item 1: a client that stops reading its stream (a stopped `mpsctl logs --follow`: the socket
 // fills, the daemon's write stays pending) must not keep mpsd from exiting on SIGTERM. Before
@@ -136,8 +77,9 @@ TEST_F(HangsE2eTest, SigtermExitsWhileAStoppedClientHoldsAStream) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon("shutdown_grace_s: 1\n"));
   absl::StatusOr<Job> job = rpc::Submit(*daemon_, ChattyJob(2'000'000));
   ASSERT_TRUE(job.ok()) << job.status();
-  const pid_t follower = SpawnQuiet(
-      {MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(), "--follow"});
+  const pid_t follower = Spawn(
+      {MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(), "--follow"},
+      "/dev/null", "/dev/null");
   ASSERT_GT(follower, 0);
   ASSERT_TRUE(WaitUntil([&] {
     absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
@@ -200,13 +142,13 @@ TEST_F(HangsE2eTest, OutOfBoundsConfigValuesAreRefusedAtCheckAndAtStart) {
     SCOPED_TRACE(text);
     WriteFile(config, text);
     CommandResult check =
-        RunWithin({MpsdPath(), "--check-config", config}, dir_.str(), absl::Seconds(30));
+        RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
     EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
     EXPECT_THAT(check.err, HasSubstr(message));
-    CommandResult start = RunWithin({MpsdPath(), "--config", config, "--listen",
-                                     "unix://" + dir_.str() + "/bad.sock", "--state-dir",
-                                     dir_.str() + "/bad-state"},
-                                    dir_.str(), absl::Seconds(30));
+    CommandResult start = RunCommandWithin({MpsdPath(), "--config", config, "--listen",
+                                             "unix://" + dir_.str() + "/bad.sock", "--state-dir",
+                                             dir_.str() + "/bad-state"},
+                                            absl::Seconds(30));
     EXPECT_EQ(start.exit_code, 2) << start.err;
     EXPECT_THAT(start.err, HasSubstr(message));
   }
@@ -330,17 +272,16 @@ TEST_F(HangsE2eTest, MpsctlReadsOnlyRegularJobFilesOfAtMostOneMebibyte) {
            {fifo, "not a regular file"},
            {"/dev/zero", "not a regular file"}}) {
     SCOPED_TRACE(path);
-    CommandResult submit = RunWithin(
-        {MpsctlPath(), "--server", daemon_->address(), "submit", path}, dir_.str(),
-        absl::Seconds(30));
+    CommandResult submit = RunCommandWithin(
+        {MpsctlPath(), "--server", daemon_->address(), "submit", path}, absl::Seconds(30));
     EXPECT_EQ(submit.exit_code, 1) << submit.err;
     EXPECT_THAT(submit.err, HasSubstr(path + ": " + message));
   }
   const std::string exact = dir_.str() + "/exact.yaml";
   WriteFile(exact, job_yaml + "#" + std::string((1 << 20) - job_yaml.size() - 2, '#') + "\n");
   ASSERT_EQ(std::filesystem::file_size(exact), 1u << 20);
-  CommandResult submit = RunWithin({MpsctlPath(), "--server", daemon_->address(), "submit", exact},
-                                   dir_.str(), absl::Seconds(60));
+  CommandResult submit = RunCommandWithin(
+      {MpsctlPath(), "--server", daemon_->address(), "submit", exact}, absl::Seconds(60));
   EXPECT_EQ(submit.exit_code, 0) << submit.err;
 }
 
@@ -352,7 +293,7 @@ TEST_F(HangsE2eTest, MpsctlSaysWhatIsNotAJobId) {
     std::vector<std::string> argv = {MpsctlPath(), "--server",
                                      "unix://" + dir_.str() + "/nobody.sock"};
     argv.insert(argv.end(), args.begin(), args.end());
-    CommandResult result = RunWithin(argv, dir_.str(), absl::Seconds(30));
+    CommandResult result = RunCommandWithin(argv, absl::Seconds(30));
     EXPECT_EQ(result.exit_code, 64) << args[0] << ": " << result.err;
     EXPECT_THAT(result.err, HasSubstr("\"" + args[1] + "\" is not a job id")) << args[0];
   }

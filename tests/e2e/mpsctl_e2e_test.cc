@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 extern char** environ;
@@ -76,13 +77,6 @@ std::string SmallJobFile() { return SourcePath("examples/fashion-mnist-small.yam
 
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(absl::StripSuffix(text, "\n"), '\n');
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // The job id in mpsctl's first line of follow output ("job 12 QUEUED").

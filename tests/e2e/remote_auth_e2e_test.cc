@@ -38,6 +38,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "httplib.h"
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -49,13 +50,6 @@ using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kOpenssl[] = "/usr/bin/openssl";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Runs the openssl CLI; fails the test when it fails.
 void Openssl(const std::vector<std::string>& args) {

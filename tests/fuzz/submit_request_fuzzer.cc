@@ -2,13 +2,17 @@
 // through the torch-free layers that validate and keep it: the daemon's Scheduler::Submit
 // (spec and request_id checks, the request_id index, the SQLite store; the executor's own
 // Validate is LibTorch's and is replaced by tests/server's FakeExecutor), and the client's job
-// file form (FormatJobFile, then ParseJobFile gives the request back, as job_file.h promises).
+// file form (FormatJobFile, then ParseJobFile gives the request back, as job_file.h promises,
+// a NaN as any NaN).
 // Every accepted request must read back from the scheduler byte for byte.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+
+#include <google/protobuf/util/field_comparator.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include "client/job_file.h"
 #include "server/job_store.h"
@@ -53,7 +57,13 @@ void CheckJobFileRoundTrip(const mpsd::v1::SubmitJobRequest& request) {
     if (again.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
     return;
   }
-  if (again->SerializeAsString() != request.SerializeAsString()) {
+  // Equal field by field, floats exactly; a NaN reads back as YAML's one .nan, so NaNs are
+  // equal whatever their sign and payload bits.
+  google::protobuf::util::DefaultFieldComparator comparator;
+  comparator.set_treat_nan_as_equal(true);
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.set_field_comparator(&comparator);
+  if (!differencer.Compare(*again, request)) {
     std::fprintf(stderr, "job file round trip changed the request:\n%s\n", formatted.c_str());
     std::abort();
   }

@@ -18,12 +18,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/files.h"
 #include "trainer/dataset_cache.h"
 #include "trainer/image_decode.h"
 #include "trainer/image_folder.h"
 
 namespace mpsd::trainer {
 namespace {
+using mpsd::testing::ReadFile;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -66,11 +68,6 @@ std::string JpegBytes(int width, int height, const std::vector<uint8_t>& rgb) {
 
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 class ImageFolderTest : public ::testing::Test {
