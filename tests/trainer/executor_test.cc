@@ -607,13 +607,14 @@ TEST(ExecutorRunTest, SameSeedGivesIdenticalLossesOnCpu) {
 // default layout, and the job's log says the layout was converted. NHWC convolutions sum in
 // another order: the first step (the same weights) agrees to float rounding, later steps within
 // 1% (SGD, so that rounding differences are not amplified by Adam's normalised first steps;
-// with Adam, cifar_cnn's 5th step differed by 0.4% and resnet18's by 5%).
+// with Adam, cifar_cnn's 5th step differed by 0.4% and resnet18's by 5%; with SGD at lr 0.05
+// cifar_cnn's 5th by 1.5%).
 TEST(ExecutorRunTest, ChannelsLastTrainsToTheSameLossesAsContiguous) {
   auto executor = MakeExecutor();
   for (const char* model : {"convnet", "cifar_cnn"}) {
     mpsd::v1::SubmitJobRequest request = SmallJob();
     request.mutable_train_job()->mutable_model()->set_name(model);
-    Sgd(*request.mutable_train_job()).set_learning_rate(0.05);
+    Sgd(*request.mutable_train_job()).set_learning_rate(0.01);
     request.mutable_train_job()->mutable_dataset()->set_limit_train(320);
     request.mutable_train_job()->mutable_dataset()->set_limit_test(100);
     const RunResult contiguous = RunJob(*executor, request);
