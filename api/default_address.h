@@ -10,7 +10,9 @@
 
 namespace mpsd::api {
 
-// The environment variable that overrides the default address, for the daemon and its clients.
+// The environment variable that overrides the default address of the clients (mpsctl, the Python
+// client). The daemon never reads it: a client's setting (often a remote TCP address) must not
+// move where the daemon listens, nor drop its unix socket.
 inline constexpr char kServerAddressEnv[] = "MPSD_ADDR";
 
 // The per-user socket path: "$XDG_RUNTIME_DIR/mpsd/mpsd.sock" when `xdg_runtime_dir` is non-empty
@@ -32,11 +34,16 @@ inline std::string DefaultServerAddressFor(const char* mpsd_addr, const char* xd
   return "unix://" + DefaultSocketPathFor(xdg_runtime_dir, uid);
 }
 
-// DefaultServerAddressFor with this process's environment and real uid. Reads the environment:
-// do not call while another thread may call setenv().
+// DefaultServerAddressFor with this process's environment and real uid: the clients' default.
+// Reads the environment: do not call while another thread may call setenv().
 inline std::string DefaultServerAddress() {
   return DefaultServerAddressFor(std::getenv(kServerAddressEnv), std::getenv("XDG_RUNTIME_DIR"),
                                  getuid());
+}
+
+// The daemon's default listen address: the per-user socket, whatever MPSD_ADDR says.
+inline std::string DefaultListenAddress() {
+  return "unix://" + DefaultSocketPathFor(std::getenv("XDG_RUNTIME_DIR"), getuid());
 }
 
 }  // namespace mpsd::api

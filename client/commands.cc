@@ -1,8 +1,12 @@
 // mpsctl's commands on the sync stub: a deadline on every unary call, none on the event stream.
 #include "client/commands.h"
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -177,6 +182,26 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   return text.str();
 }
 
+// `pem` as ReadPem read it, checked to hold certificates that OpenSSL parses: gRPC's own
+// answer to a key given as a CA is a few raw error lines and "empty address list".
+absl::StatusOr<std::string> CheckCertificates(const char* flag, const std::string& path,
+                                              absl::StatusOr<std::string> pem) {
+  if (!pem.ok()) return pem;
+  BIO* bio = BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size()));
+  int certificates = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_free(cert);
+    ++certificates;
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  if (certificates > 0) return pem;
+  const bool key = absl::StrContains(*pem, "PRIVATE KEY-----");
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, " ", path, ": no certificate in it (expected PEM \"BEGIN CERTIFICATE\" blocks",
+      key ? "; it holds a private key" : "", ")"));
+}
+
 // Host and port of a TCP target ("host:port", "[v6]:port", "dns:///host:port"); port -1 for a
 // unix socket or what does not parse.
 std::pair<std::string, int> HostAndPort(const std::string& server) {
@@ -205,7 +230,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
   if (UsesTls(options.server, options.tls)) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls.ca_file.empty()) {
-      absl::StatusOr<std::string> ca = ReadPem("--tls-ca", options.tls.ca_file);
+      absl::StatusOr<std::string> ca =
+          CheckCertificates("--tls-ca", options.tls.ca_file,
+                            ReadPem("--tls-ca", options.tls.ca_file));
       if (!ca.ok()) return ca.status();
       ssl.pem_root_certs = *ca;
     }
@@ -213,7 +240,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
       return absl::InvalidArgumentError("--tls-cert and --tls-key go together (mutual TLS)");
     }
     if (!options.tls.cert_file.empty()) {
-      absl::StatusOr<std::string> cert = ReadPem("--tls-cert", options.tls.cert_file);
+      absl::StatusOr<std::string> cert =
+          CheckCertificates("--tls-cert", options.tls.cert_file,
+                            ReadPem("--tls-cert", options.tls.cert_file));
       if (!cert.ok()) return cert.status();
       absl::StatusOr<std::string> key = ReadPem("--tls-key", options.tls.key_file);
       if (!key.ok()) return key.status();
@@ -236,6 +265,15 @@ bool UsesTls(const std::string& server, const TlsOptions& tls) {
   if (absl::StartsWith(server, "unix:")) return false;
   if (tls.enabled || !tls.ca_file.empty() || !tls.cert_file.empty()) return true;
   return !IsLoopbackHost(HostAndPort(server).first);
+}
+
+std::string LooseModeWarning(absl::string_view flag, const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || (st.st_mode & 077) == 0) return "";
+  return absl::StrFormat(
+      "mpsctl: warning: %s %s is accessible by other users (mode %04o): anyone who can read it "
+      "acts with its rights; make it private with: chmod 600 %s",
+      flag, path, st.st_mode & 07777, path);
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
@@ -329,6 +367,9 @@ int Commands::RpcFailed(const grpc::Status& status) {
   }
 }
 
+// Attempts of one SubmitJob that times out (each with rpc_timeout), under one request_id.
+constexpr int kSubmitAttempts = 3;
+
 int Commands::Submit(const std::string& job_file, bool follow,
                      const SubmitOverrides& overrides) {
   absl::StatusOr<v1::SubmitJobRequest> request = ReadJobFile(job_file);
@@ -340,8 +381,27 @@ int Commands::Submit(const std::string& job_file, bool follow,
   }
   if (overrides.priority.has_value()) request->set_priority(*overrides.priority);
   if (overrides.request_id.has_value()) request->set_request_id(*overrides.request_id);
+  if (request->request_id().empty()) request->set_request_id(NewRequestId());
+  // A submit that timed out may still have created the job (validation can be slow): asked
+  // again with the same request_id, mpsd returns that job rather than making a second.
   v1::Job job;
-  const grpc::Status status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
+  grpc::Status status;
+  for (int attempt = 1;; ++attempt) {
+    status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
+    if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || attempt == kSubmitAttempts) {
+      break;
+    }
+    err_ << "mpsctl: mpsd did not answer within " << absl::FormatDuration(options_.rpc_timeout)
+         << "; asking again with request_id " << request->request_id()
+         << " (a job the first attempt created is returned, not made twice)\n";
+  }
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    const int code = RpcFailed(status);
+    err_ << "mpsctl: the job may still be created; mpsctl submit " << job_file
+         << " --request-id " << request->request_id()
+         << " returns it without making another\n";
+    return code;
+  }
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       err_ << "mpsctl: " << job_file << ": mpsd rejected the job: " << status.error_message()

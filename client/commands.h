@@ -195,6 +195,12 @@ std::string NormalizeServerAddress(const std::string& server);
 // loopback (127.0.0.0/8, ::1, localhost) or when `tls` asks for it.
 bool UsesTls(const std::string& server, const TlsOptions& tls);
 
+// A warning for a secret file (the token file, a TLS private key) that other users may read or
+// write, naming `flag`, the file, its mode and the chmod that fixes it; "" when it is private
+// (or cannot be stat'ed: reading it reports that). mpsctl warns rather than refuses, so a
+// script that worked goes on working; ssh refuses such a key.
+std::string LooseModeWarning(absl::string_view flag, const std::string& path);
+
 // The token in `path` (surrounding whitespace removed). Errors name the file: unreadable,
 // empty.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);

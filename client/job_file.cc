@@ -13,15 +13,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/numeric/int128.h"
@@ -31,7 +34,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_replace.h"
 #include "api/job_id.h"
 
@@ -206,6 +211,119 @@ std::vector<const FieldDescriptor*> RequestLevelFields() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The documents, counted before any node is built.
+
+// yaml-cpp 0.7's YAML::LoadAll never returns on a token that no document can start with (a
+// ',' outside [...] or {...}: the job file "," alone): Parser::HandleNextDocument reports a
+// document without consuming the token, and LoadAll appends an empty one each turn until
+// memory runs out (found by tests/fuzz/job_file_fuzzer). So the job file's documents are
+// counted on the parser's events, at most kScanTurns of them, and only the first is loaded.
+// Aliases (*name) are refused here too: they share nodes, and the walk below would visit a
+// shared node once for each path to it (exponential in the nesting: "billion laughs").
+class DocumentScan final : public YAML::EventHandler {
+ public:
+  // Where each document the parser reported starts (the same position twice: stuck), and where
+  // its first node is (the mark a node of it would carry).
+  std::vector<YAML::Mark> starts;
+  std::vector<YAML::Mark> first_nodes;
+  std::optional<YAML::Mark> alias;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    Node(mark);
+    if (!alias.has_value()) alias = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (first_nodes.size() < starts.size()) first_nodes.push_back(mark);
+  }
+};
+
+// The offset of the first byte that is not part of well-formed UTF-8 (RFC 3629: no overlong
+// forms, no surrogates, at most U+10FFFF), if any. yaml-cpp passes such bytes through into
+// strings, which protobuf's string fields must not hold (the request fails to serialize).
+std::optional<size_t> FirstInvalidUtf8(absl::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;
+      if (c == 0xED) high = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;
+      if (c == 0xF4) high = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + length > n || p[i + 1] < low || p[i + 1] > high) return i;
+    for (size_t k = 2; k < length; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    }
+    i += length;
+  }
+  return std::nullopt;
+}
+
+YAML::Mark MarkAt(absl::string_view text, size_t offset) {
+  YAML::Mark mark;
+  mark.pos = static_cast<int>(offset);
+  const size_t line_start = text.rfind('\n', offset == 0 ? 0 : offset - 1);
+  mark.line = static_cast<int>(std::count(text.begin(), text.begin() + offset, '\n'));
+  mark.column = static_cast<int>(
+      line_start == absl::string_view::npos || offset == 0 ? offset : offset - line_start - 1);
+  return mark;
+}
+
+// One document, a second one (an error either way), and two more that show whether the parser
+// stuck on one token after the second's "---" ("a: 1\n---\n,").
+constexpr int kScanTurns = 4;
+
+DocumentScan ScanDocuments(const std::string& yaml) {
+  std::istringstream stream(yaml);
+  YAML::Parser parser(stream);
+  DocumentScan scan;
+  for (int turn = 0; turn < kScanTurns && parser.HandleNextDocument(scan); ++turn) {
+  }
+  return scan;
+}
+
+// The position where the parser stopped making progress, if it did.
+std::optional<YAML::Mark> StuckAt(const DocumentScan& scan) {
+  for (size_t i = 1; i < scan.starts.size(); ++i) {
+    if (scan.starts[i].pos == scan.starts[i - 1].pos) return scan.starts[i];
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The walk.
 
 class JobFileParser {
@@ -269,8 +387,34 @@ void JobFileParser::Error(const YAML::Node& at, absl::string_view path, absl::st
 absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml) {
   v1::SubmitJobRequest request;
   std::vector<YAML::Node> documents;
+  const std::string text(yaml);
+  if (std::optional<size_t> bad = FirstInvalidUtf8(text); bad.has_value()) {
+    Error(MarkAt(text, *bad), "",
+          absl::StrFormat("not UTF-8 text (byte 0x%02x at offset %d); a job file is YAML in UTF-8",
+                          static_cast<unsigned char>(text[*bad]), *bad));
+    return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+  }
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    const DocumentScan scan = ScanDocuments(text);
+    if (std::optional<YAML::Mark> stuck = StuckAt(scan); stuck.has_value()) {
+      const char c = stuck->pos >= 0 && static_cast<size_t>(stuck->pos) < text.size()
+                         ? text[static_cast<size_t>(stuck->pos)]
+                         : ' ';
+      Error(*stuck, "",
+            absl::StrCat("YAML syntax error: unexpected ",
+                         absl::ascii_isgraph(static_cast<unsigned char>(c))
+                             ? absl::StrCat("'", std::string(1, c), "'")
+                             : std::string("character"),
+                         c == ',' ? " (a ',' separates items only inside [...] or {...})" : ""));
+    } else if (scan.starts.size() > 1) {
+      Error(scan.first_nodes.size() > 1 ? scan.first_nodes[1] : scan.starts[1], "",
+            "a job file holds one YAML document, but a second one starts here");
+    } else if (scan.alias.has_value()) {
+      Error(*scan.alias, "",
+            "YAML aliases (*name) are not supported in a job file: write the value out");
+    } else if (!scan.starts.empty()) {
+      documents.push_back(YAML::Load(text));
+    }
   } catch (const YAML::ParserException& e) {
     Error(e.mark, "", absl::StrCat("YAML syntax error: ", e.msg));
   } catch (const YAML::Exception& e) {
@@ -280,8 +424,6 @@ absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml
     if (documents.empty() || (documents.size() == 1 && documents[0].IsNull())) {
       Error(YAML::Mark::null_mark(), "",
             "empty job file (expected a map that starts with \"kind: TrainJob\")");
-    } else if (documents.size() > 1) {
-      Error(documents[1], "", "a job file holds one YAML document, but a second one starts here");
     } else if (!documents[0].IsMap()) {
       Error(documents[0], "",
             absl::StrCat("expected a map of job fields, got ", Describe(documents[0])));
@@ -745,6 +887,27 @@ absl::StatusOr<v1::SubmitJobRequest> ReadJobFile(const std::string& path) {
   return request;
 }
 
+bool IsGeneratedRequestId(absl::string_view request_id) {
+  return absl::StartsWith(request_id, kGeneratedRequestIdPrefix);
+}
+
+std::string NewRequestId() {
+  unsigned char bytes[16] = {};
+  std::FILE* random = std::fopen("/dev/urandom", "rb");
+  const bool read =
+      random != nullptr && std::fread(bytes, 1, sizeof(bytes), random) == sizeof(bytes);
+  if (random != nullptr) std::fclose(random);
+  if (!read) {  // no /dev/urandom: time and pid, unique enough for one user's retries
+    const uint64_t now = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+    const uint64_t pid = static_cast<uint64_t>(getpid());
+    std::memcpy(bytes, &now, sizeof(now));
+    std::memcpy(bytes + sizeof(now), &pid, sizeof(pid));
+  }
+  return absl::StrCat(kGeneratedRequestIdPrefix,
+                      absl::BytesToHexString(absl::string_view(
+                          reinterpret_cast<const char*>(bytes), sizeof(bytes))));
+}
+
 std::string FormatJobFile(const v1::SubmitJobRequest& request) {
   const OneofDescriptor& spec = *v1::SubmitJobRequest::descriptor()->FindOneofByName("spec");
   const FieldDescriptor* kind = request.GetReflection()->GetOneofFieldDescriptor(request, &spec);
@@ -754,6 +917,9 @@ std::string FormatJobFile(const v1::SubmitJobRequest& request) {
   const Reflection& r = *request.GetReflection();
   for (const FieldDescriptor* field : RequestLevelFields()) {
     if (!r.HasField(request, field)) continue;
+    // A request_id mpsctl made up is a retry token of that one submit, not part of the job: a
+    // job file printed from it and submitted again makes a new job.
+    if (field->name() == "request_id" && IsGeneratedRequestId(request.request_id())) continue;
     out << YAML::Key << field->name() << YAML::Value;
     EmitScalar(out, request, *field, 0);
   }

@@ -36,6 +36,14 @@ namespace mpsd::client {
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
                                                         absl::string_view filename);
 
+// Submits carry a request_id, so that a retry after a timeout finds the job the first attempt
+// created instead of creating another: mpsctl makes one up when neither the file nor
+// --request-id gives one, "mpsctl-" and 32 hex digits from /dev/urandom.
+inline constexpr absl::string_view kGeneratedRequestIdPrefix = "mpsctl-";
+std::string NewRequestId();
+// Whether `request_id` is one NewRequestId made (FormatJobFile leaves those out).
+bool IsGeneratedRequestId(absl::string_view request_id);
+
 // The largest job file ReadJobFile reads, bytes (1 MiB; the Python client's limit too). A job
 // is a few hundred bytes of YAML; this bounds what a mistaken path (a log, a dataset) costs.
 inline constexpr int64_t kMaxJobFileBytes = int64_t{1} << 20;

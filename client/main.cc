@@ -8,12 +8,15 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "api/default_address.h"
 #include "api/job_id.h"
 #include "client/commands.h"
@@ -113,10 +116,11 @@ int main(int argc, char** argv) {
       ->type_name("STATE");
   list->add_option("--kind", list_options.kind, "only jobs of this kind (TrainJob, BenchJob)")
       ->type_name("KIND");
+  // CLI::NonNegativeNumber would name its range as 0 to DBL_MAX in 309 digits: say the real one.
   list->add_option("--limit", list_options.limit, "show at most N jobs; 0 for all")
       ->type_name("N")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
   cancel->add_option("ID", job_id, "job id")->required()->check(JobId());
   CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
@@ -175,7 +179,15 @@ int main(int argc, char** argv) {
                  "seconds to keep reconnecting a followed stream or a download that broke "
                  "(resuming where it stopped); 0 = do not reconnect")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](const std::string& input) -> std::string {
+            double seconds = 0;
+            if (absl::SimpleAtod(input, &seconds) && seconds >= 0 && seconds <= 86400 * 365) {
+              return "";
+            }
+            return "expected seconds from 0 to 31536000 (a year), got " + input;
+          },
+          "SECONDS", "0 to 31536000"));
   std::string completion_shell;
   CLI::App* completion = app.add_subcommand(
       "completion", "print a shell completion script: source <(mpsctl completion bash)");
@@ -199,6 +211,13 @@ int main(int argc, char** argv) {
   CommandOptions options;
   options.server = mpsd::client::NormalizeServerAddress(server);
   options.tls = tls;
+  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--token-file", token_file},
+                                   {"--tls-key", tls.key_file}}) {
+    if (path.empty()) continue;
+    if (std::string warning = mpsd::client::LooseModeWarning(flag, path); !warning.empty()) {
+      std::cerr << warning << "\n";
+    }
+  }
   if (!token_file.empty()) {
     absl::StatusOr<std::string> token = mpsd::client::ReadTokenFile(token_file);
     if (!token.ok()) {

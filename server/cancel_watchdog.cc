@@ -1,6 +1,7 @@
 // CancelWatchdog: a thread that sleeps until the cancel, then until the grace period ends.
 #include "server/cancel_watchdog.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -15,9 +16,15 @@ CancelWatchdog::CancelWatchdog(const api::CancelFlag& cancelled, absl::Duration 
 CancelWatchdog::CancelWatchdog(const api::CancelFlag& cancelled,
                                std::function<absl::Duration()> grace, std::function<void()> ask,
                                std::function<void()> kill)
-    : grace_(std::move(grace)),
-      ask_(std::move(ask)),
-      kill_(std::move(kill)),
+    : CancelWatchdog(cancelled, Options{std::move(grace),
+                                        [ask = std::move(ask)] {
+                                          ask();
+                                          return true;
+                                        },
+                                        std::move(kill)}) {}
+
+CancelWatchdog::CancelWatchdog(const api::CancelFlag& cancelled, Options options)
+    : options_(std::move(options)),
       on_cancel_(cancelled,
                  [this] {
                    absl::MutexLock lock(&mu_);
@@ -48,17 +55,28 @@ void CancelWatchdog::Watch() {
     return;
   }
   // The grace period starts with the request, however long passing it on takes.
-  const absl::Time deadline = absl::Now() + grace_();
+  const absl::Time deadline = absl::Now() + options_.grace();
   mu_.Unlock();
-  ask_();
+  const bool acknowledged = AskUntilAcknowledged(deadline);
   mu_.Lock();
-  if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), deadline)) {
+  if (stopping_ ||
+      (acknowledged && mu_.AwaitWithDeadline(absl::Condition(&stopping_), deadline))) {
     mu_.Unlock();
     return;
   }
   killed_ = true;
   mu_.Unlock();
-  kill_();
+  options_.kill();
+}
+
+bool CancelWatchdog::AskUntilAcknowledged(absl::Time deadline) {
+  for (;;) {
+    if (options_.ask()) return true;
+    absl::MutexLock lock(&mu_);
+    const absl::Time next = std::min(absl::Now() + options_.retry, deadline);
+    if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), next)) return false;
+    if (absl::Now() >= deadline) return false;
+  }
 }
 
 }  // namespace mpsd::server

@@ -1,7 +1,9 @@
 // CancelWatchdog: acts on one running job's cancel flag. Once the flag is set it passes the
-// cancel on (`ask`), and if the job has not ended `grace` later it has the job's process
-// killed (`kill`). It sleeps on a condition the flag's callback and Stop() wake, never polling.
-// The grace may be decided when the cancel comes (e.g. from the job's measured step time).
+// cancel on (`ask`), again every `retry` until the job's process acknowledges it, and if the
+// job has not ended `grace` later it has the job's process killed (`kill`). It sleeps on a
+// condition the flag's callback and Stop() wake; it polls only while a cancel is not yet
+// acknowledged. The grace may be decided when the cancel comes (e.g. from the job's measured
+// step time).
 #ifndef MPSD_SERVER_CANCEL_WATCHDOG_H_
 #define MPSD_SERVER_CANCEL_WATCHDOG_H_
 
@@ -16,14 +18,24 @@
 namespace mpsd::server {
 
 // RAII: watches from construction until Stop() or destruction, on a thread of its own, which
-// runs `ask` and `kill` (each at most once, `kill` only after `ask`). The owner calls Stop()
-// when the job has ended. Borrows `cancelled`, which must outlive it. Thread-safe.
+// runs `ask` and `kill` (`kill` at most once, only after `ask`). The owner calls Stop() when the
+// job has ended. Borrows `cancelled`, which must outlive it. Thread-safe.
 class CancelWatchdog {
  public:
+  struct Options {
+    // The grace, decided when the cancel is seen (on the watchdog's thread, before `ask`).
+    std::function<absl::Duration()> grace;
+    // Passes the cancel on; true when the job's process has it (it knows the job). A cancel that
+    // reaches a process still starting the job would be lost: `ask` returns false then, and is
+    // called again `retry` later, until it returns true, Stop(), or the grace ends.
+    std::function<bool()> ask;
+    std::function<void()> kill;
+    absl::Duration retry = absl::Milliseconds(20);
+  };
+  CancelWatchdog(const api::CancelFlag& cancelled, Options options);
+  // `ask` runs once: a cancel it passes on is taken as acknowledged.
   CancelWatchdog(const api::CancelFlag& cancelled, absl::Duration grace, std::function<void()> ask,
                  std::function<void()> kill);
-  // As above, with the grace that `grace` returns when the cancel is seen (on the watchdog's
-  // thread, before `ask`).
   CancelWatchdog(const api::CancelFlag& cancelled, std::function<absl::Duration()> grace,
                  std::function<void()> ask, std::function<void()> kill);
   // Stop().
@@ -38,10 +50,11 @@ class CancelWatchdog {
  private:
   void Watch();
 
+  // Asks until acknowledged; false when Stop() or `deadline` came first.
+  bool AskUntilAcknowledged(absl::Time deadline);
+
   // Constant after construction.
-  const std::function<absl::Duration()> grace_;
-  const std::function<void()> ask_;
-  const std::function<void()> kill_;
+  const Options options_;
 
   absl::Mutex mu_;
   bool cancel_seen_ ABSL_GUARDED_BY(mu_) = false;

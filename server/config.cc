@@ -178,7 +178,7 @@ std::string DefaultStateDir() {
   return absl::StrCat("/tmp/mpsd-", getuid(), "/state");
 }
 
-std::string DefaultListenAddress() { return api::DefaultServerAddress(); }
+std::string DefaultListenAddress() { return api::DefaultListenAddress(); }
 
 Config DefaultConfig() {
   Config config;

@@ -96,8 +96,9 @@ absl::StatusOr<Config> LoadConfig(const std::string& path);
 // Support/mpsd" on macOS), else "/tmp/mpsd-$UID/state".
 std::string DefaultStateDir();
 
-// $MPSD_ADDR, else "unix://$XDG_RUNTIME_DIR/mpsd/mpsd.sock", else
-// "unix:///tmp/mpsd-$UID/mpsd.sock": the same default mpsctl uses (api/default_address.h).
+// "unix://$XDG_RUNTIME_DIR/mpsd/mpsd.sock", else "unix:///tmp/mpsd-$UID/mpsd.sock": where
+// mpsctl connects by default (api/default_address.h). $MPSD_ADDR, the clients' variable, is not
+// read: `export MPSD_ADDR=gpu-box:7070` for mpsctl must not move the daemon.
 std::string DefaultListenAddress();
 
 }  // namespace mpsd::server

@@ -550,26 +550,28 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
   std::atomic<double> step_time_ms{0};
   absl::Mutex grace_mu;
   absl::Duration granted;  // set when the cancel comes, on the watchdog's thread
-  // Passes a cancel on to the executor, and kills an executor that ignores it.
-  CancelWatchdog watchdog(
-      cancelled,
-      /*grace=*/
-      [&] {
-        absl::MutexLock lock(&grace_mu);
-        granted = CancelGrace(absl::Milliseconds(step_time_ms.load()));
-        return granted;
-      },
-      /*ask=*/[&] { AskToCancel(child, job.job_id); },
-      /*kill=*/[&] {
-        std::string reason;
-        {
-          absl::MutexLock lock(&grace_mu);
-          reason = CancelNotHonoured(granted);
-        }
-        spdlog::warn("job {}: executor pid {}: {}; killing and replacing it", job.job_id,
-                     child.pid, reason);
-        Retire(child, reason, /*kill=*/true);
-      });
+  // Passes a cancel on to the executor, and kills an executor that ignores it. A cancel that
+  // comes while the executor is still taking the job (the Run call sent, its handler not yet
+  // running the job) finds no job to cancel there: it is asked again until the executor has
+  // it, else it would be lost and the job run to its end.
+  CancelWatchdog::Options watch;
+  watch.grace = [&] {
+    absl::MutexLock lock(&grace_mu);
+    granted = CancelGrace(absl::Milliseconds(step_time_ms.load()));
+    return granted;
+  };
+  watch.ask = [&] { return AskToCancel(child, job.job_id); };
+  watch.kill = [&] {
+    std::string reason;
+    {
+      absl::MutexLock lock(&grace_mu);
+      reason = CancelNotHonoured(granted);
+    }
+    spdlog::warn("job {}: executor pid {}: {}; killing and replacing it", job.job_id, child.pid,
+                 reason);
+    Retire(child, reason, /*kill=*/true);
+  };
+  CancelWatchdog watchdog(cancelled, std::move(watch));
   RunOutcome outcome;
   executor_v1::RunUpdate update;
   while (reader->Read(&update)) {
@@ -670,13 +672,13 @@ absl::Status ExecutorSupervisor::Run(const mpsd::api::JobContext& job,
   return status;
 }
 
-void ExecutorSupervisor::AskToCancel(Child& child, const std::string& job_id) const {
+bool ExecutorSupervisor::AskToCancel(Child& child, const std::string& job_id) const {
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(5)));
   executor_v1::CancelRequest cancel;
   cancel.set_job_id(job_id);
   executor_v1::CancelResponse response;
-  child.stub->Cancel(&context, cancel, &response);
+  return child.stub->Cancel(&context, cancel, &response).ok() && response.cancelled();
 }
 
 }  // namespace mpsd::server

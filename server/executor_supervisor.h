@@ -181,8 +181,9 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // The summary, last: the executor's, or one made here when it sent none.
   void SendSummary(const Child& child, RunOutcome& outcome, const std::string& restart_reason,
                    const mpsd::api::EventSink& sink) const;
-  // The cancel watchdog's request to the executor.
-  void AskToCancel(Child& child, const std::string& job_id) const;
+  // The cancel watchdog's request to the executor; true when the executor was running the job
+  // (executor.proto CancelResponse.cancelled), false when it was not (yet) or did not answer.
+  bool AskToCancel(Child& child, const std::string& job_id) const;
   // The grace of a cancel for a job whose last step took `step_time` (zero: none measured yet):
   // cancel_grace_s, or 3 × step_time rounded up to whole seconds when that is longer.
   absl::Duration CancelGrace(absl::Duration step_time) const;

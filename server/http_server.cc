@@ -212,16 +212,23 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view address, absl::string_v
 
 HttpServer::HttpServer(const Options& options) : options_(options) {}
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& options) {
-  absl::StatusOr<HostPort> host_port = ParseHostPort(options.address, "http_listen");
+absl::Status CheckHttpListen(absl::string_view address, bool tls) {
+  absl::StatusOr<HostPort> host_port = ParseHostPort(address, "http_listen");
   if (!host_port.ok()) return host_port.status();
-  const bool tls = !options.tls_cert_path.empty();
   if (!host_port->loopback && !tls) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "http_listen: ", options.address,
+        "http_listen: ", address,
         " is not a loopback address, and HTTP beyond loopback needs TLS: give --tls-cert and "
         "--tls-key (config tls: {cert, key}), or listen on 127.0.0.1:PORT"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& options) {
+  const bool tls = !options.tls_cert_path.empty();
+  if (absl::Status s = CheckHttpListen(options.address, tls); !s.ok()) return s;
+  absl::StatusOr<HostPort> host_port = ParseHostPort(options.address, "http_listen");
+  if (!host_port.ok()) return host_port.status();
   if (options.authorize == nullptr) {
     return absl::InvalidArgumentError("http_listen: no authorize hook (internal error)");
   }

@@ -135,6 +135,11 @@ struct HostPort {
 };
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address, absl::string_view field);
 
+// The rule for http_listen's address: HOST:PORT, loopback unless `tls` (a certificate is
+// configured). INVALID_ARGUMENT "http_listen: ..." otherwise. HttpServer::Create and
+// `mpsd --check-config` (through CheckListenAddresses in server/server.h) both apply it.
+absl::Status CheckHttpListen(absl::string_view address, bool tls);
+
 }  // namespace mpsd::server
 
 #endif  // MPSD_SERVER_HTTP_SERVER_H_

@@ -133,12 +133,25 @@ int main(int argc, char** argv) {
     sub->add_option("--tokens", tokens_file,
                     "tokens file (default: the config's tokens_file, else <state dir>/tokens.yaml)");
   }
-  CLI11_PARSE(app, argc, argv);
+  // A flag CLI11 refuses exits 2 (usage), as a bad config does, not CLI11's own codes (105 for
+  // `--role superuser`), which tell a script nothing. --help and --version exit 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
 
   if (!check_config.empty()) {
     absl::StatusOr<mpsd::server::Config> loaded = mpsd::server::LoadConfig(check_config);
     if (!loaded.ok()) {
       std::fprintf(stderr, "mpsd: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    // The addresses as BuildAndStart checks them: what --check-config calls valid starts.
+    if (absl::Status status = mpsd::server::Server::CheckListenAddresses(*loaded); !status.ok()) {
+      std::fprintf(stderr, "mpsd: %s: %s\n", check_config.c_str(),
+                   std::string(status.message()).c_str());
       return 2;
     }
     const std::string executor =

@@ -215,7 +215,20 @@ absl::Status Scheduler::UnknownJob(const std::string& job_id) const {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
 }
 
+namespace {
+
+// INVALID_ARGUMENT for what cannot name a job at all ("", "abc", "01"), so that a client tells a
+// malformed id from one that names no job (NOT_FOUND).
+absl::Status CheckJobId(const std::string& job_id) {
+  if (api::ParseJobId(job_id).has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "job_id: \"", job_id, "\" is not a job id (job ids are decimal numbers: \"1\", \"2\", ...)"));
+}
+
+}  // namespace
+
 absl::StatusOr<Job> Scheduler::Get(const std::string& job_id) const {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return UnknownJob(job_id);
@@ -252,6 +265,7 @@ absl::StatusOr<Job> Scheduler::Cancel(const std::string& job_id) {
 }
 
 absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return UnknownJob(job_id);

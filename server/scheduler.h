@@ -80,8 +80,9 @@ class Scheduler {
   // returns it.
   void RefuseSubmits(absl::Status why);
 
-  // NOT_FOUND for an unknown id; DATA_LOSS for a job whose stored row could not be read at
-  // start-up (a damaged database page), whose id also gives DATA_LOSS to Cancel.
+  // INVALID_ARGUMENT "job_id: ..." for what is not a job id at all ("", "abc"; api/job_id.h),
+  // NOT_FOUND for an unknown well-formed id; DATA_LOSS for a job whose stored row could not be
+  // read at start-up (a damaged database page), whose id also gives DATA_LOSS to Cancel.
   absl::StatusOr<mpsd::v1::Job> Get(const std::string& job_id) const;
 
   // The jobs `query` selects, newest (highest id) first, at most query.limit.
@@ -90,7 +91,8 @@ class Scheduler {
   // A QUEUED job becomes CANCELLED now (stored before this returns); a RUNNING job is asked
   // to stop at its next step boundary (the returned job is still RUNNING; its stream ends
   // with CANCELLED).
-  // NOT_FOUND for an unknown id, FAILED_PRECONDITION for a finished job.
+  // INVALID_ARGUMENT for what is not a job id, NOT_FOUND for an unknown id,
+  // FAILED_PRECONDITION for a finished job.
   absl::StatusOr<mpsd::v1::Job> Cancel(const std::string& job_id);
 
   mpsd::v1::DeviceInfo GetDevice() const;

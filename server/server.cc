@@ -23,6 +23,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -172,18 +173,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   const Config& config = options.config;
-  if (config.listen.empty()) return absl::InvalidArgumentError("listen: no address");
-  bool any_tcp = false;
-  for (const std::string& address : config.listen) {
-    if (absl::StartsWith(address, "unix:")) continue;
-    absl::StatusOr<TcpAddress> tcp = ParseTcpAddress(address);
-    if (!tcp.ok()) return tcp.status();
-    if (absl::Status s = CheckTcpListener(address, *tcp, config.tls.enabled()); !s.ok()) return s;
-    any_tcp = true;
-  }
-  if (absl::Status status = CheckTlsFiles(config.tls); !status.ok()) return status;
+  if (absl::Status status = CheckListenAddresses(config); !status.ok()) return status;
+  const bool any_tcp = absl::c_any_of(
+      config.listen, [](const std::string& a) { return !absl::StartsWith(a, "unix:"); });
   if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
-  CheckStateDirMode(config.state_dir);
+  if (absl::Status status = CheckStateDirMode(config.state_dir); !status.ok()) return status;
   absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
   if (!lock_fd.ok()) return lock_fd.status();
   server->lock_fd_ = *lock_fd;
@@ -397,6 +391,22 @@ bool Server::Shutdown() {
   return true;
 }
 
+absl::Status Server::CheckListenAddresses(const Config& config) {
+  if (config.listen.empty()) return absl::InvalidArgumentError("listen: no address");
+  for (const std::string& address : config.listen) {
+    if (absl::StartsWith(address, "unix:")) continue;
+    absl::StatusOr<TcpAddress> tcp = ParseTcpAddress(address);
+    if (!tcp.ok()) return tcp.status();
+    if (absl::Status s = CheckTcpListener(address, *tcp, config.tls.enabled()); !s.ok()) return s;
+  }
+  if (!config.http_listen.empty()) {
+    if (absl::Status s = CheckHttpListen(config.http_listen, !config.tls.cert.empty()); !s.ok()) {
+      return s;
+    }
+  }
+  return CheckTlsFiles(config.tls);
+}
+
 bool Server::ShutdownGrpc() {
   // Cancels what is left and waits for every call to end, on a thread of its own: a cancelled
   // call whose write is stuck behind a client that does not read ends only when that client
@@ -464,9 +474,11 @@ absl::Status Server::StartHttp() {
                               absl::string_view action) -> absl::StatusOr<HttpCaller> {
     absl::StatusOr<Principal> principal = store->Authenticate(authorization);
     if (!principal.ok()) {
+      // No path in the answer: where the daemon keeps its tokens is nobody's business who has
+      // no token (its log and `mpsd token list` say it to the owner).
       return absl::UnauthenticatedError(absl::StrCat(
           principal.status().message(), ". A token is made on the daemon's machine with: mpsd "
-          "token add --tokens ", store->path(), " --name NAME --role viewer"));
+          "token add --name NAME --role viewer"));
     }
     if (absl::Status allowed = Authorize(*principal, Role::kViewer, action); !allowed.ok()) {
       return allowed;

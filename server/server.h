@@ -64,6 +64,12 @@ class Server {
   // Shuts down if still running. Must not run after Shutdown() returned false.
   ~Server();
 
+  // What BuildAndStart refuses of `config`'s addresses before it touches anything: `listen`
+  // over TCP on a non-loopback host, or malformed; `http_listen` (when set) as
+  // CheckHttpListen (server/http_server.h) says. INVALID_ARGUMENT naming the key. `mpsd
+  // --check-config` applies the same check, so that it never calls valid what start refuses.
+  static absl::Status CheckListenAddresses(const Config& config);
+
   // The address clients connect to, e.g. "unix:///run/user/1000/mpsd/mpsd.sock" or
   // "127.0.0.1:40123" (the port chosen when 0 was asked for): the first of addresses().
   const std::string& address() const { return addresses_.front(); }

@@ -165,8 +165,27 @@ int64_t HighestArtifactJobId(const std::string& artifacts_dir) {
   return highest;
 }
 
-void CheckStateDirMode(const std::string& state_dir) {
+absl::Status CheckStateDirMode(const std::string& state_dir) {
   struct stat st {};
+  // Others who may write the folder may replace the database, or plant a link where it is
+  // about to be created: nothing the daemon does inside it afterwards could be trusted.
+  if (stat(state_dir.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state dir ", state_dir, " has mode ", Mode(st.st_mode),
+        ": group or others may write in it, and so replace the job database or plant links in "
+        "it; make it private with: chmod 700 ", state_dir, " (mpsd creates it 0700 when it is "
+        "missing)"));
+  }
+  for (const char* name : {"mpsd.db", "mpsd.db-wal", "mpsd.db-shm", "mpsd.lock"}) {
+    const std::string path = state_dir + "/" + name;
+    // SQLite and the lock follow a symbolic link, even a dangling one: the database would be
+    // created, or written, wherever the link points.
+    if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is a symbolic link: mpsd keeps its database and lock only as files in the state "
+          "dir; remove the link (rm ", path, ") or, to move the state, give --state-dir"));
+    }
+  }
   if (stat(state_dir.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
     spdlog::warn(
         "state dir {} has mode {}: group or others may read the job database, checkpoints and "
@@ -190,6 +209,7 @@ void CheckStateDirMode(const std::string& state_dir) {
                    std::strerror(errno));
     }
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<StateDirWatch>> StateDirWatch::Start(Options options) {

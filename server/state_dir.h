@@ -55,10 +55,13 @@ absl::Status CheckDatabaseNotLost(const std::string& state_dir);
 // "2", …); 0 when there is none or the directory is missing.
 int64_t HighestArtifactJobId(const std::string& artifacts_dir);
 
-// Logs a warning when `state_dir` can be read or searched by group or others (a pre-existing
-// directory keeps its mode), naming the command that fixes it; and makes the daemon's own
-// files in it (mpsd.db, its WAL, the lock) 0600 if an older mpsd left them readable by others.
-void CheckStateDirMode(const std::string& state_dir);
+// FAILED_PRECONDITION, naming the command that fixes it, when group or others may write in
+// `state_dir`, or when one of the daemon's files in it (mpsd.db, its WAL and shared-memory
+// files, mpsd.lock) is a symbolic link (SQLite would follow it, even dangling, and create the
+// database outside). Else logs a warning when `state_dir` can be read or searched by group or
+// others (a pre-existing directory keeps its mode), and makes the daemon's own files in it
+// 0600 if an older mpsd left them readable by others.
+absl::Status CheckStateDirMode(const std::string& state_dir);
 
 // Watches that the state dir and its database stay where mpsd opened them: someone deleting or
 // replacing the directory (rm -rf, a restore over it) while mpsd runs would make every later

@@ -22,6 +22,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -82,7 +83,29 @@ absl::StatusOr<X509Ptr> ReadCertificate(const std::string& what, const std::stri
   return cert;
 }
 
+// As ssh with a private key, but letting a group read it (Debian's ssl-cert group convention
+// for /etc/ssl/private): refused when any user may read or write it, a warning when its group
+// may.
+absl::Status CheckKeyMode(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return absl::OkStatus();  // reading it says why
+  const unsigned mode = st.st_mode & 07777;
+  if ((mode & (S_IROTH | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "TLS key %s has mode %04o: every user of this machine may read (or replace) the "
+        "daemon's private key; make it private with: chmod 600 %s",
+        path, mode, path));
+  }
+  if ((mode & (S_IRGRP | S_IWGRP)) != 0) {
+    spdlog::warn("TLS key {} has mode {:04o}: its group may read the daemon's private key "
+                 "(chmod 600 {} if that is not intended)",
+                 path, mode, path);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KeyPtr> ReadKey(const std::string& path) {
+  if (absl::Status status = CheckKeyMode(path); !status.ok()) return status;
   absl::StatusOr<std::string> text = ReadWhole("TLS key", path);
   if (!text.ok()) return text.status();
   BioPtr bio(BIO_new_mem_buf(text->data(), static_cast<int>(text->size())));

@@ -34,8 +34,10 @@ struct TlsFiles {
 };
 
 // Checks the files with OpenSSL. Errors name the file and the problem: FAILED_PRECONDITION when
-// a file cannot be read, holds no PEM certificate (or key), when the key does not belong to the
-// certificate, or when the certificate has expired or is not valid yet (with its dates, UTC);
+// a file cannot be read, holds no PEM certificate (or key), when the key is readable or
+// writable by others than its owner and group (a group-readable key is logged as a warning),
+// when the key does not belong to the certificate, or when the certificate has expired or is
+// not valid yet (with its dates, UTC);
 // INVALID_ARGUMENT when only one of cert and key is given, or a client CA without them.
 absl::Status CheckTlsFiles(const TlsFiles& files);
 

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "api/job_id.h"
+#include "trainer/zip_index.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -38,6 +39,39 @@ constexpr char kFormatLine[] = "format: mpsd-checkpoint 1";
 
 absl::Status FileError(const std::string& path, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
+}
+
+// ---- The archive's table of contents ----------------------------------------------------------
+
+// Records are "<archive name>/<record>" (caffe2::serialize), the archive name being the folder
+// of the first entry.
+bool IsRecord(const ZipEntry& entry, absl::string_view record) {
+  const size_t slash = entry.name.find('/');
+  return slash != std::string::npos && absl::string_view(entry.name).substr(slash + 1) == record;
+}
+
+bool HasRecord(const std::vector<ZipEntry>& index, absl::string_view record) {
+  return std::any_of(index.begin(), index.end(),
+                     [record](const ZipEntry& e) { return IsRecord(e, record); });
+}
+
+// What PyTorchStreamReader reads whole to check a checkpoint (the metadata and the version
+// record) must be small: it allocates the size the directory states and decompresses into it.
+absl::Status CheckRecordSizes(const std::vector<ZipEntry>& index) {
+  for (const ZipEntry& entry : index) {
+    if (!IsRecord(entry, kInfoRecord) && !IsRecord(entry, "version") &&
+        !IsRecord(entry, ".data/version")) {
+      continue;
+    }
+    if (entry.uncompressed_size > kMaxCheckpointInfoBytes ||
+        entry.compressed_size > kMaxCheckpointInfoBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "its record ", entry.name, " is ", entry.uncompressed_size, " bytes (",
+          entry.compressed_size, " stored), more than the ", kMaxCheckpointInfoBytes,
+          " bytes of an mpsd checkpoint's; not a checkpoint mpsd wrote"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // ---- Metadata ---------------------------------------------------------------------------------
@@ -231,16 +265,31 @@ absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
     return FileError(path, "not a checkpoint archive (expected a zip archive written by mpsd)");
   }
   in.close();
+  absl::StatusOr<std::vector<ZipEntry>> index = ReadZipIndex(path);
+  if (absl::IsOutOfRange(index.status())) {
+    return FileError(path, absl::StrCat(index.status().message(), "; not a checkpoint mpsd "
+                                        "wrote (its directory is a few hundred bytes)"));
+  }
+  if (!index.ok()) {
+    return FileError(path, absl::StrCat("truncated or corrupt checkpoint archive (",
+                                        index.status().message(), ")"));
+  }
+  if (absl::Status s = CheckRecordSizes(*index); !s.ok()) return FileError(path, s.message());
+  if (!HasRecord(*index, kInfoRecord)) {
+    if (HasRecord(*index, "data.pkl")) {
+      return FileError(path,
+                       "saved by Python torch.save; mpsd resumes only from checkpoints it wrote");
+    }
+    return FileError(path, "a zip archive without mpsd checkpoint metadata");
+  }
+  if (!HasRecord(*index, kStateRecord)) return FileError(path, "checkpoint has no state record");
   try {
+    // Bounded now: the directory the reader loads and every record it reads whole (the
+    // version and the metadata) are within the limits CheckRecordSizes applied.
     caffe2::serialize::PyTorchStreamReader reader(path);
     if (!reader.hasRecord(kInfoRecord)) {
-      if (reader.hasRecord("data.pkl")) {
-        return FileError(path,
-                         "saved by Python torch.save; mpsd resumes only from checkpoints it wrote");
-      }
       return FileError(path, "a zip archive without mpsd checkpoint metadata");
     }
-    if (!reader.hasRecord(kStateRecord)) return FileError(path, "checkpoint has no state record");
     auto [data, size] = reader.getRecord(kInfoRecord);
     absl::StatusOr<CheckpointInfo> info =
         ParseInfo(absl::string_view(static_cast<const char*>(data.get()), size));

@@ -72,10 +72,17 @@ absl::StatusOr<mpsd::v1::CheckpointSaved> SaveCheckpoint(
     torch::optim::Optimizer& optimizer, const at::Generator& shuffle, const ExtraState& extra,
     const torch::Device& device);
 
-// Reads only the metadata record of `path` (no tensor is loaded: cheap, for Validate). Errors
-// (INVALID_ARGUMENT, the message starts with the path): missing file, empty or truncated file,
-// not a zip archive, a legacy PyTorch pickle (first bytes 0x80 0x02), a Python torch.save
-// archive, an archive without mpsd metadata, malformed metadata. Thread-safe.
+// The largest metadata (and version) record ReadCheckpointInfo reads, bytes (64 KiB; mpsd
+// writes about 300).
+inline constexpr uint64_t kMaxCheckpointInfoBytes = uint64_t{64} << 10;
+
+// Reads only the metadata record of `path` (no tensor is loaded, for Validate). Its cost is
+// bounded whatever the file holds: the zip's end records, a central directory of at most
+// kMaxZipCentralDirectoryBytes (trainer/zip_index.h) and records of at most
+// kMaxCheckpointInfoBytes are read, nothing else. Errors (INVALID_ARGUMENT, the message starts
+// with the path): missing file, empty or truncated file, not a zip archive, a legacy PyTorch
+// pickle (first bytes 0x80 0x02), a Python torch.save archive, an archive without mpsd
+// metadata, a directory or metadata record over those limits, malformed metadata. Thread-safe.
 absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path);
 
 // OK when a checkpoint written as `saved` can continue a job described by `job` (model,

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -23,7 +24,9 @@
 #include <grpcpp/server_builder.h>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "trainer/device_memory.h"
@@ -95,7 +98,14 @@ int main(int argc, char** argv) {
   absl::StatusOr<mpsd::api::MemoryFigures> baseline = mpsd::trainer::MeasureBaseline(device);
   if (!baseline.ok()) return Fail(std::string(baseline.status().message()));
 
-  mpsd::trainer::ExecutorService service(executor->get(), *baseline);
+  // Tests of a cancel that comes while the executor takes a job widen that moment with this.
+  absl::Duration start_delay;
+  if (const char* ms = std::getenv("MPSD_EXECUTOR_START_DELAY_MS");
+      ms != nullptr && options.allow_fault_injection) {
+    int64_t value = 0;
+    if (absl::SimpleAtoi(ms, &value) && value > 0) start_delay = absl::Milliseconds(value);
+  }
+  mpsd::trainer::ExecutorService service(executor->get(), *baseline, start_delay);
   std::error_code ignored;
   std::filesystem::remove(socket_path, ignored);
   grpc::ServerBuilder builder;

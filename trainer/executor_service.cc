@@ -4,13 +4,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "api/status.h"
 #include "trainer/log.h"
 
 namespace mpsd::trainer {
 
-ExecutorService::ExecutorService(api::Executor* executor, const api::MemoryFigures& baseline)
-    : executor_(executor), baseline_(baseline) {}
+ExecutorService::ExecutorService(api::Executor* executor, const api::MemoryFigures& baseline,
+                                 absl::Duration start_delay)
+    : executor_(executor), baseline_(baseline), start_delay_(start_delay) {}
 
 void ExecutorService::WaitForShutdown() {
   absl::MutexLock lock(&mu_);
@@ -30,6 +32,7 @@ grpc::Status ExecutorService::Validate(grpc::ServerContext* /*context*/,
 grpc::Status ExecutorService::Run(grpc::ServerContext* context,
                                   const mpsd::v1::executor::RunRequest* request,
                                   grpc::ServerWriter<mpsd::v1::executor::RunUpdate>* writer) {
+  if (start_delay_ > absl::ZeroDuration()) absl::SleepFor(start_delay_);
   {
     absl::MutexLock lock(&mu_);
     if (running_) {

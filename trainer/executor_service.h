@@ -9,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "mpsd/v1/executor.grpc.pb.h"
 #include "trainer/device_memory.h"
 #include "api/executor.h"
@@ -23,7 +24,11 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
  public:
   // `baseline`: memory of the executor's default device after its warm-up (MeasureBaseline),
   // put into every DeviceInfo (baseline_*) and every job summary's MemoryStats (baseline_*).
-  ExecutorService(api::Executor* executor, const api::MemoryFigures& baseline);
+  // `start_delay`: for tests of a cancel's hand-over only (mpsd-executor
+  // --enable-fault-injection with $MPSD_EXECUTOR_START_DELAY_MS): how long Run waits after a
+  // job arrives before it takes the job, so that a cancel can come in between.
+  ExecutorService(api::Executor* executor, const api::MemoryFigures& baseline,
+                  absl::Duration start_delay = absl::ZeroDuration());
 
   // Blocks until Shutdown has been called and no job runs any more.
   void WaitForShutdown();
@@ -53,6 +58,7 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
   // Constant after construction.
   api::Executor* const executor_;
   const api::MemoryFigures baseline_;
+  const absl::Duration start_delay_;
 
   // Read by the running job at step boundaries.
   api::CancelFlag cancel_;

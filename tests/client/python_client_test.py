@@ -152,6 +152,17 @@ class JobFileTest(unittest.TestCase):
             self.assertEqual(os.path.getsize(exact), mpsd.MAX_JOB_FILE_BYTES)
             self.assertEqual(mpsd.read_job_file(exact).train_job.dataset.name, "fashion-mnist")
 
+    def test_a_file_that_is_not_utf8_is_a_job_file_error_naming_it(self):
+        # Latin-1 text: UnicodeDecodeError escaped read_job_file, and submit.py died with it.
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "latin1.yaml")
+            with open(path, "wb") as f:
+                f.write(GOOD.encode() + "# caf\u00e9\n".encode("latin-1"))
+            with self.assertRaises(mpsd.JobFileError) as cm:
+                mpsd.read_job_file(path)
+            line = GOOD.count("\n") + 1
+            self.assertIn("%s:%d: not UTF-8 text (byte 0xe9" % (path, line), str(cm.exception))
+
 
 class JobSpecTest(unittest.TestCase):
     """mpsd.job_request: the forms Client.submit takes besides a file."""

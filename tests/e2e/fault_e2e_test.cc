@@ -24,6 +24,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -320,6 +321,82 @@ TEST_F(FaultE2eTest, AStateDirReadableByOthersIsWarnedAboutAndItsDatabaseMadePri
   EXPECT_THAT(log, HasSubstr("state dir " + state() + " has mode 0755"));
   EXPECT_THAT(log, HasSubstr("run chmod 700 " + state()));
   EXPECT_EQ(ModeOf(state() + "/mpsd.db"), 0600u);
+}
+
+// ---- the last adversarial pass: the state dir's links and modes, the command line ----------
+
+// SQLite follows a link, even a dangling one: the database was created where the link points.
+TEST_F(FaultE2eTest, ADatabaseLinkInTheStateDirIsRefused) {
+  fs::create_directories(state());
+  ASSERT_EQ(chmod(state().c_str(), 0700), 0);
+  const std::string outside = dir_ / "elsewhere.db";
+  ASSERT_EQ(symlink(outside.c_str(), (state() + "/mpsd.db").c_str()), 0);
+  const CommandResult result = RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr(state() + "/mpsd.db is a symbolic link"));
+  EXPECT_THAT(result.err, HasSubstr("remove the link (rm " + state() + "/mpsd.db)"));
+  EXPECT_FALSE(fs::exists(outside));
+  // The lock too.
+  fs::remove(state() + "/mpsd.db");
+  ASSERT_EQ(symlink(outside.c_str(), (state() + "/mpsd.lock").c_str()), 0);
+  const CommandResult lock = RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+  EXPECT_EQ(lock.exit_code, 1) << lock.err;
+  EXPECT_THAT(lock.err, HasSubstr(state() + "/mpsd.lock is a symbolic link"));
+  EXPECT_FALSE(fs::exists(outside));
+}
+
+// Others who may write the state dir may swap the database: refused, saying how to fix it.
+TEST_F(FaultE2eTest, AStateDirWritableByOthersIsRefused) {
+  for (const mode_t mode : {0777, 0770, 0702}) {
+    fs::create_directories(state());
+    ASSERT_EQ(chmod(state().c_str(), mode), 0);
+    const CommandResult result =
+        RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+    EXPECT_EQ(result.exit_code, 1) << result.err;
+    EXPECT_THAT(result.err, HasSubstr(absl::StrFormat("state dir %s has mode %04o: group or "
+                                                      "others may write in it", state(), mode)));
+    EXPECT_THAT(result.err, HasSubstr("make it private with: chmod 700 " + state()));
+    EXPECT_FALSE(fs::exists(state() + "/mpsd.db"));
+  }
+}
+
+// $MPSD_ADDR is mpsctl's: a daemon started in a shell that exported it for a remote mpsctl
+// listened on that address instead of its unix socket.
+TEST_F(FaultE2eTest, TheDaemonDoesNotReadTheClientsAddressVariable) {
+  const std::string config = dir_ / "empty.yaml";
+  WriteFile(config, "log_level: info\n");
+  const CommandResult result =
+      RunCommand({"/usr/bin/env", "MPSD_ADDR=127.0.0.1:7070", "XDG_RUNTIME_DIR=" + dir_.str(),
+                  MpsdPath(), "--check-config", config});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("listen: unix://" + dir_.str() + "/mpsd/mpsd.sock\n"));
+  EXPECT_THAT(result.out, ::testing::Not(HasSubstr("7070")));
+  // mpsctl still takes it.
+  const CommandResult client =
+      RunCommand({"/usr/bin/env", "MPSD_ADDR=unix://" + dir_.str() + "/none.sock", MpsctlPath(),
+                  "status"});
+  EXPECT_NE(client.exit_code, 0);
+  EXPECT_THAT(client.err, HasSubstr(dir_.str() + "/none.sock"));
+}
+
+// CLI11's own exit codes (105 for a value outside a set) told a script nothing: usage is 2.
+TEST_F(FaultE2eTest, ABadFlagValueIsAUsageError) {
+  const CommandResult role =
+      RunMpsd({"token", "add", "--tokens", dir_ / "tokens.yaml", "--name", "x", "--role",
+               "superuser"});
+  EXPECT_EQ(role.exit_code, 2) << role.err;
+  EXPECT_THAT(role.err, HasSubstr("--role: superuser not in {viewer,submitter,admin}"));
+  EXPECT_FALSE(fs::exists(dir_ / "tokens.yaml"));
+  // mpsctl list --limit -1 named its range as 0 to DBL_MAX, all 309 digits of it.
+  const CommandResult limit = RunCommand({MpsctlPath(), "--server", "unix://" + socket(), "list",
+                                          "--limit", "-1"});
+  EXPECT_EQ(limit.exit_code, 64) << limit.err;  // mpsctl: EX_USAGE
+  EXPECT_THAT(limit.err, HasSubstr("--limit: Value -1 not in range 0 to 2147483647"));
+  EXPECT_LT(limit.err.size(), 300u) << limit.err;
+  const CommandResult reconnect = RunCommand(
+      {MpsctlPath(), "--server", "unix://" + socket(), "--reconnect-timeout", "-5", "status"});
+  EXPECT_EQ(reconnect.exit_code, 64) << reconnect.err;
+  EXPECT_THAT(reconnect.err, HasSubstr("expected seconds from 0 to 31536000 (a year), got -5"));
 }
 
 // ---- a full disk under the state dir --------------------------------------------------------

@@ -17,6 +17,7 @@
 
 #include <grpcpp/client_context.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -316,6 +317,92 @@ TEST_F(HangsE2eTest, ARelativeStateDirWorks) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state(), Job::SUCCEEDED) << done->message();
   EXPECT_TRUE(std::filesystem::exists(dir_.path() / "relative-state" / "mpsd.db"));
+}
+
+// `mpsd --check-config` applies the start's check of the addresses: a non-loopback listen or
+// http_listen was "valid" there and refused at start.
+TEST_F(HangsE2eTest, CheckConfigRefusesTheAddressesTheStartRefuses) {
+  const std::string config = dir_.str() + "/addresses.yaml";
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"listen: 0.0.0.0:50051\n", "listen: 0.0.0.0:50051 is not a loopback address"},
+           {"http_listen: 0.0.0.0:9464\n", "http_listen: 0.0.0.0:9464 is not a loopback address"},
+           {"http_listen: nine\n", "http_listen"}}) {
+    SCOPED_TRACE(text);
+    WriteFile(config, text);
+    CommandResult check =
+        RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
+    EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
+    EXPECT_THAT(check.err, HasSubstr(message));
+    std::vector<std::string> start = {MpsdPath(), "--config", config, "--state-dir",
+                                      dir_.str() + "/addresses-state"};
+    if (!absl::StartsWith(text, "listen:")) {
+      start.insert(start.end(), {"--listen", "unix://" + dir_.str() + "/addresses.sock"});
+    }
+    CommandResult started = RunCommandWithin(start, absl::Seconds(30));
+    EXPECT_NE(started.exit_code, 0) << started.err;
+    EXPECT_THAT(started.err, HasSubstr(message));
+  }
+  WriteFile(config, "listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\n");
+  CommandResult good =
+      RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_THAT(good.out, HasSubstr(": valid"));
+}
+
+// Item 8: every mpsctl submit carries a request_id (made up when the file and --request-id give
+// none), so that its retry after a timeout finds the job the first attempt created. Made-up ids
+// are left out of the job file `mpsctl get` prints; two submits of one file are two jobs.
+TEST_F(HangsE2eTest, MpsctlSubmitsCarryARequestId) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  const std::string file = dir_.str() + "/tiny.yaml";
+  WriteFile(file,
+            "kind: TrainJob\nmodel: {name: mlp}\ndataset: {name: synthetic, synthetic: "
+            "{input_shape: [8], num_classes: 2, train_examples: 64, test_examples: 8}}\n"
+            "batch_size: 32\ndevice: cpu\n");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    CommandResult submit = RunCommandWithin(
+        {MpsctlPath(), "--server", daemon_->address(), "submit", file}, absl::Seconds(60));
+    ASSERT_EQ(submit.exit_code, 0) << submit.err;
+    ids.push_back(std::string(absl::StripAsciiWhitespace(submit.out)));
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  std::vector<std::string> request_ids;
+  for (const std::string& id : ids) {
+    absl::StatusOr<Job> job = rpc::Get(*daemon_, id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_THAT(job->spec().request_id(), ::testing::MatchesRegex("mpsctl-[0-9a-f]{32}"));
+    request_ids.push_back(job->spec().request_id());
+  }
+  EXPECT_NE(request_ids[0], request_ids[1]);
+  CommandResult get = RunCommandWithin(
+      {MpsctlPath(), "--server", daemon_->address(), "get", ids[0]}, absl::Seconds(30));
+  EXPECT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_THAT(get.out, ::testing::Not(HasSubstr("request_id")));
+  // The same request_id again (what a retry sends) returns the first job.
+  mpsd::v1::SubmitJobRequest again = (*rpc::Get(*daemon_, ids[0])).spec();
+  absl::StatusOr<Job> retried = rpc::Submit(*daemon_, again);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->id(), ids[0]);
+}
+
+// Item 14 (part): a job id that cannot name a job ("", "abc") is INVALID_ARGUMENT naming
+// job_id, for GetJob, CancelJob and StreamEvents alike; a well-formed unknown id stays
+// NOT_FOUND.
+TEST_F(HangsE2eTest, AMalformedJobIdIsInvalidArgumentNotNotFound) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  for (const std::string id : {"", "abc", "01", "-1"}) {
+    SCOPED_TRACE("\"" + id + "\"");
+    absl::StatusOr<Job> get = rpc::Get(*daemon_, id);
+    EXPECT_EQ(get.status().code(), absl::StatusCode::kInvalidArgument) << get.status();
+    EXPECT_THAT(get.status().message(), HasSubstr("job_id: \"" + id + "\" is not a job id"));
+    EXPECT_EQ(rpc::Cancel(*daemon_, id).status().code(), absl::StatusCode::kInvalidArgument);
+    grpc::Status streamed;
+    rpc::StreamAll(*daemon_, id, 0, &streamed);
+    EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << streamed.error_message();
+  }
+  EXPECT_EQ(rpc::Get(*daemon_, "999").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

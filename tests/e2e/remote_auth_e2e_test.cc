@@ -348,6 +348,63 @@ TEST_F(RemoteTest, WrongCa) {
                                     "--tls-ca " + Cert("other-ca.pem")));
 }
 
+// A private key given as --tls-ca (or --tls-cert): gRPC printed raw error lines and "empty
+// address list"; mpsctl now says which file holds no certificate, before connecting.
+TEST_F(RemoteTest, AKeyGivenAsTheCaIsNamed) {
+  const std::string token = AddToken(tokens_, "ci", "submitter");
+  std::unique_ptr<Daemon> daemon = StartTlsDaemon();
+  CommandResult result = Mpsctl(TcpAddress(*daemon), {"--tls-ca", Cert("ca.key"),
+                                                      "--token-file", TokenFile(token), "status"});
+  EXPECT_EQ(result.exit_code, 64) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("--tls-ca " + Cert("ca.key") +
+                                    ": no certificate in it (expected PEM \"BEGIN CERTIFICATE\" "
+                                    "blocks; it holds a private key)"));
+  EXPECT_THAT(result.err, ::testing::Not(HasSubstr("empty address list")));
+  CommandResult cert = Mpsctl(TcpAddress(*daemon),
+                              {"--tls-ca", Cert("ca.pem"), "--tls-cert", Cert("client.key"),
+                               "--tls-key", Cert("client.key"), "--token-file", TokenFile(token),
+                               "status"});
+  EXPECT_EQ(cert.exit_code, 64) << cert.err;
+  EXPECT_THAT(cert.err, HasSubstr("--tls-cert " + Cert("client.key") + ": no certificate in it"));
+}
+
+// Secret files others may read: mpsctl warns (naming the chmod that fixes it) and goes on;
+// mpsd refuses a TLS key every user may read, as ssh refuses such a key.
+TEST_F(RemoteTest, SecretFilesReadableByOthers) {
+  const std::string token = AddToken(tokens_, "ci", "submitter");
+  const std::string loose_key = dir_.str() + "/loose.key";
+  std::filesystem::copy_file(Cert("server.key"), loose_key);
+  ASSERT_EQ(chmod(loose_key.c_str(), 0644), 0);
+  CommandResult refused = RunCommand(
+      {MpsdPath(), "--listen", "127.0.0.1:0", "--state-dir", dir_.str() + "/state", "--tokens",
+       tokens_, "--tls-cert", Cert("server.pem"), "--tls-key", loose_key});
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("TLS key " + loose_key + " has mode 0644: every user of this "
+                                     "machine may read (or replace) the daemon's private key; "
+                                     "make it private with: chmod 600 " + loose_key));
+  // --check-config says so too.
+  const std::string config = dir_.str() + "/tls.yaml";
+  WriteFile(config, "tls: {cert: " + Cert("server.pem") + ", key: " + loose_key + "}\n");
+  CommandResult checked = RunCommand({MpsdPath(), "--check-config", config});
+  EXPECT_EQ(checked.exit_code, 2) << checked.err;
+  EXPECT_THAT(checked.err, HasSubstr("TLS key " + loose_key + " has mode 0644"));
+
+  std::unique_ptr<Daemon> daemon = StartTlsDaemon();
+  const std::string loose_token = TokenFile(token);
+  ASSERT_EQ(chmod(loose_token.c_str(), 0644), 0);
+  CommandResult warned = Mpsctl(TcpAddress(*daemon),
+                                {"--tls-ca", Cert("ca.pem"), "--token-file", loose_token,
+                                 "status"});
+  EXPECT_EQ(warned.exit_code, 0) << warned.err;
+  EXPECT_THAT(warned.err, HasSubstr("mpsctl: warning: --token-file " + loose_token +
+                                    " is accessible by other users (mode 0644)"));
+  EXPECT_THAT(warned.err, HasSubstr("chmod 600 " + loose_token));
+  CommandResult quiet = Mpsctl(TcpAddress(*daemon), {"--tls-ca", Cert("ca.pem"), "--token-file",
+                                                     TokenFile(token), "status"});
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_THAT(quiet.err, ::testing::Not(HasSubstr("warning")));
+}
+
 TEST_F(RemoteTest, WrongHost) {
   const std::string token = AddToken(tokens_, "ci", "submitter");
   std::unique_ptr<Daemon> daemon = StartTlsDaemon({}, "other-host");
@@ -628,13 +685,15 @@ TEST_F(RemoteTest, OneTokensFileForGrpcAndHttp) {
   EXPECT_EQ(listed->status, 200) << listed->body;
   CommandResult status = Mpsctl(address, {"--token-file", TokenFile(token), "status"});
   EXPECT_EQ(status.exit_code, 0) << status.err;
-  // No token: 401 naming the command that makes one, and the tokens file it writes to.
+  // No token: 401 naming the command that makes one, but not where the tokens file is (issue
+  // 14's last pass: the body told anyone who asked the path of the daemon's secrets).
   httplib::Result anonymous = http.Get("/api/jobs");
   ASSERT_TRUE(anonymous);
   EXPECT_EQ(anonymous->status, 401);
   EXPECT_THAT(anonymous->body, HasSubstr("missing token"));
-  EXPECT_THAT(anonymous->body, HasSubstr("mpsd token add --tokens " + tokens_ +
-                                         " --name NAME --role viewer"));
+  EXPECT_THAT(anonymous->body, HasSubstr("mpsd token add --name NAME --role viewer"));
+  EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr(tokens_)));
+  EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr("tokens.yaml")));
   // The daemon did not make a second tokens file for HTTP.
   EXPECT_FALSE(std::filesystem::exists(dir_.str() + "/state/tokens.yaml"));
   // Revoked: both listeners refuse it from the next request.

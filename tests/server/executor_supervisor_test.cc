@@ -4,6 +4,7 @@
 // ends and the executor is killed.
 #include "server/executor_supervisor.h"
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -183,6 +184,29 @@ TEST_F(ExecutorSupervisorTest, CancelIsPassedOn) {
   EXPECT_EQ(run.status.code(), absl::StatusCode::kCancelled) << run.status;
   EXPECT_EQ(run.events.back().summary().executor_restart_reason(), "");
   EXPECT_EQ(supervisor->GetDevice().executor_pid(), pid);  // stopped, not killed
+}
+
+// A cancel that comes after the scheduler marked the job RUNNING and before the executor took it
+// (seen once in ~40 tries, the window ~1 ms) found no job there, was dropped, and the job ran on
+// to SUCCEEDED. The executor here waits 1.5 s before it takes each job; the flag is set before
+// the run starts, as by a CancelJob in that window. The cancel must reach the job.
+TEST_F(ExecutorSupervisorTest, ACancelWhileTheExecutorTakesTheJobIsNotLost) {
+  ASSERT_EQ(setenv("MPSD_EXECUTOR_START_DELAY_MS", "1500", 1), 0);
+  std::unique_ptr<ExecutorSupervisor> supervisor = Start(Options());
+  unsetenv("MPSD_EXECUTOR_START_DELAY_MS");
+  ASSERT_NE(supervisor, nullptr);
+  const int64_t pid = supervisor->GetDevice().executor_pid();
+  api::CancelFlag cancelled;
+  cancelled.Cancel();
+  std::vector<JobEvent> events;
+  const absl::Status status =
+      supervisor->Run(api::JobContext{"1", ""}, SyntheticJob(/*epochs=*/3),
+                      [&](JobEvent event) { events.push_back(std::move(event)); }, cancelled);
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  int steps = 0;
+  for (const JobEvent& event : events) steps += event.has_step() ? 1 : 0;
+  EXPECT_LT(steps, 12) << "the job ran all 3 epochs of 4 steps";
+  EXPECT_EQ(supervisor->GetDevice().executor_pid(), pid);  // stopped by the cancel, not killed
 }
 
 TEST_F(ExecutorSupervisorTest, CancelIgnoredBeyondTheGracePeriodKillsTheExecutor) {

@@ -141,7 +141,7 @@ TEST_F(StateDirTest, CheckStateDirModeMakesTheDatabasePrivate) {
   Touch(Path("mpsd.db"));
   ASSERT_EQ(chmod(Path("mpsd.db").c_str(), 0644), 0);
   ASSERT_EQ(chmod(dir_.str().c_str(), 0755), 0);
-  CheckStateDirMode(dir_.str());
+  EXPECT_TRUE(CheckStateDirMode(dir_.str()).ok());
   struct stat st {};
   ASSERT_EQ(stat(Path("mpsd.db").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -155,7 +155,7 @@ TEST_F(StateDirTest, CheckStateDirModeNeverChangesAFileThroughASymlink) {
   Touch(outside);
   ASSERT_EQ(chmod(outside.c_str(), 0644), 0);
   ASSERT_EQ(symlink(outside.c_str(), Path("mpsd.db").c_str()), 0);
-  CheckStateDirMode(dir_.str());
+  EXPECT_FALSE(CheckStateDirMode(dir_.str()).ok());
   struct stat st {};
   ASSERT_EQ(stat(outside.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);

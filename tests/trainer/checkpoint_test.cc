@@ -269,6 +269,57 @@ TEST(CheckpointValidateTest, RejectsAPythonTorchSaveArchive) {
                          "wrote"));
 }
 
+// Item 8 of issue 14: validating a resume reads a bounded part of the file whatever it holds.
+// Two archives built from a real checkpoint's records: one whose metadata record is padded to
+// 1 MiB with keys ReadCheckpointInfo ignores, one with 20,000 extra records (a 1.5 MB central
+// directory). Both would be accepted by reading them whole; both are refused naming the limit.
+TEST(CheckpointValidateTest, ReadsTheMetadataWithASizeCap) {
+  TempDir dir("checkpoint_test");
+  std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
+  const std::string real = WriteRealCheckpoint(*executor, dir);
+  std::string info, state;
+  {
+    caffe2::serialize::PyTorchStreamReader reader(real);
+    auto [info_data, info_size] = reader.getRecord("mpsd_checkpoint.txt");
+    info.assign(static_cast<const char*>(info_data.get()), info_size);
+    auto [state_data, state_size] = reader.getRecord("state.pt");
+    state.assign(static_cast<const char*>(state_data.get()), state_size);
+  }
+  ASSERT_TRUE(ValidateResume(*executor, real).ok());
+
+  const std::string padded = dir / "padded.pt";
+  {
+    std::string big = info;
+    while (big.size() < (size_t{1} << 20)) big += "padding: " + std::string(100, 'x') + "\n";
+    caffe2::serialize::PyTorchStreamWriter writer(padded);
+    writer.writeRecord("mpsd_checkpoint.txt", big.data(), big.size());
+    writer.writeRecord("state.pt", state.data(), state.size());
+    writer.writeEndOfFile();
+  }
+  const absl::Status padded_status = ValidateResume(*executor, padded);
+  EXPECT_EQ(padded_status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(MessageOf(padded_status),
+              StartsWith("train_job.resume_from: " + padded + ": its record padded/"
+                         "mpsd_checkpoint.txt is "));
+  EXPECT_THAT(MessageOf(padded_status), HasSubstr("more than the 65536 bytes"));
+
+  const std::string wide = dir / "wide.pt";
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(wide);
+    writer.writeRecord("mpsd_checkpoint.txt", info.data(), info.size());
+    writer.writeRecord("state.pt", state.data(), state.size());
+    for (int i = 0; i < 20'000; ++i) {
+      writer.writeRecord(absl::StrCat("padding-record-", i), "x", 1);
+    }
+    writer.writeEndOfFile();
+  }
+  const absl::Status wide_status = ValidateResume(*executor, wide);
+  EXPECT_EQ(wide_status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(MessageOf(wide_status),
+              StartsWith("train_job.resume_from: " + wide + ": its zip central directory is "));
+  EXPECT_THAT(MessageOf(wide_status), HasSubstr("more than the 1048576 read to check a file"));
+}
+
 TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOrOptimizerOrBatchSize) {
   TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());

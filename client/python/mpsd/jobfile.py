@@ -235,10 +235,16 @@ def _read_regular_file(path: str, limit: int) -> bytes:
 
 def read_job_file(path: Union[str, "os.PathLike[str]"]) -> pb2.SubmitJobRequest:
     """Reads and parses a job file, then makes its relative paths absolute (make_paths_absolute).
-    Raises OSError if it cannot be read, JobFileError if it is not a job, not a regular file or
-    larger than MAX_JOB_FILE_BYTES (1 MiB)."""
+    Raises OSError if it cannot be read, JobFileError if it is not a job, not UTF-8, not a
+    regular file or larger than MAX_JOB_FILE_BYTES (1 MiB)."""
     path = os.fspath(path)
-    text = _read_regular_file(path, MAX_JOB_FILE_BYTES).decode("utf-8")
+    data = _read_regular_file(path, MAX_JOB_FILE_BYTES)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise JobFileError("%s:%d: not UTF-8 text (byte 0x%02x at offset %d); a job file is YAML "
+                           "in UTF-8" % (path, line, data[e.start], e.start)) from None
     request = parse_job_file(text, path)
     make_paths_absolute(request, path)
     return request
