@@ -212,8 +212,8 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
               images.device()) {
   TORCH_CHECK(options_.precision == Precision::kFp32 || options_.precision == Precision::kBf16,
               "the graphed step runs fp32 or bf16");
-  static_index_ = torch::arange(options_.batch_size,
-                                torch::TensorOptions().dtype(torch::kInt64).device(images.device()));
+  static_index_ = torch::arange(
+      options_.batch_size, torch::TensorOptions().dtype(torch::kInt64).device(images.device()));
 
   // Warm-up with learning rate 0 (parameters unchanged), then put back what it touched: the
   // optimizer state and step counter, and the model's buffers (BatchNorm running statistics).

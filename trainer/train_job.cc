@@ -197,7 +197,8 @@ absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
     return FieldError("memory_format",
                       "channels_last is for the zoo's image models, not a TorchScript model");
   }
-  if (config.model->input_kind != InputKind::kImage || config.model_config.input_shape.size() != 3) {
+  if (config.model->input_kind != InputKind::kImage ||
+      config.model_config.input_shape.size() != 3) {
     return FieldError("memory_format",
                       absl::StrFormat("channels_last is for image models taking [C, H, W]; %s "
                                       "takes %s",

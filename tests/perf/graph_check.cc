@@ -6,13 +6,13 @@
 // difference of the 50 step losses (relative to max(1, |eager loss|)), the epoch's seconds for
 // each, and PASS when the graphed job really was captured, the first 10 step losses agree within
 // 1e-4 (bf16 1e-3: the same arithmetic, so a wrong learning rate, momentum or update shows from
-// step 2 on) and all 50 within the case's tolerance (adam fp32 1e-2; bf16 and sgd at lr 0.05 with momentum 0.9
-// 5e-2: the graph replays the same kernels, but cuDNN's backward kernels sum in a
-// nondeterministic order, and training amplifies those last-bit differences step by step, sgd's
-// momentum more than adam's normalised steps). The H200 run of 2026-12-01 (tests/perf/RESULTS.md)
-// had its first 10 steps within 9e-6 in fp32 and 5e-4 in bf16; its two fp32 sgd cases grew to
-// 1.7e-2 and 4.8e-2 by the end, over the single 1e-2 tolerance that run applied. Exit status 1 when any
-// case fails. Writes every loss to JSON_OUT.
+// step 2 on) and all 50 within the case's tolerance (adam fp32 1e-2; bf16, and sgd at lr 0.05
+// with momentum 0.9, 5e-2: the graph replays the same kernels, but cuDNN's backward kernels sum
+// in a nondeterministic order, and training amplifies those last-bit differences step by step,
+// sgd's momentum more than adam's normalised steps). The H200 run of 2026-12-01
+// (tests/perf/RESULTS.md) had its first 10 steps within 9e-6 in fp32 and 5e-4 in bf16; its two
+// fp32 sgd cases grew to 1.7e-2 and 4.8e-2 by the end, over the single 1e-2 tolerance that run
+// applied. Exit status 1 when any case fails. Writes every loss to JSON_OUT.
 //
 // Usage: mpsd_graph_check IDX_DIR JSON_OUT [device=cuda]
 #include <torch/torch.h>
