@@ -42,7 +42,7 @@ class Executor {
  public:
   // How an executor is configured (mpsd-executor's flags, which the supervisor passes on).
   struct Options {
-    // Intra-op threads for CPU work; 0 keeps LibTorch's default (one per core).
+    // Intra-op threads for CPU work; 0 = one per CPU this process may run on (its affinity).
     int cpu_threads = 0;
     // Training steps whose metrics are read back from the device in one transfer (one
     // host-device synchronisation per group). Step events lag the device by up to this many

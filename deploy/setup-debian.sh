@@ -12,6 +12,7 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools
   python3-prometheus-client
   libturbojpeg0-dev libpng-dev libssl-dev python3-pil python3-torch
+  libopenblas0-pthread
   dataset-fashion-mnist
   libjs-dygraphs
   chromium chromium-driver python3-selenium

@@ -65,8 +65,8 @@ struct Config {
   std::string state_dir;
   // SubmitJob fails with RESOURCE_EXHAUSTED beyond this many queued jobs.
   int max_queued = 1000;
-  // Intra-op threads for CPU training, 0 to 4096; 0 = LibTorch's default, one per physical core
-  // (half the logical CPUs where cores run two hardware threads; the executor logs the count).
+  // Intra-op threads for CPU training, 0 to 4096; 0 = one per CPU the executor may run on (its
+  // CPU affinity: all logical CPUs unless taskset or a cpuset narrows it; the executor logs it).
   int cpu_threads = 0;
   // On SIGTERM/SIGINT: how long running RPCs and the running job get to end, seconds.
   double shutdown_grace_s = 10.0;

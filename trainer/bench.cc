@@ -358,16 +358,6 @@ class CpuThreadsGuard {
   bool changed_ = false;
 };
 
-// Converts 4-D weights (convolutions) to NHWC, as Module.to(memory_format=channels_last) does.
-void ToChannelsLast(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor& parameter : model.parameters()) {
-    if (parameter.dim() == 4) {
-      parameter.set_data(parameter.data().contiguous(at::MemoryFormat::ChannelsLast));
-    }
-  }
-}
-
 // numpy.percentile's default ("linear"): interpolates between the two nearest ranks of the
 // sorted `values`; p in [0, 1].
 double Percentile(const std::vector<double>& sorted, double p) {

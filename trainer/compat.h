@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,7 @@
 #if MPSD_TRAINER_HAS_CUDA_ALLOCATOR && MPSD_TRAINER_HAS_FUSED_ADAM
 #define MPSD_TRAINER_HAS_CUDA_GRAPHS 1
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -358,6 +360,52 @@ inline void FusedAdamUpdate(const std::vector<torch::Tensor>& params,
 #endif
 }
 
+// _foreach_mul_ with a tensor scalar (a [] tensor on the device, read by the kernel, so a CUDA
+// graph follows its value) exists from LibTorch 2.1 on.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define MPSD_TRAINER_HAS_FOREACH_TENSOR_SCALAR 1
+#else
+#define MPSD_TRAINER_HAS_FOREACH_TENSOR_SCALAR 0
+#endif
+
+// One torch.optim.SGD update (dampening 0; the formula of PyTorch's _multi_tensor_sgd) of every
+// parameter, with `lr` and `momentum` [] float32 tensors on the parameters' device (so a CUDA
+// graph that captured this call follows a schedule): d = g + weight_decay·p; with `use_momentum`,
+// buf = momentum·buf + d (a zero buffer gives PyTorch's first step, buf = d), then
+// d = nesterov ? d + momentum·buf : buf; finally p -= lr·d. `buffers` is empty without momentum,
+// else one per parameter. Multi-tensor (_foreach) kernels from LibTorch 2.1; one tensor at a
+// time before (same arithmetic).
+inline void MultiTensorSgdUpdate(const std::vector<torch::Tensor>& params,
+                                 const std::vector<torch::Tensor>& grads,
+                                 const std::vector<torch::Tensor>& buffers,
+                                 const torch::Tensor& lr, const torch::Tensor& momentum,
+                                 double weight_decay, bool nesterov, bool use_momentum) {
+  if (params.empty()) return;
+#if MPSD_TRAINER_HAS_FOREACH_TENSOR_SCALAR
+  std::vector<torch::Tensor> d =
+      weight_decay != 0 ? at::_foreach_add(grads, params, weight_decay) : grads;
+  if (use_momentum) {
+    at::_foreach_mul_(buffers, momentum);
+    at::_foreach_add_(buffers, d);
+    if (nesterov) {
+      d = at::_foreach_add(d, at::_foreach_mul(buffers, momentum));
+    } else {
+      d = buffers;
+    }
+  }
+  at::_foreach_sub_(params, at::_foreach_mul(d, lr));
+#else
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor d = weight_decay != 0 ? grads[i].add(params[i], weight_decay) : grads[i];
+    if (use_momentum) {
+      buffers[i].mul_(momentum).add_(d);
+      d = nesterov ? d.add(buffers[i] * momentum) : buffers[i];
+    }
+    params[i].sub_(d * lr);
+  }
+#endif
+}
+
 // A CUDA graph of work issued on the current thread: Capture(fn) runs `fn` on a side stream
 // while the graph records it (nothing executes), Replay() launches the recorded kernels on the
 // current stream. Tensors created inside `fn` live in the graph's private memory pool for the
@@ -402,6 +450,32 @@ class CudaGraph {
     side_done.block(current);
 #else
     (void)device_index, (void)fn;
+    TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
+#endif
+  }
+
+  // The default CUDA generator's state (seed and Philox offset), to put back after a warm-up so
+  // that the replays draw dropout's numbers where an eager run from the same seed would.
+  static torch::Tensor GetRngState(int device_index) {
+#if MPSD_TRAINER_HAS_CUDA_GRAPHS
+    at::Generator generator =
+        at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(device_index));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return generator.get_state();
+#else
+    (void)device_index;
+    TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
+    return {};
+#endif
+  }
+  static void SetRngState(int device_index, const torch::Tensor& state) {
+#if MPSD_TRAINER_HAS_CUDA_GRAPHS
+    at::Generator generator =
+        at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(device_index));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+#else
+    (void)device_index, (void)state;
     TORCH_CHECK(false, "CUDA graphs need a CUDA LibTorch >= 2.2");
 #endif
   }
@@ -524,15 +598,22 @@ inline std::string AutocastUnsupportedReason(c10::DeviceType device_type, c10::S
 // forward. Not copyable. The caller checks AutocastUnsupportedReason first.
 class AutocastGuard {
  public:
-  AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype) : device_type_(device_type) {
+  // cache_enabled false: like torch.autocast(..., cache_enabled=False), every forward casts the
+  // weights afresh (what a CUDA graph capture needs: a cached cast would be made once, outside
+  // what the graph replays).
+  AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype, bool cache_enabled = true)
+      : device_type_(device_type) {
     previous_enabled_ = IsEnabled(device_type_);
     previous_dtype_ = GetDtype(device_type_);
+    previous_cache_enabled_ = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(cache_enabled);
     Set(device_type_, true, dtype);
     at::autocast::increment_nesting();
   }
   ~AutocastGuard() {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     Set(device_type_, previous_enabled_, previous_dtype_);
+    at::autocast::set_autocast_cache_enabled(previous_cache_enabled_);
   }
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -572,6 +653,7 @@ class AutocastGuard {
   const c10::DeviceType device_type_;
   bool previous_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::kFloat;
+  bool previous_cache_enabled_ = true;
 };
 
 }  // namespace mpsd::trainer::compat

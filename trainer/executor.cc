@@ -3,9 +3,11 @@
 // LibTorch call behind the exception firewall (trainer/torch_errors.h).
 #include "trainer/executor.h"
 
+#include <sched.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <utility>
@@ -148,6 +150,16 @@ mpsd::v1::DeviceInfo TorchExecutor::GetDevice() const {
 
 }  // namespace
 
+int AvailableCpuCount() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int count = CPU_COUNT(&set);
+    if (count > 0) return count;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Options& options) {
   if (options.cpu_threads < 0) {
     return absl::InvalidArgumentError(
@@ -157,24 +169,28 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Op
     return absl::InvalidArgumentError(
         absl::StrFormat("steps_per_readback: must be > 0, got %d", options.steps_per_readback));
   }
+  // cpu_threads 0: one intra-op thread per CPU this process may run on. LibTorch's own default
+  // counts physical cores as its cpuinfo sees them, which is 1 on many 2-vCPU virtual machines
+  // (and half the CPUs where cores run two hardware threads); PyTorch's default was the same.
+  const int cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : AvailableCpuCount();
   DeviceInventory inventory;
   const absl::Status status = CatchTorchErrors([&] {
-    if (options.cpu_threads > 0) torch::set_num_threads(options.cpu_threads);
+    torch::set_num_threads(cpu_threads);
     inventory = ProbeDevices();
+    // cuDNN autotuning (torch.backends.cudnn.benchmark = True): the first convolution of each
+    // shape tries cuDNN's algorithms and the fastest is cached for that shape. Training keeps
+    // its shapes (the full batch, the last partial one), so only the first steps pay for it.
+    if (inventory.preferred.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
     return absl::OkStatus();
   });
   if (!status.ok()) {
     return absl::InternalError(absl::StrCat("LibTorch failed to start: ", status.message()));
   }
-  // cpu_threads 0 keeps LibTorch's default, one thread per physical core: on a machine whose
-  // cores run two hardware threads that is half the logical CPUs (1 on a 2-vCPU machine). Said
-  // here, so that it is not a surprise.
   const std::string threads =
       options.cpu_threads > 0
           ? absl::StrFormat("%d CPU thread(s) (cpu_threads)", torch::get_num_threads())
-          : absl::StrFormat("%d CPU thread(s) of %u logical CPUs (cpu_threads 0: LibTorch's "
-                            "default, one per physical core)",
-                            torch::get_num_threads(), std::thread::hardware_concurrency());
+          : absl::StrFormat("%d CPU thread(s), one per CPU this process may use (cpu_threads 0)",
+                            torch::get_num_threads());
   Log(LogLevel::kInfo,
       absl::StrFormat("executor: LibTorch %s, devices: %s, auto = %s, %s", TORCH_VERSION,
                       absl::StrJoin(inventory.available, ", "), DeviceString(inventory.preferred),

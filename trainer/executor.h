@@ -22,7 +22,12 @@ using ::mpsd::api::JobContext;
 // Initialises the device(s) LibTorch can see and returns the executor that runs jobs on them.
 // Errors: INVALID_ARGUMENT for a negative cpu_threads or steps_per_readback <= 0; INTERNAL if
 // LibTorch cannot start.
+// cpu_threads 0 sets LibTorch's intra-op threads to AvailableCpuCount().
 absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Options& options);
+
+// The CPUs this process may run on (sched_getaffinity: a cpuset or taskset narrows it), or
+// std::thread::hardware_concurrency() where that call fails; at least 1. Thread-safe.
+int AvailableCpuCount();
 
 }  // namespace mpsd::trainer
 

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   mpsd::api::Executor::Options options;
   app.add_option("--socket", socket_path, "unix socket path to serve on")->required();
   app.add_option("--parent-pid", parent_pid, "exit when this process is no longer the parent");
-  app.add_option("--cpu-threads", options.cpu_threads, "intra-op threads; 0 = one per core");
+  app.add_option("--cpu-threads", options.cpu_threads,
+                 "intra-op threads; 0 = one per CPU this process may use");
   app.add_option("--steps-per-readback", options.steps_per_readback,
                  "training steps read back from the device in one transfer");
   app.add_option("--artifacts-dir", options.artifacts_dir, "checkpoints and finished models");

@@ -2,6 +2,7 @@
 // stream, drop the gradients, capture forward + backward + optimizer step, replay per batch.
 #include "trainer/graphed_step.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace mpsd::trainer {
@@ -12,8 +13,8 @@ namespace F = torch::nn::functional;
 constexpr int kWarmupSteps = 3;
 
 template <typename Options>
-void ReadHyperparameters(const torch::optim::OptimizerOptions& options, double& beta1,
-                         double& beta2, double& eps, double& weight_decay) {
+void ReadAdamHyperparameters(const torch::optim::OptimizerOptions& options, double& beta1,
+                             double& beta2, double& eps, double& weight_decay) {
   const auto& o = static_cast<const Options&>(options);
   TORCH_CHECK(!o.amsgrad(), "the graphed step has no amsgrad");
   beta1 = std::get<0>(o.betas());
@@ -39,136 +40,245 @@ void Restore(const std::vector<torch::Tensor>& tensors, const std::vector<torch:
 
 std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
   if (!request.device.is_cuda()) return "CUDA graphs are for CUDA devices";
-  if (request.optimizer != OptimizerKind::kAdam && request.optimizer != OptimizerKind::kAdamW) {
-    return "only adam and adamw have a fused, capturable update";
+  if (request.precision == Precision::kFp16 || request.loss_scaling) {
+    return "fp16 with loss scaling runs eagerly";
   }
-  if (request.precision != Precision::kFp32) return "mixed precision runs eagerly";
   if (request.grad_accumulation_steps != 1) return "gradient accumulation runs eagerly";
-  if (request.grad_clip) return "gradient clipping runs eagerly";
-  if (request.loss_scaling) return "loss scaling runs eagerly";
   if (request.augmentation) return "augmentation runs eagerly";
+  if (request.cycles_momentum && request.optimizer != OptimizerKind::kSgd) {
+    return "the schedule cycles adam's beta1, a number in the fused kernel's arguments";
+  }
   if (!compat::kHasCudaGraphs) return "this LibTorch has no CUDA graphs or fused Adam (needs >= 2.2)";
   return "";
 }
 
-GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
-                         OptimizerKind kind, const torch::Tensor& images, const torch::Tensor& labels,
-                         int64_t batch_size, double label_smoothing)
-    : model_(model),
-      optimizer_(optimizer),
-      images_(images),
-      labels_(labels),
-      batch_size_(batch_size),
-      label_smoothing_(label_smoothing) {
-  TORCH_CHECK(optimizer.param_groups().size() == 1, "the graphed step needs one param group");
-  const torch::optim::OptimizerOptions& options = optimizer.param_groups()[0].options();
-  TORCH_CHECK(kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW,
-              "the graphed step needs torch::optim::Adam or AdamW");
-  decoupled_ = kind == OptimizerKind::kAdamW;
-  if (decoupled_) {
-    ReadHyperparameters<torch::optim::AdamWOptions>(options, beta1_, beta2_, eps_, weight_decay_);
-  } else {
-    ReadHyperparameters<torch::optim::AdamOptions>(options, beta1_, beta2_, eps_, weight_decay_);
+ScheduleTable TabulateSchedule(const std::optional<Schedule>& schedule, double constant_lr,
+                               double constant_momentum, int64_t total_steps) {
+  ScheduleTable table;
+  const int64_t steps = std::max<int64_t>(total_steps, 1);
+  table.learning_rates.reserve(steps);
+  table.momenta.reserve(steps);
+  for (int64_t t = 0; t < steps; ++t) {
+    table.learning_rates.push_back(
+        static_cast<float>(schedule.has_value() ? schedule->LearningRate(t) : constant_lr));
+    const std::optional<double> momentum =
+        schedule.has_value() ? schedule->Momentum(t) : std::nullopt;
+    table.momenta.push_back(static_cast<float>(momentum.value_or(constant_momentum)));
   }
-  const torch::TensorOptions scalar = torch::TensorOptions().dtype(torch::kFloat32).device(images.device());
-  lr_ = torch::zeros({}, scalar);
+  return table;
+}
+
+DeviceUpdate::DeviceUpdate(torch::optim::Optimizer& optimizer, OptimizerKind kind,
+                           const ScheduleTable& table, int64_t first_step,
+                           const torch::Device& device)
+    : optimizer_(optimizer), kind_(kind) {
+  TORCH_CHECK(optimizer.param_groups().size() == 1, "the graphed step needs one param group");
+  TORCH_CHECK(!table.learning_rates.empty() &&
+                  table.learning_rates.size() == table.momenta.size(),
+              "the schedule table needs one learning rate and momentum per step");
+  const torch::optim::OptimizerOptions& options = optimizer.param_groups()[0].options();
+  switch (kind) {
+    case OptimizerKind::kAdam:
+      ReadAdamHyperparameters<torch::optim::AdamOptions>(options, beta1_, beta2_, eps_,
+                                                         weight_decay_);
+      break;
+    case OptimizerKind::kAdamW:
+      ReadAdamHyperparameters<torch::optim::AdamWOptions>(options, beta1_, beta2_, eps_,
+                                                          weight_decay_);
+      break;
+    case OptimizerKind::kSgd: {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(options);
+      TORCH_CHECK(o.dampening() == 0, "the graphed step's SGD has no dampening");
+      weight_decay_ = o.weight_decay();
+      nesterov_ = o.nesterov();
+      momentum_ = o.momentum() > 0 ||
+                  std::any_of(table.momenta.begin(), table.momenta.end(),
+                              [](float m) { return m > 0; });
+      break;
+    }
+  }
+  const torch::TensorOptions f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  lr_table_ = torch::tensor(table.learning_rates, torch::kFloat32).to(device);
+  momentum_table_ = torch::tensor(table.momenta, torch::kFloat32).to(device);
+  step_ = torch::full({1}, first_step, f32.dtype(torch::kInt64));
+  lr_ = torch::zeros({}, f32);
+  momentum_value_ = torch::zeros({}, f32);
   for (const torch::Tensor& param : optimizer.param_groups()[0].params()) {
     if (!param.requires_grad()) continue;
     params_.push_back(param);
     auto found = optimizer.state().find(compat::OptimizerStateKey(param));
+    const bool has_state = found != optimizer.state().end();
+    if (kind == OptimizerKind::kSgd) {
+      if (!momentum_) continue;
+      torch::Tensor buffer;
+      if (has_state) {
+        buffer = static_cast<const torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+      }
+      buffers_.push_back(buffer.defined() ? buffer.detach().clone() : torch::zeros_like(param));
+      continue;
+    }
     int64_t step = 0;
     torch::Tensor exp_avg, exp_avg_sq;
-    if (found != optimizer.state().end()) {
-      if (decoupled_) {
-        const auto& state = static_cast<const torch::optim::AdamWParamState&>(*found->second);
-        step = state.step(), exp_avg = state.exp_avg(), exp_avg_sq = state.exp_avg_sq();
-      } else {
-        const auto& state = static_cast<const torch::optim::AdamParamState&>(*found->second);
-        step = state.step(), exp_avg = state.exp_avg(), exp_avg_sq = state.exp_avg_sq();
-      }
+    if (has_state && kind == OptimizerKind::kAdamW) {
+      const auto& state = static_cast<const torch::optim::AdamWParamState&>(*found->second);
+      step = state.step(), exp_avg = state.exp_avg(), exp_avg_sq = state.exp_avg_sq();
+    } else if (has_state) {
+      const auto& state = static_cast<const torch::optim::AdamParamState&>(*found->second);
+      step = state.step(), exp_avg = state.exp_avg(), exp_avg_sq = state.exp_avg_sq();
     }
     exp_avgs_.push_back(exp_avg.defined() ? exp_avg.detach().clone() : torch::zeros_like(param));
     exp_avg_sqs_.push_back(exp_avg_sq.defined() ? exp_avg_sq.detach().clone()
                                                 : torch::zeros_like(param));
-    state_steps_.push_back(torch::full({}, static_cast<double>(step), scalar));
+    state_steps_.push_back(torch::full({}, static_cast<double>(step), f32));
   }
-  static_index_ = torch::arange(batch_size, torch::TensorOptions().dtype(torch::kInt64).device(images.device()));
+}
+
+void DeviceUpdate::Update() {
+  torch::NoGradGuard no_grad;
+  // This step's learning rate and momentum, looked up on the device (past the table's end the
+  // last entry holds).
+  const torch::Tensor at = step_.clamp_max(lr_table_.size(0) - 1);
+  lr_.copy_(lr_table_.index_select(/*dim=*/0, at).squeeze(0));
+  if (zero_lr_) lr_.zero_();
+  zero_lr_ = false;
+  std::vector<torch::Tensor> params, grads, first, second, steps;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].grad().defined()) continue;
+    params.push_back(params_[i]);
+    grads.push_back(params_[i].grad());
+    if (kind_ != OptimizerKind::kSgd) {
+      first.push_back(exp_avgs_[i]);
+      second.push_back(exp_avg_sqs_[i]);
+      steps.push_back(state_steps_[i]);
+    } else if (momentum_) {
+      first.push_back(buffers_[i]);
+    }
+  }
+  if (kind_ == OptimizerKind::kSgd) {
+    if (momentum_) momentum_value_.copy_(momentum_table_.index_select(/*dim=*/0, at).squeeze(0));
+    compat::MultiTensorSgdUpdate(params, grads, first, lr_, momentum_value_, weight_decay_,
+                                 nesterov_, momentum_);
+  } else {
+    compat::FusedAdamUpdate(params, grads, first, second, steps, lr_, beta1_, beta2_,
+                            weight_decay_, eps_, kind_ == OptimizerKind::kAdamW);
+  }
+  step_.add_(1);
+}
+
+std::vector<torch::Tensor> DeviceUpdate::State() const {
+  std::vector<torch::Tensor> state = {step_};
+  for (const auto* list : {&exp_avgs_, &exp_avg_sqs_, &state_steps_, &buffers_}) {
+    state.insert(state.end(), list->begin(), list->end());
+  }
+  return state;
+}
+
+void DeviceUpdate::ExportState() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto key = compat::OptimizerStateKey(params_[i]);
+    if (kind_ == OptimizerKind::kSgd) {
+      if (!momentum_) continue;
+      auto state = std::make_unique<torch::optim::SGDParamState>();
+      state->momentum_buffer(buffers_[i].clone());
+      optimizer_.state()[key] = std::move(state);
+      continue;
+    }
+    const auto step = static_cast<int64_t>(state_steps_[i].item<double>());
+    if (kind_ == OptimizerKind::kAdamW) {
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->step(step);
+      state->exp_avg(exp_avgs_[i].clone());
+      state->exp_avg_sq(exp_avg_sqs_[i].clone());
+      optimizer_.state()[key] = std::move(state);
+    } else {
+      auto state = std::make_unique<torch::optim::AdamParamState>();
+      state->step(step);
+      state->exp_avg(exp_avgs_[i].clone());
+      state->exp_avg_sq(exp_avg_sqs_[i].clone());
+      optimizer_.state()[key] = std::move(state);
+    }
+  }
+}
+
+GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
+                         const torch::Tensor& images, const torch::Tensor& labels,
+                         GraphedStepOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      images_(images),
+      labels_(labels),
+      options_(std::move(options)),
+      update_(optimizer, options_.optimizer, options_.schedule, options_.first_step,
+              images.device()) {
+  TORCH_CHECK(options_.precision == Precision::kFp32 || options_.precision == Precision::kBf16,
+              "the graphed step runs fp32 or bf16");
+  static_index_ = torch::arange(
+      options_.batch_size, torch::TensorOptions().dtype(torch::kInt64).device(images.device()));
 
   // Warm-up with learning rate 0 (parameters unchanged), then put back what it touched: the
-  // moments and step counts, and the model's buffers (BatchNorm running statistics).
+  // optimizer state and step counter, and the model's buffers (BatchNorm running statistics).
   const int device_index = images.device().index() < 0 ? 0 : images.device().index();
   const std::vector<torch::Tensor> buffers = model.buffers();
   const std::vector<torch::Tensor> saved_buffers = Snapshot(buffers);
-  const std::vector<torch::Tensor> saved_avgs = Snapshot(exp_avgs_);
-  const std::vector<torch::Tensor> saved_avg_sqs = Snapshot(exp_avg_sqs_);
-  const std::vector<torch::Tensor> saved_steps = Snapshot(state_steps_);
+  const std::vector<torch::Tensor> state = update_.State();
+  const std::vector<torch::Tensor> saved_state = Snapshot(state);
+  const torch::Tensor rng = compat::CudaGraph::GetRngState(device_index);
   graph_.OnSideStream(device_index, [&] {
-    for (int i = 0; i < kWarmupSteps; ++i) Compute(static_index_);
+    for (int i = 0; i < kWarmupSteps; ++i) {
+      update_.ZeroNextLearningRate();
+      Compute(static_index_);
+    }
   });
+  compat::CudaGraph::SetRngState(device_index, rng);  // the warm-up's dropout draws undone
   compat::ZeroGradToNone(optimizer);
   graph_.Capture(device_index, [&] {
     std::tie(static_loss_, static_correct_) = Compute(static_index_);
   });
   Restore(buffers, saved_buffers);
-  Restore(exp_avgs_, saved_avgs);
-  Restore(exp_avg_sqs_, saved_avg_sqs);
-  Restore(state_steps_, saved_steps);
+  Restore(state, saved_state);
 }
 
 GraphedStep::~GraphedStep() = default;
 
 std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor& index) {
   const torch::Tensor labels = labels_.index_select(/*dim=*/0, index);
-  const torch::Tensor logits = model_.forward(images_.index_select(/*dim=*/0, index));
-  torch::Tensor loss = F::cross_entropy(
-      logits, labels, F::CrossEntropyFuncOptions().label_smoothing(label_smoothing_));
-  loss.backward();
-  std::vector<torch::Tensor> grads;
-  grads.reserve(params_.size());
-  for (const torch::Tensor& param : params_) grads.push_back(param.grad());
-  {
-    torch::NoGradGuard no_grad;
-    compat::FusedAdamUpdate(params_, grads, exp_avgs_, exp_avg_sqs_, state_steps_, lr_, beta1_,
-                            beta2_, weight_decay_, eps_, decoupled_);
+  torch::Tensor logits;
+  if (options_.precision == Precision::kBf16) {
+    // The cast weights are made inside the graph on every replay: autocast's cache would hand
+    // the capture tensors that the next replay does not refresh.
+    const compat::AutocastGuard autocast(images_.device().type(), torch::kBFloat16,
+                                         /*cache_enabled=*/false);
+    logits = model_.forward(GatherRows(images_, index));
+  } else {
+    logits = model_.forward(GatherRows(images_, index));
   }
+  logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
+  torch::Tensor loss = F::cross_entropy(
+      logits, labels, F::CrossEntropyFuncOptions().label_smoothing(options_.label_smoothing));
+  loss.backward();
+  if (options_.grad_clip_norm > 0) {
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& param : update_.params()) {
+      if (param.grad().defined()) grads.push_back(param.grad());
+    }
+    torch::NoGradGuard no_grad;
+    ClipGradNorm(grads, options_.grad_clip_norm);
+  }
+  update_.Update();
   torch::Tensor correct = logits.detach().argmax(/*dim=*/1).eq(labels).sum();
   return {loss.detach(), std::move(correct)};
 }
 
-std::pair<torch::Tensor, torch::Tensor> GraphedStep::Step(const torch::Tensor& index,
-                                                          double learning_rate) {
-  if (learning_rate != lr_value_) {  // one kernel, only when the schedule moves
-    lr_.fill_(learning_rate);
-    lr_value_ = learning_rate;
-  }
-  if (index.size(0) == batch_size_) {
+std::pair<torch::Tensor, torch::Tensor> GraphedStep::Step(const torch::Tensor& index) {
+  if (index.size(0) == options_.batch_size) {
     static_index_.copy_(index);
     graph_.Replay();
     return {static_loss_, static_correct_};
   }
-  // The partial batch: eager, through the same fused state. Its gradients must not add to the
+  // The partial batch: eager, through the same state. Its gradients must not add to the
   // graph's (which the graph overwrites anyway), so drop them first.
   compat::ZeroGradToNone(optimizer_);
   return Compute(index);
-}
-
-void GraphedStep::ExportState() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto step = static_cast<int64_t>(state_steps_[i].item<double>());
-    if (decoupled_) {
-      auto state = std::make_unique<torch::optim::AdamWParamState>();
-      state->step(step);
-      state->exp_avg(exp_avgs_[i].clone());
-      state->exp_avg_sq(exp_avg_sqs_[i].clone());
-      optimizer_.state()[compat::OptimizerStateKey(params_[i])] = std::move(state);
-    } else {
-      auto state = std::make_unique<torch::optim::AdamParamState>();
-      state->step(step);
-      state->exp_avg(exp_avgs_[i].clone());
-      state->exp_avg_sq(exp_avg_sqs_[i].clone());
-      optimizer_.state()[compat::OptimizerStateKey(params_[i])] = std::move(state);
-    }
-  }
 }
 
 }  // namespace mpsd::trainer

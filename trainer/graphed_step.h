@@ -1,15 +1,20 @@
 // The CUDA fast path of the training loop: the whole training step (gather the batch from the
-// device-resident dataset, forward, cross-entropy, backward, fused Adam/AdamW update) captured
-// once in one CUDA graph and replayed for every full batch, as PyTorch's "whole network capture"
-// recipe does (torch.cuda.graphs; Adam(fused=True, capturable=True)). Batches of another size (the
-// last partial batch of an epoch) run the same step eagerly with the same fused update, so every
-// update of the job goes through one optimizer state. Internal to trainer/: includes torch.
+// device-resident dataset, forward (fp32, or bf16 autocast), cross-entropy with label smoothing,
+// backward, gradient clipping, the optimizer update) captured once in one CUDA graph and replayed
+// for every full batch, as PyTorch's "whole network capture" recipe does (torch.cuda.graphs;
+// Adam(fused=True, capturable=True)). The learning rate, and SGD's momentum where onecycle cycles
+// it, are read inside the graph from a table of the job's schedule on the device, indexed by a
+// step counter that the graph advances: a replay needs no host work but copying the batch's
+// indices. Batches of another size (the last partial batch of an epoch) run the same step
+// eagerly through the same state, so every update of the job goes through one optimizer state.
+// Internal to trainer/: includes torch.
 #ifndef MPSD_TRAINER_GRAPHED_STEP_H_
 #define MPSD_TRAINER_GRAPHED_STEP_H_
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,22 +23,25 @@
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
+#include "trainer/schedule.h"
 
 namespace mpsd::trainer {
 
 // What the loop knows when it decides whether to capture.
 struct GraphedStepRequest {
   torch::Device device = torch::kCPU;
-  // adam or adamw (the fused kernels); sgd runs eagerly.
+  // adam and adamw (the fused kernels) and sgd (a multi-tensor update, momentum and nesterov).
   OptimizerKind optimizer = OptimizerKind::kAdam;
-  // fp32 only: autocast's weight cache does not belong in a graph.
+  // fp32, or bf16 (autocast inside the graph, its weight cache off). fp16 needs loss scaling.
   Precision precision = Precision::kFp32;
   int grad_accumulation_steps = 1;
-  bool grad_clip = false;
   bool loss_scaling = false;
   // Training-time augmentation (DeviceDataset::augmentation enabled): it draws per batch from
   // the shuffle generator outside the captured step.
   bool augmentation = false;
+  // onecycle with cycle_momentum: SGD's momentum follows it inside the graph; Adam's beta1 is a
+  // number in the fused kernel's signature, so it cannot.
+  bool cycles_momentum = false;
 };
 
 // Why the graphed step cannot serve `request`, or "" when it can: the request's settings are
@@ -41,54 +49,116 @@ struct GraphedStepRequest {
 // device, no tensors (tested on CPU).
 std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request);
 
+// The learning rate and momentum of every optimizer step of a job, as the graph reads them on
+// the device: learning_rates[t] = schedule.LearningRate(t) (or `constant_lr` without a
+// schedule), momenta[t] = schedule.Momentum(t) (or `constant_momentum`), t in [0, total_steps),
+// rounded to float32 as the kernels take them. total_steps >= 1. Pure (tested on CPU).
+struct ScheduleTable {
+  std::vector<float> learning_rates;
+  std::vector<float> momenta;
+};
+ScheduleTable TabulateSchedule(const std::optional<Schedule>& schedule, double constant_lr,
+                               double constant_momentum, int64_t total_steps);
+
+// The optimizer update of the graphed step, on the device: it takes over a torch::optim::Adam,
+// AdamW or SGD's per-parameter state (Adam: step, exp_avg, exp_avg_sq; SGD: momentum_buffer;
+// fresh when the optimizer has not stepped) into device tensors, and updates with the learning
+// rate and momentum read from a ScheduleTable at a step counter on the device, which Update
+// advances: no host value changes between steps, so a CUDA graph can capture it. Adam/AdamW:
+// the fused kernels (LibTorch >= 2.2). SGD (torch.optim.SGD, dampening 0): d = g + wd·p; with
+// momentum, buf = momentum·buf + d (a zero buffer makes the first step buf = d, as PyTorch's
+// clone), d = nesterov ? d + momentum·buf : buf; p -= lr·d; multi-tensor (_foreach) kernels from
+// LibTorch 2.1, one tensor at a time before (the CPU tests). The optimizer must have one param
+// group (amsgrad off, dampening 0). Throws c10::Error on any LibTorch failure. Not thread-safe;
+// the optimizer and its parameters must outlive it.
+class DeviceUpdate {
+ public:
+  // first_step: the job's step counter at the start (a resumed job's start_step).
+  DeviceUpdate(torch::optim::Optimizer& optimizer, OptimizerKind kind, const ScheduleTable& table,
+               int64_t first_step, const torch::Device& device);
+
+  // One update of every parameter from its .grad (those without one are skipped, as torch.optim
+  // does); then the step counter advances. Queues work only.
+  void Update();
+
+  // Zeroes the learning rate of the next Update (the graph's warm-up: parameters unchanged).
+  void ZeroNextLearningRate() { zero_lr_ = true; }
+
+  // The state the warm-up touches (moments, buffers, step counts), to snapshot and restore.
+  std::vector<torch::Tensor> State() const;
+
+  // Writes the state back into the optimizer's per-parameter state (checkpoints, an eager
+  // continuation). One host sync (Adam's step counts).
+  void ExportState();
+
+  const std::vector<torch::Tensor>& params() const { return params_; }
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  const OptimizerKind kind_;
+  double beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
+  bool nesterov_ = false;
+  bool momentum_ = false;  // sgd with momentum buffers (momentum > 0, or a cycling schedule)
+
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> exp_avgs_;     // adam, adamw
+  std::vector<torch::Tensor> exp_avg_sqs_;  // adam, adamw
+  std::vector<torch::Tensor> state_steps_;  // adam, adamw: [] float32 each, on the device
+  std::vector<torch::Tensor> buffers_;      // sgd with momentum
+  torch::Tensor lr_table_;                  // [T] float32
+  torch::Tensor momentum_table_;            // [T] float32
+  torch::Tensor step_;                      // [1] int64: the job's step counter
+  torch::Tensor lr_;                        // [] float32, this step's
+  torch::Tensor momentum_value_;            // [] float32, this step's
+  bool zero_lr_ = false;
+};
+
+// What GraphedStep needs beyond the model, the optimizer and the data.
+struct GraphedStepOptions {
+  OptimizerKind optimizer = OptimizerKind::kAdam;
+  Precision precision = Precision::kFp32;  // fp32 or bf16
+  int64_t batch_size = 1;                  // rows of a full batch
+  double label_smoothing = 0;              // as CrossEntropyLoss's
+  double grad_clip_norm = 0;               // 0 = off; else ClipGradNorm before the update
+  ScheduleTable schedule;
+  int64_t first_step = 0;
+};
+
 class GraphedStep {
  public:
-  // Takes over the optimizer's state: its per-parameter Adam state (step, exp_avg, exp_avg_sq;
-  // fresh when the optimizer has not stepped) moves into fused device tensors; ExportState puts
-  // it back. `optimizer` must be the torch::optim::Adam or AdamW that `kind` names (kAdam or
-  // kAdamW, as MakeOptimizer built it) over model.parameters() in one param group without
-  // amsgrad. images: [N, ...] float32, labels: [N] int64, both on the CUDA
-  // device the model is on; batch_size: rows of a full batch. label_smoothing as
-  // CrossEntropyLoss's. Warms up on a side stream (learning rate 0; model buffers, e.g.
-  // BatchNorm's running statistics, and the optimizer state are restored afterwards) and
-  // captures. Throws c10::Error on any LibTorch failure (the caller's firewall converts it).
-  // Not thread-safe; the model, optimizer and data must outlive it.
-  GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer, OptimizerKind kind,
-              const torch::Tensor& images, const torch::Tensor& labels, int64_t batch_size,
-              double label_smoothing);
+  // images: [N, ...] float32 (NCHW, or channels_last), labels: [N] int64, both on the CUDA
+  // device the model is on. Takes over the optimizer's state (DeviceUpdate). Warms up on a side
+  // stream (learning rate 0; model buffers, e.g. BatchNorm's running statistics, and the
+  // optimizer state are restored afterwards) and captures. Throws c10::Error on any LibTorch
+  // failure (the caller's firewall converts it). Not thread-safe; the model, optimizer and data
+  // must outlive it.
+  GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
+              const torch::Tensor& images, const torch::Tensor& labels,
+              GraphedStepOptions options);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;
 
   // One optimizer step on the examples at `index` ([B] int64 on the device; B == batch_size
-  // replays the graph, any other B runs eagerly) with learning rate `learning_rate`. Returns
-  // the batch's mean loss ([] float32) and correct count ([] int64), on the device, valid until
-  // the next call. Queues work only: no host sync.
-  std::pair<torch::Tensor, torch::Tensor> Step(const torch::Tensor& index, double learning_rate);
+  // replays the graph, any other B runs eagerly), at the learning rate of the schedule's next
+  // step. Returns the batch's mean loss ([] float32) and correct count ([] int64), on the device,
+  // valid until the next call. Queues work only: no host sync.
+  std::pair<torch::Tensor, torch::Tensor> Step(const torch::Tensor& index);
 
-  // Writes the fused state back into the optimizer's per-parameter state (for checkpoints, or an
-  // eager continuation). One host sync (the step counts).
-  void ExportState();
+  // Writes the optimizer state back (DeviceUpdate::ExportState).
+  void ExportState() { update_.ExportState(); }
 
  private:
-  // forward + loss + backward + fused update on the examples at `index`; returns loss, correct.
+  // forward + loss + backward + clipping + update on the examples at `index`; returns loss,
+  // correct.
   std::pair<torch::Tensor, torch::Tensor> Compute(const torch::Tensor& index);
 
   ClassifierImpl& model_;
   torch::optim::Optimizer& optimizer_;
   const torch::Tensor images_;
   const torch::Tensor labels_;
-  const int64_t batch_size_;
-  const double label_smoothing_;
-  bool decoupled_ = false;  // AdamW
-  double beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
-
-  std::vector<torch::Tensor> params_;
-  std::vector<torch::Tensor> exp_avgs_;
-  std::vector<torch::Tensor> exp_avg_sqs_;
-  std::vector<torch::Tensor> state_steps_;  // [] float32 each, on the device
-  torch::Tensor lr_;                         // [] float32 on the device
-  double lr_value_ = 0;                      // what lr_ holds
+  const GraphedStepOptions options_;
+  DeviceUpdate update_;
 
   torch::Tensor static_index_;  // [batch_size] int64: the graph's input
   torch::Tensor static_loss_;   // the graph's outputs

@@ -185,6 +185,23 @@ torch::Tensor ZeroInputs(const ModelConfig& config, int64_t batch_size,
   return torch::zeros(sizes, options.dtype(torch::kFloat32));
 }
 
+void ToChannelsLast(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& parameter : module.parameters(/*recurse=*/true)) {
+    if (parameter.dim() == 4) {
+      parameter.set_data(parameter.data().contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+}
+
+torch::Tensor GatherRows(const torch::Tensor& rows, const torch::Tensor& index) {
+  if (rows.dim() == 4 && !rows.is_contiguous() &&
+      rows.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    return rows.permute({0, 2, 3, 1}).index_select(/*dim=*/0, index).permute({0, 3, 1, 2});
+  }
+  return rows.index_select(/*dim=*/0, index);
+}
+
 int64_t CountParameters(const torch::nn::Module& module) {
   int64_t count = 0;
   for (const torch::Tensor& parameter : module.parameters(/*recurse=*/true)) {

@@ -114,6 +114,17 @@ torch::Tensor ZeroInputs(const ModelConfig& config, int64_t batch_size,
 // Trainable scalars in `module` and its submodules.
 int64_t CountParameters(const torch::nn::Module& module);
 
+// Converts every 4-D parameter (convolution weights) of `module` to NHWC in place
+// (at::MemoryFormat::ChannelsLast), as PyTorch's Module.to(memory_format=torch.channels_last)
+// does; the parameters stay the same tensors (set_data), so an optimizer built over them keeps
+// working. Not thread-safe against other users of the module.
+void ToChannelsLast(torch::nn::Module& module);
+
+// rows.index_select(0, index), keeping NHWC: a 4-D `rows` in channels_last gives a batch in
+// channels_last (gathered as [N, H, W, C] rows, then viewed as [B, C, H, W]), where
+// index_select alone returns a contiguous NCHW copy. index: [B] int64 on rows' device.
+torch::Tensor GatherRows(const torch::Tensor& rows, const torch::Tensor& index);
+
 }  // namespace mpsd::trainer
 
 #endif  // MPSD_TRAINER_MODELS_H_

@@ -162,11 +162,20 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   if (!data_parallel.ok()) return data_parallel.status();
   absl::StatusOr<DeviceDataset> data = LoadData(job, sink, summary);
   if (!data.ok()) return data.status();
+  if (job.channels_last) {  // once: the loop gathers NHWC batches from these (GatherRows)
+    for (TensorSplit* split : {&data->train, &data->test}) {
+      if (split->images.defined() && split->images.dim() == 4) {
+        split->images = split->images.contiguous(at::MemoryFormat::ChannelsLast);
+      }
+    }
+    EmitLog(sink, "memory_format channels_last: weights and resident images in NHWC");
+  }
   absl::StatusOr<Schedule> schedule = BuildSchedule(job, data->train.size());
   if (!schedule.ok()) return schedule.status();
   torch::manual_seed(job.seed);
   absl::StatusOr<std::shared_ptr<ClassifierImpl>> model = MakeModel(job);
   if (!model.ok()) return model.status();
+  if (job.channels_last) ToChannelsLast(**model);  // before the optimizer sees the parameters
   auto state = std::unique_ptr<JobState>(new JobState{*std::move(data_parallel), *std::move(data),
                                                       *std::move(schedule), *std::move(model),
                                                       nullptr, {}});
@@ -197,6 +206,8 @@ TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
   options.drop_last = job.drop_last;
   options.grad_clip_norm = job.grad_clip_norm;
   options.label_smoothing = job.label_smoothing;
+  options.channels_last = job.channels_last;
+  options.cuda_graphs = job.cuda_graphs;
   options.eval_every_epochs = job.eval_every_epochs;
   options.precision = job.precision;
   options.optimizer = job.optimizer.kind;

@@ -201,13 +201,27 @@ absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
   if (!distributed.ok()) return distributed.status();
   config.distributed = *distributed;
   if (absl::Status s = ResolvePrecision(spec.precision(), config); !s.ok()) return s;
-  // BenchJob measures channels_last; the training loop keeps LibTorch's default layout.
-  if (!spec.memory_format().empty() && spec.memory_format() != "contiguous") {
+  const std::string& format = spec.memory_format();
+  if (format.empty() || format == "contiguous") return absl::OkStatus();
+  if (format != "channels_last") {
     return FieldError("memory_format",
-                      absl::StrFormat("only \"contiguous\" is implemented for a TrainJob, got "
-                                      "\"%s\" (BenchJob.memory_formats measures channels_last)",
-                                      spec.memory_format()));
+                      absl::StrFormat("must be \"contiguous\" or \"channels_last\", got \"%s\"",
+                                      format));
   }
+  // NHWC is a layout of 4-D tensors: batches of [C, H, W] images into the zoo's conv models.
+  if (config.model == nullptr) {
+    return FieldError("memory_format",
+                      "channels_last is for the zoo's image models, not a TorchScript model");
+  }
+  if (config.model->input_kind != InputKind::kImage ||
+      config.model_config.input_shape.size() != 3) {
+    return FieldError("memory_format",
+                      absl::StrFormat("channels_last is for image models taking [C, H, W]; %s "
+                                      "takes %s",
+                                      config.model->name,
+                                      FormatShape(config.model_config.input_shape)));
+  }
+  config.channels_last = true;
   return absl::OkStatus();
 }
 

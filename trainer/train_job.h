@@ -43,6 +43,12 @@ struct TrainJobConfig {
   // Without steps; BuildSchedule adds them (and turns warmup_epochs into warmup_steps).
   ScheduleSettings schedule;
   Precision precision = Precision::kFp32;
+  // memory_format: channels_last: the convolution weights and the image batches in NHWC (4-D
+  // tensors in at::MemoryFormat::ChannelsLast), converted once; image models of the zoo only.
+  bool channels_last = false;
+  // The CUDA fast path (trainer/graphed_step.h) where the job allows it; false runs the eager
+  // loop (no job field sets it: tests/perf/graph_check.cc compares the two).
+  bool cuda_graphs = true;
   int grad_accumulation_steps = 1;
   double grad_clip_norm = 0;  // 0 = off
   double label_smoothing = 0;

@@ -286,11 +286,13 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
     const int64_t start = batch * batch_size;
     const torch::Tensor index = order.narrow(/*dim=*/0, start, std::min(batch_size, n - start));
     // The streamed split yields the same rows in the same order (its pass follows `order`).
-    const torch::Tensor gathered = train.streamed != nullptr
-                                       ? train.streamed->Next()
-                                       : train.images.index_select(/*dim=*/0, index);
+    const torch::Tensor gathered = train.streamed != nullptr ? train.streamed->Next()
+                                                             : GatherRows(train.images, index);
     // Training batches only: evaluation never augments.
-    const torch::Tensor images = Augment(gathered, loop.data.augmentation, shuffle);
+    torch::Tensor images = Augment(gathered, loop.data.augmentation, shuffle);
+    if (loop.options.channels_last && images.dim() == 4) {
+      images = images.contiguous(at::MemoryFormat::ChannelsLast);  // no-op when already NHWC
+    }
     ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), result);
   }
   DataParallel* data_parallel = loop.options.data_parallel;
@@ -336,11 +338,10 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
     }
     const double learning_rate = ApplySchedule(loop, readback.steps());
     StepResult step;
-    if (loop.graphed != nullptr) {  // one batch per step, no augmentation, fp32
+    if (loop.graphed != nullptr) {  // one batch per step, no augmentation; lr from the device
       const int64_t start = first * batch_size;
       const int64_t size = std::min(batch_size, n - start);
-      std::tie(step.loss, step.correct) =
-          loop.graphed->Step(order.narrow(/*dim=*/0, start, size), learning_rate);
+      std::tie(step.loss, step.correct) = loop.graphed->Step(order.narrow(/*dim=*/0, start, size));
       step.examples = size;
     } else {
       step = TrainStep(loop, order, first, std::min(accumulation, batches - first), shuffle);
@@ -377,19 +378,20 @@ void EmitEpoch(const EventSink& sink, int epoch, const StepReadback& readback,
 }
 
 // The CUDA-graph step when the job allows one (GraphedStepUnsupportedReason), else nullptr; a log
-// event says which and why.
+// event says which and why. total_steps: the job's optimizer steps, for the schedule's table.
 std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
                                               torch::optim::Optimizer& optimizer,
                                               const DeviceDataset& data,
-                                              const TrainOptions& options, const EventSink& sink) {
+                                              const TrainOptions& options, int64_t total_steps,
+                                              const EventSink& sink) {
   GraphedStepRequest request;
   request.device = data.train.labels.device();
   request.optimizer = options.optimizer;
   request.precision = options.precision;
   request.grad_accumulation_steps = options.grad_accumulation_steps;
-  request.grad_clip = options.grad_clip_norm > 0;
   request.loss_scaling = options.precision == Precision::kFp16;
   request.augmentation = data.augmentation.enabled();
+  request.cycles_momentum = options.schedule.has_value() && options.schedule->Momentum(0);
   std::string reason = GraphedStepUnsupportedReason(request);
   // The graph gathers its batches from the device-resident images.
   if (reason.empty() && data.train.streamed != nullptr) {
@@ -399,23 +401,36 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   if (reason.empty() && options.data_parallel != nullptr) {
     reason = "distributed: gradients are all-reduced between backward and step";
   }
-  // OneCycleLR's cycle_momentum moves Adam's beta1 every step; the graph reads it once.
-  if (reason.empty() && options.schedule.has_value() && options.schedule->Momentum(0)) {
-    reason = "the schedule cycles the momentum (beta1)";
-  }
   std::unique_ptr<GraphedStep> graphed;
   if (reason.empty()) {
-    graphed = std::make_unique<GraphedStep>(model, optimizer, options.optimizer, data.train.images,
-                                            data.train.labels, options.batch_size,
-                                            options.label_smoothing);
+    const torch::optim::OptimizerOptions& group = optimizer.param_groups().front().options();
+    const double momentum =
+        options.optimizer == OptimizerKind::kSgd
+            ? static_cast<const torch::optim::SGDOptions&>(group).momentum()
+            : 0.0;
+    GraphedStepOptions graph_options;
+    graph_options.optimizer = options.optimizer;
+    graph_options.precision = options.precision;
+    graph_options.batch_size = options.batch_size;
+    graph_options.label_smoothing = options.label_smoothing;
+    graph_options.grad_clip_norm = options.grad_clip_norm;
+    graph_options.schedule =
+        TabulateSchedule(options.schedule, group.get_lr(), momentum, total_steps);
+    graph_options.first_step = options.start_step;
+    graphed = std::make_unique<GraphedStep>(model, optimizer, data.train.images, data.train.labels,
+                                            std::move(graph_options));
   }
   if (request.device.is_cuda()) {
     mpsd::v1::JobEvent event;
     event.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
     event.mutable_log()->set_text(
         graphed != nullptr
-            ? "training step captured in one CUDA graph (fused " +
-                  OptimizerName(request.optimizer) + "); a partial last batch runs eagerly"
+            ? absl::StrFormat("training step captured in one CUDA graph (%s, %s%s%s, learning "
+                              "rate from the schedule's table on the device); a partial last "
+                              "batch runs eagerly",
+                              OptimizerName(request.optimizer), PrecisionName(request.precision),
+                              options.grad_clip_norm > 0 ? ", clipping" : "",
+                              options.channels_last ? ", channels_last" : "")
             : "training step runs eagerly: " + reason);
     sink(std::move(event));
   }
@@ -457,7 +472,8 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
           : data.train.size(),
       options.batch_size, options.drop_last, options.grad_accumulation_steps);
   if (absl::Status s = CheckOptions(options, data, steps_per_epoch); !s.ok()) return s;
-  std::unique_ptr<GraphedStep> graphed = MaybeCaptureStep(model, optimizer, data, options, sink);
+  std::unique_ptr<GraphedStep> graphed = MaybeCaptureStep(
+      model, optimizer, data, options, steps_per_epoch * options.epochs, sink);
   const Loop loop{model, optimizer, data, options, sink, cancelled, graphed.get()};
   StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
                         options.start_step, sink);

@@ -55,6 +55,9 @@ struct TrainOptions {
   double grad_clip_norm = 0;
   // CrossEntropyLoss(label_smoothing=…), in [0, 1).
   double label_smoothing = 0;
+  // memory_format: channels_last (the model's weights and the resident images already NHWC):
+  // batches that arrive in NCHW (streamed from the host, or augmented) are converted too.
+  bool channels_last = false;
   // Evaluate after every N-th epoch and after the last one.
   int eval_every_epochs = 1;
   // The forward passes' precision (trainer/precision.h).

@@ -4,6 +4,11 @@
 `--iters` timed ones with the device synchronised before every clock read (as mpsd's BenchJob
 does). Rows: fp32 (contiguous) and bf16 autocast + channels_last.
 
+--mode train (issue 15): the training step instead, as an mpsd BenchJob's train_step rows run it:
+model.train(), cross-entropy on random labels, backward, torch.optim.SGD(lr=0.01) (foreach),
+gradients set to None each step; bf16 autocasts forward and loss. --cudnn-benchmark sets
+torch.backends.cudnn.benchmark (mpsd's executor turns it on for CUDA).
+
 Writes one JSON object: {"rows": [{batch_size, precision, memory_format, median_ms, p10_ms,
 p90_ms, mean_ms, samples_per_second, peak_memory_bytes}, ...]}."""
 
@@ -26,7 +31,20 @@ def percentile(sorted_values, q):
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def measure(model, batch_size, precision, memory_format, warmup, iters, device):
+def train_step_fn(model, x, precision):
+    labels = torch.randint(0, 1000, (x.shape[0],), device=x.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = torch.nn.functional.cross_entropy(model(x), labels)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def measure(model, batch_size, precision, memory_format, warmup, iters, device, mode="inference"):
     x = torch.randn(batch_size, 3, 224, 224, device=device)
     # Module.to converts the weights in place: every row sets the layout it measures.
     layout = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
@@ -36,8 +54,19 @@ def measure(model, batch_size, precision, memory_format, warmup, iters, device):
     torch.cuda.reset_peak_memory_stats(device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
     times = []
-    with torch.inference_mode(), autocast:
+    if mode == "train":
+        m.train()
+        step = train_step_fn(m, x, precision)
         for i in range(warmup + iters):
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize(device)
+            if i >= warmup:
+                times.append((time.perf_counter() - start) * 1000.0)
+        m.eval()
+    with torch.inference_mode(), autocast:
+        for i in range(0 if mode == "train" else warmup + iters):
             torch.cuda.synchronize(device)
             start = time.perf_counter()
             m(x)
@@ -50,7 +79,7 @@ def measure(model, batch_size, precision, memory_format, warmup, iters, device):
         "model": "resnet50", "batch_size": batch_size, "precision": precision,
         "memory_format": memory_format, "median_ms": median,
         "p10_ms": percentile(times, 0.1), "p90_ms": percentile(times, 0.9),
-        "mean_ms": statistics.fmean(times), "samples_per_second": batch_size * 1000.0 / median,
+        "mode": mode, "mean_ms": statistics.fmean(times), "samples_per_second": batch_size * 1000.0 / median,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device), "iters": iters,
     }
 
@@ -61,7 +90,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--json", required=True)
+    parser.add_argument("--mode", default="inference", choices=["inference", "train"])
+    parser.add_argument("--cudnn-benchmark", action="store_true")
     args = parser.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     import torchvision  # here, so that --help works without it
 
     device = torch.device("cuda")
@@ -71,7 +103,7 @@ def main():
     for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
         for precision, memory_format in (("fp32", "contiguous"), ("bf16", "channels_last")):
             row = measure(model, batch_size, precision, memory_format, args.warmup, args.iters,
-                          device)
+                          device, args.mode)
             rows.append(row)
             print(json.dumps(row), flush=True)
     with open(args.json, "w") as f:

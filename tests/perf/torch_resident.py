@@ -5,6 +5,8 @@ sync inside an epoch.
   --fused                      Adam(fused=True) instead of the default (foreach) Adam     (2b)
   --compile default            torch.compile(model), Adam(fused=True)                     (5a)
   --compile reduce-overhead    torch.compile(model, mode="reduce-overhead"), fused Adam   (5b)
+  --bf16                       autocast bf16 around the forward (cache_enabled=False in a graph)
+  --channels-last              model and data in torch.channels_last
   --cuda-graph                 the whole step (gather, forward, loss, backward, Adam(fused,
                                capturable)) captured once in one CUDA graph and replayed per
                                batch; static batch shape, so the last partial batch of each
@@ -48,9 +50,20 @@ def make_optimizer(model, args):
     return torch.optim.Adam(model.parameters(), lr=args.lr, **kwargs)
 
 
+BF16 = False   # --bf16: the forward under autocast(bfloat16)
+
+
+def forward(model, x, in_graph=False):
+    if not BF16:
+        return model(x)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=not in_graph):
+        return model(x).float()
+
+
 def eager_step(model, optimizer, train_x, train_y, index):
     optimizer.zero_grad(set_to_none=True)
-    loss = F.nll_loss(model(train_x.index_select(0, index)), train_y.index_select(0, index))
+    loss = F.nll_loss(forward(model, train_x.index_select(0, index)),
+                      train_y.index_select(0, index))
     loss.backward()
     optimizer.step()
     return loss
@@ -75,7 +88,8 @@ class GraphStep:
         self.graph = torch.cuda.CUDAGraph()
         optimizer.zero_grad(set_to_none=True)
         with torch.cuda.graph(self.graph):
-            self.loss = F.nll_loss(model(train_x.index_select(0, self.static_index)),
+            self.loss = F.nll_loss(forward(model, train_x.index_select(0, self.static_index),
+                                           in_graph=True),
                                    train_y.index_select(0, self.static_index))
             self.loss.backward()
             optimizer.step()
@@ -104,7 +118,15 @@ def main():
     parser.add_argument("--cuda-graph", action="store_true",
                         help="capture the whole step in one CUDA graph (drops the partial batch)")
     parser.add_argument("--variant", default="", help="name in the results (default from flags)")
+    parser.add_argument("--bf16", action="store_true", help="autocast bf16 forward")
+    parser.add_argument("--channels-last", action="store_true", help="torch.channels_last")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads (CPU runs); 0 keeps PyTorch's default")
     args = parser.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    global BF16
+    BF16 = args.bf16
 
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
@@ -117,6 +139,9 @@ def main():
     load_s = common.now() - load_start
 
     model = common.Net().to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        train_x = train_x.contiguous(memory_format=torch.channels_last)
     optimizer = make_optimizer(model, args)
     generator = torch.Generator(device=device)
     generator.manual_seed(args.seed)
@@ -157,10 +182,15 @@ def main():
         variant, what = "2b", "Adam(fused=True)"
     else:
         variant, what = "2", "Adam (default: foreach)"
+    if args.bf16:
+        what += ", bf16 autocast"
+    if args.channels_last:
+        what += ", channels_last"
     description = "PyTorch, data resident on the GPU, randperm + index_select per batch, " + what
     common.write_result(args.json, args.variant or variant, description, epoch_times, accuracies,
                         data_load_s=load_s, setup_s=setup_s,
                         steps_per_epoch=len(range(0, last, bs)),
+                        threads=torch.get_num_threads(),
                         peak_allocated_bytes=(torch.cuda.max_memory_allocated(device)
                                               if device.type == "cuda" else 0),
                         reserved_bytes=(torch.cuda.memory_reserved(device)

@@ -337,5 +337,42 @@ TEST(SequenceModelTest, ImageRowsAreSteps) {
   }
 }
 
+// GatherRows keeps NHWC: the batch of a channels_last dataset is channels_last itself (no copy
+// back to NCHW), with the same values index_select gives; a contiguous dataset gathers as before.
+TEST(GatherRowsTest, KeepsChannelsLastAndTheValues) {
+  torch::manual_seed(3);
+  const torch::Tensor nchw = torch::randn({6, 3, 4, 5});
+  const torch::Tensor nhwc = nchw.contiguous(at::MemoryFormat::ChannelsLast);
+  const torch::Tensor index = torch::tensor({4, 0, 4, 2}, torch::kInt64);
+  const torch::Tensor expected = nchw.index_select(0, index);
+  const torch::Tensor batch = GatherRows(nhwc, index);
+  EXPECT_EQ(batch.sizes(), expected.sizes());
+  EXPECT_TRUE(batch.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(batch.is_contiguous());
+  EXPECT_TRUE(torch::equal(batch, expected));
+  const torch::Tensor plain = GatherRows(nchw, index);
+  EXPECT_TRUE(plain.is_contiguous());
+  EXPECT_TRUE(torch::equal(plain, expected));
+}
+
+// ToChannelsLast converts the convolution weights (4-D) in place and leaves the rest alone.
+TEST(GatherRowsTest, ToChannelsLastConvertsConvolutionWeightsOnly) {
+  const std::shared_ptr<ClassifierImpl> model = Entry("cifar_cnn").make({{3, 32, 32}, 10, ""});
+  std::vector<torch::Tensor> before;
+  for (const torch::Tensor& p : model->parameters()) before.push_back(p.detach().clone());
+  ToChannelsLast(*model);
+  int converted = 0;
+  size_t i = 0;
+  for (const torch::Tensor& p : model->parameters()) {
+    if (p.dim() == 4) {
+      ++converted;
+      EXPECT_TRUE(p.is_contiguous(at::MemoryFormat::ChannelsLast));
+      EXPECT_FALSE(p.is_contiguous());
+    }
+    EXPECT_TRUE(torch::equal(p, before[i++]));
+  }
+  EXPECT_GT(converted, 0);
+}
+
 }  // namespace
 }  // namespace mpsd::trainer
