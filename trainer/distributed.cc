@@ -1,9 +1,11 @@
 // DataParallel (distributed.h) on c10d: TCPStore, ProcessGroupGloo and, in CUDA builds with
-// NCCL, ProcessGroupNCCL. The CMake target defines USE_C10D_GLOO for this file (the Gloo header
-// is empty without it) and USE_C10D_NCCL with MPSD_TRAINER_WITH_NCCL where NCCL is there.
+// NCCL, ProcessGroupNCCL. The CMake target defines USE_C10D_GLOO with MPSD_TRAINER_WITH_GLOO
+// for this file where gloo's headers are (the Gloo header is empty without USE_C10D_GLOO, and
+// a pip LibTorch defines USE_C10D_GLOO for every file yet ships no gloo headers, so the test is
+// on our own macro), and USE_C10D_NCCL with MPSD_TRAINER_WITH_NCCL where NCCL is there.
 #include "trainer/distributed.h"
 
-#if defined(USE_C10D_GLOO)
+#if defined(MPSD_TRAINER_WITH_GLOO)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -79,7 +81,7 @@ absl::Status AwaitRanks(::c10d::TCPStore& store, const DistributedConfig& config
   }
 }
 
-#if defined(USE_C10D_GLOO)
+#if defined(MPSD_TRAINER_WITH_GLOO)
 // Gloo's transport device: the loopback address when every rank is on this host (one node, or
 // a rendezvous on a loopback address, which only this host's ranks can reach); else the
 // interface GLOO_SOCKET_IFNAME names (as torch.distributed reads it), else this host's name.
@@ -108,7 +110,7 @@ c10::intrusive_ptr<BackendBase> MakeGroup(
     TORCH_CHECK(false, "this build of mpsd-executor has no NCCL");
 #endif
   }
-#if defined(USE_C10D_GLOO)
+#if defined(MPSD_TRAINER_WITH_GLOO)
   auto options = ::c10d::ProcessGroupGloo::Options::create(Millis(config.timeout_s));
   options->devices.push_back(GlooDevice(config));
   return c10::make_intrusive<::c10d::ProcessGroupGloo>(store, config.rank, config.world_size,

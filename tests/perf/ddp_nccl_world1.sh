@@ -65,7 +65,7 @@ executor=$(pgrep -f "mpsd-executor --socket $RUN_DIR" | head -1)
 nvls=$(tr '\0' '\n' < "/proc/$executor/environ" 2>/dev/null | grep '^NCCL_NVLS_ENABLE=')
 kill -TERM "$mpsd_pid"; wait "$mpsd_pid"
 {
-  echo "submit exit $submit_rc, wall $(echo "$t1 - $t0" | bc) s"
+  echo "submit exit $submit_rc, wall $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s"
   echo "executor environment: ${nvls:-NCCL_NVLS_ENABLE unset}"
   grep -o '"text": *"[^"]*distributed[^"]*"' "$OUT/ddp_events.jsonl"
   grep -o '"epoch": *{[^}]*}' "$OUT/ddp_events.jsonl"
