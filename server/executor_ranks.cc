@@ -42,7 +42,8 @@ struct RankEnd {
 
 // The order in which failures explain a job's end: an executor that died, then any other
 // failure, then a collective that failed because a peer went away (DataParallel's "… failed on
-// rank"), each group in time order. A rank cancelled for a peer's failure explains nothing.
+// rank"), each group in time order. A rank cancelled, or killed, for a peer's failure explains
+// nothing.
 int Blame(const absl::Status& status) {
   if (api::FailureReasonOf(status) == mpsd::v1::Job::EXECUTOR_CRASHED) return 0;
   if (absl::StrContains(status.message(), " failed on rank ")) return 2;
@@ -99,6 +100,9 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
   absl::Mutex mu;
   std::vector<RankEnd> ends(nproc_per_node);
   std::vector<pid_t> pids(nproc_per_node, 0);
+  // Ranks whose executor this function killed because a peer had failed: their end (a crash by
+  // SIGKILL) is an effect, never the cause, unless nothing else failed.
+  std::vector<bool> killed_for_peer(nproc_per_node, false);
   std::vector<std::unique_ptr<api::CancelFlag>> flags;
   for (int k = 0; k < nproc_per_node; ++k) flags.push_back(std::make_unique<api::CancelFlag>());
   const auto run_rank = [&](int k, const api::EventSink& rank_sink) {
@@ -136,6 +140,10 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
       }
       if (absl::Now() >= kill_at) {
         for (const int k : running) {
+          {
+            absl::MutexLock lock(&mu);
+            killed_for_peer[k] = true;
+          }
           spdlog::warn("job {}: rank {} still runs {} after a peer failed; killing its executor",
                        job.job_id, rank_of(k), absl::FormatDuration(kPeerGrace));
           (k == 0 ? *this : *ranks[k]).KillCurrent("distributed: a peer rank failed");
@@ -160,15 +168,21 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
     return absl::IsCancelled(ends[0].status) ? ends[0].status
                                             : absl::CancelledError("cancelled (every rank)");
   }
-  int culprit = -1;
-  for (int k = 0; k < nproc_per_node; ++k) {
-    const RankEnd& end = ends[k];
-    if (end.status.ok() || absl::IsCancelled(end.status)) continue;
-    if (culprit < 0 || Blame(end.status) < Blame(ends[culprit].status) ||
-        (Blame(end.status) == Blame(ends[culprit].status) && end.when < ends[culprit].when)) {
-      culprit = k;
+  const auto find_culprit = [&](bool include_killed) {
+    int culprit = -1;
+    for (int k = 0; k < nproc_per_node; ++k) {
+      const RankEnd& end = ends[k];
+      if (end.status.ok() || absl::IsCancelled(end.status)) continue;
+      if (killed_for_peer[k] && !include_killed) continue;
+      if (culprit < 0 || Blame(end.status) < Blame(ends[culprit].status) ||
+          (Blame(end.status) == Blame(ends[culprit].status) && end.when < ends[culprit].when)) {
+        culprit = k;
+      }
     }
-  }
+    return culprit;
+  };
+  int culprit = find_culprit(/*include_killed=*/false);
+  if (culprit < 0) culprit = find_culprit(/*include_killed=*/true);
   if (culprit < 0) return ends[0].status;
   const absl::Status& cause = ends[culprit].status;
   return api::WithFailureReason(

@@ -27,6 +27,7 @@ namespace mpsd::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A TCP port on 127.0.0.1 that nobody listens on now (bound once and released).
 int FreePort() {
@@ -284,6 +285,31 @@ TEST_F(DistributedE2eTest, ANodeThatNeverJoinsFailsTheRendezvousNamingItsRanks) 
   const JobRun run = SubmitAndWait(daemon_, request);
   EXPECT_EQ(run.job.state(), mpsd::v1::Job::FAILED);
   EXPECT_THAT(run.job.message(), HasSubstr("rank(s) 1 (node 1) of 2 did not join within 3 s"));
+  const JobRun next = SubmitAndWait(daemon_, Job("mlp", "adam", 256, 64));
+  EXPECT_EQ(next.job.state(), mpsd::v1::Job::SUCCEEDED) << next.job.message();
+}
+
+// A rank that fails is the job's cause, not a peer that mpsd killed after it: with the master
+// port taken, rank 0 cannot serve the store; rank 1 waits for it until mpsd kills it (5 s after
+// the failure). The job used to report rank 1's SIGKILL as the cause.
+TEST_F(DistributedE2eTest, TheFailedRankIsTheCauseNotThePeerKilledAfterIt) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t size = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size);
+  const int taken = ntohs(addr.sin_port);
+  const JobRun run = SubmitAndWait(
+      daemon_, Distributed(Job("mlp", "adam", 256, 32), /*nproc=*/2, taken, /*timeout_s=*/10));
+  close(fd);
+  EXPECT_EQ(run.job.state(), mpsd::v1::Job::FAILED);
+  EXPECT_THAT(run.job.message(), HasSubstr("rank 0 of 2")) << run.job.message();
+  EXPECT_THAT(run.job.message(), Not(HasSubstr("signal 9"))) << run.job.message();
   const JobRun next = SubmitAndWait(daemon_, Job("mlp", "adam", 256, 64));
   EXPECT_EQ(next.job.state(), mpsd::v1::Job::SUCCEEDED) << next.job.message();
 }
