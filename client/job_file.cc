@@ -38,6 +38,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/strings/str_replace.h"
+#include "api/decimal.h"
 #include "api/job_id.h"
 
 namespace mpsd::client {
@@ -743,16 +744,11 @@ void JobFileParser::SetEnum(const YAML::Node& value, const std::string& path, Me
 // ---------------------------------------------------------------------------------------------
 // Formatting.
 
-// The shortest decimal that reads back as the same double: 0.001, not 0.0010000000000000000208.
+// api::ShortestDecimal, with YAML's words for NaN and the infinities.
 std::string ShortestDouble(double value) {
   if (std::isnan(value)) return ".nan";
   if (std::isinf(value)) return value > 0 ? ".inf" : "-.inf";
-  char buffer[32];
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value) break;
-  }
-  return buffer;
+  return api::ShortestDecimal(value);
 }
 
 // True when a plain scalar would not read back as `s`: words YAML or our parser would take for

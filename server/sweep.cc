@@ -6,8 +6,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <set>
 #include <utility>
@@ -21,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/decimal.h"
 
 namespace mpsd::server {
 namespace {
@@ -31,16 +30,6 @@ using google::protobuf::Message;
 using google::protobuf::Reflection;
 using mpsd::v1::SubmitJobRequest;
 using mpsd::v1::SweepParameter;
-
-// The shortest decimal that reads back as the same double: 0.001, not 0.0010000000000000000208.
-std::string ShortestDouble(double value) {
-  char buffer[32];
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value) break;
-  }
-  return buffer;
-}
 
 // The message of the spec oneof (TrainJob or BenchJob) inside `request`.
 Message* SpecOf(SubmitJobRequest& request) {
@@ -259,7 +248,7 @@ std::string Draw(const Axis& axis, std::mt19937_64& generator) {
                                        u * (std::log(axis.high) - std::log(axis.low)))
                             : axis.low + u * (axis.high - axis.low);
   if (IsInteger(*axis.field)) return absl::StrCat(std::llround(x));
-  return ShortestDouble(x);
+  return api::ShortestDecimal(x);
 }
 
 absl::StatusOr<std::vector<Axis>> CheckAxes(const SubmitJobRequest& request,
