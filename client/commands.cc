@@ -36,6 +36,7 @@
 #include "absl/time/clock.h"
 #include "api/default_address.h"
 #include "api/job_state.h"
+#include "api/metadata.h"
 #include "api/sha256.h"
 #include "client/bench_table.h"
 #include "client/event_printer.h"
@@ -470,26 +471,38 @@ int Commands::List(const ListOptions& list) {
         absl::ToUnixMicros(absl::Now() - since));
   }
   v1::ListJobsResponse shown;
+  std::string damaged;  // api/metadata.h
   bool more = false;
   do {
     const int left = list.limit > 0 ? list.limit - shown.jobs_size() : kMaxPageSize;
     request.set_page_size(std::min(left, kMaxPageSize));
     v1::ListJobsResponse page;
-    const grpc::Status status = stub_->ListJobs(UnaryContext().get(), request, &page);
+    std::unique_ptr<grpc::ClientContext> context = UnaryContext();
+    const grpc::Status status = stub_->ListJobs(context.get(), request, &page);
     if (!status.ok()) return RpcFailed(status);
+    for (const auto& [key, value] : context->GetServerTrailingMetadata()) {
+      if (key == api::kDamagedJobIdsMetadata) damaged = std::string(value.data(), value.size());
+    }
     for (v1::Job& job : *page.mutable_jobs()) *shown.add_jobs() = std::move(job);
     request.set_page_token(page.next_page_token());
     more = !page.next_page_token().empty();
   } while (more && (list.limit == 0 || shown.jobs_size() < list.limit));
   if (options_.json) {
     out_ << ToJsonLine(shown) << "\n";
-    return kExitOk;
+  } else if (shown.jobs().empty() && !damaged.empty()) {
+    out_ << "no readable jobs\n";
+  } else {
+    out_ << FormatJobTable({shown.jobs().begin(), shown.jobs().end()}, absl::Now());
+    if (more) {
+      out_ << "(the newest " << shown.jobs_size() << " shown; --limit N for more, 0 for all)\n";
+    }
   }
-  out_ << FormatJobTable({shown.jobs().begin(), shown.jobs().end()}, absl::Now());
-  if (more) {
-    out_ << "(the newest " << shown.jobs_size() << " shown; --limit N for more, 0 for all)\n";
-  }
-  return kExitOk;
+  if (damaged.empty()) return kExitOk;
+  // A damaged database's readable part is not all there is: say so, and fail.
+  err_ << "mpsctl: job(s) " << absl::StrReplaceAll(damaged, {{",", ", "}})
+       << " cannot be read from the daemon's database (damaged) and are not listed (mpsctl get "
+          "ID says why)\n";
+  return kExitFailed;
 }
 
 int Commands::Pause() {

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev libcli11-dev zlib1g-dev
+  libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libcli11-dev zlib1g-dev
   libtorch-dev libgloo-dev libgtest-dev libcpp-httplib-dev prometheus-cpp-dev libsystemd-dev help2man zsh
   libssl-dev openssl
   python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools

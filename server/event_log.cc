@@ -1,22 +1,20 @@
 // EventLog: batches events into store transactions on one writer thread, then wakes watchers.
 #include "server/event_log.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
-namespace {
 
-// A failed commit (disk full, I/O error) is retried this often before its events are dropped
-// with an error in the log; training is never blocked on storage.
-constexpr int kCommitAttempts = 3;
-
-}  // namespace
-
-EventLog::EventLog(JobStore* store) : store_(store), writer_([this] { WriterLoop(); }) {}
+EventLog::EventLog(JobStore* store, std::function<void(const absl::Status&)> on_storage_error)
+    : store_(store),
+      on_storage_error_(std::move(on_storage_error)),
+      writer_([this] { WriterLoop(); }) {}
 
 EventLog::~EventLog() {
   {
@@ -33,13 +31,19 @@ void EventLog::Append(const mpsd::v1::Job& job, std::vector<mpsd::v1::JobEvent> 
   ++batches_appended_;
 }
 
-void EventLog::Flush() {
+absl::Status EventLog::Flush() {
   absl::MutexLock lock(&mu_);
   const uint64_t target = batches_appended_;
   auto committed = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return batches_done_ >= target;
+    return batches_done_ >= target || !storage_error_.ok();
   };
   mu_.Await(absl::Condition(&committed));
+  return batches_done_ >= target ? absl::OkStatus() : storage_error_;
+}
+
+absl::Status EventLog::StorageError() const {
+  absl::MutexLock lock(&mu_);
+  return storage_error_;
 }
 
 absl::StatusOr<std::vector<mpsd::v1::JobEvent>> EventLog::Read(const std::string& job_id,
@@ -81,6 +85,7 @@ void EventLog::Unwatch(uint64_t watch_id) {
 }
 
 void EventLog::WriterLoop() {
+  absl::Duration delay = kFirstRetryDelay;
   for (;;) {
     absl::flat_hash_map<std::string, mpsd::v1::Job> jobs;
     std::vector<mpsd::v1::JobEvent> events;
@@ -99,36 +104,91 @@ void EventLog::WriterLoop() {
       stop = stopping_ && jobs.empty() && events.empty();
     }
     if (stop) return;
-    Notify(CommitBatch(jobs, events));
+    absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> committed =
+        CommitBatch(jobs, events);
+    if (committed.ok()) {
+      StorageRecovered();
+      delay = kFirstRetryDelay;
+      Notify(*committed);
+    } else if (!RequeueFailed(std::move(jobs), std::move(events), committed.status(), delay)) {
+      delay = std::min(delay * 2, kMaxRetryDelay);
+      continue;  // Retried with what was appended meanwhile; nothing is done yet.
+    }
     absl::MutexLock lock(&mu_);
     events_committing_ = 0;
     batches_done_ = batches;
   }
 }
 
-absl::flat_hash_map<std::string, int64_t> EventLog::CommitBatch(
+absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> EventLog::CommitBatch(
     const absl::flat_hash_map<std::string, mpsd::v1::Job>& jobs,
     const std::vector<mpsd::v1::JobEvent>& events) {
   std::vector<mpsd::v1::Job> rows;
   rows.reserve(jobs.size());
   for (const auto& [id, job] : jobs) rows.push_back(job);
-  absl::Status status;
-  for (int attempt = 1; attempt <= kCommitAttempts; ++attempt) {
-    const absl::Time start = absl::Now();
-    status = store_->Commit(rows, events);
-    RecordCommit(status.ok(), static_cast<int64_t>(events.size()), absl::Now() - start);
-    if (status.ok()) break;
-    spdlog::error("storing {} events failed (attempt {}/{}): {}", events.size(), attempt,
-                  kCommitAttempts, status.ToString());
-    absl::SleepFor(absl::Milliseconds(100) * attempt);
-  }
+  const absl::Time start = absl::Now();
+  const absl::Status status = store_->Commit(rows, events);
+  RecordCommit(status.ok(), static_cast<int64_t>(events.size()), absl::Now() - start);
+  if (!status.ok()) return status;
   absl::flat_hash_map<std::string, int64_t> committed;
-  if (!status.ok()) return committed;
   for (const auto& event : events) {
     int64_t& seq = committed[event.job_id()];
     if (event.seq() > seq) seq = event.seq();
   }
   return committed;
+}
+
+bool EventLog::RequeueFailed(absl::flat_hash_map<std::string, mpsd::v1::Job> jobs,
+                             std::vector<mpsd::v1::JobEvent> events, const absl::Status& error,
+                             absl::Duration delay) {
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    first = storage_error_.ok();
+    storage_error_ = error;
+    if (stopping_ && stopping_since_ == absl::InfiniteFuture()) stopping_since_ = absl::Now();
+    if (stopping_ && absl::Now() - stopping_since_ >= kRetryAtShutdown) {
+      std::vector<std::string> ids;
+      for (const auto& [id, job] : jobs) ids.push_back(id);
+      std::sort(ids.begin(), ids.end());
+      spdlog::error("mpsd is stopping and storing events has failed for {}: {} events of "
+                    "job(s) {} are lost: {}",
+                    absl::FormatDuration(kRetryAtShutdown), events.size(),
+                    absl::StrJoin(ids, ", "), error.ToString());
+      return true;
+    }
+    spdlog::error("storing {} events failed; they are kept and retried in {} (nothing is "
+                  "dropped; submits are refused meanwhile): {}",
+                  events.size(), absl::FormatDuration(delay), error.ToString());
+    // What was appended during the attempt is newer: its rows win, its events follow.
+    for (auto& [id, job] : pending_jobs_) jobs[id] = std::move(job);
+    pending_jobs_ = std::move(jobs);
+    events.insert(events.end(), std::make_move_iterator(pending_events_.begin()),
+                  std::make_move_iterator(pending_events_.end()));
+    pending_events_ = std::move(events);
+    events_committing_ = 0;
+  }
+  if (first && on_storage_error_) on_storage_error_(error);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), delay);
+      return false;
+    }
+  }
+  // Stopping: retry soon, until kRetryAtShutdown has passed.
+  absl::SleepFor(std::min(delay, absl::Milliseconds(500)));
+  return false;
+}
+
+void EventLog::StorageRecovered() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (storage_error_.ok()) return;
+    storage_error_ = absl::OkStatus();
+  }
+  spdlog::info("storing events works again; everything kept meanwhile is stored");
+  if (on_storage_error_) on_storage_error_(absl::OkStatus());
 }
 
 void EventLog::Notify(const absl::flat_hash_map<std::string, int64_t>& committed) {
@@ -166,7 +226,7 @@ void EventLog::RunCallbacks(const std::vector<uint64_t>& watch_ids) {
 }
 
 void EventLog::Close() {
-  Flush();
+  Flush().IgnoreError();  // While commits fail: the destructor retries, then gives up.
   std::vector<uint64_t> all;
   {
     absl::MutexLock lock(&mu_);

@@ -23,8 +23,20 @@
 namespace mpsd::server {
 
 // Thread-safe. Borrows the store, which must outlive it.
+//
+// A commit that fails (a full disk, an I/O error, the database locked by another process) is
+// retried with backoff (kFirstRetryDelay doubling to kMaxRetryDelay) for as long as it fails,
+// with the events appended meanwhile: nothing appended is dropped while mpsd runs, and training
+// never waits on storage. While commits fail, StorageError() says why (the daemon turns
+// NOT_SERVING and refuses submits) and each attempt is logged at error level. Only at shutdown
+// (the destructor), once commits have failed for kRetryAtShutdown more, are the events still
+// uncommitted given up, and the log names how many and of which jobs.
 class EventLog {
  public:
+  static constexpr absl::Duration kFirstRetryDelay = absl::Milliseconds(100);
+  static constexpr absl::Duration kMaxRetryDelay = absl::Seconds(5);
+  static constexpr absl::Duration kRetryAtShutdown = absl::Seconds(10);
+
   // Counters since construction, for GetServerStatus.
   struct Stats {
     // Events committed, and the transactions that committed them.
@@ -38,7 +50,11 @@ class EventLog {
     int watches = 0;
   };
 
-  explicit EventLog(JobStore* store);
+  // `on_storage_error`, when set, runs on the writer thread with the commit's error when
+  // commits start failing, and with OK once one succeeds again; it must be quick and must not
+  // call the EventLog.
+  explicit EventLog(JobStore* store,
+                    std::function<void(const absl::Status&)> on_storage_error = nullptr);
   // Commits everything appended, then stops the writer thread.
   ~EventLog();
 
@@ -49,8 +65,12 @@ class EventLog {
   // ascending per job) for the writer. Never waits for I/O: the caller may be a training loop.
   void Append(const mpsd::v1::Job& job, std::vector<mpsd::v1::JobEvent> events);
 
-  // Blocks until everything appended before the call is committed (or failed to commit).
-  void Flush();
+  // Blocks until everything appended before the call is committed: OK. While commits fail,
+  // returns the store's error at once instead (those events stay queued and are retried).
+  absl::Status Flush();
+
+  // OK while commits succeed; the last commit's error while they fail.
+  absl::Status StorageError() const;
 
   // Committed events of `job_id` with seq > after_seq, ascending, at most `limit`.
   absl::StatusOr<std::vector<mpsd::v1::JobEvent>> Read(const std::string& job_id,
@@ -86,10 +106,18 @@ class EventLog {
   };
 
   void WriterLoop();
-  // Commits one batch; returns the committed seq per job.
-  absl::flat_hash_map<std::string, int64_t> CommitBatch(
+  // Commits one batch; returns the committed seq per job, or the store's error.
+  absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> CommitBatch(
       const absl::flat_hash_map<std::string, mpsd::v1::Job>& jobs,
       const std::vector<mpsd::v1::JobEvent>& events);
+  // After a failed commit: puts the batch back in front of what was appended since (a job's
+  // newer row wins), records the error, and waits `delay` (less when stopping). Returns true
+  // when the writer should give the batch up (stopping, and kRetryAtShutdown has passed).
+  bool RequeueFailed(absl::flat_hash_map<std::string, mpsd::v1::Job> jobs,
+                     std::vector<mpsd::v1::JobEvent> events, const absl::Status& error,
+                     absl::Duration delay);
+  // Marks storage healthy again after a failure.
+  void StorageRecovered();
   void Notify(const absl::flat_hash_map<std::string, int64_t>& committed);
   // Adds one JobStore::Commit call of `events` events to the stats.
   void RecordCommit(bool ok, int64_t events, absl::Duration took);
@@ -98,6 +126,7 @@ class EventLog {
 
   // Constant after construction.
   JobStore* const store_;
+  const std::function<void(const absl::Status&)> on_storage_error_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, mpsd::v1::Job> pending_jobs_ ABSL_GUARDED_BY(mu_);
@@ -107,6 +136,10 @@ class EventLog {
   uint64_t batches_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // The failing commit's error; OK while commits succeed.
+  absl::Status storage_error_ ABSL_GUARDED_BY(mu_);
+  // When stopping_ was first seen with a failing commit (the give-up clock).
+  absl::Time stopping_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::flat_hash_map<std::string, int64_t> committed_seq_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;

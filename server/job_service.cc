@@ -16,10 +16,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/job_id.h"
 #include "api/job_state.h"
 #include "api/memory.h"
+#include "api/metadata.h"
 #include "api/sha256.h"
 #include "api/status.h"
 #include "google/protobuf/util/time_util.h"
@@ -298,7 +301,55 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// The job whose artifacts train_job.resume_from reads: the job id itself, or the <id> of a
+// path inside <artifacts_dir>/<id>/ (links and ".." resolved); "" for anything else.
+std::string ResumedJobId(const std::string& resume_from, const std::string& artifacts_dir) {
+  if (resume_from.empty() || artifacts_dir.empty()) return "";
+  if (api::IsJobId(resume_from)) return resume_from;
+  std::error_code error;
+  const std::filesystem::path path = std::filesystem::weakly_canonical(resume_from, error);
+  if (error) return "";
+  const std::filesystem::path root = std::filesystem::weakly_canonical(artifacts_dir, error);
+  if (error) return "";
+  const std::filesystem::path relative = path.lexically_relative(root);
+  if (relative.empty() || *relative.begin() == "..") return "";
+  const std::string first = relative.begin()->string();
+  return api::IsJobId(first) ? first : "";
+}
+
 }  // namespace
+
+absl::Status JobService::CanResumeFrom(const Principal& principal,
+                                       const mpsd::v1::SubmitJobRequest& request) const {
+  if (principal.role == Role::kAdmin) return absl::OkStatus();
+  const std::string id =
+      ResumedJobId(request.train_job().resume_from(), options_.artifacts_dir);
+  if (id.empty()) return absl::OkStatus();
+  absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(id);
+  // An unknown job: validation says so, as for anyone.
+  if (!job.ok() || job->submitted_by() == principal.name) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "train_job.resume_from: job ", id, " was submitted by another submitter; a submitter may "
+      "resume only from its own jobs' checkpoints (a token of role admin may resume from any)"));
+}
+
+absl::Status JobService::MayRead(const Principal& principal,
+                                 const mpsd::v1::SubmitJobRequest& request) const {
+  if (options_.data_roots == nullptr) {
+    return absl::PermissionDeniedError("no data_roots on this listener");
+  }
+  if (absl::Status s = options_.data_roots->Check(request); !s.ok()) return s;
+  if (absl::Status s = CanResumeFrom(principal, request); !s.ok()) return s;
+  if (!request.has_sweep()) return absl::OkStatus();
+  // A sweep may set paths per trial (dataset.root, resume_from): each trial is checked.
+  absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(request);
+  if (!trials.ok()) return trials.status();
+  for (const SweepTrialRequest& trial : *trials) {
+    if (absl::Status s = options_.data_roots->Check(trial.request); !s.ok()) return s;
+    if (absl::Status s = CanResumeFrom(principal, trial.request); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 
 JobService::JobService(Scheduler* scheduler, const Options& options)
     : scheduler_(scheduler), options_(options), started_(absl::Now()) {}
@@ -309,18 +360,7 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
   absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
   if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
   if (!IsUnixSocketCall(*context)) {
-    absl::Status allowed = options_.data_roots != nullptr
-                               ? options_.data_roots->Check(*request)
-                               : absl::PermissionDeniedError("no data_roots on this listener");
-    // A sweep may set paths per trial (dataset.root, resume_from): each trial is checked.
-    if (allowed.ok() && request->has_sweep() && options_.data_roots != nullptr) {
-      absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(*request);
-      if (!trials.ok()) return Answer<mpsd::v1::Job>(context, trials.status(), response);
-      for (const SweepTrialRequest& trial : *trials) {
-        allowed = options_.data_roots->Check(trial.request);
-        if (!allowed.ok()) break;
-      }
-    }
+    absl::Status allowed = MayRead(*principal, *request);
     if (!allowed.ok()) {
       spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
                    principal->name, std::string(allowed.message()));
@@ -342,6 +382,11 @@ grpc::ServerUnaryReactor* JobService::ListJobs(grpc::CallbackServerContext* cont
   using Page = mpsd::v1::ListJobsResponse;
   absl::StatusOr<JobQuery> query = QueryForPage(*request);
   if (!query.ok()) return Answer<Page>(context, query.status(), response);
+  // The page holds what can be read; which jobs cannot goes beside it (api/metadata.h), so
+  // that a client never shows a damaged database's partial list as all there is.
+  if (const std::vector<std::string> damaged = scheduler_->DamagedJobIds(); !damaged.empty()) {
+    context->AddTrailingMetadata(api::kDamagedJobIdsMetadata, absl::StrJoin(damaged, ","));
+  }
   return Answer<Page>(context, PageFrom(*request, scheduler_->List(*query)), response);
 }
 

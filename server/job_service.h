@@ -20,7 +20,8 @@ namespace mpsd::server {
 
 // Who may call what is decided before a call gets here (TokenAuthProcessor on every TCP
 // listener; the unix socket acts as admin). The service itself records who submitted a job,
-// lets a submitter cancel only its own jobs, and holds jobs submitted over TCP to data_roots.
+// lets a submitter cancel only its own jobs and resume only from its own jobs' checkpoints,
+// and holds jobs submitted over TCP to data_roots. request_id is each submitter's own.
 //
 // Thread-safe (gRPC calls it from its own threads). Borrows the scheduler, which must outlive
 // the gRPC server this service is registered with; the service itself must outlive that
@@ -99,6 +100,14 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
  private:
   // <artifacts_dir>/<job_id>.
   std::string JobArtifactsDir(const std::string& job_id) const;
+  // PERMISSION_DENIED naming train_job.resume_from when a caller other than an admin resumes
+  // from another submitter's job (its id, or a path into its artifacts directory).
+  absl::Status CanResumeFrom(const Principal& principal,
+                             const mpsd::v1::SubmitJobRequest& request) const;
+  // For a call over TCP: every path the job (each sweep trial) names lies under data_roots,
+  // and CanResumeFrom. PERMISSION_DENIED naming the field; a sweep's expansion errors.
+  absl::Status MayRead(const Principal& principal,
+                       const mpsd::v1::SubmitJobRequest& request) const;
   // Constant after construction.
   Scheduler* const scheduler_;
   const Options options_;

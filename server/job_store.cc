@@ -40,6 +40,16 @@ constexpr int kSchemaVersion = 2;
 // backup) before failing with SQLITE_BUSY.
 constexpr int kBusyTimeoutMs = 5000;
 
+}  // namespace
+
+std::string SalvageCommand(const std::string& path, const std::string& salvaged) {
+  return absl::StrCat("sqlite3 ", path, " .dump | sed 's/^ROLLBACK; -- due to errors$/COMMIT;/' | ",
+                      "sqlite3 ", salvaged, " && sqlite3 ", salvaged,
+                      " 'PRAGMA user_version = ", kSchemaVersion, "'");
+}
+
+namespace {
+
 // Migration i takes a database from user_version i to i + 1; each runs inside the transaction
 // that also bumps user_version, so a crash never leaves half a migration.
 constexpr const char* kMigrations[kSchemaVersion] = {

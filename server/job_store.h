@@ -27,6 +27,13 @@ namespace mpsd::server {
 // OS crash the newest commits may be lost (synchronous=NORMAL in WAL mode), never half-applied.
 //
 // Job ids are the decimal form of an integer ("1", "2", …); any other string names no job.
+// The shell command that copies what can still be read of a damaged database `path` into
+// `salvaged` with the sqlite3 command (Debian's package sqlite3): its .dump goes on past a
+// damaged page and ends "ROLLBACK; -- due to errors", which sed turns into a COMMIT of what it
+// read; the schema version (PRAGMA user_version, which .dump leaves out) is set after. (.recover
+// would read more, but Debian 12's sqlite3 lacks the sqlite_dbpage table it needs.)
+std::string SalvageCommand(const std::string& path, const std::string& salvaged);
+
 class JobStore {
  public:
   struct Options {

@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "api/failure_reason.h"
@@ -58,6 +59,18 @@ std::string ResumeMessage(const Job& job, absl::string_view why) {
                       job.last_checkpoint().step(), ")");
 }
 
+// A job queued again by restart_policy: resume whose checkpoint the executor refused (a file
+// truncated or removed meanwhile): the executor's error names train_job.resume_from, which the
+// user never set. Says what failed, which file, and that the job ends here.
+std::string AutoResumeFailure(const std::string& checkpoint, const absl::Status& status) {
+  const std::string problem = absl::StrReplaceAll(
+      status.message(), {{"train_job.resume_from: ", ""}, {"resume_from: ", ""}});
+  return absl::StrCat(
+      "the automatic resume (restart_policy: resume) from checkpoint ", checkpoint,
+      " failed: ", problem, ". The job is FAILED and is not resumed again; submit it again to "
+      "start afresh, or with resume_from naming an earlier checkpoint file of it");
+}
+
 // A name or label value: at most kMaxNameBytes, no control characters.
 absl::Status CheckText(absl::string_view field, const std::string& text) {
   if (text.size() > Scheduler::kMaxNameBytes) {
@@ -88,6 +101,13 @@ absl::Status CheckLabels(const mpsd::v1::SubmitJobRequest& request) {
           "\" must be 1 to 63 characters of A-Z, a-z, 0-9, _, ., -, /"));
     }
     if (absl::Status s = CheckText(absl::StrCat("labels.", key), value); !s.ok()) return s;
+  }
+  // A trial's label "sweep" is its sweep's id, set by mpsd (EnqueueSweep): set by hand it
+  // would make a job pass for a trial, and a sweep's own would be overwritten.
+  if (request.labels().contains(Scheduler::kSweepLabel)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "labels.", Scheduler::kSweepLabel, ": reserved: mpsd sets it to the sweep's id on each "
+        "of a sweep's trials; use another key"));
   }
   return absl::OkStatus();
 }
@@ -136,7 +156,10 @@ absl::Status TrialError(const SweepTrialRequest& trial, size_t count, const absl
 }  // namespace
 
 Scheduler::Scheduler(const Options& options, JobStore* store, mpsd::api::Executor* executor)
-    : options_(options), store_(store), executor_(executor), event_log_(store) {}
+    : options_(options),
+      store_(store),
+      executor_(executor),
+      event_log_(store, options.on_storage_error) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const Options& options,
                                                              JobStore* store,
@@ -169,7 +192,9 @@ absl::Status Scheduler::Recover() {
   for (Job& job : jobs) {
     event_log_.SetCommittedSeq(job.id(), job.last_seq());
     ids.push_back(job.id());
-    if (!job.spec().request_id().empty()) request_ids_[job.spec().request_id()] = job.id();
+    if (!job.spec().request_id().empty()) {
+      request_ids_[RequestKey(job.submitted_by(), job.spec().request_id())] = job.id();
+    }
     jobs_[job.id()] = std::move(job);
   }
   absl::StatusOr<std::string> paused = store_->GetSetting("queue_paused");
@@ -239,7 +264,7 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
   bool resumes_from_dependency = false;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
+    absl::StatusOr<const Job*> earlier = EarlierSubmit(request, submitted_by);
     if (!earlier.ok()) return earlier.status();
     if (*earlier != nullptr) return **earlier;
     if (!refuse_submits_.ok()) return refuse_submits_;
@@ -266,10 +291,50 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
              !valid.ok()) {
     return valid;
   }
+  if (absl::Status storage = CheckStorage(); !storage.ok()) return storage;
+  // Events that cannot be stored now would leave a new job without its QUEUED event.
+  if (absl::Status storing = event_log_.StorageError(); !storing.ok()) return storing;
   absl::StatusOr<Job> job = SubmitValidated(request, trials, info, submitted_by);
-  // The caller hears of the job once its QUEUED event is stored, too; not under mu_.
-  if (job.ok()) event_log_.Flush();
+  if (!job.ok()) return job;
+  // The caller hears of the job once its QUEUED event is stored, too; not under mu_. The
+  // state dir may have been moved away while the job was stored: then its record is in the
+  // moved database, and nothing here may run it or tell the client it was accepted.
+  absl::Status stored = event_log_.Flush();
+  if (stored.ok()) stored = CheckStorage();
+  if (!stored.ok()) {
+    WithdrawSubmit(*job, stored);
+    return stored;
+  }
   return job;
+}
+
+absl::Status Scheduler::CheckStorage() const {
+  if (!options_.check_storage) return absl::OkStatus();
+  return options_.check_storage();
+}
+
+void Scheduler::WithdrawSubmit(const Job& job, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> ids(job.trial_job_ids().begin(), job.trial_job_ids().end());
+    ids.push_back(job.id());
+    const std::string message = absl::StrCat("not accepted: ", why.message());
+    for (const std::string& id : ids) {
+      auto it = jobs_.find(id);
+      if (it == jobs_.end() || it->second.kind() == Job::SWEEP) continue;
+      if (it->second.state() == Job::QUEUED) {
+        CancelQueued(it->second, Job::FAILURE_REASON_UNSPECIFIED, message);
+      } else if (running_job_ == id) {  // Started before the executor's own check failed.
+        stop_as_ = Job::CANCELLED;
+        cancel_running_.Cancel();
+      }
+    }
+    if (job.kind() == Job::SWEEP) UpdateSweep(job.id());
+    spdlog::error("job {} was stored but cannot be acknowledged; it is CANCELLED and its submit "
+                  "refused: {}",
+                  job.id(), std::string(why.message()));
+  }
+  event_log_.Flush().IgnoreError();  // the submit already failed
 }
 
 absl::StatusOr<Job> Scheduler::SubmitValidated(
@@ -278,7 +343,7 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(
     const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by) {
   absl::MutexLock lock(&mu_);
   // A concurrent Submit with the same request_id may have won the race meanwhile.
-  absl::StatusOr<const Job*> earlier = EarlierSubmit(request);
+  absl::StatusOr<const Job*> earlier = EarlierSubmit(request, submitted_by);
   if (!earlier.ok()) return earlier.status();
   if (*earlier != nullptr) return **earlier;
   if (shutting_down_) return absl::UnavailableError("mpsd is shutting down");
@@ -325,10 +390,16 @@ void Scheduler::RefuseSubmits(absl::Status why) {
   refuse_submits_ = std::move(why);
 }
 
-absl::StatusOr<const Job*> Scheduler::EarlierSubmit(
-    const mpsd::v1::SubmitJobRequest& request) const {
+std::string Scheduler::RequestKey(const std::string& submitted_by,
+                                  const std::string& request_id) {
+  // Rows of an mpsd older than submitted_by were all submitted over the unix socket.
+  return absl::StrCat(submitted_by.empty() ? "local" : submitted_by, "\n", request_id);
+}
+
+absl::StatusOr<const Job*> Scheduler::EarlierSubmit(const mpsd::v1::SubmitJobRequest& request,
+                                                    const std::string& submitted_by) const {
   if (request.request_id().empty()) return nullptr;
-  auto id = request_ids_.find(request.request_id());
+  auto id = request_ids_.find(RequestKey(submitted_by, request.request_id()));
   if (id == request_ids_.end()) return nullptr;
   const Job& job = jobs_.at(id->second);
   if (!google::protobuf::util::MessageDifferencer::Equals(job.spec(), request)) {
@@ -362,7 +433,9 @@ absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request
   JobEvent queued;
   queued.mutable_state()->set_state(Job::QUEUED);
   Publish(stored, std::move(queued));
-  if (!request.request_id().empty()) request_ids_[request.request_id()] = id;
+  if (!request.request_id().empty()) {
+    request_ids_[RequestKey(submitted_by, request.request_id())] = id;
+  }
   InsertInQueue(stored);
   spdlog::info("job {} queued by {}, priority {} ({} in queue)", id, submitted_by,
                request.priority(), queue_.size());
@@ -390,11 +463,13 @@ absl::StatusOr<Job> Scheduler::EnqueueSweep(const mpsd::v1::SubmitJobRequest& re
   JobEvent queued;
   queued.mutable_state()->set_state(Job::QUEUED);
   Publish(jobs_.at(sweep_id), std::move(queued));
-  if (!request.request_id().empty()) request_ids_[request.request_id()] = sweep_id;
+  if (!request.request_id().empty()) {
+    request_ids_[RequestKey(submitted_by, request.request_id())] = sweep_id;
+  }
   std::vector<std::string> trial_ids;
   for (size_t i = 0; i < trials.size(); ++i) {
     mpsd::v1::SubmitJobRequest trial_request = trials[i];
-    (*trial_request.mutable_labels())["sweep"] = sweep_id;
+    (*trial_request.mutable_labels())[kSweepLabel] = sweep_id;
     mpsd::v1::SweepTrial trial = info[i];
     trial.set_sweep_id(sweep_id);
     absl::StatusOr<Job> job =
@@ -555,6 +630,16 @@ absl::StatusOr<Job> Scheduler::Get(const std::string& job_id) const {
   return it->second;
 }
 
+std::vector<std::string> Scheduler::DamagedJobIds() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, status] : damaged_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
+    return api::ParseJobId(a).value_or(0) > api::ParseJobId(b).value_or(0);
+  });
+  return ids;
+}
+
 std::vector<Job> Scheduler::List(const JobQuery& query) const {
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<int64_t, const Job*>> selected;
@@ -580,7 +665,8 @@ std::vector<Job> Scheduler::List(const JobQuery& query) const {
 absl::StatusOr<Job> Scheduler::Cancel(const std::string& job_id) {
   absl::StatusOr<Job> job = RequestCancel(job_id);
   // A cancel that answered CANCELLED is stored: the job never runs, even after a crash.
-  if (job.ok() && job->state() == Job::CANCELLED) event_log_.Flush();
+  // A failed commit is kept and retried (EventLog); the cancel stands either way.
+  if (job.ok() && job->state() == Job::CANCELLED) event_log_.Flush().IgnoreError();
   return job;
 }
 
@@ -671,7 +757,7 @@ absl::StatusOr<Job> Scheduler::Move(const std::string& job_id, int32_t priority)
     spdlog::info("job {} moved to priority {}", job_id, priority);
     return jobs_.at(job_id);
   }();
-  if (moved.ok()) event_log_.Flush();
+  if (moved.ok()) event_log_.Flush().IgnoreError();  // kept and retried if it fails
   return moved;
 }
 
@@ -731,7 +817,11 @@ void Scheduler::Shutdown() {
     }
   }
   if (executor_thread_.joinable()) executor_thread_.join();
-  event_log_.Flush();
+  event_log_.Flush().IgnoreError();  // kept and retried if it fails
+}
+
+bool Scheduler::CanStartJob() const {
+  return !paused_ && refuse_submits_.ok() && NextReady() != queue_.end();
 }
 
 void Scheduler::ExecutorLoop() {
@@ -744,11 +834,23 @@ void Scheduler::ExecutorLoop() {
       // Queued jobs that wait for unfinished dependencies are passed over; when every queued
       // job waits, the jobs it waits for are running or queued ahead (a failed dependency
       // cancels its dependents at once), so the wait ends when they do.
+      // While the state dir is lost (refuse_submits_), queued jobs wait for a daemon that
+      // has it: run here, they would write their artifacts where their records are not.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutting_down_ || (!paused_ && NextReady() != queue_.end());
+        return shutting_down_ || CanStartJob();
       };
       mu_.Await(absl::Condition(&ready));
       if (shutting_down_) return;
+    }
+    // Not under mu_: a failed check calls RefuseSubmits, and the loop waits again.
+    if (absl::Status storage = CheckStorage(); !storage.ok()) {
+      RefuseSubmits(storage);
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+      if (!CanStartJob()) continue;
       auto next = NextReady();
       job_id = *next;
       queue_.erase(next);
@@ -801,6 +903,9 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
       absl::StrAppend(&message, "; ", status.message());
     }
     SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED, message);
+  } else if (!resume_checkpoint.empty() && absl::StrContains(status.message(), "resume_from")) {
+    // Not the spec's fault: the daemon's own checkpoint could not be used.
+    SetState(job, Job::FAILED, Job::INTERNAL, AutoResumeFailure(resume_checkpoint, status));
   } else {
     SetState(job, Job::FAILED, api::FailureReasonOf(status), std::string(status.message()));
   }

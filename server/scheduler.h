@@ -41,6 +41,17 @@ class Scheduler {
     // Called with every event as it is published (numbered, before it is stored), under the
     // scheduler's lock: it must be quick and must not call the scheduler (metrics counters).
     std::function<void(const mpsd::v1::Job&, const mpsd::v1::JobEvent&)> on_event;
+    // OK while the storage the scheduler writes to (the state dir and its database) is still
+    // the one it opened (server/state_dir.h: StateDirWatch::Check). Called, never under the
+    // scheduler's lock, before a submit is acknowledged and before a queued job starts: a job
+    // stored in a state dir that was moved away would otherwise be acknowledged, or would write
+    // its artifacts into whatever now lies at the state dir's path. It may call RefuseSubmits.
+    // Empty: always OK.
+    std::function<absl::Status()> check_storage;
+    // EventLog's on_storage_error: commits of events started failing (the error), or work
+    // again (OK). Runs on the event log's writer thread; must be quick and must not call the
+    // scheduler.
+    std::function<void(const absl::Status&)> on_storage_error;
   };
 
   // Longest SubmitJobRequest.request_id accepted, bytes.
@@ -60,6 +71,8 @@ class Scheduler {
   static constexpr size_t kMaxNameBytes = 256;
   static constexpr int kMaxLabels = 64;
   static constexpr int kMaxAfter = 64;
+  // The label mpsd gives a sweep's trials (the sweep's id); refused in a submitted request.
+  static constexpr char kSweepLabel[] = "sweep";
 
   // Loads the stored jobs: those left RUNNING by a daemon that died become INTERRUPTED (or,
   // with restart_policy "resume" and a checkpoint in Job.last_checkpoint, QUEUED again with a
@@ -79,19 +92,24 @@ class Scheduler {
   // Validates the spec against the executor and queues the job behind every queued job of the
   // same or a higher priority. A sweep (request.sweep) is expanded (server/sweep.h), every
   // trial validated (an error names the trial, its values and the field), and stored as a
-  // parent Job of kind SWEEP, returned, plus one queued job per trial. A request whose request_id names a job already submitted
-  // returns that job as it is now, without validating or queueing anything. Errors:
-  // INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too, a bad name or
-  // label, an `after` entry that names no earlier job; for a BenchJob see trainer/bench.h), ALREADY_EXISTS for a request_id used with a different request,
-  // RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting down. Returns once the
-  // job and its QUEUED event are stored. `submitted_by` goes into Job.submitted_by.
+  // parent Job of kind SWEEP, returned, plus one queued job per trial. A request whose
+  // request_id names a job `submitted_by` already submitted returns that job as it is now,
+  // without validating or queueing anything. Errors: INVALID_ARGUMENT naming the field (a
+  // request_id over kMaxRequestIdBytes too, a bad name or label, an `after` entry that names
+  // no earlier job; for a BenchJob see trainer/bench.h), ALREADY_EXISTS for a request_id used
+  // with a different request, RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting
+  // down, FAILED_PRECONDITION once RefuseSubmits was called or Options::check_storage fails,
+  // the store's error while events cannot be stored (EventLog::StorageError; a job stored just
+  // before either failed is CANCELLED in the store it went to, and not acknowledged). Returns
+  // once the job and its QUEUED event are stored. `submitted_by` goes into Job.submitted_by.
   absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request,
                                        const std::string& submitted_by = "local");
 
   // From now on every Submit fails with `why` (not OK), e.g. when the state dir was deleted
   // under the daemon (server/state_dir.h: StateDirWatch): a job accepted then would be lost.
-  // Jobs already queued or running go on. A request_id that names an earlier job still
-  // returns it.
+  // The running job goes on; queued jobs stay QUEUED (stored in the database mpsd opened, they
+  // run when a daemon starts on it again) instead of writing artifacts where their record is
+  // not. A request_id that names an earlier job still returns it.
   void RefuseSubmits(absl::Status why);
 
   // INVALID_ARGUMENT "job_id: ..." for what is not a job id at all ("", "abc"; api/job_id.h),
@@ -99,8 +117,13 @@ class Scheduler {
   // read at start-up (a damaged database page), whose id also gives DATA_LOSS to Cancel.
   absl::StatusOr<mpsd::v1::Job> Get(const std::string& job_id) const;
 
-  // The jobs `query` selects, newest (highest id) first, at most query.limit.
+  // The jobs `query` selects, newest (highest id) first, at most query.limit. Damaged rows
+  // (DamagedJobIds) are not among them: nothing of them can be read to match a query.
   std::vector<mpsd::v1::Job> List(const JobQuery& query) const;
+
+  // The ids of jobs whose stored rows could not be read at start-up (Get answers DATA_LOSS for
+  // them), highest first; empty for an intact database.
+  std::vector<std::string> DamagedJobIds() const;
 
   // A QUEUED job becomes CANCELLED now (stored before this returns); a RUNNING job is asked
   // to stop at its next step boundary (the returned job is still RUNNING; its stream ends
@@ -154,10 +177,15 @@ class Scheduler {
   // NOT_FOUND for an id the scheduler does not know; DATA_LOSS for one whose stored row is
   // damaged (JobStore::ListJobsSkippingDamaged).
   absl::Status UnknownJob(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job an earlier Submit with this request's request_id created, or nullptr if none did
-  // (or request_id is empty). ALREADY_EXISTS if that job was submitted with another request.
-  absl::StatusOr<const mpsd::v1::Job*> EarlierSubmit(const mpsd::v1::SubmitJobRequest& request)
-      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job an earlier Submit by `submitted_by` with this request's request_id created, or
+  // nullptr if none did (or request_id is empty): request ids are each submitter's own, so one
+  // submitter's id never returns another's job. ALREADY_EXISTS if that job was submitted with
+  // another request.
+  absl::StatusOr<const mpsd::v1::Job*> EarlierSubmit(const mpsd::v1::SubmitJobRequest& request,
+                                                     const std::string& submitted_by) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // request_ids_'s key: request ids are scoped by submitter (Job.submitted_by).
+  static std::string RequestKey(const std::string& submitted_by, const std::string& request_id);
   // Submit after validation: the request_id check again, shutdown, queue limit, Enqueue.
   // `trials` and `info`: a sweep's trial requests and what makes each a trial (empty for a
   // plain job).
@@ -182,6 +210,11 @@ class Scheduler {
                                              const std::vector<mpsd::v1::SweepTrial>& info,
                                              const std::string& submitted_by)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Options::check_storage, or OK when there is none. Not under mu_ (it may RefuseSubmits).
+  absl::Status CheckStorage() const ABSL_LOCKS_EXCLUDED(mu_);
+  // A submit whose storage failed after `job` was stored: the job (a sweep: its trials) ends
+  // CANCELLED, in the store it went to, "not accepted: <why>"; it is never acknowledged.
+  void WithdrawSubmit(const mpsd::v1::Job& job, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Every `after` entry names a job the scheduler knows: INVALID_ARGUMENT naming the entry.
   absl::Status CheckAfter(const mpsd::v1::SubmitJobRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -212,6 +245,8 @@ class Scheduler {
   void SettleRecovered() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a QUEUED job into queue_ behind every job of the same or a higher priority.
   void InsertInQueue(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A queued job may start now: not paused, the state dir intact, one job ready.
+  bool CanStartJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
   // Runs one job, already RUNNING, on the executor thread; returns when it reached a terminal
   // state (or, stopped by Shutdown with restart_policy: resume and a checkpoint, QUEUED again).
@@ -236,7 +271,8 @@ class Scheduler {
   absl::flat_hash_map<std::string, mpsd::v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
   // Ids of QUEUED jobs in the order they will run.
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  // SubmitJobRequest.request_id -> job id, for every job that has one.
+  // RequestKey(Job.submitted_by, SubmitJobRequest.request_id) -> job id, for every job that
+  // has one.
   absl::flat_hash_map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   std::string running_job_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -165,6 +165,20 @@ void AddKeepalivePolicy(grpc::ServerBuilder& builder) {
       static_cast<int>(absl::ToInt64Milliseconds(kServerKeepaliveTimeout)));
 }
 
+// A damaged database stops the start: say which file, and how SQLite's own tool salvages what
+// it can (SalvageCommand).
+absl::Status WithRecoveryHint(absl::Status status, const std::string& state_dir) {
+  if (status.code() != absl::StatusCode::kDataLoss) return status;
+  const std::string db = state_dir + "/mpsd.db";
+  return absl::DataLossError(absl::StrCat(
+      "the job database ", db, " is damaged: ", status.message(),
+      ". To salvage what can be read, with mpsd stopped: ",
+      SalvageCommand(db, state_dir + "/mpsd-recovered.db"), "; then move ", db, " and its ", db,
+      "-wal and ", db, "-shm (if there) out of ", state_dir,
+      ", rename mpsd-recovered.db to mpsd.db and start mpsd again (sqlite3 is in the Debian "
+      "package sqlite3)"));
+}
+
 }  // namespace
 
 Server::Server() = default;
@@ -211,12 +225,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   JobStore::Options store_options;
   store_options.path = config.state_dir + "/mpsd.db";
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(store_options);
-  if (!store.ok()) return store.status();
+  if (!store.ok()) return WithRecoveryHint(store.status(), config.state_dir);
   server->store_ = *std::move(store);
   const std::string artifacts_dir = config.state_dir + "/artifacts";
   if (absl::Status status = server->store_->ReserveIdsThrough(HighestArtifactJobId(artifacts_dir));
       !status.ok()) {
-    return status;
+    return WithRecoveryHint(status, config.state_dir);
   }
   // The executor is a child process (mpsd-executor) that owns the device.
   ExecutorSupervisor::Options executor_options;
@@ -241,24 +255,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
       ExecutorSupervisor::Start(executor_options);
   if (!executor.ok()) return executor.status();
   server->executor_ = *std::move(executor);
-  Scheduler::Options scheduler_options;
-  scheduler_options.max_queued = config.max_queued;
-  server->metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
-  scheduler_options.on_event = [metrics = server->metrics_.get()](const mpsd::v1::Job& job,
-                                                                   const mpsd::v1::JobEvent& e) {
-    metrics->ObserveEvent(job, e);
-  };
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
-      scheduler_options, server->store_.get(), server->executor_.get());
-  if (!scheduler.ok()) return scheduler.status();
-  server->scheduler_ = *std::move(scheduler);
-  JobService::Options service_options;
-  service_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
-  service_options.min_keepalive_interval = kMinKeepaliveInterval;
-  service_options.artifacts_dir = config.state_dir + "/artifacts";
-  service_options.tokens = server->tokens_.get();
-  service_options.data_roots = server->data_roots_.get();
-  server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
   StateDirWatch::Options watch_options;
   watch_options.state_dir = config.state_dir;
   watch_options.database = store_options.path;
@@ -267,6 +263,32 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
       StateDirWatch::Start(std::move(watch_options));
   if (!watch.ok()) return watch.status();
   server->state_dir_watch_ = *std::move(watch);
+  Scheduler::Options scheduler_options;
+  scheduler_options.max_queued = config.max_queued;
+  // Checked by the scheduler itself before it acknowledges a submit or starts a job: the
+  // watch's own thread notices a change only within its interval.
+  scheduler_options.check_storage = [watch = server->state_dir_watch_.get()]() {
+    return watch->Check();
+  };
+  scheduler_options.on_storage_error = [self](const absl::Status& error) {
+    self->SetStorageError(error);
+  };
+  server->metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
+  scheduler_options.on_event = [metrics = server->metrics_.get()](const mpsd::v1::Job& job,
+                                                                   const mpsd::v1::JobEvent& e) {
+    metrics->ObserveEvent(job, e);
+  };
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
+      scheduler_options, server->store_.get(), server->executor_.get());
+  if (!scheduler.ok()) return WithRecoveryHint(scheduler.status(), config.state_dir);
+  server->scheduler_ = *std::move(scheduler);
+  JobService::Options service_options;
+  service_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
+  service_options.min_keepalive_interval = kMinKeepaliveInterval;
+  service_options.artifacts_dir = config.state_dir + "/artifacts";
+  service_options.tokens = server->tokens_.get();
+  service_options.data_roots = server->data_roots_.get();
+  server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
 
   absl::StatusOr<std::unique_ptr<ReflectionService>> reflection =
       ReflectionService::Create({"grpc.health.v1.Health"});
@@ -374,13 +396,13 @@ bool Server::Shutdown() {
     health_ = nullptr;
   }
   grpc_server_.reset();
-  state_dir_watch_.reset();
   http_server_.reset();
   dashboard_.reset();
   tokens_.reset();
   reflection_.reset();
   service_.reset();
   scheduler_.reset();
+  state_dir_watch_.reset();  // The scheduler checks it.
   executor_.reset();
   store_.reset();
   for (const std::string& path : socket_paths_) std::filesystem::remove(path);
@@ -437,16 +459,24 @@ void Server::SetExecutorReady(bool ready) {
 }
 
 void Server::StateDirLost(const absl::Status& lost) {
+  // The scheduler refuses submits and holds its queue on its own, through its check_storage
+  // (it may not exist yet: the watch starts first).
   spdlog::error("{}", std::string(lost.message()));
-  scheduler_->RefuseSubmits(lost);
   absl::MutexLock lock(&health_mu_);
   state_dir_lost_ = true;
   UpdateHealth();
 }
 
+void Server::SetStorageError(const absl::Status& error) {
+  // EventLog logs each failed attempt itself.
+  absl::MutexLock lock(&health_mu_);
+  storage_failing_ = !error.ok();
+  UpdateHealth();
+}
+
 void Server::UpdateHealth() {
   if (health_ == nullptr) return;
-  const bool serving = executor_ready_ && !stopping_ && !state_dir_lost_;
+  const bool serving = executor_ready_ && !stopping_ && !state_dir_lost_ && !storage_failing_;
   // Both the overall status ("") and the service's own, for probes that name the service; each
   // by name (the overload without one sets every service, so watchers would hear it twice).
   health_->SetServingStatus("", serving);
@@ -455,7 +485,7 @@ void Server::UpdateHealth() {
 
 bool Server::Serving() {
   absl::MutexLock lock(&health_mu_);
-  return executor_ready_ && !stopping_ && !state_dir_lost_;
+  return executor_ready_ && !stopping_ && !state_dir_lost_ && !storage_failing_;
 }
 
 absl::Status Server::StartHttp() {

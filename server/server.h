@@ -115,6 +115,9 @@ class Server {
   // The state dir or its database was deleted or replaced (StateDirWatch): submits are refused
   // and health turns NOT_SERVING for the rest of this process's life.
   void StateDirLost(const absl::Status& lost);
+  // Events cannot be stored (the error), or can again (OK): health is NOT_SERVING meanwhile
+  // (server/event_log.h keeps and retries them; the scheduler refuses submits).
+  void SetStorageError(const absl::Status& error);
   void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
   bool Serving();
 
@@ -144,6 +147,7 @@ class Server {
   bool executor_ready_ ABSL_GUARDED_BY(health_mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(health_mu_) = false;
   bool state_dir_lost_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool storage_failing_ ABSL_GUARDED_BY(health_mu_) = false;
   // Set once the gRPC server runs; nullptr before and after.
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
 

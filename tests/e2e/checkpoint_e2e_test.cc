@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/daemon.h"
 
@@ -127,6 +129,32 @@ TEST_F(CheckpointE2eTest, JobStoppedBySigtermWithRestartPolicyResumesOnTheNextSt
                absl::StrContains(e.state().message(), "mpsd shut down while the job ran");
   }
   EXPECT_TRUE(said_so);
+}
+
+// A fresh user's pass: an automatic resume from a truncated checkpoint failed as INVALID_SPEC
+// naming train_job.resume_from, which the user never set.
+TEST_F(CheckpointE2eTest, AnAutomaticResumeFromADamagedCheckpointSaysSo) {
+  absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, CheckpointedJob("resume"));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ASSERT_TRUE(WaitUntil([&] { return Get(submitted->id()).has_last_checkpoint(); }));
+  daemon_->Stop(SIGKILL, absl::Seconds(60));
+  // Every checkpoint it wrote, cut to half: whichever the store names is damaged.
+  const std::string job_dir = dir_.str() + "/state/artifacts/" + submitted->id();
+  for (const auto& entry : std::filesystem::directory_iterator(job_dir)) {
+    if (!absl::StartsWith(entry.path().filename().string(), "checkpoint")) continue;
+    if (!entry.is_regular_file()) continue;
+    std::filesystem::resize_file(entry.path(), entry.file_size() / 2);
+  }
+  daemon_->Start();
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, submitted->id());
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), Job::FAILED);
+  EXPECT_NE(ended->failure_reason(), Job::INVALID_SPEC) << ended->message();
+  EXPECT_THAT(ended->message(),
+              ::testing::HasSubstr("the automatic resume (restart_policy: resume) from "
+                                   "checkpoint " + job_dir + "/checkpoint"));
+  EXPECT_THAT(ended->message(), ::testing::HasSubstr("is not resumed again"));
+  EXPECT_THAT(ended->message(), ::testing::Not(::testing::HasSubstr("train_job.resume_from")));
 }
 
 TEST_F(CheckpointE2eTest, KilledJobWithoutRestartPolicyStaysInterrupted) {

@@ -277,6 +277,31 @@ TEST_F(FaultE2eTest, AStateDirReplacedWhileRunningStopsAcceptingJobs) {
   EXPECT_EQ(Health(daemon), HealthCheckResponse::NOT_SERVING);
 }
 
+// A fresh user's pass: a submit right after `mv STATE STATE.moved; mkdir STATE`, before the
+// watch's next look (1 s), was acknowledged: its record went into the moved database and its
+// model.pt into the new folder. The scheduler checks the state dir itself before it answers.
+TEST_F(FaultE2eTest, ASubmitRightAfterTheStateDirWasMovedIsRefusedAndWritesNothingThere) {
+  Daemon daemon(state(), socket());
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  fs::rename(state(), dir_ / "moved");
+  fs::create_directories(state());
+  const absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon, SmallJob());
+  ASSERT_FALSE(job.ok()) << "job " << job->id() << " was acknowledged into a moved state dir";
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition) << job.status();
+  EXPECT_THAT(job.status().message(), HasSubstr(state() + " was replaced by another file"));
+  // What was stored before the check failed is CANCELLED there, never run.
+  mpsd::v1::ListJobsRequest all;
+  absl::StatusOr<mpsd::v1::ListJobsResponse> list = rpc::List(daemon, all);
+  ASSERT_TRUE(list.ok()) << list.status();
+  for (const mpsd::v1::Job& stored : list->jobs()) {
+    EXPECT_EQ(stored.state(), mpsd::v1::Job::CANCELLED) << stored.id();
+    EXPECT_THAT(stored.message(), HasSubstr("not accepted: the state dir changed"));
+  }
+  absl::SleepFor(absl::Seconds(3));  // Long enough for SmallJob to have run and saved a model.
+  EXPECT_FALSE(fs::exists(state() + "/artifacts")) << "a job wrote into the new state dir";
+  EXPECT_EQ(Health(daemon), HealthCheckResponse::NOT_SERVING);
+}
+
 // ---- item 10: modes -----------------------------------------------------------------------
 
 TEST_F(FaultE2eTest, EverythingIsPrivateUnderAPermissiveUmask) {
@@ -600,6 +625,151 @@ TEST_F(FaultE2eTest, ACorruptPageIsDataLossForItsJobsAndTheRestIsReadable) {
   daemon.Stop(SIGTERM, absl::Seconds(60));
   EXPECT_THAT(ReadFile(daemon.log_path()),
               HasSubstr("cannot be read from the database; it is reported as DATA_LOSS"));
+}
+
+// The page of `table` (its root, a leaf for a small table) in the database file, and the page
+// size: dbstat, as JobLeafPages.
+int RootPageOf(const std::string& database, const std::string& table, int* page_size) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(database.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  int page = 0;
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &stmt, nullptr);
+  if (sqlite3_step(stmt) == SQLITE_ROW) *page_size = sqlite3_column_int(stmt, 0);
+  sqlite3_finalize(stmt);
+  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_schema WHERE name = ?1", -1,
+                               &stmt, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_bind_text(stmt, 1, table.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(stmt) == SQLITE_ROW) page = sqlite3_column_int(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return page;
+}
+
+void OverwritePage(const std::string& database, int page, int page_size) {
+  std::fstream file(database, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(page - 1) * page_size);
+  const std::string garbage(page_size, '\xa5');
+  file.write(garbage.data(), garbage.size());
+}
+
+// A fresh user's pass: a damaged sqlite_sequence page stopped the start with "database disk
+// image is malformed" and nothing more. The start names the file and spells out the salvage;
+// the test follows it, and the daemon starts on the result with its jobs.
+TEST_F(FaultE2eTest, ADamagedSequencePageStopsTheStartSayingHowToRecover) {
+  {
+    Daemon daemon(state(), socket());
+    ASSERT_NO_FATAL_FAILURE(daemon.Start());
+    absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon, SmallJob());
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<mpsd::v1::Job> done = rpc::WaitForEnd(daemon, job->id());
+    ASSERT_TRUE(done.ok()) << done.status();  // Its artifacts make the start reserve ids.
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(rpc::Submit(daemon, SmallJob()).ok());
+    for (int i = 4; i >= 2; --i) rpc::Cancel(daemon, std::to_string(i)).IgnoreError();
+  }  // SIGTERM: the WAL is checkpointed into mpsd.db.
+  const std::string database = state() + "/mpsd.db";
+  int page_size = 0;
+  const int page = RootPageOf(database, "sqlite_sequence", &page_size);
+  ASSERT_GT(page, 1);
+  OverwritePage(database, page, page_size);
+
+  const CommandResult refused =
+      RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.exit_code, 137) << "mpsd started on a damaged database";
+  EXPECT_THAT(refused.err, HasSubstr("the job database " + database + " is damaged"));
+  const std::string salvage = "sqlite3 " + database +
+                              " .dump | sed 's/^ROLLBACK; -- due to errors$/COMMIT;/' | sqlite3 " +
+                              state() + "/mpsd-recovered.db && sqlite3 " + state() +
+                              "/mpsd-recovered.db 'PRAGMA user_version = 2'";
+  ASSERT_THAT(refused.err, HasSubstr(salvage));
+
+  // What the message says, done.
+  const CommandResult recovered = RunCommand({"/bin/sh", "-c", salvage});
+  ASSERT_EQ(recovered.exit_code, 0) << recovered.err;
+  fs::create_directories(dir_ / "damaged");
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    if (fs::exists(database + suffix)) {
+      fs::rename(database + suffix, fs::path(dir_ / "damaged") / ("mpsd.db" + std::string(suffix)));
+    }
+  }
+  fs::rename(state() + "/mpsd-recovered.db", database);
+  Daemon daemon(state(), socket());
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  for (int i = 1; i <= 4; ++i) EXPECT_TRUE(rpc::Get(daemon, std::to_string(i)).ok()) << i;
+  absl::StatusOr<mpsd::v1::Job> next = rpc::Submit(daemon, SmallJob());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->id(), "5");
+}
+
+// A fresh user's pass: with the jobs table's only page damaged, `mpsctl list` printed "no jobs"
+// and exited 0 while `mpsctl get 1` said DATA_LOSS. The list says which jobs it cannot show.
+TEST_F(FaultE2eTest, ListingADamagedJobsPageSaysWhichJobsAreMissing) {
+  {
+    Daemon daemon(state(), socket());
+    ASSERT_NO_FATAL_FAILURE(daemon.Start());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(rpc::Submit(daemon, SmallJob()).ok());
+    for (int i = 3; i >= 1; --i) rpc::Cancel(daemon, std::to_string(i)).IgnoreError();
+  }
+  const std::string database = state() + "/mpsd.db";
+  int page_size = 0;
+  const int page = RootPageOf(database, "jobs", &page_size);
+  ASSERT_GT(page, 1);
+  OverwritePage(database, page, page_size);
+
+  Daemon daemon(state(), socket());
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  EXPECT_EQ(rpc::Get(daemon, "1").status().code(), absl::StatusCode::kDataLoss);
+  const CommandResult list = RunCommand({MpsctlPath(), "--server", daemon.address(), "list"});
+  EXPECT_EQ(list.exit_code, 1) << list.out << list.err;
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("no jobs\n")));
+  EXPECT_THAT(list.err, HasSubstr("job(s) 3, 2, 1 cannot be read from the daemon's database"));
+}
+
+// A fresh user's pass: the event log dropped a batch of events after 3 failed commits (each
+// ~5 s of SQLite's busy timeout while another process held the database). It keeps them and
+// retries until the store takes them; meanwhile the daemon is NOT_SERVING and refuses submits.
+TEST_F(FaultE2eTest, EventsAreKeptWhileTheDatabaseIsLockedAndStoredAfterwards) {
+  Daemon daemon(state(), socket());
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  // Several seconds of steps, each with events.
+  absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon, TrainJobRequest(2048, 64, 8, 32, "mlp"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<mpsd::v1::Job> now = rpc::Get(daemon, job->id());
+    return now.ok() && now->state() == mpsd::v1::Job::RUNNING;
+  }));
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(state().append("/mpsd.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  // Three of the old attempts (5 s busy timeout each, then 0.1 s and 0.2 s apart) and more.
+  absl::SleepFor(absl::Seconds(8));
+  EXPECT_EQ(Health(daemon), HealthCheckResponse::NOT_SERVING);
+  const absl::Status refused = rpc::Submit(daemon, SmallJob()).status();
+  EXPECT_FALSE(refused.ok());
+  absl::SleepFor(absl::Seconds(10));
+  ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+
+  absl::StatusOr<mpsd::v1::Job> done = rpc::WaitForEnd(daemon, job->id());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), mpsd::v1::Job::SUCCEEDED) << done->message();
+  EXPECT_TRUE(WaitUntil([&] { return Health(daemon) == HealthCheckResponse::SERVING; },
+                        absl::Seconds(30)));
+  // Every event, 1 to the last, from the store (a restart reads only what is stored).
+  daemon.Stop(SIGTERM, absl::Seconds(60));
+  Daemon again(state(), socket() + ".2");
+  ASSERT_NO_FATAL_FAILURE(again.Start());
+  const std::vector<mpsd::v1::JobEvent> events = rpc::StreamAll(again, job->id());
+  ASSERT_FALSE(events.empty());
+  for (size_t i = 0; i < events.size(); ++i) {
+    ASSERT_EQ(events[i].seq(), static_cast<int64_t>(i + 1)) << "events were dropped";
+  }
+  EXPECT_EQ(events.back().seq(), done->last_seq());
+  EXPECT_THAT(ReadFile(daemon.log_path()), HasSubstr("they are kept and retried"));
 }
 
 }  // namespace

@@ -126,6 +126,30 @@ std::vector<std::map<std::string, std::string>> CsvRows(const std::string& text)
   return rows;
 }
 
+// A fresh user's pass: the label "sweep" could be set by hand (a job posing as a sweep's
+// trial), and a sweep file's own was overwritten silently. mpsd reserves it.
+TEST_F(QueueE2eTest, TheSweepLabelIsReserved) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  SubmitJobRequest posing = QuickJob();
+  (*posing.mutable_labels())["sweep"] = "1";
+  absl::StatusOr<Job> refused = rpc::Submit(*daemon_, posing);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("labels.sweep: reserved"));
+  const std::string path = dir_.str() + "/labelled-sweep.yaml";
+  WriteFile(path, absl::StrCat(kJobFileHead, R"(labels: {sweep: mine}
+sweep:
+  grid:
+    batch_size: [32, 64]
+)"));
+  const CommandResult sweep = Mpsctl({"submit", path});
+  EXPECT_NE(sweep.exit_code, 0) << sweep.out;
+  EXPECT_THAT(sweep.err, HasSubstr("labels.sweep: reserved"));
+  mpsd::v1::ListJobsRequest all;
+  absl::StatusOr<mpsd::v1::ListJobsResponse> listed = rpc::List(*daemon_, all);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->jobs_size(), 0);
+}
+
 TEST_F(QueueE2eTest, GridSweepRunsSixTrialsInOrderAndMpsctlRanksThem) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const std::string sweep_id = SubmitFile("grid.yaml", absl::StrCat(kJobFileHead, R"(name: lr-grid
