@@ -393,6 +393,12 @@ absl::StatusOr<Principal> TokenStore::Authenticate(absl::string_view bearer) con
   } else if (absl::StrContains(bearer, ' ')) {
     return absl::UnauthenticatedError(
         "expected \"authorization: Bearer <token>\" (another scheme was given)");
+  } else if (!bearer.empty() && !absl::EqualsIgnoreCase(bearer, "bearer")) {
+    // One scheme only: a credential without one is refused rather than guessed at.
+    return absl::UnauthenticatedError(
+        "expected \"authorization: Bearer <token>\" (the scheme \"Bearer \" is missing)");
+  } else {
+    bearer = "";
   }
   if (bearer.empty()) {
     return absl::UnauthenticatedError(

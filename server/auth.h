@@ -86,10 +86,11 @@ class TokenStore {
   // unknown role, a sha256 that is not 64 hex digits, a bad or duplicate name.
   static absl::StatusOr<std::unique_ptr<TokenStore>> Open(const std::string& path);
 
-  // `bearer` is the token, or the value of an authorization header ("Bearer <token>", the
-  // scheme matched case-insensitively). Compares the token's SHA-256 with every entry's in
-  // constant time (CRYPTO_memcmp, no early exit), so timing tells nothing about which entry
-  // nor how much of a hash matched. UNAUTHENTICATED when empty, not a bearer token, or
+  // `bearer` is the value of an authorization header, "Bearer <token>" (the scheme matched
+  // case-insensitively, as RFC 6750 section 2.1 and RFC 7235 say); a bare token, or any other
+  // scheme, is UNAUTHENTICATED saying the expected form. Compares the token's SHA-256 with
+  // every entry's in constant time (CRYPTO_memcmp, no early exit), so timing tells nothing
+  // about which entry nor how much of a hash matched. UNAUTHENTICATED when empty, not a bearer token, or
   // matching no entry (unknown or revoked); also when the file has become unreadable or
   // invalid since Open (fail closed; the reason is logged once, never sent to the caller).
   // The messages never contain the token.

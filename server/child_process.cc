@@ -35,7 +35,9 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) signal(sig, SIG_DFL);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2}) {
+    signal(sig, SIG_DFL);
+  }
   setpgid(0, 0);
 #if defined(__linux__)
   prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -245,6 +246,21 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
         response.status = 500;
         response.set_content("internal error\n", "text/plain; charset=utf-8");
       });
+  // A path no route matches (or a route's pattern refuses, as /api/jobs/abc) gets a body
+  // saying so: JSON under /api/, as the API's other errors (server/dashboard_api.h), else text.
+  // Handlers' own error bodies are kept. The path is not echoed.
+  http->server_->set_error_handler([](const httplib::Request& request,
+                                      httplib::Response& response) {
+    if (response.status != 404 || !response.body.empty()) return;
+    if (absl::StartsWith(request.path, "/api/")) {
+      response.set_content(
+          "{\"code\":\"NOT_FOUND\",\"message\":\"no such API path (job ids are decimal "
+          "digits: /api/jobs/ID, /api/jobs/ID/series, /api/jobs/ID/events)\"}",
+          "application/json");
+    } else {
+      response.set_content("not found\n", "text/plain; charset=utf-8");
+    }
+  });
   // A POST (or PUT) with neither Content-Length nor chunked encoding has, in HTTP/1.1, a body
   // that ends only when the client closes the connection (RFC 9112 6.3); cpp-httplib would wait
   // for that. mpsd's POST routes take no body (`curl -X POST` sends no length): such a request

@@ -1,5 +1,6 @@
 // mpsd: parses flags, builds the configuration, starts the server, waits for SIGTERM/SIGINT
-// (stop) and SIGHUP (reload the TLS files). `mpsd token add|list|revoke` edits a tokens file.
+// (stop) and SIGHUP (reload the TLS files); SIGUSR1/SIGUSR2 are logged and ignored.
+// `mpsd token add|list|revoke` edits a tokens file.
 #include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -229,6 +230,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGHUP);
+  // Their default action ends the process: a stray `kill -USR1` (a log-rotation script meant
+  // for another daemon) must not take the jobs down with it.
+  sigaddset(&signals, SIGUSR1);
+  sigaddset(&signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   // Past RLIMIT_FSIZE a write fails with EFBIG, which the store reports as an error; the
@@ -261,6 +266,12 @@ int main(int argc, char** argv) {
     }
 #endif
     if (signal_number == 0) sigwait(&signals, &signal_number);
+    if (signal_number == SIGUSR1 || signal_number == SIGUSR2) {
+      spdlog::warn("received {} and ignored it (SIGHUP reloads the TLS files, "
+                   "SIGTERM stops mpsd)",
+                   signal_number == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+      continue;
+    }
     if (signal_number != SIGHUP) break;
     spdlog::info("received SIGHUP: reloading");
     (*server)->Reload().IgnoreError();  // Reload logs what it did or why not.

@@ -711,6 +711,103 @@ TEST_F(RemoteTest, OneTokensFileForGrpcAndHttp) {
   EXPECT_THAT(ReadFile(daemon->log_path()), Not(HasSubstr(token)));
 }
 
+// A fresh user's pass: a bare token without "Bearer " was accepted (on HTTP and gRPC), and
+// /api/jobs/abc answered 404 with an empty body.
+TEST_F(RemoteTest, OnlyBearerTokensAreAcceptedAndUnknownApiPathsAnswerJson) {
+  const std::string token = AddToken(tokens_, "grafana", "viewer");
+  auto daemon = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
+  daemon->Start({"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--tokens", tokens_});
+  httplib::Client http("127.0.0.1", UrlPort(HttpUrl(*daemon)));
+  httplib::Result bare = http.Get("/api/jobs", {{"Authorization", token}});
+  ASSERT_TRUE(bare) << httplib::to_string(bare.error());
+  EXPECT_EQ(bare->status, 401);
+  EXPECT_THAT(bare->body, HasSubstr("expected \"authorization: Bearer <token>\""));
+  EXPECT_THAT(bare->body, Not(HasSubstr(token.substr(5))));
+  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(
+      TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", token);
+  mpsd::v1::ServerStatus status;
+  const grpc::Status refused =
+      stub->GetServerStatus(&context, mpsd::v1::GetServerStatusRequest(), &status);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("Bearer <token>"));
+  EXPECT_THAT(refused.error_message(), Not(HasSubstr(token.substr(5))));
+  httplib::Result good = http.Get("/api/jobs", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 200);
+
+  for (const char* path : {"/api/jobs/abc", "/api/nothing", "/api/jobs/1/nothing"}) {
+    httplib::Result unknown = http.Get(path, {{"Authorization", "Bearer " + token}});
+    ASSERT_TRUE(unknown) << path;
+    EXPECT_EQ(unknown->status, 404) << path;
+    EXPECT_EQ(unknown->get_header_value("Content-Type"), "application/json") << path;
+    EXPECT_THAT(unknown->body, HasSubstr("\"code\":\"NOT_FOUND\"")) << path;
+  }
+  // A route's own errors keep their bodies.
+  httplib::Result missing = http.Get("/api/jobs/999", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_THAT(missing->body, HasSubstr("999"));
+  EXPECT_THAT(ReadFile(daemon->log_path()), Not(HasSubstr(token)));
+}
+
+// A fresh user's pass: one submitter could resume from another's checkpoint (resume_from its
+// job id, or a path into its artifacts), and request_id was global: another submitter's
+// request_id returned their job. Both follow the submitter now.
+TEST_F(RemoteTest, SubmittersResumeOnlyTheirOwnJobsAndRequestIdsAreTheirOwn) {
+  const std::string ana = AddToken(tokens_, "ana", "submitter");
+  const std::string bob = AddToken(tokens_, "bob", "submitter");
+  auto daemon = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
+  daemon->Start({"--listen", "127.0.0.1:0", "--tokens", tokens_});
+  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(
+      TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
+  auto submit = [&](const std::string& token, const mpsd::v1::SubmitJobRequest& request,
+                    Job* job) { return stub->SubmitJob(Context(token).get(), request, job); };
+  mpsd::v1::SubmitJobRequest checkpointed = TrainJobRequest(128, 64, 1, 64, "mlp");
+  checkpointed.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+  checkpointed.set_request_id("nightly");
+  Job anas;
+  ASSERT_TRUE(submit(ana, checkpointed, &anas).ok());
+  absl::StatusOr<Job> done = rpc::WaitForEnd(*daemon, anas.id());
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), Job::SUCCEEDED) << done->message();
+
+  // The same request_id from another submitter is another job.
+  mpsd::v1::SubmitJobRequest other = TrainJobRequest(64, 64, 1, 64, "mlp");
+  other.set_request_id("nightly");
+  Job bobs;
+  const grpc::Status bob_submit = submit(bob, other, &bobs);
+  ASSERT_TRUE(bob_submit.ok()) << bob_submit.error_message();
+  EXPECT_NE(bobs.id(), anas.id());
+  EXPECT_EQ(bobs.submitted_by(), "bob");
+  Job again;  // ana's retry still finds hers
+  ASSERT_TRUE(submit(ana, checkpointed, &again).ok());
+  EXPECT_EQ(again.id(), anas.id());
+
+  const std::string checkpoint =
+      dir_.str() + "/state/artifacts/" + anas.id() + "/checkpoint-epoch-1.pt";
+  ASSERT_TRUE(std::filesystem::exists(checkpoint));
+  for (const std::string& from : {anas.id(), checkpoint, dir_.str() + "/state/artifacts/../" +
+                                                             "artifacts/" + anas.id() +
+                                                             "/checkpoint-epoch-1.pt"}) {
+    mpsd::v1::SubmitJobRequest resume = TrainJobRequest(128, 64, 2, 64, "mlp");
+    resume.mutable_train_job()->set_resume_from(from);
+    Job job;
+    const grpc::Status refused = submit(bob, resume, &job);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << from;
+    EXPECT_THAT(refused.error_message(),
+                StartsWith("train_job.resume_from: job " + anas.id() +
+                           " was submitted by another submitter"))
+        << from;
+    EXPECT_THAT(refused.error_message(), Not(HasSubstr("ana")));
+    const grpc::Status own = submit(ana, resume, &job);
+    EXPECT_TRUE(own.ok()) << from << ": " << own.error_message();
+    if (own.ok()) rpc::Cancel(*daemon, job.id()).IgnoreError();
+  }
+  rpc::Cancel(*daemon, bobs.id()).IgnoreError();
+}
+
 // Only the HTTP listener, no TCP gRPC: the first start still makes the tokens file with an
 // admin token, and that token opens the dashboard's API.
 TEST_F(RemoteTest, HttpOnlyFirstStartCreatesTheAdminToken) {

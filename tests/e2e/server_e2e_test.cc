@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "api/status.h"
 #include "gtest/gtest.h"
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -351,6 +352,22 @@ TEST_F(ServerE2eTest, SocketIsPrivate) {
   struct stat info {};
   ASSERT_EQ(stat((dir_.str() + "/mpsd.sock").c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600);
+}
+
+// A fresh user's pass: SIGUSR1 (a log-rotation script meant for another daemon) killed mpsd
+// and its running job. SIGUSR1 and SIGUSR2 are logged and ignored; SIGTERM still stops it.
+TEST_F(ServerE2eTest, SigusrIsLoggedAndIgnored) {
+  mpsd::v1::SubmitJobRequest request = TrainJobRequest(512, 64, 1, 64, "mlp");
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (int sig : {SIGUSR1, SIGUSR2, SIGUSR1}) ASSERT_EQ(kill(daemon_->pid(), sig), 0);
+  absl::StatusOr<Job> done = rpc::WaitForEnd(*daemon_, job->id());
+  ASSERT_TRUE(done.ok()) << "mpsd died on SIGUSR: " << done.status();
+  EXPECT_EQ(done->state(), Job::SUCCEEDED) << done->message();
+  const int status = daemon_->Stop(SIGTERM, absl::Seconds(60));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_NE(ReadFile(daemon_->log_path()).find("received SIGUSR2 and ignored it"),
+            std::string::npos);
 }
 
 TEST(ServerStartTest, RefusesNonLoopbackTcpAndASecondDaemonOnOneStateDir) {

@@ -136,11 +136,15 @@ TEST_F(AuthTest, AddAuthenticateListRevoke) {
   ASSERT_TRUE(principal.ok()) << principal.status();
   EXPECT_EQ(principal->name, "ci");
   EXPECT_EQ(principal->role, Role::kSubmitter);
-  principal = (*store)->Authenticate(*dash);  // The bare token works too.
+  // A bare token is refused (a fresh user's pass: it was accepted), saying the expected form.
+  principal = (*store)->Authenticate(*dash);
+  EXPECT_EQ(principal.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(principal.status().message(),
+              HasSubstr("expected \"authorization: Bearer <token>\""));
+  EXPECT_THAT(principal.status().message(), Not(HasSubstr(dash->substr(5))));
+  principal = (*store)->Authenticate("bearer  " + *dash);  // Scheme case-insensitive.
   ASSERT_TRUE(principal.ok()) << principal.status();
   EXPECT_EQ(principal->name, "dash");
-  principal = (*store)->Authenticate("bearer  " + *dash);  // Scheme case-insensitive.
-  EXPECT_TRUE(principal.ok()) << principal.status();
   ASSERT_EQ((*store)->Records().size(), 2u);
   EXPECT_EQ((*store)->Records()[1].name, "dash");
 
@@ -208,16 +212,19 @@ TEST_F(AuthTest, StoreFailsClosedWhenTheFileTurnsBad) {
   ASSERT_TRUE(ci.ok());
   absl::StatusOr<std::unique_ptr<TokenStore>> store = TokenStore::Open(path_);
   ASSERT_TRUE(store.ok());
-  ASSERT_TRUE((*store)->Authenticate(*ci).ok());
+  ASSERT_TRUE((*store)->Authenticate("Bearer " + *ci).ok());
   chmod(path_.c_str(), 0644);  // Seen although neither size nor mtime changed.
-  EXPECT_EQ((*store)->Authenticate(*ci).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*store)->Authenticate("Bearer " + *ci).status().code(),
+            absl::StatusCode::kUnauthenticated);
   chmod(path_.c_str(), 0600);
-  EXPECT_TRUE((*store)->Authenticate(*ci).ok());
+  EXPECT_TRUE((*store)->Authenticate("Bearer " + *ci).ok());
   std::ofstream(path_, std::ios::app) << "- [not, an, entry]\n";
-  EXPECT_EQ((*store)->Authenticate(*ci).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*store)->Authenticate("Bearer " + *ci).status().code(),
+            absl::StatusCode::kUnauthenticated);
   ASSERT_TRUE(RevokeToken(path_, "ci").code() == absl::StatusCode::kInvalidArgument);
   std::filesystem::remove(path_);
-  EXPECT_EQ((*store)->Authenticate(*ci).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*store)->Authenticate("Bearer " + *ci).status().code(),
+            absl::StatusCode::kUnauthenticated);
 }
 
 TEST_F(AuthTest, OpenErrorsNameTheFileAndTheEntry) {
