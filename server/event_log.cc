@@ -10,6 +10,17 @@
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
+namespace {
+
+// JobStore::Commit's answers about the batch itself (JobStore::Commit: a repeated seq, an
+// unknown job, a bad seq), as opposed to the storage failing (a full disk, a lock, I/O).
+bool IsRejection(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAlreadyExists ||
+         status.code() == absl::StatusCode::kNotFound ||
+         status.code() == absl::StatusCode::kInvalidArgument;
+}
+
+}  // namespace
 
 EventLog::EventLog(JobStore* store, std::function<void(const absl::Status&)> on_storage_error)
     : store_(store),
@@ -110,6 +121,11 @@ void EventLog::WriterLoop() {
       StorageRecovered();
       delay = kFirstRetryDelay;
       Notify(*committed);
+    } else if (IsRejection(committed.status())) {
+      // The batch itself is wrong (a bug, not the storage): retrying cannot help, and would
+      // hold back every event after it.
+      spdlog::error("the store rejected {} events; they are dropped: {}", events.size(),
+                    committed.status().ToString());
     } else if (!RequeueFailed(std::move(jobs), std::move(events), committed.status(), delay)) {
       delay = std::min(delay * 2, kMaxRetryDelay);
       continue;  // Retried with what was appended meanwhile; nothing is done yet.

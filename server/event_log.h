@@ -30,7 +30,9 @@ namespace mpsd::server {
 // never waits on storage. While commits fail, StorageError() says why (the daemon turns
 // NOT_SERVING and refuses submits) and each attempt is logged at error level. Only at shutdown
 // (the destructor), once commits have failed for kRetryAtShutdown more, are the events still
-// uncommitted given up, and the log names how many and of which jobs.
+// uncommitted given up, and the log names how many and of which jobs. A batch the store rejects
+// for what it holds (ALREADY_EXISTS, NOT_FOUND, INVALID_ARGUMENT: a bug, never the storage) is
+// dropped with an error in the log, since no retry could store it.
 class EventLog {
  public:
   static constexpr absl::Duration kFirstRetryDelay = absl::Milliseconds(100);

@@ -59,7 +59,7 @@ TEST_F(EventLogTest, FlushCommitsWhatWasAppended) {
   EventLog log(store_.get());
   log.Append(job_, Steps(1, 3));
   log.Append(job_, Steps(4, 5));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
   EXPECT_EQ(log.CommittedSeq(job_.id()), 5);
   absl::StatusOr<std::vector<JobEvent>> read = log.Read(job_.id(), 2, 10);
   ASSERT_TRUE(read.ok()) << read.status();
@@ -88,7 +88,7 @@ TEST_F(EventLogTest, DestructorCommitsEverything) {
 TEST_F(EventLogTest, WatchFiresOnceAfterTheCommitItWaitsFor) {
   EventLog log(store_.get());
   log.Append(job_, Steps(1, 2));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
   // Already committed beyond after_seq: no watch, read now.
   EXPECT_EQ(log.Watch(job_.id(), 1, [] { ADD_FAILURE() << "must not run"; }), 0u);
 
@@ -103,9 +103,9 @@ TEST_F(EventLogTest, WatchFiresOnceAfterTheCommitItWaitsFor) {
   ASSERT_NE(id, 0u);
   EXPECT_EQ(log.GetStats().watches, 1);
   log.Append(job_, Steps(3, 3));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
   log.Append(job_, Steps(4, 4));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
   absl::MutexLock lock(&mu);
   EXPECT_EQ(fired, 1);
   EXPECT_EQ(seen_seq, 3);  // ran after seq 3 was committed, and only then
@@ -118,7 +118,7 @@ TEST_F(EventLogTest, WatchOfAnotherJobDoesNotFire) {
   const uint64_t id = log.Watch("999", 0, [&] { fired = true; });
   ASSERT_NE(id, 0u);
   log.Append(job_, Steps(1, 1));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
   EXPECT_FALSE(fired);
   log.Unwatch(id);
   EXPECT_EQ(log.GetStats().watches, 0);
@@ -130,7 +130,7 @@ TEST_F(EventLogTest, UnwatchedCallbackNeverRuns) {
   log.Unwatch(id);
   log.Unwatch(0);  // ignored
   log.Append(job_, Steps(1, 1));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
 }
 
 TEST_F(EventLogTest, CloseRunsEveryWatchAndRefusesNewOnes) {
@@ -155,16 +155,16 @@ TEST_F(EventLogTest, RecoveredSeqCountsAsCommitted) {
 TEST_F(EventLogTest, RejectedBatchIsDroppedWithoutBlocking) {
   EventLog log(store_.get());
   log.Append(job_, Steps(1, 2));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
   // The same seqs again: the store refuses the batch (ALREADY_EXISTS) on every attempt.
   log.Append(job_, Steps(1, 2));
-  log.Flush();
+  log.Flush().IgnoreError();
   EXPECT_EQ(log.CommittedSeq(job_.id()), 2);
   EXPECT_EQ(log.GetStats().events_stored, 2);
   EXPECT_EQ(log.GetStats().events_pending, 0);
   // Later events still go through.
   log.Append(job_, Steps(3, 3));
-  log.Flush();
+  ASSERT_TRUE(log.Flush().ok());
   EXPECT_EQ(log.CommittedSeq(job_.id()), 3);
 }
 

@@ -64,7 +64,7 @@ class SeriesCacheTest : public ::testing::Test {
       events.push_back(event);
     }
     log_->Append(job, std::move(events));
-    log_->Flush();
+    ASSERT_TRUE(log_->Flush().ok());
   }
 
   // What a cache-less reading of every event gives.

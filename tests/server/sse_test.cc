@@ -127,7 +127,7 @@ class EventFollowerTest : public ::testing::Test {
 
 TEST_F(EventFollowerTest, ReplaysThenFollowsLiveAndEndsAtTheTerminalEvent) {
   Append(1, 30);
-  log_->Flush();
+  ASSERT_TRUE(log_->Flush().ok());
   std::thread producer([this] {
     for (int64_t first = 31; first <= 300; first += 10) {
       absl::SleepFor(absl::Milliseconds(5));
@@ -163,7 +163,7 @@ TEST_F(EventFollowerTest, ResumingAtTheLastIdReceivedHasNoGapAndNoDuplicate) {
 
 TEST_F(EventFollowerTest, IdleTimeoutReturnsNothingSoTheCallerCanSendAHeartbeat) {
   Append(1, 3);
-  log_->Flush();
+  ASSERT_TRUE(log_->Flush().ok());
   EventFollower follower(log_.get(), job_.id(), 3);
   const absl::Time start = absl::Now();
   absl::StatusOr<EventFollower::Batch> batch = follower.Next(absl::Milliseconds(300));
@@ -187,7 +187,7 @@ TEST_F(EventFollowerTest, IdleTimeoutReturnsNothingSoTheCallerCanSendAHeartbeat)
 
 TEST_F(EventFollowerTest, ClosedLogEndsAWaitingFollower) {
   Append(1, 2);
-  log_->Flush();
+  ASSERT_TRUE(log_->Flush().ok());
   EventFollower follower(log_.get(), job_.id(), 2);
   std::thread closer([this] {
     absl::SleepFor(absl::Milliseconds(100));
