@@ -82,21 +82,10 @@ class QueueE2eTest : public ::testing::Test {
     EXPECT_EQ(submitted.exit_code, 0) << submitted.err;
     return std::string(absl::StripSuffix(submitted.out, "\n"));
   }
-  Job Submit(const SubmitJobRequest& request) {
-    absl::StatusOr<Job> job = rpc::Submit(*daemon_, request);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.value_or(Job());
-  }
-  Job Get(const std::string& id) {
-    absl::StatusOr<Job> job = rpc::Get(*daemon_, id);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.value_or(Job());
-  }
-  Job WaitForEnd(const std::string& id) {
-    absl::StatusOr<Job> job = rpc::WaitForEnd(*daemon_, id);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.value_or(Job());
-  }
+  // The calls on this test's daemon (tests/e2e/daemon.h, rpc_ok).
+  Job Submit(const SubmitJobRequest& request) { return rpc_ok::Submit(*daemon_, request); }
+  Job Get(const std::string& id) { return rpc_ok::Get(*daemon_, id); }
+  Job WaitForEnd(const std::string& id) { return rpc_ok::WaitForEnd(*daemon_, id); }
   void Pause() {
     CommandResult paused = Mpsctl({"pause"});
     ASSERT_EQ(paused.exit_code, 0) << paused.err;
