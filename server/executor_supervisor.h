@@ -162,7 +162,14 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   absl::Status RunHere(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                        const mpsd::api::EventSink& sink, const mpsd::api::CancelFlag& cancelled,
                        const std::function<void(pid_t)>& on_pid);
-  // A distributed job's ranks on this node (server/executor_ranks.cc).
+  // A distributed job's ranks on this node (server/executor_ranks.cc): local rank 0 through
+  // RunHere, ranks 1..nproc_per_node-1 each in an ExecutorSupervisor of its own (socket
+  // <socket_path>.rank<k>, started in parallel, never respawned), owned by the call and
+  // destroyed when the job ends (its executor asked to exit, killed after 10 s). Run's comment
+  // says how a rank's failure ends the others and which status the job gets; UNAVAILABLE with
+  // EXECUTOR_CRASHED, naming the rank, when a rank's executor does not start. Rank 0 runs on
+  // the calling thread, each other rank and a coordinator on threads of their own, all joined
+  // before it returns.
   absl::Status RunRanks(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                         const mpsd::api::EventSink& sink, const mpsd::api::CancelFlag& cancelled,
                         int nproc_per_node);

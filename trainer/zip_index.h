@@ -21,8 +21,9 @@
 namespace mpsd::trainer {
 
 // One file of the archive as its central directory describes it (nothing is checked against
-// the local headers or the data).
+// the local headers or the data). A plain value.
 struct ZipEntry {
+  // The entry's path inside the archive, as stored (bytes; not checked to be UTF-8).
   std::string name;
   // 0 stored, 8 deflate (APPNOTE 4.4.5).
   int method = 0;
@@ -41,7 +42,7 @@ inline constexpr uint64_t kMaxZipCentralDirectoryBytes = uint64_t{1} << 20;
 // it): NOT_FOUND for a file that cannot be opened; INVALID_ARGUMENT for no end of central
 // directory record (not a zip archive, or cut short), a directory or entry that lies outside
 // the file, a multi-disk archive; OUT_OF_RANGE for a directory over the limit (the message
-// gives both sizes). Thread-safe.
+// gives both sizes). Opens and closes the file itself; keeps nothing. Thread-safe.
 absl::StatusOr<std::vector<ZipEntry>> ReadZipIndex(
     const std::string& path, uint64_t max_central_directory_bytes = kMaxZipCentralDirectoryBytes);
 

@@ -67,6 +67,17 @@ class HangsE2eTest : public ::testing::Test {
 
   std::string ReadLog() const { return ReadFile(daemon_->log_path()); }
 
+  // Writes `text` into the config file `config`; `mpsd --check-config` must refuse it (exit 2)
+  // with an error containing `message`.
+  void ExpectCheckConfigRefuses(const std::string& config, const std::string& text,
+                                const std::string& message) {
+    WriteFile(config, text);
+    CommandResult check =
+        RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
+    EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
+    EXPECT_THAT(check.err, HasSubstr(message));
+  }
+
   TempDir dir_;
   std::unique_ptr<Daemon> daemon_;
 };
@@ -141,11 +152,7 @@ TEST_F(HangsE2eTest, OutOfBoundsConfigValuesAreRefusedAtCheckAndAtStart) {
            {"shutdown_grace_s: 1e300\n", "shutdown_grace_s: must be >= 0 and <= 86400"},
            {"executor:\n  cancel_grace_s: .inf\n", "executor.cancel_grace_s: must be >= 0"}}) {
     SCOPED_TRACE(text);
-    WriteFile(config, text);
-    CommandResult check =
-        RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
-    EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
-    EXPECT_THAT(check.err, HasSubstr(message));
+    ExpectCheckConfigRefuses(config, text, message);
     CommandResult start = RunCommandWithin({MpsdPath(), "--config", config, "--listen",
                                              "unix://" + dir_.str() + "/bad.sock", "--state-dir",
                                              dir_.str() + "/bad-state"},
@@ -328,11 +335,7 @@ TEST_F(HangsE2eTest, CheckConfigRefusesTheAddressesTheStartRefuses) {
            {"http_listen: 0.0.0.0:9464\n", "http_listen: 0.0.0.0:9464 is not a loopback address"},
            {"http_listen: nine\n", "http_listen"}}) {
     SCOPED_TRACE(text);
-    WriteFile(config, text);
-    CommandResult check =
-        RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
-    EXPECT_EQ(check.exit_code, 2) << check.out << check.err;
-    EXPECT_THAT(check.err, HasSubstr(message));
+    ExpectCheckConfigRefuses(config, text, message);
     std::vector<std::string> start = {MpsdPath(), "--config", config, "--state-dir",
                                       dir_.str() + "/addresses-state"};
     if (!absl::StartsWith(text, "listen:")) {

@@ -8,29 +8,9 @@ import json
 import os
 import statistics
 
-
-def load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def load_lines(path):
-    rows = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return rows
+# The raw-result readers and the table cell of tests/perf/summarize.py (torch-free, as this
+# script; tests/perf/common.py imports torch).
+from summarize import fmt, load_json, load_lines
 
 
 def get(d, snake):
@@ -38,10 +18,6 @@ def get(d, snake):
     parts = snake.split("_")
     camel = parts[0] + "".join(p.title() for p in parts[1:])
     return d.get(snake, d.get(camel))
-
-
-def fmt(value, spec):
-    return format(value, spec) if isinstance(value, (int, float)) else "—"
 
 
 def mpsd_job(raw, name):
