@@ -594,6 +594,7 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
       outcome.last_step = event.step().step();
       step_time_ms.store(event.step().step_time_ms());
     }
+    if (event.has_epoch()) outcome.last_epoch = event.epoch().epoch();
     if (event.has_summary()) {
       outcome.summary = std::move(event);  // sent last, once the restart decision is in it
       continue;
@@ -644,6 +645,8 @@ void ExecutorSupervisor::SendSummary(const Child& child, RunOutcome& outcome,
     mpsd::v1::JobSummary& s = *outcome.summary->mutable_summary();
     s.set_device(child.device.kind());
     s.set_steps(outcome.last_step);
+    s.set_epochs(outcome.last_epoch);
+    s.set_total_time_s(absl::ToDoubleSeconds(absl::Now() - outcome.started));
     s.mutable_memory()->set_baseline_allocated_bytes(child.device.baseline_allocated_bytes());
     s.mutable_memory()->set_baseline_reserved_bytes(child.device.baseline_reserved_bytes());
   }

@@ -148,6 +148,10 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
     // The summary event, held back to carry the restart decision.
     std::optional<mpsd::v1::JobEvent> summary;
     int64_t last_step = 0;
+    // The newest epoch reported, and when the Run call began: the summary of an executor that
+    // died says how far and how long the job got.
+    int32_t last_epoch = 0;
+    absl::Time started = absl::Now();
     grpc::Status rpc;
     // The cancel watchdog killed the executor: the cancel was not honoured in time.
     bool killed_for_cancel = false;

@@ -2,6 +2,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -294,8 +295,9 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
   if (absl::Status storage = CheckStorage(); !storage.ok()) return storage;
   // Events that cannot be stored now would leave a new job without its QUEUED event.
   if (absl::Status storing = event_log_.StorageError(); !storing.ok()) return storing;
-  absl::StatusOr<Job> job = SubmitValidated(request, trials, info, submitted_by);
-  if (!job.ok()) return job;
+  bool created = false;
+  absl::StatusOr<Job> job = SubmitValidated(request, trials, info, submitted_by, &created);
+  if (!job.ok() || !created) return job;
   // The caller hears of the job once its QUEUED event is stored, too; not under mu_. The
   // state dir may have been moved away while the job was stored: then its record is in the
   // moved database, and nothing here may run it or tell the client it was accepted.
@@ -340,8 +342,10 @@ void Scheduler::WithdrawSubmit(const Job& job, const absl::Status& why) {
 absl::StatusOr<Job> Scheduler::SubmitValidated(
     const mpsd::v1::SubmitJobRequest& request,
     const std::vector<mpsd::v1::SubmitJobRequest>& trials,
-    const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by) {
+    const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by,
+    bool* created) {
   absl::MutexLock lock(&mu_);
+  *created = false;
   // A concurrent Submit with the same request_id may have won the race meanwhile.
   absl::StatusOr<const Job*> earlier = EarlierSubmit(request, submitted_by);
   if (!earlier.ok()) return earlier.status();
@@ -356,6 +360,7 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(
                                                         " trials, ", queue_.size(), " queued")
                                          : ""));
   }
+  *created = true;
   if (request.has_sweep()) return EnqueueSweep(request, trials, info, submitted_by);
   return Enqueue(request, submitted_by);
 }
@@ -570,13 +575,13 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
   auto it = jobs_.find(sweep_id);
   if (it == jobs_.end() || api::IsTerminal(it->second.state())) return;
   Job& sweep = it->second;
-  int ended = 0, succeeded = 0, failed = 0, started = 0;
+  int ended = 0, succeeded = 0, failed = 0, running = 0;
   std::string first_failure;
   for (const std::string& id : sweep.trial_job_ids()) {
     auto trial = jobs_.find(id);
     if (trial == jobs_.end()) continue;
     const Job& t = trial->second;
-    if (t.state() != Job::QUEUED) ++started;
+    if (t.state() == Job::RUNNING) ++running;
     if (!api::IsTerminal(t.state())) continue;
     ++ended;
     if (t.state() == Job::SUCCEEDED) ++succeeded;
@@ -598,10 +603,23 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
                absl::StrCat(total - succeeded, " of ", total,
                             " trials did not finish (cancelled or interrupted)"));
     }
-  } else if (sweep.state() == Job::QUEUED && started > 0) {
-    *sweep.mutable_started_at() = Now();
+  } else if (sweep.state() == Job::QUEUED && running > 0) {
+    if (!sweep.has_started_at()) *sweep.mutable_started_at() = Now();
     SetState(sweep, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
+  } else if (sweep.state() == Job::RUNNING && running == 0 && paused_) {
+    // What is true while the queue is held: none of its trials runs.
+    SetState(sweep, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
+             absl::StrCat("queue paused: ", ended, " of ", total, " trials ended, the others "
+                          "wait (mpsctl resume)"));
   }
+}
+
+void Scheduler::UpdateSweeps() {
+  std::vector<std::string> sweeps;
+  for (const auto& [id, job] : jobs_) {
+    if (job.kind() == Job::SWEEP && !api::IsTerminal(job.state())) sweeps.push_back(id);
+  }
+  for (const std::string& id : sweeps) UpdateSweep(id);
 }
 
 absl::Status Scheduler::UnknownJob(const std::string& job_id) const {
@@ -713,6 +731,7 @@ absl::Status Scheduler::Pause() {
   if (absl::Status s = store_->PutSetting("queue_paused", "1"); !s.ok()) return s;
   if (!paused_) spdlog::info("queue paused: queued jobs wait (mpsctl resume)");
   paused_ = true;
+  UpdateSweeps();
   return absl::OkStatus();
 }
 
@@ -820,6 +839,33 @@ void Scheduler::Shutdown() {
   event_log_.Flush().IgnoreError();  // kept and retried if it fails
 }
 
+absl::Duration Scheduler::EarlierRunTime(const std::string& job_id) const {
+  absl::Duration total;
+  std::optional<absl::Time> running_since;
+  // A run ends with its last event: a daemon killed outright says QUEUED only when it starts
+  // again, and the time between is nobody's run.
+  absl::Time last_seen;
+  int64_t after = 0;
+  for (;;) {
+    absl::StatusOr<std::vector<JobEvent>> page = event_log_.Read(job_id, after, 1000);
+    if (!page.ok() || page->empty()) break;
+    for (const JobEvent& event : *page) {
+      after = event.seq();
+      const absl::Time at = absl::FromUnixMicros(
+          google::protobuf::util::TimeUtil::TimestampToMicroseconds(event.time()));
+      if (!event.has_state()) {
+        last_seen = at;
+        continue;
+      }
+      if (running_since.has_value()) total += std::max(last_seen, *running_since) - *running_since;
+      running_since.reset();
+      if (event.state().state() == Job::RUNNING) running_since = last_seen = at;
+    }
+  }
+  // The RUNNING event of this run is the last one read: it is not an earlier run.
+  return total;
+}
+
 bool Scheduler::CanStartJob() const {
   return !paused_ && refuse_submits_.ok() && NextReady() != queue_.end();
 }
@@ -859,7 +905,8 @@ void Scheduler::ExecutorLoop() {
       // RUNNING in the same critical section that took it off the queue: a cancel in between
       // would find a QUEUED job that is in no queue.
       Job& job = jobs_[job_id];
-      *job.mutable_started_at() = Now();
+      // A job resumed after a restart keeps the time it first started.
+      if (!job.has_started_at()) *job.mutable_started_at() = Now();
       SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
       spec = job.spec();
       // Only a job queued again by restart_policy: resume has a checkpoint before it runs.
@@ -872,7 +919,14 @@ void Scheduler::ExecutorLoop() {
 void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec,
                        const std::string& resume_checkpoint) {
   spdlog::info("job {} running", job_id);
-  auto sink = [this, &job_id](JobEvent event) {
+  // The executor's summary of a resumed job counts from the resume: add the runs before it.
+  const absl::Duration earlier =
+      resume_checkpoint.empty() ? absl::ZeroDuration() : EarlierRunTime(job_id);
+  auto sink = [this, &job_id, earlier](JobEvent event) {
+    if (event.has_summary() && earlier > absl::ZeroDuration()) {
+      mpsd::v1::JobSummary& summary = *event.mutable_summary();
+      summary.set_total_time_s(summary.total_time_s() + absl::ToDoubleSeconds(earlier));
+    }
     absl::MutexLock lock(&mu_);
     Publish(jobs_[job_id], std::move(event));
   };

@@ -188,12 +188,13 @@ class Scheduler {
   static std::string RequestKey(const std::string& submitted_by, const std::string& request_id);
   // Submit after validation: the request_id check again, shutdown, queue limit, Enqueue.
   // `trials` and `info`: a sweep's trial requests and what makes each a trial (empty for a
-  // plain job).
+  // plain job). `*created` says whether the job is new (false: an earlier submit's, by
+  // request_id, which a failure after this call must leave alone).
   absl::StatusOr<mpsd::v1::Job> SubmitValidated(
       const mpsd::v1::SubmitJobRequest& request,
       const std::vector<mpsd::v1::SubmitJobRequest>& trials,
-      const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by,
+      bool* created) ABSL_LOCKS_EXCLUDED(mu_);
   // Cancel's decision and state change, without waiting for the store.
   absl::StatusOr<mpsd::v1::Job> RequestCancel(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Stores a new QUEUED job for `request` and queues it; returns it as stored. `trial`: the
@@ -239,12 +240,19 @@ class Scheduler {
   // Removes a QUEUED job from the queue and ends it CANCELLED with `reason` and `message`.
   void CancelQueued(mpsd::v1::Job& job, mpsd::v1::Job::FailureReason reason,
                     const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A sweep's state from its trials': RUNNING once one left the queue, final once all ended.
+  // A sweep's state from its trials': RUNNING while one runs, QUEUED again (saying so) when the
+  // queue is paused and none runs, final once all ended.
   void UpdateSweep(const std::string& sweep_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UpdateSweep for every unfinished sweep (after Pause).
+  void UpdateSweeps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recover's last step: trial lists from the trials, dependencies and sweeps settled.
   void SettleRecovered() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a QUEUED job into queue_ behind every job of the same or a higher priority.
   void InsertInQueue(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wall time the job spent RUNNING before its newest RUNNING event, from its stored state
+  // events (a job that resumes after a restart: its earlier runs). Reads the store: not under
+  // mu_.
+  absl::Duration EarlierRunTime(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // A queued job may start now: not paused, the state dir intact, one job ready.
   bool CanStartJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();

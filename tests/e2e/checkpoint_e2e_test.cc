@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "google/protobuf/util/time_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/daemon.h"
@@ -155,6 +156,37 @@ TEST_F(CheckpointE2eTest, AnAutomaticResumeFromADamagedCheckpointSaysSo) {
                                    "checkpoint " + job_dir + "/checkpoint"));
   EXPECT_THAT(ended->message(), ::testing::HasSubstr("is not resumed again"));
   EXPECT_THAT(ended->message(), ::testing::Not(::testing::HasSubstr("train_job.resume_from")));
+}
+
+// A fresh user's pass: a resumed job counted its time only from the resume, and started_at
+// was the resume's. Both cover the whole job now (the time between the kill and the restart,
+// when nothing ran, is not counted).
+TEST_F(CheckpointE2eTest, AResumedJobsTimesCoverItsRunBeforeTheResume) {
+  const Job killed = RunUntilFirstCheckpointThenKill(CheckpointedJob("resume"));
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, killed.id());
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  ASSERT_EQ(ended->state(), Job::SUCCEEDED) << ended->message();
+  auto to_time = [](const google::protobuf::Timestamp& t) {
+    return absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+  };
+  auto time_of = [&](const JobEvent& e) { return to_time(e.time()); };
+  std::vector<absl::Time> running;  // each RUNNING event
+  absl::Time first_run_end, last;
+  for (const JobEvent& e : rpc::StreamAll(*daemon_, killed.id())) {
+    if (e.has_state() && e.state().state() == Job::RUNNING) running.push_back(time_of(e));
+    if (e.has_state() && e.state().state() == Job::QUEUED && running.size() == 1) {
+      first_run_end = last;
+    }
+    last = time_of(e);
+  }
+  ASSERT_EQ(running.size(), 2u);
+  EXPECT_LE(absl::AbsDuration(to_time(ended->started_at()) - running[0]), absl::Milliseconds(100))
+      << "started_at is not the first run's";
+  const double first_run = absl::ToDoubleSeconds(first_run_end - running[0]);
+  const double second_run = absl::ToDoubleSeconds(last - running[1]);
+  EXPECT_GE(ended->summary().total_time_s(), first_run + 0.8 * second_run)
+      << "first run " << first_run << " s, second " << second_run << " s";
+  EXPECT_LE(ended->summary().total_time_s(), first_run + second_run + 1.0);
 }
 
 TEST_F(CheckpointE2eTest, KilledJobWithoutRestartPolicyStaysInterrupted) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -132,6 +133,29 @@ TEST_F(ExecutorE2eTest, SigkillOfTheExecutorFailsTheJobAndTheNextJobRunsInANewOn
   EXPECT_EQ(after.executor_jobs_run(), 1);
   EXPECT_EQ(after.jobs_run(), 2);
   ExpectPlausibleMemory(next, after);
+}
+
+// A fresh user's pass: a crashed job's summary read "0 epochs" "in 0.0 s". It says how far
+// and how long the job got.
+TEST_F(ExecutorE2eTest, ACrashedJobsSummarySaysHowFarAndHowLongItGot) {
+  StartDaemon("", /*fault_injection=*/false);
+  const absl::Time submitted = absl::Now();
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, LongJob());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
+    return now.ok() && now->last_epoch().epoch() >= 2;
+  }));
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_EQ(kill(Device(*daemon_).executor_pid(), SIGKILL), 0);
+  const absl::Time killed_at = absl::Now();
+  absl::StatusOr<Job> killed = rpc::WaitForEnd(*daemon_, job->id());
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  ASSERT_EQ(killed->failure_reason(), Job::EXECUTOR_CRASHED);
+  EXPECT_EQ(killed->summary().epochs(), killed->last_epoch().epoch());
+  EXPECT_GE(killed->summary().epochs(), 2);
+  EXPECT_GE(killed->summary().total_time_s(), 1.0);
+  EXPECT_LE(killed->summary().total_time_s(), absl::ToDoubleSeconds(killed_at - submitted) + 5);
 }
 
 TEST_F(ExecutorE2eTest, FaultInjectionIsRejectedWithoutTheFlag) {

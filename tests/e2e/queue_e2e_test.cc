@@ -139,6 +139,41 @@ sweep:
   EXPECT_EQ(listed->jobs_size(), 0);
 }
 
+// A fresh user's pass: a sweep showed RUNNING while the queue was paused and none of its
+// trials ran. It shows QUEUED then, saying why, and RUNNING again once a trial runs.
+TEST_F(QueueE2eTest, ASweepWhoseTrialsWaitOnAPausedQueueIsQueued) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  // Trials of a few seconds each: the pause comes while the first runs.
+  const std::string sweep_id = SubmitFile("paused.yaml", R"(kind: TrainJob
+model: {name: mlp}
+dataset: {name: fashion-mnist, root: /usr/share/datasets/fashion-mnist, limit_train: 2048, limit_test: 128}
+epochs: 10
+device: cpu
+seed: 1
+optimizer: {name: adam}
+sweep:
+  grid:
+    batch_size: [32, 64]
+)");
+  ASSERT_FALSE(sweep_id.empty());
+  const Job sweep = Get(sweep_id);
+  ASSERT_EQ(sweep.trial_job_ids_size(), 2);
+  ASSERT_TRUE(WaitUntil([&] { return Get(sweep.trial_job_ids(0)).state() != Job::QUEUED; }));
+  ASSERT_NO_FATAL_FAILURE(Pause());
+  const Job first = WaitForEnd(sweep.trial_job_ids(0));
+  EXPECT_EQ(first.state(), Job::SUCCEEDED) << first.message();
+  Job waiting;
+  EXPECT_TRUE(WaitUntil([&] {
+    waiting = Get(sweep_id);
+    return waiting.state() == Job::QUEUED;
+  }, absl::Seconds(10))) << Job::State_Name(waiting.state());
+  EXPECT_THAT(waiting.message(), HasSubstr("queue paused: 1 of 2 trials ended"));
+  EXPECT_EQ(Get(sweep.trial_job_ids(1)).state(), Job::QUEUED);
+  ASSERT_NO_FATAL_FAILURE(Resume());
+  const Job done = WaitForEnd(sweep_id);
+  EXPECT_EQ(done.state(), Job::SUCCEEDED) << done.message();
+}
+
 TEST_F(QueueE2eTest, GridSweepRunsSixTrialsInOrderAndMpsctlRanksThem) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const std::string sweep_id = SubmitFile("grid.yaml", absl::StrCat(kJobFileHead, R"(name: lr-grid
