@@ -91,5 +91,21 @@ if [[ " $parts " == *" tsan "* ]]; then
   fi
   configure build-tsan "-fsanitize=thread" "-fsanitize=thread$sync_objects -ldl"
   cmake --build build-tsan -j "$jobs"
+  # The canary: what absl orders is not reported, what it does not order is (66: TSan's code).
+  clang++-14 -std=c++17 -fsanitize=thread -O1 -g tests/sanitizers/tsan_canary.cc $sync_objects \
+    -labsl_synchronization -ldl -o build-tsan/tsan_canary
+  if ! build-tsan/tsan_canary ordered >build-tsan/tsan_canary.log 2>&1; then
+    cat build-tsan/tsan_canary.log
+    echo "test-sanitizers: TSan reported tests/sanitizers/tsan_canary.cc's ordered access" >&2
+    exit 1
+  fi
+  canary=0
+  build-tsan/tsan_canary race >build-tsan/tsan_canary.log 2>&1 || canary=$?
+  if [ "$canary" != 66 ] || ! grep -q "data race.*tsan_canary.cc" build-tsan/tsan_canary.log; then
+    cat build-tsan/tsan_canary.log
+    echo "test-sanitizers: TSan did not report tests/sanitizers/tsan_canary.cc's race" >&2
+    exit 1
+  fi
+  echo "test-sanitizers: tsan_canary: the ordered access passes, the race is reported"
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 600
 fi
