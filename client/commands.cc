@@ -146,7 +146,7 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
 }  // namespace
 
 std::string StartDaemonHint(const std::string& server) {
-  if (server == api::DefaultServerAddress()) return "mpsd";
+  if (server == api::DefaultListenAddress()) return "mpsd";
   return absl::StrCat("mpsd --listen ", server);
 }
 
@@ -645,7 +645,17 @@ int Commands::Compare(const std::vector<std::string>& job_ids, const std::string
   return kExitOk;
 }
 
-int Commands::Cancel(const std::string& job_id) {
+int Commands::Cancel(const std::vector<std::string>& job_ids) {
+  int code = kExitOk;
+  for (const std::string& job_id : job_ids) {
+    const int one = CancelOne(job_id);
+    if (code == kExitOk) code = one;
+    if (one == kExitUnreachable || one == kExitDaemonUnavailable) break;
+  }
+  return code;
+}
+
+int Commands::CancelOne(const std::string& job_id) {
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   v1::Job job;
@@ -659,6 +669,7 @@ int Commands::Cancel(const std::string& job_id) {
   } else {
     out_ << "job " << job.id() << " " << v1::Job::State_Name(job.state()) << "\n";
   }
+  out_.flush();  // each outcome as it comes, beside the errors of the others
   return kExitOk;
 }
 
@@ -855,22 +866,43 @@ absl::StatusOr<v1::Artifact> ChooseArtifact(const v1::ListArtifactsResponse& lis
       " (artifacts: ", absl::StrJoin(names, ", "), ")"));
 }
 
-// Where a download of `name` goes: `output`, or inside it when it is a directory, or the
-// artifact's file name in the current directory.
-std::string DownloadPath(const std::string& name, const std::string& output) {
-  const std::string file = std::filesystem::path(name).filename().string();
-  if (output.empty()) return file;
+// Where a download of `name` goes: `output`, or inside it when it is a directory (or ends in
+// '/'), or the artifact's file name in the current directory. Errors name the path: a directory
+// that does not exist, a file already there (unless `force`).
+absl::StatusOr<std::string> DownloadPath(const std::string& name, const std::string& output,
+                                         bool force) {
+  namespace fs = std::filesystem;
+  const std::string file = fs::path(name).filename().string();
   std::error_code error;
-  if (std::filesystem::is_directory(output, error)) {
-    return (std::filesystem::path(output) / file).string();
+  std::string path = file;
+  if (!output.empty() && (fs::is_directory(output, error) || absl::EndsWith(output, "/"))) {
+    if (!fs::is_directory(output, error)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "-o ", output, ": ", fs::exists(output, error) ? "not a directory" : "no such directory",
+          " (create it first: mkdir -p ", output, ")"));
+    }
+    path = (fs::path(output) / file).string();
+  } else if (!output.empty()) {
+    path = output;
+    const fs::path parent = fs::path(output).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, error)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("-o ", output, ": ",
+                       fs::exists(parent, error) ? "not a directory: " : "no such directory: ",
+                       parent.string()));
+    }
   }
-  return output;
+  if (!force && fs::exists(fs::symlink_status(path, error))) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        path, " already exists; --force overwrites it, or -o names another file"));
+  }
+  return path;
 }
 
 }  // namespace
 
 int Commands::Download(const std::string& job_id, const std::string& name,
-                       const std::string& output) {
+                       const std::string& output, bool force) {
   v1::ListArtifactsRequest list_request;
   list_request.set_job_id(job_id);
   v1::ListArtifactsResponse list;
@@ -881,7 +913,12 @@ int Commands::Download(const std::string& job_id, const std::string& name,
     err_ << "mpsctl: " << artifact.status().message() << "\n";
     return kExitFailed;
   }
-  const std::string path = DownloadPath(artifact->name(), output);
+  const absl::StatusOr<std::string> destination = DownloadPath(artifact->name(), output, force);
+  if (!destination.ok()) {
+    err_ << "mpsctl: download: " << destination.status().message() << "\n";
+    return kExitFailed;
+  }
+  const std::string& path = *destination;
   const std::string part = path + ".part";
   absl::Time last_progress = absl::Now();
   for (int attempt = 0;; ++attempt) {
@@ -935,7 +972,10 @@ grpc::Status Commands::ReceiveArtifact(const std::string& job_id, const std::str
                                        int64_t offset, const std::string& part,
                                        int64_t& received) {
   std::ofstream file(part, std::ios::binary | std::ios::app);
-  if (!file) return grpc::Status(grpc::StatusCode::DATA_LOSS, absl::StrCat("cannot write ", part));
+  if (!file) {
+    return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                        absl::StrCat("cannot write ", part, ": ", std::strerror(errno)));
+  }
   grpc::ClientContext context;
   context.set_wait_for_ready(offset > 0);
   v1::GetArtifactRequest request;
@@ -1032,7 +1072,7 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
   InterruptNote note(options_.explain_interrupt && stop_seq == 0, job_id);
 
   const absl::Duration silence = 2 * HeartbeatInterval() + absl::Seconds(5);
-  bool stopped = false, connected = false;
+  bool stopped = false, connected = false, gave_up = false;
   grpc::Status status;
   absl::Time last_progress = absl::Now();
   for (int attempt = 0;; ++attempt) {
@@ -1050,8 +1090,9 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
     const bool retryable = went_silent || status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            status.error_code() == grpc::StatusCode::INTERNAL ||
                            status.error_code() == grpc::StatusCode::UNKNOWN;
-    if (!connected || !retryable || options_.reconnect_timeout <= absl::ZeroDuration() ||
-        absl::Now() - last_progress > options_.reconnect_timeout) {
+    if (!connected || !retryable || options_.reconnect_timeout <= absl::ZeroDuration()) break;
+    if (absl::Now() - last_progress > options_.reconnect_timeout) {
+      gave_up = true;
       break;
     }
     printer.Finish();  // ends a live progress line before the note
@@ -1064,6 +1105,21 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
   }
   printer.Finish();
 
+  // Reconnecting ran out of time. A daemon that answers (UNAVAILABLE of its own: shutting down)
+  // is reported as such; otherwise it went away, which is "cannot reach mpsd" (exit 2), as for
+  // every other command, not the CANCELLED of mpsctl's own watchdog.
+  const bool daemon_answered = status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                               absl::StartsWith(status.error_message(), "mpsd");
+  if (!stopped && gave_up && !daemon_answered) {
+    err_ << "mpsctl: mpsd at " << options_.server << " went away while following job " << job_id
+         << " and did not come back within " << absl::FormatDuration(options_.reconnect_timeout)
+         << " (--reconnect-timeout)\n";
+    if (printer.last_seq() > 0) {
+      err_ << "mpsctl: job " << job_id << " may still be running; resume with: mpsctl logs "
+           << job_id << " --follow --after " << printer.last_seq() << "\n";
+    }
+    return kExitUnreachable;
+  }
   if (!stopped && !status.ok()) {
     const int code = RpcFailed(status);
     if ((code == kExitUnreachable || code == kExitDaemonUnavailable) && printer.last_seq() > 0) {

@@ -127,7 +127,10 @@ class Commands {
   // every job shown (no next_page_token). When more jobs match than the limit, a last line says
   // so. kExitUsage for an unknown state or kind name.
   int List(const ListOptions& options);
-  int Cancel(const std::string& job_id);
+  // CancelJob for each id in order, printing each outcome (errors on err). kExitOk when every
+  // cancel was accepted; else the first failure's code (kExitFailed: unknown or finished job).
+  // An unreachable daemon stops at the first id.
+  int Cancel(const std::vector<std::string>& job_ids);
   // Prints the job's events with seq > after_seq. Without `follow`, stops at the newest event
   // stored when the command started and returns kExitOk. With `follow`, continues live until
   // the job ends and returns kExitOk only if it SUCCEEDED.
@@ -153,8 +156,11 @@ class Commands {
   // Downloads artifact `name` of the job (empty: its model, else its only artifact) to
   // `output` (empty: the artifact's file name in the current directory; a directory: into it),
   // through a temporary file "<output>.part" that a broken download resumes from; checks the
-  // SHA-256 before renaming it into place. kExitFailed on a mismatch (the file is removed).
-  int Download(const std::string& job_id, const std::string& name, const std::string& output);
+  // SHA-256 before renaming it into place. kExitFailed on a mismatch (the file is removed), for
+  // an `output` directory (or parent directory) that does not exist, and for a file already at
+  // the destination unless `force` (gh's --clobber: never overwritten silently, as curl -o would).
+  int Download(const std::string& job_id, const std::string& name, const std::string& output,
+               bool force = false);
   // A BenchJob's rows in `format` ("table", "markdown", "csv", "json"; --json means json), see
   // client/bench_table.h: from the job's summary once it finished, else the rows stored so far
   // (a job still running, or one INTERRUPTED without a summary; a note on stderr says when the
@@ -195,6 +201,8 @@ class Commands {
   // The bench_row events stored for `job_id` up to seq `last_seq`.
   grpc::Status StoredBenchRows(const std::string& job_id, int64_t last_seq,
                                std::vector<v1::BenchRow>& rows);
+  // One CancelJob and its outcome; the exit code for it.
+  int CancelOne(const std::string& job_id);
   // Prints the error for a failed RPC and returns the exit code for it.
   int RpcFailed(const grpc::Status& status);
   // GetJob for each id, in order; prints the error and returns its exit code on failure.
@@ -209,8 +217,8 @@ class Commands {
   std::ostream& err_;
 };
 
-// "mpsd" when `server` is the default address, else "mpsd --listen SERVER": how to start a daemon
-// that this client would reach.
+// "mpsd" when `server` is where mpsd listens by default (the per-user socket; mpsd never reads
+// MPSD_ADDR), else "mpsd --listen SERVER": how to start a daemon that this client would reach.
 std::string StartDaemonHint(const std::string& server);
 
 // `--server` as given to a gRPC target: a path (starting with '/' or '.') becomes "unix:PATH";

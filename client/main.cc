@@ -49,6 +49,34 @@ CLI::Validator JobId() {
       "ID");
 }
 
+// A non-negative number of seconds up to a year, named so in the error: CLI11's
+// NonNegativeNumber would print its range as 0 to DBL_MAX in 309 digits.
+CLI::Validator Seconds() {
+  return CLI::Validator(
+      [](const std::string& input) -> std::string {
+        double seconds = 0;
+        if (absl::SimpleAtod(input, &seconds) && seconds >= 0 && seconds <= 86400 * 365) {
+          return "";
+        }
+        return "expected seconds from 0 to 31536000 (a year), got " + input;
+      },
+      "SECONDS", "0 to 31536000");
+}
+
+// --server (or $MPSD_ADDR) as gRPC can dial it: an empty address, or "unix:" without a path,
+// would otherwise reach gRPC, which logs raw resolver errors and fails the call.
+std::string ServerAddressProblem(const std::string& server) {
+  const std::string trimmed(absl::StripAsciiWhitespace(server));
+  if (trimmed.empty()) {
+    return "empty address; expected unix:///path/to.sock, HOST:PORT or a socket path";
+  }
+  if (trimmed == "unix:" || trimmed == "unix://" || trimmed == "unix:///") {
+    return "\"" + server + "\" names no socket; expected unix:///path/to.sock";
+  }
+  if (trimmed != server) return "\"" + server + "\" has spaces around it";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,7 +101,8 @@ int main(int argc, char** argv) {
   app.add_option("--server", server,
                  "mpsd's address: unix:///path/to.sock, host:port, or a socket path "
                  "(default: $MPSD_ADDR, else the per-user socket)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(ServerAddressProblem, "ADDR"));
   mpsd::client::TlsOptions tls;
   std::string token_file;
   app.add_option("--tls-ca", tls.ca_file,
@@ -135,8 +164,10 @@ int main(int argc, char** argv) {
   list->add_option("--since", list_options.since,
                    "only jobs submitted within DURATION (e.g. 12h, 30m, 2d)")
       ->type_name("DURATION");
-  CLI::App* cancel = app.add_subcommand("cancel", "cancel a queued or running job (or sweep)");
-  cancel->add_option("ID", job_id, "job id")->required()->check(JobId());
+  std::vector<std::string> job_ids;
+  CLI::App* cancel = app.add_subcommand(
+      "cancel", "cancel queued or running jobs (or sweeps); exit 0 only if every cancel worked");
+  cancel->add_option("ID", job_ids, "job ids")->required()->check(JobId());
   CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
   logs->add_option("ID", job_id, "job id")->required()->check(JobId());
   logs->add_flag("-f,--follow", follow, "keep following until the job ends; exit 0 if it succeeded");
@@ -187,7 +218,6 @@ int main(int argc, char** argv) {
   move->add_option("--priority", move_priority, "the new priority (higher runs first)")
       ->required()
       ->type_name("N");
-  std::vector<std::string> job_ids;
   double wait_timeout_s = 0;
   CLI::App* wait = app.add_subcommand(
       "wait", "block until the jobs end; exit 0 only if all succeeded (1 if one did not, 4 on "
@@ -195,7 +225,7 @@ int main(int argc, char** argv) {
   wait->add_option("ID", job_ids, "job ids")->required()->check(JobId());
   wait->add_option("--timeout", wait_timeout_s, "give up after S seconds (exit 4); 0 = never")
       ->type_name("S")
-      ->check(CLI::NonNegativeNumber);
+      ->check(Seconds());
   std::string sweep_metric = "test_accuracy";
   std::string table_format = "table";
   CLI::App* sweep = app.add_subcommand(
@@ -225,22 +255,17 @@ int main(int argc, char** argv) {
   download->add_option("ID", job_id, "job id")->required()->check(JobId());
   download->add_option("NAME", artifact_name, "artifact name, as `mpsctl artifacts` lists it");
   download->add_option("-o,--output", output,
-                       "file or directory to write (default: the artifact's file name here)")
+                       "file or directory to write (default: the artifact's file name here); "
+                       "a PATH ending in / is a directory, which must exist")
       ->type_name("PATH");
+  bool force = false;
+  download->add_flag("--force", force, "overwrite a file that is already there");
   double reconnect_s = 120;
   app.add_option("--reconnect-timeout", reconnect_s,
                  "seconds to keep reconnecting a followed stream or a download that broke "
                  "(resuming where it stopped); 0 = do not reconnect")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](const std::string& input) -> std::string {
-            double seconds = 0;
-            if (absl::SimpleAtod(input, &seconds) && seconds >= 0 && seconds <= 86400 * 365) {
-              return "";
-            }
-            return "expected seconds from 0 to 31536000 (a year), got " + input;
-          },
-          "SECONDS", "0 to 31536000"));
+      ->check(Seconds());
   std::string completion_shell;
   CLI::App* completion = app.add_subcommand(
       "completion", "print a shell completion script: source <(mpsctl completion bash)");
@@ -253,6 +278,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : mpsd::client::kExitUsage;
+  }
+
+  if (app.count("--server") == 0) {
+    if (std::string problem = ServerAddressProblem(server); !problem.empty()) {
+      std::cerr << "mpsctl: $" << mpsd::api::kServerAddressEnv << ": " << problem << "\n";
+      return mpsd::client::kExitUsage;
+    }
   }
 
   if (*completion) {
@@ -297,7 +329,7 @@ int main(int argc, char** argv) {
   if (*submit) return commands->Submit(job_file, follow, overrides);
   if (*get) return commands->Get(job_id);
   if (*list) return commands->List(list_options);
-  if (*cancel) return commands->Cancel(job_id);
+  if (*cancel) return commands->Cancel(job_ids);
   if (*logs) return commands->Logs(job_id, follow, after_seq);
   if (*device) return commands->Device();
   if (*models) return commands->Models(input_shape, num_classes);
@@ -305,7 +337,7 @@ int main(int argc, char** argv) {
   if (*dashboard) return commands->Dashboard(open_browser);
   if (*bench) return commands->Bench(job_id, bench_format);
   if (*artifacts) return commands->Artifacts(job_id);
-  if (*download) return commands->Download(job_id, artifact_name, output);
+  if (*download) return commands->Download(job_id, artifact_name, output, force);
   if (*pause) return commands->Pause();
   if (*resume) return commands->Resume();
   if (*move) return commands->Move(job_id, move_priority);

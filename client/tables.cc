@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "client/spec_defaults.h"
 
 namespace mpsd::client {
 namespace {
@@ -328,7 +329,10 @@ TextTable CompareTable(const std::vector<v1::Job>& jobs) {
   std::vector<std::map<std::string, std::string>> specs;
   std::set<std::string> keys;
   for (const v1::Job& job : jobs) {
-    specs.push_back(FlattenSpec(job.spec()));
+    specs.push_back(FlattenSpec(WithDefaults(job.spec())));
+    // Bookkeeping, not a setting: request_id is unique per job (mpsctl makes one up for each
+    // submit), so it would always differ.
+    specs.back().erase("request_id");
     for (const auto& [key, value] : specs.back()) keys.insert(key);
   }
   auto add_row = [&table](const std::string& key, std::vector<std::string> values) {

@@ -42,8 +42,10 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials,
 // ("optimizer.learning_rate", "batch_size"); lists joined with ",". Sweep specs are left out.
 std::map<std::string, std::string> FlattenSpec(const mpsd::v1::SubmitJobRequest& request);
 
-// KEY, then one column per job ("job 12"): first `kind` and each spec key whose value differs
-// between the jobs ("-" where a job does not set it), then the final metrics (state,
+// KEY, then one column per job ("job 12"): first `kind` and each spec key whose effective value
+// differs between the jobs (defaults applied: client/spec_defaults.h, so an unset learning_rate
+// equals an explicit 0.001 for adam; "-" where a job has no value; request_id, unique per job,
+// left out), then the final metrics (state,
 // test_accuracy, test_loss, final_train_loss, samples_per_second, total_time_s).
 TextTable CompareTable(const std::vector<mpsd::v1::Job>& jobs);
 

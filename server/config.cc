@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "api/decimal.h"
 #include "api/default_address.h"
 #include "yaml-cpp/yaml.h"
 
@@ -282,6 +283,44 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
                      ", got ", config.heartbeat_interval_s));
   }
   return config;
+}
+
+std::string FormatConfig(const Config& config) {
+  auto text = [](const std::string& value) { return value.empty() ? "(none)" : value; };
+  auto list = [](const std::vector<std::string>& values) {
+    return values.empty() ? std::string("(none)") : absl::StrJoin(values, ", ");
+  };
+  const ExecutorConfig& executor = config.executor;
+  const std::vector<std::pair<std::string, std::string>> lines = {
+      {"listen", list(config.listen)},
+      {"state_dir", text(config.state_dir)},
+      {"executor.path", text(executor.path)},
+      {"tls.cert", text(config.tls.cert)},
+      {"tls.key", text(config.tls.key)},
+      {"tls.client_ca", text(config.tls.client_ca)},
+      {"tokens_file", text(config.tokens_file)},
+      {"data_roots", list(config.data_roots)},
+      {"http_listen", text(config.http_listen)},
+      {"max_queued", absl::StrCat(config.max_queued)},
+      {"cpu_threads", absl::StrCat(config.cpu_threads)},
+      {"shutdown_grace_s", api::ShortestDecimal(config.shutdown_grace_s)},
+      {"heartbeat_interval_s", api::ShortestDecimal(config.heartbeat_interval_s)},
+      {"log_level", config.log_level},
+      {"log_file", text(config.log_file)},
+      {"log_file_max_bytes", absl::StrCat(config.log_file_max_bytes)},
+      {"log_file_max_files", absl::StrCat(config.log_file_max_files)},
+      {"executor.isolation", executor.isolation},
+      {"executor.restart_after_jobs", absl::StrCat(executor.restart_after_jobs)},
+      {"executor.restart_above_baseline_bytes",
+       absl::StrCat(executor.restart_above_baseline_bytes)},
+      {"executor.cancel_grace_s", api::ShortestDecimal(executor.cancel_grace_s)},
+      {"executor.memory_limit_bytes", absl::StrCat(executor.memory_limit_bytes)},
+      {"executor.memory_fraction", api::ShortestDecimal(executor.memory_fraction)},
+      {"executor.mps_fallback", executor.mps_fallback ? "true" : "false"},
+  };
+  std::string out;
+  for (const auto& [key, value] : lines) absl::StrAppend(&out, key, ": ", value, "\n");
+  return out;
 }
 
 }  // namespace mpsd::server

@@ -92,6 +92,13 @@ Config DefaultConfig();
 // the file does not exist.
 absl::StatusOr<Config> LoadConfig(const std::string& path);
 
+// The configuration as `mpsd --check-config` prints it: one "key: value" line per key of
+// deploy/mpsd.yaml, nested keys dotted ("executor.cancel_grace_s: 30"), lists joined with ", ",
+// unset strings as "(none)"; listen, state_dir and executor.path first. Units are the keys'
+// own (_s seconds, _bytes bytes). Config holds no secret: the TLS key and the tokens file are
+// shown as their paths, never their contents. Pure; thread-safe.
+std::string FormatConfig(const Config& config);
+
 // "$XDG_STATE_HOME/mpsd", else "$HOME/.local/state/mpsd" ("$HOME/Library/Application
 // Support/mpsd" on macOS), else "/tmp/mpsd-$UID/state".
 std::string DefaultStateDir();

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/data_roots.h"
 #include "server/executor_supervisor.h"
 #include "server/server.h"
 #include "server/service_notify.h"
@@ -161,9 +162,15 @@ int main(int argc, char** argv) {
                    check_config.c_str(), executor.c_str());
       return 2;
     }
-    std::printf("%s: valid\nlisten: %s\nstate_dir: %s\nexecutor.path: %s\n",
-                check_config.c_str(), absl::StrJoin(loaded->listen, ", ").c_str(), loaded->state_dir.c_str(),
-                executor.c_str());
+    // Every key as the start would use it: the defaults that depend on others resolved.
+    mpsd::server::Config effective = *loaded;
+    effective.executor.path = executor;
+    if (effective.tokens_file.empty()) effective.tokens_file = effective.state_dir + "/tokens.yaml";
+    if (effective.data_roots.empty()) {
+      effective.data_roots = mpsd::server::DefaultDataRoots(effective.state_dir);
+    }
+    std::printf("%s: valid\n%s", check_config.c_str(),
+                mpsd::server::FormatConfig(effective).c_str());
     return 0;
   }
 

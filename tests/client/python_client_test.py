@@ -99,6 +99,18 @@ class JobFileTest(unittest.TestCase):
         self.assertRegex(self.error("kind: TrainJob\nmodel: {name: convnet\n"),
                          r"^job\.yaml:\d+:\d+: YAML syntax error: ")
 
+    def test_aliases_are_refused_as_mpsctl_refuses_them(self):
+        # PyYAML resolved them (mpsctl refuses them): nested aliases expand exponentially.
+        text = ("kind: TrainJob\nlabels: &l {a: b}\nname: x\n"
+                "dataset: {name: fashion-mnist, root: *l}\n")
+        self.assertEqual(self.error(text),
+                         "job.yaml:4:38: YAML aliases (*name) are not supported in a job file: "
+                         "write the value out")
+        laughs = "kind: TrainJob\na: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\n"
+        self.assertIn("job.yaml:3:8: YAML aliases", self.error(laughs))
+        # An anchor alone is harmless and stays accepted, as in mpsctl.
+        self.assertEqual(self.parse("kind: TrainJob\nbatch_size: &b 8\n").train_job.batch_size, 8)
+
     def test_empty(self):
         self.assertIn("empty job file", self.error("# nothing\n"))
 

@@ -85,6 +85,40 @@ class CheckConfigTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.dir.name, "mpsd.sock")))
         self.assertFalse(os.path.exists(os.path.join(self.dir.name, "mpsd.log")))
 
+    def test_every_key_is_printed_with_the_value_it_takes_and_no_secret(self):
+        # --check-config printed only listen, state_dir and executor.path: what a typo'd key
+        # or a default actually came to was not shown.
+        tls = os.path.join(self.dir.name, "server.key")
+        made = run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", tls,
+                    "-out", os.path.join(self.dir.name, "server.pem"), "-days", "1", "-subj",
+                    "/CN=localhost"])
+        self.assertEqual(made.returncode, 0, made.stderr)
+        os.chmod(tls, 0o600)
+        path = self.write("state_dir: %s\nmax_queued: 7\nexecutor:\n  cancel_grace_s: 2.5\n"
+                          "tls:\n  cert: %s/server.pem\n  key: %s\n"
+                          % (self.state, self.dir.name, tls))
+        result = run([MPSD, "--check-config", path])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        self.assertEqual(lines[0], "%s: valid" % path)
+        keys = dict(line.split(": ", 1) for line in lines[1:])
+        self.assertEqual(keys["max_queued"], "7")
+        self.assertEqual(keys["executor.cancel_grace_s"], "2.5")
+        self.assertEqual(keys["shutdown_grace_s"], "10")          # defaults, written out
+        self.assertEqual(keys["heartbeat_interval_s"], "15")
+        self.assertEqual(keys["executor.isolation"], "shared")
+        self.assertEqual(keys["http_listen"], "(none)")
+        self.assertEqual(keys["tokens_file"], os.path.join(self.state, "tokens.yaml"))
+        self.assertIn(self.state, keys["data_roots"])
+        self.assertEqual(keys["tls.key"], tls)                    # the path, not the key
+        self.assertNotIn("PRIVATE KEY", result.stdout + result.stderr)
+        for key in ("listen", "state_dir", "executor.path", "cpu_threads", "log_level",
+                    "log_file", "log_file_max_bytes", "log_file_max_files", "tls.cert",
+                    "tls.client_ca", "executor.restart_after_jobs",
+                    "executor.restart_above_baseline_bytes", "executor.memory_limit_bytes",
+                    "executor.memory_fraction", "executor.mps_fallback"):
+            self.assertIn(key, keys)
+
     def test_bad_key_names_the_file_and_key(self):
         path = self.write("max_queud: 3\n")
         result = run([MPSD, "--check-config", path])

@@ -290,4 +290,26 @@ absl::StatusOr<mpsd::v1::Job> WaitForEnd(Daemon& daemon, const std::string& job_
 
 }  // namespace rpc
 
+namespace rpc_ok {
+
+mpsd::v1::Job Submit(Daemon& daemon, const mpsd::v1::SubmitJobRequest& request) {
+  absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon, request);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.value_or(mpsd::v1::Job());
+}
+
+mpsd::v1::Job Get(Daemon& daemon, const std::string& job_id) {
+  absl::StatusOr<mpsd::v1::Job> job = rpc::Get(daemon, job_id);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.value_or(mpsd::v1::Job());
+}
+
+mpsd::v1::Job WaitForEnd(Daemon& daemon, const std::string& job_id) {
+  absl::StatusOr<mpsd::v1::Job> job = rpc::WaitForEnd(daemon, job_id);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.value_or(mpsd::v1::Job());
+}
+
+}  // namespace rpc_ok
+
 }  // namespace mpsd::testing

@@ -121,6 +121,17 @@ absl::StatusOr<mpsd::v1::Job> WaitForEnd(Daemon& daemon, const std::string& job_
 
 }  // namespace rpc
 
+// rpc:: calls for tests that expect them to succeed: a failed call is a non-fatal test failure
+// naming the call's error, and the result is then an empty Job.
+namespace rpc_ok {
+
+mpsd::v1::Job Submit(Daemon& daemon, const mpsd::v1::SubmitJobRequest& request);
+mpsd::v1::Job Get(Daemon& daemon, const std::string& job_id);
+// rpc::WaitForEnd with its default timeout.
+mpsd::v1::Job WaitForEnd(Daemon& daemon, const std::string& job_id);
+
+}  // namespace rpc_ok
+
 }  // namespace mpsd::testing
 
 #endif  // MPSD_TESTS_E2E_DAEMON_H_

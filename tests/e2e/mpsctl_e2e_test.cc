@@ -496,6 +496,74 @@ TEST_F(MpsctlE2eTest, CancelQueuedRunningAndFinishedJobs) {
   EXPECT_THAT(unknown.err, AllOf(StartsWith("mpsctl: "), HasSubstr("999")));
 }
 
+TEST_F(MpsctlE2eTest, CancelTakesSeveralIdsAndSaysHowEachEnded) {
+  const std::string running = Submit(JobFile("long.yaml", LongJobYaml()));
+  const std::string first = Submit(JobFile("tiny1.yaml", TinyJobYaml()));
+  const std::string second = Submit(JobFile("tiny2.yaml", TinyJobYaml()));
+
+  // Every id is tried: one unknown id in the middle fails the command, not the others.
+  CommandResult some = Mpsctl({"cancel", first, "999", second});
+  EXPECT_EQ(some.exit_code, 1);
+  EXPECT_EQ(some.out, absl::StrCat("job ", first, " CANCELLED\njob ", second, " CANCELLED\n"));
+  EXPECT_THAT(some.err, AllOf(StartsWith("mpsctl: "), HasSubstr("999"), EndsWith("\n")));
+  EXPECT_EQ(Lines(some.err).size(), 1u) << some.err;
+  EXPECT_EQ(GetJob(*daemon_, first).state(), Job::CANCELLED);
+  EXPECT_EQ(GetJob(*daemon_, second).state(), Job::CANCELLED);
+
+  CommandResult all = Mpsctl({"cancel", running});
+  EXPECT_EQ(all.exit_code, 0) << all.err;
+  CancelAndWait(running);
+  // Both already finished: each one's error, exit 1.
+  CommandResult again = Mpsctl({"cancel", first, second});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_EQ(again.err, absl::StrCat("mpsctl: job ", first, " already finished (CANCELLED)\n",
+                                    "mpsctl: job ", second, " already finished (CANCELLED)\n"));
+  EXPECT_EQ(again.out, "");
+}
+
+// `download` into a folder that is not there names it; a file already there is never
+// overwritten silently (as gh refuses without --clobber): --force overwrites it.
+TEST_F(MpsctlE2eTest, DownloadNamesAMissingFolderAndKeepsAnExistingFile) {
+  const FinishedJob& finished = Finished();
+  ASSERT_THAT(finished.id, Not(IsEmpty()));
+  const std::string missing = dir_.str() + "/no-such-dir";
+  CommandResult into_missing = Mpsctl({"download", finished.id, "-o", missing + "/"});
+  EXPECT_EQ(into_missing.exit_code, 1);
+  EXPECT_EQ(into_missing.err, absl::StrCat("mpsctl: download: -o ", missing,
+                                           "/: no such directory (create it first: mkdir -p ",
+                                           missing, "/)\n"));
+  CommandResult file_in_missing =
+      Mpsctl({"download", finished.id, "-o", missing + "/model.pt"});
+  EXPECT_EQ(file_in_missing.exit_code, 1);
+  EXPECT_EQ(file_in_missing.err, absl::StrCat("mpsctl: download: -o ", missing,
+                                              "/model.pt: no such directory: ", missing, "\n"));
+  EXPECT_FALSE(std::filesystem::exists(missing));
+
+  // The default destination, ./model.pt, from the test's directory.
+  auto download_here = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = {"/usr/bin/env", "--chdir=" + dir_.str(), MpsctlPath(),
+                                     "--server", daemon_->address(), "download", finished.id};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return RunCommand(argv);
+  };
+  const std::string here = dir_.str() + "/model.pt";
+  CommandResult first = download_here({});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string model = ReadFile(here);
+  ASSERT_FALSE(model.empty());
+  WriteFile(here, "mine");
+  CommandResult again = download_here({});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_EQ(again.err,
+            "mpsctl: download: model.pt already exists; --force overwrites it, or -o names "
+            "another file\n");
+  EXPECT_EQ(ReadFile(here), "mine");
+  EXPECT_FALSE(std::filesystem::exists(here + ".part"));
+  CommandResult forced = download_here({"--force"});
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(ReadFile(here), model);
+}
+
 TEST_F(MpsctlE2eTest, DeviceShowsTheDaemonsDevice) {
   grpc::ClientContext context;
   mpsd::v1::DeviceInfo expected;
@@ -735,6 +803,52 @@ TEST(MpsctlUnreachableTest, EveryCommandReportsIt) {
   }
 }
 
+// A socket left by a daemon killed with SIGKILL: the hint says how to start mpsd where this
+// mpsctl looks, also when the address came from MPSD_ADDR (which mpsd does not read).
+TEST(MpsctlUnreachableTest, StaleSocketHintNamesTheAddressToListenOn) {
+  TempDir dir;
+  Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
+  ASSERT_NO_FATAL_FAILURE(daemon.Start());
+  daemon.Stop(SIGKILL);
+  ASSERT_TRUE(std::filesystem::exists(dir.str() + "/mpsd.sock"));
+  const std::string hint = absl::StrCat("(start it with: mpsd --listen ", daemon.address(), ")\n");
+  CommandResult flag = RunCommand({MpsctlPath(), "--server", daemon.address(), "status"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_THAT(flag.err, AllOf(StartsWith("mpsctl: cannot reach mpsd at " + daemon.address()),
+                              EndsWith(hint)));
+  CommandResult env =
+      RunCommand({"/usr/bin/env", "MPSD_ADDR=" + daemon.address(), MpsctlPath(), "status"});
+  EXPECT_EQ(env.exit_code, 2);
+  EXPECT_THAT(env.err, AllOf(StartsWith("mpsctl: cannot reach mpsd at " + daemon.address()),
+                             EndsWith(hint)));
+  EXPECT_EQ(Lines(env.err).size(), 1u) << env.err;
+}
+
+// Bad command lines are usage errors (exit 64) that name the flag, before anything connects.
+TEST(MpsctlUsageTest, EmptyServerAddressNamesTheFlag) {
+  for (const std::string& address : {std::string(""), std::string(" "), std::string("unix://")}) {
+    SCOPED_TRACE("--server '" + address + "'");
+    CommandResult result = RunCommand({MpsctlPath(), "--server", address, "status"});
+    EXPECT_EQ(result.exit_code, 64);
+    EXPECT_THAT(result.err, HasSubstr("--server"));
+    EXPECT_THAT(result.err, Not(HasSubstr(".cc:")));  // no gRPC log line
+    EXPECT_EQ(result.out, "");
+  }
+  CommandResult env = RunCommand({"/usr/bin/env", "MPSD_ADDR= ", MpsctlPath(), "status"});
+  EXPECT_EQ(env.exit_code, 64);
+  EXPECT_EQ(env.err,
+            "mpsctl: $MPSD_ADDR: empty address; expected unix:///path/to.sock, HOST:PORT or a "
+            "socket path\n");
+}
+
+TEST(MpsctlUsageTest, NegativeWaitTimeoutNamesAReadableRange) {
+  CommandResult result = RunCommand({MpsctlPath(), "wait", "1", "--timeout", "-1"});
+  EXPECT_EQ(result.exit_code, 64);
+  EXPECT_THAT(result.err, HasSubstr("--timeout"));
+  EXPECT_THAT(result.err, HasSubstr("expected seconds from 0 to 31536000 (a year), got -1"));
+  EXPECT_LT(result.err.size(), 200u) << result.err;  // CLI11's own range printed 309 digits
+}
+
 // The daemon dies (SIGKILL) while mpsctl follows a job: mpsctl says how to resume, and resuming
 // from a restarted daemon misses nothing.
 TEST(MpsctlLostDaemonTest, KilledWhileFollowingSaysHowToResume) {
@@ -780,6 +894,39 @@ TEST(MpsctlLostDaemonTest, KilledWhileFollowingSaysHowToResume) {
   ASSERT_TRUE(rest.back().has_state());
   EXPECT_EQ(rest.back().state().state(), Job::INTERRUPTED);
   EXPECT_EQ(rest.back().seq(), GetJob(daemon, id).last_seq());
+}
+
+// The daemon vanishes while mpsctl follows with reconnecting on: once --reconnect-timeout
+// passed, mpsctl says the daemon went away and exits 2 ("cannot reach mpsd"), as every other
+// command does for a missing daemon, with how to resume.
+TEST(MpsctlLostDaemonTest, FollowThatGivesUpReconnectingSaysTheDaemonWentAway) {
+  TempDir dir;
+  Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
+  const std::string config = dir.str() + "/mpsd.yaml";
+  WriteFile(config, "heartbeat_interval_s: 1\n");  // mpsctl's silence limit: 2 × 1 s + 5 s
+  ASSERT_NO_FATAL_FAILURE(daemon.Start({"--config", config}));
+  const std::string job_file = dir.str() + "/long.yaml";
+  WriteFile(job_file, LongJobYaml());
+  CommandResult submitted =
+      RunCommand({MpsctlPath(), "--server", daemon.address(), "submit", job_file});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id(absl::StripSuffix(submitted.out, "\n"));
+
+  BackgroundCommand follow({MpsctlPath(), "--server", daemon.address(), "--reconnect-timeout",
+                            "2", "--json", "logs", id, "--follow"});
+  ASSERT_TRUE(PollUntil([&] { return absl::StrContains(follow.out(), R"("step":)"); }));
+  daemon.Stop(SIGKILL);
+  CommandResult lost = follow.Wait();
+  EXPECT_EQ(lost.exit_code, 2) << lost.err;
+  const std::vector<JobEvent> seen = ParseEventLines(lost.out);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_THAT(lost.err, HasSubstr(absl::StrCat("mpsctl: mpsd at ", daemon.address(),
+                                               " went away while following job ", id,
+                                               " and did not come back within 2s "
+                                               "(--reconnect-timeout)\n")));
+  EXPECT_THAT(lost.err, EndsWith(absl::StrCat("mpsctl: job ", id,
+                                              " may still be running; resume with: mpsctl logs ",
+                                              id, " --follow --after ", seen.back().seq(), "\n")));
 }
 
 }  // namespace

@@ -82,21 +82,10 @@ class QueueE2eTest : public ::testing::Test {
     EXPECT_EQ(submitted.exit_code, 0) << submitted.err;
     return std::string(absl::StripSuffix(submitted.out, "\n"));
   }
-  Job Submit(const SubmitJobRequest& request) {
-    absl::StatusOr<Job> job = rpc::Submit(*daemon_, request);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.value_or(Job());
-  }
-  Job Get(const std::string& id) {
-    absl::StatusOr<Job> job = rpc::Get(*daemon_, id);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.value_or(Job());
-  }
-  Job WaitForEnd(const std::string& id) {
-    absl::StatusOr<Job> job = rpc::WaitForEnd(*daemon_, id);
-    EXPECT_TRUE(job.ok()) << job.status();
-    return job.value_or(Job());
-  }
+  // The calls on this test's daemon (tests/e2e/daemon.h, rpc_ok).
+  Job Submit(const SubmitJobRequest& request) { return rpc_ok::Submit(*daemon_, request); }
+  Job Get(const std::string& id) { return rpc_ok::Get(*daemon_, id); }
+  Job WaitForEnd(const std::string& id) { return rpc_ok::WaitForEnd(*daemon_, id); }
   void Pause() {
     CommandResult paused = Mpsctl({"pause"});
     ASSERT_EQ(paused.exit_code, 0) << paused.err;
@@ -544,6 +533,36 @@ TEST_F(QueueE2eTest, CompareShowsTheDifferingKeysAndFinalMetrics) {
   EXPECT_THAT(compared.out, HasSubstr("test_accuracy,"));
   EXPECT_THAT(compared.out, ::testing::Not(HasSubstr("batch_size")));  // the same in both
   EXPECT_EQ(Mpsctl({"compare", ja.id()}).exit_code, 64);
+}
+
+// compare shows what the jobs ran with: a default equals the same value written out, an sgd
+// job's default learning rate (0.01) differs from adam's (0.001), and the request_id mpsctl
+// makes up for every submit is not a difference.
+TEST_F(QueueE2eTest, CompareAppliesDefaultsAndSkipsRequestIds) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ASSERT_NO_FATAL_FAILURE(Pause());  // nothing needs to run
+  const std::string implicit = SubmitFile("implicit.yaml", kJobFileHead);
+  std::string explicit_yaml = kJobFileHead;
+  explicit_yaml.replace(explicit_yaml.find("optimizer: {name: adam}"), 23,
+                        "optimizer: {name: adam, learning_rate: 0.001, betas: [0.9, 0.999]}\n"
+                        "batch_size: 64\nprecision: fp32");
+  const std::string spelled_out = SubmitFile("explicit.yaml", explicit_yaml);
+  std::string sgd_yaml = kJobFileHead;
+  sgd_yaml.replace(sgd_yaml.find("optimizer: {name: adam}"), 23, "optimizer: {name: sgd}");
+  const std::string sgd = SubmitFile("sgd.yaml", sgd_yaml);
+  ASSERT_NE(Get(implicit).spec().request_id(), Get(spelled_out).spec().request_id());
+
+  CommandResult same = Mpsctl({"compare", implicit, spelled_out, "--format", "csv"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(same.out, absl::StrCat("KEY,job ", implicit, ",job ", spelled_out,
+                                   "\nstate,QUEUED,QUEUED\ntest_accuracy,-,-\ntest_loss,-,-\n"
+                                   "final_train_loss,-,-\nsamples_per_second,-,-\n"
+                                   "total_time_s,-,-\n"));
+  CommandResult other = Mpsctl({"compare", implicit, sgd, "--format", "csv"});
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_THAT(other.out, HasSubstr("\noptimizer.learning_rate,0.001,0.01\n"));
+  EXPECT_THAT(other.out, HasSubstr("\noptimizer.name,adam,sgd\n"));
+  EXPECT_THAT(other.out, ::testing::Not(HasSubstr("request_id")));
 }
 
 }  // namespace

@@ -195,13 +195,41 @@ def _fill_request_fields(request, doc, errors):
             errors.append(str(e))
 
 
+class _AliasFound(Exception):
+    """A YAML alias (*name) in a job file, at `mark`."""
+
+    def __init__(self, mark):
+        super().__init__("YAML alias")
+        self.mark = mark
+
+
+def _loader_without_aliases():
+    """yaml.BaseLoader (every scalar a string) that refuses aliases, as mpsctl does
+    (client/job_file.cc): an alias shares its node, and walking the document would visit that
+    node once per path to it, exponential in the nesting ("billion laughs")."""
+    import yaml
+
+    class Loader(yaml.BaseLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise _AliasFound(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+    return Loader
+
+
 def parse_job_file(text: str, filename: str) -> pb2.SubmitJobRequest:
     """`text` of a job file → SubmitJobRequest; raises JobFileError naming file and paths.
 
-    Needs PyYAML. Relative paths stay as written (read_job_file makes them absolute)."""
+    Needs PyYAML. Relative paths stay as written (read_job_file makes them absolute). YAML
+    aliases (*name) are refused, naming the line and column, as mpsctl refuses them."""
     import yaml
     try:
-        documents = list(yaml.load_all(text, Loader=yaml.BaseLoader))
+        documents = list(yaml.load_all(text, Loader=_loader_without_aliases()))
+    except _AliasFound as e:
+        where = "%s:%d:%d" % (filename, e.mark.line + 1, e.mark.column + 1)
+        raise JobFileError("%s: YAML aliases (*name) are not supported in a job file: write the "
+                           "value out" % where) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = "%s:%d:%d" % (filename, mark.line + 1, mark.column + 1) if mark else filename

@@ -1,0 +1,88 @@
+// The daemon's documented defaults, written into a spec (client/spec_defaults.h).
+#include "client/spec_defaults.h"
+
+#include <string>
+
+namespace mpsd::client {
+namespace {
+
+void DefaultString(std::string* value, const char* fallback) {
+  if (value->empty()) *value = fallback;
+}
+
+void OptimizerDefaults(v1::OptimizerSpec& o) {
+  DefaultString(o.mutable_name(), "adam");
+  const bool sgd = o.name() == "sgd";
+  if (!o.has_learning_rate()) o.set_learning_rate(sgd ? 1e-2 : 1e-3);  // torch.optim's
+  if (!o.has_weight_decay()) o.set_weight_decay(o.name() == "adamw" ? 1e-2 : 0);
+  if (sgd) {
+    if (!o.has_momentum()) o.set_momentum(0);
+    return;
+  }
+  if (o.betas().empty()) {
+    o.add_betas(0.9);
+    o.add_betas(0.999);
+  }
+  if (!o.has_eps()) o.set_eps(1e-8);
+}
+
+void ScheduleDefaults(v1::ScheduleSpec& s, double learning_rate) {
+  DefaultString(s.mutable_name(), "constant");
+  if (s.name() == "step") {
+    if (!s.has_step_size_epochs()) s.set_step_size_epochs(1);
+    if (!s.has_gamma()) s.set_gamma(0.1);
+  } else if (s.name() == "cosine") {
+    if (!s.has_warmup_steps() && !s.has_warmup_epochs()) s.set_warmup_steps(0);
+    if (!s.has_min_lr()) s.set_min_lr(0);
+  } else if (s.name() == "onecycle") {  // OneCycleLR's defaults
+    if (!s.has_max_lr()) s.set_max_lr(learning_rate);
+    if (!s.has_pct_start()) s.set_pct_start(0.3);
+    if (!s.has_div_factor()) s.set_div_factor(25);
+    if (!s.has_final_div_factor()) s.set_final_div_factor(1e4);
+    DefaultString(s.mutable_anneal_strategy(), "cos");
+    if (!s.has_cycle_momentum()) s.set_cycle_momentum(true);
+    if (!s.has_base_momentum()) s.set_base_momentum(0.85);
+    if (!s.has_max_momentum()) s.set_max_momentum(0.95);
+  }
+}
+
+void TrainJobDefaults(v1::TrainJob& job) {
+  if (!job.has_batch_size()) job.set_batch_size(64);
+  if (!job.has_epochs()) job.set_epochs(1);
+  if (!job.has_grad_accumulation_steps()) job.set_grad_accumulation_steps(1);
+  if (!job.has_eval_every_epochs()) job.set_eval_every_epochs(1);
+  DefaultString(job.mutable_device(), "auto");
+  DefaultString(job.mutable_precision(), "fp32");
+  DefaultString(job.mutable_memory_format(), "contiguous");
+  DefaultString(job.mutable_restart_policy(), "none");
+  OptimizerDefaults(*job.mutable_optimizer());
+  ScheduleDefaults(*job.mutable_schedule(), job.optimizer().learning_rate());
+  v1::DatasetSpec& dataset = *job.mutable_dataset();
+  if (dataset.name() == "image_folder" || dataset.name() == "tensors") {
+    DefaultString(dataset.mutable_placement(), "auto");
+  }
+  if (dataset.has_image_folder()) {
+    v1::ImageFolderSpec& folder = *dataset.mutable_image_folder();
+    if (!folder.has_channels()) folder.set_channels(3);
+    DefaultString(folder.mutable_on_bad_image(), "fail");
+  }
+}
+
+void BenchJobDefaults(v1::BenchJob& job) {
+  if (!job.has_warmup_iters()) job.set_warmup_iters(5);
+  if (!job.has_iters()) job.set_iters(20);
+  DefaultString(job.mutable_mode(), "inference");
+  if (job.devices().empty()) job.add_devices("all");
+  if (job.precisions().empty()) job.add_precisions("fp32");
+  if (job.memory_formats().empty()) job.add_memory_formats("contiguous");
+}
+
+}  // namespace
+
+v1::SubmitJobRequest WithDefaults(v1::SubmitJobRequest request) {
+  if (request.has_train_job()) TrainJobDefaults(*request.mutable_train_job());
+  if (request.has_bench_job()) BenchJobDefaults(*request.mutable_bench_job());
+  return request;
+}
+
+}  // namespace mpsd::client
