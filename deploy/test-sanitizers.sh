@@ -6,7 +6,9 @@
 #                torch-free readers' tests (IDX, CIFAR-10), and tests/fuzz's targets, each run
 #                for MPSD_FUZZ_SECONDS (default 30, libFuzzer seed MPSD_FUZZ_SEED, default 1)
 #                from its seed corpus.
-#   build-tsan/  ThreadSanitizer: the daemon, mpsctl and the same tests.
+#   build-tsan/  ThreadSanitizer: the daemon, mpsctl and the same tests; what Debian's abseil and
+#                gRPC (built without TSan) order is told to TSan by tests/sanitizers/tsan_*_sync.cc,
+#                and tests/sanitizers/tsan.supp names the library calls left (README: Sanitizers).
 # Neither links LibTorch (MPSD_WITH_TORCH=OFF): mpsd-executor, the trainer and the end-to-end
 # tests stay in the main build. MPSD_SANITIZERS="asan tsan fuzz" picks the parts (default all).
 set -euo pipefail
@@ -65,12 +67,45 @@ if [[ " $parts " == *" fuzz "* ]]; then
 fi
 if [[ " $parts " == *" tsan "* ]]; then
   echo "test-sanitizers: TSan build (build-tsan/)"
-  # Debian's libabsl has no TSan annotations: tests/sanitizers/tsan_absl_sync.cc adds them,
-  # linked into every program.
+  # Debian's libabsl and libgrpc are built without TSan: tests/sanitizers/tsan_absl_sync.cc
+  # (absl::Mutex, CondVar, Notification) and tsan_grpc_sync.cc (an operation's start before its
+  # completion) tell TSan what they order, linked into every program. The objects are in the
+  # link flags, which CMake does not track: when one changed, the programs linked with the old
+  # one are removed so that the build links them again.
   mkdir -p build-tsan
-  clang++-14 -std=c++17 -fsanitize=thread -O1 -g -c tests/sanitizers/tsan_absl_sync.cc \
-    -o build-tsan/tsan_absl_sync.o
-  configure build-tsan "-fsanitize=thread" "-fsanitize=thread $PWD/build-tsan/tsan_absl_sync.o -ldl"
+  sync_objects=""
+  relink=0
+  for sync in tsan_absl_sync tsan_grpc_sync; do
+    clang++-14 -std=c++17 -fsanitize=thread -O1 -g -c "tests/sanitizers/$sync.cc" \
+      -o "build-tsan/$sync.o.new"
+    if cmp -s "build-tsan/$sync.o.new" "build-tsan/$sync.o"; then
+      rm "build-tsan/$sync.o.new"
+    else
+      mv "build-tsan/$sync.o.new" "build-tsan/$sync.o"
+      relink=1
+    fi
+    sync_objects+=" $PWD/build-tsan/$sync.o"
+  done
+  if [ "$relink" = 1 ]; then
+    find build-tsan -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print | xargs -r rm -f
+  fi
+  configure build-tsan "-fsanitize=thread" "-fsanitize=thread$sync_objects -ldl"
   cmake --build build-tsan -j "$jobs"
+  # The canary: what absl orders is not reported, what it does not order is (66: TSan's code).
+  clang++-14 -std=c++17 -fsanitize=thread -O1 -g tests/sanitizers/tsan_canary.cc $sync_objects \
+    -labsl_synchronization -ldl -o build-tsan/tsan_canary
+  if ! build-tsan/tsan_canary ordered >build-tsan/tsan_canary.log 2>&1; then
+    cat build-tsan/tsan_canary.log
+    echo "test-sanitizers: TSan reported tests/sanitizers/tsan_canary.cc's ordered access" >&2
+    exit 1
+  fi
+  canary=0
+  build-tsan/tsan_canary race >build-tsan/tsan_canary.log 2>&1 || canary=$?
+  if [ "$canary" != 66 ] || ! grep -q "data race.*tsan_canary.cc" build-tsan/tsan_canary.log; then
+    cat build-tsan/tsan_canary.log
+    echo "test-sanitizers: TSan did not report tests/sanitizers/tsan_canary.cc's race" >&2
+    exit 1
+  fi
+  echo "test-sanitizers: tsan_canary: the ordered access passes, the race is reported"
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 600
 fi

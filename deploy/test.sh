@@ -5,10 +5,10 @@ cd "$(dirname "$0")/.."
 if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh; fi
 deploy/build.sh
 ctest --test-dir "${MPSD_BUILD_DIR:-build}" --output-on-failure -j 2 --timeout 600
-# The ASan+UBSan build (clang-14, torch-free) running the server, client and reader tests, and a
-# smoke run of the libFuzzer targets. MPSD_SANITIZERS="" skips them; "asan tsan fuzz" adds the
-# TSan build (not yet run through here: see deploy/test-sanitizers.sh).
-export MPSD_SANITIZERS="${MPSD_SANITIZERS-asan fuzz}"
+# The ASan+UBSan and TSan builds (clang-14, torch-free) running the server, client and reader
+# tests, and a smoke run of the libFuzzer targets (deploy/test-sanitizers.sh). MPSD_SANITIZERS=""
+# skips them; "asan", "tsan", "fuzz" or any two run those parts.
+export MPSD_SANITIZERS="${MPSD_SANITIZERS-asan tsan fuzz}"
 if [ -n "$MPSD_SANITIZERS" ]; then deploy/test-sanitizers.sh; fi
 # The .deb: built from this tree, installed, started as the service, used, removed.
 MPSD_BUILD_DIR="${MPSD_BUILD_DIR:-build}" deploy/test-package.sh

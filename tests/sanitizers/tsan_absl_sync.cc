@@ -1,18 +1,21 @@
 // ThreadSanitizer builds only (deploy/test-sanitizers.sh links this object into every program
-// of build-tsan/): tells TSan about the happens-before edges of absl::Mutex and absl::CondVar.
-// Debian's libabsl is compiled without TSan, so its locks are invisible to TSan (they use futex
-// directly), and everything they guard would be reported as a race. Each wrapper here replaces
-// the library's function (a definition in the program interposes on the shared library's, for
-// every caller: our code, gRPC's and abseil's own) and calls it through dlsym(RTLD_NEXT):
-// a lock acquires the mutex's address, an unlock releases it, a wait does both. Accesses that
-// absl makes on another thread while it evaluates a waiter's Condition inside Unlock are not
-// ordered by this; tests/sanitizers/tsan.supp suppresses reports under these wrappers' Unlock.
+// of build-tsan/): tells TSan about the happens-before edges of absl::Mutex, absl::CondVar and
+// absl::Notification. Debian's libabsl is compiled without TSan, so its locks are invisible to
+// TSan (they use futex directly), and everything they guard would be reported as a race. Each
+// wrapper here replaces the library's function (a definition in the program interposes on the
+// shared library's, for every caller: our code, gRPC's and abseil's own) and calls it through
+// dlsym(RTLD_NEXT): a lock acquires the mutex's address, an unlock releases it, a wait does both.
+// A waiter's Condition is evaluated inside the library, by the waiter after a wake-up it never
+// returns to us for, or by another thread inside its Unlock; every wrapper that takes a
+// Condition hands the library one that acquires the mutex before it calls the caller's and
+// releases it after (the library evaluates a Condition only while it owns the mutex).
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
 extern "C" void __tsan_acquire(void* addr);
@@ -29,6 +32,27 @@ F Real(const char* mangled) {
   }
   return reinterpret_cast<F>(f);
 }
+
+// The caller's Condition, evaluated between an acquire and a release of its mutex.
+class AnnotatedCondition {
+ public:
+  AnnotatedCondition(absl::Mutex* mu, const absl::Condition& cond) : mu_(mu), cond_(&cond) {}
+  absl::Condition Get() { return absl::Condition(&AnnotatedCondition::Eval, this); }
+
+ private:
+  static bool Eval(AnnotatedCondition* self) {
+    // Condition::Eval through dlsym too: this object must link without libabsl (CMake's
+    // compiler check links a program with these flags and nothing else).
+    static const auto eval =
+        Real<bool (*)(const absl::Condition*)>("_ZNK4absl7debian39Condition4EvalEv");
+    __tsan_acquire(self->mu_);
+    const bool result = eval(self->cond_);
+    __tsan_release(self->mu_);
+    return result;
+  }
+  absl::Mutex* mu_;
+  const absl::Condition* cond_;
+};
 
 }  // namespace
 
@@ -70,41 +94,56 @@ void Mutex::ReaderUnlock() {
   real(this);
 }
 void Mutex::LockWhen(const Condition& cond) {
-  MPSD_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  MPSD_REAL(void (*)(Mutex*, const Condition&),
+            "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
+  real(this, AnnotatedCondition(this, cond).Get());
   __tsan_acquire(this);
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
   MPSD_REAL(void (*)(Mutex*, const Condition&),
             "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  real(this, AnnotatedCondition(this, cond).Get());
   __tsan_acquire(this);
 }
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   MPSD_REAL(bool (*)(Mutex*, const Condition&, Duration),
             "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool result = real(this, cond, timeout);
+  const bool result = real(this, AnnotatedCondition(this, cond).Get(), timeout);
   __tsan_acquire(this);
   return result;
 }
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   MPSD_REAL(bool (*)(Mutex*, const Condition&, Time),
             "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool result = real(this, cond, deadline);
+  const bool result = real(this, AnnotatedCondition(this, cond).Get(), deadline);
+  __tsan_acquire(this);
+  return result;
+}
+bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
+  MPSD_REAL(bool (*)(Mutex*, const Condition&, Duration),
+            "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  const bool result = real(this, AnnotatedCondition(this, cond).Get(), timeout);
+  __tsan_acquire(this);
+  return result;
+}
+bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
+  MPSD_REAL(bool (*)(Mutex*, const Condition&, Time),
+            "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  const bool result = real(this, AnnotatedCondition(this, cond).Get(), deadline);
   __tsan_acquire(this);
   return result;
 }
 void Mutex::Await(const Condition& cond) {
   MPSD_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
   __tsan_release(this);
-  real(this, cond);
+  real(this, AnnotatedCondition(this, cond).Get());
   __tsan_acquire(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   MPSD_REAL(bool (*)(Mutex*, const Condition&, Duration),
             "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   __tsan_release(this);
-  const bool result = real(this, cond, timeout);
+  const bool result = real(this, AnnotatedCondition(this, cond).Get(), timeout);
   __tsan_acquire(this);
   return result;
 }
@@ -112,7 +151,7 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   MPSD_REAL(bool (*)(Mutex*, const Condition&, Time),
             "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   __tsan_release(this);
-  const bool result = real(this, cond, deadline);
+  const bool result = real(this, AnnotatedCondition(this, cond).Get(), deadline);
   __tsan_acquire(this);
   return result;
 }
@@ -137,6 +176,34 @@ bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   const bool result = real(this, mu, deadline);
   __tsan_acquire(mu);
   return result;
+}
+
+// Notify's store and WaitForNotification's fast path (already notified: no lock taken) are
+// atomics inside the library: a release on Notify, an acquire once a wait sees it.
+void Notification::Notify() {
+  MPSD_REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv");
+  __tsan_release(this);
+  real(this);
+}
+void Notification::WaitForNotification() const {
+  MPSD_REAL(void (*)(const Notification*),
+            "_ZNK4absl7debian312Notification19WaitForNotificationEv");
+  real(this);
+  __tsan_acquire(const_cast<Notification*>(this));
+}
+bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
+  MPSD_REAL(bool (*)(const Notification*, Duration),
+            "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
+  const bool notified = real(this, timeout);
+  if (notified) __tsan_acquire(const_cast<Notification*>(this));
+  return notified;
+}
+bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
+  MPSD_REAL(bool (*)(const Notification*, Time),
+            "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
+  const bool notified = real(this, deadline);
+  if (notified) __tsan_acquire(const_cast<Notification*>(this));
+  return notified;
 }
 
 #undef MPSD_REAL
