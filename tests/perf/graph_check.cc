@@ -91,6 +91,20 @@ const std::vector<Case>& Cases() {
          j.set_grad_clip_norm(1.0);
          j.set_label_smoothing(0.1);
        }, 5e-2, 1e-3},
+      // Augmentation inside the graph: the crop offsets and flips come from the default CUDA
+      // generator in both paths, so the same draws reach the same step.
+      {"sgd nesterov onecycle augmentation (crop 4, flip)", [](TrainJob& j) {
+         Sgd(j, true);
+         OneCycle(j);
+         j.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(4);
+         j.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
+       }, 5e-2, 1e-4},
+      {"adam bf16 channels_last augmentation (crop 2, flip)", [](TrainJob& j) {
+         j.set_precision("bf16");
+         j.set_memory_format("channels_last");
+         j.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(2);
+         j.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
+       }, 5e-2, 1e-3},
   };
   return cases;
 }
