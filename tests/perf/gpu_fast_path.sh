@@ -67,7 +67,7 @@ rm -f "$RAW"/*.json "$RAW"/*.jsonl "$RAW"/*.txt
 say "environment"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "mpsd source: $(cat "$WORK/src/.commit" 2>/dev/null || echo "(git archive of the commit named in RESULTS.md)")"
+  echo "mpsd source: commit ${MPSD_COMMIT:-(not given: set MPSD_COMMIT)} (git archive)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit \
     --format=csv 2>&1
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
