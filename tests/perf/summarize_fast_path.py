@@ -114,48 +114,48 @@ def busy_time(intervals):
 
 
 def analyse_trace(path):
-    """What the profiled steps spent: the host's ProfilerStep ranges, the device's kernels (union
-    = busy time) and copies over the same window, and the kernels that took longest."""
+    """What the profiled steps spent. Kineto marks each ProfilerStep#N twice: on the host
+    ("user_annotation": the host's time to queue the step) and on the device
+    ("gpu_user_annotation": from the step's first kernel to its last). Per step (medians): the
+    device span, the device's busy time in it (the union of its kernels and copies), the gaps
+    between them, the kernel count; and the kernels that took longest, per step."""
     root = load_json(path)
     if root is None:
         return None
-    events = root.get("traceEvents", root) if isinstance(root, dict) else root
-    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
-    if not steps:
+    events = root.get("traceEvents", []) if isinstance(root, dict) else root
+    host = [e for e in events if e.get("cat") == "user_annotation"
+            and str(e.get("name", "")).startswith("ProfilerStep#")]
+    device = [e for e in events if e.get("cat") == "gpu_user_annotation"
+              and str(e.get("name", "")).startswith("ProfilerStep#")]
+    if not host:  # the legacy profiler (LibTorch 1.13): host ranges only
+        host = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    if not host:
         return {"steps": 0}
-    start = min(e["ts"] for e in steps)
-    host_end = max(e["ts"] + e.get("dur", 0) for e in steps)
-    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("ts", 0) >= start]
-    copies = [e for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset")
-              and e.get("ts", 0) >= start]
-    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
-               and start <= e.get("ts", 0) <= host_end]
-    end = max([host_end] + [e["ts"] + e.get("dur", 0) for e in kernels + copies])
-    window = end - start
-    busy = busy_time([(e["ts"], e["ts"] + e.get("dur", 0)) for e in kernels + copies])
-    by_name = {}
-    for e in kernels:
-        by_name.setdefault(e["name"], [0, 0.0])
-        by_name[e["name"]][0] += 1
-        by_name[e["name"]][1] += e.get("dur", 0)
+    work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    spans, busy, counts, by_name = [], [], [], {}
+    for step in device:
+        start, end = step["ts"], step["ts"] + step.get("dur", 0)
+        inside = [e for e in work if start <= e["ts"] < end]
+        spans.append(end - start)
+        busy.append(busy_time([(e["ts"], min(end, e["ts"] + e.get("dur", 0))) for e in inside]))
+        counts.append(sum(1 for e in inside if e.get("cat") == "kernel"))
+        for e in inside:
+            entry = by_name.setdefault(e["name"], [0, 0.0])
+            entry[0] += 1
+            entry[1] += e.get("dur", 0)
+    n = max(1, len(device))
+    total = sum(d for _, d in by_name.values()) or 1e-9
     top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:8]
-    calls = {}
-    for e in runtime:
-        calls.setdefault(e["name"], [0, 0.0])
-        calls[e["name"]][0] += 1
-        calls[e["name"]][1] += e.get("dur", 0)
-    n = len(steps)
-    return {"steps": n, "window_us_per_step": window / n, "busy_us_per_step": busy / n,
-            "busy_fraction": busy / window if window else None,
-            "host_us_per_step": statistics.mean(e.get("dur", 0) for e in steps),
-            "kernels_per_step": len(kernels) / n, "copies_per_step": len(copies) / n,
-            "kernel_us_per_step": sum(e.get("dur", 0) for e in kernels) / n,
-            "top_kernels": [{"name": k, "calls_per_step": c / n, "us_per_step": d / n,
-                             "share": d / max(1e-9, sum(e.get("dur", 0) for e in kernels))}
-                            for k, (c, d) in top],
-            "runtime_calls": sorted(({"name": k, "calls_per_step": c / n, "us_per_step": d / n}
-                                     for k, (c, d) in calls.items()),
-                                    key=lambda r: -r["us_per_step"])[:6]}
+    median = statistics.median
+    result = {"steps": len(host), "host_us_per_step": median(e.get("dur", 0) for e in host)}
+    if device:
+        result.update(
+            device_span_us=median(spans), device_busy_us=median(busy),
+            device_gap_us=median(s - b for s, b in zip(spans, busy)),
+            kernels_per_step=median(counts),
+            top_kernels=[{"name": k, "calls_per_step": c / n, "us_per_step": d / n,
+                          "share": d / total} for k, (c, d) in top])
+    return result
 
 
 def trace_section(name, t):
@@ -163,20 +163,21 @@ def trace_section(name, t):
     if not t or not t.get("steps"):
         out[0] += "no trace."
         return out
-    out[0] += (f"{t['steps']} steps; per step {t['window_us_per_step']:.0f} µs from the step's "
-               f"start to its last kernel's end, the device busy {t['busy_us_per_step']:.0f} µs "
-               f"of it ({100 * t['busy_fraction']:.0f}%), {t['kernels_per_step']:.0f} kernels "
-               f"({t['kernel_us_per_step']:.0f} µs summed) and {t['copies_per_step']:.0f} copies/"
-               f"memsets; the host's ProfilerStep range {t['host_us_per_step']:.0f} µs.")
-    out += ["", "| kernel | calls/step | µs/step | share of kernel time |", "|---|---:|---:|---:|"]
+    if "device_span_us" not in t:
+        out[0] += (f"{t['steps']} steps, host ranges only (median {t['host_us_per_step']:.0f} µs).")
+        return out
+    out[0] += (f"{t['steps']} steps; per step (median) the device works from the step's first "
+               f"to its last kernel for {t['device_span_us']:.0f} µs, busy {t['device_busy_us']:.0f}"
+               f" µs of it ({100 * t['device_busy_us'] / max(1e-9, t['device_span_us']):.0f}%: "
+               f"{t['kernels_per_step']:.0f} kernels and the copies), idle between them "
+               f"{t['device_gap_us']:.0f} µs; the host queues a step in "
+               f"{t['host_us_per_step']:.0f} µs.")
+    out += ["", "| kernel (or copy) | calls/step | µs/step | share of the step's device time |",
+            "|---|---:|---:|---:|"]
     for k in t["top_kernels"]:
         label = k["name"] if len(k["name"]) <= 90 else k["name"][:87] + "..."
         out.append(f"| `{label}` | {k['calls_per_step']:.1f} | {k['us_per_step']:.1f} | "
                    f"{100 * k['share']:.1f}% |")
-    if t["runtime_calls"]:
-        out += ["", "Host calls into CUDA in the window: " + ", ".join(
-            f"{r['name']} {r['calls_per_step']:.1f}×/step {r['us_per_step']:.0f} µs"
-            for r in t["runtime_calls"]) + "."]
     return out
 
 
@@ -425,8 +426,9 @@ def main():
     out += resnet_lines + [""]
     out += ["### Where a step's time goes: LibTorch's profiler on mpsd jobs (`profile:`)", "",
             "From the Chrome traces the profiled jobs wrote (raw.tar.gz: trace_*.json; open in "
-            "ui.perfetto.dev). Busy = the union of the device's kernels and copies over the "
-            "window from the first profiled step's start to the last kernel's end.", ""]
+            "ui.perfetto.dev): Kineto's device range of each ProfilerStep (first to last kernel "
+            "of the step), the union of the kernels and copies in it (busy), and the rest "
+            "(idle: launch gaps between kernels, waits).", ""]
     for name, t in traces.items():
         out += trace_section(name, t) + [""]
     text = "\n".join(out)
