@@ -8,6 +8,7 @@ whose input is missing show "—" rather than vanish."""
 import argparse
 import json
 import os
+import re
 import statistics
 
 
@@ -113,6 +114,21 @@ def busy_time(intervals):
     return total
 
 
+KINDS = (  # (kind, a regular expression on the kernel's name); the first that matches
+    ("convolutions and GEMMs (cuDNN, cuBLAS, their layout transposes)",
+     r"xmma|cutlass|cudnn|wgrad|implicit|winograd|convolve|gemm|nchwTo|nhwcTo"),
+    ("the optimizer (fused Adam, multi-tensor SGD)", r"multi_tensor_apply|fused_adam"),
+    ("reductions (bias gradients, loss, correct count)", r"reduce_kernel"),
+    ("max-pool forward and backward", r"max_pool"),
+    ("copies and memsets", r"(?i)memset|memcpy"),
+    ("other elementwise (ReLU, dropout, casts, loss)", r"."),
+)
+
+
+def kind_of(name):
+    return next(kind for kind, pattern in KINDS if re.search(pattern, name))
+
+
 def analyse_trace(path):
     """What the profiled steps spent. Kineto marks each ProfilerStep#N twice: on the host
     ("user_annotation": the host's time to queue the step) and on the device
@@ -132,7 +148,7 @@ def analyse_trace(path):
     if not host:
         return {"steps": 0}
     work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    spans, busy, counts, by_name = [], [], [], {}
+    spans, busy, counts, by_name, by_kind = [], [], [], {}, {}
     for step in device:
         start, end = step["ts"], step["ts"] + step.get("dur", 0)
         inside = [e for e in work if start <= e["ts"] < end]
@@ -143,6 +159,8 @@ def analyse_trace(path):
             entry = by_name.setdefault(e["name"], [0, 0.0])
             entry[0] += 1
             entry[1] += e.get("dur", 0)
+            kind = kind_of(e["name"])
+            by_kind[kind] = by_kind.get(kind, 0.0) + e.get("dur", 0)
     n = max(1, len(device))
     total = sum(d for _, d in by_name.values()) or 1e-9
     top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:8]
@@ -153,6 +171,8 @@ def analyse_trace(path):
             device_span_us=median(spans), device_busy_us=median(busy),
             device_gap_us=median(s - b for s, b in zip(spans, busy)),
             kernels_per_step=median(counts),
+            kinds=[{"kind": k, "us_per_step": d / n, "share": d / total}
+                   for k, d in sorted(by_kind.items(), key=lambda kv: -kv[1])],
             top_kernels=[{"name": k, "calls_per_step": c / n, "us_per_step": d / n,
                           "share": d / total} for k, (c, d) in top])
     return result
@@ -172,6 +192,9 @@ def trace_section(name, t):
                f"{t['kernels_per_step']:.0f} kernels and the copies), idle between them "
                f"{t['device_gap_us']:.0f} µs; the host queues a step in "
                f"{t['host_us_per_step']:.0f} µs.")
+    out += ["", "| kind of kernel | µs/step | share |", "|---|---:|---:|"]
+    out += [f"| {k['kind']} | {k['us_per_step']:.1f} | {100 * k['share']:.1f}% |"
+            for k in t.get("kinds", [])]
     out += ["", "| kernel (or copy) | calls/step | µs/step | share of the step's device time |",
             "|---|---:|---:|---:|"]
     for k in t["top_kernels"]:
