@@ -80,6 +80,10 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   if (!s.checkpoint_path().empty()) {
     absl::StrAppend(&out, indent, "checkpoint: ", s.checkpoint_path(), "\n");
   }
+  if (!s.profile_path().empty()) {
+    absl::StrAppend(&out, indent, "profile: ", s.profile_path(), " (steps ",
+                    s.profile_first_step(), "-", s.profile_last_step(), ", Chrome trace)\n");
+  }
 
   const v1::MemoryStats& m = s.memory();
   const bool no_memory = m.allocated_before_bytes() == 0 && m.peak_allocated_bytes() == 0 &&

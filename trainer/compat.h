@@ -10,12 +10,24 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/memory.h"
+
+// LibTorch's profiler: Kineto (torch.profiler's engine; on CUDA also the kernels, through CUPTI)
+// in LibTorch 2.x; the legacy profiler (host operators only) in 1.13, as Debian builds it
+// without Kineto.
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/autograd/profiler_kineto.h>
+#else
+#include <torch/csrc/autograd/profiler_legacy.h>
+#endif
 
 // MPS exists from LibTorch 2 on, and only on Apple. MPSD_MPS_COMPILE_CHECK (CMake option
 // -DMPSD_MPS_COMPILE_CHECK=ON) compiles the MPS branches off Apple too, against a LibTorch 2.x
@@ -654,6 +666,57 @@ class AutocastGuard {
   bool previous_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::kFloat;
   bool previous_cache_enabled_ = true;
+};
+
+// One recording of LibTorch's profiler, from construction to Stop (or destruction): the
+// operators run on the constructing thread and the autograd threads it starts, and with `cuda`
+// (LibTorch 2.x) the device's kernels and copies. Stop writes a Chrome-trace JSON file to
+// `path` (chrome://tracing, https://ui.perfetto.dev): Kineto's trace ({"traceEvents": [...]})
+// in 2.x, the legacy profiler's event array in 1.13. One at a time per process; not
+// thread-safe. Throws c10::Error where LibTorch refuses (a profiler already running).
+class ProfilerSession {
+ public:
+  ProfilerSession(std::string path, bool cuda) : path_(std::move(path)) {
+#if TORCH_VERSION_MAJOR >= 2
+    namespace impl = torch::profiler::impl;
+    const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+    std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
+    if (cuda) activities.insert(impl::ActivityType::CUDA);
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+    running_ = true;
+#else
+    (void)cuda;  // 1.13's legacy profiler records host operators only
+    legacy_ = std::make_unique<torch::autograd::profiler::RecordProfile>(path_);
+#endif
+  }
+  ~ProfilerSession() {
+    try {
+      Stop();
+    } catch (const std::exception&) {  // a destructor does not throw; Stop's caller sees errors
+    }
+  }
+  ProfilerSession(const ProfilerSession&) = delete;
+  ProfilerSession& operator=(const ProfilerSession&) = delete;
+
+  // Stops recording and writes the trace; later calls do nothing.
+  void Stop() {
+#if TORCH_VERSION_MAJOR >= 2
+    if (!running_) return;
+    running_ = false;
+    torch::autograd::profiler::disableProfiler()->save(path_);
+#else
+    legacy_.reset();  // RecordProfile writes its file when destroyed
+#endif
+  }
+
+ private:
+  const std::string path_;
+#if TORCH_VERSION_MAJOR >= 2
+  bool running_ = false;
+#else
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> legacy_;
+#endif
 };
 
 }  // namespace mpsd::trainer::compat

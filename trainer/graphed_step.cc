@@ -44,7 +44,6 @@ std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
     return "fp16 with loss scaling runs eagerly";
   }
   if (request.grad_accumulation_steps != 1) return "gradient accumulation runs eagerly";
-  if (request.augmentation) return "augmentation runs eagerly";
   if (request.cycles_momentum && request.optimizer != OptimizerKind::kSgd) {
     return "the schedule cycles adam's beta1, a number in the fused kernel's arguments";
   }
@@ -240,6 +239,15 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
 
 GraphedStep::~GraphedStep() = default;
 
+torch::Tensor GraphedStep::Batch(const torch::Tensor& index) {
+  torch::Tensor batch = GatherRows(images_, index);
+  if (!options_.augmentation.enabled()) return batch;
+  at::Generator generator = at::globalContext().defaultGenerator(images_.device());
+  // Augment's crop gathers into NCHW: back into the resident images' layout (channels_last).
+  return Augment(batch, options_.augmentation, generator)
+      .contiguous(images_.suggest_memory_format());
+}
+
 std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor& index) {
   const torch::Tensor labels = labels_.index_select(/*dim=*/0, index);
   torch::Tensor logits;
@@ -248,9 +256,9 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor
     // the capture tensors that the next replay does not refresh.
     const compat::AutocastGuard autocast(images_.device().type(), torch::kBFloat16,
                                          /*cache_enabled=*/false);
-    logits = model_.forward(GatherRows(images_, index));
+    logits = model_.forward(Batch(index));
   } else {
-    logits = model_.forward(GatherRows(images_, index));
+    logits = model_.forward(Batch(index));
   }
   logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
   torch::Tensor loss = F::cross_entropy(

@@ -5,7 +5,7 @@
 // Adam(fused=True, capturable=True)). The learning rate, and SGD's momentum where onecycle cycles
 // it, are read inside the graph from a table of the job's schedule on the device, indexed by a
 // step counter that the graph advances: a replay needs no host work but copying the batch's
-// indices. Batches of another size (the last partial batch of an epoch) run the same step
+// indices. Augmentation (random crop, flip) is drawn inside the graph too. Batches of another size (the last partial batch of an epoch) run the same step
 // eagerly through the same state, so every update of the job goes through one optimizer state.
 // Internal to trainer/: includes torch.
 #ifndef MPSD_TRAINER_GRAPHED_STEP_H_
@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/augment.h"
 #include "trainer/compat.h"
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
@@ -36,8 +37,8 @@ struct GraphedStepRequest {
   Precision precision = Precision::kFp32;
   int grad_accumulation_steps = 1;
   bool loss_scaling = false;
-  // Training-time augmentation (DeviceDataset::augmentation enabled): it draws per batch from
-  // the shuffle generator outside the captured step.
+  // Training-time augmentation (DeviceDataset::augmentation enabled): on the fast path, drawn
+  // inside the graph from the device's default generator (GraphedStepOptions::augmentation).
   bool augmentation = false;
   // onecycle with cycle_momentum: SGD's momentum follows it inside the graph; Adam's beta1 is a
   // number in the fused kernel's signature, so it cannot.
@@ -120,6 +121,11 @@ struct GraphedStepOptions {
   int64_t batch_size = 1;                  // rows of a full batch
   double label_smoothing = 0;              // as CrossEntropyLoss's
   double grad_clip_norm = 0;               // 0 = off; else ClipGradNorm before the update
+  // Random crop and flip of each gathered batch (trainer/augment.h), inside the graph: the
+  // offsets and flips are drawn from the device's default CUDA generator, whose philox offset
+  // a graph advances on every replay (as dropout's draws), so each replay draws anew. The
+  // eager loop draws from the same generator (TrainStep), so both paths augment alike.
+  AugmentationOptions augmentation;
   ScheduleTable schedule;
   int64_t first_step = 0;
 };
@@ -152,6 +158,8 @@ class GraphedStep {
   // forward + loss + backward + clipping + update on the examples at `index`; returns loss,
   // correct.
   std::pair<torch::Tensor, torch::Tensor> Compute(const torch::Tensor& index);
+  // The examples at `index`, augmented when the options say so.
+  torch::Tensor Batch(const torch::Tensor& index);
 
   ClassifierImpl& model_;
   torch::optim::Optimizer& optimizer_;

@@ -26,6 +26,7 @@
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
 #include "trainer/models/torchscript.h"
+#include "trainer/profiler.h"
 #include "trainer/torch_errors.h"
 #include "trainer/train_job.h"
 #include "trainer/train_loop.h"
@@ -328,6 +329,36 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   return absl::OkStatus();
 }
 
+// TrainJob.profile's recorder, writing <job_dir>/profile.json; nullptr when not asked for.
+std::unique_ptr<StepProfiler> MakeProfiler(const TrainJobConfig& job) {
+  if (!job.profile.enabled() || job.job_dir.empty()) return nullptr;
+  const torch::Device device = job.device;
+  return std::make_unique<StepProfiler>(
+      job.profile, (std::filesystem::path(job.job_dir) / kProfileFileName).string(),
+      device.is_cuda(), [device] { Synchronize(device); });
+}
+
+// Writes what the profiler still holds (a job that ended inside the range), names the trace
+// in the summary and the log.
+absl::Status FinishProfile(const TrainJobConfig& job, StepProfiler* profiler,
+                           const EventSink& sink, mpsd::v1::JobSummary& summary) {
+  if (profiler == nullptr) return absl::OkStatus();
+  if (absl::Status s = profiler->Finish(); !s.ok()) return s;
+  if (!profiler->written()) {
+    EmitLog(sink, "profile: the job ended before its first profiled step; no trace written");
+    return absl::OkStatus();
+  }
+  summary.set_profile_path(profiler->path());
+  summary.set_profile_first_step(profiler->first_step());
+  summary.set_profile_last_step(profiler->last_step());
+  EmitLog(sink, absl::StrFormat("profile: steps %d-%d recorded by LibTorch's profiler into %s "
+                                "(Chrome trace: chrome://tracing or ui.perfetto.dev; "
+                                "mpsctl download %s %s)",
+                                profiler->first_step(), profiler->last_step(), profiler->path(),
+                                job.job_id, kProfileFileName));
+  return absl::OkStatus();
+}
+
 // Sets up, restores, trains and saves. The data, model and optimizer are released on return.
 absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
                           const EventSink& sink, const std::atomic<bool>& cancelled,
@@ -341,7 +372,13 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
     return restored;
   }
   options.on_epoch_end = CheckpointHook(job, s, sink);
+  const std::unique_ptr<StepProfiler> profiler = MakeProfiler(job);
+  options.profiler = profiler.get();
   absl::Status status = Train(*s.model, *s.optimizer, s.data, options, sink, cancelled);
+  if (absl::Status profiled = FinishProfile(job, profiler.get(), sink, summary.summary());
+      status.ok()) {
+    status = profiled;
+  }
   if (job.precision == Precision::kFp16) {
     summary.summary().set_final_loss_scale(static_cast<float>(s.grad_scaler.scale()));
   }

@@ -250,6 +250,35 @@ absl::Status ResolveCheckpoints(const mpsd::v1::TrainJob& spec, const std::strin
   return CheckResumeCheckpoint(config, /*train_examples=*/0, "resume_from").status();
 }
 
+// profile: start_step within the job's steps (counted with NominalTrainExamples), steps in
+// [1, kMaxProfileSteps]; the trace goes into the job's artifacts directory.
+absl::Status ResolveProfile(const mpsd::v1::TrainJob& spec, const std::string& artifacts_dir,
+                            TrainJobConfig& config) {
+  if (!spec.has_profile()) return absl::OkStatus();
+  constexpr int kMaxProfileSteps = 100;  // a CUDA step's trace is about 1 MB
+  const FieldChecks fields = TrainJobFields().Sub("profile");
+  const mpsd::v1::ProfileSpec& profile = spec.profile();
+  const int64_t start = profile.has_start_step() ? profile.start_step() : 1;
+  const int64_t steps = profile.has_steps() ? profile.steps() : 5;
+  if (absl::Status s = fields.InRange("steps", steps, 1, kMaxProfileSteps); !s.ok()) return s;
+  absl::StatusOr<Schedule> schedule = BuildSchedule(config, config.nominal_train_examples);
+  if (!schedule.ok()) return schedule.status();
+  const int64_t total = schedule->config().total_steps;
+  if (start < 1 || start > total) {
+    return fields.Error("start_step",
+                        absl::StrFormat("must be in [1, %d] (the job's %d epoch(s) × %d "
+                                        "step(s)), got %d",
+                                        total, config.epochs, schedule->config().steps_per_epoch,
+                                        start));
+  }
+  if (artifacts_dir.empty()) {
+    return fields.Error("", "this executor has no artifacts directory to write the trace to");
+  }
+  config.profile.start_step = start;
+  config.profile.steps = steps;
+  return absl::OkStatus();
+}
+
 // The field a Schedule::Create error belongs to.
 std::string ScheduleErrorField(const TrainJobConfig& job, const absl::Status& status) {
   if (job.schedule.config.kind == ScheduleKind::kCosine) {
@@ -290,6 +319,7 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
     return s;
   }
   if (absl::Status s = ResolveCheckpoints(spec, artifacts_dir, config); !s.ok()) return s;
+  if (absl::Status s = ResolveProfile(spec, artifacts_dir, config); !s.ok()) return s;
   if (context != nullptr) PlaceJob(*context, artifacts_dir, config);
   config.dataset.own.cache_dir = options.cache_dir;  // image_folder's decode cache
   return config;

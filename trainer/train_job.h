@@ -22,6 +22,7 @@
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
+#include "trainer/profiler.h"
 #include "trainer/schedule.h"
 
 namespace mpsd::trainer {
@@ -59,6 +60,8 @@ struct TrainJobConfig {
   // TrainJob.distributed resolved for this process's rank (trainer/distributed.h); `device` is
   // then this rank's (distributed.devices).
   DistributedConfig distributed;
+  // TrainJob.profile: the steps LibTorch's profiler records (trainer/profiler.h); off unless set.
+  ProfileConfig profile;
 
   // ---- Checkpoints, resume, the finished model, TorchScript models (trainer/checkpoint.h) ----
   // A user's TorchScript model instead of `model`: the file, and its trainable parameter count

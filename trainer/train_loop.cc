@@ -3,6 +3,8 @@
 // device buffer that is read back once per group of steps.
 #include "trainer/train_loop.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -274,9 +276,10 @@ void ReduceStepMetrics(DataParallel& data_parallel, StepResult& result) {
 }
 
 // One optimizer step over the batches [first, first + count) of the epoch's `order`.
-// Augmentation draws from `shuffle`, so a seed fixes both the order and the augmentation.
-StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count,
-                     at::Generator& shuffle) {
+// Augmentation draws from the device's default generator, as the graphed step does inside its
+// graph (and as dropout does); torch::manual_seed(seed) seeds it, so a seed fixes both the order
+// and the augmentation.
+StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count) {
   const TensorSplit& train = loop.data.train;
   const int64_t n = order.size(0);  // a distributed rank's shard is shorter than the set
   const int64_t batch_size = loop.options.batch_size;
@@ -289,7 +292,8 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
     const torch::Tensor gathered = train.streamed != nullptr ? train.streamed->Next()
                                                              : GatherRows(train.images, index);
     // Training batches only: evaluation never augments.
-    torch::Tensor images = Augment(gathered, loop.data.augmentation, shuffle);
+    at::Generator augment_generator = at::globalContext().defaultGenerator(gathered.device());
+    torch::Tensor images = Augment(gathered, loop.data.augmentation, augment_generator);
     if (loop.options.channels_last && images.dim() == 4) {
       images = images.contiguous(at::MemoryFormat::ChannelsLast);  // no-op when already NHWC
     }
@@ -302,6 +306,31 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
   if (data_parallel != nullptr) ReduceStepMetrics(*data_parallel, result);
   result.loss = result.loss / static_cast<double>(result.examples);
   return result;
+}
+
+// The optimizer step over batches [first, first + accumulation) of the epoch's `order`: one
+// replay of the CUDA graph (one batch per step; augmentation and the learning rate drawn and
+// read on the device), else the eager step.
+StepResult RunStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t batches) {
+  if (loop.graphed == nullptr) {
+    const int64_t accumulation = loop.options.grad_accumulation_steps;
+    return TrainStep(loop, order, first, std::min(accumulation, batches - first));
+  }
+  const int64_t batch_size = loop.options.batch_size;
+  const int64_t start = first * batch_size;
+  const int64_t size = std::min(batch_size, order.size(0) - start);
+  StepResult step;
+  std::tie(step.loss, step.correct) = loop.graphed->Step(order.narrow(/*dim=*/0, start, size));
+  step.examples = size;
+  return step;
+}
+
+// RunStep inside the profiler's "ProfilerStep#<step>" range (torch.profiler's step marks).
+StepResult RunProfiledStep(const Loop& loop, const torch::Tensor& order, int64_t first,
+                           int64_t batches, int64_t step) {
+  const std::string name = "ProfilerStep#" + std::to_string(step);
+  RECORD_USER_SCOPE(name);
+  return RunStep(loop, order, first, batches);
 }
 
 absl::Status Cancelled(const StepReadback& readback) {
@@ -337,19 +366,20 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
       return Cancelled(readback);
     }
     const double learning_rate = ApplySchedule(loop, readback.steps());
-    StepResult step;
-    if (loop.graphed != nullptr) {  // one batch per step, no augmentation; lr from the device
-      const int64_t start = first * batch_size;
-      const int64_t size = std::min(batch_size, n - start);
-      std::tie(step.loss, step.correct) = loop.graphed->Step(order.narrow(/*dim=*/0, start, size));
-      step.examples = size;
-    } else {
-      step = TrainStep(loop, order, first, std::min(accumulation, batches - first), shuffle);
-    }
+    const int64_t step_number = readback.steps() + 1;
+    StepProfiler* profiler = loop.options.profiler;
+    if (profiler != nullptr) profiler->BeforeStep(step_number);
+    const StepResult step =
+        profiler != nullptr && profiler->Records(step_number)
+            ? RunProfiledStep(loop, order, first, batches, step_number)
+            : RunStep(loop, order, first, batches);
     readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
                     step.skipped);
     if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {
       readback.Flush();
+    }
+    if (profiler != nullptr) {
+      if (absl::Status written = profiler->AfterStep(step_number); !written.ok()) return written;
     }
   }
   readback.Flush();
@@ -414,6 +444,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     graph_options.batch_size = options.batch_size;
     graph_options.label_smoothing = options.label_smoothing;
     graph_options.grad_clip_norm = options.grad_clip_norm;
+    graph_options.augmentation = data.augmentation;
     graph_options.schedule =
         TabulateSchedule(options.schedule, group.get_lr(), momentum, total_steps);
     graph_options.first_step = options.start_step;
@@ -425,12 +456,13 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     event.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
     event.mutable_log()->set_text(
         graphed != nullptr
-            ? absl::StrFormat("training step captured in one CUDA graph (%s, %s%s%s, learning "
+            ? absl::StrFormat("training step captured in one CUDA graph (%s, %s%s%s%s, learning "
                               "rate from the schedule's table on the device); a partial last "
                               "batch runs eagerly",
                               OptimizerName(request.optimizer), PrecisionName(request.precision),
                               options.grad_clip_norm > 0 ? ", clipping" : "",
-                              options.channels_last ? ", channels_last" : "")
+                              options.channels_last ? ", channels_last" : "",
+                              request.augmentation ? ", augmentation" : "")
             : "training step runs eagerly: " + reason);
     sink(std::move(event));
   }

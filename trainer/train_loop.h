@@ -21,6 +21,7 @@
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
+#include "trainer/profiler.h"
 #include "trainer/schedule.h"
 
 namespace mpsd::trainer {
@@ -87,6 +88,10 @@ struct TrainOptions {
   // across ranks: step and epoch events carry the global figures. Evaluate reduces the same
   // way. The CUDA graph is not used. The training set must be device-resident.
   DataParallel* data_parallel = nullptr;
+  // TrainJob.profile's recorder, borrowed; nullptr = no profiling. Called around every
+  // optimizer step (BeforeStep / AfterStep); each recorded step is one "ProfilerStep#<step>"
+  // range. The caller calls Finish after Train.
+  StepProfiler* profiler = nullptr;
 };
 
 // Trains `model` (already on the data's device, in train mode) with `optimizer` for epochs

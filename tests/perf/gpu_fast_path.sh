@@ -5,20 +5,32 @@
 #       mpsd_graph_check: 50 steps each way from the same seed; PASS when the graphed job was
 #       captured and the step losses agree; graph_check.txt / graph_check.json)
 #   (b) the seed ConvNet, Fashion-MNIST, batch 128, 3 epochs, through a real mpsd (mpsctl submit
-#       --follow): adam fp32, bf16, channels_last, bf16 + channels_last, and sgd nesterov +
-#       onecycle; s/epoch = median of epochs 2..3, with the job's line on the CUDA graph
+#       --follow): adam fp32, bf16, channels_last, bf16 + channels_last (also with drop_last),
+#       and sgd nesterov + onecycle; s/epoch = median of epochs 2..3, with the job's line on the
+#       CUDA graph; and fp32 and bf16 + channels_last again with `profile:` on steps 200-204
+#       (their Chrome traces: where a step's time goes)
 #   (c) PyTorch on the same data (tests/perf/torch_resident.py): the whole step in one CUDA graph
-#       (fused capturable Adam) in fp32, bf16 and bf16 + channels_last, and eager fused Adam in
-#       fp32 and bf16
-#   (d) ResNet-50 train step, batch 64 (3×224×224, 1000 classes, SGD): an mpsd BenchJob
-#       (train_step, fp32 contiguous and bf16 channels_last) against PyTorch eager
-#       (tests/perf/torch_bench.py --mode train), 10 warm-up + 30 timed steps each
-# and writes $OUT/FAST_PATH.md (tests/perf/summarize_fast_path.py) with every row and ratio.
+#       (fused capturable Adam), eager fused Adam, and torch.compile(mode="reduce-overhead"),
+#       each in fp32, bf16 and bf16 + channels_last
+#   (g) the bare C++ loop with mpsd's own CUDA graph (mpsd_bare_loop graphed: mpsd's
+#       GraphedStep without the daemon, the executor, events or read-back), fp32 and bf16 +
+#       channels_last: target 6, mpsd's overhead
+#   (e) cifar_cnn with SGD nesterov + onecycle on CIFAR-shaped files the script writes
+#       (tests/perf/torch_cifar.py --make-files), with augmentation (random crop 4 + flip; the
+#       job profiled on steps 600-602) and without, against PyTorch eager with the same
+#       transforms on the GPU, and without them
+#   (d) ResNet-50 train step, batch 64 (3×224×224, 1000 classes, SGD lr 0.01): an mpsd BenchJob
+#       (train_step, eager) and an mpsd TrainJob on the synthetic set (the graphed step), fp32
+#       contiguous and bf16 channels_last, against PyTorch eager and torch.compile (bf16
+#       channels_last) (tests/perf/torch_bench.py --mode train), 10 warm-up + 30 timed steps each
+# and writes $OUT/FAST_PATH.md (tests/perf/summarize_fast_path.py) with every row and ratio of
+# issue 15's targets 1-6 and 8.
 #
 # Usage: tests/perf/gpu_fast_path.sh [DEPS]  (DEPS as gpu_train_compare.sh: *.deb, mpsd-src.tar.gz,
-# fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1, PHASES (default "a b c d").
-# At most 8 files land in $OUT: run.log build.log graph_check.txt graph_check.json mpsd.log
-# fast_path.json FAST_PATH.md.
+# fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1 (reuse WORK/build), PHASES (default
+# "a b c g e d").
+# At most 8 files land in $OUT: run.log build.log graph_check.json mpsd.log fast_path.json
+# FAST_PATH.md raw.tar.gz (every raw result, env.txt, graph_check.txt and the profiler's traces).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -27,7 +39,7 @@ DEPS=$(realpath "${1:-${DEPS:-$REPO/.deps}}")
 OUT=${OUT:-$REPO/perf-out}
 WORK=${WORK:-/tmp/mpsd-perf}
 PREFIX=${PREFIX:-/opt/deps}
-PHASES=${PHASES:-a b c d}
+PHASES=${PHASES:-a b c g e d}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK/fast"
@@ -50,48 +62,86 @@ fi
 IDX_DIR="$WORK/data/fashion-mnist"
 mkdir -p "$IDX_DIR" && cp "$DEPS"/fashion-mnist/*-ubyte.gz "$IDX_DIR"/
 RAW="$WORK/fast"
-rm -f "$RAW"/*.json "$RAW"/*.jsonl
+rm -f "$RAW"/*.json "$RAW"/*.jsonl "$RAW"/*.txt
+
+say "environment"
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "mpsd source: commit ${MPSD_COMMIT:-(not given: set MPSD_COMMIT)} (git archive)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit \
+    --format=csv 2>&1
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
+  echo "nsys: $(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || echo none)"
+  echo "ncu: $(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || echo none)"
+  echo "cpus: $(nproc)"
+} | tee "$RAW/env.txt"
 
 if has a; then
   say "(a) graphed vs eager, option by option"
   timeout 240 "$BUILD/tests/perf/mpsd_graph_check" "$IDX_DIR" "$OUT/graph_check.json" cuda \
-    | tee "$OUT/graph_check.txt"
+    | tee "$RAW/graph_check.txt"
   echo "graph_check exit ${PIPESTATUS[0]}"
 fi
 
-if has b; then
-  say "(b) ConvNet TrainJobs through mpsd"
-  RUN="$WORK/fast-run"
+# One mpsd for every job of phases b, d and e (the executor empties the CUDA cache between jobs).
+RUN="$WORK/fast-run"
+mpsd_pid=
+start_mpsd() {
   rm -rf "$RUN" && mkdir -p "$RUN/state"
   "$BUILD/server/mpsd" --listen "unix://$RUN/mpsd.sock" --state-dir "$RUN/state" \
     > "$OUT/mpsd.log" 2>&1 &
   mpsd_pid=$!
   for _ in $(seq 600); do [[ -S $RUN/mpsd.sock ]] && break; sleep 0.1; done
-  job() {  # name, extra yaml lines
-    local name=$1
-    shift
-    {
-      echo "kind: TrainJob"
-      echo "model: {name: convnet}"
-      echo "dataset: {name: fashion-mnist, root: $IDX_DIR}"
-      echo "batch_size: 128"
-      echo "epochs: 3"
-      echo "seed: 1"
-      echo "device: cuda"
-      printf '%s\n' "$@"
-    } > "$RUN/$name.yaml"
-    grep -q '^optimizer:' "$RUN/$name.yaml" || echo "optimizer: {name: adam, learning_rate: 0.001}" >> "$RUN/$name.yaml"
-    timeout 120 "$BUILD/client/mpsctl" --server "unix://$RUN/mpsd.sock" --json submit \
-      "$RUN/$name.yaml" --follow | grep -v '"step"' > "$RAW/mpsd_$name.jsonl"
-    echo "$name: exit $?; $(grep -c '"epoch"' "$RAW/mpsd_$name.jsonl") epochs"
-  }
+}
+MPSCTL=("$BUILD/client/mpsctl" --server "unix://$RUN/mpsd.sock" --json)
+# submit NAME FILE: runs the job file to its end; its events but the steps into RAW/mpsd_NAME.jsonl,
+# its step events' step times into RAW/steps_NAME.txt, and a profiled job's trace into
+# RAW/trace_NAME.json.
+submit() {
+  local name=$1 file=$2
+  timeout 150 "${MPSCTL[@]}" submit "$file" --follow > "$RAW/all_$name.jsonl"
+  echo "$name: exit $?; $(grep -c '"epoch_time_s"' "$RAW/all_$name.jsonl") epochs"
+  grep -v '"step"' "$RAW/all_$name.jsonl" > "$RAW/mpsd_$name.jsonl"
+  rm -f "$RAW/all_$name.jsonl"
+  local id trace
+  id=$(grep -m1 -o '"job_\?[iI]d": *"[^"]*"' "$RAW/mpsd_$name.jsonl" | sed 's/.*"\([^"]*\)"$/\1/')
+  trace="$RUN/state/artifacts/$id/profile.json"
+  if [[ -n $id && -f $trace ]]; then cp "$trace" "$RAW/trace_$name.json"; fi
+}
+# job NAME [yaml lines]: the seed ConvNet on Fashion-MNIST, bs 128, 3 epochs, Adam 1e-3 unless
+# the lines set the optimizer.
+job() {
+  local name=$1
+  shift
+  {
+    echo "kind: TrainJob"
+    echo "model: {name: convnet}"
+    echo "dataset: {name: fashion-mnist, root: $IDX_DIR}"
+    echo "batch_size: 128"
+    echo "epochs: 3"
+    echo "seed: 1"
+    echo "device: cuda"
+    printf '%s\n' "$@"
+  } > "$RUN/$name.yaml"
+  grep -q '^optimizer:' "$RUN/$name.yaml" || echo "optimizer: {name: adam, learning_rate: 0.001}" >> "$RUN/$name.yaml"
+  submit "$name" "$RUN/$name.yaml"
+}
+if has b || has d || has e; then start_mpsd; fi
+
+if has b; then
+  say "(b) ConvNet TrainJobs through mpsd"
   job fp32
   job bf16 "precision: bf16"
   job channels_last "memory_format: channels_last"
   job bf16_channels_last "precision: bf16" "memory_format: channels_last"
+  job bf16_channels_last_drop_last "precision: bf16" "memory_format: channels_last" "drop_last: true"
   job sgd_nesterov_onecycle "optimizer: {name: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}" \
     "schedule: {name: onecycle, max_lr: 0.05}"
-  kill -TERM "$mpsd_pid"; wait "$mpsd_pid"
+  # The same as fp32 and bf16_channels_last, 1 epoch, LibTorch's profiler on steps 200-204
+  # (steady state: cuDNN's autotuning and the graph's capture are long done).
+  job profile_fp32 "profile: {start_step: 200, steps: 5}"
+  job profile_bf16_channels_last "precision: bf16" "memory_format: channels_last" \
+    "profile: {start_step: 200, steps: 5}"
 fi
 
 if has c; then
@@ -99,10 +149,57 @@ if has c; then
   common=(--epochs 3 --batch-size 128 --lr 0.001 --seed 1 --idx-dir "$IDX_DIR")
   for v in "graph_fp32 --cuda-graph" "graph_bf16 --cuda-graph --bf16" \
            "graph_bf16_cl --cuda-graph --bf16 --channels-last" "eager_fp32 --fused" \
-           "eager_bf16 --fused --bf16"; do
+           "eager_bf16 --fused --bf16" "eager_bf16_cl --fused --bf16 --channels-last" \
+           "compile_fp32 --compile reduce-overhead" "compile_bf16 --compile reduce-overhead --bf16" \
+           "compile_bf16_cl --compile reduce-overhead --bf16 --channels-last"; do
     set -- $v
     timeout 120 "$PY" "$PERF/torch_resident.py" "${common[@]}" "${@:2}" --variant "$1" \
       --json "$RAW/torch_$1.json" | tail -n 1 | cut -c1-200
+  done
+fi
+
+if has g; then
+  say "(g) bare C++ loop with mpsd's CUDA graph (mpsd_bare_loop graphed)"
+  for v in "fp32 contiguous" "bf16 channels_last"; do
+    set -- $v
+    timeout 120 "$BUILD/tests/perf/mpsd_bare_loop" "$IDX_DIR" "$RAW/bare_$1_$2.json" 3 128 0.001 1 \
+      cuda graphed "$1" "$2"
+    echo "bare graphed $1 $2: exit $?"
+  done
+fi
+
+if has e; then
+  say "(e) cifar_cnn, SGD nesterov + onecycle, on CIFAR-shaped files"
+  CIFAR="$WORK/data/cifar10"
+  [[ -f $CIFAR/test_batch.bin ]] || "$PY" "$PERF/torch_cifar.py" --make-files "$CIFAR"
+  ls -l "$CIFAR"
+  cifar_job() {  # name, augmentation yes/no, extra lines
+    local name=$1 aug=$2
+    shift 2
+    {
+      echo "kind: TrainJob"
+      echo "model: {name: cifar_cnn}"
+      if [[ $aug == yes ]]; then
+        echo "dataset: {name: cifar10, root: $CIFAR, augmentation: {random_crop_padding: 4, horizontal_flip: true}}"
+      else
+        echo "dataset: {name: cifar10, root: $CIFAR}"
+      fi
+      echo "batch_size: 128"
+      echo "epochs: 3"
+      echo "optimizer: {name: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}"
+      echo "schedule: {name: onecycle, max_lr: 0.05}"
+      echo "seed: 1"
+      echo "device: cuda"
+      printf '%s\n' "$@"
+    } > "$RUN/$name.yaml"
+    submit "$name" "$RUN/$name.yaml"
+  }
+  cifar_job cifar_aug yes "profile: {start_step: 600, steps: 3}"
+  cifar_job cifar_noaug no
+  for v in "torch_cifar_aug --augment" "torch_cifar_noaug"; do
+    set -- $v
+    timeout 120 "$PY" "$PERF/torch_cifar.py" --root "$CIFAR" --epochs 3 --variant "$1" "${@:2}" \
+      --json "$RAW/$1.json" | tail -n 1 | cut -c1-200
   done
 fi
 
@@ -110,21 +207,48 @@ if has d; then
   say "(d) ResNet-50 train step, batch 64"
   timeout 150 "$PY" "$PERF/torch_bench.py" --mode train --cudnn-benchmark --batch-sizes 64 --warmup 10 --iters 30 \
     --json "$RAW/torch_resnet_train.json" | cut -c1-200
-  RUN="$WORK/fast-bench"
-  rm -rf "$RUN" && mkdir -p "$RUN/state"
-  "$BUILD/server/mpsd" --listen "unix://$RUN/mpsd.sock" --state-dir "$RUN/state" \
-    >> "$OUT/mpsd.log" 2>&1 &
-  mpsd_pid=$!
-  for _ in $(seq 600); do [[ -S $RUN/mpsd.sock ]] && break; sleep 0.1; done
   printf '%s\n' "kind: BenchJob" "models: [resnet50]" "batch_sizes: [64]" "devices: [cuda]" \
     "mode: train_step" "precisions: [fp32, bf16]" "memory_formats: [contiguous, channels_last]" \
     "warmup_iters: 10" "iters: 30" > "$RUN/bench.yaml"
-  timeout 150 "$BUILD/client/mpsctl" --server "unix://$RUN/mpsd.sock" --json submit \
-    "$RUN/bench.yaml" --follow > "$RAW/mpsd_resnet_train.jsonl"
+  timeout 150 "${MPSCTL[@]}" submit "$RUN/bench.yaml" --follow > "$RAW/mpsd_resnet_train.jsonl"
   echo "bench exit $?, rows: $(grep -c bench_row "$RAW/mpsd_resnet_train.jsonl")"
-  kill -TERM "$mpsd_pid"; wait "$mpsd_pid"
+  # The TrainJob's graphed step: 50 steps of 64 random [3, 224, 224] images an epoch, drawn on the
+  # device (the synthetic set), SGD lr 0.01 as the BenchJob's, 3 epochs.
+  resnet_job() {  # name, extra lines
+    local name=$1
+    shift
+    {
+      echo "kind: TrainJob"
+      echo "model: {name: resnet50}"
+      echo "dataset: {name: synthetic, synthetic: {input_shape: [3, 224, 224], num_classes: 1000, train_examples: 3200, test_examples: 64}}"
+      echo "batch_size: 64"
+      echo "epochs: 3"
+      echo "optimizer: {name: sgd, learning_rate: 0.01}"
+      echo "seed: 1"
+      echo "device: cuda"
+      printf '%s\n' "$@"
+    } > "$RUN/$name.yaml"
+    submit "$name" "$RUN/$name.yaml"
+  }
+  resnet_job resnet_fp32
+  resnet_job resnet_bf16_channels_last "precision: bf16" "memory_format: channels_last"
+  # torch.compile of ResNet-50's training step takes minutes: what is left of BUDGET_S, at most
+  # 200 s, so that the summary still runs inside the device tool's 600 s.
+  left=$((${BUDGET_S:-560} - SECONDS))
+  ((left > 200)) && left=200
+  if ((left > 30)); then
+    timeout "$left" "$PY" "$PERF/torch_bench.py" --mode train --cudnn-benchmark --compile \
+      --batch-sizes 64 --warmup 10 --iters 30 --rows bf16_channels_last \
+      --json "$RAW/torch_resnet_train_compile.json" | cut -c1-200
+    echo "torch.compile resnet50: exit ${PIPESTATUS[0]} (limit ${left} s)"
+  else
+    echo "torch.compile resnet50: skipped, ${left} s left of BUDGET_S"
+  fi
 fi
+[[ -n $mpsd_pid ]] && { kill -TERM "$mpsd_pid"; wait "$mpsd_pid"; }
 
 say "summary"
 "$PY" "$PERF/summarize_fast_path.py" --raw "$RAW" --graph-check "$OUT/graph_check.json" \
-  --out "$OUT"
+  --env "$RAW/env.txt" --out "$OUT"
+# The raw results and the profiler's traces, in one file (the device tool brings back 8).
+tar -czf "$OUT/raw.tar.gz" -C "$RAW" . && ls -l "$OUT"

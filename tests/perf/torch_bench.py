@@ -7,7 +7,9 @@ does). Rows: fp32 (contiguous) and bf16 autocast + channels_last.
 --mode train (issue 15): the training step instead, as an mpsd BenchJob's train_step rows run it:
 model.train(), cross-entropy on random labels, backward, torch.optim.SGD(lr=0.01) (foreach),
 gradients set to None each step; bf16 autocasts forward and loss. --cudnn-benchmark sets
-torch.backends.cudnn.benchmark (mpsd's executor turns it on for CUDA).
+torch.backends.cudnn.benchmark (mpsd's executor turns it on for CUDA). --compile: the model
+under torch.compile (mode "default"); its compilation happens in the warm-up iterations, which
+are not timed. --rows picks the rows (default fp32_contiguous,bf16_channels_last).
 
 Writes one JSON object: {"rows": [{batch_size, precision, memory_format, median_ms, p10_ms,
 p90_ms, mean_ms, samples_per_second, peak_memory_bytes}, ...]}."""
@@ -44,7 +46,8 @@ def train_step_fn(model, x, precision):
     return step
 
 
-def measure(model, batch_size, precision, memory_format, warmup, iters, device, mode="inference"):
+def measure(model, batch_size, precision, memory_format, warmup, iters, device, mode="inference",
+            compile_model=False):
     x = torch.randn(batch_size, 3, 224, 224, device=device)
     # Module.to converts the weights in place: every row sets the layout it measures.
     layout = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
@@ -56,7 +59,7 @@ def measure(model, batch_size, precision, memory_format, warmup, iters, device, 
     times = []
     if mode == "train":
         m.train()
-        step = train_step_fn(m, x, precision)
+        step = train_step_fn(torch.compile(m) if compile_model else m, x, precision)
         for i in range(warmup + iters):
             torch.cuda.synchronize(device)
             start = time.perf_counter()
@@ -79,7 +82,7 @@ def measure(model, batch_size, precision, memory_format, warmup, iters, device, 
         "model": "resnet50", "batch_size": batch_size, "precision": precision,
         "memory_format": memory_format, "median_ms": median,
         "p10_ms": percentile(times, 0.1), "p90_ms": percentile(times, 0.9),
-        "mode": mode, "mean_ms": statistics.fmean(times), "samples_per_second": batch_size * 1000.0 / median,
+        "mode": mode, "compiled": compile_model, "mean_ms": statistics.fmean(times), "samples_per_second": batch_size * 1000.0 / median,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device), "iters": iters,
     }
 
@@ -92,6 +95,8 @@ def main():
     parser.add_argument("--json", required=True)
     parser.add_argument("--mode", default="inference", choices=["inference", "train"])
     parser.add_argument("--cudnn-benchmark", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--rows", default="fp32_contiguous,bf16_channels_last")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     import torchvision  # here, so that --help works without it
@@ -101,9 +106,10 @@ def main():
     model = torchvision.models.resnet50(num_classes=1000).to(device).eval()
     rows = []
     for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
-        for precision, memory_format in (("fp32", "contiguous"), ("bf16", "channels_last")):
+        for row_name in args.rows.split(","):
+            precision, memory_format = row_name.split("_", 1)
             row = measure(model, batch_size, precision, memory_format, args.warmup, args.iters,
-                          device, args.mode)
+                          device, args.mode, args.compile)
             rows.append(row)
             print(json.dumps(row), flush=True)
     with open(args.json, "w") as f:

@@ -12,11 +12,16 @@ sync inside an epoch.
                                batch; static batch shape, so the last partial batch of each
                                epoch (60,000 mod 128 = 96 examples) is dropped                (5c)
 Compilation, warm-up and capture happen before or in epoch 1, which the median leaves out.
+  --profile START:COUNT        torch.profiler (CPU + CUDA) over steps START..START+COUNT-1,
+                               counted from 1 over the run, each in a "ProfilerStep#N"
+                               record_function as mpsd's `profile:` marks them; the Chrome trace
+                               goes to --profile-out (compared with mpsd's traces, issue 15)
 
 Seconds per epoch is the training pass alone, synchronised at its end; the test pass (batches of
 1000, one sync) is not timed."""
 
 import argparse
+import contextlib
 import sys
 
 import torch
@@ -120,6 +125,8 @@ def main():
     parser.add_argument("--variant", default="", help="name in the results (default from flags)")
     parser.add_argument("--bf16", action="store_true", help="autocast bf16 forward")
     parser.add_argument("--channels-last", action="store_true", help="torch.channels_last")
+    parser.add_argument("--profile", default="", metavar="START:COUNT")
+    parser.add_argument("--profile-out", default="trace.json")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads (CPU runs); 0 keeps PyTorch's default")
     args = parser.parse_args()
@@ -158,16 +165,31 @@ def main():
         torch.cuda.reset_peak_memory_stats(device)
     last = n - n % bs if args.cuda_graph else n   # static shape: full batches only
     epoch_times, accuracies = [], []
+    profile_start, profile_count = (int(v) for v in args.profile.split(":")) if args.profile else (0, 0)
+    profiler, steps_done = None, 0
     for epoch in range(1, args.epochs + 1):
         common.sync(device)
         start = common.now()
         order = torch.randperm(n, device=device, generator=generator)
         for i in range(0, last, bs):
             index = order[i:i + bs]
-            if step is not None:
-                loss = step(index)
-            else:
-                loss = eager_step(forward_model, optimizer, train_x, train_y, index)
+            steps_done += 1
+            if steps_done == profile_start:
+                profiler = torch.profiler.profile(activities=[
+                    torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+                profiler.__enter__()
+            marked = (torch.profiler.record_function(f"ProfilerStep#{steps_done}")
+                      if profiler is not None else contextlib.nullcontext())
+            with marked:
+                if step is not None:
+                    loss = step(index)
+                else:
+                    loss = eager_step(forward_model, optimizer, train_x, train_y, index)
+            if profiler is not None and steps_done == profile_start + profile_count - 1:
+                common.sync(device)
+                profiler.__exit__(None, None, None)
+                profiler.export_chrome_trace(args.profile_out)
+                profiler = None
         common.sync(device)
         epoch_times.append(common.now() - start)
         accuracies.append(evaluate(model, test_x, test_y))

@@ -36,16 +36,18 @@ TEST(GraphedStepTest, CudaAdamNeedsACudaLibTorchWithFusedAdam) {
   }
 }
 
-// Issue 15: sgd (momentum, nesterov), bf16, clipping and SGD's cycling momentum take the fast
-// path where the LibTorch can capture; each of the rest runs eagerly whatever the LibTorch, and
-// the reason names the setting.
+// Issue 15: sgd (momentum, nesterov), bf16, clipping, SGD's cycling momentum and augmentation
+// (drawn inside the graph) take the fast path where the LibTorch can capture; each of the rest
+// runs eagerly whatever the LibTorch, and the reason names the setting.
 TEST(GraphedStepTest, SgdBf16AndCyclingSgdMomentumAreOnTheFastPath) {
   GraphedStepRequest sgd = CudaAdam();
   sgd.optimizer = OptimizerKind::kSgd;
   sgd.cycles_momentum = true;
   GraphedStepRequest bf16 = CudaAdam();
   bf16.precision = Precision::kBf16;
-  for (const GraphedStepRequest& request : {sgd, bf16}) {
+  GraphedStepRequest augmentation = CudaAdam();
+  augmentation.augmentation = true;
+  for (const GraphedStepRequest& request : {sgd, bf16, augmentation}) {
     if (compat::kHasCudaGraphs) {
       EXPECT_EQ(GraphedStepUnsupportedReason(request), "");
     } else {
@@ -62,9 +64,6 @@ TEST(GraphedStepTest, SettingsThatRunEagerly) {
   GraphedStepRequest accumulation = CudaAdam();
   accumulation.grad_accumulation_steps = 2;
   EXPECT_THAT(GraphedStepUnsupportedReason(accumulation), HasSubstr("accumulation"));
-  GraphedStepRequest augmentation = CudaAdam();
-  augmentation.augmentation = true;
-  EXPECT_THAT(GraphedStepUnsupportedReason(augmentation), HasSubstr("augmentation"));
   GraphedStepRequest beta1 = CudaAdam();
   beta1.cycles_momentum = true;
   EXPECT_THAT(GraphedStepUnsupportedReason(beta1), HasSubstr("beta1"));
