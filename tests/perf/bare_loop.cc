@@ -246,13 +246,9 @@ int main(int argc, char** argv) {
   std::vector<double> epoch_times, accuracies;
   if (graphed) {
     const int64_t total_steps = (n + batch_size - 1) / batch_size * epochs;
-    // Left alive to the end of the process: its destruction (graph, then optimizer, then
-    // model) ended the program with SIGSEGV in the first H200 run (2026-12-01), after the
-    // epochs it measures; the executor's Train, which destroys the same GraphedStep first
-    // too, has not shown it. Not chased here: nothing measured depends on it.
-    auto* step = new MpsdGraphStep(train, lr, batch_size, total_steps, precision == "bf16",
-                                   channels_last, device);
-    TrainEpochs(*step, train, test, epochs, batch_size, device, epoch_times, accuracies);
+    MpsdGraphStep step(train, lr, batch_size, total_steps, precision == "bf16", channels_last,
+                       device);
+    TrainEpochs(step, train, test, epochs, batch_size, device, epoch_times, accuracies);
   } else {
     EagerStep step(train, lr, device);
     TrainEpochs(step, train, test, epochs, batch_size, device, epoch_times, accuracies);
