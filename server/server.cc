@@ -318,6 +318,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   const mode_t old_umask = umask(0077);
   builder.RegisterService(server->reflection_.get());
   AddKeepalivePolicy(builder);
+  // gRPC sets SO_REUSEPORT on its TCP listeners by default: a second mpsd on the same port would
+  // start too and the kernel would split connections between the two daemons.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->grpc_server_ = builder.BuildAndStart();
   umask(old_umask);
   if (server->grpc_server_ == nullptr) {

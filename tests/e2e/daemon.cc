@@ -1,7 +1,9 @@
 #include "tests/e2e/daemon.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -96,6 +98,19 @@ CommandResult RunCommand(const std::vector<std::string>& argv) {
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
+}
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t size = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 Daemon::Daemon(std::string state_dir, std::string socket_path)

@@ -39,6 +39,9 @@ CommandResult RunCommandWithin(const std::vector<std::string>& argv, absl::Durat
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
             const std::string& err_path);
 
+// A TCP port on 127.0.0.1 that nobody listens on now (bound once and released).
+int FreeLoopbackPort();
+
 // Writes `text` to `path`.
 void WriteFile(const std::string& path, const std::string& text);
 

@@ -29,20 +29,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A TCP port on 127.0.0.1 that nobody listens on now (bound once and released).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t size = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A Fashion-MNIST job at dropout 0 whose runs depend on the seed and data order alone.
 mpsd::v1::SubmitJobRequest Job(const std::string& model, const std::string& optimizer,
                                int limit_train, int batch_size, int epochs = 1) {
@@ -128,7 +114,7 @@ TEST_F(DistributedE2eTest, TwoRanksOfBatch32MatchOneRankOfBatch64StepByStep) {
     single.mutable_train_job()->set_precision(c.precision);
     mpsd::v1::SubmitJobRequest two = Job(c.model, c.optimizer, /*limit_train=*/1280, 32);
     two.mutable_train_job()->set_precision(c.precision);
-    two = Distributed(two, /*nproc=*/2, FreePort());
+    two = Distributed(two, /*nproc=*/2, FreeLoopbackPort());
     const JobRun one_rank = SubmitAndWait(daemon_, single);
     const JobRun two_ranks = SubmitAndWait(daemon_, two);
     ASSERT_EQ(one_rank.job.state(), mpsd::v1::Job::SUCCEEDED) << one_rank.job.message();
@@ -152,7 +138,7 @@ TEST_F(DistributedE2eTest, TwoRanksOfBatch32MatchOneRankOfBatch64StepByStep) {
 TEST_F(DistributedE2eTest, MpsctlLogsJsonShowsTheGlobalLoss) {
   const JobRun one_rank = SubmitAndWait(daemon_, Job("mlp", "adam", 640, 64));
   const JobRun two = SubmitAndWait(
-      daemon_, Distributed(Job("mlp", "adam", 640, 32), /*nproc=*/2, FreePort()));
+      daemon_, Distributed(Job("mlp", "adam", 640, 32), /*nproc=*/2, FreeLoopbackPort()));
   ASSERT_EQ(two.job.state(), mpsd::v1::Job::SUCCEEDED) << two.job.message();
   const CommandResult logs = RunCommand(
       {MpsctlPath(), "--server", daemon_.address(), "logs", "--json", two.job.id()});
@@ -171,13 +157,13 @@ TEST_F(DistributedE2eTest, MpsctlLogsJsonShowsTheGlobalLoss) {
 // epoch and step; another world size is refused at submit, naming it.
 TEST_F(DistributedE2eTest, ResumesFromADistributedCheckpoint) {
   mpsd::v1::SubmitJobRequest first =
-      Distributed(Job("mlp", "adam", 640, 32, /*epochs=*/1), 2, FreePort());
+      Distributed(Job("mlp", "adam", 640, 32, /*epochs=*/1), 2, FreeLoopbackPort());
   first.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
   const JobRun checkpointed = SubmitAndWait(daemon_, first);
   ASSERT_EQ(checkpointed.job.state(), mpsd::v1::Job::SUCCEEDED) << checkpointed.job.message();
 
   mpsd::v1::SubmitJobRequest resumed =
-      Distributed(Job("mlp", "adam", 640, 32, /*epochs=*/2), 2, FreePort());
+      Distributed(Job("mlp", "adam", 640, 32, /*epochs=*/2), 2, FreeLoopbackPort());
   resumed.mutable_train_job()->set_resume_from(checkpointed.job.id());
   const JobRun second = SubmitAndWait(daemon_, resumed);
   ASSERT_EQ(second.job.state(), mpsd::v1::Job::SUCCEEDED) << second.job.message();
@@ -193,7 +179,7 @@ TEST_F(DistributedE2eTest, ResumesFromADistributedCheckpoint) {
   EXPECT_EQ(first_step, 11);  // 640 examples / 2 ranks / 32 = 10 steps per epoch
 
   mpsd::v1::SubmitJobRequest other_size =
-      Distributed(Job("mlp", "adam", 640, 32, /*epochs=*/2), 3, FreePort());
+      Distributed(Job("mlp", "adam", 640, 32, /*epochs=*/2), 3, FreeLoopbackPort());
   other_size.mutable_train_job()->set_resume_from(checkpointed.job.id());
   absl::StatusOr<mpsd::v1::Job> refused = rpc::Submit(daemon_, other_size);
   ASSERT_FALSE(refused.ok());
@@ -230,7 +216,7 @@ pid_t FindRank1Executor(const std::string& state_dir) {
 TEST_F(DistributedE2eTest, KillingOneRanksExecutorFailsTheJobAndTheNextJobRuns) {
   constexpr double kTimeoutS = 10;
   mpsd::v1::SubmitJobRequest long_job =
-      Distributed(Job("mlp", "adam", 12000, 32, /*epochs=*/5), 2, FreePort(), kTimeoutS);
+      Distributed(Job("mlp", "adam", 12000, 32, /*epochs=*/5), 2, FreeLoopbackPort(), kTimeoutS);
   absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon_, long_job);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE(WaitUntil([&] {
@@ -260,7 +246,7 @@ TEST_F(DistributedE2eTest, KillingOneRanksExecutorFailsTheJobAndTheNextJobRuns) 
 // job runs.
 TEST_F(DistributedE2eTest, CancelStopsEveryRank) {
   absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(
-      daemon_, Distributed(Job("mlp", "adam", 12000, 32, /*epochs=*/5), 2, FreePort()));
+      daemon_, Distributed(Job("mlp", "adam", 12000, 32, /*epochs=*/5), 2, FreeLoopbackPort()));
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE(WaitUntil([&] {
     const absl::StatusOr<mpsd::v1::Job> now = rpc::Get(daemon_, job->id());
@@ -279,7 +265,7 @@ TEST_F(DistributedE2eTest, CancelStopsEveryRank) {
 // nnodes 2 with only node 0 submitted: the rendezvous fails after timeout_s naming rank 1.
 TEST_F(DistributedE2eTest, ANodeThatNeverJoinsFailsTheRendezvousNamingItsRanks) {
   mpsd::v1::SubmitJobRequest request =
-      Distributed(Job("mlp", "adam", 256, 32), /*nproc=*/1, FreePort(), /*timeout_s=*/3);
+      Distributed(Job("mlp", "adam", 256, 32), /*nproc=*/1, FreeLoopbackPort(), /*timeout_s=*/3);
   request.mutable_train_job()->mutable_distributed()->set_nnodes(2);
   request.mutable_train_job()->mutable_distributed()->set_master_addr("127.0.0.1");
   const JobRun run = SubmitAndWait(daemon_, request);
@@ -320,7 +306,7 @@ TEST_F(DistributedE2eTest, TwoDaemonsAsTwoNodesOfOneJob) {
   TempDir other_dir{"mpsd-ddp2"};
   Daemon other((other_dir.path() / "state").string(), (other_dir.path() / "mpsd.sock").string());
   other.Start();
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   mpsd::v1::SubmitJobRequest node0 = Distributed(Job("mlp", "adam", 640, 32), 1, port);
   node0.mutable_train_job()->mutable_distributed()->set_nnodes(2);
   node0.mutable_train_job()->mutable_distributed()->set_master_addr("127.0.0.1");

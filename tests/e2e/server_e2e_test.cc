@@ -385,5 +385,19 @@ TEST(ServerStartTest, RefusesNonLoopbackTcpAndASecondDaemonOnOneStateDir) {
   EXPECT_NE(second.err.find("another mpsd"), std::string::npos) << second.err;
 }
 
+// gRPC's default SO_REUSEPORT let a second daemon listen on the first one's TCP port, and the
+// kernel then split connections between them (a fresh user's pass: 4 of 6 calls reached the
+// other daemon and were refused its token).
+TEST(ServerStartTest, RefusesATcpPortAnotherDaemonListensOn) {
+  TempDir dir;
+  const std::string tcp = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  Daemon first(dir.str() + "/a", dir.str() + "/a.sock");
+  ASSERT_NO_FATAL_FAILURE(first.Start({"--listen", tcp}));
+  CommandResult second = RunCommandWithin(
+      {MpsdPath(), "--listen", tcp, "--state-dir", dir.str() + "/b"}, absl::Seconds(30));
+  EXPECT_NE(second.exit_code, 0) << "a second mpsd started on " << tcp;
+  EXPECT_NE(second.err.find("cannot listen"), std::string::npos) << second.err;
+}
+
 }  // namespace
 }  // namespace mpsd::testing
