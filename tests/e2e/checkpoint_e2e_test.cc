@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -16,7 +15,6 @@
 #include "google/protobuf/util/time_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -136,22 +134,6 @@ TEST_F(CheckpointE2eTest, JobStoppedBySigtermWithRestartPolicyResumesOnTheNextSt
 
 // A fresh user's pass: an automatic resume from a truncated checkpoint failed as INVALID_SPEC
 // naming train_job.resume_from, which the user never set.
-// Whether an mpsd-executor whose command line names `state_dir` is alive (a zombie's command
-// line is empty).
-bool ExecutorOfStateDirRuns(const std::string& state_dir) {
-  for (const std::filesystem::directory_entry& entry :
-       std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (absl::StrContains(cmdline, "mpsd-executor") && absl::StrContains(cmdline, state_dir)) {
-      return true;
-    }
-  }
-  return false;
-}
-
 TEST_F(CheckpointE2eTest, AnAutomaticResumeFromADamagedCheckpointSaysSo) {
   absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, CheckpointedJob("resume"));
   ASSERT_TRUE(submitted.ok()) << submitted.status();
@@ -159,7 +141,7 @@ TEST_F(CheckpointE2eTest, AnAutomaticResumeFromADamagedCheckpointSaysSo) {
   daemon_->Stop(SIGKILL, absl::Seconds(60));
   // The executor dies of its parent's death a moment later; until then it may still finish a
   // checkpoint (and remove the one the store names), so the files are cut once it is gone.
-  ASSERT_TRUE(WaitUntil([&] { return !ExecutorOfStateDirRuns(dir_.str() + "/state"); }));
+  ASSERT_TRUE(WaitUntil([&] { return FindExecutor(dir_.str() + "/state") == 0; }));
   // Every checkpoint it wrote, cut to half: whichever the store names is damaged.
   const std::string job_dir = dir_.str() + "/state/artifacts/" + submitted->id();
   for (const auto& entry : std::filesystem::directory_iterator(job_dir)) {

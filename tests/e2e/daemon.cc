@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -111,6 +113,21 @@ int FreeLoopbackPort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+pid_t FindExecutor(const std::string& state_dir, const std::string& also) {
+  for (const std::filesystem::directory_entry& entry :
+       std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (absl::StrContains(cmdline, "mpsd-executor") && absl::StrContains(cmdline, state_dir) &&
+        absl::StrContains(cmdline, also)) {
+      return static_cast<pid_t>(std::stoi(name));
+    }
+  }
+  return 0;
 }
 
 Daemon::Daemon(std::string state_dir, std::string socket_path)

@@ -42,6 +42,10 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path,
 // A TCP port on 127.0.0.1 that nobody listens on now (bound once and released).
 int FreeLoopbackPort();
 
+// The pid of a live mpsd-executor whose command line names `state_dir` and also holds `also`
+// (e.g. ".rank1 " for local rank 1's), or 0. A zombie's command line is empty, so it is not found.
+pid_t FindExecutor(const std::string& state_dir, const std::string& also = "");
+
 // Writes `text` to `path`.
 void WriteFile(const std::string& path, const std::string& text);
 

@@ -2,7 +2,6 @@
 // own, Gloo over 127.0.0.1. 2 ranks × batch 32 against 1 rank × batch 64 step by step, the
 // ranks' final weights, a resume from a distributed checkpoint, one rank's executor killed
 // mid-epoch, a node that never joins, and two daemons as the two nodes of one job.
-#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -188,28 +187,7 @@ TEST_F(DistributedE2eTest, ResumesFromADistributedCheckpoint) {
 
 // The pid of the executor for local rank 1 of the daemon whose state dir is `state_dir` (its
 // socket, named on its command line, is <state_dir>/….rank1), or 0.
-pid_t FindRank1Executor(const std::string& state_dir) {
-  const std::string needle = ".rank1";
-  DIR* proc = opendir("/proc");
-  pid_t found = 0;
-  while (dirent* entry = readdir(proc)) {
-    const std::string name = entry->d_name;
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in("/proc/" + name + "/cmdline");
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string cmdline = text.str();
-    for (char& ch : cmdline) {
-      if (ch == '\0') ch = ' ';
-    }
-    if (absl::StrContains(cmdline, "mpsd-executor") && absl::StrContains(cmdline, state_dir) &&
-        absl::StrContains(cmdline, needle + " ")) {
-      found = std::stoi(name);
-    }
-  }
-  closedir(proc);
-  return found;
-}
+pid_t FindRank1Executor(const std::string& state_dir) { return FindExecutor(state_dir, ".rank1 "); }
 
 // SIGKILL of rank 1's executor mid-epoch: the job ends FAILED within timeout_s + 5 s naming
 // rank 1, its host and its death, and the daemon runs the next job.
