@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "api/failure_reason.h"
 
 namespace mpsd::api {
 
@@ -20,11 +23,19 @@ mpsd::v1::executor::Status ToExecutorStatus(const absl::Status& status) {
   mpsd::v1::executor::Status proto;
   proto.set_code(static_cast<int32_t>(status.code()));
   proto.set_message(std::string(status.message()));
+  // Only an attached reason travels: one implied by the code is implied on the other side too.
+  if (status.GetPayload(kFailureReasonPayloadUrl).has_value()) {
+    proto.set_failure_reason(FailureReasonOf(status));
+  }
   return proto;
 }
 
 absl::Status FromExecutorStatus(const mpsd::v1::executor::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
+  absl::Status result(static_cast<absl::StatusCode>(status.code()), status.message());
+  if (status.failure_reason() != mpsd::v1::Job::FAILURE_REASON_UNSPECIFIED) {
+    result = WithFailureReason(std::move(result), status.failure_reason());
+  }
+  return result;
 }
 
 }  // namespace mpsd::api
