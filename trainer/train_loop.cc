@@ -384,7 +384,13 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
             : RunStep(loop, order, first, batches);
     readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
                     step.skipped);
-    if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {
+    // A distributed job reads back by count only: every rank then sees a diverged step at the
+    // same step and stops there together, none left waiting in the next step's all-reduce.
+    const std::chrono::milliseconds interval =
+        loop.options.data_parallel != nullptr
+            ? std::chrono::milliseconds(std::chrono::hours(24 * 365))  // never by time
+            : std::chrono::milliseconds(loop.options.readback_interval_ms);
+    if (readback.due(interval)) {
       readback.Flush();
       if (readback.diverged()) return readback.DivergedError();
     }

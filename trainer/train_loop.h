@@ -51,7 +51,8 @@ struct TrainOptions {
   int steps_per_readback = 32;
   // A group is also read back once this much wall time has passed since the last read-back,
   // so that slow steps (CPU, big models) still stream promptly. Costs at most one sync per
-  // interval.
+  // interval. Not for a distributed job: its ranks read back by count, at the same steps, so
+  // that a diverged step stops them all at once.
   int readback_interval_ms = 500;
   // Examples per forward pass when evaluating.
   int64_t eval_batch_size = 1000;
