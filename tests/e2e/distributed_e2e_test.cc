@@ -34,6 +34,9 @@ mpsd::v1::SubmitJobRequest Job(const std::string& model, const std::string& opti
   mpsd::v1::SubmitJobRequest request = TrainJobRequest(limit_train, 200, epochs, batch_size, model);
   mpsd::v1::TrainJob& job = *request.mutable_train_job();
   job.mutable_model()->set_dropout(0);
+  // The first N examples, as the step-by-step tolerances below were measured on (a stratified
+  // subset trains as well, but convnet+adam's fp32 drift between 1 and 2 ranks reached 3e-5 on it).
+  job.mutable_dataset()->set_subset("first");
   job.mutable_optimizer()->set_name(optimizer);
   job.mutable_optimizer()->set_learning_rate(optimizer == "sgd" ? 0.05 : 0.001);
   return request;
