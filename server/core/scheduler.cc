@@ -501,9 +501,10 @@ int32_t Scheduler::PriorityOf(const Job& job) {
 
 void Scheduler::InsertInQueue(const Job& job) {
   const int32_t priority = PriorityOf(job);
-  auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const std::string& id) {
-    return PriorityOf(jobs_.at(id)) < priority;
-  });
+  auto behind = std::find_if(queue_.begin(), queue_.end(),
+                             [&](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                               return PriorityOf(jobs_.at(id)) < priority;
+                             });
   queue_.insert(behind, job.id());
 }
 
@@ -518,7 +519,8 @@ const Job* Scheduler::FailedDependency(const Job& job) const {
 }
 
 std::deque<std::string>::const_iterator Scheduler::NextReady() const {
-  return std::find_if(queue_.begin(), queue_.end(), [this](const std::string& id) {
+  return std::find_if(queue_.begin(), queue_.end(),
+                      [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const std::string& dependency : jobs_.at(id).spec().after()) {
       auto it = jobs_.find(dependency);
       if (it != jobs_.end() && it->second.state() != Job::SUCCEEDED) return false;
