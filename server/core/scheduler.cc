@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/error_cause.h"
 #include "api/failure_reason.h"
 #include "api/job_id.h"
 #include "api/job_state.h"
@@ -350,7 +351,7 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(
   absl::StatusOr<const Job*> earlier = EarlierSubmit(request, submitted_by);
   if (!earlier.ok()) return earlier.status();
   if (*earlier != nullptr) return **earlier;
-  if (shutting_down_) return absl::UnavailableError("mpsd is shutting down");
+  if (shutting_down_) return absl::UnavailableError("shutting down");
   if (!refuse_submits_.ok()) return refuse_submits_;
   const size_t adding = request.has_sweep() ? trials.size() : 1;
   if (queue_.size() + adding > static_cast<size_t>(options_.max_queued)) {
@@ -955,11 +956,12 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
         state == Job::CANCELLED ? "cancelled by request" : "interrupted: mpsd shut down";
     // The executor ignored the cancel and was killed (ExecutorSupervisor::Run): say so, and
     // that a new executor replaced it.
-    if (absl::StartsWith(status.message(), "cancel not honoured")) {
+    if (api::HasCause(status, api::ErrorCause::CANCEL_NOT_HONOURED)) {
       absl::StrAppend(&message, "; ", status.message());
     }
     SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED, message);
-  } else if (!resume_checkpoint.empty() && absl::StrContains(status.message(), "resume_from")) {
+  } else if (!resume_checkpoint.empty() &&
+             api::InvalidFieldOf(status) == "train_job.resume_from") {
     // Not the spec's fault: the daemon's own checkpoint could not be used.
     SetState(job, Job::FAILED, Job::INTERNAL, AutoResumeFailure(resume_checkpoint, status));
   } else {
