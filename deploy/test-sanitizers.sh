@@ -9,7 +9,7 @@
 #   build-tsan/  ThreadSanitizer, compiled with -Wall -Wextra -Wthread-safety -Werror
 #                (MPSD_STRICT_WARNINGS): the daemon, mpsctl and the same tests; what Debian's abseil and
 #                gRPC (built without TSan) order is told to TSan by tests/sanitizers/tsan_*_sync.cc,
-#                and tests/sanitizers/tsan.supp names the library calls left (README: Sanitizers).
+#                and tests/sanitizers/tsan.supp names the library calls left (docs/development.md: Sanitizers and fuzzing).
 # Neither links LibTorch (MPSD_WITH_TORCH=OFF): mpsd-executor, the trainer and the end-to-end
 # tests stay in the main build. MPSD_SANITIZERS="asan tsan fuzz" picks the parts (default all).
 set -euo pipefail
