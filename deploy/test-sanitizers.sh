@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer and fuzzing suites (issue 14), torch-free, compiled with clang-14 (Debian
-# clang-14, libclang-rt-14-dev: deploy/setup-debian.sh). Called by deploy/test.sh, so CI runs it.
+# clang-14, libclang-rt-14-dev: deploy/setup-debian.sh --tests). Called by deploy/test.sh, so CI
+# runs it.
 #   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer, plus libFuzzer's coverage
 #                instrumentation: the daemon, mpsctl, the api/, server/, client/ tests and the
 #                torch-free readers' tests (IDX, CIFAR-10), and tests/fuzz's targets, each run
@@ -9,7 +10,8 @@
 #   build-tsan/  ThreadSanitizer, compiled with -Wall -Wextra -Wthread-safety -Werror
 #                (MPSD_STRICT_WARNINGS): the daemon, mpsctl and the same tests; what Debian's abseil and
 #                gRPC (built without TSan) order is told to TSan by tests/sanitizers/tsan_*_sync.cc,
-#                and tests/sanitizers/tsan.supp names the library calls left (README: Sanitizers).
+#                and tests/sanitizers/tsan.supp names the library calls left (docs/development.md,
+#                "Sanitizers and fuzzing").
 # Neither links LibTorch (MPSD_WITH_TORCH=OFF): mpsd-executor, the trainer and the end-to-end
 # tests stay in the main build. MPSD_SANITIZERS="asan tsan fuzz" picks the parts (default all).
 set -euo pipefail
