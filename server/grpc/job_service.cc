@@ -158,8 +158,9 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       for (JobEvent& event : *events) pending_.push_back(std::move(event));
       if (!pending_.empty()) break;
       if (closed) {
-        FinishOnce(ToClientStatus(absl::UnavailableError(
-            absl::StrCat("shutting down before job ", job_id_,
+        // Names mpsd itself, so not through ToClientStatus's "mpsd: ".
+        FinishOnce(api::ToGrpcStatus(absl::UnavailableError(
+            absl::StrCat("mpsd is shutting down before job ", job_id_,
                          " finished; resume with after_seq=", last_seq_))));
         return;
       }
