@@ -261,7 +261,11 @@ void Scheduler::SettleRecovered() {
 }
 
 absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
-                                      const std::string& submitted_by) {
+                                      const std::string& submitted_by,
+                                      const SubmitCheck& may_submit) {
+  if (may_submit) {
+    if (absl::Status allowed = may_submit(request); !allowed.ok()) return allowed;
+  }
   if (absl::Status valid = CheckRequest(request); !valid.ok()) return valid;
   bool resumes_from_dependency = false;
   {
@@ -279,6 +283,11 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
   if (request.has_sweep()) {
     absl::StatusOr<std::vector<SweepTrialRequest>> expanded = ExpandSweep(request);
     if (!expanded.ok()) return expanded.status();
+    // A sweep may set paths per trial (dataset.root, resume_from): each trial is asked about.
+    for (const SweepTrialRequest& trial : *expanded) {
+      if (!may_submit) break;
+      if (absl::Status allowed = may_submit(trial.request); !allowed.ok()) return allowed;
+    }
     for (SweepTrialRequest& trial : *expanded) {
       if (absl::Status valid =
               executor_->Validate(ForValidation(trial.request, resumes_from_dependency));

@@ -30,7 +30,6 @@
 #include "server/core/artifacts.h"
 #include "server/grpc/grpc_auth.h"
 #include "server/core/job_query.h"
-#include "server/core/sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -339,16 +338,7 @@ absl::Status JobService::MayRead(const Principal& principal,
     return absl::PermissionDeniedError("no data_roots on this listener");
   }
   if (absl::Status s = options_.data_roots->Check(request); !s.ok()) return s;
-  if (absl::Status s = CanResumeFrom(principal, request); !s.ok()) return s;
-  if (!request.has_sweep()) return absl::OkStatus();
-  // A sweep may set paths per trial (dataset.root, resume_from): each trial is checked.
-  absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(request);
-  if (!trials.ok()) return trials.status();
-  for (const SweepTrialRequest& trial : *trials) {
-    if (absl::Status s = options_.data_roots->Check(trial.request); !s.ok()) return s;
-    if (absl::Status s = CanResumeFrom(principal, trial.request); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return CanResumeFrom(principal, request);
 }
 
 JobService::JobService(Scheduler* scheduler, const Options& options)
@@ -359,15 +349,19 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
                                                 mpsd::v1::Job* response) {
   absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
   if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  Scheduler::SubmitCheck may_read;
   if (!IsUnixSocketCall(*context)) {
-    absl::Status allowed = MayRead(*principal, *request);
-    if (!allowed.ok()) {
-      spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
-                   principal->name, std::string(allowed.message()));
-      return Answer<mpsd::v1::Job>(context, allowed, response);
-    }
+    // The request and each trial of a sweep, as the scheduler expands it (once).
+    may_read = [this, &context, &principal](const mpsd::v1::SubmitJobRequest& each) {
+      absl::Status allowed = MayRead(*principal, each);
+      if (!allowed.ok()) {
+        spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
+                     principal->name, std::string(allowed.message()));
+      }
+      return allowed;
+    };
   }
-  return Answer(context, scheduler_->Submit(*request, principal->name), response);
+  return Answer(context, scheduler_->Submit(*request, principal->name, may_read), response);
 }
 
 grpc::ServerUnaryReactor* JobService::GetJob(grpc::CallbackServerContext* context,
