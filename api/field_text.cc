@@ -214,8 +214,11 @@ std::optional<absl::int128> ParseIntegerText(absl::string_view s) {
     return negative ? -value : value;
   }
   const std::optional<double> d = ParseFloatText(s);
-  if (d && std::isfinite(*d) && std::trunc(*d) == *d && std::fabs(*d) <= 0x1p63) {
-    return absl::int128(static_cast<int64_t>(*d));
+  // Exactly, through int128 (2^63 written as 9.223372036854775808e18 is out of int64's range,
+  // not its minimum; 1e19 fits a uint64); from 2^64 on it saturates, out of every range.
+  if (d && std::isfinite(*d) && std::trunc(*d) == *d) {
+    if (std::fabs(*d) >= 0x1p64) return *d < 0 ? -absl::MakeInt128(1, 0) : absl::MakeInt128(1, 0);
+    return absl::int128(*d);
   }
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "api/error_cause.h"
 #include "api/failure_reason.h"
@@ -36,16 +37,27 @@ google::rpc::ErrorInfo ErrorInfoOf(const absl::Status& status) {
   return info;
 }
 
+// The message as sent: at most kMaxMessageBytes (cut at a UTF-8 character boundary), so that
+// an error quoting a long input (a 4,000-character path, a 20,000-character name) still fits a
+// client's metadata limit (gRPC's default: 8 KiB for all trailers together) and says what it is.
+std::string ClientMessage(absl::string_view message) {
+  constexpr size_t kMaxMessageBytes = 2048;
+  if (message.size() <= kMaxMessageBytes) return std::string(message);
+  size_t cut = kMaxMessageBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(message.substr(0, cut), "... (", message.size() - cut, " more bytes)");
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  // The message travels once, in grpc-message; the details carry what a program reads.
   google::rpc::Status details;
   details.set_code(static_cast<int32_t>(status.code()));
-  details.set_message(std::string(status.message()));
   details.add_details()->PackFrom(ErrorInfoOf(status));
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()), details.SerializeAsString());
+                      ClientMessage(status.message()), details.SerializeAsString());
 }
 
 std::optional<google::rpc::ErrorInfo> MpsdErrorInfo(const grpc::Status& status) {

@@ -20,8 +20,10 @@ namespace mpsd::api {
 // The domain of the google.rpc.ErrorInfo in mpsd's errors.
 inline constexpr char kErrorDomain[] = "mpsd";
 
-// An RPC's answer: grpc::Status::OK for OK, else the same code and message, and in the binary
-// details (grpc-status-details-bin) a google.rpc.Status holding one google.rpc.ErrorInfo of
+// An RPC's answer: grpc::Status::OK for OK, else the same code and message (cut to 2 KiB, saying
+// how much was cut, so that it fits a client's metadata limit), and in the binary details
+// (grpc-status-details-bin) a google.rpc.Status (its code, no second copy of the message) holding
+// one google.rpc.ErrorInfo of
 // domain "mpsd": reason the status's ErrorCause kind (api/error_cause.h) where it has one, else
 // the code's name ("NOT_FOUND"); metadata "field" for INVALID_FIELD, "rank" for RANK_FAILED,
 // "failure_reason" where a Job.FailureReason is attached (api/failure_reason.h). A client

@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "api/decimal.h"
@@ -195,7 +196,9 @@ std::string Draw(const Axis& axis, std::mt19937_64& generator) {
   const double x = axis.log ? std::exp(std::log(axis.low) +
                                        u * (std::log(axis.high) - std::log(axis.low)))
                             : axis.low + u * (axis.high - axis.low);
-  if (IsInteger(*axis.field)) return absl::StrCat(std::llround(x));
+  // Rounded as a double: a range beyond int64 draws a value the field's range check refuses,
+  // never one llround wrapped around.
+  if (IsInteger(*axis.field)) return absl::StrFormat("%.0f", std::round(x));
   return api::ShortestDecimal(x);
 }
 

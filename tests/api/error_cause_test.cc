@@ -2,6 +2,7 @@
 // (api/status.h): a cause attached in one process is read, as data, in the other.
 #include "api/error_cause.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -84,6 +85,24 @@ TEST(ErrorCauseTest, ClientsGetAnErrorInfoWithTheCause) {
       WithFailureReason(absl::UnavailableError("executor crashed"), mpsd::v1::Job::EXECUTOR_CRASHED)));
   ASSERT_TRUE(info.has_value());
   EXPECT_EQ(info->metadata().at("failure_reason"), "EXECUTOR_CRASHED");
+}
+
+// An error that quotes a long input must still fit the client's metadata limit (8 KiB for all
+// trailers by default): the message is cut, says so, and is not sent a second time.
+TEST(ErrorCauseTest, ALongMessageIsCutAndSentOnce) {
+  const std::string root(20000, 'x');
+  const grpc::Status sent = ToGrpcStatus(WithInvalidField(
+      absl::InvalidArgumentError("train_job.dataset.root: " + root + " does not exist"),
+      "train_job.dataset.root"));
+  EXPECT_LE(sent.error_message().size(), 2100u);
+  EXPECT_THAT(sent.error_message(), ::testing::StartsWith("train_job.dataset.root: xxx"));
+  EXPECT_THAT(sent.error_message(), ::testing::HasSubstr("more bytes)"));
+  EXPECT_LT(sent.error_details().size(), 200u);
+  ASSERT_TRUE(MpsdErrorInfo(sent).has_value());
+  EXPECT_EQ(MpsdErrorInfo(sent)->metadata().at("field"), "train_job.dataset.root");
+  // A short one passes unchanged.
+  EXPECT_EQ(ToGrpcStatus(absl::NotFoundError("job 9 not found")).error_message(),
+            "job 9 not found");
 }
 
 TEST(ErrorCauseTest, GrpcsOwnErrorsCarryNoMpsdErrorInfo) {

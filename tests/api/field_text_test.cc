@@ -63,6 +63,10 @@ std::string ReadBack(const Message& message, const FieldDescriptor& field) {
       return std::to_string(repeated ? r.GetRepeatedInt32(message, f, 0) : r.GetInt32(message, f));
     case FieldDescriptor::CPPTYPE_INT64:
       return std::to_string(repeated ? r.GetRepeatedInt64(message, f, 0) : r.GetInt64(message, f));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return std::to_string(repeated ? r.GetRepeatedUInt32(message, f, 0) : r.GetUInt32(message, f));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return std::to_string(repeated ? r.GetRepeatedUInt64(message, f, 0) : r.GetUInt64(message, f));
     case FieldDescriptor::CPPTYPE_DOUBLE:
     case FieldDescriptor::CPPTYPE_FLOAT: {
       double v = 0;
