@@ -51,16 +51,27 @@ std::string Plural(int64_t n, absl::string_view word) {
 // The summary's lines after the first, each starting with `indent` and ending in '\n'.
 std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   std::string out;
-  // Without a finished epoch there was no evaluation: its zeros are not results.
+  // Only what was measured: an unevaluated split has no figures, not zeros.
   if (s.epochs() > 0) {
-    absl::StrAppendFormat(&out, "%stest accuracy %.4f, test loss %.4f, final train loss %.4f\n",
-                          indent, s.test_accuracy(), s.test_loss(), s.final_train_loss());
+    std::vector<std::string> figures;
+    if (s.has_val_accuracy()) {
+      figures.push_back(absl::StrFormat("val accuracy %.4f, val loss %.4f", s.val_accuracy(),
+                                        s.val_loss()));
+    }
+    figures.push_back(s.has_test_accuracy()
+                          ? absl::StrFormat("test accuracy %.4f, test loss %.4f",
+                                            s.test_accuracy(), s.test_loss())
+                          : std::string("test not evaluated"));
+    figures.push_back(absl::StrFormat("final train loss %.4f", s.final_train_loss()));
+    absl::StrAppend(&out, indent, absl::StrJoin(figures, ", "), "\n");
   }
   std::vector<std::string> work = {Plural(s.epochs(), "epoch"), Plural(s.steps(), "step")};
   if (s.bench_rows_size() > 0) work = {FormatBenchRowCounts(s)};  // a BenchJob trains nothing
   if (s.train_examples() > 0) {
-    work.push_back(absl::StrCat(FormatThousands(s.train_examples()), " train / ",
-                                FormatThousands(s.test_examples()), " test examples"));
+    work.push_back(absl::StrCat(
+        FormatThousands(s.train_examples()), " train / ",
+        s.val_examples() > 0 ? absl::StrCat(FormatThousands(s.val_examples()), " val / ") : "",
+        FormatThousands(s.test_examples()), " test examples"));
   }
   if (s.samples_per_second() > 0) work.push_back(FormatRate(s.samples_per_second()));
   if (s.median_epoch_time_s() > 0) {
@@ -73,6 +84,15 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   absl::StrAppend(&out, indent, absl::StrJoin(work, ", "), "\n");
   if (s.resumed_at_step() > 0) {
     absl::StrAppend(&out, indent, "resumed at step ", s.resumed_at_step(), "\n");
+  }
+  if (s.stop_reason() == "early_stopped" || s.best_epoch() > 0) {
+    std::string line = absl::StrCat(indent, "stopped: ", s.stop_reason());
+    if (s.best_epoch() > 0) {
+      absl::StrAppendFormat(&line, "; best epoch %d (%s %.4f)", s.best_epoch(), s.monitor(),
+                            s.best_value());
+    }
+    if (!s.best_model_path().empty()) absl::StrAppend(&line, ", ", s.best_model_path());
+    absl::StrAppend(&out, line, "\n");
   }
   if (!s.model_path().empty()) {
     absl::StrAppend(&out, indent, "model: ", s.model_path(), " (", s.model_format(), ")\n");
@@ -190,9 +210,16 @@ std::string FormatProgress(const v1::StepMetrics& step, int total_epochs) {
 }
 
 std::string FormatEpoch(const v1::EpochMetrics& e) {
-  std::string line = absl::StrFormat(
-      "epoch %d: train loss %.4f acc %.3f, test loss %.4f acc %.3f, %s", e.epoch(), e.train_loss(),
-      e.train_accuracy(), e.test_loss(), e.test_accuracy(), FormatSeconds(e.epoch_time_s()));
+  std::string line =
+      absl::StrFormat("epoch %d: train loss %.4f acc %.3f", e.epoch(), e.train_loss(),
+                      e.train_accuracy());
+  if (e.has_val_loss()) {
+    absl::StrAppendFormat(&line, ", val loss %.4f acc %.3f", e.val_loss(), e.val_accuracy());
+  }
+  if (e.evaluated()) {
+    absl::StrAppendFormat(&line, ", test loss %.4f acc %.3f", e.test_loss(), e.test_accuracy());
+  }
+  absl::StrAppend(&line, ", ", FormatSeconds(e.epoch_time_s()));
   if (e.samples_per_second() > 0) absl::StrAppend(&line, ", ", FormatRate(e.samples_per_second()));
   return line;
 }

@@ -226,14 +226,15 @@ int main(int argc, char** argv) {
   wait->add_option("--timeout", wait_timeout_s, "give up after S seconds (exit 4); 0 = never")
       ->type_name("S")
       ->check(Seconds());
-  std::string sweep_metric = "test_accuracy";
+  std::string sweep_metric = "auto";
   std::string table_format = "table";
   CLI::App* sweep = app.add_subcommand(
       "sweep", "a sweep's trials with their parameters and metrics, best first");
   sweep->add_option("ID", job_id, "the sweep's job id")->required()->check(JobId());
   sweep->add_option("--metric", sweep_metric,
-                    "rank by test_accuracy, test_loss, train_loss, samples_per_second, "
-                    "epoch_time_s, peak_memory or time_s")
+                    "rank by auto (val_accuracy when the trials have a validation split, "
+                    "else test_accuracy), val_accuracy, val_loss, test_accuracy, test_loss, "
+                    "train_loss, samples_per_second, epoch_time_s, peak_memory or time_s")
       ->capture_default_str();
   sweep->add_option("--format", table_format, "table, markdown, csv or json")
       ->capture_default_str()

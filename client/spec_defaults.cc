@@ -58,6 +58,16 @@ void TrainJobDefaults(v1::TrainJob& job) {
   OptimizerDefaults(*job.mutable_optimizer());
   ScheduleDefaults(*job.mutable_schedule(), job.optimizer().learning_rate());
   v1::DatasetSpec& dataset = *job.mutable_dataset();
+  if (dataset.name() != "synthetic") DefaultString(dataset.mutable_subset(), "stratified");
+  DefaultString(job.mutable_evaluate_test(), dataset.has_validation() ? "end" : "every_epoch");
+  if (job.has_early_stopping()) {
+    v1::EarlyStoppingSpec& e = *job.mutable_early_stopping();
+    DefaultString(e.mutable_monitor(), "val_loss");
+    const std::string& monitor = e.monitor();
+    const bool accuracy = monitor.size() > 9 && monitor.substr(monitor.size() - 9) == "_accuracy";
+    DefaultString(e.mutable_mode(), accuracy ? "max" : "min");
+    if (!e.has_patience()) e.set_patience(3);
+  }
   if (dataset.name() == "image_folder" || dataset.name() == "tensors") {
     DefaultString(dataset.mutable_placement(), "auto");
   }

@@ -111,16 +111,19 @@ absl::StatusOr<std::string> RenderJson(const TextTable& table) {
 
 // A trial's metrics, from its summary once finished, else its newest epoch.
 struct TrialMetrics {
-  std::optional<double> test_accuracy, test_loss, train_loss, samples_per_second, epoch_time_s,
-      peak_memory, time_s;
+  std::optional<double> val_accuracy, val_loss, test_accuracy, test_loss, train_loss,
+      samples_per_second, epoch_time_s, peak_memory, time_s;
 };
 
 TrialMetrics MetricsOf(const v1::Job& job) {
   TrialMetrics m;
   if (job.has_summary() && job.summary().epochs() > 0) {
     const v1::JobSummary& s = job.summary();
-    m.test_accuracy = s.test_accuracy();
-    m.test_loss = s.test_loss();
+    // Unmeasured figures stay unset (ranked last), never 0.
+    if (s.has_val_accuracy()) m.val_accuracy = s.val_accuracy();
+    if (s.has_val_loss()) m.val_loss = s.val_loss();
+    if (s.has_test_accuracy()) m.test_accuracy = s.test_accuracy();
+    if (s.has_test_loss()) m.test_loss = s.test_loss();
     m.train_loss = s.final_train_loss();
     m.samples_per_second = s.samples_per_second();
     m.epoch_time_s = s.median_epoch_time_s();
@@ -134,6 +137,8 @@ TrialMetrics MetricsOf(const v1::Job& job) {
       m.test_accuracy = e.test_accuracy();
       m.test_loss = e.test_loss();
     }
+    if (e.has_val_accuracy()) m.val_accuracy = e.val_accuracy();
+    if (e.has_val_loss()) m.val_loss = e.val_loss();
     m.train_loss = e.train_loss();
     m.samples_per_second = e.samples_per_second();
     m.epoch_time_s = e.epoch_time_s();
@@ -148,6 +153,8 @@ struct MetricSpec {
 };
 
 constexpr MetricSpec kMetrics[] = {
+    {"val_accuracy", &TrialMetrics::val_accuracy, true},
+    {"val_loss", &TrialMetrics::val_loss, false},
     {"test_accuracy", &TrialMetrics::test_accuracy, true},
     {"test_loss", &TrialMetrics::test_loss, false},
     {"train_loss", &TrialMetrics::train_loss, false},
@@ -253,7 +260,14 @@ std::vector<std::string> SweepMetrics() {
 }
 
 absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
-                                     const std::string& metric) {
+                                     std::string metric) {
+  if (metric.empty() || metric == "auto") {
+    // Model selection on validation data whenever a trial has it; the test split otherwise.
+    metric = "test_accuracy";
+    for (const v1::Job& trial : trials) {
+      if (MetricsOf(trial).val_accuracy.has_value()) metric = "val_accuracy";
+    }
+  }
   const MetricSpec* spec = nullptr;
   for (const MetricSpec& m : kMetrics) {
     if (metric == m.name) spec = &m;
@@ -281,8 +295,8 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
   TextTable table;
   table.header = {"RANK", "TRIAL", "JOB"};
   for (const std::string& path : paths) table.header.push_back(path);
-  for (const char* h : {"STATE", "TEST_ACC", "TEST_LOSS", "TRAIN_LOSS", "SAMPLES/S", "S/EPOCH",
-                        "PEAK_MEM", "TIME_S"}) {
+  for (const char* h : {"STATE", "VAL_ACC", "VAL_LOSS", "TEST_ACC", "TEST_LOSS", "TRAIN_LOSS",
+                        "SAMPLES/S", "S/EPOCH", "PEAK_MEM", "TIME_S"}) {
     table.header.push_back(h);
   }
   int rank = 0;
@@ -297,6 +311,8 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
       row.push_back(value);
     }
     row.push_back(v1::Job::State_Name(job->state()));
+    row.push_back(Cell(m.val_accuracy));
+    row.push_back(Cell(m.val_loss));
     row.push_back(Cell(m.test_accuracy));
     row.push_back(Cell(m.test_loss));
     row.push_back(Cell(m.train_loss));
@@ -360,8 +376,24 @@ TextTable CompareTable(const std::vector<v1::Job>& jobs) {
   auto summary = [](double v, const v1::Job& j) {
     return j.has_summary() && j.summary().epochs() > 0 ? Number(v) : std::string("-");
   };
-  metric("test_accuracy", [&](const v1::Job& j) { return summary(j.summary().test_accuracy(), j); });
-  metric("test_loss", [&](const v1::Job& j) { return summary(j.summary().test_loss(), j); });
+  // Unmeasured: "-", never 0. Validation first: it is what models are chosen by.
+  auto measured = [](bool has, double v) { return has ? Number(v) : std::string("-"); };
+  bool any_val = false;
+  for (const v1::Job& job : jobs) any_val |= job.summary().has_val_accuracy();
+  if (any_val) {
+    metric("val_accuracy", [&](const v1::Job& j) {
+      return measured(j.summary().has_val_accuracy(), j.summary().val_accuracy());
+    });
+    metric("val_loss", [&](const v1::Job& j) {
+      return measured(j.summary().has_val_loss(), j.summary().val_loss());
+    });
+  }
+  metric("test_accuracy", [&](const v1::Job& j) {
+    return measured(j.summary().has_test_accuracy(), j.summary().test_accuracy());
+  });
+  metric("test_loss", [&](const v1::Job& j) {
+    return measured(j.summary().has_test_loss(), j.summary().test_loss());
+  });
   metric("final_train_loss",
          [&](const v1::Job& j) { return summary(j.summary().final_train_loss(), j); });
   metric("samples_per_second",

@@ -30,12 +30,13 @@ absl::StatusOr<std::string> RenderTable(const TextTable& table, absl::string_vie
 std::vector<std::string> SweepMetrics();
 
 // One row per trial, best `metric` first (trials without a value for it last, in trial
-// order): TRIAL, JOB, one column per swept path, STATE, TEST_ACC, TEST_LOSS, TRAIN_LOSS,
-// SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S. Metrics come from the
-// trial's summary once it finished, else from its newest epoch. INVALID_ARGUMENT for a metric
-// not in SweepMetrics().
+// order): TRIAL, JOB, one column per swept path, STATE, VAL_ACC, VAL_LOSS, TEST_ACC,
+// TEST_LOSS, TRAIN_LOSS, SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S.
+// Metrics come from the trial's summary once it finished, else from its newest epoch; one
+// never measured is "-". `metric` "auto" (or empty): val_accuracy when a trial has a
+// validation split, else test_accuracy. INVALID_ARGUMENT for a metric not in SweepMetrics().
 absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials,
-                                     const std::string& metric);
+                                     std::string metric);
 
 // Every set field of the request as "path" -> value text: request-level fields by name
 // ("priority", "labels.project", "after"), spec fields without the spec's own name

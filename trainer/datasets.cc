@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -70,10 +71,13 @@ absl::Status CheckIdxFiles(const std::string& root) {
   return absl::OkStatus();
 }
 
+// The whole split is read (its labels say which examples a subset keeps), then only the kept
+// rows cross to the device.
 absl::StatusOr<TensorSplit> LoadIdxSplit(const DatasetInfo& info, const std::string& root,
-                                         const std::string& prefix, int64_t limit,
-                                         const torch::Device& device) {
-  absl::StatusOr<IdxSplit> split = ReadIdxSplit(root, prefix, limit, info.num_classes);
+                                         const std::string& prefix, const SubsetRequest& request,
+                                         const torch::Device& device,
+                                         std::vector<std::string>& notes) {
+  absl::StatusOr<IdxSplit> split = ReadIdxSplit(root, prefix, /*limit=*/0, info.num_classes);
   if (!split.ok()) return split.status();
   const std::vector<int64_t>& dims = split->images.dims;
   const int64_t height = info.input_shape[1], width = info.input_shape[2];
@@ -84,31 +88,61 @@ absl::StatusOr<TensorSplit> LoadIdxSplit(const DatasetInfo& info, const std::str
                         dims.size() > 1 ? dims[1] : 0, dims.size() > 2 ? dims[2] : 0, height,
                         width, info.name));
   }
-  const int64_t n = dims[0];
+  const std::vector<uint8_t>& label_bytes = split->labels.data;
+  absl::StatusOr<Subset> subset =
+      ChooseSubset(std::vector<int64_t>(label_bytes.begin(), label_bytes.end()), request);
+  if (!subset.ok()) return subset.status();
+  notes.insert(notes.end(), subset->notes.begin(), subset->notes.end());
+  std::vector<uint8_t> images = std::move(split->images.data);
+  std::vector<uint8_t> labels = std::move(split->labels.data);
+  if (subset->subsetted) {
+    images = SelectRows(images, height * width, subset->indices);
+    labels = SelectRows(labels, 1, subset->indices);
+  }
+  const int64_t n = static_cast<int64_t>(labels.size());
   return TensorSplit{
-      NormaliseOnDevice(BytesToDevice(split->images.data, {n, 1, height, width}, device), info),
-      BytesToDevice(split->labels.data, {n}, device).to(torch::kInt64)};
+      NormaliseOnDevice(BytesToDevice(images, {n, 1, height, width}, device), info),
+      BytesToDevice(labels, {n}, device).to(torch::kInt64)};
 }
 
-absl::StatusOr<DeviceDataset> LoadIdx(const DatasetConfig& config, uint64_t /*seed*/,
+absl::StatusOr<DeviceDataset> LoadIdx(const DatasetConfig& config, uint64_t seed,
                                       const torch::Device& device) {
+  std::vector<std::string> notes;
   absl::StatusOr<TensorSplit> train =
-      LoadIdxSplit(*config.info, config.root, "train", config.limit_train, device);
+      LoadIdxSplit(*config.info, config.root, "train",
+                   MakeSubsetRequest(config, seed, /*train=*/true), device, notes);
   if (!train.ok()) return train.status();
   absl::StatusOr<TensorSplit> test =
-      LoadIdxSplit(*config.info, config.root, "t10k", config.limit_test, device);
+      LoadIdxSplit(*config.info, config.root, "t10k",
+                   MakeSubsetRequest(config, seed, /*train=*/false), device, notes);
   if (!test.ok()) return test.status();
-  return DeviceDataset{*std::move(train), *std::move(test), config.augmentation};
+  DeviceDataset data;
+  data.train = *std::move(train);
+  data.test = *std::move(test);
+  data.augmentation = config.augmentation;
+  data.notes = std::move(notes);
+  return data;
 }
 
 // ---- CIFAR-10 ---------------------------------------------------------------------------------
 
 // The records cross to the device as they are ([N, 3073] bytes); label and image are split there.
+// The whole split is read; a subset keeps its records on the host first.
 absl::StatusOr<TensorSplit> LoadCifarSplit(const DatasetInfo& info, const std::string& root,
-                                           CifarSplitKind kind, int64_t limit,
-                                           const torch::Device& device) {
-  absl::StatusOr<CifarRecords> records = ReadCifarSplit(root, kind, limit);
+                                           CifarSplitKind kind, const SubsetRequest& request,
+                                           const torch::Device& device,
+                                           std::vector<std::string>& notes) {
+  absl::StatusOr<CifarRecords> records = ReadCifarSplit(root, kind, /*limit=*/0);
   if (!records.ok()) return records.status();
+  std::vector<int64_t> labels(records->count);
+  for (int64_t i = 0; i < records->count; ++i) labels[i] = records->label(i);
+  absl::StatusOr<Subset> subset = ChooseSubset(labels, request);
+  if (!subset.ok()) return subset.status();
+  notes.insert(notes.end(), subset->notes.begin(), subset->notes.end());
+  if (subset->subsetted) {
+    records->bytes = SelectRows(records->bytes, kCifarRecordBytes, subset->indices);
+    records->count = static_cast<int64_t>(subset->indices.size());
+  }
   const int64_t n = records->count;
   const torch::Tensor bytes = BytesToDevice(records->bytes, {n, kCifarRecordBytes}, device);
   const torch::Tensor pixels =
@@ -117,17 +151,23 @@ absl::StatusOr<TensorSplit> LoadCifarSplit(const DatasetInfo& info, const std::s
                      bytes.select(/*dim=*/1, /*index=*/0).to(torch::kInt64)};
 }
 
-absl::StatusOr<DeviceDataset> LoadCifar(const DatasetConfig& config, uint64_t /*seed*/,
+absl::StatusOr<DeviceDataset> LoadCifar(const DatasetConfig& config, uint64_t seed,
                                         const torch::Device& device) {
-  absl::StatusOr<TensorSplit> train = LoadCifarSplit(*config.info, config.root,
-                                                     CifarSplitKind::kTrain, config.limit_train,
-                                                     device);
+  std::vector<std::string> notes;
+  absl::StatusOr<TensorSplit> train =
+      LoadCifarSplit(*config.info, config.root, CifarSplitKind::kTrain,
+                     MakeSubsetRequest(config, seed, /*train=*/true), device, notes);
   if (!train.ok()) return train.status();
-  absl::StatusOr<TensorSplit> test = LoadCifarSplit(*config.info, config.root,
-                                                    CifarSplitKind::kTest, config.limit_test,
-                                                    device);
+  absl::StatusOr<TensorSplit> test =
+      LoadCifarSplit(*config.info, config.root, CifarSplitKind::kTest,
+                     MakeSubsetRequest(config, seed, /*train=*/false), device, notes);
   if (!test.ok()) return test.status();
-  return DeviceDataset{*std::move(train), *std::move(test), config.augmentation};
+  DeviceDataset data;
+  data.train = *std::move(train);
+  data.test = *std::move(test);
+  data.augmentation = config.augmentation;
+  data.notes = std::move(notes);
+  return data;
 }
 
 // ---- synthetic --------------------------------------------------------------------------------
@@ -149,7 +189,11 @@ absl::StatusOr<DeviceDataset> LoadSynthetic(const DatasetConfig& config, uint64_
   at::Generator generator = MakeDeviceGenerator(device, seed);
   TensorSplit train = DrawSyntheticSplit(config, config.synthetic_train, generator, device);
   TensorSplit test = DrawSyntheticSplit(config, config.synthetic_test, generator, device);
-  return DeviceDataset{std::move(train), std::move(test), config.augmentation};
+  DeviceDataset data;
+  data.train = std::move(train);
+  data.test = std::move(test);
+  data.augmentation = config.augmentation;
+  return data;
 }
 
 // ---- The registry -----------------------------------------------------------------------------
@@ -233,6 +277,37 @@ absl::Status ResolveSynthetic(const mpsd::v1::SyntheticSpec& spec, DatasetConfig
   return absl::OkStatus();
 }
 
+// DatasetSpec.validation: one of fraction and source; a source only where the dataset has one.
+absl::Status ResolveValidation(const mpsd::v1::DatasetSpec& spec, DatasetConfig& config) {
+  if (!spec.has_validation()) return absl::OkStatus();
+  const mpsd::v1::ValidationSpec& validation = spec.validation();
+  if (validation.has_fraction() == !validation.source().empty()) {
+    return FieldError("validation", "set one of fraction (held out of the training split) and "
+                                    "source (a split the dataset has: \"val\")");
+  }
+  if (validation.has_fraction()) {
+    if (absl::Status s = Fields().InRange("validation.fraction", validation.fraction(),
+                                          Interval{0, false, 1, false});
+        !s.ok()) {
+      return s;
+    }
+    config.validation_fraction = validation.fraction();
+    return absl::OkStatus();
+  }
+  if (validation.source() != "val") {
+    return FieldError("validation.source",
+                      absl::StrFormat("unknown source \"%s\" (known: val)", validation.source()));
+  }
+  if (config.info->resolve == nullptr) {
+    return FieldError("validation.source",
+                      absl::StrFormat("%s has no validation split of its own; use "
+                                      "validation.fraction to hold one out of the training split",
+                                      config.info->name));
+  }
+  config.validation_from_source = true;
+  return absl::OkStatus();
+}
+
 absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, DatasetConfig& config) {
   const int64_t padding = spec.random_crop_padding();
   if (padding == 0 && !spec.horizontal_flip()) return absl::OkStatus();
@@ -294,8 +369,17 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
   if (absl::Status s = Fields().AtLeast("limit_test", spec.limit_test(), 0); !s.ok()) return s;
   config.limit_train = spec.limit_train();
   config.limit_test = spec.limit_test();
+  if (spec.subset() == "first") {
+    config.subset = SubsetMode::kFirst;
+  } else if (!spec.subset().empty() && spec.subset() != "stratified") {
+    return FieldError("subset", absl::StrFormat("unknown subset \"%s\" (known: stratified, "
+                                                "first)",
+                                                spec.subset()));
+  }
+  config.allow_missing_classes = spec.allow_missing_classes();
   config.input_shape = config.info->input_shape;
   config.num_classes = config.info->num_classes;
+  if (absl::Status s = ResolveValidation(spec, config); !s.ok()) return s;
   if (config.info->resolve != nullptr) {
     if (absl::Status s = config.info->resolve(spec, config); !s.ok()) return s;
   } else {
@@ -315,16 +399,72 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
 }
 
 int64_t NominalTrainExamples(const DatasetConfig& config) {
-  if (config.info->resolve != nullptr) return config.own.train_examples;  // own data, counted
-  if (config.info->check_files == nullptr) return config.synthetic_train;
-  const int64_t examples = config.info->train_examples;
-  return config.limit_train > 0 ? std::min(examples, config.limit_train) : examples;
+  int64_t examples = 0;
+  if (config.info->resolve != nullptr) {
+    examples = config.own.train_examples;  // own data, counted
+  } else if (config.info->check_files == nullptr) {
+    examples = config.synthetic_train;
+  } else {
+    examples = config.info->train_examples;
+    if (config.limit_train > 0) examples = std::min(examples, config.limit_train);
+  }
+  // What SplitValidation leaves to train on.
+  return examples - std::llround(config.validation_fraction * static_cast<double>(examples));
+}
+
+absl::Status HoldOutValidation(const DatasetConfig& config, uint64_t seed, DeviceDataset& data) {
+  if (config.validation_fraction <= 0) return absl::OkStatus();
+  const torch::Tensor labels = data.train.labels.to(torch::kCPU).contiguous();
+  const int64_t* begin = labels.data_ptr<int64_t>();
+  absl::StatusOr<ValidationSplit> split =
+      SplitValidation(std::vector<int64_t>(begin, begin + labels.numel()),
+                      config.validation_fraction,
+                      MakeSubsetRequest(config, seed, /*train=*/true, data.class_names));
+  if (!split.ok()) return split.status();
+  data.notes.insert(data.notes.end(), split->notes.begin(), split->notes.end());
+  const torch::Tensor train_index = torch::tensor(split->train, torch::kInt64)
+                                        .to(data.train.labels.device());
+  const torch::Tensor val_index = torch::tensor(split->validation, torch::kInt64)
+                                      .to(data.train.labels.device());
+  const TensorSplit& train = data.train;
+  data.val = TensorSplit{train.images.index_select(/*dim=*/0, val_index),
+                         train.labels.index_select(/*dim=*/0, val_index)};
+  data.train = TensorSplit{train.images.index_select(/*dim=*/0, train_index),
+                           train.labels.index_select(/*dim=*/0, train_index)};
+  data.validation = absl::StrFormat("fraction %g of train (seed %d)",
+                                    config.validation_fraction, seed);
+  return absl::OkStatus();
+}
+
+SubsetRequest MakeSubsetRequest(const DatasetConfig& config, uint64_t seed, bool train,
+                                std::vector<std::string> class_names) {
+  SubsetRequest request;
+  request.limit = train ? config.limit_train : config.limit_test;
+  request.mode = config.subset;
+  request.seed = seed;
+  request.num_classes = config.num_classes;
+  request.class_names = std::move(class_names);
+  request.allow_missing_classes = config.allow_missing_classes;
+  request.split = train ? "train" : "test";
+  request.field = train ? "limit_train" : "limit_test";
+  return request;
 }
 
 absl::StatusOr<DeviceDataset> LoadDataset(const DatasetConfig& config, uint64_t seed,
                                           const torch::Device& device) {
   absl::StatusOr<DeviceDataset> data = config.info->load(config, seed, device);
   if (!data.ok()) return data;
+  // image_folder and tensors split on the host, before placing (a streamed split has no images
+  // on the device); the others here.
+  if (config.info->resolve == nullptr) {
+    if (absl::Status s = HoldOutValidation(config, seed, *data); !s.ok()) return s;
+  }
+  if (data->train.size() > 0) {  // one read-back of the labels, at load
+    const torch::Tensor counts =
+        torch::bincount(data->train.labels.to(torch::kCPU), /*weights=*/{}, config.num_classes);
+    const auto values = counts.accessor<int64_t, 1>();
+    for (int64_t c = 0; c < counts.size(0); ++c) data->train_class_counts.push_back(values[c]);
+  }
   // Augment must find the fill on the device: a host tensor would be copied, and the device
   // synchronised with the host, on every training step.
   torch::Tensor& fill = data->augmentation.padding_fill;

@@ -19,6 +19,7 @@
 #include "mpsd/v1/mpsd.pb.h"
 #include "trainer/augment.h"
 #include "trainer/dataset_cache.h"
+#include "trainer/subset.h"
 
 namespace mpsd::trainer {
 
@@ -38,6 +39,10 @@ struct TensorSplit {
 struct DeviceDataset {
   TensorSplit train;
   TensorSplit test;
+  // DatasetSpec.validation's split (held out of train, or the dataset's own); size 0 without.
+  TensorSplit val;
+  // How `val` was made, for the summary ("fraction 0.1 of train (seed 1)", "val/"); "" without.
+  std::string validation;
   // What the training loop applies to each gathered training batch (never to evaluation).
   AugmentationOptions augmentation;
   // image_folder and tensors (trainer/own_data.h): the class names (index = class; may be
@@ -47,6 +52,8 @@ struct DeviceDataset {
   std::string placement;
   int64_t skipped_images = 0;
   std::vector<std::string> notes;
+  // Training examples per class as loaded, index = class (LoadDataset counts them).
+  std::vector<int64_t> train_class_counts;
 };
 
 struct DatasetConfig;
@@ -108,6 +115,15 @@ struct DatasetConfig {
   std::string root;                   // empty for synthetic
   int64_t limit_train = 0;            // 0 = all
   int64_t limit_test = 0;
+  // Which examples the limits keep, and whether a class they leave out fails the job
+  // (trainer/subset.h).
+  SubsetMode subset = SubsetMode::kStratified;
+  bool allow_missing_classes = false;
+  // DatasetSpec.validation: the fraction of the (limited) training split held out, 0 = none;
+  // or the dataset's own validation split (image_folder's val/, a tensors file's "val").
+  double validation_fraction = 0;
+  bool validation_from_source = false;
+  bool has_validation() const { return validation_fraction > 0 || validation_from_source; }
   // One example, e.g. [3, 32, 32], and the class count: the dataset's, or synthetic's spec.
   std::vector<int64_t> input_shape;
   int num_classes = 10;
@@ -132,8 +148,20 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec);
 // with it at submit, before the files are decoded.
 int64_t NominalTrainExamples(const DatasetConfig& config);
 
+// What ChooseSubset (trainer/subset.h) needs for one split of `config`: its limit, the subset
+// mode, `seed`, the classes (`class_names` may be empty) and the field an error names.
+SubsetRequest MakeSubsetRequest(const DatasetConfig& config, uint64_t seed, bool train,
+                                std::vector<std::string> class_names = {});
+
+// Holds config.validation_fraction of data.train out into data.val (SplitValidation of
+// trainer/subset.h, with `seed`), on the device: one read-back of the labels. A no-op without a
+// fraction. INVALID_ARGUMENT as SplitValidation; the note goes into data.notes.
+absl::Status HoldOutValidation(const DatasetConfig& config, uint64_t seed, DeviceDataset& data);
+
 // Loads `config` (from ResolveDataset) onto `device`. For file datasets only the raw bytes cross
-// to the device; conversion and normalisation run there. synthetic draws its inputs (standard
+// to the device; conversion and normalisation run there. limit_train and limit_test keep the
+// examples ChooseSubset picks with `seed` (a class left out is INVALID_ARGUMENT naming it, see
+// trainer/subset.h); the notes say what was kept. synthetic draws its inputs (standard
 // normal) and labels (uniform over the classes) on the device from a generator seeded with
 // `seed`, so a seed gives the same data on one device. Errors are the readers', naming the file
 // (NOT_FOUND for a file gone since validation, DATA_LOSS for a corrupt one). Throws c10::Error

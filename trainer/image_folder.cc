@@ -157,7 +157,7 @@ bool HasImageExtension(absl::string_view name) {
          absl::EndsWith(lower, ".png");
 }
 
-absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root) {
+absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root, bool separate_val) {
   if (!IsDirectoryPath(root)) {
     return absl::NotFoundError(absl::StrFormat("directory %s does not exist", root));
   }
@@ -170,8 +170,21 @@ absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root) {
         "(or test/<class>/)",
         listing.train.dir));
   }
-  listing.test.dir = absl::StrCat(root, "/val");
-  if (!IsDirectoryPath(listing.test.dir)) listing.test.dir = absl::StrCat(root, "/test");
+  if (separate_val) {
+    listing.val.dir = absl::StrCat(root, "/val");
+    listing.test.dir = absl::StrCat(root, "/test");
+    for (const std::string& dir : {listing.val.dir, listing.test.dir}) {
+      if (!IsDirectoryPath(dir)) {
+        return absl::NotFoundError(absl::StrFormat(
+            "%s: no such directory; with the validation split in val/<class>/, the test split "
+            "is test/<class>/",
+            dir));
+      }
+    }
+  } else {
+    listing.test.dir = absl::StrCat(root, "/val");
+    if (!IsDirectoryPath(listing.test.dir)) listing.test.dir = absl::StrCat(root, "/test");
+  }
   if (!IsDirectoryPath(listing.test.dir)) {
     return absl::NotFoundError(absl::StrFormat(
         "%s: has neither val/ nor test/; an image_folder root holds train/<class>/ and "
@@ -188,6 +201,9 @@ absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root) {
   for (const DirEntry& e : *classes) listing.classes.push_back(e.name);
   if (absl::Status s = ScanSplit(listing.classes, listing.train); !s.ok()) return s;
   if (absl::Status s = ScanSplit(listing.classes, listing.test); !s.ok()) return s;
+  if (separate_val) {
+    if (absl::Status s = ScanSplit(listing.classes, listing.val); !s.ok()) return s;
+  }
   return listing;
 }
 

@@ -36,7 +36,9 @@ struct ImageFolderListing {
   std::string root;
   std::vector<std::string> classes;  // sorted by name
   ImageFolderSplit train;
-  ImageFolderSplit test;  // val/, else test/
+  ImageFolderSplit test;  // val/, else test/; test/ when `val` is scanned
+  // val/ as a validation split (ScanImageFolder's separate_val); dir empty otherwise.
+  ImageFolderSplit val;
 };
 
 // True for names ImageFolder's loader reads here: *.jpg, *.jpeg, *.png, any case.
@@ -54,7 +56,11 @@ bool HasImageExtension(absl::string_view name);
 //   errno's code         a directory cannot be read ("<dir>: cannot list: Permission denied").
 // A file that cannot be stat'ed is listed with size_bytes -1 and its error (the decoder's
 // on_bad_image decides). Thread-safe.
-absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root);
+//
+// separate_val (DatasetSpec.validation.source "val"): val/ is listed as `val` and test/ as
+// `test`; both must exist (NOT_FOUND naming the missing one).
+absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root,
+                                                   bool separate_val = false);
 
 }  // namespace mpsd::trainer
 

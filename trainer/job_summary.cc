@@ -66,8 +66,15 @@ void SummaryBuilder::ObserveStep(const mpsd::v1::StepMetrics& step) {
 void SummaryBuilder::ObserveEpoch(const mpsd::v1::EpochMetrics& epoch) {
   summary_.set_epochs(epoch.epoch());
   summary_.set_final_train_loss(epoch.train_loss());
-  summary_.set_test_loss(epoch.test_loss());
-  summary_.set_test_accuracy(epoch.test_accuracy());
+  // Only what was measured: an epoch that skipped an evaluation leaves the newest one standing.
+  if (epoch.evaluated()) {
+    summary_.set_test_loss(epoch.test_loss());
+    summary_.set_test_accuracy(epoch.test_accuracy());
+  }
+  if (epoch.has_val_loss()) {
+    summary_.set_val_loss(epoch.val_loss());
+    summary_.set_val_accuracy(epoch.val_accuracy());
+  }
   epoch_seconds_.push_back(epoch.epoch_time_s());
 }
 

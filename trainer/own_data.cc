@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -117,8 +118,67 @@ absl::Status ResolveDecodeOptions(const mpsd::v1::ImageFolderSpec& spec,
   return absl::OkStatus();
 }
 
-void ApplyLimit(int64_t limit, std::vector<ImageFile>& files) {
-  if (limit > 0 && static_cast<int64_t>(files.size()) > limit) files.resize(limit);
+// Keeps the files ChooseSubset picks (by the class each file's directory names), before
+// anything is decoded; the notes say what was kept.
+absl::Status ApplySubset(const SubsetRequest& request, std::vector<ImageFile>& files,
+                         std::vector<std::string>& notes) {
+  std::vector<int64_t> labels;
+  labels.reserve(files.size());
+  for (const ImageFile& file : files) labels.push_back(file.label);
+  absl::StatusOr<Subset> subset = ChooseSubset(labels, request);
+  if (!subset.ok()) return subset.status();
+  notes.insert(notes.end(), subset->notes.begin(), subset->notes.end());
+  if (!subset->subsetted) return absl::OkStatus();
+  std::vector<ImageFile> kept;
+  kept.reserve(subset->indices.size());
+  for (const int64_t i : subset->indices) kept.push_back(std::move(files[i]));
+  files = std::move(kept);
+  return absl::OkStatus();
+}
+
+// A tensors split's x and y restricted to what ChooseSubset picks from y (CPU int64 [N]).
+absl::Status SubsetTensors(const SubsetRequest& request, torch::Tensor& x, torch::Tensor& y,
+                           std::vector<std::string>& notes) {
+  const torch::Tensor labels = y.contiguous();
+  const int64_t* begin = labels.data_ptr<int64_t>();
+  absl::StatusOr<Subset> subset =
+      ChooseSubset(std::vector<int64_t>(begin, begin + labels.numel()), request);
+  if (!subset.ok()) return subset.status();
+  notes.insert(notes.end(), subset->notes.begin(), subset->notes.end());
+  if (!subset->subsetted) return absl::OkStatus();
+  const torch::Tensor index = torch::tensor(subset->indices, torch::kInt64);
+  x = x.index_select(/*dim=*/0, index);
+  y = y.index_select(/*dim=*/0, index);
+  return absl::OkStatus();
+}
+
+// DatasetSpec.validation.fraction on the host: rows of train_x / train_y move to val_x /
+// val_y (SplitValidation's stratified draw), before placing, so streamed data splits too.
+absl::Status HoldOutOnHost(const DatasetConfig& config, uint64_t seed, torch::Tensor& train_x,
+                           torch::Tensor& train_y, torch::Tensor& val_x, torch::Tensor& val_y,
+                           std::vector<std::string>& notes) {
+  if (config.validation_fraction <= 0) return absl::OkStatus();
+  const torch::Tensor labels = train_y.contiguous();
+  const int64_t* begin = labels.data_ptr<int64_t>();
+  absl::StatusOr<ValidationSplit> split = SplitValidation(
+      std::vector<int64_t>(begin, begin + labels.numel()), config.validation_fraction,
+      MakeSubsetRequest(config, seed, /*train=*/true, config.own.class_names));
+  if (!split.ok()) return split.status();
+  notes.insert(notes.end(), split->notes.begin(), split->notes.end());
+  const torch::Tensor train_index = torch::tensor(split->train, torch::kInt64);
+  const torch::Tensor val_index = torch::tensor(split->validation, torch::kInt64);
+  val_x = train_x.index_select(/*dim=*/0, val_index);
+  val_y = train_y.index_select(/*dim=*/0, val_index);
+  train_x = train_x.index_select(/*dim=*/0, train_index);
+  train_y = train_y.index_select(/*dim=*/0, train_index);
+  return absl::OkStatus();
+}
+
+std::string ValidationName(const DatasetConfig& config, uint64_t seed, absl::string_view source) {
+  if (config.validation_fraction > 0) {
+    return absl::StrFormat("fraction %g of train (seed %d)", config.validation_fraction, seed);
+  }
+  return config.validation_from_source ? std::string(source) : std::string();
 }
 
 // ---- Placement ----------------------------------------------------------------------------
@@ -140,6 +200,7 @@ InputTransform MakeTransform(const torch::Tensor& host, const std::vector<float>
 
 struct HostData {
   torch::Tensor train_x, train_y, test_x, test_y;  // CPU; x uint8 or float32, y int64
+  torch::Tensor val_x, val_y;                      // undefined without a validation split
   std::shared_ptr<const void> keep_alive;          // owns the memory the x tensors view
 };
 
@@ -158,7 +219,8 @@ DeviceDataset Place(const DatasetConfig& config, const HostData& host,
                     const std::vector<float>& mean, const std::vector<float>& std,
                     const torch::Device& device) {
   const OwnDataConfig& own = config.own;
-  const int64_t values = host.train_x.numel() + host.test_x.numel();
+  const int64_t values = host.train_x.numel() + host.test_x.numel() +
+                        (host.val_x.defined() ? host.val_x.numel() : 0);
   // float32 on the device, plus the raw copy while it is converted.
   const int64_t resident_bytes = values * (4 + host.train_x.element_size());
   const int64_t budget = DeviceBudgetBytes(own, device);
@@ -175,6 +237,9 @@ DeviceDataset Place(const DatasetConfig& config, const HostData& host,
   const InputTransform transform = MakeTransform(host.train_x, mean, std, device);
   data.train = PlaceSplit(host.train_x, host.train_y, transform, streamed, host, device);
   data.test = PlaceSplit(host.test_x, host.test_y, transform, streamed, host, device);
+  if (host.val_x.defined()) {
+    data.val = PlaceSplit(host.val_x, host.val_y, transform, streamed, host, device);
+  }
   data.placement = streamed ? "streamed" : "resident";
   data.notes.push_back(absl::StrCat(
       "data placement ", data.placement, why,
@@ -305,10 +370,23 @@ absl::Status ResolveImageFolder(const mpsd::v1::DatasetSpec& spec, DatasetConfig
   config.root = spec.root();
   OwnDataConfig& own = config.own;
   if (absl::Status s = ResolveDecodeOptions(spec.image_folder(), own.decode); !s.ok()) return s;
-  absl::StatusOr<ImageFolderListing> listing = ScanImageFolder(config.root);
+  if (config.validation_from_source) {
+    for (const char* dir : {"val", "test"}) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(absl::StrCat(config.root, "/", dir), ec)) {
+        return FieldError("validation.source",
+                          absl::StrFormat("%s/%s: no such directory; with validation.source "
+                                          "\"val\" the validation split is val/<class>/ and "
+                                          "the test split test/<class>/",
+                                          config.root, dir));
+      }
+    }
+  }
+  absl::StatusOr<ImageFolderListing> listing =
+      ScanImageFolder(config.root, config.validation_from_source);
   if (!listing.ok()) return FieldError("root", listing.status().message());
   if (!own.decode.skip_bad_images) {
-    for (const ImageFolderSplit* split : {&listing->train, &listing->test}) {
+    for (const ImageFolderSplit* split : {&listing->train, &listing->test, &listing->val}) {
       for (const ImageFile& file : split->files) {
         if (file.size_bytes < 0) {
           return FieldError("root", absl::StrCat(file.path, ": ", file.error,
@@ -348,6 +426,12 @@ absl::Status ResolveTensors(const mpsd::v1::DatasetSpec& spec, DatasetConfig& co
   config.input_shape = file->input_shape;
   config.num_classes = file->num_classes;
   config.own.class_names = file->class_names;
+  if (config.validation_from_source && !file->val.x.defined()) {
+    return FieldError("validation.source",
+                      absl::StrFormat("%s has no \"val\" entry ({\"x\": X, \"y\": Y} beside "
+                                      "\"train\" and \"test\")",
+                                      config.root));
+  }
   config.own.train_examples = file->train.x.size(0);
   if (config.limit_train > 0) {
     config.own.train_examples = std::min(config.own.train_examples, config.limit_train);
@@ -355,23 +439,42 @@ absl::Status ResolveTensors(const mpsd::v1::DatasetSpec& spec, DatasetConfig& co
   return ResolveCommon(spec, config);
 }
 
-absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint64_t /*seed*/,
+absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint64_t seed,
                                               const torch::Device& device) {
-  absl::StatusOr<ImageFolderListing> listing = ScanImageFolder(config.root);
+  absl::StatusOr<ImageFolderListing> listing =
+      ScanImageFolder(config.root, config.validation_from_source);
   if (!listing.ok()) return listing.status();
   if (listing->classes != config.own.class_names) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: the classes changed since the job was submitted (now %s)", listing->train.dir,
         absl::StrJoin(listing->classes, ", ")));
   }
-  ApplyLimit(config.limit_train, listing->train.files);
-  ApplyLimit(config.limit_test, listing->test.files);
+  std::vector<std::string> subset_notes;
+  if (absl::Status s = ApplySubset(MakeSubsetRequest(config, seed, /*train=*/true,
+                                                     config.own.class_names),
+                                   listing->train.files, subset_notes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ApplySubset(MakeSubsetRequest(config, seed, /*train=*/false,
+                                                     config.own.class_names),
+                                   listing->test.files, subset_notes);
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::shared_ptr<const DecodedSplit>> train =
       LoadDecodedSplit(*listing, listing->train, config.own.decode, config.own.cache_dir);
   if (!train.ok()) return train.status();
   absl::StatusOr<std::shared_ptr<const DecodedSplit>> test =
       LoadDecodedSplit(*listing, listing->test, config.own.decode, config.own.cache_dir);
   if (!test.ok()) return test.status();
+  std::shared_ptr<const DecodedSplit> val;
+  if (config.validation_from_source) {
+    absl::StatusOr<std::shared_ptr<const DecodedSplit>> decoded =
+        LoadDecodedSplit(*listing, listing->val, config.own.decode, config.own.cache_dir);
+    if (!decoded.ok()) return decoded.status();
+    val = *std::move(decoded);
+  }
 
   std::vector<float> mean = config.own.mean, std = config.own.std;
   const bool computed = mean.empty();
@@ -384,12 +487,21 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
   host.train_y = LabelsView(**train);
   host.test_x = PixelsView(*test);
   host.test_y = LabelsView(**test);
-  host.keep_alive = std::make_shared<std::pair<std::shared_ptr<const DecodedSplit>,
-                                               std::shared_ptr<const DecodedSplit>>>(*train,
-                                                                                     *test);
+  if (val != nullptr) {
+    host.val_x = PixelsView(val);
+    host.val_y = LabelsView(*val);
+  }
+  host.keep_alive = std::make_shared<std::vector<std::shared_ptr<const DecodedSplit>>>(
+      std::vector<std::shared_ptr<const DecodedSplit>>{*train, *test, val});
+  if (absl::Status s = HoldOutOnHost(config, seed, host.train_x, host.train_y, host.val_x,
+                                     host.val_y, subset_notes);
+      !s.ok()) {
+    return s;
+  }
   DeviceDataset data = Place(config, host, mean, std, device);
+  data.validation = ValidationName(config, seed, "val/");
   data.class_names = config.own.class_names;
-  data.skipped_images = (*train)->skipped() + (*test)->skipped();
+  data.skipped_images = (*train)->skipped() + (*test)->skipped() + (val ? val->skipped() : 0);
   data.notes.insert(data.notes.begin(),
                     {DecodeNote("train", listing->train, **train),
                      DecodeNote(listing->test.dir.substr(listing->test.dir.rfind('/') + 1),
@@ -400,10 +512,11 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
                                      : (*train)->cache_path().empty()
                                          ? "of the training images"
                                          : "of the training images, stored with the cache")});
+  data.notes.insert(data.notes.begin(), subset_notes.begin(), subset_notes.end());
   return data;
 }
 
-absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t /*seed*/,
+absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t seed,
                                           const torch::Device& device) {
   absl::StatusOr<TensorFile> file = ReadTensorFile(config.root);
   if (!file.ok()) return file.status();
@@ -413,16 +526,43 @@ absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t 
         config.root));
   }
   HostData host;
-  const auto limited = [](const torch::Tensor& t, int64_t limit) {
-    return limit > 0 && t.size(0) > limit ? t.narrow(/*dim=*/0, 0, limit).contiguous() : t;
-  };
+  host.train_x = file->train.x;
+  host.train_y = file->train.y;
+  host.test_x = file->test.x;
+  host.test_y = file->test.y;
+  std::vector<std::string> subset_notes;
+  if (absl::Status s = SubsetTensors(MakeSubsetRequest(config, seed, /*train=*/true,
+                                                       config.own.class_names),
+                                     host.train_x, host.train_y, subset_notes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = SubsetTensors(MakeSubsetRequest(config, seed, /*train=*/false,
+                                                       config.own.class_names),
+                                     host.test_x, host.test_y, subset_notes);
+      !s.ok()) {
+    return s;
+  }
+  if (config.validation_from_source) {
+    host.val_x = file->val.x;
+    host.val_y = file->val.y;
+  }
+  if (absl::Status s = HoldOutOnHost(config, seed, host.train_x, host.train_y, host.val_x,
+                                     host.val_y, subset_notes);
+      !s.ok()) {
+    return s;
+  }
   const auto as_input = [](const torch::Tensor& x) {
-    return x.scalar_type() == torch::kUInt8 ? x : x.to(torch::kFloat32).contiguous();
+    return x.scalar_type() == torch::kUInt8 ? x.contiguous() : x.to(torch::kFloat32).contiguous();
   };
-  host.train_x = as_input(limited(file->train.x, config.limit_train));
-  host.train_y = limited(file->train.y, config.limit_train);
-  host.test_x = as_input(limited(file->test.x, config.limit_test));
-  host.test_y = limited(file->test.y, config.limit_test);
+  host.train_x = as_input(host.train_x);
+  host.train_y = host.train_y.contiguous();
+  host.test_x = as_input(host.test_x);
+  host.test_y = host.test_y.contiguous();
+  if (host.val_x.defined()) {
+    host.val_x = as_input(host.val_x);
+    host.val_y = host.val_y.contiguous();
+  }
   std::vector<float> mean = config.own.mean, std = config.own.std;
   std::string normalisation = "given";
   if (mean.empty() && host.train_x.scalar_type() == torch::kUInt8) {
@@ -432,6 +572,7 @@ absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t 
   }
   DeviceDataset data = Place(config, host, mean, std, device);
   data.class_names = config.own.class_names;
+  data.validation = ValidationName(config, seed, "val entry");
   data.notes.insert(
       data.notes.begin(),
       {absl::StrFormat("tensors %s: %d train, %d test examples of shape [%s] %s", config.root,
@@ -441,6 +582,7 @@ absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t 
        mean.empty() ? std::string("normalisation: none (float x used as stored)")
                     : absl::StrFormat("normalisation mean %s std %s (%s)", Floats(mean),
                                       Floats(std), normalisation)});
+  data.notes.insert(data.notes.begin(), subset_notes.begin(), subset_notes.end());
   return data;
 }
 

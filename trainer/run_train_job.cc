@@ -19,9 +19,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/failure_reason.h"
 #include "trainer/checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/distributed.h"
+#include "trainer/early_stopping.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
@@ -108,14 +110,21 @@ absl::StatusOr<DeviceDataset> LoadData(const TrainJobConfig& job, const EventSin
   const double load_seconds = SecondsSince(load_start);
   summary.set_train_examples(data->train.size());
   summary.set_test_examples(data->test.size());
+  summary.set_val_examples(data->val.size());
+  summary.set_validation(data->validation);
   summary.set_data_load_time_s(load_seconds);
   for (const std::string& note : data->notes) EmitLog(sink, note);
-  EmitLog(sink, absl::StrFormat("loaded %s: %d train, %d test examples in %.2f s on %s",
-                                job.dataset.info->name, data->train.size(), data->test.size(),
-                                load_seconds, DeviceString(job.device)));
+  EmitLog(sink, absl::StrFormat("loaded %s: %d train, %s%d test examples in %.2f s on %s",
+                                job.dataset.info->name, data->train.size(),
+                                data->val.size() > 0
+                                    ? absl::StrFormat("%d validation (%s), ", data->val.size(),
+                                                      data->validation)
+                                    : std::string(),
+                                data->test.size(), load_seconds, DeviceString(job.device)));
   // image_folder and tensors: the class names (index = class), where the data lives, and what
   // on_bad_image: skip left out.
   for (const std::string& name : data->class_names) summary.add_class_names(name);
+  for (const int64_t count : data->train_class_counts) summary.add_train_class_counts(count);
   summary.set_data_placement(data->placement);
   summary.set_skipped_images(data->skipped_images);
   if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
@@ -164,7 +173,7 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   absl::StatusOr<DeviceDataset> data = LoadData(job, sink, summary);
   if (!data.ok()) return data.status();
   if (job.channels_last) {  // once: the loop gathers NHWC batches from these (GatherRows)
-    for (TensorSplit* split : {&data->train, &data->test}) {
+    for (TensorSplit* split : {&data->train, &data->test, &data->val}) {
       if (split->images.defined() && split->images.dim() == 4) {
         split->images = split->images.contiguous(at::MemoryFormat::ChannelsLast);
       }
@@ -183,8 +192,10 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   if (state->data_parallel != nullptr) {
     // DDP's construction: every rank starts from rank 0's weights; each evaluates its part.
     state->data_parallel->Broadcast(*state->model);
-    if (state->data.test.streamed == nullptr) {
-      state->data.test = state->data_parallel->ShardSplit(state->data.test);
+    for (TensorSplit* split : {&state->data.test, &state->data.val}) {
+      if (split->streamed == nullptr && split->labels.defined()) {
+        *split = state->data_parallel->ShardSplit(*split);
+      }
     }
   }
   summary.set_parameters(CountParameters(*state->model));
@@ -210,6 +221,8 @@ TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
   options.channels_last = job.channels_last;
   options.cuda_graphs = job.cuda_graphs;
   options.eval_every_epochs = job.eval_every_epochs;
+  options.divergence_threshold = job.divergence_threshold;
+  options.evaluate_test = job.evaluate_test;
   options.precision = job.precision;
   options.optimizer = job.optimizer.kind;
   options.schedule = state.schedule;
@@ -288,19 +301,19 @@ absl::StatusOr<std::string> ClassNamesJson(const std::vector<std::string>& names
   return json;
 }
 
-// Saves the finished model into the job's directory: the TorchScript module as TorchScript, a
-// zoo model as a LibTorch archive (torch::save; torch::load into the same zoo model reads it).
-// The class names travel with the model, so its predictions can be mapped back: an extra file
-// of the TorchScript archive (torch.jit.load(..., _extra_files={"class_names.json": ""})), or
-// the entry "class_names" (a list of strings) of the LibTorch archive.
-absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
-                               const std::vector<std::string>& class_names,
-                               mpsd::v1::JobSummary& summary) {
-  if (job.job_dir.empty()) return absl::OkStatus();
+// Writes `model` as <job_dir>/<file_name> (atomically: a temporary file renamed) and returns
+// the path: the TorchScript module as TorchScript, a zoo model as a LibTorch archive
+// (torch::save; torch::load into the same zoo model reads it). The class names travel with the
+// model, so its predictions can be mapped back: an extra file of the TorchScript archive
+// (torch.jit.load(..., _extra_files={"class_names.json": ""})), or the entry "class_names" (a
+// list of strings) of the LibTorch archive.
+absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierImpl& model,
+                                          const std::vector<std::string>& class_names,
+                                          const std::string& file_name) {
   std::error_code ec;
   std::filesystem::create_directories(job.job_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(job.job_dir, ": cannot create: ", ec.message()));
-  const std::string path = (std::filesystem::path(job.job_dir) / "model.pt").string();
+  const std::string path = (std::filesystem::path(job.job_dir) / file_name).string();
   const std::string temporary = path + ".tmp";
   // The config says which kind of model the job built, so no cast recovers it.
   const bool torchscript = job.model == nullptr;
@@ -324,9 +337,55 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   }
   std::filesystem::rename(temporary, path, ec);
   if (ec) return absl::InternalError(absl::StrCat("rename ", temporary, ": ", ec.message()));
-  summary.set_model_path(path);
-  summary.set_model_format(torchscript ? "torchscript" : "libtorch_archive");
+  return path;
+}
+
+// The finished model as model.pt (SaveModelFile), named in the summary.
+absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
+                               const std::vector<std::string>& class_names,
+                               mpsd::v1::JobSummary& summary) {
+  if (job.job_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> path = SaveModelFile(job, model, class_names, "model.pt");
+  if (!path.ok()) return path.status();
+  summary.set_model_path(*path);
+  summary.set_model_format(job.model == nullptr ? "torchscript" : "libtorch_archive");
   return absl::OkStatus();
+}
+
+// TrainJob.early_stopping's hook (trainer/early_stopping.h): each epoch's monitored value;
+// the best epoch's model saved as best.pt (rank 0, as it writes checkpoints) and named in the
+// summary; true once patience runs out. nullptr without early stopping.
+AfterEvaluationHook EarlyStoppingHook(const TrainJobConfig& job, JobState& state,
+                                      EarlyStopping& stopping, const EventSink& sink,
+                                      mpsd::v1::JobSummary& summary) {
+  if (!job.early_stopping.enabled) return nullptr;
+  summary.set_monitor(job.early_stopping.monitor);
+  return [&job, &state, &stopping, &sink,
+          &summary](const mpsd::v1::EpochMetrics& epoch) -> absl::StatusOr<bool> {
+    const EarlyStoppingConfig& config = stopping.config();
+    const std::optional<double> value = MonitoredValue(config.monitor, epoch);
+    if (!value.has_value()) return false;  // not evaluated this epoch
+    const EarlyStopping::Decision decision = stopping.Observe(epoch.epoch(), *value);
+    if (decision.improved) {
+      summary.set_best_epoch(epoch.epoch());
+      summary.set_best_value(*value);
+      if (job.distributed.rank == 0 && !job.job_dir.empty()) {
+        absl::StatusOr<std::string> path =
+            SaveModelFile(job, *state.model, state.data.class_names, "best.pt");
+        if (!path.ok()) return path.status();
+        summary.set_best_model_path(*path);
+      }
+    }
+    if (decision.stop) {
+      summary.set_stop_reason("early_stopped");
+      EmitLog(sink, absl::StrFormat("early stopping after epoch %d: %s did not improve by more "
+                                    "than %g for %d evaluated epoch(s); best epoch %d (%s %.6g)",
+                                    epoch.epoch(), config.monitor, config.min_delta,
+                                    config.patience, stopping.best_epoch(), config.monitor,
+                                    stopping.best_value().value_or(0)));
+    }
+    return decision.stop;
+  };
 }
 
 // TrainJob.profile's recorder, writing <job_dir>/profile.json; nullptr when not asked for.
@@ -372,6 +431,8 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
     return restored;
   }
   options.on_epoch_end = CheckpointHook(job, s, sink);
+  EarlyStopping stopping(job.early_stopping);
+  options.after_evaluation = EarlyStoppingHook(job, s, stopping, sink, summary.summary());
   const std::unique_ptr<StepProfiler> profiler = MakeProfiler(job);
   options.profiler = profiler.get();
   absl::Status status = Train(*s.model, *s.optimizer, s.data, options, sink, cancelled);
@@ -430,6 +491,16 @@ absl::Status RunTrainJob(const TrainJobConfig& job, int steps_per_readback, cons
     // Code and message: the payloads (causes, reasons) are for code, not for the log.
     const std::string ended = status.ToString(absl::StatusToStringMode::kWithNoExtraData);
     Log(LogLevel::kWarning, absl::StrCat("job ended: ", ended));
+  }
+  mpsd::v1::JobSummary& s = summary.summary();
+  if (s.stop_reason().empty()) {  // early stopping sets its own
+    if (status.ok()) {
+      s.set_stop_reason("epochs_completed");
+    } else if (api::FailureReasonOf(status) == mpsd::v1::Job::DIVERGED) {
+      s.set_stop_reason("diverged");
+    } else if (status.code() == absl::StatusCode::kCancelled) {
+      s.set_stop_reason("cancelled");
+    }
   }
 
   const absl::Status cleanup = ReleaseDevice(device, summary);

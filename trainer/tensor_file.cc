@@ -177,7 +177,7 @@ absl::Status ReadClasses(const std::string& path, const c10::IValue& value, Tens
 
 absl::StatusOr<TensorFile> CheckFile(const std::string& path, const c10::IValue& root) {
   absl::StatusOr<std::vector<std::pair<std::string, c10::IValue>>> entries =
-      Entries(path, "", root, {"train", "test", "classes"});
+      Entries(path, "", root, {"train", "test", "val", "classes"});
   if (!entries.ok()) return entries.status();
   TensorFile file;
   for (const char* key : {"train", "test"}) {
@@ -187,13 +187,24 @@ absl::StatusOr<TensorFile> CheckFile(const std::string& path, const c10::IValue&
     if (!split.ok()) return split.status();
     (std::string(key) == "train" ? file.train : file.test) = *std::move(split);
   }
+  if (const c10::IValue* v = Find(*entries, "val")) {
+    absl::StatusOr<TensorFileSplit> split = ReadSplit(path, "val", *v);
+    if (!split.ok()) return split.status();
+    file.val = *std::move(split);
+  }
   const torch::Tensor& x = file.train.x;
-  const torch::Tensor& test_x = file.test.x;
-  if (test_x.sizes().slice(1) != x.sizes().slice(1) || test_x.scalar_type() != x.scalar_type()) {
-    return KeyError(path, "test.x",
-                    absl::StrFormat("shape %s %s, but train.x is %s %s (examples must match)",
-                                    Shape(test_x), c10::toString(test_x.scalar_type()), Shape(x),
-                                    c10::toString(x.scalar_type())));
+  const std::pair<const char*, const TensorFileSplit*> others[] = {{"test", &file.test},
+                                                                    {"val", &file.val}};
+  for (const auto& [name, other] : others) {
+    const torch::Tensor& other_x = other->x;
+    if (!other_x.defined()) continue;
+    if (other_x.sizes().slice(1) != x.sizes().slice(1) ||
+        other_x.scalar_type() != x.scalar_type()) {
+      return KeyError(path, absl::StrCat(name, ".x"),
+                      absl::StrFormat("shape %s %s, but train.x is %s %s (examples must match)",
+                                      Shape(other_x), c10::toString(other_x.scalar_type()),
+                                      Shape(x), c10::toString(x.scalar_type())));
+    }
   }
   if (const c10::IValue* classes = Find(*entries, "classes")) {
     if (absl::Status s = ReadClasses(path, *classes, file); !s.ok()) return s;
@@ -208,6 +219,11 @@ absl::StatusOr<TensorFile> CheckFile(const std::string& path, const c10::IValue&
   }
   if (absl::Status s = CheckLabels(path, "test.y", file.test.y, file.num_classes); !s.ok()) {
     return s;
+  }
+  if (file.val.y.defined()) {
+    if (absl::Status s = CheckLabels(path, "val.y", file.val.y, file.num_classes); !s.ok()) {
+      return s;
+    }
   }
   file.input_shape = x.sizes().slice(1).vec();
   return file;

@@ -23,6 +23,9 @@ struct TensorFileSplit {
 struct TensorFile {
   TensorFileSplit train;
   TensorFileSplit test;
+  // The optional "val" entry (a validation split, DatasetSpec.validation.source "val"); x and
+  // y undefined when absent.
+  TensorFileSplit val;
   // The optional "classes" entry (class names, index = class); empty when absent.
   std::vector<std::string> class_names;
   // len(classes) when given, else 1 + the largest training label.

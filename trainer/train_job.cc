@@ -130,7 +130,8 @@ absl::Status ResolveBatching(const mpsd::v1::TrainJob& spec, TrainJobConfig& con
   return absl::OkStatus();
 }
 
-// grad_accumulation_steps, grad_clip_norm, label_smoothing, drop_last, eval_every_epochs.
+// grad_accumulation_steps, grad_clip_norm, label_smoothing, drop_last, eval_every_epochs,
+// divergence_threshold.
 absl::Status ResolveStepOptions(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
   const FieldChecks& fields = TrainJobFields();
   absl::StatusOr<int> accumulation =
@@ -156,6 +157,29 @@ absl::Status ResolveStepOptions(const mpsd::v1::TrainJob& spec, TrainJobConfig& 
       "eval_every_epochs", spec.has_eval_every_epochs(), spec.eval_every_epochs(), 1);
   if (!eval_every.ok()) return eval_every.status();
   config.eval_every_epochs = *eval_every;
+  const std::string& evaluate_test = spec.evaluate_test();
+  if (evaluate_test.empty()) {
+    config.evaluate_test =
+        config.dataset.has_validation() ? EvaluateTest::kEnd : EvaluateTest::kEveryEpoch;
+  } else if (evaluate_test == "every_epoch") {
+    config.evaluate_test = EvaluateTest::kEveryEpoch;
+  } else if (evaluate_test == "end") {
+    config.evaluate_test = EvaluateTest::kEnd;
+  } else if (evaluate_test == "never") {
+    config.evaluate_test = EvaluateTest::kNever;
+  } else {
+    return fields.Error("evaluate_test", absl::StrFormat("unknown value \"%s\" (known: "
+                                                         "every_epoch, end, never)",
+                                                         evaluate_test));
+  }
+  if (spec.has_divergence_threshold()) {
+    config.divergence_threshold = spec.divergence_threshold();
+    if (absl::Status s = fields.PositiveFinite("divergence_threshold",
+                                               config.divergence_threshold);
+        !s.ok()) {
+      return s;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -301,6 +325,50 @@ void PlaceJob(const api::JobContext& context, const std::string& artifacts_dir,
   if (!context.resume_checkpoint.empty()) config.resume_path = context.resume_checkpoint;
 }
 
+// early_stopping: a monitor the job measures every evaluated epoch, its mode, patience > 0,
+// min_delta >= 0. After the dataset (validation) and evaluate_test are resolved.
+absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  if (!spec.has_early_stopping()) return absl::OkStatus();
+  const FieldChecks fields = TrainJobFields().Sub("early_stopping");
+  const mpsd::v1::EarlyStoppingSpec& e = spec.early_stopping();
+  EarlyStoppingConfig c;
+  c.enabled = true;
+  if (!e.monitor().empty()) c.monitor = e.monitor();
+  const std::vector<std::string> known = {"val_loss",   "val_accuracy",  "train_loss",
+                                          "train_accuracy", "test_loss", "test_accuracy"};
+  if (std::find(known.begin(), known.end(), c.monitor) == known.end()) {
+    return fields.Error("monitor", absl::StrFormat("unknown epoch metric \"%s\" %s", c.monitor,
+                                                   KnownNames(known)));
+  }
+  if (absl::StartsWith(c.monitor, "val_") && !config.dataset.has_validation()) {
+    return fields.Error("monitor", absl::StrFormat("%s is measured only with a validation split "
+                                                   "(dataset.validation: fraction or source)",
+                                                   c.monitor));
+  }
+  if (absl::StartsWith(c.monitor, "test_") && config.evaluate_test != EvaluateTest::kEveryEpoch) {
+    return fields.Error("monitor", absl::StrFormat("%s is measured every epoch only with "
+                                                   "evaluate_test: every_epoch (better: a "
+                                                   "validation split, dataset.validation)",
+                                                   c.monitor));
+  }
+  if (e.mode().empty()) {
+    c.maximize = absl::EndsWith(c.monitor, "_accuracy");
+  } else if (e.mode() == "min" || e.mode() == "max") {
+    c.maximize = e.mode() == "max";
+  } else {
+    return fields.Error("mode", absl::StrFormat("must be \"min\" or \"max\", got \"%s\"",
+                                                e.mode()));
+  }
+  absl::StatusOr<int> patience =
+      fields.PositiveOr("patience", e.has_patience(), e.patience(), c.patience);
+  if (!patience.ok()) return patience.status();
+  c.patience = *patience;
+  if (absl::Status s = fields.NonNegativeFinite("min_delta", e.min_delta()); !s.ok()) return s;
+  c.min_delta = e.min_delta();
+  config.early_stopping = c;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const FieldChecks& TrainJobFields() {
@@ -316,6 +384,7 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   TrainJobConfig config;
   if (absl::Status s = ResolveModelAndData(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
+  if (absl::Status s = ResolveEarlyStopping(spec, config); !s.ok()) return s;
   config.seed = spec.seed();
   const int local_rank = context != nullptr ? context->local_rank : 0;
   if (absl::Status s = ResolveDeviceSettings(spec, inventory, local_rank, config); !s.ok()) {

@@ -18,12 +18,14 @@
 #include "trainer/datasets.h"
 #include "trainer/device.h"
 #include "trainer/distributed.h"
+#include "trainer/early_stopping.h"
 #include "trainer/field_checks.h"
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
 #include "trainer/profiler.h"
 #include "trainer/schedule.h"
+#include "trainer/train_loop.h"
 
 namespace mpsd::trainer {
 
@@ -55,6 +57,10 @@ struct TrainJobConfig {
   double label_smoothing = 0;
   bool drop_last = false;
   int eval_every_epochs = 1;
+  double divergence_threshold = 0;  // 0 = only non-finite losses diverge
+  // TrainJob.evaluate_test with its default applied (kEnd with a validation split).
+  EvaluateTest evaluate_test = EvaluateTest::kEveryEpoch;
+  EarlyStoppingConfig early_stopping;  // TrainJob.early_stopping; disabled when unset
   uint64_t seed = 0;
   torch::Device device = torch::kCPU;
   // TrainJob.distributed resolved for this process's rank (trainer/distributed.h); `device` is

@@ -17,6 +17,7 @@
 #include "trainer/augment.h"
 #include "trainer/compat.h"
 #include "trainer/device.h"
+#include "trainer/divergence.h"
 #include "trainer/graphed_step.h"
 #include "trainer/streamed_split.h"
 
@@ -57,11 +58,12 @@ class EvalModeGuard {
 class StepReadback {
  public:
   StepReadback(const torch::Device& device, int capacity, int64_t total_steps,
-               int64_t start_step, const EventSink& sink)
+               int64_t start_step, double divergence_threshold, const EventSink& sink)
       : device_(device),
         capacity_(std::max(capacity, 1)),
         total_steps_(total_steps),
         sink_(sink),
+        divergence_(divergence_threshold),
         values_(torch::zeros({capacity_, 2}, torch::TensorOptions().device(device))),
         steps_(start_step) {
     for (int i = 0; i < capacity_; ++i) {
@@ -102,9 +104,14 @@ class StepReadback {
     return epoch_examples_ > 0 ? static_cast<double>(epoch_correct_) / epoch_examples_ : 0;
   }
   int64_t epoch_examples() const { return epoch_examples_; }
+  // A step read back so far diverged (DivergenceCheck); its error, naming the step.
+  bool diverged() const { return divergence_.diverged(); }
+  absl::Status DivergedError() const { return divergence_.Error(total_steps_); }
 
   // Copies the pending steps' values to the host (waiting for those steps to finish) and emits
-  // their events. No-op when nothing is pending.
+  // their events, checking each loss for divergence on the way: the events end with the first
+  // diverged step (the steps queued after it ran, but are not reported; the job fails). No-op
+  // when nothing is pending.
   void Flush();
 
  private:
@@ -131,6 +138,7 @@ class StepReadback {
   const int capacity_;
   const int64_t total_steps_;
   const EventSink& sink_;
+  DivergenceCheck divergence_;
   torch::Tensor values_;  // [capacity, 2] float32 on the device: loss, correct count
   std::vector<torch::Tensor> loss_slots_;     // views of values_, one per slot
   std::vector<torch::Tensor> correct_slots_;  // views of values_, one per slot
@@ -162,6 +170,7 @@ void StepReadback::Flush() {
     epoch_correct_ += correct;
     epoch_examples_ += step.batch_size;
     sink_(StepEvent(step, loss, correct, group));
+    if (divergence_.Observe(step.step, epoch_, loss, step.learning_rate)) break;
   }
   pending_.clear();
 }
@@ -363,7 +372,7 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
   for (int64_t first = 0; first < batches; first += accumulation) {
     if (loop.cancelled.load(std::memory_order_relaxed)) {
       readback.Flush();
-      return Cancelled(readback);
+      return readback.diverged() ? readback.DivergedError() : Cancelled(readback);
     }
     const double learning_rate = ApplySchedule(loop, readback.steps());
     const int64_t step_number = readback.steps() + 1;
@@ -375,23 +384,36 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
             : RunStep(loop, order, first, batches);
     readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
                     step.skipped);
-    if (readback.due(std::chrono::milliseconds(loop.options.readback_interval_ms))) {
+    // A distributed job reads back by count only: every rank then sees a diverged step at the
+    // same step and stops there together, none left waiting in the next step's all-reduce.
+    const std::chrono::milliseconds interval =
+        loop.options.data_parallel != nullptr
+            ? std::chrono::milliseconds(std::chrono::hours(24 * 365))  // never by time
+            : std::chrono::milliseconds(loop.options.readback_interval_ms);
+    if (readback.due(interval)) {
       readback.Flush();
+      if (readback.diverged()) return readback.DivergedError();
     }
     if (profiler != nullptr) {
       if (absl::Status written = profiler->AfterStep(step_number); !written.ok()) return written;
     }
   }
   readback.Flush();
-  return absl::OkStatus();
+  return readback.diverged() ? readback.DivergedError() : absl::OkStatus();
 }
 
-// `test` is nullopt when the epoch was not evaluated.
-void EmitEpoch(const EventSink& sink, int epoch, const StepReadback& readback,
-               const std::optional<EvalResult>& test, double epoch_seconds,
-               double learning_rate) {
-  mpsd::v1::JobEvent event;
-  mpsd::v1::EpochMetrics& metrics = *event.mutable_epoch();
+// What an epoch's evaluation measured; nullopt where a split was not evaluated.
+struct EpochEvaluation {
+  std::optional<EvalResult> val;
+  std::optional<EvalResult> test;
+};
+
+// The epoch's event payload; `evaluation`'s nullopts were not evaluated this epoch.
+mpsd::v1::EpochMetrics EpochMetricsOf(int epoch, const StepReadback& readback,
+                                      const EpochEvaluation& evaluation, double epoch_seconds,
+                                      double learning_rate) {
+  const std::optional<EvalResult>& test = evaluation.test;
+  mpsd::v1::EpochMetrics metrics;
   metrics.set_epoch(epoch);
   metrics.set_train_loss(readback.epoch_loss());
   metrics.set_train_accuracy(readback.epoch_accuracy());
@@ -400,11 +422,15 @@ void EmitEpoch(const EventSink& sink, int epoch, const StepReadback& readback,
     metrics.set_test_loss(test->loss);
     metrics.set_test_accuracy(test->accuracy);
   }
+  if (evaluation.val.has_value()) {
+    metrics.set_val_loss(evaluation.val->loss);
+    metrics.set_val_accuracy(evaluation.val->accuracy);
+  }
   metrics.set_epoch_time_s(epoch_seconds);
   metrics.set_samples_per_second(
       epoch_seconds > 0 ? static_cast<double>(readback.epoch_examples()) / epoch_seconds : 0);
   metrics.set_learning_rate(learning_rate);
-  sink(std::move(event));
+  return metrics;
 }
 
 // The CUDA-graph step when the job allows one (GraphedStepUnsupportedReason), else nullptr; a log
@@ -469,6 +495,43 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   return graphed;
 }
 
+// The end-of-epoch evaluations `epoch` asks for: validation on eval epochs (every
+// eval_every_epochs-th and the last), test as evaluate_test says.
+absl::StatusOr<EpochEvaluation> EvaluateEpoch(const Loop& loop, int epoch) {
+  const TrainOptions& options = loop.options;
+  const bool last = epoch == options.epochs;
+  const bool eval_epoch = epoch % options.eval_every_epochs == 0 || last;
+  bool test = false;
+  switch (options.evaluate_test) {
+    case EvaluateTest::kEveryEpoch:
+      test = eval_epoch;
+      break;
+    case EvaluateTest::kEnd:
+      test = last;
+      break;
+    case EvaluateTest::kNever:
+      break;
+  }
+  EpochEvaluation evaluation;
+  const auto evaluate = [&](const TensorSplit& split) {
+    return Evaluate(loop.model, split, options.eval_batch_size, loop.cancelled,
+                    options.data_parallel);
+  };
+  // defined(), not size() > 0: a distributed rank's shard may be empty, and every rank must
+  // take part in the evaluation's all-reduce.
+  if (eval_epoch && loop.data.val.labels.defined()) {
+    absl::StatusOr<EvalResult> val = evaluate(loop.data.val);
+    if (!val.ok()) return val.status();
+    evaluation.val = *val;
+  }
+  if (test) {
+    absl::StatusOr<EvalResult> result = evaluate(loop.data.test);
+    if (!result.ok()) return result.status();
+    evaluation.test = *result;
+  }
+  return evaluation;
+}
+
 absl::Status CheckOptions(const TrainOptions& options, const DeviceDataset& data,
                           int64_t steps_per_epoch) {
   if (options.precision == Precision::kFp16 && options.grad_scaler == nullptr) {
@@ -508,7 +571,7 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
       model, optimizer, data, options, steps_per_epoch * options.epochs, sink);
   const Loop loop{model, optimizer, data, options, sink, cancelled, graphed.get()};
   StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
-                        options.start_step, sink);
+                        options.start_step, options.divergence_threshold, sink);
   // The shuffle generator is the device's own kind, so randperm runs there, and separate from
   // the default generator that dropout draws from, so the order depends on the seed alone.
   at::Generator shuffle = MakeDeviceGenerator(device, options.seed);
@@ -518,21 +581,35 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
       return status;
     }
     const double epoch_seconds = SecondsSince(start);
-    std::optional<EvalResult> test;
-    if (epoch % options.eval_every_epochs == 0 || epoch == options.epochs) {
-      absl::StatusOr<EvalResult> result =
-          Evaluate(model, data.test, options.eval_batch_size, cancelled, options.data_parallel);
-      if (!result.ok()) return result.status();
-      test = *result;
-    }
+    absl::StatusOr<EpochEvaluation> evaluation = EvaluateEpoch(loop, epoch);
+    if (!evaluation.ok()) return evaluation.status();
     const double learning_rate =
         options.schedule.has_value() ? options.schedule->LearningRate(readback.steps())
                                      : optimizer.param_groups().front().options().get_lr();
-    EmitEpoch(sink, epoch, readback, test, epoch_seconds, learning_rate);
+    mpsd::v1::JobEvent event;
+    *event.mutable_epoch() =
+        EpochMetricsOf(epoch, readback, *evaluation, epoch_seconds, learning_rate);
+    bool stop = false;
+    if (options.after_evaluation) {
+      absl::StatusOr<bool> stopping = options.after_evaluation(event.epoch());
+      if (!stopping.ok()) return stopping.status();
+      stop = *stopping;
+    }
+    // evaluate_test: end means the epoch training ends after, also when it ends early.
+    if (stop && options.evaluate_test == EvaluateTest::kEnd && !event.epoch().evaluated()) {
+      absl::StatusOr<EvalResult> test = Evaluate(model, data.test, options.eval_batch_size,
+                                                 cancelled, options.data_parallel);
+      if (!test.ok()) return test.status();
+      event.mutable_epoch()->set_evaluated(true);
+      event.mutable_epoch()->set_test_loss(test->loss);
+      event.mutable_epoch()->set_test_accuracy(test->accuracy);
+    }
+    sink(std::move(event));
     if (graphed != nullptr) graphed->ExportState();  // the optimizer's state, for checkpoints
     if (options.on_epoch_end) {
       if (absl::Status s = options.on_epoch_end(epoch, readback.steps()); !s.ok()) return s;
     }
+    if (stop) break;
   }
   return absl::OkStatus();
 }

@@ -30,6 +30,14 @@ namespace mpsd::trainer {
 // far (checkpoints save here); an error stops the training and Train returns it.
 using EpochEndHook = std::function<absl::Status(int epoch, int64_t steps_done)>;
 
+// When Train evaluates the test split (TrainJob.evaluate_test).
+enum class EvaluateTest { kEveryEpoch, kEnd, kNever };
+
+// Called with each epoch's metrics (its evaluations done) before its `epoch` event is emitted;
+// returns true to end training after this epoch (early stopping: trainer/early_stopping.h). An
+// error stops the training and Train returns it.
+using AfterEvaluationHook = std::function<absl::StatusOr<bool>(const mpsd::v1::EpochMetrics&)>;
+
 struct TrainOptions {
   // Examples per batch (forward pass); the last batch of an epoch may be smaller unless
   // drop_last.
@@ -43,7 +51,8 @@ struct TrainOptions {
   int steps_per_readback = 32;
   // A group is also read back once this much wall time has passed since the last read-back,
   // so that slow steps (CPU, big models) still stream promptly. Costs at most one sync per
-  // interval.
+  // interval. Not for a distributed job: its ranks read back by count, at the same steps, so
+  // that a diverged step stops them all at once.
   int readback_interval_ms = 500;
   // Examples per forward pass when evaluating.
   int64_t eval_batch_size = 1000;
@@ -59,8 +68,12 @@ struct TrainOptions {
   // memory_format: channels_last (the model's weights and the resident images already NHWC):
   // batches that arrive in NCHW (streamed from the host, or augmented) are converted too.
   bool channels_last = false;
-  // Evaluate after every N-th epoch and after the last one.
+  // Evaluate (the validation split, and the test split with kEveryEpoch) after every N-th
+  // epoch and after the last one.
   int eval_every_epochs = 1;
+  // kEveryEpoch: the test split as eval_every_epochs says; kEnd: after the last epoch only;
+  // kNever: not at all (the epoch events' `evaluated` is then false).
+  EvaluateTest evaluate_test = EvaluateTest::kEveryEpoch;
   // The forward passes' precision (trainer/precision.h).
   Precision precision = Precision::kFp32;
   // What `optimizer` is (MakeOptimizer's config.kind): how OneCycleLR's momentum is set, and
@@ -78,6 +91,9 @@ struct TrainOptions {
   int64_t start_step = 0;
   // Runs after each epoch's event; may be empty.
   EpochEndHook on_epoch_end;
+  // May be empty. When it stops training, Train returns OK after that epoch's event and
+  // on_epoch_end; with evaluate_test kEnd, the test split is evaluated in that epoch.
+  AfterEvaluationHook after_evaluation;
   // On CUDA, capture the whole step in one CUDA graph when the job allows it
   // (trainer/graphed_step.h: adam/adamw, fp32, one batch per step, no clipping or augmentation).
   bool cuda_graphs = true;
@@ -88,6 +104,10 @@ struct TrainOptions {
   // across ranks: step and epoch events carry the global figures. Evaluate reduces the same
   // way. The CUDA graph is not used. The training set must be device-resident.
   DataParallel* data_parallel = nullptr;
+  // A step whose training loss is NaN, infinite or (when > 0) above this ends Train with
+  // DivergenceCheck::Error (trainer/divergence.h: ABORTED, failure reason DIVERGED) once its
+  // group is read back; its step event is the last one emitted.
+  double divergence_threshold = 0;
   // TrainJob.profile's recorder, borrowed; nullptr = no profiling. Called around every
   // optimizer step (BeforeStep / AfterStep); each recorded step is one "ProfilerStep#<step>"
   // range. The caller calls Finish after Train.
@@ -95,14 +115,17 @@ struct TrainOptions {
 };
 
 // Trains `model` (already on the data's device, in train mode) with `optimizer` for epochs
-// start_epoch..epochs over data.train, evaluating on data.test as eval_every_epochs says. Per
+// start_epoch..epochs over data.train, evaluating on data.val (when it has examples) as
+// eval_every_epochs says and on data.test as evaluate_test says; epoch events carry val_loss /
+// val_accuracy and test_loss / test_accuracy (with `evaluated`) of what was evaluated. Per
 // optimizer step: sets the schedule's learning rate, runs grad_accumulation_steps batches
 // (forward under autocast for fp16/bf16, loss scaled for fp16), unscales, clips, steps (fp16:
 // unless a gradient is inf/NaN). Emits, through `sink`, one `step` event per optimizer step (in
 // groups of steps_per_readback, and at each epoch's end) and one `epoch` event per epoch. Only
 // fp16 synchronises every step (GradScaler's skip decision); otherwise the device is read back
 // once per group. Checks `cancelled` before every step and evaluation batch and then returns
-// CANCELLED, after emitting the events of every step that ran. INVALID_ARGUMENT for options
+// CANCELLED, after emitting the events of every step that ran. A diverged step (see
+// divergence_threshold) ends it with ABORTED carrying the failure reason DIVERGED. INVALID_ARGUMENT for options
 // that do not fit together (fp16 without a grad_scaler, an epoch without a step). Throws
 // c10::Error for LibTorch failures (the executor's firewall converts them).
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,

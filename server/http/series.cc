@@ -39,6 +39,8 @@ constexpr KnownMetric kKnownMetrics[] = {
     {"train_accuracy", SeriesMetric::Source::kEpoch, EpochMetrics::kTrainAccuracyFieldNumber},
     {"test_loss", SeriesMetric::Source::kEpoch, EpochMetrics::kTestLossFieldNumber},
     {"test_accuracy", SeriesMetric::Source::kEpoch, EpochMetrics::kTestAccuracyFieldNumber},
+    {"val_loss", SeriesMetric::Source::kEpoch, EpochMetrics::kValLossFieldNumber},
+    {"val_accuracy", SeriesMetric::Source::kEpoch, EpochMetrics::kValAccuracyFieldNumber},
     {"epoch_time_s", SeriesMetric::Source::kEpoch, EpochMetrics::kEpochTimeSFieldNumber},
     {"epoch_samples_per_second", SeriesMetric::Source::kEpoch,
      EpochMetrics::kSamplesPerSecondFieldNumber},
@@ -112,6 +114,12 @@ std::optional<SeriesPoint> PointOf(const SeriesMetric& metric, const JobEvent& e
   }
   if (!event.has_epoch()) return std::nullopt;
   if (IsTestMetric(metric.field_number) && !event.epoch().evaluated()) return std::nullopt;
+  // val_*: proto3 optional, unset when the epoch measured no validation.
+  const FieldDescriptor* field =
+      EpochMetrics::descriptor()->FindFieldByNumber(metric.field_number);
+  if (field->has_presence() && !event.epoch().GetReflection()->HasField(event.epoch(), field)) {
+    return std::nullopt;
+  }
   return SeriesPoint{event.epoch().epoch(), ReadNumber(event.epoch(), metric.field_number),
                      time_us};
 }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "api/failure_reason.h"
+
 namespace mpsd::api {
 namespace {
 
@@ -36,6 +38,17 @@ TEST(StatusTest, ExecutorStatusKeepsMessage) {
       ToExecutorStatus(absl::DataLossError("train-images-idx3-ubyte: truncated"));
   EXPECT_EQ(proto.code(), static_cast<int>(absl::StatusCode::kDataLoss));
   EXPECT_EQ(proto.message(), "train-images-idx3-ubyte: truncated");
+}
+
+// The scheduler reads a job's reason from the status: one attached in the executor process must
+// survive the trip over executor.proto (a DIVERGED job would otherwise read as INTERNAL).
+TEST(StatusTest, ExecutorStatusCarriesAnAttachedFailureReason) {
+  const absl::Status diverged =
+      WithFailureReason(absl::AbortedError("loss nan at step 3"), mpsd::v1::Job::DIVERGED);
+  const absl::Status back = FromExecutorStatus(ToExecutorStatus(diverged));
+  EXPECT_EQ(back.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(back.message(), "loss nan at step 3");
+  EXPECT_EQ(FailureReasonOf(back), mpsd::v1::Job::DIVERGED);
 }
 
 }  // namespace

@@ -74,11 +74,26 @@ TEST(FormatTest, EpochLine) {
   e.set_train_accuracy(0.8591);
   e.set_test_loss(0.3876);
   e.set_test_accuracy(0.8612);
+  e.set_evaluated(true);
   e.set_epoch_time_s(9.81);
   e.set_samples_per_second(6123);
   EXPECT_EQ(FormatEpoch(e),
             "epoch 1: train loss 0.4123 acc 0.859, test loss 0.3876 acc 0.861, 9.8 s, "
             "6,123 samples/s");
+}
+
+// Issue 27: an epoch shows what it measured: validation when the job has it, the test split
+// only when evaluated (no "test loss 0.0000 acc 0.000" for a skipped evaluation).
+TEST(FormatTest, EpochLineShowsValidationAndOnlyAnEvaluatedTestSplit) {
+  v1::EpochMetrics e;
+  e.set_epoch(2);
+  e.set_train_loss(0.41234);
+  e.set_train_accuracy(0.8591);
+  e.set_val_loss(0.5);
+  e.set_val_accuracy(0.8);
+  e.set_epoch_time_s(9.81);
+  EXPECT_EQ(FormatEpoch(e), "epoch 2: train loss 0.4123 acc 0.859, val loss 0.5000 acc 0.800, "
+                            "9.8 s");
 }
 
 TEST(FormatTest, LogLine) {
@@ -119,6 +134,24 @@ TEST(FormatTest, FinalSucceeded) {
             "9.8 s\n"
             "  memory: allocated before 0.0 MiB, peak 100.0 MiB, after 1.0 MiB; reserved before "
             "0.0 MiB, after 0.0 MiB\n");
+}
+
+TEST(FormatTest, FinalSaysTheTestSplitWasNotEvaluatedAndShowsValidation) {
+  v1::StateChange state;
+  state.set_state(v1::Job::SUCCEEDED);
+  v1::JobSummary summary = Summary();
+  summary.clear_test_accuracy();
+  summary.clear_test_loss();
+  summary.set_val_accuracy(0.9);
+  summary.set_val_loss(0.25);
+  summary.set_val_examples(200);
+  const std::string out = FormatFinal("42", state, &summary);
+  EXPECT_NE(out.find("\n  val accuracy 0.9000, val loss 0.2500, test not evaluated, final train "
+                     "loss 0.5000\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("2,000 train / 200 val / 500 test examples"), std::string::npos) << out;
+  EXPECT_EQ(out.find("test accuracy"), std::string::npos) << out;
 }
 
 TEST(FormatTest, FinalCancelledBeforeAnyEpochShowsNoTestResults) {

@@ -54,6 +54,33 @@ TEST(TablesTest, SweepTableRanksBestFirstAndUnfinishedLast) {
               HasSubstr("--metric: unknown \"accuracy\""));
 }
 
+// Issue 27: with a validation split the sweep is ranked on it by default, not on the test set
+// (here the two disagree), and compare shows validation first; unmeasured figures are "-".
+TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.9, 0.3), Trial("3", 1, "0.01", 0.6, 0.9)};
+  trials[0].mutable_summary()->set_val_accuracy(0.7);
+  trials[0].mutable_summary()->set_val_loss(0.8);
+  trials[1].mutable_summary()->set_val_accuracy(0.8);
+  trials[1].mutable_summary()->set_val_loss(0.5);
+  absl::StatusOr<TextTable> table = SweepTable(trials, "auto");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "3");  // best validation, worse test
+  EXPECT_EQ(table->rows[1][2], "2");
+  table = SweepTable(trials, "test_accuracy");
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(table->rows[0][2], "2");
+  // Without validation, "auto" is the test split, as before.
+  const std::vector<v1::Job> plain = {Trial("2", 0, "0.1", 0.5, 1.2),
+                                      Trial("3", 1, "0.01", 0.8, 0.6)};
+  EXPECT_EQ(SweepTable(plain, "auto")->rows[0][2], "3");
+
+  trials[1].mutable_summary()->clear_test_accuracy();
+  trials[1].mutable_summary()->clear_test_loss();
+  const std::string csv = *RenderTable(CompareTable(trials), "csv");
+  EXPECT_THAT(csv, HasSubstr("val_accuracy,0.7,0.8\n"));
+  EXPECT_THAT(csv, HasSubstr("test_accuracy,0.9,-\n"));
+}
+
 TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
   TextTable table{{"A", "B"}, {{"x,y", "1.5"}, {"p|q", "-"}}};
   EXPECT_EQ(*RenderTable(table, "table"), "A    B\nx,y  1.5\np|q  -\n");

@@ -176,6 +176,7 @@ TEST(LoadDatasetTest, DecodesCifarRecordsExactly) {
   WriteCifarRoot(dir.path(), /*per_train_file=*/4, /*test=*/3);
   mpsd::v1::DatasetSpec spec = Cifar(dir.str());
   spec.set_limit_train(10);  // two whole files and half of the third
+  spec.set_subset("first");
   absl::StatusOr<DatasetConfig> config = ResolveDataset(spec);
   ASSERT_TRUE(config.ok()) << config.status();
   absl::StatusOr<DeviceDataset> data = LoadDataset(*config, /*seed=*/0, torch::kCPU);
@@ -197,6 +198,42 @@ TEST(LoadDatasetTest, DecodesCifarRecordsExactly) {
     }
   }
   EXPECT_EQ(data->test.labels[2].item<int64_t>(), MakeRecord(1000002)[0]);
+}
+
+// Issue 27: limit_train keeps a stratified subset drawn from the seed: one record of each class
+// of the 20 (two per class), the same ones for the same seed, each decoded from its own record.
+TEST(LoadDatasetTest, CifarLimitKeepsAStratifiedSubsetDrawnFromTheSeed) {
+  TempDir dir("datasets_test_stratified");
+  WriteCifarRoot(dir.path(), /*per_train_file=*/4, /*test=*/3);
+  mpsd::v1::DatasetSpec spec = Cifar(dir.str());
+  spec.set_limit_train(10);
+  absl::StatusOr<DatasetConfig> config = ResolveDataset(spec);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const auto load = [&](uint64_t seed) {
+    absl::StatusOr<DeviceDataset> data = LoadDataset(*config, seed, torch::kCPU);
+    EXPECT_TRUE(data.ok()) << data.status();
+    return *std::move(data);
+  };
+  const DeviceDataset a = load(1), b = load(1);
+  EXPECT_EQ(a.train_class_counts, std::vector<int64_t>(10, 1));
+  EXPECT_TRUE(torch::equal(a.train.images, b.train.images));
+  EXPECT_THAT(a.notes, ::testing::Contains(::testing::HasSubstr(
+                           "train subset: stratified, 10 of 20 examples (seed 1)")));
+  bool another_draw = false;
+  for (const uint64_t seed : {2, 3, 4, 5}) {
+    another_draw |= !torch::equal(load(seed).train.images, a.train.images);
+  }
+  EXPECT_TRUE(another_draw) << "every seed kept the same records";
+  const float mean = 0.4914f, std = 0.2470f;
+  for (int64_t i = 0; i < 10; ++i) {
+    const int64_t label = a.train.labels[i].item<int64_t>();
+    const float pixel = a.train.images[i][0][0][1].item<float>();
+    bool matches = false;
+    for (const int64_t record : {label, label + 10}) {
+      matches |= std::abs(pixel - (MakeRecord(record)[2] / 255.0f - mean) / std) < 1e-5;
+    }
+    EXPECT_TRUE(matches) << "example " << i << " is no record of class " << label;
+  }
 }
 
 TEST(LoadDatasetTest, SyntheticIsDrawnFromTheSeed) {

@@ -694,7 +694,7 @@ TEST(ExecutorRunTest, EveryModelThatTakesFashionMnistTrainsTwoSteps) {
     mpsd::v1::TrainJob& job = *request.mutable_train_job();
     job.mutable_model()->set_name(name);
     job.mutable_dataset()->set_limit_train(16);
-    job.mutable_dataset()->set_limit_test(8);
+    job.mutable_dataset()->set_limit_test(10);  // one of each class (stratified)
     job.set_batch_size(8);
     const RunResult result = RunJob(*executor, request);
     ASSERT_TRUE(result.status.ok()) << name << ": " << result.status;

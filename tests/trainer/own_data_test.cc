@@ -224,7 +224,8 @@ save("numpy.pt", {"train": {"x": numpy.zeros((4, 3)), "y": y}, "test": {"x": x, 
 class Sneaky:
     pass
 save("object.pt", {"train": {"x": x, "y": y}, "test": {"x": x, "y": y}, "classes": Sneaky()})
-save("unknown_key.pt", {"train": {"x": x, "y": y}, "test": {"x": x, "y": y}, "val": 1})
+save("unknown_key.pt", {"train": {"x": x, "y": y}, "test": {"x": x, "y": y}, "valid": 1})
+save("bad_val.pt", {"train": {"x": x, "y": y}, "test": {"x": x, "y": y}, "val": 1})
 save("missing_test.pt", {"train": {"x": x, "y": y}, "classes": ["a", "b", "c"]})
 save("one_entry.pt", {"train": {"x": x, "y": y}})
 save("missing_y.pt", {"train": {"x": x}, "test": {"x": x, "y": y}})
@@ -257,7 +258,8 @@ open(os.path.join(out, "text.pt"), "w").write("hello")
   };
   EXPECT_THAT(error("numpy.pt"), HasSubstr("pickled Python objects"));
   EXPECT_THAT(error("object.pt"), HasSubstr("pickled Python objects"));
-  EXPECT_THAT(error("unknown_key.pt"), HasSubstr(": val: unknown key"));
+  EXPECT_THAT(error("unknown_key.pt"), HasSubstr(": valid: unknown key"));
+  EXPECT_THAT(error("bad_val.pt"), HasSubstr(": val: expected a dict with keys x, y"));
   EXPECT_THAT(error("missing_test.pt"), HasSubstr(": test: missing"));
   // A dict of one entry (pickle's SETITEM, which LibTorch 1.13 cannot read) is a missing key.
   EXPECT_THAT(error("one_entry.pt"), HasSubstr("a dict with a single entry"));
@@ -269,7 +271,7 @@ open(os.path.join(out, "text.pt"), "w").write("hello")
   EXPECT_THAT(error("label.pt"), HasSubstr(": test.y[2]: label 7, but there are 3 classes"));
   EXPECT_THAT(error("negative.pt"), HasSubstr(": train.y[1]: label -1"));
   EXPECT_THAT(error("legacy.pt"), HasSubstr("legacy torch.save file"));
-  EXPECT_THAT(error("list.pt"), HasSubstr("expected a dict with keys train, test, classes"));
+  EXPECT_THAT(error("list.pt"), HasSubstr("expected a dict with keys train, test, val, classes"));
   EXPECT_THAT(error("newer.pt"), HasSubstr("newer PyTorch"));
   EXPECT_THAT(error("text.pt"), HasSubstr("not a torch.save file"));
   // Through validation, with the field path.
@@ -340,6 +342,43 @@ TEST_F(OwnDataTest, StreamedEqualsResidentStepForStep) {
     EXPECT_EQ(r.summary.test_loss(), s.summary.test_loss()) << spec.name();
     EXPECT_EQ(r.summary.test_accuracy(), s.summary.test_accuracy()) << spec.name();
   }
+}
+
+// Issue 27: validation.fraction is held out on the host before placement, so a streamed job
+// validates on the same examples as a resident one; the folder and the tensors file of the same
+// images (in the same order) hold out the same ones; a limit keeps every class of the folder.
+TEST_F(OwnDataTest, AValidationFractionHoldsOutTheSameExamplesResidentOrStreamed) {
+  std::vector<RunResult> runs;
+  for (mpsd::v1::DatasetSpec spec : {ImageFolder(Root()), Tensors(TensorsPath())}) {
+    for (int c = 0; c < 3; ++c) {
+      spec.add_mean(0.45f);
+      spec.add_std(0.25f);
+    }
+    spec.mutable_validation()->set_fraction(0.25);
+    for (const char* placement : {"resident", "streamed"}) {
+      spec.set_placement(placement);
+      auto executor = MakeExecutor();
+      runs.push_back(RunJob(*executor, Job(spec, 2)));
+      const RunResult& r = runs.back();
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      EXPECT_EQ(r.summary.train_examples(), 36) << spec.name();
+      EXPECT_EQ(r.summary.val_examples(), 12) << spec.name();
+      EXPECT_TRUE(r.summary.has_val_loss()) << spec.name();
+      EXPECT_EQ(r.summary.validation(), "fraction 0.25 of train (seed 5)");
+      EXPECT_TRUE(r.Logged("validation: 12 of 48 training examples held out (fraction 0.25, "
+                           "stratified, seed 5); per class: blue 4, green 4, red 4"));
+    }
+  }
+  for (const RunResult& r : runs) {
+    EXPECT_EQ(r.losses, runs[0].losses);
+    EXPECT_EQ(r.summary.val_loss(), runs[0].summary.val_loss());
+  }
+  // A limit on the folder (class-ordered files) keeps every class.
+  mpsd::v1::DatasetSpec limited = ImageFolder(Root());
+  limited.set_limit_train(12);
+  const RunResult l = RunJob(*MakeExecutor(), Job(limited, 1));
+  ASSERT_TRUE(l.status.ok()) << l.status;
+  EXPECT_THAT(l.summary.train_class_counts(), ElementsAre(4, 4, 4));
 }
 
 TEST_F(OwnDataTest, DecodeCacheIsReusedAcrossJobsAndRebuiltWhenAFileChanges) {

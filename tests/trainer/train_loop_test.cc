@@ -13,10 +13,12 @@
 #include <memory>
 #include <vector>
 
+#include "api/failure_reason.h"
 #include "trainer/compat.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/optimizers.h"
 #include "trainer/schedule.h"
+#include "absl/strings/str_format.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -319,6 +321,97 @@ TEST(TrainTest, Fp16WithoutAScalerIsRejected) {
   const absl::Status status =
       Train(*model, optimizer, data, options, [](mpsd::v1::JobEvent) {}, cancelled);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---- Divergence (issue 27) --------------------------------------------------------------------
+
+// The linear classifier whose `nan_at`-th forward pass returns NaN logits: a loss that turns NaN
+// at a known step (one forward per step here: no accumulation, no evaluation before it).
+class NanAtForwardImpl : public ClassifierImpl {
+ public:
+  explicit NanAtForwardImpl(int nan_at)
+      : fc_(register_module("fc", torch::nn::Linear(16, 3))), nan_at_(nan_at) {}
+  torch::Tensor forward(torch::Tensor inputs) override {
+    torch::Tensor logits = fc_(inputs.flatten(1));
+    return ++forwards_ == nan_at_ ? logits * std::nanf("") : logits;
+  }
+
+ private:
+  torch::nn::Linear fc_;
+  int nan_at_;
+  int forwards_ = 0;
+};
+
+struct TrainOutcome {
+  absl::Status status;
+  std::vector<mpsd::v1::JobEvent> events;
+};
+
+TrainOutcome TrainCollecting(ClassifierImpl& model, const TrainOptions& options) {
+  const DeviceDataset data = RandomData(64);
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.01));
+  TrainOutcome outcome;
+  std::atomic<bool> cancelled{false};
+  outcome.status = Train(
+      model, optimizer, data, options,
+      [&](mpsd::v1::JobEvent event) { outcome.events.push_back(std::move(event)); }, cancelled);
+  return outcome;
+}
+
+// The loss of step 6 is read back with steps 5-8 (groups of 4, as the CUDA graph path reads
+// them too): the events end at step 6, nothing after it is reported, no epoch ends, and the
+// error names the step, the learning rate and the last finite loss.
+TEST(TrainTest, ANanLossEndsTrainingAsDivergedAtItsStepThroughTheGroupedReadBack) {
+  torch::manual_seed(3);
+  auto model = std::make_shared<NanAtForwardImpl>(/*nan_at=*/6);
+  TrainOptions options;
+  options.batch_size = 8;
+  options.epochs = 2;
+  options.optimizer = OptimizerKind::kSgd;
+  options.steps_per_readback = 4;
+  options.readback_interval_ms = 600'000;  // groups by count only
+  const TrainOutcome outcome = TrainCollecting(*model, options);
+  EXPECT_EQ(outcome.status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(api::FailureReasonOf(outcome.status), mpsd::v1::Job::DIVERGED);
+  std::vector<int64_t> steps;
+  float last_finite = 0;
+  for (const mpsd::v1::JobEvent& event : outcome.events) {
+    EXPECT_FALSE(event.has_epoch());
+    if (!event.has_step()) continue;
+    steps.push_back(event.step().step());
+    if (event.step().step() < 6) {
+      EXPECT_TRUE(std::isfinite(event.step().loss()));
+      last_finite = event.step().loss();
+    } else {
+      EXPECT_TRUE(std::isnan(event.step().loss()));
+    }
+  }
+  EXPECT_THAT(steps, ::testing::ElementsAre(1, 2, 3, 4, 5, 6));
+  EXPECT_THAT(outcome.status.message(),
+              ::testing::HasSubstr("diverged at step 6 of 16 (epoch 1): training loss nan at "
+                                   "learning rate 0.01; last finite loss "));
+  EXPECT_THAT(outcome.status.message(),
+              ::testing::HasSubstr(absl::StrFormat("%.6g at step 5", last_finite)));
+}
+
+TEST(TrainTest, ALossAboveTheDivergenceThresholdEndsTrainingAtTheFirstSuchStep) {
+  auto model = MakeModel();
+  TrainOptions options;
+  options.batch_size = 8;
+  options.optimizer = OptimizerKind::kSgd;
+  options.divergence_threshold = 1e-6;  // any cross-entropy of 3 classes is above it
+  const TrainOutcome outcome = TrainCollecting(*model, options);
+  EXPECT_EQ(api::FailureReasonOf(outcome.status), mpsd::v1::Job::DIVERGED);
+  EXPECT_THAT(outcome.status.message(),
+              ::testing::HasSubstr("diverged at step 1 of 8 (epoch 1): training loss "));
+  EXPECT_THAT(outcome.status.message(),
+              ::testing::HasSubstr("above divergence_threshold 1e-06 at learning rate 0.01; no "
+                                   "finite loss before it"));
+
+  // Without the threshold the same job trains to its end.
+  auto again = MakeModel();
+  options.divergence_threshold = 0;
+  EXPECT_TRUE(TrainCollecting(*again, options).status.ok());
 }
 
 }  // namespace

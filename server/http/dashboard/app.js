@@ -7,7 +7,7 @@
 const TOKEN_KEY = 'mpsd-token';
 const STEP_METRICS = ['loss', 'accuracy', 'learning_rate', 'samples_per_second', 'step_time_ms',
   'allocated_bytes'];
-const EPOCH_METRICS = ['train_loss', 'train_accuracy', 'test_loss', 'test_accuracy'];
+const EPOCH_METRICS = ['train_loss', 'train_accuracy', 'val_loss', 'val_accuracy', 'test_loss', 'test_accuracy'];
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'INTERRUPTED']);
 const COLORS = ['#1f6feb', '#cf222e', '#1a7f37', '#8250df', '#bc4c00', '#0a7ea4', '#bf3989',
   '#6e7781'];
@@ -451,6 +451,7 @@ function jobFacts(job) {
     ['samples/s', last.samplesPerSecond ? num(last.samplesPerSecond).toFixed(0) : ''],
     ['submitted by', job.submittedBy || ''],
     ['created', job.createdAt ? new Date(job.createdAt).toLocaleString() : ''],
+    ['val accuracy', summary.valAccuracy !== undefined ? (100 * num(summary.valAccuracy)).toFixed(2) + '%' : ''],
     ['test accuracy', summary.testAccuracy !== undefined ? (100 * num(summary.testAccuracy)).toFixed(2) + '%' : ''],
     ['total time', summary.totalTimeS ? fmtDuration(num(summary.totalTimeS)) : ''],
     ['peak allocated', memory.peakAllocatedBytes ? fmtBytes(memory.peakAllocatedBytes) : ''],
@@ -564,7 +565,7 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
     if (event.log) line = el('div', { class: event.log.level || '' }, `${time} ${event.log.text}`);
     else if (event.state) line = el('div', { class: 'statechange' }, `${time} → ${event.state.state}${event.state.failureReason ? ' (' + event.state.failureReason + ')' : ''}${event.state.message ? ': ' + event.state.message : ''}`);
     else if (event.checkpoint) line = el('div', {}, `${time} checkpoint epoch ${event.checkpoint.epoch}: ${event.checkpoint.path} (${fmtBytes(event.checkpoint.sizeBytes)})`);
-    else if (event.summary) line = el('div', {}, `${time} summary: test accuracy ${(100 * num(event.summary.testAccuracy)).toFixed(2)}%, ${num(event.summary.samplesPerSecond).toFixed(0)} samples/s`);
+    else if (event.summary) line = el('div', {}, `${time} summary: ${event.summary.testAccuracy !== undefined ? `test accuracy ${(100 * num(event.summary.testAccuracy)).toFixed(2)}%` : 'test not evaluated'}, ${num(event.summary.samplesPerSecond).toFixed(0)} samples/s`);
     if (!line) return;
     const atBottom = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
     logs.append(line);

@@ -163,6 +163,25 @@ TEST(SeriesBuilderTest, ReadsStepAndEpochFieldsAndSkipsUnevaluatedTests) {
   EXPECT_EQ(builder.points(3)[0].value, 2.0);
 }
 
+// Issue 27: val_loss is a series of the epochs that measured it (proto3 optional): an epoch
+// without validation adds no point, not a 0.
+TEST(SeriesBuilderTest, ValidationSeriesSkipsEpochsThatMeasuredNone) {
+  absl::StatusOr<SeriesMetric> metric = FindSeriesMetric("val_loss");
+  ASSERT_TRUE(metric.ok()) << metric.status();
+  SeriesBuilder builder({*metric});
+  JobEvent epoch;
+  epoch.set_seq(1);
+  epoch.mutable_epoch()->set_epoch(1);
+  builder.Add(epoch);
+  epoch.set_seq(2);
+  epoch.mutable_epoch()->set_epoch(2);
+  epoch.mutable_epoch()->set_val_loss(0.5);
+  builder.Add(epoch);
+  ASSERT_EQ(builder.points(0).size(), 1u);
+  EXPECT_EQ(builder.points(0)[0].x, 2);
+  EXPECT_EQ(builder.points(0)[0].value, 0.5);
+}
+
 TEST(MetricSeriesTest, WholeUpToTheRawLimitThenReducedWithTheSameExtremes) {
   const std::vector<SeriesPoint> points = [] {
     std::vector<SeriesPoint> p = Noise(300000, 4);

@@ -1,0 +1,81 @@
+// Tests for trainer/early_stopping.h (torch-free): Keras' and Lightning's improvement rule
+// (min_delta, mode) and patience on scripted metric sequences, and which epoch metric a monitor
+// reads.
+#include "trainer/early_stopping.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace mpsd::trainer {
+namespace {
+
+// Feeds values for epochs 1, 2, …; returns the epoch after which training stops (0: never).
+int StopEpoch(EarlyStopping& stopping, const std::vector<double>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (stopping.Observe(static_cast<int>(i) + 1, values[i]).stop) return static_cast<int>(i) + 1;
+  }
+  return 0;
+}
+
+TEST(EarlyStoppingTest, StopsAfterPatienceEpochsWithoutImprovementAndKeepsTheBest) {
+  EarlyStoppingConfig config;
+  config.patience = 2;
+  EarlyStopping stopping(config);  // val_loss, min
+  // Best at epoch 3 (0.5); epochs 4 and 5 do not improve: stop after 5.
+  EXPECT_EQ(StopEpoch(stopping, {1.0, 0.8, 0.5, 0.6, 0.5, 0.1}), 5);
+  EXPECT_EQ(stopping.best_epoch(), 3);
+  EXPECT_EQ(stopping.best_value(), 0.5);
+}
+
+TEST(EarlyStoppingTest, AnImprovementResetsThePatience) {
+  EarlyStoppingConfig config;
+  config.patience = 2;
+  EarlyStopping stopping(config);
+  EXPECT_EQ(StopEpoch(stopping, {1.0, 1.1, 0.9, 1.0, 0.8, 0.85}), 0);
+  EXPECT_EQ(stopping.best_epoch(), 5);
+}
+
+TEST(EarlyStoppingTest, MinDeltaAndModeMaxAsKeras) {
+  EarlyStoppingConfig config;
+  config.monitor = "val_accuracy";
+  config.maximize = true;
+  config.patience = 1;
+  config.min_delta = 0.01;
+  EarlyStopping stopping(config);
+  EXPECT_TRUE(stopping.Observe(1, 0.50).improved);
+  EXPECT_TRUE(stopping.Observe(2, 0.52).improved);  // 0.52 > 0.50 + 0.01
+  const EarlyStopping::Decision small = stopping.Observe(3, 0.525);  // not by more than 0.01
+  EXPECT_FALSE(small.improved);
+  EXPECT_TRUE(small.stop);
+  EXPECT_EQ(stopping.best_epoch(), 2);
+}
+
+TEST(EarlyStoppingTest, ANanNeverImproves) {
+  EarlyStoppingConfig config;
+  config.patience = 1;
+  EarlyStopping stopping(config);
+  const EarlyStopping::Decision first = stopping.Observe(1, std::nan(""));
+  EXPECT_FALSE(first.improved);
+  EXPECT_TRUE(first.stop);
+  EXPECT_EQ(stopping.best_epoch(), 0);
+}
+
+TEST(EarlyStoppingTest, MonitoredValueReadsOnlyWhatTheEpochMeasured) {
+  mpsd::v1::EpochMetrics epoch;
+  epoch.set_train_loss(0.7);
+  epoch.set_test_accuracy(0.9);  // not evaluated: not a value
+  EXPECT_EQ(MonitoredValue("train_loss", epoch), 0.7);
+  EXPECT_EQ(MonitoredValue("val_loss", epoch), std::nullopt);
+  EXPECT_EQ(MonitoredValue("test_accuracy", epoch), std::nullopt);
+  epoch.set_evaluated(true);
+  epoch.set_val_loss(0.4);
+  EXPECT_EQ(MonitoredValue("test_accuracy", epoch), 0.9);
+  EXPECT_EQ(MonitoredValue("val_loss", epoch), 0.4);
+  EXPECT_EQ(MonitoredValue("val_accuracy", epoch), std::nullopt);
+}
+
+}  // namespace
+}  // namespace mpsd::trainer

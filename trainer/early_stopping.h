@@ -1,0 +1,58 @@
+// Early stopping on an epoch metric, with the semantics of Keras' EarlyStopping
+// (keras.io/api/callbacks/early_stopping: monitor, min_delta, patience, mode) and Lightning's
+// EarlyStopping (lightning.ai/docs/pytorch/stable/api/lightning.pytorch.callbacks.EarlyStopping):
+// an epoch improves when its value beats the best so far by more than min_delta (mode min:
+// value < best - min_delta; max: value > best + min_delta); `patience` evaluated epochs in a
+// row without improvement stop training. A NaN never improves. Like Keras' default
+// (restore_best_weights=False) the job goes on with the last weights; the best epoch's are kept
+// as best.pt. Torch-free; one per job, used by the loop's thread.
+#ifndef MPSD_TRAINER_EARLY_STOPPING_H_
+#define MPSD_TRAINER_EARLY_STOPPING_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::trainer {
+
+// TrainJob.early_stopping resolved.
+struct EarlyStoppingConfig {
+  bool enabled = false;
+  std::string monitor = "val_loss";  // an EpochMetrics field: val_*, train_*, test_*
+  bool maximize = false;             // mode "max"
+  int patience = 3;                  // > 0
+  double min_delta = 0;              // >= 0
+};
+
+// The monitored value of `epoch`, or nullopt when the epoch did not measure it (an
+// evaluation eval_every_epochs skipped). `monitor` as EarlyStoppingConfig.
+std::optional<double> MonitoredValue(const std::string& monitor,
+                                     const mpsd::v1::EpochMetrics& epoch);
+
+class EarlyStopping {
+ public:
+  explicit EarlyStopping(EarlyStoppingConfig config) : config_(std::move(config)) {}
+
+  struct Decision {
+    bool improved = false;  // the epoch is the new best (keep its model)
+    bool stop = false;      // patience ran out: stop after this epoch
+  };
+  // One evaluated epoch's value of the monitored metric.
+  Decision Observe(int epoch, double value);
+
+  int best_epoch() const { return best_epoch_; }  // 0 before any improvement
+  std::optional<double> best_value() const { return best_; }
+  const EarlyStoppingConfig& config() const { return config_; }
+
+ private:
+  EarlyStoppingConfig config_;
+  std::optional<double> best_;
+  int best_epoch_ = 0;
+  int waited_ = 0;  // evaluated epochs since the best
+};
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_EARLY_STOPPING_H_
