@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "api/failure_reason.h"
 
 namespace mpsd::api {
 
@@ -20,11 +23,19 @@ mpsd::v1::executor::Status ToExecutorStatus(const absl::Status& status) {
   mpsd::v1::executor::Status proto;
   proto.set_code(static_cast<int32_t>(status.code()));
   proto.set_message(std::string(status.message()));
+  // Only an attached reason travels: the receiver derives the others from the code again.
+  if (status.GetPayload(kFailureReasonPayloadUrl).has_value()) {
+    proto.set_reason(FailureReasonOf(status));
+  }
   return proto;
 }
 
 absl::Status FromExecutorStatus(const mpsd::v1::executor::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
+  absl::Status result(static_cast<absl::StatusCode>(status.code()), status.message());
+  if (status.reason() != mpsd::v1::Job::FAILURE_REASON_UNSPECIFIED) {
+    return WithFailureReason(std::move(result), status.reason());
+  }
+  return result;
 }
 
 }  // namespace mpsd::api

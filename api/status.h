@@ -1,7 +1,8 @@
 // The one place where absl::Status becomes grpc::Status and back, and where it crosses
 // executor.proto (mpsd.v1.executor.Status). The codes are the same numbers in all three
 // (absl/status/status.h: "the canonical error codes", grpc's StatusCode); messages pass
-// unchanged. Status payloads (api/failure_reason.h) do not cross: they stay in the process.
+// unchanged. Of the status payloads only the failure reason (api/failure_reason.h) crosses
+// executor.proto (its Status.reason); none crosses gRPC.
 #ifndef MPSD_API_STATUS_H_
 #define MPSD_API_STATUS_H_
 

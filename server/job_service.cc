@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -25,6 +26,7 @@
 #include "api/metadata.h"
 #include "api/sha256.h"
 #include "api/status.h"
+#include "api/user_code.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/artifacts.h"
 #include "server/grpc_auth.h"
@@ -64,13 +66,16 @@ constexpr int kReadBatch = 256;
 // Unwatch / Remove while a callback of this reactor runs, so both are called without mu_.
 class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
  public:
+  // `stored_only`: StreamEventsRequest.stored_only.
   EventStreamReactor(Scheduler* scheduler, Ticker* ticker, absl::Duration heartbeat_interval,
-                     std::string job_id, int64_t after_seq, std::function<void()> on_done)
+                     std::string job_id, int64_t after_seq, bool stored_only,
+                     std::function<void()> on_done)
       : scheduler_(scheduler),
         log_(&scheduler->events()),
         ticker_(ticker),
         heartbeat_interval_(heartbeat_interval),
         job_id_(std::move(job_id)),
+        stored_only_(stored_only),
         on_done_(std::move(on_done)),
         last_seq_(after_seq) {}
 
@@ -157,6 +162,10 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       }
       for (JobEvent& event : *events) pending_.push_back(std::move(event));
       if (!pending_.empty()) break;
+      if (stored_only_) {
+        FinishOnce(grpc::Status::OK);
+        return;
+      }
       if (closed) {
         FinishOnce(grpc::Status(
             grpc::StatusCode::UNAVAILABLE,
@@ -214,6 +223,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
   Ticker* const ticker_;
   const absl::Duration heartbeat_interval_;
   const std::string job_id_;
+  const bool stored_only_;
   std::function<void()> on_done_;
 
   absl::Mutex mu_;
@@ -367,7 +377,38 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
       return Answer<mpsd::v1::Job>(context, allowed, response);
     }
   }
-  return Answer(context, scheduler_->Submit(*request, principal->name), response);
+  if (!api::UserCodeOf(*request).has_value()) {
+    return Answer(context, scheduler_->Submit(*request, principal->name), response);
+  }
+  // Validation runs the submitter's code in a process of its own, for seconds: answered from a
+  // thread, so that gRPC's callback threads keep serving every other call meanwhile.
+  {
+    absl::MutexLock lock(&mu_);
+    if (user_code_submits_ >= kMaxUserCodeSubmits) {
+      return Answer<mpsd::v1::Job>(
+          context,
+          absl::ResourceExhaustedError(absl::StrCat(
+              kMaxUserCodeSubmits, " submits of jobs with user code are being checked; submit "
+              "again once one has been answered")),
+          response);
+    }
+    ++user_code_submits_;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::thread([this, reactor, request, response, submitter = principal->name] {
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter);
+    if (job.ok()) *response = *std::move(job);
+    reactor->Finish(ToClientStatus(job.status()));
+    absl::MutexLock lock(&mu_);
+    --user_code_submits_;
+  }).detach();
+  return reactor;
+}
+
+JobService::~JobService() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return user_code_submits_ == 0; };
+  mu_.Await(absl::Condition(&idle));
 }
 
 grpc::ServerUnaryReactor* JobService::GetJob(grpc::CallbackServerContext* context,
@@ -432,7 +473,8 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     ++open_streams_;
   }
   auto* reactor = new EventStreamReactor(scheduler_, &ticker_, options_.heartbeat_interval,
-                                         request->job_id(), request->after_seq(), [this] {
+                                         request->job_id(), request->after_seq(),
+                                         request->stored_only(), [this] {
                                            absl::MutexLock lock(&mu_);
                                            --open_streams_;
                                          });
