@@ -487,7 +487,7 @@ TEST_F(HangsE2eTest, UserCodeThatNeverReturnsAtSubmitCannotWedgeTheDaemon) {
     if (done.ok()) EXPECT_EQ(done->state(), Job::SUCCEEDED) << done->message();
   }
   for (std::thread& submitter : submitters) submitter.join();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(25));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(45));  // without the fix: over 60 s
   for (const absl::StatusOr<Job>& refused : hung) {
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
     EXPECT_THAT(refused.status().message(), HasSubstr("train_job.model.torchscript: " + hang));
