@@ -1,5 +1,5 @@
 // The shortest decimal text of a double: shared by the job file writer (client/job_file.h) and
-// the sweep expander (server/sweep.h), which both print numbers a user reads back.
+// the sweep expander (server/core/sweep.h), which both print numbers a user reads back.
 #ifndef MPSD_API_DECIMAL_H_
 #define MPSD_API_DECIMAL_H_
 

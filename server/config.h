@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/tls.h"
+#include "server/access/tls.h"
 
 namespace mpsd::server {
 
 // How mpsd runs its executor process, mpsd-executor (the `executor:` mapping of the config).
-// See server/executor_supervisor.h.
+// See server/executor/executor_supervisor.h.
 struct ExecutorConfig {
   // The mpsd-executor program; empty = DefaultExecutorPath() (next to mpsd, else the build
   // tree's trainer/).
@@ -58,7 +58,7 @@ struct Config {
   // Certificate and key for the TCP listeners, and the client CA for mutual TLS (`tls:`
   // {cert, key, client_ca}). Unset: TCP is plaintext and loopback only.
   TlsFiles tls;
-  // Bearer tokens for TCP (server/auth.h). Default: <state_dir>/tokens.yaml; created with an
+  // Bearer tokens for TCP (server/access/auth.h). Default: <state_dir>/tokens.yaml; created with an
   // admin token on the first start with a TCP listener.
   std::string tokens_file;
   // Paths that jobs submitted over TCP may name (dataset roots, torchscript, resume_from) must
@@ -67,7 +67,7 @@ struct Config {
   std::vector<std::string> data_roots;
   // HTTP(S) listener for the dashboard, /metrics and /healthz, "HOST:PORT" (port 0 picks a
   // free port); empty = none (the default). A non-loopback host needs TLS (the `tls:` files);
-  // every request but /healthz needs a bearer token from tokens_file. See server/http_server.h.
+  // every request but /healthz needs a bearer token from tokens_file. See server/http/http_server.h.
   std::string http_listen;
   // Where the job database lives. Default: DefaultStateDir().
   std::string state_dir;

@@ -32,19 +32,19 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "httplib.h"
-#include "server/auth.h"
-#include "server/dashboard.h"
-#include "server/data_roots.h"
-#include "server/executor_supervisor.h"
-#include "server/grpc_auth.h"
-#include "server/http_server.h"
-#include "server/job_service.h"
-#include "server/job_store.h"
-#include "server/metrics.h"
-#include "server/reflection_service.h"
-#include "server/scheduler.h"
-#include "server/state_dir.h"
-#include "server/tls.h"
+#include "server/access/auth.h"
+#include "server/http/dashboard.h"
+#include "server/access/data_roots.h"
+#include "server/executor/executor_supervisor.h"
+#include "server/grpc/grpc_auth.h"
+#include "server/http/http_server.h"
+#include "server/grpc/job_service.h"
+#include "server/core/job_store.h"
+#include "server/http/metrics.h"
+#include "server/grpc/reflection_service.h"
+#include "server/core/scheduler.h"
+#include "server/core/state_dir.h"
+#include "server/access/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -506,7 +506,7 @@ absl::Status Server::StartHttp() {
   http_options.tls_cert_path = config.tls.cert;
   http_options.tls_key_path = config.tls.key;
   http_options.tls_client_ca_path = config.tls.client_ca;
-  // Bearer tokens from the one tokens file (server/auth.h) the gRPC TCP listeners use too: any
+  // Bearer tokens from the one tokens file (server/access/auth.h) the gRPC TCP listeners use too: any
   // role may view; what needs more (POST /cancel) checks the caller's role itself.
   http_options.authorize =
       [store = tokens_.get()](absl::string_view authorization,

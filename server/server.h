@@ -47,9 +47,9 @@ class Server {
   };
 
   // Creates the state dir (mode 0700) and takes its lock, checks that its database was not lost
-  // (server/state_dir.h: CheckDatabaseNotLost), opens the store (new ids above every job in
+  // (server/core/state_dir.h: CheckDatabaseNotLost), opens the store (new ids above every job in
   // artifacts/), recovers jobs, starts the executor process (mpsd-executor,
-  // server/executor_supervisor.h) and listens on every address of config.listen. With a TCP
+  // server/executor/executor_supervisor.h) and listens on every address of config.listen. With a TCP
   // address it opens the tokens file (creating one with an admin token in
   // <state_dir>/admin.token on the first start, when there is none).
   // Errors: INVALID_ARGUMENT for a bad listen address or a non-loopback TCP address without
@@ -66,7 +66,7 @@ class Server {
 
   // What BuildAndStart refuses of `config`'s addresses before it touches anything: `listen`
   // over TCP on a non-loopback host, or malformed; `http_listen` (when set) as
-  // CheckHttpListen (server/http_server.h) says. INVALID_ARGUMENT naming the key. `mpsd
+  // CheckHttpListen (server/http/http_server.h) says. INVALID_ARGUMENT naming the key. `mpsd
   // --check-config` applies the same check, so that it never calls valid what start refuses.
   static absl::Status CheckListenAddresses(const Config& config);
 
@@ -116,7 +116,7 @@ class Server {
   // and health turns NOT_SERVING for the rest of this process's life.
   void StateDirLost(const absl::Status& lost);
   // Events cannot be stored (the error), or can again (OK): health is NOT_SERVING meanwhile
-  // (server/event_log.h keeps and retries them; the scheduler refuses submits).
+  // (server/core/event_log.h keeps and retries them; the scheduler refuses submits).
   void SetStorageError(const absl::Status& error);
   void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
   bool Serving();

@@ -83,7 +83,7 @@ class Daemon {
 };
 
 // Paths of the built programs and of the source tree. mpsd finds mpsd-executor itself (in the
-// build tree's trainer/, beside its server/: server/executor_supervisor.h).
+// build tree's trainer/, beside its server/: server/executor/executor_supervisor.h).
 std::string MpsdPath();
 std::string MpsctlPath();
 std::string ExecutorPath();

@@ -92,7 +92,7 @@ class Daemon:
         self.start()
 
     def _write_tokens(self, entries):
-        """The tokens file as server/auth.h reads it: {name, role, sha256 of the token}, 0600."""
+        """The tokens file as server/access/auth.h reads it: {name, role, sha256 of the token}, 0600."""
         lines = []
         for name, role in entries:
             token = "mpsd_" + secrets.token_hex(32)

@@ -15,8 +15,8 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "client/job_file.h"
-#include "server/job_store.h"
-#include "server/scheduler.h"
+#include "server/core/job_store.h"
+#include "server/core/scheduler.h"
 #include "tests/fuzz/fuzz_file.h"
 #include "tests/server/fake_executor.h"
 

@@ -1,4 +1,4 @@
-// Writes finished jobs and their events straight into a JobStore (server/job_store.h), so that a
+// Writes finished jobs and their events straight into a JobStore (server/core/job_store.h), so that a
 // dashboard measurement can open an mpsd on a state dir with 1,000 jobs, or with one job of
 // 100,000 steps, without training them (tests/perf/dashboard_perf.py).
 //
@@ -18,7 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/job_store.h"
+#include "server/core/job_store.h"
 
 namespace {
 

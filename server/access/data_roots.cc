@@ -1,0 +1,115 @@
+// DataRoots: lexical prefix checks on paths with their symlinks resolved.
+#include "server/access/data_roots.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mpsd::server {
+namespace {
+
+// `path` made absolute and with every symlink that exists resolved; the part that does not
+// exist (or cannot be looked into) is normalised lexically ("..", "."). "" when even that fails.
+std::string Resolve(const std::string& path) {
+  std::error_code error;
+  std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  if (error) return "";
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(absolute, error);
+  if (error) resolved = absolute.lexically_normal();
+  std::string text = resolved.string();
+  while (text.size() > 1 && text.back() == '/') text.pop_back();
+  return text;
+}
+
+bool IsJobId(absl::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> DefaultDataRoots(const std::string& state_dir) {
+  std::vector<std::string> roots;
+  if (const passwd* entry = getpwuid(getuid()); entry != nullptr && entry->pw_dir != nullptr) {
+    roots.push_back(entry->pw_dir);
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    roots.push_back(home);
+  }
+  roots.push_back("/usr/share/datasets");
+  roots.push_back(state_dir);
+  return roots;
+}
+
+DataRoots::DataRoots(const std::vector<std::string>& roots) {
+  for (const std::string& root : roots) {
+    const std::string resolved = Resolve(root);
+    if (!resolved.empty()) roots_.push_back(resolved);
+  }
+}
+
+absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& path) const {
+  const std::string resolved = path.empty() ? "" : Resolve(path);
+  if (!resolved.empty()) {
+    for (const std::string& root : roots_) {
+      if (resolved == root || root == "/" ||
+          (absl::StartsWith(resolved, root) && resolved[root.size()] == '/')) {
+        return absl::OkStatus();
+      }
+    }
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      field, ": \"", path, "\" is not under the daemon's data_roots (", absl::StrJoin(roots_, ", "),
+      "); jobs submitted over TCP may only name files there"));
+}
+
+absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& dir) const {
+  std::error_code error;
+  std::filesystem::recursive_directory_iterator it(
+      dir, std::filesystem::directory_options::none, error);
+  int seen = 0;
+  for (; !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
+    if (++seen > kMaxTreeEntries) break;  // A huge tree: the files past this are not looked at.
+    if (it.depth() >= kMaxTreeDepth) it.disable_recursion_pending();
+    if (!it->is_symlink(error)) continue;
+    if (absl::Status s = CheckPath(field, it->path().string()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request) const {
+  if (!request.has_train_job()) return absl::OkStatus();
+  const mpsd::v1::TrainJob& job = request.train_job();
+  const mpsd::v1::DatasetSpec& dataset = job.dataset();
+  if (!dataset.root().empty()) {
+    if (absl::Status s = CheckPath("train_job.dataset.root", dataset.root()); !s.ok()) return s;
+    // A symlink inside the root that leads out of the roots (a "dataset file" that is
+    // /etc/shadow) is refused as the root itself would be.
+    if (absl::Status s = CheckTree("train_job.dataset.root", dataset.root()); !s.ok()) return s;
+  } else if (!dataset.name().empty() && dataset.name() != "synthetic") {
+    const std::string root = absl::StrCat("/usr/share/datasets/", dataset.name());
+    if (absl::Status s = CheckPath("train_job.dataset.root (default)", root); !s.ok()) return s;
+  }
+  if (!job.model().torchscript().empty()) {
+    if (absl::Status s = CheckPath("train_job.model.torchscript", job.model().torchscript());
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!job.resume_from().empty() && !IsJobId(job.resume_from())) {
+    return CheckPath("train_job.resume_from", job.resume_from());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mpsd::server

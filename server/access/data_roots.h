@@ -1,0 +1,54 @@
+// Which files a job submitted over TCP may make the daemon read: the paths a TrainJob names
+// (dataset.root, model.torchscript, resume_from) must lie under one of the configured data
+// roots once symlinks are resolved. Torch-free: checked in the daemon before the spec goes to
+// the executor.
+#ifndef MPSD_SERVER_ACCESS_DATA_ROOTS_H_
+#define MPSD_SERVER_ACCESS_DATA_ROOTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::server {
+
+// The default roots: the daemon user's home directory (from the password database, else
+// $HOME), /usr/share/datasets and `state_dir`.
+std::vector<std::string> DefaultDataRoots(const std::string& state_dir);
+
+// Immutable after construction; thread-safe.
+class DataRoots {
+ public:
+  // `roots` are resolved now (symlinks followed as far as they exist); relative ones against
+  // the working directory.
+  explicit DataRoots(const std::vector<std::string>& roots);
+
+  // OK when every path `request` names lies under a root, and no symlink in the dataset's
+  // root directory leads elsewhere (CheckTree). PERMISSION_DENIED otherwise, naming
+  // the field and the path as given and the roots; the message is the same whether the path
+  // exists or not (and whether the daemon could read it), so that it tells nothing about files
+  // outside the roots. A dataset without a root is checked at its default directory
+  // (/usr/share/datasets/<name>); resume_from naming a job id (digits only) is not a path.
+  absl::Status Check(const mpsd::v1::SubmitJobRequest& request) const;
+
+  // The check for one path; `field` is its field path, e.g. "train_job.dataset.root".
+  absl::Status CheckPath(absl::string_view field, const std::string& path) const;
+
+  // CheckPath for every symlink under the directory `dir` (which has passed CheckPath), at most
+  // kMaxTreeDepth levels down and kMaxTreeEntries entries: the files a dataset reads are in it,
+  // and one of them may be a link to a file outside the roots. Errors name the link's path.
+  absl::Status CheckTree(absl::string_view field, const std::string& dir) const;
+  static constexpr int kMaxTreeDepth = 3;
+  static constexpr int kMaxTreeEntries = 100000;
+
+  const std::vector<std::string>& roots() const { return roots_; }
+
+ private:
+  std::vector<std::string> roots_;  // Resolved, without a trailing '/'.
+};
+
+}  // namespace mpsd::server
+
+#endif  // MPSD_SERVER_ACCESS_DATA_ROOTS_H_

@@ -1,0 +1,361 @@
+// Sweep expansion: field paths resolved by the spec's descriptors, values parsed by the field's
+// type, grid points as an odometer, random draws from mt19937_64 (its output sequence is fixed
+// by the C++ standard, unlike std::uniform_real_distribution's, so a seed means the same trials
+// with libstdc++ and libc++).
+#include "server/core/sweep.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <utility>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "api/decimal.h"
+
+namespace mpsd::server {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+using mpsd::v1::SubmitJobRequest;
+using mpsd::v1::SweepParameter;
+
+// The message of the spec oneof (TrainJob or BenchJob) inside `request`.
+Message* SpecOf(SubmitJobRequest& request) {
+  const google::protobuf::OneofDescriptor* spec =
+      SubmitJobRequest::descriptor()->FindOneofByName("spec");
+  const FieldDescriptor* set =
+      request.GetReflection()->GetOneofFieldDescriptor(request, spec);
+  if (set == nullptr) return nullptr;
+  return request.GetReflection()->MutableMessage(&request, set);
+}
+
+// A swept field: the messages on its path are created as needed in `spec`.
+struct Target {
+  Message* message = nullptr;
+  const FieldDescriptor* field = nullptr;
+};
+
+absl::StatusOr<Target> Resolve(Message& spec, const std::string& path, const std::string& where) {
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"", path, "\": ", why));
+  };
+  if (path.empty()) return bad("empty path (e.g. optimizer.learning_rate)");
+  Message* message = &spec;
+  std::vector<std::string> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Descriptor& type = *message->GetDescriptor();
+    const FieldDescriptor* field = type.FindFieldByName(parts[i]);
+    if (field == nullptr) return bad(absl::StrCat(type.name(), " has no field \"", parts[i], "\""));
+    if (field->is_repeated()) {
+      return bad(absl::StrCat(parts[i], " is a list; only single values can be swept"));
+    }
+    const bool last = i + 1 == parts.size();
+    const bool is_message = field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+    if (last && is_message) {
+      return bad(absl::StrCat(parts[i], " is a message; name one of its fields"));
+    }
+    if (!last && !is_message) return bad(absl::StrCat(parts[i], " has no fields"));
+    if (last) return Target{message, field};
+    message = message->GetReflection()->MutableMessage(message, field);
+  }
+  return bad("empty path");
+}
+
+bool IsInteger(const FieldDescriptor& field) {
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Sets the field from `text` read as its type; the error says what was expected.
+absl::Status SetFromText(const Target& target, const std::string& text, const std::string& where) {
+  const Reflection& r = *target.message->GetReflection();
+  const FieldDescriptor& f = *target.field;
+  Message* m = target.message;
+  auto expected = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"", text, "\" is not ", what, " (", f.full_name(), ")"));
+  };
+  switch (f.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int32_t v;
+      if (!absl::SimpleAtoi(text, &v)) return expected("a 32-bit integer");
+      r.SetInt32(m, &f, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t v;
+      if (!absl::SimpleAtoi(text, &v)) return expected("an integer");
+      r.SetInt64(m, &f, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t v;
+      if (!absl::SimpleAtoi(text, &v)) return expected("a non-negative 32-bit integer");
+      r.SetUInt32(m, &f, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t v;
+      if (!absl::SimpleAtoi(text, &v)) return expected("a non-negative integer");
+      r.SetUInt64(m, &f, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      double v;
+      if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) return expected("a finite number");
+      f.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE ? r.SetDouble(m, &f, v)
+                                                       : r.SetFloat(m, &f, static_cast<float>(v));
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      const std::string lower = absl::AsciiStrToLower(text);
+      if (lower != "true" && lower != "false") return expected("true or false");
+      r.SetBool(m, &f, lower == "true");
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const auto* v = f.enum_type()->FindValueByName(text);
+      if (v == nullptr) return expected(absl::StrCat("a value of ", f.enum_type()->name()));
+      r.SetEnum(m, &f, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      r.SetString(m, &f, text);
+      break;
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return expected("a scalar");
+  }
+  return absl::OkStatus();
+}
+
+// A parameter as checked: where it is in the request, which field it sets, how it is drawn.
+struct Axis {
+  std::string where;  // "sweep.grid[0]"
+  const SweepParameter* parameter = nullptr;
+  const FieldDescriptor* field = nullptr;
+  // Grid values, or random choices; empty for a range.
+  std::vector<std::string> values;
+  bool log = false;  // log_uniform
+  double low = 0, high = 0;
+};
+
+absl::Status CheckRange(const google::protobuf::RepeatedField<double>& range, bool log,
+                        const std::string& where, Axis& axis) {
+  if (range.size() != 2 || !std::isfinite(range[0]) || !std::isfinite(range[1]) ||
+      !(range[0] < range[1])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected [low, high] with low < high"));
+  }
+  if (log && range[0] <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": low must be > 0 (log scale)"));
+  }
+  if (!IsInteger(*axis.field) && axis.field->cpp_type() != FieldDescriptor::CPPTYPE_DOUBLE &&
+      axis.field->cpp_type() != FieldDescriptor::CPPTYPE_FLOAT) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a range needs a number field; ", axis.field->full_name(), " is not one"));
+  }
+  axis.log = log;
+  axis.low = range[0];
+  axis.high = range[1];
+  return absl::OkStatus();
+}
+
+// Checks one parameter against a scratch copy of the spec: its path and every listed value.
+absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& where,
+                                    bool random, const SubmitJobRequest& request) {
+  SubmitJobRequest scratch = request;
+  Message* spec = SpecOf(scratch);
+  if (spec == nullptr) {
+    return absl::InvalidArgumentError("spec: a sweep needs train_job or bench_job");
+  }
+  absl::StatusOr<Target> target = Resolve(*spec, p.path(), absl::StrCat(where, ".path"));
+  if (!target.ok()) return target.status();
+  Axis axis;
+  axis.where = where;
+  axis.parameter = &p;
+  axis.field = target->field;
+  const int kinds = (p.values_size() > 0) + (p.choice_size() > 0) + (p.uniform_size() > 0) +
+                    (p.log_uniform_size() > 0);
+  if (!random) {
+    if (p.values_size() == 0 || kinds != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " (", p.path(), "): a grid parameter takes a list of values, nothing else"));
+    }
+  } else if (kinds != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " (", p.path(), "): set exactly one of values, choice, uniform, log_uniform"));
+  }
+  if (p.uniform_size() > 0) {
+    if (absl::Status s = CheckRange(p.uniform(), false, absl::StrCat(where, ".uniform"), axis);
+        !s.ok()) {
+      return s;
+    }
+    return axis;
+  }
+  if (p.log_uniform_size() > 0) {
+    if (absl::Status s =
+            CheckRange(p.log_uniform(), true, absl::StrCat(where, ".log_uniform"), axis);
+        !s.ok()) {
+      return s;
+    }
+    return axis;
+  }
+  const auto& listed = p.values_size() > 0 ? p.values() : p.choice();
+  const char* name = p.values_size() > 0 ? "values" : "choice";
+  for (int i = 0; i < listed.size(); ++i) {
+    if (absl::Status s = SetFromText(*target, listed[i], absl::StrCat(where, ".", name, "[", i, "]"));
+        !s.ok()) {
+      return s;
+    }
+    axis.values.push_back(listed[i]);
+  }
+  return axis;
+}
+
+// A draw u in [0, 1): the top 53 bits of the generator's next output.
+double Uniform01(std::mt19937_64& generator) {
+  return static_cast<double>(generator() >> 11) * 0x1.0p-53;
+}
+
+std::string Draw(const Axis& axis, std::mt19937_64& generator) {
+  const double u = Uniform01(generator);
+  if (!axis.values.empty()) {
+    size_t i = static_cast<size_t>(u * static_cast<double>(axis.values.size()));
+    if (i >= axis.values.size()) i = axis.values.size() - 1;
+    return axis.values[i];
+  }
+  const double x = axis.log ? std::exp(std::log(axis.low) +
+                                       u * (std::log(axis.high) - std::log(axis.low)))
+                            : axis.low + u * (axis.high - axis.low);
+  if (IsInteger(*axis.field)) return absl::StrCat(std::llround(x));
+  return api::ShortestDecimal(x);
+}
+
+absl::StatusOr<std::vector<Axis>> CheckAxes(const SubmitJobRequest& request,
+                                            std::vector<Axis>& grid) {
+  const mpsd::v1::SweepSpec& sweep = request.sweep();
+  std::set<std::string> paths;
+  auto once = [&](const Axis& axis) -> absl::Status {
+    if (paths.insert(axis.parameter->path()).second) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(axis.where, ".path: \"", axis.parameter->path(), "\" is swept twice"));
+  };
+  for (int i = 0; i < sweep.grid_size(); ++i) {
+    absl::StatusOr<Axis> axis =
+        CheckParameter(sweep.grid(i), absl::StrCat("sweep.grid[", i, "]"), false, request);
+    if (!axis.ok()) return axis.status();
+    if (absl::Status s = once(*axis); !s.ok()) return s;
+    grid.push_back(*std::move(axis));
+  }
+  std::vector<Axis> random;
+  for (int i = 0; i < sweep.random().parameters_size(); ++i) {
+    absl::StatusOr<Axis> axis = CheckParameter(
+        sweep.random().parameters(i), absl::StrCat("sweep.random.parameters[", i, "]"), true,
+        request);
+    if (!axis.ok()) return axis.status();
+    if (absl::Status s = once(*axis); !s.ok()) return s;
+    random.push_back(*std::move(axis));
+  }
+  if (grid.empty() && random.empty()) {
+    return absl::InvalidArgumentError(
+        "sweep: no parameters (set grid: or random: {trials, seed, parameters})");
+  }
+  if (!random.empty() && sweep.random().trials() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sweep.random.trials: must be >= 1, got ", sweep.random().trials()));
+  }
+  if (random.empty() && sweep.random().trials() != 0) {
+    return absl::InvalidArgumentError("sweep.random.parameters: trials given but no parameters");
+  }
+  return random;
+}
+
+// Grid points × random trials, bounded before anything is built.
+absl::StatusOr<int64_t> TrialCount(const std::vector<Axis>& grid, const std::vector<Axis>& random,
+                                   int32_t trials) {
+  int64_t count = random.empty() ? 1 : trials;
+  for (const Axis& axis : grid) {
+    count *= static_cast<int64_t>(axis.values.size());
+    if (count > kMaxSweepTrials) break;
+  }
+  if (count > kMaxSweepTrials) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sweep: more than ", kMaxSweepTrials, " trials (grid points × random.trials)"));
+  }
+  return count;
+}
+
+}  // namespace
+
+std::string DescribeTrial(const mpsd::v1::SweepTrial& trial) {
+  std::vector<std::string> parts;
+  for (const auto& p : trial.parameters()) parts.push_back(absl::StrCat(p.path(), "=", p.value()));
+  return absl::StrJoin(parts, ", ");
+}
+
+absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(const SubmitJobRequest& request) {
+  std::vector<Axis> grid;
+  absl::StatusOr<std::vector<Axis>> random = CheckAxes(request, grid);
+  if (!random.ok()) return random.status();
+  absl::StatusOr<int64_t> count = TrialCount(grid, *random, request.sweep().random().trials());
+  if (!count.ok()) return count.status();
+
+  SubmitJobRequest base = request;
+  base.clear_sweep();
+  base.clear_request_id();
+  std::mt19937_64 generator(request.sweep().random().seed());
+  std::vector<size_t> odometer(grid.size(), 0);
+  const int per_point = random->empty() ? 1 : request.sweep().random().trials();
+  std::vector<SweepTrialRequest> trials;
+  trials.reserve(static_cast<size_t>(*count));
+  for (int64_t index = 0; index < *count; ++index) {
+    if (index > 0 && index % per_point == 0) {
+      for (size_t d = grid.size(); d-- > 0;) {  // the last parameter varies fastest
+        if (++odometer[d] < grid[d].values.size()) break;
+        odometer[d] = 0;
+      }
+    }
+    SweepTrialRequest& t = trials.emplace_back();
+    t.request = base;
+    t.trial.set_index(static_cast<int32_t>(index));
+    if (!request.name().empty()) t.request.set_name(absl::StrCat(request.name(), "/", index));
+    auto assign = [&](const Axis& axis, const std::string& value) -> absl::Status {
+      absl::StatusOr<Target> target = Resolve(*SpecOf(t.request), axis.parameter->path(),
+                                              absl::StrCat(axis.where, ".path"));
+      if (!target.ok()) return target.status();
+      mpsd::v1::SweepAssignment* a = t.trial.add_parameters();
+      a->set_path(axis.parameter->path());
+      a->set_value(value);
+      return SetFromText(*target, value, axis.where);
+    };
+    for (size_t d = 0; d < grid.size(); ++d) {
+      if (absl::Status s = assign(grid[d], grid[d].values[odometer[d]]); !s.ok()) return s;
+    }
+    for (const Axis& axis : *random) {
+      if (absl::Status s = assign(axis, Draw(axis, generator)); !s.ok()) return s;
+    }
+  }
+  return trials;
+}
+
+}  // namespace mpsd::server

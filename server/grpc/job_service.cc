@@ -1,0 +1,607 @@
+// JobService: unary RPCs answered from the scheduler; StreamEvents replays, follows and sends
+// heartbeats while idle.
+#include "server/grpc/job_service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "api/job_id.h"
+#include "api/job_state.h"
+#include "api/memory.h"
+#include "api/metadata.h"
+#include "api/sha256.h"
+#include "api/status.h"
+#include "api/user_code.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/core/artifacts.h"
+#include "server/grpc/grpc_auth.h"
+#include "server/core/job_query.h"
+#include "server/core/sweep.h"
+#include "spdlog/spdlog.h"
+
+namespace mpsd::server {
+namespace {
+
+using mpsd::v1::JobEvent;
+
+// api::ToGrpcStatus, except that an UNAVAILABLE message that does not start with "mpsd" gets
+// "mpsd: " in front: gRPC's clients report a connection they could not make as UNAVAILABLE too,
+// and the daemon's own always names mpsd first so that a client can tell the two apart (the
+// proto's JobService comment).
+grpc::Status ToClientStatus(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kUnavailable &&
+      !absl::StartsWith(status.message(), "mpsd")) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("mpsd: ", status.message()));
+  }
+  return api::ToGrpcStatus(status);
+}
+
+// Events read from the store per batch: bounds a stream's memory, however far behind it is.
+constexpr int kReadBatch = 256;
+
+// One StreamEvents call: writes committed events with seq > after_seq, one write in flight,
+// reading the next batch when the last is sent and waiting on the EventLog when none is left.
+// While it waits, the ticker calls OnTick, which sends a heartbeat (seq 0) once nothing was
+// sent for the heartbeat interval. Ends with OK after the terminal state event, or UNAVAILABLE
+// when the daemon shuts down before the job finished. Deletes itself in OnDone, then calls
+// `on_done`.
+//
+// Threads: gRPC's (Start, OnWriteDone, OnCancel, OnDone), the EventLog's writer (OnCommitted)
+// and the ticker's (OnTick), all serialised by mu_. The EventLog and the ticker each wait in
+// Unwatch / Remove while a callback of this reactor runs, so both are called without mu_.
+class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
+ public:
+  // `stored_only`: StreamEventsRequest.stored_only.
+  EventStreamReactor(Scheduler* scheduler, Ticker* ticker, absl::Duration heartbeat_interval,
+                     std::string job_id, int64_t after_seq, bool stored_only,
+                     std::function<void()> on_done)
+      : scheduler_(scheduler),
+        log_(&scheduler->events()),
+        ticker_(ticker),
+        heartbeat_interval_(heartbeat_interval),
+        job_id_(std::move(job_id)),
+        stored_only_(stored_only),
+        on_done_(std::move(on_done)),
+        last_seq_(after_seq) {}
+
+  void Start() {
+    absl::MutexLock lock(&mu_);
+    last_sent_ = absl::Now();
+    tick_id_ = ticker_->Add(last_sent_ + heartbeat_interval_,
+                            [this](absl::Time now) { return OnTick(now); });
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    if (!ok) {  // The client is gone; the status goes nowhere.
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      return;
+    }
+    if (std::exchange(heartbeat_in_flight_, false)) {
+      Next();
+      return;
+    }
+    const JobEvent& sent = pending_.front();
+    last_seq_ = sent.seq();
+    const bool terminal = sent.has_state() && api::IsTerminal(sent.state().state());
+    pending_.pop_front();
+    if (terminal) {
+      FinishOnce(grpc::Status::OK);
+      return;
+    }
+    Next();
+  }
+
+  void OnCancel() override {
+    uint64_t watch, tick;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      watch = std::exchange(watch_id_, 0);
+      tick = std::exchange(tick_id_, 0);
+    }
+    // Without mu_: a running callback may be waiting for it.
+    log_->Unwatch(watch);
+    ticker_->Remove(tick);
+    absl::MutexLock lock(&mu_);
+    Next();  // Finishes now, or in OnWriteDone once the write in flight is done.
+  }
+
+  void OnDone() override {
+    uint64_t watch, tick;
+    {
+      absl::MutexLock lock(&mu_);
+      watch = std::exchange(watch_id_, 0);
+      tick = std::exchange(tick_id_, 0);
+    }
+    log_->Unwatch(watch);
+    ticker_->Remove(tick);
+    std::function<void()> on_done = std::move(on_done_);
+    delete this;
+    on_done();
+  }
+
+ private:
+  void Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // write_in_flight_ covers heartbeats too: OnWriteDone calls Next again.
+    if (finished_ || write_in_flight_) return;
+    // Also reached from OnWriteDone(ok) after a cancel: a cancelled stream must still Finish,
+    // or gRPC's shutdown waits for it forever.
+    if (cancelled_) {
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
+    }
+    // Already waiting for the next commit (a heartbeat was written meanwhile): OnCommitted
+    // calls Next again. A second watch would leak the first.
+    if (watch_id_ != 0) return;
+    while (pending_.empty()) {
+      // Read Closed() before the store: the log is closed only after its last commit, so a
+      // closed log whose read comes back empty has nothing more for this job.
+      const bool closed = log_->Closed();
+      absl::StatusOr<std::vector<JobEvent>> events = log_->Read(job_id_, last_seq_, kReadBatch);
+      if (!events.ok()) {
+        FinishOnce(ToClientStatus(events.status()));
+        return;
+      }
+      for (JobEvent& event : *events) pending_.push_back(std::move(event));
+      if (!pending_.empty()) break;
+      if (stored_only_) {
+        FinishOnce(grpc::Status::OK);
+        return;
+      }
+      if (closed) {
+        FinishOnce(grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("mpsd is shutting down before job ", job_id_,
+                         " finished; resume with after_seq=", last_seq_)));
+        return;
+      }
+      watch_id_ = log_->Watch(job_id_, last_seq_, [this] { OnCommitted(); });
+      if (watch_id_ != 0) return;  // OnCommitted calls Next again.
+      // Committed (or closed) between the read and the watch: read again.
+    }
+    Write(&pending_.front());
+  }
+
+  // Starts the one write in flight: a stored event, or the heartbeat.
+  void Write(const JobEvent* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    write_in_flight_ = true;
+    last_sent_ = absl::Now();
+    StartWrite(event);
+  }
+
+  void OnCommitted() {
+    absl::MutexLock lock(&mu_);
+    watch_id_ = 0;
+    Next();
+  }
+
+  // On the ticker's thread: sends a heartbeat if the stream has been idle for the interval;
+  // returns when to look again.
+  absl::Time OnTick(absl::Time now) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || cancelled_) return absl::InfiniteFuture();
+    // A write in flight is not idleness: the client is slow, and gets events, not heartbeats.
+    if (write_in_flight_) return now + heartbeat_interval_;
+    if (now < last_sent_ + heartbeat_interval_) return last_sent_ + heartbeat_interval_;
+    heartbeat_.Clear();
+    heartbeat_.set_job_id(job_id_);
+    *heartbeat_.mutable_time() =
+        google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(now));
+    *heartbeat_.mutable_heartbeat() = scheduler_->HeartbeatOf(job_id_);
+    heartbeat_in_flight_ = true;
+    Write(&heartbeat_);
+    return now + heartbeat_interval_;
+  }
+
+  void FinishOnce(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  // Constant after construction.
+  Scheduler* const scheduler_;
+  EventLog* const log_;
+  Ticker* const ticker_;
+  const absl::Duration heartbeat_interval_;
+  const std::string job_id_;
+  const bool stored_only_;
+  std::function<void()> on_done_;
+
+  absl::Mutex mu_;
+  int64_t last_seq_ ABSL_GUARDED_BY(mu_);
+  std::deque<JobEvent> pending_ ABSL_GUARDED_BY(mu_);
+  // The heartbeat being written; it is not in pending_ because it has no seq to resume from.
+  JobEvent heartbeat_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  // When the last write (event or heartbeat) started.
+  absl::Time last_sent_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t watch_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tick_id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One GetArtifact call: the file from the requested offset in chunks of kArtifactChunkBytes,
+// one write in flight; the next chunk is read (a local file, at most 1 MiB) in OnWriteDone.
+// Threads: gRPC's. Deletes itself in OnDone.
+class ArtifactReactor final : public grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk> {
+ public:
+  ArtifactReactor(std::ifstream file, int64_t offset, int64_t size, std::string sha256)
+      : file_(std::move(file)), offset_(offset), size_(size), sha256_(std::move(sha256)) {
+    file_.seekg(offset_);
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      return;
+    }
+    Next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    // An empty file still gets one chunk, so that the client learns size and sha256.
+    if (offset_ >= size_ && sent_any_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const int64_t length = std::min<int64_t>(kArtifactChunkBytes, size_ - offset_);
+    std::string data(static_cast<size_t>(std::max<int64_t>(length, 0)), '\0');
+    file_.read(data.data(), static_cast<std::streamsize>(data.size()));
+    if (file_.gcount() != static_cast<std::streamsize>(data.size())) {
+      Finish(grpc::Status(grpc::StatusCode::ABORTED,
+                          "the artifact changed while it was read; download it again"));
+      return;
+    }
+    chunk_.set_offset(offset_);
+    chunk_.set_data(std::move(data));
+    chunk_.set_size_bytes(size_);
+    chunk_.set_sha256(sha256_);
+    offset_ += length;
+    sent_any_ = true;
+    StartWrite(&chunk_);
+  }
+
+  std::ifstream file_;
+  int64_t offset_;
+  const int64_t size_;
+  const std::string sha256_;
+  bool sent_any_ = false;
+  mpsd::v1::ArtifactChunk chunk_;
+};
+
+// A stream whose answer is known before it starts (unknown job, nothing left to send).
+template <typename Message = JobEvent>
+class FinishedStreamReactor final : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit FinishedStreamReactor(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+template <typename T>
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
+                                 absl::StatusOr<T> result, T* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (result.ok()) *response = *std::move(result);
+  reactor->Finish(ToClientStatus(result.status()));
+  return reactor;
+}
+
+// The job whose artifacts train_job.resume_from reads: the job id itself, or the <id> of a
+// path inside <artifacts_dir>/<id>/ (links and ".." resolved); "" for anything else.
+std::string ResumedJobId(const std::string& resume_from, const std::string& artifacts_dir) {
+  if (resume_from.empty() || artifacts_dir.empty()) return "";
+  if (api::IsJobId(resume_from)) return resume_from;
+  std::error_code error;
+  const std::filesystem::path path = std::filesystem::weakly_canonical(resume_from, error);
+  if (error) return "";
+  const std::filesystem::path root = std::filesystem::weakly_canonical(artifacts_dir, error);
+  if (error) return "";
+  const std::filesystem::path relative = path.lexically_relative(root);
+  if (relative.empty() || *relative.begin() == "..") return "";
+  const std::string first = relative.begin()->string();
+  return api::IsJobId(first) ? first : "";
+}
+
+}  // namespace
+
+absl::Status JobService::CanResumeFrom(const Principal& principal,
+                                       const mpsd::v1::SubmitJobRequest& request) const {
+  if (principal.role == Role::kAdmin) return absl::OkStatus();
+  const std::string id =
+      ResumedJobId(request.train_job().resume_from(), options_.artifacts_dir);
+  if (id.empty()) return absl::OkStatus();
+  absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(id);
+  // An unknown job: validation says so, as for anyone.
+  if (!job.ok() || job->submitted_by() == principal.name) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "train_job.resume_from: job ", id, " was submitted by another submitter; a submitter may "
+      "resume only from its own jobs' checkpoints (a token of role admin may resume from any)"));
+}
+
+absl::Status JobService::MayRead(const Principal& principal,
+                                 const mpsd::v1::SubmitJobRequest& request) const {
+  if (options_.data_roots == nullptr) {
+    return absl::PermissionDeniedError("no data_roots on this listener");
+  }
+  if (absl::Status s = options_.data_roots->Check(request); !s.ok()) return s;
+  if (absl::Status s = CanResumeFrom(principal, request); !s.ok()) return s;
+  if (!request.has_sweep()) return absl::OkStatus();
+  // A sweep may set paths per trial (dataset.root, resume_from): each trial is checked.
+  absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(request);
+  if (!trials.ok()) return trials.status();
+  for (const SweepTrialRequest& trial : *trials) {
+    if (absl::Status s = options_.data_roots->Check(trial.request); !s.ok()) return s;
+    if (absl::Status s = CanResumeFrom(principal, trial.request); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+JobService::JobService(Scheduler* scheduler, const Options& options)
+    : scheduler_(scheduler), options_(options), started_(absl::Now()) {}
+
+grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* context,
+                                                const mpsd::v1::SubmitJobRequest* request,
+                                                mpsd::v1::Job* response) {
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  if (!IsUnixSocketCall(*context)) {
+    absl::Status allowed = MayRead(*principal, *request);
+    if (!allowed.ok()) {
+      spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
+                   principal->name, std::string(allowed.message()));
+      return Answer<mpsd::v1::Job>(context, allowed, response);
+    }
+  }
+  if (!api::UserCodeOf(*request).has_value()) {
+    return Answer(context, scheduler_->Submit(*request, principal->name), response);
+  }
+  // Validation runs the submitter's code in a process of its own, for seconds: answered from a
+  // thread, so that gRPC's callback threads keep serving every other call meanwhile.
+  {
+    absl::MutexLock lock(&mu_);
+    if (user_code_submits_ >= kMaxUserCodeSubmits) {
+      return Answer<mpsd::v1::Job>(
+          context,
+          absl::ResourceExhaustedError(absl::StrCat(
+              kMaxUserCodeSubmits, " submits of jobs with user code are being checked; submit "
+              "again once one has been answered")),
+          response);
+    }
+    ++user_code_submits_;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::thread([this, reactor, request, response, submitter = principal->name] {
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter);
+    if (job.ok()) *response = *std::move(job);
+    reactor->Finish(ToClientStatus(job.status()));
+    absl::MutexLock lock(&mu_);
+    --user_code_submits_;
+  }).detach();
+  return reactor;
+}
+
+JobService::~JobService() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return user_code_submits_ == 0; };
+  mu_.Await(absl::Condition(&idle));
+}
+
+grpc::ServerUnaryReactor* JobService::GetJob(grpc::CallbackServerContext* context,
+                                             const mpsd::v1::GetJobRequest* request,
+                                             mpsd::v1::Job* response) {
+  return Answer(context, scheduler_->Get(request->job_id()), response);
+}
+
+grpc::ServerUnaryReactor* JobService::ListJobs(grpc::CallbackServerContext* context,
+                                               const mpsd::v1::ListJobsRequest* request,
+                                               mpsd::v1::ListJobsResponse* response) {
+  using Page = mpsd::v1::ListJobsResponse;
+  absl::StatusOr<JobQuery> query = QueryForPage(*request);
+  if (!query.ok()) return Answer<Page>(context, query.status(), response);
+  // The page holds what can be read; which jobs cannot goes beside it (api/metadata.h), so
+  // that a client never shows a damaged database's partial list as all there is.
+  if (const std::vector<std::string> damaged = scheduler_->DamagedJobIds(); !damaged.empty()) {
+    context->AddTrailingMetadata(api::kDamagedJobIdsMetadata, absl::StrJoin(damaged, ","));
+  }
+  return Answer<Page>(context, PageFrom(*request, scheduler_->List(*query)), response);
+}
+
+grpc::ServerUnaryReactor* JobService::CancelJob(grpc::CallbackServerContext* context,
+                                                const mpsd::v1::CancelJobRequest* request,
+                                                mpsd::v1::Job* response) {
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  if (principal->role != Role::kAdmin) {
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+    if (!job.ok()) return Answer(context, std::move(job), response);
+    if (absl::Status allowed = CanCancel(*principal, job->submitted_by(), job->id());
+        !allowed.ok()) {
+      spdlog::warn("CancelJob from {} (token \"{}\") refused: {}", context->peer(),
+                   principal->name, std::string(allowed.message()));
+      return Answer<mpsd::v1::Job>(context, allowed, response);
+    }
+  }
+  return Answer(context, scheduler_->Cancel(request->job_id()), response);
+}
+
+grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
+    grpc::CallbackServerContext* /*context*/, const mpsd::v1::StreamEventsRequest* request) {
+  absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+  if (!job.ok()) return new FinishedStreamReactor<>(ToClientStatus(job.status()));
+  if (request->after_seq() < 0) {
+    return new FinishedStreamReactor<>(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "after_seq: must be >= 0"));
+  }
+  // A seq the job has not reached would be waited for forever.
+  if (request->after_seq() > job->last_seq()) {
+    return new FinishedStreamReactor<>(grpc::Status(
+        grpc::StatusCode::OUT_OF_RANGE,
+        absl::StrCat("after_seq: ", request->after_seq(), " is beyond job ", request->job_id(),
+                     "'s last event (seq ", job->last_seq(), ")")));
+  }
+  // A finished job with nothing after after_seq has nothing more to say.
+  if (api::IsTerminal(job->state()) && request->after_seq() >= job->last_seq()) {
+    return new FinishedStreamReactor<>(grpc::Status::OK);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++open_streams_;
+  }
+  auto* reactor = new EventStreamReactor(scheduler_, &ticker_, options_.heartbeat_interval,
+                                         request->job_id(), request->after_seq(),
+                                         request->stored_only(), [this] {
+                                           absl::MutexLock lock(&mu_);
+                                           --open_streams_;
+                                         });
+  reactor->Start();
+  return reactor;
+}
+
+bool JobService::WaitForStreamsToEnd(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return open_streams_ == 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
+}
+
+grpc::ServerUnaryReactor* JobService::GetDevice(grpc::CallbackServerContext* context,
+                                                const mpsd::v1::GetDeviceRequest* /*request*/,
+                                                mpsd::v1::DeviceInfo* response) {
+  return Answer(context, absl::StatusOr<mpsd::v1::DeviceInfo>(scheduler_->GetDevice()),
+                response);
+}
+
+grpc::ServerUnaryReactor* JobService::ListModels(grpc::CallbackServerContext* context,
+                                                 const mpsd::v1::ListModelsRequest* request,
+                                                 mpsd::v1::ListModelsResponse* response) {
+  return Answer(context, scheduler_->ListModels(*request), response);
+}
+
+grpc::ServerUnaryReactor* JobService::ListArtifacts(
+    grpc::CallbackServerContext* context, const mpsd::v1::ListArtifactsRequest* request,
+    mpsd::v1::ListArtifactsResponse* response) {
+  using Response = mpsd::v1::ListArtifactsResponse;
+  absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+  if (!job.ok()) return Answer<Response>(context, job.status(), response);
+  absl::StatusOr<std::vector<mpsd::v1::Artifact>> artifacts =
+      server::ListArtifacts(JobArtifactsDir(job->id()));
+  if (!artifacts.ok()) return Answer<Response>(context, artifacts.status(), response);
+  Response list;
+  for (mpsd::v1::Artifact& artifact : *artifacts) *list.add_artifacts() = std::move(artifact);
+  return Answer<Response>(context, std::move(list), response);
+}
+
+grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* JobService::GetArtifact(
+    grpc::CallbackServerContext* /*context*/, const mpsd::v1::GetArtifactRequest* request) {
+  using Failed = FinishedStreamReactor<mpsd::v1::ArtifactChunk>;
+  absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
+  if (!job.ok()) return new Failed(ToClientStatus(job.status()));
+  absl::StatusOr<std::string> path = ResolveArtifact(JobArtifactsDir(job->id()), request->name());
+  if (!path.ok()) return new Failed(ToClientStatus(path.status()));
+  std::ifstream file(*path, std::ios::binary);
+  std::error_code error;
+  const auto size = static_cast<int64_t>(std::filesystem::file_size(*path, error));
+  absl::StatusOr<std::string> sha256 = api::Sha256OfFile(*path);
+  if (!file || error || !sha256.ok()) {
+    return new Failed(grpc::Status(grpc::StatusCode::INTERNAL,
+                                   absl::StrCat("cannot read artifact ", request->name())));
+  }
+  if (request->offset() < 0 || request->offset() > size) {
+    return new Failed(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("offset: ", request->offset(), " is outside ", request->name(), " (",
+                     size, " bytes)")));
+  }
+  return new ArtifactReactor(std::move(file), request->offset(), size, *std::move(sha256));
+}
+
+std::string JobService::JobArtifactsDir(const std::string& job_id) const {
+  return (std::filesystem::path(options_.artifacts_dir) / job_id).string();
+}
+
+grpc::ServerUnaryReactor* JobService::PauseQueue(grpc::CallbackServerContext* context,
+                                                 const mpsd::v1::PauseQueueRequest* /*request*/,
+                                                 mpsd::v1::ServerStatus* response) {
+  using Status = mpsd::v1::ServerStatus;
+  if (absl::Status s = scheduler_->Pause(); !s.ok()) return Answer<Status>(context, s, response);
+  return Answer(context, absl::StatusOr<Status>(CurrentStatus()), response);
+}
+
+grpc::ServerUnaryReactor* JobService::ResumeQueue(grpc::CallbackServerContext* context,
+                                                  const mpsd::v1::ResumeQueueRequest* /*request*/,
+                                                  mpsd::v1::ServerStatus* response) {
+  using Status = mpsd::v1::ServerStatus;
+  if (absl::Status s = scheduler_->Resume(); !s.ok()) return Answer<Status>(context, s, response);
+  return Answer(context, absl::StatusOr<Status>(CurrentStatus()), response);
+}
+
+grpc::ServerUnaryReactor* JobService::MoveJob(grpc::CallbackServerContext* context,
+                                              const mpsd::v1::MoveJobRequest* request,
+                                              mpsd::v1::Job* response) {
+  return Answer(context, scheduler_->Move(request->job_id(), request->priority()), response);
+}
+
+grpc::ServerUnaryReactor* JobService::GetServerStatus(
+    grpc::CallbackServerContext* context, const mpsd::v1::GetServerStatusRequest* /*request*/,
+    mpsd::v1::ServerStatus* response) {
+  return Answer(context, absl::StatusOr<mpsd::v1::ServerStatus>(CurrentStatus()), response);
+}
+
+void JobService::SetHttpUrl(std::string url) {
+  absl::MutexLock lock(&http_url_mu_);
+  http_url_ = std::move(url);
+}
+
+mpsd::v1::ServerStatus JobService::CurrentStatus() {
+  mpsd::v1::ServerStatus status;
+  {
+    absl::MutexLock lock(&mu_);
+    status.set_open_streams(open_streams_);
+  }
+  const Scheduler::QueueStats queue = scheduler_->GetQueueStats();
+  status.set_queued_jobs(queue.queued_jobs);
+  status.set_running_job_id(queue.running_job_id);
+  status.set_jobs_total(queue.jobs_total);
+  status.set_queue_paused(queue.paused);
+  const EventLog::Stats events = scheduler_->events().GetStats();
+  status.set_event_watches(events.watches);
+  status.set_events_stored(events.events_stored);
+  status.set_event_commits(events.commits);
+  status.set_commit_time_s(absl::ToDoubleSeconds(events.commit_time));
+  status.set_events_pending(events.events_pending);
+  status.set_rss_bytes(api::ResidentSetBytes(getpid()));
+  status.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - started_));
+  status.set_heartbeat_interval_s(absl::ToDoubleSeconds(options_.heartbeat_interval));
+  status.set_min_keepalive_interval_s(absl::ToDoubleSeconds(options_.min_keepalive_interval));
+  {
+    absl::MutexLock lock(&http_url_mu_);
+    status.set_http_url(http_url_);
+  }
+  return status;
+}
+
+}  // namespace mpsd::server

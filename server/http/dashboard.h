@@ -1,0 +1,62 @@
+// The live dashboard on mpsd's HTTP listener (`--http-listen`): the page at GET / (embedded
+// assets, server/http/dashboard_assets.h), and its data endpoints, usable by other dashboards too:
+//   GET  /api/whoami                  {"name": token name, "role": viewer|submitter|admin}
+//   GET  /api/jobs                    ListJobsResponse (JSON mapping; ?state=&kind=&page_size=)
+//   GET  /api/jobs/{id}               Job
+//   GET  /api/jobs/{id}/events        Server-Sent Events, one JobEvent (JSON) per message
+//   GET  /api/jobs/{id}/series        downsampled metric series (server/http/dashboard_api.h)
+//   POST /api/jobs/{id}/cancel        CancelJob: admin, or the submitter of the job
+// The page and its assets need no token (they hold no data); everything under /api/ needs one
+// (viewer, except cancel). The HTTP side reads the scheduler and the same EventLog and JobStore
+// the gRPC StreamEvents reads: one source of truth.
+//
+// Events (GET /api/jobs/{id}/events?after_seq=N[&omit_steps_through=S]): replays the committed
+// events with seq > N, then follows live, and ends after the job's terminal state event. Each
+// message is "id: <seq>" plus "data: <JobEvent JSON>". A reconnecting EventSource sends
+// Last-Event-ID, which wins over after_seq, so it resumes with no gap and no duplicate. An idle
+// stream gets a comment (": heartbeat RUNNING") every heartbeat interval. A stream that starts at
+// or after a finished job's terminal event is answered 204 (an EventSource stops reconnecting).
+// omit_steps_through=S leaves out step events with seq <= S (a client that drew them from the
+// series endpoint, whose throughSeq was S). When mpsd shuts down, streams of unfinished jobs end
+// without a terminal event; clients reconnect with Last-Event-ID.
+#ifndef MPSD_SERVER_HTTP_DASHBOARD_H_
+#define MPSD_SERVER_HTTP_DASHBOARD_H_
+
+#include "absl/time/time.h"
+#include "server/http/http_server.h"
+#include "server/core/scheduler.h"
+#include "server/http/series_cache.h"
+
+namespace mpsd::server {
+
+struct DashboardOptions {
+  // An event stream that sent nothing for this long gets a heartbeat comment.
+  absl::Duration heartbeat_interval = absl::Seconds(15);
+  // The series cache (server/http/series_cache.h).
+  SeriesCache::Options series;
+};
+
+// The dashboard's routes and what they keep between requests (the series cache). Thread-safe:
+// handlers run on the HTTP server's workers. Borrows the scheduler, which must outlive it.
+class Dashboard {
+ public:
+  Dashboard(Scheduler* scheduler, const DashboardOptions& options);
+
+  Dashboard(const Dashboard&) = delete;
+  Dashboard& operator=(const Dashboard&) = delete;
+
+  // Registers the page and the endpoints above on `http` (before it starts). `this` must
+  // outlive the HTTP server's serving (shut it down first).
+  void Register(HttpServer* http);
+
+ private:
+  // Constant after construction.
+  Scheduler* const scheduler_;
+  const DashboardOptions options_;
+
+  SeriesCache series_;
+};
+
+}  // namespace mpsd::server
+
+#endif  // MPSD_SERVER_HTTP_DASHBOARD_H_

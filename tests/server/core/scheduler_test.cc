@@ -1,0 +1,359 @@
+// Tests of server/core/scheduler.cc alone: a real JobStore in a temp dir, a FakeExecutor that plays
+// scripted jobs. Queue order, idempotent submits, cancellation, failure reasons, and recovery of
+// the jobs a previous daemon left in the store.
+#include "server/core/scheduler.h"
+
+#include <memory>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "api/failure_reason.h"
+#include "api/job_state.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/job_store.h"
+#include "tests/common/temp_dir.h"
+#include "tests/server/fake_executor.h"
+
+namespace mpsd::server {
+namespace {
+
+using ::mpsd::testing::FakeExecutor;
+using ::mpsd::testing::TempDir;
+using ::mpsd::v1::Job;
+using ::mpsd::v1::JobEvent;
+using ::mpsd::v1::SubmitJobRequest;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+SubmitJobRequest TrainRequest(int priority = 0, const std::string& request_id = "") {
+  return ::mpsd::testing::FakeTrainRequest(priority, request_id);
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { OpenStore(); }
+
+  void OpenStore() {
+    JobStore::Options options;
+    options.path = dir_ / "mpsd.db";
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  std::unique_ptr<Scheduler> Start(int max_queued = 1000) {
+    Scheduler::Options options;
+    options.max_queued = max_queued;
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(options, store_.get(), &executor_);
+    EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+    return scheduler.ok() ? *std::move(scheduler) : nullptr;
+  }
+
+  Job Submit(Scheduler& scheduler, const SubmitJobRequest& request) {
+    absl::StatusOr<Job> job = scheduler.Submit(request);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : Job();
+  }
+
+  // Waits until the job reached a terminal state; returns it as the scheduler has it.
+  Job WaitForEnd(Scheduler& scheduler, const std::string& id) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    for (;;) {
+      absl::StatusOr<Job> job = scheduler.Get(id);
+      if (!job.ok()) {
+        ADD_FAILURE() << job.status();
+        return Job();
+      }
+      if (api::IsTerminal(job->state()) || absl::Now() > deadline) return *job;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
+  std::vector<std::string> RunOrder() const {
+    std::vector<std::string> ids;
+    for (const FakeExecutor::RunRecord& run : executor_.runs()) ids.push_back(run.context.job_id);
+    return ids;
+  }
+
+  TempDir dir_{"scheduler_test"};
+  std::unique_ptr<JobStore> store_;
+  FakeExecutor executor_;
+};
+
+TEST_F(SchedulerTest, RunsAJobAndStoresItsEvents) {
+  auto scheduler = Start();
+  const Job queued = Submit(*scheduler, TrainRequest());
+  EXPECT_EQ(queued.id(), "1");
+  EXPECT_EQ(queued.state(), Job::QUEUED);
+  EXPECT_EQ(queued.kind(), Job::TRAIN_JOB);
+  const Job done = WaitForEnd(*scheduler, queued.id());
+  EXPECT_EQ(done.state(), Job::SUCCEEDED);
+  EXPECT_EQ(done.last_step().step(), 2);
+  EXPECT_EQ(done.summary().device(), "fake");
+  scheduler->Shutdown();
+  // QUEUED, RUNNING, two steps, the summary, SUCCEEDED: numbered 1.. with no gap, all stored.
+  absl::StatusOr<std::vector<JobEvent>> events = store_->ReadEvents("1", 0, 100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 6u);
+  for (size_t i = 0; i < events->size(); ++i) EXPECT_EQ((*events)[i].seq(), int64_t(i) + 1);
+  EXPECT_EQ((*events)[0].state().state(), Job::QUEUED);
+  EXPECT_EQ((*events)[1].state().state(), Job::RUNNING);
+  EXPECT_TRUE((*events)[2].has_step());
+  EXPECT_TRUE((*events)[4].has_summary());
+  EXPECT_EQ((*events)[5].state().state(), Job::SUCCEEDED);
+  absl::StatusOr<Job> stored = store_->GetJob("1");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state(), Job::SUCCEEDED);
+  EXPECT_EQ(stored->last_seq(), 6);
+}
+
+TEST_F(SchedulerTest, HigherPriorityFirstThenFirstInFirstOut) {
+  executor_.QueueScript(FakeExecutor::Held(1));
+  auto scheduler = Start();
+  const Job first = Submit(*scheduler, TrainRequest(0));
+  ASSERT_TRUE(executor_.WaitUntilHeld());
+  const Job low_a = Submit(*scheduler, TrainRequest(0));
+  const Job high = Submit(*scheduler, TrainRequest(5));
+  const Job low_b = Submit(*scheduler, TrainRequest(0));
+  const Job higher = Submit(*scheduler, TrainRequest(9));
+  EXPECT_EQ(scheduler->HeartbeatOf(higher.id()).queue_position(), 1);
+  EXPECT_EQ(scheduler->HeartbeatOf(high.id()).queue_position(), 2);
+  EXPECT_EQ(scheduler->HeartbeatOf(low_a.id()).queue_position(), 3);
+  EXPECT_EQ(scheduler->HeartbeatOf(low_b.id()).queue_position(), 4);
+  EXPECT_EQ(scheduler->HeartbeatOf(first.id()).state(), Job::RUNNING);
+  EXPECT_EQ(scheduler->GetQueueStats().queued_jobs, 4);
+  EXPECT_EQ(scheduler->GetQueueStats().running_job_id, first.id());
+  executor_.Release();
+  EXPECT_EQ(WaitForEnd(*scheduler, low_b.id()).state(), Job::SUCCEEDED);
+  EXPECT_THAT(RunOrder(), ElementsAre(first.id(), higher.id(), high.id(), low_a.id(), low_b.id()));
+}
+
+TEST_F(SchedulerTest, SameRequestIdReturnsTheSameJob) {
+  auto scheduler = Start();
+  const Job job = Submit(*scheduler, TrainRequest(0, "retry-1"));
+  const Job again = Submit(*scheduler, TrainRequest(0, "retry-1"));
+  EXPECT_EQ(again.id(), job.id());
+  WaitForEnd(*scheduler, job.id());
+  const Job after_end = Submit(*scheduler, TrainRequest(0, "retry-1"));
+  EXPECT_EQ(after_end.id(), job.id());
+  EXPECT_EQ(after_end.state(), Job::SUCCEEDED);
+  EXPECT_EQ(scheduler->GetQueueStats().jobs_total, 1);
+  EXPECT_EQ(executor_.runs().size(), 1u);
+}
+
+TEST_F(SchedulerTest, SameRequestIdWithAnotherRequestIsRefused) {
+  auto scheduler = Start();
+  const Job job = Submit(*scheduler, TrainRequest(0, "once"));
+  absl::StatusOr<Job> other = scheduler->Submit(TrainRequest(3, "once"));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(other.status().message(), HasSubstr("job " + job.id()));
+  absl::StatusOr<Job> too_long = scheduler->Submit(TrainRequest(0, std::string(129, 'x')));
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long.status().message(), HasSubstr("request_id"));
+}
+
+TEST_F(SchedulerTest, RequestIdsSurviveARestart) {
+  {
+    auto scheduler = Start();
+    WaitForEnd(*scheduler, Submit(*scheduler, TrainRequest(0, "durable")).id());
+  }
+  auto scheduler = Start();
+  EXPECT_EQ(Submit(*scheduler, TrainRequest(0, "durable")).id(), "1");
+  EXPECT_EQ(scheduler->GetQueueStats().jobs_total, 1);
+}
+
+TEST_F(SchedulerTest, InvalidSpecsAreRefusedBeforeQueueing) {
+  executor_.FailValidation("nonsense",
+                           absl::InvalidArgumentError("train_job.model.name: unknown model"));
+  auto scheduler = Start();
+  SubmitJobRequest bad = TrainRequest();
+  bad.mutable_train_job()->mutable_model()->set_name("nonsense");
+  absl::StatusOr<Job> refused = scheduler->Submit(bad);
+  EXPECT_EQ(refused.status(), absl::InvalidArgumentError("train_job.model.name: unknown model"));
+  absl::StatusOr<Job> empty = scheduler->Submit(SubmitJobRequest());
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.status().message(), HasSubstr("spec"));
+  EXPECT_EQ(scheduler->GetQueueStats().jobs_total, 0);
+  absl::StatusOr<std::vector<Job>> stored = store_->ListJobs();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(stored->empty());
+}
+
+TEST_F(SchedulerTest, FullQueueIsResourceExhausted) {
+  executor_.QueueScript(FakeExecutor::Held(0));
+  auto scheduler = Start(/*max_queued=*/2);
+  Submit(*scheduler, TrainRequest());
+  ASSERT_TRUE(executor_.WaitUntilHeld());
+  Submit(*scheduler, TrainRequest());
+  Submit(*scheduler, TrainRequest());
+  absl::StatusOr<Job> third = scheduler->Submit(TrainRequest());
+  EXPECT_EQ(third.status(), absl::ResourceExhaustedError("queue full (2)"));
+  executor_.Release();
+}
+
+TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
+  executor_.QueueScript(FakeExecutor::Held(1));
+  auto scheduler = Start();
+  const Job running = Submit(*scheduler, TrainRequest());
+  ASSERT_TRUE(executor_.WaitUntilHeld());
+  const Job queued = Submit(*scheduler, TrainRequest());
+
+  absl::StatusOr<Job> cancelled_queued = scheduler->Cancel(queued.id());
+  ASSERT_TRUE(cancelled_queued.ok()) << cancelled_queued.status();
+  EXPECT_EQ(cancelled_queued->state(), Job::CANCELLED);
+  EXPECT_EQ(cancelled_queued->message(), "cancelled while queued");
+
+  absl::StatusOr<Job> cancelling = scheduler->Cancel(running.id());
+  ASSERT_TRUE(cancelling.ok()) << cancelling.status();
+  EXPECT_EQ(cancelling->state(), Job::RUNNING);  // stops at its next step boundary
+  const Job ended = WaitForEnd(*scheduler, running.id());
+  EXPECT_EQ(ended.state(), Job::CANCELLED);
+  EXPECT_EQ(ended.message(), "cancelled by request");
+
+  EXPECT_EQ(scheduler->Cancel(running.id()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler->Cancel("99").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler->Get("99").status().code(), absl::StatusCode::kNotFound);
+  // The cancelled queued job never ran.
+  EXPECT_THAT(RunOrder(), ElementsAre(running.id()));
+}
+
+TEST_F(SchedulerTest, FailureReasonComesWithTheError) {
+  executor_.QueueScript(FakeExecutor::EndsWith(absl::DataLossError("train-images: truncated")));
+  executor_.QueueScript(FakeExecutor::EndsWith(absl::ResourceExhaustedError("out of memory")));
+  executor_.QueueScript(FakeExecutor::EndsWith(
+      api::WithFailureReason(absl::UnavailableError("executor crashed"), Job::EXECUTOR_CRASHED)));
+  executor_.QueueScript(FakeExecutor::EndsWith(absl::UnavailableError("no reason attached")));
+  auto scheduler = Start();
+  const Job data = Submit(*scheduler, TrainRequest());
+  const Job memory = Submit(*scheduler, TrainRequest());
+  const Job crash = Submit(*scheduler, TrainRequest());
+  const Job other = Submit(*scheduler, TrainRequest());
+  const Job data_end = WaitForEnd(*scheduler, data.id());
+  EXPECT_EQ(data_end.state(), Job::FAILED);
+  EXPECT_EQ(data_end.failure_reason(), Job::DATASET_ERROR);
+  EXPECT_EQ(data_end.message(), "train-images: truncated");
+  EXPECT_EQ(WaitForEnd(*scheduler, memory.id()).failure_reason(), Job::OUT_OF_MEMORY);
+  const Job crash_end = WaitForEnd(*scheduler, crash.id());
+  EXPECT_EQ(crash_end.failure_reason(), Job::EXECUTOR_CRASHED);
+  EXPECT_EQ(crash_end.message(), "executor crashed");
+  EXPECT_EQ(WaitForEnd(*scheduler, other.id()).failure_reason(), Job::INTERNAL);
+}
+
+TEST_F(SchedulerTest, ShutdownInterruptsTheRunningJobAndKeepsTheQueue) {
+  executor_.QueueScript(FakeExecutor::Held(1));
+  std::string running_id, queued_low, queued_high;
+  {
+    auto scheduler = Start();
+    running_id = Submit(*scheduler, TrainRequest()).id();
+    ASSERT_TRUE(executor_.WaitUntilHeld());
+    queued_low = Submit(*scheduler, TrainRequest(0)).id();
+    queued_high = Submit(*scheduler, TrainRequest(1)).id();
+    scheduler->Shutdown();
+    EXPECT_EQ(scheduler->Get(running_id)->state(), Job::INTERRUPTED);
+    EXPECT_EQ(scheduler->Submit(TrainRequest()).status().code(), absl::StatusCode::kUnavailable);
+  }
+  absl::StatusOr<Job> interrupted = store_->GetJob(running_id);
+  ASSERT_TRUE(interrupted.ok());
+  EXPECT_EQ(interrupted->state(), Job::INTERRUPTED);
+  EXPECT_EQ(interrupted->message(), "interrupted: mpsd shut down");
+  EXPECT_EQ(store_->GetJob(queued_low)->state(), Job::QUEUED);
+  // The next daemon runs what was queued, in queue order.
+  auto scheduler = Start();
+  EXPECT_EQ(WaitForEnd(*scheduler, queued_low).state(), Job::SUCCEEDED);
+  EXPECT_THAT(RunOrder(), ElementsAre(running_id, queued_high, queued_low));
+}
+
+TEST_F(SchedulerTest, RecoversJobsADeadDaemonLeftRunning) {
+  // What a daemon killed mid-job leaves behind: RUNNING rows, one with a checkpoint and
+  // restart_policy: resume, and a QUEUED row whose QUEUED event was never stored.
+  auto insert = [&](Job::State state, const SubmitJobRequest& spec, int64_t last_seq) {
+    Job job;
+    job.set_kind(Job::TRAIN_JOB);
+    job.set_state(state);
+    *job.mutable_spec() = spec;
+    absl::StatusOr<Job> stored = store_->InsertJob(job);
+    EXPECT_TRUE(stored.ok()) << stored.status();
+    Job updated = *stored;
+    updated.set_last_seq(last_seq);
+    updated.mutable_last_step()->set_step(7);
+    std::vector<JobEvent> events;
+    for (int64_t seq = 1; seq <= last_seq; ++seq) {
+      JobEvent event;
+      event.set_job_id(updated.id());
+      event.set_seq(seq);
+      events.push_back(event);
+    }
+    EXPECT_TRUE(store_->Commit({updated}, events).ok());
+    return updated;
+  };
+  const Job lost = insert(Job::RUNNING, TrainRequest(), 3);
+  SubmitJobRequest resumable_spec = TrainRequest();
+  resumable_spec.mutable_train_job()->set_restart_policy("resume");
+  Job resumable = insert(Job::RUNNING, resumable_spec, 4);
+  resumable.mutable_last_checkpoint()->set_path("/state/artifacts/2/checkpoint-epoch-1.pt");
+  resumable.mutable_last_checkpoint()->set_epoch(1);
+  ASSERT_TRUE(store_->Commit({resumable}, {}).ok());
+  const Job unannounced = insert(Job::QUEUED, TrainRequest(), 0);
+
+  auto scheduler = Start();
+  const Job lost_now = *scheduler->Get(lost.id());
+  EXPECT_EQ(lost_now.state(), Job::INTERRUPTED);
+  EXPECT_EQ(lost_now.message(), "interrupted: mpsd stopped while the job ran (last step 7)");
+  EXPECT_EQ(lost_now.last_seq(), 4);  // its events continue from the stored seq
+  EXPECT_EQ(WaitForEnd(*scheduler, resumable.id()).state(), Job::SUCCEEDED);
+  EXPECT_EQ(WaitForEnd(*scheduler, unannounced.id()).state(), Job::SUCCEEDED);
+  const std::vector<FakeExecutor::RunRecord> runs = executor_.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].context.job_id, resumable.id());
+  EXPECT_EQ(runs[0].context.resume_checkpoint, "/state/artifacts/2/checkpoint-epoch-1.pt");
+  EXPECT_EQ(runs[1].context.job_id, unannounced.id());
+  EXPECT_EQ(runs[1].context.resume_checkpoint, "");
+  EXPECT_EQ(scheduler->Get(resumable.id())->resumed_from_job_id(), resumable.id());
+  scheduler->Shutdown();
+  absl::StatusOr<std::vector<JobEvent>> events = store_->ReadEvents(unannounced.id(), 0, 10);
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->empty());
+  EXPECT_EQ((*events)[0].seq(), 1);
+  EXPECT_EQ((*events)[0].state().state(), Job::QUEUED);
+}
+
+TEST_F(SchedulerTest, ResumeFromAJobIdNamesThatJob) {
+  auto scheduler = Start();
+  SubmitJobRequest request = TrainRequest();
+  request.mutable_train_job()->set_resume_from("12");
+  EXPECT_EQ(Submit(*scheduler, request).resumed_from_job_id(), "12");
+  request.mutable_train_job()->set_resume_from("runs/12.pt");
+  EXPECT_EQ(Submit(*scheduler, request).resumed_from_job_id(), "");
+}
+
+TEST_F(SchedulerTest, ListIsNewestFirstAndDeviceCountsRuns) {
+  auto scheduler = Start();
+  for (int i = 0; i < 3; ++i) Submit(*scheduler, TrainRequest());
+  WaitForEnd(*scheduler, "3");
+  JobQuery query;
+  query.limit = 2;
+  std::vector<std::string> ids;
+  for (const Job& job : scheduler->List(query)) ids.push_back(job.id());
+  EXPECT_THAT(ids, ElementsAre("3", "2"));
+  query.before_id = 2;
+  ids.clear();
+  for (const Job& job : scheduler->List(query)) ids.push_back(job.id());
+  EXPECT_THAT(ids, ElementsAre("1"));
+  const mpsd::v1::DeviceInfo device = scheduler->GetDevice();
+  EXPECT_EQ(device.kind(), "fake");
+  EXPECT_EQ(device.jobs_run(), 3);
+  absl::StatusOr<mpsd::v1::ListModelsResponse> models = scheduler->ListModels({});
+  ASSERT_TRUE(models.ok());
+  EXPECT_EQ(models->models(0).name(), "fake");
+}
+
+}  // namespace
+}  // namespace mpsd::server

@@ -1,0 +1,179 @@
+// ExpandSweep: trial order, values set by the field's type, reproducible random draws, and
+// errors that name the field.
+#include "server/core/sweep.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mpsd::server {
+namespace {
+
+using mpsd::v1::SubmitJobRequest;
+using mpsd::v1::SweepParameter;
+using ::testing::HasSubstr;
+
+SubmitJobRequest Base() {
+  SubmitJobRequest request;
+  request.mutable_train_job()->mutable_model()->set_name("mlp");
+  request.mutable_train_job()->mutable_optimizer()->set_learning_rate(0.5);
+  request.set_name("base");
+  request.set_request_id("r1");
+  request.set_priority(3);
+  return request;
+}
+
+SweepParameter* Grid(SubmitJobRequest& request, const std::string& path,
+                     const std::vector<std::string>& values) {
+  SweepParameter* p = request.mutable_sweep()->add_grid();
+  p->set_path(path);
+  for (const std::string& v : values) p->add_values(v);
+  return p;
+}
+
+std::string Message(const absl::StatusOr<std::vector<SweepTrialRequest>>& trials) {
+  return std::string(trials.status().message());
+}
+
+TEST(SweepTest, GridEnumeratesEveryCombinationFirstParameterSlowest) {
+  SubmitJobRequest request = Base();
+  Grid(request, "optimizer.learning_rate", {"0.1", "0.01", "0.001"});
+  Grid(request, "batch_size", {"32", "64"});
+  Grid(request, "model.name", {"convnet"});
+  absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(request);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  ASSERT_EQ(trials->size(), 6u);
+  const double lrs[] = {0.1, 0.1, 0.01, 0.01, 0.001, 0.001};
+  const int batches[] = {32, 64, 32, 64, 32, 64};
+  for (int i = 0; i < 6; ++i) {
+    const SweepTrialRequest& t = (*trials)[i];
+    EXPECT_EQ(t.trial.index(), i);
+    EXPECT_DOUBLE_EQ(t.request.train_job().optimizer().learning_rate(), lrs[i]);
+    EXPECT_EQ(t.request.train_job().batch_size(), batches[i]);
+    EXPECT_EQ(t.request.train_job().model().name(), "convnet");
+    EXPECT_FALSE(t.request.has_sweep());
+    EXPECT_TRUE(t.request.request_id().empty());
+    EXPECT_EQ(t.request.priority(), 3);
+    EXPECT_EQ(t.request.name(), "base/" + std::to_string(i));
+    EXPECT_EQ(DescribeTrial(t.trial),
+              "optimizer.learning_rate=" + request.sweep().grid(0).values(i / 2) +
+                  ", batch_size=" + std::to_string(batches[i]) + ", model.name=convnet");
+  }
+}
+
+SubmitJobRequest RandomRequest(uint64_t seed, int trials) {
+  SubmitJobRequest request = Base();
+  mpsd::v1::RandomSearch* random = request.mutable_sweep()->mutable_random();
+  random->set_trials(trials);
+  random->set_seed(seed);
+  SweepParameter* lr = random->add_parameters();
+  lr->set_path("optimizer.learning_rate");
+  lr->add_log_uniform(1e-4);
+  lr->add_log_uniform(1e-1);
+  SweepParameter* momentum = random->add_parameters();
+  momentum->set_path("optimizer.momentum");
+  momentum->add_uniform(0.5);
+  momentum->add_uniform(0.9);
+  SweepParameter* batch = random->add_parameters();
+  batch->set_path("batch_size");
+  batch->add_uniform(16);
+  batch->add_uniform(128);
+  SweepParameter* optimizer = random->add_parameters();
+  optimizer->set_path("optimizer.name");
+  optimizer->add_choice("adam");
+  optimizer->add_choice("sgd");
+  return request;
+}
+
+TEST(SweepTest, RandomDrawsAreReproducibleFromTheSeedAndInRange) {
+  auto a = ExpandSweep(RandomRequest(42, 50));
+  auto b = ExpandSweep(RandomRequest(42, 50));
+  auto c = ExpandSweep(RandomRequest(43, 50));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok()) << a.status();
+  ASSERT_EQ(a->size(), 50u);
+  std::set<std::string> names;
+  bool differs = false;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const auto& ja = (*a)[i].request.train_job();
+    EXPECT_EQ(ja.optimizer().learning_rate(), (*b)[i].request.train_job().optimizer().learning_rate());
+    EXPECT_EQ(ja.batch_size(), (*b)[i].request.train_job().batch_size());
+    differs |= ja.optimizer().learning_rate() !=
+               (*c)[i].request.train_job().optimizer().learning_rate();
+    EXPECT_GE(ja.optimizer().learning_rate(), 1e-4);
+    EXPECT_LT(ja.optimizer().learning_rate(), 1e-1);
+    EXPECT_GE(ja.optimizer().momentum(), 0.5);
+    EXPECT_LT(ja.optimizer().momentum(), 0.9);
+    EXPECT_GE(ja.batch_size(), 16);
+    EXPECT_LE(ja.batch_size(), 128);
+    names.insert(ja.optimizer().name());
+    // The text shown is the value set.
+    EXPECT_EQ(std::stod((*a)[i].trial.parameters(0).value()), ja.optimizer().learning_rate());
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_EQ(names, (std::set<std::string>{"adam", "sgd"}));
+}
+
+TEST(SweepTest, GridTimesRandomDrawsTrialsPerGridPoint) {
+  SubmitJobRequest request = RandomRequest(1, 3);
+  Grid(request, "epochs", {"1", "2"});
+  auto trials = ExpandSweep(request);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  ASSERT_EQ(trials->size(), 6u);
+  EXPECT_EQ((*trials)[2].request.train_job().epochs(), 1);
+  EXPECT_EQ((*trials)[3].request.train_job().epochs(), 2);
+}
+
+TEST(SweepTest, ErrorsNameTheField) {
+  SubmitJobRequest request = Base();
+  Grid(request, "optimizer.lr", {"0.1"});
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.grid[0].path: \"optimizer.lr\": OptimizerSpec has no field \"lr\""));
+
+  request = Base();
+  Grid(request, "batch_size", {"32", "sixty"});
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.grid[0].values[1]: \"sixty\""));
+
+  request = Base();
+  Grid(request, "optimizer", {"x"});
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("is a message"));
+
+  request = Base();
+  Grid(request, "optimizer.betas", {"0.9"});
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("is a list"));
+
+  request = Base();
+  Grid(request, "batch_size", {"32"});
+  Grid(request, "batch_size", {"64"});
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.grid[1].path: \"batch_size\" is swept twice"));
+
+  request = Base();
+  request.mutable_sweep();
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep: no parameters"));
+
+  request = RandomRequest(1, 0);
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.random.trials: must be >= 1"));
+
+  request = RandomRequest(1, 2);
+  request.mutable_sweep()->mutable_random()->mutable_parameters(0)->set_log_uniform(0, -1);
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.random.parameters[0].log_uniform: low must be > 0"));
+
+  request = RandomRequest(1, 2);
+  request.mutable_sweep()->mutable_random()->mutable_parameters(1)->set_uniform(1, 0.1);
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.random.parameters[1].uniform: expected [low, high] with low < high"));
+
+  request = RandomRequest(1, 2);
+  request.mutable_sweep()->mutable_random()->mutable_parameters(3)->add_uniform(1);
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("set exactly one of"));
+
+  request = Base();
+  Grid(request, "seed", std::vector<std::string>(1001, "1"));
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("more than 1000 trials"));
+}
+
+}  // namespace
+}  // namespace mpsd::server
