@@ -3,16 +3,72 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "api/error_cause.h"
 #include "api/failure_reason.h"
+#include "google/rpc/status.pb.h"
 
 namespace mpsd::api {
 
+namespace {
+
+google::rpc::ErrorInfo ErrorInfoOf(const absl::Status& status) {
+  google::rpc::ErrorInfo info;
+  info.set_domain(kErrorDomain);
+  std::optional<ErrorCause> cause = CauseOf(status);
+  if (cause.has_value() && cause->kind() != ErrorCause::KIND_UNSPECIFIED) {
+    info.set_reason(ErrorCause::Kind_Name(cause->kind()));
+    if (cause->kind() == ErrorCause::INVALID_FIELD) {
+      (*info.mutable_metadata())["field"] = cause->field();
+    }
+    if (cause->kind() == ErrorCause::RANK_FAILED) {
+      (*info.mutable_metadata())["rank"] = std::to_string(cause->rank());
+    }
+  } else {
+    info.set_reason(absl::StatusCodeToString(status.code()));
+  }
+  if (status.GetPayload(kFailureReasonPayloadUrl).has_value()) {
+    (*info.mutable_metadata())["failure_reason"] =
+        mpsd::v1::Job::FailureReason_Name(FailureReasonOf(status));
+  }
+  return info;
+}
+
+// The message as sent: at most kMaxMessageBytes (cut at a UTF-8 character boundary), so that
+// an error quoting a long input (a 4,000-character path, a 20,000-character name) still fits a
+// client's metadata limit (gRPC's default: 8 KiB for all trailers together) and says what it is.
+std::string ClientMessage(absl::string_view message) {
+  constexpr size_t kMaxMessageBytes = 2048;
+  if (message.size() <= kMaxMessageBytes) return std::string(message);
+  size_t cut = kMaxMessageBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(message.substr(0, cut), "... (", message.size() - cut, " more bytes)");
+}
+
+}  // namespace
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  // The message travels once, in grpc-message; the details carry what a program reads.
+  google::rpc::Status details;
+  details.set_code(static_cast<int32_t>(status.code()));
+  details.add_details()->PackFrom(ErrorInfoOf(status));
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      ClientMessage(status.message()), details.SerializeAsString());
+}
+
+std::optional<google::rpc::ErrorInfo> MpsdErrorInfo(const grpc::Status& status) {
+  if (status.ok() || status.error_details().empty()) return std::nullopt;
+  google::rpc::Status details;
+  if (!details.ParseFromString(status.error_details())) return std::nullopt;
+  for (const google::protobuf::Any& any : details.details()) {
+    google::rpc::ErrorInfo info;
+    if (any.UnpackTo(&info) && info.domain() == kErrorDomain) return info;
+  }
+  return std::nullopt;
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -23,17 +79,18 @@ mpsd::v1::executor::Status ToExecutorStatus(const absl::Status& status) {
   mpsd::v1::executor::Status proto;
   proto.set_code(static_cast<int32_t>(status.code()));
   proto.set_message(std::string(status.message()));
-  // Only an attached reason travels: the receiver derives the others from the code again.
-  if (status.GetPayload(kFailureReasonPayloadUrl).has_value()) {
-    proto.set_reason(FailureReasonOf(status));
-  }
+  status.ForEachPayload([&proto](absl::string_view type_url, const absl::Cord& value) {
+    mpsd::v1::executor::StatusPayload* payload = proto.add_payloads();
+    payload->set_type_url(std::string(type_url));
+    payload->set_value(std::string(value));
+  });
   return proto;
 }
 
 absl::Status FromExecutorStatus(const mpsd::v1::executor::Status& status) {
   absl::Status result(static_cast<absl::StatusCode>(status.code()), status.message());
-  if (status.reason() != mpsd::v1::Job::FAILURE_REASON_UNSPECIFIED) {
-    return WithFailureReason(std::move(result), status.reason());
+  for (const mpsd::v1::executor::StatusPayload& payload : status.payloads()) {
+    result.SetPayload(payload.type_url(), absl::Cord(payload.value()));
   }
   return result;
 }

@@ -38,6 +38,7 @@
 #include "api/job_state.h"
 #include "api/metadata.h"
 #include "api/sha256.h"
+#include "api/status.h"
 #include "client/bench_table.h"
 #include "client/event_printer.h"
 #include "client/format.h"
@@ -325,8 +326,8 @@ int Commands::RpcFailed(const grpc::Status& status) {
   const std::string& message = status.error_message();
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
-      // mpsd's own UNAVAILABLE names mpsd first (mpsd.proto, JobService).
-      if (absl::StartsWith(message, "mpsd")) {
+      // mpsd's own errors carry its ErrorInfo (mpsd.proto, JobService); gRPC's do not.
+      if (api::MpsdErrorInfo(status).has_value()) {
         err_ << "mpsctl: mpsd at " << options_.server << " is running but answered UNAVAILABLE: "
              << message << " (try again later)\n";
         return kExitDaemonUnavailable;
@@ -1144,7 +1145,7 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
   // is reported as such; otherwise it went away, which is "cannot reach mpsd" (exit 2), as for
   // every other command, not the CANCELLED of mpsctl's own watchdog.
   const bool daemon_answered = status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-                               absl::StartsWith(status.error_message(), "mpsd");
+                               api::MpsdErrorInfo(status).has_value();
   if (!stopped && gave_up && !daemon_answered) {
     err_ << "mpsctl: mpsd at " << options_.server << " went away while following job " << job_id
          << " and did not come back within " << absl::FormatDuration(options_.reconnect_timeout)

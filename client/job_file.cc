@@ -39,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "absl/strings/str_replace.h"
 #include "api/decimal.h"
+#include "api/field_text.h"
 #include "api/job_id.h"
 
 namespace mpsd::client {
@@ -58,57 +59,10 @@ constexpr int kMaxErrors = 20;
 // ---------------------------------------------------------------------------------------------
 // Scalars, typed the YAML 1.2 core-schema way (plus `_` digit separators, as YAML 1.1 allows).
 
-bool IsNullWord(absl::string_view s) {
-  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
-}
+// Scalars are typed by api/field_text.h, the rules sweeps and the Python client share.
+bool IsNullWord(absl::string_view s) { return api::IsNullText(s); }
 
-std::optional<bool> ParseBool(absl::string_view s) {
-  const std::string lower = absl::AsciiStrToLower(s);
-  if (lower == "true" || lower == "yes" || lower == "on") return true;
-  if (lower == "false" || lower == "no" || lower == "off") return false;
-  return std::nullopt;
-}
-
-std::optional<double> ParseFloat(absl::string_view s) {
-  std::string text = absl::StrReplaceAll(s, {{"_", ""}});
-  absl::string_view body = text;
-  const bool negative = !body.empty() && body[0] == '-';
-  if (!body.empty() && (body[0] == '-' || body[0] == '+')) body.remove_prefix(1);
-  const std::string lower = absl::AsciiStrToLower(body);
-  if (lower == ".inf") {
-    return negative ? -std::numeric_limits<double>::infinity()
-                    : std::numeric_limits<double>::infinity();
-  }
-  if (lower == ".nan" && body.size() == text.size()) return std::numeric_limits<double>::quiet_NaN();
-  // SimpleAtod would also take "inf", "nan" and surrounding spaces; YAML does not.
-  if (body.empty() || !(absl::ascii_isdigit(body[0]) || body[0] == '.')) return std::nullopt;
-  double value = 0;
-  if (!absl::SimpleAtod(text, &value) || absl::ascii_isspace(text.back())) return std::nullopt;
-  return value;
-}
-
-// Whole numbers: decimal digits with an optional sign, or float notation with no fraction left
-// (`1e4`). Values too large for int128 saturate, which puts them out of every field's range.
-std::optional<absl::int128> ParseInteger(absl::string_view s) {
-  std::string text = absl::StrReplaceAll(s, {{"_", ""}});
-  absl::string_view digits = text;
-  const bool negative = !digits.empty() && digits[0] == '-';
-  if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) digits.remove_prefix(1);
-  if (!digits.empty() && std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
-    absl::int128 value = 0;
-    for (char c : digits) {
-      if (value < absl::MakeInt128(1, 0)) value = value * 10 + (c - '0');  // saturates at ~2^64·10
-    }
-    return negative ? -value : value;
-  }
-  const std::optional<double> d = ParseFloat(s);
-  if (d && std::isfinite(*d) && std::trunc(*d) == *d && std::fabs(*d) <= 0x1p63) {
-    return absl::int128(static_cast<int64_t>(*d));
-  }
-  return std::nullopt;
-}
-
-std::string Quote(absl::string_view s) { return absl::StrCat("\"", absl::Utf8SafeCEscape(s), "\""); }
+std::string Quote(absl::string_view s) { return api::QuoteText(s); }
 
 // For "expected X, got <this>".
 std::string Describe(const YAML::Node& node) {
@@ -131,16 +85,6 @@ std::string EnglishList(const std::vector<std::string>& items, absl::string_view
   return absl::StrCat(absl::StrJoin(head, ", "), " ", last_sep, " ", items.back());
 }
 
-std::vector<std::string> EnumNames(const EnumDescriptor& e) {
-  std::vector<std::string> names;
-  for (int i = 0; i < e.value_count(); ++i) {
-    const EnumValueDescriptor& v = *e.value(i);
-    if (v.number() == 0 && absl::EndsWith(v.name(), "_UNSPECIFIED")) continue;
-    names.push_back(v.name());
-  }
-  return names;
-}
-
 std::vector<std::string> FieldNames(const Descriptor& d) {
   std::vector<std::string> names;
   for (int i = 0; i < d.field_count(); ++i) names.push_back(d.field(i)->name());
@@ -148,29 +92,7 @@ std::vector<std::string> FieldNames(const Descriptor& d) {
 }
 
 // What a field takes, for "expected X".
-std::string Expected(const FieldDescriptor& field) {
-  switch (field.cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-    case FieldDescriptor::CPPTYPE_INT64:
-      return "an integer";
-    case FieldDescriptor::CPPTYPE_UINT32:
-    case FieldDescriptor::CPPTYPE_UINT64:
-      return "a non-negative integer";
-    case FieldDescriptor::CPPTYPE_FLOAT:
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      return "a number";
-    case FieldDescriptor::CPPTYPE_BOOL:
-      return "true or false";
-    case FieldDescriptor::CPPTYPE_ENUM:
-      return absl::StrCat("one of ", EnglishList(EnumNames(*field.enum_type()), "or"));
-    case FieldDescriptor::CPPTYPE_STRING:
-      return field.type() == FieldDescriptor::TYPE_BYTES ? "base64 data" : "a string";
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      return absl::StrCat("a map with fields ",
-                          EnglishList(FieldNames(*field.message_type()), "and"));
-  }
-  return "a value";
-}
+std::string Expected(const FieldDescriptor& field) { return api::ExpectedText(field); }
 
 size_t EditDistance(absl::string_view a, absl::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -375,13 +297,6 @@ class JobFileParser {
   // Sets a singular field, or appends one element to a repeated one.
   void SetValue(const YAML::Node& value, const std::string& path, Message& message,
                 const FieldDescriptor& field);
-  void SetInteger(const YAML::Node& value, const std::string& path, Message& message,
-                  const FieldDescriptor& field);
-  void SetEnum(const YAML::Node& value, const std::string& path, Message& message,
-               const FieldDescriptor& field);
-  // string, bytes (base64), bool, double, float.
-  void SetOtherScalar(const YAML::Node& value, const std::string& path, Message& message,
-                      const FieldDescriptor& field);
 
   const std::string filename_;
   std::vector<std::string> errors_;
@@ -615,130 +530,9 @@ void JobFileParser::SetValue(const YAML::Node& value, const std::string& path, M
     Error(value, path, absl::StrCat("expected ", Expected(field), ", got ", Describe(value)));
     return;
   }
-  switch (field.cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-    case FieldDescriptor::CPPTYPE_INT64:
-    case FieldDescriptor::CPPTYPE_UINT32:
-    case FieldDescriptor::CPPTYPE_UINT64:
-      return SetInteger(value, path, message, field);
-    case FieldDescriptor::CPPTYPE_ENUM:
-      return SetEnum(value, path, message, field);
-    default:
-      return SetOtherScalar(value, path, message, field);
+  if (absl::Status set = api::SetFieldFromText(message, field, value.Scalar()); !set.ok()) {
+    Error(value, path, set.message());
   }
-}
-
-void JobFileParser::SetOtherScalar(const YAML::Node& value, const std::string& path,
-                                   Message& message, const FieldDescriptor& field) {
-  const Reflection& r = *message.GetReflection();
-  const bool add = field.is_repeated();
-  const std::string& text = value.Scalar();
-  const std::string mismatch = absl::StrCat("expected ", Expected(field), ", got ", Quote(text));
-  if (field.cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
-    std::string bytes = text;
-    if (field.type() == FieldDescriptor::TYPE_BYTES && !absl::Base64Unescape(text, &bytes)) {
-      return Error(value, path, mismatch);
-    }
-    add ? r.AddString(&message, &field, std::move(bytes))
-        : r.SetString(&message, &field, std::move(bytes));
-  } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
-    const std::optional<bool> b = ParseBool(text);
-    if (!b) return Error(value, path, mismatch);
-    add ? r.AddBool(&message, &field, *b) : r.SetBool(&message, &field, *b);
-  } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-    const std::optional<double> number = ParseFloat(text);
-    if (!number) return Error(value, path, mismatch);
-    add ? r.AddDouble(&message, &field, *number) : r.SetDouble(&message, &field, *number);
-  } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_FLOAT) {
-    const std::optional<double> number = ParseFloat(text);
-    if (!number) return Error(value, path, mismatch);
-    if (std::isfinite(*number) && std::fabs(*number) > std::numeric_limits<float>::max()) {
-      return Error(value, path, absl::StrCat(text, " is out of range for float"));
-    }
-    const float f = static_cast<float>(*number);
-    add ? r.AddFloat(&message, &field, f) : r.SetFloat(&message, &field, f);
-  }
-}
-
-void JobFileParser::SetInteger(const YAML::Node& value, const std::string& path, Message& message,
-                               const FieldDescriptor& field) {
-  const std::string& text = value.Scalar();
-  const std::optional<absl::int128> number = ParseInteger(text);
-  if (!number) {
-    return Error(value, path, absl::StrCat("expected ", Expected(field), ", got ", Quote(text)));
-  }
-  absl::int128 min = 0, max = 0;
-  switch (field.cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      min = std::numeric_limits<int32_t>::min(), max = std::numeric_limits<int32_t>::max();
-      break;
-    case FieldDescriptor::CPPTYPE_INT64:
-      min = std::numeric_limits<int64_t>::min(), max = std::numeric_limits<int64_t>::max();
-      break;
-    case FieldDescriptor::CPPTYPE_UINT32:
-      max = std::numeric_limits<uint32_t>::max();
-      break;
-    default:
-      max = std::numeric_limits<uint64_t>::max();
-      break;
-  }
-  if (*number < 0 && min == 0) {
-    return Error(value, path, absl::StrCat("expected ", Expected(field), ", got ", text));
-  }
-  if (*number < min || *number > max) {
-    return Error(value, path,
-                 absl::StrCat(text, " is out of range for ", field.type_name(), " (",
-                              static_cast<int64_t>(min), " to ", static_cast<uint64_t>(max),
-                              ")"));
-  }
-  const Reflection& r = *message.GetReflection();
-  const bool add = field.is_repeated();
-  switch (field.cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: {
-      const auto v = static_cast<int32_t>(*number);
-      add ? r.AddInt32(&message, &field, v) : r.SetInt32(&message, &field, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_INT64: {
-      const auto v = static_cast<int64_t>(*number);
-      add ? r.AddInt64(&message, &field, v) : r.SetInt64(&message, &field, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_UINT32: {
-      const auto v = static_cast<uint32_t>(*number);
-      add ? r.AddUInt32(&message, &field, v) : r.SetUInt32(&message, &field, v);
-      break;
-    }
-    default: {
-      const auto v = static_cast<uint64_t>(*number);
-      add ? r.AddUInt64(&message, &field, v) : r.SetUInt64(&message, &field, v);
-      break;
-    }
-  }
-}
-
-void JobFileParser::SetEnum(const YAML::Node& value, const std::string& path, Message& message,
-                            const FieldDescriptor& field) {
-  const std::string& text = value.Scalar();
-  const EnumDescriptor& type = *field.enum_type();
-  const EnumValueDescriptor* v = type.FindValueByName(text);
-  for (int i = 0; v == nullptr && i < type.value_count(); ++i) {
-    if (absl::EqualsIgnoreCase(type.value(i)->name(), text)) v = type.value(i);
-  }
-  if (v == nullptr) {
-    const std::optional<absl::int128> number = ParseInteger(text);
-    if (number && *number >= std::numeric_limits<int>::min() &&
-        *number <= std::numeric_limits<int>::max()) {
-      v = type.FindValueByNumber(static_cast<int>(*number));
-    }
-  }
-  if (v == nullptr) {
-    return Error(value, path,
-                 absl::StrCat("unknown ", Quote(text), " (expected ",
-                              EnglishList(EnumNames(type), "or"), ")"));
-  }
-  const Reflection& r = *message.GetReflection();
-  field.is_repeated() ? r.AddEnum(&message, &field, v) : r.SetEnum(&message, &field, v);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -759,8 +553,8 @@ bool NeedsQuotes(const std::string& s) {
       std::any_of(s.begin(), s.end(),
                   [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }) ||
       (!s.empty() && (s.front() == ' ' || s.back() == ' '));
-  return loses_characters || IsNullWord(s) || ParseBool(s).has_value() ||
-         ParseFloat(s).has_value() || ParseInteger(s).has_value();
+  return loses_characters || IsNullWord(s) || api::ParseBoolText(s).has_value() ||
+         api::ParseFloatText(s).has_value() || api::ParseIntegerText(s).has_value();
 }
 
 void EmitScalar(YAML::Emitter& out, const Message& message, const FieldDescriptor& field,

@@ -8,7 +8,7 @@
 namespace mpsd::client {
 
 // `request` with every unset field that has a documented default set to it: the defaults of
-// mpsd.proto's comments and the README's job-file reference, which the trainer applies
+// mpsd.proto's comments and docs/job-files.md, which the trainer applies
 // (trainer/train_job.cc, optimizers.cc, schedule.cc, bench.cc), including those that depend on
 // another field (learning_rate 0.01 for sgd, else 0.001; weight_decay 0.01 for adamw; the
 // schedule's own keys only for that schedule). Fields without a fixed default (seed, dataset

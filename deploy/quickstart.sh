@@ -5,9 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh; fi
-# Only what the main job needs: the daemon, its executor, mpsctl (deploy/test.sh builds the rest).
-MPSD_BUILD_TARGETS="mpsd mpsd-executor mpsctl" deploy/build.sh
 build_dir="${MPSD_BUILD_DIR:-build}"
+# Only what the main job needs: the daemon, its executor, mpsctl (deploy/test.sh builds the rest).
+# A new build dir is configured without the tests, whose GoogleTest this command does not install;
+# an existing one keeps its choice (deploy/test.sh turns them on).
+configure=()
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then configure+=(-DMPSD_BUILD_TESTS=OFF); fi
+MPSD_BUILD_TARGETS="mpsd mpsd-executor mpsctl" deploy/build.sh "${configure[@]}"
 
 state_dir="$(mktemp -d -t mpsd-quickstart-XXXXXX)"
 address="unix://$state_dir/mpsd.sock"

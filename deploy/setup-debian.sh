@@ -1,23 +1,49 @@
 #!/usr/bin/env bash
-# Installs what building, testing and running mpsd need on Debian 12 (bookworm), and only what
-# is missing. Needs root, or sudo.
+# Installs what mpsd needs on Debian 12 (bookworm), and only what is missing. Needs root, or sudo.
+#   deploy/setup-debian.sh          building mpsd, mpsd-executor and mpsctl, and running the main
+#                                   job (deploy/quickstart.sh)
+#   deploy/setup-debian.sh --tests  that, and what only the test suite, the sanitizer and fuzzing
+#                                   builds and the .deb test need (deploy/test.sh, so CI)
+# docs/development.md ("Dependencies") says what each package is for.
 set -euo pipefail
 
+usage() { echo "usage: $0 [--tests]" >&2; exit 64; }
+with_tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --tests) with_tests=1 ;;
+    *) usage ;;
+  esac
+done
+
+# Building and running: the toolchain, the libraries mpsd, mpsd-executor and mpsctl link, the
+# dashboard's chart library (embedded into mpsd), a fast BLAS for CPU training, and the data the
+# main job trains on.
 packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libcli11-dev zlib1g-dev
-  libtorch-dev libgloo-dev libgtest-dev libcpp-httplib-dev prometheus-cpp-dev libsystemd-dev help2man zsh
-  libssl-dev openssl
-  python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools
-  python3-prometheus-client
-  libturbojpeg0-dev libpng-dev libssl-dev python3-pil python3-torch
+  libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev libcli11-dev zlib1g-dev
+  libtorch-dev libgloo-dev libcpp-httplib-dev prometheus-cpp-dev libsystemd-dev libssl-dev
+  libturbojpeg0-dev libpng-dev
   libopenblas0-pthread
-  dataset-fashion-mnist
   libjs-dygraphs
-  chromium chromium-driver python3-selenium
-  clang-14 libclang-rt-14-dev llvm-14 util-linux
+  dataset-fashion-mnist
 )
+# Only for the tests (deploy/test.sh): GoogleTest; the command-line tools the tests run (sqlite3
+# salvage, openssl certificates, zsh completion, prlimit, help2man's man pages in the .deb);
+# Python with the client's libraries, venv and pip (the Python client tests), prometheus-client
+# (parses /metrics), Pillow and PyTorch (write image folders and tensors files); the dashboard's
+# browser test (chromium, its driver, selenium); clang-14 with its sanitizer runtimes and
+# symbolizer (deploy/test-sanitizers.sh).
+test_packages=(
+  libgtest-dev
+  sqlite3 openssl zsh util-linux help2man
+  python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools
+  python3-prometheus-client python3-pil python3-torch
+  chromium chromium-driver python3-selenium
+  clang-14 libclang-rt-14-dev llvm-14
+)
+if [ "$with_tests" = 1 ]; then packages+=("${test_packages[@]}"); fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The sanitizer and fuzzing suites (issue 14), torch-free, compiled with clang-14 (Debian
-# clang-14, libclang-rt-14-dev: deploy/setup-debian.sh). Called by deploy/test.sh, so CI runs it.
+# clang-14, libclang-rt-14-dev: deploy/setup-debian.sh --tests). Called by deploy/test.sh, so CI
+# runs it.
 #   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer, plus libFuzzer's coverage
 #                instrumentation: the daemon, mpsctl, the api/, server/, client/ tests and the
 #                torch-free readers' tests (IDX, CIFAR-10), and tests/fuzz's targets, each run
 #                for MPSD_FUZZ_SECONDS (default 30, libFuzzer seed MPSD_FUZZ_SEED, default 1)
 #                from its seed corpus.
-#   build-tsan/  ThreadSanitizer: the daemon, mpsctl and the same tests; what Debian's abseil and
+#   build-tsan/  ThreadSanitizer, compiled with -Wall -Wextra -Wthread-safety -Werror
+#                (MPSD_STRICT_WARNINGS): the daemon, mpsctl and the same tests; what Debian's abseil and
 #                gRPC (built without TSan) order is told to TSan by tests/sanitizers/tsan_*_sync.cc,
-#                and tests/sanitizers/tsan.supp names the library calls left (README: Sanitizers).
+#                and tests/sanitizers/tsan.supp names the library calls left (docs/development.md,
+#                "Sanitizers and fuzzing").
 # Neither links LibTorch (MPSD_WITH_TORCH=OFF): mpsd-executor, the trainer and the end-to-end
 # tests stay in the main build. MPSD_SANITIZERS="asan tsan fuzz" picks the parts (default all).
 set -euo pipefail
@@ -89,7 +92,9 @@ if [[ " $parts " == *" tsan "* ]]; then
   if [ "$relink" = 1 ]; then
     find build-tsan -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print | xargs -r rm -f
   fi
-  configure build-tsan "-fsanitize=thread" "-fsanitize=thread$sync_objects -ldl"
+  # Also the warning build: -Wall -Wextra -Wthread-safety -Werror over mpsd's torch-free code.
+  configure build-tsan "-fsanitize=thread" "-fsanitize=thread$sync_objects -ldl" \
+    -DMPSD_STRICT_WARNINGS=ON
   cmake --build build-tsan -j "$jobs"
   # The canary: what absl orders is not reported, what it does not order is (66: TSan's code).
   clang++-14 -std=c++17 -fsanitize=thread -O1 -g tests/sanitizers/tsan_canary.cc $sync_objects \

@@ -2,8 +2,8 @@
 # README's test command: installs what is missing (Debian 12), builds, runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh; fi
-deploy/build.sh
+if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh --tests; fi
+deploy/build.sh -DMPSD_BUILD_TESTS=ON
 ctest --test-dir "${MPSD_BUILD_DIR:-build}" --output-on-failure -j 2 --timeout 600
 # The ASan+UBSan and TSan builds (clang-14, torch-free) running the server, client and reader
 # tests, and a smoke run of the libFuzzer targets (deploy/test-sanitizers.sh). MPSD_SANITIZERS=""

@@ -144,7 +144,7 @@ absl::StatusOr<std::unique_ptr<TokenStore>> OpenTokens(const Config& config) {
   return tokens;
 }
 
-// The keepalive policy (documented on StreamEvents in mpsd.proto and in the README): clients
+// The keepalive policy (documented on StreamEvents in mpsd.proto and in docs/clients.md): clients
 // may ping every kMinKeepaliveInterval, with or without calls in progress; the daemon pings an
 // idle connection every kServerKeepaliveTime and drops it when no answer comes within
 // kServerKeepaliveTimeout, so a client that vanished (a laptop closed) frees its streams.

@@ -71,8 +71,8 @@ std::string OptionsText(const ImageDecodeOptions& options) {
 }
 
 // Names the cache file: the same folder, split and options always map to the same file.
-std::string CachePath(const std::string& cache_dir, const ImageFolderListing& listing,
-                      const ImageFolderSplit& split, const ImageDecodeOptions& options) {
+std::string CachePath(const std::string& cache_dir, const ImageFolderSplit& split,
+                      const ImageDecodeOptions& options) {
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(split.dir, ec);
   const std::string name = Sha256(absl::StrCat(ec ? split.dir : absolute.lexically_normal().string(),
@@ -352,7 +352,7 @@ absl::StatusOr<std::shared_ptr<const DecodedSplit>> LoadDecodedSplit(
     }
     std::filesystem::permissions(cache_dir, std::filesystem::perms::owner_all,
                                  std::filesystem::perm_options::replace, ec);
-    path = CachePath(cache_dir, listing, split, options);
+    path = CachePath(cache_dir, split, options);
     if (std::shared_ptr<DecodedSplit> cached = builder.TryMap(path)) return cached;
   }
   absl::StatusOr<std::shared_ptr<DecodedSplit>> decoded = builder.Decode(path);

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/torch_errors.h"
 
 namespace mpsd::trainer {
 
@@ -262,8 +263,11 @@ void Wait(const c10::intrusive_ptr<::c10d::Work>& work, const char* what,
   try {
     work->wait();
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, what, " failed on rank ", config.rank, " of ", config.world_size, " (",
-                DistributedBackendName(config.backend), "): ", e.what());
+    throw CollectiveError(
+        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        absl::StrCat(what, " failed on rank ", config.rank, " of ", config.world_size, " (",
+                     DistributedBackendName(config.backend), "): ", e.what()),
+        config.rank);
   }
 }
 

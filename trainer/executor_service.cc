@@ -59,7 +59,8 @@ grpc::Status ExecutorService::Run(grpc::ServerContext* context,
   };
   Log(LogLevel::kInfo, absl::StrCat("job ", job.job_id, " running"));
   const absl::Status status = executor_->Run(job, request->spec(), sink, cancel_);
-  Log(LogLevel::kInfo, absl::StrCat("job ", job.job_id, " ended: ", status.ToString()));
+  Log(LogLevel::kInfo, absl::StrCat("job ", job.job_id, " ended: ",
+                                    status.ToString(absl::StatusToStringMode::kWithNoExtraData)));
   mpsd::v1::executor::RunUpdate result;
   *result.mutable_result() = api::ToExecutorStatus(status);
   writer->Write(result);

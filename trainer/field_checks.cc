@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/error_cause.h"
 
 namespace mpsd::trainer {
 
@@ -16,7 +17,9 @@ std::string FieldChecks::Path(absl::string_view field) const {
 }
 
 absl::Status FieldChecks::Error(absl::string_view field, absl::string_view problem) const {
-  return absl::InvalidArgumentError(absl::StrCat(Path(field), ": ", problem));
+  const std::string path = Path(field);
+  return api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(path, ": ", problem)),
+                               path);
 }
 
 absl::Status FieldChecks::Positive(absl::string_view field, int64_t value) const {

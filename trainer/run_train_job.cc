@@ -429,7 +429,11 @@ absl::Status RunTrainJob(const TrainJobConfig& job, int steps_per_readback, cons
     summary.SetMemoryBefore(ReadMemory(device));
     return TrainInScope(job, steps_per_readback, observed, cancelled, summary);
   });
-  if (!status.ok()) Log(LogLevel::kWarning, absl::StrCat("job ended: ", status.ToString()));
+  if (!status.ok()) {
+    // Code and message: the payloads (causes, reasons) are for code, not for the log.
+    const std::string ended = status.ToString(absl::StatusToStringMode::kWithNoExtraData);
+    Log(LogLevel::kWarning, absl::StrCat("job ended: ", ended));
+  }
 
   const absl::Status cleanup = ReleaseDevice(device, summary);
   const absl::Status emitted = CatchTorchErrors([&] {

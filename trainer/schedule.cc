@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/error_cause.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -263,10 +264,12 @@ absl::StatusOr<Schedule> Schedule::Create(const ScheduleConfig& config) {
       }
       // Phase 1 would be 0 steps long and OneCycleLR would divide by zero at step 0.
       if (config.pct_start * static_cast<double>(config.total_steps) == 1.0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "onecycle's first phase is empty: pct_start %g × %d total steps = 1 (OneCycleLR "
-            "divides by pct_start × total_steps − 1)",
-            config.pct_start, config.total_steps));
+        return api::WithInvalidField(
+            absl::InvalidArgumentError(absl::StrFormat(
+                "onecycle's first phase is empty: pct_start %g × %d total steps = 1 (OneCycleLR "
+                "divides by pct_start × total_steps − 1)",
+                config.pct_start, config.total_steps)),
+            "pct_start");
       }
       break;
   }

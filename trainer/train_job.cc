@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/error_cause.h"
 #include "trainer/compat.h"
 #include "trainer/models/torchscript.h"
 
@@ -287,7 +288,9 @@ std::string ScheduleErrorField(const TrainJobConfig& job, const absl::Status& st
   if (job.schedule.config.kind == ScheduleKind::kCosine) {
     return job.schedule.warmup_epochs >= 0 ? "schedule.warmup_epochs" : "schedule.warmup_steps";
   }
-  if (absl::StrContains(status.message(), "pct_start")) return "schedule.pct_start";
+  if (const std::string field = api::InvalidFieldOf(status); !field.empty()) {
+    return absl::StrCat("schedule.", field);
+  }
   return "schedule.name";
 }
 

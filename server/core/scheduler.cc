@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/error_cause.h"
 #include "api/failure_reason.h"
 #include "api/job_id.h"
 #include "api/job_state.h"
@@ -306,7 +307,11 @@ void Scheduler::SettleRecovered() {
 }
 
 absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
-                                      const std::string& submitted_by) {
+                                      const std::string& submitted_by,
+                                      const SubmitCheck& may_submit) {
+  if (may_submit) {
+    if (absl::Status allowed = may_submit(request); !allowed.ok()) return allowed;
+  }
   if (absl::Status valid = CheckRequest(request); !valid.ok()) return valid;
   bool resumes_from_dependency = false;
   {
@@ -324,6 +329,11 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
   if (request.has_sweep()) {
     absl::StatusOr<std::vector<SweepTrialRequest>> expanded = ExpandSweep(request);
     if (!expanded.ok()) return expanded.status();
+    // A sweep may set paths per trial (dataset.root, resume_from): each trial is asked about.
+    for (const SweepTrialRequest& trial : *expanded) {
+      if (!may_submit) break;
+      if (absl::Status allowed = may_submit(trial.request); !allowed.ok()) return allowed;
+    }
     for (SweepTrialRequest& trial : *expanded) {
       if (absl::Status valid =
               executor_->Validate(ForValidation(trial.request, resumes_from_dependency));
@@ -396,7 +406,7 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(
   absl::StatusOr<const Job*> earlier = EarlierSubmit(request, submitted_by);
   if (!earlier.ok()) return earlier.status();
   if (*earlier != nullptr) return **earlier;
-  if (shutting_down_) return absl::UnavailableError("mpsd is shutting down");
+  if (shutting_down_) return absl::UnavailableError("shutting down");
   if (!refuse_submits_.ok()) return refuse_submits_;
   const size_t adding = request.has_sweep() ? trials.size() : 1;
   if (queue_.size() + adding > static_cast<size_t>(options_.max_queued)) {
@@ -547,9 +557,10 @@ int32_t Scheduler::PriorityOf(const Job& job) {
 
 void Scheduler::InsertInQueue(const Job& job) {
   const int32_t priority = PriorityOf(job);
-  auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const std::string& id) {
-    return PriorityOf(jobs_.at(id)) < priority;
-  });
+  auto behind = std::find_if(queue_.begin(), queue_.end(),
+                             [&](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                               return PriorityOf(jobs_.at(id)) < priority;
+                             });
   queue_.insert(behind, job.id());
 }
 
@@ -564,7 +575,8 @@ const Job* Scheduler::FailedDependency(const Job& job) const {
 }
 
 std::deque<std::string>::const_iterator Scheduler::NextReady() const {
-  return std::find_if(queue_.begin(), queue_.end(), [this](const std::string& id) {
+  return std::find_if(queue_.begin(), queue_.end(),
+                      [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const std::string& dependency : jobs_.at(id).spec().after()) {
       auto it = jobs_.find(dependency);
       if (it != jobs_.end() && it->second.state() != Job::SUCCEEDED) return false;
@@ -1010,11 +1022,12 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
         state == Job::CANCELLED ? "cancelled by request" : "interrupted: mpsd shut down";
     // The executor ignored the cancel and was killed (ExecutorSupervisor::Run): say so, and
     // that a new executor replaced it.
-    if (absl::StartsWith(status.message(), "cancel not honoured")) {
+    if (api::HasCause(status, api::ErrorCause::CANCEL_NOT_HONOURED)) {
       absl::StrAppend(&message, "; ", status.message());
     }
     SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED, message);
-  } else if (!resume_checkpoint.empty() && absl::StrContains(status.message(), "resume_from")) {
+  } else if (!resume_checkpoint.empty() &&
+             api::InvalidFieldOf(status) == "train_job.resume_from") {
     // Not the spec's fault: the daemon's own checkpoint could not be used.
     SetState(job, Job::FAILED, Job::INTERNAL, AutoResumeFailure(resume_checkpoint, status));
   } else {

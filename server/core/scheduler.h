@@ -109,8 +109,14 @@ class Scheduler {
   // the store's error while events cannot be stored (EventLog::StorageError; a job stored just
   // before either failed is CANCELLED in the store it went to, and not acknowledged). Returns
   // once the job and its QUEUED event are stored. `submitted_by` goes into Job.submitted_by.
+  // `may_submit`, when given, is asked about the request and, for a sweep, about each trial as
+  // the sweep expanded it (the one expansion of this submit), before anything is validated; its
+  // error refuses the submit (the job service's data-roots and resume_from checks for remote
+  // callers).
+  using SubmitCheck = std::function<absl::Status(const mpsd::v1::SubmitJobRequest&)>;
   absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request,
-                                       const std::string& submitted_by = "local");
+                                       const std::string& submitted_by = "local",
+                                       const SubmitCheck& may_submit = nullptr);
 
   // From now on every Submit fails with `why` (not OK), e.g. when the state dir was deleted
   // under the daemon (server/core/state_dir.h: StateDirWatch): a job accepted then would be lost.

@@ -17,9 +17,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "api/decimal.h"
+#include "api/field_text.h"
 
 namespace mpsd::server {
 namespace {
@@ -85,67 +87,14 @@ bool IsInteger(const FieldDescriptor& field) {
   }
 }
 
-// Sets the field from `text` read as its type; the error says what was expected.
+// Sets the field from `text` read as its type, by the rules job files use (api/field_text.h:
+// "yes" is true here as in a job file); the error says where and what was expected.
 absl::Status SetFromText(const Target& target, const std::string& text, const std::string& where) {
-  const Reflection& r = *target.message->GetReflection();
-  const FieldDescriptor& f = *target.field;
-  Message* m = target.message;
-  auto expected = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": \"", text, "\" is not ", what, " (", f.full_name(), ")"));
-  };
-  switch (f.cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: {
-      int32_t v;
-      if (!absl::SimpleAtoi(text, &v)) return expected("a 32-bit integer");
-      r.SetInt32(m, &f, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_INT64: {
-      int64_t v;
-      if (!absl::SimpleAtoi(text, &v)) return expected("an integer");
-      r.SetInt64(m, &f, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_UINT32: {
-      uint32_t v;
-      if (!absl::SimpleAtoi(text, &v)) return expected("a non-negative 32-bit integer");
-      r.SetUInt32(m, &f, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_UINT64: {
-      uint64_t v;
-      if (!absl::SimpleAtoi(text, &v)) return expected("a non-negative integer");
-      r.SetUInt64(m, &f, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT: {
-      double v;
-      if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) return expected("a finite number");
-      f.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE ? r.SetDouble(m, &f, v)
-                                                       : r.SetFloat(m, &f, static_cast<float>(v));
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_BOOL: {
-      const std::string lower = absl::AsciiStrToLower(text);
-      if (lower != "true" && lower != "false") return expected("true or false");
-      r.SetBool(m, &f, lower == "true");
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_ENUM: {
-      const auto* v = f.enum_type()->FindValueByName(text);
-      if (v == nullptr) return expected(absl::StrCat("a value of ", f.enum_type()->name()));
-      r.SetEnum(m, &f, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_STRING:
-      r.SetString(m, &f, text);
-      break;
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      return expected("a scalar");
-  }
-  return absl::OkStatus();
+  absl::Status set = api::SetFieldFromText(*target.message, *target.field, text);
+  if (set.ok()) return set;
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", api::QuoteText(text),
+                                                 " is not a value of ", target.field->full_name(),
+                                                 " (", set.message(), ")"));
 }
 
 // A parameter as checked: where it is in the request, which field it sets, how it is drawn.
@@ -247,7 +196,9 @@ std::string Draw(const Axis& axis, std::mt19937_64& generator) {
   const double x = axis.log ? std::exp(std::log(axis.low) +
                                        u * (std::log(axis.high) - std::log(axis.low)))
                             : axis.low + u * (axis.high - axis.low);
-  if (IsInteger(*axis.field)) return absl::StrCat(std::llround(x));
+  // Rounded as a double: a range beyond int64 draws a value the field's range check refuses,
+  // never one llround wrapped around.
+  if (IsInteger(*axis.field)) return absl::StrFormat("%.0f", std::round(x));
   return api::ShortestDecimal(x);
 }
 

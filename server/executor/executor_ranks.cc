@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/error_cause.h"
 #include "api/failure_reason.h"
 #include "server/executor/executor_supervisor.h"
 #include "spdlog/spdlog.h"
@@ -46,7 +47,7 @@ struct RankEnd {
 // nothing.
 int Blame(const absl::Status& status) {
   if (api::FailureReasonOf(status) == mpsd::v1::Job::EXECUTOR_CRASHED) return 0;
-  if (absl::StrContains(status.message(), " failed on rank ")) return 2;
+  if (api::HasCause(status, api::ErrorCause::RANK_FAILED)) return 2;
   return 1;
 }
 

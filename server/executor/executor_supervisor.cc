@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "api/error_cause.h"
 #include "api/failure_reason.h"
 #include "api/memory.h"
 #include "api/status.h"
@@ -65,6 +66,8 @@ struct ExecutorSupervisor::Child {
   int64_t jobs_run = 0;
   // Non-empty: replace this executor (kill: at once, with SIGKILL).
   std::string retire_reason;
+  // RestartsByReason's key for retire_reason (RetireReason::label).
+  std::string retire_label;
   bool kill = false;
   // The monitor sent SIGKILL for `kill`: what is left is to reap it once it exited.
   bool kill_sent = false;
@@ -77,15 +80,18 @@ struct ExecutorSupervisor::Child {
 
 namespace {
 
-// The RestartsByReason key for a Child's retire_reason ("" when it died by itself).
-std::string RestartLabel(const std::string& retire_reason) {
-  if (retire_reason.empty() || retire_reason == "its Run call broke") return "crash";
-  if (absl::StartsWith(retire_reason, "isolation")) return "per_job";
-  if (absl::StartsWith(retire_reason, "restart_after_jobs")) return "restart_after_jobs";
-  if (absl::StartsWith(retire_reason, "cancel not honoured")) return "cancel_timeout";
-  if (absl::StrContains(retire_reason, "user_code_stall_timeout_s")) return "user_code_timeout";
-  if (absl::StrContains(retire_reason, "memory")) return "memory";
-  return "crash";
+// RestartsByReason's keys (ExecutorSupervisor::RetireReason::label).
+constexpr absl::string_view kRestartCrash = "crash";
+constexpr absl::string_view kRestartPerJob = "per_job";
+constexpr absl::string_view kRestartAfterJobs = "restart_after_jobs";
+constexpr absl::string_view kRestartCancelTimeout = "cancel_timeout";
+constexpr absl::string_view kRestartMemory = "memory";
+constexpr absl::string_view kRestartUserCodeTimeout = "user_code_timeout";
+
+// The RestartsByReason key for a Child that ended: its retirement's, or a crash when it died by
+// itself.
+std::string RestartLabel(const std::string& retire_label) {
+  return retire_label.empty() ? std::string(kRestartCrash) : retire_label;
 }
 constexpr absl::Duration kStopGrace = absl::Seconds(10);
 constexpr absl::Duration kUnaryDeadline = absl::Seconds(60);
@@ -357,7 +363,7 @@ void ExecutorSupervisor::MonitorLoop() {
       }
       child->exited = true;
       child->exit_description = how;
-      last_end_reason_ = RestartLabel(child->retire_reason);
+      last_end_reason_ = RestartLabel(child->retire_label);
       current_ = nullptr;
       if (options_.on_ready_changed) {
         mu_.Unlock();
@@ -367,6 +373,7 @@ void ExecutorSupervisor::MonitorLoop() {
       continue;
     }
     std::string retire;
+    std::string retire_label;
     bool kill_now = false;
     {
       absl::MutexLock lock(&mu_);
@@ -379,6 +386,7 @@ void ExecutorSupervisor::MonitorLoop() {
       if (shutting_down_) break;
       if (child->process_exited) continue;  // reaped on the next turn
       retire = child->retire_reason;
+      retire_label = child->retire_label;
       kill_now = child->kill;
       if (kill_now) child->kill_sent = true;
     }
@@ -388,7 +396,7 @@ void ExecutorSupervisor::MonitorLoop() {
       if (options_.on_ready_changed) options_.on_ready_changed(false);
       Stop(*child, retire);
       absl::MutexLock lock(&mu_);
-      last_end_reason_ = RestartLabel(retire);
+      last_end_reason_ = RestartLabel(retire_label);
       current_ = nullptr;
     }
   }
@@ -495,9 +503,11 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::W
             !current_->process_exited && !current_->exited);
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout) || shutting_down_) {
-    return absl::UnavailableError(
+    absl::Status none = absl::UnavailableError(
         absl::StrCat("no executor is running", shutting_down_ ? " (mpsd is stopping)" : "",
                      start_error_.empty() ? "" : ": ", start_error_));
+    if (shutting_down_) return api::WithCause(none, api::ErrorCause::EXECUTOR_STOPPING);
+    return none;
   }
   return current_;
 }
@@ -509,22 +519,26 @@ std::string ExecutorSupervisor::WaitForExit(Child& child, absl::Duration timeout
   return child.exited ? child.exit_description : "";
 }
 
-void ExecutorSupervisor::Retire(Child& child, const std::string& reason, bool kill) {
+void ExecutorSupervisor::Retire(Child& child, const RetireReason& reason, bool kill) {
   absl::MutexLock lock(&mu_);
-  if (child.retire_reason.empty()) child.retire_reason = reason;
+  if (child.retire_reason.empty()) {
+    child.retire_reason = reason.text;
+    child.retire_label = reason.label;
+  }
   child.kill = child.kill || kill;
 }
 
-std::string ExecutorSupervisor::RestartReason(Child& child,
-                                              const mpsd::v1::JobSummary* summary) {
+ExecutorSupervisor::RetireReason ExecutorSupervisor::RestartReason(
+    Child& child, const mpsd::v1::JobSummary* summary) {
   int64_t jobs_run = 0;
   {
     absl::MutexLock lock(&mu_);
     jobs_run = ++child.jobs_run;
   }
-  if (options_.per_job) return "isolation: per_job";
+  if (options_.per_job) return {std::string(kRestartPerJob), "isolation: per_job"};
   if (options_.restart_after_jobs > 0 && jobs_run >= options_.restart_after_jobs) {
-    return absl::StrCat("restart_after_jobs: ", jobs_run, " jobs run");
+    return {std::string(kRestartAfterJobs),
+            absl::StrCat("restart_after_jobs: ", jobs_run, " jobs run")};
   }
   if (options_.restart_above_baseline_bytes > 0 && summary != nullptr) {
     const std::string limit =
@@ -534,19 +548,21 @@ std::string ExecutorSupervisor::RestartReason(Child& child,
         std::max(m.allocated_after_bytes() - m.baseline_allocated_bytes(),
                  m.reserved_after_bytes() - m.baseline_reserved_bytes());
     if (above > options_.restart_above_baseline_bytes) {
-      return absl::StrCat("memory after cleanup ", FormatBytes(above), " above baseline", limit);
+      return {std::string(kRestartMemory),
+              absl::StrCat("memory after cleanup ", FormatBytes(above), " above baseline", limit)};
     }
     // On CPU the allocator keeps no statistics: the process's resident memory stands in.
     if (summary->device() == "cpu" && child.baseline_resident_bytes > 0) {
       const int64_t resident_above =
           api::ResidentSetBytes(child.pid) - child.baseline_resident_bytes;
       if (resident_above > options_.restart_above_baseline_bytes) {
-        return absl::StrCat("resident memory after cleanup ", FormatBytes(resident_above),
-                            " above baseline", limit);
+        return {std::string(kRestartMemory),
+                absl::StrCat("resident memory after cleanup ", FormatBytes(resident_above),
+                             " above baseline", limit)};
       }
     }
   }
-  return "";
+  return {};
 }
 
 absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec) const {
@@ -713,7 +729,7 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::C
   do {
     child = WaitForChild(absl::Milliseconds(100));
   } while (!child.ok() && !cancelled.cancelled() && absl::Now() < deadline &&
-           !absl::StrContains(child.status().message(), "mpsd is stopping"));
+           !api::HasCause(child.status(), api::ErrorCause::EXECUTOR_STOPPING));
   if (child.ok()) return child;
   if (cancelled.cancelled()) {
     return absl::CancelledError("cancelled while no executor was running");
@@ -755,7 +771,7 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
     }
     spdlog::warn("job {}: executor pid {}: {}; killing and replacing it", job.job_id, child.pid,
                  reason);
-    Retire(child, reason, /*kill=*/true);
+    Retire(child, {std::string(kRestartCancelTimeout), reason}, /*kill=*/true);
   };
   CancelWatchdog watchdog(cancelled, std::move(watch));
   // A job with user code that reports nothing for user_code_stall_timeout is hung in it.
@@ -769,7 +785,7 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
                          " (executor.user_code_stall_timeout_s)");
                      spdlog::warn("job {}: executor pid {}: {}; killing and replacing it",
                                   job.job_id, child.pid, stalled);
-                     Retire(child, stalled, /*kill=*/true);
+                     Retire(child, {std::string(kRestartUserCodeTimeout), stalled}, /*kill=*/true);
                    });
   RunOutcome outcome;
   executor_v1::RunUpdate update;
@@ -807,9 +823,10 @@ absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_i
                                           const RunOutcome& outcome,
                                           std::string& restart_reason) {
   if (outcome.result.has_value()) {
-    restart_reason =
+    RetireReason restart =
         RestartReason(child, outcome.summary ? &outcome.summary->summary() : nullptr);
-    if (!restart_reason.empty()) Retire(child, restart_reason, /*kill=*/false);
+    restart_reason = restart.text;
+    if (!restart.text.empty()) Retire(child, restart, /*kill=*/false);
     return *outcome.result;
   }
   // No result: the executor died, or the call broke and the executor must go.
@@ -817,7 +834,7 @@ absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_i
   if (how.empty()) {
     spdlog::warn("job {}: the Run call to executor pid {} ended without a result ({}); "
                  "killing it", job_id, child.pid, outcome.rpc.error_message());
-    Retire(child, "its Run call broke", /*kill=*/true);
+    Retire(child, {std::string(kRestartCrash), "its Run call broke"}, /*kill=*/true);
     how = WaitForExit(child, absl::Seconds(30));
   }
   if (!outcome.stalled.empty()) {
@@ -829,8 +846,9 @@ absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_i
   }
   if (outcome.killed_for_cancel) {
     restart_reason = CancelNotHonoured(outcome.cancel_grace);
-    return absl::CancelledError(absl::StrCat(restart_reason, "; executor pid ", child.pid,
-                                             " was killed and replaced"));
+    return api::WithCause(absl::CancelledError(absl::StrCat(restart_reason, "; executor pid ",
+                                                            child.pid, " was killed and replaced")),
+                          api::ErrorCause::CANCEL_NOT_HONOURED);
   }
   restart_reason = absl::StrCat("crashed: ", how);
   return api::WithFailureReason(
@@ -895,7 +913,7 @@ void ExecutorSupervisor::KillCurrent(const std::string& reason) {
     absl::MutexLock lock(&mu_);
     child = current_;
   }
-  if (child != nullptr) Retire(*child, reason, /*kill=*/true);
+  if (child != nullptr) Retire(*child, {std::string(kRestartCrash), reason}, /*kill=*/true);
 }
 
 absl::Status ExecutorSupervisor::RunHere(const mpsd::api::JobContext& job,

@@ -231,10 +231,16 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // Waits (up to `timeout`) until the monitor reaped `child`; returns how it ended, or "" if
   // it still runs.
   std::string WaitForExit(Child& child, absl::Duration timeout) const;
+  // Why an executor is replaced: `label` is RestartsByReason's key ("crash", "per_job",
+  // "restart_after_jobs", "cancel_timeout", "memory"), `text` what the log and the summary say.
+  struct RetireReason {
+    std::string label;
+    std::string text;
+  };
   // Asks for the executor to be replaced (killed at once with `kill`) once the monitor sees it.
-  void Retire(Child& child, const std::string& reason, bool kill);
-  // Why `child` must be replaced after a job that ended normally; "" if it may stay.
-  std::string RestartReason(Child& child, const mpsd::v1::JobSummary* summary);
+  void Retire(Child& child, const RetireReason& reason, bool kill);
+  // Why `child` must be replaced after a job that ended normally; an empty text if it may stay.
+  RetireReason RestartReason(Child& child, const mpsd::v1::JobSummary* summary);
 
   // Run's steps. The executor to run a job on, waiting while one starts (up to start_timeout;
   // a cancel ends the wait).

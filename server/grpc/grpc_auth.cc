@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "api/status.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -66,7 +67,7 @@ grpc::Status TokenAuthProcessor::Process(const InputMetadata& auth_metadata,
                std::string(status.message()),
                principal.ok() ? absl::StrCat("\"", principal->name, "\"") : std::string("-"),
                certificate.empty() ? "" : absl::StrCat(", client certificate \"", certificate, "\""));
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return api::ToGrpcStatus(status);
 }
 
 bool IsUnixSocketCall(const grpc::CallbackServerContext& context) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/error_cause.h"
 #include "api/job_id.h"
 #include "api/job_state.h"
 #include "api/memory.h"
@@ -31,7 +32,6 @@
 #include "server/core/artifacts.h"
 #include "server/grpc/grpc_auth.h"
 #include "server/core/job_query.h"
-#include "server/core/sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -39,14 +39,13 @@ namespace {
 
 using mpsd::v1::JobEvent;
 
-// api::ToGrpcStatus, except that an UNAVAILABLE message that does not start with "mpsd" gets
-// "mpsd: " in front: gRPC's clients report a connection they could not make as UNAVAILABLE too,
-// and the daemon's own always names mpsd first so that a client can tell the two apart (the
-// proto's JobService comment).
+// api::ToGrpcStatus (the ErrorInfo that says mpsd answered), with "mpsd: " before an
+// UNAVAILABLE message: gRPC's clients report a connection they could not make as UNAVAILABLE
+// too, and a person reading the daemon's own should see who said it (the proto's JobService
+// comment).
 grpc::Status ToClientStatus(const absl::Status& status) {
-  if (status.code() == absl::StatusCode::kUnavailable &&
-      !absl::StartsWith(status.message(), "mpsd")) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("mpsd: ", status.message()));
+  if (status.code() == absl::StatusCode::kUnavailable) {
+    return api::ToGrpcStatus(absl::Status(status.code(), absl::StrCat("mpsd: ", status.message())));
   }
   return api::ToGrpcStatus(status);
 }
@@ -167,10 +166,10 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
         return;
       }
       if (closed) {
-        FinishOnce(grpc::Status(
-            grpc::StatusCode::UNAVAILABLE,
+        // Names mpsd itself, so not through ToClientStatus's "mpsd: ".
+        FinishOnce(api::ToGrpcStatus(absl::UnavailableError(
             absl::StrCat("mpsd is shutting down before job ", job_id_,
-                         " finished; resume with after_seq=", last_seq_)));
+                         " finished; resume with after_seq=", last_seq_))));
         return;
       }
       watch_id_ = log_->Watch(job_id_, last_seq_, [this] { OnCommitted(); });
@@ -273,8 +272,8 @@ class ArtifactReactor final : public grpc::ServerWriteReactor<mpsd::v1::Artifact
     std::string data(static_cast<size_t>(std::max<int64_t>(length, 0)), '\0');
     file_.read(data.data(), static_cast<std::streamsize>(data.size()));
     if (file_.gcount() != static_cast<std::streamsize>(data.size())) {
-      Finish(grpc::Status(grpc::StatusCode::ABORTED,
-                          "the artifact changed while it was read; download it again"));
+      Finish(ToClientStatus(
+          absl::AbortedError("the artifact changed while it was read; download it again")));
       return;
     }
     chunk_.set_offset(offset_);
@@ -349,16 +348,7 @@ absl::Status JobService::MayRead(const Principal& principal,
     return absl::PermissionDeniedError("no data_roots on this listener");
   }
   if (absl::Status s = options_.data_roots->Check(request); !s.ok()) return s;
-  if (absl::Status s = CanResumeFrom(principal, request); !s.ok()) return s;
-  if (!request.has_sweep()) return absl::OkStatus();
-  // A sweep may set paths per trial (dataset.root, resume_from): each trial is checked.
-  absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(request);
-  if (!trials.ok()) return trials.status();
-  for (const SweepTrialRequest& trial : *trials) {
-    if (absl::Status s = options_.data_roots->Check(trial.request); !s.ok()) return s;
-    if (absl::Status s = CanResumeFrom(principal, trial.request); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return CanResumeFrom(principal, request);
 }
 
 JobService::JobService(Scheduler* scheduler, const Options& options)
@@ -369,16 +359,21 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
                                                 mpsd::v1::Job* response) {
   absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
   if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  Scheduler::SubmitCheck may_read;
   if (!IsUnixSocketCall(*context)) {
-    absl::Status allowed = MayRead(*principal, *request);
-    if (!allowed.ok()) {
-      spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
-                   principal->name, std::string(allowed.message()));
-      return Answer<mpsd::v1::Job>(context, allowed, response);
-    }
+    // The request and each trial of a sweep, as the scheduler expands it (once).
+    // By value: a submit with user code runs it on a thread of its own (below).
+    may_read = [this, context, principal = *principal](const mpsd::v1::SubmitJobRequest& each) {
+      absl::Status allowed = MayRead(principal, each);
+      if (!allowed.ok()) {
+        spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
+                     principal.name, std::string(allowed.message()));
+      }
+      return allowed;
+    };
   }
   if (!api::UserCodeOf(*request).has_value()) {
-    return Answer(context, scheduler_->Submit(*request, principal->name), response);
+    return Answer(context, scheduler_->Submit(*request, principal->name, may_read), response);
   }
   // Validation runs the submitter's code in a process of its own, for seconds: answered from a
   // thread, so that gRPC's callback threads keep serving every other call meanwhile.
@@ -395,8 +390,8 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
     ++user_code_submits_;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([this, reactor, request, response, submitter = principal->name] {
-    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter);
+  std::thread([this, reactor, request, response, submitter = principal->name, may_read] {
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter, may_read);
     if (job.ok()) *response = *std::move(job);
     reactor->Finish(ToClientStatus(job.status()));
     absl::MutexLock lock(&mu_);
@@ -454,15 +449,14 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
   if (!job.ok()) return new FinishedStreamReactor<>(ToClientStatus(job.status()));
   if (request->after_seq() < 0) {
-    return new FinishedStreamReactor<>(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "after_seq: must be >= 0"));
+    return new FinishedStreamReactor<>(ToClientStatus(api::WithInvalidField(
+        absl::InvalidArgumentError("after_seq: must be >= 0"), "after_seq")));
   }
   // A seq the job has not reached would be waited for forever.
   if (request->after_seq() > job->last_seq()) {
-    return new FinishedStreamReactor<>(grpc::Status(
-        grpc::StatusCode::OUT_OF_RANGE,
+    return new FinishedStreamReactor<>(ToClientStatus(absl::OutOfRangeError(
         absl::StrCat("after_seq: ", request->after_seq(), " is beyond job ", request->job_id(),
-                     "'s last event (seq ", job->last_seq(), ")")));
+                     "'s last event (seq ", job->last_seq(), ")"))));
   }
   // A finished job with nothing after after_seq has nothing more to say.
   if (api::IsTerminal(job->state()) && request->after_seq() >= job->last_seq()) {
@@ -527,14 +521,14 @@ grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* JobService::GetArtifact(
   const auto size = static_cast<int64_t>(std::filesystem::file_size(*path, error));
   absl::StatusOr<std::string> sha256 = api::Sha256OfFile(*path);
   if (!file || error || !sha256.ok()) {
-    return new Failed(grpc::Status(grpc::StatusCode::INTERNAL,
-                                   absl::StrCat("cannot read artifact ", request->name())));
+    return new Failed(
+        ToClientStatus(absl::InternalError(absl::StrCat("cannot read artifact ", request->name()))));
   }
   if (request->offset() < 0 || request->offset() > size) {
-    return new Failed(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("offset: ", request->offset(), " is outside ", request->name(), " (",
-                     size, " bytes)")));
+    return new Failed(ToClientStatus(api::WithInvalidField(
+        absl::InvalidArgumentError(absl::StrCat("offset: ", request->offset(), " is outside ",
+                                                request->name(), " (", size, " bytes)")),
+        "offset")));
   }
   return new ArtifactReactor(std::move(file), request->offset(), size, *std::move(sha256));
 }

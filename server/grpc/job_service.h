@@ -113,8 +113,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   // from another submitter's job (its id, or a path into its artifacts directory).
   absl::Status CanResumeFrom(const Principal& principal,
                              const mpsd::v1::SubmitJobRequest& request) const;
-  // For a call over TCP: every path the job (each sweep trial) names lies under data_roots,
-  // and CanResumeFrom. PERMISSION_DENIED naming the field; a sweep's expansion errors.
+  // For a call over TCP: every path the request names lies under data_roots, and CanResumeFrom.
+  // PERMISSION_DENIED naming the field. Asked by Scheduler::Submit about the request and about
+  // each trial of a sweep.
   absl::Status MayRead(const Principal& principal,
                        const mpsd::v1::SubmitJobRequest& request) const;
   // Constant after construction.

@@ -32,7 +32,7 @@ TEST(Sha256OfFileTest, MatchesTheStandardsVectors) {
 
 TEST(Sha256OfFileTest, AMissingFileOrADirectoryIsInternalNamingIt) {
   mpsd::testing::TempDir dir;
-  for (const std::string path : {(dir.path() / "nope").string(), dir.path().string()}) {
+  for (const std::string& path : {(dir.path() / "nope").string(), dir.path().string()}) {
     absl::StatusOr<std::string> sha = Sha256OfFile(path);
     EXPECT_EQ(sha.status().code(), absl::StatusCode::kInternal) << path;
     EXPECT_THAT(sha.status().message(), HasSubstr("cannot read " + path)) << path;

@@ -72,7 +72,8 @@ std::string TinyJobYaml() { return TrainJobYaml(320, 64, 1); }
 // 250 steps in 50 short epochs (a minute): step events arrive after the first epoch (about a
 // second), and the job stays RUNNING for as long as any test needs it.
 std::string LongJobYaml() { return TrainJobYaml(320, 64, 50); }
-// The README's smoke test: 2,000 examples at batch 64 make 32 steps (the last batch has 16).
+// The smoke test of examples/fashion-mnist-small.yaml: 2,000 examples at batch 64 make 32 steps
+// (the last batch has 16).
 std::string SmallJobFile() { return SourcePath("examples/fashion-mnist-small.yaml"); }
 
 std::vector<std::string> Lines(const std::string& text) {

@@ -103,7 +103,7 @@ RunResult RunJob(Executor& executor, const std::string& job_id,
   return result;
 }
 
-// A zoo model as the finished-model archive of a job holds it (README: how to load it).
+// A zoo model as the finished-model archive of a job holds it (docs/job-files.md: how to load it).
 std::shared_ptr<ClassifierImpl> LoadFinishedConvnet(const std::string& path) {
   ModelConfig config;
   config.input_shape = {1, 28, 28};

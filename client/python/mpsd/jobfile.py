@@ -6,6 +6,7 @@ Thread-safety: the functions keep no state; call them from any thread.
 """
 
 import base64
+import math
 import os
 import re
 import stat
@@ -30,6 +31,7 @@ _NULL_WORDS = ("", "~", "null", "Null", "NULL")
 _TRUE_WORDS = ("true", "yes", "on")
 _FALSE_WORDS = ("false", "no", "off")
 _INT_RE = re.compile(r"^[-+]?[0-9][0-9_]*$")
+_FLOAT_MAX = 3.4028234663852886e38  # the largest finite float32, as C++'s numeric_limits
 
 
 def _describe(value):
@@ -55,10 +57,10 @@ def _parse_float(text):
         return float("-inf") if lower.startswith("-") else float("inf")
     if lower == ".nan":
         return float("nan")
-    if not re.match(r"^[-+]?(\.[0-9]|[0-9])", text):
-        return None  # Python's float() would also take "inf", "nan", " 1"
+    if not re.match(r"^[-+]?(\.[0-9]|[0-9])", text) or text != text.strip():
+        return None  # Python's float() would also take "inf", "nan", " 1", "1 "
     try:
-        return float(text)
+        return float(text.replace("_", ""))  # `_` separators anywhere, as client/job_file.cc
     except ValueError:
         return None
 
@@ -87,6 +89,8 @@ def _scalar(field, value, path):
         f = _parse_float(value)
         if f is None:
             raise JobFileError('%s: expected a number, got "%s"' % (path, value))
+        if t == F.CPPTYPE_FLOAT and not math.isinf(f) and abs(f) > _FLOAT_MAX:
+            raise JobFileError("%s: %s is out of range for float" % (path, value))
         return f
     if t == F.CPPTYPE_BOOL:
         if value.lower() in _TRUE_WORDS:

@@ -168,7 +168,7 @@ TEST_F(AuthTest, BadBearersAreUnauthenticatedWithoutEchoingThem) {
   ASSERT_TRUE(AddToken(path_, "ci", Role::kSubmitter).ok());
   absl::StatusOr<std::unique_ptr<TokenStore>> store = TokenStore::Open(path_);
   ASSERT_TRUE(store.ok()) << store.status();
-  for (const std::string bearer :
+  for (const std::string& bearer :
        {std::string(""), std::string("Bearer "), std::string("Bearer mpsd_0000secret0000"),
         std::string("Basic c2VjcmV0c2VjcmV0"), std::string("mpsd_secret_guess")}) {
     absl::StatusOr<Principal> principal = (*store)->Authenticate(bearer);

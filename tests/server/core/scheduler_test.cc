@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/error_cause.h"
 #include "api/failure_reason.h"
 #include "api/job_state.h"
 #include "gmock/gmock.h"
@@ -245,6 +246,27 @@ TEST_F(SchedulerTest, FailureReasonComesWithTheError) {
   EXPECT_EQ(crash_end.failure_reason(), Job::EXECUTOR_CRASHED);
   EXPECT_EQ(crash_end.message(), "executor crashed");
   EXPECT_EQ(WaitForEnd(*scheduler, other.id()).failure_reason(), Job::INTERNAL);
+}
+
+// The executor's "cancel not honoured" is read from the status's cause (api/error_cause.h),
+// never from its words: reworded, it is still reported; the words alone, without the cause,
+// are not.
+TEST_F(SchedulerTest, ACancelNotHonouredIsReadFromItsCauseNotItsWords) {
+  executor_.QueueScript(FakeExecutor::EndsWith(api::WithCause(
+      absl::CancelledError("executor killed after 3 s (words of any kind)"),
+      api::ErrorCause::CANCEL_NOT_HONOURED)));
+  executor_.QueueScript(
+      FakeExecutor::EndsWith(absl::CancelledError("cancel not honoured within 1 s")));
+  auto scheduler = Start();
+  const Job with_cause = Submit(*scheduler, TrainRequest());
+  const Job words_only = Submit(*scheduler, TrainRequest());
+  const Job with_cause_end = WaitForEnd(*scheduler, with_cause.id());
+  EXPECT_EQ(with_cause_end.state(), Job::CANCELLED);
+  EXPECT_EQ(with_cause_end.message(),
+            "cancelled by request; executor killed after 3 s (words of any kind)");
+  const Job words_only_end = WaitForEnd(*scheduler, words_only.id());
+  EXPECT_EQ(words_only_end.state(), Job::CANCELLED);
+  EXPECT_EQ(words_only_end.message(), "cancelled by request");
 }
 
 TEST_F(SchedulerTest, ShutdownInterruptsTheRunningJobAndKeepsTheQueue) {

@@ -126,6 +126,22 @@ TEST(SweepTest, GridTimesRandomDrawsTrialsPerGridPoint) {
   EXPECT_EQ((*trials)[3].request.train_job().epochs(), 2);
 }
 
+// A random range beyond the integer field's: the drawn value is refused as out of range, as
+// drawn, never wrapped around to a number the user never wrote (llround overflowed here).
+TEST(SweepTest, AnIntegerRangeBeyondTheFieldIsRefusedAsDrawn) {
+  SubmitJobRequest request = Base();
+  mpsd::v1::RandomSearch* random = request.mutable_sweep()->mutable_random();
+  random->set_trials(2);
+  random->set_seed(7);
+  SweepParameter* batch = random->add_parameters();
+  batch->set_path("batch_size");
+  batch->add_uniform(1e29);
+  batch->add_uniform(1e30);
+  const std::string message = Message(ExpandSweep(request));
+  EXPECT_THAT(message, HasSubstr("is out of range for int32"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("-9223372036854775808")));
+}
+
 TEST(SweepTest, ErrorsNameTheField) {
   SubmitJobRequest request = Base();
   Grid(request, "optimizer.lr", {"0.1"});

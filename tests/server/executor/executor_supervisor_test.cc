@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "api/error_cause.h"
 #include "api/failure_reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -220,9 +221,11 @@ TEST_F(ExecutorSupervisorTest, CancelIgnoredBeyondTheGracePeriodKillsTheExecutor
       Run(*supervisor, WithFault(SyntheticJob(), "hang", 3), [](const JobEvent& event, auto& c) {
         if (event.has_step() && event.step().step() == 2) c.Cancel();
       });
-  EXPECT_EQ(run.status, absl::CancelledError(absl::StrCat(
-                            "cancel not honoured within 0.5 s; executor pid ", pid,
-                            " was killed and replaced")));
+  // The words for people, the cause for the scheduler (api/error_cause.h).
+  EXPECT_EQ(run.status, api::WithCause(absl::CancelledError(absl::StrCat(
+                                           "cancel not honoured within 0.5 s; executor pid ",
+                                           pid, " was killed and replaced")),
+                                       api::ErrorCause::CANCEL_NOT_HONOURED));
   EXPECT_EQ(run.events.back().summary().executor_restart_reason(),
             "cancel not honoured within 0.5 s");
   EXPECT_NE(supervisor->GetDevice().executor_pid(), pid);
