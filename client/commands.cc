@@ -695,8 +695,15 @@ int Commands::Logs(const std::string& job_id, bool follow, int64_t after_seq) {
   if (!status.ok()) return RpcFailed(status);
   const int total_epochs = TotalEpochs(job.spec());
   if (follow) return Stream(job_id, total_epochs, after_seq, /*stop_seq=*/0);
+  // A seq the job has not reached: an error, as with --follow (the daemon's OUT_OF_RANGE),
+  // rather than an empty answer that looks like "nothing new".
+  if (after_seq > job.last_seq()) {
+    err_ << "mpsctl: --after " << after_seq << " is beyond job " << job_id
+         << "'s last event (seq " << job.last_seq() << ")\n";
+    return kExitFailed;
+  }
   // StreamEvents always follows to the job's end; stop where the stored events ended instead.
-  if (job.last_seq() <= after_seq) return kExitOk;
+  if (job.last_seq() == after_seq) return kExitOk;
   return Stream(job_id, total_epochs, after_seq, job.last_seq());
 }
 
@@ -1033,6 +1040,9 @@ grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq,
   v1::StreamEventsRequest request;
   request.set_job_id(job_id);
   request.set_after_seq(after_seq);
+  // Not following (`logs` without --follow): what is stored, without waiting for events the
+  // job reported but the daemon has not stored yet (a full disk).
+  request.set_stored_only(stop_seq > 0);
   // The watchdog cancels the call when nothing (not even a heartbeat) arrived for `silence`:
   // a connection that died without a reset would otherwise block Read forever.
   absl::Mutex mu;
@@ -1097,6 +1107,18 @@ int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_
     if (received) {
       connected = true;
       last_progress = absl::Now();
+    }
+    // stored_only (not following): the daemon sent what it has stored. Events it has not
+    // stored yet come within milliseconds, unless its disk is full: a short wait, then what
+    // is there is the answer.
+    if (!stopped && stop_seq > 0 && status.ok() && !went_silent) {
+      if (absl::Now() - last_progress < absl::Seconds(2)) {
+        absl::SleepFor(absl::Milliseconds(100));
+        continue;
+      }
+      stopped = true;
+      err_ << "mpsctl: job " << job_id << "'s events after seq "
+           << std::max(after_seq, printer.last_seq()) << " are not stored yet\n";
     }
     if (stopped || (status.ok() && !went_silent)) break;
     // Reconnect only to a daemon that answered once: a first call that cannot connect is

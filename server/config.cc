@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -61,9 +62,16 @@ absl::Status CheckRange(absl::string_view where, absl::string_view key, T value,
 absl::Status ReadMapping(const YAML::Node& node, const std::string& where,
                          const std::map<std::string, FieldReader>& fields) {
   if (!node.IsMap()) return absl::InvalidArgumentError(absl::StrCat(where, ": expected a mapping"));
+  std::set<std::string> seen;
   for (const auto& entry : node) {
     const std::string key = entry.first.Scalar();
     const std::string field_where = absl::StrCat(where, ".", key);
+    // yaml-cpp keeps both entries of a repeated key; silently taking one would hide a mistake.
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field_where, ": duplicate key (line ", entry.first.Mark().line + 1,
+          "); each key may appear once"));
+    }
     auto field = fields.find(key);
     if (field == fields.end()) {
       std::vector<std::string> known;
@@ -135,6 +143,14 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
        [&](auto& n, auto& w) { return ReadScalar(n, w, "a number", config.memory_fraction); }},
       {"mps_fallback",
        [&](auto& n, auto& w) { return ReadScalar(n, w, "true or false", config.mps_fallback); }},
+      {"user_code_timeout_s",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of seconds", config.user_code_timeout_s);
+       }},
+      {"user_code_stall_timeout_s",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of seconds", config.user_code_stall_timeout_s);
+       }},
   };
   if (absl::Status s = ReadMapping(node, where, fields); !s.ok()) return s;
   auto bad = [&where](absl::string_view key, absl::string_view problem) {
@@ -153,7 +169,11 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
         CheckRange<double>(prefix, "cancel_grace_s", config.cancel_grace_s, 0, kMaxSeconds,
                            "seconds"),
         CheckRange<int64_t>(prefix, "memory_limit_bytes", config.memory_limit_bytes, 0, kMaxBytes,
-                            "0 = none")}) {
+                            "0 = none"),
+        CheckRange<double>(prefix, "user_code_timeout_s", config.user_code_timeout_s, 1,
+                           kMaxSeconds, "seconds"),
+        CheckRange<double>(prefix, "user_code_stall_timeout_s",
+                           config.user_code_stall_timeout_s, 1, kMaxSeconds, "seconds")}) {
     if (!s.ok()) return s;
   }
   if (!(config.memory_fraction >= 0 && config.memory_fraction <= 2)) {
@@ -215,7 +235,15 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
           {"http_listen",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "HOST:PORT", config.http_listen); }},
           {"state_dir",
-           [&](auto& n, auto& w) { return ReadScalar(n, w, "a string", config.state_dir); }},
+           [&](auto& n, auto& w) {
+             if (absl::Status s = ReadScalar(n, w, "a directory", config.state_dir); !s.ok()) {
+               return s;
+             }
+             if (!config.state_dir.empty()) return absl::OkStatus();
+             return absl::InvalidArgumentError(
+                 absl::StrCat(w, ": empty; name a directory, or leave the key out for the "
+                                 "default"));
+           }},
           {"max_queued",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", config.max_queued); }},
           {"cpu_threads",
@@ -243,9 +271,15 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
           {"executor",
            [&](auto& n, auto& w) { return ReadExecutorConfig(n, w, config.executor); }},
       };
+  std::set<std::string> seen;
   for (const auto& entry : root) {
     const std::string key = entry.first.Scalar();
     const std::string where = absl::StrCat(path, ": ", key);
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": duplicate key (line ", entry.first.Mark().line + 1,
+          "); each key may appear once"));
+    }
     auto field = fields.find(key);
     if (field == fields.end()) {
       std::vector<std::string> known;
@@ -317,6 +351,9 @@ std::string FormatConfig(const Config& config) {
       {"executor.memory_limit_bytes", absl::StrCat(executor.memory_limit_bytes)},
       {"executor.memory_fraction", api::ShortestDecimal(executor.memory_fraction)},
       {"executor.mps_fallback", executor.mps_fallback ? "true" : "false"},
+      {"executor.user_code_timeout_s", api::ShortestDecimal(executor.user_code_timeout_s)},
+      {"executor.user_code_stall_timeout_s",
+       api::ShortestDecimal(executor.user_code_stall_timeout_s)},
   };
   std::string out;
   for (const auto& [key, value] : lines) absl::StrAppend(&out, key, ": ", value, "\n");

@@ -39,6 +39,14 @@ struct ExecutorConfig {
   // operator the MPS backend lacks runs on the CPU (slower, and reported in the job's log)
   // instead of failing the job.
   bool mps_fallback = false;
+  // The submit-time check of a job with user code (a TorchScript model: its forward runs on
+  // one example) runs in an mpsd-executor of its own, killed if it has not answered within
+  // this, its start included; the submit then fails naming the field. Seconds, in [1, 86400].
+  double user_code_timeout_s = 30.0;
+  // A running job with user code that reports nothing (no step, epoch or log event) for this
+  // long has its executor killed and replaced and FAILS with USER_CODE_TIMEOUT. Seconds, in
+  // [1, 86400]; steps are reported in groups (steps_per_readback), so a group must fit in it.
+  double user_code_stall_timeout_s = 600.0;
 };
 
 struct Config {

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
                  "HOST:PORT for HTTP(S): the dashboard, /metrics (Prometheus), /healthz; a bearer "
                  "token on every request but /healthz; TLS (the --tls-cert/--tls-key files) off "
                  "loopback (default: none)");
-  app.add_option("--state-dir", state_dir,
+  CLI::Option* state_dir_option = app.add_option("--state-dir", state_dir,
                  "directory for the job database (default: " + mpsd::server::DefaultStateDir() +
                      ")");
   app.add_option("--tls-cert", tls.cert, "PEM certificate (and chain) for the TCP listeners");
@@ -142,6 +142,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  }
+
+  // `--state-dir ''` (an unset shell variable) silently meant the default state dir: another
+  // daemon's jobs, or a fresh database where the user expected theirs.
+  if (state_dir_option->count() > 0 && state_dir.empty()) {
+    std::fprintf(stderr, "mpsd: --state-dir: empty; name a directory, or leave the flag out for "
+                         "the default (%s)\n", mpsd::server::DefaultStateDir().c_str());
+    return 2;
   }
 
   if (!check_config.empty()) {

@@ -232,6 +232,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
       !status.ok()) {
     return WithRecoveryHint(status, config.state_dir);
   }
+  for (const std::string& path : RemoveArtifactTemporaries(artifacts_dir)) {
+    spdlog::warn("removed {}: the temporary of an artifact write that never finished", path);
+  }
   // The executor is a child process (mpsd-executor) that owns the device.
   ExecutorSupervisor::Options executor_options;
   executor_options.executor_path =
@@ -248,6 +251,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   executor_options.memory_limit_bytes = config.executor.memory_limit_bytes;
   executor_options.memory_fraction = config.executor.memory_fraction;
   executor_options.mps_fallback = config.executor.mps_fallback;
+  executor_options.user_code_timeout = absl::Seconds(config.executor.user_code_timeout_s);
+  executor_options.user_code_stall_timeout =
+      absl::Seconds(config.executor.user_code_stall_timeout_s);
   executor_options.log_level = config.log_level;
   Server* self = server.get();
   executor_options.on_ready_changed = [self](bool ready) { self->SetExecutorReady(ready); };

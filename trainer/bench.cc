@@ -40,6 +40,12 @@ constexpr int kDefaultIters = 20;
 // min_time_ms beyond an hour per row is a typo, not a benchmark.
 constexpr double kMaxMinTimeMs = 3600.0 * 1000.0;
 constexpr int kMaxCpuThreads = 4096;
+// Iterations per row: a million timed steps of the smallest model take minutes; more is a typo.
+constexpr int kMaxIters = 1'000'000;
+constexpr int kMaxWarmupIters = 100'000;
+// Rows of one job (models × batch sizes × devices × modes × precisions × memory formats): each
+// is a stored event and a line of the summary, which every answer about the job carries.
+constexpr int64_t kMaxRows = 1'000;
 // SGD's learning rate in train_step rows; the value does not change the time of a step.
 constexpr double kLearningRate = 0.01;
 
@@ -223,13 +229,14 @@ absl::Status ResolveKinds(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
 
 absl::Status ResolveCounts(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
   if (job.has_warmup_iters()) {
-    if (absl::Status s = Fields().AtLeast("warmup_iters", job.warmup_iters(), 0); !s.ok()) {
+    if (absl::Status s = Fields().InRange("warmup_iters", job.warmup_iters(), 0, kMaxWarmupIters);
+        !s.ok()) {
       return s;
     }
     plan.warmup_iters = job.warmup_iters();
   }
   if (job.has_iters()) {
-    if (absl::Status s = Fields().AtLeast("iters", job.iters(), 1); !s.ok()) return s;
+    if (absl::Status s = Fields().InRange("iters", job.iters(), 1, kMaxIters); !s.ok()) return s;
     plan.iters = job.iters();
   }
   if (!(job.min_time_ms() >= 0 && job.min_time_ms() <= kMaxMinTimeMs)) {
@@ -286,6 +293,17 @@ absl::StatusOr<BenchPlan> ResolveBenchJob(const mpsd::v1::BenchJob& job,
         ResolveDevices(job, inventory, plan), ResolveKinds(job, plan), ResolveCounts(job, plan),
         ResolveFaultInjection(job, allow_fault_injection, plan)}) {
     if (!s.ok()) return s;
+  }
+  const int64_t rows = static_cast<int64_t>(plan.models.size()) *
+                       static_cast<int64_t>(plan.batch_sizes.size()) *
+                       static_cast<int64_t>(plan.devices.size()) *
+                       static_cast<int64_t>(plan.modes.size()) *
+                       static_cast<int64_t>(plan.precisions.size()) *
+                       static_cast<int64_t>(plan.memory_formats.size());
+  if (rows > kMaxRows) {
+    return FieldError("batch_sizes", absl::StrFormat(
+        "the job would measure %d rows (models × batch_sizes × devices × modes × precisions × "
+        "memory_formats); at most %d", rows, kMaxRows));
   }
   return plan;
 }

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "api/job_id.h"
+#include "trainer/artifact_file.h"
 #include "trainer/zip_index.h"
 
 namespace mpsd::trainer {
@@ -141,20 +142,6 @@ void SetGeneratorState(at::Generator generator, const torch::Tensor& state) {
 
 // ---- Files ------------------------------------------------------------------------------------
 
-// Flushes a finished file to the disk, so that the rename that publishes it never publishes a
-// file whose blocks are still only in memory.
-absl::Status SyncFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat(path, ": open: ", std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int saved_errno = errno;
-  ::close(fd);
-  if (rc != 0) {
-    return absl::InternalError(absl::StrCat(path, ": fsync: ", std::strerror(saved_errno)));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Rename(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
     return absl::InternalError(
@@ -194,18 +181,23 @@ std::string SerializeState(torch::nn::Module& model, torch::optim::Optimizer& op
   return bytes;
 }
 
-// Writes `path` as the finished archive via a temporary next to it.
+// Writes `path` as the finished archive: the zip is built in memory (LibTorch's writer aborts
+// the process on a short write to a file), then written checked against the free space, via a
+// temporary next to it (trainer/artifact_file.h).
 absl::Status WriteArchive(const std::string& path, const std::string& info,
                           const std::string& state) {
-  const std::string temporary = path + ".tmp";
+  std::string archive;
+  archive.reserve(info.size() + state.size() + 4096);
   {
-    caffe2::serialize::PyTorchStreamWriter writer(temporary);
+    caffe2::serialize::PyTorchStreamWriter writer([&archive](const void* data, size_t size) {
+      archive.append(static_cast<const char*>(data), size);
+      return size;
+    });
     writer.writeRecord(kInfoRecord, info.data(), info.size());
     writer.writeRecord(kStateRecord, state.data(), state.size());
     writer.writeEndOfFile();
   }
-  if (absl::Status s = SyncFile(temporary); !s.ok()) return s;
-  return Rename(temporary, path);
+  return WriteArtifactFile(path, archive);
 }
 
 // Points checkpoint-latest.pt at `path` (a hard link, replaced by rename) and removes the

@@ -1,7 +1,8 @@
 // mpsd-executor: the process that owns the device. Started and supervised by mpsd
 // (server/executor/executor_supervisor.h), never by hand: parses flags, limits its own memory, starts
 // LibTorch, measures the memory baseline, serves proto/mpsd/v1/executor.proto on a private unix
-// socket, and exits on Shutdown or when its parent dies.
+// socket, and exits on Shutdown or when its parent dies. With --validate-request it instead
+// validates one job (one that runs user code) and exits.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +29,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "api/status.h"
+#include "mpsd/v1/executor.pb.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "trainer/device_memory.h"
@@ -58,15 +62,46 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// The one-shot mode (--validate-request): validates the SubmitJobRequest in `request_path`
+// (binary protobuf) and writes executor.proto's Status of it to `result_path`, then exits. The
+// daemon runs it for a job with user code, whose check may never return: it kills this process
+// at its deadline, and no warm executor or queued job is touched (server/executor_supervisor.h).
+int ValidateOnce(const mpsd::api::Executor::Options& options, const std::string& request_path,
+                 const std::string& result_path) {
+  mpsd::v1::executor::ValidateRequest request;
+  {
+    std::ifstream in(request_path, std::ios::binary);
+    if (!in || !request.ParseFromIstream(&in)) return Fail("cannot read " + request_path);
+  }
+  absl::StatusOr<std::unique_ptr<mpsd::api::Executor>> executor =
+      mpsd::trainer::CreateTorchExecutor(options);
+  if (!executor.ok()) return Fail(std::string(executor.status().message()));
+  const mpsd::v1::executor::Status result =
+      mpsd::api::ToExecutorStatus((*executor)->Validate(request.spec()));
+  {
+    std::ofstream out(result_path, std::ios::binary | std::ios::trunc);
+    if (!out || !result.SerializeToOstream(&out) || !out.flush()) {
+      return Fail("cannot write " + result_path);
+    }
+  }
+  std::fflush(nullptr);
+  _exit(0);  // LibTorch's and gRPC's static destructors are not needed for this
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"mpsd-executor: owns the device for mpsd (started by mpsd, not by hand)"};
   std::string socket_path, artifacts_dir, log_level = "info";
+  std::string validate_request, validate_result;
   int parent_pid = 0;
   int64_t memory_limit_bytes = 0;
   mpsd::api::Executor::Options options;
-  app.add_option("--socket", socket_path, "unix socket path to serve on")->required();
+  app.add_option("--socket", socket_path, "unix socket path to serve on");
+  app.add_option("--validate-request", validate_request,
+                 "validate the job in this file (a binary ValidateRequest) and exit");
+  app.add_option("--validate-result", validate_result,
+                 "where --validate-request writes its result (a binary executor Status)");
   app.add_option("--parent-pid", parent_pid, "exit when this process is no longer the parent");
   app.add_option("--cpu-threads", options.cpu_threads,
                  "intra-op threads; 0 = one per CPU this process may use");
@@ -82,6 +117,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   DieWithParent(static_cast<pid_t>(parent_pid));
+  // A file size limit (RLIMIT_FSIZE) then fails a write with EFBIG, which the job reports as a
+  // full disk (trainer/artifact_file.h), instead of killing the process.
+  signal(SIGXFSZ, SIG_IGN);
   spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd-executor"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   if (memory_limit_bytes > 0) {
@@ -91,6 +129,11 @@ int main(int argc, char** argv) {
                        static_cast<rlim_t>(memory_limit_bytes)};
     if (setrlimit(RLIMIT_AS, &limit) != 0) return Fail("cannot set RLIMIT_AS");
   }
+  if (!validate_request.empty()) {
+    if (validate_result.empty()) return Fail("--validate-request needs --validate-result");
+    return ValidateOnce(options, validate_request, validate_result);
+  }
+  if (socket_path.empty()) return Fail("--socket is required");
 
   absl::StatusOr<std::unique_ptr<mpsd::api::Executor>> executor =
       mpsd::trainer::CreateTorchExecutor(options);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/failure_reason.h"
+#include "trainer/artifact_file.h"
 #include "trainer/checkpoint.h"
 #include "trainer/device.h"
 #include "trainer/distributed.h"
@@ -314,7 +316,9 @@ absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierI
   std::filesystem::create_directories(job.job_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(job.job_dir, ": cannot create: ", ec.message()));
   const std::string path = (std::filesystem::path(job.job_dir) / file_name).string();
-  const std::string temporary = path + ".tmp";
+  // Serialised in memory first, so that its size is known before the disk is touched and a full
+  // disk fails the job clearly (trainer/artifact_file.h) instead of inside LibTorch's writer.
+  std::ostringstream bytes;
   // The config says which kind of model the job built, so no cast recovers it.
   const bool torchscript = job.model == nullptr;
   if (torchscript) {
@@ -324,7 +328,7 @@ absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierI
       if (!json.ok()) return json.status();
       extra["class_names.json"] = *std::move(json);
     }
-    static_cast<TorchScriptClassifierImpl&>(model).script().save(temporary, extra);
+    static_cast<TorchScriptClassifierImpl&>(model).script().save(bytes, extra);
   } else {
     torch::serialize::OutputArchive archive;
     model.save(archive);
@@ -333,10 +337,9 @@ absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierI
       for (const std::string& name : class_names) names.push_back(name);
       archive.write("class_names", c10::IValue(names));
     }
-    archive.save_to(temporary);
+    archive.save_to(bytes);
   }
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", temporary, ": ", ec.message()));
+  if (absl::Status s = WriteArtifactFile(path, bytes.str()); !s.ok()) return s;
   return path;
 }
 

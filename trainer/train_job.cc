@@ -126,6 +126,9 @@ absl::Status ResolveBatching(const mpsd::v1::TrainJob& spec, TrainJobConfig& con
   absl::StatusOr<int> epochs =
       fields.PositiveOr("epochs", spec.has_epochs(), spec.epochs(), kDefaultEpochs);
   if (!epochs.ok()) return epochs.status();
+  // Each epoch is stored events and a row of every epoch table; beyond this it is a typo.
+  constexpr int kMaxEpochs = 100'000;
+  if (absl::Status s = fields.InRange("epochs", *epochs, 1, kMaxEpochs); !s.ok()) return s;
   config.epochs = *epochs;
   return absl::OkStatus();
 }
@@ -408,6 +411,13 @@ absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_
     return FieldError("drop_last", absl::StrFormat("the %d training examples make no full batch "
                                                    "of %d, so an epoch would have no step",
                                                    train_examples, job.batch_size));
+  }
+  // Every step is one stored event (about 100 bytes) and one point of each chart.
+  constexpr int64_t kMaxTotalSteps = 100'000'000;
+  if (config.total_steps > kMaxTotalSteps) {
+    return FieldError("epochs", absl::StrFormat(
+        "%d epoch(s) × %d step(s) per epoch is %d steps; at most %d steps in all",
+        job.epochs, config.steps_per_epoch, config.total_steps, kMaxTotalSteps));
   }
   if (job.schedule.warmup_epochs >= 0) {
     config.warmup_steps = std::llround(job.schedule.warmup_epochs * config.steps_per_epoch);

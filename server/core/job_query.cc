@@ -103,6 +103,17 @@ absl::StatusOr<JobQuery> QueryForPage(const ListJobsRequest& request) {
         absl::StrCat("page_size: must be >= 0 (0 means ", kDefaultPageSize, "), got ",
                      request.page_size()));
   }
+  // proto3 keeps enum values it does not know: such a filter matched nothing and answered an
+  // empty list, which reads as "no such jobs".
+  for (int i = 0; i < request.states_size(); ++i) {
+    if (!Job::State_IsValid(request.states(i))) {
+      return absl::InvalidArgumentError(absl::StrCat("states[", i, "]: unknown state ",
+                                                     request.states(i)));
+    }
+  }
+  if (!Job::Kind_IsValid(request.kind())) {
+    return absl::InvalidArgumentError(absl::StrCat("kind: unknown kind ", request.kind()));
+  }
   JobQuery query;
   for (int state : request.states()) query.states.push_back(static_cast<Job::State>(state));
   query.kind = request.kind();

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -16,6 +18,8 @@
 #include "api/failure_reason.h"
 #include "api/job_id.h"
 #include "api/job_state.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/core/sweep.h"
@@ -114,6 +118,47 @@ absl::Status CheckLabels(const mpsd::v1::SubmitJobRequest& request) {
   return absl::OkStatus();
 }
 
+// Every repeated field of `message` and its sub-messages holds at most kMaxRepeatedValues
+// (kMaxAfter for `after`, kMaxSweepValues for a sweep parameter's values and choices); maps
+// (labels) are checked by CheckLabels. INVALID_ARGUMENT naming the field: "bench_job.batch_sizes:
+// at most 64 values, got 100000". `path` is the message's field path ("" at the top).
+absl::Status CheckRepeatedSizes(const google::protobuf::Message& message, const std::string& path) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    const std::string name = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    if (field->is_map()) continue;
+    if (!field->is_repeated()) {
+      if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+      if (absl::Status s = CheckRepeatedSizes(reflection->GetMessage(message, field), name);
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    const int size = reflection->FieldSize(message, field);
+    int limit = Scheduler::kMaxRepeatedValues;
+    if (name == "after") limit = Scheduler::kMaxAfter;
+    if (field->name() == "values" || field->name() == "choice") {
+      if (absl::StartsWith(path, "sweep.")) limit = Scheduler::kMaxSweepValues;
+    }
+    if (size > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": at most ", limit, " values, got ", size));
+    }
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    for (int i = 0; i < size; ++i) {
+      if (absl::Status s = CheckRepeatedSizes(reflection->GetRepeatedMessage(message, field, i),
+                                              absl::StrCat(name, "[", i, "]"));
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
   if (request.spec_case() == mpsd::v1::SubmitJobRequest::SPEC_NOT_SET) {
     return absl::InvalidArgumentError("spec: set train_job or bench_job");
@@ -129,6 +174,7 @@ absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("after: at most ", Scheduler::kMaxAfter,
                                                    " jobs, got ", request.after_size()));
   }
+  if (absl::Status s = CheckRepeatedSizes(request, ""); !s.ok()) return s;
   for (int i = 0; i < request.after_size(); ++i) {
     if (!api::IsJobId(request.after(i))) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -644,10 +690,21 @@ namespace {
 
 // INVALID_ARGUMENT for what cannot name a job at all ("", "abc", "01"), so that a client tells a
 // malformed id from one that names no job (NOT_FOUND).
+// `text` for an error message: escaped, and cut after 64 bytes ("…" and its length then
+// follow). An 8 KB id echoed whole made the answer's trailing metadata exceed gRPC's limit
+// (RESOURCE_EXHAUSTED "received initial metadata size exceeds limit").
+std::string Shown(const std::string& text) {
+  constexpr size_t kShownBytes = 64;
+  if (text.size() <= kShownBytes) return absl::StrCat("\"", absl::CEscape(text), "\"");
+  return absl::StrCat("\"", absl::CEscape(text.substr(0, kShownBytes)), "\"… (", text.size(),
+                      " bytes)");
+}
+
 absl::Status CheckJobId(const std::string& job_id) {
   if (api::ParseJobId(job_id).has_value()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "job_id: \"", job_id, "\" is not a job id (job ids are decimal numbers: \"1\", \"2\", ...)"));
+      "job_id: ", Shown(job_id),
+      " is not a job id (job ids are decimal numbers: \"1\", \"2\", ...)"));
 }
 
 }  // namespace

@@ -71,6 +71,12 @@ class Scheduler {
   static constexpr size_t kMaxNameBytes = 256;
   static constexpr int kMaxLabels = 64;
   static constexpr int kMaxAfter = 64;
+  // Most values of any other repeated field of a request (bench_job.batch_sizes, devices,
+  // input_shape, normalize.mean, …): every answer that carries the spec (GetJob, ListJobs, the
+  // events) stays far below gRPC's 4 MiB message limit. A sweep's values and choices may hold
+  // up to kMaxSweepValues (a sweep has at most 1000 trials).
+  static constexpr int kMaxRepeatedValues = 64;
+  static constexpr int kMaxSweepValues = 1000;
   // The label mpsd gives a sweep's trials (the sweep's id); refused in a submitted request.
   static constexpr char kSweepLabel[] = "sweep";
 
@@ -96,7 +102,8 @@ class Scheduler {
   // request_id names a job `submitted_by` already submitted returns that job as it is now,
   // without validating or queueing anything. Errors: INVALID_ARGUMENT naming the field (a
   // request_id over kMaxRequestIdBytes too, a bad name or label, an `after` entry that names
-  // no earlier job; for a BenchJob see trainer/bench.h), ALREADY_EXISTS for a request_id used
+  // no earlier job, a repeated field over kMaxRepeatedValues; for a BenchJob see
+  // trainer/bench.h), ALREADY_EXISTS for a request_id used
   // with a different request, RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting
   // down, FAILED_PRECONDITION once RefuseSubmits was called or Options::check_storage fails,
   // the store's error while events cannot be stored (EventLog::StorageError; a job stored just

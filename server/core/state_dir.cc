@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -163,6 +164,20 @@ int64_t HighestArtifactJobId(const std::string& artifacts_dir) {
     highest = std::max(highest, api::ParseJobId(name).value_or(0));
   }
   return highest;
+}
+
+std::vector<std::string> RemoveArtifactTemporaries(const std::string& artifacts_dir) {
+  std::vector<std::string> removed;
+  for (const std::string& name : JobDirs(artifacts_dir)) {
+    std::error_code error;
+    const std::filesystem::path dir = std::filesystem::path(artifacts_dir) / name;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      const std::string file = entry.path().filename().string();
+      if (!absl::EndsWith(file, ".tmp") || entry.is_directory(error)) continue;
+      if (std::filesystem::remove(entry.path(), error)) removed.push_back(entry.path().string());
+    }
+  }
+  return removed;
 }
 
 absl::Status CheckStateDirMode(const std::string& state_dir) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 #include <thread>
 #include <utility>
 
@@ -54,6 +55,12 @@ absl::Status CheckDatabaseNotLost(const std::string& state_dir);
 // The highest job id that has a directory under `artifacts_dir` (names that are job ids: "1",
 // "2", …); 0 when there is none or the directory is missing.
 int64_t HighestArtifactJobId(const std::string& artifacts_dir);
+
+// Removes the temporaries of artifact writes that never finished (an executor killed while it
+// wrote, or one from before full-disk checks): every "*.tmp" directly inside a job's directory
+// under `artifacts_dir` (files and links alike; folders are left alone). Called at start, when no
+// executor runs. Returns the paths removed; what cannot be removed is left (and not returned).
+std::vector<std::string> RemoveArtifactTemporaries(const std::string& artifacts_dir);
 
 // FAILED_PRECONDITION, naming the command that fixes it, when group or others may write in
 // `state_dir`, or when one of the daemon's files in it (mpsd.db, its WAL and shared-memory

@@ -1,7 +1,9 @@
 // ExecutorSupervisor: starts, watches, replaces and talks to mpsd-executor.
 #include "server/executor/executor_supervisor.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #if defined(__APPLE__)
 #include <mach-o/dyld.h>
@@ -13,6 +15,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -23,6 +27,7 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,6 +86,7 @@ constexpr absl::string_view kRestartPerJob = "per_job";
 constexpr absl::string_view kRestartAfterJobs = "restart_after_jobs";
 constexpr absl::string_view kRestartCancelTimeout = "cancel_timeout";
 constexpr absl::string_view kRestartMemory = "memory";
+constexpr absl::string_view kRestartUserCodeTimeout = "user_code_timeout";
 
 // The RestartsByReason key for a Child that ended: its retirement's, or a crash when it died by
 // itself.
@@ -110,6 +116,86 @@ std::string SelfExecutable() {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   return error ? "" : self.string();
 #endif
+}
+
+// Calls `on_stall` (once, on a thread of its own) when Touch() has not been called for `limit`
+// since construction or the last Touch(); an infinite limit watches nothing. Thread-safe.
+class StallWatch {
+ public:
+  StallWatch(absl::Duration limit, std::function<void()> on_stall)
+      : limit_(limit), on_stall_(std::move(on_stall)) {
+    if (limit_ != absl::InfiniteDuration()) thread_ = std::thread([this] { Watch(); });
+  }
+  ~StallWatch() { Stop(); }
+  StallWatch(const StallWatch&) = delete;
+  StallWatch& operator=(const StallWatch&) = delete;
+
+  void Touch() {
+    absl::MutexLock lock(&mu_);
+    last_ = absl::Now();
+  }
+  // Ends the watch (waiting for a running on_stall); true if on_stall ran.
+  bool Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    return fired_;
+  }
+
+ private:
+  void Watch() {
+    absl::MutexLock lock(&mu_);
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    while (!stopping_) {
+      const absl::Time due = last_ + limit_;
+      if (absl::Now() < due) {
+        mu_.AwaitWithDeadline(absl::Condition(&stop), due);
+        continue;
+      }
+      fired_ = true;
+      mu_.Unlock();
+      on_stall_();
+      mu_.Lock();
+      return;
+    }
+  }
+
+  const absl::Duration limit_;
+  const std::function<void()> on_stall_;
+  absl::Mutex mu_;
+  absl::Time last_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool fired_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// Writes `message` to `path` (created 0600), binary.
+absl::Status WriteMessage(const std::string& path, const google::protobuf::Message& message) {
+  const std::string bytes = message.SerializeAsString();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot create"));
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int saved = errno;
+      ::close(fd);
+      return absl::ErrnoToStatus(saved, absl::StrCat(path, ": cannot write"));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot write"));
+  return absl::OkStatus();
+}
+
+// The user code in words for messages: "train_job.model.torchscript (/data/m.pt)".
+std::string Describe(const api::UserCode& code) {
+  if (code.path.empty()) return absl::StrCat(code.field, " (a trial's model.torchscript)");
+  return absl::StrCat(code.field, " (", code.path, ")");
 }
 
 // argv and envp for the executor.
@@ -185,6 +271,8 @@ absl::StatusOr<std::unique_ptr<ExecutorSupervisor>> ExecutorSupervisor::Start(
   if (options.executor.cpu_threads < 0 || options.executor.steps_per_readback <= 0 ||
       options.restart_after_jobs < 0 || options.restart_above_baseline_bytes < 0 ||
       options.memory_limit_bytes < 0 || !(options.cancel_grace_s >= 0) ||
+      options.user_code_timeout <= absl::ZeroDuration() ||
+      options.user_code_stall_timeout <= absl::ZeroDuration() ||
       !(options.memory_fraction >= 0 && options.memory_fraction <= 2)) {
     return absl::InvalidArgumentError("executor: an option is out of range");
   }
@@ -478,6 +566,9 @@ ExecutorSupervisor::RetireReason ExecutorSupervisor::RestartReason(
 }
 
 absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec) const {
+  if (std::optional<api::UserCode> code = api::UserCodeOf(spec)) {
+    return ValidateUserCode(spec, *code);
+  }
   executor_v1::ValidateRequest request;
   *request.mutable_spec() = spec;
   // An executor being replaced (after a crash, restart_after_jobs, per_job isolation) fails the
@@ -502,6 +593,91 @@ absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec
     }
     return absl::UnavailableError(absl::StrCat("executor: ", rpc.error_message()));
   }
+}
+
+absl::Status ExecutorSupervisor::ValidateUserCode(const mpsd::v1::SubmitJobRequest& spec,
+                                                  const api::UserCode& code) const {
+  int64_t number = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutting_down_ || user_code_checks_ < kMaxUserCodeChecks;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&free), options_.user_code_timeout) ||
+        shutting_down_) {
+      return absl::UnavailableError(absl::StrCat(
+          code.field, ": ", kMaxUserCodeChecks, " checks of user code are running and none ended "
+          "within ", absl::FormatDuration(options_.user_code_timeout),
+          shutting_down_ ? " (mpsd is stopping)" : "; submit again later"));
+    }
+    ++user_code_checks_;
+    number = ++user_code_checks_started_;
+  }
+  const absl::Status status = RunUserCodeCheck(spec, code, number);
+  absl::MutexLock lock(&mu_);
+  --user_code_checks_;
+  return status;
+}
+
+absl::Status ExecutorSupervisor::RunUserCodeCheck(const mpsd::v1::SubmitJobRequest& spec,
+                                                  const api::UserCode& code,
+                                                  int64_t number) const {
+  const std::string base = absl::StrCat(options_.socket_path, ".check", number);
+  const std::string request_path = base + ".request";
+  const std::string result_path = base + ".result";
+  auto remove_files = [&] {
+    std::error_code ignored;
+    std::filesystem::remove(request_path, ignored);
+    std::filesystem::remove(result_path, ignored);
+  };
+  executor_v1::ValidateRequest request;
+  *request.mutable_spec() = spec;
+  if (absl::Status s = WriteMessage(request_path, request); !s.ok()) {
+    remove_files();
+    return absl::UnavailableError(absl::StrCat("checking user code: ", s.message()));
+  }
+  Command command = BuildCommand(options_);
+  command.args.insert(command.args.end(),
+                      {"--validate-request", request_path, "--validate-result", result_path});
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Spawn(std::move(command.args), std::move(command.env));
+  if (!process.ok()) {
+    remove_files();
+    return absl::UnavailableError(absl::StrCat("checking user code: ", process.status().message()));
+  }
+  const pid_t pid = (*process)->pid();
+  const std::optional<int> status = (*process)->ReapWithin(options_.user_code_timeout);
+  const std::string limit = absl::FormatDuration(options_.user_code_timeout);
+  if (!status.has_value()) {
+    (*process)->Signal(SIGKILL);
+    (*process)->Reap();
+    remove_files();
+    spdlog::warn("submit: the check of {} did not end within {} (executor.user_code_timeout_s); "
+                 "killed its process pid {}", Describe(code), limit, pid);
+    return absl::InvalidArgumentError(absl::StrCat(
+        code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
+        ": its check (forward on one example) did not end within ", limit,
+        " (executor.user_code_timeout_s); the check's process was killed"));
+  }
+  executor_v1::Status result;
+  bool have_result = false;
+  {
+    std::ifstream in(result_path, std::ios::binary);
+    have_result = in && result.ParseFromIstream(&in);
+  }
+  remove_files();
+  if (WIFEXITED(*status) && WEXITSTATUS(*status) == 0 && have_result) {
+    return api::FromExecutorStatus(result);
+  }
+  const std::string how = DescribeExitStatus(*status);
+  spdlog::warn("submit: the check of {} in process pid {} {}", Describe(code), pid, how);
+  if (WIFSIGNALED(*status)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
+        ": its check (forward on one example) ended the check's process: ", how));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("checking user code: ", options_.executor_path, " ", how, " (its log is in mpsd's)"));
 }
 
 absl::StatusOr<mpsd::v1::ListModelsResponse> ExecutorSupervisor::ListModels(
@@ -598,9 +774,23 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
     Retire(child, {std::string(kRestartCancelTimeout), reason}, /*kill=*/true);
   };
   CancelWatchdog watchdog(cancelled, std::move(watch));
+  // A job with user code that reports nothing for user_code_stall_timeout is hung in it.
+  const std::optional<api::UserCode> code = api::UserCodeOf(spec);
+  std::string stalled;  // written by the watch's thread, read after Stop()
+  StallWatch stall(code.has_value() ? options_.user_code_stall_timeout : absl::InfiniteDuration(),
+                   [&] {
+                     stalled = absl::StrCat(
+                         Describe(*code), ": the job's user code reported nothing for ",
+                         absl::FormatDuration(options_.user_code_stall_timeout),
+                         " (executor.user_code_stall_timeout_s)");
+                     spdlog::warn("job {}: executor pid {}: {}; killing and replacing it",
+                                  job.job_id, child.pid, stalled);
+                     Retire(child, {std::string(kRestartUserCodeTimeout), stalled}, /*kill=*/true);
+                   });
   RunOutcome outcome;
   executor_v1::RunUpdate update;
   while (reader->Read(&update)) {
+    stall.Touch();
     if (update.has_result()) {
       outcome.result = api::FromExecutorStatus(update.result());
       continue;
@@ -610,7 +800,11 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
       outcome.last_step = event.step().step();
       step_time_ms.store(event.step().step_time_ms());
     }
-    if (event.has_epoch()) outcome.last_epoch = event.epoch().epoch();
+    if (event.has_epoch()) {
+      outcome.last_epoch = event.epoch().epoch();
+      outcome.last_train_loss = event.epoch().train_loss();
+      if (event.epoch().evaluated()) outcome.last_evaluated = event.epoch();
+    }
     if (event.has_summary()) {
       outcome.summary = std::move(event);  // sent last, once the restart decision is in it
       continue;
@@ -618,6 +812,7 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
     sink(std::move(event));
   }
   outcome.rpc = reader->Finish();
+  if (stall.Stop()) outcome.stalled = stalled;
   outcome.killed_for_cancel = watchdog.Stop();
   absl::MutexLock lock(&grace_mu);
   outcome.cancel_grace = granted;
@@ -642,6 +837,13 @@ absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_i
     Retire(child, {std::string(kRestartCrash), "its Run call broke"}, /*kill=*/true);
     how = WaitForExit(child, absl::Seconds(30));
   }
+  if (!outcome.stalled.empty()) {
+    restart_reason = outcome.stalled;
+    return api::WithFailureReason(
+        absl::DeadlineExceededError(absl::StrCat(outcome.stalled, "; executor pid ", child.pid,
+                                                 " was killed and replaced")),
+        mpsd::v1::Job::USER_CODE_TIMEOUT);
+  }
   if (outcome.killed_for_cancel) {
     restart_reason = CancelNotHonoured(outcome.cancel_grace);
     return api::WithCause(absl::CancelledError(absl::StrCat(restart_reason, "; executor pid ",
@@ -664,6 +866,11 @@ void ExecutorSupervisor::SendSummary(const Child& child, RunOutcome& outcome,
     s.set_device(child.device.kind());
     s.set_steps(outcome.last_step);
     s.set_epochs(outcome.last_epoch);
+    s.set_final_train_loss(outcome.last_train_loss);
+    if (outcome.last_evaluated.has_value()) {
+      s.set_test_loss(outcome.last_evaluated->test_loss());
+      s.set_test_accuracy(outcome.last_evaluated->test_accuracy());
+    }
     s.set_total_time_s(absl::ToDoubleSeconds(absl::Now() - outcome.started));
     s.mutable_memory()->set_baseline_allocated_bytes(child.device.baseline_allocated_bytes());
     s.mutable_memory()->set_baseline_reserved_bytes(child.device.baseline_reserved_bytes());

@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "api/executor.h"
+#include "api/user_code.h"
 #include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::server {
@@ -84,6 +85,17 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
     bool respawn = true;
     // How long an executor may take to start (LibTorch, device, baseline) before it is killed.
     absl::Duration start_timeout = absl::Seconds(120);
+    // Validate of a job with user code (api/user_code.h: a TorchScript model, whose forward
+    // runs on one example) never reaches the warm executor: it runs in an mpsd-executor of its
+    // own (--validate-request), started for that one check and killed (SIGKILL) if it has not
+    // answered within this, its start (about a second on CPU) included. At most
+    // kMaxUserCodeChecks such processes run at once. > 0.
+    absl::Duration user_code_timeout = absl::Seconds(30);
+    // A running job with user code that reports nothing (no step, epoch or log event) for this
+    // long is taken as hung in its user code: its executor is killed and replaced, and the job
+    // FAILS with USER_CODE_TIMEOUT. Steps are reported in groups of steps_per_readback, so a
+    // group of steps must take less than this. > 0.
+    absl::Duration user_code_stall_timeout = absl::Seconds(600);
     // Called on the monitor thread with true when an executor became ready, false when it
     // died, is being replaced, or could not be started (health checking). Never called with
     // the supervisor's lock held; may be called after Start returns an error, never after the
@@ -100,10 +112,18 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // Asks the executor to shut down, kills it after 10 s, and reaps it. A job must not be running.
   ~ExecutorSupervisor() override;
 
+  // How many checks of user code (Options::user_code_timeout) run at once; more wait for one
+  // to end, up to user_code_timeout.
+  static constexpr int kMaxUserCodeChecks = 2;
+
   // Forwarded to the executor (waiting for one to be ready, up to start_timeout). An executor
   // that dies or is replaced during the call (a crash, restart_after_jobs, per_job) is no error:
   // the call goes to its successor. UNAVAILABLE when no executor could be started within
-  // start_timeout. Thread-safe.
+  // start_timeout. A job with user code is checked in a process of its own instead
+  // (Options::user_code_timeout): INVALID_ARGUMENT naming the field when the check did not end
+  // in time (the process is killed, and mpsd logs it) or its process died of a signal;
+  // UNAVAILABLE when kMaxUserCodeChecks checks ran for all of user_code_timeout, or the process
+  // could not run. Thread-safe; never waits for a running job.
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override;
 
   // Runs the job in the executor and forwards its events; the summary (last) gains
@@ -134,7 +154,9 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
 
   // Executor replacements since Start, by reason: "crash" (it died, or its call broke),
   // "per_job", "restart_after_jobs", "memory" (above the baseline after cleanup),
-  // "cancel_timeout" (killed for an ignored cancel). Their sum is DeviceInfo.executor_restarts.
+  // "cancel_timeout" (killed for an ignored cancel), "user_code_timeout" (killed for user code
+  // that reported nothing for user_code_stall_timeout). Their sum is
+  // DeviceInfo.executor_restarts.
   // Thread-safe.
   std::map<std::string, int64_t> RestartsByReason() const;
 
@@ -151,15 +173,30 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
     // The newest epoch reported, and when the Run call began: the summary of an executor that
     // died says how far and how long the job got.
     int32_t last_epoch = 0;
+    // The newest epoch's train loss, and the newest evaluated epoch (its test metrics): the
+    // summary made here for an executor that died reports what was measured, never zeros.
+    double last_train_loss = 0;
+    std::optional<mpsd::v1::EpochMetrics> last_evaluated;
     absl::Time started = absl::Now();
     grpc::Status rpc;
     // The cancel watchdog killed the executor: the cancel was not honoured in time.
     bool killed_for_cancel = false;
     // What the cancel was given (CancelGrace when it came); zero without a cancel.
     absl::Duration cancel_grace;
+    // Non-empty: the job's user code reported nothing for user_code_stall_timeout and the
+    // executor was killed for it; says so, naming the field.
+    std::string stalled;
   };
 
   explicit ExecutorSupervisor(const Options& options);
+
+  // Validate for a job with user code: in an mpsd-executor of its own, killed at
+  // user_code_timeout.
+  absl::Status ValidateUserCode(const mpsd::v1::SubmitJobRequest& spec,
+                                const api::UserCode& code) const;
+  // One check in its own process; `number` names its files (<socket_path>.check<number>.*).
+  absl::Status RunUserCodeCheck(const mpsd::v1::SubmitJobRequest& spec,
+                                const api::UserCode& code, int64_t number) const;
 
   // Run for one executor (this one's): a job of one process, or local rank 0 of a distributed
   // one (job.local_rank). `on_pid` (may be empty) is told the executor's pid first.
@@ -244,6 +281,9 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   std::string last_end_reason_ ABSL_GUARDED_BY(mu_) = "crash";
   mutable mpsd::v1::DeviceInfo last_device_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Checks of user code running now, and started in all (their files' numbers).
+  mutable int user_code_checks_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable int64_t user_code_checks_started_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Started last in Start(), joined first in the destructor.
   std::thread monitor_;

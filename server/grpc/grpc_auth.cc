@@ -12,6 +12,15 @@
 namespace mpsd::server {
 namespace {
 
+// How many entries `metadata` has under `key`.
+size_t Count(const grpc::AuthMetadataProcessor::InputMetadata& metadata, absl::string_view key) {
+  size_t count = 0;
+  for (const auto& [name, value] : metadata) {
+    if (absl::string_view(name.data(), name.size()) == key) ++count;
+  }
+  return count;
+}
+
 std::string Lookup(const grpc::AuthMetadataProcessor::InputMetadata& metadata,
                    absl::string_view key) {
   for (const auto& [name, value] : metadata) {
@@ -37,7 +46,12 @@ grpc::Status TokenAuthProcessor::Process(const InputMetadata& auth_metadata,
                                          OutputMetadata* /*consumed_auth_metadata*/,
                                          OutputMetadata* /*response_metadata*/) {
   const std::string method = Lookup(auth_metadata, ":path");
-  absl::StatusOr<Principal> principal = tokens_->Authenticate(Lookup(auth_metadata, "authorization"));
+  // Two authorization entries: which one counts would be ours to pick (the first), and a proxy
+  // in front may have checked the other. Refused.
+  absl::StatusOr<Principal> principal =
+      Count(auth_metadata, "authorization") > 1
+          ? absl::UnauthenticatedError("more than one authorization header")
+          : tokens_->Authenticate(Lookup(auth_metadata, "authorization"));
   absl::Status status = principal.status();
   if (status.ok()) {
     const Role needed = RequiredRole(method);
@@ -67,6 +81,9 @@ absl::StatusOr<Principal> CallPrincipal(const grpc::CallbackServerContext& conte
   const auto& metadata = context.client_metadata();
   const auto found = metadata.find("authorization");
   if (found == metadata.end()) return absl::UnauthenticatedError("missing token");
+  if (metadata.count("authorization") > 1) {
+    return absl::UnauthenticatedError("more than one authorization header");
+  }
   return tokens->Authenticate(absl::string_view(found->second.data(), found->second.size()));
 }
 

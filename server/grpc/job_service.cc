@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -26,6 +27,7 @@
 #include "api/metadata.h"
 #include "api/sha256.h"
 #include "api/status.h"
+#include "api/user_code.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/core/artifacts.h"
 #include "server/grpc/grpc_auth.h"
@@ -63,13 +65,16 @@ constexpr int kReadBatch = 256;
 // Unwatch / Remove while a callback of this reactor runs, so both are called without mu_.
 class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
  public:
+  // `stored_only`: StreamEventsRequest.stored_only.
   EventStreamReactor(Scheduler* scheduler, Ticker* ticker, absl::Duration heartbeat_interval,
-                     std::string job_id, int64_t after_seq, std::function<void()> on_done)
+                     std::string job_id, int64_t after_seq, bool stored_only,
+                     std::function<void()> on_done)
       : scheduler_(scheduler),
         log_(&scheduler->events()),
         ticker_(ticker),
         heartbeat_interval_(heartbeat_interval),
         job_id_(std::move(job_id)),
+        stored_only_(stored_only),
         on_done_(std::move(on_done)),
         last_seq_(after_seq) {}
 
@@ -156,6 +161,10 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       }
       for (JobEvent& event : *events) pending_.push_back(std::move(event));
       if (!pending_.empty()) break;
+      if (stored_only_) {
+        FinishOnce(grpc::Status::OK);
+        return;
+      }
       if (closed) {
         // Names mpsd itself, so not through ToClientStatus's "mpsd: ".
         FinishOnce(api::ToGrpcStatus(absl::UnavailableError(
@@ -213,6 +222,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
   Ticker* const ticker_;
   const absl::Duration heartbeat_interval_;
   const std::string job_id_;
+  const bool stored_only_;
   std::function<void()> on_done_;
 
   absl::Mutex mu_;
@@ -352,16 +362,48 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
   Scheduler::SubmitCheck may_read;
   if (!IsUnixSocketCall(*context)) {
     // The request and each trial of a sweep, as the scheduler expands it (once).
-    may_read = [this, &context, &principal](const mpsd::v1::SubmitJobRequest& each) {
-      absl::Status allowed = MayRead(*principal, each);
+    // By value: a submit with user code runs it on a thread of its own (below).
+    may_read = [this, context, principal = *principal](const mpsd::v1::SubmitJobRequest& each) {
+      absl::Status allowed = MayRead(principal, each);
       if (!allowed.ok()) {
         spdlog::warn("SubmitJob from {} (token \"{}\") refused: {}", context->peer(),
-                     principal->name, std::string(allowed.message()));
+                     principal.name, std::string(allowed.message()));
       }
       return allowed;
     };
   }
-  return Answer(context, scheduler_->Submit(*request, principal->name, may_read), response);
+  if (!api::UserCodeOf(*request).has_value()) {
+    return Answer(context, scheduler_->Submit(*request, principal->name, may_read), response);
+  }
+  // Validation runs the submitter's code in a process of its own, for seconds: answered from a
+  // thread, so that gRPC's callback threads keep serving every other call meanwhile.
+  {
+    absl::MutexLock lock(&mu_);
+    if (user_code_submits_ >= kMaxUserCodeSubmits) {
+      return Answer<mpsd::v1::Job>(
+          context,
+          absl::ResourceExhaustedError(absl::StrCat(
+              kMaxUserCodeSubmits, " submits of jobs with user code are being checked; submit "
+              "again once one has been answered")),
+          response);
+    }
+    ++user_code_submits_;
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::thread([this, reactor, request, response, submitter = principal->name, may_read] {
+    absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter, may_read);
+    if (job.ok()) *response = *std::move(job);
+    reactor->Finish(ToClientStatus(job.status()));
+    absl::MutexLock lock(&mu_);
+    --user_code_submits_;
+  }).detach();
+  return reactor;
+}
+
+JobService::~JobService() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return user_code_submits_ == 0; };
+  mu_.Await(absl::Condition(&idle));
 }
 
 grpc::ServerUnaryReactor* JobService::GetJob(grpc::CallbackServerContext* context,
@@ -425,7 +467,8 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     ++open_streams_;
   }
   auto* reactor = new EventStreamReactor(scheduler_, &ticker_, options_.heartbeat_interval,
-                                         request->job_id(), request->after_seq(), [this] {
+                                         request->job_id(), request->after_seq(),
+                                         request->stored_only(), [this] {
                                            absl::MutexLock lock(&mu_);
                                            --open_streams_;
                                          });

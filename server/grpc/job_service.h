@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include <string>
+#include <thread>
 
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
@@ -44,6 +45,14 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   };
 
   JobService(Scheduler* scheduler, const Options& options);
+  // Waits for the submits still answering on threads of their own (see SubmitJob).
+  ~JobService() override;
+
+  // Submits whose validation runs user code (api/user_code.h; seconds, up to the daemon's
+  // executor.user_code_timeout_s) are answered from a thread of their own, never on gRPC's
+  // callback threads, so that no other call waits for them; at most this many at once, and
+  // RESOURCE_EXHAUSTED beyond.
+  static constexpr int kMaxUserCodeSubmits = 8;
 
   // For shutdown, once the scheduler has stopped and its EventLog is closed: waits until every
   // StreamEvents call has ended (each ends after sending what is stored), at most `timeout`.
@@ -120,6 +129,8 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
 
   absl::Mutex mu_;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  // Submits answering on threads of their own (kMaxUserCodeSubmits).
+  int user_code_submits_ ABSL_GUARDED_BY(mu_) = 0;
 
   absl::Mutex http_url_mu_;
   std::string http_url_ ABSL_GUARDED_BY(http_url_mu_);

@@ -167,7 +167,9 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Op
 // What the hook's refusal becomes on the wire. The message is the hook's, which never holds the
 // token.
 void Refuse(const absl::Status& status, httplib::Response& response) {
-  if (status.code() == absl::StatusCode::kPermissionDenied) {
+  if (status.code() == absl::StatusCode::kInvalidArgument) {
+    response.status = 400;
+  } else if (status.code() == absl::StatusCode::kPermissionDenied) {
     response.status = 403;
   } else {
     response.status = 401;
@@ -327,8 +329,12 @@ void HttpServer::Serve(const std::string& action, const Handler& handler, bool p
                        const httplib::Request& request, httplib::Response& response) const {
   HttpCaller caller;
   if (!public_route) {
+    // Two Authorization headers: which one counts would be up to us (cpp-httplib: the first),
+    // and a proxy in front may have checked the other. Refused.
     absl::StatusOr<HttpCaller> authorized =
-        options_.authorize(request.get_header_value("Authorization"), action);
+        request.get_header_value_count("Authorization") > 1
+            ? absl::InvalidArgumentError("more than one Authorization header")
+            : options_.authorize(request.get_header_value("Authorization"), action);
     if (!authorized.ok()) {
       spdlog::warn("http: {} from {}: {}", action, request.remote_addr,
                    std::string(authorized.status().message()));

@@ -158,7 +158,7 @@ Metrics::Metrics(std::string version)
       samples_total_(samples_.Add({})),
       step_duration_seconds_(step_duration_.Add({}, StepDurationBuckets())) {
   for (const auto& reason :
-       {"crash", "per_job", "restart_after_jobs", "memory", "cancel_timeout"}) {
+       {"crash", "per_job", "restart_after_jobs", "memory", "cancel_timeout", "user_code_timeout"}) {
     restarts_.Add({{"reason", reason}});
   }
 }

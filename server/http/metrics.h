@@ -47,7 +47,8 @@ struct MetricsSources {
   // out rather than waiting for one).
   std::function<std::optional<mpsd::v1::DeviceInfo>()> device;
   // Executor replacements since the daemon started, by reason (crash, per_job,
-  // restart_after_jobs, memory, cancel_timeout).
+  // restart_after_jobs, memory, cancel_timeout,
+  // user_code_timeout).
   std::function<std::map<std::string, int64_t>()> executor_restarts;
 };
 

@@ -156,6 +156,16 @@ TEST_F(ExecutorE2eTest, ACrashedJobsSummarySaysHowFarAndHowLongItGot) {
   EXPECT_GE(killed->summary().epochs(), 2);
   EXPECT_GE(killed->summary().total_time_s(), 1.0);
   EXPECT_LE(killed->summary().total_time_s(), absl::ToDoubleSeconds(killed_at - submitted) + 5);
+  // Issue 26: it printed "test accuracy 0.0000" although the epochs had measured it; it now
+  // carries the newest evaluated epoch's test metrics and the newest train loss.
+  ASSERT_TRUE(killed->last_epoch().evaluated());
+  EXPECT_GT(killed->last_epoch().test_accuracy(), 0);
+  EXPECT_DOUBLE_EQ(killed->summary().test_accuracy(), killed->last_epoch().test_accuracy());
+  EXPECT_DOUBLE_EQ(killed->summary().test_loss(), killed->last_epoch().test_loss());
+  EXPECT_DOUBLE_EQ(killed->summary().final_train_loss(), killed->last_epoch().train_loss());
+  const CommandResult shown =
+      RunCommand({MpsctlPath(), "--server", daemon_->address(), "get", job->id()});
+  EXPECT_THAT(shown.out, ::testing::Not(HasSubstr("test accuracy 0.0000")));
 }
 
 TEST_F(ExecutorE2eTest, FaultInjectionIsRejectedWithoutTheFlag) {

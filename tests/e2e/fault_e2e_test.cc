@@ -487,6 +487,18 @@ TEST_P(DiskFullTest, JobsAreRefusedClearlyAndNoneAcceptedIsLost) {
   EXPECT_THAT(refused.message(), HasSubstr("is full or a file size limit was reached"));
   EXPECT_THAT(refused.message(), HasSubstr(state_dir + "/mpsd.db"));
   ASSERT_GT(accepted.size(), 0u);
+  // Issue 26: `mpsctl logs ID` (no --follow) waited for events the daemon could not store; it
+  // answers from what is stored, for jobs that ran while the disk was full too.
+  for (size_t i = 0; i < accepted.size(); i += std::max<size_t>(1, accepted.size() / 8)) {
+    const CommandResult logs = RunCommandWithin(
+        {MpsctlPath(), "--server", "unix://" + socket(), "logs", accepted[i].id()},
+        absl::Seconds(20));
+    EXPECT_NE(logs.exit_code, -1) << "mpsctl logs " << accepted[i].id() << " did not answer";
+  }
+  const CommandResult last = RunCommandWithin(
+      {MpsctlPath(), "--server", "unix://" + socket(), "logs", accepted.back().id()},
+      absl::Seconds(20));
+  EXPECT_NE(last.exit_code, -1) << "mpsctl logs " << accepted.back().id() << " did not answer";
   daemon.Stop(SIGTERM, absl::Seconds(60));
 
   // Room again; every job a call answered is there, with the request it was submitted with.
@@ -509,6 +521,75 @@ TEST_P(DiskFullTest, JobsAreRefusedClearlyAndNoneAcceptedIsLost) {
   absl::StatusOr<mpsd::v1::Job> retried = rpc::Submit(again, retry);
   ASSERT_TRUE(retried.ok()) << retried.status();
   for (const mpsd::v1::Job& job : accepted) EXPECT_NE(job.id(), retried->id());
+}
+
+// Issue 26 item 2: a checkpoint or model.pt that does not fit aborted the executor inside
+// LibTorch's archive writer ("unexpected pos 64 vs 0", EXECUTOR_CRASHED, no word of the disk)
+// and left *.tmp files filling the disk, also after a restart. Now the job FAILS with DISK_FULL
+// naming the file and the sizes, nothing of the write stays, the daemon answers throughout,
+// and temporaries from before are removed at start.
+TEST_P(DiskFullTest, AJobWhoseArtifactsDoNotFitFailsClearlyAndLeavesNoTemporaries) {
+  std::string state_dir = state();
+  if (GetParam() == DiskLimit::kTmpfs) {
+    if (geteuid() != 0) GTEST_SKIP() << "a tmpfs needs root; the RLIMIT_FSIZE case runs instead";
+    fs::create_directories(disk());
+    if (mount("tmpfs", disk().c_str(), "tmpfs", 0, "size=24m,mode=0700") != 0) {
+      GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+    }
+    mounted_ = true;
+    state_dir = disk();
+  }
+  auto daemon = std::make_unique<Daemon>(state_dir, socket());
+  if (GetParam() == DiskLimit::kFileSizeLimit) {
+    // The job database stays far below it; convnet's model.pt (about 4.8 MB) does not.
+    daemon->set_wrapper({"/usr/bin/prlimit", "--fsize=" + std::to_string(2 << 20), "--"});
+  }
+  ASSERT_NO_FATAL_FAILURE(daemon->Start());
+  if (GetParam() == DiskLimit::kTmpfs) Fill(/*slack=*/3 << 20);
+
+  mpsd::v1::SubmitJobRequest model_only = TrainJobRequest(128, 64, 1, 64, "convnet");
+  model_only.mutable_train_job()->mutable_checkpoint()->set_every_epochs(0);
+  mpsd::v1::SubmitJobRequest checkpointed = TrainJobRequest(128, 64, 1, 64, "convnet");
+  checkpointed.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+  const std::string artifacts = state_dir + "/artifacts/";
+  for (const auto& [request, file] :
+       {std::pair{model_only, std::string("model.pt")},
+        std::pair{checkpointed, std::string("checkpoint-epoch-1.pt")}}) {
+    SCOPED_TRACE(file);
+    absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(*daemon, request);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<mpsd::v1::Job> ended = rpc::WaitForEnd(*daemon, job->id(), absl::Seconds(120));
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    EXPECT_EQ(ended->state(), mpsd::v1::Job::FAILED);
+    EXPECT_EQ(ended->failure_reason(), mpsd::v1::Job::DISK_FULL) << ended->message();
+    EXPECT_THAT(ended->message(),
+                HasSubstr("disk full: " + artifacts + job->id() + "/" + file + " needs "));
+    EXPECT_THAT(ended->message(), GetParam() == DiskLimit::kTmpfs
+                                      ? HasSubstr("bytes are free on its file system")
+                                      : HasSubstr("file size limit (RLIMIT_FSIZE)"));
+    EXPECT_TRUE(rpc::Status(*daemon).ok());
+  }
+  for (const auto& entry : fs::recursive_directory_iterator(artifacts)) {
+    EXPECT_THAT(entry.path().string(), ::testing::Not(::testing::EndsWith(".tmp")));
+  }
+  daemon->Stop(SIGTERM, absl::Seconds(60));
+
+  // A temporary an executor killed mid-write left behind is removed at the next start; with
+  // room again, the same job succeeds.
+  const std::string stale = artifacts + "1/checkpoint-epoch-9.pt.tmp";
+  fs::create_directories(artifacts + "1");
+  WriteFile(stale, std::string(1000, 'x'));
+  if (GetParam() == DiskLimit::kTmpfs) fs::remove(disk() + "/filler");
+  daemon = std::make_unique<Daemon>(state_dir, socket() + ".2");
+  ASSERT_NO_FATAL_FAILURE(daemon->Start());
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_THAT(ReadFile(daemon->log_path()), HasSubstr("removed " + stale));
+  absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(*daemon, model_only);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<mpsd::v1::Job> ended = rpc::WaitForEnd(*daemon, job->id(), absl::Seconds(120));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), mpsd::v1::Job::SUCCEEDED) << ended->message();
+  EXPECT_TRUE(fs::exists(artifacts + job->id() + "/model.pt"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Limits, DiskFullTest,

@@ -150,7 +150,13 @@ TEST_F(HangsE2eTest, OutOfBoundsConfigValuesAreRefusedAtCheckAndAtStart) {
            {"cpu_threads: 100000\n", "cpu_threads: must be >= 0 and <= 4096"},
            {"max_queued: 2000000000\n", "max_queued: must be >= 1 and <= 1000000"},
            {"shutdown_grace_s: 1e300\n", "shutdown_grace_s: must be >= 0 and <= 86400"},
-           {"executor:\n  cancel_grace_s: .inf\n", "executor.cancel_grace_s: must be >= 0"}}) {
+           {"executor:\n  cancel_grace_s: .inf\n", "executor.cancel_grace_s: must be >= 0"},
+           // Issue 26: a key given twice was accepted (the last won); an empty state_dir
+           // silently meant the default one.
+           {"max_queued: 5\nmax_queued: 6\n", "max_queued: duplicate key (line 2)"},
+           {"executor:\n  cancel_grace_s: 1\n  cancel_grace_s: 2\n",
+            "executor.cancel_grace_s: duplicate key (line 3)"},
+           {"state_dir: ''\n", "state_dir: empty"}}) {
     SCOPED_TRACE(text);
     ExpectCheckConfigRefuses(config, text, message);
     CommandResult start = RunCommandWithin({MpsdPath(), "--config", config, "--listen",
@@ -160,6 +166,12 @@ TEST_F(HangsE2eTest, OutOfBoundsConfigValuesAreRefusedAtCheckAndAtStart) {
     EXPECT_EQ(start.exit_code, 2) << start.err;
     EXPECT_THAT(start.err, HasSubstr(message));
   }
+  // `--state-dir ''` (an unset shell variable) is refused rather than read as the default.
+  CommandResult empty = RunCommandWithin(
+      {MpsdPath(), "--listen", "unix://" + dir_.str() + "/bad.sock", "--state-dir", ""},
+      absl::Seconds(30));
+  EXPECT_EQ(empty.exit_code, 2) << empty.err;
+  EXPECT_THAT(empty.err, HasSubstr("--state-dir: empty; name a directory"));
 }
 
 mpsd::v1::SubmitJobRequest WithFault(mpsd::v1::SubmitJobRequest request, const std::string& kind,
@@ -406,6 +418,194 @@ TEST_F(HangsE2eTest, AMalformedJobIdIsInvalidArgumentNotNotFound) {
         << streamed.error_message();
   }
   EXPECT_EQ(rpc::Get(*daemon_, "999").status().code(), absl::StatusCode::kNotFound);
+  // Issue 26: an 8 KB id was echoed whole, and the answer's metadata outgrew gRPC's limit
+  // (RESOURCE_EXHAUSTED "received initial metadata size exceeds limit"): it is cut.
+  const std::string huge(8192, 'x');
+  absl::StatusOr<Job> get = rpc::Get(*daemon_, huge);
+  EXPECT_EQ(get.status().code(), absl::StatusCode::kInvalidArgument) << get.status();
+  EXPECT_THAT(get.status().message(), HasSubstr("\"… (8192 bytes) is not a job id"));
+  EXPECT_LT(get.status().message().size(), 300u);
+  EXPECT_EQ(rpc::Cancel(*daemon_, huge).status().code(), absl::StatusCode::kInvalidArgument);
+  grpc::Status streamed;
+  rpc::StreamAll(*daemon_, huge, 0, &streamed);
+  EXPECT_EQ(streamed.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << streamed.error_message();
+}
+
+// ---- Issue 26 item 1: user code that never returns ------------------------------------------
+
+// A TorchScript classifier over ChattyJob's 8 inputs and 2 classes (write_script_module.cc says
+// what each kind does), written into `dir`.
+std::string WriteScript(const TempDir& dir, const std::string& kind) {
+  const std::string path = dir.str() + "/" + kind + ".pt";
+  const CommandResult written =
+      RunCommand({MPSD_WRITE_SCRIPT_MODULE, kind, path, "8", "2"});
+  EXPECT_EQ(written.exit_code, 0) << written.err;
+  return path;
+}
+
+mpsd::v1::SubmitJobRequest ScriptJob(const std::string& path, int64_t steps) {
+  mpsd::v1::SubmitJobRequest request = ChattyJob(steps);
+  request.mutable_train_job()->mutable_model()->clear_name();
+  request.mutable_train_job()->mutable_model()->set_torchscript(path);
+  return request;
+}
+
+// A submit-time check whose forward never returns spun an executor thread forever; after two
+// such submits every call (status, list) timed out for minutes. Now each check runs in a
+// process of its own, killed at user_code_timeout_s; the submit fails naming the field and the
+// limit, mpsd logs it, and meanwhile every other call answers and a normal job runs.
+TEST_F(HangsE2eTest, UserCodeThatNeverReturnsAtSubmitCannotWedgeTheDaemon) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("executor:\n  user_code_timeout_s: 8\n"));
+  const std::string hang = WriteScript(dir_, "hang");
+  const std::string state = dir_.str() + "/state";
+  std::vector<absl::StatusOr<Job>> hung(2, absl::UnknownError("not answered"));
+  std::vector<std::thread> submitters;
+  const absl::Time start = absl::Now();
+  for (size_t i = 0; i < hung.size(); ++i) {
+    submitters.emplace_back([&, i] { hung[i] = rpc::Submit(*daemon_, ScriptJob(hang, 100)); });
+  }
+  // While both checks run, every other call answers at once and a normal job runs to its end.
+  // (No ASSERT until the submitters are joined.)
+  EXPECT_TRUE(WaitUntil([&] { return FindExecutor(state, "--validate-request") != 0; },
+                        absl::Seconds(8)))
+      << "no check process of its own";
+  absl::StatusOr<Job> normal = rpc::Submit(*daemon_, ChattyJob(64));
+  EXPECT_TRUE(normal.ok()) << normal.status();
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time before = absl::Now();
+    absl::StatusOr<mpsd::v1::ServerStatus> status = rpc::Status(*daemon_);
+    absl::StatusOr<mpsd::v1::ListJobsResponse> list =
+        rpc::List(*daemon_, mpsd::v1::ListJobsRequest());
+    EXPECT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(list.ok()) << list.status();
+    EXPECT_LT(absl::Now() - before, absl::Seconds(3)) << "status and list waited";
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+  if (normal.ok()) {
+    absl::StatusOr<Job> done = rpc::WaitForEnd(*daemon_, normal->id(), absl::Seconds(60));
+    EXPECT_TRUE(done.ok()) << done.status();
+    if (done.ok()) EXPECT_EQ(done->state(), Job::SUCCEEDED) << done->message();
+  }
+  for (std::thread& submitter : submitters) submitter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(45));  // without the fix: over 60 s
+  for (const absl::StatusOr<Job>& refused : hung) {
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_THAT(refused.status().message(), HasSubstr("train_job.model.torchscript: " + hang));
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("did not end within 8s (executor.user_code_timeout_s)"));
+  }
+  // The checks' processes are gone, their files too, and mpsd said what it killed.
+  EXPECT_EQ(FindExecutor(state, "--validate-request"), 0);
+  for (const auto& entry : std::filesystem::directory_iterator(state)) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr(".check")));
+  }
+  EXPECT_THAT(ReadLog(), HasSubstr("did not end within 8s (executor.user_code_timeout_s); "
+                                   "killed its process pid"));
+  // A module whose check returns is accepted through the same process.
+  absl::StatusOr<Job> fine = rpc::Submit(*daemon_, ScriptJob(WriteScript(dir_, "linear"), 64));
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  absl::StatusOr<Job> trained = rpc::WaitForEnd(*daemon_, fine->id(), absl::Seconds(60));
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_EQ(trained->state(), Job::SUCCEEDED) << trained->message();
+}
+
+// User code that passes its check (the all-zero example) and never returns on real data: the
+// job reports nothing for user_code_stall_timeout_s, its executor is killed and replaced, the
+// job FAILS with USER_CODE_TIMEOUT naming the field, and the next job runs.
+TEST_F(HangsE2eTest, UserCodeThatNeverReturnsAtRunTimeFailsItsJobNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("executor:\n  user_code_stall_timeout_s: 3\n"));
+  const std::string path = WriteScript(dir_, "hang_on_data");
+  absl::StatusOr<Job> job = rpc::Submit(*daemon_, ScriptJob(path, 100));
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, job->id(), absl::Seconds(120));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), Job::FAILED);
+  EXPECT_EQ(ended->failure_reason(), Job::USER_CODE_TIMEOUT);
+  EXPECT_THAT(ended->message(), HasSubstr("train_job.model.torchscript (" + path + ")"));
+  EXPECT_THAT(ended->message(), HasSubstr("reported nothing for 3s "
+                                          "(executor.user_code_stall_timeout_s)"));
+  EXPECT_THAT(ReadLog(), HasSubstr("reported nothing for 3s"));
+  absl::StatusOr<Job> next = rpc::Submit(*daemon_, ChattyJob(64));
+  ASSERT_TRUE(next.ok()) << next.status();
+  absl::StatusOr<Job> next_ended = rpc::WaitForEnd(*daemon_, next->id(), absl::Seconds(120));
+  ASSERT_TRUE(next_ended.ok()) << next_ended.status();
+  EXPECT_EQ(next_ended->state(), Job::SUCCEEDED) << next_ended->message();
+}
+
+// ---- Issue 26 item 4: bounds at submit ------------------------------------------------------
+
+// Five BenchJobs with 1,000,000 batch sizes made every later `mpsctl list/get` fail with
+// "Received message larger than max" forever. Every repeated field, the rows of a BenchJob, its
+// iterations and a TrainJob's epochs are bounded at submit, the error names the field, and
+// the daemon's answers stay sendable.
+TEST_F(HangsE2eTest, RepeatedFieldsEpochsAndIterationsAreBoundedAtSubmit) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  auto bench = [] {
+    mpsd::v1::SubmitJobRequest request;
+    request.mutable_bench_job()->add_models("mlp");
+    request.mutable_bench_job()->add_devices("cpu");
+    return request;
+  };
+  struct Case {
+    mpsd::v1::SubmitJobRequest request;
+    std::string expected;
+  };
+  std::vector<Case> cases;
+  {
+    mpsd::v1::SubmitJobRequest r = bench();
+    for (int i = 0; i < 100'000; ++i) r.mutable_bench_job()->add_batch_sizes(1 + i % 64);
+    cases.push_back({r, "bench_job.batch_sizes: at most 64 values, got 100000"});
+  }
+  {
+    mpsd::v1::SubmitJobRequest r = bench();
+    r.mutable_bench_job()->add_batch_sizes(1);
+    for (int i = 0; i < 65; ++i) r.mutable_bench_job()->add_input_shape(1);
+    cases.push_back({r, "bench_job.input_shape: at most 64 values, got 65"});
+  }
+  {
+    // 64 batch sizes × 16 models × 2 modes: 2048 rows.
+    mpsd::v1::SubmitJobRequest r = bench();
+    for (int i = 1; i < 16; ++i) r.mutable_bench_job()->add_models("mlp");
+    for (int i = 1; i <= 64; ++i) r.mutable_bench_job()->add_batch_sizes(i);
+    r.mutable_bench_job()->set_mode("both");
+    cases.push_back({r, "bench_job.batch_sizes: the job would measure 2048 rows"});
+  }
+  {
+    mpsd::v1::SubmitJobRequest r = bench();
+    r.mutable_bench_job()->add_batch_sizes(1);
+    r.mutable_bench_job()->set_iters(2'000'000'000);
+    cases.push_back({r, "bench_job.iters: must be in [1, 1000000], got 2000000000"});
+  }
+  {
+    mpsd::v1::SubmitJobRequest r = ChattyJob(64);
+    r.mutable_train_job()->set_epochs(1'000'000);
+    cases.push_back({r, "train_job.epochs: must be in [1, 100000], got 1000000"});
+  }
+  {
+    mpsd::v1::SubmitJobRequest r = ChattyJob(64);
+    mpsd::v1::SweepParameter* p = r.mutable_sweep()->add_grid();
+    p->set_path("optimizer.learning_rate");
+    for (int i = 0; i < 1001; ++i) p->add_values("0.1");
+    cases.push_back({r, "sweep.grid[0].values: at most 1000 values, got 1001"});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    absl::StatusOr<Job> job = rpc::Submit(*daemon_, c.request);
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
+    EXPECT_THAT(job.status().message(), HasSubstr(c.expected));
+  }
+  // At the bounds a job is accepted, and every answer about it can be sent.
+  mpsd::v1::SubmitJobRequest edge = bench();
+  for (int i = 1; i <= 64; ++i) edge.mutable_bench_job()->add_batch_sizes(i);
+  edge.mutable_bench_job()->set_iters(1);
+  edge.mutable_bench_job()->set_warmup_iters(0);
+  absl::StatusOr<Job> accepted = rpc::Submit(*daemon_, edge);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  const CommandResult list = RunCommand({MpsctlPath(), "--server", daemon_->address(), "list"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  absl::StatusOr<Job> done = rpc::WaitForEnd(*daemon_, accepted->id(), absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), Job::SUCCEEDED) << done->message();
 }
 
 }  // namespace

@@ -365,6 +365,12 @@ TEST_F(MpsctlE2eTest, LogsAfterPrintsExactlyTheLaterEvents) {
     EXPECT_EQ(after.err, "");
   }
   EXPECT_EQ(Mpsctl({"logs", job.id, "--after", "-1"}).exit_code, 64);
+  // Issue 26: beyond the last seq it printed nothing and exited 0 (with --follow: an error).
+  CommandResult beyond = Mpsctl({"logs", job.id, "--after", absl::StrCat(n + 100)});
+  EXPECT_EQ(beyond.exit_code, 1);
+  EXPECT_EQ(beyond.out, "");
+  EXPECT_THAT(beyond.err, HasSubstr(absl::StrCat("--after ", n + 100, " is beyond job ", job.id,
+                                                 "'s last event (seq ", n, ")")));
 }
 
 TEST_F(MpsctlE2eTest, LogsOfAFinishedJobShowsTheSummary) {

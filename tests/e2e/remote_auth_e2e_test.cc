@@ -736,6 +736,19 @@ TEST_F(RemoteTest, OnlyBearerTokensAreAcceptedAndUnknownApiPathsAnswerJson) {
   httplib::Result good = http.Get("/api/jobs", {{"Authorization", "Bearer " + token}});
   ASSERT_TRUE(good);
   EXPECT_EQ(good->status, 200);
+  // Issue 26: two authorization headers were accepted (the first won); refused on both ports.
+  httplib::Result twice = http.Get(
+      "/api/jobs", {{"Authorization", "Bearer " + token}, {"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->status, 400);
+  EXPECT_THAT(twice->body, HasSubstr("more than one Authorization header"));
+  grpc::ClientContext doubled;
+  doubled.AddMetadata("authorization", "Bearer " + token);
+  doubled.AddMetadata("authorization", "Bearer " + token);
+  const grpc::Status refused_twice =
+      stub->GetServerStatus(&doubled, mpsd::v1::GetServerStatusRequest(), &status);
+  EXPECT_EQ(refused_twice.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(refused_twice.error_message(), HasSubstr("more than one authorization header"));
 
   for (const char* path : {"/api/jobs/abc", "/api/nothing", "/api/jobs/1/nothing"}) {
     httplib::Result unknown = http.Get(path, {{"Authorization", "Bearer " + token}});

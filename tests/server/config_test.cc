@@ -59,6 +59,49 @@ TEST_F(ConfigTest, ExecutorKeys) {
   EXPECT_EQ(defaults->executor.isolation, "shared");
   EXPECT_EQ(defaults->executor.restart_after_jobs, 0);
   EXPECT_DOUBLE_EQ(defaults->executor.cancel_grace_s, 30.0);
+  EXPECT_DOUBLE_EQ(defaults->executor.user_code_timeout_s, 30.0);
+  EXPECT_DOUBLE_EQ(defaults->executor.user_code_stall_timeout_s, 600.0);
+}
+
+TEST_F(ConfigTest, UserCodeDeadlines) {
+  absl::StatusOr<Config> config = LoadConfig(
+      Write("executor:\n  user_code_timeout_s: 5\n  user_code_stall_timeout_s: 12.5\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->executor.user_code_timeout_s, 5.0);
+  EXPECT_DOUBLE_EQ(config->executor.user_code_stall_timeout_s, 12.5);
+  EXPECT_THAT(FormatConfig(*config), HasSubstr("executor.user_code_timeout_s: 5\n"));
+  for (const std::string& text :
+       {std::string("executor:\n  user_code_timeout_s: 0\n"),
+        std::string("executor:\n  user_code_stall_timeout_s: .nan\n"),
+        std::string("executor:\n  user_code_timeout_s: 1e9\n")}) {
+    absl::StatusOr<Config> bad = LoadConfig(Write(text));
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_THAT(std::string(bad.status().message()),
+                HasSubstr("user_code_")) << text;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("must be >= 1 and <= 86400"))
+        << text;
+  }
+}
+
+// A key given twice was accepted and the last one won, so a typo'd copy-paste silently changed
+// the daemon's settings: refused, naming the key and its second line, at every level.
+TEST_F(ConfigTest, DuplicateKeysAreRefused) {
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {"max_queued: 5\nmax_queued: 6\n", "max_queued: duplicate key (line 2)"},
+      {"executor:\n  cancel_grace_s: 1\n  cancel_grace_s: 2\n",
+       "executor.cancel_grace_s: duplicate key (line 3)"},
+      {"executor: {}\nexecutor: {}\n", "executor: duplicate key (line 2)"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Config> config = LoadConfig(Write(c.text));
+    ASSERT_FALSE(config.ok()) << c.text;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.expected)) << c.text;
+  }
 }
 
 TEST_F(ConfigTest, ListenersTlsTokensAndDataRoots) {

@@ -333,9 +333,18 @@ TEST(BenchValidateTest, RejectsEachBadFieldNamingItsPath) {
        "bench_job.precisions[0]: unknown \"fp8\" (expected fp32, fp16, bf16)"},
       {"memory format", [](BenchJob& j) { j.add_memory_formats("nhwc"); },
        "bench_job.memory_formats[0]: unknown \"nhwc\" (expected contiguous, channels_last)"},
-      {"iters", [](BenchJob& j) { j.set_iters(0); }, "bench_job.iters: must be >= 1, got 0"},
+      {"iters", [](BenchJob& j) { j.set_iters(0); },
+       "bench_job.iters: must be in [1, 1000000], got 0"},
+      {"too many iters", [](BenchJob& j) { j.set_iters(1'000'001); },
+       "bench_job.iters: must be in [1, 1000000], got 1000001"},
       {"warmup", [](BenchJob& j) { j.set_warmup_iters(-1); },
-       "bench_job.warmup_iters: must be >= 0, got -1"},
+       "bench_job.warmup_iters: must be in [0, 100000], got -1"},
+      {"too many rows",
+       [](BenchJob& j) {
+         for (int i = 0; i < 40; ++i) j.add_batch_sizes(i + 1);
+         for (int i = 0; i < 30; ++i) j.add_models(j.models(0));
+       },
+       "bench_job.batch_sizes: the job would measure"},
       {"min_time_ms", [](BenchJob& j) { j.set_min_time_ms(-5); },
        "bench_job.min_time_ms: must be in [0, 3600000], got -5"},
       {"cpu_threads", [](BenchJob& j) { j.set_cpu_threads(0); },

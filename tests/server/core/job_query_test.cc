@@ -55,6 +55,22 @@ TEST(JobQueryTest, FiltersOnStatesAndKind) {
   EXPECT_TRUE(JobQuery().Matches(job));  // no filter
 }
 
+// proto3 keeps enum numbers it does not know; such a filter answered an empty list, which
+// reads as "no such jobs". It is refused, naming the field.
+TEST(JobQueryTest, UnknownStatesAndKindsAreInvalidArgument) {
+  ListJobsRequest request;
+  request.add_states(Job::QUEUED);
+  request.add_states(static_cast<Job::State>(99));
+  absl::StatusOr<JobQuery> query = QueryForPage(request);
+  EXPECT_EQ(query.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(query.status().message()), HasSubstr("states[1]: unknown state 99"));
+  request.clear_states();
+  request.set_kind(static_cast<Job::Kind>(-3));
+  query = QueryForPage(request);
+  EXPECT_EQ(query.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(query.status().message()), HasSubstr("kind: unknown kind -3"));
+}
+
 TEST(JobQueryTest, TokenContinuesBelowTheLastJobOfThePage) {
   ListJobsRequest request;
   request.set_page_size(2);

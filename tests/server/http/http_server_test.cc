@@ -80,6 +80,22 @@ TEST(HttpServerTest, PublicRoutesNeedNoTokenOthersGoThroughTheHook) {
   EXPECT_EQ(job_anonymous->status, 401);
 }
 
+// Two Authorization headers were accepted and the first won; a proxy in front may have checked
+// the other. Refused with 400 whatever the two say.
+TEST(HttpServerTest, TwoAuthorizationHeadersAreRefused) {
+  std::unique_ptr<HttpServer> server = Serve();
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->port());
+  httplib::Headers headers = {{"Authorization", "Bearer good"}, {"Authorization", "Bearer good"}};
+  httplib::Result twice = client.Get("/closed", headers);
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->status, 400);
+  EXPECT_EQ(twice->body, "more than one Authorization header\n");
+  httplib::Result once = client.Get("/closed", {{"Authorization", "Bearer good"}});
+  ASSERT_TRUE(once);
+  EXPECT_EQ(once->status, 200);
+}
+
 TEST(HttpServerTest, ShutdownEndsServingAndIsIdempotent) {
   std::unique_ptr<HttpServer> server = Serve();
   ASSERT_NE(server, nullptr);
