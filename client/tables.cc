@@ -292,11 +292,23 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
     if (!x.has_value()) return false;
     return spec->higher_is_better ? *x > *y : *x < *y;
   });
+  // The validation columns only where a trial measured them: a sweep without a validation
+  // split reads as it always did, without two columns of "-".
+  bool validated = false;
+  for (const auto& entry : ranked) {
+    const TrialMetrics& m = entry.second;
+    validated = validated || m.val_accuracy.has_value() || m.val_loss.has_value();
+  }
   TextTable table;
   table.header = {"RANK", "TRIAL", "JOB"};
   for (const std::string& path : paths) table.header.push_back(path);
-  for (const char* h : {"STATE", "VAL_ACC", "VAL_LOSS", "TEST_ACC", "TEST_LOSS", "TRAIN_LOSS",
-                        "SAMPLES/S", "S/EPOCH", "PEAK_MEM", "TIME_S"}) {
+  table.header.push_back("STATE");
+  if (validated) {
+    table.header.push_back("VAL_ACC");
+    table.header.push_back("VAL_LOSS");
+  }
+  for (const char* h :
+       {"TEST_ACC", "TEST_LOSS", "TRAIN_LOSS", "SAMPLES/S", "S/EPOCH", "PEAK_MEM", "TIME_S"}) {
     table.header.push_back(h);
   }
   int rank = 0;
@@ -311,8 +323,10 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
       row.push_back(value);
     }
     row.push_back(v1::Job::State_Name(job->state()));
-    row.push_back(Cell(m.val_accuracy));
-    row.push_back(Cell(m.val_loss));
+    if (validated) {
+      row.push_back(Cell(m.val_accuracy));
+      row.push_back(Cell(m.val_loss));
+    }
     row.push_back(Cell(m.test_accuracy));
     row.push_back(Cell(m.test_loss));
     row.push_back(Cell(m.train_loss));

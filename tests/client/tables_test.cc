@@ -73,6 +73,10 @@ TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
   const std::vector<v1::Job> plain = {Trial("2", 0, "0.1", 0.5, 1.2),
                                       Trial("3", 1, "0.01", 0.8, 0.6)};
   EXPECT_EQ(SweepTable(plain, "auto")->rows[0][2], "3");
+  // The validation columns appear only where a trial measured them.
+  EXPECT_THAT(table->header, ::testing::Contains("VAL_ACC"));
+  EXPECT_THAT(SweepTable(plain, "auto")->header, ::testing::Not(::testing::Contains("VAL_ACC")));
+  EXPECT_EQ(SweepTable(plain, "auto")->rows[0].size(), SweepTable(plain, "auto")->header.size());
 
   trials[1].mutable_summary()->clear_test_accuracy();
   trials[1].mutable_summary()->clear_test_loss();
