@@ -25,13 +25,6 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-// "A, B or C".
-std::string EnglishList(const std::vector<std::string>& items, absl::string_view last_sep) {
-  if (items.size() <= 1) return absl::StrJoin(items, "");
-  std::vector<std::string> head(items.begin(), items.end() - 1);
-  return absl::StrCat(absl::StrJoin(head, ", "), " ", last_sep, " ", items.back());
-}
-
 std::vector<std::string> EnumNames(const EnumDescriptor& e) {
   std::vector<std::string> names;
   for (int i = 0; i < e.value_count(); ++i) {
@@ -42,11 +35,6 @@ std::vector<std::string> EnumNames(const EnumDescriptor& e) {
   return names;
 }
 
-std::vector<std::string> FieldNames(const Descriptor& d) {
-  std::vector<std::string> names;
-  for (int i = 0; i < d.field_count(); ++i) names.push_back(d.field(i)->name());
-  return names;
-}
 
 // After an optional sign, a number starts with a digit (or a float with "."): "_1" is no number.
 bool StartsLikeANumber(absl::string_view s, bool allow_point) {
@@ -167,6 +155,18 @@ absl::Status SetOtherScalar(Message& message, const FieldDescriptor& field,
 }
 
 }  // namespace
+
+std::string EnglishList(const std::vector<std::string>& items, absl::string_view last_sep) {
+  if (items.size() <= 1) return absl::StrJoin(items, "");
+  std::vector<std::string> head(items.begin(), items.end() - 1);
+  return absl::StrCat(absl::StrJoin(head, ", "), " ", last_sep, " ", items.back());
+}
+
+std::vector<std::string> FieldNames(const Descriptor& d) {
+  std::vector<std::string> names;
+  for (int i = 0; i < d.field_count(); ++i) names.push_back(d.field(i)->name());
+  return names;
+}
 
 bool IsNullText(absl::string_view s) {
   return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";

@@ -18,6 +18,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
@@ -37,6 +38,12 @@ std::optional<absl::int128> ParseIntegerText(absl::string_view text);
 // What a field takes, for "expected X": "an integer", "a number", "true or false", "one of A, B
 // or C", "a string", "base64 data", "a map with fields a, b and c".
 std::string ExpectedText(const google::protobuf::FieldDescriptor& field);
+
+// "A, B or C" (last_sep "or"), "A and B" (last_sep "and"); "" for none (for error messages).
+std::string EnglishList(const std::vector<std::string>& items, absl::string_view last_sep);
+
+// The names of `message`'s fields, in declaration order.
+std::vector<std::string> FieldNames(const google::protobuf::Descriptor& message);
 
 // `text` in double quotes, escaped as C does (for error messages).
 std::string QuoteText(absl::string_view text);

@@ -78,18 +78,9 @@ std::string Describe(const YAML::Node& node) {
   }
 }
 
-// "A, B or C".
-std::string EnglishList(const std::vector<std::string>& items, absl::string_view last_sep) {
-  if (items.size() <= 1) return absl::StrJoin(items, "");
-  std::vector<std::string> head(items.begin(), items.end() - 1);
-  return absl::StrCat(absl::StrJoin(head, ", "), " ", last_sep, " ", items.back());
-}
-
-std::vector<std::string> FieldNames(const Descriptor& d) {
-  std::vector<std::string> names;
-  for (int i = 0; i < d.field_count(); ++i) names.push_back(d.field(i)->name());
-  return names;
-}
+// Shared with api/field_text.h's messages.
+using api::EnglishList;
+using api::FieldNames;
 
 // What a field takes, for "expected X".
 std::string Expected(const FieldDescriptor& field) { return api::ExpectedText(field); }
