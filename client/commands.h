@@ -181,6 +181,12 @@ class Commands {
   int Sweep(const std::string& job_id, const std::string& metric, const std::string& format);
   // The jobs' differing spec keys and final metrics side by side, in `format`.
   int Compare(const std::vector<std::string>& job_ids, const std::string& format);
+  // `mpsctl export`: each job's stored events (finished or still running: what is stored now)
+  // written under `dir`/<job name or id>/ in `format_name` (client/export.h), printing one line
+  // per job with its files. kExitUsage for an unknown format; kExitFailed for an unknown job or
+  // a file that cannot be written (naming it).
+  int Export(const std::vector<std::string>& job_ids, const std::string& format_name,
+             const std::string& dir);
 
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or

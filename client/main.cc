@@ -247,6 +247,19 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
 
+  std::string export_format;
+  std::string export_dir;
+  CLI::App* export_jobs = app.add_subcommand(
+      "export", "write jobs' metrics as TensorBoard event files, CSV or JSON Lines "
+                "(docs/metrics-export.md)");
+  export_jobs->add_option("ID", job_ids, "job ids")->required()->check(JobId());
+  export_jobs->add_option("--format", export_format, "tensorboard, csv or jsonl")
+      ->required()
+      ->check(CLI::IsMember({"tensorboard", "csv", "jsonl"}));
+  export_jobs->add_option("-o,--output", export_dir,
+                          "directory; each job is written to DIR/<job name or id>/")
+      ->required();
+
   CLI::App* artifacts = app.add_subcommand(
       "artifacts", "list a job's artifacts (model, checkpoints) with sizes and SHA-256");
   artifacts->add_option("ID", job_id, "job id")->required()->check(JobId());
@@ -345,5 +358,6 @@ int main(int argc, char** argv) {
   if (*wait) return commands->Wait(job_ids, absl::Seconds(wait_timeout_s));
   if (*sweep) return commands->Sweep(job_id, sweep_metric, table_format);
   if (*compare) return commands->Compare(job_ids, table_format);
+  if (*export_jobs) return commands->Export(job_ids, export_format, export_dir);
   return mpsd::client::kExitUsage;
 }

@@ -1,0 +1,201 @@
+// End-to-end tests of `mpsctl export` and the daemon's live TensorBoard files: a real mpsd trains
+// a small Fashion-MNIST job, the real mpsctl exports it, and an independent reader
+// (tests/e2e/tensorboard_check.py: its own TFRecord code, crcmod's CRC-32C, Python classes
+// generated from the same .proto) checks every step against the events the daemon stored; mpsd's
+// reader reads a file that Python wrote.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "api/tensorboard/tfrecord.h"
+#include "google/protobuf/util/json_util.h"
+#include "mpsd/tensorboard/event.pb.h"
+#include "tests/common/files.h"
+#include "tests/common/temp_dir.h"
+#include "tests/e2e/daemon.h"
+
+namespace mpsd::testing {
+namespace {
+
+using mpsd::v1::JobEvent;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+// 256 examples at batch 32 over 2 epochs: 16 steps, 2 evaluated epochs.
+v1::SubmitJobRequest SmallJob(const std::string& name) {
+  v1::SubmitJobRequest request = TrainJobRequest(256, 64, 2, 32, "mlp");
+  request.set_name(name);
+  return request;
+}
+
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> files;
+  if (!std::filesystem::is_directory(dir)) return files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    files.push_back(entry.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The stored events as JSON lines (protobuf's mapping), for the Python checker.
+std::string JsonLines(const std::vector<JobEvent>& events) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  for (const JobEvent& event : events) {
+    std::string json;
+    EXPECT_TRUE(google::protobuf::util::MessageToJsonString(event, &json, options).ok());
+    absl::StrAppend(&out, json, "\n");
+  }
+  return out;
+}
+
+class ExportE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    suite_dir_ = std::make_unique<TempDir>();
+    daemon_ = std::make_unique<Daemon>(suite_dir_->str() + "/state",
+                                       suite_dir_->str() + "/mpsd.sock");
+    daemon_->Start();
+    job_ = rpc_ok::Submit(*daemon_, SmallJob("small run"));
+    job_ = rpc_ok::WaitForEnd(*daemon_, job_.id());
+    events_ = rpc::StreamAll(*daemon_, job_.id());
+  }
+  static void TearDownTestSuite() {
+    daemon_.reset();
+    suite_dir_.reset();
+  }
+  void SetUp() override {
+    ASSERT_GT(daemon_->pid(), 0) << "the suite's mpsd did not start";
+    ASSERT_EQ(job_.state(), v1::Job::SUCCEEDED) << job_.message();
+  }
+
+  static CommandResult Mpsctl(std::vector<std::string> args) {
+    args.insert(args.begin(), {MpsctlPath(), "--server", daemon_->address()});
+    return RunCommand(args);
+  }
+
+  // Runs the Python checker on `events_file`; returns what it printed (the test fails on a
+  // non-zero exit). `write`: where Python writes its own file, or "".
+  CommandResult PythonCheck(const std::string& events_file, const std::string& write = "") {
+    const std::string stored = dir_ / "stored.jsonl";
+    WriteFile(stored, JsonLines(events_));
+    std::vector<std::string> argv = {MPSD_CRCMOD_PYTHON,
+                                     SourcePath("tests/e2e/tensorboard_check.py"),
+                                     "--proto-root", SourcePath("proto"),
+                                     "--events", events_file,
+                                     "--stored", stored,
+                                     "--hparam", "batch_size=32.0",
+                                     "--hparam", "model.name=mlp",
+                                     "--hparam", "optimizer.name=adam"};
+    if (!write.empty()) argv.insert(argv.end(), {"--write", write});
+    CommandResult result = RunCommand(argv);
+    EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
+    return result;
+  }
+
+  int StepsStored() const {
+    return static_cast<int>(std::count_if(events_.begin(), events_.end(),
+                                          [](const JobEvent& e) { return e.has_step(); }));
+  }
+
+  TempDir dir_;
+  inline static std::unique_ptr<TempDir> suite_dir_;
+  inline static std::unique_ptr<Daemon> daemon_;
+  inline static v1::Job job_;
+  inline static std::vector<JobEvent> events_;
+};
+
+TEST_F(ExportE2eTest, TensorBoardExportHoldsEveryStoredStepOnceAsAnIndependentReaderSees) {
+  ASSERT_EQ(StepsStored(), 16);
+  CommandResult exported =
+      Mpsctl({"export", job_.id(), "--format", "tensorboard", "-o", dir_ / "tb"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  // The job's name, made safe for a path, is the run's folder.
+  const std::vector<std::string> files = FilesIn(dir_ / "tb/small_run");
+  ASSERT_THAT(files, SizeIs(1));
+  EXPECT_THAT(files[0], ::testing::StartsWith(
+                            absl::StrCat("events.out.tfevents.", job_.created_at().seconds(), ".")));
+  EXPECT_THAT(exported.out, HasSubstr(files[0]));
+  CommandResult checked = PythonCheck(dir_ / ("tb/small_run/" + files[0]), dir_ / "py.tfevents");
+  EXPECT_THAT(checked.out, HasSubstr("16 steps, 2 epochs"));
+
+  // The reverse: what Python wrote, mpsd's reader reads (CRCs checked) and parses.
+  auto records = tensorboard::ReadTfRecords(dir_ / "py.tfevents");
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_THAT(*records, SizeIs(2));
+  tensorboard::Event first, second;
+  ASSERT_TRUE(first.ParseFromString((*records)[0]));
+  ASSERT_TRUE(second.ParseFromString((*records)[1]));
+  EXPECT_EQ(first.file_version(), "brain.Event:2");
+  EXPECT_EQ(second.step(), 7);
+  ASSERT_EQ(second.summary().value_size(), 2);
+  EXPECT_EQ(second.summary().value(0).tag(), "py/value");
+  EXPECT_EQ(second.summary().value(0).simple_value(), 0.5f);
+  EXPECT_EQ(second.summary().value(1).simple_value(), -3.0f);
+
+  // A second export of the same job replaces the file rather than adding a second run's worth.
+  ASSERT_EQ(Mpsctl({"export", job_.id(), "--format", "tensorboard", "-o", dir_ / "tb"}).exit_code,
+            0);
+  EXPECT_EQ(FilesIn(dir_ / "tb/small_run"), files);
+}
+
+TEST_F(ExportE2eTest, CsvHasOneRowPerStepAndPerEpochWithTheStoredValues) {
+  CommandResult exported = Mpsctl({"export", job_.id(), "--format", "csv", "-o", dir_ / "csv"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(FilesIn(dir_ / "csv/small_run"), (std::vector<std::string>{"epochs.csv", "steps.csv"}));
+  std::vector<std::string> steps =
+      absl::StrSplit(absl::StripSuffix(ReadFile(dir_ / "csv/small_run/steps.csv"), "\n"), '\n');
+  ASSERT_THAT(steps, SizeIs(17));
+  const std::vector<std::string> header = absl::StrSplit(steps[0], ',');
+  ASSERT_GE(header.size(), 4u);
+  EXPECT_EQ(header[0], "step");
+  EXPECT_EQ(header[1], "wall_time");
+  const auto column = std::find(header.begin(), header.end(), "loss") - header.begin();
+  ASSERT_LT(column, static_cast<long>(header.size()));
+  int row = 1;
+  for (const JobEvent& event : events_) {
+    if (!event.has_step()) continue;
+    const std::vector<std::string> cells = absl::StrSplit(steps[row++], ',');
+    ASSERT_EQ(cells.size(), header.size());
+    EXPECT_EQ(cells[0], absl::StrCat(event.step().step()));
+    float loss = 0;
+    ASSERT_TRUE(absl::SimpleAtof(cells[column], &loss)) << cells[column];
+    EXPECT_EQ(loss, event.step().loss()) << "step " << event.step().step();
+  }
+  const std::string epochs = ReadFile(dir_ / "csv/small_run/epochs.csv");
+  EXPECT_THAT(epochs, ::testing::StartsWith("epoch,wall_time,train_loss,"));
+  EXPECT_EQ(std::count(epochs.begin(), epochs.end(), '\n'), 3);
+}
+
+TEST_F(ExportE2eTest, JsonlHasEveryStoredEventOnce) {
+  ASSERT_EQ(Mpsctl({"export", job_.id(), "--format", "jsonl", "-o", dir_ / "j"}).exit_code, 0);
+  std::vector<JobEvent> lines = ParseEventLines(ReadFile(dir_ / "j/small_run/events.jsonl"));
+  ASSERT_EQ(lines.size(), events_.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].SerializeAsString(), events_[i].SerializeAsString()) << "event " << i;
+  }
+}
+
+TEST_F(ExportE2eTest, BadFormatAndUnknownJobFailClearly) {
+  CommandResult bad = Mpsctl({"export", job_.id(), "--format", "parquet", "-o", dir_ / "x"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--format"));
+  CommandResult unknown = Mpsctl({"export", "999999", "--format", "csv", "-o", dir_ / "x"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("999999"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "x"));
+}
+
+}  // namespace
+}  // namespace mpsd::testing
