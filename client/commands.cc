@@ -628,12 +628,13 @@ int Commands::Sweep(const std::string& job_id, const std::string& metric,
       code != kExitOk) {
     return code;
   }
-  absl::StatusOr<TextTable> table = SweepTable(trials, metric);
+  const std::string shown = options_.json ? "json" : format;
+  absl::StatusOr<TextTable> table = SweepTable(trials, metric, shown == "json" || shown == "csv");
   if (!table.ok()) {
     err_ << "mpsctl: " << table.status().message() << "\n";
     return kExitUsage;
   }
-  absl::StatusOr<std::string> text = RenderTable(*table, options_.json ? "json" : format);
+  absl::StatusOr<std::string> text = RenderTable(*table, shown);
   if (!text.ok()) {
     err_ << "mpsctl: " << text.status().message() << "\n";
     return kExitUsage;

@@ -11,6 +11,8 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -123,16 +125,150 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
 
 }  // namespace
 
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+// The names of the 64-bit integer fields of `descriptor` and every message it holds, less any
+// name that some field there prints as a JSON string (a string, bytes, enum, or a well-known
+// type such as Timestamp), so that a quoted value under a name in the set is a 64-bit integer.
+absl::flat_hash_set<std::string> Int64Names(const Descriptor* descriptor) {
+  absl::flat_hash_set<std::string> ints, texts;
+  absl::flat_hash_set<const Descriptor*> seen;
+  std::vector<const Descriptor*> todo = {descriptor};
+  while (!todo.empty()) {
+    const Descriptor* d = todo.back();
+    todo.pop_back();
+    if (!seen.insert(d).second) continue;
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FieldDescriptor* f = d->field(i);
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_INT64:
+        case FieldDescriptor::CPPTYPE_UINT64:
+          ints.insert(f->name());
+          break;
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          if (f->message_type()->file()->package() == "google.protobuf") {
+            texts.insert(f->name());  // Timestamp, Duration: strings
+          } else {
+            todo.push_back(f->message_type());
+          }
+          break;
+        case FieldDescriptor::CPPTYPE_STRING:
+        case FieldDescriptor::CPPTYPE_ENUM:
+          texts.insert(f->name());
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  for (const std::string& name : texts) ints.erase(name);
+  return ints;
+}
+
+bool IsIntegerText(absl::string_view text) {
+  if (absl::ConsumePrefix(&text, "-") && text.empty()) return false;
+  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
+}
+
+// Rewrites protobuf's JSON so that the quoted values of `names` (and the quoted elements of
+// their arrays) become numbers. Walks the text once, minding string literals and escapes.
+std::string UnquoteInt64s(const std::string& json, const absl::flat_hash_set<std::string>& names) {
+  std::string out;
+  out.reserve(json.size());
+  size_t i = 0;
+  // The end of the string literal starting at `from` (the opening quote), past its closing quote.
+  const auto literal_end = [&json](size_t from) {
+    size_t j = from + 1;
+    while (j < json.size() && json[j] != '"') j += json[j] == '\\' ? 2 : 1;
+    return std::min(j + 1, json.size());
+  };
+  // Copies a value at `i` (a literal, or anything else up to the next ',' '}' ']').
+  const auto copy_value = [&](bool unquote) {
+    if (json[i] == '"') {
+      const size_t end = literal_end(i);
+      const absl::string_view inner(json.data() + i + 1, end - i - 2);
+      if (unquote && IsIntegerText(inner)) {
+        out.append(inner.data(), inner.size());
+      } else {
+        out.append(json, i, end - i);
+      }
+      i = end;
+    }
+  };
+  while (i < json.size()) {
+    if (json[i] != '"') {
+      out.push_back(json[i++]);
+      continue;
+    }
+    const size_t end = literal_end(i);
+    const std::string key = json.substr(i + 1, end - i - 2);
+    out.append(json, i, end - i);
+    i = end;
+    if (i >= json.size() || json[i] != ':') continue;  // a value, not a key
+    out.push_back(json[i++]);
+    const bool unquote = names.contains(key);
+    if (i < json.size() && json[i] == '[' && unquote) {
+      out.push_back(json[i++]);
+      while (i < json.size() && json[i] != ']') {
+        if (json[i] == '"') {
+          copy_value(true);
+        } else {
+          out.push_back(json[i++]);
+        }
+      }
+    } else if (i < json.size()) {
+      copy_value(unquote);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string ToJsonLine(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
   options.add_whitespace = false;
   std::string json;
   if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) {
     // Only unresolvable Any types fail; there are none in the API.
     return "{}";
   }
-  return json;
+  return UnquoteInt64s(json, Int64Names(message.GetDescriptor()));
+}
+
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  return out + "\"";
 }
 
 std::string FormatThousands(int64_t n) {

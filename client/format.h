@@ -11,14 +11,22 @@
 
 #include <google/protobuf/message.h>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::client {
 
 // One line of protobuf's JSON mapping, field names as in the proto (and in job files), no
-// trailing newline. Fields at their default value are left out, as the mapping says.
+// trailing newline, for programs: fields without presence are printed at their default value
+// too (a heartbeat's "seq":0, "skipped":false: protobuf's "always print primitive fields"),
+// while an unset `optional` field (an unmeasured metric) stays absent; 64-bit integers are JSON
+// numbers, not the mapping's strings (every value mpsd sends is below 2^53, exact as a double);
+// keys in the proto's field order. Protobuf's JSON parser reads it back.
 std::string ToJsonLine(const google::protobuf::Message& message);
+
+// `text` as a JSON string literal, quotes included.
+std::string JsonString(absl::string_view text);
 
 // 12345 → "12,345".
 std::string FormatThousands(int64_t n);

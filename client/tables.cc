@@ -1,23 +1,25 @@
-// Sweep and compare tables; JSON through protobuf's Struct mapping, not hand-written.
+// Sweep and compare tables, as text, Markdown, CSV or JSON (keys in column order).
 #include "client/tables.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <utility>
 
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "client/format.h"
 #include "client/spec_defaults.h"
 
 namespace mpsd::client {
@@ -29,6 +31,14 @@ using google::protobuf::Reflection;
 
 std::string Number(double value, int precision = 4) {
   return absl::StrFormat("%.*g", precision, value);
+}
+
+// The shortest text that reads back as the same double.
+std::string ExactNumber(double value) {
+  for (int digits = 6;; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, value);
+    if (digits >= 17 || std::strtod(text.c_str(), nullptr) == value) return text;
+  }
 }
 
 std::string RenderAligned(const TextTable& table) {
@@ -83,30 +93,68 @@ std::string RenderCsv(const TextTable& table) {
   return out;
 }
 
-absl::StatusOr<std::string> RenderJson(const TextTable& table) {
-  google::protobuf::ListValue list;
-  for (const auto& row : table.rows) {
-    google::protobuf::Struct* object = list.add_values()->mutable_struct_value();
-    for (size_t c = 0; c < row.size() && c < table.header.size(); ++c) {
-      google::protobuf::Value& value = (*object->mutable_fields())[table.header[c]];
-      double number = 0;
-      if (row[c] == "-") {
-        value.set_null_value(google::protobuf::NULL_VALUE);
-      } else if (absl::SimpleAtod(row[c], &number) && !absl::StrContains(row[c], " ")) {
-        value.set_number_value(number);
-      } else {
-        value.set_string_value(row[c]);
-      }
+// JSON's number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+bool IsJsonNumber(absl::string_view text) {
+  size_t i = 0;
+  const auto digits = [&]() {
+    const size_t start = i;
+    while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i - start;
+  };
+  if (i < text.size() && text[i] == '-') ++i;
+  const size_t first = i;
+  const size_t whole = digits();
+  if (whole == 0 || (whole > 1 && text[first] == '0')) return false;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (digits() == 0) return false;
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
+}
+
+std::string JsonKey(const TextTable& table, size_t column) {
+  if (column < table.keys.size() && !table.keys[column].empty()) return table.keys[column];
+  std::string key;
+  for (const char c : table.header[column]) {
+    const char lower = absl::ascii_tolower(static_cast<unsigned char>(c));
+    if (absl::ascii_isalnum(static_cast<unsigned char>(lower)) || lower == '.') {
+      key.push_back(lower);
+    } else if (!key.empty() && key.back() != '_') {
+      key.push_back('_');
     }
   }
-  google::protobuf::Value root;
-  *root.mutable_list_value() = std::move(list);
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  const auto status = google::protobuf::util::MessageToJsonString(root, &json, options);
-  if (!status.ok()) return absl::InternalError(std::string(status.message()));
-  return absl::StrCat(json, "\n");
+  while (!key.empty() && key.back() == '_') key.pop_back();
+  return key;
+}
+
+absl::StatusOr<std::string> RenderJson(const TextTable& table) {
+  if (table.rows.empty()) return std::string("[]\n");
+  std::vector<std::string> objects;
+  for (const auto& row : table.rows) {
+    std::vector<std::string> members;
+    for (size_t c = 0; c < row.size() && c < table.header.size(); ++c) {
+      const bool text = c < table.text_columns.size() && table.text_columns[c];
+      double number = 0;
+      std::string value;
+      if (row[c] == "-") {
+        value = "null";
+      } else if (!text && absl::SimpleAtod(row[c], &number) && std::isfinite(number) &&
+                 !absl::StrContains(row[c], " ")) {
+        // A cell as written ("0.001", "1e-05"), unless JSON would not take it (".5", "+1", "5.").
+        value = IsJsonNumber(row[c]) ? row[c] : ExactNumber(number);
+      } else {
+        value = JsonString(row[c]);
+      }
+      absl::StrAppend(&members.emplace_back(), JsonString(JsonKey(table, c)), ":", value);
+    }
+    objects.push_back(absl::StrCat("{", absl::StrJoin(members, ","), "}"));
+  }
+  return absl::StrCat("[", absl::StrJoin(objects, ",\n"), "]\n");
 }
 
 // A trial's metrics, from its summary once finished, else its newest epoch.
@@ -163,10 +211,6 @@ constexpr MetricSpec kMetrics[] = {
     {"peak_memory", &TrialMetrics::peak_memory, false},
     {"time_s", &TrialMetrics::time_s, false},
 };
-
-std::string Cell(const std::optional<double>& value, int precision = 4) {
-  return value.has_value() ? Number(*value, precision) : "-";
-}
 
 // Text of one scalar (or element of a repeated field).
 std::string ScalarText(const Message& message, const FieldDescriptor& field, int index) {
@@ -260,7 +304,7 @@ std::vector<std::string> SweepMetrics() {
 }
 
 absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
-                                     std::string metric) {
+                                     std::string metric, bool exact) {
   if (metric.empty() || metric == "auto") {
     // Model selection on validation data whenever a trial has it; the test split otherwise.
     metric = "test_accuracy";
@@ -300,17 +344,31 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
     validated = validated || m.val_accuracy.has_value() || m.val_loss.has_value();
   }
   TextTable table;
-  table.header = {"RANK", "TRIAL", "JOB"};
-  for (const std::string& path : paths) table.header.push_back(path);
-  table.header.push_back("STATE");
+  const auto column = [&table](std::string header, std::string key, bool text = false) {
+    table.header.push_back(std::move(header));
+    table.keys.push_back(std::move(key));
+    table.text_columns.push_back(text);
+  };
+  column("RANK", "rank");
+  column("TRIAL", "trial");
+  column("JOB", "job_id", /*text=*/true);
+  for (const std::string& path : paths) column(path, path);
+  column("STATE", "state");
   if (validated) {
-    table.header.push_back("VAL_ACC");
-    table.header.push_back("VAL_LOSS");
+    column("VAL_ACC", "val_accuracy");
+    column("VAL_LOSS", "val_loss");
   }
-  for (const char* h :
-       {"TEST_ACC", "TEST_LOSS", "TRAIN_LOSS", "SAMPLES/S", "S/EPOCH", "PEAK_MEM", "TIME_S"}) {
-    table.header.push_back(h);
-  }
+  column("TEST_ACC", "test_accuracy");
+  column("TEST_LOSS", "test_loss");
+  column("TRAIN_LOSS", "train_loss");
+  column("SAMPLES/S", "samples_per_second");
+  column("S/EPOCH", "epoch_time_s");
+  column("PEAK_MEM", "peak_allocated_bytes");
+  column("TIME_S", "time_s");
+  const auto cell = [exact](const std::optional<double>& value, int precision = 4) {
+    if (!value.has_value()) return std::string("-");
+    return exact ? ExactNumber(*value) : Number(*value, precision);
+  };
   int rank = 0;
   for (const auto& [job, m] : ranked) {
     std::vector<std::string> row = {absl::StrCat(++rank), absl::StrCat(job->trial().index()),
@@ -324,16 +382,16 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
     }
     row.push_back(v1::Job::State_Name(job->state()));
     if (validated) {
-      row.push_back(Cell(m.val_accuracy));
-      row.push_back(Cell(m.val_loss));
+      row.push_back(cell(m.val_accuracy));
+      row.push_back(cell(m.val_loss));
     }
-    row.push_back(Cell(m.test_accuracy));
-    row.push_back(Cell(m.test_loss));
-    row.push_back(Cell(m.train_loss));
-    row.push_back(Cell(m.samples_per_second, 6));
-    row.push_back(Cell(m.epoch_time_s));
-    row.push_back(Cell(m.peak_memory, 12));
-    row.push_back(Cell(m.time_s));
+    row.push_back(cell(m.test_accuracy));
+    row.push_back(cell(m.test_loss));
+    row.push_back(cell(m.train_loss));
+    row.push_back(cell(m.samples_per_second, 6));
+    row.push_back(cell(m.epoch_time_s));
+    row.push_back(cell(m.peak_memory, 12));
+    row.push_back(cell(m.time_s));
     table.rows.push_back(std::move(row));
   }
   return table;

@@ -18,11 +18,17 @@ namespace mpsd::client {
 struct TextTable {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
+  // For JSON: each column's key (snake_case); empty (or short): the header's, lower-cased with
+  // every run of other characters than [a-z0-9.] made one '_' ("SAMPLES/S" → "samples_s").
+  std::vector<std::string> keys;
+  // For JSON: the columns whose cells stay strings even when they read as numbers (job ids).
+  std::vector<bool> text_columns;
 };
 
 // "table" (columns aligned with two spaces), "markdown" (a GitHub table), "csv" (RFC 4180
-// quoting) or "json" (an array with one object per row keyed by the header; cells that read as
-// numbers are JSON numbers, "-" is null). INVALID_ARGUMENT naming --format otherwise.
+// quoting) or "json" (an array with one object per row, one row per line, keys as TextTable.keys
+// in column order; cells that read as numbers are JSON numbers unless their column is a text
+// column, "-" is null). INVALID_ARGUMENT naming --format otherwise.
 absl::StatusOr<std::string> RenderTable(const TextTable& table, absl::string_view format);
 
 // The metrics `mpsctl sweep --metric` ranks by, each with its direction (accuracy and
@@ -35,8 +41,12 @@ std::vector<std::string> SweepMetrics();
 // Metrics come from the trial's summary once it finished, else from its newest epoch; one
 // never measured is "-". `metric` "auto" (or empty): val_accuracy when a trial has a
 // validation split, else test_accuracy. INVALID_ARGUMENT for a metric not in SweepMetrics().
+// JSON keys: rank, trial, job_id (text), each swept path as it is, state, val_accuracy,
+// val_loss, test_accuracy, test_loss, train_loss, samples_per_second, epoch_time_s,
+// peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back the same
+// double (for csv and json) instead of 4 significant digits.
 absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials,
-                                     std::string metric);
+                                     std::string metric, bool exact = false);
 
 // Every set field of the request as "path" -> value text: request-level fields by name
 // ("priority", "labels.project", "after"), spec fields without the spec's own name

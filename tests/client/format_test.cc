@@ -1,5 +1,6 @@
 // Tests for client/format.cc: the exact text mpsctl shows.
 #include "client/format.h"
+#include "google/protobuf/util/json_util.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -332,10 +333,42 @@ TEST(FormatTest, ServerStatus) {
 TEST(FormatTest, JsonKeepsProtoFieldNames) {
   v1::StepMetrics step = Step();
   const std::string json = ToJsonLine(step);
-  EXPECT_THAT(json, HasSubstr("\"total_steps\":\"938\""));
+  EXPECT_THAT(json, HasSubstr("\"total_steps\":938"));
   EXPECT_THAT(json, HasSubstr("\"samples_per_second\":12345"));
   EXPECT_THAT(json, Not(HasSubstr("\n")));
   EXPECT_THAT(json, Not(HasSubstr("totalSteps")));
+}
+
+TEST(FormatTest, JsonKeepsZerosAndWritesInt64sAsNumbers) {
+  v1::JobEvent heartbeat;
+  heartbeat.set_job_id("7");
+  heartbeat.mutable_heartbeat()->set_state(v1::Job::QUEUED);
+  EXPECT_EQ(ToJsonLine(heartbeat),
+            "{\"job_id\":\"7\",\"seq\":0,\"heartbeat\":{\"state\":\"QUEUED\",\"queue_position\":0}}");
+  v1::JobEvent step;
+  step.set_seq(12);
+  step.mutable_step()->set_step(3);
+  const std::string json = ToJsonLine(step);
+  EXPECT_THAT(json, HasSubstr("\"seq\":12,"));
+  EXPECT_THAT(json, HasSubstr("\"step\":{\"epoch\":0,\"step\":3,\"total_steps\":0,\"loss\":0,"));
+  EXPECT_THAT(json, HasSubstr("\"skipped\":false"));
+  // An unset optional (an unmeasured metric) stays absent.
+  v1::JobEvent epoch;
+  epoch.mutable_epoch()->set_epoch(1);
+  EXPECT_THAT(ToJsonLine(epoch), Not(HasSubstr("val_loss")));
+  // A string that looks like a quoted int64 member is left alone.
+  v1::JobEvent log;
+  log.set_seq(5);
+  log.mutable_log()->set_text("\"seq\":\"5\" and \\\"seq\\\":\"9\"");
+  const std::string logged = ToJsonLine(log);
+  v1::JobEvent back;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(logged, &back).ok()) << logged;
+  EXPECT_EQ(back.log().text(), log.log().text());
+  EXPECT_EQ(back.seq(), 5);
+  v1::JobSummary summary;
+  summary.add_train_class_counts(6000);
+  summary.add_train_class_counts(5999);
+  EXPECT_THAT(ToJsonLine(summary), HasSubstr("\"train_class_counts\":[6000,5999]"));
 }
 
 TEST(FormatTest, KindAndEpochs) {

@@ -9,10 +9,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace mpsd::client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::Job Trial(const std::string& id, int index, const std::string& lr, double accuracy,
               double loss) {
@@ -90,17 +93,41 @@ TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
   EXPECT_EQ(*RenderTable(table, "table"), "A    B\nx,y  1.5\np|q  -\n");
   EXPECT_EQ(*RenderTable(table, "markdown"), "| A | B |\n|---|---|\n| x,y | 1.5 |\n| p\\|q | - |\n");
   EXPECT_EQ(*RenderTable(table, "csv"), "A,B\n\"x,y\",1.5\np|q,-\n");
-  // JSON objects are unordered (Struct's map): compare what they hold.
+  // Keys in column order, snake_case; "-" is null; numbers are numbers.
+  EXPECT_EQ(*RenderTable(table, "json"), "[{\"a\":\"x,y\",\"b\":1.5},\n{\"a\":\"p|q\",\"b\":null}]\n");
   google::protobuf::Value json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(*RenderTable(table, "json"), &json).ok());
-  ASSERT_EQ(json.list_value().values_size(), 2);
-  const auto& first = json.list_value().values(0).struct_value().fields();
-  const auto& second = json.list_value().values(1).struct_value().fields();
-  EXPECT_EQ(first.at("A").string_value(), "x,y");
-  EXPECT_EQ(first.at("B").number_value(), 1.5);
-  EXPECT_EQ(second.at("A").string_value(), "p|q");
-  EXPECT_EQ(second.at("B").kind_case(), google::protobuf::Value::kNullValue);
+  EXPECT_EQ(json.list_value().values(0).struct_value().fields().at("b").number_value(), 1.5);
+  // Header words become snake_case keys; a text column keeps "12" a string; a number JSON would
+  // not take as written (".5") is written in a form it takes.
+  TextTable headed{{"SAMPLES/S", "JOB", "x"}, {{"12", "12", ".5"}}, {}, {false, true, false}};
+  EXPECT_EQ(*RenderTable(headed, "json"), "[{\"samples_s\":12,\"job\":\"12\",\"x\":0.5}]\n");
+  EXPECT_EQ(*RenderTable(TextTable{{"A"}, {}}, "json"), "[]\n");
   EXPECT_FALSE(RenderTable(table, "html").ok());
+}
+
+TEST(TablesTest, SweepJsonHasSnakeCaseKeysInColumnOrderAndExactNumbers) {
+  std::vector<v1::Job> trials(2);
+  for (int i = 0; i < 2; ++i) {
+    trials[i].set_id(absl::StrCat(10 + i));
+    trials[i].set_state(v1::Job::SUCCEEDED);
+    trials[i].mutable_trial()->set_index(i);
+    v1::SweepAssignment* p = trials[i].mutable_trial()->add_parameters();
+    p->set_path("optimizer.learning_rate");
+    p->set_value(i == 0 ? "0.01" : "0.001");
+    trials[i].mutable_summary()->set_epochs(1);
+    trials[i].mutable_summary()->set_test_accuracy(0.812345678 + i * 0.1);
+    trials[i].mutable_summary()->set_samples_per_second(1234.5);
+  }
+  auto table = SweepTable(trials, "test_accuracy", /*exact=*/true);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::string json = *RenderTable(*table, "json");
+  EXPECT_THAT(json, ::testing::StartsWith(
+                        "[{\"rank\":1,\"trial\":1,\"job_id\":\"11\",\"optimizer.learning_rate\":0.001,"
+                        "\"state\":\"SUCCEEDED\",\"test_accuracy\":0.912345678,\"test_loss\":null,"));
+  EXPECT_THAT(json, HasSubstr("\"samples_per_second\":1234.5,\"epoch_time_s\":0,"
+                              "\"peak_allocated_bytes\":null,\"time_s\":0}"));
+  EXPECT_THAT(json, Not(HasSubstr("S/EPOCH")));
 }
 
 TEST(TablesTest, CompareShowsOnlyDifferingKeys) {

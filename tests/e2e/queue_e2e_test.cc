@@ -253,8 +253,11 @@ sweep:
   google::protobuf::Value parsed;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
   ASSERT_EQ(parsed.list_value().values_size(), 6);
-  EXPECT_EQ(parsed.list_value().values(0).struct_value().fields().at("STATE").string_value(),
-            "SUCCEEDED");
+  const auto& best = parsed.list_value().values(0).struct_value().fields();
+  EXPECT_EQ(best.at("state").string_value(), "SUCCEEDED");
+  EXPECT_EQ(best.at("job_id").kind_case(), google::protobuf::Value::kStringValue);
+  EXPECT_EQ(best.at("test_accuracy").kind_case(), google::protobuf::Value::kNumberValue);
+  EXPECT_THAT(json.out, ::testing::StartsWith("[{\"rank\":1,\"trial\":"));
 
   // mpsctl sweep on a trial says what it is.
   CommandResult not_sweep = Mpsctl({"sweep", trials[0].id()});
