@@ -182,17 +182,6 @@ absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name) {
       absl::StrCat("--format: \"", name, "\" is not one of tensorboard, csv, jsonl"));
 }
 
-std::string RunDirName(const v1::Job& job, bool with_id) {
-  const std::string& name = job.spec().name();
-  if (name.empty()) return job.id();
-  std::string safe = name;
-  for (char& c : safe) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
-  }
-  if (safe == "." || safe == "..") safe = "_";
-  return with_id ? absl::StrCat(safe, "-", job.id()) : safe;
-}
-
 absl::StatusOr<std::unique_ptr<JobExporter>> JobExporter::Start(const v1::Job& job,
                                                                 ExportFormat format,
                                                                 const std::string& dir,

@@ -19,12 +19,7 @@ enum class ExportFormat { kTensorBoard, kCsv, kJsonl };
 // "tensorboard", "csv", "jsonl". INVALID_ARGUMENT naming --format and the choices otherwise.
 absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name);
 
-// The job's folder under the export directory: its name when it has one (a character other than
-// [A-Za-z0-9._-] replaced by '_', so that a name never leaves the directory), else its id;
-// "<name>-<id>" when `with_id` (two exported jobs share a name).
-std::string RunDirName(const v1::Job& job, bool with_id);
-
-// Writes one job under `dir`/`run`/ from its events, fed in seq order. Not thread-safe.
+// Writes one job under `dir`/`run`/ (run: api/tensorboard/job_history.h RunName) from its events, fed in seq order. Not thread-safe.
 //   kTensorBoard: events.out.tfevents.<created_at seconds>.<host> (the same name on every export
 //     of a job, so a second export replaces the first rather than doubling its curves): the
 //     HParams session (the spec with the client's defaults applied, client/spec_defaults.h), one

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "api/tensorboard/job_history.h"
 #include "client/export.h"
 
 namespace mpsd::client {
@@ -18,9 +19,11 @@ int Commands::Export(const std::vector<std::string>& job_ids, const std::string&
   std::vector<v1::Job> jobs;
   if (const int code = GetJobs(job_ids, jobs); code != kExitOk) return code;
   std::map<std::string, int> runs_named;
-  for (const v1::Job& job : jobs) ++runs_named[RunDirName(job, false)];
+  for (const v1::Job& job : jobs) ++runs_named[tensorboard::RunName(job, false)];
   for (const v1::Job& job : jobs) {
-    const std::string run = RunDirName(job, runs_named[RunDirName(job, false)] > 1);
+    // Two jobs of one name get their ids too, so that neither overwrites the other.
+    const bool shared = runs_named[tensorboard::RunName(job, false)] > 1;
+    const std::string run = tensorboard::RunName(job, shared);
     absl::StatusOr<std::unique_ptr<JobExporter>> exporter =
         JobExporter::Start(job, *format, dir, run);
     if (!exporter.ok()) {

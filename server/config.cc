@@ -244,6 +244,10 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
                  absl::StrCat(w, ": empty; name a directory, or leave the key out for the "
                                  "default"));
            }},
+          {"tensorboard_dir",
+           [&](auto& n, auto& w) {
+             return ReadScalar(n, w, "a directory", config.tensorboard_dir);
+           }},
           {"max_queued",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", config.max_queued); }},
           {"cpu_threads",
@@ -335,6 +339,7 @@ std::string FormatConfig(const Config& config) {
       {"tokens_file", text(config.tokens_file)},
       {"data_roots", list(config.data_roots)},
       {"http_listen", text(config.http_listen)},
+      {"tensorboard_dir", text(config.tensorboard_dir)},
       {"max_queued", absl::StrCat(config.max_queued)},
       {"cpu_threads", absl::StrCat(config.cpu_threads)},
       {"shutdown_grace_s", api::ShortestDecimal(config.shutdown_grace_s)},

@@ -71,6 +71,10 @@ struct Config {
   std::string http_listen;
   // Where the job database lives. Default: DefaultStateDir().
   std::string state_dir;
+  // Live TensorBoard event files of every TrainJob under <tensorboard_dir>/<name>-<id>/ (a job
+  // without a name: <id>/), written while it trains (server/core/tensorboard_writer.h); empty =
+  // only jobs with `tensorboard: true`, into their artifacts. Made absolute at start.
+  std::string tensorboard_dir;
   // SubmitJob fails with RESOURCE_EXHAUSTED beyond this many queued jobs.
   int max_queued = 1000;
   // Intra-op threads for CPU training, 0 to 4096; 0 = one per CPU the executor may run on (its

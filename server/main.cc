@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
                  "HOST:PORT for HTTP(S): the dashboard, /metrics (Prometheus), /healthz; a bearer "
                  "token on every request but /healthz; TLS (the --tls-cert/--tls-key files) off "
                  "loopback (default: none)");
+  std::string tensorboard_dir;
+  app.add_option("--tensorboard-dir", tensorboard_dir,
+                 "write every TrainJob's TensorBoard event file under DIR/<name>-<id>/ while it "
+                 "trains (default: none; docs/metrics-export.md)");
   CLI::Option* state_dir_option = app.add_option("--state-dir", state_dir,
                  "directory for the job database (default: " + mpsd::server::DefaultStateDir() +
                      ")");
@@ -208,6 +212,12 @@ int main(int argc, char** argv) {
     std::error_code ignored;
     const std::filesystem::path absolute = std::filesystem::absolute(config.state_dir, ignored);
     if (!absolute.empty()) config.state_dir = absolute.lexically_normal().string();
+  }
+  if (!tensorboard_dir.empty()) config.tensorboard_dir = tensorboard_dir;
+  if (!config.tensorboard_dir.empty()) {
+    std::error_code ignored;
+    const std::filesystem::path absolute = std::filesystem::absolute(config.tensorboard_dir, ignored);
+    if (!absolute.empty()) config.tensorboard_dir = absolute.lexically_normal().string();
   }
   if (!http_listen.empty()) config.http_listen = http_listen;
   if (!tls.cert.empty()) config.tls.cert = tls.cert;

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <memory>
 #include <thread>
 #include <system_error>
@@ -44,6 +45,7 @@
 #include "server/grpc/reflection_service.h"
 #include "server/core/scheduler.h"
 #include "server/core/state_dir.h"
+#include "server/core/tensorboard_writer.h"
 #include "server/access/tls.h"
 #include "spdlog/spdlog.h"
 
@@ -280,9 +282,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
     self->SetStorageError(error);
   };
   server->metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
-  scheduler_options.on_event = [metrics = server->metrics_.get()](const mpsd::v1::Job& job,
-                                                                   const mpsd::v1::JobEvent& e) {
+  TensorBoardWriter::Options tensorboard_options;
+  tensorboard_options.artifacts_dir = artifacts_dir;
+  tensorboard_options.tensorboard_dir = config.tensorboard_dir;
+  // Committed events only: those published since (a state change or two) are not needed to
+  // rebuild a job's metrics.
+  tensorboard_options.read_stored = [store = server->store_.get()](const std::string& job_id,
+                                                                   int64_t before_seq) {
+    return store->ReadEvents(job_id, 0, static_cast<int>(std::max<int64_t>(1, before_seq - 1)));
+  };
+  server->tensorboard_ = std::make_unique<TensorBoardWriter>(std::move(tensorboard_options));
+  scheduler_options.on_event = [metrics = server->metrics_.get(),
+                                tensorboard = server->tensorboard_.get()](
+                                   const mpsd::v1::Job& job, const mpsd::v1::JobEvent& e) {
     metrics->ObserveEvent(job, e);
+    tensorboard->Observe(job, e);
   };
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
       scheduler_options, server->store_.get(), server->executor_.get());
@@ -411,6 +425,7 @@ bool Server::Shutdown() {
   reflection_.reset();
   service_.reset();
   scheduler_.reset();
+  tensorboard_.reset();  // after the scheduler, which feeds it; before the store it reads
   state_dir_watch_.reset();  // The scheduler checks it.
   executor_.reset();
   store_.reset();

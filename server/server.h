@@ -32,6 +32,7 @@ class JobService;
 class JobStore;
 class Metrics;
 class ReflectionService;
+class TensorBoardWriter;
 class Scheduler;
 class StateDirWatch;
 class TlsCredentials;
@@ -138,6 +139,9 @@ class Server {
   std::unique_ptr<JobService> service_;
   std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<Metrics> metrics_;
+  // Live TensorBoard files (config tensorboard_dir, TrainJob.tensorboard); outlives the
+  // scheduler, which feeds it.
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::unique_ptr<Dashboard> dashboard_;
   std::unique_ptr<HttpServer> http_server_;
   std::unique_ptr<grpc::Server> grpc_server_;

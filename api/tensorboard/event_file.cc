@@ -7,6 +7,8 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "mpsd/tensorboard/event.pb.h"
 
 namespace mpsd::tensorboard {
@@ -18,6 +20,17 @@ std::string HostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
   return name;
+}
+
+// Map entries (the hyperparameters) in key order, so that the same job gives the same bytes.
+std::string Deterministic(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  message.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
 }
 
 // A length-0 float vector: what the HParams plugin's summaries carry as their value
@@ -76,7 +89,7 @@ absl::Status EventFileWriter::WritePluginSummary(const char* tag,
   value->set_tag(tag);
   SummaryMetadata::PluginData* plugin = value->mutable_metadata()->mutable_plugin_data();
   plugin->set_plugin_name("hparams");
-  plugin->set_content(data.SerializeAsString());
+  plugin->set_content(Deterministic(data));
   *value->mutable_tensor() = NullTensor();
   return records_->Write(event.SerializeAsString());
 }

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/job_state.h"
@@ -178,6 +179,19 @@ std::map<std::string, Value> HParamsOf(const mpsd::v1::SubmitJobRequest& spec,
     if (!text->empty()) hparams[name] = StringValue(*text);
   }
   return hparams;
+}
+
+std::string RunName(const mpsd::v1::Job& job, bool with_id) {
+  const std::string& name = job.spec().name();
+  if (name.empty()) return job.id();
+  std::string safe = name;
+  for (char& c : safe) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      c = '_';
+    }
+  }
+  if (safe == "." || safe == "..") safe = "_";
+  return with_id ? absl::StrCat(safe, "-", job.id()) : safe;
 }
 
 hparams::Status SessionStatusOf(mpsd::v1::Job::State state) {

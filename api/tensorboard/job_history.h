@@ -42,6 +42,11 @@ std::map<std::string, google::protobuf::Value> HParamsOf(const mpsd::v1::SubmitJ
 // CANCELLED and INTERRUPTED → failure, else running.
 hparams::Status SessionStatusOf(mpsd::v1::Job::State state);
 
+// A job's folder (TensorBoard's run) under an export or tensorboard_dir: its name when it has
+// one (a character other than [A-Za-z0-9._-] replaced by '_', so that a name never leaves the
+// directory; "." and ".." become "_"), else its id; "<name>-<id>" when `with_id`.
+std::string RunName(const mpsd::v1::Job& job, bool with_id);
+
 inline double WallTimeOf(const mpsd::v1::JobEvent& event) {
   return static_cast<double>(event.time().seconds()) + event.time().nanos() * 1e-9;
 }

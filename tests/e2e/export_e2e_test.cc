@@ -60,6 +60,26 @@ std::string JsonLines(const std::vector<JobEvent>& events) {
   return out;
 }
 
+// Runs the Python checker on `events_file` against `events` (written to `stored` first);
+// returns what it printed (the test fails on a non-zero exit). `write`: where Python writes its
+// own file, or "".
+CommandResult RunPythonCheck(const std::vector<JobEvent>& events, const std::string& events_file,
+                             const std::string& stored, const std::string& write = "") {
+  WriteFile(stored, JsonLines(events));
+  std::vector<std::string> argv = {MPSD_CRCMOD_PYTHON,
+                                   SourcePath("tests/e2e/tensorboard_check.py"),
+                                   "--proto-root", SourcePath("proto"),
+                                   "--events", events_file,
+                                   "--stored", stored,
+                                   "--hparam", "batch_size=32.0",
+                                   "--hparam", "model.name=mlp",
+                                   "--hparam", "optimizer.name=adam"};
+  if (!write.empty()) argv.insert(argv.end(), {"--write", write});
+  CommandResult result = RunCommand(argv);
+  EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
+  return result;
+}
+
 class ExportE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -85,23 +105,8 @@ class ExportE2eTest : public ::testing::Test {
     return RunCommand(args);
   }
 
-  // Runs the Python checker on `events_file`; returns what it printed (the test fails on a
-  // non-zero exit). `write`: where Python writes its own file, or "".
   CommandResult PythonCheck(const std::string& events_file, const std::string& write = "") {
-    const std::string stored = dir_ / "stored.jsonl";
-    WriteFile(stored, JsonLines(events_));
-    std::vector<std::string> argv = {MPSD_CRCMOD_PYTHON,
-                                     SourcePath("tests/e2e/tensorboard_check.py"),
-                                     "--proto-root", SourcePath("proto"),
-                                     "--events", events_file,
-                                     "--stored", stored,
-                                     "--hparam", "batch_size=32.0",
-                                     "--hparam", "model.name=mlp",
-                                     "--hparam", "optimizer.name=adam"};
-    if (!write.empty()) argv.insert(argv.end(), {"--write", write});
-    CommandResult result = RunCommand(argv);
-    EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
-    return result;
+    return RunPythonCheck(events_, events_file, dir_ / "stored.jsonl", write);
   }
 
   int StepsStored() const {
@@ -195,6 +200,51 @@ TEST_F(ExportE2eTest, BadFormatAndUnknownJobFailClearly) {
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_THAT(unknown.err, HasSubstr("999999"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "x"));
+}
+
+// The daemon's live files: a job with `tensorboard: true` on a daemon with --tensorboard-dir gets
+// one file in its artifacts and one in that directory, written while it trains (read before
+// the job ends), and once it ended both hold every stored step exactly once.
+TEST(LiveTensorBoardE2eTest, TheDaemonWritesTheFileWhileTheJobTrains) {
+  TempDir dir;
+  Daemon daemon(dir / "state", dir / "mpsd.sock");
+  daemon.Start({"--tensorboard-dir", dir / "tb"});
+  v1::SubmitJobRequest request = TrainJobRequest(320, 64, 40, 32, "mlp");
+  request.set_name("live");
+  request.mutable_train_job()->set_tensorboard(true);
+  const v1::Job job = rpc_ok::Submit(daemon, request);
+  const std::string run_dir = dir / ("tb/live-" + job.id());
+  // While it runs: the file is there and holds steps (the daemon flushes at every epoch).
+  int64_t steps_seen = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::vector<std::string> files = FilesIn(run_dir);
+    if (files.size() != 1) return false;
+    auto records = tensorboard::ReadTfRecords(run_dir + "/" + files[0], true);
+    if (!records.ok()) return false;
+    for (const std::string& record : *records) {
+      tensorboard::Event event;
+      if (event.ParseFromString(record) && event.step() > steps_seen) steps_seen = event.step();
+    }
+    return steps_seen >= 10;
+  }));
+  EXPECT_EQ(rpc_ok::Get(daemon, job.id()).state(), v1::Job::RUNNING);
+  ASSERT_TRUE(rpc::Cancel(daemon, job.id()).ok());
+  const v1::Job ended = rpc_ok::WaitForEnd(daemon, job.id());
+  EXPECT_EQ(ended.state(), v1::Job::CANCELLED);
+  const std::vector<JobEvent> events = rpc::StreamAll(daemon, job.id());
+
+  const std::vector<std::string> files = FilesIn(run_dir);
+  ASSERT_THAT(files, SizeIs(1));
+  CommandResult checked = RunPythonCheck(events, run_dir + "/" + files[0], dir / "stored.jsonl");
+  EXPECT_THAT(checked.out, HasSubstr(" steps, "));
+  // The artifact copy is the same file.
+  const std::string artifact_dir = dir / ("state/artifacts/" + job.id() + "/tensorboard");
+  EXPECT_EQ(FilesIn(artifact_dir), files);
+  EXPECT_TRUE(ReadFile(artifact_dir + "/" + files[0]) == ReadFile(run_dir + "/" + files[0]))
+      << "the artifact and the tensorboard_dir file differ";
+  CommandResult artifacts =
+      RunCommand({MpsctlPath(), "--server", daemon.address(), "artifacts", job.id()});
+  EXPECT_THAT(artifacts.out, HasSubstr("tensorboard/" + files[0]));
 }
 
 }  // namespace

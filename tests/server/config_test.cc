@@ -63,6 +63,17 @@ TEST_F(ConfigTest, ExecutorKeys) {
   EXPECT_DOUBLE_EQ(defaults->executor.user_code_stall_timeout_s, 600.0);
 }
 
+TEST_F(ConfigTest, TensorBoardDir) {
+  absl::StatusOr<Config> config = LoadConfig(Write("tensorboard_dir: /srv/tb\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tensorboard_dir, "/srv/tb");
+  EXPECT_THAT(FormatConfig(*config), HasSubstr("tensorboard_dir: /srv/tb\n"));
+  EXPECT_THAT(FormatConfig(*LoadConfig(Write("{}\n"))), HasSubstr("tensorboard_dir: (none)\n"));
+  absl::StatusOr<Config> bad = LoadConfig(Write("tensorboard_dir: [a]\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tensorboard_dir"));
+}
+
 TEST_F(ConfigTest, UserCodeDeadlines) {
   absl::StatusOr<Config> config = LoadConfig(
       Write("executor:\n  user_code_timeout_s: 5\n  user_code_stall_timeout_s: 12.5\n"));
