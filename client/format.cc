@@ -4,15 +4,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/time_util.h>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -127,118 +128,137 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
 
 namespace {
 
-using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
 
-// The names of the 64-bit integer fields of `descriptor` and every message it holds, less any
-// name that some field there prints as a JSON string (a string, bytes, enum, or a well-known
-// type such as Timestamp), so that a quoted value under a name in the set is a 64-bit integer.
-absl::flat_hash_set<std::string> Int64Names(const Descriptor* descriptor) {
-  absl::flat_hash_set<std::string> ints, texts;
-  absl::flat_hash_set<const Descriptor*> seen;
-  std::vector<const Descriptor*> todo = {descriptor};
-  while (!todo.empty()) {
-    const Descriptor* d = todo.back();
-    todo.pop_back();
-    if (!seen.insert(d).second) continue;
-    for (int i = 0; i < d->field_count(); ++i) {
-      const FieldDescriptor* f = d->field(i);
-      switch (f->cpp_type()) {
-        case FieldDescriptor::CPPTYPE_INT64:
-        case FieldDescriptor::CPPTYPE_UINT64:
-          ints.insert(f->name());
-          break;
-        case FieldDescriptor::CPPTYPE_MESSAGE:
-          if (f->message_type()->file()->package() == "google.protobuf") {
-            texts.insert(f->name());  // Timestamp, Duration: strings
-          } else {
-            todo.push_back(f->message_type());
-          }
-          break;
-        case FieldDescriptor::CPPTYPE_STRING:
-        case FieldDescriptor::CPPTYPE_ENUM:
-          texts.insert(f->name());
-          break;
-        default:
-          break;
-      }
-    }
+// The shortest text that reads back as the same value; JSON's strings for what it has no number
+// for, as protobuf's mapping writes them.
+std::string JsonNumber(double value, bool is_float) {
+  if (std::isnan(value)) return "\"NaN\"";
+  if (std::isinf(value)) return value > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  for (int digits = is_float ? 6 : 15;; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, value);
+    const double back = std::strtod(text.c_str(), nullptr);
+    const bool same = is_float ? static_cast<float>(back) == static_cast<float>(value)
+                               : back == value;
+    if (same || digits >= 17) return text;
   }
-  for (const std::string& name : texts) ints.erase(name);
-  return ints;
 }
 
-bool IsIntegerText(absl::string_view text) {
-  if (absl::ConsumePrefix(&text, "-") && text.empty()) return false;
-  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
+void AppendJson(const Message& message, std::string& out);
+
+// One value of `field` (element `index` of a repeated field, or the singular value for -1).
+void AppendJsonValue(const Message& message, const FieldDescriptor& field, int index,
+                     std::string& out) {
+  const Reflection& r = *message.GetReflection();
+  const bool rep = index >= 0;
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      absl::StrAppend(&out, rep ? r.GetRepeatedInt32(message, &field, index)
+                                : r.GetInt32(message, &field));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      absl::StrAppend(&out, rep ? r.GetRepeatedInt64(message, &field, index)
+                                : r.GetInt64(message, &field));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      absl::StrAppend(&out, rep ? r.GetRepeatedUInt32(message, &field, index)
+                                : r.GetUInt32(message, &field));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      absl::StrAppend(&out, rep ? r.GetRepeatedUInt64(message, &field, index)
+                                : r.GetUInt64(message, &field));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      out += JsonNumber(rep ? r.GetRepeatedDouble(message, &field, index)
+                            : r.GetDouble(message, &field), false);
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      out += JsonNumber(rep ? r.GetRepeatedFloat(message, &field, index)
+                            : r.GetFloat(message, &field), true);
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      out += (rep ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
+                 ? "true"
+                 : "false";
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const auto* value =
+          rep ? r.GetRepeatedEnum(message, &field, index) : r.GetEnum(message, &field);
+      out += JsonString(value->name());
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string scratch;
+      const std::string& text = rep ? r.GetRepeatedStringReference(message, &field, index, &scratch)
+                                    : r.GetStringReference(message, &field, &scratch);
+      out += JsonString(field.type() == FieldDescriptor::TYPE_BYTES ? absl::Base64Escape(text)
+                                                                   : text);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      AppendJson(rep ? r.GetRepeatedMessage(message, &field, index) : r.GetMessage(message, &field),
+                 out);
+      break;
+  }
 }
 
-// Rewrites protobuf's JSON so that the quoted values of `names` (and the quoted elements of
-// their arrays) become numbers. Walks the text once, minding string literals and escapes.
-std::string UnquoteInt64s(const std::string& json, const absl::flat_hash_set<std::string>& names) {
-  std::string out;
-  out.reserve(json.size());
-  size_t i = 0;
-  // The end of the string literal starting at `from` (the opening quote), past its closing quote.
-  const auto literal_end = [&json](size_t from) {
-    size_t j = from + 1;
-    while (j < json.size() && json[j] != '"') j += json[j] == '\\' ? 2 : 1;
-    return std::min(j + 1, json.size());
-  };
-  // Copies a value at `i` (a literal, or anything else up to the next ',' '}' ']').
-  const auto copy_value = [&](bool unquote) {
-    if (json[i] == '"') {
-      const size_t end = literal_end(i);
-      const absl::string_view inner(json.data() + i + 1, end - i - 2);
-      if (unquote && IsIntegerText(inner)) {
-        out.append(inner.data(), inner.size());
-      } else {
-        out.append(json, i, end - i);
+// protobuf's JSON mapping with proto field names and "always print primitive fields", except
+// that 64-bit integers are numbers; google.protobuf.Timestamp as its RFC 3339 string.
+void AppendJson(const Message& message, std::string& out) {
+  const google::protobuf::Descriptor& descriptor = *message.GetDescriptor();
+  const Reflection& r = *message.GetReflection();
+  if (descriptor.full_name() == "google.protobuf.Timestamp") {
+    const auto& t = static_cast<const google::protobuf::Timestamp&>(message);
+    out += JsonString(google::protobuf::util::TimeUtil::ToString(t));
+    return;
+  }
+  out.push_back('{');
+  bool first = true;
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    const FieldDescriptor& field = *descriptor.field(i);
+    // Absent: an unset field with presence (a message, an optional, a oneof member).
+    if (!field.is_repeated() && field.has_presence() && !r.HasField(message, &field)) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    absl::StrAppend(&out, JsonString(field.name()), ":");
+    if (field.is_map()) {
+      const FieldDescriptor& key = *field.message_type()->map_key();
+      const FieldDescriptor& value = *field.message_type()->map_value();
+      out.push_back('{');
+      const int size = r.FieldSize(message, &field);
+      for (int e = 0; e < size; ++e) {
+        const Message& entry = r.GetRepeatedMessage(message, &field, e);
+        if (e > 0) out.push_back(',');
+        std::string key_text;
+        AppendJsonValue(entry, key, -1, key_text);
+        if (key_text.empty() || key_text[0] != '"') key_text = JsonString(key_text);
+        absl::StrAppend(&out, key_text, ":");
+        AppendJsonValue(entry, value, -1, out);
       }
-      i = end;
-    }
-  };
-  while (i < json.size()) {
-    if (json[i] != '"') {
-      out.push_back(json[i++]);
-      continue;
-    }
-    const size_t end = literal_end(i);
-    const std::string key = json.substr(i + 1, end - i - 2);
-    out.append(json, i, end - i);
-    i = end;
-    if (i >= json.size() || json[i] != ':') continue;  // a value, not a key
-    out.push_back(json[i++]);
-    const bool unquote = names.contains(key);
-    if (i < json.size() && json[i] == '[' && unquote) {
-      out.push_back(json[i++]);
-      while (i < json.size() && json[i] != ']') {
-        if (json[i] == '"') {
-          copy_value(true);
-        } else {
-          out.push_back(json[i++]);
-        }
+      out.push_back('}');
+    } else if (field.is_repeated()) {
+      out.push_back('[');
+      const int size = r.FieldSize(message, &field);
+      for (int e = 0; e < size; ++e) {
+        if (e > 0) out.push_back(',');
+        AppendJsonValue(message, field, e, out);
       }
-    } else if (i < json.size()) {
-      copy_value(unquote);
+      out.push_back(']');
+    } else {
+      AppendJsonValue(message, field, -1, out);
     }
   }
-  return out;
+  out.push_back('}');
 }
 
 }  // namespace
 
 std::string ToJsonLine(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  options.add_whitespace = false;
-  std::string json;
-  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) {
-    // Only unresolvable Any types fail; there are none in the API.
-    return "{}";
-  }
-  return UnquoteInt64s(json, Int64Names(message.GetDescriptor()));
+  std::string out;
+  AppendJson(message, out);
+  return out;
 }
 
 std::string JsonString(absl::string_view text) {
