@@ -4,8 +4,11 @@
 // generated from the same .proto) checks every step against the events the daemon stored; mpsd's
 // reader reads a file that Python wrote.
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
+#include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -245,6 +248,56 @@ TEST(LiveTensorBoardE2eTest, TheDaemonWritesTheFileWhileTheJobTrains) {
   CommandResult artifacts =
       RunCommand({MpsctlPath(), "--server", daemon.address(), "artifacts", job.id()});
   EXPECT_THAT(artifacts.out, HasSubstr("tensorboard/" + files[0]));
+}
+
+// A job that resumes after the daemon was killed: the restarted daemon rewrites the live file
+// from the stored events (one file, one HParams session), and once it ended the live file and an
+// export both hold each step once, the latest attempt's value (the checker folds the stored
+// events the same way, independently).
+TEST(LiveTensorBoardE2eTest, AJobResumedAfterADaemonKillHasEachStepOnce) {
+  TempDir dir;
+  auto daemon = std::make_unique<Daemon>(dir / "state", dir / "mpsd.sock");
+  daemon->Start({"--tensorboard-dir", dir / "tb"});
+  v1::SubmitJobRequest request = TrainJobRequest(512, 64, 6, 64);
+  request.set_name("resumed");
+  request.mutable_train_job()->mutable_model()->set_name("mlp");
+  request.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+  request.mutable_train_job()->set_restart_policy("resume");
+  request.mutable_train_job()->set_batch_size(32);
+  const v1::Job job = rpc_ok::Submit(*daemon, request);
+  ASSERT_TRUE(WaitUntil([&] {
+    const v1::Job now = rpc_ok::Get(*daemon, job.id());
+    return now.has_last_checkpoint() && now.last_step().step() > now.last_checkpoint().step();
+  }));
+  daemon->Stop(SIGKILL, absl::Seconds(60));
+  daemon->Start({"--tensorboard-dir", dir / "tb"});
+  const v1::Job ended = rpc_ok::WaitForEnd(*daemon, job.id());
+  ASSERT_EQ(ended.state(), v1::Job::SUCCEEDED) << ended.message();
+  EXPECT_GT(ended.summary().resumed_at_step(), 0);
+  const std::vector<JobEvent> events = rpc::StreamAll(*daemon, job.id());
+  std::set<int64_t> distinct;
+  int64_t stored_steps = 0;
+  for (const JobEvent& e : events) {
+    if (!e.has_step()) continue;
+    ++stored_steps;
+    distinct.insert(e.step().step());
+  }
+  // Usually the killed run stored steps past its checkpoint, which the resumed run repeats.
+  RecordProperty("repeated_steps", static_cast<int>(stored_steps - distinct.size()));
+  std::printf("stored %lld step events for %zu steps\n", static_cast<long long>(stored_steps),
+              distinct.size());
+
+  const std::string run_dir = dir / ("tb/resumed-" + job.id());
+  const std::vector<std::string> files = FilesIn(run_dir);
+  ASSERT_THAT(files, SizeIs(1));
+  CommandResult live = RunPythonCheck(events, run_dir + "/" + files[0], dir / "stored.jsonl");
+  EXPECT_THAT(live.out, HasSubstr(absl::StrCat(" ", 6 * 512 / 32, " steps, 6 epochs")));
+  CommandResult exported = RunCommand({MpsctlPath(), "--server", daemon->address(), "export",
+                                       job.id(), "--format", "tensorboard", "-o", dir / "out"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const std::vector<std::string> out = FilesIn(dir / "out/resumed");
+  ASSERT_THAT(out, SizeIs(1));
+  RunPythonCheck(events, dir / ("out/resumed/" + out[0]), dir / "stored2.jsonl");
 }
 
 }  // namespace
