@@ -297,7 +297,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
 
   absl::StatusOr<std::unique_ptr<ReflectionService>> reflection =
-      ReflectionService::Create({"grpc.health.v1.Health"});
+      ReflectionService::Create();
   if (!reflection.ok()) return reflection.status();
   server->reflection_ = *std::move(reflection);
 
@@ -323,6 +323,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   // The socket is created with the process's umask: 0077 makes it 0600 from its first moment.
   const mode_t old_umask = umask(0077);
   builder.RegisterService(server->reflection_.get());
+  builder.RegisterService(server->reflection_->v1());
   AddKeepalivePolicy(builder);
   // gRPC sets SO_REUSEPORT on its TCP listeners by default: a second mpsd on the same port would
   // start too and the kernel would split connections between the two daemons.
