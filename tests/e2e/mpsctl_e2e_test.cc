@@ -517,9 +517,12 @@ TEST_F(MpsctlE2eTest, CancelTakesSeveralIdsAndSaysHowEachEnded) {
   EXPECT_EQ(GetJob(*daemon_, first).state(), Job::CANCELLED);
   EXPECT_EQ(GetJob(*daemon_, second).state(), Job::CANCELLED);
 
-  CommandResult all = Mpsctl({"cancel", running});
+  // --wait: returns once the running job has stopped, with its final state.
+  ASSERT_TRUE(PollUntil([&] { return GetJob(*daemon_, running).state() == Job::RUNNING; }));
+  CommandResult all = Mpsctl({"cancel", "--wait", running});
   EXPECT_EQ(all.exit_code, 0) << all.err;
-  CancelAndWait(running);
+  EXPECT_EQ(all.out, absl::StrCat("job ", running, " CANCELLED: cancelled by request\n"));
+  EXPECT_EQ(GetJob(*daemon_, running).state(), Job::CANCELLED);
   // Both already finished: each one's error, exit 1.
   CommandResult again = Mpsctl({"cancel", first, second});
   EXPECT_EQ(again.exit_code, 1);
