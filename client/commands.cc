@@ -741,6 +741,18 @@ int Commands::Models(const std::vector<int64_t>& input_shape, std::optional<int3
   return kExitOk;
 }
 
+int Commands::DeleteArtifacts(const std::vector<std::string>& job_ids, bool dry_run) {
+  v1::DeleteArtifactsRequest request;
+  for (const std::string& id : job_ids) request.add_job_ids(id);
+  request.set_retention_policy(job_ids.empty());
+  request.set_dry_run(dry_run);
+  v1::DeleteArtifactsResponse response;
+  const grpc::Status status = stub_->DeleteArtifacts(UnaryContext().get(), request, &response);
+  if (!status.ok()) return RpcFailed(status);
+  out_ << (options_.json ? ToJsonLine(response) + "\n" : FormatDeletedArtifacts(response, dry_run));
+  return kExitOk;
+}
+
 int Commands::Status() {
   v1::ServerStatus status;
   const grpc::Status rpc =

@@ -154,6 +154,10 @@ class Commands {
   // A table of the job's artifacts (name, size, kind, sha256), or the ListArtifactsResponse
   // as JSON.
   int Artifacts(const std::string& job_id);
+  // DeleteArtifacts of `job_ids` (`mpsctl rm`) or, when empty, by the daemon's retention policy
+  // (`mpsctl gc`); prints each job's deletion and the bytes freed and left. kExitFailed when the
+  // daemon refuses (an unfinished or still needed job, no policy).
+  int DeleteArtifacts(const std::vector<std::string>& job_ids, bool dry_run);
   // Downloads artifact `name` of the job (empty: its model, else its only artifact) to
   // `output` (empty: the artifact's file name in the current directory; a directory: into it),
   // through a temporary file "<output>.part" that a broken download resumes from; checks the
