@@ -43,7 +43,16 @@ void TensorBoardWriter::Observe(const Job& job, const JobEvent& event) {
   if (event.seq() == 0 || !job.spec().has_train_job()) return;
   if (!job.spec().train_job().tensorboard() && options_.tensorboard_dir.empty()) return;
   absl::MutexLock lock(&mu_);
-  queue_.push_back(Item{job, event});
+  std::shared_ptr<const Job>& kept = observed_[job.id()];
+  if (kept == nullptr) {
+    Job copy;
+    copy.set_id(job.id());
+    *copy.mutable_created_at() = job.created_at();
+    *copy.mutable_spec() = job.spec();
+    kept = std::make_shared<const Job>(std::move(copy));
+  }
+  queue_.push_back(Item{kept, event});
+  if (event.has_state() && api::IsTerminal(event.state().state())) observed_.erase(job.id());
   ++queued_;
   work_.Signal();
 }
@@ -79,26 +88,26 @@ void TensorBoardWriter::FlushAll() {
 
 void TensorBoardWriter::Write(const Item& item) {
   const JobEvent& event = item.event;
-  auto found = jobs_.find(item.job.id());
+  auto found = jobs_.find(item.job->id());
   if (found == jobs_.end()) {
     // Files start with the job's run: a queued job, or one that ended without running, has none.
     const bool runs = event.has_step() || event.has_epoch() || event.has_summary() ||
                       (event.has_state() && event.state().state() == Job::RUNNING);
     if (!runs) return;
-    JobFiles& files = jobs_[item.job.id()];
+    JobFiles& files = jobs_[item.job->id()];
     if (event.seq() > 1 && options_.read_stored) {
       absl::StatusOr<std::vector<JobEvent>> stored =
-          options_.read_stored(item.job.id(), event.seq());
+          options_.read_stored(item.job->id(), event.seq());
       if (stored.ok()) {
         for (const JobEvent& earlier : *stored) files.history.Add(earlier);
       } else {
         spdlog::warn("job {}: TensorBoard file starts without the stored events: {}",
-                     item.job.id(), stored.status().ToString());
+                     item.job->id(), stored.status().ToString());
       }
     }
     files.history.Add(event);
-    if (absl::Status s = Rewrite(item.job, files); !s.ok()) {
-      spdlog::warn("job {}: not writing its TensorBoard file: {}", item.job.id(), s.ToString());
+    if (absl::Status s = Rewrite(*item.job, files); !s.ok()) {
+      spdlog::warn("job {}: not writing its TensorBoard file: {}", item.job->id(), s.ToString());
       files.failed = true;
     }
     return;
@@ -106,9 +115,9 @@ void TensorBoardWriter::Write(const Item& item) {
   JobFiles& files = found->second;
   if (files.failed) return;
   const bool new_attempt = files.history.Add(event);
-  const absl::Status written = new_attempt ? Rewrite(item.job, files) : Append(event, files);
+  const absl::Status written = new_attempt ? Rewrite(*item.job, files) : Append(event, files);
   if (!written.ok()) {
-    spdlog::warn("job {}: not writing its TensorBoard file any more: {}", item.job.id(),
+    spdlog::warn("job {}: not writing its TensorBoard file any more: {}", item.job->id(),
                  written.ToString());
     files.failed = true;
     files.writers.clear();

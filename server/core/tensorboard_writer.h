@@ -66,7 +66,9 @@ class TensorBoardWriter {
 
  private:
   struct Item {
-    mpsd::v1::Job job;
+    // The job's id, spec and created_at (its metrics cleared), shared by all its items: one copy
+    // per job, not one per event under the scheduler's lock.
+    std::shared_ptr<const mpsd::v1::Job> job;
     mpsd::v1::JobEvent event;
   };
   // One job's open files and what was written to them.
@@ -90,6 +92,9 @@ class TensorBoardWriter {
   absl::CondVar work_;
   absl::CondVar done_;
   std::vector<Item> queue_ ABSL_GUARDED_BY(mu_);
+  // The jobs being observed (until their terminal event), for Item::job.
+  absl::flat_hash_map<std::string, std::shared_ptr<const mpsd::v1::Job>> observed_
+      ABSL_GUARDED_BY(mu_);
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
