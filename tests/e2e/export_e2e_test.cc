@@ -231,6 +231,12 @@ TEST(LiveTensorBoardE2eTest, TheDaemonWritesTheFileWhileTheJobTrains) {
     return steps_seen >= 10;
   }));
   EXPECT_EQ(rpc_ok::Get(daemon, job.id()).state(), v1::Job::RUNNING);
+  // A running job exports what is stored so far.
+  CommandResult running = RunCommand({MpsctlPath(), "--server", daemon.address(), "export",
+                                      job.id(), "--format", "csv", "-o", dir / "running"});
+  EXPECT_EQ(running.exit_code, 0) << running.err;
+  const std::string steps_csv = ReadFile(dir / "running/live/steps.csv");
+  EXPECT_GE(std::count(steps_csv.begin(), steps_csv.end(), '\n'), 11) << steps_csv;
   ASSERT_TRUE(rpc::Cancel(daemon, job.id()).ok());
   const v1::Job ended = rpc_ok::WaitForEnd(daemon, job.id());
   EXPECT_EQ(ended.state(), v1::Job::CANCELLED);
