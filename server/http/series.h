@@ -58,8 +58,72 @@ std::vector<std::string> SeriesMetricNames();
 // an epoch metric, except test_* of an epoch whose evaluation was skipped).
 std::optional<SeriesPoint> PointOf(const SeriesMetric& metric, const mpsd::v1::JobEvent& event);
 
+// The x a step event (its step) or an epoch event (its epoch) has; nullopt for other events.
+// A job that resumed (restart_policy: resume, after a daemon restart) reports steps and epochs
+// from its checkpoint again: its events hold two attempts of those steps. The latest attempt
+// wins: an event of a source (steps, or epochs) is superseded when a later event of the same
+// source has an x at or below its own.
+struct SourceX {
+  SeriesMetric::Source source;
+  int64_t x;
+};
+std::optional<SourceX> SourceXOf(const mpsd::v1::JobEvent& event);
+
+// The points where a job's events went back (an x at or below the previous x of its source),
+// collected in seq order; Superseded answers for any event of the job whether a later attempt
+// replaced it. Thread-compatible.
+class AttemptMarks {
+ public:
+  // Feeds the next event (seq order). Returns true when it starts a new attempt.
+  bool Add(const mpsd::v1::JobEvent& event);
+  // Whether `event` (fed before, or to be fed, in seq order up to what was added) is
+  // superseded by a later attempt added so far.
+  bool Superseded(const mpsd::v1::JobEvent& event) const;
+  // The last x added per source (0 before any).
+  int64_t last_x(SeriesMetric::Source source) const { return last_x_[Index(source)]; }
+  bool empty() const { return marks_[0].empty() && marks_[1].empty(); }
+
+ private:
+  static int Index(SeriesMetric::Source source) {
+    return source == SeriesMetric::Source::kStep ? 0 : 1;
+  }
+  struct Mark {
+    int64_t seq;
+    int64_t x;
+    // The lowest x of this mark and every later one.
+    int64_t suffix_min_x;
+  };
+  std::vector<Mark> marks_[2];
+  int64_t last_x_[2] = {0, 0};
+};
+
+// TensorBoard's scalar smoothing: an exponential moving average debiased like Adam's moment
+// estimates, as in tensorboard/components/vz_line_chart2/line-chart.ts (resmoothDataset):
+//   last = last * weight + (1 - weight) * value;  n += 1;
+//   smoothed = last / (1 - weight^n)
+// Non-finite values are returned unsmoothed and do not enter the average (as TensorBoard).
+// weight in [0, 1); 0 returns every value as is. Thread-compatible plain value.
+class Ema {
+ public:
+  explicit Ema(double weight) : weight_(weight) {}
+  // The smoothed value at `value`, which enters the average.
+  double Add(double value);
+  double weight() const { return weight_; }
+  // The biased running average and how many values entered it: a client continues the average
+  // from these with the formula above.
+  double last() const { return last_; }
+  int64_t count() const { return count_; }
+
+ private:
+  double weight_;
+  double last_ = 0;
+  int64_t count_ = 0;
+};
+
 // Collects points of several metrics from a job's events, fed in seq order (heartbeats and
-// events of other payloads are skipped). Thread-compatible.
+// events of other payloads are skipped). A point whose x is at or below the last point's x of
+// its series starts a new attempt (a resume): the points at and above it are dropped first, so
+// every x has the latest attempt's value. Thread-compatible.
 class SeriesBuilder {
  public:
   explicit SeriesBuilder(std::vector<SeriesMetric> metrics);
