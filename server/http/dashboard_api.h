@@ -47,8 +47,8 @@ HttpReply JsonReply(const google::protobuf::Message& message);
 
 // GET /api/jobs: query parameters `state` (comma-separated state names, case-insensitive:
 // queued,running), `kind` (TrainJob, BenchJob or Sweep, or the enum names), `page_size`,
-// `page_token`, `name` (a glob on the job's name), `label` (key=value[,key=value...], all must
-// match), as ListJobsRequest. INVALID_ARGUMENT naming the parameter for a bad value.
+// `page_token`, `name` (a glob on the job's name), `label` (key=value[,key=value...], "=" as %3D
+// in a URL; all must match), as ListJobsRequest. INVALID_ARGUMENT naming the parameter for a bad value.
 HttpReply ListJobsHandler(const Scheduler& scheduler, const QueryParam& param);
 
 // GET /api/jobs/{id}. NOT_FOUND for an unknown id.

@@ -55,6 +55,43 @@ device: cpu
 """ % (FASHION_MNIST, limit_train, limit_test, batch_size, epochs, lr, seed), "job.yaml")
 
 
+def resumable_job(limit_train=2000, batch_size=4, epochs=3):
+    """A job that checkpoints every epoch and resumes from its newest checkpoint after a restart."""
+    request = train_job(limit_train=limit_train, batch_size=batch_size, epochs=epochs, limit_test=100)
+    request.train_job.checkpoint.every_epochs = 1
+    request.train_job.restart_policy = "resume"
+    return request
+
+
+def ema_of(values, weight):
+    """TensorBoard's debiased EMA (tensorboard/components/vz_line_chart2/line-chart.ts), written
+    out here independently of the server's and the page's."""
+    out, last, n = [], 0.0, 0
+    for v in values:
+        last = last * weight + (1 - weight) * v
+        n += 1
+        out.append(v if weight == 0 else last / (1 - weight ** n))
+    return out
+
+
+def kill_mid_epoch_and_restart(daemon, job_id, past_checkpoint_steps=20):
+    """SIGKILLs `daemon` once job `job_id` has a checkpoint and ran `past_checkpoint_steps` steps
+    beyond it (steps the resume runs again), and starts it again."""
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        job = daemon.stub.GetJob(pb2.GetJobRequest(job_id=job_id), timeout=10)
+        if job.HasField("last_checkpoint") and \
+                job.last_step.step >= job.last_checkpoint.step + past_checkpoint_steps:
+            break
+        assert job.state in (pb2.Job.QUEUED, pb2.Job.RUNNING), job
+        time.sleep(0.02)
+    else:
+        raise AssertionError("job %s made no checkpoint" % job_id)
+    daemon.stop(signal.SIGKILL)
+    daemon.start()
+    return job
+
+
 def bench_job():
     return mpsd.parse_job_file("""kind: BenchJob
 models: [mlp, convnet]
@@ -357,6 +394,57 @@ class DashboardHttpTest(unittest.TestCase):
             status, body, _ = d.get("/api/jobs/%s/series?%s" % (job.id, query))
             self.assertEqual(status, 400)
             self.assertIn(name + ":", json.loads(body)["message"])
+
+    def test_a_resumed_jobs_series_has_one_point_per_step_the_latest_attempts(self):
+        d = self.daemon
+        job = d.submit(resumable_job())
+        killed = kill_mid_epoch_and_restart(d, job.id)
+        ended = d.wait(job.id, timeout=300)
+        self.assertGreater(ended.summary.resumed_at_step, 0)
+        events = d.stored_events(job.id)
+        steps = [e for e in events if e.WhichOneof("payload") == "step"]
+        total = ended.last_step.total_steps
+        # The stored log holds both attempts of the steps after the checkpoint...
+        self.assertGreater(len(steps), total, "the kill came after the resume point: no step ran twice")
+        latest = {}
+        for e in steps:
+            latest[e.step.step] = e.step  # Later events win.
+        self.assertEqual(sorted(latest), list(range(1, total + 1)))
+        out = d.get_json("/api/jobs/%s/series?metric=loss,train_loss&max_points=100000&smoothing=0.5" % job.id)
+        loss, train_loss = out["series"]
+        # ...the series one point per step, the latest attempt's value.
+        self.assertEqual(loss["rawPoints"], total)
+        self.assertEqual([p[0] for p in loss["points"]], list(range(1, total + 1)))
+        for x, value, _ in loss["points"]:
+            self.assertAlmostEqual(value, latest[x].loss, places=5)
+        self.assertEqual([p[0] for p in train_loss["points"]], list(range(1, ended.last_epoch.epoch + 1)))
+        expected = ema_of([latest[x].loss for x in range(1, total + 1)], 0.5)
+        self.assertEqual([p[0] for p in loss["smoothed"]], list(range(1, total + 1)))
+        for (x, value, _), want in zip(loss["smoothed"], expected):
+            self.assertAlmostEqual(value, want, delta=1e-6)
+        self.assertEqual(loss["ema"]["count"], total)
+        self.assertLess(killed.last_checkpoint.step, killed.last_step.step)
+
+    def test_jobs_filters_take_sweep_name_and_labels(self):
+        d = self.daemon
+        request = train_job(limit_train=64, epochs=1)
+        request.name = "filter-me"
+        request.labels["project"] = "dash"
+        job = d.submit(request)
+        d.wait(job.id)
+        self.assertEqual(d.get_json("/api/jobs?kind=Sweep").get("jobs", []), [])
+        named = d.get_json("/api/jobs?name=filter-%2A&label=project%3Ddash")["jobs"]
+        self.assertEqual([j["id"] for j in named], [job.id])
+        self.assertEqual(d.get_json("/api/jobs?label=project%3Dother").get("jobs", []), [])
+        status, body, _ = d.get("/api/jobs?kind=Sweeps")
+        self.assertEqual(status, 400)
+        self.assertIn("Sweep", json.loads(body)["message"])
+        for query, name in (("label=project", "label"),
+                            ("metric=loss&smoothing=1", "smoothing")):
+            path = "/api/jobs?" + query if name == "label" else "/api/jobs/%s/series?%s" % (job.id, query)
+            status, body, _ = d.get(path)
+            self.assertEqual(status, 400, body)
+            self.assertTrue(json.loads(body)["message"].startswith(name + ":"), body)
 
     def test_cancel_needs_admin_or_the_submitter(self):
         d = self.daemon
