@@ -92,6 +92,19 @@ def kill_mid_epoch_and_restart(daemon, job_id, past_checkpoint_steps=20):
     return job
 
 
+def fast_steps_job(steps=20000):
+    """`steps` steps as fast as this machine trains: mlp, batch 1 (about 30 s for 20,000 on 2
+    cores)."""
+    return mpsd.parse_job_file("""kind: TrainJob
+model: {name: mlp}
+dataset: {name: fashion-mnist, root: %s, limit_train: %d, limit_test: 100}
+batch_size: 1
+epochs: 1
+optimizer: {name: sgd, learning_rate: 0.01}
+device: cpu
+""" % (FASHION_MNIST, steps), "fast.yaml")
+
+
 def bench_job():
     return mpsd.parse_job_file("""kind: BenchJob
 models: [mlp, convnet]
@@ -460,6 +473,39 @@ class DashboardHttpTest(unittest.TestCase):
         d.wait(blocker.id, states=("CANCELLED",))
 
 
+class StartupOrderTest(unittest.TestCase):
+    """mpsd binds every TCP listener (gRPC and HTTP) before it writes to its state dir: a start
+    on a busy port fails and leaves no state dir, tokens file or database behind."""
+
+    def start_on_busy_port(self, which):
+        directory = tempfile.mkdtemp(prefix="mpsd-startup-")
+        busy = socket.socket()
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        state_dir = os.path.join(directory, "state")
+        args = [MPSD, "--state-dir", state_dir, "--listen", "unix://" + os.path.join(directory, "s.sock")]
+        if which == "http":
+            args += ["--http-listen", "127.0.0.1:%d" % port]
+        else:
+            args += ["--listen", "127.0.0.1:%d" % port, "--http-listen", "127.0.0.1:%d" % free_port()]
+        try:
+            result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(result.returncode, 0, result.stderr)
+            self.assertIn("127.0.0.1:%d" % port, result.stderr)
+            self.assertFalse(os.path.exists(state_dir),
+                             "%s: %s" % (os.listdir(state_dir) if os.path.exists(state_dir) else "", result.stderr))
+        finally:
+            busy.close()
+            shutil.rmtree(directory)
+
+    def test_a_busy_http_port_fails_before_the_state_dir_is_written(self):
+        self.start_on_busy_port("http")
+
+    def test_a_busy_grpc_port_fails_before_the_state_dir_is_written(self):
+        self.start_on_busy_port("grpc")
+
+
 def make_driver(width=1400, height=1000):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -621,6 +667,189 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertEqual(xs, [e.step.step for e in steps])  # No gap, no duplicate.
         self.assertEqual(self.js("window.mpsd.counters.lastSeq"), final.last_seq)
         self.assertIn("INTERRUPTED", self.js("document.getElementById('log').textContent"))
+
+
+class DashboardExperimentTest(DashboardBrowserTest):
+    """Issue 30: correct curves, fast following, sweeps, compare, job files (same daemon and
+    browser set-up as DashboardBrowserTest, without re-running its test)."""
+
+    test_dashboard = None
+
+    def open(self, path):
+        self.driver.get(self.daemon.url())
+        self.driver.execute_script("sessionStorage.setItem('mpsd-token', arguments[0])",
+                                   self.daemon.tokens["ada"])
+        self.driver.get(self.daemon.url() + "?r=%f%s" % (time.time(), path))
+
+    def losses(self, job_id):
+        latest = {}
+        for e in self.step_events(job_id):
+            latest[e.step.step] = e.step.loss
+        return [latest[x] for x in sorted(latest)]
+
+    def test_following_20000_steps_is_fast_and_smoothed_from_every_step(self):
+        d = self.daemon
+        job = d.submit(fast_steps_job(20000))
+        self.open("#/jobs/" + job.id)
+        self.until("window.mpsd.counters.status === 'live'", timeout=60)
+        ended = d.wait(job.id, timeout=600)
+        end_time = ended.finished_at.seconds + ended.finished_at.nanos / 1e9
+        last_x = "(() => { const c = window.mpsd.charts.loss; return c.lastDrawnX; })()"
+        self.until(last_x + " === 20000", timeout=60)
+        drawn = self.js("window.mpsd.charts.loss.lastDrawAt") / 1000
+        longest = self.js("window.mpsd.longestTaskMs")
+        print("\n  20,000 steps followed: longest task %.0f ms, last step charted %.2f s after the "
+              "job ended" % (longest, drawn - end_time), file=sys.stderr)
+        self.assertLess(drawn - end_time, 2.0)
+        self.assertLess(longest, 200)
+        # Followed live: one row per step, smoothed as TensorBoard smooths all of them.
+        losses = self.losses(job.id)
+        self.assertEqual(len(losses), 20000)
+        rows = self.js("window.mpsd.charts.loss.rows")
+        self.assertEqual([r[0] for r in rows], list(range(1, 20001)))
+        expected = ema_of(losses, 0.6)
+        worst = max(abs(r[2] - e) for r, e in zip(rows, expected))
+        self.assertLess(worst, 1e-6)
+        # Opened after the end: the series is thinned to at most 4,000 points, and the smoothed
+        # curve is still the EMA of all 20,000 (not of the thinned points), for any weight.
+        for weight in (0.6, 0.95):
+            if weight != 0.6:
+                self.js("(() => { const s = document.getElementById('smoothing'); s.value = '%s'; "
+                        "s.dispatchEvent(new Event('change')); return true; })()" % weight)
+                self.until("window.mpsd.counters.seriesLoads === 2")
+            else:
+                self.open("#/jobs/" + job.id)
+                self.until("window.mpsd.counters.status === 'ended'")
+            rows = self.js("window.mpsd.charts.loss.rows")
+            self.assertLess(len(rows), 8001)
+            smoothed = [(r[0], r[2]) for r in rows if r[2] is not None]
+            self.assertLessEqual(len(smoothed), 4000)
+            self.assertEqual(smoothed[-1][0], 20000)
+            expected = ema_of(losses, weight)
+            worst = max(abs(v - expected[x - 1]) for x, v in smoothed)
+            self.assertLess(worst, 1e-6, weight)
+        # Axes per unit: learning rates in scientific notation, distinct labels; the memory of a
+        # CPU job is "not tracked", not a line at zero.
+        labels = self.js("[...document.querySelectorAll('#chart-lr .dygraph-axis-label-y')].map(e => e.textContent)")
+        self.assertTrue(labels and all("e-" in t or t == "0" for t in labels), labels)
+        self.assertEqual(len(labels), len(set(labels)), labels)
+        self.assertEqual(self.js("document.getElementById('chart-memory-note').hidden"), False)
+        self.assertEqual(self.js("document.getElementById('chart-memory-note').textContent"),
+                         "not tracked on cpu")
+        self.assertEqual(self.js("[fmtBytes(1536), fmtBytes(3 * 2 ** 30), fmtBytes(512), fmtSci(0.001)]"),
+                         ["1.5 KiB", "3 GiB", "512 B", "1e-3"])
+        self.driver.save_screenshot(os.path.join(self.shots, "job-20000.png"))
+
+    def test_a_resumed_jobs_chart_has_one_point_per_step(self):
+        d = self.daemon
+        job = d.submit(resumable_job())
+        self.open("#/jobs/" + job.id)
+        self.until("window.mpsd.counters.stepsStreamed > 0", timeout=60)
+        kill_mid_epoch_and_restart(d, job.id)
+        ended = d.wait(job.id, timeout=300)
+        total = ended.last_step.total_steps
+        self.assertGreater(len(self.step_events(job.id)), total)  # Both attempts are stored.
+        self.until("window.mpsd.counters.status === 'ended'", timeout=60)
+        self.until("window.mpsd.charts.loss.lastDrawnX === %d" % total, timeout=30)
+        losses = self.losses(job.id)
+        for opened in ("followed across the restart", "opened after the end"):
+            rows = self.js("window.mpsd.charts.loss.rows")
+            self.assertEqual([r[0] for r in rows], list(range(1, total + 1)), opened)
+            for r, want in zip(rows, losses):
+                self.assertAlmostEqual(r[1], want, places=5)
+            self.open("#/jobs/" + job.id)
+            self.until("window.mpsd.counters.status === 'ended'")
+
+    def test_sweep_page_ranks_trials_and_compare_round_trips(self):
+        d = self.daemon
+        request = train_job(limit_train=256, batch_size=32, epochs=1, limit_test=200)
+        request.name = "dash-sweep"
+        request.labels["project"] = "dash"
+        grid = request.sweep.grid.add()
+        grid.path = "optimizer.learning_rate"
+        grid.values.extend(["0.01", "0.001", "0.00001"])
+        sweep = d.submit(request)
+        self.assertEqual(sweep.kind, pb2.Job.SWEEP)
+        d.wait(sweep.id, timeout=300)
+        sweep = d.stub.GetJob(pb2.GetJobRequest(job_id=sweep.id))
+        trials = [d.stub.GetJob(pb2.GetJobRequest(job_id=i)) for i in sweep.trial_job_ids]
+        expected = [t.id for t in sorted(trials, key=lambda t: (-t.summary.test_accuracy, t.trial.index))]
+
+        self.open("#/jobs/" + sweep.id)
+        self.until("(window.mpsd.counters.sweepRanked || []).length === 3")
+        self.assertEqual(self.js("window.mpsd.counters.sweepRanked"), expected)
+        self.assertEqual(self.js("window.mpsd.counters.sweepMetric"), "test_accuracy")
+        self.assertEqual(self.js("document.querySelector('#trials tr.best').dataset.jobId"), expected[0])
+        self.assertEqual(self.js("[...document.querySelectorAll('#trials tbody tr')].map(r => r.querySelector('td.param').textContent)"),
+                         [next(t for t in trials if t.id == i).trial.parameters[0].value for i in expected])
+        self.assertIn("optimizer.learning_rate", self.js("document.querySelector('#trials thead').textContent"))
+        # The YAML is a job file that submits the sweep again.
+        again = mpsd.parse_job_file(self.js("document.getElementById('spec-yaml').textContent"), "copy.yaml")
+        self.assertEqual(list(again.sweep.grid[0].values), ["0.01", "0.001", "0.00001"])
+        self.driver.save_screenshot(os.path.join(self.shots, "sweep.png"))
+
+        # The list: name and labels columns; a sweep filter in the URL.
+        self.open("#/?kind=Sweep")
+        self.until("window.mpsd.counters.loaded")
+        row = self.js("document.querySelector('tr[data-job-id=\"%s\"]').textContent" % sweep.id)
+        self.assertIn("dash-sweep", row)
+        self.assertIn("project=dash", row)
+        self.assertEqual(self.js("document.querySelectorAll('#jobs-body tr').length"), 1)
+
+        # Compare: the sweep's link, legend by the varied parameter, smoothing and log scale in
+        # a URL that opens the same view again; an unknown id is named, the rest drawn.
+        self.open("#/jobs/" + sweep.id)
+        self.until("document.getElementById('sweep-compare').href.includes('ids=')")
+        self.driver.get(self.js("document.getElementById('sweep-compare').href"))
+        self.until("window.mpsd.counters.compareSeries === 3")
+        self.assertTrue(all("learning_rate=" in label for label in self.js("window.mpsd.counters.compareLabels")))
+        self.js("(() => { document.getElementById('compare-log').click(); return true; })()")
+        self.until("location.hash.includes('log=1')")
+        url = self.driver.current_url
+        self.assertIn("smoothing=0.6", url)
+        self.driver.get(self.daemon.url() + "?again=1#" + url.split("#", 1)[1])
+        self.until("window.mpsd.counters.compareSeries === 3")
+        self.until("window.mpsd.charts.compare.getOption('logscale') === true")
+        self.assertEqual(self.js("document.getElementById('compare-smoothing').value"), "0.6")
+        self.assertEqual(self.js("window.mpsd.counters.diffKeys"), ["name", "optimizer.learning_rate"])
+        self.driver.save_screenshot(os.path.join(self.shots, "compare-sweep.png"))
+        self.open("#/compare?ids=%s,%s,999999" % (expected[0], expected[1]))
+        self.until("window.mpsd.counters.compareSeries === 2")
+        self.assertIn("999999", self.js("document.getElementById('compare-errors').textContent"))
+
+    def test_job_file_copy_submits_a_new_job_and_the_list_keeps_selection(self):
+        d = self.daemon
+        request = train_job(limit_train=64, epochs=1)
+        request.request_id = "dash-copy-%f" % time.time()
+        job = d.submit(request)
+        d.wait(job.id)
+        self.open("#/jobs/" + job.id)
+        self.until("document.getElementById('spec-yaml')")
+        text = self.js("document.getElementById('spec-yaml').textContent")
+        self.assertNotIn("request_id", text)
+        copy = d.submit(mpsd.parse_job_file(text, "copy.yaml"))
+        self.assertNotEqual(copy.id, job.id)
+        d.wait(copy.id)
+        self.open("#/compare?ids=%s,%s" % (job.id, copy.id))
+        self.until("window.mpsd.counters.compareSeries === 2")
+        self.assertEqual(self.js("window.mpsd.counters.diffKeys"), [])
+        # The list: idle polls rebuild no row, and a text selection in it survives them.
+        blocker = d.submit(fast_steps_job(20000))
+        d.wait(blocker.id, states=("RUNNING",))
+        self.open("#/")
+        self.until("window.mpsd.counters.loaded")
+        self.js("""(() => { const cell = document.querySelector('tr[data-job-id="%s"] td.num');
+            const range = document.createRange(); range.selectNodeContents(cell);
+            getSelection().removeAllRanges(); getSelection().addRange(range); return true; })()""" % job.id)
+        built = self.js("window.mpsd.counters.rowsBuilt")
+        rendered = self.js("window.mpsd.counters.rendered")
+        self.until("window.mpsd.counters.rendered >= %d" % (rendered + 2), timeout=20)  # Polls.
+        self.assertEqual(self.js("String(getSelection())"), job.id)
+        # Only the running job's row changed (a full rebuild would be every row each poll).
+        self.assertGreaterEqual(self.js("document.querySelectorAll('#jobs-body tr').length"), 4)
+        self.assertLessEqual(self.js("window.mpsd.counters.rowsBuilt") - built, 3)
+        d.stub.CancelJob(pb2.CancelJobRequest(job_id=blocker.id))
+        d.wait(blocker.id, states=("CANCELLED",))
 
 
 if __name__ == "__main__":
