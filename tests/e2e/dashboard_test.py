@@ -817,6 +817,61 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.until("window.mpsd.counters.compareSeries === 2")
         self.assertIn("999999", self.js("document.getElementById('compare-errors').textContent"))
 
+    def test_dark_mode_downloads_sorting_and_bench_log_scale(self):
+        d, driver = self.daemon, self.driver
+        small = d.submit(train_job(limit_train=128, batch_size=16, epochs=2))
+        bench = d.submit(bench_job())
+        d.wait(small.id)
+        d.wait(bench.id)
+        # Dark when the system is dark (prefers-color-scheme), charts included.
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                               {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        try:
+            self.open("#/jobs/" + small.id)
+            self.until("window.mpsd.counters.status === 'ended'")
+            self.until("window.mpsd.charts.loss.lastDrawnX === %d" % len(self.step_events(small.id)))
+            self.assertEqual(self.js("getComputedStyle(document.body).backgroundColor"), "rgb(13, 17, 23)")
+            self.assertEqual(self.js("window.mpsd.charts.loss.graph.getOption('gridLineColor')"), "#30363d")
+            time.sleep(0.5)
+            driver.save_screenshot(os.path.join(self.shots, "job-dark.png"))
+        finally:
+            driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        self.open("#/jobs/" + small.id)
+        self.until("window.mpsd.counters.status === 'ended'")
+        self.until("window.mpsd.charts.loss.lastDrawnX === %d" % len(self.step_events(small.id)))
+        self.assertEqual(self.js("getComputedStyle(document.body).backgroundColor"), "rgb(246, 248, 250)")
+        # CSV and PNG of a chart: the rows as drawn, and an image.
+        csv = self.js("chartCsv(window.mpsd.charts.loss.graph)").splitlines()
+        self.assertEqual(csv[0], "step,loss,smoothed")
+        steps = self.step_events(small.id)
+        self.assertEqual([int(line.split(",")[0]) for line in csv[1:]], [e.step.step for e in steps])
+        self.assertAlmostEqual(float(csv[1].split(",")[1]), steps[0].step.loss, places=5)
+        png = driver.execute_async_script(
+            "const done = arguments[0]; chartPng(window.mpsd.charts.loss.graph).then("
+            "(b) => b.arrayBuffer()).then((a) => done([...new Uint8Array(a).slice(0, 8)]))")
+        self.assertEqual(png, [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+        self.assertEqual(self.js("document.querySelectorAll('.chart-actions button').length"), 12)
+        # A bench chart on a log scale by default, no label cut off.
+        self.open("#/jobs/" + bench.id)
+        self.until("window.mpsd.counters.benchRows === 4")
+        self.until("!!window.mpsd.charts.bench")
+        self.assertTrue(self.js("window.mpsd.charts.bench.getOption('logscale')"))
+        cut = self.js("[...document.querySelectorAll('#chart-bench .dygraph-axis-label-x')]"
+                      ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)")
+        self.assertEqual(cut, [])
+        # The list sorts by any column, and the URL keeps it.
+        self.open("#/")
+        self.until("window.mpsd.counters.loaded")
+        self.js("(() => { document.querySelector('th[data-sort=\"id\"]').click(); return true; })()")
+        self.until("location.hash.includes('asc=1')")
+        ids = self.js("[...document.querySelectorAll('#jobs-body tr')].map(r => Number(r.dataset.jobId))")
+        self.assertEqual(ids, sorted(ids))
+        self.js("(() => { document.querySelector('th[data-sort=\"kind\"]').click(); return true; })()")
+        self.until("location.hash.includes('sort=kind')")
+        kinds = self.js("[...document.querySelectorAll('#jobs-body tr')].map(r => r.children[4].textContent)")
+        self.assertEqual(kinds, sorted(kinds))
+        self.assertIn("BenchJob", kinds)
+
     def test_job_file_copy_submits_a_new_job_and_the_list_keeps_selection(self):
         d = self.daemon
         request = train_job(limit_train=64, epochs=1)

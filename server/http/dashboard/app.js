@@ -410,11 +410,33 @@ function jobsPage(ctx, main, params) {
   const headers = [['', ''], ['id', 'num'], ['name', ''], ['labels', 'hide-narrow'], ['kind', 'hide-narrow'], ['model', ''],
     ['dataset', 'hide-narrow'], ['state', ''], ['progress', ''], ['device', 'hide-narrow'], ['samples/s', 'num hide-narrow'],
     ['loss', 'num'], ['val acc', 'num'], ['test acc', 'num'], ['submitted by', 'hide-narrow'], ['age', 'num hide-narrow']];
+  // Sorting by any column (click its header; again to reverse), kept in the URL (sort=, asc=1).
+  const accuracy = (job, field, epochField) => {
+    const s = job.summary || {}, e = job.lastEpoch || {};
+    const v = s[field] !== undefined ? s[field] : e[epochField];
+    return v === undefined ? undefined : num(v);
+  };
+  const sortKeys = {
+    id: (j) => num(j.id), name: jobName, labels: jobLabels, kind: kindName, model: jobModel, dataset: jobDataset,
+    state: (j) => j.state, progress: (j) => progressOf(j).fraction, device: jobDevice,
+    'samples/s': (j) => ((j.lastStep || {}).samplesPerSecond === undefined ? undefined : num(j.lastStep.samplesPerSecond)),
+    loss: (j) => ((j.lastStep || {}).loss === undefined ? undefined : num(j.lastStep.loss)),
+    'val acc': (j) => accuracy(j, 'valAccuracy', 'valAccuracy'),
+    'test acc': (j) => accuracy(j, 'testAccuracy', (j.lastEpoch || {}).evaluated ? 'testAccuracy' : '-'),
+    'submitted by': (j) => j.submittedBy || '', age: (j) => -seconds(j.createdAt),
+  };
+  let sortBy = sortKeys[params.get('sort')] ? params.get('sort') : 'id';
+  let ascending = params.get('asc') === '1';
   main.append(el('h1', {}, 'Jobs'),
     el('div', { class: 'toolbar' }, el('label', {}, 'State ', stateFilter), el('label', {}, 'Kind ', kindFilter),
       el('label', {}, 'Name ', nameFilter), el('label', {}, 'Labels ', labelFilter), compare, count, prev, next),
     el('div', { class: 'card scroll' }, el('table', { id: 'jobs' },
-      el('thead', {}, el('tr', {}, headers.map(([h, c]) => el('th', { class: c }, h)))), tbody)));
+      el('thead', {}, el('tr', {}, headers.map(([h, c]) => (sortKeys[h] ? el('th', { class: c + ' sortable', 'data-sort': h, onclick: () => {
+        ascending = sortBy === h ? !ascending : h === 'name' || h === 'model' || h === 'kind';
+        sortBy = h;
+        page = 0;
+        render();
+      } }, h) : el('th', { class: c }, h))))), tbody)));
 
   function onSelect(id, on) {
     on ? selected.add(id) : selected.delete(id);
@@ -446,7 +468,17 @@ function jobsPage(ctx, main, params) {
     return [...jobs.values()].filter((job) => (!wantState || job.state === wantState) && (!wantKind || kindName(job) === wantKind) &&
       (!name || name.test(jobName(job))) &&
       labels.every(([k, v]) => ((job.spec || {}).labels || {})[k] === v))
-      .sort((a, b) => num(b.id) - num(a.id));
+      .map((job) => ({ job, key: sortKeys[sortBy](job) }))
+      .sort((a, b) => {
+        // Jobs without a value last either way; ties newest first.
+        const x = a.key, y = b.key;
+        if ((x === undefined || x === '') !== (y === undefined || y === '')) return x === undefined || x === '' ? 1 : -1;
+        if (x !== y && x !== undefined && x !== '') {
+          const order = typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y));
+          if (order) return ascending ? order : -order;
+        }
+        return num(b.job.id) - num(a.job.id);
+      }).map((entry) => entry.job);
   }
   // Shows the current page's rows, reusing the row of every job that did not change, and
   // moving DOM nodes only where the order changed.
@@ -468,7 +500,11 @@ function jobsPage(ctx, main, params) {
     prev.disabled = page === 0;
     next.disabled = page >= pages - 1;
     replaceHash('/', new URLSearchParams({ state: stateFilter.value, kind: kindFilter.value, name: nameFilter.value.trim(),
-      label: labelFilter.value.trim(), page: page ? String(page) : '' }));
+      label: labelFilter.value.trim(), page: page ? String(page) : '', sort: sortBy === 'id' ? '' : sortBy, asc: ascending ? '1' : '' }));
+    for (const th of main.querySelectorAll('th.sortable')) {
+      th.classList.toggle('sorted-asc', th.dataset.sort === sortBy && ascending);
+      th.classList.toggle('sorted-desc', th.dataset.sort === sortBy && !ascending);
+    }
     ctx.counters.rendered = (ctx.counters.rendered || 0) + 1;
     ctx.counters.lastRenderMs = performance.now() - t0;
   }
@@ -534,15 +570,98 @@ class Ema {
   }
 }
 
+// Chart colours from the page's theme (style.css: light, or dark when the system is).
+function themeOptions() {
+  const css = getComputedStyle(document.documentElement);
+  const color = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+  return { gridLineColor: color('--grid', '#e5e8eb'), axisLineColor: color('--muted', '#6b7580') };
+}
+
 function chart(container, labels, options = {}) {
   const empty = [new Array(labels.length).fill(null)];
   empty[0][0] = 0;
   const graph = new Dygraph(container, empty, {
     labels, colors: COLORS, legend: 'always', labelsSeparateLines: false, connectSeparatedPoints: true,
-    animatedZooms: false, strokeWidth: 1.3, gridLineColor: '#e5e8eb', axisLabelFontSize: 11,
+    animatedZooms: false, strokeWidth: 1.3, axisLabelFontSize: 11, ...themeOptions(),
     labelsDiv: options.labelsDiv, ...options,
   });
   return graph;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV and PNG of a chart.
+
+function download(filename, blob) {
+  const a = el('a', { href: URL.createObjectURL(blob), download: filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+// The chart's data as CSV (RFC 4180): a header of its labels, one line per row, empty cells
+// where a series has no value; bars (BenchJob) as their median.
+function chartCsv(graph) {
+  const quote = (v) => (/[",\n]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v);
+  const labels = graph.getLabels();
+  const lines = [labels.map(quote).join(',')];
+  for (let r = 0; r < graph.numRows(); r++) {
+    const cells = [];
+    for (let c = 0; c < labels.length; c++) {
+      let v = graph.getValue(r, c);
+      if (Array.isArray(v)) v = v[1];
+      cells.push(v === null || v === undefined || Number.isNaN(v) ? '' : String(v));
+    }
+    lines.push(cells.join(','));
+  }
+  return lines.join('\n') + '\n';
+}
+
+// The chart as a PNG: its plot canvas with the axis labels drawn over it, on the card's colour.
+function chartPng(graph) {
+  const div = graph.graphDiv;
+  const box = div.getBoundingClientRect();
+  const scale = window.devicePixelRatio || 1;
+  const canvas = document.createElement('canvas');
+  canvas.width = Math.round(box.width * scale);
+  canvas.height = Math.round(box.height * scale);
+  const ctx = canvas.getContext('2d');
+  ctx.scale(scale, scale);
+  const css = getComputedStyle(document.documentElement);
+  ctx.fillStyle = css.getPropertyValue('--card').trim() || '#fff';
+  ctx.fillRect(0, 0, box.width, box.height);
+  ctx.drawImage(graph.hidden_, 0, 0, box.width, box.height);
+  ctx.fillStyle = css.getPropertyValue('--fg').trim() || '#000';
+  for (const label of div.querySelectorAll('.dygraph-axis-label, .dygraph-label')) {
+    const r = label.getBoundingClientRect();
+    if (!label.textContent || !r.width) continue;
+    const style = getComputedStyle(label);
+    ctx.font = `${style.fontSize} ${style.fontFamily}`;
+    ctx.textBaseline = 'top';
+    if (label.closest('.dygraph-ylabel, .dygraph-y2label')) {
+      ctx.save();
+      ctx.translate(r.left - box.left, r.bottom - box.top);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText(label.textContent, (r.height - ctx.measureText(label.textContent).width) / 2, 0);
+      ctx.restore();
+    } else {
+      ctx.fillText(label.textContent, r.left - box.left, r.top - box.top);
+    }
+  }
+  return new Promise((resolve) => canvas.toBlob(resolve, 'image/png'));
+}
+
+// CSV and PNG buttons on a chart card; getGraph() gives its Dygraph once drawn.
+function attachDownloads(card, getGraph, name) {
+  const csv = el('button', { class: 'csv', title: 'the chart\'s data as CSV', onclick: () => {
+    const g = getGraph();
+    if (g) download(name + '.csv', new Blob([chartCsv(g)], { type: 'text/csv' }));
+  } }, 'CSV');
+  const png = el('button', { class: 'png', title: 'the chart as a PNG image', onclick: async () => {
+    const g = getGraph();
+    if (g) download(name + '.png', await chartPng(g));
+  } }, 'PNG');
+  card.card.querySelector('h2').append(el('span', { class: 'chart-actions' }, csv, png));
 }
 
 // Redraws of all charts share one scheduler: a chart that got rows is drawn at most every
@@ -734,6 +853,10 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
       axes: { y: { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, ticker: byteTicks, axisLabelWidth: 64 } } }),
   };
   Object.assign(ctx.charts, charts);
+  for (const [card, key, name] of [[loss, 'loss', 'loss'], [epochLoss, 'epochLoss', 'epoch-loss'], [epochAcc, 'epochAccuracy', 'epoch-accuracy'],
+    [lr, 'learningRate', 'learning-rate'], [speed, 'speed', 'speed'], [memory, 'memory', 'memory']]) {
+    attachDownloads(card, () => charts[key].graph, `job-${job.id}-${name}`);
+  }
   logScale.addEventListener('change', () => charts.loss.graph.updateOptions({ logscale: logScale.checked }));
 
   // Device memory: mpsd measures it on CUDA and MPS only. On the CPU the chart would be a
@@ -1027,11 +1150,16 @@ function benchView(ctx, body, job, setFollower, refresh) {
   const rows = [];
   const table = el('div', { class: 'scroll', id: 'bench-table' });
   const measure = el('select', { id: 'bench-measure' }, el('option', { value: 'ms' }, 'ms per batch (p10–p90)'), el('option', { value: 'sps' }, 'samples/s'));
-  const bars = chartCard('Bench', 'chart-bench', el('div', { class: 'toolbar' }, el('label', {}, 'Show ', measure)));
+  // Bench times span orders of magnitude (0.5 ms to 30 s): a log scale by default.
+  const logScale = el('input', { type: 'checkbox', id: 'bench-log', checked: true });
+  const bars = chartCard('Bench', 'chart-bench', el('div', { class: 'toolbar' }, el('label', {}, 'Show ', measure),
+    el('label', {}, logScale, ' log scale')));
+  attachDownloads(bars, () => graph, `job-${job.id}-bench`);
   const yaml = el('pre', { id: 'spec-yaml' }, specYaml(job));
   body.append(el('div', { class: 'card' }, el('h2', {}, 'Rows'), table), bars.card, el('div', { class: 'card' }, el('h2', {}, 'Spec'), yaml));
   let graph = null;
   measure.addEventListener('change', () => draw());
+  logScale.addEventListener('change', () => draw());
 
   function draw() {
     const view = benchLayout(rows);
@@ -1046,10 +1174,13 @@ function benchView(ctx, body, job, setFollower, refresh) {
     })]);
     const options = {
       file: data, labels: ['row', ...view.devices], customBars: !sps, plotter: barPlotter, labelsDiv: bars.legend,
-      dateWindow: [0.4, view.groups.length + 0.6], includeZero: true, ylabel: sps ? 'samples/s' : 'ms per batch',
-      axes: { x: { ticker: () => view.groups.map((g, i) => ({ v: i + 1, label: g.label })), valueFormatter: (x) => (view.groups[x - 1] || {}).label || '' } },
+      dateWindow: [0.4, view.groups.length + 0.6], includeZero: !logScale.checked, logscale: logScale.checked,
+      ylabel: (sps ? 'samples/s' : 'ms per batch') + (logScale.checked ? ' (log)' : ''),
+      // Each group's label gets its share of the width, in a smaller font, so that none is cut.
+      axes: { x: { ticker: () => view.groups.map((g, i) => ({ v: i + 1, label: g.label })), valueFormatter: (x) => (view.groups[x - 1] || {}).label || '',
+        axisLabelWidth: Math.max(40, Math.floor((bars.box.clientWidth - 60) / view.groups.length)), axisLabelFontSize: view.groups.length > 8 ? 9 : 11 } },
     };
-    if (!graph) graph = new Dygraph(bars.box, data, { colors: COLORS, legend: 'always', ...options });
+    if (!graph) graph = new Dygraph(bars.box, data, { colors: COLORS, legend: 'always', ...themeOptions(), ...options });
     else graph.updateOptions(options);
     ctx.charts.bench = graph;
   }
@@ -1103,10 +1234,11 @@ function barPlotter(e) {
   const xs = sets[0].map((p) => p.canvasx);
   const gap = xs.length > 1 ? Math.min(...xs.slice(1).map((x, i) => x - xs[i])) : e.plotArea.w / 2;
   const barWidth = Math.max(2, Math.floor((gap * 0.7) / series));
-  const zero = g.toDomYCoord(0);
+  // Bars stand on zero, or on the bottom of the plot on a log scale (which has no zero).
+  const zero = g.getOption('logscale') ? e.plotArea.y + e.plotArea.h : g.toDomYCoord(0);
   for (let j = 0; j < series; j++) {
     ctx.fillStyle = COLORS[j % COLORS.length];
-    ctx.strokeStyle = '#24292f';
+    ctx.strokeStyle = getComputedStyle(document.documentElement).getPropertyValue('--fg').trim() || '#24292f';
     for (const p of sets[j]) {
       if (p.yval === null || !Number.isFinite(p.yval)) continue;
       const left = p.canvasx - (barWidth * series) / 2 + j * barWidth;
@@ -1176,6 +1308,7 @@ function comparePage(ctx, main, params) {
   const idsInput = el('input', { id: 'compare-ids', value: ids.join(','), size: 16, placeholder: '1,2,3' });
   const go = el('button', { onclick: () => { location.hash = '#/compare?' + query({ ids: idsInput.value.replace(/\s+/g, '') }); } }, 'Compare');
   const card = chartCard('Overlay', 'chart-compare');
+  attachDownloads(card, () => graph, 'compare');
   const diff = el('div', { class: 'scroll', id: 'spec-diff' });
   const finals = el('div', { class: 'scroll', id: 'compare-finals' });
   const errors = el('div', { id: 'compare-errors', class: 'error' });
@@ -1228,7 +1361,7 @@ function comparePage(ctx, main, params) {
     if (!rows.length) rows.push([0, ...jobs.map(() => null)]);
     const options = { file: rows, labels, xlabel: x === 'time' ? 'seconds since start' : x, ylabel: name + (weight > 0 ? ` (EMA ${weight})` : ''),
       drawPoints: isEpoch, pointSize: 3, logscale: logScale.checked };
-    if (!graph) graph = new Dygraph(card.box, rows, { colors: COLORS, legend: 'always', labelsDiv: card.legend, connectSeparatedPoints: true, ...options });
+    if (!graph) graph = new Dygraph(card.box, rows, { colors: COLORS, legend: 'always', labelsDiv: card.legend, connectSeparatedPoints: true, ...themeOptions(), ...options });
     else graph.updateOptions(options);
     ctx.charts.compare = graph;
   }
