@@ -620,6 +620,7 @@ absl::Status Server::StartHttp() {
   });
   DashboardOptions dashboard_options;
   dashboard_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
+  dashboard_options.artifacts_dir = config.state_dir + "/artifacts";
   dashboard_ = std::make_unique<Dashboard>(scheduler_.get(), dashboard_options);
   dashboard_->Register(http_server_.get());
   http_server_->Start();

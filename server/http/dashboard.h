@@ -5,6 +5,9 @@
 //   GET  /api/jobs/{id}               Job
 //   GET  /api/jobs/{id}/events        Server-Sent Events, one JobEvent (JSON) per message
 //   GET  /api/jobs/{id}/series        downsampled metric series (server/http/dashboard_api.h)
+//   GET  /api/jobs/{id}/artifacts     ListArtifactsResponse: the job's files, size and SHA-256
+//   GET  /api/jobs/{id}/artifacts/NAME  one of them, as an attachment (a model, a checkpoint, a
+//                                     profiler trace); NAME as ListArtifacts names it
 //   POST /api/jobs/{id}/cancel        CancelJob: admin, or the submitter of the job
 // The page and its assets need no token (they hold no data); everything under /api/ needs one
 // (viewer, except cancel). The HTTP side reads the scheduler and the same EventLog and JobStore
@@ -22,6 +25,8 @@
 #ifndef MPSD_SERVER_HTTP_DASHBOARD_H_
 #define MPSD_SERVER_HTTP_DASHBOARD_H_
 
+#include <string>
+
 #include "absl/time/time.h"
 #include "server/http/http_server.h"
 #include "server/core/scheduler.h"
@@ -34,6 +39,9 @@ struct DashboardOptions {
   absl::Duration heartbeat_interval = absl::Seconds(15);
   // The series cache (server/http/series_cache.h).
   SeriesCache::Options series;
+  // Where jobs' artifacts are: <artifacts_dir>/<job id>/ (server/core/artifacts.h). Empty: the
+  // artifact routes answer NOT_FOUND.
+  std::string artifacts_dir;
 };
 
 // The dashboard's routes and what they keep between requests (the series cache). Thread-safe:

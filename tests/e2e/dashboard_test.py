@@ -459,6 +459,25 @@ class DashboardHttpTest(unittest.TestCase):
             self.assertEqual(status, 400, body)
             self.assertTrue(json.loads(body)["message"].startswith(name + ":"), body)
 
+    def test_artifacts_are_listed_and_downloaded_with_a_token(self):
+        d = self.daemon
+        job = d.submit(train_job(limit_train=64, epochs=1))
+        d.wait(job.id)
+        listed = d.get_json("/api/jobs/%s/artifacts" % job.id, token="vic")["artifacts"]
+        model = next(a for a in listed if a["name"] == "model.pt")
+        status, body, response = d.get("/api/jobs/%s/artifacts/model.pt" % job.id, token="vic")
+        self.assertEqual(status, 200)
+        self.assertEqual(len(body), int(model["sizeBytes"]))
+        self.assertEqual(hashlib.sha256(body).hexdigest(), model["sha256"])
+        self.assertEqual(response.getheader("Content-Disposition"), 'attachment; filename="model.pt"')
+        self.assertEqual(d.get("/api/jobs/%s/artifacts/model.pt" % job.id, token=None)[0], 401)
+        status, body, _ = d.get("/api/jobs/%s/artifacts/nope.pt" % job.id)
+        self.assertEqual(status, 404, body)
+        status, body, _ = d.get("/api/jobs/%s/artifacts/..%%2F..%%2Fmpsd.db" % job.id)
+        self.assertIn(status, (400, 404), body)
+        self.assertNotIn(b"SQLite", body)
+        self.assertEqual(d.get("/api/jobs/999999/artifacts")[0], 404)
+
     def test_cancel_needs_admin_or_the_submitter(self):
         d = self.daemon
         blocker = d.submit(train_job(limit_train=2000, batch_size=8, epochs=1))
@@ -851,6 +870,9 @@ class DashboardExperimentTest(DashboardBrowserTest):
             "(b) => b.arrayBuffer()).then((a) => done([...new Uint8Array(a).slice(0, 8)]))")
         self.assertEqual(png, [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
         self.assertEqual(self.js("document.querySelectorAll('.chart-actions button').length"), 12)
+        # Its artifacts, with download buttons.
+        self.until("(window.mpsd.counters.artifacts || []).includes('model.pt')")
+        self.assertIn("model.pt", self.js("document.getElementById('artifacts').textContent"))
         # A bench chart on a log scale by default, no label cut off.
         self.open("#/jobs/" + bench.id)
         self.until("window.mpsd.counters.benchRows === 4")

@@ -829,9 +829,11 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
   const memory = chartCard('Device memory allocated', 'chart-memory');
   const logs = el('div', { class: 'log', id: 'log' });
   const yaml = el('pre', { id: 'spec-yaml' }, specYaml(job));
+  const artifacts = el('div', { class: 'scroll', id: 'artifacts' }, el('p', { class: 'muted' }, 'None yet.'));
   body.append(el('div', { class: 'grid' }, loss.card, epochLoss.card, epochAcc.card, lr.card, speed.card, memory.card),
     el('div', { class: 'grid', style: 'margin-top:1em' },
       el('div', { class: 'card' }, el('h2', {}, 'Log and state changes'), logs),
+      el('div', { class: 'card' }, el('h2', {}, 'Artifacts'), artifacts),
       el('div', { class: 'card' }, el('h2', {}, 'Job file'),
         el('p', { class: 'muted' }, 'The spec as a job file to submit again (without request_id, which would return this job).'), yaml)));
 
@@ -959,6 +961,29 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     if (atBottom) logs.scrollTop = logs.scrollHeight;
   }
 
+  // The job's files (model, checkpoints, profiler trace), each downloaded through fetch() so that
+  // the token goes in a header, never in a URL.
+  async function showArtifacts() {
+    let list;
+    try { list = await api(`api/jobs/${encodeURIComponent(job.id)}/artifacts`); } catch (e) { return; }
+    const files = list.artifacts || [];
+    ctx.counters.artifacts = files.map((a) => a.name);
+    if (!files.length) return;
+    artifacts.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'file'), el('th', {}, 'kind'), el('th', { class: 'num' }, 'size'), el('th', {}, 'sha256'), el('th', {}, ''))),
+      el('tbody', {}, files.map((a) => el('tr', { class: 'artifact' }, el('td', {}, a.name), el('td', {}, a.kind || ''),
+        el('td', { class: 'num' }, fmtBytes(num(a.sizeBytes))), el('td', { class: 'muted', title: a.sha256 }, (a.sha256 || '').slice(0, 12) + '…'),
+        el('td', {}, el('button', { class: 'download', onclick: () => downloadArtifact(a.name) }, 'Download')))))));
+  }
+  async function downloadArtifact(name) {
+    try {
+      const response = await fetch(`api/jobs/${encodeURIComponent(job.id)}/artifacts/${name.split('/').map(encodeURIComponent).join('/')}`,
+        { headers: { Authorization: 'Bearer ' + token() }, cache: 'no-store' });
+      if (!response.ok) throw new HttpError(response.status, await errorText(response));
+      download(name.split('/').pop(), await response.blob());
+    } catch (error) { banner(`Cannot download ${name}: ${error.message}`, true); }
+  }
+  showArtifacts();
+
   charts.loss.onFirstDraw = () => { ctx.counters.firstChart = performance.now(); };
   reloadSteps().then(() => {
     if (!ctx.alive) return;
@@ -981,6 +1006,7 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
         } else {
           addLog(event);
           if (event.state || event.summary) refresh().then((j) => { if (j) { job = j; showMemoryNote(); } });
+          if (event.checkpoint || (event.state && TERMINAL.has(event.state.state))) showArtifacts();
         }
         ctx.counters.lastSeq = seq;
       },
