@@ -802,6 +802,10 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.assertEqual(self.js("[...document.querySelectorAll('#trials tbody tr')].map(r => r.querySelector('td.param').textContent)"),
                          [next(t for t in trials if t.id == i).trial.parameters[0].value for i in expected])
         self.assertIn("optimizer.learning_rate", self.js("document.querySelector('#trials thead').textContent"))
+        # A parallel-coordinates plot, a line per trial, the best highlighted; every trial's loss.
+        self.assertEqual(self.js("document.querySelectorAll('#parallel polyline.trial-line').length"), 3)
+        self.assertEqual(self.js("document.querySelector('#parallel polyline.best').dataset.jobId"), expected[0])
+        self.until("window.mpsd.counters.sweepOverlaySeries === 3")
         # The YAML is a job file that submits the sweep again.
         again = mpsd.parse_job_file(self.js("document.getElementById('spec-yaml').textContent"), "copy.yaml")
         self.assertEqual(list(again.sweep.grid[0].values), ["0.01", "0.001", "0.00001"])

@@ -1077,8 +1077,13 @@ function sweepView(ctx, body, sweep, refresh) {
     Object.entries(SWEEP_METRICS).map(([k, v]) => el('option', { value: k }, v.label)));
   const compareLink = el('a', { id: 'sweep-compare', class: 'button' }, 'Compare all trials');
   const table = el('div', { class: 'scroll', id: 'sweep-table' });
+  const parallel = el('div', { class: 'scroll', id: 'sweep-parallel' });
+  const overlay = chartCard('Loss of every trial (EMA 0.6)', 'chart-sweep-loss');
+  attachDownloads(overlay, () => overlayGraph, `sweep-${sweep.id}-loss`);
+  let overlayGraph = null;
   body.append(el('div', { class: 'card' }, el('h2', {}, 'Trials'),
     el('div', { class: 'toolbar' }, el('label', {}, 'Rank by ', metric), compareLink), table),
+    el('div', { class: 'grid' }, el('div', { class: 'card' }, el('h2', {}, 'Parameters and metric'), parallel), overlay.card),
     el('div', { class: 'card' }, el('h2', {}, 'Job file'), el('pre', { id: 'spec-yaml' }, specYaml(sweep))));
   let trials = [];
   let timer = null;
@@ -1101,6 +1106,7 @@ function sweepView(ctx, body, sweep, refresh) {
           shown.map((k) => el('td', { class: 'num' + (k === used ? ' ranked' : '') }, cell(k, r.m[k]))));
       }))));
     compareLink.href = '#/compare?ids=' + ranked.map((r) => r.job.id).join(',') + '&metric=loss&smoothing=0.6';
+    parallel.replaceChildren(parallelCoordinates(ranked, paths, used));
     ctx.counters.sweepRanked = ranked.map((r) => r.job.id);
     ctx.counters.sweepMetric = used;
   }
@@ -1109,14 +1115,91 @@ function sweepView(ctx, body, sweep, refresh) {
     const loaded = await Promise.allSettled(ids.map((id) => api(`api/jobs/${encodeURIComponent(id)}`)));
     trials = loaded.filter((r) => r.status === 'fulfilled').map((r) => r.value);
     draw();
+    drawOverlay();
     if (!ctx.alive) return;
     if (!TERMINAL.has(sweep.state) || trials.some((t) => !TERMINAL.has(t.state))) {
       timer = setTimeout(async () => { sweep = (await refresh()) || sweep; load(); }, POLL_MS);
     }
   }
+  // Every trial's smoothed loss on one chart, labelled by its parameter values.
+  async function drawOverlay() {
+    const withSteps = trials.filter((t) => t.lastStep && num(t.lastStep.step) > 0);
+    if (!withSteps.length) return;
+    const series = await Promise.all(withSteps.map((t) => api(`api/jobs/${encodeURIComponent(t.id)}/series?metric=loss&max_points=1000&smoothing=0.6`).catch(() => null)));
+    if (!ctx.alive) return;
+    const byX = new Map();
+    series.forEach((s, j) => {
+      for (const [x, v] of (s ? s.series[0].smoothed : [])) {
+        if (!byX.has(x)) byX.set(x, new Array(withSteps.length).fill(null));
+        byX.get(x)[j] = v;
+      }
+    });
+    const rows = [...byX.entries()].sort((a, b) => a[0] - b[0]).map(([x, values]) => [x, ...values]);
+    if (!rows.length) return;
+    const labels = ['step', ...withSteps.map((t) => `${t.id}: ` + (((t.trial || {}).parameters || []).map((p) => `${p.path.split('.').pop()}=${p.value}`).join(' ') || jobName(t)))];
+    const options = { file: rows, labels, xlabel: 'step', ylabel: 'loss (EMA 0.6)' };
+    if (!overlayGraph) overlayGraph = new Dygraph(overlay.box, rows, { colors: COLORS, legend: 'always', labelsDiv: overlay.legend, connectSeparatedPoints: true, ...themeOptions(), ...options });
+    else overlayGraph.updateOptions(options);
+    ctx.charts.sweepLoss = overlayGraph;
+    ctx.counters.sweepOverlaySeries = withSteps.length;
+  }
   metric.addEventListener('change', draw);
   load();
   return () => clearTimeout(timer);
+}
+
+// A parallel-coordinates plot (Inselberg) of a sweep's trials as SVG: one vertical axis per
+// swept parameter (numbers on a log axis when all are positive and span more than 10×,
+// otherwise linear; text values spaced evenly) and one for the ranking metric; one line per
+// trial, the best one highlighted, the others fading with their rank.
+function parallelCoordinates(ranked, paths, metric) {
+  const NS = 'http://www.w3.org/2000/svg';
+  const svg = (tag, attrs, text) => {
+    const node = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const axes = [...paths.map((p) => ({ name: p, value: (r) => Object.fromEntries(((r.job.trial || {}).parameters || []).map((q) => [q.path, q.value]))[p] })),
+    { name: SWEEP_METRICS[metric].label, value: (r) => r.m[metric] }];
+  const width = Math.max(360, 160 * axes.length), height = 240, top = 30, bottom = 20, left = 60, right = 60;
+  const xOf = (i) => left + (axes.length === 1 ? 0 : (i * (width - left - right)) / (axes.length - 1));
+  const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width: '100%', height, id: 'parallel', role: 'img', 'aria-label': 'parallel coordinates of the trials' });
+  const scales = axes.map((axis) => {
+    const raw = ranked.map((r) => axis.value(r)).filter((v) => v !== undefined && v !== '');
+    const nums = raw.map(Number);
+    if (nums.length && nums.every(Number.isFinite)) {
+      const lo = Math.min(...nums), hi = Math.max(...nums);
+      const log = lo > 0 && hi / lo > 10;
+      const f = log ? Math.log10 : (v) => v;
+      const a = f(lo), b = f(hi);
+      return { of: (v) => (b === a ? 0.5 : (f(Number(v)) - a) / (b - a)), ticks: [[lo, 0], [hi, 1]] };
+    }
+    const values = [...new Set(raw.map(String))];
+    return { of: (v) => (values.length < 2 ? 0.5 : values.indexOf(String(v)) / (values.length - 1)), ticks: values.map((v, i) => [v, values.length < 2 ? 0.5 : i / (values.length - 1)]) };
+  });
+  const yOf = (t) => height - bottom - t * (height - top - bottom);
+  const css = getComputedStyle(document.documentElement);
+  const fg = css.getPropertyValue('--fg').trim() || '#000', muted = css.getPropertyValue('--muted').trim() || '#888';
+  axes.forEach((axis, i) => {
+    root.append(svg('line', { x1: xOf(i), x2: xOf(i), y1: top, y2: height - bottom, stroke: muted }));
+    root.append(svg('text', { x: xOf(i), y: 14, 'text-anchor': 'middle', 'font-size': 11, fill: fg }, axis.name));
+    for (const [v, t] of scales[i].ticks) {
+      root.append(svg('text', { x: xOf(i) + 4, y: yOf(t) + 4, 'font-size': 10, fill: muted }, typeof v === 'number' ? fmt(v, 3) : v));
+    }
+  });
+  [...ranked].reverse().forEach((r) => {
+    const rank = ranked.indexOf(r);
+    const points = axes.map((axis, i) => {
+      const v = axis.value(r);
+      return v === undefined || v === '' ? null : `${xOf(i)},${yOf(scales[i].of(v))}`;
+    });
+    if (points.some((p) => p === null)) return;  // Not measured yet.
+    const best = rank === 0;
+    root.append(svg('polyline', { points: points.join(' '), fill: 'none', class: 'trial-line' + (best ? ' best' : ''), 'data-job-id': r.job.id,
+      stroke: best ? COLORS[2] : COLORS[0], 'stroke-width': best ? 3 : 1.5, 'stroke-opacity': best ? 1 : Math.max(0.25, 1 - rank / ranked.length) }));
+  });
+  return root;
 }
 
 // ---------------------------------------------------------------------------------------------
