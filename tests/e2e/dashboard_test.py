@@ -711,6 +711,10 @@ class DashboardExperimentTest(DashboardBrowserTest):
         job = d.submit(fast_steps_job(20000))
         self.open("#/jobs/" + job.id)
         self.until("window.mpsd.counters.status === 'live'", timeout=60)
+        # The header follows the steps, with an ETA.
+        self.until("(document.getElementById('job-step') || {}).textContent && "
+                   "document.getElementById('job-step').textContent.includes('ETA') && "
+                   "parseInt(document.getElementById('job-step').textContent) > 1000", timeout=120)
         ended = d.wait(job.id, timeout=600)
         end_time = ended.finished_at.seconds + ended.finished_at.nanos / 1e9
         last_x = "(() => { const c = window.mpsd.charts.loss; return c.lastDrawnX; })()"
@@ -863,6 +867,26 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.until("window.mpsd.counters.status === 'ended'")
         self.until("window.mpsd.charts.loss.lastDrawnX === %d" % len(self.step_events(small.id)))
         self.assertEqual(self.js("getComputedStyle(document.body).backgroundColor"), "rgb(246, 248, 250)")
+        # x as time since the start and as wall time: the same rows, x from the steps' times.
+        from selenium.webdriver.support.ui import Select
+        from selenium.webdriver.common.by import By
+        Select(driver.find_element(By.ID, "job-x")).select_by_value("relative")
+        self.until("window.mpsd.counters.xAxis === 'relative'")
+        xs = self.js("(() => { const g = window.mpsd.charts.loss.graph; const out = [];"
+                     " for (let r = 0; r < g.numRows(); r++) out.push(g.getValue(r, 0)); return out; })()")
+        start = d.stub.GetJob(pb2.GetJobRequest(job_id=small.id)).started_at
+        start_s = start.seconds + start.nanos / 1e9
+        want = [e.time.seconds + e.time.nanos / 1e9 - start_s for e in self.step_events(small.id)]
+        self.assertEqual(len(xs), len(want))
+        for got, w in zip(xs, want):
+            self.assertAlmostEqual(got, w, delta=0.002)
+        self.assertEqual(self.js("window.mpsd.charts.loss.graph.getOption('xlabel')"), "seconds since start")
+        Select(driver.find_element(By.ID, "job-x")).select_by_value("wall")
+        self.until("window.mpsd.counters.xAxis === 'wall'")
+        self.assertTrue(self.js("window.mpsd.charts.loss.graph.getValue(0, 0) > 1.7e12"))  # ms since 1970.
+        Select(driver.find_element(By.ID, "job-x")).select_by_value("step")
+        self.until("window.mpsd.counters.xAxis === 'step'")
+        self.assertEqual(self.js("window.mpsd.charts.loss.graph.getValue(0, 0)"), 1)
         # CSV and PNG of a chart: the rows as drawn, and an image.
         csv = self.js("chartCsv(window.mpsd.charts.loss.graph)").splitlines()
         self.assertEqual(csv[0], "step,loss,smoothed")

@@ -704,7 +704,8 @@ class LiveChart {
   }
   draw() {
     if (!this.rows.length) return;
-    this.graph.updateOptions({ file: this.rows });
+    // mapX (the job page's x = time): each row's x mapped, a copy per draw.
+    this.graph.updateOptions({ file: this.mapX ? this.rows.map((r) => [this.mapX(r[0]), ...r.slice(1)]) : this.rows });
     this.lastDrawnX = this.rows[this.rows.length - 1][0];
     this.lastDrawAt = Date.now();
     if (!this.drawn) { this.drawn = true; if (this.onFirstDraw) this.onFirstDraw(); }
@@ -820,8 +821,10 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
   const smoothing = el('input', { type: 'range', min: '0', max: '0.99', step: '0.01', value: '0.6', id: 'smoothing' });
   const smoothingValue = el('span', {}, '0.6');
   const logScale = el('input', { type: 'checkbox', id: 'loss-log' });
+  const xAxis = el('select', { id: 'job-x' }, el('option', { value: 'step' }, 'step'), el('option', { value: 'relative' }, 'time since start'),
+    el('option', { value: 'wall' }, 'wall time'));
   const loss = chartCard('Loss per step', 'chart-loss', el('div', { class: 'toolbar' },
-    el('label', {}, 'Smoothing (EMA) ', smoothing), smoothingValue, el('label', {}, logScale, ' log scale')));
+    el('label', {}, 'Smoothing (EMA) ', smoothing), smoothingValue, el('label', {}, logScale, ' log scale'), el('label', {}, 'x ', xAxis)));
   const epochLoss = chartCard('Loss per epoch', 'chart-epoch-loss');
   const epochAcc = chartCard('Accuracy per epoch', 'chart-epoch-accuracy');
   const lr = chartCard('Learning rate', 'chart-lr');
@@ -860,6 +863,25 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     attachDownloads(card, () => charts[key].graph, `job-${job.id}-${name}`);
   }
   logScale.addEventListener('change', () => charts.loss.graph.updateOptions({ logscale: logScale.checked }));
+  // x of the step charts: the step, the seconds since the job started, or the wall clock; each
+  // step's time from the series' points and the streamed events.
+  const timeOfStep = new Map();  // step -> microseconds since the epoch
+  const stepCharts = () => [charts.loss, charts.learningRate, charts.speed, charts.memory];
+  function applyXAxis() {
+    const start = seconds(job.startedAt) * 1e6 || 0;
+    const mode = xAxis.value;
+    const mapX = mode === 'step' ? null : mode === 'relative' ? (x) => (timeOfStep.has(x) ? (timeOfStep.get(x) - start) / 1e6 : null)
+      : (x) => (timeOfStep.has(x) ? new Date(timeOfStep.get(x) / 1000) : null);
+    const xlabel = mode === 'step' ? 'step' : mode === 'relative' ? 'seconds since start' : 'time';
+    for (const c of stepCharts()) {
+      c.mapX = mapX;
+      // Date objects as x make Dygraphs switch to its date axis and back (parseArray_).
+      c.graph.updateOptions({ xlabel, dateWindow: null });
+      c.draw();
+    }
+    ctx.counters.xAxis = mode;
+  }
+  xAxis.addEventListener('change', applyXAxis);
 
   // Device memory: mpsd measures it on CUDA and MPS only. On the CPU the chart would be a
   // line at zero: the card says so instead.
@@ -904,6 +926,8 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     const by = Object.fromEntries(series.series.map((s) => [s.metric, s]));
     throughSeq = num(series.throughSeq);
     smoother = new Ema(weight, by.loss.ema.last, by.loss.ema.count);
+    for (const s of series.series) for (const p of s.points) timeOfStep.set(p[0], p[2]);
+    for (const p of by.loss.smoothed) timeOfStep.set(p[0], p[2]);
     const points = (name) => by[name].points.map((p) => [p[0], p[1]]);
     charts.loss.rows = mergeByX(points('loss'), by.loss.smoothed.map((p) => [p[0], p[1]]));
     charts.learningRate.rows = points('learning_rate');
@@ -995,6 +1019,7 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
           if (seq > throughSeq) {
             const s = event.step;
             const step = { seq, x: num(s.step), loss: num(s.loss), lr: num(s.learningRate), sps: num(s.samplesPerSecond), ms: num(s.stepTimeMs), mem: num(s.allocatedBytes) };
+            timeOfStep.set(step.x, Date.parse(event.time) * 1000);
             liveSteps.push(step);
             if (!loading) appendStep(step);
             ctx.counters.stepsStreamed = (ctx.counters.stepsStreamed || 0) + 1;
