@@ -483,6 +483,7 @@ function jobsPage(ctx, main, params) {
   // Shows the current page's rows, reusing the row of every job that did not change, and
   // moving DOM nodes only where the order changed.
   function render() {
+    if (!ctx.alive) return;  // A poll answered after the page was left must not touch the URL.
     const t0 = performance.now();
     const rows = filtered();
     const pages = Math.max(1, Math.ceil(rows.length / PAGE_ROWS));
@@ -890,6 +891,7 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     const cpu = jobDevice(job) === 'cpu';
     memory.note.hidden = memorySeen;
     memory.box.hidden = !memorySeen;
+    memory.legend.hidden = !memorySeen;
     memory.note.textContent = cpu ? 'not tracked on cpu' : 'no device memory reported (not tracked on cpu)';
     if (memorySeen) charts.memory.graph.resize();
   }
