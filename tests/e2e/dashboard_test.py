@@ -733,6 +733,15 @@ class DashboardExperimentTest(DashboardBrowserTest):
         expected = ema_of(losses, 0.6)
         worst = max(abs(r[2] - e) for r, e in zip(rows, expected))
         self.assertLess(worst, 1e-6)
+        # Drawn: at most 4,000 rows, every extreme kept; zoomed in, the window at full resolution.
+        drawn = self.js("(() => { const g = window.mpsd.charts.loss.graph; const out = [];"
+                        " for (let r = 0; r < g.numRows(); r++) out.push(g.getValue(r, 1)); return out; })()")
+        self.assertLessEqual(len(drawn), 4000)
+        self.assertAlmostEqual(max(drawn), max(losses), places=5)
+        self.assertAlmostEqual(min(drawn), min(losses), places=5)
+        self.js("(() => { const c = window.mpsd.charts.loss; c.graph.updateOptions({dateWindow: [1000, 1100]});"
+                " c.draw(); return true; })()")
+        self.assertEqual(self.js("window.mpsd.charts.loss.drawnRows"), 102)  # 999..1100.
         # Opened after the end: the series is thinned to at most 4,000 points, and the smoothed
         # curve is still the EMA of all 20,000 (not of the thinned points), for any weight.
         for weight in (0.6, 0.95):
@@ -888,7 +897,7 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.until("window.mpsd.counters.xAxis === 'step'")
         self.assertEqual(self.js("window.mpsd.charts.loss.graph.getValue(0, 0)"), 1)
         # CSV and PNG of a chart: the rows as drawn, and an image.
-        csv = self.js("chartCsv(window.mpsd.charts.loss.graph)").splitlines()
+        csv = self.js("chartCsv(window.mpsd.charts.loss)").splitlines()
         self.assertEqual(csv[0], "step,loss,smoothed")
         steps = self.step_events(small.id)
         self.assertEqual([int(line.split(",")[0]) for line in csv[1:]], [e.step.step for e in steps])

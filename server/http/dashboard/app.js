@@ -604,6 +604,10 @@ function download(filename, blob) {
 // where a series has no value; bars (BenchJob) as their median.
 function chartCsv(graph) {
   const quote = (v) => (/[",\n]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v);
+  if (graph instanceof LiveChart) {  // Every row, not only the ones drawn.
+    const cell = (v) => (v === null || v === undefined || Number.isNaN(v) ? '' : String(v));
+    return [graph.labels.map(quote).join(','), ...graph.rows.map((r) => r.map(cell).join(','))].join('\n') + '\n';
+  }
   const labels = graph.getLabels();
   const lines = [labels.map(quote).join(',')];
   for (let r = 0; r < graph.numRows(); r++) {
@@ -660,7 +664,7 @@ function attachDownloads(card, getGraph, name) {
   } }, 'CSV');
   const png = el('button', { class: 'png', title: 'the chart as a PNG image', onclick: async () => {
     const g = getGraph();
-    if (g) download(name + '.png', await chartPng(g));
+    if (g) download(name + '.png', await chartPng(g instanceof LiveChart ? g.graph : g));
   } }, 'PNG');
   card.card.querySelector('h2').append(el('span', { class: 'chart-actions' }, csv, png));
 }
@@ -689,7 +693,8 @@ class LiveChart {
   constructor(container, labels, options = {}) {
     this.rows = [];
     this.labels = labels;
-    this.graph = chart(container, labels, options);
+    // A zoom (or its reset) redraws: the window at full resolution.
+    this.graph = chart(container, labels, { ...options, zoomCallback: () => { if (this.rows.length > DRAW_ROWS) scheduleRedraw(this); } });
     this.drawn = false;
   }
   set(rows) { this.rows = rows; this.changed(); }
@@ -705,13 +710,67 @@ class LiveChart {
   }
   draw() {
     if (!this.rows.length) return;
+    // What Dygraphs draws: every row up to DRAW_ROWS; beyond, the rows thinned as the server
+    // thins a series (thinRows), so that a redraw of a 20,000-step job costs as little as one of
+    // 4,000 steps. Zoomed in, the rows in view at full resolution (thinned only if still too
+    // many). The data (this.rows, CSV) stays complete.
+    let rows = this.rows;
+    const range = this.drawn && this.graph.isZoomed('x') ? this.graph.xAxisRange() : null;
+    if (range && !this.mapX) {
+      const lo = lowerBound(rows, range[0]), hi = lowerBound(rows, range[1]);
+      rows = rows.slice(Math.max(0, lo - 1), Math.min(rows.length, hi + 1));
+    }
+    if (rows.length > DRAW_ROWS) rows = thinRows(rows, DRAW_ROWS);
     // mapX (the job page's x = time): each row's x mapped, a copy per draw.
-    this.graph.updateOptions({ file: this.mapX ? this.rows.map((r) => [this.mapX(r[0]), ...r.slice(1)]) : this.rows });
+    if (this.mapX) rows = rows.map((r) => [this.mapX(r[0]), ...r.slice(1)]);
+    this.graph.updateOptions({ file: rows });
+    this.drawnRows = rows.length;
     this.lastDrawnX = this.rows[this.rows.length - 1][0];
     this.lastDrawAt = Date.now();
     if (!this.drawn) { this.drawn = true; if (this.onFirstDraw) this.onFirstDraw(); }
   }
   numRows() { return this.rows.length; }
+}
+
+// Rows a chart draws at most (LiveChart.draw).
+const DRAW_ROWS = 4000;
+
+// The index of the first row whose x is >= x (rows sorted by x).
+function lowerBound(rows, x) {
+  let lo = 0, hi = rows.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (rows[mid][0] < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// At most about `limit` of `rows` (sorted by x), as the series endpoint thins (server/http/
+// series.h, after M4): the first row, then in each of equal runs of rows the ones holding any
+// column's minimum or maximum, and the run's last row, in order. Spikes survive; O(rows).
+function thinRows(rows, limit) {
+  const columns = rows[0].length;
+  const perBucket = 2 * (columns - 1) + 1;
+  const buckets = Math.max(1, Math.floor((limit - 1) / perBucket));
+  const out = [rows[0]];
+  const rest = rows.length - 1;
+  for (let b = 0; b < buckets; b++) {
+    const begin = 1 + Math.floor((rest * b) / buckets), end = 1 + Math.floor((rest * (b + 1)) / buckets);
+    if (begin >= end) continue;
+    const picks = new Set([end - 1]);
+    for (let c = 1; c < columns; c++) {
+      let min = -1, max = -1;
+      for (let i = begin; i < end; i++) {
+        const v = rows[i][c];
+        if (v === null || !Number.isFinite(v)) continue;
+        if (min < 0 || v < rows[min][c]) min = i;
+        if (max < 0 || v > rows[max][c]) max = i;
+      }
+      if (min >= 0) { picks.add(min); picks.add(max); }
+    }
+    for (const i of [...picks].sort((x, y) => x - y)) out.push(rows[i]);
+  }
+  return out;
 }
 
 // Rows [x, a, b] from two series of [x, value] sorted by x (null where one has no point).
@@ -861,7 +920,7 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
   Object.assign(ctx.charts, charts);
   for (const [card, key, name] of [[loss, 'loss', 'loss'], [epochLoss, 'epochLoss', 'epoch-loss'], [epochAcc, 'epochAccuracy', 'epoch-accuracy'],
     [lr, 'learningRate', 'learning-rate'], [speed, 'speed', 'speed'], [memory, 'memory', 'memory']]) {
-    attachDownloads(card, () => charts[key].graph, `job-${job.id}-${name}`);
+    attachDownloads(card, () => charts[key], `job-${job.id}-${name}`);
   }
   logScale.addEventListener('change', () => charts.loss.graph.updateOptions({ logscale: logScale.checked }));
   // x of the step charts: the step, the seconds since the job started, or the wall clock; each
