@@ -1332,6 +1332,8 @@ function specObject(job) {
   const spec = job.spec || {};
   const { trainJob, benchJob, sweep, ...rest } = spec;
   for (const key of GENERATED_KEYS) delete rest[key];
+  // A trial's name is its sweep's with "/index" appended by mpsd (server/core/sweep.cc).
+  if (job.trial && job.trial.sweepId && /\/\d+$/.test(rest.name || '')) delete rest.name;
   const out = { kind: benchJob ? 'BenchJob' : 'TrainJob', ...(trainJob || benchJob || {}), ...rest };
   if (sweep && Object.keys(sweep).length) out.sweep = sweepForFile(sweep);
   return out;
