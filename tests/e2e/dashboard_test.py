@@ -916,6 +916,7 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.until("window.mpsd.counters.benchRows === 4")
         self.until("!!window.mpsd.charts.bench")
         self.assertTrue(self.js("window.mpsd.charts.bench.getOption('logscale')"))
+        self.assertEqual(self.js("document.getElementById('bench-progress').textContent"), "4 of 4 rows")
         cut = self.js("[...document.querySelectorAll('#chart-bench .dygraph-axis-label-x')]"
                       ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)")
         self.assertEqual(cut, [])

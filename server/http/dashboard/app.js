@@ -1353,7 +1353,15 @@ function benchView(ctx, body, job, setFollower, refresh) {
     el('label', {}, logScale, ' log scale')));
   attachDownloads(bars, () => graph, `job-${job.id}-bench`);
   const yaml = el('pre', { id: 'spec-yaml' }, specYaml(job));
-  body.append(el('div', { class: 'card' }, el('h2', {}, 'Rows'), table), bars.card, el('div', { class: 'card' }, el('h2', {}, 'Spec'), yaml));
+  // Rows expected: model × batch size × device × precision × mode, when the devices are named
+  // (not "all") and one memory format is asked for; a progress bar until they are all in.
+  const spec = (job.spec || {}).benchJob || {};
+  const devices = spec.devices || [];
+  const expected = devices.length && !devices.includes('all') && (spec.memoryFormats || []).length <= 1
+    ? (spec.models || []).length * (spec.batchSizes || []).length * devices.length * Math.max(1, (spec.precisions || []).length) * (spec.mode === 'both' ? 2 : 1)
+    : 0;
+  const progress = el('div', { id: 'bench-progress' });
+  body.append(el('div', { class: 'card' }, el('h2', {}, 'Rows'), progress, table), bars.card, el('div', { class: 'card' }, el('h2', {}, 'Job file'), yaml));
   let graph = null;
   measure.addEventListener('change', () => draw());
   logScale.addEventListener('change', () => draw());
@@ -1362,6 +1370,10 @@ function benchView(ctx, body, job, setFollower, refresh) {
     const view = benchLayout(rows);
     table.replaceChildren(benchTable(view));
     ctx.counters.benchRows = rows.length;
+    const text = expected ? `${rows.length} of ${expected} rows` : `${rows.length} rows`;
+    progress.replaceChildren(expected && rows.length < expected
+      ? el('div', { class: 'progress', title: text }, el('div', { style: `width:${(100 * rows.length / expected).toFixed(1)}%` }), el('span', {}, text))
+      : el('p', { class: 'muted' }, text));
     if (!view.groups.length) return;
     const sps = measure.value === 'sps';
     const data = view.groups.map((group, i) => [i + 1, ...view.devices.map((device) => {
@@ -1381,6 +1393,7 @@ function benchView(ctx, body, job, setFollower, refresh) {
     else graph.updateOptions(options);
     ctx.charts.bench = graph;
   }
+  draw();
   const follower = followEvents(ctx, job.id, {
     onEvent: (event) => {
       if (event.benchRow) { rows.push(event.benchRow); draw(); }
