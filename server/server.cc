@@ -621,6 +621,7 @@ absl::Status Server::StartHttp() {
   DashboardOptions dashboard_options;
   dashboard_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
   dashboard_options.artifacts_dir = config.state_dir + "/artifacts";
+  dashboard_options.executor_pid = [supervisor] { return supervisor->CurrentPid(); };
   dashboard_ = std::make_unique<Dashboard>(scheduler_.get(), dashboard_options);
   dashboard_->Register(http_server_.get());
   http_server_->Start();

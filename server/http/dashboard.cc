@@ -2,6 +2,7 @@
 // (server/http/dashboard_api.h) and the SSE event stream (server/http/sse.h).
 #include "server/http/dashboard.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "api/job_state.h"
@@ -305,7 +307,44 @@ void ServeCancel(Scheduler* scheduler, const HttpCaller& caller, const httplib::
 }  // namespace
 
 Dashboard::Dashboard(Scheduler* scheduler, const DashboardOptions& options)
-    : scheduler_(scheduler), options_(options), series_(&scheduler->events(), options.series) {}
+    : scheduler_(scheduler), options_(options), series_(&scheduler->events(), options.series) {
+  if (options.executor_pid) {
+    ResourceSampler::Options sampler;
+    sampler.running_job = [scheduler] { return scheduler->GetQueueStats().running_job_id; };
+    sampler.executor_pid = options.executor_pid;
+    resources_ = std::make_unique<ResourceSampler>(std::move(sampler));
+  }
+}
+
+namespace {
+
+// A JSON number, or null for nullopt and non-finite values.
+template <typename T>
+std::string JsonOrNull(const std::optional<T>& value) {
+  if (!value || !std::isfinite(static_cast<double>(*value))) return "null";
+  return absl::StrFormat("%.6g", static_cast<double>(*value));
+}
+
+void ServeResources(Scheduler* scheduler, const ResourceSampler* sampler,
+                    const httplib::Request& request, httplib::Response& response) {
+  const std::string job_id = request.matches[1];
+  absl::StatusOr<Job> job = scheduler->Get(job_id);
+  if (!job.ok()) return Send(ErrorReply(job.status()), request, response);
+  HttpReply reply;
+  reply.body = absl::StrCat("{\"jobId\":\"", job_id, "\",\"samples\":[");
+  const std::vector<ResourceSample> samples =
+      sampler != nullptr ? sampler->SamplesOf(job_id) : std::vector<ResourceSample>();
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const ResourceSample& s = samples[i];
+    absl::StrAppend(&reply.body, i ? "," : "", "[", s.time_us, ",", JsonOrNull(s.cpu_percent),
+                    ",", s.rss_bytes ? absl::StrCat(*s.rss_bytes) : "null", ",",
+                    JsonOrNull(s.gpu_utilization), "]");
+  }
+  reply.body += "]}";
+  Send(reply, request, response);
+}
+
+}  // namespace
 
 void Dashboard::Register(HttpServer* http) {
   auto asset = [](const HttpCaller&, const httplib::Request& request,
@@ -336,6 +375,12 @@ void Dashboard::Register(HttpServer* http) {
             [scheduler, http, heartbeat](const HttpCaller&, const httplib::Request& request,
                                          httplib::Response& response) {
               ServeEvents(scheduler, http, heartbeat, request, response);
+            });
+  const ResourceSampler* sampler = resources_.get();
+  http->Get("/api/jobs/([0-9]+)/resources",
+            [scheduler, sampler](const HttpCaller&, const httplib::Request& request,
+                                 httplib::Response& response) {
+              ServeResources(scheduler, sampler, request, response);
             });
   const std::string artifacts_dir = options_.artifacts_dir;
   http->Get("/api/jobs/([0-9]+)/artifacts",

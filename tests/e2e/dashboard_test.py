@@ -725,6 +725,13 @@ class DashboardExperimentTest(DashboardBrowserTest):
               "job ended" % (longest, drawn - end_time), file=sys.stderr)
         self.assertLess(drawn - end_time, 2.0)
         self.assertLess(longest, 200)
+        # The executor's CPU and memory, sampled each second while the job ran.
+        self.until("window.mpsd.counters.usageSamples > 10", timeout=30)
+        usage = self.js("window.mpsd.charts.usage.rows")
+        self.assertTrue(any(r[1] and r[1] > 10 for r in usage), usage[:5])  # CPU % of a busy core.
+        self.assertTrue(all(r[3] > 50 * 2**20 for r in usage), usage[:5])  # LibTorch's RSS.
+        status, body, _ = d.get("/api/jobs/%s/resources" % job.id)
+        self.assertGreaterEqual(len(json.loads(body)["samples"]), len(usage))
         # Followed live: one row per step, smoothed as TensorBoard smooths all of them.
         losses = self.losses(job.id)
         self.assertEqual(len(losses), 20000)

@@ -890,10 +890,11 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
   const lr = chartCard('Learning rate', 'chart-lr');
   const speed = chartCard('Samples/s and step time', 'chart-speed');
   const memory = chartCard('Device memory allocated', 'chart-memory');
+  const usage = chartCard('Executor CPU, memory and GPU', 'chart-usage');
   const logs = el('div', { class: 'log', id: 'log' });
   const yaml = el('pre', { id: 'spec-yaml' }, specYaml(job));
   const artifacts = el('div', { class: 'scroll', id: 'artifacts' }, el('p', { class: 'muted' }, 'None yet.'));
-  body.append(el('div', { class: 'grid' }, loss.card, epochLoss.card, epochAcc.card, lr.card, speed.card, memory.card),
+  body.append(el('div', { class: 'grid' }, loss.card, epochLoss.card, epochAcc.card, lr.card, speed.card, memory.card, usage.card),
     el('div', { class: 'grid', style: 'margin-top:1em' },
       el('div', { class: 'card' }, el('h2', {}, 'Log and state changes'), logs),
       el('div', { class: 'card' }, el('h2', {}, 'Artifacts'), artifacts),
@@ -917,9 +918,12 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     memory: new LiveChart(memory.box, ['step', 'allocated'], { labelsDiv: memory.legend, xlabel: 'step', includeZero: true,
       axes: { y: { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, ticker: byteTicks, axisLabelWidth: 64 } } }),
   };
+  charts.usage = new LiveChart(usage.box, ['seconds', 'CPU %', 'GPU %', 'resident memory'], { labelsDiv: usage.legend, xlabel: 'seconds since start',
+    includeZero: true, ylabel: '%', series: { 'resident memory': { axis: 'y2' } },
+    axes: { y2: { independentTicks: true, valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, ticker: byteTicks, axisLabelWidth: 64 } } });
   Object.assign(ctx.charts, charts);
   for (const [card, key, name] of [[loss, 'loss', 'loss'], [epochLoss, 'epochLoss', 'epoch-loss'], [epochAcc, 'epochAccuracy', 'epoch-accuracy'],
-    [lr, 'learningRate', 'learning-rate'], [speed, 'speed', 'speed'], [memory, 'memory', 'memory']]) {
+    [lr, 'learningRate', 'learning-rate'], [speed, 'speed', 'speed'], [memory, 'memory', 'memory'], [usage, 'usage', 'usage']]) {
     attachDownloads(card, () => charts[key], `job-${job.id}-${name}`);
   }
   logScale.addEventListener('change', () => charts.loss.graph.updateOptions({ logscale: logScale.checked }));
@@ -1068,6 +1072,27 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     } catch (error) { banner(`Cannot download ${name}: ${error.message}`, true); }
   }
   showArtifacts();
+
+  // What the executor used while the job ran, as this mpsd sampled it each second (CPU % of one
+  // core and resident memory from /proc, GPU utilisation from NVML): polled while it runs.
+  let usageTimer = null;
+  async function showUsage() {
+    let answer;
+    try { answer = await api(`api/jobs/${encodeURIComponent(job.id)}/resources`); } catch (e) { answer = null; }
+    if (!ctx.alive) return;
+    const samples = (answer && answer.samples) || [];
+    const start = samples.length ? samples[0][0] : 0;
+    const anyGpu = samples.some((p) => p[3] !== null);
+    charts.usage.set(samples.map(([t, cpu, rss, gpu]) => [(t - start) / 1e6, cpu, anyGpu && gpu !== null ? 100 * gpu : null, rss]));
+    usage.note.hidden = samples.length > 0;
+    usage.box.hidden = samples.length === 0;
+    usage.legend.hidden = samples.length === 0;
+    usage.note.textContent = 'not sampled: this mpsd did not run the job (samples are kept in memory while it runs)';
+    if (samples.length) charts.usage.graph.resize();
+    ctx.counters.usageSamples = samples.length;
+    if (!TERMINAL.has(job.state)) usageTimer = setTimeout(showUsage, POLL_MS);
+  }
+  showUsage();
 
   charts.loss.onFirstDraw = () => { ctx.counters.firstChart = performance.now(); };
   reloadSteps().then(() => {
