@@ -857,9 +857,10 @@ class DashboardExperimentTest(DashboardBrowserTest):
         # A trial's generated name ("dash-sweep/1") is no difference.
         self.assertEqual(self.js("window.mpsd.counters.diffKeys"), ["optimizer.learning_rate"])
         self.driver.save_screenshot(os.path.join(self.shots, "compare-sweep.png"))
-        self.open("#/compare?ids=%s,%s,999999" % (expected[0], expected[1]))
+        self.open("#/compare?jobs=%s,%s,999999&metric=test_accuracy" % (expected[0], expected[1]))
         self.until("window.mpsd.counters.compareSeries === 2")
         self.assertIn("999999", self.js("document.getElementById('compare-errors').textContent"))
+        self.assertEqual(self.js("document.getElementById('compare-metric').value"), "test_accuracy")
 
     def test_dark_mode_downloads_sorting_and_bench_log_scale(self):
         d, driver = self.daemon, self.driver

@@ -398,6 +398,10 @@ function jobsPage(ctx, main, params) {
     ['TrainJob', 'BenchJob', 'Sweep'].map((k) => el('option', { value: k }, k)));
   const nameFilter = el('input', { id: 'filter-name', size: 12, placeholder: 'name glob' });
   const labelFilter = el('input', { id: 'filter-label', size: 14, placeholder: 'key=value' });
+  // Created within the last hour, day or week (as mpsctl list --since).
+  const sinceFilter = el('select', { id: 'filter-since' }, el('option', { value: '' }, 'any time'),
+    [['1h', 'last hour'], ['24h', 'last day'], ['168h', 'last week']].map(([v, t]) => el('option', { value: v }, t)));
+  sinceFilter.value = params.get('since') || '';
   stateFilter.value = params.get('state') || '';
   kindFilter.value = params.get('kind') || '';
   nameFilter.value = params.get('name') || '';
@@ -429,7 +433,7 @@ function jobsPage(ctx, main, params) {
   let ascending = params.get('asc') === '1';
   main.append(el('h1', {}, 'Jobs'),
     el('div', { class: 'toolbar' }, el('label', {}, 'State ', stateFilter), el('label', {}, 'Kind ', kindFilter),
-      el('label', {}, 'Name ', nameFilter), el('label', {}, 'Labels ', labelFilter), compare, count, prev, next),
+      el('label', {}, 'Name ', nameFilter), el('label', {}, 'Labels ', labelFilter), el('label', {}, 'Created ', sinceFilter), compare, count, prev, next),
     el('div', { class: 'card scroll' }, el('table', { id: 'jobs' },
       el('thead', {}, el('tr', {}, headers.map(([h, c]) => (sortKeys[h] ? el('th', { class: c + ' sortable', 'data-sort': h, onclick: () => {
         ascending = sortBy === h ? !ascending : h === 'name' || h === 'model' || h === 'kind';
@@ -465,8 +469,9 @@ function jobsPage(ctx, main, params) {
     const wantState = stateFilter.value, wantKind = kindFilter.value;
     const name = nameFilter.value.trim() ? globRegExp(nameFilter.value.trim()) : null;
     const labels = labelFilter.value.split(/[\s,]+/).filter(Boolean).map((kv) => kv.split('='));
+    const since = sinceFilter.value ? Date.now() / 1000 - 3600 * parseInt(sinceFilter.value, 10) : -Infinity;
     return [...jobs.values()].filter((job) => (!wantState || job.state === wantState) && (!wantKind || kindName(job) === wantKind) &&
-      (!name || name.test(jobName(job))) &&
+      (!name || name.test(jobName(job))) && (!sinceFilter.value || seconds(job.createdAt) >= since) &&
       labels.every(([k, v]) => ((job.spec || {}).labels || {})[k] === v))
       .map((job) => ({ job, key: sortKeys[sortBy](job) }))
       .sort((a, b) => {
@@ -501,7 +506,7 @@ function jobsPage(ctx, main, params) {
     prev.disabled = page === 0;
     next.disabled = page >= pages - 1;
     replaceHash('/', new URLSearchParams({ state: stateFilter.value, kind: kindFilter.value, name: nameFilter.value.trim(),
-      label: labelFilter.value.trim(), page: page ? String(page) : '', sort: sortBy === 'id' ? '' : sortBy, asc: ascending ? '1' : '' }));
+      label: labelFilter.value.trim(), since: sinceFilter.value, page: page ? String(page) : '', sort: sortBy === 'id' ? '' : sortBy, asc: ascending ? '1' : '' }));
     for (const th of main.querySelectorAll('th.sortable')) {
       th.classList.toggle('sorted-asc', th.dataset.sort === sortBy && ascending);
       th.classList.toggle('sorted-desc', th.dataset.sort === sortBy && !ascending);
@@ -509,7 +514,7 @@ function jobsPage(ctx, main, params) {
     ctx.counters.rendered = (ctx.counters.rendered || 0) + 1;
     ctx.counters.lastRenderMs = performance.now() - t0;
   }
-  for (const input of [stateFilter, kindFilter]) input.addEventListener('change', () => { page = 0; render(); });
+  for (const input of [stateFilter, kindFilter, sinceFilter]) input.addEventListener('change', () => { page = 0; render(); });
   for (const input of [nameFilter, labelFilter]) input.addEventListener('input', () => { page = 0; render(); });
 
   // Everything once, then only the jobs that can still change (queued, running) every 2 s;
@@ -1526,7 +1531,8 @@ function legendNames(jobs, differences) {
 }
 
 function comparePage(ctx, main, params) {
-  const ids = (params.get('ids') || '').split(',').map((s) => s.trim()).filter(Boolean);
+  // ids= (also jobs=, as the issue that asked for it spelled it).
+  const ids = (params.get('ids') || params.get('jobs') || '').split(',').map((s) => s.trim()).filter(Boolean);
   const followers = [];
   const metric = el('select', { id: 'compare-metric' }, [...STEP_METRICS, ...EPOCH_METRICS].map((m) => el('option', { value: m }, m)));
   const xAxis = el('select', { id: 'compare-x' }, el('option', { value: 'step' }, 'step'), el('option', { value: 'epoch' }, 'epoch'), el('option', { value: 'time' }, 'wall time (s)'));
