@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "mpsd/v1/mpsd.pb.h"
+#include "server/core/attempts.h"
 
 namespace mpsd::server {
 
@@ -57,45 +58,6 @@ std::vector<std::string> SeriesMetricNames();
 // The point `event` gives `metric`, if any (a step event for a step metric, an epoch event for
 // an epoch metric, except test_* of an epoch whose evaluation was skipped).
 std::optional<SeriesPoint> PointOf(const SeriesMetric& metric, const mpsd::v1::JobEvent& event);
-
-// The x a step event (its step) or an epoch event (its epoch) has; nullopt for other events.
-// A job that resumed (restart_policy: resume, after a daemon restart) reports steps and epochs
-// from its checkpoint again: its events hold two attempts of those steps. The latest attempt
-// wins: an event of a source (steps, or epochs) is superseded when a later event of the same
-// source has an x at or below its own.
-struct SourceX {
-  SeriesMetric::Source source;
-  int64_t x;
-};
-std::optional<SourceX> SourceXOf(const mpsd::v1::JobEvent& event);
-
-// The points where a job's events went back (an x at or below the previous x of its source),
-// collected in seq order; Superseded answers for any event of the job whether a later attempt
-// replaced it. Thread-compatible.
-class AttemptMarks {
- public:
-  // Feeds the next event (seq order). Returns true when it starts a new attempt.
-  bool Add(const mpsd::v1::JobEvent& event);
-  // Whether `event` (fed before, or to be fed, in seq order up to what was added) is
-  // superseded by a later attempt added so far.
-  bool Superseded(const mpsd::v1::JobEvent& event) const;
-  // The last x added per source (0 before any).
-  int64_t last_x(SeriesMetric::Source source) const { return last_x_[Index(source)]; }
-  bool empty() const { return marks_[0].empty() && marks_[1].empty(); }
-
- private:
-  static int Index(SeriesMetric::Source source) {
-    return source == SeriesMetric::Source::kStep ? 0 : 1;
-  }
-  struct Mark {
-    int64_t seq;
-    int64_t x;
-    // The lowest x of this mark and every later one.
-    int64_t suffix_min_x;
-  };
-  std::vector<Mark> marks_[2];
-  int64_t last_x_[2] = {0, 0};
-};
 
 // TensorBoard's scalar smoothing: an exponential moving average debiased like Adam's moment
 // estimates, as in tensorboard/components/vz_line_chart2/line-chart.ts (resmoothDataset):
