@@ -1040,6 +1040,10 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     const opt = (e, key) => (e[key] !== undefined ? num(e[key]) : null);
     charts.epochLoss.set(rows.map((e) => [e.epoch, num(e.trainLoss), opt(e, 'valLoss'), e.evaluated ? num(e.testLoss) : null]));
     charts.epochAccuracy.set(rows.map((e) => [e.epoch, num(e.trainAccuracy), opt(e, 'valAccuracy'), e.evaluated ? num(e.testAccuracy) : null]));
+    // Only the lines that were measured (no "val" without a validation split).
+    const visibility = [true, rows.some((e) => e.valLoss !== undefined), rows.some((e) => e.evaluated)];
+    charts.epochLoss.graph.updateOptions({ visibility });
+    charts.epochAccuracy.graph.updateOptions({ visibility });
     ctx.counters.epochPoints = rows.length;
   }
   function addLog(event) {
