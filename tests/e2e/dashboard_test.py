@@ -915,7 +915,7 @@ class DashboardExperimentTest(DashboardBrowserTest):
             "const done = arguments[0]; chartPng(window.mpsd.charts.loss.graph).then("
             "(b) => b.arrayBuffer()).then((a) => done([...new Uint8Array(a).slice(0, 8)]))")
         self.assertEqual(png, [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
-        self.assertEqual(self.js("document.querySelectorAll('.chart-actions button').length"), 12)
+        self.assertEqual(self.js("document.querySelectorAll('.chart-actions button').length"), 14)  # 7 charts.
         # Its artifacts, with download buttons.
         self.until("(window.mpsd.counters.artifacts || []).includes('model.pt')")
         self.assertIn("model.pt", self.js("document.getElementById('artifacts').textContent"))
