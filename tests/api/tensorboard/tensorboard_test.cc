@@ -124,6 +124,20 @@ TEST(JobHistoryTest, HParamsFlattenTheSpecAndTheResolvedSettings) {
   EXPECT_EQ(hparams.count("epochs"), 0u);  // unset: not a hyperparameter of this job
 }
 
+TEST(JobHistoryTest, RunNamesStayInsideTheDirectory) {
+  v1::Job job;
+  job.set_id("12");
+  EXPECT_EQ(RunName(job, false), "12");
+  EXPECT_EQ(RunName(job, true), "12");
+  job.mutable_spec()->set_name("lr sweep/0");
+  EXPECT_EQ(RunName(job, false), "lr_sweep_0");
+  EXPECT_EQ(RunName(job, true), "lr_sweep_0-12");
+  job.mutable_spec()->set_name("..");
+  EXPECT_EQ(RunName(job, false), "_");
+  job.mutable_spec()->set_name("../../etc");
+  EXPECT_EQ(RunName(job, false), ".._.._etc");
+}
+
 TEST(EventFileTest, WritesFileVersionScalarsAndHParamsRecords) {
   mpsd::testing::TempDir dir;
   JobHistory history;
