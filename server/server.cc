@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -183,6 +184,38 @@ absl::Status WithRecoveryHint(absl::Status status, const std::string& state_dir)
       "package sqlite3)"));
 }
 
+// Binds a TCP socket to `tcp` (SO_REUSEADDR, as gRPC sets it; no SO_REUSEPORT) and closes it:
+// UNAVAILABLE naming `address` when the port is taken. Port 0 (any free port) always passes.
+absl::Status TryBindTcp(const std::string& address, const TcpAddress& tcp) {
+  if (tcp.port == 0) return absl::OkStatus();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  std::string host = tcp.host;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port = absl::StrCat(tcp.port);
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+    return absl::OkStatus();  // gRPC reports an address it cannot resolve itself.
+  }
+  absl::Status status = absl::OkStatus();
+  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  if (fd >= 0) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0 && errno == EADDRINUSE) {
+      status = absl::UnavailableError(
+          absl::StrCat("cannot listen on ", address, ": the port is in use"));
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return status;
+}
+
 }  // namespace
 
 Server::Server() = default;
@@ -194,6 +227,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   if (absl::Status status = CheckListenAddresses(config); !status.ok()) return status;
   const bool any_tcp = absl::c_any_of(
       config.listen, [](const std::string& a) { return !absl::StartsWith(a, "unix:"); });
+  // Every TCP port first, before anything is written to the state dir: a start that cannot
+  // listen leaves no tokens file, database or directory behind. The HTTP port is bound here
+  // and held (served from StartHttp); gRPC binds its own ports once its services exist, so
+  // they are tried here (bound without SO_REUSEPORT, as gRPC binds them, and released).
+  for (const std::string& address : config.listen) {
+    if (absl::StartsWith(address, "unix:")) continue;
+    absl::StatusOr<TcpAddress> tcp = ParseTcpAddress(address);
+    if (!tcp.ok()) return tcp.status();
+    if (absl::Status status = TryBindTcp(address, *tcp); !status.ok()) return status;
+  }
+  if (absl::Status status = server->BindHttp(); !status.ok()) return status;
   if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
   if (absl::Status status = CheckStateDirMode(config.state_dir); !status.ok()) return status;
   absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
@@ -518,7 +562,7 @@ bool Server::Serving() {
   return executor_ready_ && !stopping_ && !state_dir_lost_ && !storage_failing_;
 }
 
-absl::Status Server::StartHttp() {
+absl::Status Server::BindHttp() {
   const Config& config = options_.config;
   if (config.http_listen.empty()) return absl::OkStatus();
   HttpServer::Options http_options;
@@ -530,15 +574,17 @@ absl::Status Server::StartHttp() {
   // Bearer tokens from the one tokens file (server/access/auth.h) the gRPC TCP listeners use too: any
   // role may view; what needs more (POST /cancel) checks the caller's role itself.
   http_options.authorize =
-      [store = tokens_.get()](absl::string_view authorization,
-                              absl::string_view action) -> absl::StatusOr<HttpCaller> {
-    absl::StatusOr<Principal> principal = store->Authenticate(authorization);
+      [this](absl::string_view authorization,
+             absl::string_view action) -> absl::StatusOr<HttpCaller> {
+    // tokens_ is set before StartHttp serves anything (BuildAndStart).
+    absl::StatusOr<Principal> principal = tokens_->Authenticate(authorization);
     if (!principal.ok()) {
       // No path in the answer: where the daemon keeps its tokens is nobody's business who has
       // no token (its log and `mpsd token list` say it to the owner).
       return absl::UnauthenticatedError(absl::StrCat(
-          principal.status().message(), ". A token is made on the daemon's machine with: mpsd "
-          "token add --name NAME --role viewer"));
+          principal.status().message(), ". A token is made on the daemon's machine with the "
+          "daemon's own --state-dir (or --config, --tokens): mpsd token add --state-dir DIR "
+          "--name NAME --role viewer"));
     }
     if (absl::Status allowed = Authorize(*principal, Role::kViewer, action); !allowed.ok()) {
       return allowed;
@@ -551,7 +597,12 @@ absl::Status Server::StartHttp() {
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Create(http_options);
   if (!http.ok()) return http.status();
   http_server_ = *std::move(http);
+  return absl::OkStatus();
+}
 
+absl::Status Server::StartHttp() {
+  const Config& config = options_.config;
+  if (http_server_ == nullptr) return absl::OkStatus();
   MetricsSources sources;
   sources.server_status = [this] { return service_->CurrentStatus(); };
   sources.job_counts = [this] { return scheduler_->CountJobs(); };
@@ -590,6 +641,8 @@ absl::Status Server::StartHttp() {
   });
   DashboardOptions dashboard_options;
   dashboard_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
+  dashboard_options.artifacts_dir = config.state_dir + "/artifacts";
+  dashboard_options.executor_pid = [supervisor] { return supervisor->CurrentPid(); };
   dashboard_ = std::make_unique<Dashboard>(scheduler_.get(), dashboard_options);
   dashboard_->Register(http_server_.get());
   http_server_->Start();

@@ -103,8 +103,11 @@ class Server {
  private:
   Server();
 
-  // Starts the HTTP listener (config.http_listen) with its routes: /healthz, /metrics, and
-  // those other components register there (the dashboard).
+  // Binds the HTTP listener's port (config.http_listen; nothing served yet), before anything is
+  // written to the state dir. No-op without http_listen.
+  absl::Status BindHttp();
+  // Serves the HTTP listener bound by BindHttp with its routes: /healthz, /metrics, and those
+  // other components register there (the dashboard).
   absl::Status StartHttp();
   // Health checking ("" and mpsd.v1.JobService): SERVING while an executor is ready and the
   // daemon is not shutting down. Called from the executor's monitor thread and Shutdown.

@@ -692,6 +692,12 @@ absl::StatusOr<mpsd::v1::ListModelsResponse> ExecutorSupervisor::ListModels(
   return response;
 }
 
+int ExecutorSupervisor::CurrentPid() const {
+  absl::MutexLock lock(&mu_);
+  if (current_ == nullptr || current_->process_exited || current_->exited) return 0;
+  return current_->pid > 0 ? current_->pid : 0;
+}
+
 std::map<std::string, int64_t> ExecutorSupervisor::RestartsByReason() const {
   absl::MutexLock lock(&mu_);
   return restarts_by_reason_;

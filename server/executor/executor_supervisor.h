@@ -160,6 +160,10 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // Thread-safe.
   std::map<std::string, int64_t> RestartsByReason() const;
 
+  // The pid of the executor process running now, without waiting for one; 0 when none is
+  // (starting, or between two). Thread-safe.
+  int CurrentPid() const;
+
  private:
   struct Child;
 

@@ -2,6 +2,9 @@
 // (server/http/dashboard_api.h) and the SSE event stream (server/http/sse.h).
 #include "server/http/dashboard.h"
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,12 +12,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 #include "api/job_state.h"
 #include "httplib.h"
 #include "zlib.h"
 #include "server/access/auth.h"
+#include "server/core/artifacts.h"
 #include "server/http/dashboard_api.h"
 #include "server/http/dashboard_assets.h"
 #include "server/http/sse.h"
@@ -214,6 +219,67 @@ void ServeEvents(Scheduler* scheduler, const HttpServer* http, absl::Duration he
       [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->Provide(sink); });
 }
 
+std::string ArtifactsDirOf(const std::string& artifacts_dir, const std::string& job_id) {
+  return (std::filesystem::path(artifacts_dir) / job_id).string();
+}
+
+void ServeArtifactList(Scheduler* scheduler, const std::string& artifacts_dir,
+                       const httplib::Request& request, httplib::Response& response) {
+  const std::string job_id = request.matches[1];
+  absl::StatusOr<Job> job = scheduler->Get(job_id);
+  if (!job.ok()) return Send(ErrorReply(job.status()), request, response);
+  mpsd::v1::ListArtifactsResponse list;
+  if (!artifacts_dir.empty()) {
+    absl::StatusOr<std::vector<mpsd::v1::Artifact>> artifacts =
+        ListArtifacts(ArtifactsDirOf(artifacts_dir, job_id));
+    if (!artifacts.ok()) return Send(ErrorReply(artifacts.status()), request, response);
+    for (mpsd::v1::Artifact& artifact : *artifacts) *list.add_artifacts() = std::move(artifact);
+  }
+  Send(JsonReply(list), request, response);
+}
+
+// One artifact, streamed from the file in 1 MiB pieces (a checkpoint may be GiBs), as an
+// attachment named after the file.
+void ServeArtifact(Scheduler* scheduler, const std::string& artifacts_dir,
+                   const httplib::Request& request, httplib::Response& response) {
+  const std::string job_id = request.matches[1];
+  absl::StatusOr<Job> job = scheduler->Get(job_id);
+  if (!job.ok()) return Send(ErrorReply(job.status()), request, response);
+  if (artifacts_dir.empty()) {
+    return Send(ErrorReply(absl::NotFoundError("name: this mpsd keeps no artifacts")), request,
+                response);
+  }
+  absl::StatusOr<std::string> path =
+      ResolveArtifact(ArtifactsDirOf(artifacts_dir, job_id), std::string(request.matches[2]));
+  if (!path.ok()) return Send(ErrorReply(path.status()), request, response);
+  auto file = std::make_shared<std::ifstream>(*path, std::ios::binary);
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(*path, error);
+  if (!*file || error) {
+    return Send(ErrorReply(absl::InternalError(absl::StrCat("cannot read artifact ", *path))),
+                request, response);
+  }
+  SecurityHeaders(response);
+  response.set_header("Cache-Control", "no-store");
+  std::string filename = std::filesystem::path(*path).filename().string();
+  // Artifact names are checked paths; quotes and controls would still break the header.
+  for (char& c : filename) {
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = '_';
+  }
+  response.set_header("Content-Disposition",
+                      absl::StrCat("attachment; filename=\"", filename, "\""));
+  response.set_content_provider(
+      static_cast<size_t>(size), "application/octet-stream",
+      [file](size_t offset, size_t length, httplib::DataSink& sink) {
+        std::string buffer(std::min<size_t>(length, size_t{1} << 20), '\0');
+        file->seekg(static_cast<std::streamoff>(offset));
+        file->read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+        const std::streamsize got = file->gcount();
+        if (got <= 0) return false;
+        return sink.write(buffer.data(), static_cast<size_t>(got));
+      });
+}
+
 void ServeWhoami(const HttpCaller& caller, const httplib::Request& request,
                  httplib::Response& response) {
   HttpReply reply;
@@ -241,7 +307,44 @@ void ServeCancel(Scheduler* scheduler, const HttpCaller& caller, const httplib::
 }  // namespace
 
 Dashboard::Dashboard(Scheduler* scheduler, const DashboardOptions& options)
-    : scheduler_(scheduler), options_(options), series_(&scheduler->events(), options.series) {}
+    : scheduler_(scheduler), options_(options), series_(&scheduler->events(), options.series) {
+  if (options.executor_pid) {
+    ResourceSampler::Options sampler;
+    sampler.running_job = [scheduler] { return scheduler->GetQueueStats().running_job_id; };
+    sampler.executor_pid = options.executor_pid;
+    resources_ = std::make_unique<ResourceSampler>(std::move(sampler));
+  }
+}
+
+namespace {
+
+// A JSON number, or null for nullopt and non-finite values.
+template <typename T>
+std::string JsonOrNull(const std::optional<T>& value) {
+  if (!value || !std::isfinite(static_cast<double>(*value))) return "null";
+  return absl::StrFormat("%.6g", static_cast<double>(*value));
+}
+
+void ServeResources(Scheduler* scheduler, const ResourceSampler* sampler,
+                    const httplib::Request& request, httplib::Response& response) {
+  const std::string job_id = request.matches[1];
+  absl::StatusOr<Job> job = scheduler->Get(job_id);
+  if (!job.ok()) return Send(ErrorReply(job.status()), request, response);
+  HttpReply reply;
+  reply.body = absl::StrCat("{\"jobId\":\"", job_id, "\",\"samples\":[");
+  const std::vector<ResourceSample> samples =
+      sampler != nullptr ? sampler->SamplesOf(job_id) : std::vector<ResourceSample>();
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const ResourceSample& s = samples[i];
+    absl::StrAppend(&reply.body, i ? "," : "", "[", s.time_us, ",", JsonOrNull(s.cpu_percent),
+                    ",", s.rss_bytes ? absl::StrCat(*s.rss_bytes) : "null", ",",
+                    JsonOrNull(s.gpu_utilization), "]");
+  }
+  reply.body += "]}";
+  Send(reply, request, response);
+}
+
+}  // namespace
 
 void Dashboard::Register(HttpServer* http) {
   auto asset = [](const HttpCaller&, const httplib::Request& request,
@@ -272,6 +375,23 @@ void Dashboard::Register(HttpServer* http) {
             [scheduler, http, heartbeat](const HttpCaller&, const httplib::Request& request,
                                          httplib::Response& response) {
               ServeEvents(scheduler, http, heartbeat, request, response);
+            });
+  const ResourceSampler* sampler = resources_.get();
+  http->Get("/api/jobs/([0-9]+)/resources",
+            [scheduler, sampler](const HttpCaller&, const httplib::Request& request,
+                                 httplib::Response& response) {
+              ServeResources(scheduler, sampler, request, response);
+            });
+  const std::string artifacts_dir = options_.artifacts_dir;
+  http->Get("/api/jobs/([0-9]+)/artifacts",
+            [scheduler, artifacts_dir](const HttpCaller&, const httplib::Request& request,
+                                       httplib::Response& response) {
+              ServeArtifactList(scheduler, artifacts_dir, request, response);
+            });
+  http->Get("/api/jobs/([0-9]+)/artifacts/(.+)",
+            [scheduler, artifacts_dir](const HttpCaller&, const httplib::Request& request,
+                                       httplib::Response& response) {
+              ServeArtifact(scheduler, artifacts_dir, request, response);
             });
   http->Post("/api/jobs/([0-9]+)/cancel",
              [scheduler](const HttpCaller& caller, const httplib::Request& request,

@@ -5,6 +5,14 @@
 //   GET  /api/jobs/{id}               Job
 //   GET  /api/jobs/{id}/events        Server-Sent Events, one JobEvent (JSON) per message
 //   GET  /api/jobs/{id}/series        downsampled metric series (server/http/dashboard_api.h)
+//   GET  /api/jobs/{id}/artifacts     ListArtifactsResponse: the job's files, size and SHA-256
+//   GET  /api/jobs/{id}/artifacts/NAME  one of them, as an attachment (a model, a checkpoint, a
+//                                     profiler trace); NAME as ListArtifacts names it
+//   GET  /api/jobs/{id}/resources     the executor's CPU %, resident memory and GPU utilisation
+//                                     while the job ran (server/http/resources.h), sampled each
+//                                     second by this daemon: {"jobId", "samples": [[time_us,
+//                                     cpu_percent, rss_bytes, gpu_utilization], ...]} (null where
+//                                     not measured); empty for jobs this daemon did not run
 //   POST /api/jobs/{id}/cancel        CancelJob: admin, or the submitter of the job
 // The page and its assets need no token (they hold no data); everything under /api/ needs one
 // (viewer, except cancel). The HTTP side reads the scheduler and the same EventLog and JobStore
@@ -22,9 +30,14 @@
 #ifndef MPSD_SERVER_HTTP_DASHBOARD_H_
 #define MPSD_SERVER_HTTP_DASHBOARD_H_
 
+#include <functional>
+#include <memory>
+#include <string>
+
 #include "absl/time/time.h"
 #include "server/http/http_server.h"
 #include "server/core/scheduler.h"
+#include "server/http/resources.h"
 #include "server/http/series_cache.h"
 
 namespace mpsd::server {
@@ -34,6 +47,11 @@ struct DashboardOptions {
   absl::Duration heartbeat_interval = absl::Seconds(15);
   // The series cache (server/http/series_cache.h).
   SeriesCache::Options series;
+  // Where jobs' artifacts are: <artifacts_dir>/<job id>/ (server/core/artifacts.h). Empty: the
+  // artifact routes answer NOT_FOUND.
+  std::string artifacts_dir;
+  // The running executor's pid (0: none); empty: no resource sampling.
+  std::function<int()> executor_pid;
 };
 
 // The dashboard's routes and what they keep between requests (the series cache). Thread-safe:
@@ -55,6 +73,8 @@ class Dashboard {
   const DashboardOptions options_;
 
   SeriesCache series_;
+  // Null without options.executor_pid. Destroyed (its thread joined) before the scheduler goes.
+  std::unique_ptr<ResourceSampler> resources_;
 };
 
 }  // namespace mpsd::server

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -71,8 +72,9 @@ absl::StatusOr<Job::Kind> ParseKind(const std::string& text) {
   if (lower.empty()) return Job::KIND_UNSPECIFIED;
   if (lower == "trainjob" || lower == "train_job") return Job::TRAIN_JOB;
   if (lower == "benchjob" || lower == "bench_job") return Job::BENCH_JOB;
+  if (lower == "sweep") return Job::SWEEP;
   return absl::InvalidArgumentError(
-      absl::StrCat("kind: unknown job kind \"", text, "\" (TrainJob or BenchJob)"));
+      absl::StrCat("kind: unknown job kind \"", text, "\" (TrainJob, BenchJob or Sweep)"));
 }
 
 absl::StatusOr<int> ParseInt(const std::string& text, absl::string_view name, int fallback,
@@ -99,6 +101,15 @@ absl::StatusOr<mpsd::v1::ListJobsRequest> ListRequest(const QueryParam& param) {
   if (!page_size.ok()) return page_size.status();
   request.set_page_size(*page_size);
   request.set_page_token(param("page_token"));
+  request.set_name(param("name"));
+  for (absl::string_view label : absl::StrSplit(param("label"), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(label, absl::MaxSplits('=', 1));
+    if (kv.first.empty() || label.find('=') == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label: expected key=value[,key=value...], got \"", label, "\""));
+    }
+    (*request.mutable_labels())[kv.first] = kv.second;
+  }
   return request;
 }
 
@@ -113,6 +124,25 @@ absl::StatusOr<std::vector<SeriesMetric>> ParseMetrics(const std::string& text) 
   return metrics;
 }
 
+// `points` as JSON arrays [x, value, time_us], comma-separated.
+void AppendPoints(const std::vector<SeriesPoint>& points, std::string* out) {
+  for (size_t k = 0; k < points.size(); ++k) {
+    absl::StrAppend(out, k ? "," : "", "[", points[k].x, ",", JsonNumber(points[k].value), ",",
+                    points[k].time_us, "]");
+  }
+}
+
+// The `smoothing` parameter: absent, or a weight in [0, 1).
+absl::StatusOr<std::optional<double>> ParseSmoothing(const std::string& text) {
+  if (text.empty()) return std::optional<double>();
+  double weight = 0;
+  if (!absl::SimpleAtod(text, &weight) || !(weight >= 0 && weight < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "smoothing: must be a number from 0 to below 1 (an EMA weight), got \"", text, "\""));
+  }
+  return std::optional<double>(weight);
+}
+
 std::string SeriesJson(const std::string& job_id, const SeriesCache::Result& result) {
   std::string out = absl::StrCat("{\"jobId\":", JsonString(job_id),
                                  ",\"throughSeq\":", result.through_seq, ",\"series\":[");
@@ -122,12 +152,16 @@ std::string SeriesJson(const std::string& job_id, const SeriesCache::Result& res
                     ",\"x\":\"",
                     series.metric.source == SeriesMetric::Source::kStep ? "step" : "epoch",
                     "\",\"rawPoints\":", series.raw_points, ",\"points\":[");
-    const std::vector<SeriesPoint>& kept = series.points;
-    for (size_t k = 0; k < kept.size(); ++k) {
-      absl::StrAppend(&out, k ? "," : "", "[", kept[k].x, ",", JsonNumber(kept[k].value), ",",
-                      kept[k].time_us, "]");
+    AppendPoints(series.points, &out);
+    out += "]";
+    if (series.smoothed_set) {
+      absl::StrAppend(&out, ",\"ema\":{\"weight\":", JsonNumber(series.ema_weight),
+                      ",\"last\":", absl::StrFormat("%.17g", series.ema_last),
+                      ",\"count\":", series.ema_count, "},\"smoothed\":[");
+      AppendPoints(series.smoothed, &out);
+      out += "]";
     }
-    out += "]}";
+    out += "}";
   }
   out += "]}";
   return out;
@@ -195,7 +229,10 @@ HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache,
   absl::StatusOr<int> max_points =
       ParseInt(param("max_points"), "max_points", kDefaultMaxPoints, 4, kMaxMaxPoints);
   if (!max_points.ok()) return ErrorReply(max_points.status());
-  absl::StatusOr<SeriesCache::Result> result = cache.Query(job_id, *metrics, *max_points);
+  absl::StatusOr<std::optional<double>> smoothing = ParseSmoothing(param("smoothing"));
+  if (!smoothing.ok()) return ErrorReply(smoothing.status());
+  absl::StatusOr<SeriesCache::Result> result =
+      cache.Query(job_id, *metrics, *max_points, *smoothing);
   if (!result.ok()) return ErrorReply(result.status());
   HttpReply reply;
   reply.body = SeriesJson(job_id, *result);

@@ -46,23 +46,33 @@ HttpReply ErrorReply(const absl::Status& status);
 HttpReply JsonReply(const google::protobuf::Message& message);
 
 // GET /api/jobs: query parameters `state` (comma-separated state names, case-insensitive:
-// queued,running), `kind` (TrainJob or BenchJob, or the enum names), `page_size`, `page_token`,
-// as ListJobsRequest. INVALID_ARGUMENT naming the parameter for a bad value.
+// queued,running), `kind` (TrainJob, BenchJob or Sweep, or the enum names), `page_size`,
+// `page_token`, `name` (a glob on the job's name), `label` (key=value[,key=value...], "=" as %3D
+// in a URL; all must match), as ListJobsRequest. INVALID_ARGUMENT naming the parameter for a bad value.
 HttpReply ListJobsHandler(const Scheduler& scheduler, const QueryParam& param);
 
 // GET /api/jobs/{id}. NOT_FOUND for an unknown id.
 HttpReply GetJobHandler(const Scheduler& scheduler, const std::string& job_id);
 
-// GET /api/jobs/{id}/series?metric=loss,learning_rate&max_points=2000: the job's committed
-// events (through `cache`, which reads only what was committed since its last request) as, per
-// metric (FindSeriesMetric's names), its points downsampled to at most max_points (default
-// 2000, 4 to 100000; server/http/series.h says what is kept):
+// GET /api/jobs/{id}/series?metric=loss,learning_rate&max_points=2000[&smoothing=0.6]: the
+// job's committed events (through `cache`, which reads only what was committed since its last
+// request) as, per metric (FindSeriesMetric's names), its points downsampled to at most
+// max_points (default 2000, 4 to 100000; server/http/series.h says what is kept), one point per
+// step or epoch (after a resume, the latest attempt's: AttemptMarks):
 //   {"jobId": "3", "throughSeq": 1234,
 //    "series": [{"metric": "loss", "x": "step", "rawPoints": 100000,
-//                "points": [[step, value, time_us], ...]}]}
+//                "points": [[step, value, time_us], ...],
+//                "ema": {"weight": 0.6, "last": 0.41, "count": 100000},
+//                "smoothed": [[step, smoothed value, time_us], ...]}]}
+// "ema" and "smoothed" only with `smoothing` (an EMA weight in [0, 1)): TensorBoard's debiased
+// EMA (Ema in series.h) over every point of the series, server-side, so that a long series'
+// curve is the full-resolution smoothing, not the smoothing of its min/max/last thinning;
+// "smoothed" is that curve downsampled as its own series (its points' x may differ from
+// "points"' x), "last" and "count" the average's state after the last point, from which a
+// client continues it over the events after throughSeq.
 // throughSeq is the highest seq read: every step event up to it is in the points (or was
 // downsampled away), so a client follows the events after it. Errors: NOT_FOUND (job),
-// INVALID_ARGUMENT naming metric or max_points, the store's.
+// INVALID_ARGUMENT naming metric, max_points or smoothing, the store's.
 HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache,
                         const std::string& job_id, const QueryParam& param);
 

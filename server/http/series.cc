@@ -129,9 +129,19 @@ void SeriesBuilder::Add(const JobEvent& event) {
   if (!event.has_step() && !event.has_epoch()) return;
   for (size_t i = 0; i < metrics_.size(); ++i) {
     if (std::optional<SeriesPoint> point = PointOf(metrics_[i], event)) {
-      points_[i].push_back(*point);
+      std::vector<SeriesPoint>& points = points_[i];
+      while (!points.empty() && points.back().x >= point->x) points.pop_back();  // A resume.
+      points.push_back(*point);
     }
   }
+}
+
+double Ema::Add(double value) {
+  if (!std::isfinite(value)) return value;
+  last_ = last_ * weight_ + (1 - weight_) * value;
+  ++count_;
+  if (weight_ == 0) return value;
+  return last_ / (1 - std::pow(weight_, static_cast<double>(count_)));
 }
 
 void AppendBucket(const std::vector<SeriesPoint>& points, size_t begin, size_t end,

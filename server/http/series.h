@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "mpsd/v1/mpsd.pb.h"
+#include "server/core/attempts.h"
 
 namespace mpsd::server {
 
@@ -58,8 +59,33 @@ std::vector<std::string> SeriesMetricNames();
 // an epoch metric, except test_* of an epoch whose evaluation was skipped).
 std::optional<SeriesPoint> PointOf(const SeriesMetric& metric, const mpsd::v1::JobEvent& event);
 
+// TensorBoard's scalar smoothing: an exponential moving average debiased like Adam's moment
+// estimates, as in tensorboard/components/vz_line_chart2/line-chart.ts (resmoothDataset):
+//   last = last * weight + (1 - weight) * value;  n += 1;
+//   smoothed = last / (1 - weight^n)
+// Non-finite values are returned unsmoothed and do not enter the average (as TensorBoard).
+// weight in [0, 1); 0 returns every value as is. Thread-compatible plain value.
+class Ema {
+ public:
+  explicit Ema(double weight) : weight_(weight) {}
+  // The smoothed value at `value`, which enters the average.
+  double Add(double value);
+  double weight() const { return weight_; }
+  // The biased running average and how many values entered it: a client continues the average
+  // from these with the formula above.
+  double last() const { return last_; }
+  int64_t count() const { return count_; }
+
+ private:
+  double weight_;
+  double last_ = 0;
+  int64_t count_ = 0;
+};
+
 // Collects points of several metrics from a job's events, fed in seq order (heartbeats and
-// events of other payloads are skipped). Thread-compatible.
+// events of other payloads are skipped). A point whose x is at or below the last point's x of
+// its series starts a new attempt (a resume): the points at and above it are dropped first, so
+// every x has the latest attempt's value. Thread-compatible.
 class SeriesBuilder {
  public:
   explicit SeriesBuilder(std::vector<SeriesMetric> metrics);

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace mpsd::server {
 namespace {
 
@@ -38,55 +41,127 @@ std::shared_ptr<SeriesCache::Entry> SeriesCache::EntryFor(const std::string& job
   return entry;
 }
 
+namespace {
+
+// The key of a track: the metric's name, with "~weight" when smoothed.
+std::string TrackKey(const std::string& name, std::optional<double> smoothing) {
+  if (!smoothing) return name;
+  return absl::StrCat(name, "~", absl::StrFormat("%.17g", *smoothing));
+}
+
+}  // namespace
+
+SeriesCache::Track SeriesCache::NewTrack(const SeriesMetric& metric,
+                                         std::optional<double> smoothing) const {
+  Track track{metric, std::nullopt,
+              std::make_unique<MetricSeries>(options_.raw_limit, options_.block)};
+  if (smoothing) track.ema.emplace(*smoothing);
+  return track;
+}
+
+namespace {
+
+// Feeds `event`'s point of `track`'s metric, smoothed when the track is.
+template <typename Track>
+void Feed(Track& track, const mpsd::v1::JobEvent& event) {
+  std::optional<SeriesPoint> point = PointOf(track.metric, event);
+  if (!point) return;
+  if (track.ema) point->value = track.ema->Add(point->value);
+  track.series->Add(*point);
+}
+
+}  // namespace
+
+absl::Status SeriesCache::Rebuild(const std::string& job_id, Entry& entry) {
+  AttemptMarks marks;
+  absl::StatusOr<int64_t> through =
+      ReadRange(*log_, job_id, 0, 0, [&](const mpsd::v1::JobEvent& event) { marks.Add(event); });
+  if (!through.ok()) return through.status();
+  for (auto& [key, track] : entry.tracks) {
+    track = NewTrack(track.metric,
+                     track.ema ? std::optional<double>(track.ema->weight()) : std::nullopt);
+  }
+  absl::StatusOr<int64_t> read =
+      ReadRange(*log_, job_id, 0, *through, [&](const mpsd::v1::JobEvent& event) {
+        if (!SourceXOf(event) || marks.Superseded(event)) return;
+        for (auto& [key, track] : entry.tracks) Feed(track, event);
+      });
+  if (!read.ok()) return read.status();
+  entry.marks = std::move(marks);
+  entry.through_seq = *through;
+  return absl::OkStatus();
+}
+
 absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
-                                 const std::vector<SeriesMetric>& metrics) {
-  // Metrics new to this entry are read from the start up to where the others are.
-  std::vector<std::pair<const SeriesMetric*, MetricSeries*>> added;
+                                 const std::vector<SeriesMetric>& metrics,
+                                 std::optional<double> smoothing) {
+  // Tracks new to this entry are read from the start up to where the others are.
+  std::vector<Track*> added;
+  auto want = [&](const SeriesMetric& metric, std::optional<double> weight) {
+    auto [it, inserted] = entry.tracks.try_emplace(TrackKey(metric.name, weight));
+    if (!inserted) return;
+    it->second = NewTrack(metric, weight);
+    added.push_back(&it->second);
+  };
   for (const SeriesMetric& metric : metrics) {
-    std::unique_ptr<MetricSeries>& series = entry.series[metric.name];
-    if (series != nullptr) continue;
-    series = std::make_unique<MetricSeries>(options_.raw_limit, options_.block);
-    added.emplace_back(&metric, series.get());
+    want(metric, std::nullopt);
+    if (smoothing) want(metric, smoothing);
   }
   if (!added.empty() && entry.through_seq > 0) {
     absl::StatusOr<int64_t> read =
         ReadRange(*log_, job_id, 0, entry.through_seq, [&](const mpsd::v1::JobEvent& event) {
-          for (auto& [metric, series] : added) {
-            if (std::optional<SeriesPoint> point = PointOf(*metric, event)) series->Add(*point);
-          }
+          if (!SourceXOf(event) || entry.marks.Superseded(event)) return;
+          for (Track* track : added) Feed(*track, event);
         });
     if (!read.ok()) return read.status();
   }
-  // Then every metric of the entry follows the events committed since.
-  std::vector<std::pair<SeriesMetric, MetricSeries*>> all;
-  for (auto& [name, series] : entry.series) all.emplace_back(*FindSeriesMetric(name), series.get());
+  // Then every track follows the events committed since, unless one of them starts a new
+  // attempt: the points it supersedes are already in the tracks, so they are built again.
+  bool resumed = false;
   absl::StatusOr<int64_t> read =
       ReadRange(*log_, job_id, entry.through_seq, 0, [&](const mpsd::v1::JobEvent& event) {
-        if (!event.has_step() && !event.has_epoch()) return;
-        for (auto& [metric, series] : all) {
-          if (std::optional<SeriesPoint> point = PointOf(metric, event)) series->Add(*point);
+        if (resumed || !SourceXOf(event)) return;
+        if (entry.marks.Add(event)) {
+          resumed = true;
+          return;
         }
+        for (auto& [key, track] : entry.tracks) Feed(track, event);
       });
   if (!read.ok()) return read.status();
   entry.through_seq = *read;
+  if (resumed) {
+    if (absl::Status status = Rebuild(job_id, entry); !status.ok()) return status;
+  }
   entry.bytes = 0;
-  for (auto& [name, series] : entry.series) entry.bytes += series->bytes();
+  for (auto& [key, track] : entry.tracks) entry.bytes += track.series->bytes();
   return absl::OkStatus();
 }
 
 absl::StatusOr<SeriesCache::Result> SeriesCache::Query(const std::string& job_id,
                                                        const std::vector<SeriesMetric>& metrics,
-                                                       int max_points) {
+                                                       int max_points,
+                                                       std::optional<double> smoothing) {
   std::shared_ptr<Entry> entry = EntryFor(job_id);
   Result result;
   size_t bytes;
   {
     absl::MutexLock lock(&entry->mu);
-    if (absl::Status status = Update(job_id, *entry, metrics); !status.ok()) return status;
+    if (absl::Status status = Update(job_id, *entry, metrics, smoothing); !status.ok()) {
+      return status;
+    }
     result.through_seq = entry->through_seq;
     for (const SeriesMetric& metric : metrics) {
-      const MetricSeries& series = *entry->series[metric.name];
-      result.series.push_back({metric, series.count(), series.Downsampled(max_points)});
+      const Track& track = entry->tracks.at(TrackKey(metric.name, std::nullopt));
+      Series series{metric, track.series->count(), track.series->Downsampled(max_points)};
+      if (smoothing) {
+        const Track& smoothed = entry->tracks.at(TrackKey(metric.name, smoothing));
+        series.smoothed_set = true;
+        series.smoothed = smoothed.series->Downsampled(max_points);
+        series.ema_weight = smoothed.ema->weight();
+        series.ema_last = smoothed.ema->last();
+        series.ema_count = smoothed.ema->count();
+      }
+      result.series.push_back(std::move(series));
     }
     bytes = entry->bytes;
   }

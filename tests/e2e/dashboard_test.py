@@ -55,6 +55,56 @@ device: cpu
 """ % (FASHION_MNIST, limit_train, limit_test, batch_size, epochs, lr, seed), "job.yaml")
 
 
+def resumable_job(limit_train=2000, batch_size=4, epochs=3):
+    """A job that checkpoints every epoch and resumes from its newest checkpoint after a restart."""
+    request = train_job(limit_train=limit_train, batch_size=batch_size, epochs=epochs, limit_test=100)
+    request.train_job.checkpoint.every_epochs = 1
+    request.train_job.restart_policy = "resume"
+    return request
+
+
+def ema_of(values, weight):
+    """TensorBoard's debiased EMA (tensorboard/components/vz_line_chart2/line-chart.ts), written
+    out here independently of the server's and the page's."""
+    out, last, n = [], 0.0, 0
+    for v in values:
+        last = last * weight + (1 - weight) * v
+        n += 1
+        out.append(v if weight == 0 else last / (1 - weight ** n))
+    return out
+
+
+def kill_mid_epoch_and_restart(daemon, job_id, past_checkpoint_steps=20):
+    """SIGKILLs `daemon` once job `job_id` has a checkpoint and ran `past_checkpoint_steps` steps
+    beyond it (steps the resume runs again), and starts it again."""
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        job = daemon.stub.GetJob(pb2.GetJobRequest(job_id=job_id), timeout=10)
+        if job.HasField("last_checkpoint") and \
+                job.last_step.step >= job.last_checkpoint.step + past_checkpoint_steps:
+            break
+        assert job.state in (pb2.Job.QUEUED, pb2.Job.RUNNING), job
+        time.sleep(0.02)
+    else:
+        raise AssertionError("job %s made no checkpoint" % job_id)
+    daemon.stop(signal.SIGKILL)
+    daemon.start()
+    return job
+
+
+def fast_steps_job(steps=20000):
+    """`steps` steps as fast as this machine trains: mlp, batch 1 (about 30 s for 20,000 on 2
+    cores)."""
+    return mpsd.parse_job_file("""kind: TrainJob
+model: {name: mlp}
+dataset: {name: fashion-mnist, root: %s, limit_train: %d, limit_test: 100}
+batch_size: 1
+epochs: 1
+optimizer: {name: sgd, learning_rate: 0.01}
+device: cpu
+""" % (FASHION_MNIST, steps), "fast.yaml")
+
+
 def bench_job():
     return mpsd.parse_job_file("""kind: BenchJob
 models: [mlp, convnet]
@@ -358,6 +408,76 @@ class DashboardHttpTest(unittest.TestCase):
             self.assertEqual(status, 400)
             self.assertIn(name + ":", json.loads(body)["message"])
 
+    def test_a_resumed_jobs_series_has_one_point_per_step_the_latest_attempts(self):
+        d = self.daemon
+        job = d.submit(resumable_job())
+        killed = kill_mid_epoch_and_restart(d, job.id)
+        ended = d.wait(job.id, timeout=300)
+        self.assertGreater(ended.summary.resumed_at_step, 0)
+        events = d.stored_events(job.id)
+        steps = [e for e in events if e.WhichOneof("payload") == "step"]
+        total = ended.last_step.total_steps
+        # The stored log holds both attempts of the steps after the checkpoint...
+        self.assertGreater(len(steps), total, "the kill came after the resume point: no step ran twice")
+        latest = {}
+        for e in steps:
+            latest[e.step.step] = e.step  # Later events win.
+        self.assertEqual(sorted(latest), list(range(1, total + 1)))
+        out = d.get_json("/api/jobs/%s/series?metric=loss,train_loss&max_points=100000&smoothing=0.5" % job.id)
+        loss, train_loss = out["series"]
+        # ...the series one point per step, the latest attempt's value.
+        self.assertEqual(loss["rawPoints"], total)
+        self.assertEqual([p[0] for p in loss["points"]], list(range(1, total + 1)))
+        for x, value, _ in loss["points"]:
+            self.assertAlmostEqual(value, latest[x].loss, places=5)
+        self.assertEqual([p[0] for p in train_loss["points"]], list(range(1, ended.last_epoch.epoch + 1)))
+        expected = ema_of([latest[x].loss for x in range(1, total + 1)], 0.5)
+        self.assertEqual([p[0] for p in loss["smoothed"]], list(range(1, total + 1)))
+        for (x, value, _), want in zip(loss["smoothed"], expected):
+            self.assertAlmostEqual(value, want, delta=1e-6)
+        self.assertEqual(loss["ema"]["count"], total)
+        self.assertLess(killed.last_checkpoint.step, killed.last_step.step)
+
+    def test_jobs_filters_take_sweep_name_and_labels(self):
+        d = self.daemon
+        request = train_job(limit_train=64, epochs=1)
+        request.name = "filter-me"
+        request.labels["project"] = "dash"
+        job = d.submit(request)
+        d.wait(job.id)
+        self.assertEqual(d.get_json("/api/jobs?kind=Sweep").get("jobs", []), [])
+        named = d.get_json("/api/jobs?name=filter-%2A&label=project%3Ddash")["jobs"]
+        self.assertEqual([j["id"] for j in named], [job.id])
+        self.assertEqual(d.get_json("/api/jobs?label=project%3Dother").get("jobs", []), [])
+        status, body, _ = d.get("/api/jobs?kind=Sweeps")
+        self.assertEqual(status, 400)
+        self.assertIn("Sweep", json.loads(body)["message"])
+        for query, name in (("label=project", "label"),
+                            ("metric=loss&smoothing=1", "smoothing")):
+            path = "/api/jobs?" + query if name == "label" else "/api/jobs/%s/series?%s" % (job.id, query)
+            status, body, _ = d.get(path)
+            self.assertEqual(status, 400, body)
+            self.assertTrue(json.loads(body)["message"].startswith(name + ":"), body)
+
+    def test_artifacts_are_listed_and_downloaded_with_a_token(self):
+        d = self.daemon
+        job = d.submit(train_job(limit_train=64, epochs=1))
+        d.wait(job.id)
+        listed = d.get_json("/api/jobs/%s/artifacts" % job.id, token="vic")["artifacts"]
+        model = next(a for a in listed if a["name"] == "model.pt")
+        status, body, response = d.get("/api/jobs/%s/artifacts/model.pt" % job.id, token="vic")
+        self.assertEqual(status, 200)
+        self.assertEqual(len(body), int(model["sizeBytes"]))
+        self.assertEqual(hashlib.sha256(body).hexdigest(), model["sha256"])
+        self.assertEqual(response.getheader("Content-Disposition"), 'attachment; filename="model.pt"')
+        self.assertEqual(d.get("/api/jobs/%s/artifacts/model.pt" % job.id, token=None)[0], 401)
+        status, body, _ = d.get("/api/jobs/%s/artifacts/nope.pt" % job.id)
+        self.assertEqual(status, 404, body)
+        status, body, _ = d.get("/api/jobs/%s/artifacts/..%%2F..%%2Fmpsd.db" % job.id)
+        self.assertIn(status, (400, 404), body)
+        self.assertNotIn(b"SQLite", body)
+        self.assertEqual(d.get("/api/jobs/999999/artifacts")[0], 404)
+
     def test_cancel_needs_admin_or_the_submitter(self):
         d = self.daemon
         blocker = d.submit(train_job(limit_train=2000, batch_size=8, epochs=1))
@@ -370,6 +490,39 @@ class DashboardHttpTest(unittest.TestCase):
         self.assertEqual(json.loads(body)["state"], "CANCELLED")
         d.stub.CancelJob(pb2.CancelJobRequest(job_id=blocker.id))
         d.wait(blocker.id, states=("CANCELLED",))
+
+
+class StartupOrderTest(unittest.TestCase):
+    """mpsd binds every TCP listener (gRPC and HTTP) before it writes to its state dir: a start
+    on a busy port fails and leaves no state dir, tokens file or database behind."""
+
+    def start_on_busy_port(self, which):
+        directory = tempfile.mkdtemp(prefix="mpsd-startup-")
+        busy = socket.socket()
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        state_dir = os.path.join(directory, "state")
+        args = [MPSD, "--state-dir", state_dir, "--listen", "unix://" + os.path.join(directory, "s.sock")]
+        if which == "http":
+            args += ["--http-listen", "127.0.0.1:%d" % port]
+        else:
+            args += ["--listen", "127.0.0.1:%d" % port, "--http-listen", "127.0.0.1:%d" % free_port()]
+        try:
+            result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(result.returncode, 0, result.stderr)
+            self.assertIn("127.0.0.1:%d" % port, result.stderr)
+            self.assertFalse(os.path.exists(state_dir),
+                             "%s: %s" % (os.listdir(state_dir) if os.path.exists(state_dir) else "", result.stderr))
+        finally:
+            busy.close()
+            shutil.rmtree(directory)
+
+    def test_a_busy_http_port_fails_before_the_state_dir_is_written(self):
+        self.start_on_busy_port("http")
+
+    def test_a_busy_grpc_port_fails_before_the_state_dir_is_written(self):
+        self.start_on_busy_port("grpc")
 
 
 def make_driver(width=1400, height=1000):
@@ -533,6 +686,294 @@ class DashboardBrowserTest(unittest.TestCase):
         self.assertEqual(xs, [e.step.step for e in steps])  # No gap, no duplicate.
         self.assertEqual(self.js("window.mpsd.counters.lastSeq"), final.last_seq)
         self.assertIn("INTERRUPTED", self.js("document.getElementById('log').textContent"))
+
+
+class DashboardExperimentTest(DashboardBrowserTest):
+    """Issue 30: correct curves, fast following, sweeps, compare, job files (same daemon and
+    browser set-up as DashboardBrowserTest, without re-running its test)."""
+
+    test_dashboard = None
+
+    def open(self, path):
+        self.driver.get(self.daemon.url())
+        self.driver.execute_script("sessionStorage.setItem('mpsd-token', arguments[0])",
+                                   self.daemon.tokens["ada"])
+        self.driver.get(self.daemon.url() + "?r=%f%s" % (time.time(), path))
+
+    def losses(self, job_id):
+        latest = {}
+        for e in self.step_events(job_id):
+            latest[e.step.step] = e.step.loss
+        return [latest[x] for x in sorted(latest)]
+
+    def test_following_20000_steps_is_fast_and_smoothed_from_every_step(self):
+        d = self.daemon
+        job = d.submit(fast_steps_job(20000))
+        self.open("#/jobs/" + job.id)
+        self.until("window.mpsd.counters.status === 'live'", timeout=60)
+        # The header follows the steps, with an ETA.
+        self.until("(document.getElementById('job-step') || {}).textContent && "
+                   "document.getElementById('job-step').textContent.includes('ETA') && "
+                   "parseInt(document.getElementById('job-step').textContent) > 1000", timeout=120)
+        ended = d.wait(job.id, timeout=600)
+        end_time = ended.finished_at.seconds + ended.finished_at.nanos / 1e9
+        last_x = "(() => { const c = window.mpsd.charts.loss; return c.lastDrawnX; })()"
+        self.until(last_x + " === 20000", timeout=60)
+        drawn = self.js("window.mpsd.charts.loss.lastDrawAt") / 1000
+        longest = self.js("window.mpsd.longestTaskMs")
+        print("\n  20,000 steps followed: longest task %.0f ms, last step charted %.2f s after the "
+              "job ended" % (longest, drawn - end_time), file=sys.stderr)
+        self.assertLess(drawn - end_time, 2.0)
+        self.assertLess(longest, 200)
+        # The executor's CPU and memory, sampled each second while the job ran.
+        self.until("window.mpsd.counters.usageSamples > 10", timeout=30)
+        usage = self.js("window.mpsd.charts.usage.rows")
+        self.assertTrue(any(r[1] and r[1] > 10 for r in usage), usage[:5])  # CPU % of a busy core.
+        self.assertTrue(all(r[3] > 50 * 2**20 for r in usage), usage[:5])  # LibTorch's RSS.
+        status, body, _ = d.get("/api/jobs/%s/resources" % job.id)
+        self.assertGreaterEqual(len(json.loads(body)["samples"]), len(usage))
+        # Followed live: one row per step, smoothed as TensorBoard smooths all of them.
+        losses = self.losses(job.id)
+        self.assertEqual(len(losses), 20000)
+        rows = self.js("window.mpsd.charts.loss.rows")
+        self.assertEqual([r[0] for r in rows], list(range(1, 20001)))
+        expected = ema_of(losses, 0.6)
+        worst = max(abs(r[2] - e) for r, e in zip(rows, expected))
+        self.assertLess(worst, 1e-6)
+        # Drawn: at most 4,000 rows, every extreme kept; zoomed in, the window at full resolution.
+        drawn = self.js("(() => { const g = window.mpsd.charts.loss.graph; const out = [];"
+                        " for (let r = 0; r < g.numRows(); r++) out.push(g.getValue(r, 1)); return out; })()")
+        self.assertLessEqual(len(drawn), 4000)
+        self.assertAlmostEqual(max(drawn), max(losses), places=5)
+        self.assertAlmostEqual(min(drawn), min(losses), places=5)
+        self.js("(() => { const c = window.mpsd.charts.loss; c.graph.updateOptions({dateWindow: [1000, 1100]});"
+                " c.draw(); return true; })()")
+        self.assertEqual(self.js("window.mpsd.charts.loss.drawnRows"), 102)  # 999..1100.
+        # Opened after the end: the series is thinned to at most 4,000 points, and the smoothed
+        # curve is still the EMA of all 20,000 (not of the thinned points), for any weight.
+        for weight in (0.6, 0.95):
+            if weight != 0.6:
+                self.js("(() => { const s = document.getElementById('smoothing'); s.value = '%s'; "
+                        "s.dispatchEvent(new Event('change')); return true; })()" % weight)
+                self.until("window.mpsd.counters.seriesLoads === 2")
+            else:
+                self.open("#/jobs/" + job.id)
+                self.until("window.mpsd.counters.status === 'ended'")
+            rows = self.js("window.mpsd.charts.loss.rows")
+            self.assertLess(len(rows), 8001)
+            smoothed = [(r[0], r[2]) for r in rows if r[2] is not None]
+            self.assertLessEqual(len(smoothed), 4000)
+            self.assertEqual(smoothed[-1][0], 20000)
+            expected = ema_of(losses, weight)
+            worst = max(abs(v - expected[x - 1]) for x, v in smoothed)
+            self.assertLess(worst, 1e-6, weight)
+        # Axes per unit: learning rates in scientific notation, distinct labels; the memory of a
+        # CPU job is "not tracked", not a line at zero.
+        labels = self.js("[...document.querySelectorAll('#chart-lr .dygraph-axis-label-y')].map(e => e.textContent)")
+        self.assertTrue(labels and all("e-" in t or t == "0" for t in labels), labels)
+        self.assertEqual(len(labels), len(set(labels)), labels)
+        self.assertEqual(self.js("document.getElementById('chart-memory-note').hidden"), False)
+        self.assertEqual(self.js("document.getElementById('chart-memory-note').textContent"),
+                         "not tracked on cpu")
+        self.assertEqual(self.js("[fmtBytes(1536), fmtBytes(3 * 2 ** 30), fmtBytes(512), fmtSci(0.001)]"),
+                         ["1.5 KiB", "3 GiB", "512 B", "1e-3"])
+        self.driver.save_screenshot(os.path.join(self.shots, "job-20000.png"))
+
+    def test_a_resumed_jobs_chart_has_one_point_per_step(self):
+        d = self.daemon
+        job = d.submit(resumable_job())
+        self.open("#/jobs/" + job.id)
+        self.until("window.mpsd.counters.stepsStreamed > 0", timeout=60)
+        kill_mid_epoch_and_restart(d, job.id)
+        ended = d.wait(job.id, timeout=300)
+        total = ended.last_step.total_steps
+        self.assertGreater(len(self.step_events(job.id)), total)  # Both attempts are stored.
+        self.until("window.mpsd.counters.status === 'ended'", timeout=60)
+        self.until("window.mpsd.charts.loss.lastDrawnX === %d" % total, timeout=30)
+        losses = self.losses(job.id)
+        for opened in ("followed across the restart", "opened after the end"):
+            rows = self.js("window.mpsd.charts.loss.rows")
+            self.assertEqual([r[0] for r in rows], list(range(1, total + 1)), opened)
+            for r, want in zip(rows, losses):
+                self.assertAlmostEqual(r[1], want, places=5)
+            self.open("#/jobs/" + job.id)
+            self.until("window.mpsd.counters.status === 'ended'")
+
+    def test_sweep_page_ranks_trials_and_compare_round_trips(self):
+        d = self.daemon
+        request = train_job(limit_train=256, batch_size=32, epochs=1, limit_test=200)
+        request.name = "dash-sweep"
+        request.labels["project"] = "dash"
+        grid = request.sweep.grid.add()
+        grid.path = "optimizer.learning_rate"
+        grid.values.extend(["0.01", "0.001", "0.00001"])
+        sweep = d.submit(request)
+        self.assertEqual(sweep.kind, pb2.Job.SWEEP)
+        d.wait(sweep.id, timeout=300)
+        sweep = d.stub.GetJob(pb2.GetJobRequest(job_id=sweep.id))
+        trials = [d.stub.GetJob(pb2.GetJobRequest(job_id=i)) for i in sweep.trial_job_ids]
+        expected = [t.id for t in sorted(trials, key=lambda t: (-t.summary.test_accuracy, t.trial.index))]
+
+        self.open("#/jobs/" + sweep.id)
+        self.until("(window.mpsd.counters.sweepRanked || []).length === 3")
+        self.assertEqual(self.js("window.mpsd.counters.sweepRanked"), expected)
+        self.assertEqual(self.js("window.mpsd.counters.sweepMetric"), "test_accuracy")
+        self.assertEqual(self.js("document.querySelector('#trials tr.best').dataset.jobId"), expected[0])
+        self.assertEqual(self.js("[...document.querySelectorAll('#trials tbody tr')].map(r => r.querySelector('td.param').textContent)"),
+                         [next(t for t in trials if t.id == i).trial.parameters[0].value for i in expected])
+        self.assertIn("optimizer.learning_rate", self.js("document.querySelector('#trials thead').textContent"))
+        # A parallel-coordinates plot, a line per trial, the best highlighted; every trial's loss.
+        self.assertEqual(self.js("document.querySelectorAll('#parallel polyline.trial-line').length"), 3)
+        self.assertEqual(self.js("document.querySelector('#parallel polyline.best').dataset.jobId"), expected[0])
+        self.until("window.mpsd.counters.sweepOverlaySeries === 3")
+        # The YAML is a job file that submits the sweep again.
+        again = mpsd.parse_job_file(self.js("document.getElementById('spec-yaml').textContent"), "copy.yaml")
+        self.assertEqual(list(again.sweep.grid[0].values), ["0.01", "0.001", "0.00001"])
+        self.driver.save_screenshot(os.path.join(self.shots, "sweep.png"))
+
+        # The list: name and labels columns; a sweep filter in the URL.
+        self.open("#/?kind=Sweep")
+        self.until("window.mpsd.counters.loaded")
+        row = self.js("document.querySelector('tr[data-job-id=\"%s\"]').textContent" % sweep.id)
+        self.assertIn("dash-sweep", row)
+        self.assertIn("project=dash", row)
+        self.assertEqual(self.js("document.querySelectorAll('#jobs-body tr').length"), 1)
+
+        # Compare: the sweep's link, legend by the varied parameter, smoothing and log scale in
+        # a URL that opens the same view again; an unknown id is named, the rest drawn.
+        self.open("#/jobs/" + sweep.id)
+        self.until("document.getElementById('sweep-compare').href.includes('ids=')")
+        self.driver.get(self.js("document.getElementById('sweep-compare').href"))
+        self.until("window.mpsd.counters.compareSeries === 3")
+        self.assertTrue(all("learning_rate=" in label for label in self.js("window.mpsd.counters.compareLabels")))
+        self.js("(() => { document.getElementById('compare-log').click(); return true; })()")
+        self.until("location.hash.includes('log=1')")
+        url = self.driver.current_url
+        self.assertIn("smoothing=0.6", url)
+        self.driver.get(self.daemon.url() + "?again=1#" + url.split("#", 1)[1])
+        self.until("window.mpsd.counters.compareSeries === 3")
+        self.until("window.mpsd.charts.compare.getOption('logscale') === true")
+        self.assertEqual(self.js("document.getElementById('compare-smoothing').value"), "0.6")
+        # A trial's generated name ("dash-sweep/1") is no difference.
+        self.assertEqual(self.js("window.mpsd.counters.diffKeys"), ["optimizer.learning_rate"])
+        self.driver.save_screenshot(os.path.join(self.shots, "compare-sweep.png"))
+        self.open("#/compare?jobs=%s,%s,999999&metric=test_accuracy" % (expected[0], expected[1]))
+        self.until("window.mpsd.counters.compareSeries === 2")
+        self.assertIn("999999", self.js("document.getElementById('compare-errors').textContent"))
+        self.assertEqual(self.js("document.getElementById('compare-metric').value"), "test_accuracy")
+
+    def test_dark_mode_downloads_sorting_and_bench_log_scale(self):
+        d, driver = self.daemon, self.driver
+        small = d.submit(train_job(limit_train=128, batch_size=16, epochs=2))
+        bench = d.submit(bench_job())
+        d.wait(small.id)
+        d.wait(bench.id)
+        # Dark when the system is dark (prefers-color-scheme), charts included.
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                               {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        try:
+            self.open("#/jobs/" + small.id)
+            self.until("window.mpsd.counters.status === 'ended'")
+            self.until("window.mpsd.charts.loss.lastDrawnX === %d" % len(self.step_events(small.id)))
+            self.assertEqual(self.js("getComputedStyle(document.body).backgroundColor"), "rgb(13, 17, 23)")
+            self.assertEqual(self.js("window.mpsd.charts.loss.graph.getOption('gridLineColor')"), "#30363d")
+            time.sleep(0.5)
+            driver.save_screenshot(os.path.join(self.shots, "job-dark.png"))
+        finally:
+            driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        self.open("#/jobs/" + small.id)
+        self.until("window.mpsd.counters.status === 'ended'")
+        self.until("window.mpsd.charts.loss.lastDrawnX === %d" % len(self.step_events(small.id)))
+        self.assertEqual(self.js("getComputedStyle(document.body).backgroundColor"), "rgb(246, 248, 250)")
+        # x as time since the start and as wall time: the same rows, x from the steps' times.
+        from selenium.webdriver.support.ui import Select
+        from selenium.webdriver.common.by import By
+        Select(driver.find_element(By.ID, "job-x")).select_by_value("relative")
+        self.until("window.mpsd.counters.xAxis === 'relative'")
+        xs = self.js("(() => { const g = window.mpsd.charts.loss.graph; const out = [];"
+                     " for (let r = 0; r < g.numRows(); r++) out.push(g.getValue(r, 0)); return out; })()")
+        start = d.stub.GetJob(pb2.GetJobRequest(job_id=small.id)).started_at
+        start_s = start.seconds + start.nanos / 1e9
+        want = [e.time.seconds + e.time.nanos / 1e9 - start_s for e in self.step_events(small.id)]
+        self.assertEqual(len(xs), len(want))
+        for got, w in zip(xs, want):
+            self.assertAlmostEqual(got, w, delta=0.002)
+        self.assertEqual(self.js("window.mpsd.charts.loss.graph.getOption('xlabel')"), "seconds since start")
+        Select(driver.find_element(By.ID, "job-x")).select_by_value("wall")
+        self.until("window.mpsd.counters.xAxis === 'wall'")
+        self.assertTrue(self.js("window.mpsd.charts.loss.graph.getValue(0, 0) > 1.7e12"))  # ms since 1970.
+        Select(driver.find_element(By.ID, "job-x")).select_by_value("step")
+        self.until("window.mpsd.counters.xAxis === 'step'")
+        self.assertEqual(self.js("window.mpsd.charts.loss.graph.getValue(0, 0)"), 1)
+        # CSV and PNG of a chart: the rows as drawn, and an image.
+        csv = self.js("chartCsv(window.mpsd.charts.loss)").splitlines()
+        self.assertEqual(csv[0], "step,loss,smoothed")
+        steps = self.step_events(small.id)
+        self.assertEqual([int(line.split(",")[0]) for line in csv[1:]], [e.step.step for e in steps])
+        self.assertAlmostEqual(float(csv[1].split(",")[1]), steps[0].step.loss, places=5)
+        png = driver.execute_async_script(
+            "const done = arguments[0]; chartPng(window.mpsd.charts.loss.graph).then("
+            "(b) => b.arrayBuffer()).then((a) => done([...new Uint8Array(a).slice(0, 8)]))")
+        self.assertEqual(png, [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+        self.assertEqual(self.js("document.querySelectorAll('.chart-actions button').length"), 14)  # 7 charts.
+        # Its artifacts, with download buttons.
+        self.until("(window.mpsd.counters.artifacts || []).includes('model.pt')")
+        self.assertIn("model.pt", self.js("document.getElementById('artifacts').textContent"))
+        # A bench chart on a log scale by default, no label cut off.
+        self.open("#/jobs/" + bench.id)
+        self.until("window.mpsd.counters.benchRows === 4")
+        self.until("!!window.mpsd.charts.bench")
+        self.assertTrue(self.js("window.mpsd.charts.bench.getOption('logscale')"))
+        self.assertEqual(self.js("document.getElementById('bench-progress').textContent"), "4 of 4 rows")
+        cut = self.js("[...document.querySelectorAll('#chart-bench .dygraph-axis-label-x')]"
+                      ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)")
+        self.assertEqual(cut, [])
+        # The list sorts by any column, and the URL keeps it.
+        self.open("#/")
+        self.until("window.mpsd.counters.loaded")
+        self.js("(() => { document.querySelector('th[data-sort=\"id\"]').click(); return true; })()")
+        self.until("location.hash.includes('asc=1')")
+        ids = self.js("[...document.querySelectorAll('#jobs-body tr')].map(r => Number(r.dataset.jobId))")
+        self.assertEqual(ids, sorted(ids))
+        self.js("(() => { document.querySelector('th[data-sort=\"kind\"]').click(); return true; })()")
+        self.until("location.hash.includes('sort=kind')")
+        kinds = self.js("[...document.querySelectorAll('#jobs-body tr')].map(r => r.children[4].textContent)")
+        self.assertEqual(kinds, sorted(kinds))
+        self.assertIn("BenchJob", kinds)
+
+    def test_job_file_copy_submits_a_new_job_and_the_list_keeps_selection(self):
+        d = self.daemon
+        request = train_job(limit_train=64, epochs=1)
+        request.request_id = "dash-copy-%f" % time.time()
+        job = d.submit(request)
+        d.wait(job.id)
+        self.open("#/jobs/" + job.id)
+        self.until("document.getElementById('spec-yaml')")
+        text = self.js("document.getElementById('spec-yaml').textContent")
+        self.assertNotIn("request_id", text)
+        copy = d.submit(mpsd.parse_job_file(text, "copy.yaml"))
+        self.assertNotEqual(copy.id, job.id)
+        d.wait(copy.id)
+        self.open("#/compare?ids=%s,%s" % (job.id, copy.id))
+        self.until("window.mpsd.counters.compareSeries === 2")
+        self.assertEqual(self.js("window.mpsd.counters.diffKeys"), [])
+        # The list: idle polls rebuild no row, and a text selection in it survives them.
+        blocker = d.submit(fast_steps_job(20000))
+        d.wait(blocker.id, states=("RUNNING",))
+        self.open("#/")
+        self.until("window.mpsd.counters.loaded")
+        self.js("""(() => { const cell = document.querySelector('tr[data-job-id="%s"] td.num');
+            const range = document.createRange(); range.selectNodeContents(cell);
+            getSelection().removeAllRanges(); getSelection().addRange(range); return true; })()""" % job.id)
+        built = self.js("window.mpsd.counters.rowsBuilt")
+        rendered = self.js("window.mpsd.counters.rendered")
+        self.until("window.mpsd.counters.rendered >= %d" % (rendered + 2), timeout=20)  # Polls.
+        self.assertEqual(self.js("String(getSelection())"), job.id)
+        # Only the running job's row changed (a full rebuild would be every row each poll).
+        self.assertGreaterEqual(self.js("document.querySelectorAll('#jobs-body tr').length"), 4)
+        self.assertLessEqual(self.js("window.mpsd.counters.rowsBuilt") - built, 3)
+        d.stub.CancelJob(pb2.CancelJobRequest(job_id=blocker.id))
+        d.wait(blocker.id, states=("CANCELLED",))
 
 
 if __name__ == "__main__":

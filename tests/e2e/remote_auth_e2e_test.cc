@@ -691,7 +691,7 @@ TEST_F(RemoteTest, OneTokensFileForGrpcAndHttp) {
   ASSERT_TRUE(anonymous);
   EXPECT_EQ(anonymous->status, 401);
   EXPECT_THAT(anonymous->body, HasSubstr("missing token"));
-  EXPECT_THAT(anonymous->body, HasSubstr("mpsd token add --name NAME --role viewer"));
+  EXPECT_THAT(anonymous->body, HasSubstr("mpsd token add --state-dir DIR --name NAME --role viewer"));
   EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr(tokens_)));
   EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr("tokens.yaml")));
   // The daemon did not make a second tokens file for HTTP.

@@ -1,7 +1,8 @@
-// mpsd dashboard: jobs table, a job's live charts, compare view, BenchJob table and chart.
-// Plain JavaScript on Dygraphs (Debian's libjs-dygraphs, embedded by mpsd). Everything it loads
-// comes from the mpsd that served it; the token travels only in Authorization headers (the
-// event stream is read with fetch(), which can send headers, not EventSource, which cannot).
+// mpsd dashboard: jobs table, a job's live charts, a sweep's ranked trials, compare view,
+// BenchJob table and chart. Plain JavaScript on Dygraphs (Debian's libjs-dygraphs, embedded by
+// mpsd). Everything it loads comes from the mpsd that served it; the token travels only in
+// Authorization headers (the event stream is read with fetch(), which can send headers, not
+// EventSource, which cannot).
 'use strict';
 
 const TOKEN_KEY = 'mpsd-token';
@@ -11,10 +12,24 @@ const EPOCH_METRICS = ['train_loss', 'train_accuracy', 'val_loss', 'val_accuracy
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'INTERRUPTED']);
 const COLORS = ['#1f6feb', '#cf222e', '#1a7f37', '#8250df', '#bc4c00', '#0a7ea4', '#bf3989',
   '#6e7781'];
+// Charts of a followed job redraw at most this often (ms); the jobs table polls this often.
+const REDRAW_MS = 250;
+const POLL_MS = 2000;
+// Rows of the jobs table per page.
+const PAGE_ROWS = 100;
 
-// Exposed for tests and curious users: the open page's charts and counters.
-const state = { whoami: null, page: null, charts: {}, counters: {} };
+// Exposed for tests and curious users: the open page's charts and counters, and the longest
+// main-thread task seen (Long Tasks API, through the performance timeline).
+const state = { whoami: null, page: null, charts: {}, counters: {}, longestTaskMs: 0, longTasks: 0 };
 window.mpsd = state;
+try {
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      state.longTasks++;
+      state.longestTaskMs = Math.max(state.longestTaskMs, entry.duration);
+    }
+  }).observe({ type: 'longtask', buffered: true });
+} catch (e) { /* No Long Tasks API in this browser. */ }
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
@@ -35,13 +50,35 @@ function el(tag, attrs = {}, ...children) {
 
 const num = (v) => (v === undefined || v === null || v === '' ? 0 : Number(v));
 const fmt = (v, digits = 3) => (Number.isFinite(v) ? Number(v).toPrecision(digits) : '');
+// Bytes in binary units: "512 B", "1.5 KiB", "2.25 GiB" (three significant digits).
 function fmtBytes(b) {
-  b = num(b);
-  if (b <= 0) return '0';
-  if (b < 1024) return b.toFixed(0) + ' B';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  const i = Math.min(units.length - 1, Math.floor(Math.log(b) / Math.log(1024)));
-  return (b / 1024 ** i).toFixed(i ? 1 : 0) + ' ' + units[i];
+  b = Number(b);
+  if (!Number.isFinite(b)) return '';
+  if (b === 0) return '0 B';
+  const sign = b < 0 ? '-' : '';
+  b = Math.abs(b);
+  if (b < 1024) return sign + Number(b.toPrecision(3)) + ' B';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  const i = Math.min(units.length - 1, Math.floor(Math.log2(b) / 10));
+  return sign + Number((b / 1024 ** i).toPrecision(3)) + ' ' + units[i];
+}
+// Scientific notation for quantities like learning rates: "1e-3", "2.5e-4"; 0 as "0".
+function fmtSci(v) {
+  v = Number(v);
+  if (!Number.isFinite(v)) return '';
+  if (v === 0) return '0';
+  return Number(v.toPrecision(3)).toExponential().replace('e+', 'e');
+}
+// Dygraphs axis ticks on byte values at powers of two of a binary unit (1, 2, 4 … KiB, MiB,
+// GiB), so that labels read "512 MiB", "1 GiB", not "1.07e9".
+function byteTicks(min, max, pixels, opts) {
+  const want = Math.max(2, Math.floor(pixels / (opts('pixelsPerLabel') || 30)));
+  if (!(max > min)) return [{ v: min, label: fmtBytes(min) }];
+  let step = 2 ** Math.ceil(Math.log2((max - min) / want));
+  // Prefer 1, 2, 4, 8 … of a unit, and multiples of 256 within a unit (0.25, 0.5, 0.75 GiB).
+  const ticks = [];
+  for (let v = Math.ceil(min / step) * step; v <= max && ticks.length < 50; v += step) ticks.push({ v, label: fmtBytes(v) });
+  return ticks;
 }
 function fmtDuration(s) {
   if (!Number.isFinite(s) || s < 0) return '';
@@ -51,8 +88,9 @@ function fmtDuration(s) {
   return Math.floor(s / 86400) + 'd' + Math.floor((s % 86400) / 3600) + 'h';
 }
 const seconds = (ts) => (ts ? Date.parse(ts) / 1000 : NaN);
-const kindName = (job) => (job.kind === 'BENCH_JOB' ? 'BenchJob' : 'TrainJob');
+const kindName = (job) => (job.kind === 'BENCH_JOB' ? 'BenchJob' : job.kind === 'SWEEP' ? 'Sweep' : 'TrainJob');
 const camelToSnake = (key) => key.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
+const jobLink = (id, text) => el('a', { href: '#/jobs/' + encodeURIComponent(id), class: 'job-link' }, text === undefined ? id : text);
 
 function banner(text, isError = false) {
   const node = document.getElementById('banner');
@@ -68,7 +106,9 @@ class HttpError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
-function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
+// The token: this tab's sessionStorage, or localStorage when the user ticked "remember" (so
+// that links opened in new tabs need not ask again).
+function token() { return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY) || ''; }
 
 async function api(path, options = {}) {
   const headers = { Accept: 'application/json', ...(options.headers || {}) };
@@ -184,7 +224,10 @@ function askForToken(message) {
 async function start() {
   document.getElementById('token-form').addEventListener('submit', async (e) => {
     e.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, document.getElementById('token-input').value.trim());
+    const value = document.getElementById('token-input').value.trim();
+    sessionStorage.setItem(TOKEN_KEY, value);
+    if (document.getElementById('token-remember').checked) localStorage.setItem(TOKEN_KEY, value);
+    else localStorage.removeItem(TOKEN_KEY);
     document.getElementById('token-input').value = '';
     document.getElementById('token-dialog').close();
     banner('');
@@ -192,6 +235,7 @@ async function start() {
   });
   document.getElementById('logout').addEventListener('click', () => {
     sessionStorage.removeItem(TOKEN_KEY);
+    localStorage.removeItem(TOKEN_KEY);
     location.reload();
   });
   window.addEventListener('hashchange', route);
@@ -211,7 +255,9 @@ async function signIn() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Routing: #/ (jobs), #/jobs/ID, #/compare?ids=1,2.
+// Routing: #/ (jobs, ?state=&kind=&name=&label=&page=), #/jobs/ID (a job; a sweep's trials),
+// #/compare?ids=1,2&metric=loss&smoothing=0.6&log=1&x=step. A view that changes its own query
+// (filters, compare controls) rewrites the URL without routing again (replaceHash).
 
 function route() {
   if (!state.whoami) return;
@@ -229,8 +275,16 @@ function route() {
   const params = new URLSearchParams(query || '');
   let match;
   if ((match = path.match(/^\/jobs\/([^/]+)$/))) state.page = jobPage(ctx, main, decodeURIComponent(match[1]));
-  else if (path === '/compare') state.page = comparePage(ctx, main, (params.get('ids') || '').split(',').filter(Boolean));
+  else if (path === '/compare') state.page = comparePage(ctx, main, params);
   else state.page = jobsPage(ctx, main, params);
+}
+
+// Sets the URL's query for the current view without routing again (history.replaceState does
+// not fire hashchange).
+function replaceHash(path, params) {
+  const entries = [...params.entries()].filter(([, v]) => v !== '' && v !== null && v !== undefined);
+  const query = new URLSearchParams(entries).toString();
+  history.replaceState(null, '', '#' + path + (query ? '?' + query.replace(/%2C/g, ',') : ''));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -253,36 +307,63 @@ function jobDevice(job) {
   if (spec.benchJob) return (spec.benchJob.devices || ['all']).join(', ');
   return '';
 }
+const jobName = (job) => (job.spec || {}).name || '';
+const jobLabels = (job) => Object.entries((job.spec || {}).labels || {}).sort().map(([k, v]) => `${k}=${v}`).join(' ');
 
-function progressCell(job) {
-  const step = num((job.lastStep || {}).step);
-  const total = num((job.lastStep || {}).totalSteps);
+// A progress cell's text and fraction: steps for a TrainJob (with an ETA while running), rows
+// for a BenchJob, finished trials for a sweep.
+function progressOf(job) {
   if (job.kind === 'BENCH_JOB') {
     const rows = ((job.summary || {}).benchRows || []).length;
-    return el('td', {}, rows ? `${rows} rows` : '');
+    return { text: rows ? `${rows} rows` : '' };
   }
-  if (!total) return el('td', {}, job.state === 'SUCCEEDED' ? '100%' : '');
+  if (job.kind === 'SWEEP') {
+    const total = (job.trialJobIds || []).length;
+    return { text: total ? `${total} trials` : '' };
+  }
+  const step = num((job.lastStep || {}).step);
+  const total = num((job.lastStep || {}).totalSteps);
+  if (!total) return { text: job.state === 'SUCCEEDED' ? '100%' : '' };
   const fraction = Math.min(1, step / total);
   let eta = '';
   if (job.state === 'RUNNING' && step > 0 && job.startedAt) {
     const elapsed = Date.now() / 1000 - seconds(job.startedAt);
     eta = ' · ETA ' + fmtDuration(elapsed / fraction - elapsed);
   }
-  return el('td', {}, el('div', { class: 'progress', title: `${step}/${total}${eta}` },
-    el('div', { style: `width:${(fraction * 100).toFixed(1)}%` }),
-    el('span', {}, `${step}/${total}${eta}`)));
+  return { text: `${step}/${total}${eta}`, fraction };
 }
 
-function jobRow(job, selected, onSelect) {
+function progressCell(job) {
+  const p = progressOf(job);
+  if (p.fraction === undefined) return el('td', {}, p.text);
+  return el('td', {}, el('div', { class: 'progress', title: p.text },
+    el('div', { style: `width:${(p.fraction * 100).toFixed(1)}%` }), el('span', {}, p.text)));
+}
+
+// What a row shows, as one string: a row is rebuilt only when this changes.
+function rowSignature(job) {
   const last = job.lastStep || {};
-  const testAccuracy = (job.summary && job.summary.testAccuracy !== undefined) ? job.summary.testAccuracy
-    : (job.lastEpoch && job.lastEpoch.evaluated ? job.lastEpoch.testAccuracy : undefined);
+  const summary = job.summary || {};
+  return [job.state, last.step, last.totalSteps, last.samplesPerSecond, last.loss, summary.testAccuracy, summary.valAccuracy,
+    (job.lastEpoch || {}).epoch, jobDevice(job), (summary.benchRows || []).length, (job.trialJobIds || []).length,
+    job.state === 'RUNNING' ? Math.floor(Date.now() / 10000) : ''].join('|');
+}
+
+function jobCells(job, selected, onSelect) {
+  const last = job.lastStep || {};
+  const summary = job.summary || {};
+  const epoch = job.lastEpoch || {};
+  const valAccuracy = summary.valAccuracy !== undefined ? summary.valAccuracy : epoch.valAccuracy;
+  const testAccuracy = summary.testAccuracy !== undefined ? summary.testAccuracy : (epoch.evaluated ? epoch.testAccuracy : undefined);
   const age = fmtDuration(Date.now() / 1000 - seconds(job.createdAt));
   const checkbox = el('input', { type: 'checkbox', 'aria-label': 'select for compare', onclick: (e) => { e.stopPropagation(); onSelect(job.id, e.target.checked); } });
   checkbox.checked = selected;
-  return el('tr', { class: 'job', 'data-job-id': job.id, onclick: () => { location.hash = '#/jobs/' + job.id; } },
+  const labels = Object.entries((job.spec || {}).labels || {}).sort().map(([k, v]) => el('span', { class: 'label' }, `${k}=${v}`));
+  return [
     el('td', {}, checkbox),
-    el('td', { class: 'num' }, job.id),
+    el('td', { class: 'num' }, jobLink(job.id)),
+    el('td', { class: 'name' }, jobName(job)),
+    el('td', { class: 'labels hide-narrow' }, labels),
     el('td', { class: 'hide-narrow' }, kindName(job)),
     el('td', {}, jobModel(job)),
     el('td', { class: 'hide-narrow' }, jobDataset(job)),
@@ -291,44 +372,150 @@ function jobRow(job, selected, onSelect) {
     el('td', { class: 'hide-narrow' }, jobDevice(job)),
     el('td', { class: 'num hide-narrow' }, last.samplesPerSecond ? num(last.samplesPerSecond).toFixed(0) : ''),
     el('td', { class: 'num' }, last.loss !== undefined ? fmt(num(last.loss), 4) : ''),
+    el('td', { class: 'num' }, valAccuracy !== undefined ? (100 * num(valAccuracy)).toFixed(2) + '%' : ''),
     el('td', { class: 'num' }, testAccuracy !== undefined ? (100 * num(testAccuracy)).toFixed(2) + '%' : ''),
     el('td', { class: 'hide-narrow' }, job.submittedBy || ''),
-    el('td', { class: 'num hide-narrow' }, age));
+    el('td', { class: 'num hide-narrow' }, age),
+  ];
+}
+
+// Whether `job` passes the table's filters: state, kind, a name glob (* and ?), labels k=v.
+function globRegExp(glob) {
+  return new RegExp('^' + glob.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.') + '$');
 }
 
 function jobsPage(ctx, main, params) {
   const selected = new Set();
   let jobs = new Map();  // id -> job
+  // id -> { tr, signature }: rows built once and updated in place when their job changes, so
+  // an idle poll touches nothing and a text selection in the table survives.
+  const rowsById = new Map();
   let timer = null;
+  let page = Math.max(0, num(params.get('page')));
   const stateFilter = el('select', { id: 'filter-state' }, el('option', { value: '' }, 'any state'),
     ['QUEUED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'INTERRUPTED'].map((s) => el('option', { value: s }, s.toLowerCase())));
   const kindFilter = el('select', { id: 'filter-kind' }, el('option', { value: '' }, 'any kind'),
-    el('option', { value: 'TrainJob' }, 'TrainJob'), el('option', { value: 'BenchJob' }, 'BenchJob'));
+    ['TrainJob', 'BenchJob', 'Sweep'].map((k) => el('option', { value: k }, k)));
+  const nameFilter = el('input', { id: 'filter-name', size: 12, placeholder: 'name glob' });
+  const labelFilter = el('input', { id: 'filter-label', size: 14, placeholder: 'key=value' });
+  // Created within the last hour, day or week (as mpsctl list --since).
+  const sinceFilter = el('select', { id: 'filter-since' }, el('option', { value: '' }, 'any time'),
+    [['1h', 'last hour'], ['24h', 'last day'], ['168h', 'last week']].map(([v, t]) => el('option', { value: v }, t)));
+  sinceFilter.value = params.get('since') || '';
+  stateFilter.value = params.get('state') || '';
+  kindFilter.value = params.get('kind') || '';
+  nameFilter.value = params.get('name') || '';
+  labelFilter.value = params.get('label') || '';
   const compare = el('button', { id: 'compare', disabled: true, onclick: () => { location.hash = '#/compare?ids=' + [...selected].join(','); } }, 'Compare selected');
   const count = el('span', { class: 'muted', id: 'job-count' });
+  const prev = el('button', { id: 'page-prev', onclick: () => { page--; render(); } }, '‹ newer');
+  const next = el('button', { id: 'page-next', onclick: () => { page++; render(); } }, 'older ›');
   const tbody = el('tbody', { id: 'jobs-body' });
+  const headers = [['', ''], ['id', 'num'], ['name', ''], ['labels', 'hide-narrow'], ['kind', 'hide-narrow'], ['model', ''],
+    ['dataset', 'hide-narrow'], ['state', ''], ['progress', ''], ['device', 'hide-narrow'], ['samples/s', 'num hide-narrow'],
+    ['loss', 'num'], ['val acc', 'num'], ['test acc', 'num'], ['submitted by', 'hide-narrow'], ['age', 'num hide-narrow']];
+  // Sorting by any column (click its header; again to reverse), kept in the URL (sort=, asc=1).
+  const accuracy = (job, field, epochField) => {
+    const s = job.summary || {}, e = job.lastEpoch || {};
+    const v = s[field] !== undefined ? s[field] : e[epochField];
+    return v === undefined ? undefined : num(v);
+  };
+  const sortKeys = {
+    id: (j) => num(j.id), name: jobName, labels: jobLabels, kind: kindName, model: jobModel, dataset: jobDataset,
+    state: (j) => j.state, progress: (j) => progressOf(j).fraction, device: jobDevice,
+    'samples/s': (j) => ((j.lastStep || {}).samplesPerSecond === undefined ? undefined : num(j.lastStep.samplesPerSecond)),
+    loss: (j) => ((j.lastStep || {}).loss === undefined ? undefined : num(j.lastStep.loss)),
+    'val acc': (j) => accuracy(j, 'valAccuracy', 'valAccuracy'),
+    'test acc': (j) => accuracy(j, 'testAccuracy', (j.lastEpoch || {}).evaluated ? 'testAccuracy' : '-'),
+    'submitted by': (j) => j.submittedBy || '', age: (j) => -seconds(j.createdAt),
+  };
+  let sortBy = sortKeys[params.get('sort')] ? params.get('sort') : 'id';
+  let ascending = params.get('asc') === '1';
   main.append(el('h1', {}, 'Jobs'),
-    el('div', { class: 'toolbar' }, el('label', {}, 'State ', stateFilter), el('label', {}, 'Kind ', kindFilter), compare, count),
+    el('div', { class: 'toolbar' }, el('label', {}, 'State ', stateFilter), el('label', {}, 'Kind ', kindFilter),
+      el('label', {}, 'Name ', nameFilter), el('label', {}, 'Labels ', labelFilter), el('label', {}, 'Created ', sinceFilter), compare, count, prev, next),
     el('div', { class: 'card scroll' }, el('table', { id: 'jobs' },
-      el('thead', {}, el('tr', {}, el('th', {}, ''), el('th', { class: 'num' }, 'id'), el('th', { class: 'hide-narrow' }, 'kind'),
-        el('th', {}, 'model'), el('th', { class: 'hide-narrow' }, 'dataset'), el('th', {}, 'state'), el('th', {}, 'progress'),
-        el('th', { class: 'hide-narrow' }, 'device'), el('th', { class: 'num hide-narrow' }, 'samples/s'), el('th', { class: 'num' }, 'loss'),
-        el('th', { class: 'num' }, 'test acc'), el('th', { class: 'hide-narrow' }, 'submitted by'), el('th', { class: 'num hide-narrow' }, 'age'))),
-      tbody)));
+      el('thead', {}, el('tr', {}, headers.map(([h, c]) => (sortKeys[h] ? el('th', { class: c + ' sortable', 'data-sort': h, onclick: () => {
+        ascending = sortBy === h ? !ascending : h === 'name' || h === 'model' || h === 'kind';
+        sortBy = h;
+        page = 0;
+        render();
+      } }, h) : el('th', { class: c }, h))))), tbody)));
 
-  function render() {
-    const wantState = stateFilter.value, wantKind = kindFilter.value;
-    const rows = [...jobs.values()].filter((job) => (!wantState || job.state === wantState) && (!wantKind || kindName(job) === wantKind))
-      .sort((a, b) => num(b.id) - num(a.id));
-    tbody.replaceChildren(...rows.map((job) => jobRow(job, selected.has(job.id), (id, on) => {
-      on ? selected.add(id) : selected.delete(id);
-      compare.disabled = selected.size < 2;
-    })));
-    count.textContent = `${rows.length} of ${jobs.size} jobs`;
-    ctx.counters.rendered = (ctx.counters.rendered || 0) + 1;
+  function onSelect(id, on) {
+    on ? selected.add(id) : selected.delete(id);
+    compare.disabled = selected.size < 2;
   }
-  stateFilter.addEventListener('change', render);
-  kindFilter.addEventListener('change', render);
+  function rowFor(job) {
+    const signature = rowSignature(job);
+    let row = rowsById.get(job.id);
+    if (row && row.signature === signature) return row.tr;
+    const cells = jobCells(job, selected.has(job.id), onSelect);
+    if (!row) {
+      const tr = el('tr', { class: 'job', 'data-job-id': job.id, onclick: (e) => {
+        // A click that ends a text selection selects; one on a link or checkbox does its own.
+        if (String(window.getSelection()) || e.target.closest('a,input')) return;
+        location.hash = '#/jobs/' + job.id;
+      } });
+      row = { tr };
+      rowsById.set(job.id, row);
+    }
+    row.tr.replaceChildren(...cells);
+    row.signature = signature;
+    ctx.counters.rowsBuilt = (ctx.counters.rowsBuilt || 0) + 1;
+    return row.tr;
+  }
+  function filtered() {
+    const wantState = stateFilter.value, wantKind = kindFilter.value;
+    const name = nameFilter.value.trim() ? globRegExp(nameFilter.value.trim()) : null;
+    const labels = labelFilter.value.split(/[\s,]+/).filter(Boolean).map((kv) => kv.split('='));
+    const since = sinceFilter.value ? Date.now() / 1000 - 3600 * parseInt(sinceFilter.value, 10) : -Infinity;
+    return [...jobs.values()].filter((job) => (!wantState || job.state === wantState) && (!wantKind || kindName(job) === wantKind) &&
+      (!name || name.test(jobName(job))) && (!sinceFilter.value || seconds(job.createdAt) >= since) &&
+      labels.every(([k, v]) => ((job.spec || {}).labels || {})[k] === v))
+      .map((job) => ({ job, key: sortKeys[sortBy](job) }))
+      .sort((a, b) => {
+        // Jobs without a value last either way; ties newest first.
+        const x = a.key, y = b.key;
+        if ((x === undefined || x === '') !== (y === undefined || y === '')) return x === undefined || x === '' ? 1 : -1;
+        if (x !== y && x !== undefined && x !== '') {
+          const order = typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y));
+          if (order) return ascending ? order : -order;
+        }
+        return num(b.job.id) - num(a.job.id);
+      }).map((entry) => entry.job);
+  }
+  // Shows the current page's rows, reusing the row of every job that did not change, and
+  // moving DOM nodes only where the order changed.
+  function render() {
+    if (!ctx.alive) return;  // A poll answered after the page was left must not touch the URL.
+    const t0 = performance.now();
+    const rows = filtered();
+    const pages = Math.max(1, Math.ceil(rows.length / PAGE_ROWS));
+    page = Math.min(Math.max(0, page), pages - 1);
+    const shown = rows.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS);
+    const wanted = shown.map((job) => rowFor(job));
+    let cursor = tbody.firstChild;
+    for (const tr of wanted) {
+      if (tr === cursor) { cursor = cursor.nextSibling; continue; }
+      tbody.insertBefore(tr, cursor);
+    }
+    while (cursor) { const nextNode = cursor.nextSibling; cursor.remove(); cursor = nextNode; }
+    const first = rows.length ? page * PAGE_ROWS + 1 : 0;
+    count.textContent = `${first}–${page * PAGE_ROWS + shown.length} of ${rows.length} jobs` + (rows.length !== jobs.size ? ` (${jobs.size} in all)` : '');
+    prev.disabled = page === 0;
+    next.disabled = page >= pages - 1;
+    replaceHash('/', new URLSearchParams({ state: stateFilter.value, kind: kindFilter.value, name: nameFilter.value.trim(),
+      label: labelFilter.value.trim(), since: sinceFilter.value, page: page ? String(page) : '', sort: sortBy === 'id' ? '' : sortBy, asc: ascending ? '1' : '' }));
+    for (const th of main.querySelectorAll('th.sortable')) {
+      th.classList.toggle('sorted-asc', th.dataset.sort === sortBy && ascending);
+      th.classList.toggle('sorted-desc', th.dataset.sort === sortBy && !ascending);
+    }
+    ctx.counters.rendered = (ctx.counters.rendered || 0) + 1;
+    ctx.counters.lastRenderMs = performance.now() - t0;
+  }
+  for (const input of [stateFilter, kindFilter, sinceFilter]) input.addEventListener('change', () => { page = 0; render(); });
+  for (const input of [nameFilter, labelFilter]) input.addEventListener('input', () => { page = 0; render(); });
 
   // Everything once, then only the jobs that can still change (queued, running) every 2 s;
   // the whole list again only when that set changes (a job finished, or a new one came).
@@ -336,20 +523,22 @@ function jobsPage(ctx, main, params) {
     const all = [];
     let pageToken = '';
     do {
-      const page = await api('api/jobs?page_size=1000' + (pageToken ? '&page_token=' + encodeURIComponent(pageToken) : ''));
-      all.push(...(page.jobs || []));
-      pageToken = page.nextPageToken || '';
+      const response = await api('api/jobs?page_size=1000' + (pageToken ? '&page_token=' + encodeURIComponent(pageToken) : ''));
+      all.push(...(response.jobs || []));
+      pageToken = response.nextPageToken || '';
     } while (pageToken);
     jobs = new Map(all.map((job) => [job.id, job]));
+    for (const id of [...rowsById.keys()]) if (!jobs.has(id)) rowsById.delete(id);
     render();
     ctx.counters.loaded = performance.now();
   }
   async function refreshActive() {
-    const page = await api('api/jobs?page_size=1000&state=QUEUED,RUNNING');
-    const active = page.jobs || [];
+    const response = await api('api/jobs?page_size=1000&state=QUEUED,RUNNING');
+    const active = response.jobs || [];
     const known = [...jobs.values()].filter((job) => !TERMINAL.has(job.state)).map((j) => j.id).sort().join();
     const now = active.map((j) => j.id).sort().join();
     if (known !== now) return loadAll();
+    if (!active.length) { ctx.counters.idlePolls = (ctx.counters.idlePolls || 0) + 1; return; }
     for (const job of active) jobs.set(job.id, job);
     render();
   }
@@ -360,9 +549,9 @@ function jobsPage(ctx, main, params) {
     } catch (error) {
       if (!(error instanceof HttpError && error.status === 401)) banner('mpsd unreachable, retrying: ' + error.message, true);
     }
-    if (ctx.alive) timer = setTimeout(tick, 2000);
+    if (ctx.alive) timer = setTimeout(tick, POLL_MS);
   }
-  loadAll().then(() => { if (ctx.alive) timer = setTimeout(tick, 2000); }, (error) => {
+  loadAll().then(() => { if (ctx.alive) timer = setTimeout(tick, POLL_MS); }, (error) => {
     if (!(error instanceof HttpError && error.status === 401)) banner('Cannot list jobs: ' + error.message, true);
   });
   return { leave() { clearTimeout(timer); } };
@@ -371,20 +560,27 @@ function jobsPage(ctx, main, params) {
 // ---------------------------------------------------------------------------------------------
 // Charts.
 
-// TensorBoard's smoothing: an exponential moving average, debiased for the first points
-// (tensorboard/plugins/scalar/tf_scalar_dashboard: last = last * w + (1 - w) * v, divided by
-// 1 - w^n).
-function ema(values, weight) {
-  const out = new Array(values.length);
-  let last = 0, n = 0;
-  for (let i = 0; i < values.length; i++) {
-    const v = values[i];
-    if (!Number.isFinite(v)) { out[i] = v; continue; }
-    last = last * weight + (1 - weight) * v;
-    n++;
-    out[i] = weight === 0 ? v : last / (1 - weight ** n);
+// TensorBoard's smoothing, the same formula as the server's (server/http/series.h, Ema): an
+// exponential moving average debiased for its first points, from
+// tensorboard/components/vz_line_chart2/line-chart.ts (resmoothDataset):
+//   last = last * w + (1 - w) * v;  n += 1;  smoothed = last / (1 - w^n).
+// The server smooths every point of a series (not its thinned points) and returns the state
+// after its last one; a page continues from that state over the steps that arrive live.
+class Ema {
+  constructor(weight, last = 0, count = 0) { this.weight = weight; this.last = last; this.count = count; }
+  add(v) {
+    if (!Number.isFinite(v)) return v;
+    this.last = this.last * this.weight + (1 - this.weight) * v;
+    this.count++;
+    return this.weight === 0 ? v : this.last / (1 - this.weight ** this.count);
   }
-  return out;
+}
+
+// Chart colours from the page's theme (style.css: light, or dark when the system is).
+function themeOptions() {
+  const css = getComputedStyle(document.documentElement);
+  const color = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+  return { gridLineColor: color('--grid', '#e5e8eb'), axisLineColor: color('--muted', '#6b7580') };
 }
 
 function chart(container, labels, options = {}) {
@@ -392,44 +588,214 @@ function chart(container, labels, options = {}) {
   empty[0][0] = 0;
   const graph = new Dygraph(container, empty, {
     labels, colors: COLORS, legend: 'always', labelsSeparateLines: false, connectSeparatedPoints: true,
-    animatedZooms: false, strokeWidth: 1.3, gridLineColor: '#e5e8eb', axisLabelFontSize: 11,
+    animatedZooms: false, strokeWidth: 1.3, axisLabelFontSize: 11, ...themeOptions(),
     labelsDiv: options.labelsDiv, ...options,
   });
   return graph;
 }
 
-// Holds one chart's rows and redraws at most every 200 ms, keeping the user's zoom (Dygraphs
-// keeps dateWindow/valueRange across updateOptions({file})).
+// ---------------------------------------------------------------------------------------------
+// CSV and PNG of a chart.
+
+function download(filename, blob) {
+  const a = el('a', { href: URL.createObjectURL(blob), download: filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+}
+
+// The chart's data as CSV (RFC 4180): a header of its labels, one line per row, empty cells
+// where a series has no value; bars (BenchJob) as their median.
+function chartCsv(graph) {
+  const quote = (v) => (/[",\n]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v);
+  if (graph instanceof LiveChart) {  // Every row, not only the ones drawn.
+    const cell = (v) => (v === null || v === undefined || Number.isNaN(v) ? '' : String(v));
+    return [graph.labels.map(quote).join(','), ...graph.rows.map((r) => r.map(cell).join(','))].join('\n') + '\n';
+  }
+  const labels = graph.getLabels();
+  const lines = [labels.map(quote).join(',')];
+  for (let r = 0; r < graph.numRows(); r++) {
+    const cells = [];
+    for (let c = 0; c < labels.length; c++) {
+      let v = graph.getValue(r, c);
+      if (Array.isArray(v)) v = v[1];
+      cells.push(v === null || v === undefined || Number.isNaN(v) ? '' : String(v));
+    }
+    lines.push(cells.join(','));
+  }
+  return lines.join('\n') + '\n';
+}
+
+// The chart as a PNG: its plot canvas with the axis labels drawn over it, on the card's colour.
+function chartPng(graph) {
+  const div = graph.graphDiv;
+  const box = div.getBoundingClientRect();
+  const scale = window.devicePixelRatio || 1;
+  const canvas = document.createElement('canvas');
+  canvas.width = Math.round(box.width * scale);
+  canvas.height = Math.round(box.height * scale);
+  const ctx = canvas.getContext('2d');
+  ctx.scale(scale, scale);
+  const css = getComputedStyle(document.documentElement);
+  ctx.fillStyle = css.getPropertyValue('--card').trim() || '#fff';
+  ctx.fillRect(0, 0, box.width, box.height);
+  ctx.drawImage(graph.hidden_, 0, 0, box.width, box.height);
+  ctx.fillStyle = css.getPropertyValue('--fg').trim() || '#000';
+  for (const label of div.querySelectorAll('.dygraph-axis-label, .dygraph-label')) {
+    const r = label.getBoundingClientRect();
+    if (!label.textContent || !r.width) continue;
+    const style = getComputedStyle(label);
+    ctx.font = `${style.fontSize} ${style.fontFamily}`;
+    ctx.textBaseline = 'top';
+    if (label.closest('.dygraph-ylabel, .dygraph-y2label')) {
+      ctx.save();
+      ctx.translate(r.left - box.left, r.bottom - box.top);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText(label.textContent, (r.height - ctx.measureText(label.textContent).width) / 2, 0);
+      ctx.restore();
+    } else {
+      ctx.fillText(label.textContent, r.left - box.left, r.top - box.top);
+    }
+  }
+  return new Promise((resolve) => canvas.toBlob(resolve, 'image/png'));
+}
+
+// CSV and PNG buttons on a chart card; getGraph() gives its Dygraph once drawn.
+function attachDownloads(card, getGraph, name) {
+  const csv = el('button', { class: 'csv', title: 'the chart\'s data as CSV', onclick: () => {
+    const g = getGraph();
+    if (g) download(name + '.csv', new Blob([chartCsv(g)], { type: 'text/csv' }));
+  } }, 'CSV');
+  const png = el('button', { class: 'png', title: 'the chart as a PNG image', onclick: async () => {
+    const g = getGraph();
+    if (g) download(name + '.png', await chartPng(g instanceof LiveChart ? g.graph : g));
+  } }, 'PNG');
+  card.card.querySelector('h2').append(el('span', { class: 'chart-actions' }, csv, png));
+}
+
+// Redraws of all charts share one scheduler: a chart that got rows is drawn at most every
+// REDRAW_MS, and each chart in its own task, so that a page following a fast job never blocks
+// the main thread for more than one chart's draw.
+const redraws = { dirty: new Set(), timer: null, last: 0 };
+function scheduleRedraw(liveChart) {
+  redraws.dirty.add(liveChart);
+  if (redraws.timer) return;
+  const wait = Math.max(0, redraws.last + REDRAW_MS - performance.now());
+  redraws.timer = setTimeout(function drawNext() {
+    const [next] = redraws.dirty;
+    if (!next) { redraws.timer = null; redraws.last = performance.now(); return; }
+    redraws.dirty.delete(next);
+    next.draw();
+    redraws.timer = setTimeout(drawNext, 0);
+  }, wait);
+}
+
+// One chart's rows: appending a row costs O(1); the chart redraws through the scheduler
+// above, keeping the user's zoom (Dygraphs keeps dateWindow/valueRange across
+// updateOptions({file})).
 class LiveChart {
   constructor(container, labels, options = {}) {
     this.rows = [];
     this.labels = labels;
-    this.graph = chart(container, labels, options);
-    this.pending = false;
+    // A zoom (or its reset) redraws: the window at full resolution.
+    this.graph = chart(container, labels, { ...options, zoomCallback: () => { if (this.rows.length > DRAW_ROWS) scheduleRedraw(this); } });
+    this.drawn = false;
   }
-  set(rows) { this.rows = rows; this.redraw(); }
-  push(row) { this.rows.push(row); this.redraw(); }
-  redraw() {
-    if (!this.drawn && this.rows.length) {  // The first draw at once; later ones throttled.
-      this.drawn = true;
-      this.graph.updateOptions({ file: this.rows });
-      if (this.onFirstDraw) this.onFirstDraw();
-      return;
+  set(rows) { this.rows = rows; this.changed(); }
+  push(row) { this.rows.push(row); this.changed(); }
+  // Drops the rows at x and above (a resumed job reports those steps again).
+  truncateFrom(x) {
+    while (this.rows.length && this.rows[this.rows.length - 1][0] >= x) this.rows.pop();
+    this.changed();
+  }
+  changed() {
+    if (!this.drawn && this.rows.length) { this.draw(); return; }  // The first draw at once.
+    scheduleRedraw(this);
+  }
+  draw() {
+    if (!this.rows.length) return;
+    // What Dygraphs draws: every row up to DRAW_ROWS; beyond, the rows thinned as the server
+    // thins a series (thinRows), so that a redraw of a 20,000-step job costs as little as one of
+    // 4,000 steps. Zoomed in, the rows in view at full resolution (thinned only if still too
+    // many). The data (this.rows, CSV) stays complete.
+    let rows = this.rows;
+    const range = this.drawn && this.graph.isZoomed('x') ? this.graph.xAxisRange() : null;
+    if (range && !this.mapX) {
+      const lo = lowerBound(rows, range[0]), hi = lowerBound(rows, range[1]);
+      rows = rows.slice(Math.max(0, lo - 1), Math.min(rows.length, hi + 1));
     }
-    if (this.pending) return;
-    this.pending = true;
-    setTimeout(() => {
-      this.pending = false;
-      if (this.rows.length) this.graph.updateOptions({ file: this.rows });
-    }, 200);
+    if (rows.length > DRAW_ROWS) rows = thinRows(rows, DRAW_ROWS);
+    // mapX (the job page's x = time): each row's x mapped, a copy per draw.
+    if (this.mapX) rows = rows.map((r) => [this.mapX(r[0]), ...r.slice(1)]);
+    this.graph.updateOptions({ file: rows });
+    this.drawnRows = rows.length;
+    this.lastDrawnX = this.rows[this.rows.length - 1][0];
+    this.lastDrawAt = Date.now();
+    if (!this.drawn) { this.drawn = true; if (this.onFirstDraw) this.onFirstDraw(); }
   }
   numRows() { return this.rows.length; }
+}
+
+// Rows a chart draws at most (LiveChart.draw).
+const DRAW_ROWS = 4000;
+
+// The index of the first row whose x is >= x (rows sorted by x).
+function lowerBound(rows, x) {
+  let lo = 0, hi = rows.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (rows[mid][0] < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// At most about `limit` of `rows` (sorted by x), as the series endpoint thins (server/http/
+// series.h, after M4): the first row, then in each of equal runs of rows the ones holding any
+// column's minimum or maximum, and the run's last row, in order. Spikes survive; O(rows).
+function thinRows(rows, limit) {
+  const columns = rows[0].length;
+  const perBucket = 2 * (columns - 1) + 1;
+  const buckets = Math.max(1, Math.floor((limit - 1) / perBucket));
+  const out = [rows[0]];
+  const rest = rows.length - 1;
+  for (let b = 0; b < buckets; b++) {
+    const begin = 1 + Math.floor((rest * b) / buckets), end = 1 + Math.floor((rest * (b + 1)) / buckets);
+    if (begin >= end) continue;
+    const picks = new Set([end - 1]);
+    for (let c = 1; c < columns; c++) {
+      let min = -1, max = -1;
+      for (let i = begin; i < end; i++) {
+        const v = rows[i][c];
+        if (v === null || !Number.isFinite(v)) continue;
+        if (min < 0 || v < rows[min][c]) min = i;
+        if (max < 0 || v > rows[max][c]) max = i;
+      }
+      if (min >= 0) { picks.add(min); picks.add(max); }
+    }
+    for (const i of [...picks].sort((x, y) => x - y)) out.push(rows[i]);
+  }
+  return out;
+}
+
+// Rows [x, a, b] from two series of [x, value] sorted by x (null where one has no point).
+function mergeByX(a, b) {
+  const rows = [];
+  let i = 0, j = 0;
+  while (i < a.length || j < b.length) {
+    const xa = i < a.length ? a[i][0] : Infinity, xb = j < b.length ? b[j][0] : Infinity;
+    if (xa === xb) rows.push([xa, a[i++][1], b[j++][1]]);
+    else if (xa < xb) rows.push([xa, a[i++][1], null]);
+    else rows.push([xb, null, b[j++][1]]);
+  }
+  return rows;
 }
 
 function chartCard(title, id, extra) {
   const box = el('div', { class: 'chart', id });
   const legend = el('div', { class: 'muted legend' });
-  return { card: el('div', { class: 'card' }, el('h2', {}, title), extra || null, box, legend), box, legend };
+  const note = el('p', { class: 'muted chart-note', id: id + '-note', hidden: true });
+  return { card: el('div', { class: 'card' }, el('h2', {}, title), extra || null, note, box, legend), box, legend, note };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -443,10 +809,14 @@ function jobFacts(job) {
   const last = job.lastStep || {};
   const summary = job.summary || {};
   const memory = summary.memory || {};
+  const trial = job.trial || {};
+  const progress = progressOf(job);
   return facts([
     ['state', el('span', { class: 'state state-' + job.state, id: 'job-state' }, job.state)],
+    ['name', jobName(job)], ['labels', jobLabels(job)],
     ['kind', kindName(job)], ['model', jobModel(job)], ['dataset', jobDataset(job)], ['device', jobDevice(job)],
-    ['step', last.totalSteps ? `${num(last.step)}/${num(last.totalSteps)}` : ''],
+    ['sweep', trial.sweepId ? el('span', {}, jobLink(trial.sweepId, 'job ' + trial.sweepId), ` trial ${num(trial.index)}`) : ''],
+    ['step', last.totalSteps ? el('span', { id: 'job-step' }, progress.text) : ''],
     ['epoch', (job.lastEpoch || {}).epoch ? String(job.lastEpoch.epoch) : ''],
     ['samples/s', last.samplesPerSecond ? num(last.samplesPerSecond).toFixed(0) : ''],
     ['submitted by', job.submittedBy || ''],
@@ -470,6 +840,7 @@ function canCancel(job) {
 function jobPage(ctx, main, jobId) {
   let follower = null;
   let job = null;
+  let leaveView = null;
   const live = el('span', { class: 'muted', id: 'live-status' });
   const cancel = el('button', { class: 'danger', id: 'cancel', hidden: true, onclick: async () => {
     if (!confirm(`Cancel job ${jobId}?`)) return;
@@ -484,12 +855,21 @@ function jobPage(ctx, main, jobId) {
     head.replaceChildren(jobFacts(job));
     cancel.hidden = !canCancel(job);
   }
+  // The header follows the steps as they arrive, at most once a second.
+  let headDue = false;
+  function onStep(step) {
+    job.lastStep = step;
+    if (headDue) return;
+    headDue = true;
+    setTimeout(() => { headDue = false; if (ctx.alive) showHead(); }, 1000);
+  }
 
   api(`api/jobs/${encodeURIComponent(jobId)}`).then((loaded) => {
     job = loaded;
     showHead();
     if (job.kind === 'BENCH_JOB') benchView(ctx, body, job, (f) => { follower = f; }, refresh);
-    else trainView(ctx, body, job, (f) => { follower = f; }, refresh, live);
+    else if (job.kind === 'SWEEP') leaveView = sweepView(ctx, body, job, refresh);
+    else trainView(ctx, body, job, (f) => { follower = f; }, refresh, live, onStep);
   }, (error) => {
     if (!(error instanceof HttpError && error.status === 401)) main.append(el('p', { class: 'error', id: 'page-error' }, `Job ${jobId}: ${error.message}`));
   });
@@ -497,25 +877,34 @@ function jobPage(ctx, main, jobId) {
   // The facts at the top follow the job's row, refreshed when a state change arrives.
   async function refresh() {
     try { job = await api(`api/jobs/${encodeURIComponent(jobId)}`); showHead(); } catch (e) { /* next event retries */ }
+    return job;
   }
-  return { leave() { follower && follower.stop(); } };
+  return { leave() { follower && follower.stop(); leaveView && leaveView(); } };
 }
 
-function trainView(ctx, body, job, setFollower, refresh, live) {
+function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
   const smoothing = el('input', { type: 'range', min: '0', max: '0.99', step: '0.01', value: '0.6', id: 'smoothing' });
   const smoothingValue = el('span', {}, '0.6');
-  const loss = chartCard('Loss per step', 'chart-loss', el('div', { class: 'toolbar' }, el('label', {}, 'Smoothing (EMA) ', smoothing), smoothingValue));
+  const logScale = el('input', { type: 'checkbox', id: 'loss-log' });
+  const xAxis = el('select', { id: 'job-x' }, el('option', { value: 'step' }, 'step'), el('option', { value: 'relative' }, 'time since start'),
+    el('option', { value: 'wall' }, 'wall time'));
+  const loss = chartCard('Loss per step', 'chart-loss', el('div', { class: 'toolbar' },
+    el('label', {}, 'Smoothing (EMA) ', smoothing), smoothingValue, el('label', {}, logScale, ' log scale'), el('label', {}, 'x ', xAxis)));
   const epochLoss = chartCard('Loss per epoch', 'chart-epoch-loss');
   const epochAcc = chartCard('Accuracy per epoch', 'chart-epoch-accuracy');
   const lr = chartCard('Learning rate', 'chart-lr');
   const speed = chartCard('Samples/s and step time', 'chart-speed');
   const memory = chartCard('Device memory allocated', 'chart-memory');
+  const usage = chartCard('Executor CPU, memory and GPU', 'chart-usage');
   const logs = el('div', { class: 'log', id: 'log' });
   const yaml = el('pre', { id: 'spec-yaml' }, specYaml(job));
-  body.append(el('div', { class: 'grid' }, loss.card, epochLoss.card, epochAcc.card, lr.card, speed.card, memory.card),
+  const artifacts = el('div', { class: 'scroll', id: 'artifacts' }, el('p', { class: 'muted' }, 'None yet.'));
+  body.append(el('div', { class: 'grid' }, loss.card, epochLoss.card, epochAcc.card, lr.card, speed.card, memory.card, usage.card),
     el('div', { class: 'grid', style: 'margin-top:1em' },
       el('div', { class: 'card' }, el('h2', {}, 'Log and state changes'), logs),
-      el('div', { class: 'card' }, el('h2', {}, 'Spec'), yaml)));
+      el('div', { class: 'card' }, el('h2', {}, 'Artifacts'), artifacts),
+      el('div', { class: 'card' }, el('h2', {}, 'Job file'),
+        el('p', { class: 'muted' }, 'The spec as a job file to submit again (without request_id, which would return this job).'), yaml)));
 
   // Epoch charts span the job's epochs from the start, so that one point is not a lone dot
   // at the edge; points are drawn, as there are few.
@@ -525,38 +914,136 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
   const charts = {
     loss: new LiveChart(loss.box, ['step', 'loss', 'smoothed'], { labelsDiv: loss.legend, xlabel: 'step',
       series: { loss: { color: 'rgba(31,111,235,0.35)', strokeWidth: 1 }, smoothed: { color: '#1f6feb', strokeWidth: 2 } } }),
-    epochLoss: new LiveChart(epochLoss.box, ['epoch', 'train loss', 'test loss'], { labelsDiv: epochLoss.legend, xlabel: 'epoch', ...epochAxis }),
-    epochAccuracy: new LiveChart(epochAcc.box, ['epoch', 'train accuracy', 'test accuracy'], { labelsDiv: epochAcc.legend, xlabel: 'epoch', ...epochAxis }),
-    learningRate: new LiveChart(lr.box, ['step', 'learning rate'], { labelsDiv: lr.legend, xlabel: 'step' }),
+    epochLoss: new LiveChart(epochLoss.box, ['epoch', 'train loss', 'val loss', 'test loss'], { labelsDiv: epochLoss.legend, xlabel: 'epoch', ...epochAxis }),
+    epochAccuracy: new LiveChart(epochAcc.box, ['epoch', 'train accuracy', 'val accuracy', 'test accuracy'], { labelsDiv: epochAcc.legend, xlabel: 'epoch', ...epochAxis }),
+    learningRate: new LiveChart(lr.box, ['step', 'learning rate'], { labelsDiv: lr.legend, xlabel: 'step', includeZero: true,
+      axes: { y: { valueFormatter: fmtSci, axisLabelFormatter: fmtSci, axisLabelWidth: 60 } } }),
     speed: new LiveChart(speed.box, ['step', 'samples/s', 'step ms'], { labelsDiv: speed.legend, xlabel: 'step',
       series: { 'step ms': { axis: 'y2' } }, axes: { y2: { independentTicks: true } }, ylabel: 'samples/s', y2label: 'ms' }),
-    memory: new LiveChart(memory.box, ['step', 'allocated'], { labelsDiv: memory.legend, xlabel: 'step',
-      axes: { y: { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes } } }),
+    memory: new LiveChart(memory.box, ['step', 'allocated'], { labelsDiv: memory.legend, xlabel: 'step', includeZero: true,
+      axes: { y: { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, ticker: byteTicks, axisLabelWidth: 64 } } }),
   };
+  charts.usage = new LiveChart(usage.box, ['seconds', 'CPU %', 'GPU %', 'resident memory'], { labelsDiv: usage.legend, xlabel: 'seconds since start',
+    includeZero: true, ylabel: '%', series: { 'resident memory': { axis: 'y2' } },
+    axes: { y2: { independentTicks: true, valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, ticker: byteTicks, axisLabelWidth: 64 } } });
   Object.assign(ctx.charts, charts);
-  // Raw step values, kept for the smoothing slider; epoch rows by epoch.
-  const steps = { x: [], loss: [], lr: [], sps: [], ms: [], mem: [] };
-  const epochs = new Map();
+  for (const [card, key, name] of [[loss, 'loss', 'loss'], [epochLoss, 'epochLoss', 'epoch-loss'], [epochAcc, 'epochAccuracy', 'epoch-accuracy'],
+    [lr, 'learningRate', 'learning-rate'], [speed, 'speed', 'speed'], [memory, 'memory', 'memory'], [usage, 'usage', 'usage']]) {
+    attachDownloads(card, () => charts[key], `job-${job.id}-${name}`);
+  }
+  logScale.addEventListener('change', () => charts.loss.graph.updateOptions({ logscale: logScale.checked }));
+  // x of the step charts: the step, the seconds since the job started, or the wall clock; each
+  // step's time from the series' points and the streamed events.
+  const timeOfStep = new Map();  // step -> microseconds since the epoch
+  const stepCharts = () => [charts.loss, charts.learningRate, charts.speed, charts.memory];
+  function applyXAxis() {
+    const start = seconds(job.startedAt) * 1e6 || 0;
+    const mode = xAxis.value;
+    const mapX = mode === 'step' ? null : mode === 'relative' ? (x) => (timeOfStep.has(x) ? (timeOfStep.get(x) - start) / 1e6 : null)
+      : (x) => (timeOfStep.has(x) ? new Date(timeOfStep.get(x) / 1000) : null);
+    const xlabel = mode === 'step' ? 'step' : mode === 'relative' ? 'seconds since start' : 'time';
+    for (const c of stepCharts()) {
+      c.mapX = mapX;
+      // Date objects as x make Dygraphs switch to its date axis and back (parseArray_).
+      c.graph.updateOptions({ xlabel, dateWindow: null });
+      c.draw();
+    }
+    ctx.counters.xAxis = mode;
+  }
+  xAxis.addEventListener('change', applyXAxis);
 
-  function drawLoss() {
-    const smoothed = ema(steps.loss, Number(smoothing.value));
-    charts.loss.set(steps.x.map((x, i) => [x, steps.loss[i], smoothed[i]]));
+  // Device memory: mpsd measures it on CUDA and MPS only. On the CPU the chart would be a
+  // line at zero: the card says so instead.
+  let memorySeen = false;
+  function showMemoryNote() {
+    const cpu = jobDevice(job) === 'cpu';
+    memory.note.hidden = memorySeen;
+    memory.box.hidden = !memorySeen;
+    memory.legend.hidden = !memorySeen;
+    memory.note.textContent = cpu ? 'not tracked on cpu' : 'no device memory reported (not tracked on cpu)';
+    if (memorySeen) charts.memory.graph.resize();
   }
-  smoothing.addEventListener('input', () => { smoothingValue.textContent = smoothing.value; drawLoss(); });
-  function addStep(x, loss, lrValue, sps, ms, mem) {
-    steps.x.push(x); steps.loss.push(loss); steps.lr.push(lrValue); steps.sps.push(sps); steps.ms.push(ms); steps.mem.push(mem);
+  showMemoryNote();
+
+  // The step curves: first the series endpoint's (downsampled beyond max_points with every
+  // spike kept, the smoothing computed server-side over every step); then the steps streamed
+  // after its throughSeq, appended one row each. A resume (a step at or below the last one)
+  // drops the rows it replaces and reloads the series, whose smoothing covers the new attempt.
+  const STEP_SERIES = ['loss', 'learning_rate', 'samples_per_second', 'step_time_ms', 'allocated_bytes'];
+  let throughSeq = 0;
+  let lastX = 0;
+  let smoother = new Ema(0.6);
+  let loading = null;
+  const liveSteps = [];  // Steps with seq > throughSeq, for a reload.
+
+  function appendStep(s) {
+    if (s.x <= lastX) {  // A resumed attempt: the latest wins.
+      for (const c of [charts.loss, charts.learningRate, charts.speed, charts.memory]) c.truncateFrom(s.x);
+      reloadSteps();
+    }
+    lastX = s.x;
+    charts.loss.push([s.x, s.loss, smoother.add(s.loss)]);
+    charts.learningRate.push([s.x, s.lr]);
+    charts.speed.push([s.x, s.sps, s.ms]);
+    charts.memory.push([s.x, s.mem]);
+    if (s.mem > 0 && !memorySeen) { memorySeen = true; showMemoryNote(); }
+    ctx.counters.stepPoints = charts.loss.rows.length;
   }
-  function drawSteps() {
-    drawLoss();
-    charts.learningRate.set(steps.x.map((x, i) => [x, steps.lr[i]]));
-    charts.speed.set(steps.x.map((x, i) => [x, steps.sps[i], steps.ms[i]]));
-    charts.memory.set(steps.x.map((x, i) => [x, steps.mem[i]]));
-    ctx.counters.stepPoints = steps.x.length;
+
+  async function loadSteps() {
+    const weight = Number(smoothing.value);
+    const series = await api(`api/jobs/${encodeURIComponent(job.id)}/series?metric=${STEP_SERIES.join(',')}&max_points=4000&smoothing=${weight}`);
+    const by = Object.fromEntries(series.series.map((s) => [s.metric, s]));
+    throughSeq = num(series.throughSeq);
+    smoother = new Ema(weight, by.loss.ema.last, by.loss.ema.count);
+    for (const s of series.series) for (const p of s.points) timeOfStep.set(p[0], p[2]);
+    for (const p of by.loss.smoothed) timeOfStep.set(p[0], p[2]);
+    const points = (name) => by[name].points.map((p) => [p[0], p[1]]);
+    charts.loss.rows = mergeByX(points('loss'), by.loss.smoothed.map((p) => [p[0], p[1]]));
+    charts.learningRate.rows = points('learning_rate');
+    charts.speed.rows = mergeByX(points('samples_per_second'), points('step_time_ms'));
+    charts.memory.rows = points('allocated_bytes');
+    if (by.allocated_bytes.points.some((p) => p[1] > 0)) memorySeen = true;
+    showMemoryNote();
+    const lossPoints = by.loss.points;
+    lastX = lossPoints.length ? lossPoints[lossPoints.length - 1][0] : 0;
+    const after = liveSteps.filter((s) => s.seq > throughSeq);
+    liveSteps.length = 0;
+    for (const s of after) { liveSteps.push(s); appendStep(s); }
+    for (const c of [charts.loss, charts.learningRate, charts.speed, charts.memory]) c.changed();
+    ctx.counters.stepPoints = charts.loss.rows.length;
+    ctx.counters.seriesLoads = (ctx.counters.seriesLoads || 0) + 1;
+    return series;
   }
+  // One reload at a time; steps arriving meanwhile wait in liveSteps.
+  function reloadSteps() {
+    if (loading) { loading.again = true; return loading.promise; }
+    loading = { again: false };
+    loading.promise = loadSteps().catch((error) => banner('Cannot load the series: ' + error.message, true)).finally(() => {
+      const again = loading.again;
+      loading = null;
+      if (again && ctx.alive) reloadSteps();
+    });
+    return loading.promise;
+  }
+  let smoothingTimer = null;
+  smoothing.addEventListener('input', () => { smoothingValue.textContent = smoothing.value; });
+  smoothing.addEventListener('change', () => {
+    smoothingValue.textContent = smoothing.value;
+    clearTimeout(smoothingTimer);
+    smoothingTimer = setTimeout(reloadSteps, 100);
+  });
+
+  const epochs = new Map();
   function drawEpochs() {
     const rows = [...epochs.values()].sort((a, b) => a.epoch - b.epoch);
-    charts.epochLoss.set(rows.map((e) => [e.epoch, num(e.trainLoss), e.evaluated ? num(e.testLoss) : null]));
-    charts.epochAccuracy.set(rows.map((e) => [e.epoch, num(e.trainAccuracy), e.evaluated ? num(e.testAccuracy) : null]));
+    const opt = (e, key) => (e[key] !== undefined ? num(e[key]) : null);
+    charts.epochLoss.set(rows.map((e) => [e.epoch, num(e.trainLoss), opt(e, 'valLoss'), e.evaluated ? num(e.testLoss) : null]));
+    charts.epochAccuracy.set(rows.map((e) => [e.epoch, num(e.trainAccuracy), opt(e, 'valAccuracy'), e.evaluated ? num(e.testAccuracy) : null]));
+    // Only the lines that were measured (no "val" without a validation split).
+    const visibility = [true, rows.some((e) => e.valLoss !== undefined), rows.some((e) => e.evaluated)];
+    charts.epochLoss.graph.updateOptions({ visibility });
+    charts.epochAccuracy.graph.updateOptions({ visibility });
     ctx.counters.epochPoints = rows.length;
   }
   function addLog(event) {
@@ -572,37 +1059,76 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
     if (atBottom) logs.scrollTop = logs.scrollHeight;
   }
 
-  // The step curves come first from the series endpoint (downsampled beyond max_points, with
-  // every spike kept); the event stream then replays everything else and follows live, leaving
-  // out the steps the series already held.
-  const metrics = ['loss', 'learning_rate', 'samples_per_second', 'step_time_ms', 'allocated_bytes'];
-  api(`api/jobs/${encodeURIComponent(job.id)}/series?metric=${metrics.join(',')}&max_points=4000`).then((series) => {
-    const byName = Object.fromEntries(series.series.map((s) => [s.metric, s.points]));
-    const lossPoints = byName.loss || [];
-    // The metrics of one step share x; the downsampling keeps different points per metric, so
-    // each chart takes its own series, joined on the loss series' steps where they agree.
-    const index = (points) => new Map(points.map((p) => [p[0], p[1]]));
-    const lrAt = index(byName.learning_rate || []), spsAt = index(byName.samples_per_second || []);
-    const msAt = index(byName.step_time_ms || []), memAt = index(byName.allocated_bytes || []);
-    for (const [x, value] of lossPoints) addStep(x, value, lrAt.get(x) ?? null, spsAt.get(x) ?? null, msAt.get(x) ?? null, memAt.get(x) ?? null);
-    charts.loss.onFirstDraw = () => { ctx.counters.firstChart = performance.now(); };
-    drawSteps();
+  // The job's files (model, checkpoints, profiler trace), each downloaded through fetch() so that
+  // the token goes in a header, never in a URL.
+  async function showArtifacts() {
+    let list;
+    try { list = await api(`api/jobs/${encodeURIComponent(job.id)}/artifacts`); } catch (e) { return; }
+    const files = list.artifacts || [];
+    ctx.counters.artifacts = files.map((a) => a.name);
+    if (!files.length) return;
+    artifacts.replaceChildren(el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'file'), el('th', {}, 'kind'), el('th', { class: 'num' }, 'size'), el('th', {}, 'sha256'), el('th', {}, ''))),
+      el('tbody', {}, files.map((a) => el('tr', { class: 'artifact' }, el('td', {}, a.name), el('td', {}, a.kind || ''),
+        el('td', { class: 'num' }, fmtBytes(num(a.sizeBytes))), el('td', { class: 'muted', title: a.sha256 }, (a.sha256 || '').slice(0, 12) + '…'),
+        el('td', {}, el('button', { class: 'download', onclick: () => downloadArtifact(a.name) }, 'Download')))))));
+  }
+  async function downloadArtifact(name) {
+    try {
+      const response = await fetch(`api/jobs/${encodeURIComponent(job.id)}/artifacts/${name.split('/').map(encodeURIComponent).join('/')}`,
+        { headers: { Authorization: 'Bearer ' + token() }, cache: 'no-store' });
+      if (!response.ok) throw new HttpError(response.status, await errorText(response));
+      download(name.split('/').pop(), await response.blob());
+    } catch (error) { banner(`Cannot download ${name}: ${error.message}`, true); }
+  }
+  showArtifacts();
+
+  // What the executor used while the job ran, as this mpsd sampled it each second (CPU % of one
+  // core and resident memory from /proc, GPU utilisation from NVML): polled while it runs.
+  let usageTimer = null;
+  async function showUsage() {
+    let answer;
+    try { answer = await api(`api/jobs/${encodeURIComponent(job.id)}/resources`); } catch (e) { answer = null; }
+    if (!ctx.alive) return;
+    const samples = (answer && answer.samples) || [];
+    const start = samples.length ? samples[0][0] : 0;
+    const anyGpu = samples.some((p) => p[3] !== null);
+    charts.usage.set(samples.map(([t, cpu, rss, gpu]) => [(t - start) / 1e6, cpu, anyGpu && gpu !== null ? 100 * gpu : null, rss]));
+    usage.note.hidden = samples.length > 0;
+    usage.box.hidden = samples.length === 0;
+    usage.legend.hidden = samples.length === 0;
+    usage.note.textContent = 'not sampled: this mpsd did not run the job (samples are kept in memory while it runs)';
+    if (samples.length) charts.usage.graph.resize();
+    ctx.counters.usageSamples = samples.length;
+    if (!TERMINAL.has(job.state)) usageTimer = setTimeout(showUsage, POLL_MS);
+  }
+  showUsage();
+
+  charts.loss.onFirstDraw = () => { ctx.counters.firstChart = performance.now(); };
+  reloadSteps().then(() => {
+    if (!ctx.alive) return;
     const follower = followEvents(ctx, job.id, {
-      afterSeq: 0, omitStepsThrough: num(series.throughSeq),
+      afterSeq: 0, omitStepsThrough: throughSeq,
       onEvent: (event) => {
+        const seq = num(event.seq);
         if (event.step) {
-          const s = event.step;
-          addStep(num(s.step), num(s.loss), num(s.learningRate), num(s.samplesPerSecond), num(s.stepTimeMs), num(s.allocatedBytes));
-          ctx.counters.stepsStreamed = (ctx.counters.stepsStreamed || 0) + 1;
-          drawSteps();
+          if (seq > throughSeq) {
+            const s = event.step;
+            const step = { seq, x: num(s.step), loss: num(s.loss), lr: num(s.learningRate), sps: num(s.samplesPerSecond), ms: num(s.stepTimeMs), mem: num(s.allocatedBytes) };
+            timeOfStep.set(step.x, Date.parse(event.time) * 1000);
+            liveSteps.push(step);
+            if (!loading) appendStep(step);
+            ctx.counters.stepsStreamed = (ctx.counters.stepsStreamed || 0) + 1;
+            onStep(s);
+          }
         } else if (event.epoch) {
           epochs.set(num(event.epoch.epoch), { ...event.epoch, epoch: num(event.epoch.epoch) });
           drawEpochs();
         } else {
           addLog(event);
-          if (event.state || event.summary) refresh();
+          if (event.state || event.summary) refresh().then((j) => { if (j) { job = j; showMemoryNote(); } });
+          if (event.checkpoint || (event.state && TERMINAL.has(event.state.state))) showArtifacts();
         }
-        ctx.counters.lastSeq = num(event.seq);
+        ctx.counters.lastSeq = seq;
       },
       onStatus: (status, message) => {
         live.textContent = status === 'live' ? '● live' : status === 'reconnecting' ? 'reconnecting…' : status === 'ended' ? 'finished' : 'error: ' + message;
@@ -610,25 +1136,215 @@ function trainView(ctx, body, job, setFollower, refresh, live) {
       },
     });
     setFollower(follower);
-  }, (error) => banner('Cannot load the series: ' + error.message, true));
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
-// The spec as a job file (YAML), keys as the proto names them.
+// A sweep: its trials ranked by a metric, with the values each trial took as columns.
+
+// The metrics a sweep ranks by, as `mpsctl sweep --metric` (client/tables.h): accuracy and
+// samples/s highest first, losses and times lowest first.
+const SWEEP_METRICS = {
+  val_accuracy: { label: 'val acc', higher: true, pct: true },
+  val_loss: { label: 'val loss', higher: false },
+  test_accuracy: { label: 'test acc', higher: true, pct: true },
+  test_loss: { label: 'test loss', higher: false },
+  train_loss: { label: 'train loss', higher: false },
+  samples_per_second: { label: 'samples/s', higher: true },
+  time_s: { label: 'time', higher: false },
+};
+
+// A trial's metrics as mpsctl reads them: from its summary once it finished, else from its
+// newest epoch; a figure never measured is undefined (ranked last), never 0.
+function trialMetrics(job) {
+  const s = job.summary || {};
+  const m = {};
+  const has = (v) => v !== undefined && v !== null;
+  if (num(s.epochs) > 0) {
+    for (const [key, field] of [['val_accuracy', 'valAccuracy'], ['val_loss', 'valLoss'], ['test_accuracy', 'testAccuracy'], ['test_loss', 'testLoss']]) {
+      if (has(s[field])) m[key] = num(s[field]);
+    }
+    m.train_loss = num(s.finalTrainLoss);
+    m.samples_per_second = num(s.samplesPerSecond);
+    m.time_s = num(s.totalTimeS);
+  } else if (job.lastEpoch && num(job.lastEpoch.epoch) > 0) {
+    const e = job.lastEpoch;
+    if (e.evaluated) { m.test_accuracy = num(e.testAccuracy); m.test_loss = num(e.testLoss); }
+    if (has(e.valAccuracy)) m.val_accuracy = num(e.valAccuracy);
+    if (has(e.valLoss)) m.val_loss = num(e.valLoss);
+    m.train_loss = num(e.trainLoss);
+  }
+  return m;
+}
+
+// Trials best first by `metric` ("auto": val_accuracy when a trial measured it, else
+// test_accuracy); trials without a value last, in trial order. Returns [metric, ranked].
+function rankTrials(trials, metric) {
+  const rows = trials.map((job) => ({ job, m: trialMetrics(job) }));
+  if (!metric || metric === 'auto') metric = rows.some((r) => r.m.val_accuracy !== undefined) ? 'val_accuracy' : 'test_accuracy';
+  const higher = SWEEP_METRICS[metric].higher;
+  const ranked = rows.map((r, i) => ({ ...r, i })).sort((a, b) => {
+    const x = a.m[metric], y = b.m[metric];
+    if ((x === undefined) !== (y === undefined)) return x === undefined ? 1 : -1;
+    if (x === undefined || x === y) return a.i - b.i;
+    return higher ? y - x : x - y;
+  });
+  return [metric, ranked];
+}
+
+function sweepView(ctx, body, sweep, refresh) {
+  const metric = el('select', { id: 'sweep-metric' }, el('option', { value: 'auto' }, 'auto'),
+    Object.entries(SWEEP_METRICS).map(([k, v]) => el('option', { value: k }, v.label)));
+  const compareLink = el('a', { id: 'sweep-compare', class: 'button' }, 'Compare all trials');
+  const table = el('div', { class: 'scroll', id: 'sweep-table' });
+  const parallel = el('div', { class: 'scroll', id: 'sweep-parallel' });
+  const overlay = chartCard('Loss of every trial (EMA 0.6)', 'chart-sweep-loss');
+  attachDownloads(overlay, () => overlayGraph, `sweep-${sweep.id}-loss`);
+  let overlayGraph = null;
+  body.append(el('div', { class: 'card' }, el('h2', {}, 'Trials'),
+    el('div', { class: 'toolbar' }, el('label', {}, 'Rank by ', metric), compareLink), table),
+    el('div', { class: 'grid' }, el('div', { class: 'card' }, el('h2', {}, 'Parameters and metric'), parallel), overlay.card),
+    el('div', { class: 'card' }, el('h2', {}, 'Job file'), el('pre', { id: 'spec-yaml' }, specYaml(sweep))));
+  let trials = [];
+  let timer = null;
+  function draw() {
+    const [used, ranked] = rankTrials(trials, metric.value);
+    const paths = [...new Set(trials.flatMap((t) => ((t.trial || {}).parameters || []).map((p) => p.path)))];
+    const shown = Object.keys(SWEEP_METRICS).filter((k) => k === used || ranked.some((r) => r.m[k] !== undefined));
+    const cell = (k, v) => (v === undefined ? '' : SWEEP_METRICS[k].pct ? (100 * v).toFixed(2) + '%' : k === 'time_s' ? fmtDuration(v) : fmt(v, 4));
+    table.replaceChildren(el('table', { id: 'trials' },
+      el('thead', {}, el('tr', {}, el('th', { class: 'num' }, 'rank'), el('th', { class: 'num' }, 'trial'), el('th', { class: 'num' }, 'job'),
+        paths.map((p) => el('th', { class: 'param' }, p)), el('th', {}, 'state'),
+        shown.map((k) => el('th', { class: 'num' + (k === used ? ' ranked' : '') }, SWEEP_METRICS[k].label)))),
+      el('tbody', {}, ranked.map((r, rank) => {
+        const values = Object.fromEntries(((r.job.trial || {}).parameters || []).map((p) => [p.path, p.value]));
+        const best = rank === 0 && r.m[used] !== undefined;
+        return el('tr', { class: 'trial' + (best ? ' best' : ''), 'data-job-id': r.job.id },
+          el('td', { class: 'num' }, String(rank + 1)), el('td', { class: 'num' }, String(num((r.job.trial || {}).index))),
+          el('td', { class: 'num' }, jobLink(r.job.id)), paths.map((p) => el('td', { class: 'param' }, values[p] ?? '')),
+          el('td', {}, el('span', { class: 'state state-' + r.job.state }, r.job.state)),
+          shown.map((k) => el('td', { class: 'num' + (k === used ? ' ranked' : '') }, cell(k, r.m[k]))));
+      }))));
+    compareLink.href = '#/compare?ids=' + ranked.map((r) => r.job.id).join(',') + '&metric=loss&smoothing=0.6';
+    parallel.replaceChildren(parallelCoordinates(ranked, paths, used));
+    ctx.counters.sweepRanked = ranked.map((r) => r.job.id);
+    ctx.counters.sweepMetric = used;
+  }
+  async function load() {
+    const ids = sweep.trialJobIds || [];
+    const loaded = await Promise.allSettled(ids.map((id) => api(`api/jobs/${encodeURIComponent(id)}`)));
+    trials = loaded.filter((r) => r.status === 'fulfilled').map((r) => r.value);
+    draw();
+    drawOverlay();
+    if (!ctx.alive) return;
+    if (!TERMINAL.has(sweep.state) || trials.some((t) => !TERMINAL.has(t.state))) {
+      timer = setTimeout(async () => { sweep = (await refresh()) || sweep; load(); }, POLL_MS);
+    }
+  }
+  // Every trial's smoothed loss on one chart, labelled by its parameter values.
+  async function drawOverlay() {
+    const withSteps = trials.filter((t) => t.lastStep && num(t.lastStep.step) > 0);
+    if (!withSteps.length) return;
+    const series = await Promise.all(withSteps.map((t) => api(`api/jobs/${encodeURIComponent(t.id)}/series?metric=loss&max_points=1000&smoothing=0.6`).catch(() => null)));
+    if (!ctx.alive) return;
+    const byX = new Map();
+    series.forEach((s, j) => {
+      for (const [x, v] of (s ? s.series[0].smoothed : [])) {
+        if (!byX.has(x)) byX.set(x, new Array(withSteps.length).fill(null));
+        byX.get(x)[j] = v;
+      }
+    });
+    const rows = [...byX.entries()].sort((a, b) => a[0] - b[0]).map(([x, values]) => [x, ...values]);
+    if (!rows.length) return;
+    const labels = ['step', ...withSteps.map((t) => `${t.id}: ` + (((t.trial || {}).parameters || []).map((p) => `${p.path.split('.').pop()}=${p.value}`).join(' ') || jobName(t)))];
+    const options = { file: rows, labels, xlabel: 'step', ylabel: 'loss (EMA 0.6)' };
+    if (!overlayGraph) overlayGraph = new Dygraph(overlay.box, rows, { colors: COLORS, legend: 'always', labelsDiv: overlay.legend, connectSeparatedPoints: true, ...themeOptions(), ...options });
+    else overlayGraph.updateOptions(options);
+    ctx.charts.sweepLoss = overlayGraph;
+    ctx.counters.sweepOverlaySeries = withSteps.length;
+  }
+  metric.addEventListener('change', draw);
+  load();
+  return () => clearTimeout(timer);
+}
+
+// A parallel-coordinates plot (Inselberg) of a sweep's trials as SVG: one vertical axis per
+// swept parameter (numbers on a log axis when all are positive and span more than 10×,
+// otherwise linear; text values spaced evenly) and one for the ranking metric; one line per
+// trial, the best one highlighted, the others fading with their rank.
+function parallelCoordinates(ranked, paths, metric) {
+  const NS = 'http://www.w3.org/2000/svg';
+  const svg = (tag, attrs, text) => {
+    const node = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const axes = [...paths.map((p) => ({ name: p, value: (r) => Object.fromEntries(((r.job.trial || {}).parameters || []).map((q) => [q.path, q.value]))[p] })),
+    { name: SWEEP_METRICS[metric].label, value: (r) => r.m[metric] }];
+  const width = Math.max(360, 160 * axes.length), height = 240, top = 30, bottom = 20, left = 60, right = 60;
+  const xOf = (i) => left + (axes.length === 1 ? 0 : (i * (width - left - right)) / (axes.length - 1));
+  const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width: '100%', height, id: 'parallel', role: 'img', 'aria-label': 'parallel coordinates of the trials' });
+  const scales = axes.map((axis) => {
+    const raw = ranked.map((r) => axis.value(r)).filter((v) => v !== undefined && v !== '');
+    const nums = raw.map(Number);
+    if (nums.length && nums.every(Number.isFinite)) {
+      const lo = Math.min(...nums), hi = Math.max(...nums);
+      const log = lo > 0 && hi / lo > 10;
+      const f = log ? Math.log10 : (v) => v;
+      const a = f(lo), b = f(hi);
+      return { of: (v) => (b === a ? 0.5 : (f(Number(v)) - a) / (b - a)), ticks: [[lo, 0], [hi, 1]] };
+    }
+    const values = [...new Set(raw.map(String))];
+    return { of: (v) => (values.length < 2 ? 0.5 : values.indexOf(String(v)) / (values.length - 1)), ticks: values.map((v, i) => [v, values.length < 2 ? 0.5 : i / (values.length - 1)]) };
+  });
+  const yOf = (t) => height - bottom - t * (height - top - bottom);
+  const css = getComputedStyle(document.documentElement);
+  const fg = css.getPropertyValue('--fg').trim() || '#000', muted = css.getPropertyValue('--muted').trim() || '#888';
+  axes.forEach((axis, i) => {
+    root.append(svg('line', { x1: xOf(i), x2: xOf(i), y1: top, y2: height - bottom, stroke: muted }));
+    root.append(svg('text', { x: xOf(i), y: 14, 'text-anchor': 'middle', 'font-size': 11, fill: fg }, axis.name));
+    for (const [v, t] of scales[i].ticks) {
+      root.append(svg('text', { x: xOf(i) + 4, y: yOf(t) + 4, 'font-size': 10, fill: muted }, typeof v === 'number' ? fmt(v, 3) : v));
+    }
+  });
+  [...ranked].reverse().forEach((r) => {
+    const rank = ranked.indexOf(r);
+    const points = axes.map((axis, i) => {
+      const v = axis.value(r);
+      return v === undefined || v === '' ? null : `${xOf(i)},${yOf(scales[i].of(v))}`;
+    });
+    if (points.some((p) => p === null)) return;  // Not measured yet.
+    const best = rank === 0;
+    root.append(svg('polyline', { points: points.join(' '), fill: 'none', class: 'trial-line' + (best ? ' best' : ''), 'data-job-id': r.job.id,
+      stroke: best ? COLORS[2] : COLORS[0], 'stroke-width': best ? 3 : 1.5, 'stroke-opacity': best ? 1 : Math.max(0.25, 1 - rank / ranked.length) }));
+  });
+  return root;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The spec as a job file (YAML), keys as the proto names them. Left out: request_id (a submit
+// of the copy would return this job instead of queueing another) and what mpsd generated.
+
+// Request fields that a copy leaves out and a comparison ignores.
+const GENERATED_KEYS = new Set(['requestId']);
 
 function yamlScalar(v) {
   // The JSON mapping spells 64-bit integers as strings: a job file spells them as numbers.
   if (typeof v === 'string' && /^-?\d+$/.test(v)) return v;
-  if (typeof v === 'string') return /^[\w./:@+-]+$/.test(v) && !/^(true|false|null|yes|no|~|[-+]?[\d.]+(e[-+]?\d+)?)$/i.test(v) ? v : JSON.stringify(v);
+  if (typeof v === 'string') return /^[\w./:@+-]+$/.test(v) && !/^(true|false|null|yes|no|on|off|~|[-+]?[\d.]+(e[-+]?\d+)?)$/i.test(v) ? v : JSON.stringify(v);
   return String(v);
 }
-function toYaml(value, indent = '') {
+// `value` as block YAML; the keys of maps under a key in `verbatim` are written as they are
+// (labels: user keys, sweep paths), others from lowerCamelCase to the proto's snake_case.
+function toYaml(value, indent = '', verbatim = false) {
   const lines = [];
   for (const [key, v] of Object.entries(value)) {
-    const name = camelToSnake(key);
+    const name = verbatim ? yamlScalar(key) : camelToSnake(key);
+    const inner = key === 'labels' || key === 'grid' || key === 'parameters';
     if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
       if (!Object.keys(v).length) continue;
-      lines.push(`${indent}${name}:`, toYaml(v, indent + '  '));
+      lines.push(`${indent}${name}:`, toYaml(v, indent + '  ', inner));
     } else if (Array.isArray(v)) {
       if (v.every((x) => typeof x !== 'object')) lines.push(`${indent}${name}: [${v.map(yamlScalar).join(', ')}]`);
       else for (const item of v) lines.push(`${indent}${name}:`, `${indent}- ` + toYaml(item, indent + '  ').trimStart());
@@ -638,10 +1354,23 @@ function toYaml(value, indent = '') {
   }
   return lines.join('\n');
 }
+// A sweep's parameter lists as job files write them: maps keyed by path.
+function sweepForFile(sweep) {
+  const byPath = (params) => Object.fromEntries((params || []).map(({ path, values, ...rest }) => [path, values && values.length ? values : rest]));
+  const out = {};
+  if (sweep.grid && sweep.grid.length) out.grid = byPath(sweep.grid);
+  if (sweep.random && num(sweep.random.trials)) out.random = { ...sweep.random, parameters: byPath(sweep.random.parameters) };
+  return out;
+}
 function specObject(job) {
   const spec = job.spec || {};
-  const { trainJob, benchJob, ...rest } = spec;
-  return { kind: benchJob ? 'BenchJob' : 'TrainJob', ...(trainJob || benchJob || {}), ...rest };
+  const { trainJob, benchJob, sweep, ...rest } = spec;
+  for (const key of GENERATED_KEYS) delete rest[key];
+  // A trial's name is its sweep's with "/index" appended by mpsd (server/core/sweep.cc).
+  if (job.trial && job.trial.sweepId && /\/\d+$/.test(rest.name || '')) delete rest.name;
+  const out = { kind: benchJob ? 'BenchJob' : 'TrainJob', ...(trainJob || benchJob || {}), ...rest };
+  if (sweep && Object.keys(sweep).length) out.sweep = sweepForFile(sweep);
+  return out;
 }
 function specYaml(job) { return toYaml(specObject(job)) + '\n'; }
 
@@ -652,16 +1381,33 @@ function benchView(ctx, body, job, setFollower, refresh) {
   const rows = [];
   const table = el('div', { class: 'scroll', id: 'bench-table' });
   const measure = el('select', { id: 'bench-measure' }, el('option', { value: 'ms' }, 'ms per batch (p10–p90)'), el('option', { value: 'sps' }, 'samples/s'));
-  const bars = chartCard('Bench', 'chart-bench', el('div', { class: 'toolbar' }, el('label', {}, 'Show ', measure)));
+  // Bench times span orders of magnitude (0.5 ms to 30 s): a log scale by default.
+  const logScale = el('input', { type: 'checkbox', id: 'bench-log', checked: true });
+  const bars = chartCard('Bench', 'chart-bench', el('div', { class: 'toolbar' }, el('label', {}, 'Show ', measure),
+    el('label', {}, logScale, ' log scale')));
+  attachDownloads(bars, () => graph, `job-${job.id}-bench`);
   const yaml = el('pre', { id: 'spec-yaml' }, specYaml(job));
-  body.append(el('div', { class: 'card' }, el('h2', {}, 'Rows'), table), bars.card, el('div', { class: 'card' }, el('h2', {}, 'Spec'), yaml));
+  // Rows expected: model × batch size × device × precision × mode, when the devices are named
+  // (not "all") and one memory format is asked for; a progress bar until they are all in.
+  const spec = (job.spec || {}).benchJob || {};
+  const devices = spec.devices || [];
+  const expected = devices.length && !devices.includes('all') && (spec.memoryFormats || []).length <= 1
+    ? (spec.models || []).length * (spec.batchSizes || []).length * devices.length * Math.max(1, (spec.precisions || []).length) * (spec.mode === 'both' ? 2 : 1)
+    : 0;
+  const progress = el('div', { id: 'bench-progress' });
+  body.append(el('div', { class: 'card' }, el('h2', {}, 'Rows'), progress, table), bars.card, el('div', { class: 'card' }, el('h2', {}, 'Job file'), yaml));
   let graph = null;
   measure.addEventListener('change', () => draw());
+  logScale.addEventListener('change', () => draw());
 
   function draw() {
     const view = benchLayout(rows);
     table.replaceChildren(benchTable(view));
     ctx.counters.benchRows = rows.length;
+    const text = expected ? `${rows.length} of ${expected} rows` : `${rows.length} rows`;
+    progress.replaceChildren(expected && rows.length < expected
+      ? el('div', { class: 'progress', title: text }, el('div', { style: `width:${(100 * rows.length / expected).toFixed(1)}%` }), el('span', {}, text))
+      : el('p', { class: 'muted' }, text));
     if (!view.groups.length) return;
     const sps = measure.value === 'sps';
     const data = view.groups.map((group, i) => [i + 1, ...view.devices.map((device) => {
@@ -671,13 +1417,17 @@ function benchView(ctx, body, job, setFollower, refresh) {
     })]);
     const options = {
       file: data, labels: ['row', ...view.devices], customBars: !sps, plotter: barPlotter, labelsDiv: bars.legend,
-      dateWindow: [0.4, view.groups.length + 0.6], includeZero: true, ylabel: sps ? 'samples/s' : 'ms per batch',
-      axes: { x: { ticker: () => view.groups.map((g, i) => ({ v: i + 1, label: g.label })), valueFormatter: (x) => (view.groups[x - 1] || {}).label || '' } },
+      dateWindow: [0.4, view.groups.length + 0.6], includeZero: !logScale.checked, logscale: logScale.checked,
+      ylabel: (sps ? 'samples/s' : 'ms per batch') + (logScale.checked ? ' (log)' : ''),
+      // Each group's label gets its share of the width, in a smaller font, so that none is cut.
+      axes: { x: { ticker: () => view.groups.map((g, i) => ({ v: i + 1, label: g.label })), valueFormatter: (x) => (view.groups[x - 1] || {}).label || '',
+        axisLabelWidth: Math.max(40, Math.floor((bars.box.clientWidth - 60) / view.groups.length)), axisLabelFontSize: view.groups.length > 8 ? 9 : 11 } },
     };
-    if (!graph) graph = new Dygraph(bars.box, data, { colors: COLORS, legend: 'always', ...options });
+    if (!graph) graph = new Dygraph(bars.box, data, { colors: COLORS, legend: 'always', ...themeOptions(), ...options });
     else graph.updateOptions(options);
     ctx.charts.bench = graph;
   }
+  draw();
   const follower = followEvents(ctx, job.id, {
     onEvent: (event) => {
       if (event.benchRow) { rows.push(event.benchRow); draw(); }
@@ -728,10 +1478,11 @@ function barPlotter(e) {
   const xs = sets[0].map((p) => p.canvasx);
   const gap = xs.length > 1 ? Math.min(...xs.slice(1).map((x, i) => x - xs[i])) : e.plotArea.w / 2;
   const barWidth = Math.max(2, Math.floor((gap * 0.7) / series));
-  const zero = g.toDomYCoord(0);
+  // Bars stand on zero, or on the bottom of the plot on a log scale (which has no zero).
+  const zero = g.getOption('logscale') ? e.plotArea.y + e.plotArea.h : g.toDomYCoord(0);
   for (let j = 0; j < series; j++) {
     ctx.fillStyle = COLORS[j % COLORS.length];
-    ctx.strokeStyle = '#24292f';
+    ctx.strokeStyle = getComputedStyle(document.documentElement).getPropertyValue('--fg').trim() || '#24292f';
     for (const p of sets[j]) {
       if (p.yval === null || !Number.isFinite(p.yval)) continue;
       const left = p.canvasx - (barWidth * series) / 2 + j * barWidth;
@@ -752,10 +1503,12 @@ function barPlotter(e) {
 // ---------------------------------------------------------------------------------------------
 // Compare: several jobs' curves on the same axes, and the spec keys whose values differ.
 
-// The spec flattened to dotted key paths (job file names), arrays as one value each.
+// The spec flattened to dotted key paths (job file names), arrays as one value each;
+// request_id and generated fields left out (GENERATED_KEYS).
 function flatten(value, prefix = '', out = {}) {
   for (const [key, v] of Object.entries(value)) {
-    const path = prefix + camelToSnake(key);
+    if (!prefix && GENERATED_KEYS.has(key)) continue;
+    const path = prefix + (prefix.startsWith('labels.') || prefix === 'labels.' ? key : camelToSnake(key));
     if (v !== null && typeof v === 'object' && !Array.isArray(v)) flatten(v, path + '.', out);
     else out[path] = Array.isArray(v) ? JSON.stringify(v) : String(v);
   }
@@ -771,28 +1524,63 @@ function specDifferences(specs) {
     .map((k) => ({ key: k, values: flat.map((f) => (k in f ? f[k] : '')) }));
 }
 
-function comparePage(ctx, main, ids) {
+// Each job's legend: the values of the keys that vary between the jobs (a sweep's parameters,
+// or the spec keys that differ, name and labels aside), e.g. "learning_rate=0.003 seed=2".
+function legendNames(jobs, differences) {
+  const keys = differences.map((d) => d.key).filter((k) => k !== 'name' && !k.startsWith('labels.'));
+  return jobs.map((job, j) => {
+    const parts = keys.slice(0, 3).map((k) => `${k.split('.').pop()}=${differences.find((d) => d.key === k).values[j]}`);
+    return `${job.id}: ${parts.length ? parts.join(' ') : jobName(job) || jobModel(job)}`;
+  });
+}
+
+function comparePage(ctx, main, params) {
+  // ids= (also jobs=, as the issue that asked for it spelled it).
+  const ids = (params.get('ids') || params.get('jobs') || '').split(',').map((s) => s.trim()).filter(Boolean);
   const followers = [];
   const metric = el('select', { id: 'compare-metric' }, [...STEP_METRICS, ...EPOCH_METRICS].map((m) => el('option', { value: m }, m)));
   const xAxis = el('select', { id: 'compare-x' }, el('option', { value: 'step' }, 'step'), el('option', { value: 'epoch' }, 'epoch'), el('option', { value: 'time' }, 'wall time (s)'));
-  const idsInput = el('input', { id: 'compare-ids', value: ids.join(','), size: 12, placeholder: '1,2,3' });
-  const go = el('button', { onclick: () => { location.hash = '#/compare?ids=' + idsInput.value.replace(/\s+/g, ''); } }, 'Compare');
+  const smoothing = el('input', { type: 'range', min: '0', max: '0.99', step: '0.01', id: 'compare-smoothing' });
+  const smoothingValue = el('span', {});
+  const logScale = el('input', { type: 'checkbox', id: 'compare-log' });
+  metric.value = params.get('metric') || 'loss';
+  if (!metric.value) metric.value = 'loss';
+  xAxis.value = params.get('x') || 'step';
+  if (!xAxis.value) xAxis.value = 'step';
+  smoothing.value = params.has('smoothing') ? params.get('smoothing') : '0';
+  smoothingValue.textContent = smoothing.value;
+  logScale.checked = params.get('log') === '1';
+  const idsInput = el('input', { id: 'compare-ids', value: ids.join(','), size: 16, placeholder: '1,2,3' });
+  const go = el('button', { onclick: () => { location.hash = '#/compare?' + query({ ids: idsInput.value.replace(/\s+/g, '') }); } }, 'Compare');
   const card = chartCard('Overlay', 'chart-compare');
+  attachDownloads(card, () => graph, 'compare');
   const diff = el('div', { class: 'scroll', id: 'spec-diff' });
+  const finals = el('div', { class: 'scroll', id: 'compare-finals' });
+  const errors = el('div', { id: 'compare-errors', class: 'error' });
   main.append(el('h1', {}, 'Compare'), el('div', { class: 'toolbar' }, el('label', {}, 'Jobs ', idsInput), go,
-    el('label', {}, 'Metric ', metric), el('label', {}, 'x ', xAxis)), card.card,
+    el('label', {}, 'Metric ', metric), el('label', {}, 'x ', xAxis), el('label', {}, 'Smoothing ', smoothing), smoothingValue,
+    el('label', {}, logScale, ' log scale')), errors, card.card,
+    el('div', { class: 'card' }, el('h2', {}, 'Final and best'), finals),
     el('div', { class: 'card' }, el('h2', {}, 'Spec keys that differ'), diff));
+  // The view's state as its URL query, so that a copied URL opens the same view.
+  function query(over = {}) {
+    const q = new URLSearchParams({ ids: ids.join(','), metric: metric.value, x: xAxis.value, smoothing: smoothing.value, log: logScale.checked ? '1' : '', ...over });
+    return [...q.entries()].filter(([, v]) => v !== '' && !(v === '0' && false)).map(([k, v]) => `${k}=${encodeURIComponent(v).replace(/%2C/g, ',')}`).join('&');
+  }
+  function syncUrl() { history.replaceState(null, '', '#/compare?' + query()); }
   if (ids.length < 1) { diff.append(el('p', { class: 'muted' }, 'Pick jobs in the jobs table, or type their ids.')); return {}; }
   let jobs = [];
+  let legends = [];
   let graph = null;
   let generation = 0;
 
   async function draw() {
-    if (!ctx.alive) return;
+    if (!ctx.alive || !jobs.length) return;
+    syncUrl();
     const mine = ++generation;
-    const name = metric.value, x = xAxis.value;
+    const name = metric.value, x = xAxis.value, weight = Number(smoothing.value);
     const isEpoch = EPOCH_METRICS.includes(name);
-    const series = await Promise.all(jobs.map((job) => api(`api/jobs/${encodeURIComponent(job.id)}/series?metric=${name}&max_points=2000`)));
+    const series = await Promise.all(jobs.map((job) => api(`api/jobs/${encodeURIComponent(job.id)}/series?metric=${name}&max_points=2000` + (weight > 0 ? `&smoothing=${weight}` : ''))));
     if (mine !== generation) return;
     // One row per distinct x; each job's column holds its value there (null elsewhere).
     const byX = new Map();
@@ -800,36 +1588,55 @@ function comparePage(ctx, main, ids) {
       const job = jobs[j];
       const start = seconds(job.startedAt) || 0;
       const total = num((job.lastStep || {}).totalSteps), epochs = num(((job.spec || {}).trainJob || {}).epochs) || 1;
-      for (const [px, value, timeUs] of s.series[0].points) {
+      const points = weight > 0 ? s.series[0].smoothed : s.series[0].points;
+      for (const [px, value, timeUs] of points) {
         let xv = px;
         if (x === 'time') xv = +(timeUs / 1e6 - start).toFixed(3);
         else if (x === 'epoch' && !isEpoch) xv = total ? (px / total) * epochs : px;
         else if (x === 'step' && isEpoch) xv = total ? (px / epochs) * total : px;
         if (!byX.has(xv)) byX.set(xv, new Array(jobs.length).fill(null));
-        byX.get(xv)[j] = value;
+        byX.get(xv)[j] = logScale.checked && !(value > 0) ? null : value;
       }
     });
     const rows = [...byX.entries()].sort((a, b) => a[0] - b[0]).map(([xv, values]) => [xv, ...values]);
-    const labels = [x, ...jobs.map((job) => `job ${job.id} (${jobModel(job)})`)];
+    const labels = [x, ...legends];
     ctx.counters.compareSeries = jobs.length;
     ctx.counters.comparePoints = series.map((s) => s.series[0].points.length);
+    ctx.counters.compareLabels = legends;
     if (!rows.length) rows.push([0, ...jobs.map(() => null)]);
-    const options = { file: rows, labels, xlabel: x === 'time' ? 'seconds since start' : x, ylabel: name, drawPoints: isEpoch, pointSize: 3 };
-    if (!graph) graph = new Dygraph(card.box, rows, { colors: COLORS, legend: 'always', labelsDiv: card.legend, connectSeparatedPoints: true, ...options });
+    const options = { file: rows, labels, xlabel: x === 'time' ? 'seconds since start' : x, ylabel: name + (weight > 0 ? ` (EMA ${weight})` : ''),
+      drawPoints: isEpoch, pointSize: 3, logscale: logScale.checked };
+    if (!graph) graph = new Dygraph(card.box, rows, { colors: COLORS, legend: 'always', labelsDiv: card.legend, connectSeparatedPoints: true, ...themeOptions(), ...options });
     else graph.updateOptions(options);
     ctx.charts.compare = graph;
   }
-  function showDiff() {
+  function showTables() {
     const differences = specDifferences(jobs.map(specObject));
+    legends = legendNames(jobs, differences);
     ctx.counters.diffKeys = differences.map((d) => d.key);
     diff.replaceChildren(differences.length ? el('table', { class: 'diff' },
-      el('thead', {}, el('tr', {}, el('th', {}, 'key'), jobs.map((job) => el('th', {}, `job ${job.id}`)))),
+      el('thead', {}, el('tr', {}, el('th', {}, 'key'), jobs.map((job) => el('th', {}, jobLink(job.id, `job ${job.id}`))))),
       el('tbody', {}, differences.map((d) => el('tr', {}, el('td', {}, d.key), d.values.map((v) => el('td', {}, v))))))
       : el('p', { class: 'muted' }, 'The specs are the same.'));
+    const shown = Object.keys(SWEEP_METRICS).filter((k) => jobs.some((job) => trialMetrics(job)[k] !== undefined));
+    finals.replaceChildren(el('table', { id: 'compare-final-table' },
+      el('thead', {}, el('tr', {}, el('th', {}, 'job'), el('th', {}, 'state'), shown.map((k) => el('th', { class: 'num' }, SWEEP_METRICS[k].label)), el('th', { class: 'num' }, 'best epoch'))),
+      el('tbody', {}, jobs.map((job, j) => {
+        const m = trialMetrics(job);
+        const s = job.summary || {};
+        return el('tr', {}, el('td', {}, jobLink(job.id, legends[j])), el('td', {}, el('span', { class: 'state state-' + job.state }, job.state)),
+          shown.map((k) => el('td', { class: 'num' }, m[k] === undefined ? '' : SWEEP_METRICS[k].pct ? (100 * m[k]).toFixed(2) + '%' : k === 'time_s' ? fmtDuration(m[k]) : fmt(m[k], 4))),
+          el('td', { class: 'num' }, s.bestEpoch ? `${s.bestEpoch} (${s.monitor} ${fmt(num(s.bestValue), 4)})` : ''));
+      }))));
   }
-  Promise.all(ids.map((id) => api(`api/jobs/${encodeURIComponent(id)}`))).then((loaded) => {
-    jobs = loaded;
-    showDiff();
+  // An unknown id is named, and the others are still drawn.
+  Promise.allSettled(ids.map((id) => api(`api/jobs/${encodeURIComponent(id)}`))).then((loaded) => {
+    jobs = loaded.filter((r) => r.status === 'fulfilled').map((r) => r.value);
+    const failed = loaded.map((r, i) => (r.status === 'rejected' ? `job ${ids[i]}: ${r.reason.message}` : null)).filter(Boolean);
+    errors.textContent = failed.join('; ');
+    ctx.counters.compareErrors = failed;
+    if (!jobs.length) return;
+    showTables();
     draw();
     // Running jobs' curves grow: redraw when any of them gets events, at most every 2 s.
     let due = false;
@@ -837,12 +1644,15 @@ function comparePage(ctx, main, ids) {
       followers.push(followEvents(ctx, job.id, { afterSeq: num(job.lastSeq), onEvent: () => {
         if (due) return;
         due = true;
-        setTimeout(() => { due = false; draw(); }, 2000);
+        setTimeout(() => { due = false; draw(); }, POLL_MS);
       } }));
     }
-  }, (error) => diff.replaceChildren(el('p', { class: 'error', id: 'page-error' }, error.message)));
+  });
   metric.addEventListener('change', draw);
   xAxis.addEventListener('change', draw);
+  logScale.addEventListener('change', draw);
+  smoothing.addEventListener('input', () => { smoothingValue.textContent = smoothing.value; });
+  smoothing.addEventListener('change', () => { smoothingValue.textContent = smoothing.value; draw(); });
   return { leave() { followers.forEach((f) => f.stop()); } };
 }
 

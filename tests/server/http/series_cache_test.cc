@@ -111,6 +111,68 @@ TEST_F(SeriesCacheTest, IncrementalAnswersEqualAFullRebuild) {
   EXPECT_EQ(result->series[2].points, Rebuilt(job, "loss", 100000));
 }
 
+// A resume: the job reports steps 451.. again after 700 (and epoch 5.. after 7). Every step
+// and epoch has one point, the latest attempt's, whether the cache saw the first attempt alone
+// before or reads both at once; the smoothing runs over exactly those points.
+TEST_F(SeriesCacheTest, AResumedJobHasOnePointPerStepTheLatestAttempts) {
+  SeriesCache followed(log_.get(), {});
+  Job job = NewJob();
+  Append(job, 700);
+  const std::vector<SeriesMetric> metrics = {*FindSeriesMetric("loss"),
+                                             *FindSeriesMetric("train_loss")};
+  ASSERT_TRUE(followed.Query(job.id(), metrics, 100000, 0.6).ok());
+  steps_[job.id()] = 450;
+  Append(job, 400);
+  SeriesCache fresh(log_.get(), {});
+  for (SeriesCache* cache : {&followed, &fresh}) {
+    absl::StatusOr<SeriesCache::Result> result = cache->Query(job.id(), metrics, 100000, 0.6);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const SeriesCache::Series& loss = result->series[0];
+    EXPECT_EQ(loss.raw_points, 850);
+    ASSERT_EQ(loss.points.size(), 850u);
+    EXPECT_EQ(loss.points, Rebuilt(job, "loss", 100000));
+    for (size_t i = 0; i < loss.points.size(); ++i) EXPECT_EQ(loss.points[i].x, int64_t(i) + 1);
+    // The second attempt's values from step 451 (the seqs of the second attempt are later).
+    EXPECT_GT(loss.points[450].time_us, loss.points[449].time_us + 200 * 1000000LL);
+    std::vector<int64_t> epochs;
+    for (const SeriesPoint& p : result->series[1].points) epochs.push_back(p.x);
+    EXPECT_EQ(epochs, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+    Ema ema(0.6);
+    ASSERT_EQ(loss.smoothed.size(), 850u);
+    for (size_t i = 0; i < loss.points.size(); ++i) {
+      EXPECT_DOUBLE_EQ(loss.smoothed[i].value, ema.Add(loss.points[i].value)) << i;
+    }
+    EXPECT_EQ(loss.ema_count, 850);
+    EXPECT_DOUBLE_EQ(loss.ema_last, ema.last());
+  }
+}
+
+// Smoothing over a series thinned for the chart: every smoothed point is the EMA of all points
+// up to it, not of the kept ones.
+TEST_F(SeriesCacheTest, SmoothingRunsOverEveryPointNotTheThinnedOnes) {
+  SeriesCache::Options options;
+  options.raw_limit = 1000;  // Reduced beyond: the thinning of long series.
+  SeriesCache cache(log_.get(), options);
+  Job job = NewJob();
+  Append(job, 5000);
+  absl::StatusOr<SeriesCache::Result> result =
+      cache.Query(job.id(), {*FindSeriesMetric("loss")}, 300, 0.9);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<SeriesPoint> all = Rebuilt(job, "loss", 100000);
+  std::map<int64_t, double> smoothed_at;
+  Ema ema(0.9);
+  for (const SeriesPoint& p : all) smoothed_at[p.x] = ema.Add(p.value);
+  const SeriesCache::Series& loss = result->series[0];
+  EXPECT_LE(loss.points.size(), 300u);
+  EXPECT_LE(loss.smoothed.size(), 300u);
+  EXPECT_EQ(loss.smoothed.back().x, 5000);
+  for (const SeriesPoint& p : loss.smoothed) EXPECT_NEAR(p.value, smoothed_at[p.x], 1e-9) << p.x;
+  // Ema itself is TensorBoard's: debiased, so the first value is the value itself.
+  Ema first(0.99);
+  EXPECT_DOUBLE_EQ(first.Add(3.0), 3.0);
+  EXPECT_NEAR(first.Add(1.0), (0.99 * 0.01 * 3.0 + 0.01 * 1.0) / (1 - 0.99 * 0.99), 1e-12);
+}
+
 TEST_F(SeriesCacheTest, EvictionKeepsMemoryBoundedAndAnswersRight) {
   SeriesCache::Options options;
   options.max_bytes = 64 << 10;  // Room for about one job of 1,000 points.
