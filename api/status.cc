@@ -40,10 +40,9 @@ google::rpc::ErrorInfo ErrorInfoOf(const absl::Status& status) {
 // The message as sent: at most kMaxMessageBytes (cut at a UTF-8 character boundary), so that
 // an error quoting a long input (a 4,000-character path, a 20,000-character name) still fits a
 // client's metadata limit (gRPC's default: 8 KiB for all trailers together) and says what it is.
-std::string ClientMessage(absl::string_view message) {
-  constexpr size_t kMaxMessageBytes = 2048;
-  if (message.size() <= kMaxMessageBytes) return std::string(message);
-  size_t cut = kMaxMessageBytes;
+std::string ClientMessage(absl::string_view message, size_t max_bytes = 2048) {
+  if (message.size() <= max_bytes) return std::string(message);
+  size_t cut = max_bytes;
   while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
   return absl::StrCat(message.substr(0, cut), "... (", message.size() - cut, " more bytes)");
 }
@@ -52,9 +51,14 @@ std::string ClientMessage(absl::string_view message) {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  // The message travels once, in grpc-message; the details carry what a program reads.
+  // The message travels in grpc-message; the details carry what a program reads, and the
+  // message's start again: grpc-go (1.33, Debian's) builds an error's text from the details'
+  // Status alone when there are details, and showed Go clients an empty message. Short there, so
+  // that both fit gRPC's default 8 KiB for all trailers even when grpc-message is
+  // percent-encoded.
   google::rpc::Status details;
   details.set_code(static_cast<int32_t>(status.code()));
+  details.set_message(ClientMessage(status.message(), 512));
   details.add_details()->PackFrom(ErrorInfoOf(status));
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       ClientMessage(status.message()), details.SerializeAsString());

@@ -22,7 +22,8 @@ inline constexpr char kErrorDomain[] = "mpsd";
 
 // An RPC's answer: grpc::Status::OK for OK, else the same code and message (cut to 2 KiB, saying
 // how much was cut, so that it fits a client's metadata limit), and in the binary details
-// (grpc-status-details-bin) a google.rpc.Status (its code, no second copy of the message) holding
+// (grpc-status-details-bin) a google.rpc.Status (its code, and the message cut to 512 bytes:
+// grpc-go takes an error's text from there when details are present) holding
 // one google.rpc.ErrorInfo of
 // domain "mpsd": reason the status's ErrorCause kind (api/error_cause.h) where it has one, else
 // the code's name ("NOT_FOUND"); metadata "field" for INVALID_FIELD, "rank" for RANK_FAILED,

@@ -64,7 +64,8 @@ struct Config {
   std::string tokens_file;
   // Paths that jobs submitted over TCP may name (dataset roots, torchscript, resume_from) must
   // lie under one of these directories, symlinks resolved. Default: the daemon user's home,
-  // /usr/share/datasets and the state dir.
+  // /usr/share/datasets and <state_dir>/artifacts. The rest of the state dir is refused
+  // whatever this says (server/access/data_roots.h).
   std::vector<std::string> data_roots;
   // HTTP(S) listener for the dashboard, /metrics and /healthz, "HOST:PORT" (port 0 picks a
   // free port); empty = none (the default). A non-loopback host needs TLS (the `tls:` files);

@@ -261,7 +261,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
     server->tokens_ = *std::move(tokens);
   }
   server->data_roots_ = std::make_unique<DataRoots>(
-      config.data_roots.empty() ? DefaultDataRoots(config.state_dir) : config.data_roots);
+      config.data_roots.empty() ? DefaultDataRoots(config.state_dir) : config.data_roots,
+      config.state_dir);
   if (any_tcp) {
     server->auth_processor_ = std::make_shared<TokenAuthProcessor>(server->tokens_.get());
     if (config.tls.enabled()) {
@@ -433,6 +434,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   }
   spdlog::info("state dir {}", config.state_dir);
   if (absl::Status status = server->StartHttp(); !status.ok()) return status;
+  {
+    absl::MutexLock lock(&server->mu_);
+    server->started_ = true;
+  }
   return server;
 }
 
@@ -441,7 +446,7 @@ Server::~Server() { Shutdown(); }
 bool Server::Shutdown() {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return !abandoned_;
-  spdlog::info("shutting down");
+  if (started_) spdlog::info("shutting down");
   {
     absl::MutexLock health_lock(&health_mu_);
     stopping_ = true;
@@ -493,7 +498,7 @@ bool Server::Shutdown() {
   if (lock_fd_ >= 0) close(lock_fd_);
   lock_fd_ = -1;
   shut_down_ = true;
-  spdlog::info("mpsd stopped");
+  if (started_) spdlog::info("mpsd stopped");
   return true;
 }
 

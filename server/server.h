@@ -163,6 +163,9 @@ class Server {
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // BuildAndStart returned the server: only then does Shutdown say it stops (a start that failed
+  // has nothing to stop, and its error says why).
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Shutdown() gave up waiting for gRPC (it returned false).
   bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
 };

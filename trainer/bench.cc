@@ -23,9 +23,11 @@
 #include "trainer/compat.h"
 #include "trainer/device.h"
 #include "trainer/field_checks.h"
+#include "trainer/graphed_step.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
+#include "trainer/optimizers.h"
 #include "trainer/precision.h"
 
 namespace mpsd::trainer {
@@ -46,9 +48,6 @@ constexpr int kMaxWarmupIters = 100'000;
 // Rows of one job (models × batch sizes × devices × modes × precisions × memory formats): each
 // is a stored event and a line of the summary, which every answer about the job carries.
 constexpr int64_t kMaxRows = 1'000;
-// SGD's learning rate in train_step rows; the value does not change the time of a step.
-constexpr double kLearningRate = 0.01;
-
 constexpr char kInference[] = "inference";
 constexpr char kTrainStep[] = "train_step";
 constexpr char kContiguous[] = "contiguous";
@@ -68,6 +67,8 @@ struct BenchPlan {
   double min_time_ms = 0;
   std::optional<int> cpu_threads;
   uint64_t seed = 0;
+  // train_step rows' optimizer (BenchJob.optimizer, TrainJob's defaults).
+  OptimizerConfig optimizer;
   // 1-based row that throws an out-of-memory error (fault injection); 0 = none.
   int64_t oom_at_row = 0;
 };
@@ -294,6 +295,10 @@ absl::StatusOr<BenchPlan> ResolveBenchJob(const mpsd::v1::BenchJob& job,
         ResolveFaultInjection(job, allow_fault_injection, plan)}) {
     if (!s.ok()) return s;
   }
+  absl::StatusOr<OptimizerConfig> optimizer =
+      ResolveOptimizer(job.optimizer(), Fields().Sub("optimizer"));
+  if (!optimizer.ok()) return optimizer.status();
+  plan.optimizer = *optimizer;
   const int64_t rows = static_cast<int64_t>(plan.models.size()) *
                        static_cast<int64_t>(plan.batch_sizes.size()) *
                        static_cast<int64_t>(plan.devices.size()) *
@@ -425,23 +430,52 @@ absl::Status MeasureRow(const BenchPlan& plan, const RowSpec& spec,
   }
 
   const std::optional<c10::ScalarType> autocast = AutocastType(spec.precision);
-  std::unique_ptr<torch::optim::SGD> optimizer;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<GraphedStep> graphed;
+  torch::Tensor index;
   std::function<void()> iteration;
   if (spec.mode == kTrainStep) {
     model->train();
-    optimizer = std::make_unique<torch::optim::SGD>(model->parameters(),
-                                                    torch::optim::SGDOptions(kLearningRate));
-    iteration = [&] {
-      compat::ZeroGradToNone(*optimizer);
-      torch::Tensor loss;
-      {
-        std::optional<compat::AutocastGuard> guard;
-        if (autocast) guard.emplace(device.type(), *autocast);
-        loss = torch::nn::functional::cross_entropy(model->forward(inputs), labels);
-      }
-      loss.backward();
-      optimizer->step();
-    };
+    // The TrainJob's step: its optimizer, and its whole step in one CUDA graph where a TrainJob
+    // of these settings would capture it (train_loop.cc), the batch gathered from the resident
+    // inputs by index as there.
+    optimizer = MakeOptimizer(model->parameters(), plan.optimizer);
+    GraphedStepRequest request;
+    request.device = device;
+    request.optimizer = plan.optimizer.kind;
+    request.precision =
+        ParsePrecision(spec.precision, Fields(), "precisions").value_or(Precision::kFp32);
+    request.loss_scaling = request.precision == Precision::kFp16;
+    const std::string reason = GraphedStepUnsupportedReason(request);
+    if (reason.empty()) {
+      GraphedStepOptions options;
+      options.optimizer = plan.optimizer.kind;
+      options.precision = request.precision;
+      options.batch_size = spec.batch_size;
+      options.schedule = TabulateSchedule(std::nullopt, plan.optimizer.learning_rate,
+                                          plan.optimizer.momentum, /*total_steps=*/1);
+      graphed = std::make_unique<GraphedStep>(*model, *optimizer, inputs, labels,
+                                              std::move(options));
+      index = torch::arange(spec.batch_size,
+                            torch::TensorOptions().dtype(torch::kLong).device(device));
+      row.set_step("cuda_graph");
+      iteration = [&] { graphed->Step(index); };
+    } else {
+      row.set_step("eager");
+      if (device.is_cuda()) row.set_step_note(reason);
+      iteration = [&] {
+        compat::ZeroGradToNone(*optimizer);
+        torch::Tensor logits;
+        {
+          std::optional<compat::AutocastGuard> guard;
+          if (autocast) guard.emplace(device.type(), *autocast);
+          logits = model->forward(inputs);
+        }
+        // The loss in float32, as autocast's policy (and the TrainJob's step) has it.
+        torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), labels).backward();
+        optimizer->step();
+      };
+    }
   } else {
     model->eval();
     iteration = [&] {

@@ -46,25 +46,32 @@ std::vector<std::string> DefaultDataRoots(const std::string& state_dir) {
     roots.push_back(home);
   }
   roots.push_back("/usr/share/datasets");
-  roots.push_back(state_dir);
+  roots.push_back(state_dir + "/artifacts");  // resume_from a checkpoint path
   return roots;
 }
 
-DataRoots::DataRoots(const std::vector<std::string>& roots) {
+DataRoots::DataRoots(const std::vector<std::string>& roots, const std::string& state_dir) {
   for (const std::string& root : roots) {
     const std::string resolved = Resolve(root);
     if (!resolved.empty()) roots_.push_back(resolved);
+  }
+  if (!state_dir.empty()) {
+    state_dir_ = Resolve(state_dir);
+    if (!state_dir_.empty()) artifacts_dir_ = state_dir_ + "/artifacts";
   }
 }
 
 absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& path) const {
   const std::string resolved = path.empty() ? "" : Resolve(path);
-  if (!resolved.empty()) {
+  auto under = [&resolved](const std::string& dir) {
+    return resolved == dir || dir == "/" ||
+           (absl::StartsWith(resolved, dir) && resolved[dir.size()] == '/');
+  };
+  const bool daemons_own =
+      !state_dir_.empty() && under(state_dir_) && !under(artifacts_dir_);
+  if (!resolved.empty() && !daemons_own) {
     for (const std::string& root : roots_) {
-      if (resolved == root || root == "/" ||
-          (absl::StartsWith(resolved, root) && resolved[root.size()] == '/')) {
-        return absl::OkStatus();
-      }
+      if (under(root)) return absl::OkStatus();
     }
   }
   // The roots themselves are the operator's to tell: a remote submitter learns only the rule.

@@ -15,15 +15,18 @@
 namespace mpsd::server {
 
 // The default roots: the daemon user's home directory (from the password database, else
-// $HOME), /usr/share/datasets and `state_dir`.
+// $HOME), /usr/share/datasets and `state_dir`/artifacts.
 std::vector<std::string> DefaultDataRoots(const std::string& state_dir);
 
 // Immutable after construction; thread-safe.
 class DataRoots {
  public:
   // `roots` are resolved now (symlinks followed as far as they exist); relative ones against
-  // the working directory.
-  explicit DataRoots(const std::vector<std::string>& roots);
+  // the working directory. `state_dir`, when given, is refused whatever the roots say, but for
+  // its artifacts/ (a job's checkpoints, for resume_from): its database, tokens and TLS files
+  // are the daemon's, never a job's to read (the daemon user's home, a default root, often holds
+  // it).
+  explicit DataRoots(const std::vector<std::string>& roots, const std::string& state_dir = "");
 
   // OK when every path `request` names lies under a root, and no symlink in the dataset's
   // root directory leads elsewhere (CheckTree). PERMISSION_DENIED otherwise, naming
@@ -47,6 +50,8 @@ class DataRoots {
 
  private:
   std::vector<std::string> roots_;  // Resolved, without a trailing '/'.
+  std::string state_dir_;           // Resolved; "" = none
+  std::string artifacts_dir_;       // <state_dir_>/artifacts
 };
 
 }  // namespace mpsd::server

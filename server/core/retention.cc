@@ -1,6 +1,8 @@
 // Retention: a walk of the artifacts folder, the policy as a pure plan, deletion file by file.
 #include "server/core/retention.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
@@ -22,19 +24,19 @@ using Deleted = DeleteArtifactsResponse::Deleted;
 
 constexpr absl::Duration kMeasureEvery = absl::Seconds(10);
 
-ArtifactUsage MeasureFolder(const fs::path& dir) {
+// A file's identity: hard links (checkpoint-latest.pt is one of checkpoint-epoch-N.pt) are one
+// file on disk and count once.
+using FileId = std::pair<dev_t, ino_t>;
+
+ArtifactUsage MeasureFolder(const fs::path& dir, std::set<FileId>& seen) {
   ArtifactUsage usage;
   std::error_code error;
   for (auto it = fs::recursive_directory_iterator(dir, error);
        !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
-    if (it->is_symlink(error) || !it->is_regular_file(error)) continue;
-    const std::uintmax_t size = it->file_size(error);
-    if (error) {
-      error.clear();
-      continue;
-    }
-    usage.bytes += static_cast<int64_t>(size);
+    struct stat info;
+    if (lstat(it->path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
     ++usage.files;
+    if (seen.insert({info.st_dev, info.st_ino}).second) usage.bytes += info.st_size;
   }
   return usage;
 }
@@ -53,12 +55,13 @@ std::string Describe(const Job& job) {
 
 std::map<std::string, ArtifactUsage> MeasureArtifacts(const std::string& artifacts_dir) {
   std::map<std::string, ArtifactUsage> usage;
+  std::set<FileId> seen;
   std::error_code error;
   for (auto it = fs::directory_iterator(artifacts_dir, error);
        !error && it != fs::directory_iterator(); it.increment(error)) {
     const std::string name = it->path().filename().string();
     if (!api::IsJobId(name) || it->is_symlink(error) || !it->is_directory(error)) continue;
-    usage[name] = MeasureFolder(it->path());
+    usage[name] = MeasureFolder(it->path(), seen);
   }
   return usage;
 }
@@ -168,14 +171,16 @@ absl::StatusOr<ArtifactUsage> DeleteJobArtifacts(const std::string& artifacts_di
   });
   for (const fs::directory_entry& entry : entries) {
     std::error_code e;
-    const bool is_file = !entry.is_symlink(e) && entry.is_regular_file(e);
-    const std::uintmax_t size = is_file ? entry.file_size(e) : 0;
+    struct stat info;
+    const bool is_file = lstat(entry.path().c_str(), &info) == 0 && S_ISREG(info.st_mode);
+    // Removing one of several hard links frees nothing; the last one frees the file.
+    const int64_t size = is_file && info.st_nlink == 1 ? info.st_size : 0;
     if (!fs::remove(entry.path(), e) || e) {
       return absl::InternalError(absl::StrCat(entry.path().string(), ": cannot remove: ",
                                               e ? e.message() : "not there"));
     }
     if (is_file) {
-      deleted.bytes += static_cast<int64_t>(size);
+      deleted.bytes += size;
       ++deleted.files;
     }
   }
@@ -234,10 +239,28 @@ absl::StatusOr<DeleteArtifactsResponse> ArtifactRetention::Delete(
   const std::map<std::string, std::string> needed = NeededArtifacts(jobs, artifacts_dir_);
   absl::MutexLock lock(&mu_);
   const std::map<std::string, ArtifactUsage> usage = MeasureArtifacts(artifacts_dir_);
-  std::vector<Deleted> plan;
+  // Each job once; a sweep stands for its trials (the sweep itself has no artifacts).
+  std::vector<std::string> ids;
+  std::map<std::string, std::string> reasons;  // id -> why, for each id in `ids`
   for (const std::string& id : job_ids) {
     auto job = std::find_if(jobs.begin(), jobs.end(), [&](const Job& j) { return j.id() == id; });
     if (job == jobs.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+    if (auto why = needed.find(id); why != needed.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, "'s artifacts must stay: ", why->second));
+    }
+    if (job->kind() == Job::SWEEP) {
+      for (const std::string& trial : job->trial_job_ids()) {
+        if (reasons.emplace(trial, absl::StrCat("a trial of sweep ", id)).second) {
+          ids.push_back(trial);
+        }
+      }
+    } else if (reasons.emplace(id, "requested").second) {
+      ids.push_back(id);
+    }
+  }
+  std::vector<Deleted> plan;
+  for (const std::string& id : ids) {
     if (auto why = needed.find(id); why != needed.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", id, "'s artifacts must stay: ", why->second));
@@ -248,7 +271,7 @@ absl::StatusOr<DeleteArtifactsResponse> ArtifactRetention::Delete(
       deleted.set_bytes(use->second.bytes);
       deleted.set_files(use->second.files);
     }
-    deleted.set_reason("requested");
+    deleted.set_reason(reasons.at(id));
     plan.push_back(std::move(deleted));
   }
   return DeleteLocked(std::move(plan), dry_run);
@@ -283,8 +306,9 @@ absl::StatusOr<DeleteArtifactsResponse> ArtifactRetention::DeleteLocked(
       deleted.set_files(removed->files);
       deleted_bytes_ += removed->bytes;
       measured_at_ = absl::InfinitePast();
-      spdlog::info("deleted the artifacts of job {} ({} files, {} bytes): {}", deleted.job_id(),
-                   removed->files, removed->bytes, deleted.reason());
+      spdlog::info("deleted the artifacts of job {} ({} file{}, {} bytes freed): {}",
+                   deleted.job_id(), removed->files, removed->files == 1 ? "" : "s",
+                   removed->bytes, deleted.reason());
     }
     response.set_freed_bytes(response.freed_bytes() + deleted.bytes());
     *response.add_deleted() = std::move(deleted);

@@ -34,7 +34,8 @@ struct RetentionPolicy {
   bool enabled() const { return keep_last_jobs > 0 || max_age_days > 0 || max_bytes > 0; }
 };
 
-// Bytes and regular files under one job's artifact folder.
+// Bytes and regular files under one job's artifact folder; a file with several hard links
+// (checkpoint-latest.pt and checkpoint-epoch-N.pt) counts its bytes once.
 struct ArtifactUsage {
   int64_t bytes = 0;
   int32_t files = 0;
@@ -93,7 +94,9 @@ class ArtifactRetention {
 
   // Deletes the artifacts of `job_ids` (each must be finished and not needed by `jobs`, the
   // scheduler's jobs now; nothing is deleted if one is refused): FAILED_PRECONDITION naming the
-  // job and why it must stay, NOT_FOUND for an id not in `jobs`.
+  // job and why it must stay, NOT_FOUND for an id not in `jobs`. Each job once however often it
+  // is named; a sweep stands for its trials. Bytes count each file once (hard links: one file),
+  // and a deletion frees only files whose last link it removes.
   absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> Delete(
       const std::vector<std::string>& job_ids, const std::vector<mpsd::v1::Job>& jobs,
       bool dry_run);

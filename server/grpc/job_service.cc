@@ -563,6 +563,16 @@ grpc::ServerUnaryReactor* JobService::DeleteArtifacts(
                               "job_ids"),
         response);
   }
+  constexpr int kMaxDeleteIds = 1000;
+  if (request->job_ids_size() > kMaxDeleteIds) {
+    return Answer<Response>(
+        context,
+        api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(
+                                  "job_ids: at most ", kMaxDeleteIds, " ids per call, got ",
+                                  request->job_ids_size())),
+                              "job_ids"),
+        response);
+  }
   for (const std::string& id : request->job_ids()) {
     if (!api::ParseJobId(id).has_value()) {
       return Answer<Response>(

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "api/failure_reason.h"
+#include "google/rpc/status.pb.h"
 
 namespace mpsd::api {
 namespace {
@@ -21,6 +22,13 @@ TEST(StatusTest, GrpcKeepsCodeAndMessage) {
   EXPECT_EQ(grpc.error_message(), "job 9 not found");
   const absl::Status back = FromGrpcStatus(grpc);
   EXPECT_EQ(back, absl::NotFoundError("job 9 not found"));
+  // The details' google.rpc.Status says it too (grpc-go reads the text from there), cut short.
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(grpc.error_details()));
+  EXPECT_EQ(details.message(), "job 9 not found");
+  const grpc::Status long_message = ToGrpcStatus(absl::InvalidArgumentError(std::string(5000, 'x')));
+  ASSERT_TRUE(details.ParseFromString(long_message.error_details()));
+  EXPECT_EQ(details.message(), std::string(512, 'x') + "... (4488 more bytes)");
 }
 
 TEST(StatusTest, EveryCanonicalCodeRoundTrips) {

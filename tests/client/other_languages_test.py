@@ -145,6 +145,14 @@ class GoClientTest(ClientTest):
         run(["go", "build", "-o", binary, "."], cwd=source, env=env)
         self.check_output(run([binary], env=env, timeout=600))
 
+        # mpsd's own errors read in full in Go (grpc-go takes the text from the details).
+        outside = dict(env, MPSD_DATA_ROOT="/etc")
+        result = subprocess.run([binary], env=outside, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn('code = PermissionDenied desc = train_job.dataset.root: "/etc" is not under '
+                      "the daemon's data_roots", result.stdout)
+
         # A wrong token: the example says what went wrong and exits non-zero.
         with open(self.daemon.token_file, "w") as f:
             f.write("mpsd_" + "0" * 64 + "\n")

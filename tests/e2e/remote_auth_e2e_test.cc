@@ -1126,7 +1126,8 @@ TEST_F(RemoteTest, DataRoots) {
                                             allowed + "/fashion-mnist");
   std::filesystem::create_directory_symlink("/etc", allowed + "/escape");
   const std::string config = dir_.str() + "/mpsd.yaml";
-  WriteFile(config, "data_roots: [" + allowed + ", /usr/share/datasets]\n");
+  // dir_ holds the state dir: a root over it does not open the daemon's own files.
+  WriteFile(config, "data_roots: [" + allowed + ", /usr/share/datasets, " + dir_.str() + "]\n");
   std::unique_ptr<Daemon> daemon = StartTlsDaemon({"--config", config});
   auto stub = mpsd::v1::JobService::NewStub(TlsChannel(TcpAddress(*daemon), Cert("ca.pem")));
   auto submit = [&](const mpsd::v1::SubmitJobRequest& request) {
@@ -1154,13 +1155,16 @@ TEST_F(RemoteTest, DataRoots) {
   // The path and the rule, never the daemon's list of roots (nor its state dir).
   EXPECT_THAT(message, Not(HasSubstr(allowed)));
   EXPECT_THAT(message, Not(HasSubstr("/usr/share/datasets")));
-  EXPECT_THAT(message, Not(HasSubstr(dir_.str())));
+  EXPECT_THAT(message, Not(HasSubstr(dir_.str() + "/state")));
   EXPECT_EQ(refused("/root/no-such-dir"), message);
   EXPECT_EQ(refused("/etc"), message);
   EXPECT_EQ(refused(allowed + "/escape"), message);
   EXPECT_EQ(refused(allowed + "/escape/ssl"), message);
   EXPECT_EQ(refused(allowed + "/../../etc"), message);
   EXPECT_EQ(refused("/no/such/place"), message);
+  // The daemon's own files are no job's to read, even under a root.
+  EXPECT_EQ(refused(dir_.str() + "/state"), message);
+  EXPECT_EQ(refused(dir_.str() + "/state/tokens.yaml"), message);
   // torchscript and resume_from are held to the roots too; a resume_from job id is not a path.
   mpsd::v1::SubmitJobRequest script = TrainJobRequest(64, 64, 1, 64);
   script.mutable_train_job()->mutable_model()->set_torchscript("/etc/passwd");

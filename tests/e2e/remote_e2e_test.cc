@@ -427,6 +427,11 @@ TEST_F(RemoteE2eTest, ReflectionV1AndTheHealthServiceResolve) {
     EXPECT_THAT(health.out, HasSubstr("grpc.health.v1.HealthCheckRequest "
                                       "grpc.health.v1.HealthCheckResponse (server streaming)"));
   }
+  // The error details every error carries decode from reflection alone.
+  const CommandResult info = RunCommand(
+      {ReflectionClientPath(), daemon_->address(), "describe", "google.rpc.ErrorInfo"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("field reason:"));
 }
 
 TEST_F(RemoteE2eTest, ReflectionCarriesTheProtosComments) {

@@ -20,7 +20,8 @@
 #       job profiled on steps 600-602) and without, against PyTorch eager with the same
 #       transforms on the GPU, and without them
 #   (d) ResNet-50 train step, batch 64 (3×224×224, 1000 classes, SGD lr 0.01): an mpsd BenchJob
-#       (train_step, eager) and an mpsd TrainJob on the synthetic set (the graphed step), fp32
+#       (train_step: the TrainJob's own step, graphed where the TrainJob graphs it; the row's
+#       `step` says which) and an mpsd TrainJob on the synthetic set (the graphed step), fp32
 #       contiguous and bf16 channels_last, against PyTorch eager and torch.compile (bf16
 #       channels_last) (tests/perf/torch_bench.py --mode train), 10 warm-up + 30 timed steps each
 # and writes $OUT/FAST_PATH.md (tests/perf/summarize_fast_path.py) with every row and ratio of
@@ -209,7 +210,7 @@ if has d; then
     --json "$RAW/torch_resnet_train.json" | cut -c1-200
   printf '%s\n' "kind: BenchJob" "models: [resnet50]" "batch_sizes: [64]" "devices: [cuda]" \
     "mode: train_step" "precisions: [fp32, bf16]" "memory_formats: [contiguous, channels_last]" \
-    "warmup_iters: 10" "iters: 30" > "$RUN/bench.yaml"
+    "optimizer: {name: sgd, learning_rate: 0.01}" "warmup_iters: 10" "iters: 30" > "$RUN/bench.yaml"
   timeout 150 "${MPSCTL[@]}" submit "$RUN/bench.yaml" --follow > "$RAW/mpsd_resnet_train.jsonl"
   echo "bench exit $?, rows: $(grep -c bench_row "$RAW/mpsd_resnet_train.jsonl")"
   # The TrainJob's graphed step: 50 steps of 64 random [3, 224, 224] images an epoch, drawn on the

@@ -335,7 +335,8 @@ def resnet_section(resnet_torch, resnet_compile, resnet_mpsd, trainjobs):
     out = ["### ResNet-50 train step, batch 64, [64, 3, 224, 224], SGD lr 0.01", "",
            "Median ms per step. PyTorch (torch_bench.py --mode train, cudnn.benchmark on): eager, "
            "and torch.compile (mode default) for bf16 + channels_last, synchronised around each "
-           "step. mpsd BenchJob train_step: the eager LibTorch step (torch::optim::SGD). mpsd "
+           "step. mpsd BenchJob train_step: the TrainJob's own step on one resident batch (its "
+           "`step` column: cuda_graph where the TrainJob graphs it, else eager). mpsd "
            "TrainJob: resnet50 on the synthetic set (3,200 random images drawn on the device, "
            "50 steps an epoch, 3 epochs): median epoch time of epochs 2..3 / 50 steps, the "
            "graphed step, asynchronous.", "",

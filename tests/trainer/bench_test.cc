@@ -124,6 +124,10 @@ TEST(BenchTest, CpuBenchOfTwoModelsAndTwoBatchSizesMeasuresEveryRow) {
     EXPECT_EQ(row.peak_memory_bytes(), 0);  // the cpu keeps no statistics
     EXPECT_EQ(row.speedup_vs_cpu(), 0);     // the cpu row itself
     EXPECT_EQ(row.parameters(), ParametersOf(*executor, row.model()));
+    // A train_step row runs the TrainJob's step; on the cpu its eager one, with nothing to say
+    // about a graph.
+    EXPECT_EQ(row.step(), row.mode() == "train_step" ? "eager" : "");
+    EXPECT_EQ(row.step_note(), "");
   }
 
   // The rows stream before the summary, which holds the same rows in the same order, last.
@@ -349,6 +353,11 @@ TEST(BenchValidateTest, RejectsEachBadFieldNamingItsPath) {
        "bench_job.min_time_ms: must be in [0, 3600000], got -5"},
       {"cpu_threads", [](BenchJob& j) { j.set_cpu_threads(0); },
        "bench_job.cpu_threads: must be in [1, 4096], got 0"},
+      {"optimizer", [](BenchJob& j) { j.mutable_optimizer()->set_name("lamb"); },
+       "bench_job.optimizer.name: "},
+      {"optimizer field of another optimizer",
+       [](BenchJob& j) { j.mutable_optimizer()->set_momentum(0.9); },
+       "bench_job.optimizer.momentum: "},
       {"fault injection without the option",
        [](BenchJob& j) { j.mutable_fault_injection()->set_kind("oom"); },
        "bench_job.fault_injection: accepted only when mpsd runs with --enable-fault-injection"},

@@ -128,18 +128,34 @@ TEST_F(RetentionTest, DeleteKeepsTheFolderAndNeverFollowsALink) {
   std::ofstream(fs::path(artifacts_) / "1" / "tensorboard" / "events.out") << "abc";
   std::ofstream(root_ / "precious") << "keep me";
   fs::create_symlink(root_ / "precious", fs::path(artifacts_) / "1" / "link.pt");
+  // checkpoint-latest.pt is a hard link: one file on disk, counted once.
+  fs::create_hard_link(fs::path(artifacts_) / "1" / "model.pt",
+                       fs::path(artifacts_) / "1" / "checkpoint-latest.pt");
   ArtifactRetention retention(artifacts_, {});
   EXPECT_EQ(retention.ArtifactsBytes(), 1003);
 
-  absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> dry = retention.Delete({"1"}, jobs_, true);
+  // Named twice, or through its sweep: once.
+  Job& sweep = jobs_.emplace_back();
+  sweep.set_id("9");
+  sweep.set_kind(Job::SWEEP);
+  sweep.set_state(Job::SUCCEEDED);
+  sweep.add_trial_job_ids("1");
+  absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> dry =
+      retention.Delete({"1", "1", "9"}, jobs_, true);
   ASSERT_TRUE(dry.ok()) << dry.status();
+  ASSERT_EQ(dry->deleted_size(), 1);
   EXPECT_EQ(dry->freed_bytes(), 1003);
+  absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> by_sweep = retention.Delete({"9"}, jobs_, true);
+  ASSERT_TRUE(by_sweep.ok()) << by_sweep.status();
+  ASSERT_EQ(by_sweep->deleted_size(), 1);
+  EXPECT_EQ(by_sweep->deleted(0).job_id(), "1");
+  EXPECT_EQ(by_sweep->deleted(0).reason(), "a trial of sweep 9");
   EXPECT_TRUE(fs::exists(fs::path(artifacts_) / "1" / "model.pt")) << "a dry run deletes nothing";
 
   absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> done = retention.Delete({"1"}, jobs_, false);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->deleted_size(), 1);
-  EXPECT_EQ(done->deleted(0).files(), 2);
+  EXPECT_EQ(done->deleted(0).files(), 3);
   EXPECT_EQ(done->freed_bytes(), 1003);
   EXPECT_EQ(done->artifacts_bytes(), 0);
   EXPECT_TRUE(fs::is_directory(fs::path(artifacts_) / "1"));
