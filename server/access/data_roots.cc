@@ -106,6 +106,11 @@ absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request) const {
       return s;
     }
   }
+  if (!job.model().weights().empty()) {
+    if (absl::Status s = CheckPath("train_job.model.weights", job.model().weights()); !s.ok()) {
+      return s;
+    }
+  }
   if (!job.resume_from().empty() && !IsJobId(job.resume_from())) {
     return CheckPath("train_job.resume_from", job.resume_from());
   }
