@@ -148,9 +148,12 @@ Value TrainingPart(const TrainJobConfig& job) {
   return Object(std::move(training));
 }
 
+// The spec in the job file's field names (batch_size, not batchSize).
 absl::StatusOr<Value> SpecPart(const TrainJobConfig& job) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
   std::string json;
-  if (auto s = google::protobuf::util::MessageToJsonString(job.spec, &json); !s.ok()) {
+  if (auto s = google::protobuf::util::MessageToJsonString(job.spec, &json, options); !s.ok()) {
     return absl::InternalError(absl::StrCat("the job's spec as JSON: ", s.ToString()));
   }
   Value spec;

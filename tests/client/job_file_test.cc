@@ -369,6 +369,17 @@ TEST(JobFileTest, FineTuningFieldsParseAndTheirErrorsNameTheField) {
   EXPECT_EQ(request.train_job().model().weights(), "/home/me/jobs/pretrained/r18.pt");
 }
 
+TEST(JobFileTest, ABenchJobsTorchScriptModelsAreTakenAgainstTheJobFilesDirectory) {
+  v1::SubmitJobRequest request;
+  for (const char* model : {"resnet18", "12", "models/net.pt", "/abs/net.pt"}) {
+    request.mutable_bench_job()->add_models(model);
+  }
+  MakePathsAbsolute(request, "/home/me/jobs/bench.yaml");
+  EXPECT_THAT(request.bench_job().models(),
+              ::testing::ElementsAre("resnet18", "12", "/home/me/jobs/models/net.pt",
+                                     "/abs/net.pt"));
+}
+
 TEST(JobFileTest, RelativeDatasetRootIsTakenAgainstTheJobFilesDirectory) {
   v1::SubmitJobRequest request;
   request.mutable_train_job()->mutable_dataset()->set_root("../data/pets");

@@ -216,5 +216,34 @@ TEST_F(ModelE2eTest, BadWeightsAndPrefixesAreRefusedAtSubmitNamingTheField) {
   EXPECT_EQ(jobs->jobs_size(), 0);
 }
 
+TEST_F(ModelE2eTest, ABenchJobTimesAFinishedJobsModelAndATorchScriptFile) {
+  std::vector<mpsd::v1::JobEvent> events;
+  const Job trained = Run(JobFile("model: {name: resnet18}"), events);
+  ASSERT_EQ(trained.state(), Job::SUCCEEDED) << trained.message();
+  ASSERT_EQ(Helper({"write-tinynet", dir_.str() + "/tinynet.pt", "3"}).exit_code, 0);
+  const std::string bench = dir_.str() + "/bench.yaml";
+  WriteFile(bench, absl::StrCat("kind: BenchJob\nmodels: [\"", trained.id(),
+                                "\", tinynet.pt]\nbatch_sizes: [4]\ndevices: [cpu]\n"
+                                "input_shape: [3, 32, 32]\niters: 2\nwarmup_iters: 1\n"));
+  const Job measured = Run(bench, events);
+  ASSERT_EQ(measured.state(), Job::SUCCEEDED) << measured.message();
+  ASSERT_EQ(measured.summary().bench_rows_size(), 2);
+  const mpsd::v1::BenchRow& job_row = measured.summary().bench_rows(0);
+  EXPECT_EQ(job_row.model(), absl::StrCat("job ", trained.id(), " (resnet18)"));
+  EXPECT_EQ(job_row.status(), mpsd::v1::BenchRow::OK) << job_row.message();
+  EXPECT_EQ(job_row.parameters(), 11178051);  // resnet18 with the job's 3 classes
+  const mpsd::v1::BenchRow& script_row = measured.summary().bench_rows(1);
+  EXPECT_EQ(script_row.model(), "tinynet.pt");
+  EXPECT_EQ(script_row.status(), mpsd::v1::BenchRow::OK) << script_row.message();
+  EXPECT_GT(script_row.median_ms(), 0);
+
+  WriteFile(bench, "kind: BenchJob\nmodels: [tinynet.pt]\nbatch_sizes: [4]\ndevices: [cpu]\n");
+  EXPECT_THAT(Refused(bench), HasSubstr("bench_job.models[0]: " + dir_.str() +
+                                        "/tinynet.pt: a TorchScript model needs "
+                                        "bench_job.input_shape"));
+  WriteFile(bench, "kind: BenchJob\nmodels: [resnet18, \"4242\"]\nbatch_sizes: [4]\n");
+  EXPECT_THAT(Refused(bench), HasSubstr("bench_job.models[1]: job 4242 has no model.json"));
+}
+
 }  // namespace
 }  // namespace mpsd::testing
