@@ -563,7 +563,8 @@ int Commands::GetJobs(const std::vector<std::string>& ids, std::vector<v1::Job>&
   return kExitOk;
 }
 
-int Commands::Wait(const std::vector<std::string>& job_ids, absl::Duration timeout) {
+int Commands::Wait(const std::vector<std::string>& job_ids, absl::Duration timeout,
+                   v1::Job::State expected) {
   const absl::Time deadline =
       timeout > absl::ZeroDuration() ? absl::Now() + timeout : absl::InfiniteFuture();
   std::vector<std::string> waiting = job_ids;
@@ -590,7 +591,7 @@ int Commands::Wait(const std::vector<std::string>& job_ids, absl::Duration timeo
         still.push_back(id);
         continue;
       }
-      if (job.state() != v1::Job::SUCCEEDED) all_succeeded = false;
+      if (job.state() != expected) all_succeeded = false;
       if (options_.json) {
         out_ << ToJsonLine(job) << "\n";
       } else {
@@ -659,22 +660,27 @@ int Commands::Compare(const std::vector<std::string>& job_ids, const std::string
   return kExitOk;
 }
 
-int Commands::Cancel(const std::vector<std::string>& job_ids) {
+int Commands::Cancel(const std::vector<std::string>& job_ids, bool wait) {
   int code = kExitOk;
+  std::vector<std::string> cancelled;
   for (const std::string& job_id : job_ids) {
-    const int one = CancelOne(job_id);
+    const int one = CancelOne(job_id, /*quiet=*/wait);
+    if (one == kExitOk) cancelled.push_back(job_id);
     if (code == kExitOk) code = one;
-    if (one == kExitUnreachable || one == kExitDaemonUnavailable) break;
+    if (one == kExitUnreachable || one == kExitDaemonUnavailable) return code;
   }
-  return code;
+  if (!wait || cancelled.empty()) return code;
+  const int waited = Wait(cancelled, absl::ZeroDuration(), v1::Job::CANCELLED);
+  return code == kExitOk ? waited : code;
 }
 
-int Commands::CancelOne(const std::string& job_id) {
+int Commands::CancelOne(const std::string& job_id, bool quiet) {
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   v1::Job job;
   const grpc::Status status = stub_->CancelJob(UnaryContext().get(), request, &job);
   if (!status.ok()) return RpcFailed(status);
+  if (quiet) return kExitOk;  // Wait prints the job when it has ended
   if (options_.json) {
     out_ << ToJsonLine(job) << "\n";
   } else if (job.state() == v1::Job::RUNNING) {
@@ -732,6 +738,18 @@ int Commands::Models(const std::vector<int64_t>& input_shape, std::optional<int3
   }
   if (!status.ok()) return RpcFailed(status);
   out_ << (options_.json ? ToJsonLine(response) + "\n" : FormatModelTable(response));
+  return kExitOk;
+}
+
+int Commands::DeleteArtifacts(const std::vector<std::string>& job_ids, bool dry_run) {
+  v1::DeleteArtifactsRequest request;
+  for (const std::string& id : job_ids) request.add_job_ids(id);
+  request.set_retention_policy(job_ids.empty());
+  request.set_dry_run(dry_run);
+  v1::DeleteArtifactsResponse response;
+  const grpc::Status status = stub_->DeleteArtifacts(UnaryContext().get(), request, &response);
+  if (!status.ok()) return RpcFailed(status);
+  out_ << (options_.json ? ToJsonLine(response) + "\n" : FormatDeletedArtifacts(response, dry_run));
   return kExitOk;
 }
 

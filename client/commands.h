@@ -129,8 +129,9 @@ class Commands {
   int List(const ListOptions& options);
   // CancelJob for each id in order, printing each outcome (errors on err). kExitOk when every
   // cancel was accepted; else the first failure's code (kExitFailed: unknown or finished job).
-  // An unreachable daemon stops at the first id.
-  int Cancel(const std::vector<std::string>& job_ids);
+  // An unreachable daemon stops at the first id. With `wait`, then waits as Wait does until
+  // every cancelled job has ended, and kExitOk only if each ended CANCELLED.
+  int Cancel(const std::vector<std::string>& job_ids, bool wait = false);
   // Prints the job's events with seq > after_seq. Without `follow`, stops at the newest event
   // stored when the command started and returns kExitOk. With `follow`, continues live until
   // the job ends and returns kExitOk only if it SUCCEEDED.
@@ -153,6 +154,10 @@ class Commands {
   // A table of the job's artifacts (name, size, kind, sha256), or the ListArtifactsResponse
   // as JSON.
   int Artifacts(const std::string& job_id);
+  // DeleteArtifacts of `job_ids` (`mpsctl rm`) or, when empty, by the daemon's retention policy
+  // (`mpsctl gc`); prints each job's deletion and the bytes freed and left. kExitFailed when the
+  // daemon refuses (an unfinished or still needed job, no policy).
+  int DeleteArtifacts(const std::vector<std::string>& job_ids, bool dry_run);
   // Downloads artifact `name` of the job (empty: its model, else its only artifact) to
   // `output` (empty: the artifact's file name in the current directory; a directory: into it),
   // through a temporary file "<output>.part" that a broken download resumes from; checks the
@@ -173,10 +178,12 @@ class Commands {
   // MoveJob: a queued job (or a sweep's queued trials) to `priority`.
   int Move(const std::string& job_id, int32_t priority);
   // Polls the jobs until each ended (or `timeout` passed; zero = no limit), printing each as
-  // it ends. kExitOk when all SUCCEEDED, kExitFailed when one ended otherwise,
+  // it ends. kExitOk when all ended in `expected` (SUCCEEDED unless told), kExitFailed when one
+  // ended otherwise,
   // kExitWaitTimeout when the timeout passed first; kExitUnreachable / kExitFailed for a
   // daemon that cannot be reached (for longer than reconnect_timeout) or an unknown job.
-  int Wait(const std::vector<std::string>& job_ids, absl::Duration timeout);
+  int Wait(const std::vector<std::string>& job_ids, absl::Duration timeout,
+           mpsd::v1::Job::State expected = mpsd::v1::Job::SUCCEEDED);
   // A sweep's trials ranked by `metric` (client/tables.h) in `format`.
   int Sweep(const std::string& job_id, const std::string& metric, const std::string& format);
   // The jobs' differing spec keys and final metrics side by side, in `format`.
@@ -201,8 +208,8 @@ class Commands {
   // The bench_row events stored for `job_id` up to seq `last_seq`.
   grpc::Status StoredBenchRows(const std::string& job_id, int64_t last_seq,
                                std::vector<v1::BenchRow>& rows);
-  // One CancelJob and its outcome; the exit code for it.
-  int CancelOne(const std::string& job_id);
+  // One CancelJob and its outcome (printed unless `quiet`); the exit code for it.
+  int CancelOne(const std::string& job_id, bool quiet);
   // Prints the error for a failed RPC and returns the exit code for it.
   int RpcFailed(const grpc::Status& status);
   // GetJob for each id, in order; prints the error and returns its exit code on failure.

@@ -409,6 +409,12 @@ std::string FormatServerStatus(const v1::ServerStatus& s) {
                                  : absl::StrCat("job ", s.running_job_id(), " running"),
                              s.queue_paused() ? "; paused (mpsctl resume)" : ""));
   line("jobs", FormatThousands(s.jobs_total()));
+  line("artifacts",
+       absl::StrCat(FormatMiB(s.artifacts_bytes()),
+                    s.artifacts_deleted_bytes() > 0
+                        ? absl::StrCat("; ", FormatMiB(s.artifacts_deleted_bytes()),
+                                       " deleted since start")
+                        : std::string()));
   line("memory", s.rss_bytes() > 0 ? absl::StrCat(FormatMiB(s.rss_bytes()), " resident")
                                    : std::string("unknown"));
   line("uptime", FormatSeconds(s.uptime_s()));
@@ -426,6 +432,21 @@ std::string FormatServerStatus(const v1::ServerStatus& s) {
                                  " idle; client keepalive every ",
                                  FormatSeconds(s.min_keepalive_interval_s()), " or slower"));
   }
+  return out;
+}
+
+std::string FormatDeletedArtifacts(const v1::DeleteArtifactsResponse& response, bool dry_run) {
+  std::string out;
+  for (const auto& deleted : response.deleted()) {
+    absl::StrAppend(&out, "job ", deleted.job_id(), ": ", dry_run ? "would delete " : "deleted ",
+                    Plural(deleted.files(), "file"), ", ", FormatMiB(deleted.bytes()),
+                    deleted.reason() == "requested" ? "" : absl::StrCat(" (", deleted.reason(), ")"),
+                    "\n");
+  }
+  if (response.deleted().empty()) absl::StrAppend(&out, "nothing to delete\n");
+  absl::StrAppend(&out, dry_run ? "would free " : "freed ", FormatMiB(response.freed_bytes()),
+                  "; ", FormatMiB(response.artifacts_bytes()), " of artifacts ",
+                  dry_run ? "now\n" : "left\n");
   return out;
 }
 

@@ -82,6 +82,11 @@ std::string FormatModelTable(const v1::ListModelsResponse& response);
 //   uptime      2h 01m
 //   events      12,345 stored in 456 commits, 0 pending; 81,234 events/s of commit time
 std::string FormatServerStatus(const v1::ServerStatus& status);
+// DeleteArtifacts' answer: one line per job (files, bytes, the policy's reason), then the bytes
+// freed and left; `dry_run` words it as what would happen.
+std::string FormatDeletedArtifacts(const v1::DeleteArtifactsResponse& response,
+                                   bool dry_run);
+
 // `mpsctl artifacts`: NAME, SIZE (MiB, right-aligned), KIND, SHA256; "no artifacts\n" when
 // empty.
 std::string FormatArtifacts(const v1::ListArtifactsResponse& response);

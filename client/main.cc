@@ -168,6 +168,19 @@ int main(int argc, char** argv) {
   CLI::App* cancel = app.add_subcommand(
       "cancel", "cancel queued or running jobs (or sweeps); exit 0 only if every cancel worked");
   cancel->add_option("ID", job_ids, "job ids")->required()->check(JobId());
+  bool cancel_wait = false;
+  cancel->add_flag("--wait", cancel_wait,
+                   "wait until each job has stopped and print its final state; exit 0 only if "
+                   "each ended CANCELLED");
+  bool dry_run = false;
+  CLI::App* rm = app.add_subcommand(
+      "rm", "delete finished jobs' artifacts (model, checkpoints) to free disk; their records "
+            "and logs stay");
+  rm->add_option("ID", job_ids, "job ids")->required()->check(JobId());
+  rm->add_flag("--dry-run", dry_run, "say what would be deleted, delete nothing");
+  CLI::App* gc = app.add_subcommand(
+      "gc", "apply the daemon's artifacts_retention policy now (it also runs after every job)");
+  gc->add_flag("--dry-run", dry_run, "say what would be deleted, delete nothing");
   CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
   logs->add_option("ID", job_id, "job id")->required()->check(JobId());
   logs->add_flag("-f,--follow", follow, "keep following until the job ends; exit 0 if it succeeded");
@@ -330,7 +343,9 @@ int main(int argc, char** argv) {
   if (*submit) return commands->Submit(job_file, follow, overrides);
   if (*get) return commands->Get(job_id);
   if (*list) return commands->List(list_options);
-  if (*cancel) return commands->Cancel(job_ids);
+  if (*cancel) return commands->Cancel(job_ids, cancel_wait);
+  if (*rm) return commands->DeleteArtifacts(job_ids, dry_run);
+  if (*gc) return commands->DeleteArtifacts({}, dry_run);
   if (*logs) return commands->Logs(job_id, follow, after_seq);
   if (*device) return commands->Device();
   if (*models) return commands->Models(input_shape, num_classes);

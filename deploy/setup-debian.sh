@@ -35,7 +35,9 @@ packages=(
 # (parses /metrics), Pillow, PyTorch and torchvision (write image folders and tensors files, load
 # trained models as a Python user would); the dashboard's
 # browser test (chromium, its driver, selenium); clang-14 with its sanitizer runtimes and
-# symbolizer (deploy/test-sanitizers.sh).
+# symbolizer (deploy/test-sanitizers.sh); Go with gRPC (protobuf 1.5: the 1.3 that gRPC's package
+# pulls in panics at the first call) and its protoc plugins, and Node.js with npm, for the other
+# languages' client examples (tests/client/other_languages_test.py).
 test_packages=(
   libgtest-dev
   sqlite3 openssl zsh util-linux help2man
@@ -43,8 +45,15 @@ test_packages=(
   python3-prometheus-client python3-pil python3-torch python3-torchvision
   chromium chromium-driver python3-selenium
   clang-14 libclang-rt-14-dev llvm-14
+  golang-go golang-google-grpc-dev golang-github-golang-protobuf-1-5-dev protoc-gen-go
+  protoc-gen-go-grpc
 )
-if [ "$with_tests" = 1 ]; then packages+=("${test_packages[@]}"); fi
+if [ "$with_tests" = 1 ]; then
+  packages+=("${test_packages[@]}")
+  # A Node.js that came with its own npm (e.g. NodeSource's) is used as it is.
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
+fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -117,6 +117,31 @@ absl::Status ReadTlsConfig(const YAML::Node& node, const std::string& where, Tls
   return ReadMapping(node, where, fields);
 }
 
+absl::Status ReadRetention(const YAML::Node& node, const std::string& where,
+                           RetentionPolicy& policy) {
+  const std::map<std::string, FieldReader> fields = {
+      {"keep_last_jobs",
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", policy.keep_last_jobs); }},
+      {"max_age_days",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of days", policy.max_age_days);
+       }},
+      {"max_bytes",
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "a number of bytes", policy.max_bytes); }},
+  };
+  if (absl::Status s = ReadMapping(node, where, fields); !s.ok()) return s;
+  const std::string prefix = absl::StrCat(where, ".");
+  for (absl::Status s :
+       {CheckRange(prefix, "keep_last_jobs", policy.keep_last_jobs, 0, 1000000000,
+                   "0 = no limit"),
+        CheckRange(prefix, "max_age_days", policy.max_age_days, 0.0, 36500.0, "0 = no limit"),
+        CheckRange<int64_t>(prefix, "max_bytes", policy.max_bytes, 0, kMaxBytes,
+                            "0 = no limit")}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where,
                                 ExecutorConfig& config) {
   const std::map<std::string, FieldReader> fields = {
@@ -270,6 +295,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
            }},
           {"executor",
            [&](auto& n, auto& w) { return ReadExecutorConfig(n, w, config.executor); }},
+          {"artifacts_retention",
+           [&](auto& n, auto& w) { return ReadRetention(n, w, config.artifacts_retention); }},
       };
   std::set<std::string> seen;
   for (const auto& entry : root) {
@@ -354,6 +381,11 @@ std::string FormatConfig(const Config& config) {
       {"executor.user_code_timeout_s", api::ShortestDecimal(executor.user_code_timeout_s)},
       {"executor.user_code_stall_timeout_s",
        api::ShortestDecimal(executor.user_code_stall_timeout_s)},
+      {"artifacts_retention.keep_last_jobs",
+       absl::StrCat(config.artifacts_retention.keep_last_jobs)},
+      {"artifacts_retention.max_age_days",
+       api::ShortestDecimal(config.artifacts_retention.max_age_days)},
+      {"artifacts_retention.max_bytes", absl::StrCat(config.artifacts_retention.max_bytes)},
   };
   std::string out;
   for (const auto& [key, value] : lines) absl::StrAppend(&out, key, ": ", value, "\n");

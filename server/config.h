@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/access/tls.h"
+#include "server/core/retention.h"
 
 namespace mpsd::server {
 
@@ -90,6 +91,9 @@ struct Config {
   int64_t log_file_max_bytes = 10 * 1024 * 1024;
   int log_file_max_files = 5;
   ExecutorConfig executor;
+  // Bounded disk use (`artifacts_retention:` {keep_last_jobs, max_age_days, max_bytes}; see
+  // server/core/retention.h). Default: none, nothing is deleted unless asked for.
+  RetentionPolicy artifacts_retention;
 };
 
 // The built-in configuration: every field at its default, listen and state_dir filled in.

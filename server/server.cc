@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <system_error>
@@ -39,7 +40,10 @@
 #include "server/grpc/grpc_auth.h"
 #include "server/http/http_server.h"
 #include "server/grpc/job_service.h"
+#include "api/job_state.h"
+#include "server/core/job_query.h"
 #include "server/core/job_store.h"
+#include "server/core/retention.h"
 #include "server/http/metrics.h"
 #include "server/grpc/reflection_service.h"
 #include "server/core/scheduler.h"
@@ -280,24 +284,34 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
     self->SetStorageError(error);
   };
   server->metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
-  scheduler_options.on_event = [metrics = server->metrics_.get()](const mpsd::v1::Job& job,
-                                                                   const mpsd::v1::JobEvent& e) {
+  server->retention_ = std::make_unique<ArtifactRetention>(config.state_dir + "/artifacts",
+                                                           config.artifacts_retention);
+  scheduler_options.on_event = [metrics = server->metrics_.get(),
+                                retention = server->retention_.get()](
+                                   const mpsd::v1::Job& job, const mpsd::v1::JobEvent& e) {
     metrics->ObserveEvent(job, e);
+    if (e.has_state() && api::IsTerminal(e.state().state())) retention->JobEnded();
   };
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
       scheduler_options, server->store_.get(), server->executor_.get());
   if (!scheduler.ok()) return WithRecoveryHint(scheduler.status(), config.state_dir);
   server->scheduler_ = *std::move(scheduler);
+  server->retention_->Start([scheduler = server->scheduler_.get()]() {
+    JobQuery all;
+    all.limit = std::numeric_limits<int>::max();
+    return scheduler->List(all);
+  });
   JobService::Options service_options;
   service_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
   service_options.min_keepalive_interval = kMinKeepaliveInterval;
   service_options.artifacts_dir = config.state_dir + "/artifacts";
   service_options.tokens = server->tokens_.get();
   service_options.data_roots = server->data_roots_.get();
+  service_options.retention = server->retention_.get();
   server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
 
   absl::StatusOr<std::unique_ptr<ReflectionService>> reflection =
-      ReflectionService::Create({"grpc.health.v1.Health"});
+      ReflectionService::Create();
   if (!reflection.ok()) return reflection.status();
   server->reflection_ = *std::move(reflection);
 
@@ -323,6 +337,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   // The socket is created with the process's umask: 0077 makes it 0600 from its first moment.
   const mode_t old_umask = umask(0077);
   builder.RegisterService(server->reflection_.get());
+  builder.RegisterService(server->reflection_->v1());
   AddKeepalivePolicy(builder);
   // gRPC sets SO_REUSEPORT on its TCP listeners by default: a second mpsd on the same port would
   // start too and the kernel would split connections between the two daemons.
@@ -410,6 +425,7 @@ bool Server::Shutdown() {
   tokens_.reset();
   reflection_.reset();
   service_.reset();
+  retention_.reset();  // its thread reads the scheduler
   scheduler_.reset();
   state_dir_watch_.reset();  // The scheduler checks it.
   executor_.reset();

@@ -134,6 +134,9 @@ class Server {
   std::unique_ptr<TlsCredentials> tls_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<mpsd::api::Executor> executor_;
+  // Before the scheduler: the scheduler's event hook reaches it, and its thread reads the
+  // scheduler (Shutdown stops it first).
+  std::unique_ptr<ArtifactRetention> retention_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobService> service_;
   std::unique_ptr<ReflectionService> reflection_;

@@ -308,7 +308,10 @@ Role RequiredRole(absl::string_view full_method) {
           "ListArtifacts", "GetArtifact"}) {
       if (method == viewer) return Role::kViewer;
     }
-    if (method == "SubmitJob" || method == "CancelJob") return Role::kSubmitter;
+    // Their handlers check that a submitter acts on its own jobs only.
+    if (method == "SubmitJob" || method == "CancelJob" || method == "DeleteArtifacts") {
+      return Role::kSubmitter;
+    }
     return Role::kAdmin;
   }
   if (absl::StartsWith(full_method, "/grpc.health.v1.Health/") ||

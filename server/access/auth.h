@@ -57,9 +57,9 @@ absl::Status Authorize(const Principal& principal, Role needed, absl::string_vie
 
 // The role an RPC needs, by gRPC's full method name ("/mpsd.v1.JobService/SubmitJob"). Health
 // checking and reflection need viewer; a method this table does not know needs admin, so a new
-// RPC is closed until someone decides who may call it. CancelJob needs submitter here; that a
-// submitter may cancel only its own jobs is checked by the handler, which knows the job
-// (CanCancel).
+// RPC is closed until someone decides who may call it. CancelJob and DeleteArtifacts need
+// submitter here; that a submitter may act only on its own jobs is checked by the handler,
+// which knows the job (CanCancel; DeleteArtifacts' own check).
 Role RequiredRole(absl::string_view full_method);
 
 // Whether `principal` may cancel a job submitted by `submitted_by`: admin always, a submitter

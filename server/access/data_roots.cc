@@ -11,7 +11,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace mpsd::server {
 namespace {
@@ -68,9 +67,11 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
       }
     }
   }
+  // The roots themselves are the operator's to tell: a remote submitter learns only the rule.
   return absl::PermissionDeniedError(absl::StrCat(
-      field, ": \"", path, "\" is not under the daemon's data_roots (", absl::StrJoin(roots_, ", "),
-      "); jobs submitted over TCP may only name files there"));
+      field, ": \"", path, "\" is not under the daemon's data_roots: a job submitted over TCP may "
+      "name only files under the directories its operator listed there (symbolic links "
+      "resolved); ask the operator which those are"));
 }
 
 absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& dir) const {

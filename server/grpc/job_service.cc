@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -310,22 +312,6 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// The job whose artifacts train_job.resume_from reads: the job id itself, or the <id> of a
-// path inside <artifacts_dir>/<id>/ (links and ".." resolved); "" for anything else.
-std::string ResumedJobId(const std::string& resume_from, const std::string& artifacts_dir) {
-  if (resume_from.empty() || artifacts_dir.empty()) return "";
-  if (api::IsJobId(resume_from)) return resume_from;
-  std::error_code error;
-  const std::filesystem::path path = std::filesystem::weakly_canonical(resume_from, error);
-  if (error) return "";
-  const std::filesystem::path root = std::filesystem::weakly_canonical(artifacts_dir, error);
-  if (error) return "";
-  const std::filesystem::path relative = path.lexically_relative(root);
-  if (relative.empty() || *relative.begin() == "..") return "";
-  const std::string first = relative.begin()->string();
-  return api::IsJobId(first) ? first : "";
-}
-
 }  // namespace
 
 absl::Status JobService::CanResumeFrom(const Principal& principal,
@@ -559,6 +545,69 @@ grpc::ServerUnaryReactor* JobService::MoveJob(grpc::CallbackServerContext* conte
   return Answer(context, scheduler_->Move(request->job_id(), request->priority()), response);
 }
 
+grpc::ServerUnaryReactor* JobService::DeleteArtifacts(
+    grpc::CallbackServerContext* context, const mpsd::v1::DeleteArtifactsRequest* request,
+    mpsd::v1::DeleteArtifactsResponse* response) {
+  using Response = mpsd::v1::DeleteArtifactsResponse;
+  if (options_.retention == nullptr) {
+    return Answer<Response>(context, absl::UnimplementedError("no artifacts here"), response);
+  }
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<Response>(context, principal.status(), response);
+  if (request->job_ids().empty() == !request->retention_policy()) {
+    return Answer<Response>(
+        context,
+        api::WithInvalidField(absl::InvalidArgumentError(
+                                  "job_ids: name the jobs whose artifacts to delete, or set "
+                                  "retention_policy (not both)"),
+                              "job_ids"),
+        response);
+  }
+  for (const std::string& id : request->job_ids()) {
+    if (!api::ParseJobId(id).has_value()) {
+      return Answer<Response>(
+          context,
+          api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(
+                                    "job_ids: \"", absl::CHexEscape(id.substr(0, 64)),
+                                    "\" is not a job id (a decimal number such as 12)")),
+                                "job_ids"),
+          response);
+    }
+  }
+  JobQuery all;
+  all.limit = std::numeric_limits<int>::max();
+  const std::vector<mpsd::v1::Job> jobs = scheduler_->List(all);
+  if (request->retention_policy()) {
+    if (absl::Status allowed = Authorize(*principal, Role::kAdmin, "applying the retention policy");
+        !allowed.ok()) {
+      return Answer<Response>(context, allowed, response);
+    }
+    return Answer(context, options_.retention->Apply(jobs, absl::Now(), request->dry_run()),
+                  response);
+  }
+  if (principal->role != Role::kAdmin) {
+    for (const mpsd::v1::Job& job : jobs) {
+      if (std::find(request->job_ids().begin(), request->job_ids().end(), job.id()) ==
+              request->job_ids().end() ||
+          job.submitted_by() == principal->name) {
+        continue;
+      }
+      return Answer<Response>(
+          context,
+          absl::PermissionDeniedError(absl::StrCat(
+              "deleting the artifacts of job ", job.id(), ", submitted by \"",
+              job.submitted_by(), "\", needs role admin (a submitter may delete only its own "
+              "jobs' artifacts); token \"", principal->name, "\" has ",
+              RoleName(principal->role))),
+          response);
+    }
+  }
+  return Answer(context,
+                options_.retention->Delete({request->job_ids().begin(), request->job_ids().end()},
+                                           jobs, request->dry_run()),
+                response);
+}
+
 grpc::ServerUnaryReactor* JobService::GetServerStatus(
     grpc::CallbackServerContext* context, const mpsd::v1::GetServerStatusRequest* /*request*/,
     mpsd::v1::ServerStatus* response) {
@@ -594,6 +643,10 @@ mpsd::v1::ServerStatus JobService::CurrentStatus() {
   {
     absl::MutexLock lock(&http_url_mu_);
     status.set_http_url(http_url_);
+  }
+  if (options_.retention != nullptr) {
+    status.set_artifacts_bytes(options_.retention->ArtifactsBytes());
+    status.set_artifacts_deleted_bytes(options_.retention->DeletedBytes());
   }
   return status;
 }

@@ -14,6 +14,7 @@
 #include "mpsd/v1/mpsd.grpc.pb.h"
 #include "server/access/auth.h"
 #include "server/access/data_roots.h"
+#include "server/core/retention.h"
 #include "server/core/scheduler.h"
 #include "server/core/ticker.h"
 
@@ -42,6 +43,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
     const TokenStore* tokens = nullptr;
     // Where the paths of jobs submitted over TCP must lie. Borrowed; null = no TCP listener.
     const DataRoots* data_roots = nullptr;
+    // Deletes artifacts (DeleteArtifacts) and measures them (ServerStatus). Borrowed; must
+    // outlive the service; null = DeleteArtifacts answers UNIMPLEMENTED.
+    ArtifactRetention* retention = nullptr;
   };
 
   JobService(Scheduler* scheduler, const Options& options);
@@ -102,6 +106,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* MoveJob(grpc::CallbackServerContext* context,
                                     const mpsd::v1::MoveJobRequest* request,
                                     mpsd::v1::Job* response) override;
+  grpc::ServerUnaryReactor* DeleteArtifacts(grpc::CallbackServerContext* context,
+                                            const mpsd::v1::DeleteArtifactsRequest* request,
+                                            mpsd::v1::DeleteArtifactsResponse* response) override;
   grpc::ServerUnaryReactor* GetServerStatus(grpc::CallbackServerContext* context,
                                             const mpsd::v1::GetServerStatusRequest* request,
                                             mpsd::v1::ServerStatus* response) override;

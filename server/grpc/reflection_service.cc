@@ -3,10 +3,12 @@
 #include "server/grpc/reflection_service.h"
 
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.pb.h"
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "proto/api_descriptor_set.h"
 
 namespace mpsd::server {
@@ -16,39 +18,45 @@ namespace reflection = grpc::reflection::v1alpha;
 
 constexpr int kNotFound = 5;  // grpc::StatusCode::NOT_FOUND
 
-// Reads requests and writes their answers in order, one at a time. Threads: gRPC's. Deletes
-// itself in OnDone.
-class ReflectionReactor final
-    : public grpc::ServerBidiReactor<reflection::ServerReflectionRequest,
-                                     reflection::ServerReflectionResponse> {
+// Reads requests and writes their answers in order, one at a time. Request and Response are
+// v1alpha's messages or v1's, which are the same on the wire: a v1 request is answered by
+// reparsing it as v1alpha. Threads: gRPC's. Deletes itself in OnDone.
+template <typename Request, typename Response>
+class ReflectionReactor final : public grpc::ServerBidiReactor<Request, Response> {
  public:
   explicit ReflectionReactor(const ReflectionService* service) : service_(service) {
-    StartRead(&request_);
+    this->StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // The client has sent its last request.
-      Finish(grpc::Status::OK);
+      this->Finish(grpc::Status::OK);
       return;
     }
-    response_ = service_->Answer(request_);
-    StartWrite(&response_);
+    if constexpr (std::is_same_v<Request, reflection::ServerReflectionRequest>) {
+      response_ = service_->Answer(request_);
+    } else {
+      reflection::ServerReflectionRequest request;
+      request.ParseFromString(request_.SerializeAsString());
+      response_.ParseFromString(service_->Answer(request).SerializeAsString());
+    }
+    this->StartWrite(&response_);
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
       return;
     }
-    StartRead(&request_);
+    this->StartRead(&request_);
   }
 
   void OnDone() override { delete this; }
 
  private:
   const ReflectionService* const service_;
-  reflection::ServerReflectionRequest request_;
-  reflection::ServerReflectionResponse response_;
+  Request request_;
+  Response response_;
 };
 
 void SetError(reflection::ServerReflectionResponse& response, const std::string& message) {
@@ -58,15 +66,35 @@ void SetError(reflection::ServerReflectionResponse& response, const std::string&
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ReflectionService>> ReflectionService::Create(
-    std::vector<std::string> other_services) {
+class ReflectionService::V1 final
+    : public grpc::reflection::v1::ServerReflection::CallbackService {
+ public:
+  explicit V1(const ReflectionService* service) : service_(service) {}
+
+  grpc::ServerBidiReactor<grpc::reflection::v1::ServerReflectionRequest,
+                          grpc::reflection::v1::ServerReflectionResponse>*
+  ServerReflectionInfo(grpc::CallbackServerContext* /*context*/) override {
+    return new ReflectionReactor<grpc::reflection::v1::ServerReflectionRequest,
+                                 grpc::reflection::v1::ServerReflectionResponse>(service_);
+  }
+
+ private:
+  const ReflectionService* const service_;
+};
+
+ReflectionService::ReflectionService() : v1_(std::make_unique<V1>(this)) {}
+ReflectionService::~ReflectionService() = default;
+
+grpc::Service* ReflectionService::v1() { return v1_.get(); }
+
+absl::StatusOr<std::unique_ptr<ReflectionService>> ReflectionService::Create() {
   google::protobuf::FileDescriptorSet set;
   const std::string_view bytes = mpsd::proto::ApiDescriptorSet();
   if (!set.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InternalError("the embedded API descriptor set does not parse");
   }
   std::unique_ptr<ReflectionService> service(new ReflectionService());
-  std::set<std::string> services(other_services.begin(), other_services.end());
+  std::set<std::string> services;
   for (const google::protobuf::FileDescriptorProto& file : set.file()) {
     if (!service->database_.Add(file)) {
       return absl::InternalError(absl::StrCat("descriptor set: cannot add ", file.name()));
@@ -85,7 +113,8 @@ absl::StatusOr<std::unique_ptr<ReflectionService>> ReflectionService::Create(
 grpc::ServerBidiReactor<reflection::ServerReflectionRequest,
                         reflection::ServerReflectionResponse>*
 ReflectionService::ServerReflectionInfo(grpc::CallbackServerContext* /*context*/) {
-  return new ReflectionReactor(this);
+  return new ReflectionReactor<reflection::ServerReflectionRequest,
+                               reflection::ServerReflectionResponse>(this);
 }
 
 void ReflectionService::AddWithImports(const std::string& file,

@@ -1,8 +1,9 @@
-// gRPC server reflection (grpc.reflection.v1alpha), served from the API's descriptor set with
+// gRPC server reflection (grpc.reflection.v1 and grpc.reflection.v1alpha), served from the API's descriptor set with
 // source info (proto/api_descriptor_set.h), so that a client without mpsd.proto (grpcurl,
 // grpc_cli, an editor's plugin) sees every service, message and field with its comments:
 // defaults, units, errors. gRPC's own reflection plugin serves the compiled-in descriptors,
-// which have no comments.
+// which have no comments. The set also holds grpc.health.v1's proto, so that the health service
+// that gRPC runs resolves like any other (`grpcurl describe grpc.health.v1.Health`).
 #ifndef MPSD_SERVER_GRPC_REFLECTION_SERVICE_H_
 #define MPSD_SERVER_GRPC_REFLECTION_SERVICE_H_
 
@@ -22,11 +23,14 @@ namespace mpsd::server {
 class ReflectionService final
     : public grpc::reflection::v1alpha::ServerReflection::CallbackService {
  public:
-  // Parses the embedded descriptor set. `other_services`: fully qualified names of services
-  // the server also runs without descriptors here (grpc.health.v1.Health), listed by
-  // list_services only. INTERNAL if the embedded set does not parse (a build error).
-  static absl::StatusOr<std::unique_ptr<ReflectionService>> Create(
-      std::vector<std::string> other_services);
+  // Parses the embedded descriptor set; list_services names every service it defines.
+  // INTERNAL if the embedded set does not parse (a build error).
+  static absl::StatusOr<std::unique_ptr<ReflectionService>> Create();
+  ~ReflectionService() override;
+
+  // The same protocol under grpc.reflection.v1 (its messages are v1alpha's on the wire), answered
+  // by Answer. Owned by this object; register it with the same server.
+  grpc::Service* v1();
 
   grpc::ServerBidiReactor<grpc::reflection::v1alpha::ServerReflectionRequest,
                           grpc::reflection::v1alpha::ServerReflectionResponse>*
@@ -40,7 +44,9 @@ class ReflectionService final
       const grpc::reflection::v1alpha::ServerReflectionRequest& request) const;
 
  private:
-  ReflectionService() = default;
+  class V1;
+
+  ReflectionService();
 
   // `file` and its imports, each once, serialized.
   void AddWithImports(const std::string& file,
@@ -53,6 +59,7 @@ class ReflectionService final
   std::map<std::string, std::string> files_;
   std::map<std::string, std::vector<std::string>> imports_;
   std::vector<std::string> services_;
+  std::unique_ptr<V1> v1_;
 };
 
 }  // namespace mpsd::server

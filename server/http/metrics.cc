@@ -105,6 +105,16 @@ Metrics::Metrics(std::string version)
                         .Name("mpsd_queue_paused")
                         .Help("1 while the queue is paused (mpsctl pause), else 0")
                         .Register(*registry_)),
+      artifacts_bytes_(prometheus::BuildGauge()
+                           .Name("mpsd_artifacts_bytes")
+                           .Help("Bytes of jobs' artifacts under <state_dir>/artifacts (measured "
+                                 "at most every 10 s)")
+                           .Register(*registry_)),
+      artifacts_deleted_(prometheus::BuildCounter()
+                             .Name("mpsd_artifacts_deleted_bytes_total")
+                             .Help("Bytes of artifacts deleted (mpsctl rm, mpsctl gc, the "
+                                   "artifacts_retention policy) since the daemon started")
+                             .Register(*registry_)),
       submitted_(prometheus::BuildCounter()
                      .Name("mpsd_jobs_submitted_total")
                      .Help("Jobs submitted since the daemon started")
@@ -195,6 +205,8 @@ std::string Metrics::Scrape() {
 void Metrics::UpdateFromStatus(const mpsd::v1::ServerStatus& status) {
   queue_depth_.Add({}).Set(status.queued_jobs());
   queue_paused_.Add({}).Set(status.queue_paused() ? 1 : 0);
+  artifacts_bytes_.Add({}).Set(static_cast<double>(status.artifacts_bytes()));
+  RaiseTo(artifacts_deleted_.Add({}), static_cast<double>(status.artifacts_deleted_bytes()));
   streams_open_.Add({}).Set(status.open_streams());
   resident_.Add({}).Set(static_cast<double>(status.rss_bytes()));
   RaiseTo(events_stored_.Add({}), static_cast<double>(status.events_stored()));

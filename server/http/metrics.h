@@ -89,6 +89,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& queue_paused_;
+  prometheus::Family<prometheus::Gauge>& artifacts_bytes_;
+  prometheus::Family<prometheus::Counter>& artifacts_deleted_;
   prometheus::Family<prometheus::Counter>& submitted_;
   prometheus::Family<prometheus::Counter>& steps_;
   prometheus::Family<prometheus::Counter>& samples_;

@@ -317,10 +317,13 @@ TEST(FormatTest, ServerStatus) {
   s.set_events_stored(12345);
   s.set_event_commits(456);
   s.set_commit_time_s(0.5);
+  s.set_artifacts_bytes(int64_t{12} * 1024 * 1024);
+  s.set_artifacts_deleted_bytes(int64_t{3} * 1024 * 1024);
   EXPECT_EQ(FormatServerStatus(s),
             "streams     2 open, 1 waiting for events\n"
             "queue       3 queued, job 12 running\n"
             "jobs        1,057\n"
+            "artifacts   12.0 MiB; 3.0 MiB deleted since start\n"
             "memory      45.0 MiB resident\n"
             "uptime      2h 01m\n"
             "events      12,345 stored in 456 commits, 0 pending; 24,690 events/s of commit "

@@ -116,7 +116,9 @@ class CheckConfigTest(unittest.TestCase):
                     "log_file", "log_file_max_bytes", "log_file_max_files", "tls.cert",
                     "tls.client_ca", "executor.restart_after_jobs",
                     "executor.restart_above_baseline_bytes", "executor.memory_limit_bytes",
-                    "executor.memory_fraction", "executor.mps_fallback"):
+                    "executor.memory_fraction", "executor.mps_fallback",
+                    "artifacts_retention.keep_last_jobs", "artifacts_retention.max_age_days",
+                    "artifacts_retention.max_bytes"):
             self.assertIn(key, keys)
 
     def test_bad_key_names_the_file_and_key(self):

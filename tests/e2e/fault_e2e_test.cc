@@ -29,7 +29,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 

@@ -517,9 +517,12 @@ TEST_F(MpsctlE2eTest, CancelTakesSeveralIdsAndSaysHowEachEnded) {
   EXPECT_EQ(GetJob(*daemon_, first).state(), Job::CANCELLED);
   EXPECT_EQ(GetJob(*daemon_, second).state(), Job::CANCELLED);
 
-  CommandResult all = Mpsctl({"cancel", running});
+  // --wait: returns once the running job has stopped, with its final state.
+  ASSERT_TRUE(PollUntil([&] { return GetJob(*daemon_, running).state() == Job::RUNNING; }));
+  CommandResult all = Mpsctl({"cancel", "--wait", running});
   EXPECT_EQ(all.exit_code, 0) << all.err;
-  CancelAndWait(running);
+  EXPECT_EQ(all.out, absl::StrCat("job ", running, " CANCELLED: cancelled by request\n"));
+  EXPECT_EQ(GetJob(*daemon_, running).state(), Job::CANCELLED);
   // Both already finished: each one's error, exit 1.
   CommandResult again = Mpsctl({"cancel", first, second});
   EXPECT_EQ(again.exit_code, 1);
@@ -934,6 +937,80 @@ TEST(MpsctlLostDaemonTest, FollowThatGivesUpReconnectingSaysTheDaemonWentAway) {
   EXPECT_THAT(lost.err, EndsWith(absl::StrCat("mpsctl: job ", id,
                                               " may still be running; resume with: mpsctl logs ",
                                               id, " --follow --after ", seen.back().seq(), "\n")));
+}
+
+// Bounded disk use: `mpsctl rm` frees a finished job's artifacts (its record and logs stay) and
+// refuses a running job's; `mpsctl gc` applies the config's artifacts_retention policy, which
+// the daemon also applies after every job; status reports the bytes.
+TEST(MpsctlRetentionTest, RmAndThePolicyFreeFinishedJobsArtifactsOnly) {
+  TempDir dir;
+  Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
+  const std::string config = dir.str() + "/mpsd.yaml";
+  WriteFile(config, "artifacts_retention: {keep_last_jobs: 2}\n");
+  ASSERT_NO_FATAL_FAILURE(daemon.Start({"--config", config}));
+  auto mpsctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {MpsctlPath(), "--server", daemon.address()});
+    return RunCommand(args);
+  };
+  auto submit = [&](const std::string& name, const std::string& yaml) {
+    const std::string path = dir.str() + "/" + name;
+    WriteFile(path, yaml);
+    CommandResult submitted = mpsctl({"submit", path});
+    EXPECT_EQ(submitted.exit_code, 0) << submitted.err;
+    return std::string(absl::StripSuffix(submitted.out, "\n"));
+  };
+  auto model_exists = [&](const std::string& id) {
+    return std::filesystem::exists(dir.str() + "/state/artifacts/" + id + "/model.pt");
+  };
+  const std::string first = submit("a.yaml", TinyJobYaml());
+  ASSERT_EQ(rpc_ok::WaitForEnd(daemon, first).state(), Job::SUCCEEDED);
+  ASSERT_TRUE(model_exists(first));
+
+  // A running job's artifacts stay, whoever asks.
+  const std::string running = submit("long.yaml", LongJobYaml());
+  ASSERT_TRUE(PollUntil([&] { return GetJob(daemon, running).state() == Job::RUNNING; }));
+  CommandResult refused = mpsctl({"rm", running});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.err, absl::StrCat("mpsctl: job ", running, "'s artifacts must stay: job ",
+                                      running, " is RUNNING\n"));
+  ASSERT_EQ(mpsctl({"cancel", "--wait", running}).exit_code, 0);
+
+  // rm: a dry run first, then the files go; the job and its record stay.
+  CommandResult dry = mpsctl({"rm", "--dry-run", first});
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_THAT(dry.out, StartsWith(absl::StrCat("job ", first, ": would delete 1 file, ")));
+  EXPECT_TRUE(model_exists(first));
+  CommandResult rm = mpsctl({"rm", first});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_THAT(rm.out, StartsWith(absl::StrCat("job ", first, ": deleted 1 file, ")));
+  EXPECT_THAT(rm.out, HasSubstr("\nfreed "));
+  EXPECT_FALSE(model_exists(first));
+  EXPECT_EQ(GetJob(daemon, first).state(), Job::SUCCEEDED);
+  EXPECT_EQ(mpsctl({"artifacts", first}).out, "no artifacts\n");
+  EXPECT_THAT(mpsctl({"status"}).out, HasSubstr(" deleted since start\n"));
+
+  // The policy keeps the 2 most recent jobs with artifacts: after three more jobs the oldest of
+  // them has none left, without anyone asking.
+  std::vector<std::string> later;
+  for (const char* name : {"b.yaml", "c.yaml", "d.yaml"}) {
+    later.push_back(submit(name, TinyJobYaml()));
+    ASSERT_EQ(rpc_ok::WaitForEnd(daemon, later.back()).state(), Job::SUCCEEDED);
+  }
+  EXPECT_TRUE(PollUntil([&] { return !model_exists(later[0]); }));
+  EXPECT_TRUE(model_exists(later[1]));
+  EXPECT_TRUE(model_exists(later[2]));
+  CommandResult gc = mpsctl({"gc", "--dry-run"});
+  EXPECT_EQ(gc.exit_code, 0) << gc.err;
+  EXPECT_THAT(gc.out, StartsWith("nothing to delete\nwould free 0.0 MiB; "));
+  CommandResult bad = mpsctl({"rm", "abc"});
+  EXPECT_NE(bad.exit_code, 0);
+}
+
+// Without a policy, gc says how to set one.
+TEST_F(MpsctlE2eTest, GcWithoutAPolicySaysSo) {
+  CommandResult gc = Mpsctl({"gc"});
+  EXPECT_EQ(gc.exit_code, 1);
+  EXPECT_THAT(gc.err, HasSubstr("no artifacts_retention policy"));
 }
 
 }  // namespace

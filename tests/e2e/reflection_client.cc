@@ -3,11 +3,12 @@
 // used through protobuf reflection) over a generic stub, rebuilds the server's descriptors in a
 // fresh pool, and prints what a client author would look up. Used by reflection_e2e_test.
 //
-//   reflection_client TARGET list              one service name per line
+//   reflection_client [--v1] TARGET list       one service name per line
 //   reflection_client TARGET describe SYMBOL   the symbol's file, then its leading comments
 //   reflection_client TARGET method SERVICE.METHOD
 //                                              "input OUTPUT", then the method's comments
-// Exit status: 0 found, 1 not found or an RPC error (message on stderr).
+// --v1 calls grpc.reflection.v1 (with the same messages: the two versions' are the same on the
+// wire) instead of v1alpha. Exit status: 0 found, 1 not found or an RPC error (message on stderr).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -27,7 +28,9 @@ namespace {
 
 namespace pb = google::protobuf;
 
-constexpr char kMethod[] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+constexpr char kV1alphaMethod[] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+constexpr char kV1Method[] = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+const char* method_name = kV1alphaMethod;
 
 // gRPC's compiled reflection messages, reached by name only.
 const pb::Message& Prototype(const std::string& name) {
@@ -56,7 +59,7 @@ std::unique_ptr<pb::Message> Ask(grpc::GenericStub& stub, const std::string& fie
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      stub.PrepareCall(&context, kMethod, &queue);
+      stub.PrepareCall(&context, method_name, &queue);
   void* tag = nullptr;
   bool ok = false;
   call->StartCall(reinterpret_cast<void*>(1));
@@ -120,8 +123,13 @@ int main(int argc, char** argv) {
   // A call into grpc++_reflection keeps the library (and the descriptors it registers) linked;
   // it only registers a plugin for servers this program never builds.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (argc > 1 && std::string(argv[1]) == "--v1") {
+    method_name = kV1Method;
+    --argc;
+    ++argv;
+  }
   if (argc < 3) {
-    std::cerr << "usage: reflection_client TARGET list|describe SYMBOL|method NAME\n";
+    std::cerr << "usage: reflection_client [--v1] TARGET list|describe SYMBOL|method NAME\n";
     return 2;
   }
   const std::string target = argv[1], command = argv[2];

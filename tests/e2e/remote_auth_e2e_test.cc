@@ -1150,7 +1150,11 @@ TEST_F(RemoteTest, DataRoots) {
   };
   const std::string message = refused("/root");
   EXPECT_THAT(message, StartsWith("train_job.dataset.root: \"PATH\" is not under the daemon's "
-                                  "data_roots ("));
+                                  "data_roots: a job submitted over TCP may name only files"));
+  // The path and the rule, never the daemon's list of roots (nor its state dir).
+  EXPECT_THAT(message, Not(HasSubstr(allowed)));
+  EXPECT_THAT(message, Not(HasSubstr("/usr/share/datasets")));
+  EXPECT_THAT(message, Not(HasSubstr(dir_.str())));
   EXPECT_EQ(refused("/root/no-such-dir"), message);
   EXPECT_EQ(refused("/etc"), message);
   EXPECT_EQ(refused(allowed + "/escape"), message);

@@ -29,7 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
-#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/e2e/daemon.h"
@@ -397,12 +397,36 @@ TEST_F(RemoteE2eTest, ReflectionListsTheServiceToAClientWithoutTheProto) {
   EXPECT_THAT(list.out, HasSubstr("mpsd.v1.JobService\n"));
   EXPECT_THAT(list.out, HasSubstr("grpc.health.v1.Health\n"));
   EXPECT_THAT(list.out, HasSubstr("grpc.reflection.v1alpha.ServerReflection\n"));
+  EXPECT_THAT(list.out, HasSubstr("grpc.reflection.v1.ServerReflection\n"));
 
   const CommandResult service =
       RunCommand({ReflectionClientPath(), daemon_->address(), "describe", "mpsd.v1.JobService"});
   ASSERT_EQ(service.exit_code, 0) << service.err;
   EXPECT_THAT(service.out, HasSubstr("mpsd/v1/mpsd.proto\n"));
   EXPECT_THAT(service.out, HasSubstr("\nGetArtifact\n"));
+}
+
+// Newer clients (grpcurl >= 1.9, grpcio-reflection) ask for v1 first; the health service that gRPC
+// runs resolves like mpsd's own.
+TEST_F(RemoteE2eTest, ReflectionV1AndTheHealthServiceResolve) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const CommandResult list =
+      RunCommand({ReflectionClientPath(), "--v1", daemon_->address(), "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("mpsd.v1.JobService\n"));
+  const CommandResult method = RunCommand({ReflectionClientPath(), "--v1", daemon_->address(),
+                                           "method", "mpsd.v1.JobService.StreamEvents"});
+  ASSERT_EQ(method.exit_code, 0) << method.err;
+  EXPECT_THAT(method.out, HasSubstr("after_seq"));
+  for (const bool v1 : {false, true}) {
+    std::vector<std::string> command = {ReflectionClientPath(), daemon_->address(), "method",
+                                        "grpc.health.v1.Health.Watch"};
+    if (v1) command.insert(command.begin() + 1, "--v1");
+    const CommandResult health = RunCommand(command);
+    ASSERT_EQ(health.exit_code, 0) << (v1 ? "v1: " : "v1alpha: ") << health.err;
+    EXPECT_THAT(health.out, HasSubstr("grpc.health.v1.HealthCheckRequest "
+                                      "grpc.health.v1.HealthCheckResponse (server streaming)"));
+  }
 }
 
 TEST_F(RemoteE2eTest, ReflectionCarriesTheProtosComments) {

@@ -201,6 +201,13 @@ TEST_F(ConfigTest, NumericKeysAreBounded) {
        "executor.memory_limit_bytes: must be >= 0 and <= 1125899906842624 (0 = none)"},
       {"executor:\n  restart_above_baseline_bytes: 9223372036854775807\n",
        "executor.restart_above_baseline_bytes: must be >= 0 and <= "},
+      {"artifacts_retention:\n  keep_last_jobs: -1\n",
+       "artifacts_retention.keep_last_jobs: must be >= 0 and <= 1000000000 (0 = no limit)"},
+      {"artifacts_retention:\n  max_age_days: .nan\n",
+       "artifacts_retention.max_age_days: must be >= 0 and <= 36500"},
+      {"artifacts_retention:\n  max_bytes: 50GiB\n",
+       "artifacts_retention.max_bytes: expected a number of bytes, got \"50GiB\""},
+      {"artifacts_retention:\n  keep_last: 3\n", "artifacts_retention.keep_last: unknown key"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Config> config = LoadConfig(Write(c.text));

@@ -91,6 +91,9 @@ TEST(RequiredRoleTest, EveryRpcOfTheApi) {
   }
   EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/SubmitJob"), Role::kSubmitter);
   EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/CancelJob"), Role::kSubmitter);
+  EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/DeleteArtifacts"), Role::kSubmitter);
+  EXPECT_EQ(RequiredRole("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            Role::kViewer);
   EXPECT_EQ(RequiredRole("/grpc.health.v1.Health/Check"), Role::kViewer);
   EXPECT_EQ(RequiredRole("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"),
             Role::kViewer);
