@@ -719,14 +719,26 @@ std::string AgainstDirectory(const std::string& path, const std::filesystem::pat
 }  // namespace
 
 void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_file) {
-  if (!request.has_train_job()) return;
+  if (!request.has_train_job() && !request.has_bench_job()) return;
   std::error_code ec;
   const std::filesystem::path dir =
       std::filesystem::absolute(job_file, ec).lexically_normal().parent_path();
   if (ec) return;
+  if (request.has_bench_job()) {
+    // A TorchScript file among the models; zoo names and job ids stay as they are.
+    for (std::string& model : *request.mutable_bench_job()->mutable_models()) {
+      if (absl::EndsWith(model, ".pt") || absl::StrContains(model, "/")) {
+        model = AgainstDirectory(model, dir);
+      }
+    }
+    return;
+  }
   v1::TrainJob& job = *request.mutable_train_job();
   if (!job.model().torchscript().empty()) {
     job.mutable_model()->set_torchscript(AgainstDirectory(job.model().torchscript(), dir));
+  }
+  if (!job.model().weights().empty()) {
+    job.mutable_model()->set_weights(AgainstDirectory(job.model().weights(), dir));
   }
   if (!job.dataset().root().empty()) {
     job.mutable_dataset()->set_root(AgainstDirectory(job.dataset().root(), dir));

@@ -54,11 +54,12 @@ inline constexpr int64_t kMaxJobFileBytes = int64_t{1} << 20;
 // (from errno) when the file cannot be read; the message names the path.
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
 
-// Makes the TrainJob's relative file paths absolute against the directory of `job_file` (itself
+// Makes the job's relative file paths absolute against the directory of `job_file` (itself
 // taken against the current directory), since the daemon resolves relative paths against its
-// own working directory: model.torchscript, dataset.root, and resume_from unless it is a job id
-// (all digits).
-// Absolute paths, empty fields and other job kinds are left alone. Thread-safe.
+// own working directory: a TrainJob's model.torchscript, model.weights, dataset.root, and
+// resume_from unless it is a job id (all digits); a BenchJob's models that are TorchScript files
+// (ending in ".pt" or holding a '/'). Absolute paths and empty fields are left alone.
+// Thread-safe.
 void MakePathsAbsolute(mpsd::v1::SubmitJobRequest& request, const std::string& job_file);
 
 // The job file for `request`: `kind:` first, then the set request-level fields (priority,

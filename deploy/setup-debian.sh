@@ -32,7 +32,8 @@ packages=(
 # Only for the tests (deploy/test.sh): GoogleTest; the command-line tools the tests run (sqlite3
 # salvage, openssl certificates, zsh completion, prlimit, help2man's man pages in the .deb);
 # Python with the client's libraries, venv and pip (the Python client tests), prometheus-client
-# (parses /metrics), Pillow and PyTorch (write image folders and tensors files); the dashboard's
+# (parses /metrics), Pillow, PyTorch and torchvision (write image folders and tensors files, load
+# trained models as a Python user would); the dashboard's
 # browser test (chromium, its driver, selenium); clang-14 with its sanitizer runtimes and
 # symbolizer (deploy/test-sanitizers.sh); Go with gRPC (protobuf 1.5: the 1.3 that gRPC's package
 # pulls in panics at the first call) and its protoc plugins, and Node.js with npm, for the other
@@ -41,7 +42,7 @@ test_packages=(
   libgtest-dev
   sqlite3 openssl zsh util-linux help2man
   python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools
-  python3-prometheus-client python3-pil python3-torch
+  python3-prometheus-client python3-pil python3-torch python3-torchvision
   chromium chromium-driver python3-selenium
   clang-14 libclang-rt-14-dev llvm-14
   golang-go golang-google-grpc-dev golang-github-golang-protobuf-1-5-dev protoc-gen-go

@@ -7,20 +7,30 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/job_id.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "trainer/compat.h"
+#include "trainer/model_export.h"
+#include "trainer/models/torchscript.h"
+#include "trainer/state_dict.h"
 #include "trainer/device.h"
 #include "trainer/field_checks.h"
 #include "trainer/graphed_step.h"
@@ -53,9 +63,18 @@ constexpr char kTrainStep[] = "train_step";
 constexpr char kContiguous[] = "contiguous";
 constexpr char kChannelsLast[] = "channels_last";
 
+// One entry of BenchJob.models: a zoo model, a TorchScript file, or a finished job's model.
+struct BenchModel {
+  std::string label;                  // the rows' `model`: "resnet18", "tinynet.pt", "job 12 …"
+  const ModelEntry* entry = nullptr;  // the zoo's; nullptr for a TorchScript file
+  std::string torchscript;            // the TorchScript file (torch.jit.save)
+  std::string state_dict;             // a finished zoo job's weights (model.state_dict.pt)
+  InputKind input_kind = InputKind::kAny;
+};
+
 // A BenchJob with every default applied and every name looked up.
 struct BenchPlan {
-  std::vector<const ModelEntry*> models;
+  std::vector<BenchModel> models;
   std::vector<ModelConfig> model_configs;  // one per model
   std::vector<int> batch_sizes;
   std::vector<torch::Device> devices;  // the cpu first
@@ -76,7 +95,7 @@ struct BenchPlan {
 // One row to measure.
 struct RowSpec {
   int64_t index = 0;  // 1-based, in run order
-  const ModelEntry* model = nullptr;
+  const BenchModel* model = nullptr;
   const ModelConfig* model_config = nullptr;
   int batch_size = 0;
   std::string mode;
@@ -116,8 +135,93 @@ std::vector<std::string> Distinct(const google::protobuf::RepeatedPtrField<std::
   return out;
 }
 
-absl::Status ResolveModels(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
-  const std::string known = KnownNames(ModelNames());
+// A TorchScript file as models[i]: its forward tried on one example of `input_shape`.
+absl::StatusOr<BenchModel> TorchScriptModel(const std::string& path, int i,
+                                            const ModelConfig& config) {
+  if (config.input_shape.empty()) {
+    return FieldError(Indexed("models", i),
+                      absl::StrFormat("%s: a TorchScript model needs bench_job.input_shape (one "
+                                      "example, e.g. [3, 224, 224])",
+                                      path));
+  }
+  absl::StatusOr<int64_t> parameters =
+      CheckTorchScriptModel(path, config.input_shape, config.num_classes);
+  if (!parameters.ok()) return FieldError(Indexed("models", i), parameters.status().message());
+  BenchModel model;
+  model.torchscript = path;
+  model.input_kind = config.input_shape.size() == 3 ? InputKind::kImage : InputKind::kAny;
+  return model;
+}
+
+// object[key], or an empty value when it is missing.
+const google::protobuf::Value& Member(const google::protobuf::Struct& object,
+                                      const std::string& key) {
+  static const google::protobuf::Value* const kMissing = new google::protobuf::Value();
+  const auto it = object.fields().find(key);
+  return it == object.fields().end() ? *kMissing : it->second;
+}
+
+// A finished TrainJob of this daemon as models[i]: its model.json (trainer/model_export.h) says
+// which model, its input shape and classes; a zoo model runs with the job's state dict, a
+// TorchScript job's model.pt as it was saved.
+absl::StatusOr<BenchModel> JobModel(const std::string& job_id, int i,
+                                    const std::string& artifacts_dir, ModelConfig& config) {
+  const std::string field = Indexed("models", i);
+  if (artifacts_dir.empty()) {
+    return FieldError(field, "this executor has no artifacts directory to find job models in");
+  }
+  const std::filesystem::path dir = std::filesystem::path(artifacts_dir) / job_id;
+  std::ifstream in(dir / kModelJsonFile);
+  if (!in) {
+    return FieldError(field, absl::StrFormat("job %s has no %s: not a TrainJob of this daemon "
+                                             "that finished",
+                                             job_id, kModelJsonFile));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  google::protobuf::Struct card;
+  if (!google::protobuf::util::JsonStringToMessage(text.str(), &card).ok()) {
+    return FieldError(field, absl::StrCat((dir / kModelJsonFile).string(), ": not JSON"));
+  }
+  const google::protobuf::Struct& model_part = Member(card, "model").struct_value();
+  config.input_shape.clear();
+  for (const auto& v : Member(Member(card, "input").struct_value(), "shape").list_value().values()) {
+    config.input_shape.push_back(static_cast<int64_t>(v.number_value()));
+  }
+  config.num_classes = static_cast<int64_t>(Member(model_part, "num_classes").number_value());
+  const google::protobuf::Value& name = Member(model_part, "name");
+  if (config.input_shape.empty() || config.num_classes < 1 ||
+      !(name.has_null_value() || name.has_string_value())) {
+    return FieldError(field, absl::StrCat((dir / kModelJsonFile).string(),
+                                          ": no model.name, model.num_classes or input.shape"));
+  }
+  if (name.has_null_value()) {
+    absl::StatusOr<BenchModel> model =
+        TorchScriptModel((dir / "model.pt").string(), i, config);
+    if (model.ok()) model->label = absl::StrFormat("job %s (torchscript)", job_id);
+    return model;
+  }
+  BenchModel model;
+  model.entry = FindModel(name.string_value());
+  if (model.entry == nullptr) {
+    return FieldError(field, absl::StrFormat("job %s's model \"%s\" is not in this executor's "
+                                             "zoo",
+                                             job_id, name.string_value()));
+  }
+  config.preset = Member(model_part, "preset").string_value();
+  if (absl::Status s = CheckModelConfig(*model.entry, config); !s.ok()) {
+    return FieldError(field, s.message());
+  }
+  model.state_dict = (dir / kStateDictFile).string();
+  model.input_kind = model.entry->input_kind;
+  model.label = absl::StrFormat("job %s (%s)", job_id, name.string_value());
+  return model;
+}
+
+absl::Status ResolveModels(const mpsd::v1::BenchJob& job, const std::string& artifacts_dir,
+                           BenchPlan& plan) {
+  const std::string known = absl::StrCat(
+      KnownNames(ModelNames()), ", a TorchScript file (.pt) or a finished job's id");
   if (job.models().empty()) return FieldError("models", "at least one model required " + known);
   const std::vector<int64_t> input_shape(job.input_shape().begin(), job.input_shape().end());
   if (!input_shape.empty()) {
@@ -131,18 +235,30 @@ absl::Status ResolveModels(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
     }
   }
   for (int i = 0; i < job.models_size(); ++i) {
-    const ModelEntry* model = FindModel(job.models(i));
-    if (model == nullptr) {
-      return FieldError(Indexed("models", i),
-                        absl::StrFormat("unknown model \"%s\" %s", job.models(i), known));
-    }
+    const std::string& name = job.models(i);
+    const ModelEntry* entry = FindModel(name);
     ModelConfig config;
-    config.input_shape = input_shape.empty() ? model->natural_input_shape : input_shape;
-    config.num_classes = job.has_num_classes() ? job.num_classes() : model->natural_num_classes;
-    if (absl::Status s = CheckModelConfig(*model, config); !s.ok()) {
-      return FieldError(Indexed("models", i), s.message());
+    config.input_shape = input_shape;
+    config.num_classes = job.has_num_classes() ? job.num_classes() : 1;
+    absl::StatusOr<BenchModel> model;
+    if (entry != nullptr) {
+      if (input_shape.empty()) config.input_shape = entry->natural_input_shape;
+      if (!job.has_num_classes()) config.num_classes = entry->natural_num_classes;
+      if (absl::Status s = CheckModelConfig(*entry, config); !s.ok()) {
+        return FieldError(Indexed("models", i), s.message());
+      }
+      model = BenchModel{name, entry, "", "", entry->input_kind};
+    } else if (api::IsJobId(name)) {
+      model = JobModel(name, i, artifacts_dir, config);
+    } else if (absl::EndsWith(name, ".pt") || absl::StrContains(name, "/")) {
+      model = TorchScriptModel(name, i, config);
+      if (model.ok()) model->label = std::filesystem::path(name).filename().string();
+    } else {
+      return FieldError(Indexed("models", i),
+                        absl::StrFormat("unknown model \"%s\" %s", name, known));
     }
-    plan.models.push_back(model);
+    if (!model.ok()) return model.status();
+    plan.models.push_back(*std::move(model));
     plan.model_configs.push_back(std::move(config));
   }
   return absl::OkStatus();
@@ -287,10 +403,11 @@ absl::Status ResolveFaultInjection(const mpsd::v1::BenchJob& job, bool allow,
 
 absl::StatusOr<BenchPlan> ResolveBenchJob(const mpsd::v1::BenchJob& job,
                                           const DeviceInventory& inventory,
-                                          bool allow_fault_injection) {
+                                          bool allow_fault_injection,
+                                          const std::string& artifacts_dir) {
   BenchPlan plan;
   for (const absl::Status& s :
-       {ResolveModels(job, plan), ResolveBatchSizes(job, plan),
+       {ResolveModels(job, artifacts_dir, plan), ResolveBatchSizes(job, plan),
         ResolveDevices(job, inventory, plan), ResolveKinds(job, plan), ResolveCounts(job, plan),
         ResolveFaultInjection(job, allow_fault_injection, plan)}) {
     if (!s.ok()) return s;
@@ -324,7 +441,7 @@ std::vector<RowSpec> ListRows(const BenchPlan& plan) {
             for (const torch::Device& device : plan.devices) {
               RowSpec row;
               row.index = static_cast<int64_t>(rows.size()) + 1;
-              row.model = plan.models[m];
+              row.model = &plan.models[m];
               row.model_config = &plan.model_configs[m];
               row.batch_size = batch_size;
               row.mode = mode;
@@ -357,7 +474,7 @@ std::string Unsupported(const RowSpec& row) {
     if (!reason.empty()) return reason;
   }
   if (row.memory_format == kChannelsLast && row.model->input_kind != InputKind::kImage) {
-    return absl::StrFormat("channels_last is for image models; %s takes %s", row.model->name,
+    return absl::StrFormat("channels_last is for image models; %s takes %s", row.model->label,
                            FormatShape(row.model_config->input_shape));
   }
   return "";
@@ -403,6 +520,28 @@ void SetTimes(std::vector<double> times_ms, BenchRow& row) {
                                                  : 0);
 }
 
+// The row's model on the CPU: the zoo's (with a finished job's weights), or the TorchScript
+// file loaded. INVALID_ARGUMENT naming the file when it changed since validation.
+absl::StatusOr<std::shared_ptr<ClassifierImpl>> BuildModel(const RowSpec& spec) {
+  const BenchModel& m = *spec.model;
+  if (m.entry == nullptr) {
+    absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script =
+        LoadTorchScriptClassifier(m.torchscript, torch::kCPU);
+    if (!script.ok()) return script.status();
+    return std::shared_ptr<ClassifierImpl>(*std::move(script));
+  }
+  std::shared_ptr<ClassifierImpl> model = m.entry->make(*spec.model_config);
+  if (!m.state_dict.empty()) {
+    absl::StatusOr<NamedTensors> weights = ReadStateDict(m.state_dict);
+    if (!weights.ok()) return weights.status();
+    absl::StatusOr<StateDictLoad> loaded = LoadStateDict(*model, *weights, /*strict=*/true);
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(m.state_dict, ": ", loaded.status().message()));
+    }
+  }
+  return model;
+}
+
 // Builds the row's model and inputs, warms up and times; fills the row's figures. The model,
 // optimizer and inputs are released on return (or when a LibTorch error unwinds). CANCELLED
 // when `cancelled` turned true before an iteration. Throws c10::Error.
@@ -410,7 +549,9 @@ absl::Status MeasureRow(const BenchPlan& plan, const RowSpec& spec,
                         const std::atomic<bool>& cancelled, BenchRow& row) {
   const torch::Device device = spec.device;
   torch::manual_seed(plan.seed);
-  std::shared_ptr<ClassifierImpl> model = spec.model->make(*spec.model_config);
+  absl::StatusOr<std::shared_ptr<ClassifierImpl>> built = BuildModel(spec);
+  if (!built.ok()) return built.status();
+  std::shared_ptr<ClassifierImpl> model = *std::move(built);
   row.set_parameters(CountParameters(*model));
   model->to(device);
   const bool channels_last = spec.memory_format == kChannelsLast;
@@ -510,7 +651,7 @@ absl::Status MeasureRow(const BenchPlan& plan, const RowSpec& spec,
 
 BenchRow RowHeader(const RowSpec& spec) {
   BenchRow row;
-  row.set_model(std::string(spec.model->name));
+  row.set_model(spec.model->label);
   row.set_batch_size(spec.batch_size);
   row.set_device(DeviceString(spec.device));
   row.set_precision(spec.precision);
@@ -606,7 +747,7 @@ std::string DeviceList(const std::vector<torch::Device>& devices) {
 
 std::string PlanLine(const BenchPlan& plan, size_t rows) {
   std::vector<std::string> models;
-  for (const ModelEntry* model : plan.models) models.push_back(std::string(model->name));
+  for (const BenchModel& model : plan.models) models.push_back(model.label);
   return absl::StrFormat(
       "bench: %d rows: models %s, batch sizes %s, devices %s, %s, %s, %s; %d warm-up + %d "
       "timed iterations per row%s",
@@ -665,14 +806,15 @@ void FinishSummary(const BenchPlan& plan, std::vector<torch::Device>::const_iter
 }  // namespace
 
 absl::Status ValidateBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& inventory,
-                              bool allow_fault_injection) {
-  return ResolveBenchJob(job, inventory, allow_fault_injection).status();
+                              bool allow_fault_injection, const std::string& artifacts_dir) {
+  return ResolveBenchJob(job, inventory, allow_fault_injection, artifacts_dir).status();
 }
 
 absl::Status RunBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& inventory,
-                         bool allow_fault_injection, const EventSink& sink,
-                         const std::atomic<bool>& cancelled) {
-  absl::StatusOr<BenchPlan> plan = ResolveBenchJob(job, inventory, allow_fault_injection);
+                         bool allow_fault_injection, const std::string& artifacts_dir,
+                         const EventSink& sink, const std::atomic<bool>& cancelled) {
+  absl::StatusOr<BenchPlan> plan =
+      ResolveBenchJob(job, inventory, allow_fault_injection, artifacts_dir);
   if (!plan.ok()) return plan.status();
   const Clock::time_point start = Clock::now();
   at::init_num_threads();  // this thread may not be the one that created the executor

@@ -5,6 +5,7 @@
 #define MPSD_TRAINER_BENCH_H_
 
 #include <atomic>
+#include <string>
 
 #include "absl/status/status.h"
 #include "mpsd/v1/mpsd.pb.h"
@@ -23,8 +24,15 @@ struct DeviceInventory;  // trainer/device.h
 // (row at_step throws an out-of-memory error from inside the row, which is recorded) or one of
 // the executor's kinds (trainer/fault_injection.h; the executor injects those). INVALID_ARGUMENT whose message starts with the field path, e.g.
 // "bench_job.batch_sizes[1]: must be > 0, got 0". Thread-safe.
+//
+// A models entry is a zoo name, a TorchScript file (a name ending in ".pt" or holding a '/':
+// torch.jit.save, e.g. a TorchScript job's model.pt; needs input_shape, and is loaded and its
+// forward tried on one example), or a finished TrainJob's id: its model as
+// <artifacts_dir>/<id>/model.json describes it (trainer/model_export.h), at the job's input
+// shape and class count, with its model.state_dict.pt for a zoo model. Rows name them as
+// "tinynet.pt" and "job 12 (resnet18)".
 absl::Status ValidateBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& inventory,
-                              bool allow_fault_injection);
+                              bool allow_fault_injection, const std::string& artifacts_dir);
 
 // Runs a BenchJob that passed ValidateBenchJob, on the calling thread (the executor's), in the
 // order model × batch size × mode × precision × memory format × device, the cpu first among
@@ -45,8 +53,8 @@ absl::Status ValidateBenchJob(const mpsd::v1::BenchJob& job, const DeviceInvento
 // Errors: INVALID_ARGUMENT for a spec that fails ValidateBenchJob (nothing emitted); CANCELLED.
 // Never throws. Not thread-safe with itself (one device owner).
 absl::Status RunBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& inventory,
-                         bool allow_fault_injection, const EventSink& sink,
-                         const std::atomic<bool>& cancelled);
+                         bool allow_fault_injection, const std::string& artifacts_dir,
+                         const EventSink& sink, const std::atomic<bool>& cancelled);
 
 }  // namespace mpsd::trainer
 

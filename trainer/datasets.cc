@@ -458,6 +458,11 @@ absl::StatusOr<DeviceDataset> LoadDataset(const DatasetConfig& config, uint64_t 
   // on the device); the others here.
   if (config.info->resolve == nullptr) {
     if (absl::Status s = HoldOutValidation(config, seed, *data); !s.ok()) return s;
+    // The published datasets' pixels, normalised with the registry's constants (synthetic's
+    // inputs are drawn already standard normal: none).
+    data->scaled = !config.info->mean.empty();
+    data->mean = config.info->mean;
+    data->std = config.info->std;
   }
   if (data->train.size() > 0) {  // one read-back of the labels, at load
     const torch::Tensor counts =

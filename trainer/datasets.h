@@ -54,6 +54,11 @@ struct DeviceDataset {
   std::vector<std::string> notes;
   // Training examples per class as loaded, index = class (LoadDataset counts them).
   std::vector<int64_t> train_class_counts;
+  // The preprocessing the inputs got, for the finished model's model.json: pixels scaled to
+  // [0, 1] (uint8 / 255) when `scaled`, then (x - mean[c]) / std[c] per channel (one value per
+  // channel, or one for all); mean and std empty = not normalised (synthetic, float tensors).
+  bool scaled = false;
+  std::vector<float> mean, std;
 };
 
 struct DatasetConfig;

@@ -38,7 +38,8 @@ class TorchExecutor final : public Executor {
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override {
     if (spec.has_bench_job()) {
       return CatchTorchErrors([&] {
-        return ValidateBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection);
+        return ValidateBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
+                                options_.artifacts_dir);
       });
     }
     return CatchTorchErrors([&] { return ResolveJob(spec, nullptr).status(); });
@@ -107,7 +108,8 @@ absl::Status TorchExecutor::RunBench(const mpsd::v1::SubmitJobRequest& spec,
           ? sink
           : WithFaultInjection(spec, DeviceString(inventory_.preferred), sink);
   return CatchTorchErrors([&] {
-    return RunBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection, bench_sink,
+    return RunBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
+                       options_.artifacts_dir, bench_sink,
                        cancelled);
   });
 }

@@ -92,6 +92,16 @@ mpsd::v1::ModelInfo DescribeModel(const ModelEntry& entry,
 
 }  // namespace
 
+void ClassifierImpl::train(bool on) {
+  torch::nn::Module::train(on);
+  for (const std::shared_ptr<torch::nn::Module>& module : eval_only_) module->eval();
+}
+
+void ClassifierImpl::KeepInEvalMode(std::vector<std::shared_ptr<torch::nn::Module>> modules) {
+  eval_only_ = std::move(modules);
+  if (is_training()) train(true);
+}
+
 const std::vector<ModelEntry>& Models() {
   static const auto* const kModels = [] {
     auto* models = new std::vector<ModelEntry>();

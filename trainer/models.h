@@ -27,6 +27,14 @@ class ClassifierImpl : public torch::nn::Module {
  public:
   // inputs: [N, ...input_shape] float32 → logits [N, num_classes] float32.
   virtual torch::Tensor forward(torch::Tensor inputs) = 0;
+  // train(true) leaves the modules KeepInEvalMode named in eval mode.
+  void train(bool on = true) override;
+  // Submodules (the BatchNorm layers of frozen blocks: TrainJob.freeze) that stay in eval mode
+  // whatever train() is asked, so that their running statistics stay as loaded.
+  void KeepInEvalMode(std::vector<std::shared_ptr<torch::nn::Module>> modules);
+
+ private:
+  std::vector<std::shared_ptr<torch::nn::Module>> eval_only_;
 };
 
 // What a model is built for.

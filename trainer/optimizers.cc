@@ -163,9 +163,66 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<torch::Tensor
   return nullptr;
 }
 
-void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate) {
+namespace {
+
+// torch.optim's per-group options of `config`'s kind.
+std::unique_ptr<torch::optim::OptimizerOptions> MakeOptions(const OptimizerConfig& config) {
+  const auto betas = std::make_tuple(config.beta1, config.beta2);
+  switch (config.kind) {
+    case OptimizerKind::kSgd:
+      return std::make_unique<torch::optim::SGDOptions>(
+          torch::optim::SGDOptions(config.learning_rate)
+              .momentum(config.momentum)
+              .nesterov(config.nesterov)
+              .weight_decay(config.weight_decay));
+    case OptimizerKind::kAdam:
+      return std::make_unique<torch::optim::AdamOptions>(
+          torch::optim::AdamOptions(config.learning_rate)
+              .betas(betas)
+              .eps(config.eps)
+              .weight_decay(config.weight_decay));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(config.learning_rate)
+              .betas(betas)
+              .eps(config.eps)
+              .weight_decay(config.weight_decay));
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<ParameterGroup> groups,
+                                                       const OptimizerConfig& config) {
+  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  for (ParameterGroup& group : groups) {
+    OptimizerConfig settings = config;
+    settings.learning_rate = group.learning_rate;
+    settings.weight_decay = group.weight_decay;
+    param_groups.emplace_back(std::move(group.parameters), MakeOptions(settings));
+  }
+  std::unique_ptr<torch::optim::OptimizerOptions> defaults = MakeOptions(config);
+  switch (config.kind) {
+    case OptimizerKind::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          std::move(param_groups), static_cast<torch::optim::SGDOptions&>(*defaults));
+    case OptimizerKind::kAdam:
+      return std::make_unique<torch::optim::Adam>(
+          std::move(param_groups), static_cast<torch::optim::AdamOptions&>(*defaults));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          std::move(param_groups), static_cast<torch::optim::AdamWOptions&>(*defaults));
+  }
+  return nullptr;
+}
+
+void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate,
+                     const std::vector<double>& scales) {
+  size_t i = 0;
   for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
-    group.options().set_lr(learning_rate);
+    group.options().set_lr(learning_rate * (i < scales.size() ? scales[i] : 1.0));
+    ++i;
   }
 }
 

@@ -55,8 +55,22 @@ std::string DescribeOptimizer(const OptimizerConfig& config);
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<torch::Tensor> parameters,
                                                        const OptimizerConfig& config);
 
-// Sets the learning rate of every parameter group, as a PyTorch scheduler does before a step.
-void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate);
+// Parameters that share optimizer settings (TrainJob.param_groups).
+struct ParameterGroup {
+  std::vector<torch::Tensor> parameters;
+  double learning_rate = 0;
+  double weight_decay = 0;
+};
+
+// A new optimizer with one parameter group per entry of `groups` (in order), each with `config`'s
+// settings but its own learning rate and weight decay. Throws c10::Error as MakeOptimizer does.
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<ParameterGroup> groups,
+                                                       const OptimizerConfig& config);
+
+// Sets the learning rate of every parameter group, as a PyTorch scheduler does before a step:
+// `learning_rate` × scales[i] for group i (× 1 where `scales` has no entry).
+void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate,
+                     const std::vector<double>& scales = {});
 
 // Sets SGD's momentum, or Adam's / AdamW's beta1, of every parameter group, as OneCycleLR does
 // with cycle_momentum. `kind` is what `optimizer` was built as (MakeOptimizer's config.kind).

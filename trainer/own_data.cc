@@ -248,6 +248,9 @@ DeviceDataset Place(const DatasetConfig& config, const HostData& host,
                                                                              : "float32 tensors",
                                  kStreamDepth)
                : ""));
+  data.scaled = host.train_x.scalar_type() == torch::kUInt8;
+  data.mean = mean;
+  data.std = std;
   data.augmentation = config.augmentation;
   if (data.augmentation.enabled() && !mean.empty()) {
     // torchvision pads the raw image with black (0) before Normalize.

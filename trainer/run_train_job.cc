@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -26,9 +27,11 @@
 #include "trainer/device.h"
 #include "trainer/distributed.h"
 #include "trainer/early_stopping.h"
+#include "trainer/fine_tune.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
+#include "trainer/model_export.h"
 #include "trainer/models/torchscript.h"
 #include "trainer/profiler.h"
 #include "trainer/torch_errors.h"
@@ -101,6 +104,8 @@ struct JobState {
   std::shared_ptr<ClassifierImpl> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   GradScaler grad_scaler;
+  // Each parameter group's learning rate over the optimizer's (TrainJob.param_groups).
+  std::vector<double> learning_rate_scales;
   int64_t train_examples() const { return data.train.size(); }
 };
 
@@ -187,10 +192,19 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   torch::manual_seed(job.seed);
   absl::StatusOr<std::shared_ptr<ClassifierImpl>> model = MakeModel(job);
   if (!model.ok()) return model.status();
+  std::optional<ParameterGroups> groups;
+  if (job.fine_tune.enabled()) {
+    std::vector<std::string> notes;
+    absl::StatusOr<ParameterGroups> prepared =
+        PrepareFineTune(job.fine_tune, job.optimizer, **model, TrainJobFields(), notes);
+    if (!prepared.ok()) return prepared.status();
+    groups = *std::move(prepared);
+    for (std::string& note : notes) EmitLog(sink, std::move(note));
+  }
   if (job.channels_last) ToChannelsLast(**model);  // before the optimizer sees the parameters
   auto state = std::unique_ptr<JobState>(new JobState{*std::move(data_parallel), *std::move(data),
                                                       *std::move(schedule), *std::move(model),
-                                                      nullptr, {}});
+                                                      nullptr, {}, {}});
   if (state->data_parallel != nullptr) {
     // DDP's construction: every rank starts from rank 0's weights; each evaluates its part.
     state->data_parallel->Broadcast(*state->model);
@@ -201,7 +215,12 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
     }
   }
   summary.set_parameters(CountParameters(*state->model));
-  state->optimizer = MakeOptimizer(state->model->parameters(), job.optimizer);
+  if (groups.has_value()) {
+    state->learning_rate_scales = groups->learning_rate_scales;
+    state->optimizer = MakeOptimizer(std::move(groups->groups), job.optimizer);
+  } else {
+    state->optimizer = MakeOptimizer(state->model->parameters(), job.optimizer);
+  }
   summary.set_optimizer(OptimizerName(job.optimizer.kind));
   summary.set_schedule(ScheduleName(job.schedule.config.kind));
   summary.set_precision(PrecisionName(job.precision));
@@ -212,6 +231,7 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
 TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
                               JobState& state) {
   TrainOptions options;
+  options.learning_rate_scales = state.learning_rate_scales;
   options.batch_size = job.batch_size;
   options.epochs = job.epochs;
   options.seed = job.seed;
@@ -328,7 +348,12 @@ absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierI
       if (!json.ok()) return json.status();
       extra["class_names.json"] = *std::move(json);
     }
+    // Saved in eval mode, as a model is used (dropout off, BatchNorm's running statistics);
+    // best.pt is written mid-training, which then goes on in training mode.
+    const bool training = model.is_training();
+    model.eval();
     static_cast<TorchScriptClassifierImpl&>(model).script().save(bytes, extra);
+    model.train(training);
   } else {
     torch::serialize::OutputArchive archive;
     model.save(archive);
@@ -343,15 +368,24 @@ absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierI
   return path;
 }
 
-// The finished model as model.pt (SaveModelFile), named in the summary.
+// The finished model as model.pt (SaveModelFile) and what travels with it (model.json, the
+// state dict, the check: trainer/model_export.h), named in the summary; the log says how long
+// the files beside model.pt took.
 absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
-                               const std::vector<std::string>& class_names,
+                               const DeviceDataset& data, const EventSink& sink,
                                mpsd::v1::JobSummary& summary) {
   if (job.job_dir.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> path = SaveModelFile(job, model, class_names, "model.pt");
+  absl::StatusOr<std::string> path = SaveModelFile(job, model, data.class_names, "model.pt");
   if (!path.ok()) return path.status();
   summary.set_model_path(*path);
   summary.set_model_format(job.model == nullptr ? "torchscript" : "libtorch_archive");
+  const Clock::time_point start = Clock::now();
+  if (absl::Status s = WriteModelArtifacts(job, model, data, summary); !s.ok()) return s;
+  EmitLog(sink, absl::StrFormat("model saved as %s with %s%s and %s in %.3f s (using it: "
+                                "docs/job-files.md, \"Using a trained model\")",
+                                *path, kModelJsonFile,
+                                job.model != nullptr ? absl::StrCat(", ", kStateDictFile) : "",
+                                kModelCheckFile, SecondsSince(start)));
   return absl::OkStatus();
 }
 
@@ -457,7 +491,7 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
     if (!agree) status = absl::InternalError("distributed: the ranks' final weights differ");
   }
   if (status.ok() && job.distributed.rank == 0) {
-    status = SaveFinishedModel(job, *s.model, s.data.class_names, summary.summary());
+    status = SaveFinishedModel(job, *s.model, s.data, sink, summary.summary());
   }
   return status;
 }

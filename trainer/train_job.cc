@@ -15,6 +15,7 @@
 #include "api/error_cause.h"
 #include "trainer/compat.h"
 #include "trainer/models/torchscript.h"
+#include "trainer/torch_errors.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -372,6 +373,30 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   return absl::OkStatus();
 }
 
+// model.weights, strict, freeze, trainable, param_groups (trainer/fine_tune.h). For a zoo model
+// they are tried at submit on the model built on the CPU (the weights file read and loaded, every
+// prefix matched); a TorchScript model's names are checked when the job runs. The CUDA graph
+// path (one learning rate, every parameter trained) is left for the eager loop.
+absl::Status ResolveFineTuning(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  absl::StatusOr<FineTuneConfig> fine_tune =
+      ResolveFineTune(spec, config.optimizer, TrainJobFields());
+  if (!fine_tune.ok()) return fine_tune.status();
+  config.fine_tune = *std::move(fine_tune);
+  if (!config.fine_tune.enabled()) return absl::OkStatus();
+  if (config.fine_tune.freezes() || !config.fine_tune.param_groups.empty()) {
+    config.cuda_graphs = false;
+  }
+  if (config.model == nullptr) return absl::OkStatus();
+  return CatchTorchErrors([&] {
+    torch::NoGradGuard no_grad;
+    std::shared_ptr<ClassifierImpl> model = config.model->make(config.model_config);
+    std::vector<std::string> notes;
+    absl::StatusOr<ParameterGroups> groups =
+        PrepareFineTune(config.fine_tune, config.optimizer, *model, TrainJobFields(), notes);
+    return groups.ok() ? absl::OkStatus() : groups.status();
+  });
+}
+
 }  // namespace
 
 const FieldChecks& TrainJobFields() {
@@ -385,9 +410,11 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
                                                const api::JobContext* context) {
   const std::string& artifacts_dir = options.artifacts_dir;
   TrainJobConfig config;
+  config.spec = spec;
   if (absl::Status s = ResolveModelAndData(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveEarlyStopping(spec, config); !s.ok()) return s;
+  if (absl::Status s = ResolveFineTuning(spec, config); !s.ok()) return s;
   config.seed = spec.seed();
   const int local_rank = context != nullptr ? context->local_rank : 0;
   if (absl::Status s = ResolveDeviceSettings(spec, inventory, local_rank, config); !s.ok()) {

@@ -20,6 +20,7 @@
 #include "trainer/distributed.h"
 #include "trainer/early_stopping.h"
 #include "trainer/field_checks.h"
+#include "trainer/fine_tune.h"
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
@@ -34,8 +35,13 @@ const FieldChecks& TrainJobFields();
 
 // A TrainJob with every default applied and every name looked up.
 struct TrainJobConfig {
+  // The spec as submitted (paths made absolute by the client), for the finished model's
+  // model.json (trainer/model_export.h); nothing else reads it.
+  mpsd::v1::TrainJob spec;
   const ModelEntry* model = nullptr;  // borrowed from the registry; nullptr for TorchScript
   ModelConfig model_config;
+  // model.weights, freeze / trainable, param_groups (trainer/fine_tune.h).
+  FineTuneConfig fine_tune;
   DatasetConfig dataset;
   // What validation assumes the training split holds (NominalTrainExamples): the schedule's
   // total steps are checked with it at submit, and recomputed from the loaded data at run.

@@ -213,7 +213,7 @@ double ApplySchedule(const Loop& loop, int64_t step) {
     return loop.optimizer.param_groups().front().options().get_lr();
   }
   const double learning_rate = loop.options.schedule->LearningRate(step);
-  SetLearningRate(loop.optimizer, learning_rate);
+  SetLearningRate(loop.optimizer, learning_rate, loop.options.learning_rate_scales);
   if (const std::optional<double> momentum = loop.options.schedule->Momentum(step)) {
     SetMomentum(loop.optimizer, loop.options.optimizer, *momentum);
   }

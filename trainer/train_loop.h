@@ -39,6 +39,9 @@ enum class EvaluateTest { kEveryEpoch, kEnd, kNever };
 using AfterEvaluationHook = std::function<absl::StatusOr<bool>(const mpsd::v1::EpochMetrics&)>;
 
 struct TrainOptions {
+  // The schedule's learning rate × scales[i] is parameter group i's (TrainJob.param_groups;
+  // empty = 1 for every group).
+  std::vector<double> learning_rate_scales;
   // Examples per batch (forward pass); the last batch of an epoch may be smaller unless
   // drop_last.
   int64_t batch_size = 64;

@@ -96,6 +96,17 @@ absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& di
 }
 
 absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request) const {
+  if (request.has_bench_job()) {
+    // A TorchScript file among the models (a zoo name or a job id is no path).
+    const auto& models = request.bench_job().models();
+    for (int i = 0; i < models.size(); ++i) {
+      if (!absl::StrContains(models[i], '/') && !absl::EndsWith(models[i], ".pt")) continue;
+      if (absl::Status s = CheckPath(absl::StrCat("bench_job.models[", i, "]"), models[i]);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
   if (!request.has_train_job()) return absl::OkStatus();
   const mpsd::v1::TrainJob& job = request.train_job();
   const mpsd::v1::DatasetSpec& dataset = job.dataset();
@@ -111,6 +122,11 @@ absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request) const {
   if (!job.model().torchscript().empty()) {
     if (absl::Status s = CheckPath("train_job.model.torchscript", job.model().torchscript());
         !s.ok()) {
+      return s;
+    }
+  }
+  if (!job.model().weights().empty()) {
+    if (absl::Status s = CheckPath("train_job.model.weights", job.model().weights()); !s.ok()) {
       return s;
     }
   }

@@ -92,7 +92,7 @@ TEST(JobFileTest, WrongTypeNamesPath) {
               HasSubstr("optimizer.learning_rate: expected a number, got \"fast\""));
   EXPECT_THAT(ErrorOf("kind: TrainJob\nmodel: convnet\n"),
               HasSubstr("model: expected a map with fields name, num_classes, preset, "
-                        "torchscript and dropout, got \"convnet\""));
+                        "torchscript, dropout, weights and strict, got \"convnet\""));
   EXPECT_THAT(ErrorOf("kind: TrainJob\ndevice: [cpu]\n"),
               HasSubstr("device: expected a string, got a list"));
   EXPECT_THAT(ErrorOf("kind: TrainJob\nbatch_size: 1.5\n"),
@@ -339,6 +339,45 @@ TEST(JobFileTest, RelativeTorchScriptAndResumePathsAreTakenAgainstTheJobFilesDir
   MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
   EXPECT_EQ(request.train_job().resume_from(), "12");
   EXPECT_EQ(request.train_job().model().torchscript(), "/models/net.pt");
+}
+
+TEST(JobFileTest, FineTuningFieldsParseAndTheirErrorsNameTheField) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(
+      "kind: TrainJob\n"
+      "model: {name: resnet18, weights: pretrained/r18.pt, strict: false}\n"
+      "freeze: [conv1., bn1., layer1.]\n"
+      "param_groups:\n"
+      "  - {prefix: layer4., learning_rate: 0.0001}\n"
+      "  - {prefix: fc., weight_decay: 0}\n",
+      "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::TrainJob& job = r->train_job();
+  EXPECT_EQ(job.model().weights(), "pretrained/r18.pt");
+  EXPECT_FALSE(job.model().strict());
+  EXPECT_THAT(job.freeze(), ::testing::ElementsAre("conv1.", "bn1.", "layer1."));
+  ASSERT_EQ(job.param_groups_size(), 2);
+  EXPECT_EQ(job.param_groups(0).learning_rate(), 0.0001);
+  EXPECT_FALSE(job.param_groups(1).has_learning_rate());
+  EXPECT_TRUE(job.param_groups(1).has_weight_decay());
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nparam_groups: [{prefix: fc., learning_rate: big}]\n"),
+              HasSubstr("param_groups[0].learning_rate: expected a number, got \"big\""));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nfreeze: layer1.\n"),
+              HasSubstr("freeze: expected a list"));
+
+  v1::SubmitJobRequest request = *r;
+  MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
+  EXPECT_EQ(request.train_job().model().weights(), "/home/me/jobs/pretrained/r18.pt");
+}
+
+TEST(JobFileTest, ABenchJobsTorchScriptModelsAreTakenAgainstTheJobFilesDirectory) {
+  v1::SubmitJobRequest request;
+  for (const char* model : {"resnet18", "12", "models/net.pt", "/abs/net.pt"}) {
+    request.mutable_bench_job()->add_models(model);
+  }
+  MakePathsAbsolute(request, "/home/me/jobs/bench.yaml");
+  EXPECT_THAT(request.bench_job().models(),
+              ::testing::ElementsAre("resnet18", "12", "/home/me/jobs/models/net.pt",
+                                     "/abs/net.pt"));
 }
 
 TEST(JobFileTest, RelativeDatasetRootIsTakenAgainstTheJobFilesDirectory) {

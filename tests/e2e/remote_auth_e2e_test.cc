@@ -1177,6 +1177,17 @@ TEST_F(RemoteTest, DataRoots) {
   grpc::Status status = submit(script);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(status.error_message(), StartsWith("train_job.model.torchscript: \"/etc/passwd\""));
+  mpsd::v1::SubmitJobRequest weights = TrainJobRequest(64, 64, 1, 64, "mlp");
+  weights.mutable_train_job()->mutable_model()->set_weights(allowed + "/escape/passwd");
+  status = submit(weights);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), StartsWith("train_job.model.weights: "));
+  mpsd::v1::SubmitJobRequest bench;
+  bench.mutable_bench_job()->add_models("resnet18");
+  bench.mutable_bench_job()->add_models(allowed + "/escape/net.pt");
+  status = submit(bench);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), StartsWith("bench_job.models[1]: "));
   mpsd::v1::SubmitJobRequest resume = TrainJobRequest(64, 64, 1, 64, "mlp");
   resume.mutable_train_job()->set_resume_from(allowed + "/escape/passwd");
   status = submit(resume);

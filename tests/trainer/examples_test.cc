@@ -43,7 +43,8 @@ bool NeedsWhatThisMachineLacks(const absl::Status& status) {
           absl::StrContains(message, "is not available")) ||
          absl::StartsWith(message, "train_job.dataset.name: unknown dataset") ||
          absl::StartsWith(message, "train_job.dataset.root: directory /usr/share/datasets/") ||
-         absl::StartsWith(message, "train_job.dataset.root: file /usr/share/datasets/");
+         absl::StartsWith(message, "train_job.dataset.root: file /usr/share/datasets/") ||
+         absl::StartsWith(message, "train_job.model.weights: /usr/share/datasets/");
 }
 
 bool ShouldRun(const fs::path& file) {
