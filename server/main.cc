@@ -138,7 +138,11 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : {token_add, token_list, token_revoke}) {
     sub->add_option("--tokens", tokens_file,
                     "tokens file (default: the config's tokens_file, else <state dir>/tokens.yaml)");
+    // `mpsd token add --state-dir DIR ...` as well as `mpsd --state-dir DIR token add ...`: the
+    // daemon's own options (--state-dir, --config) may follow the subcommand.
+    sub->fallthrough();
   }
+  token->fallthrough();
   // A flag CLI11 refuses exits 2 (usage), as a bad config does, not CLI11's own codes (105 for
   // `--role superuser`), which tell a script nothing. --help and --version exit 0.
   try {

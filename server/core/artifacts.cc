@@ -17,7 +17,8 @@ namespace {
 
 std::string KindOf(const std::string& name) {
   const std::string file = fs::path(name).filename().string();
-  if (file == "model.pt") return "model";
+  // The finished model and what travels with it (trainer/model_export.h).
+  if (file == "model.pt" || file == "best.pt" || absl::StartsWith(file, "model.")) return "model";
   if (absl::StartsWith(file, "checkpoint")) return "checkpoint";
   return "other";
 }

@@ -50,7 +50,8 @@ std::map<std::string, ArtifactUsage> MeasureArtifacts(const std::string& artifac
 std::string ResumedJobId(const std::string& resume_from, const std::string& artifacts_dir);
 
 // Job id -> why its artifacts must stay: every unfinished job ("job N is RUNNING"), and every job
-// that an unfinished job names in train_job.resume_from or after ("job M resumes from it").
+// that an unfinished job names in train_job.resume_from, after or bench_job.models ("job M
+// resumes from it").
 std::map<std::string, std::string> NeededArtifacts(const std::vector<mpsd::v1::Job>& jobs,
                                                    const std::string& artifacts_dir);
 

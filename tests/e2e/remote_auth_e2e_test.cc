@@ -481,6 +481,12 @@ TEST_F(RemoteTest, TokenMatrix) {
   EXPECT_THAT(listed.out, HasSubstr("dash"));
   EXPECT_THAT(listed.out, Not(HasSubstr("old")));
   EXPECT_THAT(ReadFile(tokens_), Not(HasSubstr(viewer)));
+  // The daemon's --state-dir may follow the subcommand as well as precede it.
+  const std::string other_state = dir_.str() + "/other-state";
+  CommandResult after = RunCommand(
+      {MpsdPath(), "token", "add", "--state-dir", other_state, "--name", "late", "--role", "viewer"});
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_THAT(ReadFile(other_state + "/tokens.yaml"), HasSubstr("late"));
 
   std::unique_ptr<Daemon> daemon = StartTlsDaemon();
   auto channel = TlsChannel(TcpAddress(*daemon), Cert("ca.pem"));

@@ -55,6 +55,11 @@ TEST_F(ArtifactsTest, ListsRegularFilesWithSizeKindAndSha256) {
   EXPECT_EQ((*list)[1].size_bytes(), 11);
   EXPECT_EQ((*list)[2].name(), "sub/notes.txt");
   EXPECT_EQ((*list)[2].kind(), "other");
+  Write(job_ / "model.json", "{}");
+  absl::StatusOr<std::vector<mpsd::v1::Artifact>> with_json = ListArtifacts(job_.string());
+  ASSERT_TRUE(with_json.ok());
+  EXPECT_EQ((*with_json)[1].name(), "model.json");  // sorted by name
+  EXPECT_EQ((*with_json)[1].kind(), "model");
   EXPECT_EQ((*list)[2].sha256(),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }

@@ -105,10 +105,18 @@ TEST_F(RetentionTest, NeededJobsAndUnfinishedJobsStay) {
   queued.mutable_spec()->mutable_train_job()->set_resume_from(
       (fs::path(artifacts_) / "1" / "checkpoint-epoch-1.pt").string());
   queued.mutable_spec()->add_after("2");
+  Job& bench = jobs_.emplace_back();
+  bench.set_id("6");
+  bench.set_state(Job::QUEUED);
+  bench.mutable_spec()->mutable_bench_job()->add_models("3");
+  bench.mutable_spec()->mutable_bench_job()->add_models("resnet18");
   const auto needed = NeededArtifacts(jobs_, artifacts_);
   EXPECT_THAT(needed.at("1"), HasSubstr("job 5 (QUEUED) resumes from it"));
   EXPECT_THAT(needed.at("2"), HasSubstr("job 5 (QUEUED) waits for it"));
   EXPECT_THAT(needed.at("4"), HasSubstr("job 4 is RUNNING"));
+  EXPECT_THAT(needed.at("3"), HasSubstr("job 6 (QUEUED) benchmarks its model"));
+  EXPECT_TRUE(Plan(Policy(0, 0, 1)).empty());
+  jobs_.pop_back();  // without the bench job, job 3 may go
   EXPECT_THAT(Plan(Policy(0, 0, 1)), ElementsAre(Pair("3", "over max_bytes 1")));
 
   ArtifactRetention retention(artifacts_, {});
