@@ -1,4 +1,5 @@
-// CRC-32C (Castagnoli), as TFRecord frames use it, computed by crcutil (Debian libcrcutil-dev).
+// CRC-32C (Castagnoli), as TFRecord frames use it, computed by abseil's absl/crc where it has one
+// (macOS/Homebrew), else by crcutil (Debian libcrcutil-dev).
 #ifndef MPSD_API_TENSORBOARD_CRC32C_H_
 #define MPSD_API_TENSORBOARD_CRC32C_H_
 
