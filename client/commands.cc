@@ -890,9 +890,15 @@ int Commands::Artifacts(const std::string& job_id) {
 
 namespace {
 
-// The artifact `name` names, or the job's model (else its only artifact) when `name` is empty.
+// The artifact `name` names, or the job's model (model.pt; else the first of kind "model", else
+// its only artifact) when `name` is empty.
 absl::StatusOr<v1::Artifact> ChooseArtifact(const v1::ListArtifactsResponse& list,
                                             const std::string& job_id, const std::string& name) {
+  if (name.empty()) {
+    for (const v1::Artifact& artifact : list.artifacts()) {
+      if (artifact.name() == "model.pt") return artifact;
+    }
+  }
   std::vector<std::string> names;
   for (const v1::Artifact& artifact : list.artifacts()) {
     if (artifact.name() == name || (name.empty() && artifact.kind() == "model")) return artifact;

@@ -116,10 +116,10 @@ TEST(BenchTableTest, CsvHasEveryFieldOfEveryRow) {
   EXPECT_EQ(lines[0],
             "model,batch_size,device,precision,mode,memory_format,status,message,median_ms,p10_ms,"
             "p90_ms,mean_ms,samples_per_second,peak_memory_bytes,cpu_threads,iters,"
-            "speedup_vs_cpu,parameters");
+            "speedup_vs_cpu,parameters,step,step_note");
   EXPECT_EQ(lines[1],
             "resnet50,32,cpu,fp32,inference,contiguous,OK,,412.25,410.25,415.25,412.75,77.62,0,2,"
-            "20,0,25557032");
+            "20,0,25557032,,");
   // The message has a line break, so it is quoted and the record spans two lines.
   EXPECT_THAT(lines[4], HasSubstr(",OUT_OF_MEMORY,\"CUDA out of memory. Tried to allocate"));
 }

@@ -124,8 +124,14 @@ TEST(EventPrinterTest, JsonPrintsEveryEventOnItsOwnLine) {
   EXPECT_EQ(final_state, v1::Job::SUCCEEDED);
   std::vector<std::string> lines = absl::StrSplit(out, '\n');
   ASSERT_EQ(lines.size(), 3 + 5 + 3 + 1);
-  EXPECT_EQ(lines[0], R"({"job_id":"42","seq":"1","state":{"state":"QUEUED"}})");
-  EXPECT_EQ(lines[3], R"({"job_id":"42","seq":"4","step":{"epoch":1,"step":"1","total_steps":"5","loss":1}})");
+  // Numbers as numbers, zero values kept (programs read every field), proto field order.
+  EXPECT_EQ(lines[0],
+            R"({"job_id":"42","seq":1,"state":{"state":"QUEUED","failure_reason":)"
+            R"("FAILURE_REASON_UNSPECIFIED","message":""}})");
+  EXPECT_EQ(lines[3],
+            R"({"job_id":"42","seq":4,"step":{"epoch":1,"step":1,"total_steps":5,"loss":1,)"
+            R"("accuracy":0,"learning_rate":0,"samples_per_second":0,"step_time_ms":0,)"
+            R"("allocated_bytes":0,"batch_size":0,"loss_scale":0,"skipped":false}})");
   EXPECT_THAT(out, Not(HasSubstr("\r")));
 }
 

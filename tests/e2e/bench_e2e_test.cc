@@ -97,19 +97,19 @@ TEST_F(BenchE2eTest, SubmitFollowPrintsEachRowThenTheTableAndBenchOutputsParse) 
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->summary().bench_rows_size(), 4);
 
-  // csv: a header and four records of 18 fields; times positive and ordered.
+  // csv: a header and four records of 20 fields; times positive and ordered.
   const CommandResult csv = Mpsctl({"bench", id, "--format", "csv"});
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
   const std::vector<std::string> lines = Lines(csv.out);
   ASSERT_EQ(lines.size(), 5u) << csv.out;
   const std::vector<std::string> header = absl::StrSplit(lines[0], ',');
-  ASSERT_EQ(header.size(), 18u);
+  ASSERT_EQ(header.size(), 20u);
   EXPECT_EQ(header[0], "model");
   EXPECT_EQ(header[6], "status");
   EXPECT_EQ(header[8], "median_ms");
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> fields = absl::StrSplit(lines[i], ',');
-    ASSERT_EQ(fields.size(), 18u) << lines[i];
+    ASSERT_EQ(fields.size(), 20u) << lines[i];
     EXPECT_EQ(fields[6], "OK");
     double median = 0, p10 = 0, p90 = 0;
     ASSERT_TRUE(absl::SimpleAtod(fields[8], &median) && absl::SimpleAtod(fields[9], &p10) &&

@@ -978,11 +978,12 @@ TEST(MpsctlRetentionTest, RmAndThePolicyFreeFinishedJobsArtifactsOnly) {
   // rm: a dry run first, then the files go; the job and its record stay.
   CommandResult dry = mpsctl({"rm", "--dry-run", first});
   EXPECT_EQ(dry.exit_code, 0) << dry.err;
-  EXPECT_THAT(dry.out, StartsWith(absl::StrCat("job ", first, ": would delete 1 file, ")));
+  // model.pt and what travels with it (model.json, model.state_dict.pt, model.check.pt).
+  EXPECT_THAT(dry.out, StartsWith(absl::StrCat("job ", first, ": would delete 4 files, ")));
   EXPECT_TRUE(model_exists(first));
   CommandResult rm = mpsctl({"rm", first});
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
-  EXPECT_THAT(rm.out, StartsWith(absl::StrCat("job ", first, ": deleted 1 file, ")));
+  EXPECT_THAT(rm.out, StartsWith(absl::StrCat("job ", first, ": deleted 4 files, ")));
   EXPECT_THAT(rm.out, HasSubstr("\nfreed "));
   EXPECT_FALSE(model_exists(first));
   EXPECT_EQ(GetJob(daemon, first).state(), Job::SUCCEEDED);
