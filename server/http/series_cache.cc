@@ -82,7 +82,9 @@ absl::Status SeriesCache::Rebuild(const std::string& job_id, Entry& entry) {
                      track.ema ? std::optional<double>(track.ema->weight()) : std::nullopt);
   }
   absl::StatusOr<int64_t> read =
-      ReadRange(*log_, job_id, 0, *through, [&](const mpsd::v1::JobEvent& event) {
+      // Runs here, under entry.mu, which the analysis cannot follow into a lambda.
+      ReadRange(*log_, job_id, 0, *through,
+                [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         if (!SourceXOf(event) || marks.Superseded(event)) return;
         for (auto& [key, track] : entry.tracks) Feed(track, event);
       });
@@ -97,7 +99,9 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
                                  std::optional<double> smoothing) {
   // Tracks new to this entry are read from the start up to where the others are.
   std::vector<Track*> added;
-  auto want = [&](const SeriesMetric& metric, std::optional<double> weight) {
+  // The lambdas below run here, under entry.mu, which the analysis cannot follow into them.
+  auto want = [&](const SeriesMetric& metric,
+                  std::optional<double> weight) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     auto [it, inserted] = entry.tracks.try_emplace(TrackKey(metric.name, weight));
     if (!inserted) return;
     it->second = NewTrack(metric, weight);
@@ -109,7 +113,8 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
   }
   if (!added.empty() && entry.through_seq > 0) {
     absl::StatusOr<int64_t> read =
-        ReadRange(*log_, job_id, 0, entry.through_seq, [&](const mpsd::v1::JobEvent& event) {
+        ReadRange(*log_, job_id, 0, entry.through_seq,
+                  [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           if (!SourceXOf(event) || entry.marks.Superseded(event)) return;
           for (Track* track : added) Feed(*track, event);
         });
@@ -119,7 +124,8 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
   // attempt: the points it supersedes are already in the tracks, so they are built again.
   bool resumed = false;
   absl::StatusOr<int64_t> read =
-      ReadRange(*log_, job_id, entry.through_seq, 0, [&](const mpsd::v1::JobEvent& event) {
+      ReadRange(*log_, job_id, entry.through_seq, 0,
+                [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         if (resumed || !SourceXOf(event)) return;
         if (entry.marks.Add(event)) {
           resumed = true;
@@ -152,7 +158,10 @@ absl::StatusOr<SeriesCache::Result> SeriesCache::Query(const std::string& job_id
     result.through_seq = entry->through_seq;
     for (const SeriesMetric& metric : metrics) {
       const Track& track = entry->tracks.at(TrackKey(metric.name, std::nullopt));
-      Series series{metric, track.series->count(), track.series->Downsampled(max_points)};
+      Series series;
+      series.metric = metric;
+      series.raw_points = track.series->count();
+      series.points = track.series->Downsampled(max_points);
       if (smoothing) {
         const Track& smoothed = entry->tracks.at(TrackKey(metric.name, smoothing));
         series.smoothed_set = true;

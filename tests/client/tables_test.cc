@@ -89,7 +89,7 @@ TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
 }
 
 TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
-  TextTable table{{"A", "B"}, {{"x,y", "1.5"}, {"p|q", "-"}}};
+  TextTable table{{"A", "B"}, {{"x,y", "1.5"}, {"p|q", "-"}}, {}, {}};
   EXPECT_EQ(*RenderTable(table, "table"), "A    B\nx,y  1.5\np|q  -\n");
   EXPECT_EQ(*RenderTable(table, "markdown"), "| A | B |\n|---|---|\n| x,y | 1.5 |\n| p\\|q | - |\n");
   EXPECT_EQ(*RenderTable(table, "csv"), "A,B\n\"x,y\",1.5\np|q,-\n");
@@ -102,7 +102,7 @@ TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
   // not take as written (".5") is written in a form it takes.
   TextTable headed{{"SAMPLES/S", "JOB", "x"}, {{"12", "12", ".5"}}, {}, {false, true, false}};
   EXPECT_EQ(*RenderTable(headed, "json"), "[{\"samples_s\":12,\"job\":\"12\",\"x\":0.5}]\n");
-  EXPECT_EQ(*RenderTable(TextTable{{"A"}, {}}, "json"), "[]\n");
+  EXPECT_EQ(*RenderTable(TextTable{{"A"}, {}, {}, {}}, "json"), "[]\n");
   EXPECT_FALSE(RenderTable(table, "html").ok());
 }
 
