@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 
@@ -132,6 +133,14 @@ absl::Status SetOtherScalar(Message& message, const FieldDescriptor& field,
     if (field.type() == FieldDescriptor::TYPE_BYTES && !absl::Base64Unescape(text, &bytes)) {
       return Mismatch(field, text);
     }
+    if (field.type() == FieldDescriptor::TYPE_STRING) {
+      if (std::optional<size_t> bad = FirstInvalidUtf8(text); bad.has_value()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "not UTF-8 text (byte 0x%02x at offset %d, from an escape sequence); a string "
+            "field holds UTF-8",
+            static_cast<unsigned char>(text[*bad]), *bad));
+      }
+    }
     add ? r.AddString(&message, &field, std::move(bytes))
         : r.SetString(&message, &field, std::move(bytes));
   } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
@@ -245,6 +254,39 @@ std::string ExpectedText(const FieldDescriptor& field) {
                           EnglishList(FieldNames(*field.message_type()), "and"));
   }
   return "a value";
+}
+
+std::optional<size_t> FirstInvalidUtf8(absl::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;
+      if (c == 0xED) high = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;
+      if (c == 0xF4) high = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + length > n || p[i + 1] < low || p[i + 1] > high) return i;
+    for (size_t k = 2; k < length; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    }
+    i += length;
+  }
+  return std::nullopt;
 }
 
 std::string QuoteText(absl::string_view s) {

@@ -45,6 +45,12 @@ std::string EnglishList(const std::vector<std::string>& items, absl::string_view
 // The names of `message`'s fields, in declaration order.
 std::vector<std::string> FieldNames(const google::protobuf::Descriptor& message);
 
+// The offset of the first byte of `text` that is not part of well-formed UTF-8 (RFC 3629: no
+// overlong forms, no surrogates, at most U+10FFFF), if any. yaml-cpp passes such bytes through
+// (also from escapes such as "\ud800"), which protobuf's string fields must not hold: the
+// request would fail to serialize.
+std::optional<size_t> FirstInvalidUtf8(absl::string_view text);
+
 // `text` in double quotes, escaped as C does (for error messages).
 std::string QuoteText(absl::string_view text);
 

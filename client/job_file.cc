@@ -187,42 +187,6 @@ class DocumentScan final : public YAML::EventHandler {
   }
 };
 
-// The offset of the first byte that is not part of well-formed UTF-8 (RFC 3629: no overlong
-// forms, no surrogates, at most U+10FFFF), if any. yaml-cpp passes such bytes through into
-// strings, which protobuf's string fields must not hold (the request fails to serialize).
-std::optional<size_t> FirstInvalidUtf8(absl::string_view text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    size_t length = 0;
-    unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      length = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      length = 3;
-      if (c == 0xE0) low = 0xA0;
-      if (c == 0xED) high = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      length = 4;
-      if (c == 0xF0) low = 0x90;
-      if (c == 0xF4) high = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + length > n || p[i + 1] < low || p[i + 1] > high) return i;
-    for (size_t k = 2; k < length; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    }
-    i += length;
-  }
-  return std::nullopt;
-}
-
 YAML::Mark MarkAt(absl::string_view text, size_t offset) {
   YAML::Mark mark;
   mark.pos = static_cast<int>(offset);
@@ -315,7 +279,7 @@ absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml
   v1::SubmitJobRequest request;
   std::vector<YAML::Node> documents;
   const std::string text(yaml);
-  if (std::optional<size_t> bad = FirstInvalidUtf8(text); bad.has_value()) {
+  if (std::optional<size_t> bad = api::FirstInvalidUtf8(text); bad.has_value()) {
     Error(MarkAt(text, *bad), "",
           absl::StrFormat("not UTF-8 text (byte 0x%02x at offset %d); a job file is YAML in UTF-8",
                           static_cast<unsigned char>(text[*bad]), *bad));
@@ -487,6 +451,10 @@ void JobFileParser::SetPathKeyedField(const YAML::Node& value, const std::string
     if (!item.first.IsScalar()) {
       Error(item.first, path,
             absl::StrCat("expected a field path as key, got ", Describe(item.first)));
+      continue;
+    }
+    if (std::optional<size_t> bad = api::FirstInvalidUtf8(item.first.Scalar()); bad.has_value()) {
+      Error(item.first, path, "a field path key is not valid UTF-8 (from an escape sequence)");
       continue;
     }
     const std::string item_path = absl::StrCat(path, ".", item.first.Scalar());

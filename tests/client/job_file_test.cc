@@ -223,6 +223,22 @@ TEST(JobFileTest, TextThatIsNotUtf8IsRefused) {
   EXPECT_EQ(parsed->train_job().model().name(), "caf\xc3\xa9 \xf0\x9f\x98\x80");
 }
 
+// yaml-cpp turns the escapes "\N" (next line) and "\_" (no-break space) into the single bytes
+// 0x85 and 0xa0, which are not UTF-8 (job_file_fuzzer: a BenchJob model name failed to
+// serialize). Refused naming the field.
+TEST(JobFileTest, EscapesThatAreNotUtf8AreRefused) {
+  EXPECT_THAT(ErrorOf("kind: BenchJob\nmodels: [resnet18, \"be\\Nx\"]\n"),
+              HasSubstr("job.yaml:2:20: models[1]: not UTF-8 text (byte 0x85 at offset 2, from an "
+                        "escape sequence)"));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nmodel: {name: \"a\\_b\"}\n"),
+              HasSubstr("model.name: not UTF-8 text (byte 0xa0 at offset 1"));
+  // A well-formed escape is text like any other.
+  const absl::StatusOr<mpsd::v1::SubmitJobRequest> parsed =
+      ParseJobFile("kind: TrainJob\nmodel: {name: \"caf\\u00e9\\x04\"}\n", "job.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->train_job().model().name(), "caf\xc3\xa9\x04");
+}
+
 // An alias shares a node: nested lists of aliases would make the walk exponential.
 TEST(JobFileTest, AliasesAreRefused) {
   EXPECT_THAT(ErrorOf("kind: TrainJob\nepochs: &e 2\nbatch_size: *e\n"),
