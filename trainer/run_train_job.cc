@@ -410,7 +410,8 @@ class Checkpointer {
     switch (moment) {
       case CheckpointMoment::kEpochEnd: {
         const int epoch = position.epoch - 1;  // the epoch that ended
-        periodic = (job_.checkpoint_every_epochs > 0 && epoch % job_.checkpoint_every_epochs == 0) ||
+        periodic = (job_.checkpoint_every_epochs > 0 &&
+                    epoch % job_.checkpoint_every_epochs == 0) ||
                    (job_.checkpoint_every_steps > 0 &&
                     position.step % job_.checkpoint_every_steps == 0);
         best = job_.checkpoint_keep_best && best_epoch_pending_;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <set>
 #include <string>
@@ -145,7 +146,9 @@ class CheckpointStepsE2eTest : public ::testing::Test {
     const CommandResult same =
         RunCommand({kPython, dir_.str() + "/same_model.py", model, checkpoint});
     if (metadata != nullptr) *metadata = same.out;
-    if (same.exit_code != 0) ADD_FAILURE() << model << " vs " << checkpoint << ": " << same.out << same.err;
+    if (same.exit_code != 0) {
+      ADD_FAILURE() << model << " vs " << checkpoint << ": " << same.out << same.err;
+    }
     return same.exit_code == 0;
   }
 
@@ -157,7 +160,8 @@ class CheckpointStepsE2eTest : public ::testing::Test {
     Job job;
     EXPECT_TRUE(WaitUntil([&] {
       job = rpc_ok::Get(*daemon_, submitted.id());
-      return job.has_last_checkpoint() || (job.state() != Job::RUNNING && job.state() != Job::QUEUED);
+      return job.has_last_checkpoint() ||
+             (job.state() != Job::RUNNING && job.state() != Job::QUEUED);
     }));
     EXPECT_EQ(job.state(), Job::RUNNING) << "the job ended before mpsd could be stopped";
     daemon_->Stop(signal, absl::Seconds(60));
@@ -201,6 +205,8 @@ TEST_F(CheckpointStepsE2eTest, ASigtermCheckpointResumesAtTheNextStepWithTheSame
     if (e.has_checkpoint()) stop_step = e.checkpoint().step(), stop_path = e.checkpoint().path();
   }
   ASSERT_TRUE(requeued);
+  std::cout << "stopped by SIGTERM after step " << stop_step << " of 400; checkpoint " << stop_path
+            << "\n";
   EXPECT_EQ(stop_step, last_step_before) << "no checkpoint at the step where the job stopped";
   EXPECT_EQ(resumed.summary().resumed_at_step(), stop_step);
   if (stop_step % 200 != 0) {
