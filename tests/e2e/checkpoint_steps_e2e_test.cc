@@ -214,6 +214,28 @@ TEST_F(CheckpointStepsE2eTest, ASigtermCheckpointResumesAtTheNextStepWithTheSame
   }
   EXPECT_TRUE(SameRecords(reference.summary().model_path(), resumed.summary().model_path()))
       << "resumed at step " << stop_step << ": the final weights differ";
+
+  // Without restart_policy the stopped job stays INTERRUPTED; `resume_from: <its id>` takes its
+  // newest checkpoint (checkpoint-latest.pt: the stop's) and goes on from the next step.
+  const Job submitted = rpc_ok::Submit(*daemon_, StepsJob());
+  ASSERT_TRUE(
+      WaitUntil([&] { return rpc_ok::Get(*daemon_, submitted.id()).has_last_checkpoint(); }));
+  daemon_->Stop(SIGTERM, absl::Seconds(60));
+  daemon_->Start({"--enable-fault-injection"});
+  const Job interrupted = rpc_ok::Get(*daemon_, submitted.id());
+  ASSERT_EQ(interrupted.state(), Job::INTERRUPTED);
+  const int64_t stopped_at = StepNumbers(rpc::StreamAll(*daemon_, submitted.id())).back();
+  EXPECT_EQ(interrupted.last_checkpoint().step(), stopped_at);
+  SubmitJobRequest rest = StepsJob();
+  rest.mutable_train_job()->set_resume_from(submitted.id());
+  const Job finished = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, rest).id());
+  ASSERT_EQ(finished.state(), Job::SUCCEEDED) << finished.message();
+  EXPECT_EQ(finished.summary().resumed_at_step(), stopped_at);
+  const std::vector<int64_t> rest_steps = StepNumbers(rpc::StreamAll(*daemon_, finished.id()));
+  ASSERT_FALSE(rest_steps.empty());
+  EXPECT_EQ(rest_steps.front(), stopped_at + 1);
+  EXPECT_EQ(rest_steps.back(), 400);
+  EXPECT_TRUE(SameRecords(reference.summary().model_path(), finished.summary().model_path()));
 }
 
 // Killed outright after its first checkpoint (step 10 or a later one): the job resumes from the
