@@ -328,6 +328,23 @@ void RestoreExtraState(const ExtraState& extra, const CheckpointInfo& info, Loop
   best.waited = static_cast<int>(i64(kWaitedName));
 }
 
+// A job resumed from another job's checkpoint whose best epoch lies before it: that job's
+// best.pt and checkpoint-best.pt (beside the checkpoint) are copied into this job's folder, so
+// that the best epoch the summary names has its files here. Best effort: a file that cannot be
+// copied is left (the summary then names no best_model_path until a new best epoch).
+void CarryBestFiles(const TrainJobConfig& job) {
+  namespace fs = std::filesystem;
+  if (job.job_dir.empty()) return;
+  std::error_code ec;
+  const fs::path from = fs::path(job.resume_path).parent_path();
+  if (fs::equivalent(from, job.job_dir, ec)) return;
+  fs::create_directories(job.job_dir, ec);
+  for (const char* name : {"best.pt", kBestCheckpointName}) {
+    if (!fs::exists(from / name, ec) || fs::exists(fs::path(job.job_dir) / name, ec)) continue;
+    fs::copy_file(from / name, fs::path(job.job_dir) / name, ec);
+  }
+}
+
 // Restores job.resume_path into the model, optimizer, GradScaler and `best`, and sets where
 // `options` starts (the checkpoint's position: an epoch's start, or inside it).
 absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, TrainOptions& options,
@@ -362,6 +379,7 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, Train
   if (best_state.best_epoch > 0 && best_state.best.has_value()) {
     summary.set_best_epoch(best_state.best_epoch);
     summary.set_best_value(*best_state.best);
+    CarryBestFiles(job);
     const std::filesystem::path best_model = std::filesystem::path(job.job_dir) / "best.pt";
     std::error_code ec;
     if (!job.job_dir.empty() && std::filesystem::exists(best_model, ec)) {

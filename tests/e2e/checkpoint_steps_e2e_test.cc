@@ -306,6 +306,10 @@ TEST_F(CheckpointStepsE2eTest, KeepBestKeepsTheBestEpochsCheckpointAndEarlyStopp
   }
   EXPECT_THAT(epochs, ElementsAre(3));
   EXPECT_TRUE(SameRecords(stopped.summary().model_path(), resumed.summary().model_path()));
+  // The best epoch lies in the job it resumed from: its best.pt came along.
+  ASSERT_EQ(resumed.summary().best_model_path(), JobDir(resumed.id()) + "/best.pt");
+  EXPECT_TRUE(
+      SameRecords(stopped.summary().best_model_path(), resumed.summary().best_model_path()));
 }
 
 // nan_policy skip_step with NaN losses planted at steps 5 and 6 (fault injection): both are
