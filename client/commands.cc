@@ -144,7 +144,7 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--kind: unknown \"", arg, "\" (expected TrainJob or BenchJob)"));
+      absl::StrCat("--kind: unknown \"", arg, "\" (expected TrainJob, BenchJob or Sweep)"));
 }
 
 }  // namespace
