@@ -55,6 +55,13 @@ void TrainJobDefaults(v1::TrainJob& job) {
   DefaultString(job.mutable_precision(), "fp32");
   DefaultString(job.mutable_memory_format(), "contiguous");
   DefaultString(job.mutable_restart_policy(), "none");
+  DefaultString(job.mutable_nan_policy(), "fail");
+  if (job.nan_policy() == "skip_step" && !job.has_max_skipped_steps()) {
+    job.set_max_skipped_steps(10);
+  }
+  if (job.has_checkpoint() && !job.checkpoint().has_keep_last()) {
+    job.mutable_checkpoint()->set_keep_last(1);
+  }
   OptimizerDefaults(*job.mutable_optimizer());
   ScheduleDefaults(*job.mutable_schedule(), job.optimizer().learning_rate());
   v1::DatasetSpec& dataset = *job.mutable_dataset();

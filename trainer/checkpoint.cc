@@ -88,6 +88,7 @@ std::string FormatInfo(const CheckpointInfo& info) {
                       "world_size: ", info.world_size, "\n",               //
                       "epoch: ", info.epoch, "\n",                         //
                       "step: ", info.step, "\n",                           //
+                      "epoch_step: ", info.epoch_step, "\n",               //
                       "precision: ", info.precision, "\n",                 //
                       "job_id: ", info.job_id, "\n",                       //
                       "torch_version: ", info.torch_version, "\n");
@@ -117,11 +118,12 @@ absl::StatusOr<CheckpointInfo> ParseInfo(absl::string_view text) {
     if (key == "world_size") ok = absl::SimpleAtoi(value, &info.world_size);
     if (key == "epoch") ok = absl::SimpleAtoi(value, &info.epoch);
     if (key == "step") ok = absl::SimpleAtoi(value, &info.step);
+    if (key == "epoch_step") ok = absl::SimpleAtoi(value, &info.epoch_step);
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat("metadata: bad ", key, " \"", value, "\""));
     }
   }
-  if (info.model.empty() || info.epoch < 0 || info.step < 0) {
+  if (info.model.empty() || info.epoch < 0 || info.step < 0 || info.epoch_step < 0) {
     return absl::InvalidArgumentError("metadata: model, epoch or step missing or negative");
   }
   return info;
@@ -200,23 +202,48 @@ absl::Status WriteArchive(const std::string& path, const std::string& info,
   return WriteArtifactFile(path, archive);
 }
 
-// Points checkpoint-latest.pt at `path` (a hard link, replaced by rename) and removes the
-// older checkpoint-epoch-*.pt files of `dir`.
-absl::Status PublishLatest(const fs::path& dir, const fs::path& path) {
-  const std::string latest = (dir / kLatestCheckpointName).string();
-  const std::string temporary = latest + ".tmp";
+// Links `path` as dir/name (a hard link, replaced by rename).
+absl::Status LinkAs(const fs::path& dir, const fs::path& path, const char* name) {
+  const std::string link = (dir / name).string();
+  const std::string temporary = link + ".tmp";
   std::error_code ec;
   fs::remove(temporary, ec);
   fs::create_hard_link(path, temporary, ec);
   if (ec) return absl::InternalError(absl::StrCat("link ", temporary, ": ", ec.message()));
-  if (absl::Status s = Rename(temporary, latest); !s.ok()) return s;
+  return Rename(temporary, link);
+}
+
+// A checkpoint file under its own name: checkpoint-epoch-N.pt or checkpoint-step-N.pt.
+bool IsCheckpointFile(const std::string& name) {
+  return (absl::StartsWith(name, "checkpoint-epoch-") ||
+          absl::StartsWith(name, "checkpoint-step-")) &&
+         absl::EndsWith(name, ".pt");
+}
+
+// Links the new checkpoint `path` as checkpoint-best.pt and checkpoint-latest.pt as `files`
+// says, then removes the checkpoint files of `dir` beyond the newest files.keep_last (by their
+// metadata's step; the new one is the newest; unreadable ones count as oldest).
+absl::Status Publish(const fs::path& dir, const fs::path& path, const CheckpointFiles& files) {
+  if (files.best) {
+    if (absl::Status s = LinkAs(dir, path, kBestCheckpointName); !s.ok()) return s;
+  }
+  if (files.keep_last > 0) {
+    if (absl::Status s = LinkAs(dir, path, kLatestCheckpointName); !s.ok()) return s;
+  }
+  std::vector<std::pair<int64_t, fs::path>> older;  // (step, file)
+  std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, "checkpoint-epoch-") && absl::EndsWith(name, ".pt") &&
-        entry.path() != path) {
-      fs::remove(entry.path(), ec);
-    }
+    if (!IsCheckpointFile(name) || entry.path() == path) continue;
+    absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(entry.path().string());
+    older.emplace_back(info.ok() ? info->step : -1, entry.path());
   }
+  std::sort(older.begin(), older.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;  // newest first
+  });
+  const size_t keep_older = files.keep_last > 0 ? static_cast<size_t>(files.keep_last - 1) : 0;
+  for (size_t i = keep_older; i < older.size(); ++i) fs::remove(older[i].second, ec);
+  if (files.keep_last == 0) fs::remove(path, ec);
   return absl::OkStatus();
 }
 
@@ -225,19 +252,22 @@ absl::Status PublishLatest(const fs::path& dir, const fs::path& path) {
 absl::StatusOr<mpsd::v1::CheckpointSaved> SaveCheckpoint(
     const std::string& dir, const CheckpointInfo& info, torch::nn::Module& model,
     torch::optim::Optimizer& optimizer, const at::Generator& shuffle, const ExtraState& extra,
-    const torch::Device& device) {
+    const torch::Device& device, const CheckpointFiles& files) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
-  const fs::path path = fs::path(dir) / absl::StrCat("checkpoint-epoch-", info.epoch, ".pt");
+  const fs::path path =
+      fs::path(dir) / (info.epoch_step == 0 ? absl::StrCat("checkpoint-epoch-", info.epoch, ".pt")
+                                            : absl::StrCat("checkpoint-step-", info.step, ".pt"));
   const std::string state = SerializeState(model, optimizer, shuffle, extra, device);
   if (absl::Status s = WriteArchive(path.string(), FormatInfo(info), state); !s.ok()) return s;
-  if (absl::Status s = PublishLatest(dir, path); !s.ok()) return s;
+  if (absl::Status s = Publish(dir, path, files); !s.ok()) return s;
+  const fs::path kept = files.keep_last > 0 ? path : fs::path(dir) / kBestCheckpointName;
   mpsd::v1::CheckpointSaved saved;
-  saved.set_path(path.string());
+  saved.set_path(kept.string());
   saved.set_epoch(info.epoch);
   saved.set_step(info.step);
-  saved.set_size_bytes(static_cast<int64_t>(fs::file_size(path, ec)));
+  saved.set_size_bytes(static_cast<int64_t>(fs::file_size(kept, ec)));
   return saved;
 }
 

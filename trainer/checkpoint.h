@@ -46,6 +46,9 @@ struct CheckpointInfo {
   // Epochs finished and optimizer steps taken when the checkpoint was written.
   int epoch = 0;
   int64_t step = 0;
+  // Optimizer steps already done in epoch `epoch + 1` (a checkpoint inside an epoch: every_steps,
+  // or a stop); 0 at an epoch end and in checkpoints written before it was recorded.
+  int64_t epoch_step = 0;
   // "fp32", "fp16", "bf16" (informational).
   std::string precision;
   // The job that wrote it and the LibTorch that wrote it (informational).
@@ -60,20 +63,36 @@ using ExtraState = std::map<std::string, torch::Tensor>;
 
 // The file a job's newest checkpoint is always also linked as: <dir>/checkpoint-latest.pt.
 inline constexpr char kLatestCheckpointName[] = "checkpoint-latest.pt";
+// The file the best epoch's checkpoint is also linked as (CheckpointSpec.keep_best).
+inline constexpr char kBestCheckpointName[] = "checkpoint-best.pt";
+
+// Which names a new checkpoint gets, and which older ones go (TrainJob.checkpoint).
+struct CheckpointFiles {
+  // The newest checkpoint files kept in the directory, the new one included (counting
+  // checkpoint-epoch-*.pt and checkpoint-step-*.pt, ordered by their metadata's step); >= 0.
+  // 0 keeps none: the new checkpoint survives only as checkpoint-best.pt, and
+  // checkpoint-latest.pt is not written.
+  int keep_last = 1;
+  // Also link the new checkpoint as checkpoint-best.pt (replacing the previous best).
+  bool best = false;
+};
 
 // Writes a checkpoint of `model`, `optimizer`, `shuffle` (the generator that orders the training
 // set; an undefined at::Generator() when the order is a function of seed and epoch), the
 // default CPU generator (and the default generator of `device` off the CPU) and
-// `extra` into `dir` (created if missing) as checkpoint-epoch-<info.epoch>.pt, then links it as
-// checkpoint-latest.pt and removes the job's older checkpoint-epoch-*.pt. Each file appears by
-// rename(2) of a finished temporary, so a crash never leaves a torn checkpoint under either name.
-// Returns the event payload (path of the epoch file, epoch, step, size in bytes). Errors:
-// INTERNAL naming the file for a file-system failure. Throws c10::Error for LibTorch failures.
-// Not thread-safe for one `dir`.
+// `extra` into `dir` (created if missing) as checkpoint-epoch-<info.epoch>.pt at an epoch end
+// (info.epoch_step 0), else checkpoint-step-<info.step>.pt; then links it as
+// checkpoint-latest.pt (keep_last > 0) and checkpoint-best.pt (`files.best`), and removes the
+// older checkpoint files beyond files.keep_last. Links are hard links: a file removed under its
+// own name stays under checkpoint-best.pt. Each file appears by rename(2) of a finished
+// temporary, so a crash never leaves a torn checkpoint under any name. Returns the event payload
+// (the path of the kept file: the epoch or step file, or checkpoint-best.pt when keep_last is 0;
+// epoch, step, size in bytes). Errors: INTERNAL naming the file for a file-system failure.
+// Throws c10::Error for LibTorch failures. Not thread-safe for one `dir`.
 absl::StatusOr<mpsd::v1::CheckpointSaved> SaveCheckpoint(
     const std::string& dir, const CheckpointInfo& info, torch::nn::Module& model,
     torch::optim::Optimizer& optimizer, const at::Generator& shuffle, const ExtraState& extra,
-    const torch::Device& device);
+    const torch::Device& device, const CheckpointFiles& files = CheckpointFiles());
 
 // The largest metadata (and version) record ReadCheckpointInfo reads, bytes (64 KiB; mpsd
 // writes about 300).

@@ -9,17 +9,22 @@
 
 namespace mpsd::trainer {
 
-bool DivergenceCheck::Observe(int64_t step, int epoch, double loss, double learning_rate) {
-  if (diverged_.has_value()) return true;
+DivergenceCheck::Verdict DivergenceCheck::Observe(int64_t step, int epoch, double loss,
+                                                  double learning_rate) {
+  if (diverged_.has_value()) return Verdict::kDiverged;
   const bool finite = std::isfinite(loss);
   if (finite && !(threshold_ > 0 && loss > threshold_)) {
-    has_finite_ = true;
-    last_finite_loss_ = loss;
-    last_finite_step_ = step;
-    return false;
+    state_.has_finite = true;
+    state_.last_finite_loss = loss;
+    state_.last_finite_step = step;
+    return Verdict::kFine;
+  }
+  if (!finite && skip_non_finite_ && state_.skipped < max_skipped_) {
+    ++state_.skipped;
+    return Verdict::kSkipped;
   }
   diverged_ = Diverged{step, epoch, loss, learning_rate};
-  return true;
+  return Verdict::kDiverged;
 }
 
 absl::Status DivergenceCheck::Error(int64_t total_steps) const {
@@ -29,10 +34,15 @@ absl::Status DivergenceCheck::Error(int64_t total_steps) const {
       std::isfinite(d.loss)
           ? absl::StrFormat("training loss %g above divergence_threshold %g", d.loss, threshold_)
           : absl::StrFormat("training loss %g", d.loss);
-  const std::string last =
-      has_finite_ ? absl::StrFormat("last finite loss %.6g at step %d", last_finite_loss_,
-                                    last_finite_step_)
-                  : std::string("no finite loss before it");
+  std::string last =
+      state_.has_finite ? absl::StrFormat("last finite loss %.6g at step %d",
+                                          state_.last_finite_loss, state_.last_finite_step)
+                        : std::string("no finite loss before it");
+  if (skip_non_finite_ && !std::isfinite(d.loss)) {
+    absl::StrAppendFormat(&last, "; %d step(s) with a non-finite loss skipped before it, "
+                          "max_skipped_steps %d (nan_policy skip_step)",
+                          state_.skipped, max_skipped_);
+  }
   return api::WithFailureReason(
       absl::AbortedError(absl::StrFormat("diverged at step %d of %d (epoch %d): %s at learning "
                                          "rate %g; %s",

@@ -20,16 +20,17 @@ EarlyStopping::Decision EarlyStopping::Observe(int epoch, double value) {
   Decision decision;
   const bool better =
       !std::isnan(value) &&
-      (!best_.has_value() || (config_.maximize ? value > *best_ + config_.min_delta
-                                               : value < *best_ - config_.min_delta));
+      (!state_.best.has_value() ||
+       (config_.maximize ? value > *state_.best + config_.min_delta
+                         : value < *state_.best - config_.min_delta));
   if (better) {
-    best_ = value;
-    best_epoch_ = epoch;
-    waited_ = 0;
+    state_.best = value;
+    state_.best_epoch = epoch;
+    state_.waited = 0;
     decision.improved = true;
     return decision;
   }
-  decision.stop = ++waited_ >= config_.patience;
+  decision.stop = ++state_.waited >= config_.patience;
   return decision;
 }
 

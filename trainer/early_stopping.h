@@ -42,15 +42,23 @@ class EarlyStopping {
   // One evaluated epoch's value of the monitored metric.
   Decision Observe(int epoch, double value);
 
-  int best_epoch() const { return best_epoch_; }  // 0 before any improvement
-  std::optional<double> best_value() const { return best_; }
+  int best_epoch() const { return state_.best_epoch; }  // 0 before any improvement
+  std::optional<double> best_value() const { return state_.best; }
   const EarlyStoppingConfig& config() const { return config_; }
+
+  // What a checkpoint keeps, so that a resumed job stops at the epoch the uninterrupted one
+  // would have.
+  struct State {
+    std::optional<double> best;
+    int best_epoch = 0;
+    int waited = 0;  // evaluated epochs since the best
+  };
+  const State& state() const { return state_; }
+  void Restore(const State& state) { state_ = state; }
 
  private:
   EarlyStoppingConfig config_;
-  std::optional<double> best_;
-  int best_epoch_ = 0;
-  int waited_ = 0;  // evaluated epochs since the best
+  State state_;
 };
 
 }  // namespace mpsd::trainer

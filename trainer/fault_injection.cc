@@ -95,10 +95,17 @@ absl::Status CheckFaultInjection(const mpsd::v1::SubmitJobRequest& spec, bool al
         field, ": accepted only when mpsd runs with --enable-fault-injection (for tests)"));
   }
   const std::string& kind = fault->kind();
-  if (kind != "abort" && kind != "segfault" && kind != "allocate_unbounded" && kind != "hang") {
+  const bool nan_loss = kind == "nan_loss" && spec.has_train_job();
+  if (kind != "abort" && kind != "segfault" && kind != "allocate_unbounded" && kind != "hang" &&
+      !nan_loss) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.kind: expected abort, segfault, allocate_unbounded or hang, got \"%s\"", field,
-        kind));
+        "%s.kind: expected abort, segfault, allocate_unbounded, hang or (train_job) nan_loss, "
+        "got \"%s\"",
+        field, kind));
+  }
+  if (fault->steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s.steps: must be >= 0 (0 = every step), got %d", field, fault->steps()));
   }
   if (fault->at_step() < 0) {
     return absl::InvalidArgumentError(
@@ -111,7 +118,8 @@ EventSink WithFaultInjection(const mpsd::v1::SubmitJobRequest& spec, const std::
                              EventSink sink) {
   std::string field;
   const FaultInjection* found = FaultOf(spec, &field);
-  if (found == nullptr) return sink;
+  // nan_loss is the training loop's own (TrainJobConfig::nan_loss_from).
+  if (found == nullptr || found->kind() == "nan_loss") return sink;
   struct State {
     FaultInjection fault;
     int64_t rows = 0;

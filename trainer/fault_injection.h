@@ -1,7 +1,9 @@
 // Fault injection for tests of the daemon's executor supervision (SubmitJobRequest's
 // TrainJob.fault_injection / BenchJob.fault_injection): the executor process aborts, segfaults,
-// allocates device memory without bound or hangs at a chosen step. Accepted only when the
-// executor runs with Executor::Options::allow_fault_injection (mpsd --enable-fault-injection).
+// allocates device memory without bound or hangs at a chosen step; or (TrainJob) steps get a NaN
+// loss ("nan_loss", which the training loop plants: TrainJobConfig::nan_loss_from). Accepted
+// only when the executor runs with Executor::Options::allow_fault_injection (mpsd
+// --enable-fault-injection).
 #ifndef MPSD_TRAINER_FAULT_INJECTION_H_
 #define MPSD_TRAINER_FAULT_INJECTION_H_
 

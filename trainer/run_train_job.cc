@@ -8,7 +8,9 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -44,9 +46,23 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using mpsd::v1::JobEvent;
 
-// The loop's state besides model and optimizer that a checkpoint keeps: fp16's loss scale.
+// The loop's state besides model and optimizer that a checkpoint keeps: fp16's loss scale...
 constexpr char kScaleName[] = "grad_scaler_scale";
 constexpr char kGrowthTrackerName[] = "grad_scaler_growth_tracker";
+// ...the position inside an epoch and its running figures (LoopPosition), the divergence
+// check's counters and the early-stopping state. Absent from older checkpoints: then zero.
+constexpr char kEpochLossSumName[] = "loop_epoch_loss_sum";      // [] float64
+constexpr char kEpochCorrectName[] = "loop_epoch_correct";       // [] int64
+constexpr char kEpochExamplesName[] = "loop_epoch_examples";     // [] int64
+constexpr char kEpochSkippedName[] = "loop_epoch_skipped";       // [] int64
+constexpr char kEpochSecondsName[] = "loop_epoch_seconds";       // [] float64
+constexpr char kSkippedName[] = "divergence_skipped";            // [] int64
+constexpr char kHasFiniteName[] = "divergence_has_finite";       // [] int64, 0 or 1
+constexpr char kLastFiniteLossName[] = "divergence_last_finite_loss";  // [] float64
+constexpr char kLastFiniteStepName[] = "divergence_last_finite_step";  // [] int64
+constexpr char kBestName[] = "early_stopping_best";              // [] float64, NaN = none yet
+constexpr char kBestEpochName[] = "early_stopping_best_epoch";   // [] int64
+constexpr char kWaitedName[] = "early_stopping_waited";          // [] int64
 
 // An MPS job's log says what an operator the MPS backend lacks does: PyTorch reads
 // PYTORCH_ENABLE_MPS_FALLBACK (mpsd's config executor.mps_fallback sets it for the executor).
@@ -244,6 +260,11 @@ TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
   options.cuda_graphs = job.cuda_graphs;
   options.eval_every_epochs = job.eval_every_epochs;
   options.divergence_threshold = job.divergence_threshold;
+  options.nan_policy = job.nan_policy;
+  options.max_skipped_steps = job.max_skipped_steps;
+  options.nan_loss_from = job.nan_loss_from;
+  options.nan_loss_steps = job.nan_loss_steps;
+  options.checkpoint_every_steps = job.checkpoint_every_steps;
   options.evaluate_test = job.evaluate_test;
   options.precision = job.precision;
   options.optimizer = job.optimizer.kind;
@@ -253,22 +274,93 @@ TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
   return options;
 }
 
-ExtraState SaveExtraState(const GradScaler& grad_scaler) {
+ExtraState SaveExtraState(const GradScaler& grad_scaler, const LoopPosition& position,
+                          const EarlyStopping::State& best) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  return {{kScaleName, torch::full({}, grad_scaler.scale(), f64)},
-          {kGrowthTrackerName,
-           torch::full({}, grad_scaler.growth_tracker(), f64.dtype(torch::kInt64))}};
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const DivergenceCheck::State& d = position.divergence;
+  return {
+      {kScaleName, torch::full({}, grad_scaler.scale(), f64)},
+      {kGrowthTrackerName, torch::full({}, grad_scaler.growth_tracker(), i64)},
+      {kEpochLossSumName, torch::full({}, position.epoch_loss_sum, f64)},
+      {kEpochCorrectName, torch::full({}, position.epoch_correct, i64)},
+      {kEpochExamplesName, torch::full({}, position.epoch_examples, i64)},
+      {kEpochSkippedName, torch::full({}, position.epoch_skipped, i64)},
+      {kEpochSecondsName, torch::full({}, position.epoch_seconds, f64)},
+      {kSkippedName, torch::full({}, d.skipped, i64)},
+      {kHasFiniteName, torch::full({}, d.has_finite ? 1 : 0, i64)},
+      {kLastFiniteLossName, torch::full({}, d.last_finite_loss, f64)},
+      {kLastFiniteStepName, torch::full({}, d.last_finite_step, i64)},
+      {kBestName,
+       torch::full({}, best.best.value_or(std::numeric_limits<double>::quiet_NaN()), f64)},
+      {kBestEpochName, torch::full({}, static_cast<int64_t>(best.best_epoch), i64)},
+      {kWaitedName, torch::full({}, static_cast<int64_t>(best.waited), i64)},
+  };
 }
 
-// Restores job.resume_path into the model, optimizer and GradScaler, and sets where `options`
-// starts (the epoch after the checkpoint's, the step after its step).
+// What a checkpoint restored into the loop and the early-stopping state.
+void RestoreExtraState(const ExtraState& extra, const CheckpointInfo& info, LoopPosition& position,
+                       EarlyStopping::State& best) {
+  const auto f64 = [&extra](const char* name) {
+    const torch::Tensor& t = extra.at(name);
+    return t.defined() ? t.item<double>() : 0.0;
+  };
+  const auto i64 = [&extra](const char* name) {
+    const torch::Tensor& t = extra.at(name);
+    return t.defined() ? t.item<int64_t>() : int64_t{0};
+  };
+  position.epoch = info.epoch + 1;
+  position.step = info.step;
+  position.epoch_steps = info.epoch_step;
+  position.epoch_loss_sum = f64(kEpochLossSumName);
+  position.epoch_correct = i64(kEpochCorrectName);
+  position.epoch_examples = i64(kEpochExamplesName);
+  position.epoch_skipped = i64(kEpochSkippedName);
+  position.epoch_seconds = f64(kEpochSecondsName);
+  position.divergence.skipped = i64(kSkippedName);
+  position.divergence.has_finite = i64(kHasFiniteName) != 0;
+  position.divergence.last_finite_loss = f64(kLastFiniteLossName);
+  position.divergence.last_finite_step = i64(kLastFiniteStepName);
+  const double value = extra.at(kBestName).defined() ? f64(kBestName)
+                                                     : std::numeric_limits<double>::quiet_NaN();
+  best.best = std::isnan(value) ? std::nullopt : std::optional<double>(value);
+  best.best_epoch = static_cast<int>(i64(kBestEpochName));
+  best.waited = static_cast<int>(i64(kWaitedName));
+}
+
+// A job resumed from another job's checkpoint whose best epoch lies before it: that job's
+// best.pt and checkpoint-best.pt (beside the checkpoint) are copied into this job's folder, so
+// that the best epoch the summary names has its files here. Best effort: a file that cannot be
+// copied is left (the summary then names no best_model_path until a new best epoch).
+void CarryBestFiles(const TrainJobConfig& job) {
+  namespace fs = std::filesystem;
+  if (job.job_dir.empty()) return;
+  std::error_code ec;
+  const fs::path from = fs::path(job.resume_path).parent_path();
+  if (fs::equivalent(from, job.job_dir, ec)) return;
+  fs::create_directories(job.job_dir, ec);
+  for (const char* name : {"best.pt", kBestCheckpointName}) {
+    if (!fs::exists(from / name, ec) || fs::exists(fs::path(job.job_dir) / name, ec)) continue;
+    fs::copy_file(from / name, fs::path(job.job_dir) / name, ec);
+  }
+}
+
+// Restores job.resume_path into the model, optimizer, GradScaler and `best`, and sets where
+// `options` starts (the checkpoint's position: an epoch's start, or inside it).
 absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, TrainOptions& options,
-                               const EventSink& sink, mpsd::v1::JobSummary& summary) {
+                               EarlyStopping& best, const EventSink& sink,
+                               mpsd::v1::JobSummary& summary) {
   if (job.resume_path.empty()) return absl::OkStatus();
   absl::StatusOr<CheckpointInfo> checked =
       CheckResumeCheckpoint(job, state.train_examples(), "resume_from");
   if (!checked.ok()) return checked.status();
-  ExtraState extra = {{kScaleName, {}}, {kGrowthTrackerName, {}}};
+  ExtraState extra;
+  for (const char* name :
+       {kScaleName, kGrowthTrackerName, kEpochLossSumName, kEpochCorrectName,
+        kEpochExamplesName, kEpochSkippedName, kEpochSecondsName, kSkippedName, kHasFiniteName,
+        kLastFiniteLossName, kLastFiniteStepName, kBestName, kBestEpochName, kWaitedName}) {
+    extra[name] = torch::Tensor();
+  }
   absl::StatusOr<RestoredCheckpoint> restored =
       LoadCheckpoint(job.resume_path, *state.model, *state.optimizer, extra, job.device);
   if (!restored.ok()) return TrainJobFields().Error("resume_from", restored.status().message());
@@ -276,39 +368,118 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, Train
     state.grad_scaler.Restore(extra[kScaleName].item<double>(),
                               extra[kGrowthTrackerName].item<int64_t>());
   }
-  options.start_epoch = restored->info.epoch + 1;
-  options.start_step = restored->info.step;
+  LoopPosition position;
+  EarlyStopping::State best_state;
+  RestoreExtraState(extra, restored->info, position, best_state);
+  best.Restore(best_state);
+  options.start_epoch = position.epoch;
+  options.start_step = position.step;
+  options.resume = position;
   summary.set_resumed_at_step(restored->info.step);
-  EmitLog(sink, absl::StrFormat("resumed from %s: epoch %d, step %d", job.resume_path,
-                                restored->info.epoch, restored->info.step));
+  if (best_state.best_epoch > 0 && best_state.best.has_value()) {
+    summary.set_best_epoch(best_state.best_epoch);
+    summary.set_best_value(*best_state.best);
+    CarryBestFiles(job);
+    const std::filesystem::path best_model = std::filesystem::path(job.job_dir) / "best.pt";
+    std::error_code ec;
+    if (!job.job_dir.empty() && std::filesystem::exists(best_model, ec)) {
+      summary.set_best_model_path(best_model.string());
+    }
+  }
+  EmitLog(sink, absl::StrFormat(
+                    "resumed from %s: epoch %d, step %d%s", job.resume_path, position.epoch,
+                    position.step,
+                    position.epoch_steps > 0
+                        ? absl::StrFormat(" (step %d of the epoch, in its order)",
+                                          position.epoch_steps)
+                        : std::string(" (the epoch's start)")));
   return absl::OkStatus();
 }
 
-// The epoch-end hook that writes a checkpoint every job.checkpoint_every_epochs epochs and
-// emits its `checkpoint` event. The loop's shuffle order is a function of seed and epoch, so
-// there is no shuffle generator to keep.
-EpochEndHook CheckpointHook(const TrainJobConfig& job, JobState& state, const EventSink& sink) {
-  // Every rank holds the same weights and optimizer state: rank 0 writes them (DDP's practice).
-  if (job.checkpoint_every_epochs <= 0 || job.distributed.rank != 0) return nullptr;
-  return [&job, &state, &sink](int epoch, int64_t steps_done) {
-    if (epoch % job.checkpoint_every_epochs != 0) return absl::OkStatus();
-    if (job.job_dir.empty()) {
-      return TrainJobFields().Error("checkpoint.every_epochs",
-                                    "the job has no id to name its directory");
+// TrainJob.checkpoint's writer (rank 0's: every rank holds the same weights and optimizer
+// state, DDP's practice): takes the loop's offers (TrainOptions::on_checkpoint) as every_epochs,
+// every_steps and keep_best say, writes with keep_last's pruning, emits each `checkpoint` event.
+// A stopping job (cancelled, or mpsd stopping) gets a checkpoint at its step boundary when it
+// writes periodic ones and has none at that step. The loop's shuffle order is a function of seed
+// and epoch, so there is no shuffle generator to keep.
+class Checkpointer {
+ public:
+  Checkpointer(const TrainJobConfig& job, JobState& state, const EarlyStopping& best,
+               const EventSink& sink)
+      : job_(job), state_(state), best_(best), sink_(sink) {}
+
+  // Set by the best-epoch hook when the epoch just evaluated is the best so far.
+  void MarkBest() { best_epoch_pending_ = true; }
+  // The step a resumed job starts at is already in a checkpoint.
+  void SetWritten(int64_t step) { written_step_ = step; }
+
+  CheckpointHook Hook() {
+    const bool periodic = job_.checkpoint_every_epochs > 0 || job_.checkpoint_every_steps > 0;
+    if (job_.distributed.rank != 0 || (!periodic && !job_.checkpoint_keep_best)) return nullptr;
+    return [this](const LoopPosition& position, CheckpointMoment moment) {
+      return Offer(position, moment);
+    };
+  }
+
+ private:
+  absl::Status Offer(const LoopPosition& position, CheckpointMoment moment) {
+    bool periodic = false;
+    bool best = false;
+    switch (moment) {
+      case CheckpointMoment::kEpochEnd: {
+        const int epoch = position.epoch - 1;  // the epoch that ended
+        periodic = (job_.checkpoint_every_epochs > 0 &&
+                    epoch % job_.checkpoint_every_epochs == 0) ||
+                   (job_.checkpoint_every_steps > 0 &&
+                    position.step % job_.checkpoint_every_steps == 0);
+        best = job_.checkpoint_keep_best && best_epoch_pending_;
+        best_epoch_pending_ = false;
+        break;
+      }
+      case CheckpointMoment::kSteps:
+        periodic = true;
+        break;
+      case CheckpointMoment::kStopping:
+        periodic = (job_.checkpoint_every_epochs > 0 || job_.checkpoint_every_steps > 0) &&
+                   position.step > 0 && position.step != written_step_;
+        break;
     }
-    CheckpointInfo info = JobCheckpointInfo(job, state.train_examples());
-    info.epoch = epoch;
-    info.step = steps_done;
-    absl::StatusOr<mpsd::v1::CheckpointSaved> saved =
-        SaveCheckpoint(job.job_dir, info, *state.model, *state.optimizer, at::Generator(),
-                       SaveExtraState(state.grad_scaler), job.device);
+    if (job_.checkpoint_keep_last == 0) periodic = false;
+    if (!periodic && !best) return absl::OkStatus();
+    if (job_.job_dir.empty()) {
+      return TrainJobFields().Error("checkpoint", "the job has no id to name its directory");
+    }
+    CheckpointInfo info = JobCheckpointInfo(job_, state_.train_examples());
+    info.epoch = position.epoch - 1;
+    info.step = position.step;
+    info.epoch_step = position.epoch_steps;
+    CheckpointFiles files;
+    files.keep_last = job_.checkpoint_keep_last;
+    files.best = best;
+    absl::StatusOr<mpsd::v1::CheckpointSaved> saved = SaveCheckpoint(
+        job_.job_dir, info, *state_.model, *state_.optimizer, at::Generator(),
+        SaveExtraState(state_.grad_scaler, position, best_.state()), job_.device, files);
     if (!saved.ok()) return saved.status();
+    written_step_ = position.step;
+    if (moment == CheckpointMoment::kStopping) {
+      EmitLog(sink_, absl::StrFormat("stopping: checkpoint at step %d (epoch %d, step %d of it) "
+                                     "written as %s",
+                                     position.step, position.epoch, position.epoch_steps,
+                                     saved->path()));
+    }
     JobEvent event;
     *event.mutable_checkpoint() = *saved;
-    sink(std::move(event));
+    sink_(std::move(event));
     return absl::OkStatus();
-  };
-}
+  }
+
+  const TrainJobConfig& job_;
+  JobState& state_;
+  const EarlyStopping& best_;
+  const EventSink& sink_;
+  bool best_epoch_pending_ = false;
+  int64_t written_step_ = -1;
+};
 
 // The class names as a JSON array of strings: protobuf's JSON mapping of a ListValue, which
 // escapes as RFC 8259 asks.
@@ -389,15 +560,29 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   return absl::OkStatus();
 }
 
-// TrainJob.early_stopping's hook (trainer/early_stopping.h): each epoch's monitored value;
-// the best epoch's model saved as best.pt (rank 0, as it writes checkpoints) and named in the
-// summary; true once patience runs out. nullptr without early stopping.
-AfterEvaluationHook EarlyStoppingHook(const TrainJobConfig& job, JobState& state,
-                                      EarlyStopping& stopping, const EventSink& sink,
-                                      mpsd::v1::JobSummary& summary) {
-  if (!job.early_stopping.enabled) return nullptr;
-  summary.set_monitor(job.early_stopping.monitor);
-  return [&job, &state, &stopping, &sink,
+// The best epoch by a monitored metric: TrainJob.early_stopping's, or val_loss (min) for
+// checkpoint.keep_best alone, which never stops training.
+EarlyStoppingConfig BestEpochConfig(const TrainJobConfig& job) {
+  EarlyStoppingConfig config = job.early_stopping;
+  if (!config.enabled && job.checkpoint_keep_best) {
+    config.monitor = "val_loss";
+    config.maximize = false;
+    config.min_delta = 0;
+    config.patience = std::numeric_limits<int>::max();
+  }
+  return config;
+}
+
+// The hook of TrainJob.early_stopping (trainer/early_stopping.h) and checkpoint.keep_best: each
+// epoch's monitored value; the best epoch's model saved as best.pt (rank 0, as it writes
+// checkpoints) and named in the summary, and `checkpointer` told to keep that epoch's
+// checkpoint; true once early stopping's patience runs out. nullptr with neither.
+AfterEvaluationHook BestEpochHook(const TrainJobConfig& job, JobState& state,
+                                  EarlyStopping& stopping, Checkpointer& checkpointer,
+                                  const EventSink& sink, mpsd::v1::JobSummary& summary) {
+  if (!job.early_stopping.enabled && !job.checkpoint_keep_best) return nullptr;
+  summary.set_monitor(stopping.config().monitor);
+  return [&job, &state, &stopping, &checkpointer, &sink,
           &summary](const mpsd::v1::EpochMetrics& epoch) -> absl::StatusOr<bool> {
     const EarlyStoppingConfig& config = stopping.config();
     const std::optional<double> value = MonitoredValue(config.monitor, epoch);
@@ -406,6 +591,7 @@ AfterEvaluationHook EarlyStoppingHook(const TrainJobConfig& job, JobState& state
     if (decision.improved) {
       summary.set_best_epoch(epoch.epoch());
       summary.set_best_value(*value);
+      checkpointer.MarkBest();
       if (job.distributed.rank == 0 && !job.job_dir.empty()) {
         absl::StatusOr<std::string> path =
             SaveModelFile(job, *state.model, state.data.class_names, "best.pt");
@@ -413,7 +599,8 @@ AfterEvaluationHook EarlyStoppingHook(const TrainJobConfig& job, JobState& state
         summary.set_best_model_path(*path);
       }
     }
-    if (decision.stop) {
+    const bool stop = decision.stop && job.early_stopping.enabled;
+    if (stop) {
       summary.set_stop_reason("early_stopped");
       EmitLog(sink, absl::StrFormat("early stopping after epoch %d: %s did not improve by more "
                                     "than %g for %d evaluated epoch(s); best epoch %d (%s %.6g)",
@@ -421,7 +608,7 @@ AfterEvaluationHook EarlyStoppingHook(const TrainJobConfig& job, JobState& state
                                     config.patience, stopping.best_epoch(), config.monitor,
                                     stopping.best_value().value_or(0)));
     }
-    return decision.stop;
+    return stop;
   };
 }
 
@@ -463,13 +650,17 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
   if (!state.ok()) return state.status();
   JobState& s = **state;
   TrainOptions options = MakeTrainOptions(job, steps_per_readback, s);
-  if (absl::Status restored = RestoreCheckpoint(job, s, options, sink, summary.summary());
+  EarlyStopping stopping(BestEpochConfig(job));
+  if (absl::Status restored =
+          RestoreCheckpoint(job, s, options, stopping, sink, summary.summary());
       !restored.ok()) {
     return restored;
   }
-  options.on_epoch_end = CheckpointHook(job, s, sink);
-  EarlyStopping stopping(job.early_stopping);
-  options.after_evaluation = EarlyStoppingHook(job, s, stopping, sink, summary.summary());
+  Checkpointer checkpointer(job, s, stopping, sink);
+  if (options.resume.has_value()) checkpointer.SetWritten(options.resume->step);
+  options.on_checkpoint = checkpointer.Hook();
+  options.after_evaluation =
+      BestEpochHook(job, s, stopping, checkpointer, sink, summary.summary());
   const std::unique_ptr<StepProfiler> profiler = MakeProfiler(job);
   options.profiler = profiler.get();
   absl::Status status = Train(*s.model, *s.optimizer, s.data, options, sink, cancelled);

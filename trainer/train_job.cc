@@ -254,29 +254,81 @@ absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
   return absl::OkStatus();
 }
 
-// checkpoint, restart_policy and resume_from.
+// checkpoint, restart_policy and resume_from. After early_stopping and the dataset (keep_best's
+// monitor).
 absl::Status ResolveCheckpoints(const mpsd::v1::TrainJob& spec, const std::string& artifacts_dir,
                                 TrainJobConfig& config) {
-  const int every = spec.checkpoint().every_epochs();
-  if (absl::Status s = TrainJobFields().AtLeast("checkpoint.every_epochs", every, 0); !s.ok()) {
-    return s;
-  }
-  if (every > 0 && artifacts_dir.empty()) {
-    return FieldError("checkpoint.every_epochs",
-                      "this executor has no artifacts directory to write checkpoints to");
-  }
-  config.checkpoint_every_epochs = every;
+  const FieldChecks fields = TrainJobFields().Sub("checkpoint");
+  const mpsd::v1::CheckpointSpec& c = spec.checkpoint();
+  if (absl::Status s = fields.AtLeast("every_epochs", c.every_epochs(), 0); !s.ok()) return s;
+  if (absl::Status s = fields.AtLeast("every_steps", c.every_steps(), 0); !s.ok()) return s;
+  const int keep_last = c.has_keep_last() ? c.keep_last() : 1;
+  if (absl::Status s = fields.AtLeast("keep_last", keep_last, 0); !s.ok()) return s;
   const std::string& policy = spec.restart_policy();
   if (!policy.empty() && policy != "none" && policy != "resume") {
     return FieldError("restart_policy",
                       absl::StrFormat("unknown policy \"%s\" (known: none, resume)", policy));
   }
+  const bool periodic = c.every_epochs() > 0 || c.every_steps() > 0;
+  if (keep_last == 0 && policy == "resume") {
+    return fields.Error("keep_last", "0 keeps no checkpoint to resume from, which "
+                                     "restart_policy: resume needs; keep at least 1");
+  }
+  if (keep_last == 0 && periodic && !c.keep_best()) {
+    return fields.Error("keep_last", "0 keeps none of the checkpoints every_epochs / "
+                                     "every_steps write; keep at least 1, or set keep_best");
+  }
+  if (c.keep_best() && !config.early_stopping.enabled && !config.dataset.has_validation()) {
+    return fields.Error("keep_best",
+                        "needs a metric to pick the best epoch by: early_stopping (its monitor) "
+                        "or a validation split (dataset.validation; val_loss is then used)");
+  }
+  if ((periodic || c.keep_best()) && artifacts_dir.empty()) {
+    return fields.Error(c.every_epochs() > 0  ? "every_epochs"
+                        : c.every_steps() > 0 ? "every_steps"
+                                              : "keep_best",
+                        "this executor has no artifacts directory to write checkpoints to");
+  }
+  config.checkpoint_every_epochs = c.every_epochs();
+  config.checkpoint_every_steps = c.every_steps();
+  config.checkpoint_keep_last = keep_last;
+  config.checkpoint_keep_best = c.keep_best();
   if (spec.resume_from().empty()) return absl::OkStatus();
   config.resume_path = ResolveResumeFrom(spec.resume_from(), artifacts_dir);
   if (config.resume_path != spec.resume_from() && artifacts_dir.empty()) {
     return FieldError("resume_from", "a job id needs the executor's artifacts directory");
   }
   return CheckResumeCheckpoint(config, /*train_examples=*/0, "resume_from").status();
+}
+
+// nan_policy, max_skipped_steps, and the fault injection that plants NaN losses (checked by
+// CheckFaultInjection before).
+absl::Status ResolveNanPolicy(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
+  const std::string& policy = spec.nan_policy();
+  if (policy == "skip_step") {
+    config.nan_policy = NanPolicy::kSkipStep;
+  } else if (!policy.empty() && policy != "fail") {
+    return FieldError("nan_policy",
+                      absl::StrFormat("unknown policy \"%s\" (known: fail, skip_step)", policy));
+  }
+  if (spec.has_max_skipped_steps()) {
+    if (config.nan_policy != NanPolicy::kSkipStep) {
+      return FieldError("max_skipped_steps", "only with nan_policy: skip_step");
+    }
+    if (absl::Status s =
+            TrainJobFields().AtLeast("max_skipped_steps", spec.max_skipped_steps(), 0);
+        !s.ok()) {
+      return s;
+    }
+  }
+  constexpr int kDefaultMaxSkippedSteps = 10;
+  config.max_skipped_steps =
+      spec.has_max_skipped_steps() ? spec.max_skipped_steps() : kDefaultMaxSkippedSteps;
+  if (spec.fault_injection().kind() == "nan_loss") {
+    config.nan_loss_from = std::max<int64_t>(spec.fault_injection().at_step(), 1);
+    config.nan_loss_steps = spec.fault_injection().steps();
+  }
+  return absl::OkStatus();
 }
 
 // profile: start_step within the job's steps (counted with NominalTrainExamples), steps in
@@ -421,6 +473,7 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
     return s;
   }
   if (absl::Status s = ResolveCheckpoints(spec, artifacts_dir, config); !s.ok()) return s;
+  if (absl::Status s = ResolveNanPolicy(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveProfile(spec, artifacts_dir, config); !s.ok()) return s;
   if (context != nullptr) PlaceJob(*context, artifacts_dir, config);
   config.dataset.own.cache_dir = options.cache_dir;  // image_folder's decode cache

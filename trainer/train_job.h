@@ -64,6 +64,12 @@ struct TrainJobConfig {
   bool drop_last = false;
   int eval_every_epochs = 1;
   double divergence_threshold = 0;  // 0 = only non-finite losses diverge
+  // TrainJob.nan_policy and max_skipped_steps (train_loop.h).
+  NanPolicy nan_policy = NanPolicy::kFail;
+  int64_t max_skipped_steps = 0;
+  // FaultInjection "nan_loss" (tests): TrainOptions::nan_loss_from / nan_loss_steps; 0 = none.
+  int64_t nan_loss_from = 0;
+  int64_t nan_loss_steps = 0;
   // TrainJob.evaluate_test with its default applied (kEnd with a validation split).
   EvaluateTest evaluate_test = EvaluateTest::kEveryEpoch;
   EarlyStoppingConfig early_stopping;  // TrainJob.early_stopping; disabled when unset
@@ -80,7 +86,12 @@ struct TrainJobConfig {
   // measured at validation.
   std::string torchscript_path;
   int64_t torchscript_parameters = 0;
-  int checkpoint_every_epochs = 0;  // 0 = no checkpoints
+  int checkpoint_every_epochs = 0;  // 0 = not at epoch ends
+  int64_t checkpoint_every_steps = 0;  // 0 = not by steps
+  int checkpoint_keep_last = 1;        // CheckpointSpec.keep_last (CheckpointFiles)
+  // CheckpointSpec.keep_best: the epoch-end checkpoint of every improving epoch, kept as
+  // checkpoint-best.pt; monitored as early_stopping says, else val_loss (min).
+  bool checkpoint_keep_best = false;
   // The checkpoint to resume from (resume_from resolved, or JobContext::resume_checkpoint);
   // empty = start fresh.
   std::string resume_path;

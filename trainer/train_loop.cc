@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -57,15 +58,20 @@ class EvalModeGuard {
 // transfer, emitting one `step` event per step. Also sums the epoch's totals from what it read.
 class StepReadback {
  public:
+  // on_skipped: called at the end of a read-back with the number of steps it found skipped for
+  // a non-finite loss (nan_policy skip_step); may be empty.
   StepReadback(const torch::Device& device, int capacity, int64_t total_steps,
-               int64_t start_step, double divergence_threshold, const EventSink& sink)
+               const LoopPosition& start, DivergenceCheck divergence, const EventSink& sink,
+               std::function<void(int64_t)> on_skipped)
       : device_(device),
         capacity_(std::max(capacity, 1)),
         total_steps_(total_steps),
         sink_(sink),
-        divergence_(divergence_threshold),
+        divergence_(std::move(divergence)),
+        on_skipped_(std::move(on_skipped)),
         values_(torch::zeros({capacity_, 2}, torch::TensorOptions().device(device))),
-        steps_(start_step) {
+        steps_(start.step) {
+    divergence_.Restore(start.divergence);
     for (int i = 0; i < capacity_; ++i) {
       loss_slots_.push_back(values_[i][0]);
       correct_slots_.push_back(values_[i][1]);
@@ -73,12 +79,16 @@ class StepReadback {
     pending_.reserve(capacity_);
   }
 
-  void StartEpoch(int epoch) {
+  // `resume`: the epoch is continued from a checkpoint's position (its figures so far).
+  void StartEpoch(int epoch, const LoopPosition* resume) {
     epoch_ = epoch;
-    epoch_loss_sum_ = 0;
-    epoch_correct_ = 0;
-    epoch_examples_ = 0;
-    group_start_ = Clock::now();
+    epoch_loss_sum_ = resume != nullptr ? resume->epoch_loss_sum : 0;
+    epoch_correct_ = resume != nullptr ? resume->epoch_correct : 0;
+    epoch_examples_ = resume != nullptr ? resume->epoch_examples : 0;
+    epoch_skipped_ = resume != nullptr ? resume->epoch_skipped : 0;
+    epoch_steps_ = resume != nullptr ? resume->epoch_steps : 0;
+    seconds_before_ = resume != nullptr ? resume->epoch_seconds : 0;
+    epoch_start_ = group_start_ = Clock::now();
   }
 
   // loss: [] float32, correct: [] int64, both on the device and outside autograd. No sync.
@@ -89,6 +99,7 @@ class StepReadback {
     loss_slots_[slot].copy_(loss);
     correct_slots_[slot].copy_(correct);
     pending_.push_back(Pending{++steps_, batch_size, learning_rate, loss_scale, skipped});
+    ++epoch_steps_;
   }
 
   // True when the pending steps should be read back: the buffer is full, or `interval` has
@@ -104,6 +115,24 @@ class StepReadback {
     return epoch_examples_ > 0 ? static_cast<double>(epoch_correct_) / epoch_examples_ : 0;
   }
   int64_t epoch_examples() const { return epoch_examples_; }
+  int64_t epoch_skipped() const { return epoch_skipped_; }
+  int64_t epoch_steps() const { return epoch_steps_; }
+  // Training-pass time of the epoch, a resumed epoch's time before the resume included.
+  double epoch_seconds() const { return seconds_before_ + SecondsSince(epoch_start_); }
+  // Where training stands; only with nothing pending (after Flush).
+  LoopPosition Position() const {
+    LoopPosition position;
+    position.epoch = epoch_;
+    position.step = steps_;
+    position.epoch_steps = epoch_steps_;
+    position.epoch_loss_sum = epoch_loss_sum_;
+    position.epoch_correct = epoch_correct_;
+    position.epoch_examples = epoch_examples_;
+    position.epoch_skipped = epoch_skipped_;
+    position.epoch_seconds = epoch_seconds();
+    position.divergence = divergence_.state();
+    return position;
+  }
   // A step read back so far diverged (DivergenceCheck); its error, naming the step.
   bool diverged() const { return divergence_.diverged(); }
   absl::Status DivergedError() const { return divergence_.Error(total_steps_); }
@@ -139,6 +168,7 @@ class StepReadback {
   const int64_t total_steps_;
   const EventSink& sink_;
   DivergenceCheck divergence_;
+  std::function<void(int64_t)> on_skipped_;
   torch::Tensor values_;  // [capacity, 2] float32 on the device: loss, correct count
   std::vector<torch::Tensor> loss_slots_;     // views of values_, one per slot
   std::vector<torch::Tensor> correct_slots_;  // views of values_, one per slot
@@ -149,6 +179,10 @@ class StepReadback {
   double epoch_loss_sum_ = 0;  // Σ loss × batch size
   int64_t epoch_correct_ = 0;
   int64_t epoch_examples_ = 0;
+  int64_t epoch_skipped_ = 0;
+  int64_t epoch_steps_ = 0;  // recorded in this epoch (a resumed epoch's included)
+  double seconds_before_ = 0;
+  Clock::time_point epoch_start_ = Clock::now();
 };
 
 void StepReadback::Flush() {
@@ -162,16 +196,27 @@ void StepReadback::Flush() {
   for (const Pending& step : pending_) group.examples += step.batch_size;
 
   const auto values = host.accessor<float, 2>();
+  int64_t skipped = 0;
   for (int64_t i = 0; i < group.steps; ++i) {
-    const Pending& step = pending_[i];
+    Pending& step = pending_[i];
     const float loss = values[i][0];
     const auto correct = static_cast<int64_t>(values[i][1]);
-    epoch_loss_sum_ += static_cast<double>(loss) * step.batch_size;
-    epoch_correct_ += correct;
-    epoch_examples_ += step.batch_size;
+    const DivergenceCheck::Verdict verdict =
+        divergence_.Observe(step.step, epoch_, loss, step.learning_rate);
+    if (verdict == DivergenceCheck::Verdict::kSkipped) {
+      // Its update was undone on the device; its figures are not the model's.
+      step.skipped = true;
+      ++epoch_skipped_;
+      ++skipped;
+    } else {
+      epoch_loss_sum_ += static_cast<double>(loss) * step.batch_size;
+      epoch_correct_ += correct;
+      epoch_examples_ += step.batch_size;
+    }
     sink_(StepEvent(step, loss, correct, group));
-    if (divergence_.Observe(step.step, epoch_, loss, step.learning_rate)) break;
+    if (verdict == DivergenceCheck::Verdict::kDiverged) break;
   }
+  if (skipped > 0 && on_skipped_) on_skipped_(skipped);
   pending_.clear();
 }
 
@@ -231,8 +276,9 @@ struct StepResult {
 
 // Forward (under autocast for fp16/bf16), loss and backward of one batch; adds the batch's
 // loss × size and correct count to `result`.
+// `poison`: the loss is multiplied by NaN (TrainOptions::nan_loss_from, tests only).
 void ForwardBackward(const Loop& loop, const torch::Tensor& images, const torch::Tensor& labels,
-                     StepResult& result) {
+                     bool poison, StepResult& result) {
   const TrainOptions& options = loop.options;
   torch::Tensor logits;
   if (options.precision == Precision::kFp32) {
@@ -244,8 +290,9 @@ void ForwardBackward(const Loop& loop, const torch::Tensor& images, const torch:
     logits = loop.model.forward(images);
   }
   logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
-  const torch::Tensor loss = F::cross_entropy(
+  torch::Tensor loss = F::cross_entropy(
       logits, labels, F::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing));
+  if (poison) loss = loss * std::numeric_limits<double>::quiet_NaN();
   torch::Tensor scaled = loss / static_cast<double>(options.grad_accumulation_steps);
   if (options.precision == Precision::kFp16) scaled = options.grad_scaler->Scale(scaled);
   scaled.backward();
@@ -284,15 +331,136 @@ void ReduceStepMetrics(DataParallel& data_parallel, StepResult& result) {
   result.examples *= data_parallel.world_size();
 }
 
+// The tensors torch::optim keeps for `param` (Adam/AdamW: exp_avg, exp_avg_sq and
+// max_exp_avg_sq when amsgrad; SGD: the momentum buffer); empty before its first step.
+std::vector<torch::Tensor> OptimizerStateTensors(torch::optim::Optimizer& optimizer,
+                                                 OptimizerKind kind, const torch::Tensor& param) {
+  auto found = optimizer.state().find(compat::OptimizerStateKey(param));
+  if (found == optimizer.state().end()) return {};
+  std::vector<torch::Tensor> tensors;
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      tensors = {static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer()};
+      break;
+    case OptimizerKind::kAdam: {
+      auto& state = static_cast<torch::optim::AdamParamState&>(*found->second);
+      tensors = {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq()};
+      break;
+    }
+    case OptimizerKind::kAdamW: {
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
+      tensors = {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq()};
+      break;
+    }
+  }
+  return tensors;
+}
+
+// nan_policy skip_step on the eager path: copies of what a step changes (the model's buffers
+// before the forward pass, the parameters and optimizer state before the update), put back by
+// torch::where where the step's loss is not finite. All on the device; no synchronisation.
+class MaskedUpdate {
+ public:
+  MaskedUpdate(ClassifierImpl& model, torch::optim::Optimizer& optimizer, OptimizerKind kind)
+      : model_(model), optimizer_(optimizer), kind_(kind) {}
+
+  void SaveBuffers() {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& buffer : model_.buffers()) buffers_.push_back(buffer.clone());
+  }
+
+  void SaveParameters() {
+    torch::NoGradGuard no_grad;
+    for (const torch::optim::OptimizerParamGroup& group : optimizer_.param_groups()) {
+      for (const torch::Tensor& param : group.params()) {
+        params_.push_back(param.detach().clone());
+        std::vector<torch::Tensor> state;
+        for (const torch::Tensor& t : OptimizerStateTensors(optimizer_, kind_, param)) {
+          state.push_back(t.defined() ? t.clone() : torch::Tensor());
+        }
+        states_.push_back(std::move(state));
+      }
+    }
+  }
+
+  // Keeps the step's changes where `keep` ([] bool on the device) is true, else puts the
+  // copies back (optimizer state the step created goes back to zeros, its initial value).
+  void Apply(const torch::Tensor& keep) {
+    torch::NoGradGuard no_grad;
+    size_t i = 0;
+    for (const torch::optim::OptimizerParamGroup& group : optimizer_.param_groups()) {
+      for (const torch::Tensor& param : group.params()) {
+        torch::Tensor p = param.detach();
+        p.copy_(torch::where(keep, p, params_[i]));
+        std::vector<torch::Tensor> now = OptimizerStateTensors(optimizer_, kind_, param);
+        const std::vector<torch::Tensor>& saved = states_[i];
+        for (size_t k = 0; k < now.size(); ++k) {
+          if (!now[k].defined()) continue;
+          const torch::Tensor before = k < saved.size() && saved[k].defined()
+                                           ? saved[k]
+                                           : torch::zeros_like(now[k]);
+          now[k].copy_(torch::where(keep, now[k], before));
+        }
+        ++i;
+      }
+    }
+    size_t b = 0;
+    for (const torch::Tensor& buffer : model_.buffers()) {
+      if (b >= buffers_.size()) break;
+      torch::Tensor t = buffer.detach();
+      t.copy_(torch::where(keep, t, buffers_[b++]));
+    }
+  }
+
+ private:
+  ClassifierImpl& model_;
+  torch::optim::Optimizer& optimizer_;
+  const OptimizerKind kind_;
+  std::vector<torch::Tensor> buffers_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::vector<torch::Tensor>> states_;  // per parameter, as OptimizerStateTensors
+};
+
+// Takes back `steps` skipped steps from Adam/AdamW's per-parameter step counts, which LibTorch
+// counts on the host in every optimizer.step() (MaskedUpdate cannot undo that on the device).
+void UncountSteps(torch::optim::Optimizer& optimizer, OptimizerKind kind, int64_t steps) {
+  if (kind == OptimizerKind::kSgd) return;
+  for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
+    for (const torch::Tensor& param : group.params()) {
+      auto found = optimizer.state().find(compat::OptimizerStateKey(param));
+      if (found == optimizer.state().end()) continue;
+      if (kind == OptimizerKind::kAdamW) {
+        auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
+        state.step(std::max<int64_t>(state.step() - steps, 0));
+      } else {
+        auto& state = static_cast<torch::optim::AdamParamState&>(*found->second);
+        state.step(std::max<int64_t>(state.step() - steps, 0));
+      }
+    }
+  }
+}
+
+// The eager step masks its update (MaskedUpdate): nan_policy skip_step, except where fp16's
+// GradScaler skips such steps itself.
+bool MasksUpdate(const TrainOptions& options) {
+  return options.nan_policy == NanPolicy::kSkipStep && options.precision != Precision::kFp16;
+}
+
 // One optimizer step over the batches [first, first + count) of the epoch's `order`.
 // Augmentation draws from the device's default generator, as the graphed step does inside its
 // graph (and as dropout does); torch::manual_seed(seed) seeds it, so a seed fixes both the order
 // and the augmentation.
-StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count) {
+StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t count,
+                     bool poison) {
   const TensorSplit& train = loop.data.train;
   const int64_t n = order.size(0);  // a distributed rank's shard is shorter than the set
   const int64_t batch_size = loop.options.batch_size;
   compat::ZeroGradToNone(loop.optimizer);
+  std::optional<MaskedUpdate> masked;
+  if (MasksUpdate(loop.options)) {
+    masked.emplace(loop.model, loop.optimizer, loop.options.optimizer);
+    masked->SaveBuffers();
+  }
   StepResult result;
   for (int64_t batch = first; batch < first + count; ++batch) {
     const int64_t start = batch * batch_size;
@@ -306,13 +474,19 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
     if (loop.options.channels_last && images.dim() == 4) {
       images = images.contiguous(at::MemoryFormat::ChannelsLast);  // no-op when already NHWC
     }
-    ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), result);
+    ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), poison, result);
   }
   DataParallel* data_parallel = loop.options.data_parallel;
   // DDP's no_sync for every micro-batch but the last: one all-reduce per optimizer step.
   if (data_parallel != nullptr) data_parallel->AllReduceGradients(loop.model.parameters());
+  // A masked step decides on the job's loss (summed across ranks first), so that every rank
+  // keeps or undoes the same update.
+  const bool reduce_first = masked.has_value() && data_parallel != nullptr;
+  if (reduce_first) ReduceStepMetrics(*data_parallel, result);
+  if (masked.has_value()) masked->SaveParameters();
   OptimizerStep(loop, result);
-  if (data_parallel != nullptr) ReduceStepMetrics(*data_parallel, result);
+  if (masked.has_value()) masked->Apply(torch::isfinite(result.loss));
+  if (data_parallel != nullptr && !reduce_first) ReduceStepMetrics(*data_parallel, result);
   result.loss = result.loss / static_cast<double>(result.examples);
   return result;
 }
@@ -320,10 +494,11 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
 // The optimizer step over batches [first, first + accumulation) of the epoch's `order`: one
 // replay of the CUDA graph (one batch per step; augmentation and the learning rate drawn and
 // read on the device), else the eager step.
-StepResult RunStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t batches) {
+StepResult RunStep(const Loop& loop, const torch::Tensor& order, int64_t first, int64_t batches,
+                   bool poison) {
   if (loop.graphed == nullptr) {
     const int64_t accumulation = loop.options.grad_accumulation_steps;
-    return TrainStep(loop, order, first, std::min(accumulation, batches - first));
+    return TrainStep(loop, order, first, std::min(accumulation, batches - first), poison);
   }
   const int64_t batch_size = loop.options.batch_size;
   const int64_t start = first * batch_size;
@@ -336,10 +511,26 @@ StepResult RunStep(const Loop& loop, const torch::Tensor& order, int64_t first, 
 
 // RunStep inside the profiler's "ProfilerStep#<step>" range (torch.profiler's step marks).
 StepResult RunProfiledStep(const Loop& loop, const torch::Tensor& order, int64_t first,
-                           int64_t batches, int64_t step) {
+                           int64_t batches, int64_t step, bool poison) {
   const std::string name = "ProfilerStep#" + std::to_string(step);
   RECORD_USER_SCOPE(name);
-  return RunStep(loop, order, first, batches);
+  return RunStep(loop, order, first, batches, poison);
+}
+
+// TrainOptions::nan_loss_from: whether step `step` (1-based) gets a NaN loss.
+bool Poisoned(const TrainOptions& options, int64_t step) {
+  return options.nan_loss_from > 0 && step >= options.nan_loss_from &&
+         (options.nan_loss_steps <= 0 || step < options.nan_loss_from + options.nan_loss_steps);
+}
+
+// Reads back what is pending and offers a checkpoint at the step boundary: the divergence error
+// if a step read back diverged, else the hook's status.
+absl::Status OfferCheckpoint(const Loop& loop, StepReadback& readback, CheckpointMoment moment) {
+  readback.Flush();
+  if (readback.diverged()) return readback.DivergedError();
+  if (!loop.options.on_checkpoint) return absl::OkStatus();
+  if (loop.graphed != nullptr) loop.graphed->ExportState();
+  return loop.options.on_checkpoint(readback.Position(), moment);
 }
 
 absl::Status Cancelled(const StepReadback& readback) {
@@ -347,12 +538,14 @@ absl::Status Cancelled(const StepReadback& readback) {
       absl::StrFormat("cancelled after step %d of %d", readback.steps(), readback.total_steps()));
 }
 
-// One pass over the training set in the epoch's random order.
+// One pass over the training set in the epoch's random order; `resume` (a checkpoint's position
+// inside this epoch) skips the steps it had done.
 absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
-                        StepReadback& readback) {
+                        StepReadback& readback, const LoopPosition* resume) {
   const TensorSplit& train = loop.data.train;
   const int64_t batch_size = loop.options.batch_size;
   const int64_t accumulation = loop.options.grad_accumulation_steps;
+  readback.StartEpoch(epoch, resume);
   shuffle.set_current_seed(EpochSeed(loop.options.seed, epoch));
   torch::Tensor order = torch::randperm(
       train.size(), shuffle,
@@ -363,25 +556,33 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
   const int64_t n = order.size(0);
   const int64_t batches =
       loop.options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
-  if (train.streamed != nullptr) {
+  const int64_t first_batch =
+      std::min(batches, resume != nullptr ? resume->epoch_steps * accumulation : 0);
+  const int64_t end = std::min(n, batches * batch_size);
+  if (train.streamed != nullptr && first_batch * batch_size < end) {
     // The epoch's batches, copied ahead from the host in this order (one read-back of `order`).
-    train.streamed->StartPass(order.narrow(/*dim=*/0, 0, std::min(n, batches * batch_size)),
-                              batch_size);
+    train.streamed->StartPass(
+        order.narrow(/*dim=*/0, first_batch * batch_size, end - first_batch * batch_size),
+        batch_size);
   }
-  readback.StartEpoch(epoch);
-  for (int64_t first = 0; first < batches; first += accumulation) {
+  const int64_t every = loop.options.checkpoint_every_steps;
+  for (int64_t first = first_batch; first < batches; first += accumulation) {
     if (loop.cancelled.load(std::memory_order_relaxed)) {
-      readback.Flush();
-      return readback.diverged() ? readback.DivergedError() : Cancelled(readback);
+      if (absl::Status s = OfferCheckpoint(loop, readback, CheckpointMoment::kStopping);
+          !s.ok()) {
+        return s;
+      }
+      return Cancelled(readback);
     }
     const double learning_rate = ApplySchedule(loop, readback.steps());
     const int64_t step_number = readback.steps() + 1;
+    const bool poison = Poisoned(loop.options, step_number);
     StepProfiler* profiler = loop.options.profiler;
     if (profiler != nullptr) profiler->BeforeStep(step_number);
     const StepResult step =
         profiler != nullptr && profiler->Records(step_number)
-            ? RunProfiledStep(loop, order, first, batches, step_number)
-            : RunStep(loop, order, first, batches);
+            ? RunProfiledStep(loop, order, first, batches, step_number, poison)
+            : RunStep(loop, order, first, batches, poison);
     readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
                     step.skipped);
     // A distributed job reads back by count only: every rank then sees a diverged step at the
@@ -396,6 +597,12 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
     }
     if (profiler != nullptr) {
       if (absl::Status written = profiler->AfterStep(step_number); !written.ok()) return written;
+    }
+    // An epoch's last step is checkpointed at the epoch's end, after its evaluation.
+    if (every > 0 && step_number % every == 0 && first + accumulation < batches) {
+      if (absl::Status s = OfferCheckpoint(loop, readback, CheckpointMoment::kSteps); !s.ok()) {
+        return s;
+      }
     }
   }
   readback.Flush();
@@ -430,6 +637,7 @@ mpsd::v1::EpochMetrics EpochMetricsOf(int epoch, const StepReadback& readback,
   metrics.set_samples_per_second(
       epoch_seconds > 0 ? static_cast<double>(readback.epoch_examples()) / epoch_seconds : 0);
   metrics.set_learning_rate(learning_rate);
+  metrics.set_skipped_steps(readback.epoch_skipped());
   return metrics;
 }
 
@@ -439,7 +647,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
                                               torch::optim::Optimizer& optimizer,
                                               const DeviceDataset& data,
                                               const TrainOptions& options, int64_t total_steps,
-                                              const EventSink& sink) {
+                                              int64_t first_step, const EventSink& sink) {
   GraphedStepRequest request;
   request.device = data.train.labels.device();
   request.optimizer = options.optimizer;
@@ -457,6 +665,10 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   if (reason.empty() && options.data_parallel != nullptr) {
     reason = "distributed: gradients are all-reduced between backward and step";
   }
+  if (reason.empty() && options.nan_policy == NanPolicy::kSkipStep) {
+    reason = "nan_policy skip_step (the step's update is masked eagerly)";
+  }
+  if (reason.empty() && options.nan_loss_from > 0) reason = "fault injection nan_loss";
   std::unique_ptr<GraphedStep> graphed;
   if (reason.empty()) {
     const torch::optim::OptimizerOptions& group = optimizer.param_groups().front().options();
@@ -473,7 +685,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     graph_options.augmentation = data.augmentation;
     graph_options.schedule =
         TabulateSchedule(options.schedule, group.get_lr(), momentum, total_steps);
-    graph_options.first_step = options.start_step;
+    graph_options.first_step = first_step;
     graphed = std::make_unique<GraphedStep>(model, optimizer, data.train.images, data.train.labels,
                                             std::move(graph_options));
   }
@@ -567,21 +779,51 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
           : data.train.size(),
       options.batch_size, options.drop_last, options.grad_accumulation_steps);
   if (absl::Status s = CheckOptions(options, data, steps_per_epoch); !s.ok()) return s;
+  LoopPosition start;
+  if (options.resume.has_value()) {
+    start = *options.resume;
+  } else {
+    start.epoch = options.start_epoch;
+    start.step = options.start_step;
+  }
+  if (start.epoch_steps < 0 || start.epoch_steps > steps_per_epoch ||
+      start.step < start.epoch_steps) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "resuming at step %d of epoch %d, which has %d step(s)", start.epoch_steps, start.epoch,
+        steps_per_epoch));
+  }
   std::unique_ptr<GraphedStep> graphed = MaybeCaptureStep(
-      model, optimizer, data, options, steps_per_epoch * options.epochs, sink);
+      model, optimizer, data, options, steps_per_epoch * options.epochs, start.step, sink);
   const Loop loop{model, optimizer, data, options, sink, cancelled, graphed.get()};
-  StepReadback readback(device, options.steps_per_readback, steps_per_epoch * options.epochs,
-                        options.start_step, options.divergence_threshold, sink);
+  std::function<void(int64_t)> uncount;
+  if (MasksUpdate(options)) {
+    uncount = [&optimizer, &options](int64_t steps) {
+      UncountSteps(optimizer, options.optimizer, steps);
+    };
+  }
+  StepReadback readback(
+      device, options.steps_per_readback, steps_per_epoch * options.epochs, start,
+      DivergenceCheck(options.divergence_threshold, options.nan_policy == NanPolicy::kSkipStep,
+                      options.max_skipped_steps),
+      sink, std::move(uncount));
   // The shuffle generator is the device's own kind, so randperm runs there, and separate from
   // the default generator that dropout draws from, so the order depends on the seed alone.
   at::Generator shuffle = MakeDeviceGenerator(device, options.seed);
-  for (int epoch = options.start_epoch; epoch <= options.epochs; ++epoch) {
-    const Clock::time_point start = Clock::now();
-    if (absl::Status status = TrainEpoch(loop, epoch, shuffle, readback); !status.ok()) {
+  for (int epoch = start.epoch; epoch <= options.epochs; ++epoch) {
+    const LoopPosition* resume = epoch == start.epoch && options.resume.has_value() ? &start
+                                                                                   : nullptr;
+    if (absl::Status status = TrainEpoch(loop, epoch, shuffle, readback, resume); !status.ok()) {
       return status;
     }
-    const double epoch_seconds = SecondsSince(start);
+    const double epoch_seconds = readback.epoch_seconds();
     absl::StatusOr<EpochEvaluation> evaluation = EvaluateEpoch(loop, epoch);
+    if (absl::IsCancelled(evaluation.status())) {
+      // Every step of the epoch ran: a resume evaluates it and goes on.
+      if (absl::Status s = OfferCheckpoint(loop, readback, CheckpointMoment::kStopping);
+          !s.ok()) {
+        return s;
+      }
+    }
     if (!evaluation.ok()) return evaluation.status();
     const double learning_rate =
         options.schedule.has_value() ? options.schedule->LearningRate(readback.steps())
@@ -608,6 +850,17 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
     if (graphed != nullptr) graphed->ExportState();  // the optimizer's state, for checkpoints
     if (options.on_epoch_end) {
       if (absl::Status s = options.on_epoch_end(epoch, readback.steps()); !s.ok()) return s;
+    }
+    if (options.on_checkpoint) {
+      LoopPosition next = readback.Position();  // the next epoch's start
+      next.epoch = epoch + 1;
+      next.epoch_steps = 0;
+      next.epoch_loss_sum = 0;
+      next.epoch_correct = next.epoch_examples = next.epoch_skipped = 0;
+      next.epoch_seconds = 0;
+      if (absl::Status s = options.on_checkpoint(next, CheckpointMoment::kEpochEnd); !s.ok()) {
+        return s;
+      }
     }
     if (stop) break;
   }

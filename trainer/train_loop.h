@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "trainer/datasets.h"
 #include "trainer/distributed.h"
+#include "trainer/divergence.h"
 #include "trainer/executor.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/models.h"
@@ -32,6 +33,37 @@ using EpochEndHook = std::function<absl::Status(int epoch, int64_t steps_done)>;
 
 // When Train evaluates the test split (TrainJob.evaluate_test).
 enum class EvaluateTest { kEveryEpoch, kEnd, kNever };
+
+// What a step with a NaN or infinite training loss does (TrainJob.nan_policy): end training
+// (DIVERGED), or leave the weights and optimizer state as they were and go on.
+enum class NanPolicy { kFail, kSkipStep };
+
+// Where training stands at a step boundary, every step before it read back: what a checkpoint
+// keeps so that a resumed job continues the epoch in progress exactly (the rest of its batches
+// in the same order, its train_loss / train_accuracy over all its steps, its time) and counts
+// skipped steps and the last finite loss on.
+struct LoopPosition {
+  int epoch = 1;            // the epoch in progress, 1-based (an epoch end: the next one)
+  int64_t step = 0;         // optimizer steps done in the job
+  int64_t epoch_steps = 0;  // of them, in `epoch`: 0 at its start, up to its steps per epoch
+  // The epoch's running figures over its epoch_steps (skipped steps left out).
+  double epoch_loss_sum = 0;  // Σ loss × examples
+  int64_t epoch_correct = 0;
+  int64_t epoch_examples = 0;
+  int64_t epoch_skipped = 0;   // steps skipped for a non-finite loss (nan_policy skip_step)
+  double epoch_seconds = 0;    // training-pass wall time so far
+  DivergenceCheck::State divergence;
+};
+
+// When Train offers a checkpoint (TrainOptions::on_checkpoint).
+enum class CheckpointMoment {
+  kEpochEnd,  // after an epoch's event and on_epoch_end; position: the next epoch's start
+  kSteps,     // after a step that is a multiple of checkpoint_every_steps (not an epoch's last)
+  kStopping,  // `cancelled` stopped training: at the step boundary where it stopped
+};
+// Called with where training stands; an error stops training and Train returns it.
+using CheckpointHook =
+    std::function<absl::Status(const LoopPosition& position, CheckpointMoment moment)>;
 
 // Called with each epoch's metrics (its evaluations done) before its `epoch` event is emitted;
 // returns true to end training after this epoch (early stopping: trainer/early_stopping.h). An
@@ -92,6 +124,16 @@ struct TrainOptions {
   // schedule continues from there, step events count on from start_step + 1).
   int start_epoch = 1;
   int64_t start_step = 0;
+  // Resuming from a checkpoint's LoopPosition, which may lie inside an epoch: when set, it
+  // replaces start_epoch and start_step; the epoch in progress skips its first epoch_steps
+  // steps (their batches, in the epoch's order) and its figures include theirs.
+  std::optional<LoopPosition> resume;
+  // Offer a checkpoint (CheckpointMoment::kSteps) after every N-th optimizer step; 0 = never.
+  // Reads the pending steps back first (one synchronisation per checkpoint).
+  int64_t checkpoint_every_steps = 0;
+  // May be empty. Called at epoch ends, every checkpoint_every_steps steps and when cancelled
+  // (with every step that ran read back; on the CUDA graph path the optimizer state exported).
+  CheckpointHook on_checkpoint;
   // Runs after each epoch's event; may be empty.
   EpochEndHook on_epoch_end;
   // May be empty. When it stops training, Train returns OK after that epoch's event and
@@ -111,6 +153,21 @@ struct TrainOptions {
   // DivergenceCheck::Error (trainer/divergence.h: ABORTED, failure reason DIVERGED) once its
   // group is read back; its step event is the last one emitted.
   double divergence_threshold = 0;
+  // kSkipStep: a step whose loss is NaN or infinite changes neither the weights, the
+  // optimizer's state nor the model's buffers: the step runs, and its update is undone on the
+  // device by torch::where on the step's loss (no synchronisation; the step's tensors are copied
+  // first). The read-back then counts it (step event `skipped`, epoch `skipped_steps`) and
+  // leaves it out of the epoch's figures; beyond max_skipped_steps such steps in the job, the
+  // step diverges. Adam/AdamW's step count (kept on the host by LibTorch, for bias correction)
+  // is taken back when the step is read back, so the steps between use a count one higher.
+  // fp16's GradScaler skips such a step itself. Not on the CUDA graph (the step runs eagerly).
+  NanPolicy nan_policy = NanPolicy::kFail;
+  int64_t max_skipped_steps = 0;
+  // Tests (FaultInjection "nan_loss"): steps [nan_loss_from, nan_loss_from + nan_loss_steps)
+  // compute their loss times NaN before backward; 0 = none; nan_loss_steps 0 = every step from
+  // nan_loss_from. Eager steps only.
+  int64_t nan_loss_from = 0;
+  int64_t nan_loss_steps = 0;
   // TrainJob.profile's recorder, borrowed; nullptr = no profiling. Called around every
   // optimizer step (BeforeStep / AfterStep); each recorded step is one "ProfilerStep#<step>"
   // range. The caller calls Finish after Train.

@@ -40,12 +40,12 @@ TEST(FaultInjectionTest, AFaultNeedsTheDaemonsFlag) {
 }
 
 TEST(FaultInjectionTest, KindsAndStepsAreChecked) {
-  for (const std::string kind : {"abort", "segfault", "allocate_unbounded", "hang"}) {
+  for (const std::string kind : {"abort", "segfault", "allocate_unbounded", "hang", "nan_loss"}) {
     EXPECT_TRUE(CheckFaultInjection(TrainWithFault(kind, 0), true).ok()) << kind;
   }
   EXPECT_THAT(CheckFaultInjection(TrainWithFault("explode", 1), true).message(),
               HasSubstr("train_job.fault_injection.kind: expected abort, segfault, "
-                        "allocate_unbounded or hang, got \"explode\""));
+                        "allocate_unbounded, hang or (train_job) nan_loss, got \"explode\""));
   EXPECT_THAT(CheckFaultInjection(TrainWithFault("abort", -1), true).message(),
               HasSubstr("train_job.fault_injection.at_step: must be >= 0"));
 }

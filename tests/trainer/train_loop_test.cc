@@ -270,6 +270,179 @@ TEST(TrainTest, ResumingAtAnEpochContinuesStepsAndShuffleOrder) {
   EXPECT_TRUE(torch::equal(Flat(*resumed), uninterrupted));
 }
 
+// A checkpoint offered inside epoch 2 (every 5 steps: after step 10, the epoch's 2nd) holds
+// all a resume needs with plain SGD: the weights and the LoopPosition. Resumed from it, the epoch
+// goes on with its 3rd batch in the same order, and ends with the uninterrupted run's weights
+// and train_loss.
+TEST(TrainTest, ResumingInsideAnEpochContinuesItExactly) {
+  const DeviceDataset data = RandomData(64);
+  TrainOptions options;
+  options.optimizer = OptimizerKind::kSgd;
+  options.batch_size = 8;
+  options.epochs = 2;
+  options.seed = 5;
+  options.checkpoint_every_steps = 5;
+  auto model = MakeModel();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  std::vector<int64_t> offered;
+  torch::Tensor at_step_10;
+  LoopPosition position;
+  options.on_checkpoint = [&](const LoopPosition& p, CheckpointMoment moment) {
+    if (moment == CheckpointMoment::kSteps) offered.push_back(p.step);
+    if (moment == CheckpointMoment::kEpochEnd) EXPECT_EQ(p.epoch_steps, 0);
+    if (p.step == 10) {
+      at_step_10 = Flat(*model).clone();
+      position = p;
+    }
+    return absl::OkStatus();
+  };
+  std::vector<mpsd::v1::EpochMetrics> epochs;
+  for (const auto& event : RunTrain(*model, optimizer, data, options)) {
+    if (event.has_epoch()) epochs.push_back(event.epoch());
+  }
+  EXPECT_THAT(offered, ::testing::ElementsAre(5, 10, 15));  // 16 ends epoch 2: offered there
+  ASSERT_EQ(epochs.size(), 2u);
+  EXPECT_EQ(position.epoch, 2);
+  EXPECT_EQ(position.epoch_steps, 2);
+  EXPECT_EQ(position.epoch_examples, 16);
+
+  auto resumed = MakeModel();
+  {
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (torch::Tensor& p : resumed->parameters()) {
+      p.copy_(at_step_10.narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
+  }
+  torch::optim::SGD resumed_optimizer(resumed->parameters(), torch::optim::SGDOptions(0.1));
+  options.on_checkpoint = nullptr;
+  options.resume = position;
+  std::vector<int64_t> steps;
+  std::vector<mpsd::v1::EpochMetrics> resumed_epochs;
+  for (const auto& event : RunTrain(*resumed, resumed_optimizer, data, options)) {
+    if (event.has_step()) steps.push_back(event.step().step());
+    if (event.has_epoch()) resumed_epochs.push_back(event.epoch());
+  }
+  EXPECT_THAT(steps, ::testing::ElementsAre(11, 12, 13, 14, 15, 16));
+  EXPECT_TRUE(torch::equal(Flat(*resumed), Flat(*model)));
+  ASSERT_EQ(resumed_epochs.size(), 1u);
+  EXPECT_EQ(resumed_epochs[0].epoch(), 2);
+  EXPECT_EQ(resumed_epochs[0].train_loss(), epochs[1].train_loss());
+  EXPECT_EQ(resumed_epochs[0].train_accuracy(), epochs[1].train_accuracy());
+}
+
+// A cancel seen before step 4 offers a checkpoint at that step boundary, with step 3's event
+// already emitted, then Train ends CANCELLED.
+TEST(TrainTest, ACancelOffersACheckpointAtTheStepBoundaryWhereItStops) {
+  const DeviceDataset data = RandomData(64);
+  TrainOptions options;
+  options.optimizer = OptimizerKind::kSgd;
+  options.batch_size = 8;
+  options.epochs = 1;
+  options.steps_per_readback = 1;
+  auto model = MakeModel();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  std::atomic<bool> cancelled{false};
+  std::vector<std::pair<int64_t, CheckpointMoment>> offers;
+  options.on_checkpoint = [&](const LoopPosition& p, CheckpointMoment moment) {
+    offers.emplace_back(p.step, moment);
+    EXPECT_EQ(p.epoch_steps, 3);
+    return absl::OkStatus();
+  };
+  int64_t last_step = 0;
+  const absl::Status status = Train(
+      *model, optimizer, data, options,
+      [&](mpsd::v1::JobEvent event) {
+        if (!event.has_step()) return;
+        last_step = event.step().step();
+        if (last_step == 3) cancelled = true;
+      },
+      cancelled);
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_EQ(last_step, 3);
+  ASSERT_EQ(offers.size(), 1u);
+  EXPECT_EQ(offers[0].first, 3);
+  EXPECT_EQ(offers[0].second, CheckpointMoment::kStopping);
+}
+
+// nan_policy skip_step with Adam: a NaN loss at the epoch's last step (its gradients NaN too)
+// leaves the weights and Adam's state (moments and step count) as they were after step 3, read
+// back only at the epoch's end; the step is counted and left out of train_loss. Beyond
+// max_skipped_steps the job diverges.
+TEST(TrainTest, SkipStepUndoesTheUpdateOfANonFiniteStepOnTheDevice) {
+  const DeviceDataset data = RandomData(64);
+  TrainOptions options;
+  options.optimizer = OptimizerKind::kAdam;
+  options.batch_size = 16;
+  options.epochs = 1;
+  options.seed = 2;
+  options.nan_policy = NanPolicy::kSkipStep;
+  options.max_skipped_steps = 1;
+  const auto adam_state = [](torch::optim::Adam& adam, const torch::Tensor& param) {
+    return static_cast<torch::optim::AdamParamState&>(
+        *adam.state().at(compat::OptimizerStateKey(param)));
+  };
+
+  // Clean: the weights, Adam's first moment and the epoch's figures after step 3.
+  auto clean = MakeModel();
+  torch::optim::Adam clean_adam(clean->parameters(), torch::optim::AdamOptions(0.01));
+  torch::Tensor weights_3, exp_avg_3;
+  LoopPosition at_3;
+  options.checkpoint_every_steps = 3;
+  options.on_checkpoint = [&](const LoopPosition& p, CheckpointMoment moment) {
+    if (moment != CheckpointMoment::kSteps) return absl::OkStatus();
+    weights_3 = Flat(*clean).clone();
+    exp_avg_3 = adam_state(clean_adam, clean->parameters()[0]).exp_avg().clone();
+    at_3 = p;
+    return absl::OkStatus();
+  };
+  RunTrain(*clean, clean_adam, data, options);
+  ASSERT_TRUE(weights_3.defined());
+
+  auto model = MakeModel();
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  options.checkpoint_every_steps = 0;
+  options.on_checkpoint = nullptr;
+  options.nan_loss_from = 4;
+  options.nan_loss_steps = 1;
+  std::vector<mpsd::v1::JobEvent> events = RunTrain(*model, adam, data, options);
+  EXPECT_TRUE(torch::equal(Flat(*model), weights_3));
+  const torch::optim::AdamParamState& state = adam_state(adam, model->parameters()[0]);
+  EXPECT_TRUE(torch::equal(state.exp_avg(), exp_avg_3));
+  EXPECT_EQ(state.step(), 3);
+  std::vector<bool> skipped;
+  mpsd::v1::EpochMetrics epoch;
+  for (const auto& event : events) {
+    if (event.has_step()) skipped.push_back(event.step().skipped());
+    if (event.has_epoch()) epoch = event.epoch();
+  }
+  EXPECT_THAT(skipped, ::testing::ElementsAre(false, false, false, true));
+  EXPECT_EQ(epoch.skipped_steps(), 1);
+  EXPECT_DOUBLE_EQ(epoch.train_loss(), at_3.epoch_loss_sum / at_3.epoch_examples);
+
+  // Every step from step 2 on: step 2 is skipped (max_skipped_steps 1), step 3 diverges.
+  auto again = MakeModel();
+  torch::optim::Adam again_adam(again->parameters(), torch::optim::AdamOptions(0.01));
+  options.nan_loss_from = 2;
+  options.nan_loss_steps = 0;
+  std::atomic<bool> cancelled{false};
+  int64_t last_step = 0;
+  const absl::Status status = Train(
+      *again, again_adam, data, options,
+      [&](mpsd::v1::JobEvent event) {
+        if (event.has_step()) last_step = event.step().step();
+      },
+      cancelled);
+  EXPECT_EQ(api::FailureReasonOf(status), mpsd::v1::Job::DIVERGED) << status;
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("diverged at step 3 of 4 (epoch 1): training loss nan"));
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("1 step(s) with a non-finite loss skipped before it, "
+                                   "max_skipped_steps 1 (nan_policy skip_step)"));
+  EXPECT_EQ(last_step, 3);
+}
+
 TEST(AutocastGuardTest, Bf16OnCpuInsideTheScopeOnlyAndNestable) {
   const torch::Tensor a = torch::ones({4, 4});
   {

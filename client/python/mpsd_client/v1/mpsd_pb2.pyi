@@ -143,10 +143,16 @@ class CheckpointSaved(_message.Message):
     def __init__(self, path: _Optional[str] = ..., epoch: _Optional[int] = ..., step: _Optional[int] = ..., size_bytes: _Optional[int] = ...) -> None: ...
 
 class CheckpointSpec(_message.Message):
-    __slots__ = ["every_epochs"]
+    __slots__ = ["every_epochs", "every_steps", "keep_best", "keep_last"]
     EVERY_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_BEST_FIELD_NUMBER: _ClassVar[int]
+    KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
     every_epochs: int
-    def __init__(self, every_epochs: _Optional[int] = ...) -> None: ...
+    every_steps: int
+    keep_best: bool
+    keep_last: int
+    def __init__(self, every_epochs: _Optional[int] = ..., every_steps: _Optional[int] = ..., keep_last: _Optional[int] = ..., keep_best: bool = ...) -> None: ...
 
 class DatasetSpec(_message.Message):
     __slots__ = ["allow_missing_classes", "augmentation", "device_budget_bytes", "image_folder", "limit_test", "limit_train", "mean", "name", "placement", "root", "std", "subset", "synthetic", "validation"]
@@ -278,12 +284,13 @@ class EarlyStoppingSpec(_message.Message):
     def __init__(self, monitor: _Optional[str] = ..., mode: _Optional[str] = ..., patience: _Optional[int] = ..., min_delta: _Optional[float] = ...) -> None: ...
 
 class EpochMetrics(_message.Message):
-    __slots__ = ["epoch", "epoch_time_s", "evaluated", "learning_rate", "samples_per_second", "test_accuracy", "test_loss", "train_accuracy", "train_loss", "val_accuracy", "val_loss"]
+    __slots__ = ["epoch", "epoch_time_s", "evaluated", "learning_rate", "samples_per_second", "skipped_steps", "test_accuracy", "test_loss", "train_accuracy", "train_loss", "val_accuracy", "val_loss"]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     EPOCH_TIME_S_FIELD_NUMBER: _ClassVar[int]
     EVALUATED_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_STEPS_FIELD_NUMBER: _ClassVar[int]
     TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     TEST_LOSS_FIELD_NUMBER: _ClassVar[int]
     TRAIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -295,21 +302,24 @@ class EpochMetrics(_message.Message):
     evaluated: bool
     learning_rate: float
     samples_per_second: float
+    skipped_steps: int
     test_accuracy: float
     test_loss: float
     train_accuracy: float
     train_loss: float
     val_accuracy: float
     val_loss: float
-    def __init__(self, epoch: _Optional[int] = ..., train_loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., evaluated: bool = ..., learning_rate: _Optional[float] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ...) -> None: ...
+    def __init__(self, epoch: _Optional[int] = ..., train_loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., evaluated: bool = ..., learning_rate: _Optional[float] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., skipped_steps: _Optional[int] = ...) -> None: ...
 
 class FaultInjection(_message.Message):
-    __slots__ = ["at_step", "kind"]
+    __slots__ = ["at_step", "kind", "steps"]
     AT_STEP_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
     at_step: int
     kind: str
-    def __init__(self, kind: _Optional[str] = ..., at_step: _Optional[int] = ...) -> None: ...
+    steps: int
+    def __init__(self, kind: _Optional[str] = ..., at_step: _Optional[int] = ..., steps: _Optional[int] = ...) -> None: ...
 
 class GetArtifactRequest(_message.Message):
     __slots__ = ["job_id", "name", "offset"]
@@ -935,7 +945,7 @@ class SyntheticSpec(_message.Message):
     def __init__(self, input_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ...) -> None: ...
 
 class TrainJob(_message.Message):
-    __slots__ = ["batch_size", "checkpoint", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "memory_format", "model", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "tensorboard", "trainable"]
+    __slots__ = ["batch_size", "checkpoint", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "max_skipped_steps", "memory_format", "model", "nan_policy", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "tensorboard", "trainable"]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
@@ -952,8 +962,10 @@ class TrainJob(_message.Message):
     GRAD_ACCUMULATION_STEPS_FIELD_NUMBER: _ClassVar[int]
     GRAD_CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
     LABEL_SMOOTHING_FIELD_NUMBER: _ClassVar[int]
+    MAX_SKIPPED_STEPS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FORMAT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    NAN_POLICY_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     PARAM_GROUPS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
@@ -980,8 +992,10 @@ class TrainJob(_message.Message):
     grad_accumulation_steps: int
     grad_clip_norm: float
     label_smoothing: float
+    max_skipped_steps: int
     memory_format: str
     model: ModelSpec
+    nan_policy: str
     optimizer: OptimizerSpec
     param_groups: _containers.RepeatedCompositeFieldContainer[ParamGroupSpec]
     precision: str
@@ -992,7 +1006,7 @@ class TrainJob(_message.Message):
     seed: int
     tensorboard: bool
     trainable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ...) -> None: ...
+    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ...) -> None: ...
 
 class ValidationSpec(_message.Message):
     __slots__ = ["fraction", "source"]
