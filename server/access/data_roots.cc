@@ -131,8 +131,14 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
     }
   }
   // The roots themselves are the operator's to tell: a remote submitter learns only the rule.
+  // An upload's path is shown as the job named it (upload:@OWNER/NAME), not where the state
+  // dir is.
+  std::string shown = path;
+  if (!uploads_dir_.empty() && absl::StartsWith(path, uploads_dir_ + "/")) {
+    shown = absl::StrCat(api::kUploadPrefix, "@", path.substr(uploads_dir_.size() + 1));
+  }
   return absl::PermissionDeniedError(absl::StrCat(
-      field, ": \"", path, "\" is not under the daemon's data_roots: a job submitted over TCP may "
+      field, ": \"", shown, "\" is not under the daemon's data_roots: a job submitted over TCP may "
       "name only files under the directories its operator listed there (symbolic links "
       "resolved); ask the operator which those are"));
 }

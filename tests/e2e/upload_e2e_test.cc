@@ -306,7 +306,8 @@ TEST_F(UploadTest, FolderResumesAfterABrokenStreamAndTrains) {
   };
   const std::string exists = refused("upload:@alice/ds");
   const std::string missing = refused("upload:@alice/nothing");
-  EXPECT_THAT(exists, HasSubstr("train_job.dataset.root"));
+  EXPECT_THAT(exists, HasSubstr("train_job.dataset.root: \"upload:@alice/ds\" is not under"));
+  EXPECT_THAT(exists, Not(HasSubstr(dir_.str())));  // Nor where the state dir is.
   EXPECT_EQ(absl::StrReplaceAll(exists, {{"/ds\"", "/X\""}}),
             absl::StrReplaceAll(missing, {{"/nothing\"", "/X\""}}));
   // Nor by its path.
