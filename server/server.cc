@@ -373,6 +373,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   upload_options.quota_bytes = config.upload_quota_bytes;
   upload_options.max_files = config.upload_max_files;
   server->uploads_ = std::make_unique<UploadStore>(upload_options);
+  for (const std::string& path : server->uploads_->RemoveLeftovers()) {
+    spdlog::warn("removed {}: left by an upload that never finished unpacking or deleting", path);
+  }
   service_options.uploads = server->uploads_.get();
   server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
 

@@ -526,6 +526,25 @@ absl::Status UploadStore::Unpack(const std::string& archive_path, const std::str
   return absl::OkStatus();
 }
 
+std::vector<std::string> UploadStore::RemoveLeftovers() {
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (fs::directory_iterator area(options_.dir, error), end; !error && area != end;
+       area.increment(error)) {
+    if (!area->is_directory(error) || area->is_symlink(error)) continue;
+    std::error_code inner;
+    for (const char* sub : {"/.trash", "/.partial"}) {
+      for (fs::directory_iterator it(area->path().string() + sub, inner), none;
+           !inner && it != none; it.increment(inner)) {
+        const std::string path = it->path().string();
+        if (std::string(sub) == "/.trash" || absl::EndsWith(path, ".d")) removed.push_back(path);
+      }
+    }
+  }
+  for (const std::string& path : removed) RemoveAll(path);
+  return removed;
+}
+
 absl::StatusOr<mpsd::v1::ListUploadsResponse> UploadStore::List(const std::string& submitter) {
   std::vector<std::string> submitters;
   std::error_code error;

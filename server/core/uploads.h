@@ -27,6 +27,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -106,6 +107,11 @@ class UploadStore {
   // Deletes upload `name` of `submitter` and any unfinished bytes of that name. NOT_FOUND when
   // there is neither. ABORTED while a Writer holds the name.
   absl::StatusOr<mpsd::v1::Upload> Delete(const std::string& submitter, const std::string& name);
+
+  // Removes what a daemon that stopped mid-way left: archives half unpacked (.partial/*.d) and
+  // uploads half deleted or replaced (.trash/). Unfinished uploads' bytes stay (resumable).
+  // Call at start, before any Writer exists. Returns the paths removed.
+  std::vector<std::string> RemoveLeftovers();
 
   // <dir>/<submitter>: where `submitter`'s uploads are. INVALID_ARGUMENT for a submitter name
   // that cannot name a directory (empty, "." or "..", a '/', more than 128 characters).

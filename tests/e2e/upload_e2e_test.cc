@@ -2,7 +2,9 @@
 // certificate made with the openssl CLI) and tokens of two submitters and an admin; uploads
 // through the real mpsctl and through gRPC stubs (to break a stream part-way); archives made by
 // GNU tar and Python's tarfile; a job that trains on an uploaded folder.
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -110,15 +112,23 @@ class UploadTest : public ::testing::Test {
     admin_ = AddToken(tokens_, "root", "admin");
     WriteFile(d + "/mpsd.yaml", absl::StrCat("upload_quota_bytes: ", kQuota,
                                              "\nupload_max_files: 1000\n"));
+    ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  }
+
+  void StartDaemon() {
+    const std::string d = dir_.str();
+    // The log is appended to across restarts: this start's line comes after `before`.
+    const size_t before =
+        std::filesystem::exists(d + "/state.log") ? ReadFile(d + "/state.log").size() : 0;
     daemon_ = std::make_unique<Daemon>(d + "/state", d + "/mpsd.sock");
     daemon_->Start({"--config", d + "/mpsd.yaml", "--listen", "127.0.0.1:0", "--tls-cert",
                     d + "/cert.pem", "--tls-key", d + "/key.pem", "--tokens", tokens_});
     std::string log;
     ASSERT_TRUE(WaitUntil([&] {
       log = ReadFile(daemon_->log_path());
-      return log.find("mpsd listening on 127.0.0.1:") != std::string::npos;
+      return log.find("mpsd listening on 127.0.0.1:", before) != std::string::npos;
     }, absl::Seconds(30)));
-    const size_t at = log.find("mpsd listening on 127.0.0.1:") + 18;
+    const size_t at = log.find("mpsd listening on 127.0.0.1:", before) + 18;
     address_ = log.substr(at, log.find(' ', at) - at);
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = ReadFile(d + "/cert.pem");
@@ -382,6 +392,28 @@ TEST_F(UploadTest, MpsctlResumesListsAndDeletes) {
             "learning_rate: 0.001}\nseed: 1\ndevice: cpu\n");
   CommandResult job = Mpsctl(alice_, {"submit", dir_.str() + "/job.yaml", "--follow"});
   EXPECT_EQ(job.exit_code, 0) << job.out << job.err;
+
+  // A TorchScript model uploaded as a file, trained on the uploaded folder.
+  const std::string model = dir_.str() + "/tinynet.pt";
+  CommandResult written = RunCommand({MPSD_WRITE_SCRIPT_MODULE, "linear", model, "784", "10"});
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  ASSERT_EQ(Mpsctl(alice_, {"upload", model}).exit_code, 0);
+  WriteFile(dir_.str() + "/scripted.yaml",
+            "kind: TrainJob\nmodel: {torchscript: upload:tinynet.pt}\n"
+            "dataset: {name: fashion-mnist, root: upload:mnist-small, limit_train: 32, "
+            "limit_test: 16}\nbatch_size: 16\nepochs: 1\noptimizer: {name: adam, "
+            "learning_rate: 0.001}\nseed: 1\ndevice: cpu\n");
+  CommandResult scripted = Mpsctl(alice_, {"submit", dir_.str() + "/scripted.yaml", "--follow"});
+  EXPECT_EQ(scripted.exit_code, 0) << scripted.out << scripted.err;
+  // Bob's job may not name alice's model.
+  WriteFile(dir_.str() + "/theirs.yaml",
+            absl::StrReplaceAll(ReadFile(dir_.str() + "/scripted.yaml"),
+                                {{"upload:tinynet.pt", "upload:@alice/tinynet.pt"},
+                                 {"upload:mnist-small", "/usr/share/datasets/fashion-mnist"}}));
+  CommandResult theirs = Mpsctl(bob_, {"submit", dir_.str() + "/theirs.yaml"});
+  EXPECT_NE(theirs.exit_code, 0);
+  EXPECT_THAT(theirs.err, HasSubstr("train_job.model.torchscript: \"upload:@alice/tinynet.pt\" "
+                                    "is not under the daemon's data_roots"));
 }
 
 // Archives that would write outside the folder, or too much, are refused with a structured
@@ -466,6 +498,23 @@ TEST_F(UploadTest, QuotaOverrunAndBadChunksAreRefused) {
   const std::string viewer = AddToken(tokens_, "watcher", "viewer");
   EXPECT_EQ(Send(viewer, "v", data, 0, 1000, false).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
+
+  // What a daemon stopped (or killed) while unpacking or deleting leaves is removed at the next start;
+  // unfinished uploads' bytes stay.
+  const std::string area = dir_.str() + "/state/uploads/alice";
+  EXPECT_EQ(Send(alice_, "half", data, 0, 500, false, true).error_code(),
+            grpc::StatusCode::CANCELLED);
+  const int stopped = daemon_->Stop(SIGTERM, absl::Seconds(30));
+  ASSERT_TRUE(WIFEXITED(stopped)) << stopped;
+  const std::string unpacking = area + "/.partial/big." + std::string(64, 'a') + ".d";
+  std::filesystem::create_directories(unpacking + "/sub");
+  WriteFile(unpacking + "/sub/f", "x");
+  std::filesystem::create_directories(area + "/.trash/old.123");
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  EXPECT_FALSE(std::filesystem::exists(unpacking));
+  EXPECT_FALSE(std::filesystem::exists(area + "/.trash/old.123"));
+  EXPECT_THAT(ReadFile(daemon_->log_path()), HasSubstr("never finished unpacking or deleting"));
+  EXPECT_EQ(Status(alice_, "half", data).offset(), 500);
 }
 
 }  // namespace
