@@ -305,9 +305,10 @@ class FinishedStreamReactor final : public grpc::ServerWriteReactor<Message> {
   void OnDone() override { delete this; }
 };
 
-// One UploadFile call: each chunk is appended as it arrives (the first one starts the upload);
-// at the end of the stream the upload is finished (hash, unpack, rename) by `aside`, on a thread
-// of its own. A stream that breaks leaves the bytes it delivered for a resume.
+// One UploadFile call: each chunk is appended as it arrives (a 1 MiB write); the first one
+// starts the upload (hashing the bytes already held) and the end of the stream finishes it
+// (hash, unpack, rename), both by `aside`, on a thread of its own. A stream that breaks leaves
+// the bytes it delivered for a resume.
 // Threads: gRPC's, then the aside thread's; one at a time. Deletes itself in OnDone.
 class UploadReactor final : public grpc::ServerReadReactor<mpsd::v1::UploadChunk> {
  public:
@@ -349,14 +350,27 @@ class UploadReactor final : public grpc::ServerReadReactor<mpsd::v1::UploadChunk
       return;
     }
     if (writer_ == nullptr) {
-      absl::StatusOr<std::unique_ptr<UploadStore::Writer>> writer =
-          store_->Begin(submitter_, chunk_);
-      if (!writer.ok()) {
-        Fail(writer.status());
-        return;
-      }
-      writer_ = *std::move(writer);
+      // Begin hashes the bytes already held (seconds for GiB): off gRPC's threads.
+      aside_([this] {
+        absl::StatusOr<std::unique_ptr<UploadStore::Writer>> writer =
+            store_->Begin(submitter_, chunk_);
+        if (!writer.ok()) {
+          Fail(writer.status());
+          return;
+        }
+        writer_ = *std::move(writer);
+        Append();
+      });
+      return;
     }
+    Append();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Writes the chunk just read, then reads the next.
+  void Append() {
     if (absl::Status s = writer_->Append(chunk_.offset(), chunk_.data()); !s.ok()) {
       Fail(s);
       return;
@@ -364,9 +378,6 @@ class UploadReactor final : public grpc::ServerReadReactor<mpsd::v1::UploadChunk
     StartRead(&chunk_);
   }
 
-  void OnDone() override { delete this; }
-
- private:
   void Fail(const absl::Status& status) {
     writer_.reset();  // Keeps what was written for a resume.
     Finish(ToClientStatus(status));
