@@ -1,6 +1,6 @@
 // A proto field's value from text: the one parser that job files (client/job_file.cc) and
 // sweep values (server/core/sweep.cc) share, so that `drop_last: yes` in a job file and "yes" as
-// a swept value mean the same. The Python client (client/python/mpsd/jobfile.py) follows the
+// a swept value mean the same. The Python client (client/python/mpsd_client/jobfile.py) follows the
 // same rules; tests/common/field_text_cases.tsv is the table of cases both test suites run.
 //
 // The rules are YAML 1.2's core schema for plain scalars, with YAML 1.1's yes/no/on/off booleans

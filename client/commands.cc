@@ -91,13 +91,15 @@ class InterruptNote {
 // gRPC reports a missing socket or a refused connection as UNAVAILABLE with this text, e.g.
 // "failed to connect to all addresses; last error: UNKNOWN: unix:/tmp/x.sock: No such file or
 // directory". A server may also answer UNAVAILABLE itself (shutting down), with its own text.
-bool IsConnectFailure(const grpc::Status& status) {
-  return absl::StrContains(status.error_message(), "failed to connect") ||
-         absl::StrContains(status.error_message(), "Connection refused") ||
-         absl::StrContains(status.error_message(), "No such file or directory");
+// Whether an UNAVAILABLE call failed because no connection could be made: the channel's own
+// state says so (TRANSIENT_FAILURE right after a failed connect), not gRPC's message text.
+bool ConnectFailed(grpc::Channel* channel) {
+  return channel != nullptr &&
+         channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
 }
 
-// The OS's reason at the end of gRPC's message ("No such file or directory"), or "".
+// The OS's reason at the end of gRPC's message ("No such file or directory"), or "": shown to
+// the user as it is, never branched on.
 std::string ConnectReason(const grpc::Status& status) {
   const std::string& message = status.error_message();
   const size_t colon = message.rfind(": ");
@@ -332,7 +334,7 @@ int Commands::RpcFailed(const grpc::Status& status) {
              << message << " (try again later)\n";
         return kExitDaemonUnavailable;
       }
-      if (IsConnectFailure(status)) {
+      if (ConnectFailed(channel_.get())) {
         const auto [host, port] = HostAndPort(options_.server);
         const std::string tls_problem =
             port > 0 ? DiagnoseTls(host, port, options_.tls, UsesTls(options_.server, options_.tls))

@@ -151,7 +151,16 @@ const FieldDescriptor* PathField(const FieldDescriptor& field) {
 // memory runs out (found by tests/fuzz/job_file_fuzzer). So the job file's documents are
 // counted on the parser's events, at most kScanTurns of them, and only the first is loaded.
 // Aliases (*name) are refused here too: they share nodes, and the walk below would visit a
-// shared node once for each path to it (exponential in the nesting: "billion laughs").
+// shared node once for each path to it (exponential in the nesting: "billion laughs"). So is
+// nesting deeper than kMaxNesting: the scan stops there (TooDeep), before yaml-cpp's recursive
+// loader would go as deep (it gives up at 2000 levels with a message that names no place).
+// The Python client (client/python/mpsd_client/jobfile.py, MAX_NESTING) refuses the same.
+constexpr int kMaxNesting = 64;
+
+struct TooDeep {
+  YAML::Mark mark;
+};
+
 class DocumentScan final : public YAML::EventHandler {
  public:
   // Where each document the parser reported starts (the same position twice: stuck), and where
@@ -159,6 +168,7 @@ class DocumentScan final : public YAML::EventHandler {
   std::vector<YAML::Mark> starts;
   std::vector<YAML::Mark> first_nodes;
   std::optional<YAML::Mark> alias;
+  std::optional<YAML::Mark> too_deep;  // where the nesting went past kMaxNesting
 
   void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
@@ -174,15 +184,22 @@ class DocumentScan final : public YAML::EventHandler {
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                        YAML::EmitterStyle::value) override {
     Node(mark);
+    Enter(mark);
   }
-  void OnSequenceEnd() override {}
+  void OnSequenceEnd() override { --depth_; }
   void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
                   YAML::EmitterStyle::value) override {
     Node(mark);
+    Enter(mark);
   }
-  void OnMapEnd() override {}
+  void OnMapEnd() override { --depth_; }
 
  private:
+  void Enter(const YAML::Mark& mark) {
+    if (++depth_ > kMaxNesting) throw TooDeep{mark};
+  }
+  int depth_ = 0;
+
   void Node(const YAML::Mark& mark) {
     if (first_nodes.size() < starts.size()) first_nodes.push_back(mark);
   }
@@ -206,7 +223,11 @@ DocumentScan ScanDocuments(const std::string& yaml) {
   std::istringstream stream(yaml);
   YAML::Parser parser(stream);
   DocumentScan scan;
-  for (int turn = 0; turn < kScanTurns && parser.HandleNextDocument(scan); ++turn) {
+  try {
+    for (int turn = 0; turn < kScanTurns && parser.HandleNextDocument(scan); ++turn) {
+    }
+  } catch (const TooDeep& e) {
+    scan.too_deep = e.mark;
   }
   return scan;
 }
@@ -288,6 +309,10 @@ absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml
   }
   try {
     const DocumentScan scan = ScanDocuments(text);
+    if (scan.too_deep.has_value()) {
+      Error(*scan.too_deep, "", absl::StrCat("nested more than ", kMaxNesting, " levels deep"));
+      return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
+    }
     if (std::optional<YAML::Mark> stuck = StuckAt(scan); stuck.has_value()) {
       const char c = stuck->pos >= 0 && static_cast<size_t>(stuck->pos) < text.size()
                          ? text[static_cast<size_t>(stuck->pos)]

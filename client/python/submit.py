@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
-"""From a checkout, without installing: runs the package's mpsd-submit (mpsd/cli.py).
+"""From a checkout, without installing: runs the package's mpsd-submit (mpsd_client/cli.py).
 
   /usr/bin/python3 client/python/submit.py [--server ADDR] [--priority N] [--request-id ID] JOB.yaml
 
-Needs the generated stubs in client/python/mpsd/v1/ (cmake --build BUILD --target
-mpsd_python_stubs) and grpcio, protobuf, PyYAML (Debian: python3-grpcio python3-protobuf
-python3-yaml with /usr/bin/python3). Installed (pip install ./client/python), the same program is
+Needs grpcio, protobuf and PyYAML (Debian: python3-grpcio python3-protobuf python3-yaml with
+/usr/bin/python3); the generated stubs are committed (client/python/mpsd_client/v1/). Installed (pip install ./client/python), the same program is
 the command mpsd-submit.
 """
 
@@ -16,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 if __name__ == "__main__":
     try:
-        from mpsd import cli
+        from mpsd_client import cli
     except ImportError as e:
         print("submit.py: %s for %s (Debian: apt install python3-grpcio python3-protobuf "
               "python3-yaml and run /usr/bin/python3; else: pip install ./client/python)"

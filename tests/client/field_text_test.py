@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python client types a job file's text exactly as mpsctl and the daemon's sweeps do: every
 case of tests/common/field_text_cases.tsv (the table tests/api/field_text_test.cc runs against
-api/field_text.h) through client/python/mpsd/jobfile.py, set on a real message.
+api/field_text.h) through client/python/mpsd_client/jobfile.py, set on a real message.
 
 Run: /usr/bin/python3 tests/client/field_text_test.py (after building the stubs), or through
 CTest: ctest -R PythonFieldText.
@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 
 from google.protobuf import descriptor_pb2  # noqa: E402
 
-from mpsd import jobfile  # noqa: E402
-from mpsd.v1 import mpsd_pb2  # noqa: E402
+from mpsd_client import jobfile  # noqa: E402
+from mpsd_client.v1 import mpsd_pb2  # noqa: E402
 
 TABLE = os.path.join(REPO, "tests", "common", "field_text_cases.tsv")
 MESSAGES = {

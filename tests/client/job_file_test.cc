@@ -252,6 +252,17 @@ TEST(JobFileTest, AliasesAreRefused) {
   EXPECT_THAT(ErrorOf("kind: TrainJob\n" + laughs), HasSubstr("YAML aliases"));
 }
 
+// yaml-cpp's loader recurses per level and gave up at 2000 with "YAML error: ..." naming no
+// place; the Python client hit a RecursionError (issue 26). Both refuse past 64 levels.
+TEST(JobFileTest, DeepNestingIsRefusedNamingWhere) {
+  const std::string deep =
+      absl::StrCat("kind: TrainJob\nmodel: ", std::string(5000, '['), std::string(5000, ']'));
+  EXPECT_EQ(ErrorOf(deep), "job.yaml:2:71: nested more than 64 levels deep");
+  const std::string fits =
+      absl::StrCat("kind: TrainJob\nlabels: ", std::string(63, '['), std::string(63, ']'));
+  EXPECT_THAT(ErrorOf(fits), HasSubstr("labels: expected"));
+}
+
 TEST(JobFileTest, DuplicateKey) {
   EXPECT_THAT(ErrorOf("kind: TrainJob\nepochs: 1\nepochs: 2\n"),
               HasSubstr("job.yaml:3:1: epochs: duplicate key"));

@@ -26,9 +26,9 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import grpc  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
-import mpsd  # noqa: E402
+import mpsd_client  # noqa: E402
 
-pb2, pb2_grpc = mpsd.pb2, mpsd.pb2_grpc
+pb2, pb2_grpc = mpsd_client.pb2, mpsd_client.pb2_grpc
 
 
 def train_job_yaml(limit_train=2000, limit_test=500, epochs=2, root=FASHION_MNIST):
@@ -49,10 +49,10 @@ GOOD = train_job_yaml()
 
 class JobFileTest(unittest.TestCase):
     def parse(self, text):
-        return mpsd.parse_job_file(text, "job.yaml")
+        return mpsd_client.parse_job_file(text, "job.yaml")
 
     def error(self, text):
-        with self.assertRaises(mpsd.JobFileError) as cm:
+        with self.assertRaises(mpsd_client.JobFileError) as cm:
             self.parse(text)
         return str(cm.exception)
 
@@ -111,16 +111,30 @@ class JobFileTest(unittest.TestCase):
         # An anchor alone is harmless and stays accepted, as in mpsctl.
         self.assertEqual(self.parse("kind: TrainJob\nbatch_size: &b 8\n").train_job.batch_size, 8)
 
+    def test_a_key_given_twice_is_refused_as_mpsctl_refuses_it(self):
+        # PyYAML kept the last value silently (issue 26).
+        self.assertEqual(self.error("kind: TrainJob\nepochs: 1\nepochs: 2\n"),
+                         "job.yaml:3:1: epochs: duplicate key")
+        self.assertEqual(self.error("kind: TrainJob\nmodel: {name: a, name: b}\n"),
+                         "job.yaml:2:18: name: duplicate key")
+
+    def test_deep_nesting_is_refused_not_a_recursion_error(self):
+        # PyYAML's composer recursed until Python's RecursionError (issue 26).
+        deep = "kind: TrainJob\nmodel: " + "[" * 5000 + "]" * 5000 + "\n"
+        self.assertEqual(self.error(deep), "job.yaml:2:71: nested more than 64 levels deep")
+        just_fits = "kind: TrainJob\nlabels: " + "[" * 63 + "]" * 63 + "\n"
+        self.assertIn("labels: expected", self.error(just_fits))
+
     def test_empty(self):
         self.assertIn("empty job file", self.error("# nothing\n"))
 
     def test_examples(self):
         for name in ("fashion-mnist.yaml", "fashion-mnist-small.yaml"):
-            r = mpsd.read_job_file(os.path.join(REPO, "examples", name))
+            r = mpsd_client.read_job_file(os.path.join(REPO, "examples", name))
             self.assertEqual(r.train_job.dataset.name, "fashion-mnist")
         for name, models in (("resnet50-bench.yaml", ["resnet50"]),
                              ("arch-bench.yaml", ["resnet50", "vgg16", "bert_base", "lstm"])):
-            r = mpsd.read_job_file(os.path.join(REPO, "examples", name))
+            r = mpsd_client.read_job_file(os.path.join(REPO, "examples", name))
             self.assertEqual(list(r.bench_job.models), models)
 
 
@@ -130,14 +144,14 @@ class JobFileTest(unittest.TestCase):
             with open(path, "w") as f:
                 f.write("kind: TrainJob\nmodel: {torchscript: net.pt}\n"
                         "resume_from: ../runs/checkpoint-latest.pt\n")
-            r = mpsd.read_job_file(path)
+            r = mpsd_client.read_job_file(path)
             self.assertEqual(r.train_job.model.torchscript, os.path.join(directory, "net.pt"))
             self.assertEqual(r.train_job.resume_from,
                              os.path.join(os.path.dirname(directory), "runs",
                                           "checkpoint-latest.pt"))
             with open(path, "w") as f:
                 f.write("kind: TrainJob\nmodel: {torchscript: /models/net.pt}\nresume_from: 12\n")
-            r = mpsd.read_job_file(path)
+            r = mpsd_client.read_job_file(path)
             self.assertEqual(r.train_job.model.torchscript, "/models/net.pt")
             self.assertEqual(r.train_job.resume_from, "12")
 
@@ -154,15 +168,15 @@ class JobFileTest(unittest.TestCase):
                                   (directory, "not a regular file"),
                                   (fifo, "not a regular file"),
                                   ("/dev/zero", "not a regular file")):
-                with self.assertRaises(mpsd.JobFileError) as cm:
-                    mpsd.read_job_file(path)
+                with self.assertRaises(mpsd_client.JobFileError) as cm:
+                    mpsd_client.read_job_file(path)
                 self.assertIn(path, str(cm.exception))
                 self.assertIn(message, str(cm.exception))
             exact = os.path.join(directory, "exact.yaml")
             with open(exact, "w") as f:
-                f.write(GOOD + "#" * (mpsd.MAX_JOB_FILE_BYTES - len(GOOD) - 1) + "\n")
-            self.assertEqual(os.path.getsize(exact), mpsd.MAX_JOB_FILE_BYTES)
-            self.assertEqual(mpsd.read_job_file(exact).train_job.dataset.name, "fashion-mnist")
+                f.write(GOOD + "#" * (mpsd_client.MAX_JOB_FILE_BYTES - len(GOOD) - 1) + "\n")
+            self.assertEqual(os.path.getsize(exact), mpsd_client.MAX_JOB_FILE_BYTES)
+            self.assertEqual(mpsd_client.read_job_file(exact).train_job.dataset.name, "fashion-mnist")
 
     def test_a_file_that_is_not_utf8_is_a_job_file_error_naming_it(self):
         # Latin-1 text: UnicodeDecodeError escaped read_job_file, and submit.py died with it.
@@ -170,17 +184,17 @@ class JobFileTest(unittest.TestCase):
             path = os.path.join(directory, "latin1.yaml")
             with open(path, "wb") as f:
                 f.write(GOOD.encode() + "# caf\u00e9\n".encode("latin-1"))
-            with self.assertRaises(mpsd.JobFileError) as cm:
-                mpsd.read_job_file(path)
+            with self.assertRaises(mpsd_client.JobFileError) as cm:
+                mpsd_client.read_job_file(path)
             line = GOOD.count("\n") + 1
             self.assertIn("%s:%d: not UTF-8 text (byte 0xe9" % (path, line), str(cm.exception))
 
 
 class JobSpecTest(unittest.TestCase):
-    """mpsd.job_request: the forms Client.submit takes besides a file."""
+    """mpsd_client.job_request: the forms Client.submit takes besides a file."""
 
     def test_dict_is_checked_like_a_job_file(self):
-        r = mpsd.job_request({"kind": "TrainJob", "priority": 2, "model": {"name": "convnet"},
+        r = mpsd_client.job_request({"kind": "TrainJob", "priority": 2, "model": {"name": "convnet"},
                               "dataset": {"name": "fashion-mnist", "limit_train": 320},
                               "batch_size": 64, "optimizer": {"learning_rate": 0.001},
                               "device": "cpu", "drop_last": True, "resume_from": None})
@@ -188,34 +202,34 @@ class JobSpecTest(unittest.TestCase):
             "kind: TrainJob\npriority: 2\nmodel: {name: convnet}\n"
             "dataset: {name: fashion-mnist, limit_train: 320}\nbatch_size: 64\n"
             "optimizer: {learning_rate: 0.001}\ndevice: cpu\ndrop_last: true\n"))
-        with self.assertRaises(mpsd.JobFileError) as cm:
-            mpsd.job_request({"kind": "TrainJob", "batch_size": "sixty", "dataset": {"limt": 1}})
+        with self.assertRaises(mpsd_client.JobFileError) as cm:
+            mpsd_client.job_request({"kind": "TrainJob", "batch_size": "sixty", "dataset": {"limt": 1}})
         self.assertEqual(str(cm.exception).splitlines()[0],
                          'spec: batch_size: expected an integer, got "sixty"')
         self.assertIn("spec: dataset.limt: unknown field", str(cm.exception))
-        with self.assertRaises(mpsd.JobFileError) as cm:
-            mpsd.job_request({"kind": "BenchJob", "batch_sizes": [1, 2.5]})
+        with self.assertRaises(mpsd_client.JobFileError) as cm:
+            mpsd_client.job_request({"kind": "BenchJob", "batch_sizes": [1, 2.5]})
         self.assertEqual(str(cm.exception),
                          'spec: batch_sizes[1]: expected an integer, got "2.5"')
 
     def parse_yaml(self, text):
-        return mpsd.parse_job_file(text, "job.yaml")
+        return mpsd_client.parse_job_file(text, "job.yaml")
 
     def test_messages_and_paths(self):
         job = pb2.TrainJob(batch_size=8)
-        self.assertEqual(mpsd.job_request(job), pb2.SubmitJobRequest(train_job=job))
+        self.assertEqual(mpsd_client.job_request(job), pb2.SubmitJobRequest(train_job=job))
         bench = pb2.BenchJob(models=["mlp"])
-        self.assertEqual(mpsd.job_request(bench), pb2.SubmitJobRequest(bench_job=bench))
+        self.assertEqual(mpsd_client.job_request(bench), pb2.SubmitJobRequest(bench_job=bench))
         request = pb2.SubmitJobRequest(train_job=job, priority=3)
-        copy = mpsd.job_request(request)
+        copy = mpsd_client.job_request(request)
         self.assertEqual(copy, request)
         copy.priority = 4
         self.assertEqual(request.priority, 3)  # a copy, not the caller's message
         import pathlib
         example = pathlib.Path(REPO, "examples", "fashion-mnist-small.yaml")
-        self.assertEqual(mpsd.job_request(example), mpsd.read_job_file(str(example)))
+        self.assertEqual(mpsd_client.job_request(example), mpsd_client.read_job_file(str(example)))
         with self.assertRaises(TypeError):
-            mpsd.job_request(42)
+            mpsd_client.job_request(42)
 
 
 def run_submit(server, job_file, *extra):
@@ -417,7 +431,7 @@ class FollowAcrossRestartTest(unittest.TestCase):
                         "optimizer": {"name": "adam", "learning_rate": 0.001},
                         "checkpoint": {"every_epochs": 1}, "restart_policy": "resume"}
                 events, errors = [], []
-                with mpsd.Client(daemon.address) as client:
+                with mpsd_client.Client(daemon.address) as client:
                     job = client.submit(spec)
 
                     def follow():
@@ -442,7 +456,7 @@ class FollowAcrossRestartTest(unittest.TestCase):
                 self.assertEqual(errors, [])
                 seqs = [e.seq for e in events]
                 self.assertEqual(seqs, list(range(1, len(seqs) + 1)))  # no gap, no duplicate
-                self.assertTrue(mpsd.is_terminal(events[-1]))
+                self.assertTrue(mpsd_client.is_terminal(events[-1]))
                 self.assertEqual(events[-1].state.state, pb2.Job.SUCCEEDED)
             finally:
                 daemon.stop()

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """The Python client as a package: installed with pip into a fresh venv, used against a real mpsd.
 
-Each test copies client/python (with the stubs CMake wrote into it) to a temporary directory and
-runs `pip install --no-deps --no-build-isolation --no-index DIR` into a new
-`python3 -m venv --system-site-packages` venv: the dependencies (grpcio, protobuf, PyYAML) come
+Each test copies client/python (with its committed stubs) to a temporary directory, builds a
+wheel from it (`pip wheel --no-deps --no-build-isolation --no-index`) and installs the wheel into
+a new `python3 -m venv --system-site-packages` venv: the dependencies (grpcio, protobuf, PyYAML) come
 from the interpreter's own site-packages (Debian's python3-grpcio, python3-protobuf, python3-yaml)
 because CI has no PyPI; the build backend is that interpreter's setuptools. The installed package
 is then imported and run from outside the checkout with PYTHONPATH cleared, so the checkout's
 copy cannot stand in for it.
 
-Run (after cmake --build BUILD --target mpsd mpsd_python_stubs):
+Run (after cmake --build BUILD --target mpsd mpsd-executor):
   MPSD_BINARY=BUILD/server/mpsd MPSD_VERSION=0.1.0 /usr/bin/python3 \\
       tests/client/python_package_test.py -v
 or through CTest: ctest --test-dir BUILD -R python_package_test.
@@ -43,12 +43,9 @@ def run(argv, **kwargs):
     return subprocess.run(argv, capture_output=True, text=True, env=clean_env(), **kwargs)
 
 
-def copy_package(destination, with_stubs=True):
+def copy_package(destination):
     def ignore(directory, names):
-        skipped = {n for n in names if n in ("build", "__pycache__") or n.endswith(".egg-info")}
-        if not with_stubs and os.path.basename(directory) == "v1":
-            skipped |= {n for n in names if n.startswith("mpsd_pb2")}
-        return skipped
+        return {n for n in names if n in ("build", "dist", "__pycache__") or n.endswith(".egg-info")}
     shutil.copytree(PACKAGE_SOURCE, destination, ignore=ignore)
 
 
@@ -62,6 +59,18 @@ def make_venv(directory):
         raise RuntimeError("python3 -m venv failed (Debian: apt install python3-venv):\n"
                            + result.stderr)
     return os.path.join(directory, "bin", "python")
+
+
+def build_wheel(python, source, wheel_dir):
+    """The wheel of the package at `source`, built as a user would (pip wheel); its path."""
+    result = run([python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                  "--disable-pip-version-check", "-w", wheel_dir, source])
+    if result.returncode != 0:
+        raise AssertionError("pip wheel failed:\n%s\n%s" % (result.stdout, result.stderr))
+    wheels = [n for n in os.listdir(wheel_dir) if n.endswith(".whl")]
+    if len(wheels) != 1:
+        raise AssertionError("pip wheel made %s" % wheels)
+    return os.path.join(wheel_dir, wheels[0])
 
 
 def pip_install(python, source):
@@ -102,7 +111,7 @@ class Mpsd:
 CLIENT_SCRIPT = r'''
 import json, sys, time
 import grpc
-import mpsd
+import mpsd_client
 
 address = sys.argv[1]
 spec = {"kind": "TrainJob", "model": {"name": "convnet"},
@@ -110,8 +119,8 @@ spec = {"kind": "TrainJob", "model": {"name": "convnet"},
                     "limit_test": 64},
         "batch_size": 64, "epochs": 1, "optimizer": {"name": "adam", "learning_rate": 0.001},
         "seed": 1, "device": "cpu"}
-out = {"file": mpsd.__file__, "version": mpsd.__version__}
-with mpsd.Client(address) as client:
+out = {"file": mpsd_client.__file__, "version": mpsd_client.__version__}
+with mpsd_client.Client(address) as client:
     for attempt in range(300):  # the daemon's socket exists; its executor may still be starting
         try:
             client.device()
@@ -121,23 +130,38 @@ with mpsd.Client(address) as client:
                 raise
             time.sleep(0.1)
     job = client.submit(spec, priority=2)
-    assert isinstance(job, mpsd.Job), type(job)
-    out["submitted"] = {"id": job.id, "state": mpsd.Job.State.Name(job.state),
+    assert isinstance(job, mpsd_client.Job), type(job)
+    out["submitted"] = {"id": job.id, "state": mpsd_client.Job.State.Name(job.state),
                         "priority": job.spec.priority}
     events = list(client.follow(job.id))
-    assert all(isinstance(e, mpsd.JobEvent) for e in events)
+    assert all(isinstance(e, mpsd_client.JobEvent) for e in events)
     out["steps"] = [e.step.step for e in events if e.HasField("step")]
-    out["last_state"] = mpsd.Job.State.Name(events[-1].state.state)
-    out["last_is_terminal"] = mpsd.is_terminal(events[-1])
-    out["get_state"] = mpsd.Job.State.Name(client.get(job.id).state)
+    out["last_state"] = mpsd_client.Job.State.Name(events[-1].state.state)
+    out["last_is_terminal"] = mpsd_client.is_terminal(events[-1])
+    out["get_state"] = mpsd_client.Job.State.Name(client.get(job.id).state)
 # The module-level helpers, each on a channel of its own: resuming after the first step.
-replay = list(mpsd.follow(job.id, address=address, after_seq=events[0].seq))
+replay = list(mpsd_client.follow(job.id, address=address, after_seq=events[0].seq))
 out["replayed_seqs"] = [e.seq for e in replay]
 out["seqs"] = [e.seq for e in events]
 try:
-    mpsd.submit(dict(spec, batch_size=0), address=address)
-except grpc.RpcError as e:
-    out["rejected"] = [e.code().name, e.details()]
+    mpsd_client.submit(dict(spec, batch_size=0), address=address)
+except mpsd_client.errors.InvalidField as e:  # also a grpc.RpcError
+    out["rejected"] = [e.code().name, e.details(), e.reason, e.field,
+                       isinstance(e, grpc.RpcError)]
+with mpsd_client.Client(address) as client:
+    try:
+        client.get("999999")
+    except mpsd_client.errors.NotFound as e:
+        out["not_found"] = [e.code().name, e.reason]
+    out["listed"] = [j.id for j in client.list(kind=mpsd_client.Job.TRAIN_JOB)]
+    out["artifacts"] = sorted(a.name for a in client.artifacts(job.id))
+    path = client.download(job.id, "model.pt", sys.argv[3] + "/model.pt")
+    out["downloaded"] = [path, open(path, "rb").read(2).hex()]
+    out["exported"] = [open(f).read().splitlines() for f in client.export(job.id, sys.argv[3])]
+    sweep = client.submit(dict(spec, dataset=dict(spec["dataset"], limit_train=128),
+                               sweep={"grid": {"optimizer.learning_rate": [0.001, 0.01]}}))
+    client.wait([sweep.id], timeout=240)
+    out["sweep"] = client.sweep(sweep.id)
 print(json.dumps(out))
 '''
 
@@ -149,7 +173,8 @@ class InstalledPackageTest(unittest.TestCase):
         cls.source = os.path.join(cls.dir.name, "python")
         copy_package(cls.source)
         cls.python = make_venv(os.path.join(cls.dir.name, "venv"))
-        result = pip_install(cls.python, cls.source)
+        cls.wheel = build_wheel(cls.python, cls.source, os.path.join(cls.dir.name, "dist"))
+        result = pip_install(cls.python, cls.wheel)
         if result.returncode != 0:
             raise AssertionError("pip install failed:\n%s\n%s" % (result.stdout, result.stderr))
         cls.work = os.path.join(cls.dir.name, "work")  # the cwd: neither the checkout nor the copy
@@ -162,20 +187,47 @@ class InstalledPackageTest(unittest.TestCase):
     def venv_python(self, *argv):
         return run([self.python, *argv], cwd=self.work)
 
-    def test_installed_into_the_venv_with_its_stubs_and_version(self):
-        result = self.venv_python("-c", "import mpsd, mpsd.v1.mpsd_pb2 as p, json; print(json.dumps("
-                                  "[mpsd.__file__, p.__file__, mpsd.__version__]))")
+    def test_the_wheel_installs_with_its_stubs_and_version(self):
+        self.assertRegex(os.path.basename(self.wheel),
+                         r"^mpsd_client-%s-py3-none-any\.whl$" %
+                         os.environ.get("MPSD_VERSION", r"[0-9.]+").replace(".", r"\."))
+        result = self.venv_python("-c", "import mpsd_client, mpsd_client.v1.mpsd_pb2 as p, json; "
+                                  "print(json.dumps([mpsd_client.__file__, p.__file__, "
+                                  "mpsd_client.__version__]))")
         self.assertEqual(result.returncode, 0, result.stderr)
         package_file, stubs_file, version = json.loads(result.stdout)
         site = os.path.join(self.dir.name, "venv", "lib")
         self.assertTrue(package_file.startswith(site), package_file)
         self.assertTrue(stubs_file.startswith(site), stubs_file)
         self.assertEqual(version, os.environ.get("MPSD_VERSION", version))
-        listed = self.venv_python("-m", "pip", "show", "--files", "mpsd")
+        listed = self.venv_python("-m", "pip", "show", "--files", "mpsd-client")
         self.assertEqual(listed.returncode, 0, listed.stderr)
-        for name in ("mpsd/v1/mpsd_pb2.py", "mpsd/v1/mpsd_pb2_grpc.py", "mpsd/v1/mpsd_pb2.pyi",
-                     "mpsd/py.typed"):
+        for name in ("mpsd_client/v1/mpsd_pb2.py", "mpsd_client/v1/mpsd_pb2_grpc.py",
+                     "mpsd_client/v1/mpsd_pb2.pyi", "mpsd_client/py.typed",
+                     "mpsd_client/_rpc_descriptors.py"):
             self.assertIn(name, listed.stdout)
+
+    def test_stubs_a_user_generates_from_the_proto_live_beside_the_package(self):
+        """protoc's own output for mpsd.proto is the module mpsd.v1.mpsd_pb2: importing it and
+        mpsd_client in one interpreter works, and their messages read each other's bytes."""
+        generated = os.path.join(self.work, "user_stubs")
+        os.makedirs(generated, exist_ok=True)
+        result = run(["protoc", "--proto_path=" + os.path.join(REPO, "proto"),
+                      "--python_out=" + generated,
+                      os.path.join(REPO, "proto", "mpsd", "v1", "mpsd.proto")], cwd=self.work)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        script = ("import sys; sys.path.insert(0, %r)\n"
+                  "import mpsd.v1.mpsd_pb2 as mine\n"
+                  "import mpsd_client\n"
+                  "job = mine.Job(id='7', state=mine.Job.RUNNING)\n"
+                  "theirs = mpsd_client.Job.FromString(job.SerializeToString())\n"
+                  "print(theirs.id, mpsd_client.Job.State.Name(theirs.state), mine.__file__)\n"
+                  % generated)
+        result = self.venv_python("-c", script)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        job_id, state, module = result.stdout.split()
+        self.assertEqual((job_id, state), ("7", "RUNNING"))
+        self.assertTrue(module.startswith(generated), module)
 
     def test_a_job_through_the_installed_package_and_its_command(self):
         with tempfile.TemporaryDirectory(prefix="mpsd-pkg-daemon-") as directory:
@@ -184,7 +236,9 @@ class InstalledPackageTest(unittest.TestCase):
                 script = os.path.join(self.work, "client_script.py")
                 with open(script, "w") as f:
                     f.write(CLIENT_SCRIPT)
-                result = self.venv_python(script, daemon.address, FASHION_MNIST)
+                downloads = os.path.join(directory, "downloads")
+                os.makedirs(downloads)
+                result = self.venv_python(script, daemon.address, FASHION_MNIST, downloads)
                 self.assertEqual(result.returncode, 0, result.stderr + daemon.log())
                 out = json.loads(result.stdout)
                 self.assertEqual(out["submitted"]["state"], "QUEUED")
@@ -194,8 +248,32 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertTrue(out["last_is_terminal"])
                 self.assertEqual(out["get_state"], "SUCCEEDED")
                 self.assertEqual(out["replayed_seqs"], out["seqs"][1:])
-                self.assertEqual(out["rejected"][0], "INVALID_ARGUMENT")
-                self.assertIn("batch_size", out["rejected"][1])
+                code, message, reason, field, is_rpc_error = out["rejected"]
+                self.assertEqual((code, reason, is_rpc_error), ("INVALID_ARGUMENT", "INVALID_FIELD",
+                                                                True))
+                self.assertIn("batch_size", message)
+                self.assertTrue(field.endswith("batch_size"), field)
+                self.assertEqual(out["not_found"], ["NOT_FOUND", "NOT_FOUND"])
+                self.assertEqual(out["listed"], [out["submitted"]["id"]])
+                self.assertIn("model.pt", out["artifacts"])
+                path, magic = out["downloaded"]
+                self.assertEqual(path, os.path.join(downloads, "model.pt"))
+                self.assertEqual(magic, "504b")  # a zip archive (TorchScript's format)
+                self.assertEqual(sorted(os.listdir(downloads)),
+                                 sorted(["model.pt", out["submitted"]["id"]]))  # + the export
+                self.assertFalse(os.path.exists(path + ".part"))
+                steps_csv, epochs_csv = out["exported"]
+                self.assertTrue(steps_csv[0].startswith("step,wall_time,epoch,"), steps_csv[0])
+                self.assertEqual([row.split(",")[0] for row in steps_csv[1:]],
+                                 ["1", "2", "3", "4", "5"])
+                self.assertTrue(epochs_csv[0].startswith("epoch,wall_time,train_loss"),
+                                epochs_csv[0])
+                self.assertEqual(len(epochs_csv), 2)
+                rows = out["sweep"]
+                self.assertEqual([r["trial"] for r in rows], [0, 1])
+                self.assertEqual([r["optimizer.learning_rate"] for r in rows], ["0.001", "0.01"])
+                self.assertEqual({r["state"] for r in rows}, {"SUCCEEDED"})
+                self.assertTrue(all(0 <= r["test_accuracy"] <= 1 for r in rows), rows)
 
                 # The console script pip put into the venv, on a job file.
                 job_file = os.path.join(self.work, "job.yaml")
@@ -215,31 +293,20 @@ class InstalledPackageTest(unittest.TestCase):
             self.assertEqual(status, 0, daemon.log())
 
 
-class PackageWithoutStubsTest(unittest.TestCase):
-    def test_install_without_the_generated_stubs_says_how_to_make_them_and_uninstall(self):
+class UninstallTest(unittest.TestCase):
+    def test_the_package_uninstalls_without_a_trace(self):
         with tempfile.TemporaryDirectory(prefix="mpsd-pkg-") as directory:
             source = os.path.join(directory, "python")
-            copy_package(source, with_stubs=False)
+            copy_package(source)
             python = make_venv(os.path.join(directory, "venv"))
-            result = pip_install(python, source)
-            self.assertNotEqual(result.returncode, 0)
-            output = result.stdout + result.stderr
-            self.assertIn("mpsd/v1/mpsd_pb2.py", output)
-            self.assertIn("--target mpsd_python_stubs", output)
-            gone = run([python, "-c", "import mpsd"], cwd=directory)
-            self.assertIn("No module named 'mpsd'", gone.stderr)
-
-            # With the stubs it installs, and uninstalls without a trace.
-            complete = os.path.join(directory, "complete")
-            copy_package(complete)
-            result = pip_install(python, complete)
+            result = pip_install(python, source)  # straight from the source folder, as the README
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-            self.assertEqual(run([python, "-c", "import mpsd"], cwd=directory).returncode, 0)
-            result = run([python, "-m", "pip", "uninstall", "-y", "mpsd"], cwd=directory)
+            self.assertEqual(run([python, "-c", "import mpsd_client"], cwd=directory).returncode, 0)
+            result = run([python, "-m", "pip", "uninstall", "-y", "mpsd-client"], cwd=directory)
             self.assertEqual(result.returncode, 0, result.stderr)
-            gone = run([python, "-c", "import mpsd"], cwd=directory)
+            gone = run([python, "-c", "import mpsd_client"], cwd=directory)
             self.assertNotEqual(gone.returncode, 0)
-            self.assertIn("No module named 'mpsd'", gone.stderr)
+            self.assertIn("No module named 'mpsd_client'", gone.stderr)
             self.assertFalse(os.path.exists(os.path.join(directory, "venv", "bin", "mpsd-submit")))
 
 

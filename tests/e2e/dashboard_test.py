@@ -36,15 +36,15 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import grpc  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
-import mpsd  # noqa: E402  (client/python)
+import mpsd_client  # noqa: E402  (client/python)
 
-pb2, pb2_grpc = mpsd.pb2, mpsd.pb2_grpc
+pb2, pb2_grpc = mpsd_client.pb2, mpsd_client.pb2_grpc
 MPSD = os.environ.get("MPSD_BINARY", os.path.join(REPO, "build", "server", "mpsd"))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def train_job(limit_train=500, batch_size=16, epochs=2, lr=0.001, seed=1, limit_test=200):
-    return mpsd.parse_job_file("""kind: TrainJob
+    return mpsd_client.parse_job_file("""kind: TrainJob
 model: {name: convnet}
 dataset: {name: fashion-mnist, root: %s, limit_train: %d, limit_test: %d}
 batch_size: %d
@@ -95,7 +95,7 @@ def kill_mid_epoch_and_restart(daemon, job_id, past_checkpoint_steps=20):
 def fast_steps_job(steps=20000):
     """`steps` steps as fast as this machine trains: mlp, batch 1 (about 30 s for 20,000 on 2
     cores)."""
-    return mpsd.parse_job_file("""kind: TrainJob
+    return mpsd_client.parse_job_file("""kind: TrainJob
 model: {name: mlp}
 dataset: {name: fashion-mnist, root: %s, limit_train: %d, limit_test: 100}
 batch_size: 1
@@ -106,7 +106,7 @@ device: cpu
 
 
 def bench_job():
-    return mpsd.parse_job_file("""kind: BenchJob
+    return mpsd_client.parse_job_file("""kind: BenchJob
 models: [mlp, convnet]
 batch_sizes: [1, 8]
 devices: [cpu]
@@ -830,7 +830,7 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.assertEqual(self.js("document.querySelector('#parallel polyline.best').dataset.jobId"), expected[0])
         self.until("window.mpsd.counters.sweepOverlaySeries === 3")
         # The YAML is a job file that submits the sweep again.
-        again = mpsd.parse_job_file(self.js("document.getElementById('spec-yaml').textContent"), "copy.yaml")
+        again = mpsd_client.parse_job_file(self.js("document.getElementById('spec-yaml').textContent"), "copy.yaml")
         self.assertEqual(list(again.sweep.grid[0].values), ["0.01", "0.001", "0.00001"])
         self.driver.save_screenshot(os.path.join(self.shots, "sweep.png"))
 
@@ -954,7 +954,7 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.until("document.getElementById('spec-yaml')")
         text = self.js("document.getElementById('spec-yaml').textContent")
         self.assertNotIn("request_id", text)
-        copy = d.submit(mpsd.parse_job_file(text, "copy.yaml"))
+        copy = d.submit(mpsd_client.parse_job_file(text, "copy.yaml"))
         self.assertNotEqual(copy.id, job.id)
         d.wait(copy.id)
         self.open("#/compare?ids=%s,%s" % (job.id, copy.id))

@@ -1,26 +1,29 @@
-"""A typed client for mpsd's JobService: submit a job, follow its events, get, cancel.
+"""A typed client for mpsd's JobService: submit, follow, list, get, cancel, download, sweep, export.
 
-    import mpsd
-    with mpsd.Client() as client:                      # the default address, as mpsctl's
+    import mpsd_client
+    with mpsd_client.Client() as client:               # the default address, as mpsctl's
         job = client.submit("examples/fashion-mnist-small.yaml")
         for event in client.follow(job.id):
             if event.HasField("step"):
                 print(event.step.step, event.step.loss)
 
 Thread-safety: one Client may be used from several threads at once (a grpc.Channel is
-thread-safe); each follow() iterator belongs to the thread that iterates it. Errors from the
-daemon are grpc.RpcError with the daemon's status code and message (INVALID_ARGUMENT names the
-bad field path); a bad job file or spec is JobFileError before anything is sent.
+thread-safe); each follow() iterator belongs to the thread that iterates it. A failed call raises
+an errors.MpsdError (also a grpc.RpcError): a class per status code, with the daemon's reason and
+field (errors.py); a bad job file or spec is JobFileError before anything is sent.
 """
 
+import csv
+import hashlib
+import json
 import os
 import threading
 import time
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import grpc
 
-from . import jobfile
+from . import errors, jobfile
 from .v1 import mpsd_pb2 as pb2
 from .v1 import mpsd_pb2_grpc as pb2_grpc
 
@@ -265,7 +268,7 @@ class Client:
         created. `name` replaces the spec's name, `labels` are added to its labels, `after`
         (job ids) to its dependencies: the job runs once each of them SUCCEEDED. Raises
         JobFileError (bad spec, nothing sent), OSError (unreadable file),
-        grpc.RpcError (the daemon said no, or cannot be reached)."""
+        errors.MpsdError (the daemon said no, or cannot be reached)."""
         request = jobfile.job_request(spec)
         if priority is not None:
             request.priority = priority
@@ -276,7 +279,7 @@ class Client:
         for key, value in (labels or {}).items():
             request.labels[key] = value
         request.after.extend(after or [])
-        return self.stub.SubmitJob(request, timeout=self.timeout)
+        return self._unary(self.stub.SubmitJob, request)
 
     def wait(self, job_ids: Sequence[str], *, timeout: Optional[float] = None,
              poll_s: float = 0.5) -> List[pb2.Job]:
@@ -299,11 +302,11 @@ class Client:
 
     def pause(self) -> pb2.ServerStatus:
         """Holds the queue (the running job finishes); kept across daemon restarts."""
-        return self.stub.PauseQueue(pb2.PauseQueueRequest(), timeout=self.timeout)
+        return self._unary(self.stub.PauseQueue, pb2.PauseQueueRequest())
 
     def resume(self) -> pb2.ServerStatus:
         """Lets queued jobs run again."""
-        return self.stub.ResumeQueue(pb2.ResumeQueueRequest(), timeout=self.timeout)
+        return self._unary(self.stub.ResumeQueue, pb2.ResumeQueueRequest())
 
     def follow(self, job_id: str, *, after_seq: int = 0, heartbeats: bool = False,
                reconnect_timeout: float = 120.0) -> Iterator[pb2.JobEvent]:
@@ -314,16 +317,176 @@ class Client:
                              reconnect_timeout=reconnect_timeout)
 
     def get(self, job_id: str) -> pb2.Job:
-        """The job now; grpc.RpcError NOT_FOUND for an unknown id."""
-        return self.stub.GetJob(pb2.GetJobRequest(job_id=job_id), timeout=self.timeout)
+        """The job now; errors.NotFound for an unknown id."""
+        return self._unary(self.stub.GetJob, pb2.GetJobRequest(job_id=job_id))
 
     def cancel(self, job_id: str) -> pb2.Job:
         """Cancels a queued or running job (a running one stops at its next step boundary)."""
-        return self.stub.CancelJob(pb2.CancelJobRequest(job_id=job_id), timeout=self.timeout)
+        return self._unary(self.stub.CancelJob, pb2.CancelJobRequest(job_id=job_id))
+
+    def _unary(self, method, request):
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    def list(self, *, states: Sequence[int] = (), kind: int = 0, name: str = "",
+             labels: Optional[Dict[str, str]] = None, limit: Optional[int] = None,
+             page_size: int = 100) -> Iterator[pb2.Job]:
+        """Jobs newest first, as `mpsctl list`: only those in `states` (pb2.Job.QUEUED, ...; empty
+        = every state), of `kind` (pb2.Job.TRAIN_JOB, ...; 0 = every kind), whose name matches the
+        glob `name`, carrying every one of `labels`. Pages are fetched as the iteration goes;
+        `limit` stops after that many jobs."""
+        request = pb2.ListJobsRequest(states=list(states), kind=kind, name=name,
+                                      page_size=page_size)
+        for key, value in (labels or {}).items():
+            request.labels[key] = value
+        count = 0
+        while True:
+            page = self._unary(self.stub.ListJobs, request)
+            for job in page.jobs:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield job
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
+
+    def artifacts(self, job_id: str) -> List[pb2.Artifact]:
+        """The files a job wrote (model, checkpoints, profile, ...), sorted by name."""
+        return list(self._unary(self.stub.ListArtifacts,
+                                pb2.ListArtifactsRequest(job_id=job_id)).artifacts)
+
+    def download(self, job_id: str, name: str = "model.pt", path: Optional[str] = None, *,
+                 retries: int = 5) -> str:
+        """Downloads the artifact `name` of job `job_id` to `path` (default: `name`'s file name in
+        the working directory) and returns the path. The bytes go to PATH.part first; a broken
+        stream continues from the bytes it has (up to `retries` times); the whole file's
+        SHA-256 is checked before PATH.part becomes PATH. errors.MpsdError when the daemon
+        refuses; ValueError when the bytes do not match the daemon's SHA-256."""
+        path = path or os.path.basename(name)
+        partial = path + ".part"
+        offset = 0
+        size, sha256 = None, None
+        with open(partial, "wb") as out:
+            attempt = 0
+            while size is None or offset < size:
+                request = pb2.GetArtifactRequest(job_id=job_id, name=name, offset=offset)
+                try:
+                    for chunk in self.stub.GetArtifact(request):
+                        if chunk.offset != offset:
+                            raise ValueError("artifact %s of job %s: a chunk at byte %d, expected "
+                                             "%d" % (name, job_id, chunk.offset, offset))
+                        size, sha256 = chunk.size_bytes, chunk.sha256
+                        out.write(chunk.data)
+                        offset += len(chunk.data)
+                    if size is None:  # an empty file sends no chunk
+                        size = 0
+                    break
+                except grpc.RpcError as e:
+                    typed = errors.from_rpc_error(e)
+                    attempt += 1
+                    if not isinstance(typed, errors.Unavailable) or attempt > retries:
+                        raise typed from None
+                    time.sleep(min(attempt, 5))
+        digest = hashlib.sha256()
+        with open(partial, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        if sha256 and digest.hexdigest() != sha256:
+            os.unlink(partial)
+            raise ValueError("artifact %s of job %s: SHA-256 %s, the daemon's is %s" %
+                             (name, job_id, digest.hexdigest(), sha256))
+        os.replace(partial, path)
+        return path
+
+    def sweep(self, sweep_id: str, *, dataframe: bool = False):
+        """A sweep's trials as rows, in trial order: one dict per trial with "trial", "job_id",
+        "state", each swept parameter (its path as key, the value as the daemon typed it:
+        "0.01"), and the trial's summary metrics (val_loss, val_accuracy, test_loss,
+        test_accuracy, best_epoch, best_value, epochs, steps, samples_per_second, total_time_s;
+        a metric the trial did not measure is None). `dataframe=True`: a pandas DataFrame of the
+        same rows (ImportError when pandas is missing). errors.InvalidArgument when `sweep_id`
+        is not a sweep."""
+        sweep = self.get(sweep_id)
+        if sweep.kind != pb2.Job.SWEEP:
+            raise errors.InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
+                                         "job %s is not a sweep" % sweep_id)
+        rows = []
+        for job_id in sweep.trial_job_ids:
+            trial = self.get(job_id)
+            summary = trial.summary
+            row: Dict[str, Any] = {"trial": trial.trial.index, "job_id": trial.id,
+                                   "state": pb2.Job.State.Name(trial.state)}
+            for parameter in trial.trial.parameters:
+                row[parameter.path] = parameter.value
+            for metric in ("val_loss", "val_accuracy", "test_loss", "test_accuracy",
+                           "best_value"):
+                row[metric] = getattr(summary, metric) if summary.HasField(metric) else None
+            row["best_epoch"] = summary.best_epoch or None
+            for metric in ("epochs", "steps", "samples_per_second", "total_time_s"):
+                row[metric] = getattr(summary, metric)
+            rows.append(row)
+        if dataframe:
+            import pandas  # noqa: PLC0415 (optional dependency)
+            return pandas.DataFrame(rows)
+        return rows
+
+    def events(self, job_id: str, *, after_seq: int = 0) -> Iterator[pb2.JobEvent]:
+        """The job's stored events after `after_seq` (and live ones until it ends, for an
+        unfinished job), heartbeats left out."""
+        return self.follow(job_id, after_seq=after_seq)
+
+    def export(self, job_id: str, directory: str, *, format: str = "csv") -> List[str]:
+        """Writes a job's metrics under `directory`/`job_id`/ and returns the files written:
+        "csv": steps.csv (one row per step, a column per StepMetrics field) and epochs.csv (one
+        row per epoch, a column per EpochMetrics field; an unmeasured value empty), with the
+        latest value of each step and epoch when a resumed job ran one twice (the columns of
+        `mpsctl export --format csv`); "jsonl": events.jsonl, every event as a JSON object per line. For
+        TensorBoard event files use `mpsctl export --format tensorboard`. Waits for an unfinished
+        job to end."""
+        if format not in ("csv", "jsonl"):
+            raise ValueError("format %r: expected \"csv\" or \"jsonl\" (TensorBoard: mpsctl "
+                             "export --format tensorboard)" % format)
+        out_dir = os.path.join(directory, job_id)
+        os.makedirs(out_dir, exist_ok=True)
+        if format == "jsonl":
+            path = os.path.join(out_dir, "events.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                for event in self.events(job_id):
+                    f.write(to_json_line(event) + "\n")
+            return [path]
+        steps: Dict[int, Any] = {}
+        epochs: Dict[int, Any] = {}
+        for event in self.events(job_id):
+            kind = event.WhichOneof("payload")
+            if kind == "step":
+                steps[event.step.step] = event
+            elif kind == "epoch":
+                epochs[event.epoch.epoch] = event
+        written = []
+        for name, table, key in (("steps.csv", steps, "step"), ("epochs.csv", epochs, "epoch")):
+            path = os.path.join(out_dir, name)
+            descriptor = (pb2.StepMetrics if key == "step" else pb2.EpochMetrics).DESCRIPTOR
+            fields = [f for f in descriptor.fields if f.name != key]
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                writer = csv.writer(f, lineterminator="\n")
+                writer.writerow([key, "wall_time"] + [f.name for f in fields])
+                for number in sorted(table):
+                    event = table[number]
+                    metrics = getattr(event, key)
+                    row = [number, repr(event.time.seconds + event.time.nanos / 1e9)]
+                    for field in fields:
+                        present = (not field.has_presence) or metrics.HasField(field.name)
+                        row.append(_cell(field, getattr(metrics, field.name)) if present else "")
+                    writer.writerow(row)
+            written.append(path)
+        return written
 
     def device(self) -> pb2.DeviceInfo:
         """The device the daemon's executor owns, and its memory now."""
-        return self.stub.GetDevice(pb2.GetDeviceRequest(), timeout=self.timeout)
+        return self._unary(self.stub.GetDevice, pb2.GetDeviceRequest())
 
 
 def submit(spec: jobfile.SpecLike, *, address: Optional[str] = None,
@@ -339,6 +502,22 @@ def follow(job_id: str, *, address: Optional[str] = None, after_seq: int = 0,
     ends (or the generator is closed)."""
     with Client(address) as client:
         yield from client.follow(job_id, after_seq=after_seq, heartbeats=heartbeats)
+
+
+def _cell(field, value) -> str:
+    """A CSV cell as mpsctl export writes it: true/false, the shortest text that reads back as
+    the same double (or float, for a float field)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if field.type == field.TYPE_FLOAT:
+            import struct
+            for digits in range(6, 10):
+                text = "%.*g" % (digits, value)
+                if struct.unpack("f", struct.pack("f", float(text)))[0] == value:
+                    return text
+        return repr(value)
+    return str(value)
 
 
 def to_json_line(message) -> str:

@@ -1,7 +1,7 @@
 """Submit an mpsd job file and print each JobEvent as one JSON line until the job ends.
 
   mpsd-submit [--server ADDR] [--priority N] [--request-id ID] JOB.yaml
-  (also: python3 -m mpsd.cli ..., or client/python/submit.py ... from a checkout)
+  (also: python3 -m mpsd_client.cli ..., or client/python/submit.py ... from a checkout)
 
 stdout: one JSON object per event (protobuf's JSON mapping, proto field names); the job id and
 errors go to stderr. Exit status: 0 if the job SUCCEEDED; 1 if it did not, or the job file or the

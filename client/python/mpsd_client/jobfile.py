@@ -199,25 +199,56 @@ def _fill_request_fields(request, doc, errors):
             errors.append(str(e))
 
 
-class _AliasFound(Exception):
-    """A YAML alias (*name) in a job file, at `mark`."""
+# The deepest nesting of maps and lists a job file may have (the deepest job spec is about 6
+# levels): as client/job_file.cc's kMaxNesting, so that both clients refuse the same files, and
+# far below where PyYAML's recursive composer would hit Python's recursion limit.
+MAX_NESTING = 64
 
-    def __init__(self, mark):
-        super().__init__("YAML alias")
+
+class _Refused(Exception):
+    """A YAML construct a job file may not use, at `mark`: what and why in `message`."""
+
+    def __init__(self, mark, message):
+        super().__init__(message)
         self.mark = mark
+        self.message = message
 
 
 def _loader_without_aliases():
-    """yaml.BaseLoader (every scalar a string) that refuses aliases, as mpsctl does
-    (client/job_file.cc): an alias shares its node, and walking the document would visit that
-    node once per path to it, exponential in the nesting ("billion laughs")."""
+    """yaml.BaseLoader (every scalar a string) that refuses what mpsctl refuses
+    (client/job_file.cc): aliases (an alias shares its node, and walking the document would visit
+    that node once per path to it, exponential in the nesting: "billion laughs"), nesting deeper
+    than MAX_NESTING, and a key given twice in one map (PyYAML would keep the last silently)."""
     import yaml
 
     class Loader(yaml.BaseLoader):
+        _depth = 0
+
         def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
-                raise _AliasFound(self.peek_event().start_mark)
+                raise _Refused(self.peek_event().start_mark,
+                               "YAML aliases (*name) are not supported in a job file: write the "
+                               "value out")
+            if self.check_event(yaml.MappingStartEvent, yaml.SequenceStartEvent):
+                if self._depth >= MAX_NESTING:
+                    raise _Refused(self.peek_event().start_mark,
+                                   "nested more than %d levels deep" % MAX_NESTING)
+                self._depth += 1
+                try:
+                    return super().compose_node(parent, index)
+                finally:
+                    self._depth -= 1
             return super().compose_node(parent, index)
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    if key_node.value in seen:
+                        raise _Refused(key_node.start_mark,
+                                       "%s: duplicate key" % key_node.value)
+                    seen.add(key_node.value)
+            return super().construct_mapping(node, deep=deep)
 
     return Loader
 
@@ -226,14 +257,14 @@ def parse_job_file(text: str, filename: str) -> pb2.SubmitJobRequest:
     """`text` of a job file → SubmitJobRequest; raises JobFileError naming file and paths.
 
     Needs PyYAML. Relative paths stay as written (read_job_file makes them absolute). YAML
-    aliases (*name) are refused, naming the line and column, as mpsctl refuses them."""
+    aliases (*name), a key given twice in one map and nesting deeper than MAX_NESTING are
+    refused, naming the line and column, as mpsctl refuses them."""
     import yaml
     try:
         documents = list(yaml.load_all(text, Loader=_loader_without_aliases()))
-    except _AliasFound as e:
+    except _Refused as e:
         where = "%s:%d:%d" % (filename, e.mark.line + 1, e.mark.column + 1)
-        raise JobFileError("%s: YAML aliases (*name) are not supported in a job file: write the "
-                           "value out" % where) from None
+        raise JobFileError("%s: %s" % (where, e.message)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = "%s:%d:%d" % (filename, mark.line + 1, mark.column + 1) if mark else filename
