@@ -243,17 +243,28 @@ absl::StatusOr<std::unique_ptr<UploadStore::Writer>> UploadStore::Begin(
     return Invalid("size_bytes", "fewer than the bytes already received; start again");
   }
   const int64_t used = BytesUnder(*area);
-  if (used + (first.size_bytes() - held) > options_.quota_bytes) {
-    return QuotaExceeded(submitter, used, first.size_bytes() - held, options_.quota_bytes);
+  const int64_t need = first.size_bytes() - held;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t coming = reserved_[submitter];
+    if (used + coming + need > options_.quota_bytes) {
+      if (coming == 0) reserved_.erase(submitter);
+      return QuotaExceeded(submitter, used + coming, need, options_.quota_bytes);
+    }
+    reserved_[submitter] += need;
   }
   const int fd =
       open(partial.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return Errno("open", partial);
+  if (fd < 0) {
+    Unreserve(submitter, need);
+    return Errno("open", partial);
+  }
   mpsd::v1::UploadChunk header = first;
   header.clear_data();
   releaser.store = nullptr;  // The Writer releases the name.
   std::unique_ptr<Writer> writer(
       new Writer(this, submitter, std::move(header), *area, partial, fd, held));
+  writer->reserved_ = need;
   // The bytes already held, hashed again: the digest covers the whole upload.
   if (held > 0) {
     const int in = open(partial.c_str(), O_RDONLY | O_CLOEXEC);
@@ -275,6 +286,11 @@ absl::StatusOr<std::unique_ptr<UploadStore::Writer>> UploadStore::Begin(
   return writer;
 }
 
+void UploadStore::Unreserve(const std::string& submitter, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if ((reserved_[submitter] -= bytes) <= 0) reserved_.erase(submitter);
+}
+
 void UploadStore::Release(const std::string& key) {
   absl::MutexLock lock(&mu_);
   writing_.erase(key);
@@ -293,6 +309,7 @@ UploadStore::Writer::Writer(UploadStore* store, std::string submitter,
 
 UploadStore::Writer::~Writer() {
   if (fd_ >= 0) close(fd_);
+  store_->Unreserve(submitter_, reserved_);
   store_->Release(absl::StrCat(submitter_, "/", header_.name()));
 }
 
@@ -313,6 +330,8 @@ absl::Status UploadStore::Writer::Append(int64_t offset, absl::string_view data)
   }
   hasher_.Update(data);
   received_ += static_cast<int64_t>(data.size());
+  reserved_ -= static_cast<int64_t>(data.size());
+  store_->Unreserve(submitter_, static_cast<int64_t>(data.size()));
   return absl::OkStatus();
 }
 
@@ -345,7 +364,12 @@ absl::StatusOr<Upload> UploadStore::Writer::Finish() {
   if (header_.archive()) {
     ready = partial_ + ".d";
     RemoveAll(ready);
-    const int64_t others = BytesUnder(area_) - SizeOf(partial_);
+    int64_t others = BytesUnder(area_) - SizeOf(partial_);
+    {
+      absl::MutexLock lock(&store_->mu_);
+      auto coming = store_->reserved_.find(submitter_);
+      if (coming != store_->reserved_.end()) others += coming->second;
+    }
     int64_t files = 0;
     absl::Status unpacked =
         store_->Unpack(partial_, ready, store_->options_.quota_bytes - others, name, files);

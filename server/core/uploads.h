@@ -7,8 +7,8 @@
 //   <area>/.sha256/NAME            the SHA-256 of the bytes that were sent for NAME
 // An upload appears under NAME only once its bytes' SHA-256 matched (and its archive was
 // unpacked), by rename: a job never sees half of one. Each area, unfinished uploads included,
-// stays within the quota (checked at the start of an upload with its declared size, and while
-// an archive is unpacked; the archive's own bytes are not counted while it is unpacked, since
+// stays within the quota (checked at the start of an upload with its declared size, counting
+// what other uploads of the same submitter have yet to send, and while an archive is unpacked; the archive's own bytes are not counted while it is unpacked, since
 // they go once it is).
 //
 // Archives are tar (ustar, pax, GNU; optionally gzip-compressed), read with libarchive and
@@ -24,6 +24,7 @@
 #define MPSD_SERVER_CORE_UPLOADS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -85,6 +86,8 @@ class UploadStore {
     const std::string partial_;
     int fd_;
     int64_t received_;
+    // Bytes still to come, counted against the quota (UploadStore::reserved_).
+    int64_t reserved_ = 0;
     api::Sha256Hasher hasher_;
   };
 
@@ -125,6 +128,8 @@ class UploadStore {
 
  private:
   void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes `bytes` off `submitter`'s reservation (bytes that live Writers have yet to receive).
+  void Unreserve(const std::string& submitter, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Unpack(const std::string& archive, const std::string& into, int64_t limit_bytes,
                       const std::string& name, int64_t& files) const;
 
@@ -132,6 +137,9 @@ class UploadStore {
   absl::Mutex mu_;
   // "<submitter>/<name>" of each live Writer.
   std::set<std::string> writing_ ABSL_GUARDED_BY(mu_);
+  // Per submitter: bytes its live Writers have declared and not yet received. The quota check
+  // counts them with the bytes on disk, so that two uploads at once cannot together overrun it.
+  std::map<std::string, int64_t> reserved_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mpsd::server

@@ -470,6 +470,37 @@ TEST_F(UploadTest, QuotaOverrunAndBadChunksAreRefused) {
   EXPECT_THAT(result.err, HasSubstr("upload quota exceeded: submitter \"alice\" holds 0 bytes"));
   EXPECT_EQ(List(alice_).used_bytes(), 0);
 
+  // Two uploads at once: the second counts what the first has yet to send.
+  {
+    const std::string first = RandomBytes(6 << 20, 11);
+    v1::Upload ignored;
+    auto context = Context(alice_);
+    auto writer = stub_->UploadFile(context.get(), &ignored);
+    v1::UploadChunk chunk;
+    chunk.set_name("first");
+    chunk.set_sha256(Sha256(first));
+    chunk.set_size_bytes(static_cast<int64_t>(first.size()));
+    chunk.set_data(first.substr(0, kChunk));
+    ASSERT_TRUE(writer->Write(chunk));
+    ASSERT_TRUE(WaitUntil([&] { return Status(alice_, "first", first).offset() == kChunk; }));
+    const std::string second = RandomBytes(3 << 20, 12);
+    grpc::Status refused = Send(alice_, "second", second, 0, 3 << 20, false);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(Reason(refused), "UPLOAD_QUOTA_EXCEEDED");
+    EXPECT_THAT(refused.error_message(), HasSubstr("holds 6291456 bytes"));  // 1 held + 5 to come
+    context->TryCancel();
+    writer->Finish();
+    // Once the first stream is gone only its 1 MiB counts.
+    EXPECT_TRUE(WaitUntil([&] { return Send(alice_, "second", second, 0, 3 << 20, false).ok(); },
+                          absl::Seconds(10)));
+    v1::DeleteUploadRequest remove;
+    v1::Upload gone;
+    for (const char* name : {"first", "second"}) {
+      remove.set_name(name);
+      EXPECT_TRUE(stub_->DeleteUpload(Context(alice_).get(), remove, &gone).ok()) << name;
+    }
+  }
+
   const std::string data = RandomBytes(1000, 9);
   // A SHA-256 that does not match: DATA_LOSS, nothing kept.
   v1::Upload upload;
