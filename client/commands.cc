@@ -1070,6 +1070,8 @@ grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq,
   // Not following (`logs` without --follow): what is stored, without waiting for events the
   // job reported but the daemon has not stored yet (a full disk).
   request.set_stored_only(stop_seq > 0);
+  // A resumed job's steps once each, the latest attempt's (api/attempts.h).
+  request.set_latest_attempt_only(true);
   // The watchdog cancels the call when nothing (not even a heartbeat) arrived for `silence`:
   // a connection that died without a reset would otherwise block Read forever.
   absl::Mutex mu;

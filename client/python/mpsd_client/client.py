@@ -173,8 +173,8 @@ def _silence_limit(stub: pb2_grpc.JobServiceStub) -> float:
 
 
 def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0,
-                  heartbeats: bool = False,
-                  reconnect_timeout: float = 0.0) -> Iterator[pb2.JobEvent]:
+                  heartbeats: bool = False, reconnect_timeout: float = 0.0,
+                  latest_attempt_only: bool = True) -> Iterator[pb2.JobEvent]:
     """Yields the job's JobEvents after `after_seq` up to and including its terminal state event.
 
     Heartbeats (seq 0, sent while the stream is idle; for a queued job they carry its queue
@@ -186,12 +186,17 @@ def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0
     after_seq = the last seq yielded, for as long as events keep arriving within
     reconnect_timeout of each other: every event is yielded exactly once. The first call is not
     retried when it cannot connect. Raises grpc.RpcError otherwise.
+
+    latest_attempt_only (default): a resumed job's steps and epochs once each, the latest
+    attempt's (StreamEventsRequest.latest_attempt_only; the seqs then have gaps); False: every
+    stored event.
     """
     silence = _silence_limit(stub) if reconnect_timeout > 0 else None
     last_seq, connected, attempt = after_seq, False, 0
     last_progress = time.monotonic()
     while True:
-        call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=last_seq),
+        call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=last_seq,
+                                                         latest_attempt_only=latest_attempt_only),
                                  wait_for_ready=attempt > 0)
         watchdog = _Watchdog(call, silence)
         try:
