@@ -37,12 +37,13 @@ cp /usr/share/datasets/fashion-mnist/*.gz "$work/fmnist50/"
 head -c 20000000 /dev/urandom >"$work/fmnist50/padding.bin"
 echo "folder: $(du -sb "$work/fmnist50" | cut -f1) bytes in $(ls "$work/fmnist50" | wc -l) files"
 
+seconds() { awk -v a="$1" -v b="$2" 'BEGIN {print b - a}'; }
 timed() {  # label, then the mpsctl arguments: prints wall seconds and the line mpsctl printed
   local start end out
   start=$(date +%s.%N)
   out=$(ctl "$@" 2>&1)
   end=$(date +%s.%N)
-  printf '%-28s %6.2f s  %s\n' "$label" "$(echo "$end - $start" | bc)" "${out##*$'\n'}"
+  printf '%-28s %6.2f s  %s\n' "$label" "$(seconds "$start" "$end")" "${out##*$'\n'}"
 }
 label="file 50 MB" timed upload "$work/random.bin"
 label="folder 50 MB, whole" timed upload "$work/fmnist50" --name whole
@@ -56,7 +57,7 @@ start=$(date +%s.%N)
 out=$(ctl upload "$work/fmnist50" 2>&1)
 end=$(date +%s.%N)
 echo "$out" | sed 's/^/  /'
-printf '%-28s %6.2f s\n' "folder 50 MB, resumed" "$(echo "$end - $start" | bc)"
+printf '%-28s %6.2f s\n' "folder 50 MB, resumed" "$(seconds "$start" "$end")"
 
 cat >"$work/job.yaml" <<EOF
 kind: TrainJob
