@@ -468,12 +468,18 @@ absl::Status UploadStore::Unpack(const std::string& archive_path, const std::str
         return Unsafe(name, path, "a folder where the archive already put a file");
       }
       fs::create_directories(target, error);
-      if (error) return absl::InternalError(absl::StrCat("cannot create ", target));
+      if (error) {
+        return Unsafe(name, path, "the folder cannot be made (a file of the archive is in its "
+                                  "path)");
+      }
       chmod(target.c_str(), 0755);
       continue;
     }
     fs::create_directories(fs::path(target).parent_path(), error);
-    if (error) return absl::InternalError(absl::StrCat("cannot create ", target));
+    if (error) {
+      return Unsafe(name, path, "its folder cannot be made (a file of the archive has that "
+                                "path)");
+    }
     if (type == AE_IFLNK) {
       const char* link = archive_entry_symlink(entry);
       const std::string to = link == nullptr ? "" : link;

@@ -432,6 +432,8 @@ TEST_F(UploadTest, UnsafeArchivesAreRefused) {
       {"write through a link",
        "add('l', type=tarfile.SYMTYPE, linkname='sub')\nadd('l/x', b'x')", "w", "l/x",
        "UNSAFE_ARCHIVE_ENTRY"},
+      {"a file, then a path under it", "add('a', b'x')\nadd('a/b', b'y')", "w", "a/b",
+       "UNSAFE_ARCHIVE_ENTRY"},
       {"hard link", "add('f', b'x')\nadd('h', type=tarfile.LNKTYPE, linkname='f')", "w", "h",
        "UNSAFE_ARCHIVE_ENTRY"},
       {"device", "add('dev', type=tarfile.CHRTYPE, devmajor=1, devminor=3)", "w", "dev",
