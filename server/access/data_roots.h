@@ -42,8 +42,9 @@ class DataRoots {
   // root directory leads elsewhere (CheckTree). PERMISSION_DENIED otherwise, naming the field
   // and the path as given (an upload's as upload:@OWNER/NAME), never the roots; the message is
   // the same whether the path exists or not (and whether the daemon could read it), so that it
-  // tells nothing about files outside the roots. A dataset without a root is checked at its default directory
-  // (/usr/share/datasets/<name>); resume_from naming a job id (digits only) is not a path.
+  // tells nothing about files outside the roots. A dataset without a root is checked at its
+  // default directory (/usr/share/datasets/<name>); resume_from naming a job id (digits only) is
+  // not a path.
   // `principal` (null: nobody's) is whose uploads the paths may also lie in: its own, or all
   // for an admin.
   absl::Status Check(const mpsd::v1::SubmitJobRequest& request,

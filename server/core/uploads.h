@@ -8,8 +8,8 @@
 // An upload appears under NAME only once its bytes' SHA-256 matched (and its archive was
 // unpacked), by rename: a job never sees half of one. Each area, unfinished uploads included,
 // stays within the quota (checked at the start of an upload with its declared size, counting
-// what other uploads of the same submitter have yet to send, and while an archive is unpacked; the archive's own bytes are not counted while it is unpacked, since
-// they go once it is).
+// what other uploads of the same submitter have yet to send, and while an archive is unpacked;
+// the archive's own bytes are not counted while it is unpacked, since they go once it is).
 //
 // Archives are tar (ustar, pax, GNU; optionally gzip-compressed), read with libarchive and
 // unpacked by this code, entry by entry, refusing: absolute paths, ".." components, entries

@@ -532,8 +532,8 @@ TEST_F(UploadTest, QuotaOverrunAndBadChunksAreRefused) {
   EXPECT_EQ(Send(viewer, "v", data, 0, 1000, false).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 
-  // What a daemon stopped (or killed) while unpacking or deleting leaves is removed at the next start;
-  // unfinished uploads' bytes stay.
+  // What a daemon stopped (or killed) while unpacking or deleting leaves is removed at the next
+  // start; unfinished uploads' bytes stay.
   const std::string area = dir_.str() + "/state/uploads/alice";
   EXPECT_EQ(Send(alice_, "half", data, 0, 500, false, true).error_code(),
             grpc::StatusCode::CANCELLED);
