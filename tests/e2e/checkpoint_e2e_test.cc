@@ -151,6 +151,10 @@ TEST_F(CheckpointE2eTest, ALatestAttemptStreamHasEachStepAndEpochOnce) {
   for (int i = 0; i < 48; ++i) all_steps_expected[i] = i + 1;
   for (int i = 0; i < 6; ++i) epochs_expected[i] = i + 1;
 
+  // The summary covers the whole run, not only the attempt after the resume.
+  EXPECT_EQ(ended->summary().steps(), 48);
+  EXPECT_EQ(ended->summary().epochs(), 6);
+  EXPECT_GT(ended->summary().resumed_at_step(), 0);
   const std::vector<JobEvent> all = rpc::StreamAll(*daemon_, job.id());
   EXPECT_GT(steps_and_epochs(all).first.size(), 48u) << "no step was run twice";
   const std::vector<JobEvent> latest =
