@@ -95,10 +95,18 @@ absl::Status CheckFaultInjection(const mpsd::v1::SubmitJobRequest& spec, bool al
         field, ": accepted only when mpsd runs with --enable-fault-injection (for tests)"));
   }
   const std::string& kind = fault->kind();
-  if (kind != "abort" && kind != "segfault" && kind != "allocate_unbounded" && kind != "hang") {
+  if (kind != "abort" && kind != "segfault" && kind != "allocate_unbounded" && kind != "hang" &&
+      kind != "segfault_in_check") {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.kind: expected abort, segfault, allocate_unbounded or hang, got \"%s\"", field,
-        kind));
+        "%s.kind: expected abort, segfault, allocate_unbounded, hang or segfault_in_check, got "
+        "\"%s\"",
+        field, kind));
+  }
+  if (kind == "segfault_in_check") {
+    // The submit-time check itself crashes, as a file that crashes its reader would.
+    Log(LogLevel::kWarning, "fault injection: segfault_in_check");
+    NoCoreFiles();
+    raise(SIGSEGV);
   }
   if (fault->at_step() < 0) {
     return absl::InvalidArgumentError(

@@ -45,7 +45,7 @@ TEST(FaultInjectionTest, KindsAndStepsAreChecked) {
   }
   EXPECT_THAT(CheckFaultInjection(TrainWithFault("explode", 1), true).message(),
               HasSubstr("train_job.fault_injection.kind: expected abort, segfault, "
-                        "allocate_unbounded or hang, got \"explode\""));
+                        "allocate_unbounded, hang or segfault_in_check, got \"explode\""));
   EXPECT_THAT(CheckFaultInjection(TrainWithFault("abort", -1), true).message(),
               HasSubstr("train_job.fault_injection.at_step: must be >= 0"));
 }
