@@ -218,7 +218,9 @@ void ResizeInto(const RgbImage& image, int height, int width, int channels, uint
 }
 
 absl::StatusOr<RgbImage> ReadImageFile(const std::string& path) {
-  const ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO put in the file's place after the scan must not block the open (waiting
+  // for a writer); it is refused below. Reads of a regular file ignore the flag.
+  const ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot read"));
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": stat"));

@@ -54,6 +54,15 @@ absl::StatusOr<std::vector<DirEntry>> ListDirectory(const std::string& dir) {
 
 bool IsDirectory(const DirEntry& e) { return e.stat_ok && S_ISDIR(e.st.st_mode); }
 
+// What a file that is neither a regular file nor a directory is, in words.
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a file";
+}
+
 struct Ancestor {
   dev_t device;
   ino_t inode;
@@ -80,7 +89,10 @@ absl::Status WalkClass(const std::string& dir, int label, std::vector<Ancestor>&
     ImageFile file;
     file.path = e.path;
     file.label = label;
-    if (e.stat_ok) {
+    if (e.stat_ok && !S_ISREG(e.st.st_mode)) {
+      // Reading a FIFO would wait for a writer forever; a device could be endless.
+      file.error = absl::StrCat("not a regular file (", FileKind(e.st.st_mode), ")");
+    } else if (e.stat_ok) {
       file.size_bytes = e.st.st_size;
       file.mtime_ns = int64_t{e.st.st_mtim.tv_sec} * 1'000'000'000 + e.st.st_mtim.tv_nsec;
     } else {

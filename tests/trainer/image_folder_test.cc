@@ -161,6 +161,26 @@ TEST_F(ImageFolderTest, BadFilesAreErrorsNamingTheFile) {
   ASSERT_FALSE(image.ok());
 }
 
+// Issue 26: a FIFO named like an image hung the job that read it (open waits for a writer). The
+// scan lists it unopened as not a regular file; read anyway (put in place after the scan), it
+// is refused at once.
+TEST_F(ImageFolderTest, AFifoIsListedAsNotARegularFileAndNeverWaitedFor) {
+  for (const char* split : {"train/red", "val/red"}) fs::create_directories(dir_ / split);
+  WritePng((dir_ / "train/red/a.png").string(), 4, 4, RandomRgb(4, 4, 1));
+  WritePng((dir_ / "val/red/a.png").string(), 4, 4, RandomRgb(4, 4, 1));
+  const std::string fifo = (dir_ / "train/red/zz.png").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  absl::StatusOr<ImageFolderListing> listing = ScanImageFolder(dir_.string());
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  ASSERT_EQ(listing->train.files.size(), 2u);
+  EXPECT_EQ(listing->train.files[1].path, fifo);
+  EXPECT_EQ(listing->train.files[1].size_bytes, -1);
+  EXPECT_EQ(listing->train.files[1].error, "not a regular file (a FIFO)");
+  absl::StatusOr<RgbImage> image = ReadImageFile(fifo);
+  ASSERT_FALSE(image.ok());
+  EXPECT_THAT(image.status().message(), HasSubstr(fifo + ": not a regular file"));
+}
+
 TEST_F(ImageFolderTest, ResizeMatchesPillowBilinear) {
   const char* python = MPSD_PIL_PYTHON;
   if (std::string(python).empty()) GTEST_SKIP() << "no python3 with PIL (python3-pil)";
