@@ -316,6 +316,15 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        },
        "train_job.optimizer.learning_rate: adam's first step is learning_rate / (1 - beta1) = "
        "1e+38 / 0.1 = 1e+39, beyond the largest float32"},
+      // Issue 26: passed submit and failed at run; 0.9999 blamed drop_last, never set.
+      {"fraction too small",
+       [](auto& j) { j.mutable_dataset()->mutable_validation()->set_fraction(0.0001); },
+       "train_job.dataset.validation.fraction: 0.0001 of 2000 training examples holds out 0, "
+       "which leaves the validation split empty"},
+      {"fraction too large",
+       [](auto& j) { j.mutable_dataset()->mutable_validation()->set_fraction(0.9999); },
+       "train_job.dataset.validation.fraction: 0.9999 of 2000 training examples holds out 2000, "
+       "which leaves nothing to train on"},
       {"limit_train", [](auto& j) { j.mutable_dataset()->set_limit_train(-1); },
        "train_job.dataset.limit_train: must be >= 0, got -1"},
       {"limit_test", [](auto& j) { j.mutable_dataset()->set_limit_test(-5); },
