@@ -161,6 +161,17 @@ bool IsDirectoryPath(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// `missing` (NOT_FOUND), unless `path` cannot be examined for want of permission: then
+// FAILED_PRECONDITION saying so, naming the path (it may well exist).
+absl::Status Missing(const std::string& path, absl::Status missing) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 && errno == EACCES) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: permission denied: mpsd's user cannot search a folder on its path", path));
+  }
+  return missing;
+}
+
 }  // namespace
 
 bool HasImageExtension(absl::string_view name) {
@@ -171,16 +182,16 @@ bool HasImageExtension(absl::string_view name) {
 
 absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root, bool separate_val) {
   if (!IsDirectoryPath(root)) {
-    return absl::NotFoundError(absl::StrFormat("directory %s does not exist", root));
+    return Missing(root, absl::NotFoundError(absl::StrFormat("directory %s does not exist", root)));
   }
   ImageFolderListing listing;
   listing.root = root;
   listing.train.dir = absl::StrCat(root, "/train");
   if (!IsDirectoryPath(listing.train.dir)) {
-    return absl::NotFoundError(absl::StrFormat(
+    return Missing(listing.train.dir, absl::NotFoundError(absl::StrFormat(
         "%s: no such directory; an image_folder root holds train/<class>/ and val/<class>/ "
         "(or test/<class>/)",
-        listing.train.dir));
+        listing.train.dir)));
   }
   if (separate_val) {
     listing.val.dir = absl::StrCat(root, "/val");

@@ -3,10 +3,14 @@
 #include "trainer/state_dict.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -640,10 +644,19 @@ std::string ShapeText(const torch::Tensor& tensor) {
 }
 
 absl::StatusOr<NamedTensors> ReadStateDict(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return FileError(path, std::filesystem::exists(path, ec) ? "not a regular file"
-                                                             : "no such file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return FileError(path, "no such file");
+    if (errno == EACCES) {
+      return FileError(path, "permission denied: mpsd's user cannot search a folder on its path");
+    }
+    return FileError(path, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return FileError(path, "not a regular file");
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); fd >= 0) {
+    ::close(fd);
+  } else if (errno == EACCES) {
+    return FileError(path, "permission denied: mpsd's user cannot read it");
   }
   absl::StatusOr<RecordSizes> records = StorageRecordSizes(path);
   if (!records.ok()) {
