@@ -144,7 +144,7 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--kind: unknown \"", arg, "\" (expected TrainJob or BenchJob)"));
+      absl::StrCat("--kind: unknown \"", arg, "\" (expected TrainJob, BenchJob or Sweep)"));
 }
 
 }  // namespace
@@ -373,8 +373,13 @@ int Commands::RpcFailed(const grpc::Status& status) {
   }
 }
 
-// Attempts of one SubmitJob that times out (each with rpc_timeout), under one request_id.
-constexpr int kSubmitAttempts = 3;
+// Attempts of one SubmitJob that times out, under one request_id.
+constexpr int kSubmitAttempts = 2;
+// What a SubmitJob may take beyond rpc_timeout: the daemon checks a job's user code (a
+// TorchScript model's forward, a fine-tuning setup) before it answers, for up to its
+// executor.user_code_timeout_s (default 30 s), and answers with an error naming the field when
+// the check does not end; a shorter deadline would hide that answer.
+constexpr absl::Duration kSubmitCheckAllowance = absl::Seconds(60);
 
 int Commands::Submit(const std::string& job_file, bool follow,
                      const SubmitOverrides& overrides) {
@@ -394,11 +399,15 @@ int Commands::Submit(const std::string& job_file, bool follow,
   v1::Job job;
   grpc::Status status;
   for (int attempt = 1;; ++attempt) {
-    status = stub_->SubmitJob(UnaryContext().get(), *request, &job);
+    const std::unique_ptr<grpc::ClientContext> context = UnaryContext();
+    context->set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.rpc_timeout + kSubmitCheckAllowance));
+    status = stub_->SubmitJob(context.get(), *request, &job);
     if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || attempt == kSubmitAttempts) {
       break;
     }
-    err_ << "mpsctl: mpsd did not answer within " << absl::FormatDuration(options_.rpc_timeout)
+    err_ << "mpsctl: mpsd did not answer within "
+         << absl::FormatDuration(options_.rpc_timeout + kSubmitCheckAllowance)
          << "; asking again with request_id " << request->request_id()
          << " (a job the first attempt created is returned, not made twice)\n";
   }
@@ -1070,6 +1079,8 @@ grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq,
   // Not following (`logs` without --follow): what is stored, without waiting for events the
   // job reported but the daemon has not stored yet (a full disk).
   request.set_stored_only(stop_seq > 0);
+  // A resumed job's steps once each, the latest attempt's (api/attempts.h).
+  request.set_latest_attempt_only(true);
   // The watchdog cancels the call when nothing (not even a heartbeat) arrived for `silence`:
   // a connection that died without a reset would otherwise block Read forever.
   absl::Mutex mu;

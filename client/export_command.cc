@@ -1,5 +1,5 @@
-// `mpsctl export` (Commands::Export): GetJob for each job, then its stored events through
-// StreamEvents (stored_only) into a JobExporter (client/export.h).
+// `mpsctl export` (Commands::Export): GetJob for each job (a sweep: each of its trials), then
+// its stored events through StreamEvents (stored_only) into a JobExporter (client/export.h).
 #include <map>
 
 #include "absl/strings/str_join.h"
@@ -16,8 +16,21 @@ int Commands::Export(const std::vector<std::string>& job_ids, const std::string&
     err_ << "mpsctl: export: " << format.status().message() << "\n";
     return kExitUsage;
   }
+  std::vector<v1::Job> named;
+  if (const int code = GetJobs(job_ids, named); code != kExitOk) return code;
+  // A sweep has no metrics of its own: it stands for its trials (one run each).
   std::vector<v1::Job> jobs;
-  if (const int code = GetJobs(job_ids, jobs); code != kExitOk) return code;
+  for (v1::Job& job : named) {
+    if (job.kind() != v1::Job::SWEEP) {
+      jobs.push_back(std::move(job));
+      continue;
+    }
+    std::vector<v1::Job> trials;
+    const std::vector<std::string> trial_ids(job.trial_job_ids().begin(),
+                                             job.trial_job_ids().end());
+    if (const int code = GetJobs(trial_ids, trials); code != kExitOk) return code;
+    for (v1::Job& trial : trials) jobs.push_back(std::move(trial));
+  }
   std::map<std::string, int> runs_named;
   for (const v1::Job& job : jobs) ++runs_named[tensorboard::RunName(job, false)];
   for (const v1::Job& job : jobs) {
@@ -35,6 +48,7 @@ int Commands::Export(const std::vector<std::string>& job_ids, const std::string&
     v1::StreamEventsRequest request;
     request.set_job_id(job.id());
     request.set_stored_only(true);
+    request.set_latest_attempt_only(true);
     std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>> reader =
         stub_->StreamEvents(&context, request);
     v1::JobEvent event;

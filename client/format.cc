@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "api/job_state.h"
 #include "client/bench_table.h"
 #include "client/job_file.h"
 
@@ -345,7 +346,7 @@ int TotalEpochs(const v1::SubmitJobRequest& spec) {
   return spec.train_job().has_epochs() ? spec.train_job().epochs() : 1;
 }
 
-std::string FormatProgress(const v1::StepMetrics& step, int total_epochs) {
+std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool with_eta) {
   std::string line = absl::StrCat("epoch ", step.epoch());
   if (total_epochs > 0) absl::StrAppend(&line, "/", total_epochs);
   absl::StrAppend(&line, "  step ", step.step());
@@ -357,7 +358,7 @@ std::string FormatProgress(const v1::StepMetrics& step, int total_epochs) {
   if (step.samples_per_second() > 0) {
     absl::StrAppend(&line, "  ", FormatRate(step.samples_per_second()));
   }
-  if (step.total_steps() > 0 && step.step_time_ms() > 0) {
+  if (with_eta && step.total_steps() > 0 && step.step_time_ms() > 0) {
     const double left_s = static_cast<double>(step.total_steps() - step.step()) *
                           step.step_time_ms() / 1000.0;
     absl::StrAppend(&line, "  ETA ", FormatClock(left_s));
@@ -504,7 +505,8 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   line("started", FormatTimestamp(job.started_at(), now));
   line("finished", FormatTimestamp(job.finished_at(), now));
   if (job.last_step().step() > 0) {
-    line("progress", FormatProgress(job.last_step(), TotalEpochs(job.spec())));
+    line("progress", FormatProgress(job.last_step(), TotalEpochs(job.spec()),
+                                    /*with_eta=*/!api::IsTerminal(job.state())));
   }
   if (job.last_epoch().epoch() > 0) line("last epoch", FormatEpoch(job.last_epoch()));
   line("events", absl::StrCat(job.last_seq()));

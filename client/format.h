@@ -50,7 +50,9 @@ int TotalEpochs(const v1::SubmitJobRequest& spec);
 // 12,345 samples/s  ETA 0:42", with "  scale 65536" for fp16 and " (skipped: inf/NaN
 // gradients)" for a skipped step. `total_epochs` 0 leaves out "/N"; a learning rate of 0 (not
 // reported) is left out. The ETA counts training steps only.
-std::string FormatProgress(const v1::StepMetrics& step, int total_epochs);
+// `with_eta`: append the time left ("ETA 0:42") when the step says how many are left; false for
+// a job that has ended (an early-stopped job never ran its remaining steps).
+std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool with_eta = true);
 // "epoch 1: train loss 0.4123 acc 0.859, test loss 0.3876 acc 0.861, 9.8 s, 6,123 samples/s".
 std::string FormatEpoch(const v1::EpochMetrics& epoch);
 // A log event: INFO text as is, WARNING and ERROR prefixed "warning: " / "error: ".

@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
                    "only jobs in this state (queued, running, succeeded, failed, cancelled, "
                    "interrupted); repeat or separate with commas for several")
       ->type_name("STATE");
-  list->add_option("--kind", list_options.kind, "only jobs of this kind (TrainJob, BenchJob)")
+  list->add_option("--kind", list_options.kind, "only jobs of this kind (TrainJob, BenchJob, Sweep)")
       ->type_name("KIND");
   // CLI::NonNegativeNumber would name its range as 0 to DBL_MAX in 309 digits: say the real one.
   list->add_option("--limit", list_options.limit, "show at most N jobs; 0 for all")

@@ -54,7 +54,8 @@ mpsd::v1::JobSummary SummaryBuilder::Build(double total_seconds) {
 }
 
 void SummaryBuilder::ObserveStep(const mpsd::v1::StepMetrics& step) {
-  summary_.set_steps(summary_.steps() + 1);
+  // The run's step counter, which a resumed job continues: the whole run's steps.
+  summary_.set_steps(std::max(summary_.steps() + 1, step.step()));
   if (step.skipped()) summary_.set_skipped_steps(summary_.skipped_steps() + 1);
   last_step_loss_ = step.loss();
   // Each step of a read-back group carries the group's mean step time.

@@ -213,13 +213,13 @@ bool JobHistory::Add(const mpsd::v1::JobEvent& event) {
   bool new_attempt = false;
   switch (event.payload_case()) {
     case mpsd::v1::JobEvent::kStep: {
-      const int64_t step = event.step().step();
-      if (!steps_.empty() && step <= steps_.rbegin()->first) {
+      if (marks_.Add(event)) {
         new_attempt = true;
-        steps_.erase(steps_.lower_bound(step), steps_.end());
-        epochs_.erase(epochs_.lower_bound(event.step().epoch()), epochs_.end());
+        const api::AttemptStart& start = marks_.starts().back();
+        steps_.erase(steps_.lower_bound(start.step), steps_.end());
+        epochs_.erase(epochs_.lower_bound(start.epoch), epochs_.end());
       }
-      steps_[step] = Step{event.step(), time};
+      steps_[event.step().step()] = Step{event.step(), time};
       break;
     }
     case mpsd::v1::JobEvent::kEpoch:

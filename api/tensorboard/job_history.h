@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "api/attempts.h"
 #include "api/tensorboard/event_file.h"
 #include "google/protobuf/struct.pb.h"
 #include "mpsd/v1/mpsd.pb.h"
@@ -52,8 +53,8 @@ inline double WallTimeOf(const mpsd::v1::JobEvent& event) {
 }
 
 // A job's stored events (in seq order), folded: one StepMetrics per step and one EpochMetrics
-// per epoch, the latest attempt's. A step at or below the newest step starts a new attempt (a
-// resume from a checkpoint, a restart): the steps from it on and the epochs from its epoch on are
+// per epoch, the latest attempt's by api/attempts.h's rule: when a step starts a new attempt (a
+// resume from a checkpoint, a restart), the steps from it on and the epochs from its epoch on are
 // dropped before it is kept, so that a value the later attempt never reached does not linger.
 // Not thread-safe.
 class JobHistory {
@@ -83,6 +84,7 @@ class JobHistory {
   int64_t last_step() const { return steps_.empty() ? 0 : steps_.rbegin()->first; }
 
  private:
+  api::AttemptMarks marks_;
   std::map<int64_t, Step> steps_;
   std::map<int32_t, Epoch> epochs_;
   std::optional<mpsd::v1::JobSummary> summary_;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/attempts.h"
 #include "api/error_cause.h"
 #include "api/job_id.h"
 #include "api/job_state.h"
@@ -67,21 +68,35 @@ constexpr int kReadBatch = 256;
 // Unwatch / Remove while a callback of this reactor runs, so both are called without mu_.
 class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
  public:
-  // `stored_only`: StreamEventsRequest.stored_only.
+  // `stored_only`, `latest_attempt_only`: StreamEventsRequest's.
   EventStreamReactor(Scheduler* scheduler, Ticker* ticker, absl::Duration heartbeat_interval,
                      std::string job_id, int64_t after_seq, bool stored_only,
-                     std::function<void()> on_done)
+                     bool latest_attempt_only, std::function<void()> on_done)
       : scheduler_(scheduler),
         log_(&scheduler->events()),
         ticker_(ticker),
         heartbeat_interval_(heartbeat_interval),
         job_id_(std::move(job_id)),
         stored_only_(stored_only),
+        latest_attempt_only_(latest_attempt_only),
         on_done_(std::move(on_done)),
-        last_seq_(after_seq) {}
+        last_seq_(after_seq),
+        read_seq_(after_seq) {}
 
   void Start() {
     absl::MutexLock lock(&mu_);
+    if (latest_attempt_only_) {
+      // The attempts among the stored events after after_seq (earlier ones supersede nothing
+      // that is still to be sent): one pass over them before the replay.
+      int64_t seq = read_seq_;
+      for (;;) {
+        absl::StatusOr<std::vector<JobEvent>> events = log_->Read(job_id_, seq, kReadBatch);
+        if (!events.ok() || events->empty()) break;
+        for (const JobEvent& event : *events) marks_.Add(event);
+        seq = events->back().seq();
+      }
+      marks_through_ = seq;
+    }
     last_sent_ = absl::Now();
     tick_id_ = ticker_->Add(last_sent_ + heartbeat_interval_,
                             [this](absl::Time now) { return OnTick(now); });
@@ -156,13 +171,25 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       // Read Closed() before the store: the log is closed only after its last commit, so a
       // closed log whose read comes back empty has nothing more for this job.
       const bool closed = log_->Closed();
-      absl::StatusOr<std::vector<JobEvent>> events = log_->Read(job_id_, last_seq_, kReadBatch);
+      absl::StatusOr<std::vector<JobEvent>> events = log_->Read(job_id_, read_seq_, kReadBatch);
       if (!events.ok()) {
         FinishOnce(ToClientStatus(events.status()));
         return;
       }
-      for (JobEvent& event : *events) pending_.push_back(std::move(event));
+      for (JobEvent& event : *events) {
+        read_seq_ = event.seq();
+        if (latest_attempt_only_) {
+          // Events committed after Start's pass extend the marks as they arrive.
+          if (event.seq() > marks_through_) {
+            marks_.Add(event);
+            marks_through_ = event.seq();
+          }
+          if (marks_.Superseded(event)) continue;
+        }
+        pending_.push_back(std::move(event));
+      }
       if (!pending_.empty()) break;
+      if (!events->empty()) continue;  // every event read was superseded: read on
       if (stored_only_) {
         FinishOnce(grpc::Status::OK);
         return;
@@ -174,7 +201,7 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
                          " finished; resume with after_seq=", last_seq_))));
         return;
       }
-      watch_id_ = log_->Watch(job_id_, last_seq_, [this] { OnCommitted(); });
+      watch_id_ = log_->Watch(job_id_, read_seq_, [this] { OnCommitted(); });
       if (watch_id_ != 0) return;  // OnCommitted calls Next again.
       // Committed (or closed) between the read and the watch: read again.
     }
@@ -225,10 +252,18 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
   const absl::Duration heartbeat_interval_;
   const std::string job_id_;
   const bool stored_only_;
+  const bool latest_attempt_only_;
   std::function<void()> on_done_;
 
   absl::Mutex mu_;
+  // The newest seq sent (what a client resumes after), and the newest seq read from the store
+  // (ahead of last_seq_ by what is pending, and by superseded events left out).
   int64_t last_seq_ ABSL_GUARDED_BY(mu_);
+  int64_t read_seq_ ABSL_GUARDED_BY(mu_);
+  // latest_attempt_only: the attempt starts among the events after after_seq read so far, and
+  // the newest seq they cover.
+  api::AttemptMarks marks_ ABSL_GUARDED_BY(mu_);
+  int64_t marks_through_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<JobEvent> pending_ ABSL_GUARDED_BY(mu_);
   // The heartbeat being written; it is not in pending_ because it has no seq to resume from.
   JobEvent heartbeat_ ABSL_GUARDED_BY(mu_);
@@ -454,7 +489,8 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
   }
   auto* reactor = new EventStreamReactor(scheduler_, &ticker_, options_.heartbeat_interval,
                                          request->job_id(), request->after_seq(),
-                                         request->stored_only(), [this] {
+                                         request->stored_only(),
+                                         request->latest_attempt_only(), [this] {
                                            absl::MutexLock lock(&mu_);
                                            --open_streams_;
                                          });

@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "mpsd/v1/mpsd.pb.h"
-#include "server/core/attempts.h"
+#include "api/attempts.h"
 
 namespace mpsd::server {
 

@@ -73,7 +73,7 @@ void Feed(Track& track, const mpsd::v1::JobEvent& event) {
 }  // namespace
 
 absl::Status SeriesCache::Rebuild(const std::string& job_id, Entry& entry) {
-  AttemptMarks marks;
+  api::AttemptMarks marks;
   absl::StatusOr<int64_t> through =
       ReadRange(*log_, job_id, 0, 0, [&](const mpsd::v1::JobEvent& event) { marks.Add(event); });
   if (!through.ok()) return through.status();
@@ -85,7 +85,7 @@ absl::Status SeriesCache::Rebuild(const std::string& job_id, Entry& entry) {
       // Runs here, under entry.mu, which the analysis cannot follow into a lambda.
       ReadRange(*log_, job_id, 0, *through,
                 [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (!SourceXOf(event) || marks.Superseded(event)) return;
+        if (!api::IsStepOrEpoch(event) || marks.Superseded(event)) return;
         for (auto& [key, track] : entry.tracks) Feed(track, event);
       });
   if (!read.ok()) return read.status();
@@ -115,7 +115,7 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
     absl::StatusOr<int64_t> read =
         ReadRange(*log_, job_id, 0, entry.through_seq,
                   [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          if (!SourceXOf(event) || entry.marks.Superseded(event)) return;
+          if (!api::IsStepOrEpoch(event) || entry.marks.Superseded(event)) return;
           for (Track* track : added) Feed(*track, event);
         });
     if (!read.ok()) return read.status();
@@ -126,7 +126,7 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
   absl::StatusOr<int64_t> read =
       ReadRange(*log_, job_id, entry.through_seq, 0,
                 [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (resumed || !SourceXOf(event)) return;
+        if (resumed || !api::IsStepOrEpoch(event)) return;
         if (entry.marks.Add(event)) {
           resumed = true;
           return;

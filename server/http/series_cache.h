@@ -77,7 +77,7 @@ class SeriesCache {
     absl::Mutex mu;
     int64_t through_seq ABSL_GUARDED_BY(mu) = 0;
     // Where the events read so far went back to an earlier step (resumes).
-    AttemptMarks marks ABSL_GUARDED_BY(mu);
+    api::AttemptMarks marks ABSL_GUARDED_BY(mu);
     // By metric name, and "name~weight" for smoothed series (TrackKey).
     absl::flat_hash_map<std::string, Track> tracks ABSL_GUARDED_BY(mu);
     size_t bytes ABSL_GUARDED_BY(mu) = 0;

@@ -154,6 +154,24 @@ class JobFileTest(unittest.TestCase):
             r = mpsd_client.read_job_file(path)
             self.assertEqual(r.train_job.model.torchscript, "/models/net.pt")
             self.assertEqual(r.train_job.resume_from, "12")
+            # The dataset root and the weights too, as mpsctl: the daemon would resolve them
+            # against its own working directory and train on another folder (issue 26).
+            with open(path, "w") as f:
+                f.write("kind: TrainJob\nmodel: {name: resnet18, weights: w/r18.pt}\n"
+                        "dataset: {name: image_folder, root: folder}\n")
+            r = mpsd_client.read_job_file(path)
+            self.assertEqual(r.train_job.model.weights, os.path.join(directory, "w", "r18.pt"))
+            self.assertEqual(r.train_job.dataset.root, os.path.join(directory, "folder"))
+            self.assertEqual(r.train_job.resume_from, "")
+            with open(path, "w") as f:
+                f.write("kind: BenchJob\nmodels: [resnet18, nets/a.pt, \"12\"]\n")
+            r = mpsd_client.read_job_file(path)
+            self.assertEqual(list(r.bench_job.models),
+                             ["resnet18", os.path.join(directory, "nets", "a.pt"), "12"])
+            # Nothing set is made present: a job without a dataset keeps none.
+            with open(path, "w") as f:
+                f.write("kind: TrainJob\nepochs: 1\n")
+            self.assertFalse(mpsd_client.read_job_file(path).train_job.HasField("dataset"))
 
 
     def test_non_regular_and_oversized_files_are_refused_without_blocking(self):
@@ -345,7 +363,7 @@ class SubmitWithRealDaemonTest(unittest.TestCase):
 
         # protobuf's JSON mapping with proto field names, one compact object a line.
         events = [json.loads(line) for line in lines]
-        self.assertEqual(events[-1]["state"], {"state": "SUCCEEDED"})
+        self.assertEqual(events[-1]["state"]["state"], "SUCCEEDED")
         self.assertIn("total_steps", next(e for e in events if "step" in e)["step"])
         self.assertNotIn(" ", lines[0])
 

@@ -157,6 +157,14 @@ with mpsd_client.Client(address) as client:
     out["artifacts"] = sorted(a.name for a in client.artifacts(job.id))
     path = client.download(job.id, "model.pt", sys.argv[3] + "/model.pt")
     out["downloaded"] = [path, open(path, "rb").read(2).hex()]
+    try:  # the file is there: not replaced without overwrite=True, as mpsctl without --force
+        client.download(int(job.id), "model.pt", sys.argv[3])  # a folder: its model.pt
+    except FileExistsError as e:
+        out["kept"] = str(e)
+    try:
+        list(client.follow("999999"))
+    except mpsd_client.errors.NotFound as e:
+        out["follow_not_found"] = e.code().name
     out["exported"] = [open(f).read().splitlines() for f in client.export(job.id, sys.argv[3])]
     sweep = client.submit(dict(spec, dataset=dict(spec["dataset"], limit_train=128),
                                sweep={"grid": {"optimizer.learning_rate": [0.001, 0.01]}}))
@@ -262,6 +270,8 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertEqual(sorted(os.listdir(downloads)),
                                  sorted(["model.pt", out["submitted"]["id"]]))  # + the export
                 self.assertFalse(os.path.exists(path + ".part"))
+                self.assertIn("model.pt already exists (overwrite=True replaces it)", out["kept"])
+                self.assertEqual(out["follow_not_found"], "NOT_FOUND")
                 steps_csv, epochs_csv = out["exported"]
                 self.assertTrue(steps_csv[0].startswith("step,wall_time,epoch,"), steps_csv[0])
                 self.assertEqual([row.split(",")[0] for row in steps_csv[1:]],
@@ -271,7 +281,7 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertEqual(len(epochs_csv), 2)
                 rows = out["sweep"]
                 self.assertEqual([r["trial"] for r in rows], [0, 1])
-                self.assertEqual([r["optimizer.learning_rate"] for r in rows], ["0.001", "0.01"])
+                self.assertEqual([r["optimizer.learning_rate"] for r in rows], [0.001, 0.01])  # typed
                 self.assertEqual({r["state"] for r in rows}, {"SUCCEEDED"})
                 self.assertTrue(all(0 <= r["test_accuracy"] <= 1 for r in rows), rows)
 
@@ -285,7 +295,8 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertEqual(command.returncode, 0, command.stderr)
                 self.assertRegex(command.stderr, r"^mpsd-submit: submitted job \d+\n$")
                 lines = [json.loads(line) for line in command.stdout.splitlines()]
-                self.assertEqual(lines[-1]["state"], {"state": "SUCCEEDED"})
+                self.assertEqual(lines[-1]["state"]["state"], "SUCCEEDED")
+                self.assertIsInstance(lines[-1]["seq"], int)  # int64 as a number, as mpsctl
                 self.assertEqual([r["bench_row"]["model"] for r in lines if "bench_row" in r],
                                  ["mlp"])
             finally:

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -115,6 +116,75 @@ TEST_F(CheckpointE2eTest, KilledJobWithRestartPolicyResumesFromItsCheckpointAndS
     }
   }
   EXPECT_EQ(first_step_after_resume, ended->summary().resumed_at_step() + 1);
+}
+
+// Killed after steps past its checkpoint, the job runs those steps again after the resume: the
+// stored log has them twice, and a stream with latest_attempt_only has each step and epoch once,
+// the later attempt's (issue 27: `mpsctl logs` drew the abandoned steps too).
+TEST_F(CheckpointE2eTest, ALatestAttemptStreamHasEachStepAndEpochOnce) {
+  absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, CheckpointedJob("resume"));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  Job job;
+  ASSERT_TRUE(WaitUntil([&] {
+    job = Get(submitted->id());
+    return (job.has_last_checkpoint() &&
+            job.last_step().step() > job.last_checkpoint().step() + 1) ||
+           (job.state() != Job::RUNNING && job.state() != Job::QUEUED);
+  }));
+  ASSERT_EQ(job.state(), Job::RUNNING) << "the job ended before the daemon could be killed";
+  const int status = daemon_->Stop(SIGKILL, absl::Seconds(60));
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  daemon_->Start();
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, job.id());
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  ASSERT_EQ(ended->state(), Job::SUCCEEDED) << ended->message();
+
+  const auto steps_and_epochs = [](const std::vector<JobEvent>& events) {
+    std::pair<std::vector<int64_t>, std::vector<int64_t>> out;
+    for (const JobEvent& e : events) {
+      if (e.has_step()) out.first.push_back(e.step().step());
+      if (e.has_epoch()) out.second.push_back(e.epoch().epoch());
+    }
+    return out;
+  };
+  std::vector<int64_t> all_steps_expected(48), epochs_expected(6);
+  for (int i = 0; i < 48; ++i) all_steps_expected[i] = i + 1;
+  for (int i = 0; i < 6; ++i) epochs_expected[i] = i + 1;
+
+  // The summary covers the whole run, not only the attempt after the resume.
+  EXPECT_EQ(ended->summary().steps(), 48);
+  EXPECT_EQ(ended->summary().epochs(), 6);
+  EXPECT_GT(ended->summary().resumed_at_step(), 0);
+  const std::vector<JobEvent> all = rpc::StreamAll(*daemon_, job.id());
+  EXPECT_GT(steps_and_epochs(all).first.size(), 48u) << "no step was run twice";
+  const std::vector<JobEvent> latest =
+      rpc::StreamAll(*daemon_, job.id(), 0, nullptr, /*latest_attempt_only=*/true);
+  EXPECT_EQ(steps_and_epochs(latest).first, all_steps_expected);
+  EXPECT_EQ(steps_and_epochs(latest).second, epochs_expected);
+  // Every other event is still there, and the stream ends with the terminal state.
+  EXPECT_EQ(latest.back().seq(), ended->last_seq());
+  ASSERT_TRUE(latest.back().has_state());
+  EXPECT_EQ(latest.back().state().state(), Job::SUCCEEDED);
+  // The step the killed attempt ran last is the resumed attempt's event (a later seq).
+  const int64_t twice = job.last_step().step();
+  int64_t last_seq_of_twice = 0;
+  for (const JobEvent& e : all) {
+    if (e.has_step() && e.step().step() == twice) last_seq_of_twice = e.seq();
+  }
+  for (const JobEvent& e : latest) {
+    if (e.has_step() && e.step().step() == twice) EXPECT_EQ(e.seq(), last_seq_of_twice);
+  }
+  // From the middle of the abandoned attempt: the rest, each step once.
+  int64_t middle = 0;
+  for (const JobEvent& e : all) {
+    if (e.has_step() && e.step().step() == twice - 1 && middle == 0) middle = e.seq();
+  }
+  const std::vector<JobEvent> rest =
+      rpc::StreamAll(*daemon_, job.id(), middle, nullptr, /*latest_attempt_only=*/true);
+  std::vector<int64_t> rest_steps = steps_and_epochs(rest).first;
+  EXPECT_TRUE(std::is_sorted(rest_steps.begin(), rest_steps.end()));
+  EXPECT_EQ(std::adjacent_find(rest_steps.begin(), rest_steps.end()), rest_steps.end());
+  EXPECT_EQ(rest_steps.back(), 48);
 }
 
 TEST_F(CheckpointE2eTest, JobStoppedBySigtermWithRestartPolicyResumesOnTheNextStart) {

@@ -286,12 +286,14 @@ absl::StatusOr<mpsd::v1::DeviceInfo> Device(Daemon& daemon) {
 }
 
 std::vector<mpsd::v1::JobEvent> StreamAll(Daemon& daemon, const std::string& job_id,
-                                          int64_t after_seq, grpc::Status* final_status) {
+                                          int64_t after_seq, grpc::Status* final_status,
+                                          bool latest_attempt_only) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
   mpsd::v1::StreamEventsRequest request;
   request.set_job_id(job_id);
   request.set_after_seq(after_seq);
+  request.set_latest_attempt_only(latest_attempt_only);
   auto reader = daemon.stub().StreamEvents(&context, request);
   std::vector<mpsd::v1::JobEvent> events;
   mpsd::v1::JobEvent event;

@@ -119,7 +119,8 @@ absl::StatusOr<mpsd::v1::DeviceInfo> Device(Daemon& daemon);
 // heartbeats; `final_status` gets how it ended.
 std::vector<mpsd::v1::JobEvent> StreamAll(Daemon& daemon, const std::string& job_id,
                                           int64_t after_seq = 0,
-                                          grpc::Status* final_status = nullptr);
+                                          grpc::Status* final_status = nullptr,
+                                          bool latest_attempt_only = false);
 
 // Polls Get until the job is in a terminal state; returns it then, or an error (the call's,
 // or DEADLINE_EXCEEDED after `timeout`).

@@ -205,6 +205,27 @@ TEST_F(ExportE2eTest, BadFormatAndUnknownJobFailClearly) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "x"));
 }
 
+// A sweep has no metrics of its own: its id exports each trial as a run of its own (it wrote
+// only a header row before).
+TEST_F(ExportE2eTest, ASweepExportsEachOfItsTrials) {
+  v1::SubmitJobRequest request = SmallJob("lr sweep");
+  v1::SweepParameter* lr = request.mutable_sweep()->add_grid();
+  lr->set_path("optimizer.learning_rate");
+  lr->add_values("0.001");
+  lr->add_values("0.01");
+  v1::Job sweep = rpc_ok::Submit(*daemon_, request);
+  ASSERT_EQ(sweep.kind(), v1::Job::SWEEP);
+  sweep = rpc_ok::WaitForEnd(*daemon_, sweep.id());
+  ASSERT_EQ(sweep.state(), v1::Job::SUCCEEDED) << sweep.message();
+  CommandResult exported = Mpsctl({"export", sweep.id(), "--format", "csv", "-o", dir_ / "s"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(FilesIn(dir_ / "s"), (std::vector<std::string>{"lr_sweep_0", "lr_sweep_1"}));
+  for (const char* trial : {"lr_sweep_0", "lr_sweep_1"}) {
+    const std::string steps = ReadFile(dir_ / absl::StrCat("s/", trial, "/steps.csv"));
+    EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 17) << trial;  // header + 16 steps
+  }
+}
+
 // The daemon's live files: a job with `tensorboard: true` on a daemon with --tensorboard-dir gets
 // one file in its artifacts and one in that directory, written while it trains (read before
 // the job ends), and once it ended both hold every stored step exactly once.

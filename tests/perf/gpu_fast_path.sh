@@ -29,7 +29,7 @@
 #
 # Usage: tests/perf/gpu_fast_path.sh [DEPS]  (DEPS as gpu_train_compare.sh: *.deb, mpsd-src.tar.gz,
 # fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1 (reuse WORK/build), PHASES (default
-# "a b c g e d").
+# "a b c g e d"; v: issue 27/28 jobs on the fast path).
 # At most 8 files land in $OUT: run.log build.log graph_check.json mpsd.log fast_path.json
 # FAST_PATH.md raw.tar.gz (every raw result, env.txt, graph_check.txt and the profiler's traces).
 set -uo pipefail
@@ -106,6 +106,7 @@ submit() {
   rm -f "$RAW/all_$name.jsonl"
   local id trace
   id=$(grep -m1 -o '"job_\?[iI]d": *"[^"]*"' "$RAW/mpsd_$name.jsonl" | sed 's/.*"\([^"]*\)"$/\1/')
+  LAST_ID=$id
   trace="$RUN/state/artifacts/$id/profile.json"
   if [[ -n $id && -f $trace ]]; then cp "$trace" "$RAW/trace_$name.json"; fi
 }
@@ -116,7 +117,7 @@ job() {
   shift
   {
     echo "kind: TrainJob"
-    echo "model: {name: convnet}"
+    [[ " $* " == *" model: "* || $* == model:* ]] || echo "model: {name: convnet}"
     echo "dataset: {name: fashion-mnist, root: $IDX_DIR}"
     echo "batch_size: 128"
     echo "epochs: 3"
@@ -127,7 +128,57 @@ job() {
   grep -q '^optimizer:' "$RUN/$name.yaml" || echo "optimizer: {name: adam, learning_rate: 0.001}" >> "$RUN/$name.yaml"
   submit "$name" "$RUN/$name.yaml"
 }
-if has b || has d || has e; then start_mpsd; fi
+if has b || has d || has e || has v; then start_mpsd; fi
+
+if has v; then
+  # Issues 27 and 28 on the CUDA fast path, the seed ConvNet as in (b): the same job with the
+  # divergence threshold set (the check itself always runs: a non-finite loss always ends the
+  # job), nan_policy skip_step (eager, with its on-device undo), checkpoints every 200 steps
+  # (keep_last 2), a validation split with early stopping, and a fine-tune of v_base's weights
+  # with conv1 and conv2 frozen (frozen jobs run eagerly). s/epoch of each, against v_base.
+  say "(v) validation, early stopping, checkpoints, skip_step, frozen fine-tune on the fast path"
+  job v_base
+  base_id=$LAST_ID
+  job v_threshold "divergence_threshold: 1000000"
+  job v_skip_step "nan_policy: skip_step"
+  job v_ckpt_steps "checkpoint: {every_steps: 200, keep_last: 2}"
+  ls -l "$RUN/state/artifacts/$LAST_ID/" | head -8
+  {
+    echo "kind: TrainJob"
+    echo "model: {name: convnet}"
+    echo "dataset: {name: fashion-mnist, root: $IDX_DIR, validation: {fraction: 0.1}}"
+    echo "batch_size: 128"
+    echo "epochs: 6"
+    echo "seed: 1"
+    echo "device: cuda"
+    echo "optimizer: {name: adam, learning_rate: 0.001}"
+    echo "early_stopping: {monitor: val_loss, patience: 2}"
+  } > "$RUN/v_early_stop.yaml"
+  submit v_early_stop "$RUN/v_early_stop.yaml"
+  job v_frozen "freeze: [conv1., conv2.]" \
+    "model: {name: convnet, weights: $RUN/state/artifacts/$base_id/model.state_dict.pt}"
+  # One line per job: its state, epoch times (s), median of epochs 2.., and what the summary says.
+  "$PY" - "$RAW" <<'PYEOF' | tee "$RAW/v_summary.txt"
+import glob, json, os, statistics, sys
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "mpsd_v_*.jsonl"))):
+    epochs, summary, state, log = [], {}, "?", []
+    for line in open(path):
+        event = json.loads(line)
+        if "epoch" in event and isinstance(event["epoch"], dict):
+            epochs.append(float(event["epoch"].get("epoch_time_s", 0)))
+        if "summary" in event:
+            summary = event["summary"]
+        if "state" in event:
+            state = event["state"].get("state", "?") + " " + event["state"].get("message", "")[:120]
+        if "log" in event and ("graph" in event["log"].get("text", "") or "eager" in event["log"].get("text", "")):
+            log.append(event["log"]["text"][:100])
+    later = epochs[1:] or epochs
+    print(os.path.basename(path)[5:-6], "|", state.strip(), "| epochs", [round(e, 3) for e in epochs],
+          "| median 2..", round(statistics.median(later), 3) if later else None,
+          "| stop", summary.get("stop_reason"), "| best_epoch", summary.get("best_epoch"),
+          "| skipped", summary.get("skipped_steps"), "|", "; ".join(log[:2]))
+PYEOF
+fi
 
 if has b; then
   say "(b) ConvNet TrainJobs through mpsd"

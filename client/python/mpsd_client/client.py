@@ -173,8 +173,8 @@ def _silence_limit(stub: pb2_grpc.JobServiceStub) -> float:
 
 
 def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0,
-                  heartbeats: bool = False,
-                  reconnect_timeout: float = 0.0) -> Iterator[pb2.JobEvent]:
+                  heartbeats: bool = False, reconnect_timeout: float = 0.0,
+                  latest_attempt_only: bool = True) -> Iterator[pb2.JobEvent]:
     """Yields the job's JobEvents after `after_seq` up to and including its terminal state event.
 
     Heartbeats (seq 0, sent while the stream is idle; for a queued job they carry its queue
@@ -185,13 +185,18 @@ def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0
     dropped connection) or stays silent for more than two heartbeat intervals is reopened with
     after_seq = the last seq yielded, for as long as events keep arriving within
     reconnect_timeout of each other: every event is yielded exactly once. The first call is not
-    retried when it cannot connect. Raises grpc.RpcError otherwise.
+    retried when it cannot connect. Raises errors.MpsdError (a grpc.RpcError) otherwise.
+
+    latest_attempt_only (default): a resumed job's steps and epochs once each, the latest
+    attempt's (StreamEventsRequest.latest_attempt_only; the seqs then have gaps); False: every
+    stored event.
     """
     silence = _silence_limit(stub) if reconnect_timeout > 0 else None
     last_seq, connected, attempt = after_seq, False, 0
     last_progress = time.monotonic()
     while True:
-        call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=last_seq),
+        call = stub.StreamEvents(pb2.StreamEventsRequest(job_id=job_id, after_seq=last_seq,
+                                                         latest_attempt_only=latest_attempt_only),
                                  wait_for_ready=attempt > 0)
         watchdog = _Watchdog(call, silence)
         try:
@@ -213,7 +218,7 @@ def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0
             retry = watchdog.fired or error.code() in _RETRYABLE
             if not (retry and connected and reconnect_timeout > 0 and
                     time.monotonic() - last_progress <= reconnect_timeout):
-                raise
+                raise errors.from_rpc_error(error) from None
         finally:
             watchdog.stop()
             call.cancel()  # no-op once the server has ended the stream
@@ -279,7 +284,10 @@ class Client:
         for key, value in (labels or {}).items():
             request.labels[key] = value
         request.after.extend(after or [])
-        return self._unary(self.stub.SubmitJob, request)
+        # The daemon checks a job's user code (a TorchScript forward, a fine-tuning setup) for up
+        # to its executor.user_code_timeout_s (default 30 s) before it answers; a shorter
+        # deadline would hide the answer that names the field.
+        return self._unary(self.stub.SubmitJob, request, timeout=self.timeout + 60)
 
     def wait(self, job_ids: Sequence[str], *, timeout: Optional[float] = None,
              poll_s: float = 0.5) -> List[pb2.Job]:
@@ -313,20 +321,20 @@ class Client:
         """The job's events after `after_seq`, stored ones first, then live, ending with its
         terminal state event; a stream that breaks or goes silent is reopened where it stopped
         (see follow_events; reconnect_timeout=0 turns that off)."""
-        return follow_events(self.stub, job_id, after_seq=after_seq, heartbeats=heartbeats,
+        return follow_events(self.stub, _job_id(job_id), after_seq=after_seq, heartbeats=heartbeats,
                              reconnect_timeout=reconnect_timeout)
 
     def get(self, job_id: str) -> pb2.Job:
         """The job now; errors.NotFound for an unknown id."""
-        return self._unary(self.stub.GetJob, pb2.GetJobRequest(job_id=job_id))
+        return self._unary(self.stub.GetJob, pb2.GetJobRequest(job_id=_job_id(job_id)))
 
     def cancel(self, job_id: str) -> pb2.Job:
         """Cancels a queued or running job (a running one stops at its next step boundary)."""
-        return self._unary(self.stub.CancelJob, pb2.CancelJobRequest(job_id=job_id))
+        return self._unary(self.stub.CancelJob, pb2.CancelJobRequest(job_id=_job_id(job_id)))
 
-    def _unary(self, method, request):
+    def _unary(self, method, request, timeout: Optional[float] = None):
         try:
-            return method(request, timeout=self.timeout)
+            return method(request, timeout=self.timeout if timeout is None else timeout)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
 
@@ -337,6 +345,8 @@ class Client:
         = every state), of `kind` (pb2.Job.TRAIN_JOB, ...; 0 = every kind), whose name matches the
         glob `name`, carrying every one of `labels`. Pages are fetched as the iteration goes;
         `limit` stops after that many jobs."""
+        if limit is not None and limit < 0:
+            raise ValueError("limit: %d; expected >= 0 (None: every job)" % limit)
         request = pb2.ListJobsRequest(states=list(states), kind=kind, name=name,
                                       page_size=page_size)
         for key, value in (labels or {}).items():
@@ -356,16 +366,29 @@ class Client:
     def artifacts(self, job_id: str) -> List[pb2.Artifact]:
         """The files a job wrote (model, checkpoints, profile, ...), sorted by name."""
         return list(self._unary(self.stub.ListArtifacts,
-                                pb2.ListArtifactsRequest(job_id=job_id)).artifacts)
+                                pb2.ListArtifactsRequest(job_id=_job_id(job_id))).artifacts)
 
     def download(self, job_id: str, name: str = "model.pt", path: Optional[str] = None, *,
-                 retries: int = 5) -> str:
-        """Downloads the artifact `name` of job `job_id` to `path` (default: `name`'s file name in
-        the working directory) and returns the path. The bytes go to PATH.part first; a broken
-        stream continues from the bytes it has (up to `retries` times); the whole file's
-        SHA-256 is checked before PATH.part becomes PATH. errors.MpsdError when the daemon
-        refuses; ValueError when the bytes do not match the daemon's SHA-256."""
+                 overwrite: bool = False, retries: int = 5) -> str:
+        """Downloads the artifact `name` of job `job_id` to `path` and returns the path written.
+        `path`: a file, or an existing directory to put `name`'s file name in; default: that
+        file name in the working directory. An existing file is not replaced unless
+        `overwrite=True` (FileExistsError, as `mpsctl download` refuses without --force). The
+        bytes go to PATH.part first; a broken stream continues from the bytes it has (up to
+        `retries` times); the whole file's SHA-256 is checked before PATH.part becomes PATH.
+        errors.MpsdError when the daemon refuses; ValueError when the bytes do not match the
+        daemon's SHA-256; FileNotFoundError when `path`'s directory does not exist."""
+        job_id = _job_id(job_id)
         path = path or os.path.basename(name)
+        if os.path.isdir(path):
+            path = os.path.join(path, os.path.basename(name))
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise FileNotFoundError("download %s of job %s: the folder %s does not exist" %
+                                    (name, job_id, directory))
+        if os.path.exists(path) and not overwrite:
+            raise FileExistsError("download %s of job %s: %s already exists (overwrite=True "
+                                  "replaces it)" % (name, job_id, path))
         partial = path + ".part"
         offset = 0
         size, sha256 = None, None
@@ -388,6 +411,8 @@ class Client:
                     typed = errors.from_rpc_error(e)
                     attempt += 1
                     if not isinstance(typed, errors.Unavailable) or attempt > retries:
+                        out.close()
+                        os.unlink(partial)
                         raise typed from None
                     time.sleep(min(attempt, 5))
         digest = hashlib.sha256()
@@ -403,10 +428,11 @@ class Client:
 
     def sweep(self, sweep_id: str, *, dataframe: bool = False):
         """A sweep's trials as rows, in trial order: one dict per trial with "trial", "job_id",
-        "state", each swept parameter (its path as key, the value as the daemon typed it:
-        "0.01"), and the trial's summary metrics (val_loss, val_accuracy, test_loss,
-        test_accuracy, best_epoch, best_value, epochs, steps, samples_per_second, total_time_s;
-        a metric the trial did not measure is None). `dataframe=True`: a pandas DataFrame of the
+        "state", each swept parameter (its path as key, its value typed as the job field it sets:
+        0.01, 64, "convnet"), and the trial's summary metrics (val_loss, val_accuracy, test_loss,
+        test_accuracy, best_epoch, best_value, final_train_loss, epochs, steps,
+        samples_per_second, total_time_s; a metric the trial did not measure is None). Ranked
+        tables: `mpsctl sweep ID`, or sort the DataFrame. `dataframe=True`: a pandas DataFrame of the
         same rows (ImportError when pandas is missing). errors.InvalidArgument when `sweep_id`
         is not a sweep."""
         sweep = self.get(sweep_id)
@@ -420,11 +446,12 @@ class Client:
             row: Dict[str, Any] = {"trial": trial.trial.index, "job_id": trial.id,
                                    "state": pb2.Job.State.Name(trial.state)}
             for parameter in trial.trial.parameters:
-                row[parameter.path] = parameter.value
+                row[parameter.path] = _typed_value(parameter.path, parameter.value)
             for metric in ("val_loss", "val_accuracy", "test_loss", "test_accuracy",
                            "best_value"):
                 row[metric] = getattr(summary, metric) if summary.HasField(metric) else None
             row["best_epoch"] = summary.best_epoch or None
+            row["final_train_loss"] = summary.final_train_loss if trial.HasField("summary") else None
             for metric in ("epochs", "steps", "samples_per_second", "total_time_s"):
                 row[metric] = getattr(summary, metric)
             rows.append(row)
@@ -479,6 +506,10 @@ class Client:
                     row = [number, repr(event.time.seconds + event.time.nanos / 1e9)]
                     for field in fields:
                         present = (not field.has_presence) or metrics.HasField(field.name)
+                        # test_* of an epoch that skipped its evaluation were never measured.
+                        if (key == "epoch" and not metrics.evaluated and
+                                field.name in ("test_loss", "test_accuracy")):
+                            present = False
                         row.append(_cell(field, getattr(metrics, field.name)) if present else "")
                     writer.writerow(row)
             written.append(path)
@@ -504,6 +535,31 @@ def follow(job_id: str, *, address: Optional[str] = None, after_seq: int = 0,
         yield from client.follow(job_id, after_seq=after_seq, heartbeats=heartbeats)
 
 
+def _job_id(job_id) -> str:
+    """Job ids are strings ("12"); an int is taken as its decimal form."""
+    if isinstance(job_id, bool) or not isinstance(job_id, (str, int)):
+        raise TypeError("job id %r: expected a str such as \"12\" (or an int)" % (job_id,))
+    return str(job_id)
+
+
+def _typed_value(path: str, text: str):
+    """A swept value as the TrainJob field at `path` types it (jobfile's rules): "0.01" -> 0.01
+    for a double, "64" -> 64 for an int; the text when the path names no scalar field."""
+    message = pb2.TrainJob.DESCRIPTOR
+    field = None
+    for part in path.split("."):
+        field = message.fields_by_name.get(part) if message is not None else None
+        if field is None:
+            return text
+        message = field.message_type
+    if field is None or field.message_type is not None:
+        return text
+    try:
+        return jobfile._scalar(field, text, path)  # noqa: SLF001 (the package's own rules)
+    except jobfile.JobFileError:
+        return text
+
+
 def _cell(field, value) -> str:
     """A CSV cell as mpsctl export writes it: true/false, the shortest text that reads back as
     the same double (or float, for a float field)."""
@@ -520,9 +576,39 @@ def _cell(field, value) -> str:
     return str(value)
 
 
-def to_json_line(message) -> str:
-    """protobuf's JSON mapping on one line, proto field names (as `mpsctl --json` prints)."""
-    import json
+def to_dict(message) -> Dict[str, Any]:
+    """protobuf's JSON mapping as mpsctl --json writes it: proto field names, every field
+    (zeros and empty values too), int64 values as JSON numbers rather than strings."""
     from google.protobuf import json_format
-    return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True),
-                      separators=(",", ":"))
+    from google.protobuf.descriptor import FieldDescriptor as F
+    as_dict = json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                        including_default_value_fields=True)
+    int64s = (F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED64)
+
+    def numbers(value, descriptor):
+        if not isinstance(value, dict) or descriptor is None:
+            return value
+        if descriptor.full_name.startswith("google.protobuf."):
+            return value  # well-known types keep their own JSON (Timestamp: an RFC 3339 string)
+        for name, item in value.items():
+            field = descriptor.fields_by_name.get(name)
+            if field is None:
+                continue
+            if field.type in int64s:
+                value[name] = ([int(v) for v in item] if isinstance(item, list) else int(item))
+            elif field.message_type is not None:
+                if field.message_type.GetOptions().map_entry:
+                    continue
+                if isinstance(item, list):
+                    value[name] = [numbers(v, field.message_type) for v in item]
+                else:
+                    value[name] = numbers(item, field.message_type)
+        return value
+
+    return numbers(as_dict, message.DESCRIPTOR)
+
+
+def to_json_line(message) -> str:
+    """to_dict(message) on one line (as `mpsctl logs --json` prints each event)."""
+    import json
+    return json.dumps(to_dict(message), separators=(",", ":"))

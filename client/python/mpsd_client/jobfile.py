@@ -399,20 +399,34 @@ def job_request(spec: SpecLike) -> pb2.SubmitJobRequest:
 
 
 def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
-    """Makes a TrainJob's relative model.torchscript and resume_from (unless a job id, all digits)
-    absolute against the directory of `job_file`, as mpsctl does: the daemon resolves relative
-    paths against its own working directory."""
-    if request.WhichOneof("spec") != "train_job":
+    """Makes the relative paths of a job absolute against the directory of `job_file`, as mpsctl
+    does (client/job_file.cc MakePathsAbsolute), since the daemon would resolve them against its
+    own working directory: a TrainJob's model.torchscript, model.weights, dataset.root and
+    resume_from (unless a job id, all digits); a BenchJob's models that are files (ending in .pt
+    or holding a "/"). Absolute paths and `upload:NAME` references stay as they are."""
+    kind = request.WhichOneof("spec")
+    if kind not in ("train_job", "bench_job"):
         return
-    job = request.train_job
     directory = os.path.dirname(os.path.abspath(job_file))
 
     def absolute(path):
-        if os.path.isabs(path):
+        if not path or os.path.isabs(path) or path.startswith("upload:"):
             return path
         return os.path.normpath(os.path.join(directory, path))
 
+    if kind == "bench_job":
+        models = request.bench_job.models
+        for i, model in enumerate(models):
+            if model.endswith(".pt") or "/" in model:
+                models[i] = absolute(model)
+        return
+    job = request.train_job
+    # Only set fields are touched: setting a field, even to "", would make its message present.
     if job.model.torchscript:
         job.model.torchscript = absolute(job.model.torchscript)
+    if job.model.weights:
+        job.model.weights = absolute(job.model.weights)
+    if job.dataset.root:
+        job.dataset.root = absolute(job.dataset.root)
     if job.resume_from and not job.resume_from.isdigit():
         job.resume_from = absolute(job.resume_from)

@@ -844,14 +844,16 @@ class StepMetrics(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., loss: _Optional[float] = ..., accuracy: _Optional[float] = ..., learning_rate: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., step_time_ms: _Optional[float] = ..., allocated_bytes: _Optional[int] = ..., batch_size: _Optional[int] = ..., loss_scale: _Optional[float] = ..., skipped: bool = ...) -> None: ...
 
 class StreamEventsRequest(_message.Message):
-    __slots__ = ["after_seq", "job_id", "stored_only"]
+    __slots__ = ["after_seq", "job_id", "latest_attempt_only", "stored_only"]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LATEST_ATTEMPT_ONLY_FIELD_NUMBER: _ClassVar[int]
     STORED_ONLY_FIELD_NUMBER: _ClassVar[int]
     after_seq: int
     job_id: str
+    latest_attempt_only: bool
     stored_only: bool
-    def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., stored_only: bool = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., stored_only: bool = ..., latest_attempt_only: bool = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ["after", "bench_job", "labels", "name", "priority", "request_id", "sweep", "train_job"]
