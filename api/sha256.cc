@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -15,6 +16,17 @@
 
 namespace mpsd::api {
 namespace {
+
+std::string Hex(const unsigned char* digest, unsigned int length) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * length);
+  for (unsigned int i = 0; i < length; ++i) {
+    hex += kHex[digest[i] >> 4];
+    hex += kHex[digest[i] & 0xf];
+  }
+  return hex;
+}
 
 absl::Status CannotRead(const std::string& path, int error) {
   return absl::InternalError(absl::StrCat("cannot read ", path, ": ", std::strerror(error)));
@@ -45,14 +57,30 @@ absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_DigestFinal_ex(context.get(), digest, &length);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * length);
-  for (unsigned int i = 0; i < length; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 0xf];
+  return Hex(digest, length);
+}
+
+struct Sha256Hasher::Context {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md{EVP_MD_CTX_new(), &EVP_MD_CTX_free};
+  void Init() {
+    if (md == nullptr || EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr) != 1) std::abort();
   }
-  return hex;
+};
+
+Sha256Hasher::Sha256Hasher() : context_(std::make_unique<Context>()) { context_->Init(); }
+
+Sha256Hasher::~Sha256Hasher() = default;
+
+void Sha256Hasher::Update(absl::string_view bytes) {
+  EVP_DigestUpdate(context_->md.get(), bytes.data(), bytes.size());
+}
+
+std::string Sha256Hasher::Finish() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(context_->md.get(), digest, &length);
+  context_->Init();
+  return Hex(digest, length);
 }
 
 }  // namespace mpsd::api

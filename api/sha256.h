@@ -3,9 +3,11 @@
 #ifndef MPSD_API_SHA256_H_
 #define MPSD_API_SHA256_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace mpsd::api {
 
@@ -14,6 +16,25 @@ namespace mpsd::api {
 // cannot be opened (missing, unreadable, a directory) or a read fails part-way; INTERNAL when
 // OpenSSL has no SHA-256. Reads only; thread-safe.
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
+
+// SHA-256 of bytes given piece by piece (an upload as its chunks arrive). Not thread-safe; one
+// owner. Aborts the process if OpenSSL has no SHA-256 (as no build of mpsd's can lack).
+class Sha256Hasher {
+ public:
+  Sha256Hasher();
+  ~Sha256Hasher();
+  Sha256Hasher(const Sha256Hasher&) = delete;
+  Sha256Hasher& operator=(const Sha256Hasher&) = delete;
+
+  void Update(absl::string_view bytes);
+  // The lowercase hex digest of everything given since construction or the last Finish, which
+  // starts a new digest.
+  std::string Finish();
+
+ private:
+  struct Context;
+  std::unique_ptr<Context> context_;
+};
 
 }  // namespace mpsd::api
 

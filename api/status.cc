@@ -24,6 +24,9 @@ google::rpc::ErrorInfo ErrorInfoOf(const absl::Status& status) {
     if (cause->kind() == ErrorCause::INVALID_FIELD) {
       (*info.mutable_metadata())["field"] = cause->field();
     }
+    if (cause->kind() == ErrorCause::UNSAFE_ARCHIVE_ENTRY) {
+      (*info.mutable_metadata())["entry"] = cause->field();
+    }
     if (cause->kind() == ErrorCause::RANK_FAILED) {
       (*info.mutable_metadata())["rank"] = std::to_string(cause->rank());
     }

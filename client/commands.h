@@ -194,6 +194,18 @@ class Commands {
   // a file that cannot be written (naming it).
   int Export(const std::vector<std::string>& job_ids, const std::string& format_name,
              const std::string& dir);
+  // `mpsctl upload PATH`: UploadFile of a file, or of a folder as a tar archive (made in a
+  // temporary file), under `name` (empty: PATH's last component). Asks GetUploadStatus first
+  // and resumes from the bytes the daemon holds (saying so on stderr); a stream that breaks is
+  // resumed within reconnect_timeout. Prints the upload and how jobs name it. kExitUsage for a
+  // name that is not an upload name; kExitFailed for a PATH that cannot be read or the daemon's
+  // refusal (printed).
+  int Upload(const std::string& path, const std::string& name, bool replace);
+  // `mpsctl uploads`: the caller's uploads (admin: `all`, or one submitter's), as a table or
+  // JSON, with the bytes used and the quota.
+  int ListUploads(bool all, const std::string& submitter);
+  // `mpsctl uploads rm NAME`: DeleteUpload.
+  int DeleteUpload(const std::string& name, const std::string& submitter);
 
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or

@@ -41,6 +41,7 @@
 #include "api/decimal.h"
 #include "api/field_text.h"
 #include "api/job_id.h"
+#include "api/upload_name.h"
 
 namespace mpsd::client {
 namespace {
@@ -703,9 +704,12 @@ absl::StatusOr<v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
 
 namespace {
 
-// A relative `path` made absolute against `dir`; absolute and empty paths unchanged.
+// A relative `path` made absolute against `dir`; absolute and empty paths and uploads
+// ("upload:NAME", which the daemon resolves) unchanged.
 std::string AgainstDirectory(const std::string& path, const std::filesystem::path& dir) {
-  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  if (path.empty() || std::filesystem::path(path).is_absolute() || api::IsUploadRef(path)) {
+    return path;
+  }
   return (dir / path).lexically_normal().string();
 }
 

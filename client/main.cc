@@ -287,9 +287,24 @@ int main(int argc, char** argv) {
       ->type_name("PATH");
   bool force = false;
   download->add_flag("--force", force, "overwrite a file that is already there");
+  std::string upload_path, upload_name, upload_submitter;
+  bool upload_replace = false, uploads_all = false;
+  CLI::App* upload = app.add_subcommand(
+      "upload", "send a file or folder to the daemon for jobs to name as upload:NAME "
+                "(resumable; SHA-256 checked; a folder goes as a tar archive)");
+  upload->add_option("PATH", upload_path, "file or folder")->required();
+  upload->add_option("--name", upload_name, "the name jobs use (default: PATH's last part)");
+  upload->add_flag("--replace", upload_replace, "replace an upload of that name");
+  CLI::App* uploads = app.add_subcommand("uploads", "list your uploads (and the quota)");
+  uploads->add_flag("--all", uploads_all, "every submitter's (admin)");
+  uploads->add_option("--submitter", upload_submitter, "another submitter's (admin)");
+  CLI::App* uploads_rm = uploads->add_subcommand("rm", "delete an upload");
+  uploads_rm->add_option("NAME", upload_name, "the upload's name")->required();
+  uploads_rm->add_option("--submitter", upload_submitter, "another submitter's (admin)");
   double reconnect_s = 120;
   app.add_option("--reconnect-timeout", reconnect_s,
-                 "seconds to keep reconnecting a followed stream or a download that broke "
+                 "seconds to keep reconnecting a followed stream, a download or an upload that "
+                 "broke "
                  "(resuming where it stopped); 0 = do not reconnect")
       ->capture_default_str()
       ->check(Seconds());
@@ -374,5 +389,8 @@ int main(int argc, char** argv) {
   if (*sweep) return commands->Sweep(job_id, sweep_metric, table_format);
   if (*compare) return commands->Compare(job_ids, table_format);
   if (*export_jobs) return commands->Export(job_ids, export_format, export_dir);
+  if (*upload) return commands->Upload(upload_path, upload_name, upload_replace);
+  if (*uploads_rm) return commands->DeleteUpload(upload_name, upload_submitter);
+  if (*uploads) return commands->ListUploads(uploads_all, upload_submitter);
   return mpsd::client::kExitUsage;
 }

@@ -24,7 +24,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libyaml-cpp-dev libsqlite3-dev libcli11-dev zlib1g-dev
   libtorch-dev libgloo-dev libcpp-httplib-dev prometheus-cpp-dev libsystemd-dev libssl-dev
-  libturbojpeg0-dev libpng-dev libcrcutil-dev
+  libturbojpeg0-dev libpng-dev libcrcutil-dev libarchive-dev
   libopenblas0-pthread
   libjs-dygraphs
   dataset-fashion-mnist

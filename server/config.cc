@@ -301,6 +301,14 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
            [&](auto& n, auto& w) { return ReadExecutorConfig(n, w, config.executor); }},
           {"artifacts_retention",
            [&](auto& n, auto& w) { return ReadRetention(n, w, config.artifacts_retention); }},
+          {"upload_quota_bytes",
+           [&](auto& n, auto& w) {
+             return ReadScalar(n, w, "an integer", config.upload_quota_bytes);
+           }},
+          {"upload_max_files",
+           [&](auto& n, auto& w) {
+             return ReadScalar(n, w, "an integer", config.upload_max_files);
+           }},
       };
   std::set<std::string> seen;
   for (const auto& entry : root) {
@@ -327,6 +335,10 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
         CheckRange(prefix, "max_queued", config.max_queued, 1, kMaxQueued),
         CheckRange<int64_t>(prefix, "log_file_max_bytes", config.log_file_max_bytes, 1,
                             kMaxBytes),
+        CheckRange<int64_t>(prefix, "upload_quota_bytes", config.upload_quota_bytes, 1,
+                            kMaxBytes),
+        CheckRange<int64_t>(prefix, "upload_max_files", config.upload_max_files, 1,
+                            100'000'000),
         CheckRange(prefix, "shutdown_grace_s", config.shutdown_grace_s, 0.0, kMaxSeconds,
                    "seconds")}) {
     if (!s.ok()) return s;
@@ -391,6 +403,8 @@ std::string FormatConfig(const Config& config) {
       {"artifacts_retention.max_age_days",
        api::ShortestDecimal(config.artifacts_retention.max_age_days)},
       {"artifacts_retention.max_bytes", absl::StrCat(config.artifacts_retention.max_bytes)},
+      {"upload_quota_bytes", absl::StrCat(config.upload_quota_bytes)},
+      {"upload_max_files", absl::StrCat(config.upload_max_files)},
   };
   std::string out;
   for (const auto& [key, value] : lines) absl::StrAppend(&out, key, ": ", value, "\n");

@@ -96,6 +96,12 @@ struct Config {
   int64_t log_file_max_bytes = 10 * 1024 * 1024;
   int log_file_max_files = 5;
   ExecutorConfig executor;
+  // Uploads (UploadFile; jobs name them `upload:NAME`) under <state_dir>/uploads/<submitter>/:
+  // each submitter's may hold this many bytes, unfinished ones included (1 to 2^50; default
+  // 20 GiB), and an uploaded archive (a folder) at most upload_max_files entries (1 to
+  // 100,000,000). See server/core/uploads.h.
+  int64_t upload_quota_bytes = int64_t{20} << 30;
+  int64_t upload_max_files = 100000;
   // Bounded disk use (`artifacts_retention:` {keep_last_jobs, max_age_days, max_bytes}; see
   // server/core/retention.h). Default: none, nothing is deleted unless asked for.
   RetentionPolicy artifacts_retention;

@@ -51,6 +51,7 @@
 #include "server/core/scheduler.h"
 #include "server/core/state_dir.h"
 #include "server/core/tensorboard_writer.h"
+#include "server/core/uploads.h"
 #include "server/access/tls.h"
 #include "spdlog/spdlog.h"
 
@@ -367,6 +368,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   service_options.tokens = server->tokens_.get();
   service_options.data_roots = server->data_roots_.get();
   service_options.retention = server->retention_.get();
+  UploadStore::Options upload_options;
+  upload_options.dir = config.state_dir + "/uploads";
+  upload_options.quota_bytes = config.upload_quota_bytes;
+  upload_options.max_files = config.upload_max_files;
+  server->uploads_ = std::make_unique<UploadStore>(upload_options);
+  for (const std::string& path : server->uploads_->RemoveLeftovers()) {
+    spdlog::warn("removed {}: left by an upload that never finished unpacking or deleting", path);
+  }
+  service_options.uploads = server->uploads_.get();
   server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
 
   absl::StatusOr<std::unique_ptr<ReflectionService>> reflection =

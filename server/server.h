@@ -26,6 +26,7 @@ class Executor;
 namespace mpsd::server {
 
 class DataRoots;
+class UploadStore;
 class Dashboard;
 class HttpServer;
 class JobService;
@@ -141,6 +142,7 @@ class Server {
   // Before the scheduler: the scheduler's event hook reaches it, and its thread reads the
   // scheduler (Shutdown stops it first).
   std::unique_ptr<ArtifactRetention> retention_;
+  std::unique_ptr<UploadStore> uploads_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<JobService> service_;
   std::unique_ptr<ReflectionService> reflection_;

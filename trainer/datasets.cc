@@ -398,7 +398,10 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
   return config;
 }
 
-int64_t NominalTrainExamples(const DatasetConfig& config) {
+namespace {
+
+// The training examples before validation.fraction holds some out.
+int64_t ExamplesBeforeHoldOut(const DatasetConfig& config) {
   int64_t examples = 0;
   if (config.info->resolve != nullptr) {
     examples = config.own.train_examples;  // own data, counted
@@ -408,8 +411,29 @@ int64_t NominalTrainExamples(const DatasetConfig& config) {
     examples = config.info->train_examples;
     if (config.limit_train > 0) examples = std::min(examples, config.limit_train);
   }
+  return examples;
+}
+
+}  // namespace
+
+int64_t NominalTrainExamples(const DatasetConfig& config) {
+  const int64_t examples = ExamplesBeforeHoldOut(config);
   // What SplitValidation leaves to train on.
   return examples - std::llround(config.validation_fraction * static_cast<double>(examples));
+}
+
+absl::Status CheckValidationFraction(const DatasetConfig& config) {
+  if (config.validation_fraction <= 0) return absl::OkStatus();
+  const int64_t examples = ExamplesBeforeHoldOut(config);
+  // As SplitValidation rounds it.
+  const int64_t held_out =
+      std::llround(config.validation_fraction * static_cast<double>(examples));
+  if (held_out >= 1 && held_out < examples) return absl::OkStatus();
+  return FieldError("validation.fraction",
+                    absl::StrFormat("%g of %d training examples holds out %d, which leaves %s",
+                                    config.validation_fraction, examples, held_out,
+                                    held_out < 1 ? "the validation split empty"
+                                                 : "nothing to train on"));
 }
 
 absl::Status HoldOutValidation(const DatasetConfig& config, uint64_t seed, DeviceDataset& data) {

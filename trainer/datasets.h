@@ -153,6 +153,12 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec);
 // with it at submit, before the files are decoded.
 int64_t NominalTrainExamples(const DatasetConfig& config);
 
+// INVALID_ARGUMENT naming train_job.dataset.validation.fraction when it holds out no example of
+// those NominalTrainExamples starts from (rounded as the split rounds it), or all of them:
+// "0.0001 of 480 training examples holds out 0, which leaves the validation split empty". OK
+// without a fraction. Pure.
+absl::Status CheckValidationFraction(const DatasetConfig& config);
+
 // What ChooseSubset (trainer/subset.h) needs for one split of `config`: its limit, the subset
 // mode, `seed`, the classes (`class_names` may be empty) and the field an error names.
 SubsetRequest MakeSubsetRequest(const DatasetConfig& config, uint64_t seed, bool train,

@@ -97,15 +97,21 @@ absl::Status CheckFaultInjection(const mpsd::v1::SubmitJobRequest& spec, bool al
   const std::string& kind = fault->kind();
   const bool nan_loss = kind == "nan_loss" && spec.has_train_job();
   if (kind != "abort" && kind != "segfault" && kind != "allocate_unbounded" && kind != "hang" &&
-      !nan_loss) {
+      kind != "segfault_in_check" && !nan_loss) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.kind: expected abort, segfault, allocate_unbounded, hang or (train_job) nan_loss, "
-        "got \"%s\"",
+        "%s.kind: expected abort, segfault, allocate_unbounded, hang, segfault_in_check or "
+        "(train_job) nan_loss, got \"%s\"",
         field, kind));
   }
   if (fault->steps() < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s.steps: must be >= 0 (0 = every step), got %d", field, fault->steps()));
+  }
+  if (kind == "segfault_in_check") {
+    // The submit-time check itself crashes, as a file that crashes its reader would.
+    Log(LogLevel::kWarning, "fault injection: segfault_in_check");
+    NoCoreFiles();
+    raise(SIGSEGV);
   }
   if (fault->at_step() < 0) {
     return absl::InvalidArgumentError(

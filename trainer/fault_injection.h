@@ -15,7 +15,9 @@
 
 namespace mpsd::trainer {
 
-// OK when the spec asks for no fault. INVALID_ARGUMENT naming the field otherwise:
+// OK when the spec asks for no fault. Kind "segfault_in_check" (with `allowed`) raises SIGSEGV
+// here, in the submit-time check, as a file that crashes its reader would. INVALID_ARGUMENT
+// naming the field otherwise:
 // "train_job.fault_injection: accepted only when mpsd runs with --enable-fault-injection" when
 // `allowed` is false; an unknown kind ("train_job.fault_injection.kind: ...") or a negative
 // at_step. Thread-safe.

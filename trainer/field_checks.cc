@@ -2,6 +2,7 @@
 #include "trainer/field_checks.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -47,13 +48,22 @@ absl::StatusOr<int> FieldChecks::PositiveOr(absl::string_view field, bool has_va
 
 absl::Status FieldChecks::PositiveFinite(absl::string_view field, double value) const {
   if (!(value > 0)) return Error(field, absl::StrCat("must be > 0, got ", value));
-  if (!std::isfinite(value)) return Error(field, absl::StrCat("must be finite, got ", value));
-  return absl::OkStatus();
+  return Float32(field, value);
 }
 
 absl::Status FieldChecks::NonNegativeFinite(absl::string_view field, double value) const {
   if (!(value >= 0)) return Error(field, absl::StrCat("must be >= 0, got ", value));
+  return Float32(field, value);
+}
+
+absl::Status FieldChecks::Float32(absl::string_view field, double value) const {
   if (!std::isfinite(value)) return Error(field, absl::StrCat("must be finite, got ", value));
+  if (std::fabs(value) > kMaxFloat32) {
+    return Error(field, absl::StrCat("must be at most ", kMaxFloat32,
+                                     " in size (the largest float32: the trainer computes in "
+                                     "float32), got ",
+                                     value));
+  }
   return absl::OkStatus();
 }
 

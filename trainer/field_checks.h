@@ -14,6 +14,9 @@
 
 namespace mpsd::trainer {
 
+// The largest float32 (FLT_MAX, about 3.4e38): the bound of every float hyperparameter.
+inline constexpr double kMaxFloat32 = 3.4028234663852886e38;
+
 // An interval of doubles, each end closed or open; shown as "[0, 1)".
 struct Interval {
   double low = 0;
@@ -47,8 +50,13 @@ class FieldChecks {
                                  int default_value) const;
 
   // Doubles: > 0 and finite; >= 0 and finite; inside `interval` (a NaN is never inside).
+  // "Finite" includes representable as a float32 (|value| <= kMaxFloat32; see Float32).
   absl::Status PositiveFinite(absl::string_view field, double value) const;
   absl::Status NonNegativeFinite(absl::string_view field, double value) const;
+  // Finite and at most kMaxFloat32 in size: the value becomes a float32 scalar where it is used
+  // (LibTorch refuses 1e300 there with "value cannot be converted to type float without
+  // overflow", at run time and naming no field).
+  absl::Status Float32(absl::string_view field, double value) const;
   absl::Status InRange(absl::string_view field, double value, const Interval& interval) const;
 
   // A field set for a setting that does not use it: "only sgd takes it, not adam",

@@ -218,8 +218,15 @@ void ResizeInto(const RgbImage& image, int height, int width, int channels, uint
 }
 
 absl::StatusOr<RgbImage> ReadImageFile(const std::string& path) {
-  const ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot read"));
+  // O_NONBLOCK: a FIFO put in the file's place after the scan must not block the open (waiting
+  // for a writer); it is refused below. Reads of a regular file ignore the flag.
+  const ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) {
+    // FAILED_PRECONDITION whatever errno says (permission denied included): a dataset file the
+    // job cannot read is the dataset's problem (DATASET_ERROR), not mpsd's.
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": cannot read: ", std::strerror(errno)));
+  }
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": stat"));
   if (!S_ISREG(st.st_mode)) {

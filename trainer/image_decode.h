@@ -48,8 +48,10 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes);
 void ResizeInto(const RgbImage& image, int height, int width, int channels, uint8_t* out);
 
 // Reads the file at `path` whole and decodes it (DecodeImage). Errors name the file:
-// "<path>: cannot read: Permission denied" (the errno's code), "<path>: not a JPEG or PNG file"
-// (DATA_LOSS), or DecodeImage's message after the path.
+// "<path>: cannot read: Permission denied" (FAILED_PRECONDITION whatever the errno: a job
+// fails with DATASET_ERROR), "<path>: not a regular file" (FAILED_PRECONDITION; opened without
+// blocking, so a FIFO is refused, not waited for), "<path>: not a JPEG or PNG file" (DATA_LOSS),
+// or DecodeImage's message after the path.
 absl::StatusOr<RgbImage> ReadImageFile(const std::string& path);
 
 }  // namespace mpsd::trainer

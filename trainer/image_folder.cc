@@ -54,6 +54,15 @@ absl::StatusOr<std::vector<DirEntry>> ListDirectory(const std::string& dir) {
 
 bool IsDirectory(const DirEntry& e) { return e.stat_ok && S_ISDIR(e.st.st_mode); }
 
+// What a file that is neither a regular file nor a directory is, in words.
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a file";
+}
+
 struct Ancestor {
   dev_t device;
   ino_t inode;
@@ -80,7 +89,10 @@ absl::Status WalkClass(const std::string& dir, int label, std::vector<Ancestor>&
     ImageFile file;
     file.path = e.path;
     file.label = label;
-    if (e.stat_ok) {
+    if (e.stat_ok && !S_ISREG(e.st.st_mode)) {
+      // Reading a FIFO would wait for a writer forever; a device could be endless.
+      file.error = absl::StrCat("not a regular file (", FileKind(e.st.st_mode), ")");
+    } else if (e.stat_ok) {
       file.size_bytes = e.st.st_size;
       file.mtime_ns = int64_t{e.st.st_mtim.tv_sec} * 1'000'000'000 + e.st.st_mtim.tv_nsec;
     } else {
@@ -149,6 +161,17 @@ bool IsDirectoryPath(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// `missing` (NOT_FOUND), unless `path` cannot be examined for want of permission: then
+// FAILED_PRECONDITION saying so, naming the path (it may well exist).
+absl::Status Missing(const std::string& path, absl::Status missing) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 && errno == EACCES) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: permission denied: mpsd's user cannot search a folder on its path", path));
+  }
+  return missing;
+}
+
 }  // namespace
 
 bool HasImageExtension(absl::string_view name) {
@@ -159,16 +182,16 @@ bool HasImageExtension(absl::string_view name) {
 
 absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root, bool separate_val) {
   if (!IsDirectoryPath(root)) {
-    return absl::NotFoundError(absl::StrFormat("directory %s does not exist", root));
+    return Missing(root, absl::NotFoundError(absl::StrFormat("directory %s does not exist", root)));
   }
   ImageFolderListing listing;
   listing.root = root;
   listing.train.dir = absl::StrCat(root, "/train");
   if (!IsDirectoryPath(listing.train.dir)) {
-    return absl::NotFoundError(absl::StrFormat(
+    return Missing(listing.train.dir, absl::NotFoundError(absl::StrFormat(
         "%s: no such directory; an image_folder root holds train/<class>/ and val/<class>/ "
         "(or test/<class>/)",
-        listing.train.dir));
+        listing.train.dir)));
   }
   if (separate_val) {
     listing.val.dir = absl::StrCat(root, "/val");

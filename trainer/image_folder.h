@@ -21,7 +21,9 @@ struct ImageFile {
   std::string path;        // as found: <root>/train/<class>/…/<name>
   int label = 0;           // index into ImageFolderListing::classes
   int64_t size_bytes = -1;  // -1: the file could not be examined (stat failed: a dangling
-                            // symlink, no permission); `error` says why
+                            // symlink, no permission) or is not a regular file after
+                            // following symlinks (a FIFO, socket or device: never opened);
+                            // `error` says why
   int64_t mtime_ns = 0;    // modification time, ns since the epoch
   std::string error;
 };
@@ -54,8 +56,9 @@ bool HasImageExtension(absl::string_view name);
 //                        file"); a symlink loop ("<path>: symlink loop: it leads back to
 //                        <ancestor>");
 //   errno's code         a directory cannot be read ("<dir>: cannot list: Permission denied").
-// A file that cannot be stat'ed is listed with size_bytes -1 and its error (the decoder's
-// on_bad_image decides). Thread-safe.
+// A file that cannot be stat'ed, or that is not a regular file ("not a regular file (a FIFO)"),
+// is listed with size_bytes -1 and its error (the decoder's on_bad_image decides); scanning
+// opens no file. Thread-safe.
 //
 // separate_val (DatasetSpec.validation.source "val"): val/ is listed as `val` and test/ as
 // `test`; both must exist (NOT_FOUND naming the missing one).

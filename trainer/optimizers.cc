@@ -111,6 +111,17 @@ absl::StatusOr<OptimizerConfig> ResolveOptimizer(const mpsd::v1::OptimizerSpec& 
   if (absl::Status s = CheckFieldsUsed(spec, fields, config.kind); !s.ok()) return s;
   if (absl::Status s = ResolveMomentum(spec, fields, config); !s.ok()) return s;
   if (absl::Status s = ResolveBetas(spec, fields, config); !s.ok()) return s;
+  if (config.kind != OptimizerKind::kSgd) {
+    // Adam's first step is learning_rate / (1 - beta1) (its bias correction), a float32 scalar.
+    const double first_step = config.learning_rate / (1 - config.beta1);
+    if (!(first_step <= kMaxFloat32)) {
+      return fields.Error("learning_rate", absl::StrFormat(
+          "%s's first step is learning_rate / (1 - beta1) = %g / %g = %g, beyond the largest "
+          "float32 (%g)",
+          OptimizerName(config.kind), config.learning_rate, 1 - config.beta1, first_step,
+          kMaxFloat32));
+    }
+  }
   return config;
 }
 

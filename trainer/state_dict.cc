@@ -3,14 +3,20 @@
 #include "trainer/state_dict.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -21,7 +27,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "trainer/torch_errors.h"
+#include "trainer/zip_index.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -33,6 +41,37 @@ absl::Status FileError(const std::string& path, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
 }
 
+// The bytes of each storage record of a torch.save archive ("data/<key>", as its zip central
+// directory states them), by key.
+using RecordSizes = std::map<std::string, uint64_t>;
+
+// What the rewriter knows of a value on the pickle machine's stack: enough to check each tensor
+// against the storage record it views before LibTorch's Unpickler builds anything.
+struct Value {
+  enum Kind { kOther, kInt, kString, kTuple, kGlobal, kStorage, kTensor };
+  Kind kind = kOther;
+  int64_t integer = 0;                         // kInt
+  std::string text;                            // kString; kGlobal "module.name"; kStorage key
+  std::vector<std::shared_ptr<const Value>> items;  // kTuple
+  int64_t numel = 0;                           // kStorage: elements, as the pickle claims
+  int64_t element_size = 0;                    // kStorage: bytes per element
+  std::string problem;                         // kStorage, kTensor: why its data does not fit
+};
+using ValuePtr = std::shared_ptr<const Value>;
+
+// Bytes per element of torch.<name> (a storage type a state dict may name); 0 if unknown.
+int64_t ElementSize(absl::string_view name) {
+  static const auto* sizes = new std::map<std::string, int64_t, std::less<>>{
+      {"DoubleStorage", 8},     {"FloatStorage", 4},        {"HalfStorage", 2},
+      {"BFloat16Storage", 2},   {"LongStorage", 8},         {"IntStorage", 4},
+      {"ShortStorage", 2},      {"CharStorage", 1},         {"ByteStorage", 1},
+      {"BoolStorage", 1},       {"ComplexFloatStorage", 8}, {"ComplexDoubleStorage", 16},
+      {"QInt8Storage", 1},      {"QUInt8Storage", 1},       {"QInt32Storage", 4},
+      {"QUInt4x2Storage", 1},   {"QUInt2x4Storage", 1}};
+  const auto it = sizes->find(name);
+  return it == sizes->end() ? 0 : it->second;
+}
+
 // Rewrites a state dict's pickle for LibTorch's Unpickler, refusing anything a state dict does
 // not hold. LibTorch 1.13's Unpickler turns collections.OrderedDict into None (it expects one
 // only as a tensor's empty backward hooks) and lacks SETITEM, APPEND and BUILD for dicts; so
@@ -40,9 +79,17 @@ absl::Status FileError(const std::string& path, absl::string_view problem) {
 // becomes MARK key value SETITEMS (APPEND likewise), and BUILD, which sets the state dict's
 // `_metadata` attribute, is dropped with its state. To place those MARKs and drop a state, the
 // rewriter follows the pickle machine's stack: where in the output each value on it begins.
+//
+// It also follows the values a tensor is made of, and refuses a file whose tensors do not fit
+// their data before anything is built (LibTorch's Unpickler trusts the pickle: a storage whose
+// record is shorter than its claimed size, or a tensor reaching past its storage, would be read
+// out of bounds when the weights are copied): each storage's record (`records`) must hold
+// exactly numel × element size bytes, and each tensor's elements (offset + Σ (size_i - 1) ×
+// stride_i) must lie inside its storage. The problem is told naming the tensor's key in the
+// dict, with both sizes.
 class PickleRewriter {
  public:
-  explicit PickleRewriter(absl::string_view in) : in_(in) {}
+  PickleRewriter(absl::string_view in, const RecordSizes& records) : in_(in), records_(records) {}
 
   absl::StatusOr<std::string> Run() {
     while (pos_ < in_.size()) {
@@ -50,7 +97,11 @@ class PickleRewriter {
       const uint8_t op = static_cast<uint8_t>(in_[pos_++]);
       absl::Status s = Step(op, start);
       if (!s.ok()) return s;
-      if (op == '.') return out_;  // STOP
+      if (op == '.') {  // STOP
+        // A damaged tensor outside the dict's values (the dict refuses it later, by kind).
+        if (!unnamed_problem_.empty()) return Problem(unnamed_problem_);
+        return out_;
+      }
     }
     return Problem("the pickle ends without STOP");
   }
@@ -89,7 +140,19 @@ class PickleRewriter {
     if (stack_.size() <= (marks_.empty() ? 0 : marks_.back().first)) return Malformed();
     const size_t start = stack_.back();
     stack_.pop_back();
+    popped_ = std::move(values_.back());
+    values_.pop_back();
     return start;
+  }
+  void Push(size_t start, ValuePtr value) {
+    stack_.push_back(start);
+    values_.push_back(value != nullptr ? std::move(value) : std::make_shared<const Value>());
+  }
+  // The values above the topmost MARK, bottom first (none if there is no MARK).
+  std::vector<ValuePtr> AboveMark() const {
+    if (marks_.empty() || values_.size() < marks_.back().first) return {};
+    return std::vector<ValuePtr>(values_.begin() + static_cast<std::ptrdiff_t>(marks_.back().first),
+                                 values_.end());
   }
   // Pops to the topmost MARK; returns where the MARK was written.
   absl::StatusOr<size_t> PopMark() {
@@ -98,6 +161,7 @@ class PickleRewriter {
     marks_.pop_back();
     if (stack_.size() < depth) return Malformed();
     stack_.resize(depth);
+    values_.resize(depth);
     return offset;
   }
 
@@ -111,10 +175,40 @@ class PickleRewriter {
 
   // Copies the opcode at `start` and its `n` bytes of argument; it pushes `pushes` values.
   absl::Status Copy(size_t start, size_t n, int pushes) {
-    if (absl::StatusOr<absl::string_view> arg = Take(n); !arg.ok()) return arg.status();
-    if (pushes > 0) stack_.push_back(out_.size());
+    absl::StatusOr<absl::string_view> arg = Take(n);
+    if (!arg.ok()) return arg.status();
+    if (pushes > 0) Push(out_.size(), ValueOf(static_cast<uint8_t>(in_[start]), *arg));
     out_.append(in_.data() + start, pos_ - start);
     return absl::OkStatus();
+  }
+  // The value an opcode that pushes one constant pushes, from its argument bytes.
+  static ValuePtr ValueOf(uint8_t op, absl::string_view arg) {
+    auto value = std::make_shared<Value>();
+    const auto* p = reinterpret_cast<const unsigned char*>(arg.data());
+    switch (op) {
+      case 'K': case 'M': case 'J': case 0x8a: {  // BININT1, BININT2, BININT, LONG1
+        const bool is_signed = op == 'J' || op == 0x8a;
+        if (arg.empty() || arg.size() > 8) break;  // an int beyond int64 is no size
+        uint64_t bits = 0;
+        for (size_t i = 0; i < arg.size(); ++i) bits |= uint64_t{p[i]} << (8 * i);
+        if (is_signed && arg.size() < 8 && (p[arg.size() - 1] & 0x80) != 0) {
+          bits |= ~uint64_t{0} << (8 * arg.size());  // sign-extend
+        }
+        value->kind = Value::kInt;
+        value->integer = static_cast<int64_t>(bits);
+        break;
+      }
+      case 'X': case 0x8c:  // BINUNICODE, SHORT_BINUNICODE
+        value->kind = Value::kString;
+        value->text = std::string(arg);
+        break;
+      case ')':  // EMPTY_TUPLE
+        value->kind = Value::kTuple;
+        break;
+      default:
+        break;
+    }
+    return value;
   }
   // An opcode whose argument is a length of `n` bytes and that many bytes; pushes one value.
   absl::Status CopySized(size_t start, size_t n) {
@@ -125,13 +219,147 @@ class PickleRewriter {
   // An opcode that pops `pops` values and pushes one in their place (TUPLE2, REDUCE, BINPERSID).
   absl::Status Combine(size_t start, int pops) {
     size_t first = 0;
-    for (int i = 0; i < pops; ++i) {
+    std::vector<ValuePtr> operands(static_cast<size_t>(pops));
+    for (int i = pops - 1; i >= 0; --i) {
       absl::StatusOr<size_t> popped = Pop();
       if (!popped.ok()) return popped.status();
       first = *popped;
+      operands[static_cast<size_t>(i)] = std::move(popped_);
     }
-    stack_.push_back(first);
+    absl::StatusOr<ValuePtr> value = Combined(static_cast<uint8_t>(in_[start]), operands);
+    if (!value.ok()) return value.status();
+    Push(first, *std::move(value));
     return Copy(start, 0, 0);
+  }
+
+  // The value TUPLE1-3, REDUCE or BINPERSID makes of its operands (bottom first).
+  absl::StatusOr<ValuePtr> Combined(uint8_t op, const std::vector<ValuePtr>& operands) {
+    if (op == 0x85 || op == 0x86 || op == 0x87) return Tuple(operands);
+    if (op == 'Q') return PersistentStorage(*operands[0]);
+    if (op == 'R' && operands[0]->kind == Value::kGlobal &&
+        operands[0]->text == "torch._utils._rebuild_tensor_v2") {
+      return RebuiltTensor(*operands[1]);
+    }
+    return std::make_shared<const Value>();
+  }
+  static ValuePtr Tuple(std::vector<ValuePtr> items) {
+    auto value = std::make_shared<Value>();
+    value->kind = Value::kTuple;
+    value->items = std::move(items);
+    return value;
+  }
+
+  // BINPERSID's ('storage', torch.<Type>Storage, key, location, numel), checked against the
+  // record data/<key>.
+  absl::StatusOr<ValuePtr> PersistentStorage(const Value& id) {
+    const auto is = [&](size_t i, Value::Kind kind) {
+      return id.items.size() > i && id.items[i]->kind == kind;
+    };
+    if (id.kind != Value::kTuple || id.items.size() != 5 || !is(0, Value::kString) ||
+        id.items[0]->text != "storage" || !is(1, Value::kGlobal) || !is(2, Value::kString) ||
+        !is(3, Value::kString) || !is(4, Value::kInt)) {
+      return Problem("refused: a persistent id that is not a storage's ('storage', type, key, "
+                     "location, size)");
+    }
+    auto storage = std::make_shared<Value>();
+    storage->kind = Value::kStorage;
+    storage->text = id.items[2]->text;
+    storage->numel = id.items[4]->integer;
+    const std::string& type = id.items[1]->text;
+    storage->element_size = ElementSize(absl::StripPrefix(type, "torch."));
+    if (storage->element_size == 0) {
+      return Problem(absl::StrCat("refused: storage type ", type, " is not one mpsd reads"));
+    }
+    const std::string record = absl::StrCat("data/", storage->text);
+    const auto found = records_.find(storage->text);
+    if (storage->numel < 0 ||
+        storage->numel > std::numeric_limits<int64_t>::max() / storage->element_size) {
+      storage->problem = absl::StrFormat("the pickle gives its storage %s a size of %d elements",
+                                         record, storage->numel);
+    } else if (found == records_.end()) {
+      // LibTorch reads no record for an empty storage.
+      if (storage->numel > 0) {
+        storage->problem = absl::StrFormat(
+            "its storage %s (%d elements of %d bytes) is missing from the archive", record,
+            storage->numel, storage->element_size);
+      }
+    } else if (found->second != static_cast<uint64_t>(storage->numel * storage->element_size)) {
+      storage->problem = absl::StrFormat(
+          "its storage %s holds %d bytes, but the pickle says %d elements of %d bytes (%d bytes)",
+          record, found->second, storage->numel, storage->element_size,
+          storage->numel * storage->element_size);
+    }
+    return storage;
+  }
+
+  // _rebuild_tensor_v2(storage, storage_offset, size, stride, ...), checked to lie inside the
+  // storage.
+  absl::StatusOr<ValuePtr> RebuiltTensor(const Value& args) {
+    const auto ints = [](const Value& v, std::vector<int64_t>& out) {
+      if (v.kind != Value::kTuple) return false;
+      for (const ValuePtr& item : v.items) {
+        if (item->kind != Value::kInt) return false;
+        out.push_back(item->integer);
+      }
+      return true;
+    };
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;
+    if (args.kind != Value::kTuple || args.items.size() < 4 ||
+        args.items[0]->kind != Value::kStorage || args.items[1]->kind != Value::kInt ||
+        !ints(*args.items[2], sizes) || !ints(*args.items[3], strides)) {
+      return Problem("refused: a tensor rebuilt from other than (storage, offset, size, stride)");
+    }
+    const Value& storage = *args.items[0];
+    auto tensor = std::make_shared<Value>();
+    tensor->kind = Value::kTensor;
+    tensor->problem = storage.problem;
+    if (tensor->problem.empty()) {
+      tensor->problem = OutOfStorage(storage, args.items[1]->integer, sizes, strides);
+    }
+    if (!tensor->problem.empty() && unnamed_problem_.empty()) {
+      unnamed_problem_ = absl::StrCat("a tensor: ", tensor->problem);
+    }
+    return tensor;
+  }
+
+  // Why a tensor of `sizes` and `strides` at `offset` reaches outside `storage`; "" if it
+  // does not.
+  static std::string OutOfStorage(const Value& storage, int64_t offset,
+                                  const std::vector<int64_t>& sizes,
+                                  const std::vector<int64_t>& strides) {
+    const std::string shape = absl::StrFormat(
+        "offset %d, size [%s], stride [%s]", offset, absl::StrJoin(sizes, ", "),
+        absl::StrJoin(strides, ", "));
+    const std::string where = absl::StrFormat("its storage data/%s of %d elements", storage.text,
+                                              storage.numel);
+    if (sizes.size() != strides.size() || offset < 0) {
+      return absl::StrCat(shape, " is not a view of ", where);
+    }
+    bool empty = false;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] < 0 || strides[i] < 0) return absl::StrCat(shape, " is not a view of ", where);
+      empty = empty || sizes[i] == 0;
+    }
+    // The last element's index + 1 (none for an empty tensor), in 128 bits: each term is below
+    // 2^126 and the sum stops once it passes the storage.
+    __int128 end = offset;
+    if (!empty) {
+      end += 1;
+      for (size_t i = 0; i < sizes.size() && end <= storage.numel; ++i) {
+        end += static_cast<__int128>(sizes[i] - 1) * strides[i];
+      }
+    }
+    if (end <= storage.numel) return "";
+    return absl::StrCat(shape, " reaches past the end of ", where);
+  }
+
+  // A dict entry (SETITEM, or a pair of SETITEMS): a damaged tensor is told by its key.
+  absl::Status CheckEntry(const Value& key, const Value& value) const {
+    if (value.kind != Value::kTensor || value.problem.empty()) return absl::OkStatus();
+    const std::string name = key.kind == Value::kString ? key.text : "(a key that is no name)";
+    return Problem(absl::StrFormat("tensor \"%s\": %s: the file is damaged or was altered",
+                                   name, value.problem));
   }
 
   absl::Status Global(size_t start) {
@@ -153,7 +381,10 @@ class PickleRewriter {
                                      "else is read",
                                      *module, *name));
     }
-    stack_.push_back(out_.size());
+    auto value = std::make_shared<Value>();
+    value->kind = Value::kGlobal;
+    value->text = absl::StrCat(*module, ".", *name);
+    Push(out_.size(), std::move(value));
     out_.append(in_.data() + start, pos_ - start);
     return absl::OkStatus();
   }
@@ -170,6 +401,7 @@ class PickleRewriter {
     ordered_dict_memo_.erase(*id);
     dropped_.erase(*id);
     memo_[*id] = out_.size();
+    memo_values_[*id] = values_.back();
     out_.append(in_.data() + start, pos_ - start);
     return absl::OkStatus();
   }
@@ -185,13 +417,18 @@ class PickleRewriter {
       return Problem("refused: the pickle reuses a value from an object's attributes");
     }
     if (memo_.count(*id) == 0) return Malformed();
-    stack_.push_back(out_.size());
+    Push(out_.size(), memo_values_[*id]);
     out_.append(in_.data() + start, pos_ - start);
     return absl::OkStatus();
   }
 
   // SETITEM (2 values) and APPEND (1) as SETITEMS / APPENDS of one MARKed run.
   absl::Status Batched(int pops, char batched) {
+    if (batched == 'u' && values_.size() >= 2) {
+      if (absl::Status s = CheckEntry(*values_[values_.size() - 2], *values_.back()); !s.ok()) {
+        return s;
+      }
+    }
     size_t first = 0;
     for (int i = 0; i < pops; ++i) {
       absl::StatusOr<size_t> popped = Pop();
@@ -213,6 +450,7 @@ class PickleRewriter {
     for (auto it = memo_.begin(); it != memo_.end();) {
       if (it->second >= *state) {
         dropped_.insert(it->first);
+        memo_values_.erase(it->first);
         it = memo_.erase(it);
       } else {
         ++it;
@@ -245,12 +483,19 @@ class PickleRewriter {
         marks_.emplace_back(stack_.size(), out_.size());
         return Copy(start, 0, 0);
       case 't': {  // TUPLE
+        std::vector<ValuePtr> items = AboveMark();
         absl::StatusOr<size_t> mark = PopMark();
         if (!mark.ok()) return mark.status();
-        stack_.push_back(*mark);
+        Push(*mark, Tuple(std::move(items)));
         return Copy(start, 0, 0);
       }
       case 'u': case 'e': {  // SETITEMS, APPENDS
+        if (op == 'u') {
+          const std::vector<ValuePtr> pairs = AboveMark();
+          for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+            if (absl::Status s = CheckEntry(*pairs[i], *pairs[i + 1]); !s.ok()) return s;
+          }
+        }
         if (absl::StatusOr<size_t> mark = PopMark(); !mark.ok()) return mark.status();
         if (stack_.empty()) return Malformed();
         return Copy(start, 0, 0);
@@ -278,7 +523,7 @@ class PickleRewriter {
     }
     if (ordered_dict_ == kArguments && op == 'R') {
       ordered_dict_ = kNone;
-      stack_.push_back(out_.size());
+      Push(out_.size(), nullptr);
       out_.push_back('}');  // EMPTY_DICT
       return absl::OkStatus();
     }
@@ -288,9 +533,14 @@ class PickleRewriter {
   enum OrderedDictState { kNone, kCallable, kArguments };
 
   absl::string_view in_;
+  const RecordSizes& records_;
   size_t pos_ = 0;
   std::string out_;
   std::vector<size_t> stack_;                      // out_ offset where each value begins
+  std::vector<ValuePtr> values_;                   // each value on stack_, as far as known
+  ValuePtr popped_;                                // the value Pop() took last
+  std::map<uint64_t, ValuePtr> memo_values_;       // memo id → its value
+  std::string unnamed_problem_;                    // the first damaged tensor's problem
   std::vector<std::pair<size_t, size_t>> marks_;  // (stack depth, out_ offset) of each MARK
   std::map<uint64_t, size_t> memo_;               // memo id → out_ offset of its BINPUT
   std::set<uint64_t> dropped_;                    // memo ids inside a dropped BUILD state
@@ -322,7 +572,24 @@ absl::StatusOr<NamedTensors> ToNamedTensors(const c10::IValue& value) {
   return tensors;
 }
 
-absl::StatusOr<NamedTensors> ReadArchive(const std::string& path) {
+// The sizes of the archive's data/<key> records, from its central directory (bounded: ReadZipIndex),
+// under the archive's folder as PyTorchStreamReader takes it (the first entry's).
+absl::StatusOr<RecordSizes> StorageRecordSizes(const std::string& path) {
+  absl::StatusOr<std::vector<ZipEntry>> index = ReadZipIndex(path);
+  if (!index.ok()) return index.status();
+  RecordSizes sizes;
+  if (index->empty()) return sizes;
+  const std::string& first = index->front().name;
+  const std::string prefix = absl::StrCat(first.substr(0, first.find('/')), "/data/");
+  for (const ZipEntry& entry : *index) {
+    if (absl::StartsWith(entry.name, prefix)) {
+      sizes[entry.name.substr(prefix.size())] = entry.uncompressed_size;
+    }
+  }
+  return sizes;
+}
+
+absl::StatusOr<NamedTensors> ReadArchive(const std::string& path, const RecordSizes& records) {
   caffe2::serialize::PyTorchStreamReader reader(path);
   if (!reader.hasRecord("data.pkl")) {
     return FileError(path, "no data.pkl in the archive: not a file torch.save wrote");
@@ -331,7 +598,7 @@ absl::StatusOr<NamedTensors> ReadArchive(const std::string& path) {
   size_t pickle_size = 0;
   std::tie(pickle, pickle_size) = reader.getRecord("data.pkl");
   absl::StatusOr<std::string> rewritten = PickleRewriter(absl::string_view(
-      static_cast<const char*>(pickle.get()), pickle_size)).Run();
+      static_cast<const char*>(pickle.get()), pickle_size), records).Run();
   if (!rewritten.ok()) return FileError(path, rewritten.status().message());
   size_t offset = 0;
   const auto read = [&](char* buffer, size_t n) {
@@ -377,14 +644,29 @@ std::string ShapeText(const torch::Tensor& tensor) {
 }
 
 absl::StatusOr<NamedTensors> ReadStateDict(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return FileError(path, std::filesystem::exists(path, ec) ? "not a regular file"
-                                                             : "no such file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return FileError(path, "no such file");
+    if (errno == EACCES) {
+      return FileError(path, "permission denied: mpsd's user cannot search a folder on its path");
+    }
+    return FileError(path, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return FileError(path, "not a regular file");
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); fd >= 0) {
+    ::close(fd);
+  } else if (errno == EACCES) {
+    return FileError(path, "permission denied: mpsd's user cannot read it");
+  }
+  absl::StatusOr<RecordSizes> records = StorageRecordSizes(path);
+  if (!records.ok()) {
+    return FileError(path, absl::StrCat("not a state dict this LibTorch reads (torch.save's zip "
+                                        "format, PyTorch >= 1.6): ",
+                                        records.status().message()));
   }
   absl::StatusOr<NamedTensors> tensors;
   const absl::Status status = CatchTorchErrors([&] {
-    tensors = ReadArchive(path);
+    tensors = ReadArchive(path, *records);
     return absl::OkStatus();
   });
   if (!status.ok()) {

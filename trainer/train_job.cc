@@ -200,6 +200,7 @@ absl::Status ResolveOptimization(const mpsd::v1::TrainJob& spec, TrainJobConfig&
       spec.schedule(), config.optimizer.learning_rate, TrainJobFields().Sub("schedule"));
   if (!schedule.ok()) return schedule.status();
   config.schedule = *schedule;
+  if (absl::Status s = CheckValidationFraction(config.dataset); !s.ok()) return s;
   config.nominal_train_examples = NominalTrainExamples(config.dataset);
   return BuildSchedule(config, config.nominal_train_examples).status();
 }

@@ -312,6 +312,12 @@ Role RequiredRole(absl::string_view full_method) {
     if (method == "SubmitJob" || method == "CancelJob" || method == "DeleteArtifacts") {
       return Role::kSubmitter;
     }
+    // A submitter's own uploads; another's (ListUploads, DeleteUpload) needs admin, which the
+    // handler checks.
+    for (absl::string_view upload :
+         {"UploadFile", "GetUploadStatus", "ListUploads", "DeleteUpload"}) {
+      if (method == upload) return Role::kSubmitter;
+    }
     return Role::kAdmin;
   }
   if (absl::StartsWith(full_method, "/grpc.health.v1.Health/") ||

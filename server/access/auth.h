@@ -28,7 +28,7 @@ namespace mpsd::server {
 
 // Each role may do what the one before it may, and more:
 //   viewer:    get, list, stream events, device, models, status, metrics, health, reflection
-//   submitter: viewer + submit, and cancel the jobs it submitted
+//   submitter: viewer + submit, cancel the jobs it submitted, upload (its own uploads)
 //   admin:     everything, cancel any job
 enum class Role : int { kViewer = 1, kSubmitter = 2, kAdmin = 3 };
 
@@ -57,9 +57,10 @@ absl::Status Authorize(const Principal& principal, Role needed, absl::string_vie
 
 // The role an RPC needs, by gRPC's full method name ("/mpsd.v1.JobService/SubmitJob"). Health
 // checking and reflection need viewer; a method this table does not know needs admin, so a new
-// RPC is closed until someone decides who may call it. CancelJob and DeleteArtifacts need
-// submitter here; that a submitter may act only on its own jobs is checked by the handler,
-// which knows the job (CanCancel; DeleteArtifacts' own check).
+// RPC is closed until someone decides who may call it. CancelJob, DeleteArtifacts and the
+// upload RPCs need submitter here; that a submitter may act only on its own jobs and uploads is
+// checked by the handler, which knows the job (CanCancel; DeleteArtifacts' and the uploads' own
+// checks).
 Role RequiredRole(absl::string_view full_method);
 
 // Whether `principal` may cancel a job submitted by `submitted_by`: admin always, a submitter

@@ -6,11 +6,15 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "api/error_cause.h"
+#include "api/upload_name.h"
 
 namespace mpsd::server {
 namespace {
@@ -26,6 +30,11 @@ std::string Resolve(const std::string& path) {
   std::string text = resolved.string();
   while (text.size() > 1 && text.back() == '/') text.pop_back();
   return text;
+}
+
+// A submitter name that is one directory under uploads/ (not "", ".", ".." nor with a '/').
+bool AreaName(absl::string_view name) {
+  return !name.empty() && name != "." && name != ".." && !absl::StrContains(name, '/');
 }
 
 bool IsJobId(absl::string_view text) {
@@ -57,16 +66,63 @@ DataRoots::DataRoots(const std::vector<std::string>& roots, const std::string& s
   }
   if (!state_dir.empty()) {
     state_dir_ = Resolve(state_dir);
-    if (!state_dir_.empty()) artifacts_dir_ = state_dir_ + "/artifacts";
+    if (!state_dir_.empty()) {
+      artifacts_dir_ = state_dir_ + "/artifacts";
+      uploads_dir_ = state_dir_ + "/uploads";
+    }
   }
 }
 
-absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& path) const {
+absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
+                                       absl::string_view submitter) const {
+  auto resolve = [&](absl::string_view field, std::string* value) -> absl::Status {
+    if (!api::IsUploadRef(*value)) return absl::OkStatus();
+    absl::StatusOr<api::UploadRef> ref = api::ParseUploadRef(field, *value);
+    if (!ref.ok()) return ref.status();
+    if (uploads_dir_.empty()) {
+      return api::WithInvalidField(
+          absl::InvalidArgumentError(absl::StrCat(field, ": this daemon keeps no uploads")),
+          field);
+    }
+    *value = absl::StrCat(uploads_dir_, "/", ref->owner.empty() ? submitter : ref->owner, "/",
+                          ref->name, ref->path.empty() ? "" : "/", ref->path);
+    return absl::OkStatus();
+  };
+  if (request->has_bench_job()) {
+    auto& models = *request->mutable_bench_job()->mutable_models();
+    for (int i = 0; i < models.size(); ++i) {
+      if (absl::Status s = resolve(absl::StrCat("bench_job.models[", i, "]"), &models[i]);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (!request->has_train_job()) return absl::OkStatus();
+  mpsd::v1::TrainJob& job = *request->mutable_train_job();
+  for (auto [field, value] : std::initializer_list<std::pair<absl::string_view, std::string*>>{
+           {"train_job.dataset.root", job.mutable_dataset()->mutable_root()},
+           {"train_job.model.torchscript", job.mutable_model()->mutable_torchscript()},
+           {"train_job.model.weights", job.mutable_model()->mutable_weights()},
+           {"train_job.resume_from", job.mutable_resume_from()}}) {
+    if (absl::Status s = resolve(field, value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& path,
+                                  const Principal* principal) const {
   const std::string resolved = path.empty() ? "" : Resolve(path);
   auto under = [&resolved](const std::string& dir) {
     return resolved == dir || dir == "/" ||
            (absl::StartsWith(resolved, dir) && resolved[dir.size()] == '/');
   };
+  // The submitter's own uploads (an admin's job: anyone's).
+  if (!resolved.empty() && principal != nullptr && !uploads_dir_.empty() &&
+      AreaName(principal->name) &&
+      (principal->role == Role::kAdmin ? under(uploads_dir_) && resolved != uploads_dir_
+                                       : under(absl::StrCat(uploads_dir_, "/", principal->name)))) {
+    return absl::OkStatus();
+  }
   const bool daemons_own =
       !state_dir_.empty() && under(state_dir_) && !under(artifacts_dir_);
   if (!resolved.empty() && !daemons_own) {
@@ -75,13 +131,20 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
     }
   }
   // The roots themselves are the operator's to tell: a remote submitter learns only the rule.
+  // An upload's path is shown as the job named it (upload:@OWNER/NAME), not where the state
+  // dir is.
+  std::string shown = path;
+  if (!uploads_dir_.empty() && absl::StartsWith(path, uploads_dir_ + "/")) {
+    shown = absl::StrCat(api::kUploadPrefix, "@", path.substr(uploads_dir_.size() + 1));
+  }
   return absl::PermissionDeniedError(absl::StrCat(
-      field, ": \"", path, "\" is not under the daemon's data_roots: a job submitted over TCP may "
+      field, ": \"", shown, "\" is not under the daemon's data_roots: a job submitted over TCP may "
       "name only files under the directories its operator listed there (symbolic links "
       "resolved); ask the operator which those are"));
 }
 
-absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& dir) const {
+absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& dir,
+                                  const Principal* principal) const {
   std::error_code error;
   std::filesystem::recursive_directory_iterator it(
       dir, std::filesystem::directory_options::none, error);
@@ -90,18 +153,20 @@ absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& di
     if (++seen > kMaxTreeEntries) break;  // A huge tree: the files past this are not looked at.
     if (it.depth() >= kMaxTreeDepth) it.disable_recursion_pending();
     if (!it->is_symlink(error)) continue;
-    if (absl::Status s = CheckPath(field, it->path().string()); !s.ok()) return s;
+    if (absl::Status s = CheckPath(field, it->path().string(), principal); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request) const {
+absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request,
+                              const Principal* principal) const {
   if (request.has_bench_job()) {
     // A TorchScript file among the models (a zoo name or a job id is no path).
     const auto& models = request.bench_job().models();
     for (int i = 0; i < models.size(); ++i) {
       if (!absl::StrContains(models[i], '/') && !absl::EndsWith(models[i], ".pt")) continue;
-      if (absl::Status s = CheckPath(absl::StrCat("bench_job.models[", i, "]"), models[i]);
+      if (absl::Status s =
+              CheckPath(absl::StrCat("bench_job.models[", i, "]"), models[i], principal);
           !s.ok()) {
         return s;
       }
@@ -111,27 +176,38 @@ absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request) const {
   const mpsd::v1::TrainJob& job = request.train_job();
   const mpsd::v1::DatasetSpec& dataset = job.dataset();
   if (!dataset.root().empty()) {
-    if (absl::Status s = CheckPath("train_job.dataset.root", dataset.root()); !s.ok()) return s;
+    if (absl::Status s = CheckPath("train_job.dataset.root", dataset.root(), principal);
+        !s.ok()) {
+      return s;
+    }
     // A symlink inside the root that leads out of the roots (a "dataset file" that is
     // /etc/shadow) is refused as the root itself would be.
-    if (absl::Status s = CheckTree("train_job.dataset.root", dataset.root()); !s.ok()) return s;
+    if (absl::Status s = CheckTree("train_job.dataset.root", dataset.root(), principal);
+        !s.ok()) {
+      return s;
+    }
   } else if (!dataset.name().empty() && dataset.name() != "synthetic") {
     const std::string root = absl::StrCat("/usr/share/datasets/", dataset.name());
-    if (absl::Status s = CheckPath("train_job.dataset.root (default)", root); !s.ok()) return s;
+    if (absl::Status s = CheckPath("train_job.dataset.root (default)", root, principal);
+        !s.ok()) {
+      return s;
+    }
   }
   if (!job.model().torchscript().empty()) {
-    if (absl::Status s = CheckPath("train_job.model.torchscript", job.model().torchscript());
+    if (absl::Status s =
+            CheckPath("train_job.model.torchscript", job.model().torchscript(), principal);
         !s.ok()) {
       return s;
     }
   }
   if (!job.model().weights().empty()) {
-    if (absl::Status s = CheckPath("train_job.model.weights", job.model().weights()); !s.ok()) {
+    if (absl::Status s = CheckPath("train_job.model.weights", job.model().weights(), principal);
+        !s.ok()) {
       return s;
     }
   }
   if (!job.resume_from().empty() && !IsJobId(job.resume_from())) {
-    return CheckPath("train_job.resume_from", job.resume_from());
+    return CheckPath("train_job.resume_from", job.resume_from(), principal);
   }
   return absl::OkStatus();
 }

@@ -198,6 +198,12 @@ std::string Describe(const api::UserCode& code) {
   return absl::StrCat(code.field, " (", code.path, ")");
 }
 
+// What the submit-time check does with it, for messages.
+absl::string_view CheckedBy(const api::UserCode& code) {
+  return absl::EndsWith(code.field, ".weights") ? "reading the weights file"
+                                                : "forward on one example";
+}
+
 // argv and envp for the executor.
 struct Command {
   std::vector<std::string> args;
@@ -569,6 +575,12 @@ absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec
   if (std::optional<api::UserCode> code = api::UserCodeOf(spec)) {
     return ValidateUserCode(spec, *code);
   }
+  // A weights file is read and unpickled at the check: a file made to crash the reader must
+  // not take the warm executor, and the jobs on it, with it.
+  if (spec.has_train_job() && !spec.train_job().model().weights().empty()) {
+    return ValidateUserCode(
+        spec, api::UserCode{"train_job.model.weights", spec.train_job().model().weights()});
+  }
   executor_v1::ValidateRequest request;
   *request.mutable_spec() = spec;
   // An executor being replaced (after a crash, restart_after_jobs, per_job isolation) fails the
@@ -587,12 +599,38 @@ absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec
     if (rpc.ok()) return api::FromExecutorStatus(response);
     const bool going_away = rpc.error_code() == grpc::StatusCode::UNAVAILABLE ||
                             rpc.error_code() == grpc::StatusCode::CANCELLED;
+    if (going_away) {
+      // An executor that died by itself during this check (not one being replaced) was most
+      // likely killed by it (a file it read): checking again would crash its successor, and
+      // the jobs on it, again and again. The submit fails instead.
+      if (std::optional<std::string> crash = CrashedDuring(**child)) {
+        spdlog::error("submit: executor pid {} {} while checking a job; the submit fails and "
+                      "is not checked again",
+                      (*child)->pid, *crash);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the job crashed the executor while checking it (executor pid ", (*child)->pid, " ",
+            *crash, "); not retried: a file the job names may be damaged (mpsd's log has the "
+            "executor's last words)"));
+      }
+    }
     if (going_away && absl::Now() < deadline) {
       failed = *std::move(child);
       continue;
     }
     return absl::UnavailableError(absl::StrCat("executor: ", rpc.error_message()));
   }
+}
+
+std::optional<std::string> ExecutorSupervisor::CrashedDuring(const Child& child) const {
+  absl::MutexLock lock(&mu_);
+  // The monitor reaps an executor that exited within moments; one still alive after this is
+  // not a crash (a broken connection).
+  auto ended = [&child, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ || child.exited;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(5));
+  if (!child.exited || !child.retire_reason.empty()) return std::nullopt;
+  return child.exit_description;
 }
 
 absl::Status ExecutorSupervisor::ValidateUserCode(const mpsd::v1::SubmitJobRequest& spec,
@@ -656,7 +694,7 @@ absl::Status ExecutorSupervisor::RunUserCodeCheck(const mpsd::v1::SubmitJobReque
                  "killed its process pid {}", Describe(code), limit, pid);
     return absl::InvalidArgumentError(absl::StrCat(
         code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
-        ": its check (forward on one example) did not end within ", limit,
+        ": its check (", CheckedBy(code), ") did not end within ", limit,
         " (executor.user_code_timeout_s); the check's process was killed"));
   }
   executor_v1::Status result;
@@ -674,7 +712,8 @@ absl::Status ExecutorSupervisor::RunUserCodeCheck(const mpsd::v1::SubmitJobReque
   if (WIFSIGNALED(*status)) {
     return absl::InvalidArgumentError(absl::StrCat(
         code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
-        ": its check (forward on one example) ended the check's process: ", how));
+        ": crashed the executor while checking it (", CheckedBy(code),
+        "): the check's process ", how, "; not retried"));
   }
   return absl::UnavailableError(
       absl::StrCat("checking user code: ", options_.executor_path, " ", how, " (its log is in mpsd's)"));

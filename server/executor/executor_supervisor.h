@@ -194,8 +194,13 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
 
   explicit ExecutorSupervisor(const Options& options);
 
-  // Validate for a job with user code: in an mpsd-executor of its own, killed at
-  // user_code_timeout.
+  // How `child` ended, if it died by itself (not retired or killed by the supervisor) by the
+  // time the monitor reaped it, waiting up to 5 s for that; nullopt if it is alive or was
+  // retired.
+  std::optional<std::string> CrashedDuring(const Child& child) const;
+
+  // Validate for a job with user code, or a weights file to read: in an mpsd-executor of its
+  // own, killed at user_code_timeout.
   absl::Status ValidateUserCode(const mpsd::v1::SubmitJobRequest& spec,
                                 const api::UserCode& code) const;
   // One check in its own process; `number` names its files (<socket_path>.check<number>.*).

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -35,6 +36,7 @@
 #include "server/core/artifacts.h"
 #include "server/grpc/grpc_auth.h"
 #include "server/core/job_query.h"
+#include "server/core/uploads.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -338,6 +340,99 @@ class FinishedStreamReactor final : public grpc::ServerWriteReactor<Message> {
   void OnDone() override { delete this; }
 };
 
+// One UploadFile call: each chunk is appended as it arrives (a 1 MiB write); the first one
+// starts the upload (hashing the bytes already held) and the end of the stream finishes it
+// (hash, unpack, rename), both by `aside`, on a thread of its own. A stream that breaks leaves
+// the bytes it delivered for a resume.
+// Threads: gRPC's, then the aside thread's; one at a time. Deletes itself in OnDone.
+class UploadReactor final : public grpc::ServerReadReactor<mpsd::v1::UploadChunk> {
+ public:
+  using Aside = std::function<void(std::function<void()>)>;
+  UploadReactor(UploadStore* store, std::string submitter, mpsd::v1::Upload* response,
+                Aside aside)
+      : store_(store),
+        submitter_(std::move(submitter)),
+        response_(response),
+        aside_(std::move(aside)) {
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // The client finished sending (or went away).
+      if (writer_ == nullptr) {
+        Finish(ToClientStatus(api::WithInvalidField(
+            absl::InvalidArgumentError("name: the stream sent no chunk"), "name")));
+        return;
+      }
+      aside_([this] {
+        absl::StatusOr<mpsd::v1::Upload> upload = writer_->Finish();
+        writer_.reset();
+        if (upload.ok()) {
+          spdlog::info("upload \"{}\" of {} complete ({} {} bytes)", upload->name(), submitter_,
+                       upload->kind(), upload->size_bytes());
+          *response_ = *std::move(upload);
+        }
+        Finish(ToClientStatus(upload.status()));
+      });
+      return;
+    }
+    if (static_cast<int64_t>(chunk_.data().size()) > kUploadChunkBytes) {
+      Fail(api::WithInvalidField(
+          absl::InvalidArgumentError(absl::StrCat("data: ", chunk_.data().size(),
+                                                  " bytes in one chunk; at most ",
+                                                  kUploadChunkBytes)),
+          "data"));
+      return;
+    }
+    if (writer_ == nullptr) {
+      // Begin hashes the bytes already held (seconds for GiB): off gRPC's threads.
+      aside_([this] {
+        absl::StatusOr<std::unique_ptr<UploadStore::Writer>> writer =
+            store_->Begin(submitter_, chunk_);
+        if (!writer.ok()) {
+          Fail(writer.status());
+          return;
+        }
+        writer_ = *std::move(writer);
+        Append();
+      });
+      return;
+    }
+    Append();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Writes the chunk just read, then reads the next.
+  void Append() {
+    if (absl::Status s = writer_->Append(chunk_.offset(), chunk_.data()); !s.ok()) {
+      Fail(s);
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void Fail(const absl::Status& status) {
+    writer_.reset();  // Keeps what was written for a resume.
+    Finish(ToClientStatus(status));
+  }
+
+  UploadStore* const store_;
+  const std::string submitter_;
+  mpsd::v1::Upload* const response_;
+  const Aside aside_;
+  mpsd::v1::UploadChunk chunk_;
+  std::unique_ptr<UploadStore::Writer> writer_;
+};
+
+// An UploadFile call refused before its first chunk.
+class RefusedUploadReactor final : public grpc::ServerReadReactor<mpsd::v1::UploadChunk> {
+ public:
+  explicit RefusedUploadReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 template <typename T>
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                  absl::StatusOr<T> result, T* response) {
@@ -368,7 +463,7 @@ absl::Status JobService::MayRead(const Principal& principal,
   if (options_.data_roots == nullptr) {
     return absl::PermissionDeniedError("no data_roots on this listener");
   }
-  if (absl::Status s = options_.data_roots->Check(request); !s.ok()) return s;
+  if (absl::Status s = options_.data_roots->Check(request, &principal); !s.ok()) return s;
   return CanResumeFrom(principal, request);
 }
 
@@ -380,6 +475,16 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
                                                 mpsd::v1::Job* response) {
   absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
   if (!principal.ok()) return Answer<mpsd::v1::Job>(context, principal.status(), response);
+  // upload:NAME becomes the submitter's upload's path before anything looks at the paths.
+  // Kept for the thread below (a copy: the request is gRPC's).
+  auto resolved = std::make_shared<mpsd::v1::SubmitJobRequest>(*request);
+  if (options_.data_roots != nullptr) {
+    if (absl::Status s = options_.data_roots->ResolveUploads(resolved.get(), principal->name);
+        !s.ok()) {
+      return Answer<mpsd::v1::Job>(context, s, response);
+    }
+  }
+  request = resolved.get();
   Scheduler::SubmitCheck may_read;
   if (!IsUnixSocketCall(*context)) {
     // The request and each trial of a sweep, as the scheduler expands it (once).
@@ -411,7 +516,8 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
     ++user_code_submits_;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([this, reactor, request, response, submitter = principal->name, may_read] {
+  std::thread([this, reactor, resolved, request, response, submitter = principal->name,
+               may_read] {
     absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter, may_read);
     if (job.ok()) *response = *std::move(job);
     reactor->Finish(ToClientStatus(job.status()));
@@ -423,7 +529,9 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
 
 JobService::~JobService() {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return user_code_submits_ == 0; };
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return user_code_submits_ == 0 && aside_ == 0;
+  };
   mu_.Await(absl::Condition(&idle));
 }
 
@@ -652,6 +760,92 @@ grpc::ServerUnaryReactor* JobService::DeleteArtifacts(
                 options_.retention->Delete({request->job_ids().begin(), request->job_ids().end()},
                                            jobs, request->dry_run()),
                 response);
+}
+
+void JobService::RunAside(std::function<void()> work) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++aside_;
+  }
+  std::thread([this, work = std::move(work)] {
+    work();
+    absl::MutexLock lock(&mu_);
+    --aside_;
+  }).detach();
+}
+
+absl::StatusOr<std::string> JobService::UploadOwner(const Principal& principal,
+                                                    const std::string& submitter,
+                                                    absl::string_view action) const {
+  if (submitter.empty() || submitter == principal.name) return principal.name;
+  if (absl::Status allowed = Authorize(principal, Role::kAdmin,
+                                       absl::StrCat(action, " of another submitter"));
+      !allowed.ok()) {
+    return allowed;
+  }
+  return submitter;
+}
+
+grpc::ServerReadReactor<mpsd::v1::UploadChunk>* JobService::UploadFile(
+    grpc::CallbackServerContext* context, mpsd::v1::Upload* response) {
+  if (options_.uploads == nullptr) {
+    return new RefusedUploadReactor(
+        ToClientStatus(absl::UnimplementedError("this daemon keeps no uploads")));
+  }
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return new RefusedUploadReactor(ToClientStatus(principal.status()));
+  return new UploadReactor(options_.uploads, principal->name, response,
+                           [this](std::function<void()> work) { RunAside(std::move(work)); });
+}
+
+grpc::ServerUnaryReactor* JobService::GetUploadStatus(
+    grpc::CallbackServerContext* context, const mpsd::v1::GetUploadStatusRequest* request,
+    mpsd::v1::UploadStatus* response) {
+  using Response = mpsd::v1::UploadStatus;
+  if (options_.uploads == nullptr) {
+    return Answer<Response>(context, absl::UnimplementedError("no uploads here"), response);
+  }
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<Response>(context, principal.status(), response);
+  return Answer(context, options_.uploads->Status(principal->name, *request), response);
+}
+
+grpc::ServerUnaryReactor* JobService::ListUploads(grpc::CallbackServerContext* context,
+                                                  const mpsd::v1::ListUploadsRequest* request,
+                                                  mpsd::v1::ListUploadsResponse* response) {
+  using Response = mpsd::v1::ListUploadsResponse;
+  if (options_.uploads == nullptr) {
+    return Answer<Response>(context, absl::UnimplementedError("no uploads here"), response);
+  }
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<Response>(context, principal.status(), response);
+  if (request->all()) {
+    if (absl::Status allowed =
+            Authorize(*principal, Role::kAdmin, "listing every submitter's uploads");
+        !allowed.ok()) {
+      return Answer<Response>(context, allowed, response);
+    }
+    return Answer(context, options_.uploads->List(""), response);
+  }
+  absl::StatusOr<std::string> owner =
+      UploadOwner(*principal, request->submitter(), "listing the uploads");
+  if (!owner.ok()) return Answer<Response>(context, owner.status(), response);
+  return Answer(context, options_.uploads->List(*owner), response);
+}
+
+grpc::ServerUnaryReactor* JobService::DeleteUpload(grpc::CallbackServerContext* context,
+                                                   const mpsd::v1::DeleteUploadRequest* request,
+                                                   mpsd::v1::Upload* response) {
+  using Response = mpsd::v1::Upload;
+  if (options_.uploads == nullptr) {
+    return Answer<Response>(context, absl::UnimplementedError("no uploads here"), response);
+  }
+  absl::StatusOr<Principal> principal = CallPrincipal(*context, options_.tokens);
+  if (!principal.ok()) return Answer<Response>(context, principal.status(), response);
+  absl::StatusOr<std::string> owner =
+      UploadOwner(*principal, request->submitter(), "deleting an upload");
+  if (!owner.ok()) return Answer<Response>(context, owner.status(), response);
+  return Answer(context, options_.uploads->Delete(*owner, request->name()), response);
 }
 
 grpc::ServerUnaryReactor* JobService::GetServerStatus(

@@ -7,6 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "server/core/retention.h"
 #include "server/core/scheduler.h"
 #include "server/core/ticker.h"
+#include "server/core/uploads.h"
 
 namespace mpsd::server {
 
@@ -46,6 +48,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
     // Deletes artifacts (DeleteArtifacts) and measures them (ServerStatus). Borrowed; must
     // outlive the service; null = DeleteArtifacts answers UNIMPLEMENTED.
     ArtifactRetention* retention = nullptr;
+    // Where uploads go (UploadFile and friends). Borrowed; must outlive the service; null =
+    // those RPCs answer UNIMPLEMENTED.
+    UploadStore* uploads = nullptr;
   };
 
   JobService(Scheduler* scheduler, const Options& options);
@@ -109,6 +114,19 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* DeleteArtifacts(grpc::CallbackServerContext* context,
                                             const mpsd::v1::DeleteArtifactsRequest* request,
                                             mpsd::v1::DeleteArtifactsResponse* response) override;
+  // Uploads: the chunks are written as they arrive (on gRPC's threads: a 1 MiB write each);
+  // the SHA-256 check and unpacking at the end run on a thread of their own.
+  grpc::ServerReadReactor<mpsd::v1::UploadChunk>* UploadFile(
+      grpc::CallbackServerContext* context, mpsd::v1::Upload* response) override;
+  grpc::ServerUnaryReactor* GetUploadStatus(grpc::CallbackServerContext* context,
+                                            const mpsd::v1::GetUploadStatusRequest* request,
+                                            mpsd::v1::UploadStatus* response) override;
+  grpc::ServerUnaryReactor* ListUploads(grpc::CallbackServerContext* context,
+                                        const mpsd::v1::ListUploadsRequest* request,
+                                        mpsd::v1::ListUploadsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteUpload(grpc::CallbackServerContext* context,
+                                         const mpsd::v1::DeleteUploadRequest* request,
+                                         mpsd::v1::Upload* response) override;
   grpc::ServerUnaryReactor* GetServerStatus(grpc::CallbackServerContext* context,
                                             const mpsd::v1::GetServerStatusRequest* request,
                                             mpsd::v1::ServerStatus* response) override;
@@ -125,6 +143,13 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   // each trial of a sweep.
   absl::Status MayRead(const Principal& principal,
                        const mpsd::v1::SubmitJobRequest& request) const;
+  // Runs `work` on a thread of its own, which the destructor waits for.
+  void RunAside(std::function<void()> work) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whose uploads a call acts on: the caller's own, or for an admin `submitter` (when not
+  // empty). PERMISSION_DENIED for anyone else naming another submitter.
+  absl::StatusOr<std::string> UploadOwner(const Principal& principal,
+                                          const std::string& submitter,
+                                          absl::string_view action) const;
   // Constant after construction.
   Scheduler* const scheduler_;
   const Options options_;
@@ -138,6 +163,8 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;
   // Submits answering on threads of their own (kMaxUserCodeSubmits).
   int user_code_submits_ ABSL_GUARDED_BY(mu_) = 0;
+  // RunAside threads still running.
+  int aside_ ABSL_GUARDED_BY(mu_) = 0;
 
   absl::Mutex http_url_mu_;
   std::string http_url_ ABSL_GUARDED_BY(http_url_mu_);

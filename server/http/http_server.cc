@@ -12,6 +12,7 @@
 #include <openssl/x509.h>
 
 #include <fstream>
+#include <regex>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -21,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "httplib.h"
 #include "server/access/tls.h"
+#include "server/http/dashboard_api.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -164,18 +166,25 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Op
   return std::unique_ptr<httplib::Server>(std::move(server));
 }
 
-// What the hook's refusal becomes on the wire. The message is the hook's, which never holds the
-// token.
-void Refuse(const absl::Status& status, httplib::Response& response) {
-  if (status.code() == absl::StatusCode::kInvalidArgument) {
-    response.status = 400;
-  } else if (status.code() == absl::StatusCode::kPermissionDenied) {
-    response.status = 403;
+// What the hook's refusal becomes on the wire: 400 (INVALID_ARGUMENT), 403 (PERMISSION_DENIED)
+// or 401 (anything else, with WWW-Authenticate); under /api/ the API's JSON error body
+// ({"code", "message"}, server/http/dashboard_api.h), else text. The message is the hook's, which
+// never holds the token.
+void Refuse(const absl::Status& status, const httplib::Request& request,
+            httplib::Response& response) {
+  const absl::Status refusal =
+      status.code() == absl::StatusCode::kInvalidArgument ||
+              status.code() == absl::StatusCode::kPermissionDenied
+          ? status
+          : absl::UnauthenticatedError(status.message());
+  const HttpReply reply = ErrorReply(refusal);
+  response.status = reply.status;
+  if (response.status == 401) response.set_header("WWW-Authenticate", "Bearer realm=\"mpsd\"");
+  if (absl::StartsWith(request.path, "/api/")) {
+    response.set_content(reply.body, "application/json");
   } else {
-    response.status = 401;
-    response.set_header("WWW-Authenticate", "Bearer realm=\"mpsd\"");
+    response.set_content(absl::StrCat(status.message(), "\n"), "text/plain; charset=utf-8");
   }
-  response.set_content(absl::StrCat(status.message(), "\n"), "text/plain; charset=utf-8");
 }
 
 }  // namespace
@@ -251,9 +260,31 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
   // A path no route matches (or a route's pattern refuses, as /api/jobs/abc) gets a body
   // saying so: JSON under /api/, as the API's other errors (server/http/dashboard_api.h), else text.
   // Handlers' own error bodies are kept. The path is not echoed.
-  http->server_->set_error_handler([](const httplib::Request& request,
-                                      httplib::Response& response) {
+  // A path that a route of another method matches is 405 with Allow (RFC 9110 15.5.6): GET on
+  // a POST-only route such as /api/jobs/ID/cancel.
+  http->server_->set_error_handler([http = http.get()](const httplib::Request& request,
+                                                       httplib::Response& response) {
     if (response.status != 404 || !response.body.empty()) return;
+    std::string allowed;
+    for (const Route& route : http->routes_) {
+      if (route.method != request.method && std::regex_match(request.path, route.pattern) &&
+          !absl::StrContains(allowed, route.method)) {
+        absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", route.method);
+      }
+    }
+    if (!allowed.empty()) {
+      response.status = 405;
+      response.set_header("Allow", allowed);
+      const std::string message =
+          absl::StrCat(request.method, " is not allowed here; this path takes ", allowed);
+      if (absl::StartsWith(request.path, "/api/")) {
+        HttpReply reply = ErrorReply(absl::InvalidArgumentError(message));
+        response.set_content(reply.body, "application/json");
+      } else {
+        response.set_content(absl::StrCat(message, "\n"), "text/plain; charset=utf-8");
+      }
+      return;
+    }
     if (absl::StartsWith(request.path, "/api/")) {
       response.set_content(
           "{\"code\":\"NOT_FOUND\",\"message\":\"no such API path (job ids are decimal "
@@ -310,6 +341,7 @@ absl::Status HttpServer::ReloadTls() {
 }
 
 void HttpServer::Get(const std::string& pattern, Handler handler, bool public_route) {
+  routes_.push_back(Route{"GET", std::regex(pattern)});
   const std::string action = absl::StrCat("GET ", pattern);
   server_->Get(pattern, [this, action, handler = std::move(handler), public_route](
                             const httplib::Request& request, httplib::Response& response) {
@@ -318,6 +350,7 @@ void HttpServer::Get(const std::string& pattern, Handler handler, bool public_ro
 }
 
 void HttpServer::Post(const std::string& pattern, Handler handler, bool public_route) {
+  routes_.push_back(Route{"POST", std::regex(pattern)});
   const std::string action = absl::StrCat("POST ", pattern);
   server_->Post(pattern, [this, action, handler = std::move(handler), public_route](
                              const httplib::Request& request, httplib::Response& response) {
@@ -338,7 +371,7 @@ void HttpServer::Serve(const std::string& action, const Handler& handler, bool p
     if (!authorized.ok()) {
       spdlog::warn("http: {} from {}: {}", action, request.remote_addr,
                    std::string(authorized.status().message()));
-      Refuse(authorized.status(), response);
+      Refuse(authorized.status(), request, response);
       return;
     }
     caller = *std::move(authorized);

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <regex>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 #include <thread>
 
@@ -117,6 +119,12 @@ class HttpServer {
   // HTTPS: the certificate and key the handshakes use (server/http/http_server.cc); null for HTTP.
   std::shared_ptr<HttpTlsKeys> tls_;
   std::unique_ptr<httplib::Server> server_;
+  // Every route's method and pattern, for 405 answers; written by Get/Post before Start only.
+  struct Route {
+    std::string method;
+    std::regex pattern;
+  };
+  std::vector<Route> routes_;
   int port_ = 0;
   std::string url_;
 

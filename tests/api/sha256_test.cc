@@ -39,5 +39,15 @@ TEST(Sha256OfFileTest, AMissingFileOrADirectoryIsInternalNamingIt) {
   }
 }
 
+TEST(Sha256HasherTest, PiecesGiveTheWholesDigestAndFinishStartsAgain) {
+  Sha256Hasher hasher;
+  const std::string million(1000000, 'a');
+  for (size_t at = 0; at < million.size(); at += 333333) hasher.Update(million.substr(at, 333333));
+  EXPECT_EQ(hasher.Finish(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  hasher.Update("abc");
+  EXPECT_EQ(hasher.Finish(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hasher.Finish(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
 }  // namespace
 }  // namespace mpsd::api

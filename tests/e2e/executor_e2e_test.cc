@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -175,6 +176,60 @@ TEST_F(ExecutorE2eTest, FaultInjectionIsRejectedWithoutTheFlag) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(job.status().message(), HasSubstr("train_job.fault_injection"));
   EXPECT_THAT(job.status().message(), HasSubstr("--enable-fault-injection"));
+}
+
+// Issue 26: a submit-time check that crashed the warm executor (a weights file made to crash its
+// reader) was sent to each new executor in turn, crashing it about once a second for minutes;
+// every RPC timed out meanwhile. A check that crashed the executor fails that submit, once, is
+// logged, and is not retried; the next job runs.
+TEST_F(ExecutorE2eTest, ACheckThatCrashesTheExecutorFailsThatSubmitOnceAndIsNotRetried) {
+  StartDaemon("", /*fault_injection=*/true);
+  const int64_t restarts = Device(*daemon_).executor_restarts();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Job> crashed = rpc::Submit(*daemon_, WithFault(TinyJob(), "segfault_in_check", 1));
+  ASSERT_FALSE(crashed.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_EQ(crashed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(crashed.status().message(), HasSubstr("crashed the executor while checking it"));
+  EXPECT_THAT(crashed.status().message(), HasSubstr("killed by signal 11 (SIGSEGV)"));
+  EXPECT_THAT(crashed.status().message(), HasSubstr("not retried"));
+  // One crash, one new executor: the check went to no other.
+  ASSERT_TRUE(WaitUntil([&] { return Device(*daemon_).executor_pid() > 0; }));
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ(Device(*daemon_).executor_restarts(), restarts + 1);
+  EXPECT_THAT(ReadFile(daemon_->log_path()), HasSubstr("while checking a job; the submit fails"));
+  const Job next = RunToEnd(*daemon_, TinyJob());
+  EXPECT_EQ(next.state(), Job::SUCCEEDED) << next.message();
+  EXPECT_EQ(Device(*daemon_).executor_restarts(), restarts + 1);
+}
+
+// A weights file is checked in an executor process of its own: a check that crashes there fails
+// the submit naming the file, and the job running on the warm executor goes on.
+TEST_F(ExecutorE2eTest, AWeightsCheckThatCrashesHarmsNoRunningJob) {
+  StartDaemon("", /*fault_injection=*/true);
+  const mpsd::v1::DeviceInfo before = Device(*daemon_);
+  absl::StatusOr<Job> running = rpc::Submit(*daemon_, LongJob());
+  ASSERT_TRUE(running.ok()) << running.status();
+  WaitForSteps(running->id());
+  const std::string weights = dir_.str() + "/weights.pt";
+  WriteFile(weights, "not read: the check crashes first");
+  SubmitJobRequest request = WithFault(TinyJob(), "segfault_in_check", 1);
+  request.mutable_train_job()->mutable_model()->set_weights(weights);
+  absl::StatusOr<Job> crashed = rpc::Submit(*daemon_, request);
+  ASSERT_FALSE(crashed.ok());
+  EXPECT_EQ(crashed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(crashed.status().message(),
+              HasSubstr("train_job.model.weights: " + weights +
+                        ": crashed the executor while checking it (reading the weights file)"));
+  EXPECT_THAT(crashed.status().message(), HasSubstr("killed by signal 11 (SIGSEGV)"));
+  absl::StatusOr<Job> still = rpc::Get(*daemon_, running->id());
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->state(), Job::RUNNING);
+  const mpsd::v1::DeviceInfo after = Device(*daemon_);
+  EXPECT_EQ(after.executor_pid(), before.executor_pid());
+  EXPECT_EQ(after.executor_restarts(), before.executor_restarts());
+  ASSERT_TRUE(rpc::Cancel(*daemon_, running->id()).ok());
+  ASSERT_TRUE(rpc::WaitForEnd(*daemon_, running->id()).ok());
 }
 
 TEST_F(ExecutorE2eTest, InjectedAbortAndSegfaultFailTheJobAndTheNextJobSucceeds) {

@@ -216,6 +216,46 @@ TEST_F(ModelE2eTest, BadWeightsAndPrefixesAreRefusedAtSubmitNamingTheField) {
   EXPECT_EQ(jobs->jobs_size(), 0);
 }
 
+// Issue 26: a state dict rewritten with Python's zipfile so that a storage record is shorter than
+// its pickle claims crashed the executor at the submit-time check (SIGSEGV, restarted into the
+// same crash for minutes), or passed it and trained on garbage. Each is refused at submit naming
+// the file, the tensor and both sizes, and nothing is built from it; the daemon stays up.
+TEST_F(ModelE2eTest, WeightsThatLieAboutTheirTensorsAreRefusedAtSubmitNamingTheTensor) {
+  const std::string pretrained = dir_.str() + "/r18.pt";
+  ASSERT_EQ(Helper({"write-resnet18", pretrained, "3"}).exit_code, 0);
+  const absl::StatusOr<mpsd::v1::DeviceInfo> before = rpc::Device(*daemon_);
+  ASSERT_TRUE(before.ok()) << before.status();
+  struct Lie {
+    std::string mode;
+    std::string expected;
+  };
+  const std::vector<Lie> lies = {
+      {"biggest", "tensor \"layer4.0.conv2.weight\": its storage data/96 holds 8 bytes, but the "
+                  "pickle says 2359296 elements of 4 bytes (9437184 bytes)"},
+      {"cut0", "tensor \"conv1.weight\": its storage data/0 holds 100 bytes, but the pickle says "
+               "9408 elements of 4 bytes (37632 bytes)"},
+      {"short-storage", "tensor \"fc.bias\": offset 0, size [3], stride [1] reaches past the "
+                        "end of its storage data/121 of 1 elements"},
+  };
+  for (const Lie& lie : lies) {
+    SCOPED_TRACE(lie.mode);
+    const std::string file = absl::StrCat(dir_.str(), "/lie-", lie.mode, ".pt");
+    ASSERT_EQ(Helper({"lie", pretrained, file, lie.mode}).exit_code, 0);
+    const std::string refused =
+        Refused(JobFile(absl::StrCat("model: {name: resnet18, weights: lie-", lie.mode, ".pt}")));
+    EXPECT_THAT(refused, HasSubstr("train_job.model.weights: " + file + ": "));
+    EXPECT_THAT(refused, HasSubstr(lie.expected));
+    EXPECT_THAT(refused, HasSubstr("the file is damaged or was altered"));
+  }
+  // The checks crashed nothing: the warm executor is the one from before.
+  const absl::StatusOr<mpsd::v1::DeviceInfo> after = rpc::Device(*daemon_);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->executor_restarts(), before->executor_restarts());
+  absl::StatusOr<mpsd::v1::ListJobsResponse> jobs = rpc::List(*daemon_, {});
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->jobs_size(), 0);
+}
+
 TEST_F(ModelE2eTest, ABenchJobTimesAFinishedJobsModelAndATorchScriptFile) {
   std::vector<mpsd::v1::JobEvent> events;
   const Job trained = Run(JobFile("model: {name: resnet18}"), events);

@@ -3,6 +3,7 @@
 // across jobs, and the class names in the stored summary.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -90,6 +91,48 @@ TEST(OwnDataE2eTest, ImageFolderJobCachesItsDecodeUnderTheStateDir) {
   EXPECT_THAT(CacheFiles(state + "/cache"),
               UnorderedElementsAre(EndsWith("-train.u8"), EndsWith("-val.u8")));
   EXPECT_EQ(fs::status(state + "/cache").permissions() & fs::perms::all, fs::perms::owner_all);
+}
+
+// Issue 26: a FIFO named zz.png in train/red/ passed submit and the job then waited in RUNNING
+// forever, reading it (the queue behind it waiting too). Scanning opens nothing: the FIFO is
+// refused at submit naming it, and with on_bad_image: skip it is left out unopened.
+TEST(OwnDataE2eTest, AFifoAmongTheImagesIsRefusedAtSubmitOrSkippedAndNeverOpened) {
+  if (std::string(kPython).empty()) GTEST_SKIP() << "no python3 with PIL";
+  TempDir dir;
+  ASSERT_EQ(std::system(absl::StrCat(kPython, " ", SourcePath("examples/make_own_data.py"), " ",
+                                     dir.str(), "/colours --train-per-class 4 --val-per-class 2")
+                            .c_str()),
+            0);
+  const std::string fifo = dir.str() + "/colours/train/red/zz.png";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
+  daemon.Start();
+  const auto job_file = [&](const std::string& extra) {
+    const std::string path = dir.str() + "/job.yaml";
+    WriteFile(path, absl::StrCat("kind: TrainJob\nmodel: {name: mlp}\ndataset:\n"
+                                 "  name: image_folder\n  root: colours\n"
+                                 "  image_folder: {image_size: [8, 8]",
+                                 extra, "}\nbatch_size: 4\nepochs: 1\ndevice: cpu\n"));
+    return path;
+  };
+  const CommandResult refused = RunCommandWithin(
+      {MpsctlPath(), "--server", daemon.address(), "submit", job_file("")}, absl::Seconds(60));
+  EXPECT_NE(refused.exit_code, 0) << refused.out;
+  EXPECT_THAT(refused.err, ::testing::HasSubstr("train_job.dataset.root: " + fifo +
+                                                ": not a regular file (a FIFO)"));
+
+  const CommandResult followed = RunCommandWithin(
+      {MpsctlPath(), "--server", daemon.address(), "--json", "submit",
+       job_file(", on_bad_image: skip"), "--follow"},
+      absl::Seconds(120));
+  ASSERT_EQ(followed.exit_code, 0) << followed.out << followed.err;
+  const std::vector<mpsd::v1::JobEvent> events = ParseEventLines(followed.out);
+  ASSERT_FALSE(events.empty());
+  absl::StatusOr<mpsd::v1::Job> job = rpc::Get(daemon, events[0].job_id());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), mpsd::v1::Job::SUCCEEDED) << job->message();
+  EXPECT_TRUE(LogSays(events, fifo + ": not a regular file (a FIFO)"));
+  EXPECT_TRUE(fs::is_fifo(fifo));
 }
 
 }  // namespace

@@ -14,6 +14,11 @@
       a scripted CNN with dropout and BatchNorm (its eval mode differs from its training mode).
   trained_model.py write-evil OUT.pt
       a pickle that would call print() if it were unpickled by Python: mpsd must refuse it.
+  trained_model.py lie IN.pt OUT.pt biggest|cut0|short-storage
+      IN.pt rewritten with zipfile to lie about its tensors: the largest tensor's storage record
+      holds 8 bytes (biggest), data/0 is cut to 100 bytes (cut0), or fc.bias's storage claims
+      one element and holds 4 bytes, so the tensor reaches past it (short-storage). Prints the
+      tensor's name and storage key as JSON.
 
 Needs Debian's python3-torch and python3-torchvision.
 """
@@ -88,6 +93,53 @@ class TinyNet(torch.nn.Module):
         return self.fc(self.drop(x))
 
 
+def lie(in_path, out_path, mode):
+    import pickletools
+    import zipfile
+
+    state = torch.load(in_path)
+    with zipfile.ZipFile(in_path) as zin:
+        entries = [(info, zin.read(info.filename)) for info in zin.infolist()]
+    prefix = entries[0][0].filename.split("/")[0] + "/"
+    pkl = next(data for info, data in entries if info.filename == prefix + "data.pkl")
+    # Each tensor's storage key, in order, and where its claimed size is: the persistent id
+    # (MARK 'storage' GLOBAL key 'cpu' numel TUPLE BINPERSID; repeated strings memoised).
+    ops = list(pickletools.genops(pkl))
+    keys, numel_at = [], {}
+    for i, (op, _, _) in enumerate(ops):
+        if op.name != "BINPERSID":
+            continue
+        start = max(j for j in range(i) if ops[j][0].name == "MARK")
+        window = ops[start:i]
+        key = next(a for o, a, _ in window
+                   if o.name.endswith("UNICODE") and a not in ("storage", "cpu"))
+        keys.append(key)
+        numel_at[key] = [(o, p) for o, a, p in window if isinstance(a, int) and "INT" in o.name][-1]
+    names = list(state.keys())
+    if mode == "biggest":
+        name = max(names, key=lambda n: state[n].numel())
+        key = keys[names.index(name)]
+        records = {prefix + "data/" + key: b"\0" * 8}
+    elif mode == "cut0":
+        key = "0"
+        name = names[keys.index(key)]
+        data = next(d for info, d in entries if info.filename == prefix + "data/0")
+        records = {prefix + "data/0": data[:100]}
+    elif mode == "short-storage":
+        name = "fc.bias"
+        key = keys[names.index(name)]
+        op, at = numel_at[key]  # BININT1 3: claim 1 element, and hold 4 bytes
+        assert op.name == "BININT1", op.name
+        pkl = pkl[: at + 1] + bytes([1]) + pkl[at + 2 :]
+        records = {prefix + "data/" + key: b"\0" * 4, prefix + "data.pkl": pkl}
+    else:
+        sys.exit(f"unknown mode {mode}")
+    with zipfile.ZipFile(out_path, "w") as zout:
+        for info, data in entries:
+            zout.writestr(info, records.get(info.filename, data))
+    print(json.dumps({"name": name, "key": key, "numel": state[name].numel()}))
+
+
 class Evil:
     def __reduce__(self):
         return (print, ("executed",))
@@ -103,6 +155,8 @@ def main():
         write_resnet18(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 3)
     elif command == "write-tinynet":
         torch.jit.script(TinyNet(int(sys.argv[3]))).save(sys.argv[2])
+    elif command == "lie":
+        lie(sys.argv[2], sys.argv[3], sys.argv[4])
     elif command == "write-evil":
         torch.save({"conv1.weight": torch.zeros(1), "x": Evil()}, sys.argv[2])
     else:

@@ -219,6 +219,8 @@ TEST_F(ConfigTest, NumericKeysAreBounded) {
       {"artifacts_retention:\n  max_bytes: 50GiB\n",
        "artifacts_retention.max_bytes: expected a number of bytes, got \"50GiB\""},
       {"artifacts_retention:\n  keep_last: 3\n", "artifacts_retention.keep_last: unknown key"},
+      {"upload_quota_bytes: 0\n", "upload_quota_bytes: must be >= 1 and <= 1125899906842624"},
+      {"upload_max_files: 0\n", "upload_max_files: must be >= 1 and <= 100000000, got 0"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Config> config = LoadConfig(Write(c.text));

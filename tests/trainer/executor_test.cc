@@ -296,6 +296,35 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
          j.mutable_optimizer()->set_learning_rate(std::numeric_limits<double>::infinity());
        },
        "train_job.optimizer.learning_rate: must be finite"},
+      // Issue 26: accepted, then FAILED INTERNAL at run ("value cannot be converted to type
+      // float without overflow"), naming no field.
+      {"lr 1e300",
+       [](auto& j) {
+         j.mutable_optimizer()->set_name("sgd");
+         j.mutable_optimizer()->set_learning_rate(1e300);
+       },
+       "train_job.optimizer.learning_rate: must be at most 3.40282e+38 in size (the largest "
+       "float32"},
+      {"weight_decay 1e300", [](auto& j) { j.mutable_optimizer()->set_weight_decay(1e300); },
+       "train_job.optimizer.weight_decay: must be at most 3.40282e+38"},
+      {"grad_clip_norm 1e300", [](auto& j) { j.set_grad_clip_norm(1e300); },
+       "train_job.grad_clip_norm: must be at most 3.40282e+38"},
+      {"adam's first step",
+       [](auto& j) {
+         j.mutable_optimizer()->set_name("adam");
+         j.mutable_optimizer()->set_learning_rate(1e38);
+       },
+       "train_job.optimizer.learning_rate: adam's first step is learning_rate / (1 - beta1) = "
+       "1e+38 / 0.1 = 1e+39, beyond the largest float32"},
+      // Issue 26: passed submit and failed at run; 0.9999 blamed drop_last, never set.
+      {"fraction too small",
+       [](auto& j) { j.mutable_dataset()->mutable_validation()->set_fraction(0.0001); },
+       "train_job.dataset.validation.fraction: 0.0001 of 2000 training examples holds out 0, "
+       "which leaves the validation split empty"},
+      {"fraction too large",
+       [](auto& j) { j.mutable_dataset()->mutable_validation()->set_fraction(0.9999); },
+       "train_job.dataset.validation.fraction: 0.9999 of 2000 training examples holds out 2000, "
+       "which leaves nothing to train on"},
       {"limit_train", [](auto& j) { j.mutable_dataset()->set_limit_train(-1); },
        "train_job.dataset.limit_train: must be >= 0, got -1"},
       {"limit_test", [](auto& j) { j.mutable_dataset()->set_limit_test(-5); },

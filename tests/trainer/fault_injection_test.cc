@@ -45,7 +45,8 @@ TEST(FaultInjectionTest, KindsAndStepsAreChecked) {
   }
   EXPECT_THAT(CheckFaultInjection(TrainWithFault("explode", 1), true).message(),
               HasSubstr("train_job.fault_injection.kind: expected abort, segfault, "
-                        "allocate_unbounded, hang or (train_job) nan_loss, got \"explode\""));
+                        "allocate_unbounded, hang, segfault_in_check or (train_job) nan_loss, got "
+                        "\"explode\""));
   EXPECT_THAT(CheckFaultInjection(TrainWithFault("abort", -1), true).message(),
               HasSubstr("train_job.fault_injection.at_step: must be >= 0"));
 }

@@ -25,7 +25,9 @@
 
 namespace mpsd::trainer {
 namespace {
+using mpsd::testing::AsAnotherUser;
 using mpsd::testing::ReadFile;
+using mpsd::testing::RunsAsAnotherUser;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -159,6 +161,54 @@ TEST_F(ImageFolderTest, BadFilesAreErrorsNamingTheFile) {
   }
   image = DecodeImage(huge);
   ASSERT_FALSE(image.ok());
+}
+
+// Issue 26: a FIFO named like an image hung the job that read it (open waits for a writer). The
+// scan lists it unopened as not a regular file; read anyway (put in place after the scan), it
+// is refused at once.
+TEST_F(ImageFolderTest, AFifoIsListedAsNotARegularFileAndNeverWaitedFor) {
+  for (const char* split : {"train/red", "val/red"}) fs::create_directories(dir_ / split);
+  WritePng((dir_ / "train/red/a.png").string(), 4, 4, RandomRgb(4, 4, 1));
+  WritePng((dir_ / "val/red/a.png").string(), 4, 4, RandomRgb(4, 4, 1));
+  const std::string fifo = (dir_ / "train/red/zz.png").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  absl::StatusOr<ImageFolderListing> listing = ScanImageFolder(dir_.string());
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  ASSERT_EQ(listing->train.files.size(), 2u);
+  EXPECT_EQ(listing->train.files[1].path, fifo);
+  EXPECT_EQ(listing->train.files[1].size_bytes, -1);
+  EXPECT_EQ(listing->train.files[1].error, "not a regular file (a FIFO)");
+  absl::StatusOr<RgbImage> image = ReadImageFile(fifo);
+  ASSERT_FALSE(image.ok());
+  EXPECT_THAT(image.status().message(), HasSubstr(fifo + ": not a regular file"));
+}
+
+// Issue 26: an image folder mpsd's user cannot search "does not exist"; an unreadable image
+// failed the job as INTERNAL. Both say permission denied, naming the path, and the image's
+// error is a dataset error (FAILED_PRECONDITION: DATASET_ERROR).
+TEST_F(ImageFolderTest, UnreadableFoldersAndImagesSayPermissionDenied) {
+  const std::string locked = (dir_ / "locked").string();
+  fs::create_directories(locked + "/colours/train/red");
+  const std::string image = (dir_ / "secret.png").string();
+  WritePng(image, 4, 4, RandomRgb(4, 4, 1));
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(locked.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(image.c_str(), 0600), 0);
+  if (!RunsAsAnotherUser()) {
+    ASSERT_EQ(chmod(locked.c_str(), 0), 0);
+    ASSERT_EQ(chmod(image.c_str(), 0), 0);
+  }
+  const std::string errors = AsAnotherUser([&] {
+    const absl::Status scan = ScanImageFolder(locked + "/colours").status();
+    const absl::Status read = ReadImageFile(image).status();
+    return absl::StrCat(absl::StatusCodeToString(scan.code()), " ", scan.message(), "\n",
+                        absl::StatusCodeToString(read.code()), " ", read.message());
+  });
+  chmod(locked.c_str(), 0700);
+  EXPECT_THAT(errors, HasSubstr("FAILED_PRECONDITION " + locked + "/colours: permission denied: "
+                                "mpsd's user cannot search a folder on its path"));
+  EXPECT_THAT(errors, HasSubstr("FAILED_PRECONDITION " + image + ": cannot read: Permission "
+                                "denied"));
 }
 
 TEST_F(ImageFolderTest, ResizeMatchesPillowBilinear) {

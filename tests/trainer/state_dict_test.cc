@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/files.h"
 #include "tests/common/temp_dir.h"
 #include "trainer/model_export.h"
 #include "trainer/models.h"
@@ -183,6 +185,32 @@ TEST_F(StateDictTest, StateDictBytesReadBackAsTheSameTensors) {
   for (const auto& item : model->named_parameters()) {
     EXPECT_TRUE(torch::equal(read[item.key()], item.value())) << item.key();
   }
+}
+
+// Issue 26: a weights file in a folder mpsd's user cannot search was "no such file"; one it cannot
+// read "LibTorch error: open file failed because of errno 13". Both say permission denied.
+TEST(StateDictPermissionTest, AnUnreadableFileOrFolderSaysPermissionDenied) {
+  testing::TempDir dir;
+  const std::string locked = dir.str() + "/locked";
+  ASSERT_EQ(mkdir(locked.c_str(), 0700), 0);
+  const std::string hidden = locked + "/w.pt";
+  const std::string secret = dir.str() + "/secret.pt";
+  std::ofstream(hidden) << "x";
+  std::ofstream(secret) << "x";
+  ASSERT_EQ(chmod(dir.str().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  if (!testing::RunsAsAnotherUser()) {
+    ASSERT_EQ(chmod(locked.c_str(), 0), 0);
+    ASSERT_EQ(chmod(secret.c_str(), 0), 0);
+  }
+  const std::string errors = testing::AsAnotherUser([&] {
+    return absl::StrCat(ReadStateDict(hidden).status().message(), "\n",
+                        ReadStateDict(secret).status().message());
+  });
+  chmod(locked.c_str(), 0700);
+  EXPECT_THAT(errors, HasSubstr(hidden + ": permission denied: mpsd's user cannot search a "
+                                         "folder on its path"));
+  EXPECT_THAT(errors, HasSubstr(secret + ": permission denied: mpsd's user cannot read it"));
 }
 
 }  // namespace

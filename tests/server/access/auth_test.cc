@@ -92,6 +92,10 @@ TEST(RequiredRoleTest, EveryRpcOfTheApi) {
   EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/SubmitJob"), Role::kSubmitter);
   EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/CancelJob"), Role::kSubmitter);
   EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/DeleteArtifacts"), Role::kSubmitter);
+  for (const char* method : {"UploadFile", "GetUploadStatus", "ListUploads", "DeleteUpload"}) {
+    EXPECT_EQ(RequiredRole(std::string("/mpsd.v1.JobService/") + method), Role::kSubmitter)
+        << method;
+  }
   EXPECT_EQ(RequiredRole("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
             Role::kViewer);
   EXPECT_EQ(RequiredRole("/grpc.health.v1.Health/Check"), Role::kViewer);

@@ -40,6 +40,14 @@ std::unique_ptr<HttpServer> Serve() {
                                       httplib::Response& response) {
     response.set_content("job " + request.matches[1].str(), "text/plain");
   });
+  (*server)->Get(R"(/api/jobs/(\d+))", [](const HttpCaller&, const httplib::Request& request,
+                                          httplib::Response& response) {
+    response.set_content("{}", "application/json");
+  });
+  (*server)->Post(R"(/api/jobs/(\d+)/cancel)", [](const HttpCaller&, const httplib::Request&,
+                                                 httplib::Response& response) {
+    response.set_content("{}", "application/json");
+  });
   (*server)->Start();
   return *std::move(server);
 }
@@ -94,6 +102,45 @@ TEST(HttpServerTest, TwoAuthorizationHeadersAreRefused) {
   httplib::Result once = client.Get("/closed", {{"Authorization", "Bearer good"}});
   ASSERT_TRUE(once);
   EXPECT_EQ(once->status, 200);
+}
+
+// Under /api/ a refusal is the API's JSON error, as its other errors are (it was plain text).
+TEST(HttpServerTest, ApiRefusalsAreJson) {
+  std::unique_ptr<HttpServer> server = Serve();
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->port());
+  httplib::Result anonymous = client.Get("/api/jobs/7");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_EQ(anonymous->get_header_value("WWW-Authenticate"), "Bearer realm=\"mpsd\"");
+  EXPECT_EQ(anonymous->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(anonymous->body,
+            "{\"code\":\"UNAUTHENTICATED\",\"message\":\"missing or unknown token\"}");
+  httplib::Result denied = client.Get("/api/jobs/7", {{"Authorization", "Bearer viewer"}});
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 403);
+  EXPECT_EQ(denied->body, "{\"code\":\"PERMISSION_DENIED\",\"message\":\"needs role admin\"}");
+}
+
+// A GET on a POST-only route answered 404 "no such API path"; it is 405 with Allow.
+TEST(HttpServerTest, AnotherMethodOnARouteIs405WithAllow) {
+  std::unique_ptr<HttpServer> server = Serve();
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->port());
+  httplib::Result get = client.Get("/api/jobs/7/cancel", {{"Authorization", "Bearer good"}});
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  EXPECT_THAT(get->body, HasSubstr("GET is not allowed here; this path takes POST"));
+  httplib::Result post = client.Post("/api/jobs/7", {{"Authorization", "Bearer good"}}, "",
+                                     "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "GET");
+  httplib::Result nowhere = client.Get("/api/nothing", {{"Authorization", "Bearer good"}});
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ(nowhere->status, 404);
+  EXPECT_THAT(nowhere->body, HasSubstr("no such API path"));
 }
 
 TEST(HttpServerTest, ShutdownEndsServingAndIsIdempotent) {

@@ -217,6 +217,14 @@ class DeleteArtifactsResponse(_message.Message):
     freed_bytes: int
     def __init__(self, deleted: _Optional[_Iterable[_Union[DeleteArtifactsResponse.Deleted, _Mapping]]] = ..., freed_bytes: _Optional[int] = ..., artifacts_bytes: _Optional[int] = ...) -> None: ...
 
+class DeleteUploadRequest(_message.Message):
+    __slots__ = ["name", "submitter"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    submitter: str
+    def __init__(self, name: _Optional[str] = ..., submitter: _Optional[str] = ...) -> None: ...
+
 class DeviceInfo(_message.Message):
     __slots__ = ["allocated_bytes", "available", "baseline_allocated_bytes", "baseline_reserved_bytes", "cpu_threads", "executor_jobs_run", "executor_pid", "executor_restarts", "executor_uptime_s", "jobs_run", "kind", "name", "reserved_bytes", "torch_version", "total_memory_bytes"]
     ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -344,6 +352,16 @@ class GetJobRequest(_message.Message):
 class GetServerStatusRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class GetUploadStatusRequest(_message.Message):
+    __slots__ = ["name", "sha256", "size_bytes"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    sha256: str
+    size_bytes: int
+    def __init__(self, name: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ["queue_position", "state"]
@@ -612,6 +630,24 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class ListUploadsRequest(_message.Message):
+    __slots__ = ["all", "submitter"]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    all: bool
+    submitter: str
+    def __init__(self, all: bool = ..., submitter: _Optional[str] = ...) -> None: ...
+
+class ListUploadsResponse(_message.Message):
+    __slots__ = ["quota_bytes", "uploads", "used_bytes"]
+    QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UPLOADS_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    quota_bytes: int
+    uploads: _containers.RepeatedCompositeFieldContainer[Upload]
+    used_bytes: int
+    def __init__(self, uploads: _Optional[_Iterable[_Union[Upload, _Mapping]]] = ..., used_bytes: _Optional[int] = ..., quota_bytes: _Optional[int] = ...) -> None: ...
 
 class LogLine(_message.Message):
     __slots__ = ["level", "text"]
@@ -1007,6 +1043,56 @@ class TrainJob(_message.Message):
     tensorboard: bool
     trainable: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ...) -> None: ...
+
+class Upload(_message.Message):
+    __slots__ = ["created", "files", "kind", "name", "ref", "sha256", "size_bytes", "submitter"]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    created: _timestamp_pb2.Timestamp
+    files: int
+    kind: str
+    name: str
+    ref: str
+    sha256: str
+    size_bytes: int
+    submitter: str
+    def __init__(self, name: _Optional[str] = ..., submitter: _Optional[str] = ..., kind: _Optional[str] = ..., size_bytes: _Optional[int] = ..., files: _Optional[int] = ..., sha256: _Optional[str] = ..., created: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ref: _Optional[str] = ...) -> None: ...
+
+class UploadChunk(_message.Message):
+    __slots__ = ["archive", "data", "name", "offset", "replace", "sha256", "size_bytes"]
+    ARCHIVE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    archive: bool
+    data: bytes
+    name: str
+    offset: int
+    replace: bool
+    sha256: str
+    size_bytes: int
+    def __init__(self, name: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., archive: bool = ..., replace: bool = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UploadStatus(_message.Message):
+    __slots__ = ["complete", "offset", "quota_bytes", "used_bytes"]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    complete: bool
+    offset: int
+    quota_bytes: int
+    used_bytes: int
+    def __init__(self, offset: _Optional[int] = ..., complete: bool = ..., used_bytes: _Optional[int] = ..., quota_bytes: _Optional[int] = ...) -> None: ...
 
 class ValidationSpec(_message.Message):
     __slots__ = ["fraction", "source"]

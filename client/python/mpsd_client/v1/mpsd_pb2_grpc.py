@@ -11,10 +11,12 @@ class JobServiceStub(object):
     needs a role (PERMISSION_DENIED naming the role needed otherwise): viewer for GetJob, ListJobs,
     StreamEvents, GetDevice, ListModels, GetServerStatus, ListArtifacts and GetArtifact (and
     health checking, reflection v1 and v1alpha); submitter for SubmitJob and CancelJob of the
-    token's own jobs; admin to cancel any job, PauseQueue, ResumeQueue and MoveJob. Each RPC below
-    names its role. Over TCP, paths a TrainJob names (dataset.root, model.torchscript,
-    resume_from) must lie under the daemon's data_roots (PERMISSION_DENIED otherwise, the same
-    whether the path exists; the message names the field and the path, never the daemon's roots).
+    token's own jobs and for the token's own uploads (UploadFile, GetUploadStatus, ListUploads,
+    DeleteUpload); admin to cancel any job, PauseQueue, ResumeQueue, MoveJob and another
+    submitter's uploads. Each RPC below names its role. Over TCP, paths a TrainJob names
+    (dataset.root, model.torchscript, resume_from) must lie under the daemon's data_roots or the
+    submitter's own uploads (PERMISSION_DENIED otherwise, the same whether the path exists; the
+    message names the field and the path, never the daemon's roots).
     Every error mpsd itself sends carries, in the call's binary details (grpc-status-details-bin),
     a google.rpc.Status with one google.rpc.ErrorInfo of domain "mpsd" (proto/google/rpc/): its
     reason is the cause a program may branch on (INVALID_FIELD with metadata "field",
@@ -101,6 +103,26 @@ class JobServiceStub(object):
                 request_serializer=mpsd_dot_v1_dot_mpsd__pb2.DeleteArtifactsRequest.SerializeToString,
                 response_deserializer=mpsd_dot_v1_dot_mpsd__pb2.DeleteArtifactsResponse.FromString,
                 )
+        self.UploadFile = channel.stream_unary(
+                '/mpsd.v1.JobService/UploadFile',
+                request_serializer=mpsd_dot_v1_dot_mpsd__pb2.UploadChunk.SerializeToString,
+                response_deserializer=mpsd_dot_v1_dot_mpsd__pb2.Upload.FromString,
+                )
+        self.GetUploadStatus = channel.unary_unary(
+                '/mpsd.v1.JobService/GetUploadStatus',
+                request_serializer=mpsd_dot_v1_dot_mpsd__pb2.GetUploadStatusRequest.SerializeToString,
+                response_deserializer=mpsd_dot_v1_dot_mpsd__pb2.UploadStatus.FromString,
+                )
+        self.ListUploads = channel.unary_unary(
+                '/mpsd.v1.JobService/ListUploads',
+                request_serializer=mpsd_dot_v1_dot_mpsd__pb2.ListUploadsRequest.SerializeToString,
+                response_deserializer=mpsd_dot_v1_dot_mpsd__pb2.ListUploadsResponse.FromString,
+                )
+        self.DeleteUpload = channel.unary_unary(
+                '/mpsd.v1.JobService/DeleteUpload',
+                request_serializer=mpsd_dot_v1_dot_mpsd__pb2.DeleteUploadRequest.SerializeToString,
+                response_deserializer=mpsd_dot_v1_dot_mpsd__pb2.Upload.FromString,
+                )
 
 
 class JobServiceServicer(object):
@@ -109,10 +131,12 @@ class JobServiceServicer(object):
     needs a role (PERMISSION_DENIED naming the role needed otherwise): viewer for GetJob, ListJobs,
     StreamEvents, GetDevice, ListModels, GetServerStatus, ListArtifacts and GetArtifact (and
     health checking, reflection v1 and v1alpha); submitter for SubmitJob and CancelJob of the
-    token's own jobs; admin to cancel any job, PauseQueue, ResumeQueue and MoveJob. Each RPC below
-    names its role. Over TCP, paths a TrainJob names (dataset.root, model.torchscript,
-    resume_from) must lie under the daemon's data_roots (PERMISSION_DENIED otherwise, the same
-    whether the path exists; the message names the field and the path, never the daemon's roots).
+    token's own jobs and for the token's own uploads (UploadFile, GetUploadStatus, ListUploads,
+    DeleteUpload); admin to cancel any job, PauseQueue, ResumeQueue, MoveJob and another
+    submitter's uploads. Each RPC below names its role. Over TCP, paths a TrainJob names
+    (dataset.root, model.torchscript, resume_from) must lie under the daemon's data_roots or the
+    submitter's own uploads (PERMISSION_DENIED otherwise, the same whether the path exists; the
+    message names the field and the path, never the daemon's roots).
     Every error mpsd itself sends carries, in the call's binary details (grpc-status-details-bin),
     a google.rpc.Status with one google.rpc.ErrorInfo of domain "mpsd" (proto/google/rpc/): its
     reason is the cause a program may branch on (INVALID_FIELD with metadata "field",
@@ -280,6 +304,55 @@ class JobServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadFile(self, request_iterator, context):
+        """Uploads: files and folders sent from elsewhere (a laptop) into the caller's own area of
+        the daemon's state dir (<state_dir>/uploads/<submitter>/NAME), which jobs then name as
+        `upload:NAME` (dataset.root, model.torchscript, model.weights, resume_from; a path inside an
+        uploaded folder: `upload:NAME/sub/file.pt`). A job reads only its own submitter's uploads;
+        an admin's may name another's as `upload:@OWNER/NAME`, anyone else's such job is refused
+        with PERMISSION_DENIED, the same whether the upload exists. Each submitter's uploads,
+        unfinished ones included, fit in the daemon's upload_quota_bytes. Role: submitter (the
+        caller's own uploads; admin: any submitter's where a request names one).
+
+        Sends one upload: chunks of at most 1 MiB, the first naming it (UploadChunk). Resumable:
+        GetUploadStatus says how many bytes of the same name and sha256 the daemon holds; the
+        stream then starts at that offset. The bytes are kept apart and the upload appears under
+        its name, at once and whole, only after their SHA-256 matched (an archive once unpacked).
+        INVALID_ARGUMENT (INVALID_FIELD naming name, sha256, size_bytes or offset) for a bad first
+        chunk, an offset other than the held bytes, or more bytes than size_bytes; DATA_LOSS when
+        the bytes' SHA-256 is not sha256 (they are discarded); ALREADY_EXISTS when NAME exists and
+        replace is not set; ABORTED while another stream sends the same NAME; RESOURCE_EXHAUSTED
+        (UPLOAD_QUOTA_EXCEEDED) beyond the quota; for an archive, INVALID_ARGUMENT
+        (UNSAFE_ARCHIVE_ENTRY, metadata "entry") for an entry with an absolute path or "..", a
+        symbolic link that is absolute or has "..", a hard link, a device, FIFO or socket, more
+        than upload_max_files entries, or one that is not a tar archive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetUploadStatus(self, request, context):
+        """How much of an upload the daemon holds: what UploadFile continues from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUploads(self, request, context):
+        """The caller's uploads by name (admin: `all` or one `submitter`'s).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUpload(self, request, context):
+        """Deletes an upload (or the unfinished bytes of one). NOT_FOUND when there is none; jobs
+        that name it and have not started fail to find it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -353,6 +426,26 @@ def add_JobServiceServicer_to_server(servicer, server):
                     request_deserializer=mpsd_dot_v1_dot_mpsd__pb2.DeleteArtifactsRequest.FromString,
                     response_serializer=mpsd_dot_v1_dot_mpsd__pb2.DeleteArtifactsResponse.SerializeToString,
             ),
+            'UploadFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadFile,
+                    request_deserializer=mpsd_dot_v1_dot_mpsd__pb2.UploadChunk.FromString,
+                    response_serializer=mpsd_dot_v1_dot_mpsd__pb2.Upload.SerializeToString,
+            ),
+            'GetUploadStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUploadStatus,
+                    request_deserializer=mpsd_dot_v1_dot_mpsd__pb2.GetUploadStatusRequest.FromString,
+                    response_serializer=mpsd_dot_v1_dot_mpsd__pb2.UploadStatus.SerializeToString,
+            ),
+            'ListUploads': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUploads,
+                    request_deserializer=mpsd_dot_v1_dot_mpsd__pb2.ListUploadsRequest.FromString,
+                    response_serializer=mpsd_dot_v1_dot_mpsd__pb2.ListUploadsResponse.SerializeToString,
+            ),
+            'DeleteUpload': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUpload,
+                    request_deserializer=mpsd_dot_v1_dot_mpsd__pb2.DeleteUploadRequest.FromString,
+                    response_serializer=mpsd_dot_v1_dot_mpsd__pb2.Upload.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'mpsd.v1.JobService', rpc_method_handlers)
@@ -366,10 +459,12 @@ class JobService(object):
     needs a role (PERMISSION_DENIED naming the role needed otherwise): viewer for GetJob, ListJobs,
     StreamEvents, GetDevice, ListModels, GetServerStatus, ListArtifacts and GetArtifact (and
     health checking, reflection v1 and v1alpha); submitter for SubmitJob and CancelJob of the
-    token's own jobs; admin to cancel any job, PauseQueue, ResumeQueue and MoveJob. Each RPC below
-    names its role. Over TCP, paths a TrainJob names (dataset.root, model.torchscript,
-    resume_from) must lie under the daemon's data_roots (PERMISSION_DENIED otherwise, the same
-    whether the path exists; the message names the field and the path, never the daemon's roots).
+    token's own jobs and for the token's own uploads (UploadFile, GetUploadStatus, ListUploads,
+    DeleteUpload); admin to cancel any job, PauseQueue, ResumeQueue, MoveJob and another
+    submitter's uploads. Each RPC below names its role. Over TCP, paths a TrainJob names
+    (dataset.root, model.torchscript, resume_from) must lie under the daemon's data_roots or the
+    submitter's own uploads (PERMISSION_DENIED otherwise, the same whether the path exists; the
+    message names the field and the path, never the daemon's roots).
     Every error mpsd itself sends carries, in the call's binary details (grpc-status-details-bin),
     a google.rpc.Status with one google.rpc.ErrorInfo of domain "mpsd" (proto/google/rpc/): its
     reason is the cause a program may branch on (INVALID_FIELD with metadata "field",
@@ -615,5 +710,73 @@ class JobService(object):
         return grpc.experimental.unary_unary(request, target, '/mpsd.v1.JobService/DeleteArtifacts',
             mpsd_dot_v1_dot_mpsd__pb2.DeleteArtifactsRequest.SerializeToString,
             mpsd_dot_v1_dot_mpsd__pb2.DeleteArtifactsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UploadFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/mpsd.v1.JobService/UploadFile',
+            mpsd_dot_v1_dot_mpsd__pb2.UploadChunk.SerializeToString,
+            mpsd_dot_v1_dot_mpsd__pb2.Upload.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetUploadStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/mpsd.v1.JobService/GetUploadStatus',
+            mpsd_dot_v1_dot_mpsd__pb2.GetUploadStatusRequest.SerializeToString,
+            mpsd_dot_v1_dot_mpsd__pb2.UploadStatus.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListUploads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/mpsd.v1.JobService/ListUploads',
+            mpsd_dot_v1_dot_mpsd__pb2.ListUploadsRequest.SerializeToString,
+            mpsd_dot_v1_dot_mpsd__pb2.ListUploadsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteUpload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/mpsd.v1.JobService/DeleteUpload',
+            mpsd_dot_v1_dot_mpsd__pb2.DeleteUploadRequest.SerializeToString,
+            mpsd_dot_v1_dot_mpsd__pb2.Upload.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,329 @@
+// `mpsctl upload`, `mpsctl uploads` and `mpsctl uploads rm` (Commands::Upload, ListUploads,
+// DeleteUpload): a file is sent as it is; a folder as a GNU tar archive written here with
+// libarchive into a temporary file (entries sorted, owner 0, times in whole seconds: the same
+// folder gives the same bytes, so a later `mpsctl upload` of it resumes where a broken one
+// stopped). The daemon checks the SHA-256 and unpacks the archive (server/core/uploads.h).
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/client_context.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "api/sha256.h"
+#include "api/upload_name.h"
+#include "client/commands.h"
+#include "client/format.h"
+
+namespace mpsd::client {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int64_t kChunkBytes = 1 << 20;  // UploadChunk.data's limit
+
+// Appends the entries under `dir` (relative names from `prefix`), sorted, to `writer`.
+absl::Status AddTree(archive* writer, const fs::path& dir, const std::string& prefix,
+                     int64_t& entries) {
+  std::vector<fs::path> children;
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    children.push_back(it->path());
+  }
+  if (error) return absl::InternalError(absl::StrCat("cannot read ", dir.string(), ": ",
+                                                     error.message()));
+  std::sort(children.begin(), children.end());
+  std::vector<char> buffer(1 << 16);
+  for (const fs::path& child : children) {
+    const std::string name = prefix + child.filename().string();
+    struct stat st;
+    if (lstat(child.c_str(), &st) != 0) {
+      return absl::InternalError(absl::StrCat("cannot read ", child.string(), ": ",
+                                              std::strerror(errno)));
+    }
+    std::unique_ptr<archive_entry, decltype(&archive_entry_free)> entry(archive_entry_new(),
+                                                                        &archive_entry_free);
+    archive_entry_set_pathname(entry.get(), name.c_str());
+    archive_entry_set_mtime(entry.get(), st.st_mtime, 0);
+    archive_entry_set_uid(entry.get(), 0);
+    archive_entry_set_gid(entry.get(), 0);
+    ++entries;
+    if (S_ISDIR(st.st_mode)) {
+      archive_entry_set_filetype(entry.get(), AE_IFDIR);
+      archive_entry_set_perm(entry.get(), 0755);
+      archive_write_header(writer, entry.get());
+      if (absl::Status s = AddTree(writer, child, name + "/", entries); !s.ok()) return s;
+      continue;
+    }
+    if (S_ISLNK(st.st_mode)) {
+      std::string target(4096, '\0');
+      const ssize_t length = readlink(child.c_str(), target.data(), target.size());
+      if (length < 0) {
+        return absl::InternalError(absl::StrCat("cannot read the link ", child.string()));
+      }
+      target.resize(static_cast<size_t>(length));
+      archive_entry_set_filetype(entry.get(), AE_IFLNK);
+      archive_entry_set_perm(entry.get(), 0777);
+      archive_entry_set_symlink(entry.get(), target.c_str());
+      archive_write_header(writer, entry.get());
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          child.string(), ": not a regular file, folder or symbolic link; uploads hold no "
+          "devices, FIFOs or sockets"));
+    }
+    archive_entry_set_filetype(entry.get(), AE_IFREG);
+    archive_entry_set_perm(entry.get(), st.st_mode & 0755);
+    archive_entry_set_size(entry.get(), st.st_size);
+    if (archive_write_header(writer, entry.get()) != ARCHIVE_OK) {
+      return absl::InternalError(absl::StrCat(name, ": ", archive_error_string(writer)));
+    }
+    const int fd = open(child.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return absl::InternalError(absl::StrCat("cannot read ", child.string(), ": ",
+                                              std::strerror(errno)));
+    }
+    int64_t left = st.st_size;  // The header said this many: a file that grew is cut there.
+    while (left > 0) {
+      const ssize_t got = read(fd, buffer.data(), std::min<int64_t>(left, buffer.size()));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        close(fd);
+        return absl::InternalError(absl::StrCat(child.string(), " shrank while it was read"));
+      }
+      archive_write_data(writer, buffer.data(), static_cast<size_t>(got));
+      left -= got;
+    }
+    close(fd);
+  }
+  return absl::OkStatus();
+}
+
+// Writes the folder `dir` as a GNU tar archive to `tar_path`; returns its entry count.
+absl::StatusOr<int64_t> WriteFolderTar(const std::string& dir, const std::string& tar_path) {
+  std::unique_ptr<archive, decltype(&archive_write_free)> writer(archive_write_new(),
+                                                                 &archive_write_free);
+  archive_write_set_format_gnutar(writer.get());
+  archive_write_add_filter_none(writer.get());
+  if (archive_write_open_filename(writer.get(), tar_path.c_str()) != ARCHIVE_OK) {
+    return absl::InternalError(absl::StrCat("cannot write ", tar_path, ": ",
+                                            archive_error_string(writer.get())));
+  }
+  int64_t entries = 0;
+  if (absl::Status s = AddTree(writer.get(), dir, "", entries); !s.ok()) return s;
+  if (archive_write_close(writer.get()) != ARCHIVE_OK) {
+    return absl::InternalError(absl::StrCat("cannot write ", tar_path, ": ",
+                                            archive_error_string(writer.get())));
+  }
+  return entries;
+}
+
+// Removes a temporary file when it goes out of scope.
+struct TempFile {
+  std::string path;
+  ~TempFile() {
+    if (!path.empty()) unlink(path.c_str());
+  }
+};
+
+std::string Bytes(int64_t bytes) { return FormatMiB(bytes); }
+
+}  // namespace
+
+int Commands::Upload(const std::string& path, const std::string& name_flag, bool replace) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error || !fs::exists(status)) {
+    err_ << "mpsctl: upload: " << path << ": no such file or folder\n";
+    return kExitFailed;
+  }
+  const bool folder = fs::is_directory(status);
+  if (!folder && !fs::is_regular_file(status)) {
+    err_ << "mpsctl: upload: " << path << ": not a regular file or folder\n";
+    return kExitFailed;
+  }
+  std::string name = name_flag;
+  if (name.empty()) name = fs::path(path).lexically_normal().filename().string();
+  if (name.empty()) {  // "data/" or ".": the folder's own name.
+    name = fs::absolute(path, error).lexically_normal().parent_path().filename().string();
+  }
+  if (absl::Status s = api::CheckUploadName("name", name); !s.ok()) {
+    err_ << "mpsctl: upload: " << s.message() << (name_flag.empty() ? "; give one with --name" : "")
+         << "\n";
+    return kExitUsage;
+  }
+  // What is sent: the file, or the folder's archive.
+  TempFile tar;
+  std::string source = path;
+  if (folder) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp",
+                                       "/mpsctl-upload-XXXXXX");
+    const int fd = mkstemp(pattern.data());
+    if (fd < 0) {
+      err_ << "mpsctl: upload: cannot create a temporary file: " << std::strerror(errno) << "\n";
+      return kExitFailed;
+    }
+    close(fd);
+    tar.path = pattern;
+    absl::StatusOr<int64_t> entries = WriteFolderTar(path, tar.path);
+    if (!entries.ok()) {
+      err_ << "mpsctl: upload: " << entries.status().message() << "\n";
+      return kExitFailed;
+    }
+    source = tar.path;
+  }
+  const int64_t size = static_cast<int64_t>(fs::file_size(source, error));
+  absl::StatusOr<std::string> sha256 = api::Sha256OfFile(source);
+  if (error || !sha256.ok()) {
+    err_ << "mpsctl: upload: cannot read " << path << "\n";
+    return kExitFailed;
+  }
+  const absl::Time started = absl::Now();
+  absl::Time last_progress = started;
+  int64_t sent_total = 0;
+  for (int attempt = 0;; ++attempt) {
+    v1::GetUploadStatusRequest status_request;
+    status_request.set_name(name);
+    status_request.set_sha256(*sha256);
+    status_request.set_size_bytes(size);
+    v1::UploadStatus held;
+    auto status_context = UnaryContext();
+    status_context->set_wait_for_ready(attempt > 0);
+    grpc::Status rpc = stub_->GetUploadStatus(status_context.get(), status_request, &held);
+    if (rpc.ok() && held.complete() && !replace) {
+      out_ << name << " is already uploaded (sha256 " << *sha256 << "); jobs name it as "
+           << api::kUploadPrefix << name << "\n";
+      return kExitOk;
+    }
+    int64_t offset = rpc.ok() && !held.complete() ? held.offset() : 0;
+    if (rpc.ok() && offset > 0) {
+      err_ << "mpsctl: resuming the upload of " << name << " at byte " << offset << " of "
+           << size << "\n";
+    }
+    v1::Upload uploaded;
+    int64_t sent = 0;
+    if (rpc.ok()) {
+      grpc::ClientContext context;
+      context.set_wait_for_ready(attempt > 0);
+      std::unique_ptr<grpc::ClientWriterInterface<v1::UploadChunk>> writer =
+          stub_->UploadFile(&context, &uploaded);
+      std::ifstream in(source, std::ios::binary);
+      in.seekg(offset);
+      v1::UploadChunk chunk;
+      chunk.set_name(name);
+      chunk.set_sha256(*sha256);
+      chunk.set_size_bytes(size);
+      chunk.set_archive(folder);
+      chunk.set_replace(replace);
+      std::string data(static_cast<size_t>(kChunkBytes), '\0');
+      bool first = true;
+      while (first || offset + sent < size) {
+        const int64_t length = std::min<int64_t>(kChunkBytes, size - offset - sent);
+        data.resize(static_cast<size_t>(length));
+        in.read(data.data(), length);
+        if (in.gcount() != length) {
+          err_ << "mpsctl: upload: " << path << " changed while it was sent\n";
+          context.TryCancel();
+          writer->Finish();
+          return kExitFailed;
+        }
+        chunk.set_offset(offset + sent);
+        chunk.set_data(data);
+        if (!writer->Write(chunk)) break;  // The daemon ended the call: Finish says why.
+        sent += length;
+        if (first) {
+          chunk.clear_name();
+          chunk.clear_sha256();
+          chunk.clear_size_bytes();
+          chunk.clear_archive();
+          chunk.clear_replace();
+          first = false;
+        }
+      }
+      writer->WritesDone();
+      rpc = writer->Finish();
+    }
+    sent_total += sent;
+    if (sent > 0) last_progress = absl::Now();
+    if (rpc.ok()) {
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
+      out_ << "uploaded " << name << " (" << uploaded.kind() << ", "
+           << (folder ? absl::StrCat(uploaded.files(), " files, ") : "")
+           << Bytes(uploaded.size_bytes()) << ", sha256 " << uploaded.sha256() << ") in "
+           << absl::StrFormat("%.2f s (%.1f MB/s)", seconds,
+                              seconds > 0 ? sent_total / seconds / 1e6 : 0.0)
+           << "; jobs name it as " << uploaded.ref() << "\n";
+      return kExitOk;
+    }
+    // ABORTED: the daemon still finishes a call of ours that broke (it lets go of the name
+    // within moments).
+    const bool aborted = rpc.error_code() == grpc::StatusCode::ABORTED &&
+                         absl::Now() - started < absl::Seconds(10);
+    const bool retryable = rpc.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           rpc.error_code() == grpc::StatusCode::INTERNAL;
+    if (aborted) {
+      absl::SleepFor(absl::Milliseconds(200));
+      continue;
+    }
+    if (!retryable || (attempt == 0 && sent == 0 && offset == 0) ||
+        absl::Now() - last_progress > options_.reconnect_timeout) {
+      return RpcFailed(rpc);
+    }
+    err_ << "mpsctl: the upload of " << name << " broke (" << rpc.error_message()
+         << "); resuming\n";
+    absl::SleepFor(std::min(absl::Seconds(1) * (attempt + 1), absl::Seconds(5)));
+  }
+}
+
+int Commands::ListUploads(bool all, const std::string& submitter) {
+  v1::ListUploadsRequest request;
+  request.set_all(all);
+  request.set_submitter(submitter);
+  v1::ListUploadsResponse response;
+  const grpc::Status status = stub_->ListUploads(UnaryContext().get(), request, &response);
+  if (!status.ok()) return RpcFailed(status);
+  if (options_.json) {
+    out_ << ToJsonLine(response) << "\n";
+    return kExitOk;
+  }
+  out_ << absl::StrFormat("%-24s %-12s %-8s %10s %8s  %s\n", "NAME", "SUBMITTER", "KIND", "SIZE",
+                          "FILES", "SHA256");
+  for (const v1::Upload& upload : response.uploads()) {
+    out_ << absl::StrFormat("%-24s %-12s %-8s %10s %8d  %s\n", upload.name(), upload.submitter(),
+                            upload.kind(), Bytes(upload.size_bytes()), upload.files(),
+                            upload.sha256().substr(0, 12));
+  }
+  out_ << Bytes(response.used_bytes()) << " used of " << Bytes(response.quota_bytes())
+       << " (upload_quota_bytes" << (all ? ", per submitter" : "") << ")\n";
+  return kExitOk;
+}
+
+int Commands::DeleteUpload(const std::string& name, const std::string& submitter) {
+  v1::DeleteUploadRequest request;
+  request.set_name(name);
+  request.set_submitter(submitter);
+  v1::Upload deleted;
+  const grpc::Status status = stub_->DeleteUpload(UnaryContext().get(), request, &deleted);
+  if (!status.ok()) return RpcFailed(status);
+  out_ << "deleted upload " << deleted.name() << " of " << deleted.submitter() << " ("
+       << deleted.kind() << ", " << Bytes(deleted.size_bytes()) << ")\n";
+  return kExitOk;
+}
+
+}  // namespace mpsd::client

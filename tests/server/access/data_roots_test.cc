@@ -1,0 +1,92 @@
+// DataRoots and uploads: upload:NAME resolves to the submitter's own area for every path field,
+// and the check lets a job read its own submitter's uploads (an admin's: anyone's), refusing
+// another's with the same message whether it exists. Real directories in a temp dir.
+#include "server/access/data_roots.h"
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_replace.h"
+#include "api/error_cause.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/common/temp_dir.h"
+
+namespace mpsd::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class DataRootsUploadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_ = std::filesystem::weakly_canonical(dir_.path() / "state").string();
+    std::filesystem::create_directories(state_ + "/uploads/alice/ds");
+    std::filesystem::create_directories(dir_.path() / "data");
+  }
+  mpsd::testing::TempDir dir_;
+  std::string state_;
+};
+
+TEST_F(DataRootsUploadsTest, EveryPathFieldResolvesToTheSubmittersArea) {
+  DataRoots roots({(dir_.path() / "data").string()}, state_);
+  mpsd::v1::SubmitJobRequest request;
+  mpsd::v1::TrainJob* job = request.mutable_train_job();
+  job->mutable_dataset()->set_root("upload:ds");
+  job->mutable_model()->set_torchscript("upload:models/net.pt");
+  job->mutable_model()->set_weights("upload:@bob/w.pt");
+  job->set_resume_from("12");
+  ASSERT_TRUE(roots.ResolveUploads(&request, "alice").ok());
+  EXPECT_EQ(job->dataset().root(), state_ + "/uploads/alice/ds");
+  EXPECT_EQ(job->model().torchscript(), state_ + "/uploads/alice/models/net.pt");
+  EXPECT_EQ(job->model().weights(), state_ + "/uploads/bob/w.pt");
+  EXPECT_EQ(job->resume_from(), "12");  // Not an upload: as it was.
+
+  mpsd::v1::SubmitJobRequest bench;
+  bench.mutable_bench_job()->add_models("resnet18");
+  bench.mutable_bench_job()->add_models("upload:net.pt");
+  ASSERT_TRUE(roots.ResolveUploads(&bench, "alice").ok());
+  EXPECT_EQ(bench.bench_job().models(0), "resnet18");
+  EXPECT_EQ(bench.bench_job().models(1), state_ + "/uploads/alice/net.pt");
+
+  mpsd::v1::SubmitJobRequest bad;
+  bad.mutable_train_job()->set_resume_from("upload:../x");
+  absl::Status status = roots.ResolveUploads(&bad, "alice");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(api::InvalidFieldOf(status), "train_job.resume_from");
+}
+
+TEST_F(DataRootsUploadsTest, OwnUploadsOnlyAndAdminAll) {
+  // The state dir under a root (the daemon user's home, say): still refused but for uploads.
+  DataRoots roots({dir_.path().string()}, state_);
+  const Principal alice{"alice", Role::kSubmitter}, bob{"bob", Role::kSubmitter},
+      admin{"root", Role::kAdmin};
+  const std::string ds = state_ + "/uploads/alice/ds";
+  const std::string none = state_ + "/uploads/alice/none";
+  EXPECT_TRUE(roots.CheckPath("f", ds, &alice).ok());
+  EXPECT_TRUE(roots.CheckPath("f", ds, &admin).ok());
+  EXPECT_TRUE(roots.CheckPath("f", dir_.path().string() + "/data", &bob).ok());
+  absl::Status exists = roots.CheckPath("f", ds, &bob);
+  absl::Status missing = roots.CheckPath("f", none, &bob);
+  EXPECT_EQ(exists.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(exists.message(), HasSubstr("f: \"upload:@alice/ds\" is not under"));
+  EXPECT_THAT(exists.message(), Not(HasSubstr(state_)));
+  EXPECT_EQ(absl::StrReplaceAll(exists.message(), {{"/ds\"", "/X\""}}),
+            absl::StrReplaceAll(missing.message(), {{"/none\"", "/X\""}}));
+  // No principal (and the rest of the state dir) reads no uploads.
+  EXPECT_EQ(roots.CheckPath("f", ds).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(roots.CheckPath("f", state_ + "/uploads", &alice).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(roots.CheckPath("f", state_ + "/mpsd.db", &admin).code(),
+            absl::StatusCode::kPermissionDenied);
+  // A symlink inside an upload that leads to another's is refused as its target would be.
+  std::filesystem::create_directories(state_ + "/uploads/bob/mine");
+  std::filesystem::create_symlink(ds, state_ + "/uploads/bob/mine/link");
+  EXPECT_EQ(roots.CheckTree("f", state_ + "/uploads/bob/mine", &bob).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(roots.CheckTree("f", state_ + "/uploads/bob/mine", &admin).ok());
+}
+
+}  // namespace
+}  // namespace mpsd::server
