@@ -166,6 +166,24 @@ with mpsd_client.Client(address) as client:
     except mpsd_client.errors.NotFound as e:
         out["follow_not_found"] = e.code().name
     out["exported"] = [open(f).read().splitlines() for f in client.export(job.id, sys.argv[3])]
+    # Uploads: a folder (a tar archive the daemon unpacks) and a file; the same upload again
+    # sends nothing; delete.
+    folder = os.path.join(sys.argv[3], "up")
+    os.makedirs(os.path.join(folder, "sub"))
+    open(os.path.join(folder, "a.txt"), "w").write("a" * 1000)
+    open(os.path.join(folder, "sub", "b.txt"), "w").write("b")
+    os.symlink("a.txt", os.path.join(folder, "link"))
+    up = client.upload(folder, "my-folder")
+    again = client.upload(folder, "my-folder")
+    single = client.upload(os.path.join(folder, "a.txt"))
+    out["uploads"] = [[u.name, u.kind, u.files, u.ref] for u in client.uploads()]
+    out["upload_again_same"] = up.sha256 == again.sha256 and again.kind == "folder"
+    try:
+        client.upload(os.path.join(folder, "a.txt"), "my-folder")  # the name is taken
+    except mpsd_client.errors.MpsdError as e:
+        out["taken"] = e.code().name
+    out["deleted"] = client.delete_upload("a.txt").name
+    out["after_delete"] = [u.name for u in client.uploads()]
     sweep = client.submit(dict(spec, dataset=dict(spec["dataset"], limit_train=128),
                                sweep={"grid": {"optimizer.learning_rate": [0.001, 0.01]}}))
     client.wait([sweep.id], timeout=240)
@@ -279,6 +297,12 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertTrue(epochs_csv[0].startswith("epoch,wall_time,train_loss"),
                                 epochs_csv[0])
                 self.assertEqual(len(epochs_csv), 2)
+                self.assertEqual(out["uploads"], [["a.txt", "file", 1, "upload:a.txt"],
+                                                  ["my-folder", "folder", 3, "upload:my-folder"]])
+                self.assertTrue(out["upload_again_same"])
+                self.assertEqual(out["taken"], "ALREADY_EXISTS")
+                self.assertEqual(out["deleted"], "a.txt")
+                self.assertEqual(out["after_delete"], ["my-folder"])
                 rows = out["sweep"]
                 self.assertEqual([r["trial"] for r in rows], [0, 1])
                 self.assertEqual([r["optimizer.learning_rate"] for r in rows], [0.001, 0.01])  # typed

@@ -515,6 +515,68 @@ class Client:
             written.append(path)
         return written
 
+    def upload(self, path: str, name: Optional[str] = None, *, replace: bool = False,
+               retries: int = 5) -> pb2.Upload:
+        """Sends a file or folder to the daemon, for jobs to name as `upload:NAME` (as `mpsctl
+        upload`): a folder goes as a tar archive of its regular files, folders and symbolic
+        links (links are sent as links; the daemon refuses absolute ones and ones with ".."),
+        which the daemon unpacks. `name` defaults to PATH's last part. Resumable: the daemon says
+        how many bytes of this name and SHA-256 it holds (GetUploadStatus) and the stream
+        starts there, also after a broken connection (up to `retries` times); an upload the
+        daemon already has complete is not sent again. `replace`: replace an existing upload
+        of that name. Returns the stored upload (its `ref` is what a job names).
+        errors.MpsdError when the daemon refuses (ALREADY_EXISTS, RESOURCE_EXHAUSTED for the
+        quota, InvalidArgument naming an unsafe archive entry); OSError for an unreadable PATH."""
+        import tarfile
+        import tempfile
+        path = os.path.abspath(path)
+        name = name or os.path.basename(os.path.normpath(path))
+        with tempfile.TemporaryFile() as archive:
+            is_archive = os.path.isdir(path)
+            if is_archive:
+                with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    _add_tree(tar, path, "")
+                source = archive
+            else:
+                source = open(path, "rb")
+            try:
+                source.seek(0, os.SEEK_END)
+                size = source.tell()
+                source.seek(0)
+                digest = hashlib.sha256()
+                for block in iter(lambda: source.read(1 << 20), b""):
+                    digest.update(block)
+                sha256 = digest.hexdigest()
+                attempt = 0
+                while True:
+                    try:
+                        status = self._unary(self.stub.GetUploadStatus, pb2.GetUploadStatusRequest(
+                            name=name, sha256=sha256, size_bytes=size))
+                        if status.complete and not replace:
+                            for upload in self._unary(self.stub.ListUploads,
+                                                      pb2.ListUploadsRequest()).uploads:
+                                if upload.name == name:
+                                    return upload
+                        return self.stub.UploadFile(_chunks(source, name, sha256, size,
+                                                            is_archive, replace, status.offset))
+                    except grpc.RpcError as e:
+                        typed = errors.from_rpc_error(e)
+                        attempt += 1
+                        if not isinstance(typed, errors.Unavailable) or attempt > retries:
+                            raise typed from None
+                        time.sleep(min(attempt, 5))
+            finally:
+                if source is not archive:
+                    source.close()
+
+    def uploads(self) -> List[pb2.Upload]:
+        """The caller's uploads (unfinished ones as kind "partial"), by name."""
+        return list(self._unary(self.stub.ListUploads, pb2.ListUploadsRequest()).uploads)
+
+    def delete_upload(self, name: str) -> pb2.Upload:
+        """Deletes one of the caller's uploads; errors.NotFound when there is none."""
+        return self._unary(self.stub.DeleteUpload, pb2.DeleteUploadRequest(name=name))
+
     def device(self) -> pb2.DeviceInfo:
         """The device the daemon's executor owns, and its memory now."""
         return self._unary(self.stub.GetDevice, pb2.GetDeviceRequest())
@@ -533,6 +595,49 @@ def follow(job_id: str, *, address: Optional[str] = None, after_seq: int = 0,
     ends (or the generator is closed)."""
     with Client(address) as client:
         yield from client.follow(job_id, after_seq=after_seq, heartbeats=heartbeats)
+
+
+def _add_tree(tar, directory: str, prefix: str) -> None:
+    """Adds `directory`'s entries, sorted, as `prefix`NAME: folders, regular files (each as its
+    own bytes, never as a hard link to an earlier one), symbolic links as links; anything else
+    (FIFOs, sockets, devices) is left out."""
+    import stat as stat_module
+    import tarfile
+    for entry in sorted(os.listdir(directory)):
+        full = os.path.join(directory, entry)
+        info = os.lstat(full)
+        member = tarfile.TarInfo(prefix + entry)
+        member.mtime = int(info.st_mtime)
+        if stat_module.S_ISDIR(info.st_mode):
+            member.type, member.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(member)
+            _add_tree(tar, full, prefix + entry + "/")
+        elif stat_module.S_ISLNK(info.st_mode):
+            member.type, member.mode, member.linkname = tarfile.SYMTYPE, 0o777, os.readlink(full)
+            tar.addfile(member)
+        elif stat_module.S_ISREG(info.st_mode):
+            member.mode, member.size = 0o644, info.st_size
+            with open(full, "rb") as f:
+                tar.addfile(member, f)
+
+
+def _chunks(source, name, sha256, size, archive, replace, offset):
+    """UploadFile's stream from `offset`: the first chunk names the upload, each at most 1 MiB."""
+    source.seek(offset)
+    first = True
+    while True:
+        data = source.read(1 << 20)
+        if not data and not first:
+            return
+        chunk = pb2.UploadChunk(offset=offset, data=data)
+        if first:
+            chunk.name, chunk.sha256, chunk.size_bytes = name, sha256, size
+            chunk.archive, chunk.replace = archive, replace
+            first = False
+        offset += len(data)
+        yield chunk
+        if not data:
+            return
 
 
 def _job_id(job_id) -> str:
