@@ -76,6 +76,10 @@ struct ExecutorSupervisor::Child {
   // Set by the monitor once the process is reaped.
   bool exited = false;
   std::string exit_description;
+  // Job runs in flight on it (Run), and whether one was when it exited: then a submit check
+  // that died with it is not to blame (the job crashed it), and is sent to its successor.
+  int runs_in_flight = 0;
+  bool job_running_at_exit = false;
 };
 
 namespace {
@@ -368,6 +372,7 @@ void ExecutorSupervisor::MonitorLoop() {
         spdlog::error("executor pid {} {}; starting a new one", child->pid, how);
       }
       child->exited = true;
+      child->job_running_at_exit = child->runs_in_flight > 0;
       child->exit_description = how;
       last_end_reason_ = RestartLabel(child->retire_label);
       current_ = nullptr;
@@ -629,7 +634,10 @@ std::optional<std::string> ExecutorSupervisor::CrashedDuring(const Child& child)
     return shutting_down_ || child.exited;
   };
   mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(5));
-  if (!child.exited || !child.retire_reason.empty()) return std::nullopt;
+  // A job running on it when it died is what crashed it (and fails as EXECUTOR_CRASHED).
+  if (!child.exited || !child.retire_reason.empty() || child.job_running_at_exit) {
+    return std::nullopt;
+  }
   return child.exit_description;
 }
 
@@ -970,9 +978,17 @@ absl::Status ExecutorSupervisor::RunHere(const mpsd::api::JobContext& job,
   if (!started.ok()) return started.status();
   const std::shared_ptr<Child> child = *std::move(started);
   if (on_pid) on_pid(child->pid);
+  {
+    absl::MutexLock lock(&mu_);
+    ++child->runs_in_flight;
+  }
   RunOutcome outcome = ForwardRun(*child, job, spec, sink, cancelled);
   std::string restart_reason;
   const absl::Status status = Conclude(*child, job.job_id, outcome, restart_reason);
+  {
+    absl::MutexLock lock(&mu_);
+    --child->runs_in_flight;
+  }
   SendSummary(*child, outcome, restart_reason, sink);
   return status;
 }
