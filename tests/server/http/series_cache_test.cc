@@ -58,6 +58,7 @@ class SeriesCacheTest : public ::testing::Test {
         event.set_seq(job.last_seq() + 1);
       }
       event.mutable_step()->set_step(step);
+      event.mutable_step()->set_epoch(static_cast<int32_t>((step - 1) / 100 + 1));
       event.mutable_step()->set_loss(static_cast<float>((step * 7919) % 1000) / 100.0f);
       event.mutable_step()->set_learning_rate(0.1 / step);
       job.set_last_seq(event.seq());
