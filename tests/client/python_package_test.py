@@ -109,7 +109,7 @@ class Mpsd:
 
 # Runs inside the venv: the typed helpers against the daemon at argv[1]; prints one JSON object.
 CLIENT_SCRIPT = r'''
-import json, sys, time
+import json, os, sys, time
 import grpc
 import mpsd_client
 
@@ -286,7 +286,7 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertEqual(path, os.path.join(downloads, "model.pt"))
                 self.assertEqual(magic, "504b")  # a zip archive (TorchScript's format)
                 self.assertEqual(sorted(os.listdir(downloads)),
-                                 sorted(["model.pt", out["submitted"]["id"]]))  # + the export
+                                 sorted(["model.pt", out["submitted"]["id"], "up"]))  # + export, upload
                 self.assertFalse(os.path.exists(path + ".part"))
                 self.assertIn("model.pt already exists (overwrite=True replaces it)", out["kept"])
                 self.assertEqual(out["follow_not_found"], "NOT_FOUND")
@@ -298,7 +298,7 @@ class InstalledPackageTest(unittest.TestCase):
                                 epochs_csv[0])
                 self.assertEqual(len(epochs_csv), 2)
                 self.assertEqual(out["uploads"], [["a.txt", "file", 1, "upload:a.txt"],
-                                                  ["my-folder", "folder", 3, "upload:my-folder"]])
+                                                  ["my-folder", "folder", 2, "upload:my-folder"]])  # its 2 files
                 self.assertTrue(out["upload_again_same"])
                 self.assertEqual(out["taken"], "ALREADY_EXISTS")
                 self.assertEqual(out["deleted"], "a.txt")
