@@ -466,8 +466,9 @@ SubsetRequest MakeSubsetRequest(const DatasetConfig& config, uint64_t seed, bool
   request.limit = train ? config.limit_train : config.limit_test;
   request.mode = config.subset;
   request.seed = seed;
-  request.num_classes = config.num_classes;
-  request.class_names = std::move(class_names);
+  // Float targets are one stratum (own_data.cc draws them uniformly).
+  request.num_classes = config.float_targets ? 1 : config.num_classes;
+  if (!config.float_targets) request.class_names = std::move(class_names);
   request.allow_missing_classes = config.allow_missing_classes;
   request.split = train ? "train" : "test";
   request.field = train ? "limit_train" : "limit_test";
@@ -488,7 +489,7 @@ absl::StatusOr<DeviceDataset> LoadDataset(const DatasetConfig& config, uint64_t 
     data->mean = config.info->mean;
     data->std = config.info->std;
   }
-  if (data->train.size() > 0) {  // one read-back of the labels, at load
+  if (data->train.size() > 0 && !config.float_targets) {  // one read-back of the labels
     const torch::Tensor counts =
         torch::bincount(data->train.labels.to(torch::kCPU), /*weights=*/{}, config.num_classes);
     const auto values = counts.accessor<int64_t, 1>();

@@ -29,7 +29,9 @@ class StreamedSplit;  // trainer/streamed_split.h
 struct TensorSplit {
   // [N, ...input_shape] float32; images normalised per channel. Undefined when `streamed`.
   torch::Tensor images;
-  torch::Tensor labels;  // [N] int64 on the device, each in [0, num_classes)
+  // [N] int64 on the device, each in [0, num_classes); float targets (DatasetConfig
+  // ::float_targets): [N] or [N, D] float32.
+  torch::Tensor labels;
   // Set when the inputs stay on the host and each batch is copied to the device as the loop
   // asks for it (image_folder and tensors data beyond the device budget).
   std::shared_ptr<StreamedSplit> streamed;
@@ -132,6 +134,14 @@ struct DatasetConfig {
   // One example, e.g. [3, 32, 32], and the class count: the dataset's, or synthetic's spec.
   std::vector<int64_t> input_shape;
   int num_classes = 10;
+  // tensors only: y holds float targets (TrainJob.task multilabel or regression) instead of
+  // class indices. num_classes is then the targets' width (D of [N, D]; 1 for [N]); subsets and
+  // validation splits draw uniformly (one stratum), and no class counts are kept.
+  bool float_targets = false;
+  // float targets: y's shape without N ([] for [N], [D] for [N, D]), and the first target that
+  // is neither 0 nor 1 ("train.y[4, 1]: 0.5"), empty when all are (what multilabel needs).
+  std::vector<int64_t> target_shape;
+  std::string non_binary_target;
   // synthetic only: examples per split, limits already applied.
   int64_t synthetic_train = 0;
   int64_t synthetic_test = 0;

@@ -8,7 +8,6 @@
 namespace mpsd::trainer {
 namespace {
 
-namespace F = torch::nn::functional;
 
 constexpr int kWarmupSteps = 3;
 
@@ -207,6 +206,7 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
       images_(images),
       labels_(labels),
       options_(std::move(options)),
+      task_loss_(options_.task, images.device()),
       update_(optimizer, options_.optimizer, options_.schedule, options_.first_step,
               images.device()) {
   TORCH_CHECK(options_.precision == Precision::kFp32 || options_.precision == Precision::kBf16,
@@ -261,8 +261,7 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor
     logits = model_.forward(Batch(index));
   }
   logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
-  torch::Tensor loss = F::cross_entropy(
-      logits, labels, F::CrossEntropyFuncOptions().label_smoothing(options_.label_smoothing));
+  torch::Tensor loss = task_loss_.Loss(logits, labels);
   loss.backward();
   if (options_.grad_clip_norm > 0) {
     std::vector<torch::Tensor> grads;
@@ -273,7 +272,7 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor
     ClipGradNorm(grads, options_.grad_clip_norm);
   }
   update_.Update();
-  torch::Tensor correct = logits.detach().argmax(/*dim=*/1).eq(labels).sum();
+  torch::Tensor correct = task_loss_.Correct(logits, labels);
   return {loss.detach(), std::move(correct)};
 }
 

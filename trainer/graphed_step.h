@@ -25,6 +25,7 @@
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
 #include "trainer/schedule.h"
+#include "trainer/task.h"
 
 namespace mpsd::trainer {
 
@@ -119,7 +120,10 @@ struct GraphedStepOptions {
   OptimizerKind optimizer = OptimizerKind::kAdam;
   Precision precision = Precision::kFp32;  // fp32 or bf16
   int64_t batch_size = 1;                  // rows of a full batch
-  double label_smoothing = 0;              // as CrossEntropyLoss's
+  // The task's loss and correct count (trainer/task.h), computed inside the graph as the eager
+  // loop computes them: classification's cross-entropy (label_smoothing, class weights),
+  // multilabel's BCEWithLogitsLoss, regression's losses.
+  TaskConfig task;
   double grad_clip_norm = 0;               // 0 = off; else ClipGradNorm before the update
   // Random crop and flip of each gathered batch (trainer/augment.h), inside the graph: the
   // offsets and flips are drawn from the device's default CUDA generator, whose philox offset
@@ -132,7 +136,8 @@ struct GraphedStepOptions {
 
 class GraphedStep {
  public:
-  // images: [N, ...] float32 (NCHW, or channels_last), labels: [N] int64, both on the CUDA
+  // images: [N, ...] float32 (NCHW, or channels_last), labels: [N] int64 (or the task's float
+  // targets [N] / [N, D]), both on the CUDA
   // device the model is on. Takes over the optimizer's state (DeviceUpdate). Warms up on a side
   // stream (learning rate 0; model buffers, e.g. BatchNorm's running statistics, and the
   // optimizer state are restored afterwards) and captures. Throws c10::Error on any LibTorch
@@ -166,6 +171,7 @@ class GraphedStep {
   const torch::Tensor images_;
   const torch::Tensor labels_;
   const GraphedStepOptions options_;
+  const TaskLoss task_loss_;
   DeviceUpdate update_;
 
   torch::Tensor static_index_;  // [batch_size] int64: the graph's input

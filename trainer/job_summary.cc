@@ -76,6 +76,12 @@ void SummaryBuilder::ObserveEpoch(const mpsd::v1::EpochMetrics& epoch) {
     summary_.set_val_loss(epoch.val_loss());
     summary_.set_val_accuracy(epoch.val_accuracy());
   }
+  // multilabel and regression: the newest of each metric; regression measures no accuracy.
+  for (const auto& [name, value] : epoch.metrics()) (*summary_.mutable_metrics())[name] = value;
+  if (epoch.metrics().contains("train_loss") && !epoch.metrics().contains("train_accuracy")) {
+    summary_.clear_test_accuracy();
+    summary_.clear_val_accuracy();
+  }
   epoch_seconds_.push_back(epoch.epoch_time_s());
 }
 

@@ -131,12 +131,14 @@ Value InputPart(const TrainJobConfig& job, const DeviceDataset& data) {
 // What training was: the task, the loss, the settings as resolved.
 Value TrainingPart(const TrainJobConfig& job) {
   Struct training;
-  Put(training, "task", Text("classification"));
-  Put(training, "loss", Text(job.label_smoothing > 0
-                                 ? absl::StrFormat("cross_entropy(label_smoothing=%g)",
-                                                   job.label_smoothing)
-                                 : "cross_entropy"));
-  Put(training, "outputs", Text("logits [N, num_classes] (no softmax)"));
+  Put(training, "task", Text(TaskName(job.task.kind)));
+  Put(training, "loss", Text(job.task.Describe()));
+  Put(training, "outputs",
+      Text(job.task.kind == TaskKind::kClassification
+               ? "logits [N, num_classes] (no softmax)"
+           : job.task.kind == TaskKind::kMultilabel
+               ? "logits [N, K], one per label (sigmoid > 0.5 = yes)"
+               : "values [N, D] (the regression's outputs)"));
   Put(training, "dataset", Text(std::string(job.dataset.info->name)));
   Put(training, "batch_size", Number(job.batch_size));
   Put(training, "epochs", Number(job.epochs));

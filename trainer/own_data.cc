@@ -136,13 +136,19 @@ absl::Status ApplySubset(const SubsetRequest& request, std::vector<ImageFile>& f
   return absl::OkStatus();
 }
 
-// A tensors split's x and y restricted to what ChooseSubset picks from y (CPU int64 [N]).
-absl::Status SubsetTensors(const SubsetRequest& request, torch::Tensor& x, torch::Tensor& y,
-                           std::vector<std::string>& notes) {
+// What subsets and validation splits stratify y by: its class indices (CPU int64 [N]), or one
+// stratum for float targets (a uniform draw).
+std::vector<int64_t> Strata(const torch::Tensor& y) {
+  if (y.scalar_type() != torch::kInt64) return std::vector<int64_t>(y.size(0), 0);
   const torch::Tensor labels = y.contiguous();
   const int64_t* begin = labels.data_ptr<int64_t>();
-  absl::StatusOr<Subset> subset =
-      ChooseSubset(std::vector<int64_t>(begin, begin + labels.numel()), request);
+  return std::vector<int64_t>(begin, begin + labels.numel());
+}
+
+// A tensors split's x and y restricted to what ChooseSubset picks from y.
+absl::Status SubsetTensors(const SubsetRequest& request, torch::Tensor& x, torch::Tensor& y,
+                           std::vector<std::string>& notes) {
+  absl::StatusOr<Subset> subset = ChooseSubset(Strata(y), request);
   if (!subset.ok()) return subset.status();
   notes.insert(notes.end(), subset->notes.begin(), subset->notes.end());
   if (!subset->subsetted) return absl::OkStatus();
@@ -158,11 +164,9 @@ absl::Status HoldOutOnHost(const DatasetConfig& config, uint64_t seed, torch::Te
                            torch::Tensor& train_y, torch::Tensor& val_x, torch::Tensor& val_y,
                            std::vector<std::string>& notes) {
   if (config.validation_fraction <= 0) return absl::OkStatus();
-  const torch::Tensor labels = train_y.contiguous();
-  const int64_t* begin = labels.data_ptr<int64_t>();
-  absl::StatusOr<ValidationSplit> split = SplitValidation(
-      std::vector<int64_t>(begin, begin + labels.numel()), config.validation_fraction,
-      MakeSubsetRequest(config, seed, /*train=*/true, config.own.class_names));
+  absl::StatusOr<ValidationSplit> split =
+      SplitValidation(Strata(train_y), config.validation_fraction,
+                      MakeSubsetRequest(config, seed, /*train=*/true, config.own.class_names));
   if (!split.ok()) return split.status();
   notes.insert(notes.end(), split->notes.begin(), split->notes.end());
   const torch::Tensor train_index = torch::tensor(split->train, torch::kInt64);
@@ -429,6 +433,9 @@ absl::Status ResolveTensors(const mpsd::v1::DatasetSpec& spec, DatasetConfig& co
   config.input_shape = file->input_shape;
   config.num_classes = file->num_classes;
   config.own.class_names = file->class_names;
+  config.float_targets = file->float_targets;
+  config.target_shape = file->target_shape;
+  config.non_binary_target = file->non_binary_target;
   if (config.validation_from_source && !file->val.x.defined()) {
     return FieldError("validation.source",
                       absl::StrFormat("%s has no \"val\" entry ({\"x\": X, \"y\": Y} beside "
@@ -523,7 +530,8 @@ absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t 
                                           const torch::Device& device) {
   absl::StatusOr<TensorFile> file = ReadTensorFile(config.root);
   if (!file.ok()) return file.status();
-  if (file->input_shape != config.input_shape || file->num_classes != config.num_classes) {
+  if (file->input_shape != config.input_shape || file->num_classes != config.num_classes ||
+      file->float_targets != config.float_targets) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: the examples' shape or the classes changed since the job was submitted",
         config.root));

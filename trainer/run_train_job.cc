@@ -92,9 +92,8 @@ std::string DescribeStep(const TrainJobConfig& job) {
     absl::StrAppendFormat(&step, " × %d accumulated", job.grad_accumulation_steps);
   }
   if (job.grad_clip_norm > 0) absl::StrAppendFormat(&step, ", clip norm %g", job.grad_clip_norm);
-  if (job.label_smoothing > 0) {
-    absl::StrAppendFormat(&step, ", label smoothing %g", job.label_smoothing);
-  }
+  absl::StrAppendFormat(&step, ", task %s, loss %s", TaskName(job.task.kind),
+                        job.task.Describe());
   if (job.drop_last) absl::StrAppend(&step, ", drop_last");
   return step;
 }
@@ -240,6 +239,7 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   summary.set_optimizer(OptimizerName(job.optimizer.kind));
   summary.set_schedule(ScheduleName(job.schedule.config.kind));
   summary.set_precision(PrecisionName(job.precision));
+  summary.set_task(TaskName(job.task.kind));
   EmitLog(sink, DescribeTraining(job, state->schedule, summary.parameters()));
   return state;
 }
@@ -255,7 +255,7 @@ TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
   options.grad_accumulation_steps = job.grad_accumulation_steps;
   options.drop_last = job.drop_last;
   options.grad_clip_norm = job.grad_clip_norm;
-  options.label_smoothing = job.label_smoothing;
+  options.task = job.task;
   options.channels_last = job.channels_last;
   options.cuda_graphs = job.cuda_graphs;
   options.eval_every_epochs = job.eval_every_epochs;

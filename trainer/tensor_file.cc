@@ -112,6 +112,11 @@ bool IsInputDtype(c10::ScalarType t) {
          t == torch::kBFloat16 || t == torch::kUInt8;
 }
 
+bool IsFloat(c10::ScalarType t) {
+  return t == torch::kFloat32 || t == torch::kFloat64 || t == torch::kFloat16 ||
+         t == torch::kBFloat16;
+}
+
 absl::StatusOr<TensorFileSplit> ReadSplit(const std::string& path, const std::string& name,
                                           const c10::IValue& value) {
   absl::StatusOr<std::vector<std::pair<std::string, c10::IValue>>> entries =
@@ -137,16 +142,75 @@ absl::StatusOr<TensorFileSplit> ReadSplit(const std::string& path, const std::st
     return KeyError(path, name + ".x",
                     absl::StrCat("shape ", Shape(x), ", expected [N, ...] with N >= 1"));
   }
-  if (y.scalar_type() != torch::kInt64) {
-    return KeyError(path, name + ".y", absl::StrCat("dtype ", c10::toString(y.scalar_type()),
-                                                    ", expected int64 (class indices)"));
+  if (y.scalar_type() != torch::kInt64 && !IsFloat(y.scalar_type())) {
+    return KeyError(path, name + ".y",
+                    absl::StrCat("dtype ", c10::toString(y.scalar_type()),
+                                 ", expected int64 (class indices) or float (targets of task "
+                                 "multilabel or regression)"));
   }
-  if (y.dim() != 1 || y.size(0) != x.size(0)) {
+  if (y.scalar_type() == torch::kInt64 && (y.dim() != 1 || y.size(0) != x.size(0))) {
     return KeyError(path, name + ".y",
                     absl::StrFormat("shape %s, expected [%d] (one label per row of %s.x)",
                                     Shape(y), x.size(0), name));
   }
+  if (IsFloat(y.scalar_type())) {
+    if (y.dim() < 1 || y.dim() > 2 || y.size(0) != x.size(0) || (y.dim() == 2 && y.size(1) < 1)) {
+      return KeyError(path, name + ".y",
+                      absl::StrFormat("shape %s, expected [%d] or [%d, D] (float targets, one "
+                                      "row per row of %s.x)",
+                                      Shape(y), x.size(0), x.size(0), name));
+    }
+    split.y = y.to(torch::kFloat32).contiguous();
+  }
   return split;
+}
+
+// "train.y[3, 1]" of the first element of y where `bad` holds.
+std::string FirstWhere(const std::string& key, const torch::Tensor& bad) {
+  const torch::Tensor at = bad.nonzero();
+  if (at.size(0) == 0) return "";
+  std::vector<int64_t> index;
+  for (int64_t d = 0; d < at.size(1); ++d) index.push_back(at[0][d].item<int64_t>());
+  return absl::StrCat(key, "[", absl::StrJoin(index, ", "), "]");
+}
+
+// Float targets: all splits float, of one width, finite; notes the first non-binary value.
+absl::Status CheckFloatTargets(const std::string& path, TensorFile& file) {
+  const std::pair<const char*, const TensorFileSplit*> splits[] = {
+      {"train", &file.train}, {"test", &file.test}, {"val", &file.val}};
+  file.float_targets = true;
+  file.target_shape = file.train.y.sizes().slice(1).vec();
+  for (const auto& [name, split] : splits) {
+    const torch::Tensor& y = split->y;
+    if (!y.defined()) continue;
+    const std::string key = absl::StrCat(name, ".y");
+    if (y.scalar_type() != torch::kFloat32) {
+      return KeyError(path, key, absl::StrCat("dtype ", c10::toString(y.scalar_type()),
+                                              "; float targets must be float in every split"));
+    }
+    if (y.sizes().slice(1).vec() != file.target_shape) {
+      return KeyError(path, key, absl::StrFormat("shape %s, but train.y is %s (targets of one "
+                                                 "width)",
+                                                 Shape(y), Shape(file.train.y)));
+    }
+    const std::string bad = FirstWhere(key, torch::isfinite(y).logical_not());
+    if (!bad.empty()) {
+      const torch::Tensor value = y.flatten().index({torch::isfinite(y.flatten()).logical_not()});
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %s: %g; targets must be finite (no NaN or infinity)", path, bad,
+          value[0].item<double>()));
+    }
+    if (file.non_binary_target.empty()) {
+      const torch::Tensor non_binary = y.ne(0).logical_and(y.ne(1));
+      const std::string where = FirstWhere(key, non_binary);
+      if (!where.empty()) {
+        file.non_binary_target = absl::StrFormat(
+            "%s: %g", where, y.flatten().index({non_binary.flatten()})[0].item<double>());
+      }
+    }
+  }
+  file.num_classes = file.target_shape.empty() ? 1 : static_cast<int>(file.target_shape[0]);
+  return absl::OkStatus();
 }
 
 absl::Status CheckLabels(const std::string& path, const std::string& key, const torch::Tensor& y,
@@ -205,6 +269,15 @@ absl::StatusOr<TensorFile> CheckFile(const std::string& path, const c10::IValue&
                                       Shape(other_x), c10::toString(other_x.scalar_type()),
                                       Shape(x), c10::toString(x.scalar_type())));
     }
+  }
+  if (IsFloat(file.train.y.scalar_type()) || IsFloat(file.test.y.scalar_type()) ||
+      (file.val.y.defined() && IsFloat(file.val.y.scalar_type()))) {
+    if (Find(*entries, "classes") != nullptr) {
+      return KeyError(path, "classes", "names classes, but y holds float targets");
+    }
+    if (absl::Status s = CheckFloatTargets(path, file); !s.ok()) return s;
+    file.input_shape = x.sizes().slice(1).vec();
+    return file;
   }
   if (const c10::IValue* classes = Find(*entries, "classes")) {
     if (absl::Status s = ReadClasses(path, *classes, file); !s.ok()) return s;

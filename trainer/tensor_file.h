@@ -17,7 +17,9 @@ namespace mpsd::trainer {
 
 struct TensorFileSplit {
   torch::Tensor x;  // [N, ...] on the CPU: float32, float64, float16, bfloat16 or uint8
-  torch::Tensor y;  // [N] int64 on the CPU, each in [0, num_classes)
+  // [N] int64 on the CPU, each in [0, num_classes); or float targets (TensorFile::float_targets)
+  // [N] or [N, D] float32, every value finite.
+  torch::Tensor y;
 };
 
 struct TensorFile {
@@ -32,6 +34,13 @@ struct TensorFile {
   int num_classes = 0;
   // One example's shape: x.shape[1:].
   std::vector<int64_t> input_shape;
+  // y is float (float32, float64, float16, bfloat16; converted to float32) in every split:
+  // targets for multilabel or regression. num_classes is then their width (1 for [N]).
+  bool float_targets = false;
+  // float targets: y.shape[1:] of train.y, and the first value of any split that is neither 0
+  // nor 1 ("train.y[4, 1]: 0.5"), empty when there is none.
+  std::vector<int64_t> target_shape;
+  std::string non_binary_target;
 };
 
 // Reads and checks the file at `path`. Errors (INVALID_ARGUMENT unless said; every message starts
@@ -42,7 +51,10 @@ struct TensorFile {
 //   cannot read; pickled Python objects other than dicts, lists, strings, numbers and tensors
 //   (numpy arrays, classes: "… only dicts, lists, strings, numbers and tensors are read");
 //   not a dict; a missing or unknown key (the known ones: train, test, classes; x and y in a
-//   split); x not [N, ...] of a float or uint8 dtype with N >= 1; y not int64 [N] with x's N;
+//   split); x not [N, ...] of a float or uint8 dtype with N >= 1; y neither int64 [N] nor float
+//   [N] / [N, D] with x's N, or int64 in one split and float in another, or float targets of
+//   different widths; a float target that is NaN or infinite ("train.y[3, 0]: nan; targets must
+//   be finite"); classes with float targets;
 //   test.x's example shape or dtype not train.x's; a label < 0 or >= the classes
 //   ("test.y[17]: label 12, but there are 10 classes"); classes not a list of strings.
 // Reads the whole file into memory once. Thread-safe. Throws nothing (LibTorch's errors are

@@ -46,7 +46,8 @@ absl::Status ResolveClasses(const mpsd::v1::ModelSpec& spec, TrainJobConfig& con
   config.model_config.input_shape = dataset.input_shape;
   config.model_config.num_classes = dataset.num_classes;
   if (!spec.has_num_classes()) return absl::OkStatus();
-  if (spec.num_classes() < dataset.num_classes) {
+  // Float targets' width must equal the outputs: ResolveTask says so, naming the task.
+  if (spec.num_classes() < dataset.num_classes && !dataset.float_targets) {
     return FieldError("model.num_classes",
                       absl::StrFormat("must be at least the %d classes of dataset %s, got %d",
                                       dataset.num_classes, dataset.info->name,
@@ -150,9 +151,9 @@ absl::Status ResolveStepOptions(const mpsd::v1::TrainJob& spec, TrainJobConfig& 
       return s;
     }
   }
-  config.label_smoothing = spec.label_smoothing();
+  // Stored by ResolveTask (config.task.label_smoothing).
   if (absl::Status s =
-          fields.InRange("label_smoothing", config.label_smoothing, kLabelSmoothingInterval);
+          fields.InRange("label_smoothing", spec.label_smoothing(), kLabelSmoothingInterval);
       !s.ok()) {
     return s;
   }
@@ -382,6 +383,23 @@ void PlaceJob(const api::JobContext& context, const std::string& artifacts_dir,
   if (!context.resume_checkpoint.empty()) config.resume_path = context.resume_checkpoint;
 }
 
+// The epoch metrics a job of `task` measures: each split's loss and accuracy; multilabel's
+// macro_f1 (val and test); regression's mse, mae and r2 (val and test) and no accuracy.
+std::vector<std::string> MonitorNames(TaskKind task) {
+  std::vector<std::string> names = {"val_loss", "train_loss", "test_loss"};
+  if (task != TaskKind::kRegression) {
+    names.insert(names.end(), {"val_accuracy", "train_accuracy", "test_accuracy"});
+  }
+  const std::vector<std::string> extra =
+      task == TaskKind::kMultilabel   ? std::vector<std::string>{"macro_f1"}
+      : task == TaskKind::kRegression ? std::vector<std::string>{"mse", "mae", "r2"}
+                                      : std::vector<std::string>{};
+  for (const char* split : {"val_", "test_"}) {
+    for (const std::string& metric : extra) names.push_back(absl::StrCat(split, metric));
+  }
+  return names;
+}
+
 // early_stopping: a monitor the job measures every evaluated epoch, its mode, patience > 0,
 // min_delta >= 0. After the dataset (validation) and evaluate_test are resolved.
 absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
@@ -391,8 +409,7 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   EarlyStoppingConfig c;
   c.enabled = true;
   if (!e.monitor().empty()) c.monitor = e.monitor();
-  const std::vector<std::string> known = {"val_loss",   "val_accuracy",  "train_loss",
-                                          "train_accuracy", "test_loss", "test_accuracy"};
+  const std::vector<std::string> known = MonitorNames(config.task.kind);
   if (std::find(known.begin(), known.end(), c.monitor) == known.end()) {
     return fields.Error("monitor", absl::StrFormat("unknown epoch metric \"%s\" %s", c.monitor,
                                                    KnownNames(known)));
@@ -409,7 +426,8 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
                                                    c.monitor));
   }
   if (e.mode().empty()) {
-    c.maximize = absl::EndsWith(c.monitor, "_accuracy");
+    c.maximize = absl::EndsWith(c.monitor, "_accuracy") || absl::EndsWith(c.monitor, "_f1") ||
+                 absl::EndsWith(c.monitor, "_r2");
   } else if (e.mode() == "min" || e.mode() == "max") {
     c.maximize = e.mode() == "max";
   } else {
@@ -465,6 +483,10 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
   TrainJobConfig config;
   config.spec = spec;
   if (absl::Status s = ResolveModelAndData(spec, config); !s.ok()) return s;
+  absl::StatusOr<TaskConfig> task =
+      ResolveTask(spec, config.dataset, config.model_config.num_classes, TrainJobFields());
+  if (!task.ok()) return task.status();
+  config.task = *std::move(task);
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveEarlyStopping(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveFineTuning(spec, config); !s.ok()) return s;

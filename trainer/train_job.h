@@ -26,6 +26,7 @@
 #include "trainer/precision.h"
 #include "trainer/profiler.h"
 #include "trainer/schedule.h"
+#include "trainer/task.h"
 #include "trainer/train_loop.h"
 
 namespace mpsd::trainer {
@@ -60,7 +61,8 @@ struct TrainJobConfig {
   bool cuda_graphs = true;
   int grad_accumulation_steps = 1;
   double grad_clip_norm = 0;  // 0 = off
-  double label_smoothing = 0;
+  // TrainJob.task, loss and label_smoothing (trainer/task.h).
+  TaskConfig task;
   bool drop_last = false;
   int eval_every_epochs = 1;
   double divergence_threshold = 0;  // 0 = only non-finite losses diverge

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "trainer/augment.h"
 #include "trainer/compat.h"
@@ -62,8 +63,9 @@ class StepReadback {
   // a non-finite loss (nan_policy skip_step); may be empty.
   StepReadback(const torch::Device& device, int capacity, int64_t total_steps,
                const LoopPosition& start, DivergenceCheck divergence, const EventSink& sink,
-               std::function<void(int64_t)> on_skipped)
+               std::function<void(int64_t)> on_skipped, int64_t labels_per_example)
       : device_(device),
+        labels_per_example_(labels_per_example),
         capacity_(std::max(capacity, 1)),
         total_steps_(total_steps),
         sink_(sink),
@@ -112,7 +114,9 @@ class StepReadback {
   int64_t total_steps() const { return total_steps_; }
   double epoch_loss() const { return epoch_examples_ > 0 ? epoch_loss_sum_ / epoch_examples_ : 0; }
   double epoch_accuracy() const {
-    return epoch_examples_ > 0 ? static_cast<double>(epoch_correct_) / epoch_examples_ : 0;
+    return epoch_examples_ > 0 ? static_cast<double>(epoch_correct_) /
+                                     static_cast<double>(epoch_examples_ * labels_per_example_)
+                               : 0;
   }
   int64_t epoch_examples() const { return epoch_examples_; }
   int64_t epoch_skipped() const { return epoch_skipped_; }
@@ -164,6 +168,7 @@ class StepReadback {
                                const Group& group) const;
 
   const torch::Device device_;
+  const int64_t labels_per_example_;  // what `correct` counts per example (TaskLoss)
   const int capacity_;
   const int64_t total_steps_;
   const EventSink& sink_;
@@ -228,7 +233,8 @@ mpsd::v1::JobEvent StepReadback::StepEvent(const Pending& step, float loss, int6
   metrics.set_step(step.step);
   metrics.set_total_steps(total_steps_);
   metrics.set_loss(loss);
-  metrics.set_accuracy(static_cast<float>(correct) / static_cast<float>(step.batch_size));
+  metrics.set_accuracy(static_cast<float>(correct) /
+                       static_cast<float>(step.batch_size * labels_per_example_));
   metrics.set_learning_rate(step.learning_rate);
   metrics.set_samples_per_second(group.seconds > 0 ? group.examples / group.seconds : 0);
   metrics.set_step_time_ms(group.seconds * 1000.0 / static_cast<double>(group.steps));
@@ -247,6 +253,7 @@ struct Loop {
   const TrainOptions& options;
   const EventSink& sink;
   const std::atomic<bool>& cancelled;
+  const TaskLoss& task;
   // The whole step in one CUDA graph (trainer/graphed_step.h), or nullptr to run eagerly.
   GraphedStep* graphed = nullptr;
 };
@@ -290,15 +297,14 @@ void ForwardBackward(const Loop& loop, const torch::Tensor& images, const torch:
     logits = loop.model.forward(images);
   }
   logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
-  torch::Tensor loss = F::cross_entropy(
-      logits, labels, F::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing));
+  torch::Tensor loss = loop.task.Loss(logits, labels);
   if (poison) loss = loss * std::numeric_limits<double>::quiet_NaN();
   torch::Tensor scaled = loss / static_cast<double>(options.grad_accumulation_steps);
   if (options.precision == Precision::kFp16) scaled = options.grad_scaler->Scale(scaled);
   scaled.backward();
   const int64_t size = labels.size(0);
   torch::Tensor loss_sum = loss.detach() * static_cast<double>(size);
-  torch::Tensor correct = logits.detach().argmax(/*dim=*/1).eq(labels).sum();
+  torch::Tensor correct = loop.task.Correct(logits, labels);
   result.loss = result.loss.defined() ? result.loss + loss_sum : loss_sum;
   result.correct = result.correct.defined() ? result.correct + correct : correct;
   result.examples += size;
@@ -616,9 +622,24 @@ struct EpochEvaluation {
 };
 
 // The epoch's event payload; `evaluation`'s nullopts were not evaluated this epoch.
+// The metrics map of multilabel and regression (EpochMetrics.metrics): "<split>_<metric>".
+void AddTaskMetrics(const TaskLoss& task, const StepReadback& readback,
+                    const EpochEvaluation& evaluation, mpsd::v1::EpochMetrics& metrics) {
+  if (task.config().kind == TaskKind::kClassification) return;
+  auto& map = *metrics.mutable_metrics();
+  map["train_loss"] = readback.epoch_loss();
+  if (task.has_accuracy()) map["train_accuracy"] = readback.epoch_accuracy();
+  const std::pair<const char*, const std::optional<EvalResult>*> splits[] = {
+      {"val_", &evaluation.val}, {"test_", &evaluation.test}};
+  for (const auto& [prefix, result] : splits) {
+    if (!result->has_value()) continue;
+    for (const auto& [name, value] : (*result)->metrics) map[absl::StrCat(prefix, name)] = value;
+  }
+}
+
 mpsd::v1::EpochMetrics EpochMetricsOf(int epoch, const StepReadback& readback,
                                       const EpochEvaluation& evaluation, double epoch_seconds,
-                                      double learning_rate) {
+                                      double learning_rate, const TaskLoss& task) {
   const std::optional<EvalResult>& test = evaluation.test;
   mpsd::v1::EpochMetrics metrics;
   metrics.set_epoch(epoch);
@@ -638,6 +659,7 @@ mpsd::v1::EpochMetrics EpochMetricsOf(int epoch, const StepReadback& readback,
       epoch_seconds > 0 ? static_cast<double>(readback.epoch_examples()) / epoch_seconds : 0);
   metrics.set_learning_rate(learning_rate);
   metrics.set_skipped_steps(readback.epoch_skipped());
+  AddTaskMetrics(task, readback, evaluation, metrics);
   return metrics;
 }
 
@@ -680,7 +702,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     graph_options.optimizer = options.optimizer;
     graph_options.precision = options.precision;
     graph_options.batch_size = options.batch_size;
-    graph_options.label_smoothing = options.label_smoothing;
+    graph_options.task = options.task;
     graph_options.grad_clip_norm = options.grad_clip_norm;
     graph_options.augmentation = data.augmentation;
     graph_options.schedule =
@@ -727,7 +749,7 @@ absl::StatusOr<EpochEvaluation> EvaluateEpoch(const Loop& loop, int epoch) {
   EpochEvaluation evaluation;
   const auto evaluate = [&](const TensorSplit& split) {
     return Evaluate(loop.model, split, options.eval_batch_size, loop.cancelled,
-                    options.data_parallel);
+                    options.data_parallel, &loop.task);
   };
   // defined(), not size() > 0: a distributed rank's shard may be empty, and every rank must
   // take part in the evaluation's all-reduce.
@@ -794,7 +816,8 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   }
   std::unique_ptr<GraphedStep> graphed = MaybeCaptureStep(
       model, optimizer, data, options, steps_per_epoch * options.epochs, start.step, sink);
-  const Loop loop{model, optimizer, data, options, sink, cancelled, graphed.get()};
+  const TaskLoss task(options.task, device);
+  const Loop loop{model, optimizer, data, options, sink, cancelled, task, graphed.get()};
   std::function<void(int64_t)> uncount;
   if (MasksUpdate(options)) {
     uncount = [&optimizer, &options](int64_t steps) {
@@ -805,7 +828,7 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
       device, options.steps_per_readback, steps_per_epoch * options.epochs, start,
       DivergenceCheck(options.divergence_threshold, options.nan_policy == NanPolicy::kSkipStep,
                       options.max_skipped_steps),
-      sink, std::move(uncount));
+      sink, std::move(uncount), task.labels_per_example());
   // The shuffle generator is the device's own kind, so randperm runs there, and separate from
   // the default generator that dropout draws from, so the order depends on the seed alone.
   at::Generator shuffle = MakeDeviceGenerator(device, options.seed);
@@ -830,7 +853,7 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                                      : optimizer.param_groups().front().options().get_lr();
     mpsd::v1::JobEvent event;
     *event.mutable_epoch() =
-        EpochMetricsOf(epoch, readback, *evaluation, epoch_seconds, learning_rate);
+        EpochMetricsOf(epoch, readback, *evaluation, epoch_seconds, learning_rate, task);
     bool stop = false;
     if (options.after_evaluation) {
       absl::StatusOr<bool> stopping = options.after_evaluation(event.epoch());
@@ -840,11 +863,14 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
     // evaluate_test: end means the epoch training ends after, also when it ends early.
     if (stop && options.evaluate_test == EvaluateTest::kEnd && !event.epoch().evaluated()) {
       absl::StatusOr<EvalResult> test = Evaluate(model, data.test, options.eval_batch_size,
-                                                 cancelled, options.data_parallel);
+                                                 cancelled, options.data_parallel, &task);
       if (!test.ok()) return test.status();
       event.mutable_epoch()->set_evaluated(true);
       event.mutable_epoch()->set_test_loss(test->loss);
       event.mutable_epoch()->set_test_accuracy(test->accuracy);
+      for (const auto& [name, value] : test->metrics) {
+        (*event.mutable_epoch()->mutable_metrics())[absl::StrCat("test_", name)] = value;
+      }
     }
     sink(std::move(event));
     if (graphed != nullptr) graphed->ExportState();  // the optimizer's state, for checkpoints
@@ -867,14 +893,75 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   return absl::OkStatus();
 }
 
+// Evaluate for multilabel and regression: the task's sums (TaskLoss::EvalSums) over the split,
+// read back once.
+absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit& split,
+                                        int64_t batch_size, const std::atomic<bool>& cancelled,
+                                        DataParallel* data_parallel, const TaskLoss& task) {
+  torch::NoGradGuard no_grad;
+  EvalModeGuard eval_mode(model);
+  torch::Tensor sums;
+  const int64_t n = split.size();
+  if (split.streamed != nullptr && n > 0) {
+    split.streamed->StartPass(torch::arange(n, torch::TensorOptions().dtype(torch::kInt64)),
+                              batch_size);
+  }
+  for (int64_t start = 0; start < n; start += batch_size) {
+    if (cancelled.load(std::memory_order_relaxed)) {
+      return absl::CancelledError("cancelled during evaluation");
+    }
+    const int64_t size = std::min(batch_size, n - start);
+    const torch::Tensor targets = split.labels.narrow(/*dim=*/0, start, size);
+    const torch::Tensor inputs = split.streamed != nullptr
+                                     ? split.streamed->Next()
+                                     : split.images.narrow(/*dim=*/0, start, size);
+    const torch::Tensor batch = task.EvalSums(model.forward(inputs), targets);
+    sums = sums.defined() ? sums + batch : batch;
+  }
+  int64_t examples = n;
+  if (data_parallel != nullptr) {
+    // Every rank takes part, an empty shard with zeros of the same length.
+    if (!sums.defined()) {
+      const torch::Tensor probe = task.EvalSums(
+          torch::zeros({1, task.config().outputs}, split.labels.options().dtype(torch::kFloat32)),
+          torch::zeros({1, task.config().outputs}, split.labels.options().dtype(torch::kFloat32)));
+      sums = torch::zeros_like(probe);
+    }
+    torch::Tensor all = data_parallel->AllReduceSum(torch::cat(
+        {sums, torch::full({1}, static_cast<double>(n), sums.options())}));
+    sums = all.narrow(/*dim=*/0, 0, all.size(0) - 1);
+    examples = static_cast<int64_t>(all[all.size(0) - 1].item<double>());
+  }
+  if (examples == 0 || !sums.defined()) return EvalResult{};
+  EvalResult result;
+  result.metrics = task.Finish(sums, examples);
+  result.loss = result.metrics["loss"];
+  if (auto it = result.metrics.find("accuracy"); it != result.metrics.end()) {
+    result.accuracy = it->second;
+  }
+  return result;
+}
+
 absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& split,
                                     int64_t batch_size, const std::atomic<bool>& cancelled,
-                                    DataParallel* data_parallel) {
+                                    DataParallel* data_parallel, const TaskLoss* task) {
+  if (task != nullptr && task->config().kind != TaskKind::kClassification) {
+    return EvaluateTask(model, split, batch_size, cancelled, data_parallel, *task);
+  }
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
   const auto on_device = torch::TensorOptions().device(split.labels.device());
   torch::Tensor loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
   torch::Tensor correct = torch::zeros({}, on_device.dtype(torch::kInt64));
+  // Class weights: the weighted mean Σ w[y] ℓ / Σ w[y], as CrossEntropyLoss's reduction "mean".
+  const TaskConfig* weighted =
+      task != nullptr && !task->config().class_weights.empty() ? &task->config() : nullptr;
+  torch::Tensor class_weights, weight_sum;
+  if (weighted != nullptr) {
+    class_weights = torch::tensor(weighted->class_weights, torch::kFloat64)
+                        .to(on_device.dtype(torch::kFloat32));
+    weight_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
+  }
   const int64_t n = split.size();
   if (split.streamed != nullptr && n > 0) {
     split.streamed->StartPass(torch::arange(n, torch::TensorOptions().dtype(torch::kInt64)),
@@ -890,8 +977,14 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
                                      ? split.streamed->Next()
                                      : split.images.narrow(/*dim=*/0, start, size);
     const torch::Tensor logits = model.forward(images);
-    loss_sum.add_(
-        F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum)));
+    if (weighted != nullptr) {
+      loss_sum.add_(F::cross_entropy(
+          logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum).weight(class_weights)));
+      weight_sum.add_(class_weights.index_select(/*dim=*/0, labels).sum());
+    } else {
+      loss_sum.add_(
+          F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum)));
+    }
     correct.add_(logits.argmax(/*dim=*/1).eq(labels).sum());
   }
   // The one synchronisation of the evaluation.
@@ -904,7 +997,14 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
   totals = totals.to(torch::kCPU);
   if (data_parallel != nullptr) examples = static_cast<int64_t>(totals[2].item<double>());
   if (examples == 0) return EvalResult{};
-  return EvalResult{totals[0].item<double>() / examples, totals[1].item<double>() / examples};
+  if (weighted != nullptr) {
+    torch::Tensor weights = weight_sum.reshape({1});
+    if (data_parallel != nullptr) weights = data_parallel->AllReduceSum(weights);
+    const double total_weight = weights.to(torch::kCPU).item<double>();
+    return EvalResult{total_weight > 0 ? totals[0].item<double>() / total_weight : 0,
+                      totals[1].item<double>() / examples, {}};
+  }
+  return EvalResult{totals[0].item<double>() / examples, totals[1].item<double>() / examples, {}};
 }
 
 }  // namespace mpsd::trainer

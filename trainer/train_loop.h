@@ -24,6 +24,7 @@
 #include "trainer/precision.h"
 #include "trainer/profiler.h"
 #include "trainer/schedule.h"
+#include "trainer/task.h"
 
 namespace mpsd::trainer {
 
@@ -98,8 +99,11 @@ struct TrainOptions {
   bool drop_last = false;
   // Clip the gradients' global L2 norm to this before each step (on the device); <= 0 = off.
   double grad_clip_norm = 0;
-  // CrossEntropyLoss(label_smoothing=…), in [0, 1).
-  double label_smoothing = 0;
+  // The task, its loss and metrics (trainer/task.h): classification's CrossEntropyLoss with
+  // task.label_smoothing by default. For multilabel and regression, epoch events carry their
+  // metrics in EpochMetrics.metrics too, and step events' accuracy is over labels (multilabel)
+  // or 0 (regression).
+  TaskConfig task;
   // memory_format: channels_last (the model's weights and the resident images already NHWC):
   // batches that arrive in NCHW (streamed from the host, or augmented) are converted too.
   bool channels_last = false;
@@ -193,18 +197,23 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                    const std::atomic<bool>& cancelled);
 
 struct EvalResult {
-  double loss = 0;      // mean cross-entropy over the examples
-  double accuracy = 0;  // fraction classified correctly, in [0, 1]
+  double loss = 0;      // mean loss over the examples (the task's; cross-entropy by default)
+  double accuracy = 0;  // fraction classified correctly (multilabel: of labels); in [0, 1]
+  // multilabel and regression: every metric by name, loss and accuracy included (TaskMetrics,
+  // trainer/task.h); empty for classification.
+  TaskMetrics metrics;
 };
 
 // Evaluates `model` on `split` in eval mode without autograd, accumulating on the device and
 // synchronising once; leaves the model in train mode. CANCELLED if `cancelled` turns true.
 // With `data_parallel`, `split` is this rank's shard (DataParallel::ShardSplit) and the loss
 // sum, correct count and examples are summed across ranks before the division: every rank
-// returns the whole set's figures.
+// returns the whole set's figures. `task`: the job's loss and metrics; nullptr = classification
+// with unweighted cross-entropy.
 absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& split,
                                     int64_t batch_size, const std::atomic<bool>& cancelled,
-                                    DataParallel* data_parallel = nullptr);
+                                    DataParallel* data_parallel = nullptr,
+                                    const TaskLoss* task = nullptr);
 
 }  // namespace mpsd::trainer
 

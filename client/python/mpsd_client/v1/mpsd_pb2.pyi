@@ -292,11 +292,19 @@ class EarlyStoppingSpec(_message.Message):
     def __init__(self, monitor: _Optional[str] = ..., mode: _Optional[str] = ..., patience: _Optional[int] = ..., min_delta: _Optional[float] = ...) -> None: ...
 
 class EpochMetrics(_message.Message):
-    __slots__ = ["epoch", "epoch_time_s", "evaluated", "learning_rate", "samples_per_second", "skipped_steps", "test_accuracy", "test_loss", "train_accuracy", "train_loss", "val_accuracy", "val_loss"]
+    __slots__ = ["epoch", "epoch_time_s", "evaluated", "learning_rate", "metrics", "samples_per_second", "skipped_steps", "test_accuracy", "test_loss", "train_accuracy", "train_loss", "val_accuracy", "val_loss"]
+    class MetricsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     EPOCH_TIME_S_FIELD_NUMBER: _ClassVar[int]
     EVALUATED_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_STEPS_FIELD_NUMBER: _ClassVar[int]
     TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +317,7 @@ class EpochMetrics(_message.Message):
     epoch_time_s: float
     evaluated: bool
     learning_rate: float
+    metrics: _containers.ScalarMap[str, float]
     samples_per_second: float
     skipped_steps: int
     test_accuracy: float
@@ -317,7 +326,7 @@ class EpochMetrics(_message.Message):
     train_loss: float
     val_accuracy: float
     val_loss: float
-    def __init__(self, epoch: _Optional[int] = ..., train_loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., evaluated: bool = ..., learning_rate: _Optional[float] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., skipped_steps: _Optional[int] = ...) -> None: ...
+    def __init__(self, epoch: _Optional[int] = ..., train_loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., evaluated: bool = ..., learning_rate: _Optional[float] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., skipped_steps: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class FaultInjection(_message.Message):
     __slots__ = ["at_step", "kind", "steps"]
@@ -479,7 +488,14 @@ class JobEvent(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., step: _Optional[_Union[StepMetrics, _Mapping]] = ..., epoch: _Optional[_Union[EpochMetrics, _Mapping]] = ..., log: _Optional[_Union[LogLine, _Mapping]] = ..., summary: _Optional[_Union[JobSummary, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bench_row: _Optional[_Union[BenchRow, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ...) -> None: ...
 
 class JobSummary(_message.Message):
-    __slots__ = ["bench_rows", "best_epoch", "best_model_path", "best_value", "checkpoint_path", "class_names", "data_load_time_s", "data_placement", "device", "epochs", "executor_pid", "executor_restart_reason", "final_loss_scale", "final_train_loss", "median_epoch_time_s", "memory", "model_check_path", "model_format", "model_json_path", "model_path", "model_state_dict_path", "monitor", "optimizer", "parameters", "precision", "profile_first_step", "profile_last_step", "profile_path", "resumed_at_step", "samples_per_second", "schedule", "skipped_images", "skipped_steps", "steps", "stop_reason", "test_accuracy", "test_examples", "test_loss", "total_time_s", "train_class_counts", "train_examples", "val_accuracy", "val_examples", "val_loss", "validation"]
+    __slots__ = ["bench_rows", "best_epoch", "best_model_path", "best_value", "checkpoint_path", "class_names", "data_load_time_s", "data_placement", "device", "epochs", "executor_pid", "executor_restart_reason", "final_loss_scale", "final_train_loss", "median_epoch_time_s", "memory", "metrics", "model_check_path", "model_format", "model_json_path", "model_path", "model_state_dict_path", "monitor", "optimizer", "parameters", "precision", "profile_first_step", "profile_last_step", "profile_path", "resumed_at_step", "samples_per_second", "schedule", "skipped_images", "skipped_steps", "steps", "stop_reason", "task", "test_accuracy", "test_examples", "test_loss", "total_time_s", "train_class_counts", "train_examples", "val_accuracy", "val_examples", "val_loss", "validation"]
+    class MetricsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     BENCH_ROWS_FIELD_NUMBER: _ClassVar[int]
     BEST_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BEST_MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -496,6 +512,7 @@ class JobSummary(_message.Message):
     FINAL_TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_EPOCH_TIME_S_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     MODEL_CHECK_PATH_FIELD_NUMBER: _ClassVar[int]
     MODEL_FORMAT_FIELD_NUMBER: _ClassVar[int]
     MODEL_JSON_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -515,6 +532,7 @@ class JobSummary(_message.Message):
     SKIPPED_STEPS_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
     TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     TEST_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     TEST_LOSS_FIELD_NUMBER: _ClassVar[int]
@@ -541,6 +559,7 @@ class JobSummary(_message.Message):
     final_train_loss: float
     median_epoch_time_s: float
     memory: MemoryStats
+    metrics: _containers.ScalarMap[str, float]
     model_check_path: str
     model_format: str
     model_json_path: str
@@ -560,6 +579,7 @@ class JobSummary(_message.Message):
     skipped_steps: int
     steps: int
     stop_reason: str
+    task: str
     test_accuracy: float
     test_examples: int
     test_loss: float
@@ -570,7 +590,7 @@ class JobSummary(_message.Message):
     val_examples: int
     val_loss: float
     validation: str
-    def __init__(self, device: _Optional[str] = ..., epochs: _Optional[int] = ..., steps: _Optional[int] = ..., final_train_loss: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., total_time_s: _Optional[float] = ..., median_epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ..., parameters: _Optional[int] = ..., data_load_time_s: _Optional[float] = ..., model_path: _Optional[str] = ..., model_format: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., skipped_steps: _Optional[int] = ..., final_loss_scale: _Optional[float] = ..., resumed_at_step: _Optional[int] = ..., optimizer: _Optional[str] = ..., schedule: _Optional[str] = ..., precision: _Optional[str] = ..., bench_rows: _Optional[_Iterable[_Union[BenchRow, _Mapping]]] = ..., executor_pid: _Optional[int] = ..., executor_restart_reason: _Optional[str] = ..., class_names: _Optional[_Iterable[str]] = ..., data_placement: _Optional[str] = ..., skipped_images: _Optional[int] = ..., profile_path: _Optional[str] = ..., profile_first_step: _Optional[int] = ..., profile_last_step: _Optional[int] = ..., train_class_counts: _Optional[_Iterable[int]] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., val_examples: _Optional[int] = ..., validation: _Optional[str] = ..., stop_reason: _Optional[str] = ..., monitor: _Optional[str] = ..., best_epoch: _Optional[int] = ..., best_value: _Optional[float] = ..., best_model_path: _Optional[str] = ..., model_json_path: _Optional[str] = ..., model_state_dict_path: _Optional[str] = ..., model_check_path: _Optional[str] = ...) -> None: ...
+    def __init__(self, device: _Optional[str] = ..., epochs: _Optional[int] = ..., steps: _Optional[int] = ..., final_train_loss: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., total_time_s: _Optional[float] = ..., median_epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ..., parameters: _Optional[int] = ..., data_load_time_s: _Optional[float] = ..., model_path: _Optional[str] = ..., model_format: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., skipped_steps: _Optional[int] = ..., final_loss_scale: _Optional[float] = ..., resumed_at_step: _Optional[int] = ..., optimizer: _Optional[str] = ..., schedule: _Optional[str] = ..., precision: _Optional[str] = ..., bench_rows: _Optional[_Iterable[_Union[BenchRow, _Mapping]]] = ..., executor_pid: _Optional[int] = ..., executor_restart_reason: _Optional[str] = ..., class_names: _Optional[_Iterable[str]] = ..., data_placement: _Optional[str] = ..., skipped_images: _Optional[int] = ..., profile_path: _Optional[str] = ..., profile_first_step: _Optional[int] = ..., profile_last_step: _Optional[int] = ..., train_class_counts: _Optional[_Iterable[int]] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., val_examples: _Optional[int] = ..., validation: _Optional[str] = ..., stop_reason: _Optional[str] = ..., monitor: _Optional[str] = ..., best_epoch: _Optional[int] = ..., best_value: _Optional[float] = ..., best_model_path: _Optional[str] = ..., model_json_path: _Optional[str] = ..., model_state_dict_path: _Optional[str] = ..., model_check_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., task: _Optional[str] = ...) -> None: ...
 
 class ListArtifactsRequest(_message.Message):
     __slots__ = ["job_id"]
@@ -662,6 +682,20 @@ class LogLine(_message.Message):
     level: LogLine.Level
     text: str
     def __init__(self, level: _Optional[_Union[LogLine.Level, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class LossSpec(_message.Message):
+    __slots__ = ["beta", "class_weights", "delta", "pos_weight", "type"]
+    BETA_FIELD_NUMBER: _ClassVar[int]
+    CLASS_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    POS_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    beta: float
+    class_weights: _containers.RepeatedScalarFieldContainer[float]
+    delta: float
+    pos_weight: _containers.RepeatedScalarFieldContainer[float]
+    type: str
+    def __init__(self, type: _Optional[str] = ..., beta: _Optional[float] = ..., delta: _Optional[float] = ..., pos_weight: _Optional[_Iterable[float]] = ..., class_weights: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class MemoryStats(_message.Message):
     __slots__ = ["allocated_after_bytes", "allocated_before_bytes", "baseline_allocated_bytes", "baseline_reserved_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "reserved_after_bytes", "reserved_before_bytes"]
@@ -981,7 +1015,7 @@ class SyntheticSpec(_message.Message):
     def __init__(self, input_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ...) -> None: ...
 
 class TrainJob(_message.Message):
-    __slots__ = ["batch_size", "checkpoint", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "max_skipped_steps", "memory_format", "model", "nan_policy", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "tensorboard", "trainable"]
+    __slots__ = ["batch_size", "checkpoint", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "loss", "max_skipped_steps", "memory_format", "model", "nan_policy", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "task", "tensorboard", "trainable"]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
@@ -998,6 +1032,7 @@ class TrainJob(_message.Message):
     GRAD_ACCUMULATION_STEPS_FIELD_NUMBER: _ClassVar[int]
     GRAD_CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
     LABEL_SMOOTHING_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
     MAX_SKIPPED_STEPS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FORMAT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -1010,6 +1045,7 @@ class TrainJob(_message.Message):
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
     TENSORBOARD_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     batch_size: int
@@ -1028,6 +1064,7 @@ class TrainJob(_message.Message):
     grad_accumulation_steps: int
     grad_clip_norm: float
     label_smoothing: float
+    loss: LossSpec
     max_skipped_steps: int
     memory_format: str
     model: ModelSpec
@@ -1040,9 +1077,10 @@ class TrainJob(_message.Message):
     resume_from: str
     schedule: ScheduleSpec
     seed: int
+    task: str
     tensorboard: bool
     trainable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ...) -> None: ...
+    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ..., task: _Optional[str] = ..., loss: _Optional[_Union[LossSpec, _Mapping]] = ...) -> None: ...
 
 class Upload(_message.Message):
     __slots__ = ["created", "files", "kind", "name", "ref", "sha256", "size_bytes", "submitter"]

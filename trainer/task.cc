@@ -1,0 +1,365 @@
+// Tasks, their losses and metrics (task.h).
+#include "trainer/task.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace mpsd::trainer {
+namespace {
+
+namespace F = torch::nn::functional;
+
+struct LossEntry {
+  const char* name;
+  LossKind kind;
+  TaskKind task;
+};
+constexpr LossEntry kLosses[] = {
+    {"cross_entropy", LossKind::kCrossEntropy, TaskKind::kClassification},
+    {"bce_with_logits", LossKind::kBceWithLogits, TaskKind::kMultilabel},
+    {"mse", LossKind::kMse, TaskKind::kRegression},
+    {"l1", LossKind::kL1, TaskKind::kRegression},
+    {"smooth_l1", LossKind::kSmoothL1, TaskKind::kRegression},
+    {"huber", LossKind::kHuber, TaskKind::kRegression},
+};
+
+std::vector<std::string> LossNamesOf(TaskKind task) {
+  std::vector<std::string> names;
+  for (const LossEntry& e : kLosses) {
+    if (e.task == task) names.push_back(e.name);
+  }
+  return names;
+}
+
+absl::StatusOr<TaskKind> ParseTask(const std::string& name, const FieldChecks& fields) {
+  if (name.empty() || name == "classification") return TaskKind::kClassification;
+  if (name == "multilabel") return TaskKind::kMultilabel;
+  if (name == "regression") return TaskKind::kRegression;
+  return fields.Error("task", absl::StrFormat("unknown task \"%s\" (known: classification, "
+                                              "multilabel, regression)",
+                                              name));
+}
+
+absl::Status ResolveLossType(const mpsd::v1::LossSpec& spec, TaskConfig& config,
+                             const FieldChecks& fields) {
+  const std::vector<std::string> known = LossNamesOf(config.kind);
+  if (spec.type().empty()) {
+    config.loss = config.kind == TaskKind::kClassification ? LossKind::kCrossEntropy
+                  : config.kind == TaskKind::kMultilabel  ? LossKind::kBceWithLogits
+                                                          : LossKind::kMse;
+    return absl::OkStatus();
+  }
+  for (const LossEntry& e : kLosses) {
+    if (spec.type() != e.name) continue;
+    if (e.task != config.kind) {
+      return fields.Error("loss.type",
+                          absl::StrFormat("\"%s\" is a %s loss; task %s takes %s", e.name,
+                                          TaskName(e.task), TaskName(config.kind),
+                                          absl::StrJoin(known, ", ")));
+    }
+    config.loss = e.kind;
+    return absl::OkStatus();
+  }
+  return fields.Error("loss.type", absl::StrFormat("unknown loss \"%s\" (task %s takes %s)",
+                                                   spec.type(), TaskName(config.kind),
+                                                   absl::StrJoin(known, ", ")));
+}
+
+// beta, delta, class_weights, pos_weight: each only where its loss uses it, with valid values.
+absl::Status ResolveLossSettings(const mpsd::v1::LossSpec& spec, TaskConfig& config,
+                                 const FieldChecks& fields) {
+  const auto only = [&](const char* field, const char* where) {
+    return fields.Error(absl::StrCat("loss.", field),
+                        absl::StrFormat("only %s takes it (loss %s)", where,
+                                        LossName(config.loss)));
+  };
+  if (spec.has_beta()) {
+    if (config.loss != LossKind::kSmoothL1) return only("beta", "loss smooth_l1");
+    if (absl::Status s = fields.PositiveFinite("loss.beta", spec.beta()); !s.ok()) return s;
+    config.beta = spec.beta();
+  }
+  if (spec.has_delta()) {
+    if (config.loss != LossKind::kHuber) return only("delta", "loss huber");
+    if (absl::Status s = fields.PositiveFinite("loss.delta", spec.delta()); !s.ok()) return s;
+    config.delta = spec.delta();
+  }
+  if (!spec.class_weights().empty()) {
+    if (config.kind != TaskKind::kClassification) {
+      return only("class_weights", "task classification");
+    }
+    if (spec.class_weights_size() != config.outputs) {
+      return fields.Error("loss.class_weights",
+                          absl::StrFormat("%d weights, but the model has %d classes (one weight "
+                                          "per class)",
+                                          spec.class_weights_size(), config.outputs));
+    }
+    double total = 0;
+    for (int i = 0; i < spec.class_weights_size(); ++i) {
+      const double w = spec.class_weights(i);
+      if (!(std::isfinite(w) && w >= 0)) {
+        return fields.Error(absl::StrCat("loss.class_weights[", i, "]"),
+                            absl::StrFormat("must be finite and >= 0, got %g", w));
+      }
+      total += w;
+    }
+    if (total <= 0) return fields.Error("loss.class_weights", "all weights are 0");
+    config.class_weights.assign(spec.class_weights().begin(), spec.class_weights().end());
+  }
+  if (!spec.pos_weight().empty()) {
+    if (config.kind != TaskKind::kMultilabel) return only("pos_weight", "task multilabel");
+    if (spec.pos_weight_size() != config.outputs) {
+      return fields.Error("loss.pos_weight",
+                          absl::StrFormat("%d weights, but the targets have %d labels (one "
+                                          "weight per label)",
+                                          spec.pos_weight_size(), config.outputs));
+    }
+    for (int i = 0; i < spec.pos_weight_size(); ++i) {
+      if (!(std::isfinite(spec.pos_weight(i)) && spec.pos_weight(i) > 0)) {
+        return fields.Error(absl::StrCat("loss.pos_weight[", i, "]"),
+                            absl::StrFormat("must be finite and > 0, got %g",
+                                            spec.pos_weight(i)));
+      }
+    }
+    config.pos_weight.assign(spec.pos_weight().begin(), spec.pos_weight().end());
+  }
+  return absl::OkStatus();
+}
+
+// The dataset's targets fit the task: class indices for classification, float targets
+// (0/1 for multilabel) for the others, as wide as the model's output.
+absl::Status CheckTargets(const DatasetConfig& dataset, TaskConfig& config,
+                          const FieldChecks& fields) {
+  const std::string name(dataset.info != nullptr ? dataset.info->name : "");
+  if (config.kind == TaskKind::kClassification) {
+    if (dataset.float_targets) {
+      return fields.Error("task", absl::StrFormat(
+                                      "classification needs int64 class indices in y, but %s "
+                                      "holds float targets; set task: regression or multilabel",
+                                      dataset.root));
+    }
+    return absl::OkStatus();
+  }
+  if (!dataset.float_targets) {
+    return fields.Error(
+        "task", absl::StrFormat("%s needs float targets: dataset tensors with y float %s; "
+                                "dataset %s has class indices",
+                                TaskName(config.kind),
+                                config.kind == TaskKind::kMultilabel ? "[N, K] of 0 and 1"
+                                                                     : "[N] or [N, D]",
+                                name));
+  }
+  if (config.kind == TaskKind::kMultilabel) {
+    if (dataset.target_shape.size() != 1) {
+      return fields.Error("dataset.root",
+                          absl::StrFormat("%s: train.y: multilabel targets must be [N, K] (one "
+                                          "column per label), got [N] (for one yes/no label: "
+                                          "[N, 1])",
+                                          dataset.root));
+    }
+    if (!dataset.non_binary_target.empty()) {
+      return fields.Error("dataset.root",
+                          absl::StrFormat("%s: %s; multilabel targets must be 0 or 1",
+                                          dataset.root, dataset.non_binary_target));
+    }
+  }
+  if (config.outputs != dataset.num_classes) {
+    return fields.Error("model.num_classes",
+                        absl::StrFormat("%d, but the %s targets of %s have %d %s (the model's "
+                                        "output width must equal it)",
+                                        config.outputs, TaskName(config.kind), dataset.root,
+                                        dataset.num_classes,
+                                        config.kind == TaskKind::kMultilabel ? "labels"
+                                                                             : "outputs"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* TaskName(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::kClassification:
+      return "classification";
+    case TaskKind::kMultilabel:
+      return "multilabel";
+    case TaskKind::kRegression:
+      return "regression";
+  }
+  return "?";
+}
+
+const char* LossName(LossKind kind) {
+  for (const LossEntry& e : kLosses) {
+    if (e.kind == kind) return e.name;
+  }
+  return "?";
+}
+
+std::string TaskConfig::Describe() const {
+  std::vector<std::string> settings;
+  if (loss == LossKind::kSmoothL1) settings.push_back(absl::StrFormat("beta=%g", beta));
+  if (loss == LossKind::kHuber) settings.push_back(absl::StrFormat("delta=%g", delta));
+  if (label_smoothing > 0) {
+    settings.push_back(absl::StrFormat("label_smoothing=%g", label_smoothing));
+  }
+  if (!class_weights.empty()) {
+    settings.push_back(absl::StrFormat("weight=[%s]", absl::StrJoin(class_weights, ", ")));
+  }
+  if (!pos_weight.empty()) {
+    settings.push_back(absl::StrFormat("pos_weight=[%s]", absl::StrJoin(pos_weight, ", ")));
+  }
+  return settings.empty() ? std::string(LossName(loss))
+                          : absl::StrCat(LossName(loss), "(", absl::StrJoin(settings, ", "), ")");
+}
+
+absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
+                                       const DatasetConfig& dataset, int outputs,
+                                       const FieldChecks& fields) {
+  TaskConfig config;
+  absl::StatusOr<TaskKind> kind = ParseTask(spec.task(), fields);
+  if (!kind.ok()) return kind.status();
+  config.kind = *kind;
+  config.outputs = outputs;
+  config.label_smoothing = spec.label_smoothing();
+  if (config.kind != TaskKind::kClassification && config.label_smoothing != 0) {
+    return fields.Error("label_smoothing", absl::StrFormat("only task classification takes it "
+                                                           "(CrossEntropyLoss), not %s",
+                                                           TaskName(config.kind)));
+  }
+  if (absl::Status s = CheckTargets(dataset, config, fields); !s.ok()) return s;
+  if (absl::Status s = ResolveLossType(spec.loss(), config, fields); !s.ok()) return s;
+  if (absl::Status s = ResolveLossSettings(spec.loss(), config, fields); !s.ok()) return s;
+  return config;
+}
+
+TaskLoss::TaskLoss(const TaskConfig& config, const torch::Device& device)
+    : config_(config), sum_dtype_(device.is_mps() ? torch::kFloat32 : torch::kFloat64) {
+  const auto on_device = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  if (!config_.class_weights.empty()) {
+    class_weights_ = torch::tensor(config_.class_weights, torch::kFloat64).to(on_device);
+  }
+  if (!config_.pos_weight.empty()) {
+    pos_weight_ = torch::tensor(config_.pos_weight, torch::kFloat64).to(on_device);
+  }
+}
+
+int64_t TaskLoss::labels_per_example() const {
+  return config_.kind == TaskKind::kMultilabel ? config_.outputs : 1;
+}
+
+torch::Tensor TaskLoss::AsMatrix(const torch::Tensor& targets) const {
+  torch::Tensor matrix = targets.dim() == 1 ? targets.unsqueeze(/*dim=*/1) : targets;
+  return matrix.to(torch::kFloat32);
+}
+
+torch::Tensor TaskLoss::Loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  switch (config_.loss) {
+    case LossKind::kCrossEntropy: {
+      auto options = F::CrossEntropyFuncOptions().label_smoothing(config_.label_smoothing);
+      if (class_weights_.defined()) options.weight(class_weights_);
+      return F::cross_entropy(logits, targets, options);
+    }
+    case LossKind::kBceWithLogits: {
+      auto options = F::BinaryCrossEntropyWithLogitsFuncOptions();
+      if (pos_weight_.defined()) options.pos_weight(pos_weight_);
+      return F::binary_cross_entropy_with_logits(logits, AsMatrix(targets), options);
+    }
+    case LossKind::kMse:
+      return F::mse_loss(logits, AsMatrix(targets));
+    case LossKind::kL1:
+      return F::l1_loss(logits, AsMatrix(targets));
+    case LossKind::kSmoothL1:
+      return F::smooth_l1_loss(logits, AsMatrix(targets),
+                               F::SmoothL1LossFuncOptions().beta(config_.beta));
+    case LossKind::kHuber:
+      return F::huber_loss(logits, AsMatrix(targets),
+                           F::HuberLossFuncOptions().delta(config_.delta));
+  }
+  return {};
+}
+
+torch::Tensor TaskLoss::Correct(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  const torch::Tensor detached = logits.detach();
+  switch (config_.kind) {
+    case TaskKind::kClassification:
+      return detached.argmax(/*dim=*/1).eq(targets).sum();
+    case TaskKind::kMultilabel:
+      // σ(x) > 0.5 ⟺ x > 0.
+      return detached.gt(0).eq(AsMatrix(targets).gt(0.5)).sum();
+    case TaskKind::kRegression:
+      return torch::zeros({}, detached.options().dtype(torch::kInt64));
+  }
+  return {};
+}
+
+// Layout of EvalSums:
+//  multilabel: [loss sum, correct, TP[K], FP[K], FN[K]]
+//  regression: [loss sum, Σd²[D], Σ|d|[D], Σy[D], Σy²[D]]
+torch::Tensor TaskLoss::EvalSums(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  const torch::Tensor x = logits.to(torch::kFloat32);
+  const torch::Tensor y = AsMatrix(targets);
+  const torch::Tensor loss_sum =
+      Loss(x, targets).to(sum_dtype_) * static_cast<double>(x.numel());  // mean → sum
+  if (config_.kind == TaskKind::kMultilabel) {
+    const torch::Tensor predicted = x.gt(0);
+    const torch::Tensor actual = y.gt(0.5);
+    const auto count = [&](const torch::Tensor& mask) {
+      return mask.sum(/*dim=*/0).to(sum_dtype_);
+    };
+    return torch::cat({loss_sum.reshape({1}), count(predicted.eq(actual)).sum().reshape({1}),
+                       count(predicted.logical_and(actual)),
+                       count(predicted.logical_and(actual.logical_not())),
+                       count(predicted.logical_not().logical_and(actual))});
+  }
+  const torch::Tensor d = (x - y).to(sum_dtype_);
+  const torch::Tensor y64 = y.to(sum_dtype_);
+  return torch::cat({loss_sum.reshape({1}), d.square().sum(/*dim=*/0), d.abs().sum(/*dim=*/0),
+                     y64.sum(/*dim=*/0), y64.square().sum(/*dim=*/0)});
+}
+
+TaskMetrics TaskLoss::Finish(const torch::Tensor& sums, int64_t examples) const {
+  TaskMetrics metrics;
+  if (examples <= 0) return metrics;
+  const torch::Tensor host = sums.to(torch::kCPU).to(torch::kFloat64).contiguous();
+  const double* s = host.data_ptr<double>();
+  const int64_t k = config_.outputs;
+  const double n = static_cast<double>(examples);
+  const double elements = n * static_cast<double>(k);
+  metrics["loss"] = s[0] / elements;
+  if (config_.kind == TaskKind::kMultilabel) {
+    metrics["accuracy"] = s[1] / elements;
+    const double* tp = s + 2;
+    const double* fp = tp + k;
+    const double* fn = fp + k;
+    double f1_sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double denominator = 2 * tp[j] + fp[j] + fn[j];
+      f1_sum += denominator > 0 ? 2 * tp[j] / denominator : 0;
+    }
+    metrics["macro_f1"] = f1_sum / static_cast<double>(k);
+    return metrics;
+  }
+  const double* squared = s + 1;
+  const double* absolute = squared + k;
+  const double* y_sum = absolute + k;
+  const double* y_squared = y_sum + k;
+  double sse = 0, sae = 0, r2_sum = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    sse += squared[j];
+    sae += absolute[j];
+    const double total = y_squared[j] - y_sum[j] * y_sum[j] / n;  // Σ (y - ȳ)²
+    // torchmetrics: a constant target gives r2 0 where the fit is not perfect (and 1 where it is).
+    r2_sum += total > 0 ? 1 - squared[j] / total : (squared[j] == 0 ? 1.0 : 0.0);
+  }
+  metrics["mse"] = sse / elements;
+  metrics["mae"] = sae / elements;
+  metrics["r2"] = r2_sum / static_cast<double>(k);
+  return metrics;
+}
+
+}  // namespace mpsd::trainer
