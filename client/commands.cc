@@ -426,7 +426,7 @@ int Commands::Submit(const std::string& job_file, bool follow,
     }
     return RpcFailed(status);
   }
-  if (follow) return Stream(job.id(), TotalEpochs(*request), /*after_seq=*/0, /*stop_seq=*/0);
+  if (follow) return Stream(job.id(), *request, /*after_seq=*/0, /*stop_seq=*/0);
   out_ << (options_.json ? ToJsonLine(job) : job.id()) << "\n";
   return kExitOk;
 }
@@ -711,8 +711,7 @@ int Commands::Logs(const std::string& job_id, bool follow, int64_t after_seq) {
   v1::Job job;
   const grpc::Status status = stub_->GetJob(UnaryContext().get(), request, &job);
   if (!status.ok()) return RpcFailed(status);
-  const int total_epochs = TotalEpochs(job.spec());
-  if (follow) return Stream(job_id, total_epochs, after_seq, /*stop_seq=*/0);
+  if (follow) return Stream(job_id, job.spec(), after_seq, /*stop_seq=*/0);
   // A seq the job has not reached: an error, as with --follow (the daemon's OUT_OF_RANGE),
   // rather than an empty answer that looks like "nothing new".
   if (after_seq > job.last_seq()) {
@@ -722,7 +721,7 @@ int Commands::Logs(const std::string& job_id, bool follow, int64_t after_seq) {
   }
   // StreamEvents always follows to the job's end; stop where the stored events ended instead.
   if (job.last_seq() == after_seq) return kExitOk;
-  return Stream(job_id, total_epochs, after_seq, job.last_seq());
+  return Stream(job_id, job.spec(), after_seq, job.last_seq());
 }
 
 int Commands::Device() {
@@ -1123,13 +1122,14 @@ grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq,
   return reader->Finish();
 }
 
-int Commands::Stream(const std::string& job_id, int total_epochs, int64_t after_seq,
-                     int64_t stop_seq) {
+int Commands::Stream(const std::string& job_id, const v1::SubmitJobRequest& spec,
+                     int64_t after_seq, int64_t stop_seq) {
   EventPrinter::Options print_options;
   print_options.json = options_.json;
   print_options.live = options_.live && !options_.json;
   print_options.width = options_.terminal_width;
-  print_options.total_epochs = total_epochs;
+  print_options.total_epochs = TotalEpochs(spec);
+  print_options.step_accuracy = HasStepAccuracy(spec);
   EventPrinter printer(job_id, print_options, out_);
   InterruptNote note(options_.explain_interrupt && stop_seq == 0, job_id);
 

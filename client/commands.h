@@ -210,7 +210,9 @@ class Commands {
  private:
   // Streams events of `job_id` after `after_seq`, printing them; stops at the terminal event, or
   // after the event with seq `stop_seq` when that is > 0. Reconnects as reconnect_timeout says.
-  int Stream(const std::string& job_id, int total_epochs, int64_t after_seq, int64_t stop_seq);
+  // `spec`: the job's, for its epochs and what its steps measure.
+  int Stream(const std::string& job_id, const v1::SubmitJobRequest& spec, int64_t after_seq,
+             int64_t stop_seq);
   // One StreamEvents call from the printer's last seq (or `after_seq`), cancelled when nothing
   // arrives for `silence`. Sets `stopped` when the stream reached what was asked for,
   // `received` when any message (heartbeats too) arrived.

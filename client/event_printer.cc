@@ -86,7 +86,8 @@ void EventPrinter::PrintHeartbeat(const v1::Heartbeat& heartbeat) {
 }
 
 void EventPrinter::PrintStep(const v1::StepMetrics& step) {
-  progress_ = FormatProgress(step, options_.total_epochs);
+  progress_ = FormatProgress(step, options_.total_epochs, /*with_eta=*/true,
+                             options_.step_accuracy);
   if (options_.live) {
     DrawLive();
     return;

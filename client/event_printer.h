@@ -30,6 +30,8 @@ class EventPrinter {
     int width = 0;
     // Epochs the job asks for, for "epoch 1/3"; 0 when unknown.
     int total_epochs = 0;
+    // Steps carry an accuracy (false for TrainJob.task regression: HasStepAccuracy).
+    bool step_accuracy = true;
     // When not live: print a progress line every this many steps (and the job's last step).
     // 0 chooses about ten lines per job (a round number of steps: 1, 2, 5, 10, 20, 50, ...).
     int64_t plain_step_every = 0;

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <string>
 #include <system_error>
 #include <utility>
 
@@ -58,23 +61,56 @@ std::string CellText(const Message& message, const FieldDescriptor& field) {
   }
 }
 
+// A map<string, double> field's entries, by reflection.
+std::map<std::string, double> MapOf(const Message& message, const FieldDescriptor& field) {
+  std::map<std::string, double> values;
+  const auto& r = *message.GetReflection();
+  for (int i = 0; i < r.FieldSize(message, &field); ++i) {
+    const Message& entry = r.GetRepeatedMessage(message, &field, i);
+    const auto& e = *entry.GetReflection();
+    const google::protobuf::Descriptor& d = *entry.GetDescriptor();
+    values[e.GetString(entry, d.map_key())] = e.GetDouble(entry, d.map_value());
+  }
+  return values;
+}
+
 // Header and rows of one message type: `key` first, then wall_time, then every other field in
 // proto order. `skip(message, field)`: leave that cell empty (an unmeasured value).
 template <typename Rows, typename Skip>
 std::string CsvTable(const google::protobuf::Descriptor& descriptor, const char* key,
                      const Rows& rows, Skip skip) {
   std::vector<const FieldDescriptor*> fields = {descriptor.FindFieldByName(key)};
+  const FieldDescriptor* map = nullptr;  // EpochMetrics.metrics: a column per name
   for (int i = 0; i < descriptor.field_count(); ++i) {
-    if (descriptor.field(i)->name() != key) fields.push_back(descriptor.field(i));
+    const FieldDescriptor* field = descriptor.field(i);
+    if (field->is_map()) {
+      map = field;
+    } else if (field->name() != key) {
+      fields.push_back(field);
+    }
+  }
+  std::set<std::string> names;  // the map's keys over all rows (multilabel, regression)
+  if (map != nullptr) {
+    for (const auto& [unused, row] : rows) {
+      for (const auto& [name, value] : MapOf(row.metrics, *map)) names.insert(name);
+    }
   }
   std::vector<std::string> header = {key, "wall_time"};
   for (size_t i = 1; i < fields.size(); ++i) header.push_back(fields[i]->name());
+  header.insert(header.end(), names.begin(), names.end());
   std::string out = absl::StrCat(absl::StrJoin(header, ","), "\n");
   for (const auto& [unused, row] : rows) {
     std::vector<std::string> cells = {CellText(row.metrics, *fields[0]),
                                       NumberText(row.wall_time, 17)};
     for (size_t i = 1; i < fields.size(); ++i) {
       cells.push_back(skip(row.metrics, *fields[i]) ? "" : CellText(row.metrics, *fields[i]));
+    }
+    if (!names.empty()) {
+      const std::map<std::string, double> values = MapOf(row.metrics, *map);
+      for (const std::string& name : names) {
+        const auto found = values.find(name);
+        cells.push_back(found == values.end() ? "" : NumberText(found->second, 17));
+      }
     }
     absl::StrAppend(&out, absl::StrJoin(cells, ","), "\n");
   }

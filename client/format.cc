@@ -52,11 +52,31 @@ std::string Plural(int64_t n, absl::string_view word) {
   return absl::StrCat(FormatThousands(n), " ", word, n == 1 ? "" : "s");
 }
 
+// multilabel and regression (a metrics map): "<split> loss 0.1234 mse 0.1234 r2 0.987" per
+// split measured, in the order train, val, test, each's metrics in a fixed order.
+std::string TaskMetricsText(const google::protobuf::Map<std::string, double>& metrics) {
+  std::vector<std::string> parts;
+  for (const char* split : {"train", "val", "test"}) {
+    std::string part;
+    for (const char* metric : {"loss", "accuracy", "macro_f1", "mse", "mae", "r2"}) {
+      const auto found = metrics.find(absl::StrCat(split, "_", metric));
+      if (found == metrics.end()) continue;
+      absl::StrAppendFormat(&part, "%s%s %.4f", part.empty() ? "" : " ",
+                            absl::string_view(metric) == "accuracy" ? "acc" : metric,
+                            found->second);
+    }
+    if (!part.empty()) parts.push_back(absl::StrCat(split, " ", part));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 // The summary's lines after the first, each starting with `indent` and ending in '\n'.
 std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   std::string out;
   // Only what was measured: an unevaluated split has no figures, not zeros.
-  if (s.epochs() > 0) {
+  if (s.epochs() > 0 && !s.metrics().empty()) {  // multilabel, regression
+    absl::StrAppend(&out, indent, s.task(), ": ", TaskMetricsText(s.metrics()), "\n");
+  } else if (s.epochs() > 0) {
     std::vector<std::string> figures;
     if (s.has_val_accuracy()) {
       figures.push_back(absl::StrFormat("val accuracy %.4f, val loss %.4f", s.val_accuracy(),
@@ -346,12 +366,18 @@ int TotalEpochs(const v1::SubmitJobRequest& spec) {
   return spec.train_job().has_epochs() ? spec.train_job().epochs() : 1;
 }
 
-std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool with_eta) {
+bool HasStepAccuracy(const v1::SubmitJobRequest& spec) {
+  return !spec.has_train_job() || spec.train_job().task() != "regression";
+}
+
+std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool with_eta,
+                           bool with_accuracy) {
   std::string line = absl::StrCat("epoch ", step.epoch());
   if (total_epochs > 0) absl::StrAppend(&line, "/", total_epochs);
   absl::StrAppend(&line, "  step ", step.step());
   if (step.total_steps() > 0) absl::StrAppend(&line, "/", step.total_steps());
-  absl::StrAppendFormat(&line, "  loss %.4f  acc %.3f", step.loss(), step.accuracy());
+  absl::StrAppendFormat(&line, "  loss %.4f", step.loss());
+  if (with_accuracy) absl::StrAppendFormat(&line, "  acc %.3f", step.accuracy());
   if (step.learning_rate() > 0) absl::StrAppendFormat(&line, "  lr %.3g", step.learning_rate());
   if (step.loss_scale() > 0) absl::StrAppendFormat(&line, "  scale %g", step.loss_scale());
   if (step.skipped()) absl::StrAppend(&line, " (skipped: inf/NaN gradients)");
@@ -367,6 +393,14 @@ std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool w
 }
 
 std::string FormatEpoch(const v1::EpochMetrics& e) {
+  if (!e.metrics().empty()) {
+    std::string line = absl::StrFormat("epoch %d: %s", e.epoch(), TaskMetricsText(e.metrics()));
+    absl::StrAppend(&line, ", ", FormatSeconds(e.epoch_time_s()));
+    if (e.samples_per_second() > 0) {
+      absl::StrAppend(&line, ", ", FormatRate(e.samples_per_second()));
+    }
+    return line;
+  }
   std::string line =
       absl::StrFormat("epoch %d: train loss %.4f acc %.3f", e.epoch(), e.train_loss(),
                       e.train_accuracy());
@@ -506,7 +540,8 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   line("finished", FormatTimestamp(job.finished_at(), now));
   if (job.last_step().step() > 0) {
     line("progress", FormatProgress(job.last_step(), TotalEpochs(job.spec()),
-                                    /*with_eta=*/!api::IsTerminal(job.state())));
+                                    /*with_eta=*/!api::IsTerminal(job.state()),
+                                    HasStepAccuracy(job.spec())));
   }
   if (job.last_epoch().epoch() > 0) line("last epoch", FormatEpoch(job.last_epoch()));
   line("events", absl::StrCat(job.last_seq()));

@@ -52,7 +52,11 @@ int TotalEpochs(const v1::SubmitJobRequest& spec);
 // reported) is left out. The ETA counts training steps only.
 // `with_eta`: append the time left ("ETA 0:42") when the step says how many are left; false for
 // a job that has ended (an early-stopped job never ran its remaining steps).
-std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool with_eta = true);
+// with_accuracy false leaves out the step's accuracy (a regression measures none).
+std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool with_eta = true,
+                           bool with_accuracy = true);
+// Whether a job's steps measure an accuracy: every job but TrainJob.task regression.
+bool HasStepAccuracy(const v1::SubmitJobRequest& spec);
 // "epoch 1: train loss 0.4123 acc 0.859, test loss 0.3876 acc 0.861, 9.8 s, 6,123 samples/s".
 std::string FormatEpoch(const v1::EpochMetrics& epoch);
 // A log event: INFO text as is, WARNING and ERROR prefixed "warning: " / "error: ".

@@ -62,6 +62,14 @@ void TrainJobDefaults(v1::TrainJob& job) {
   if (job.has_checkpoint() && !job.checkpoint().has_keep_last()) {
     job.mutable_checkpoint()->set_keep_last(1);
   }
+  // The task's default loss (trainer/task.cc) and its settings.
+  DefaultString(job.mutable_task(), "classification");
+  v1::LossSpec& loss = *job.mutable_loss();
+  DefaultString(loss.mutable_type(), job.task() == "multilabel"   ? "bce_with_logits"
+                                     : job.task() == "regression" ? "mse"
+                                                                  : "cross_entropy");
+  if (loss.type() == "smooth_l1" && !loss.has_beta()) loss.set_beta(1);
+  if (loss.type() == "huber" && !loss.has_delta()) loss.set_delta(1);
   OptimizerDefaults(*job.mutable_optimizer());
   ScheduleDefaults(*job.mutable_schedule(), job.optimizer().learning_rate());
   v1::DatasetSpec& dataset = *job.mutable_dataset();
@@ -71,8 +79,12 @@ void TrainJobDefaults(v1::TrainJob& job) {
     v1::EarlyStoppingSpec& e = *job.mutable_early_stopping();
     DefaultString(e.mutable_monitor(), "val_loss");
     const std::string& monitor = e.monitor();
-    const bool accuracy = monitor.size() > 9 && monitor.substr(monitor.size() - 9) == "_accuracy";
-    DefaultString(e.mutable_mode(), accuracy ? "max" : "min");
+    const auto ends_with = [&](const std::string& suffix) {
+      return monitor.size() > suffix.size() &&
+             monitor.compare(monitor.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const bool higher_better = ends_with("_accuracy") || ends_with("_f1") || ends_with("_r2");
+    DefaultString(e.mutable_mode(), higher_better ? "max" : "min");
     if (!e.has_patience()) e.set_patience(3);
   }
   if (dataset.name() == "image_folder" || dataset.name() == "tensors") {

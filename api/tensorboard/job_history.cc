@@ -1,8 +1,12 @@
 #include "api/tensorboard/job_history.h"
 
+#include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/job_state.h"
@@ -140,6 +144,21 @@ std::vector<TaggedValue> EpochScalars(const mpsd::v1::EpochMetrics& epoch) {
   }
   if (epoch.has_val_loss()) values.push_back({"epoch/val_loss", epoch.val_loss()});
   if (epoch.has_val_accuracy()) values.push_back({"epoch/val_accuracy", epoch.val_accuracy()});
+  // multilabel and regression: the task's own metrics (val_r2, test_macro_f1, ...), sorted;
+  // regression measures no accuracy (its *_accuracy fields are 0).
+  const std::map<std::string, double> task(epoch.metrics().begin(), epoch.metrics().end());
+  if (!task.empty() && !task.count("train_accuracy")) {
+    values.erase(std::remove_if(values.begin(), values.end(),
+                                [](const TaggedValue& v) {
+                                  return absl::EndsWith(v.tag, "_accuracy");
+                                }),
+                 values.end());
+  }
+  for (const auto& [name, value] : task) {
+    if (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy")) {
+      values.push_back({"epoch/" + name, value});
+    }
+  }
   return values;
 }
 
@@ -159,6 +178,12 @@ std::vector<TaggedValue> SummaryScalars(const mpsd::v1::JobSummary& summary) {
     values.push_back({"final/best_epoch", static_cast<double>(summary.best_epoch())});
   }
   if (summary.has_best_value()) values.push_back({"final/best_value", summary.best_value()});
+  const std::map<std::string, double> task(summary.metrics().begin(), summary.metrics().end());
+  for (const auto& [name, value] : task) {
+    if (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy")) {
+      values.push_back({"final/" + name, value});
+    }
+  }
   return values;
 }
 

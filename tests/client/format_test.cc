@@ -97,6 +97,42 @@ TEST(FormatTest, EpochLineShowsValidationAndOnlyAnEvaluatedTestSplit) {
                             "9.8 s");
 }
 
+// Multilabel and regression epochs show their metrics map, split by split; regression has no
+// accuracy to show.
+TEST(FormatTest, EpochLineOfATaskShowsItsMetricsBySplit) {
+  v1::EpochMetrics e;
+  e.set_epoch(3);
+  e.set_epoch_time_s(2.5);
+  auto& m = *e.mutable_metrics();
+  m["train_loss"] = 0.02134;
+  m["val_loss"] = 0.0198;
+  m["val_mse"] = 0.0396;
+  m["val_mae"] = 0.158;
+  m["val_r2"] = 0.98712;
+  m["test_r2"] = 0.975;
+  EXPECT_EQ(FormatEpoch(e), "epoch 3: train loss 0.0213, val loss 0.0198 mse 0.0396 mae 0.1580 "
+                            "r2 0.9871, test r2 0.9750, 2.5 s");
+  v1::EpochMetrics multilabel;
+  multilabel.set_epoch(1);
+  multilabel.set_epoch_time_s(1);
+  (*multilabel.mutable_metrics())["train_loss"] = 0.5;
+  (*multilabel.mutable_metrics())["train_accuracy"] = 0.75;
+  (*multilabel.mutable_metrics())["test_macro_f1"] = 0.625;
+  EXPECT_EQ(FormatEpoch(multilabel),
+            "epoch 1: train loss 0.5000 acc 0.7500, test macro_f1 0.6250, 1.0 s");
+  // A regression's steps measure no accuracy: its progress line shows none.
+  v1::StepMetrics step;
+  step.set_epoch(2);
+  step.set_step(7);
+  step.set_loss(0.25);
+  v1::SubmitJobRequest regression;
+  regression.mutable_train_job()->set_task("regression");
+  EXPECT_FALSE(HasStepAccuracy(regression));
+  EXPECT_TRUE(HasStepAccuracy(v1::SubmitJobRequest()));
+  EXPECT_EQ(FormatProgress(step, 0, /*with_eta=*/true, HasStepAccuracy(regression)),
+            "epoch 2  step 7  loss 0.2500");
+}
+
 TEST(FormatTest, LogLine) {
   v1::LogLine log;
   log.set_level(v1::LogLine::INFO);

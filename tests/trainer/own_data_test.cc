@@ -265,7 +265,9 @@ open(os.path.join(out, "text.pt"), "w").write("hello")
   EXPECT_THAT(error("one_entry.pt"), HasSubstr("a dict with a single entry"));
   EXPECT_THAT(error("missing_y.pt"), HasSubstr("a dict with a single entry"));
   EXPECT_THAT(error("int_x.pt"), HasSubstr(": train.x: dtype Int"));
-  EXPECT_THAT(error("float_y.pt"), HasSubstr(": train.y: dtype Float, expected int64"));
+  // Float y holds targets (task multilabel or regression, task_test.cc): in every split or none.
+  EXPECT_THAT(error("float_y.pt"),
+              HasSubstr(": test.y: dtype Long; float targets must be float in every split"));
   EXPECT_THAT(error("short_y.pt"), HasSubstr(": train.y: shape [3], expected [4]"));
   EXPECT_THAT(error("shape.pt"), HasSubstr(": test.x: shape [4, 3, 2, 5]"));
   EXPECT_THAT(error("label.pt"), HasSubstr(": test.y[2]: label 7, but there are 3 classes"));

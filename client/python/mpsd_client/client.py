@@ -431,7 +431,8 @@ class Client:
         "state", each swept parameter (its path as key, its value typed as the job field it sets:
         0.01, 64, "convnet"), and the trial's summary metrics (val_loss, val_accuracy, test_loss,
         test_accuracy, best_epoch, best_value, final_train_loss, epochs, steps,
-        samples_per_second, total_time_s; a metric the trial did not measure is None). Ranked
+        samples_per_second, total_time_s, and for multilabel and regression the summary's
+        `metrics`: test_r2, val_macro_f1, ...; a metric the trial did not measure is None). Ranked
         tables: `mpsctl sweep ID`, or sort the DataFrame. `dataframe=True`: a pandas DataFrame of the
         same rows (ImportError when pandas is missing). errors.InvalidArgument when `sweep_id`
         is not a sweep."""
@@ -450,6 +451,9 @@ class Client:
             for metric in ("val_loss", "val_accuracy", "test_loss", "test_accuracy",
                            "best_value"):
                 row[metric] = getattr(summary, metric) if summary.HasField(metric) else None
+            # multilabel and regression: their metrics by name (test_r2, val_macro_f1, ...).
+            for metric, value in sorted(summary.metrics.items()):
+                row[metric] = value
             row["best_epoch"] = summary.best_epoch or None
             row["final_train_loss"] = summary.final_train_loss if trial.HasField("summary") else None
             for metric in ("epochs", "steps", "samples_per_second", "total_time_s"):
