@@ -18,12 +18,14 @@
 // Exit status 1 when any case fails. Writes every loss to JSON_OUT.
 //
 // Usage: mpsd_graph_check IDX_DIR JSON_OUT [device=cuda]
+#include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -53,6 +55,55 @@ void Sgd(TrainJob& job, bool nesterov) {
   job.mutable_optimizer()->set_momentum(0.9);
   job.mutable_optimizer()->set_nesterov(nesterov);
   job.mutable_optimizer()->set_weight_decay(5e-4);
+}
+
+// The tensors files of the multilabel and regression cases (WriteTaskFiles): 6,400 training
+// and 1,000 test inputs [1, 28, 28] of standard normal noise; regression targets [N, 2] are
+// linear in the means of the image's halves, multilabel targets [N, 3] whether the means of the
+// thirds of its first 783 pixels are positive.
+std::string g_regression_path, g_multilabel_path;
+
+void WriteTaskFiles(const std::string& dir) {
+  torch::manual_seed(7);
+  const auto split = [](const torch::Tensor& x, const torch::Tensor& y) {
+    c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+    d.insert("x", x);
+    d.insert("y", y);
+    return d;
+  };
+  const auto write = [&](const std::string& path, bool regression) {
+    c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
+    for (const auto& [name, n] : {std::pair<const char*, int64_t>{"train", 6400}, {"test", 1000}}) {
+      const torch::Tensor x = torch::randn({n, 1, 28, 28});
+      torch::Tensor y;
+      if (regression) {
+        const torch::Tensor halves = x.reshape({n, 2, 392}).mean(/*dim=*/2) * 28;
+        y = torch::stack({halves.select(1, 0) + 0.5 * halves.select(1, 1), halves.select(1, 1)},
+                         /*dim=*/1);
+      } else {
+        y = x.reshape({n, 784})
+                .narrow(/*dim=*/1, 0, 783)
+                .reshape({n, 3, 261})
+                .mean(/*dim=*/2)
+                .gt(0)
+                .to(torch::kFloat32);
+      }
+      root.insert(name, split(x, y.contiguous()));
+    }
+    const std::vector<char> bytes = torch::pickle_save(root);
+    std::ofstream(path, std::ios::binary).write(bytes.data(),
+                                                 static_cast<std::streamsize>(bytes.size()));
+  };
+  g_regression_path = dir + "/graph_check_regression.pt";
+  g_multilabel_path = dir + "/graph_check_multilabel.pt";
+  write(g_regression_path, true);
+  write(g_multilabel_path, false);
+}
+
+void Tensors(TrainJob& job, const std::string& path, const char* task) {
+  job.mutable_dataset()->set_name("tensors");
+  job.mutable_dataset()->set_root(path);
+  job.set_task(task);
 }
 
 void OneCycle(TrainJob& job) {
@@ -102,6 +153,22 @@ const std::vector<Case>& Cases() {
          j.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(4);
          j.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
        }, 5e-2, 1e-4},
+      // TrainJob.task (issue 28): the task's loss computed inside the graph (trainer/task.h).
+      {"adam class_weights (weighted cross-entropy)", [](TrainJob& j) {
+         for (int c = 0; c < 10; ++c) j.mutable_loss()->add_class_weights(0.5 + 0.1 * c);
+       }, 1e-2, 1e-4},
+      {"adam multilabel bce_with_logits pos_weight", [](TrainJob& j) {
+         Tensors(j, g_multilabel_path, "multilabel");
+         for (double w : {1.0, 2.0, 0.5}) j.mutable_loss()->add_pos_weight(w);
+       }, 1e-2, 1e-4},
+      {"adam regression mse", [](TrainJob& j) { Tensors(j, g_regression_path, "regression"); },
+       1e-2, 1e-4},
+      {"adam regression huber bf16", [](TrainJob& j) {
+         Tensors(j, g_regression_path, "regression");
+         j.mutable_loss()->set_type("huber");
+         j.mutable_loss()->set_delta(0.5);
+         j.set_precision("bf16");
+       }, 5e-2, 1e-3},
       {"adam bf16 channels_last augmentation (crop 2, flip)", [](TrainJob& j) {
          j.set_precision("bf16");
          j.set_memory_format("channels_last");
@@ -155,6 +222,7 @@ int main(int argc, char** argv) {
   }
   const std::string idx_dir = argv[1], json_out = argv[2];
   const std::string device = argc > 3 ? argv[3] : "cuda";
+  WriteTaskFiles(std::filesystem::temp_directory_path().string());
   const mpsd::trainer::DeviceInventory inventory = mpsd::trainer::ProbeDevices();
   std::vector<std::string> json_cases;
   int failures = 0;
