@@ -25,9 +25,9 @@
 
 namespace {
 
-bool StdoutIsTerminal() {
+bool IsTerminal(int fd) {
   const char* term = std::getenv("TERM");
-  return isatty(STDOUT_FILENO) && !(term != nullptr && std::strcmp(term, "dumb") == 0);
+  return isatty(fd) && !(term != nullptr && std::strcmp(term, "dumb") == 0);
 }
 
 int TerminalWidth() {
@@ -356,7 +356,8 @@ int main(int argc, char** argv) {
     options.token = std::string(absl::StripAsciiWhitespace(token));
   }
   options.json = json;
-  options.live = StdoutIsTerminal();
+  options.live = IsTerminal(STDOUT_FILENO);
+  options.progress = IsTerminal(STDERR_FILENO);
   options.terminal_width = options.live ? TerminalWidth() : 0;
   options.explain_interrupt = true;
   options.reconnect_timeout = absl::Seconds(reconnect_s);
