@@ -8,7 +8,6 @@
 namespace mpsd::trainer {
 namespace {
 
-
 constexpr int kWarmupSteps = 3;
 
 template <typename Options>

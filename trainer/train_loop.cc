@@ -621,7 +621,6 @@ struct EpochEvaluation {
   std::optional<EvalResult> test;
 };
 
-// The epoch's event payload; `evaluation`'s nullopts were not evaluated this epoch.
 // The metrics map of multilabel and regression (EpochMetrics.metrics): "<split>_<metric>".
 void AddTaskMetrics(const TaskLoss& task, const StepReadback& readback,
                     const EpochEvaluation& evaluation, mpsd::v1::EpochMetrics& metrics) {
@@ -637,6 +636,7 @@ void AddTaskMetrics(const TaskLoss& task, const StepReadback& readback,
   }
 }
 
+// The epoch's event payload; `evaluation`'s nullopts were not evaluated this epoch.
 mpsd::v1::EpochMetrics EpochMetricsOf(int epoch, const StepReadback& readback,
                                       const EpochEvaluation& evaluation, double epoch_seconds,
                                       double learning_rate, const TaskLoss& task) {
