@@ -77,5 +77,22 @@ TEST(EarlyStoppingTest, MonitoredValueReadsOnlyWhatTheEpochMeasured) {
   EXPECT_EQ(MonitoredValue("val_accuracy", epoch), std::nullopt);
 }
 
+// Multilabel and regression epochs: their metrics map holds every metric measured; a name it
+// lacks was not measured (a regression's accuracy fields are 0, not values).
+TEST(EarlyStoppingTest, MonitoredValueOfATaskReadsItsMetricsMap) {
+  mpsd::v1::EpochMetrics epoch;
+  epoch.set_train_loss(0.7);
+  epoch.set_evaluated(true);
+  epoch.set_val_loss(0.4);
+  (*epoch.mutable_metrics())["train_loss"] = 0.7;
+  (*epoch.mutable_metrics())["val_loss"] = 0.4;
+  (*epoch.mutable_metrics())["val_r2"] = 0.93;
+  EXPECT_EQ(MonitoredValue("val_r2", epoch), 0.93);
+  EXPECT_EQ(MonitoredValue("val_loss", epoch), 0.4);
+  EXPECT_EQ(MonitoredValue("test_r2", epoch), std::nullopt);
+  EXPECT_EQ(MonitoredValue("train_accuracy", epoch), std::nullopt);
+  EXPECT_EQ(MonitoredValue("test_accuracy", epoch), std::nullopt);
+}
+
 }  // namespace
 }  // namespace mpsd::trainer
