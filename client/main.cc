@@ -306,8 +306,10 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
   sweep->add_option("ID", f.job_id, "the sweep's job id")->required()->check(JobId());
   sweep->add_option("--metric", f.sweep_metric,
                     "rank by auto (val_accuracy when the trials have a validation split, "
-                    "else test_accuracy), val_accuracy, val_loss, test_accuracy, test_loss, "
-                    "train_loss, samples_per_second, epoch_time_s, peak_memory or time_s")
+                    "else test_accuracy; regression: val_r2 / test_r2; multilabel: "
+                    "val_macro_f1 / test_macro_f1), val_accuracy, val_loss, test_accuracy, "
+                    "test_loss, train_loss, samples_per_second, epoch_time_s, peak_memory, "
+                    "time_s or a task metric the trials measured (val_mse, test_r2, ...)")
       ->capture_default_str();
   sweep->add_option("--format", f.table_format, "table, markdown, csv or json")
       ->capture_default_str()

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include <google/protobuf/descriptor.h>
@@ -161,6 +163,9 @@ absl::StatusOr<std::string> RenderJson(const TextTable& table) {
 struct TrialMetrics {
   std::optional<double> val_accuracy, val_loss, test_accuracy, test_loss, train_loss,
       samples_per_second, epoch_time_s, peak_memory, time_s;
+  // multilabel and regression: the task's metrics by name (JobSummary / EpochMetrics .metrics:
+  // val_r2, test_macro_f1, ...).
+  std::map<std::string, double> task;
 };
 
 TrialMetrics MetricsOf(const v1::Job& job) {
@@ -179,6 +184,7 @@ TrialMetrics MetricsOf(const v1::Job& job) {
       m.peak_memory = static_cast<double>(s.memory().peak_allocated_bytes());
     }
     m.time_s = s.total_time_s();
+    m.task.insert(s.metrics().begin(), s.metrics().end());
   } else if (job.last_epoch().epoch() > 0) {
     const v1::EpochMetrics& e = job.last_epoch();
     if (e.evaluated()) {
@@ -190,8 +196,24 @@ TrialMetrics MetricsOf(const v1::Job& job) {
     m.train_loss = e.train_loss();
     m.samples_per_second = e.samples_per_second();
     m.epoch_time_s = e.epoch_time_s();
+    m.task.insert(e.metrics().begin(), e.metrics().end());
   }
   return m;
+}
+
+// The task metrics a sweep's table shows as columns, and ranks by: those of any trial other
+// than the losses and accuracies the fixed columns show, sorted by name.
+std::vector<std::string> TaskMetricNames(
+    const std::vector<std::pair<const v1::Job*, TrialMetrics>>& trials) {
+  std::set<std::string> names;
+  for (const auto& entry : trials) {
+    for (const auto& [name, value] : entry.second.task) {
+      if (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy")) {
+        names.insert(name);
+      }
+    }
+  }
+  return std::vector<std::string>(names.begin(), names.end());
 }
 
 struct MetricSpec {
@@ -305,36 +327,56 @@ std::vector<std::string> SweepMetrics() {
 
 absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
                                      std::string metric, bool exact) {
+  std::vector<std::pair<const v1::Job*, TrialMetrics>> ranked;
+  for (const v1::Job& trial : trials) ranked.emplace_back(&trial, MetricsOf(trial));
+  const std::vector<std::string> task_metrics = TaskMetricNames(ranked);
+  const auto measured = [&](const std::string& name) {
+    return std::find(task_metrics.begin(), task_metrics.end(), name) != task_metrics.end();
+  };
   if (metric.empty() || metric == "auto") {
     // Model selection on validation data whenever a trial has it; the test split otherwise.
+    // Regression by r2, multilabel by macro_f1 (the task's own figure of merit).
     metric = "test_accuracy";
     for (const v1::Job& trial : trials) {
       if (MetricsOf(trial).val_accuracy.has_value()) metric = "val_accuracy";
+    }
+    for (const char* name : {"test_macro_f1", "val_macro_f1", "test_r2", "val_r2"}) {
+      if (measured(name)) metric = name;
     }
   }
   const MetricSpec* spec = nullptr;
   for (const MetricSpec& m : kMetrics) {
     if (metric == m.name) spec = &m;
   }
-  if (spec == nullptr) {
+  if (spec == nullptr && !measured(metric)) {
+    std::vector<std::string> known = SweepMetrics();
+    known.insert(known.end(), task_metrics.begin(), task_metrics.end());
     return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric,
                                                    "\" (expected ",
-                                                   absl::StrJoin(SweepMetrics(), ", "), ")"));
+                                                   absl::StrJoin(known, ", "), ")"));
   }
+  const bool task_higher_is_better = absl::EndsWith(metric, "_r2") ||
+                                     absl::EndsWith(metric, "_f1") ||
+                                     absl::EndsWith(metric, "_accuracy");
+  const auto value_of = [&](const TrialMetrics& m) -> std::optional<double> {
+    if (spec != nullptr) return m.*(spec->value);
+    const auto found = m.task.find(metric);
+    if (found == m.task.end()) return std::nullopt;
+    return found->second;
+  };
+  const bool higher_is_better = spec != nullptr ? spec->higher_is_better : task_higher_is_better;
   std::vector<std::string> paths;
   for (const v1::Job& trial : trials) {
     for (const auto& p : trial.trial().parameters()) {
       if (std::find(paths.begin(), paths.end(), p.path()) == paths.end()) paths.push_back(p.path());
     }
   }
-  std::vector<std::pair<const v1::Job*, TrialMetrics>> ranked;
-  for (const v1::Job& trial : trials) ranked.emplace_back(&trial, MetricsOf(trial));
-  std::stable_sort(ranked.begin(), ranked.end(), [spec](const auto& a, const auto& b) {
-    const std::optional<double>& x = a.second.*(spec->value);
-    const std::optional<double>& y = b.second.*(spec->value);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+    const std::optional<double> x = value_of(a.second);
+    const std::optional<double> y = value_of(b.second);
     if (x.has_value() != y.has_value()) return x.has_value();
     if (!x.has_value()) return false;
-    return spec->higher_is_better ? *x > *y : *x < *y;
+    return higher_is_better ? *x > *y : *x < *y;
   });
   // The validation columns only where a trial measured them: a sweep without a validation
   // split reads as it always did, without two columns of "-".
@@ -358,6 +400,7 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
     column("VAL_ACC", "val_accuracy");
     column("VAL_LOSS", "val_loss");
   }
+  for (const std::string& name : task_metrics) column(absl::AsciiStrToUpper(name), name);
   column("TEST_ACC", "test_accuracy");
   column("TEST_LOSS", "test_loss");
   column("TRAIN_LOSS", "train_loss");
@@ -384,6 +427,11 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
     if (validated) {
       row.push_back(cell(m.val_accuracy));
       row.push_back(cell(m.val_loss));
+    }
+    for (const std::string& name : task_metrics) {
+      const auto found = m.task.find(name);
+      row.push_back(cell(found == m.task.end() ? std::nullopt
+                                               : std::optional<double>(found->second)));
     }
     row.push_back(cell(m.test_accuracy));
     row.push_back(cell(m.test_loss));

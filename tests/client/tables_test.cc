@@ -57,6 +57,33 @@ TEST(TablesTest, SweepTableRanksBestFirstAndUnfinishedLast) {
               HasSubstr("--metric: unknown \"accuracy\""));
 }
 
+// A regression sweep: ranked on val_r2 by default (higher is better), any task metric by name
+// (val_mse: lower is better), each a column; a metric no trial measured is unknown.
+TEST(TablesTest, SweepOfARegressionRanksOnItsMetrics) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0, 0.3), Trial("3", 1, "0.01", 0, 0.2),
+                                 Trial("4", 2, "0.001", 0, 0.4)};
+  const double r2[] = {0.8, 0.7, 0.95}, mse[] = {0.1, 0.05, 0.2};
+  for (int i = 0; i < 3; ++i) {
+    v1::JobSummary& s = *trials[i].mutable_summary();
+    s.clear_test_accuracy();
+    (*s.mutable_metrics())["val_r2"] = r2[i];
+    (*s.mutable_metrics())["val_mse"] = mse[i];
+    (*s.mutable_metrics())["val_loss"] = mse[i];
+  }
+  absl::StatusOr<TextTable> table = SweepTable(trials, "auto");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "4");
+  EXPECT_EQ(table->rows[1][2], "2");
+  EXPECT_EQ(table->rows[2][2], "3");
+  EXPECT_THAT(table->header, ::testing::Contains("VAL_R2"));
+  EXPECT_THAT(table->header, ::testing::Contains("VAL_MSE"));
+  table = SweepTable(trials, "val_mse");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "3");
+  EXPECT_THAT(std::string(SweepTable(trials, "test_r2").status().message()),
+              HasSubstr("--metric: unknown \"test_r2\""));
+}
+
 // Issue 27: with a validation split the sweep is ranked on it by default, not on the test set
 // (here the two disagree), and compare shows validation first; unmeasured figures are "-".
 TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
