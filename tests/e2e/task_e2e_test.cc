@@ -78,6 +78,11 @@ TEST(TaskE2eTest, RegressionExampleShowsItsMetricsInMpsctl) {
   EXPECT_LT(job->summary().metrics().at("test_mse"), 0.5);
   EXPECT_FALSE(job->summary().has_test_accuracy());  // regression measures none
   EXPECT_EQ(job->summary().monitor(), "val_r2");
+  // The finished model's card says what it was trained for.
+  const std::string card = ReadText(job->summary().model_json_path());
+  EXPECT_THAT(card, HasSubstr("\"regression\""));
+  EXPECT_THAT(card, HasSubstr("huber(delta=1)"));
+  EXPECT_THAT(card, HasSubstr("\"r2\""));
 
   const CommandResult got = RunCommand({MpsctlPath(), "--server", daemon.address(), "get", id});
   ASSERT_EQ(got.exit_code, 0) << got.err;
