@@ -5,14 +5,21 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "trainer/dataset_cache.h"
 #include "trainer/device.h"
 #include "trainer/field_checks.h"
@@ -118,13 +125,13 @@ absl::Status ResolveDecodeOptions(const mpsd::v1::ImageFolderSpec& spec,
   return absl::OkStatus();
 }
 
-// Keeps the files ChooseSubset picks (by the class each file's directory names), before
-// anything is decoded; the notes say what was kept.
+// Keeps the files ChooseSubset picks (by the class each file's directory names; `uniform`: one
+// stratum, for float targets), before anything is decoded; the notes say what was kept.
 absl::Status ApplySubset(const SubsetRequest& request, std::vector<ImageFile>& files,
-                         std::vector<std::string>& notes) {
+                         std::vector<std::string>& notes, bool uniform) {
   std::vector<int64_t> labels;
   labels.reserve(files.size());
-  for (const ImageFile& file : files) labels.push_back(file.label);
+  for (const ImageFile& file : files) labels.push_back(uniform ? 0 : file.label);
   absl::StatusOr<Subset> subset = ChooseSubset(labels, request);
   if (!subset.ok()) return subset.status();
   notes.insert(notes.end(), subset->notes.begin(), subset->notes.end());
@@ -134,6 +141,116 @@ absl::Status ApplySubset(const SubsetRequest& request, std::vector<ImageFile>& f
   for (const int64_t i : subset->indices) kept.push_back(std::move(files[i]));
   files = std::move(kept);
   return absl::OkStatus();
+}
+
+// ---- image_folder's float targets: <split>/targets.csv -------------------------------------
+
+// "<root>/train/targets.csv" of a split.
+std::string TargetsPath(const ImageFolderSplit& split) { return split.dir + "/targets.csv"; }
+
+// The split's targets.csv as [files, D] float32 in the split's file order: one row per image,
+// its path relative to the split's directory, then its D values ("cat/001.png,0.5,1.25"); a
+// first line whose second field is not a number is a header. Every image needs exactly one row
+// and every row an image; values must be finite. INVALID_ARGUMENT naming the file and the line.
+absl::StatusOr<torch::Tensor> ReadTargetsCsv(const ImageFolderSplit& split) {
+  const std::string path = TargetsPath(split);
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": missing (train/targets.csv gives the images float targets; every split needs "
+              "its own)"));
+  }
+  std::map<std::string, size_t> index;  // relative path → row in `split.files`
+  for (size_t i = 0; i < split.files.size(); ++i) {
+    index[split.files[i].path.substr(split.dir.size() + 1)] = i;
+  }
+  std::vector<std::vector<float>> rows(split.files.size());
+  int64_t width = -1;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const std::vector<std::string> fields = absl::StrSplit(line, ',');
+    const auto where = [&](absl::string_view problem) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: line %d: %s", path, number, problem));
+    };
+    std::vector<float> values;
+    for (size_t f = 1; f < fields.size(); ++f) {
+      double value = 0;
+      if (!absl::SimpleAtod(absl::StripAsciiWhitespace(fields[f]), &value)) {
+        if (number == 1 && f == 1) break;  // a header
+        return where(absl::StrFormat("\"%s\" is not a number", fields[f]));
+      }
+      if (!std::isfinite(value)) {
+        return where(absl::StrFormat("%s; targets must be finite (no NaN or infinity)",
+                                     fields[f]));
+      }
+      values.push_back(static_cast<float>(value));
+    }
+    if (number == 1 && values.size() + 1 < fields.size()) continue;  // the header
+    if (values.empty()) return where("expected a file's path, then its target values");
+    if (width >= 0 && static_cast<int64_t>(values.size()) != width) {
+      return where(absl::StrFormat("%d values, but the rows before have %d", values.size(),
+                                   width));
+    }
+    width = static_cast<int64_t>(values.size());
+    const std::string file(absl::StripAsciiWhitespace(fields[0]));
+    const auto found = index.find(file);
+    if (found == index.end()) {
+      return where(absl::StrFormat("%s is not an image of %s", file, split.dir));
+    }
+    if (!rows[found->second].empty()) return where(absl::StrCat(file, " has a row already"));
+    rows[found->second] = std::move(values);
+  }
+  if (width < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": no rows"));
+  torch::Tensor targets = torch::empty({static_cast<int64_t>(rows.size()), width});
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: no row for %s", path, split.files[i].path.substr(split.dir.size() + 1)));
+    }
+    targets[static_cast<int64_t>(i)].copy_(torch::tensor(rows[i]));
+  }
+  return targets;
+}
+
+// The first target of `targets` (ReadTargetsCsv's) that is neither 0 nor 1, for messages
+// ("val/targets.csv, cat/003.png, value 2: 0.5"); "" when there is none.
+std::string NonBinaryTarget(const ImageFolderSplit& split, const torch::Tensor& targets) {
+  const torch::Tensor at = targets.ne(0).logical_and(targets.ne(1)).nonzero();
+  if (at.size(0) == 0) return "";
+  const int64_t row = at[0][0].item<int64_t>(), column = at[0][1].item<int64_t>();
+  return absl::StrFormat("%s, %s, value %d: %g", TargetsPath(split),
+                         split.files[row].path.substr(split.dir.size() + 1), column + 1,
+                         targets[row][column].item<double>());
+}
+
+// Reads every split's targets.csv at submit: the width, and what multilabel needs to know.
+absl::Status ResolveFolderTargets(const ImageFolderListing& listing, DatasetConfig& config) {
+  for (const ImageFolderSplit* split : {&listing.train, &listing.test, &listing.val}) {
+    if (split->dir.empty()) continue;
+    absl::StatusOr<torch::Tensor> targets = ReadTargetsCsv(*split);
+    if (!targets.ok()) return FieldError("root", targets.status().message());
+    if (config.float_targets && targets->size(1) != config.num_classes) {
+      return FieldError("root", absl::StrFormat("%s: %d values per row, but %s has %d",
+                                                TargetsPath(*split), targets->size(1),
+                                                TargetsPath(listing.train), config.num_classes));
+    }
+    config.float_targets = true;
+    config.num_classes = static_cast<int>(targets->size(1));
+    config.target_shape = {targets->size(1)};
+    if (config.non_binary_target.empty()) {
+      config.non_binary_target = NonBinaryTarget(*split, *targets);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Float targets: each file's label becomes its row in the split (the decode cache keeps it, and
+// its key changes with it), so that the decoded rows find their targets after subsets and
+// skipped images.
+void LabelFilesByRow(ImageFolderSplit& split) {
+  for (size_t i = 0; i < split.files.size(); ++i) split.files[i].label = static_cast<int>(i);
 }
 
 // What subsets and validation splits stratify y by: its class indices (CPU int64 [N]), or one
@@ -408,6 +525,10 @@ absl::Status ResolveImageFolder(const mpsd::v1::DatasetSpec& spec, DatasetConfig
   }
   config.num_classes = static_cast<int>(listing->classes.size());
   own.class_names = listing->classes;
+  std::error_code ec;
+  if (std::filesystem::exists(TargetsPath(listing->train), ec)) {
+    if (absl::Status s = ResolveFolderTargets(*listing, config); !s.ok()) return s;
+  }
   config.input_shape = {own.decode.channels, own.decode.height, own.decode.width};
   own.train_examples = static_cast<int64_t>(listing->train.files.size());
   if (config.limit_train > 0) own.train_examples = std::min(own.train_examples, config.limit_train);
@@ -459,16 +580,34 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
         "%s: the classes changed since the job was submitted (now %s)", listing->train.dir,
         absl::StrJoin(listing->classes, ", ")));
   }
+  // Float targets (targets.csv), read again: the files read at run time are those checked.
+  torch::Tensor train_targets, test_targets, val_targets;
+  if (config.float_targets) {
+    const std::pair<ImageFolderSplit*, torch::Tensor*> splits[] = {
+        {&listing->train, &train_targets}, {&listing->test, &test_targets},
+        {&listing->val, &val_targets}};
+    for (const auto& [split, targets] : splits) {
+      if (split->dir.empty()) continue;
+      absl::StatusOr<torch::Tensor> read = ReadTargetsCsv(*split);
+      if (!read.ok()) return read.status();
+      if (read->size(1) != config.num_classes) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: the targets' width changed since the job was submitted", TargetsPath(*split)));
+      }
+      *targets = *std::move(read);
+      LabelFilesByRow(*split);
+    }
+  }
   std::vector<std::string> subset_notes;
   if (absl::Status s = ApplySubset(MakeSubsetRequest(config, seed, /*train=*/true,
                                                      config.own.class_names),
-                                   listing->train.files, subset_notes);
+                                   listing->train.files, subset_notes, config.float_targets);
       !s.ok()) {
     return s;
   }
   if (absl::Status s = ApplySubset(MakeSubsetRequest(config, seed, /*train=*/false,
                                                      config.own.class_names),
-                                   listing->test.files, subset_notes);
+                                   listing->test.files, subset_notes, config.float_targets);
       !s.ok()) {
     return s;
   }
@@ -501,6 +640,11 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
     host.val_x = PixelsView(val);
     host.val_y = LabelsView(*val);
   }
+  if (config.float_targets) {  // the decoded rows' labels are their rows in targets.csv
+    host.train_y = train_targets.index_select(/*dim=*/0, host.train_y);
+    host.test_y = test_targets.index_select(/*dim=*/0, host.test_y);
+    if (val != nullptr) host.val_y = val_targets.index_select(/*dim=*/0, host.val_y);
+  }
   host.keep_alive = std::make_shared<std::vector<std::shared_ptr<const DecodedSplit>>>(
       std::vector<std::shared_ptr<const DecodedSplit>>{*train, *test, val});
   if (absl::Status s = HoldOutOnHost(config, seed, host.train_x, host.train_y, host.val_x,
@@ -510,7 +654,7 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
   }
   DeviceDataset data = Place(config, host, mean, std, device);
   data.validation = ValidationName(config, seed, "val/");
-  data.class_names = config.own.class_names;
+  if (!config.float_targets) data.class_names = config.own.class_names;
   data.skipped_images = (*train)->skipped() + (*test)->skipped() + (val ? val->skipped() : 0);
   data.notes.insert(data.notes.begin(),
                     {DecodeNote("train", listing->train, **train),

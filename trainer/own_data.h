@@ -24,7 +24,11 @@ namespace mpsd::trainer {
 
 // DatasetInfo::resolve of image_folder: image_folder.* (image_size required), mean/std,
 // placement, device_budget_bytes, and the folder's listing (classes, examples); files that
-// cannot be stat'ed fail here when on_bad_image is "fail". Errors are INVALID_ARGUMENT starting
+// cannot be stat'ed fail here when on_bad_image is "fail". With train/targets.csv the images
+// have float targets instead of their class (TrainJob.task multilabel or regression): one row
+// per image of each split's targets.csv, "<path relative to the split's directory>,<v1>,...,
+// <vD>" (a first line whose second field is not a number is a header), every image one row,
+// D values each, finite; errors name the file and the line. Errors are INVALID_ARGUMENT starting
 // with the field path ("train_job.dataset.image_folder.image_size: …", "train_job.dataset.root:
 // <root>/val: class \"cat\" of the training split has no directory here").
 absl::Status ResolveImageFolder(const mpsd::v1::DatasetSpec& spec, DatasetConfig& config);

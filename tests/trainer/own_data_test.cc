@@ -485,5 +485,85 @@ TEST_F(OwnDataTest, TorchScriptModelTrainsOnOwnDataAndCarriesTheClassNames) {
             torch::IntArrayRef({2, 3}));
 }
 
+// An image folder with train/targets.csv and val/targets.csv: float targets instead of the
+// class directories' labels (TrainJob.task multilabel and regression), matched to the images by
+// path whatever the decode order, subset or cache; each bad targets file refused at submit.
+TEST_F(OwnDataTest, TargetsCsvGivesAFolderFloatTargets) {
+  const fs::path root = *dir_ / "colours-targets";
+  fs::remove_all(root);
+  fs::copy(Root(), root, fs::copy_options::recursive);
+  // Multi-hot of the colour: label k = "the image is class k" (3 labels); regression targets:
+  // the class index and its square.
+  const auto write_targets = [&](const std::string& split, bool regression,
+                                 const std::string& extra = "") {
+    std::ofstream out(root / split / "targets.csv");
+    out << "file,a,b,c\n" << extra;
+    const std::vector<std::string> classes = {"blue", "green", "red"};
+    for (size_t c = 0; c < classes.size(); ++c) {
+      for (const fs::directory_entry& e : fs::directory_iterator(root / split / classes[c])) {
+        out << classes[c] << "/" << e.path().filename().string();
+        for (size_t k = 0; k < 3; ++k) {
+          const double value = regression ? (k == 0 ? c : k == 1 ? c * c : 1.0) : (k == c);
+          out << "," << value;
+        }
+        out << "\n";
+      }
+    }
+  };
+  mpsd::v1::SubmitJobRequest job = Job(ImageFolder(root.string()), 6);
+  job.mutable_train_job()->set_task("multilabel");
+  write_targets("train", false);
+  write_targets("val", false);
+  auto executor = MakeExecutor();
+  ASSERT_TRUE(executor->Validate(job).ok()) << executor->Validate(job);
+  const RunResult multilabel = RunJob(*executor, job);
+  ASSERT_TRUE(multilabel.status.ok()) << multilabel.status;
+  EXPECT_GE(multilabel.summary.metrics().at("test_accuracy"), 0.9);
+  EXPECT_TRUE(multilabel.summary.class_names().empty());
+  EXPECT_EQ(multilabel.summary.train_examples(), 48);
+
+  // Regression on the same images: the class index is learnt from the colour.
+  write_targets("train", true);
+  write_targets("val", true);
+  job.mutable_train_job()->set_task("regression");
+  job.mutable_train_job()->set_epochs(10);
+  const RunResult regression = RunJob(*executor, job);
+  ASSERT_TRUE(regression.status.ok()) << regression.status;
+  EXPECT_GT(regression.summary.metrics().at("test_mae"), 0);
+  EXPECT_LT(regression.summary.metrics().at("test_mae"), 0.5);
+  // Non-binary targets are no multilabel targets; classification takes no float targets.
+  job.mutable_train_job()->set_task("multilabel");
+  EXPECT_THAT(std::string(executor->Validate(job).message()),
+              AllOf(StartsWith("train_job.dataset.root: " + root.string() + ": " + root.string() +
+                               "/train/targets.csv, "),
+                    HasSubstr("multilabel targets must be 0 or 1")));
+  job.mutable_train_job()->set_task("");
+  EXPECT_THAT(std::string(executor->Validate(job).message()),
+              StartsWith("train_job.task: classification needs int64 class indices"));
+
+  // Bad files, each named with its line.
+  job.mutable_train_job()->set_task("regression");
+  const std::string train_csv = (root / "train" / "targets.csv").string();
+  write_targets("train", true, "blue/nothing.png,1,2,3\n");
+  EXPECT_EQ(std::string(executor->Validate(job).message()),
+            absl::StrCat("train_job.dataset.root: ", train_csv, ": line 2: blue/nothing.png is "
+                         "not an image of ", root.string(), "/train"));
+  write_targets("train", true, "x,1,abc,3\n");
+  EXPECT_EQ(std::string(executor->Validate(job).message()),
+            absl::StrCat("train_job.dataset.root: ", train_csv,
+                         ": line 2: \"abc\" is not a number"));
+  write_targets("train", true, "x,1,nan,3\n");
+  EXPECT_THAT(std::string(executor->Validate(job).message()),
+              HasSubstr(": line 2: nan; targets must be finite"));
+  write_targets("train", true);
+  std::ofstream(root / "val" / "targets.csv") << "blue/zz.png,1\n";
+  EXPECT_THAT(std::string(executor->Validate(job).message()),
+              HasSubstr("/val/targets.csv: line 1: blue/zz.png is not an image of"));
+  fs::remove(root / "val" / "targets.csv");
+  EXPECT_THAT(std::string(executor->Validate(job).message()),
+              HasSubstr("/val/targets.csv: missing"));
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace mpsd::trainer
