@@ -161,6 +161,27 @@ bool IsDirectoryPath(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A folder of float targets without classes (train/targets.csv, no class directory): every
+// image below each split's directory, in os.walk's order, as one unnamed class.
+absl::Status ScanWithoutClasses(ImageFolderListing& listing) {
+  listing.classes = {""};
+  for (ImageFolderSplit* split : {&listing.train, &listing.test, &listing.val}) {
+    if (split->dir.empty()) continue;
+    struct stat st;
+    if (stat(split->dir.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrFormat("%s: cannot examine it: %s", split->dir,
+                                                 std::strerror(errno)));
+    }
+    std::vector<Ancestor> ancestors = {{st.st_dev, st.st_ino, split->dir}};
+    if (absl::Status s = WalkClass(split->dir, /*label=*/0, ancestors, *split); !s.ok()) return s;
+    if (split->files.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: no .jpg, .jpeg or .png file", split->dir));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // `missing` (NOT_FOUND), unless `path` cannot be examined for want of permission: then
 // FAILED_PRECONDITION saying so, naming the path (it may well exist).
 absl::Status Missing(const std::string& path, absl::Status missing) {
@@ -216,6 +237,11 @@ absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root, bool
   }
   absl::StatusOr<std::vector<DirEntry>> classes = ClassDirectories(listing.train.dir);
   if (!classes.ok()) return classes.status();
+  struct stat targets;
+  if (classes->empty() && stat((listing.train.dir + "/targets.csv").c_str(), &targets) == 0) {
+    if (absl::Status s = ScanWithoutClasses(listing); !s.ok()) return s;
+    return listing;
+  }
   if (classes->empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: no class directory (one per class: train/<class>/<images>)",

@@ -62,6 +62,9 @@ bool HasImageExtension(absl::string_view name);
 //
 // separate_val (DatasetSpec.validation.source "val"): val/ is listed as `val` and test/ as
 // `test`; both must exist (NOT_FOUND naming the missing one).
+//
+// A train/ without class directories but with a targets.csv (float targets, trainer/own_data.h)
+// is listed without classes: every image below each split's directory, one class named "".
 absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root,
                                                    bool separate_val = false);
 

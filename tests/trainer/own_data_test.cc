@@ -487,7 +487,8 @@ TEST_F(OwnDataTest, TorchScriptModelTrainsOnOwnDataAndCarriesTheClassNames) {
 
 // An image folder with train/targets.csv and val/targets.csv: float targets instead of the
 // class directories' labels (TrainJob.task multilabel and regression), matched to the images by
-// path whatever the decode order, subset or cache; each bad targets file refused at submit.
+// path whatever the decode order, subset or cache, also without class directories; each bad
+// targets file refused at submit.
 TEST_F(OwnDataTest, TargetsCsvGivesAFolderFloatTargets) {
   const fs::path root = *dir_ / "colours-targets";
   fs::remove_all(root);
@@ -562,6 +563,29 @@ TEST_F(OwnDataTest, TargetsCsvGivesAFolderFloatTargets) {
   fs::remove(root / "val" / "targets.csv");
   EXPECT_THAT(std::string(executor->Validate(job).message()),
               HasSubstr("/val/targets.csv: missing"));
+
+  // Without class directories: the images right in train/ and val/, their targets by name.
+  const fs::path flat = *dir_ / "colours-flat";
+  fs::remove_all(flat);
+  for (const char* split : {"train", "val"}) {
+    fs::create_directories(flat / split);
+    std::ofstream out(flat / split / "targets.csv");
+    const std::vector<std::string> classes = {"blue", "green", "red"};
+    for (size_t c = 0; c < classes.size(); ++c) {
+      for (const fs::directory_entry& e : fs::directory_iterator(root / split / classes[c])) {
+        const std::string name = classes[c] + "-" + e.path().filename().string();
+        fs::copy_file(e.path(), flat / split / name);
+        out << name << "," << (c == 0) << "," << (c == 1) << "," << (c == 2) << "\n";
+      }
+    }
+  }
+  mpsd::v1::SubmitJobRequest flat_job = Job(ImageFolder(flat.string()), 6);
+  flat_job.mutable_train_job()->set_task("multilabel");
+  const RunResult flat_run = RunJob(*executor, flat_job);
+  ASSERT_TRUE(flat_run.status.ok()) << flat_run.status;
+  EXPECT_GE(flat_run.summary.metrics().at("test_accuracy"), 0.9);
+  EXPECT_EQ(flat_run.summary.train_examples(), 48);
+  fs::remove_all(flat);
   fs::remove_all(root);
 }
 
