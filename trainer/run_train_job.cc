@@ -376,6 +376,9 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, Train
   options.start_step = position.step;
   options.resume = position;
   summary.set_resumed_at_step(restored->info.step);
+  // Steps skipped before the checkpoint (nan_policy skip_step); this attempt's step events add
+  // the rest, so the summary counts the whole run's, as max_skipped_steps does.
+  summary.set_skipped_steps(position.divergence.skipped);
   if (best_state.best_epoch > 0 && best_state.best.has_value()) {
     summary.set_best_epoch(best_state.best_epoch);
     summary.set_best_value(*best_state.best);

@@ -319,7 +319,7 @@ TEST_F(CheckpointStepsE2eTest, KeepBestKeepsTheBestEpochsCheckpointAndEarlyStopp
 }
 
 // nan_policy skip_step with NaN losses planted at steps 5 and 6 (fault injection): both are
-// skipped and counted, the job succeeds. NaN from step 5 on: steps 5-7 are skipped
+// skipped and counted, the job succeeds, and a job resumed from it counts them too. NaN from step 5 on: steps 5-7 are skipped
 // (max_skipped_steps 3) and step 8 ends the job DIVERGED. The default policy fails at step 5.
 TEST_F(CheckpointStepsE2eTest, SkipStepSkipsCountsAndFailsAfterMaxSkippedSteps) {
   const auto job = [](int64_t steps) {
@@ -332,9 +332,21 @@ TEST_F(CheckpointStepsE2eTest, SkipStepSkipsCountsAndFailsAfterMaxSkippedSteps) 
     j.mutable_fault_injection()->set_steps(steps);
     return request;
   };
-  const Job skipped = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, job(2)).id());
+  SubmitJobRequest checkpointed = job(2);
+  checkpointed.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+  const Job skipped = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, checkpointed).id());
   ASSERT_EQ(skipped.state(), Job::SUCCEEDED) << skipped.message();
   EXPECT_EQ(skipped.summary().skipped_steps(), 2);
+  // Resumed for a second epoch (no NaN in it): the summary counts the whole run's skipped
+  // steps, those before the checkpoint too.
+  SubmitJobRequest more = job(2);
+  more.mutable_train_job()->clear_fault_injection();
+  more.mutable_train_job()->set_epochs(2);
+  more.mutable_train_job()->set_resume_from(skipped.id());
+  const Job resumed = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, more).id());
+  ASSERT_EQ(resumed.state(), Job::SUCCEEDED) << resumed.message();
+  EXPECT_EQ(resumed.summary().resumed_at_step(), 10);
+  EXPECT_EQ(resumed.summary().skipped_steps(), 2);
   std::set<int64_t> skipped_steps;
   int64_t epoch_skipped = -1;
   for (const JobEvent& e : rpc::StreamAll(*daemon_, skipped.id())) {
