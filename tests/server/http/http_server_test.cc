@@ -48,7 +48,7 @@ std::unique_ptr<HttpServer> Serve(const HttpLimits& limits = HttpLimits()) {
                                       httplib::Response& response) {
     response.set_content("job " + request.matches[1].str(), "text/plain");
   });
-  (*server)->Get(R"(/api/jobs/(\d+))", [](const HttpCaller&, const httplib::Request& request,
+  (*server)->Get(R"(/api/jobs/(\d+))", [](const HttpCaller&, const httplib::Request&,
                                           httplib::Response& response) {
     response.set_content("{}", "application/json");
   });
