@@ -171,12 +171,7 @@ absl::Status ReadHttpLimits(const YAML::Node& node, const std::string& where,
     return s;
   }
   limits.request_timeout = absl::Seconds(request_timeout_s);
-  if (absl::Status s = CheckHttpLimits(limits); !s.ok()) {
-    // CheckHttpLimits names "http_limits.KEY"; `where` is "FILE: http_limits".
-    return absl::InvalidArgumentError(
-        absl::StrCat(where.substr(0, where.rfind("http_limits")), s.message()));
-  }
-  return absl::OkStatus();
+  return CheckHttpLimits(limits, where);
 }
 
 absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where,

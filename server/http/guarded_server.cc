@@ -295,20 +295,20 @@ class GuardedStream : public httplib::Stream {
   int end_ = 0;
 };
 
-absl::Status CheckHttpLimits(const HttpLimits& limits) {
+absl::Status CheckHttpLimits(const HttpLimits& limits, absl::string_view where) {
   if (limits.request_timeout < absl::Seconds(1) || limits.request_timeout > absl::Hours(1)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("http_limits.request_timeout_s: must be >= 1 and <= 3600 (seconds), got ",
+        absl::StrCat(where, ".request_timeout_s: must be >= 1 and <= 3600 (seconds), got ",
                      absl::ToDoubleSeconds(limits.request_timeout)));
   }
   if (limits.max_connections < 1 || limits.max_connections > 10000) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "http_limits.max_connections: must be >= 1 and <= 10000, got ", limits.max_connections));
+        where, ".max_connections: must be >= 1 and <= 10000, got ", limits.max_connections));
   }
   if (limits.max_connections_per_address < 1 ||
       limits.max_connections_per_address > limits.max_connections) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "http_limits.max_connections_per_address: must be >= 1 and <= max_connections (",
+        where, ".max_connections_per_address: must be >= 1 and <= max_connections (",
         limits.max_connections, "), got ", limits.max_connections_per_address));
   }
   return absl::OkStatus();

@@ -4,6 +4,7 @@
 #define MPSD_SERVER_HTTP_HTTP_LIMITS_H_
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace mpsd::server {
@@ -24,9 +25,9 @@ struct HttpLimits {
   int max_connections_per_address = 64;
 };
 
-// OK, or INVALID_ARGUMENT "http_limits.KEY: must be ..., got VALUE" for the first bound out of
-// range (the config's key names: request_timeout_s, max_connections, max_connections_per_address).
-absl::Status CheckHttpLimits(const HttpLimits& limits);
+// OK, or INVALID_ARGUMENT "WHERE.KEY: must be ..., got VALUE" for the first bound out of range
+// (the config's key names: request_timeout_s, max_connections, max_connections_per_address).
+absl::Status CheckHttpLimits(const HttpLimits& limits, absl::string_view where = "http_limits");
 
 }  // namespace mpsd::server
 

@@ -8,7 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -326,6 +329,52 @@ TEST(HttpServerLimitsTest, ConnectionsBeyondTheCapsAreRefusedAtOnce) {
   EXPECT_EQ(status, 200);
   for (int fd : first) close(fd);
   for (int fd : second) close(fd);
+}
+
+// Sends `data` a byte every 200 ms until the server closes the connection (true) or 20 s pass.
+bool TrickleUntilClosed(int fd, const std::string& data, std::string& received) {
+  const absl::Time start = absl::Now();
+  size_t next = 0;
+  char buffer[4096];
+  while (absl::Now() - start < absl::Seconds(20)) {
+    for (;;) {
+      const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+      if (n < 0) break;
+      received.append(buffer, static_cast<size_t>(n));
+    }
+    if (next < data.size() && !SendAll(fd, data.substr(next++, 1))) return true;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return false;
+}
+
+// The deadline covers a request's body, and each request of a kept-alive connection; a request
+// that misses it is closed without an answer.
+TEST(HttpServerLimitsTest, ABodyAndAKeptAliveRequestHaveTheDeadlineToo) {
+  HttpLimits limits;
+  limits.request_timeout = absl::Seconds(2);
+  std::unique_ptr<HttpServer> server = Serve(limits);
+  ASSERT_NE(server, nullptr);
+  const int body = ConnectFrom("127.0.0.2", server->port());
+  ASSERT_TRUE(SendAll(body,
+                      "POST /api/jobs/7/cancel HTTP/1.1\r\nHost: x\r\n"
+                      "Authorization: Bearer good\r\nContent-Length: 100\r\n\r\n"));
+  std::string received;
+  EXPECT_TRUE(TrickleUntilClosed(body, std::string(100, 'b'), received))
+      << "a body trickled for 20 s was not cut (deadline 2 s)";
+  EXPECT_EQ(received, "");
+  close(body);
+
+  const int kept = ConnectFrom("127.0.0.2", server->port());
+  ASSERT_TRUE(SendAll(kept, "GET /open HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::string first;
+  const std::string second = "GET /open HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(100, 'x');
+  EXPECT_TRUE(TrickleUntilClosed(kept, second, first))
+      << "a second request trickled for 20 s was not cut (deadline 2 s)";
+  EXPECT_THAT(first, HasSubstr("HTTP/1.1 200 OK"));
+  EXPECT_EQ(first.find("HTTP/1.1", first.find("HTTP/1.1") + 1), std::string::npos) << first;
+  close(kept);
 }
 
 // HTTPS: the deadline covers the TLS handshake. Clients that trickle a ClientHello a byte every
