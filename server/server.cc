@@ -667,6 +667,8 @@ absl::Status Server::StartHttp() {
   };
   auto* supervisor = static_cast<ExecutorSupervisor*>(executor_.get());
   sources.executor_restarts = [supervisor] { return supervisor->RestartsByReason(); };
+  // http_server_ lives until after the HTTP listener stops, so every scrape finds it.
+  sources.http_connections = [this] { return http_server_->connection_counts(); };
   metrics_->SetSources(std::move(sources));
 
   // Public: a load balancer's probe carries no token, and the answer reveals nothing more than

@@ -333,6 +333,11 @@ void ConnectionCounts::Release(const std::string& address) {
   if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
 }
 
+int ConnectionCounts::open() const {
+  absl::MutexLock lock(&mu_);
+  return total_;
+}
+
 GuardedServer::GuardedServer(SSL_CTX* tls, const HttpLimits& limits)
     : tls_(tls),
       limits_(limits),
@@ -349,6 +354,14 @@ GuardedServer::~GuardedServer() {
 bool GuardedServer::SetBacklog(int backlog) {
   // listen() again on a listening socket changes its backlog (Linux, the BSDs).
   return svr_sock_ != INVALID_SOCKET && ::listen(svr_sock_, backlog) == 0;
+}
+
+HttpConnectionCounts GuardedServer::counts() const {
+  HttpConnectionCounts counts;
+  counts.open = counts_.open();
+  counts.refused = refused_total_.load();
+  counts.timed_out = timed_out_total_.load();
+  return counts;
 }
 
 void GuardedServer::MaybeWarn() {
@@ -374,6 +387,7 @@ void GuardedServer::MaybeWarn() {
 
 void GuardedServer::Refuse(socket_t sock, const std::string& address) {
   refused_.fetch_add(1);
+  refused_total_.fetch_add(1);
   MaybeWarn();
   spdlog::debug("http: refused a connection from {} (over http_limits)", address);
   if (tls_ != nullptr) return;
@@ -424,6 +438,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
   if (tls_ == nullptr || (ssl != nullptr && stream.Handshake())) ok = ServeRequests(stream);
   if (stream.timed_out()) {
     timed_out_.fetch_add(1);
+    timed_out_total_.fetch_add(1);
     MaybeWarn();
   }
   if (ssl != nullptr) {

@@ -36,11 +36,13 @@ class ConnectionCounts {
   bool Admit(const std::string& address);
   // Forgets one admitted connection from `address`.
   void Release(const std::string& address);
+  // Connections admitted and not yet released.
+  int open() const;
 
  private:
   const int max_total_;
   const int max_per_address_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int total_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int> per_address_ ABSL_GUARDED_BY(mu_);
 };
@@ -63,6 +65,9 @@ class GuardedServer : public httplib::Server {
   // SYN's retransmission). False if it could not.
   bool SetBacklog(int backlog);
 
+  // Open, refused and timed-out connections. Thread-safe.
+  HttpConnectionCounts counts() const;
+
  private:
   // Runs on the connection's own thread: admission, TLS handshake, the requests, close.
   bool process_and_close_socket(socket_t sock) override;
@@ -80,6 +85,9 @@ class GuardedServer : public httplib::Server {
   std::atomic<int64_t> refused_{0};
   std::atomic<int64_t> timed_out_{0};
   std::atomic<int64_t> last_warning_ms_{0};
+  // The same, since the server was made.
+  std::atomic<int64_t> refused_total_{0};
+  std::atomic<int64_t> timed_out_total_{0};
   void MaybeWarn();
   friend class GuardedStream;
 };

@@ -3,6 +3,8 @@
 #ifndef MPSD_SERVER_HTTP_HTTP_LIMITS_H_
 #define MPSD_SERVER_HTTP_HTTP_LIMITS_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -23,6 +25,16 @@ struct HttpLimits {
   // [1, max_connections]; the config's default is 64 or max_connections if that is lower.
   // Behind a reverse proxy every client has the proxy's address.
   int max_connections_per_address = 64;
+};
+
+// What the listener's connections have come to (the mpsd_http_* series of /metrics).
+struct HttpConnectionCounts {
+  // Connections open now (admitted, not yet closed).
+  int64_t open = 0;
+  // Connections refused over a cap since the listener was created.
+  int64_t refused = 0;
+  // Connections closed because a request missed request_timeout, since the same.
+  int64_t timed_out = 0;
 };
 
 // OK, or INVALID_ARGUMENT "WHERE.KEY: must be ..., got VALUE" for the first bound out of range

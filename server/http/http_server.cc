@@ -337,6 +337,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
 
 HttpServer::~HttpServer() { Shutdown(); }
 
+HttpConnectionCounts HttpServer::connection_counts() const { return server_->counts(); }
+
 absl::Status HttpServer::ReloadTls() {
   if (tls_ == nullptr) return absl::OkStatus();
   absl::StatusOr<std::shared_ptr<const KeyPair>> pair =

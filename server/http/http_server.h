@@ -95,6 +95,9 @@ class HttpServer {
   // plain HTTP. Thread-safe.
   absl::Status ReloadTls();
 
+  // Open, refused and timed-out connections (HttpConnectionCounts). Thread-safe.
+  HttpConnectionCounts connection_counts() const;
+
   // Whether the listener speaks HTTPS.
   bool tls() const { return tls_ != nullptr; }
 

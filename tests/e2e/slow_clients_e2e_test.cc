@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -37,6 +38,15 @@ std::string ReadAll(const std::string& path) {
 std::string Trimmed(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;
+}
+
+// The value of the series `name` (no labels) in Prometheus' text format, or -1.
+double MetricValue(const std::string& text, const std::string& name) {
+  std::smatch match;
+  double value = -1;
+  const std::regex line("(^|\n)" + name + " ([0-9.e+]+)\n");
+  if (std::regex_search(text, match, line)) absl::SimpleAtod(match[2].str(), &value);
+  return value;
 }
 
 class HttpLimitsE2eTest : public ::testing::Test {
@@ -76,6 +86,20 @@ class HttpLimitsE2eTest : public ::testing::Test {
     client.set_read_timeout(5);
     if (!with_token) return client.Get(path.c_str());
     return client.Get(path.c_str(), {{"Authorization", "Bearer " + token_}});
+  }
+
+  // /metrics, once a scrape is admitted (a probe's connection just closed may still count
+  // against the caps for a moment) and `done` holds for what it says; "" if not within 20 s.
+  std::string ScrapeUntil(const std::function<bool(const std::string&)>& done) {
+    std::string body;
+    const bool ok = WaitUntil(
+        [&] {
+          httplib::Result metrics = Get("/metrics", /*with_token=*/true);
+          body = metrics && metrics->status == 200 ? metrics->body : "";
+          return !body.empty() && done(body);
+        },
+        absl::Seconds(20));
+    return ok ? body : "";
   }
 
   TempDir dir_;
@@ -128,6 +152,12 @@ TEST_F(HttpLimitsE2eTest, SlowClientsBlockNeitherHealthNorMetricsAndAreCutAtTheD
   httplib::Result after = Get("/healthz");
   ASSERT_TRUE(after);
   EXPECT_EQ(after->status, 200);
+  // Every slow one counted, and none left open but the scrape's own.
+  EXPECT_NE(ScrapeUntil([&](const std::string& text) {
+              return MetricValue(text, "mpsd_http_requests_timed_out_total") == kSlow &&
+                     MetricValue(text, "mpsd_http_connections_open") == 1;
+            }),
+            "");
   EXPECT_TRUE(WaitUntil(
       [&] {
         return ReadAll(daemon_->log_path())
@@ -179,6 +209,13 @@ TEST_F(HttpLimitsE2eTest, ConnectionsBeyondTheCapsAreRefusedWithA503) {
         return served && served->status == 200;
       },
       absl::Seconds(20)));
+  // The refusals counted (the per-address one, the total cap's), the 9 idle ones and the scrape
+  // open.
+  EXPECT_NE(ScrapeUntil([&](const std::string& text) {
+              return MetricValue(text, "mpsd_http_connections_refused_total") >= 2 &&
+                     MetricValue(text, "mpsd_http_connections_open") == 10;
+            }),
+            "");
   for (int fd : idle) close(fd);
   EXPECT_THAT(ReadAll(daemon_->log_path()), HasSubstr("over http_limits"));
 }
