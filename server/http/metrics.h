@@ -56,7 +56,7 @@ struct MetricsSources {
 };
 
 // Thread-safe: ObserveEvent from the scheduler (under its lock: it only bumps counters),
-// Scrape from HTTP worker threads.
+// Scrape from the HTTP listener's connection threads.
 class Metrics {
  public:
   // `version`: mpsd's (the CMake project version), for mpsd_build_info.
