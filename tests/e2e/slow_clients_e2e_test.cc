@@ -3,6 +3,7 @@
 // lasted; "the gRPC port checked the same way"). A real mpsd, real sockets on loopback: the
 // slow clients come from 127.0.0.2 and 127.0.0.3, the probes from 127.0.0.1. Bounded in count
 // (at most 120 connections) and time (each test well under a minute).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -45,7 +46,7 @@ double MetricValue(const std::string& text, const std::string& name) {
   std::smatch match;
   double value = -1;
   const std::regex line("(^|\n)" + name + " ([0-9.e+]+)\n");
-  if (std::regex_search(text, match, line)) absl::SimpleAtod(match[2].str(), &value);
+  if (!std::regex_search(text, match, line) || !absl::SimpleAtod(match[2].str(), &value)) return -1;
   return value;
 }
 
@@ -293,6 +294,54 @@ TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotBlockCallsAndAreClosedAtTheHand
   }
   EXPECT_EQ(open_count, 0) << "idle gRPC connections still open 40 s on";
   for (int fd : idle) close(fd);
+  EXPECT_EQ(daemon.Stop(SIGTERM, absl::Seconds(60)), 0);
+}
+
+// gRPC 1.51 stops accepting on its listeners for good after accept() fails with EMFILE: under
+// a soft limit of 1024 open files, 1100 idle TCP connections took the unix socket down with
+// the TCP port until a restart. mpsd raises its soft limit to the hard one, so the same
+// connections leave both answering.
+TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotRunTheDaemonOutOfFiles) {
+  constexpr int kIdle = 1100;
+  rlimit own{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &own), 0);
+  if (own.rlim_max < kIdle + 200) GTEST_SKIP() << "the test itself needs " << kIdle + 200 << " files";
+  if (own.rlim_cur < kIdle + 200) {
+    own.rlim_cur = kIdle + 200;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &own), 0);
+  }
+  TempDir dir;
+  Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
+  daemon.set_wrapper({"/usr/bin/prlimit", "--nofile=1024:8192", "--"});
+  ASSERT_NO_FATAL_FAILURE(daemon.Start({"--listen", "127.0.0.1:0"}));
+  std::string log;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        log = ReadAll(daemon.log_path());
+        return absl::StrContains(log, "mpsd listening on 127.0.0.1:");
+      },
+      absl::Seconds(30)))
+      << log;
+  EXPECT_THAT(log, HasSubstr("open files limit raised from 1024 to 8192"));
+  const size_t at = log.find("mpsd listening on 127.0.0.1:") + std::strlen("mpsd listening on ");
+  const std::string address = log.substr(at, log.find_first_of(" \n", at) - at);
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) << address;
+  std::vector<int> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    const int fd = ConnectFrom(i % 2 == 0 ? "127.0.0.2" : "127.0.0.3", port);
+    ASSERT_GE(fd, 0) << "connection " << i;
+    idle.push_back(fd);
+  }
+  for (const std::string& server : {"unix://" + dir.str() + "/mpsd.sock", address}) {
+    const CommandResult status =
+        RunCommandWithin({MpsctlPath(), "--server", server, "--token-file",
+                          dir.str() + "/state/admin.token", "status"},
+                         absl::Seconds(30));
+    EXPECT_EQ(status.exit_code, 0) << server << ": " << status.err;
+  }
+  for (int fd : idle) close(fd);
+  EXPECT_THAT(ReadAll(daemon.log_path()), ::testing::Not(HasSubstr("Too many open files")));
   EXPECT_EQ(daemon.Stop(SIGTERM, absl::Seconds(60)), 0);
 }
 
