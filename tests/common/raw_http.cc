@@ -66,4 +66,12 @@ bool ClosedByPeer(int fd) {
   }
 }
 
+void Reopen(std::vector<int>& fds, const std::string& source_ip, int port) {
+  for (int& fd : fds) {
+    if (fd >= 0 && !ClosedByPeer(fd)) continue;
+    if (fd >= 0) close(fd);
+    fd = ConnectFrom(source_ip, port);
+  }
+}
+
 }  // namespace mpsd::testing

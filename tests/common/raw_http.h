@@ -5,6 +5,7 @@
 #define MPSD_TESTS_COMMON_RAW_HTTP_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -25,6 +26,10 @@ bool WaitForClose(int fd, absl::Duration limit, std::string* received = nullptr)
 // Whether the peer has closed the connection already (nothing is waited for); what it sent
 // before is read and dropped.
 bool ClosedByPeer(int fd);
+
+// Replaces each connection of `fds` that the server has closed (e.g. refused over a cap while
+// another took its place) with a new one from `source_ip` to `port`.
+void Reopen(std::vector<int>& fds, const std::string& source_ip, int port);
 
 }  // namespace mpsd::testing
 
