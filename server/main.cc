@@ -3,6 +3,7 @@
 // `mpsd token add|list|revoke` edits a tokens file.
 #include <errno.h>
 #include <signal.h>
+#include <limits.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,7 +90,12 @@ int RunTokenCommand(const std::string& command, const std::string& path, const s
 void RaiseOpenFileLimit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  const rlim_t wanted = std::min<rlim_t>(limit.rlim_max, rlim_t{1} << 20);
+#if defined(__APPLE__)
+  const rlim_t most = OPEN_MAX;  // macOS refuses a soft limit above it.
+#else
+  const rlim_t most = rlim_t{1} << 20;
+#endif
+  const rlim_t wanted = std::min<rlim_t>(limit.rlim_max, most);
   if (limit.rlim_cur >= wanted) return;
   const rlim_t before = limit.rlim_cur;
   limit.rlim_cur = wanted;

@@ -29,6 +29,14 @@ namespace {
 // Set on a thread that must refuse the connection it is handed (ConnectionThreads at its cap).
 thread_local bool t_refuse_connection = false;
 
+// send() flags: no SIGPIPE from a closed connection where the flag exists (Linux); elsewhere
+// (macOS) the socket gets SO_NOSIGPIPE, which covers OpenSSL's writes too.
+#ifdef MSG_NOSIGNAL
+constexpr int kSendFlags = MSG_NOSIGNAL;
+#else
+constexpr int kSendFlags = 0;
+#endif
+
 // How often a wait looks whether the server is stopping.
 constexpr absl::Duration kStopPoll = absl::Milliseconds(200);
 // Warnings about refused or timed-out connections: at most one per this.
@@ -200,7 +208,7 @@ class GuardedStream : public httplib::Stream {
         if (rc > 0) return rc;
         if (!WaitFor(SSL_get_error(ssl_, rc), WriteWait())) return -1;
       } else {
-        const ssize_t n = send(sock_, ptr, size, MSG_NOSIGNAL);
+        const ssize_t n = send(sock_, ptr, size, kSendFlags);
         if (n >= 0) return n;
         if (errno == EINTR) continue;
         if ((errno != EAGAIN && errno != EWOULDBLOCK) || !Wait(POLLOUT, WriteWait())) return -1;
@@ -270,7 +278,8 @@ class GuardedStream : public httplib::Stream {
   // that ends at the request's deadline marks the stream timed out.
   bool Wait(short events, absl::Time until) const {
     for (;;) {
-      if (!server_->running()) return false;
+      // Stopping ends waits for a request; an answer being written gets its write timeout.
+      if (events == POLLIN && !server_->running()) return false;
       const absl::Time now = absl::Now();
       if (now >= until) {
         if (events == POLLIN && until >= deadline_) timed_out_ = true;
@@ -396,7 +405,7 @@ void GuardedServer::Refuse(socket_t sock, const std::string& address) {
       "Content-Length: 46\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
       "too many connections (http_limits); try again\n";
   // Best effort, never waiting: the client may not be reading.
-  (void)send(sock, kAnswer, sizeof(kAnswer) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)send(sock, kAnswer, sizeof(kAnswer) - 1, kSendFlags | MSG_DONTWAIT);
   ::shutdown(sock, SHUT_WR);
 }
 
@@ -428,6 +437,10 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     return false;
   }
   fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
+#ifdef SO_NOSIGPIPE
+  const int one = 1;
+  setsockopt(sock, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one));
+#endif
   SSL* ssl = nullptr;
   if (tls_ != nullptr) {
     ssl = SSL_new(tls_);

@@ -11,10 +11,23 @@
 #include <cerrno>
 
 namespace mpsd::testing {
+namespace {
+
+#ifdef MSG_NOSIGNAL
+constexpr int kSendFlags = MSG_NOSIGNAL;
+#else
+constexpr int kSendFlags = 0;  // macOS: SO_NOSIGPIPE on the socket instead.
+#endif
+
+}  // namespace
 
 int ConnectFrom(const std::string& source_ip, int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
+#ifdef SO_NOSIGPIPE
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof(one));
+#endif
   sockaddr_in source{};
   source.sin_family = AF_INET;
   inet_pton(AF_INET, source_ip.c_str(), &source.sin_addr);
@@ -33,7 +46,7 @@ int ConnectFrom(const std::string& source_ip, int port) {
 bool SendAll(int fd, const std::string& data) {
   size_t sent = 0;
   while (sent < data.size()) {
-    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, kSendFlags);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     sent += static_cast<size_t>(n);
