@@ -59,6 +59,9 @@ struct CommandOptions {
   bool json = false;
   // stdout is a terminal: follow mode redraws one progress line in place.
   bool live = false;
+  // stderr is a terminal: long transfers (upload) redraw one progress line there, at most
+  // twice a second.
+  bool progress = false;
   // Terminal columns when live; 0 when unknown.
   int terminal_width = 0;
   // Deadline of every unary call. Event streams have none.

@@ -6,11 +6,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
-#include <optional>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -25,9 +28,9 @@
 
 namespace {
 
-bool StdoutIsTerminal() {
+bool IsTerminal(int fd) {
   const char* term = std::getenv("TERM");
-  return isatty(STDOUT_FILENO) && !(term != nullptr && std::strcmp(term, "dumb") == 0);
+  return isatty(fd) && !(term != nullptr && std::strcmp(term, "dumb") == 0);
 }
 
 int TerminalWidth() {
@@ -77,74 +80,113 @@ std::string ServerAddressProblem(const std::string& server) {
   return "";
 }
 
-}  // namespace
+using mpsd::client::CommandOptions;
+using mpsd::client::Commands;
 
-int main(int argc, char** argv) {
-  using mpsd::client::Commands;
-  using mpsd::client::CommandOptions;
+// Where CLI11 writes the flags while parsing; the chosen command reads them after. One value per
+// flag name: commands that share a flag (ID, --format, --dry-run) share its storage.
+struct Flags {
+  // Global.
+  std::string server = mpsd::api::DefaultServerAddress();
+  mpsd::client::TlsOptions tls;
+  std::string token_file;
+  bool json = false;
+  double reconnect_s = 120;
+  // Commands'.
+  std::string job_file, job_id;
+  std::vector<std::string> job_ids;
+  bool follow = false, cancel_wait = false, dry_run = false, open_browser = false, force = false;
+  int64_t after_seq = 0;
+  mpsd::client::SubmitOverrides overrides;
+  mpsd::client::ListOptions list_options;
+  std::vector<int64_t> input_shape;
+  std::optional<int32_t> num_classes;
+  std::string bench_format = "table", table_format = "table", sweep_metric = "auto";
+  int32_t move_priority = 0;
+  double wait_timeout_s = 0;
+  std::string export_format, export_dir;
+  std::string artifact_name, output;
+  std::string upload_path, upload_name, upload_submitter;
+  bool upload_replace = false, uploads_all = false;
+  std::string completion_shell;
+};
 
-  CLI::App app{"mpsctl: submit, watch and cancel jobs of the mpsd training daemon.", "mpsctl"};
-  app.require_subcommand(1);
-  app.fallthrough();  // global flags may also come after the command: `mpsctl list --json`
-  app.footer(
-      "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed (or waited-for) "
-      "job that did not succeed; 2 mpsd cannot be reached (no connection, TLS handshake "
-      "failed); 3 mpsd runs but answered UNAVAILABLE (e.g. shutting down); 4 mpsctl wait timed "
-      "out; 64 bad command line.\n"
-      "Remote: mpsctl --server HOST:PORT --tls-ca ca.pem --token-file ~/.config/mpsd/token ...");
+// Each command (a CLI11 subcommand) and what it runs once mpsctl is connected.
+class CommandTable {
+ public:
+  using Run = std::function<int(Commands&)>;
 
+  CLI::App* Add(CLI::App& parent, const std::string& name, const std::string& help, Run run) {
+    CLI::App* command = parent.add_subcommand(name, help);
+    runs_[command] = std::move(run);
+    return command;
+  }
+
+  // The run of the command the command line chose, the deepest one (`uploads rm`); nullptr when
+  // that command has none (completion, which runs unconnected).
+  const Run* Chosen(const CLI::App& app) const {
+    const CLI::App* chosen = &app;
+    while (!chosen->get_subcommands().empty()) chosen = chosen->get_subcommands().front();
+    const auto it = runs_.find(chosen);
+    return it == runs_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::map<const CLI::App*, Run> runs_;
+};
+
+void AddGlobalOptions(CLI::App& app, Flags& f) {
   app.set_version_flag("--version", mpsd::VersionText("mpsctl"),
                        "print the version, git commit and LibTorch version, and exit");
-
-  std::string server = mpsd::api::DefaultServerAddress();
-  bool json = false;
-  app.add_option("--server", server,
+  app.add_option("--server", f.server,
                  "mpsd's address: unix:///path/to.sock, host:port, or a socket path "
                  "(default: $MPSD_ADDR, else the per-user socket)")
       ->capture_default_str()
       ->check(CLI::Validator(ServerAddressProblem, "ADDR"));
-  mpsd::client::TlsOptions tls;
-  std::string token_file;
-  app.add_option("--tls-ca", tls.ca_file,
+  app.add_option("--tls-ca", f.tls.ca_file,
                  "PEM CA certificate(s) that mpsd's TLS certificate chains to (default: the "
                  "system's CA certificates); TCP servers off loopback always use TLS")
       ->type_name("FILE");
-  app.add_option("--tls-cert", tls.cert_file, "client certificate for mutual TLS (PEM)")
+  app.add_option("--tls-cert", f.tls.cert_file, "client certificate for mutual TLS (PEM)")
       ->type_name("FILE");
-  app.add_option("--tls-key", tls.key_file, "key of --tls-cert (PEM)")->type_name("FILE");
-  app.add_flag("--tls", tls.enabled,
+  app.add_option("--tls-key", f.tls.key_file, "key of --tls-cert (PEM)")->type_name("FILE");
+  app.add_flag("--tls", f.tls.enabled,
                "use TLS on a loopback address too, verified with the system's CA certificates");
-  app.add_option("--token-file", token_file,
+  app.add_option("--token-file", f.token_file,
                  "file holding the bearer token sent to a TCP server (default: $MPSD_TOKEN)")
       ->type_name("FILE");
-  app.add_flag("--json", json,
+  app.add_flag("--json", f.json,
                "print protobuf's JSON mapping (proto field names); one object per line for "
                "event streams");
+}
 
-  std::string job_file, job_id;
-  bool follow = false;
-  int64_t after_seq = 0;
-  mpsd::client::SubmitOverrides overrides;
-  CLI::App* submit = app.add_subcommand("submit", "submit a job file and print the job's id");
-  submit->add_option("FILE", job_file, "YAML job file (see examples/)")->required();
-  submit->add_flag("-f,--follow", follow, "follow the job until it ends; exit 0 if it succeeded");
-  submit->add_option("--priority", overrides.priority,
+// submit, get, list, cancel, rm, gc, logs: one job's life.
+void AddJobCommands(CLI::App& app, CommandTable& table, Flags& f) {
+  CLI::App* submit =
+      table.Add(app, "submit", "submit a job file and print the job's id",
+                [&f](Commands& c) { return c.Submit(f.job_file, f.follow, f.overrides); });
+  submit->add_option("FILE", f.job_file, "YAML job file (see examples/)")->required();
+  submit->add_flag("-f,--follow", f.follow, "follow the job until it ends; exit 0 if it succeeded");
+  submit->add_option("--priority", f.overrides.priority,
                      "queued jobs run highest priority first (default: the file's priority:, "
                      "else 0)")
       ->type_name("N");
-  submit->add_option("--request-id", overrides.request_id,
+  submit->add_option("--request-id", f.overrides.request_id,
                      "submit at most once: the same id returns the job it created "
                      "(default: the file's request_id:)")
       ->type_name("ID");
-  submit->add_option("--after", overrides.after,
+  submit->add_option("--after", f.overrides.after,
                      "run only after job ID succeeded (cancelled if it ends otherwise); "
                      "repeatable, added to the file's after:")
       ->type_name("ID")
       ->check(JobId());
-  CLI::App* get = app.add_subcommand("get", "show a job");
-  get->add_option("ID", job_id, "job id")->required()->check(JobId());
-  mpsd::client::ListOptions list_options;
-  CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
+
+  CLI::App* get = table.Add(app, "get", "show a job", [&f](Commands& c) { return c.Get(f.job_id); });
+  get->add_option("ID", f.job_id, "job id")->required()->check(JobId());
+
+  mpsd::client::ListOptions& list_options = f.list_options;
+  CLI::App* list = table.Add(app, "list", "list jobs, newest first",
+                             [&f](Commands& c) { return c.List(f.list_options); });
   list->add_option("--state", list_options.states,
                    "only jobs in this state (queued, running, succeeded, failed, cancelled, "
                    "interrupted); repeat or separate with commas for several")
@@ -164,154 +206,240 @@ int main(int argc, char** argv) {
   list->add_option("--since", list_options.since,
                    "only jobs submitted within DURATION (e.g. 12h, 30m, 2d)")
       ->type_name("DURATION");
-  std::vector<std::string> job_ids;
-  CLI::App* cancel = app.add_subcommand(
-      "cancel", "cancel queued or running jobs (or sweeps); exit 0 only if every cancel worked");
-  cancel->add_option("ID", job_ids, "job ids")->required()->check(JobId());
-  bool cancel_wait = false;
-  cancel->add_flag("--wait", cancel_wait,
+
+  CLI::App* cancel = table.Add(
+      app, "cancel", "cancel queued or running jobs (or sweeps); exit 0 only if every cancel worked",
+      [&f](Commands& c) { return c.Cancel(f.job_ids, f.cancel_wait); });
+  cancel->add_option("ID", f.job_ids, "job ids")->required()->check(JobId());
+  cancel->add_flag("--wait", f.cancel_wait,
                    "wait until each job has stopped and print its final state; exit 0 only if "
                    "each ended CANCELLED");
-  bool dry_run = false;
-  CLI::App* rm = app.add_subcommand(
-      "rm", "delete finished jobs' artifacts (model, checkpoints) to free disk; their records "
-            "and logs stay");
-  rm->add_option("ID", job_ids, "job ids")->required()->check(JobId());
-  rm->add_flag("--dry-run", dry_run, "say what would be deleted, delete nothing");
-  CLI::App* gc = app.add_subcommand(
-      "gc", "apply the daemon's artifacts_retention policy now (it also runs after every job)");
-  gc->add_flag("--dry-run", dry_run, "say what would be deleted, delete nothing");
-  CLI::App* logs = app.add_subcommand("logs", "print a job's events (progress, epochs, logs)");
-  logs->add_option("ID", job_id, "job id")->required()->check(JobId());
-  logs->add_flag("-f,--follow", follow, "keep following until the job ends; exit 0 if it succeeded");
-  logs->add_option("--after", after_seq, "only events with seq > SEQ")
+
+  CLI::App* rm = table.Add(
+      app, "rm",
+      "delete finished jobs' artifacts (model, checkpoints) to free disk; their records and logs "
+      "stay",
+      [&f](Commands& c) { return c.DeleteArtifacts(f.job_ids, f.dry_run); });
+  rm->add_option("ID", f.job_ids, "job ids")->required()->check(JobId());
+  rm->add_flag("--dry-run", f.dry_run, "say what would be deleted, delete nothing");
+  CLI::App* gc = table.Add(
+      app, "gc", "apply the daemon's artifacts_retention policy now (it also runs after every job)",
+      [&f](Commands& c) { return c.DeleteArtifacts({}, f.dry_run); });
+  gc->add_flag("--dry-run", f.dry_run, "say what would be deleted, delete nothing");
+
+  CLI::App* logs = table.Add(app, "logs", "print a job's events (progress, epochs, logs)",
+                             [&f](Commands& c) { return c.Logs(f.job_id, f.follow, f.after_seq); });
+  logs->add_option("ID", f.job_id, "job id")->required()->check(JobId());
+  logs->add_flag("-f,--follow", f.follow, "keep following until the job ends; exit 0 if it succeeded");
+  logs->add_option("--after", f.after_seq, "only events with seq > SEQ")
       ->type_name("SEQ")
       ->check([](const std::string& seq) {
         return seq.empty() || seq[0] == '-' ? std::string("SEQ must be 0 or more") : std::string();
       });
-  CLI::App* device = app.add_subcommand("device", "show the daemon's device and its memory");
-  std::vector<int64_t> input_shape;
-  std::optional<int32_t> num_classes;
+}
+
+// device, models, status, dashboard: the daemon and its device.
+void AddDaemonCommands(CLI::App& app, CommandTable& table, Flags& f) {
+  table.Add(app, "device", "show the daemon's device and its memory",
+            [](Commands& c) { return c.Device(); });
   CLI::App* models =
-      app.add_subcommand("models", "list the models jobs may name, with their parameter counts");
+      table.Add(app, "models", "list the models jobs may name, with their parameter counts",
+                [&f](Commands& c) { return c.Models(f.input_shape, f.num_classes); });
   models
-      ->add_option("--input-shape", input_shape,
+      ->add_option("--input-shape", f.input_shape,
                    "count at this input shape: C,H,W for images (e.g. 3,32,32), T,F for "
                    "sequences (default: each model's natural input)")
       ->delimiter(',')
       ->type_name("DIMS");
   models
-      ->add_option("--num-classes", num_classes,
+      ->add_option("--num-classes", f.num_classes,
                    "count at this many classes (default: each model's natural count)")
       ->type_name("N");
-  CLI::App* status = app.add_subcommand(
-      "status", "show the daemon's health: streams, queue, memory, events stored");
-  bool open_browser = false;
-  CLI::App* dashboard = app.add_subcommand(
-      "dashboard", "print the dashboard's URL (the daemon's --http-listen); --open starts a browser");
-  dashboard->add_flag("--open", open_browser, "also open it in the desktop's browser");
-  std::string bench_format = "table";
-  CLI::App* bench = app.add_subcommand(
-      "bench", "show a BenchJob's table: models and batch sizes by devices, speedup last");
-  bench->add_option("ID", job_id, "job id")->required()->check(JobId());
+  table.Add(app, "status", "show the daemon's health: streams, queue, memory, events stored",
+            [](Commands& c) { return c.Status(); });
+  CLI::App* dashboard = table.Add(
+      app, "dashboard", "print the dashboard's URL (the daemon's --http-listen); --open starts a browser",
+      [&f](Commands& c) { return c.Dashboard(f.open_browser); });
+  dashboard->add_flag("--open", f.open_browser, "also open it in the desktop's browser");
+}
+
+// pause, resume, move, wait: the queue.
+void AddQueueCommands(CLI::App& app, CommandTable& table, Flags& f) {
+  table.Add(app, "pause",
+            "hold the queue: the running job finishes, queued jobs wait (kept across restarts)",
+            [](Commands& c) { return c.Pause(); });
+  table.Add(app, "resume", "let queued jobs run again after mpsctl pause",
+            [](Commands& c) { return c.Resume(); });
+  CLI::App* move =
+      table.Add(app, "move", "give a queued job (or a sweep's queued trials) another priority",
+                [&f](Commands& c) { return c.Move(f.job_id, f.move_priority); });
+  move->add_option("ID", f.job_id, "job id")->required()->check(JobId());
+  move->add_option("--priority", f.move_priority, "the new priority (higher runs first)")
+      ->required()
+      ->type_name("N");
+  CLI::App* wait = table.Add(
+      app, "wait",
+      "block until the jobs end; exit 0 only if all succeeded (1 if one did not, 4 on --timeout)",
+      [&f](Commands& c) { return c.Wait(f.job_ids, absl::Seconds(f.wait_timeout_s)); });
+  wait->add_option("ID", f.job_ids, "job ids")->required()->check(JobId());
+  wait->add_option("--timeout", f.wait_timeout_s, "give up after S seconds (exit 4); 0 = never")
+      ->type_name("S")
+      ->check(Seconds());
+}
+
+// bench, sweep, compare, export, artifacts, download: what jobs produced.
+void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
+  CLI::App* bench = table.Add(
+      app, "bench", "show a BenchJob's table: models and batch sizes by devices, speedup last",
+      [&f](Commands& c) { return c.Bench(f.job_id, f.bench_format); });
+  bench->add_option("ID", f.job_id, "job id")->required()->check(JobId());
   bench
-      ->add_option("--format", bench_format,
+      ->add_option("--format", f.bench_format,
                    "table, markdown (the seeds' layout), csv or json (every field of every row; "
                    "--json means json)")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
 
-  CLI::App* pause = app.add_subcommand(
-      "pause", "hold the queue: the running job finishes, queued jobs wait (kept across restarts)");
-  CLI::App* resume = app.add_subcommand("resume", "let queued jobs run again after mpsctl pause");
-  int32_t move_priority = 0;
-  CLI::App* move = app.add_subcommand("move", "give a queued job (or a sweep's queued trials) "
-                                              "another priority");
-  move->add_option("ID", job_id, "job id")->required()->check(JobId());
-  move->add_option("--priority", move_priority, "the new priority (higher runs first)")
-      ->required()
-      ->type_name("N");
-  double wait_timeout_s = 0;
-  CLI::App* wait = app.add_subcommand(
-      "wait", "block until the jobs end; exit 0 only if all succeeded (1 if one did not, 4 on "
-              "--timeout)");
-  wait->add_option("ID", job_ids, "job ids")->required()->check(JobId());
-  wait->add_option("--timeout", wait_timeout_s, "give up after S seconds (exit 4); 0 = never")
-      ->type_name("S")
-      ->check(Seconds());
-  std::string sweep_metric = "auto";
-  std::string table_format = "table";
-  CLI::App* sweep = app.add_subcommand(
-      "sweep", "a sweep's trials with their parameters and metrics, best first");
-  sweep->add_option("ID", job_id, "the sweep's job id")->required()->check(JobId());
-  sweep->add_option("--metric", sweep_metric,
+  CLI::App* sweep = table.Add(
+      app, "sweep", "a sweep's trials with their parameters and metrics, best first",
+      [&f](Commands& c) { return c.Sweep(f.job_id, f.sweep_metric, f.table_format); });
+  sweep->add_option("ID", f.job_id, "the sweep's job id")->required()->check(JobId());
+  sweep->add_option("--metric", f.sweep_metric,
                     "rank by auto (val_accuracy when the trials have a validation split, "
                     "else test_accuracy), val_accuracy, val_loss, test_accuracy, test_loss, "
                     "train_loss, samples_per_second, epoch_time_s, peak_memory or time_s")
       ->capture_default_str();
-  sweep->add_option("--format", table_format, "table, markdown, csv or json")
+  sweep->add_option("--format", f.table_format, "table, markdown, csv or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
-  CLI::App* compare = app.add_subcommand(
-      "compare", "jobs side by side: the spec keys that differ, then final metrics");
-  compare->add_option("ID", job_ids, "two or more job ids")->required()->expected(2, -1)->check(
+  CLI::App* compare = table.Add(
+      app, "compare", "jobs side by side: the spec keys that differ, then final metrics",
+      [&f](Commands& c) { return c.Compare(f.job_ids, f.table_format); });
+  compare->add_option("ID", f.job_ids, "two or more job ids")->required()->expected(2, -1)->check(
       JobId());
-  compare->add_option("--format", table_format, "table, markdown, csv or json")
+  compare->add_option("--format", f.table_format, "table, markdown, csv or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
 
-  std::string export_format;
-  std::string export_dir;
-  CLI::App* export_jobs = app.add_subcommand(
-      "export", "write jobs' metrics as TensorBoard event files, CSV or JSON Lines "
-                "(docs/metrics-export.md)");
-  export_jobs->add_option("ID", job_ids, "job ids")->required()->check(JobId());
-  export_jobs->add_option("--format", export_format, "tensorboard, csv or jsonl")
+  CLI::App* export_jobs = table.Add(
+      app, "export",
+      "write jobs' metrics as TensorBoard event files, CSV or JSON Lines "
+      "(docs/metrics-export.md)",
+      [&f](Commands& c) { return c.Export(f.job_ids, f.export_format, f.export_dir); });
+  export_jobs->add_option("ID", f.job_ids, "job ids")->required()->check(JobId());
+  export_jobs->add_option("--format", f.export_format, "tensorboard, csv or jsonl")
       ->required()
       ->check(CLI::IsMember({"tensorboard", "csv", "jsonl"}));
-  export_jobs->add_option("-o,--output", export_dir,
+  export_jobs->add_option("-o,--output", f.export_dir,
                           "directory; each job is written to DIR/<job name or id>/")
       ->required();
 
-  CLI::App* artifacts = app.add_subcommand(
-      "artifacts", "list a job's artifacts (model, checkpoints) with sizes and SHA-256");
-  artifacts->add_option("ID", job_id, "job id")->required()->check(JobId());
-  std::string artifact_name, output;
-  CLI::App* download = app.add_subcommand(
-      "download", "download a job's artifact (default: its model), checking its SHA-256");
-  download->add_option("ID", job_id, "job id")->required()->check(JobId());
-  download->add_option("NAME", artifact_name, "artifact name, as `mpsctl artifacts` lists it");
-  download->add_option("-o,--output", output,
+  CLI::App* artifacts = table.Add(
+      app, "artifacts", "list a job's artifacts (model, checkpoints) with sizes and SHA-256",
+      [&f](Commands& c) { return c.Artifacts(f.job_id); });
+  artifacts->add_option("ID", f.job_id, "job id")->required()->check(JobId());
+  CLI::App* download = table.Add(
+      app, "download", "download a job's artifact (default: its model), checking its SHA-256",
+      [&f](Commands& c) { return c.Download(f.job_id, f.artifact_name, f.output, f.force); });
+  download->add_option("ID", f.job_id, "job id")->required()->check(JobId());
+  download->add_option("NAME", f.artifact_name, "artifact name, as `mpsctl artifacts` lists it");
+  download->add_option("-o,--output", f.output,
                        "file or directory to write (default: the artifact's file name here); "
                        "a PATH ending in / is a directory, which must exist")
       ->type_name("PATH");
-  bool force = false;
-  download->add_flag("--force", force, "overwrite a file that is already there");
-  std::string upload_path, upload_name, upload_submitter;
-  bool upload_replace = false, uploads_all = false;
-  CLI::App* upload = app.add_subcommand(
-      "upload", "send a file or folder to the daemon for jobs to name as upload:NAME "
-                "(resumable; SHA-256 checked; a folder goes as a tar archive)");
-  upload->add_option("PATH", upload_path, "file or folder")->required();
-  upload->add_option("--name", upload_name, "the name jobs use (default: PATH's last part)");
-  upload->add_flag("--replace", upload_replace, "replace an upload of that name");
-  CLI::App* uploads = app.add_subcommand("uploads", "list your uploads (and the quota)");
-  uploads->add_flag("--all", uploads_all, "every submitter's (admin)");
-  uploads->add_option("--submitter", upload_submitter, "another submitter's (admin)");
-  CLI::App* uploads_rm = uploads->add_subcommand("rm", "delete an upload");
-  uploads_rm->add_option("NAME", upload_name, "the upload's name")->required();
-  uploads_rm->add_option("--submitter", upload_submitter, "another submitter's (admin)");
-  double reconnect_s = 120;
-  app.add_option("--reconnect-timeout", reconnect_s,
+  download->add_flag("--force", f.force, "overwrite a file that is already there");
+}
+
+// upload, uploads, uploads rm: files sent to the daemon for jobs to read.
+void AddUploadCommands(CLI::App& app, CommandTable& table, Flags& f) {
+  CLI::App* upload = table.Add(
+      app, "upload",
+      "send a file or folder to the daemon for jobs to name as upload:NAME (resumable; SHA-256 "
+      "checked; a folder goes as a tar archive)",
+      [&f](Commands& c) { return c.Upload(f.upload_path, f.upload_name, f.upload_replace); });
+  upload->add_option("PATH", f.upload_path, "file or folder")->required();
+  upload->add_option("--name", f.upload_name, "the name jobs use (default: PATH's last part)");
+  upload->add_flag("--replace", f.upload_replace, "replace an upload of that name");
+  CLI::App* uploads =
+      table.Add(app, "uploads", "list your uploads (and the quota)", [&f](Commands& c) {
+        return c.ListUploads(f.uploads_all, f.upload_submitter);
+      });
+  uploads->add_flag("--all", f.uploads_all, "every submitter's (admin)");
+  uploads->add_option("--submitter", f.upload_submitter, "another submitter's (admin)");
+  CLI::App* uploads_rm = table.Add(*uploads, "rm", "delete an upload", [&f](Commands& c) {
+    return c.DeleteUpload(f.upload_name, f.upload_submitter);
+  });
+  uploads_rm->add_option("NAME", f.upload_name, "the upload's name")->required();
+  uploads_rm->add_option("--submitter", f.upload_submitter, "another submitter's (admin)");
+}
+
+// The connection's options from the global flags; the exit code instead when they are unusable
+// (an unreadable token file, a bad $MPSD_ADDR).
+std::variant<CommandOptions, int> ConnectionOptions(const CLI::App& app, const Flags& f) {
+  if (app.count("--server") == 0) {
+    if (std::string problem = ServerAddressProblem(f.server); !problem.empty()) {
+      std::cerr << "mpsctl: $" << mpsd::api::kServerAddressEnv << ": " << problem << "\n";
+      return mpsd::client::kExitUsage;
+    }
+  }
+  CommandOptions options;
+  options.server = mpsd::client::NormalizeServerAddress(f.server);
+  options.tls = f.tls;
+  for (const auto& [flag, path] :
+       {std::pair<const char*, std::string>{"--token-file", f.token_file},
+        {"--tls-key", f.tls.key_file}}) {
+    if (path.empty()) continue;
+    if (std::string warning = mpsd::client::LooseModeWarning(flag, path); !warning.empty()) {
+      std::cerr << warning << "\n";
+    }
+  }
+  if (!f.token_file.empty()) {
+    absl::StatusOr<std::string> token = mpsd::client::ReadTokenFile(f.token_file);
+    if (!token.ok()) {
+      std::cerr << "mpsctl: " << token.status().message() << "\n";
+      return mpsd::client::kExitUsage;
+    }
+    options.token = *token;
+  } else if (const char* token = std::getenv("MPSD_TOKEN"); token != nullptr) {
+    options.token = std::string(absl::StripAsciiWhitespace(token));
+  }
+  options.json = f.json;
+  options.live = IsTerminal(STDOUT_FILENO);
+  options.progress = IsTerminal(STDERR_FILENO);
+  options.terminal_width = options.live ? TerminalWidth() : 0;
+  options.explain_interrupt = true;
+  options.reconnect_timeout = absl::Seconds(f.reconnect_s);
+  return options;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mpsctl: submit, watch and cancel jobs of the mpsd training daemon.", "mpsctl"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may also come after the command: `mpsctl list --json`
+  app.footer(
+      "Exit status: 0 success; 1 error from mpsd, bad job file, or a followed (or waited-for) "
+      "job that did not succeed; 2 mpsd cannot be reached (no connection, TLS handshake "
+      "failed); 3 mpsd runs but answered UNAVAILABLE (e.g. shutting down); 4 mpsctl wait timed "
+      "out; 64 bad command line.\n"
+      "Remote: mpsctl --server HOST:PORT --tls-ca ca.pem --token-file ~/.config/mpsd/token ...");
+  Flags flags;
+  CommandTable table;
+  AddGlobalOptions(app, flags);
+  AddJobCommands(app, table, flags);
+  AddDaemonCommands(app, table, flags);
+  AddQueueCommands(app, table, flags);
+  AddResultCommands(app, table, flags);
+  AddUploadCommands(app, table, flags);
+  app.add_option("--reconnect-timeout", flags.reconnect_s,
                  "seconds to keep reconnecting a followed stream, a download or an upload that "
-                 "broke "
-                 "(resuming where it stopped); 0 = do not reconnect")
+                 "broke (resuming where it stopped); 0 = do not reconnect")
       ->capture_default_str()
       ->check(Seconds());
-  std::string completion_shell;
   CLI::App* completion = app.add_subcommand(
       "completion", "print a shell completion script: source <(mpsctl completion bash)");
-  completion->add_option("SHELL", completion_shell, "bash or zsh")
+  completion->add_option("SHELL", flags.completion_shell, "bash or zsh")
       ->required()
       ->check(CLI::IsMember({"bash", "zsh"}));
 
@@ -321,76 +449,19 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : mpsd::client::kExitUsage;
   }
-
-  if (app.count("--server") == 0) {
-    if (std::string problem = ServerAddressProblem(server); !problem.empty()) {
-      std::cerr << "mpsctl: $" << mpsd::api::kServerAddressEnv << ": " << problem << "\n";
-      return mpsd::client::kExitUsage;
-    }
-  }
-
   if (*completion) {
-    std::cout << (completion_shell == "bash" ? mpsd::client::BashCompletion(app)
-                                             : mpsd::client::ZshCompletion(app));
+    std::cout << (flags.completion_shell == "bash" ? mpsd::client::BashCompletion(app)
+                                                   : mpsd::client::ZshCompletion(app));
     return 0;
   }
-
-  CommandOptions options;
-  options.server = mpsd::client::NormalizeServerAddress(server);
-  options.tls = tls;
-  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--token-file", token_file},
-                                   {"--tls-key", tls.key_file}}) {
-    if (path.empty()) continue;
-    if (std::string warning = mpsd::client::LooseModeWarning(flag, path); !warning.empty()) {
-      std::cerr << warning << "\n";
-    }
-  }
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> token = mpsd::client::ReadTokenFile(token_file);
-    if (!token.ok()) {
-      std::cerr << "mpsctl: " << token.status().message() << "\n";
-      return mpsd::client::kExitUsage;
-    }
-    options.token = *token;
-  } else if (const char* token = std::getenv("MPSD_TOKEN"); token != nullptr) {
-    options.token = std::string(absl::StripAsciiWhitespace(token));
-  }
-  options.json = json;
-  options.live = StdoutIsTerminal();
-  options.terminal_width = options.live ? TerminalWidth() : 0;
-  options.explain_interrupt = true;
-  options.reconnect_timeout = absl::Seconds(reconnect_s);
+  std::variant<CommandOptions, int> options = ConnectionOptions(app, flags);
+  if (const int* exit_code = std::get_if<int>(&options)) return *exit_code;
   absl::StatusOr<std::unique_ptr<Commands>> connected =
-      Commands::Connect(options, std::cout, std::cerr);
+      Commands::Connect(std::get<CommandOptions>(options), std::cout, std::cerr);
   if (!connected.ok()) {
     std::cerr << "mpsctl: " << connected.status().message() << "\n";
     return mpsd::client::kExitUsage;
   }
-  std::unique_ptr<Commands>& commands = *connected;
-
-  if (*submit) return commands->Submit(job_file, follow, overrides);
-  if (*get) return commands->Get(job_id);
-  if (*list) return commands->List(list_options);
-  if (*cancel) return commands->Cancel(job_ids, cancel_wait);
-  if (*rm) return commands->DeleteArtifacts(job_ids, dry_run);
-  if (*gc) return commands->DeleteArtifacts({}, dry_run);
-  if (*logs) return commands->Logs(job_id, follow, after_seq);
-  if (*device) return commands->Device();
-  if (*models) return commands->Models(input_shape, num_classes);
-  if (*status) return commands->Status();
-  if (*dashboard) return commands->Dashboard(open_browser);
-  if (*bench) return commands->Bench(job_id, bench_format);
-  if (*artifacts) return commands->Artifacts(job_id);
-  if (*download) return commands->Download(job_id, artifact_name, output, force);
-  if (*pause) return commands->Pause();
-  if (*resume) return commands->Resume();
-  if (*move) return commands->Move(job_id, move_priority);
-  if (*wait) return commands->Wait(job_ids, absl::Seconds(wait_timeout_s));
-  if (*sweep) return commands->Sweep(job_id, sweep_metric, table_format);
-  if (*compare) return commands->Compare(job_ids, table_format);
-  if (*export_jobs) return commands->Export(job_ids, export_format, export_dir);
-  if (*upload) return commands->Upload(upload_path, upload_name, upload_replace);
-  if (*uploads_rm) return commands->DeleteUpload(upload_name, upload_submitter);
-  if (*uploads) return commands->ListUploads(uploads_all, upload_submitter);
-  return mpsd::client::kExitUsage;
+  const CommandTable::Run* run = table.Chosen(app);
+  return run != nullptr ? (*run)(**connected) : mpsd::client::kExitUsage;
 }

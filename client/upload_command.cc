@@ -143,6 +143,44 @@ struct TempFile {
 
 std::string Bytes(int64_t bytes) { return FormatMiB(bytes); }
 
+// The line a terminal sees while an upload runs, redrawn in place ("\r", then "\x1b[K" clears
+// what a longer line left): how much of the whole is at the daemon, and the rate of this run.
+class ProgressLine {
+ public:
+  ProgressLine(std::ostream& err, bool enabled, std::string name, int64_t size)
+      : err_(err), enabled_(enabled), name_(std::move(name)), size_(size) {}
+  ~ProgressLine() { Clear(); }
+
+  // `at_daemon`: bytes the daemon holds (resumed offset + sent); `sent`: sent by this run.
+  void Update(int64_t at_daemon, int64_t sent, absl::Time started) {
+    const absl::Time now = absl::Now();
+    if (!enabled_ || now - last_ < absl::Milliseconds(500)) return;
+    last_ = now;
+    const double seconds = absl::ToDoubleSeconds(now - started);
+    err_ << "\r\x1b[K" << "uploading " << name_ << ": " << Bytes(at_daemon) << " of "
+         << Bytes(size_)
+         << absl::StrFormat(" (%d%%), %.1f MB/s", size_ > 0 ? at_daemon * 100 / size_ : 100,
+                            seconds > 0 ? sent / seconds / 1e6 : 0.0)
+         << std::flush;
+    drawn_ = true;
+  }
+
+  // Removes the line (before any other output).
+  void Clear() {
+    if (!drawn_) return;
+    err_ << "\r\x1b[K" << std::flush;
+    drawn_ = false;
+  }
+
+ private:
+  std::ostream& err_;
+  const bool enabled_;
+  const std::string name_;
+  const int64_t size_;
+  absl::Time last_ = absl::InfinitePast();
+  bool drawn_ = false;
+};
+
 }  // namespace
 
 int Commands::Upload(const std::string& path, const std::string& name_flag, bool replace) {
@@ -197,6 +235,7 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
   const absl::Time started = absl::Now();
   absl::Time last_progress = started;
   int64_t sent_total = 0;
+  ProgressLine progress(err_, options_.progress, name, size);
   for (int attempt = 0;; ++attempt) {
     v1::GetUploadStatusRequest status_request;
     status_request.set_name(name);
@@ -238,6 +277,7 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
         data.resize(static_cast<size_t>(length));
         in.read(data.data(), length);
         if (in.gcount() != length) {
+          progress.Clear();
           err_ << "mpsctl: upload: " << path << " changed while it was sent\n";
           context.TryCancel();
           writer->Finish();
@@ -247,6 +287,7 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
         chunk.set_data(data);
         if (!writer->Write(chunk)) break;  // The daemon ended the call: Finish says why.
         sent += length;
+        progress.Update(offset + sent, sent_total + sent, started);
         if (first) {
           chunk.clear_name();
           chunk.clear_sha256();
@@ -258,6 +299,7 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
       }
       writer->WritesDone();
       rpc = writer->Finish();
+      progress.Clear();
     }
     sent_total += sent;
     if (sent > 0) last_progress = absl::Now();

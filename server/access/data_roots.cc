@@ -10,10 +10,10 @@
 #include <system_error>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "api/error_cause.h"
+#include "api/job_id.h"
 #include "api/upload_name.h"
 
 namespace mpsd::server {
@@ -35,14 +35,6 @@ std::string Resolve(const std::string& path) {
 // A submitter name that is one directory under uploads/ (not "", ".", ".." nor with a '/').
 bool AreaName(absl::string_view name) {
   return !name.empty() && name != "." && name != ".." && !absl::StrContains(name, '/');
-}
-
-bool IsJobId(absl::string_view text) {
-  if (text.empty()) return false;
-  for (char c : text) {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -206,7 +198,7 @@ absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request,
       return s;
     }
   }
-  if (!job.resume_from().empty() && !IsJobId(job.resume_from())) {
+  if (!job.resume_from().empty() && !api::IsJobId(job.resume_from())) {
     return CheckPath("train_job.resume_from", job.resume_from(), principal);
   }
   return absl::OkStatus();

@@ -192,6 +192,34 @@ print(json.dumps(out))
 '''
 
 
+# Runs inside the venv while the test stops and starts the daemon: download's and upload's
+# retries on UNAVAILABLE. Prints "down" once it gave up against the stopped daemon (the test then
+# starts it again), then one JSON object.
+RETRY_SCRIPT = r'''
+import json, os, sys
+import mpsd_client
+
+address, job_id, directory = sys.argv[1:4]
+out = {}
+with mpsd_client.Client(address) as client:
+    gone = os.path.join(directory, "gone.pt")
+    try:
+        client.download(job_id, "model.pt", gone, retries=1)
+    except mpsd_client.errors.Unavailable as e:
+        out["gave_up"] = e.code().name
+    out["part_left"] = os.path.exists(gone + ".part")
+    try:
+        client.upload(os.path.join(directory, "up", "a.txt"), "late", retries=0)
+    except mpsd_client.errors.Unavailable as e:
+        out["upload_gave_up"] = e.code().name
+    print("down", flush=True)
+    path = client.download(job_id, "model.pt", os.path.join(directory, "later.pt"), retries=8)
+    out["downloaded"] = open(path, "rb").read(2).hex()
+    out["uploaded"] = client.upload(os.path.join(directory, "up", "a.txt"), "late", retries=8).ref
+print(json.dumps(out))
+'''
+
+
 class InstalledPackageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -323,6 +351,33 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertIsInstance(lines[-1]["seq"], int)  # int64 as a number, as mpsctl
                 self.assertEqual([r["bench_row"]["model"] for r in lines if "bench_row" in r],
                                  ["mlp"])
+
+                # Download and upload against a stopped daemon: UNAVAILABLE, retried, given up
+                # (no .part left); then retried until the daemon is back on the same state.
+                self.assertEqual(daemon.stop(), 0, daemon.log())
+                script = os.path.join(self.work, "retry_script.py")
+                with open(script, "w") as f:
+                    f.write(RETRY_SCRIPT)
+                client = subprocess.Popen([self.python, script, daemon.address, out["submitted"]["id"],
+                                           downloads], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env=clean_env(),
+                                          cwd=self.work)
+                try:
+                    first = client.stdout.readline()
+                    if first != "down\n":
+                        client.kill()
+                        self.fail("retry script: %r\n%s" % (first, client.stderr.read()))
+                    daemon = Mpsd(directory)
+                    stdout, stderr = client.communicate(timeout=120)
+                finally:
+                    client.kill()
+                self.assertEqual(client.returncode, 0, stderr + daemon.log())
+                retried = json.loads(stdout)
+                self.assertEqual(retried["gave_up"], "UNAVAILABLE")
+                self.assertEqual(retried["upload_gave_up"], "UNAVAILABLE")
+                self.assertFalse(retried["part_left"])
+                self.assertEqual(retried["downloaded"], "504b")
+                self.assertEqual(retried["uploaded"], "upload:late")
             finally:
                 status = daemon.stop()
             self.assertEqual(status, 0, daemon.log())

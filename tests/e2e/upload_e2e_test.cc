@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
@@ -418,6 +419,27 @@ TEST_F(UploadTest, MpsctlResumesListsAndDeletes) {
 
 // Archives that would write outside the folder, or too much, are refused with a structured
 // cause naming the entry, and leave nothing behind.
+// On a terminal (a pseudo-terminal from script(1)) mpsctl upload redraws one progress line on
+// stderr and clears it before the result; through a pipe (every other test) it draws none.
+TEST_F(UploadTest, MpsctlDrawsProgressOnlyOnATerminal) {
+  const std::string file = dir_.str() + "/big.bin";
+  WriteFile(file, RandomBytes(3 << 20, 5));  // Twice fits in the fixture's 8 MiB quota.
+  const std::vector<std::string> argv = {MpsctlPath(), "--server", address_, "--tls-ca",
+                                         dir_.str() + "/cert.pem", "--token-file",
+                                         TokenFile(alice_), "upload", file};
+  CommandResult terminal =
+      RunCommand({"/usr/bin/script", "--quiet", "--return", "--flush", "--command",
+                  absl::StrJoin(argv, " "), "/dev/null"});
+  ASSERT_EQ(terminal.exit_code, 0) << terminal.out << terminal.err;
+  EXPECT_THAT(terminal.out, HasSubstr("\r\x1b[Kuploading big.bin: "));
+  EXPECT_THAT(terminal.out, HasSubstr("of 3.0 MiB ("));
+  EXPECT_THAT(terminal.out, HasSubstr("\r\x1b[Kuploaded big.bin (file, 3.0 MiB"));
+
+  CommandResult piped = Mpsctl(alice_, {"upload", file, "--name", "big-again.bin"});
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_THAT(piped.err, Not(HasSubstr("uploading")));
+}
+
 TEST_F(UploadTest, UnsafeArchivesAreRefused) {
   struct Case {
     std::string what, script, mode, entry, reason;

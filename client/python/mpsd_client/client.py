@@ -19,7 +19,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypeVar
 
 import grpc
 
@@ -170,6 +170,29 @@ def _silence_limit(stub: pb2_grpc.JobServiceStub) -> float:
     except grpc.RpcError:
         interval = 0
     return 2 * (interval or 15.0) + 5
+
+
+_T = TypeVar("_T")
+
+
+def _retry_unavailable(call: Callable[[], _T], retries: int,
+                       give_up: Callable[[], None] = lambda: None) -> _T:
+    """Returns call(), calling it again after an UNAVAILABLE error (a daemon restart, a dropped
+    connection) up to `retries` times, waiting 1, 2, ... at most 5 s between tries. Any other
+    error, or UNAVAILABLE after the last try, runs give_up() and is raised typed
+    (errors.MpsdError). `call` resumes where the previous try stopped (download and upload
+    continue from the bytes already moved)."""
+    tries = 0
+    while True:
+        try:
+            return call()
+        except grpc.RpcError as e:
+            typed = errors.from_rpc_error(e)
+            tries += 1
+            if not isinstance(typed, errors.Unavailable) or tries > retries:
+                give_up()
+                raise typed from None
+            time.sleep(min(tries, 5))
 
 
 def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0,
@@ -390,31 +413,25 @@ class Client:
             raise FileExistsError("download %s of job %s: %s already exists (overwrite=True "
                                   "replaces it)" % (name, job_id, path))
         partial = path + ".part"
-        offset = 0
-        size, sha256 = None, None
+        received = {"offset": 0, "sha256": None}
         with open(partial, "wb") as out:
-            attempt = 0
-            while size is None or offset < size:
-                request = pb2.GetArtifactRequest(job_id=job_id, name=name, offset=offset)
-                try:
-                    for chunk in self.stub.GetArtifact(request):
-                        if chunk.offset != offset:
-                            raise ValueError("artifact %s of job %s: a chunk at byte %d, expected "
-                                             "%d" % (name, job_id, chunk.offset, offset))
-                        size, sha256 = chunk.size_bytes, chunk.sha256
-                        out.write(chunk.data)
-                        offset += len(chunk.data)
-                    if size is None:  # an empty file sends no chunk
-                        size = 0
-                    break
-                except grpc.RpcError as e:
-                    typed = errors.from_rpc_error(e)
-                    attempt += 1
-                    if not isinstance(typed, errors.Unavailable) or attempt > retries:
-                        out.close()
-                        os.unlink(partial)
-                        raise typed from None
-                    time.sleep(min(attempt, 5))
+            def receive_rest() -> None:  # from the bytes already received to the end
+                request = pb2.GetArtifactRequest(job_id=job_id, name=name,
+                                                 offset=received["offset"])
+                for chunk in self.stub.GetArtifact(request):
+                    if chunk.offset != received["offset"]:
+                        raise ValueError("artifact %s of job %s: a chunk at byte %d, expected "
+                                         "%d" % (name, job_id, chunk.offset, received["offset"]))
+                    received["sha256"] = chunk.sha256
+                    out.write(chunk.data)
+                    received["offset"] += len(chunk.data)
+
+            def remove_partial() -> None:
+                out.close()
+                os.unlink(partial)
+
+            _retry_unavailable(receive_rest, retries, remove_partial)
+        sha256 = received["sha256"]  # an empty file sends no chunk, and no checksum
         digest = hashlib.sha256()
         with open(partial, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
@@ -547,24 +564,19 @@ class Client:
                 for block in iter(lambda: source.read(1 << 20), b""):
                     digest.update(block)
                 sha256 = digest.hexdigest()
-                attempt = 0
-                while True:
-                    try:
-                        status = self._unary(self.stub.GetUploadStatus, pb2.GetUploadStatusRequest(
-                            name=name, sha256=sha256, size_bytes=size))
-                        if status.complete and not replace:
-                            for upload in self._unary(self.stub.ListUploads,
-                                                      pb2.ListUploadsRequest()).uploads:
-                                if upload.name == name:
-                                    return upload
-                        return self.stub.UploadFile(_chunks(source, name, sha256, size,
-                                                            is_archive, replace, status.offset))
-                    except grpc.RpcError as e:
-                        typed = errors.from_rpc_error(e)
-                        attempt += 1
-                        if not isinstance(typed, errors.Unavailable) or attempt > retries:
-                            raise typed from None
-                        time.sleep(min(attempt, 5))
+
+                def send_rest() -> pb2.Upload:  # from the bytes the daemon holds to the end
+                    status = self._unary(self.stub.GetUploadStatus, pb2.GetUploadStatusRequest(
+                        name=name, sha256=sha256, size_bytes=size))
+                    if status.complete and not replace:
+                        for upload in self._unary(self.stub.ListUploads,
+                                                  pb2.ListUploadsRequest()).uploads:
+                            if upload.name == name:
+                                return upload
+                    return self.stub.UploadFile(_chunks(source, name, sha256, size, is_archive,
+                                                        replace, status.offset))
+
+                return _retry_unavailable(send_rest, retries)
             finally:
                 if source is not archive:
                     source.close()
