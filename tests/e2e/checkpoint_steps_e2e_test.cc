@@ -285,6 +285,13 @@ TEST_F(CheckpointStepsE2eTest, KeepBestKeepsTheBestEpochsCheckpointAndEarlyStopp
   EXPECT_EQ(stopped.summary().epochs(), 3);
   EXPECT_EQ(stopped.summary().stop_reason(), "early_stopped");
   EXPECT_EQ(stopped.summary().best_epoch(), 1);
+  // The log line that says why comes after the epoch that decided it, as the terminal reads.
+  std::vector<std::string> order;
+  for (const JobEvent& e : rpc::StreamAll(*daemon_, stopped.id())) {
+    if (e.has_epoch()) order.push_back(absl::StrCat("epoch ", e.epoch().epoch()));
+    if (e.has_log() && absl::StartsWith(e.log().text(), "early stopping")) order.push_back("stop");
+  }
+  EXPECT_THAT(order, ElementsAre("epoch 1", "epoch 2", "epoch 3", "stop"));
   const std::string dir = JobDir(stopped.id());
   EXPECT_THAT(CheckpointFiles(dir), ElementsAre("checkpoint-epoch-3.pt"));
   ASSERT_TRUE(fs::exists(dir + "/checkpoint-best.pt"));
