@@ -505,8 +505,9 @@ int Commands::List(const ListOptions& list) {
     out_ << "no readable jobs\n";
   } else {
     out_ << FormatJobTable({shown.jobs().begin(), shown.jobs().end()}, absl::Now());
+    // A note, not a row: on stderr, so that `mpsctl list | awk …` sees the table only.
     if (more) {
-      out_ << "(the newest " << shown.jobs_size() << " shown; --limit N for more, 0 for all)\n";
+      err_ << "(the newest " << shown.jobs_size() << " shown; --limit N for more, 0 for all)\n";
     }
   }
   if (damaged.empty()) return kExitOk;
@@ -969,7 +970,29 @@ int Commands::Download(const std::string& job_id, const std::string& name,
     err_ << "mpsctl: " << artifact.status().message() << "\n";
     return kExitFailed;
   }
-  const absl::StatusOr<std::string> destination = DownloadPath(artifact->name(), output, force);
+  // `-o -`: into a private temporary folder, checked, then written to stdout (`| jq`).
+  const bool to_stdout = output == "-";
+  std::string temporary;
+  if (to_stdout) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    temporary = absl::StrCat(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp",
+                             "/mpsctl-download-XXXXXX");
+    if (mkdtemp(temporary.data()) == nullptr) {
+      err_ << "mpsctl: download: cannot create a temporary folder: " << std::strerror(errno)
+           << "\n";
+      return kExitFailed;
+    }
+  }
+  struct RemoveTemporary {
+    const std::string& folder;
+    ~RemoveTemporary() {
+      std::error_code ignored;
+      if (!folder.empty()) std::filesystem::remove_all(folder, ignored);
+    }
+  } remove_temporary{temporary};
+  const absl::StatusOr<std::string> destination =
+      to_stdout ? absl::StatusOr<std::string>(temporary + "/artifact")
+                : DownloadPath(artifact->name(), output, force);
   if (!destination.ok()) {
     err_ << "mpsctl: download: " << destination.status().message() << "\n";
     return kExitFailed;
@@ -1018,6 +1041,16 @@ int Commands::Download(const std::string& job_id, const std::string& name,
   if (error) {
     err_ << "mpsctl: cannot rename " << part << " to " << path << ": " << error.message() << "\n";
     return kExitFailed;
+  }
+  if (to_stdout) {
+    std::ifstream in(path, std::ios::binary);
+    if (artifact->size_bytes() > 0) out_ << in.rdbuf();  // nothing inserted sets failbit
+    out_.flush();
+    if (!in || !out_) {
+      err_ << "mpsctl: download: " << artifact->name() << ": cannot write it to stdout\n";
+      return kExitFailed;
+    }
+    return kExitOk;
   }
   out_ << "downloaded " << artifact->name() << " (" << artifact->size_bytes()
        << " bytes, sha256 " << artifact->sha256() << ") to " << path << "\n";

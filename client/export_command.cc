@@ -31,12 +31,10 @@ int Commands::Export(const std::vector<std::string>& job_ids, const std::string&
     if (const int code = GetJobs(trial_ids, trials); code != kExitOk) return code;
     for (v1::Job& trial : trials) jobs.push_back(std::move(trial));
   }
-  std::map<std::string, int> runs_named;
-  for (const v1::Job& job : jobs) ++runs_named[tensorboard::RunName(job, false)];
   for (const v1::Job& job : jobs) {
-    // Two jobs of one name get their ids too, so that neither overwrites the other.
-    const bool shared = runs_named[tensorboard::RunName(job, false)] > 1;
-    const std::string run = tensorboard::RunName(job, shared);
+    // <name>-<id>, as the daemon's tensorboard_dir names runs: a job exported again replaces its
+    // own files, and two jobs of one name (in this export or an earlier one) never mix.
+    const std::string run = tensorboard::RunName(job, /*with_id=*/true);
     absl::StatusOr<std::unique_ptr<JobExporter>> exporter =
         JobExporter::Start(job, *format, dir, run);
     if (!exporter.ok()) {

@@ -105,6 +105,8 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
     work.push_back(absl::StrCat("data load ", FormatSeconds(s.data_load_time_s())));
   }
   if (s.parameters() > 0) work.push_back(Plural(s.parameters(), "parameter"));
+  // nan_policy skip_step's and fp16's skipped optimizer steps: left out of the figures above.
+  if (s.skipped_steps() > 0) work.push_back(Plural(s.skipped_steps(), "step") + " skipped");
   absl::StrAppend(&out, indent, absl::StrJoin(work, ", "), "\n");
   if (s.resumed_at_step() > 0) {
     absl::StrAppend(&out, indent, "resumed at step ", s.resumed_at_step(), "\n");

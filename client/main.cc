@@ -333,7 +333,7 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
       ->required()
       ->check(CLI::IsMember({"tensorboard", "csv", "jsonl"}));
   export_jobs->add_option("-o,--output", f.export_dir,
-                          "directory; each job is written to DIR/<job name or id>/")
+                          "directory; each job is written to DIR/<name>-<id>/ (DIR/<id>/ without a name)")
       ->required();
 
   CLI::App* artifacts = table.Add(
@@ -347,7 +347,8 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
   download->add_option("NAME", f.artifact_name, "artifact name, as `mpsctl artifacts` lists it");
   download->add_option("-o,--output", f.output,
                        "file or directory to write (default: the artifact's file name here); "
-                       "a PATH ending in / is a directory, which must exist")
+                       "a PATH ending in / is a directory, which must exist; - writes the "
+                       "bytes to stdout (after their SHA-256 is checked)")
       ->type_name("PATH");
   download->add_flag("--force", f.force, "overwrite a file that is already there");
 }
@@ -360,7 +361,14 @@ void AddUploadCommands(CLI::App& app, CommandTable& table, Flags& f) {
       "checked; a folder goes as a tar archive)",
       [&f](Commands& c) { return c.Upload(f.upload_path, f.upload_name, f.upload_replace); });
   upload->add_option("PATH", f.upload_path, "file or folder")->required();
-  upload->add_option("--name", f.upload_name, "the name jobs use (default: PATH's last part)");
+  upload->add_option("--name", f.upload_name, "the name jobs use (default: PATH's last part)")
+      ->check(CLI::Validator(
+          [](const std::string& name) {
+            return name.empty() ? std::string("empty; give a name, or leave --name out for "
+                                              "PATH's last part")
+                                : std::string();
+          },
+          "NAME"));
   upload->add_flag("--replace", f.upload_replace, "replace an upload of that name");
   CLI::App* uploads =
       table.Add(app, "uploads", "list your uploads (and the quota)", [&f](Commands& c) {

@@ -142,6 +142,38 @@ absl::Status ReadRetention(const YAML::Node& node, const std::string& where,
   return absl::OkStatus();
 }
 
+absl::Status ReadHttpLimits(const YAML::Node& node, const std::string& where,
+                            HttpLimits& limits) {
+  double request_timeout_s = absl::ToDoubleSeconds(limits.request_timeout);
+  bool per_address_given = false;
+  const std::map<std::string, FieldReader> fields = {
+      {"request_timeout_s",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of seconds", request_timeout_s);
+       }},
+      {"max_connections",
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", limits.max_connections); }},
+      {"max_connections_per_address",
+       [&](auto& n, auto& w) {
+         per_address_given = true;
+         return ReadScalar(n, w, "an integer", limits.max_connections_per_address);
+       }},
+  };
+  if (absl::Status s = ReadMapping(node, where, fields); !s.ok()) return s;
+  // Unsaid, the per-address cap follows a total cap set below it.
+  if (!per_address_given) {
+    limits.max_connections_per_address =
+        std::min(limits.max_connections_per_address, std::max(1, limits.max_connections));
+  }
+  if (absl::Status s = CheckRange(absl::StrCat(where, "."), "request_timeout_s",
+                                  request_timeout_s, 1.0, 3600.0, "seconds");
+      !s.ok()) {
+    return s;
+  }
+  limits.request_timeout = absl::Seconds(request_timeout_s);
+  return CheckHttpLimits(limits, where);
+}
+
 absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where,
                                 ExecutorConfig& config) {
   const std::map<std::string, FieldReader> fields = {
@@ -259,6 +291,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
           {"data_roots", [&](auto& n, auto& w) { return ReadStrings(n, w, config.data_roots); }},
           {"http_listen",
            [&](auto& n, auto& w) { return ReadScalar(n, w, "HOST:PORT", config.http_listen); }},
+          {"http_limits",
+           [&](auto& n, auto& w) { return ReadHttpLimits(n, w, config.http_limits); }},
           {"state_dir",
            [&](auto& n, auto& w) {
              if (absl::Status s = ReadScalar(n, w, "a directory", config.state_dir); !s.ok()) {
@@ -378,6 +412,11 @@ std::string FormatConfig(const Config& config) {
       {"tokens_file", text(config.tokens_file)},
       {"data_roots", list(config.data_roots)},
       {"http_listen", text(config.http_listen)},
+      {"http_limits.request_timeout_s",
+       api::ShortestDecimal(absl::ToDoubleSeconds(config.http_limits.request_timeout))},
+      {"http_limits.max_connections", absl::StrCat(config.http_limits.max_connections)},
+      {"http_limits.max_connections_per_address",
+       absl::StrCat(config.http_limits.max_connections_per_address)},
       {"tensorboard_dir", text(config.tensorboard_dir)},
       {"max_queued", absl::StrCat(config.max_queued)},
       {"cpu_threads", absl::StrCat(config.cpu_threads)},

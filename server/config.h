@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "server/access/tls.h"
 #include "server/core/retention.h"
+#include "server/http/http_limits.h"
 
 namespace mpsd::server {
 
@@ -71,6 +72,9 @@ struct Config {
   // free port); empty = none (the default). A non-loopback host needs TLS (the `tls:` files);
   // every request but /healthz needs a bearer token from tokens_file. See server/http/http_server.h.
   std::string http_listen;
+  // The HTTP listener's request deadline and connection caps (`http_limits:`
+  // {request_timeout_s, max_connections, max_connections_per_address}; server/http/http_limits.h).
+  HttpLimits http_limits;
   // Where the job database lives. Default: DefaultStateDir().
   std::string state_dir;
   // Live TensorBoard event files of every TrainJob under <tensorboard_dir>/<name>-<id>/ (a job

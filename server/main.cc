@@ -3,11 +3,15 @@
 // `mpsd token add|list|revoke` edits a tokens file.
 #include <errno.h>
 #include <signal.h>
+#include <limits.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <ctime>
@@ -74,6 +78,33 @@ int RunTokenCommand(const std::string& command, const std::string& path, const s
                 std::string(mpsd::server::RoleName(record.role)).c_str());
   }
   return 0;
+}
+
+// gRPC 1.51 stops accepting on its listeners for good once accept() fails with EMFILE: a
+// thousand idle TCP connections under the usual soft limit of 1024 open files took the unix
+// socket down with the TCP port until a restart (issue 26). The soft limit goes up to the hard
+// one (systemd's default hard limit is 524288; at most 2^20, the kernel's usual nr_open), so
+// that gRPC's handshake deadline frees such connections long before they run out. mpsd,
+// cpp-httplib and gRPC wait with poll or epoll, never select, so descriptors beyond FD_SETSIZE
+// are safe.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+#if defined(__APPLE__)
+  const rlim_t most = OPEN_MAX;  // macOS refuses a soft limit above it.
+#else
+  const rlim_t most = rlim_t{1} << 20;
+#endif
+  const rlim_t wanted = std::min<rlim_t>(limit.rlim_max, most);
+  if (limit.rlim_cur >= wanted) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = wanted;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("cannot raise the open files limit from {} to {}: {}", before, wanted,
+                 std::strerror(errno));
+    return;
+  }
+  spdlog::info("open files limit raised from {} to {}", before, wanted);
 }
 
 }  // namespace
@@ -268,6 +299,7 @@ int main(int argc, char** argv) {
   // Past RLIMIT_FSIZE a write fails with EFBIG, which the store reports as an error; the
   // default action would kill the daemon instead.
   signal(SIGXFSZ, SIG_IGN);
+  RaiseOpenFileLimit();
 
   mpsd::server::Server::Options options;
   options.config = config;

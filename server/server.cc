@@ -173,6 +173,28 @@ void AddKeepalivePolicy(grpc::ServerBuilder& builder) {
       static_cast<int>(absl::ToInt64Milliseconds(kServerKeepaliveTimeout)));
 }
 
+// What a slow or idle client may hold on the gRPC listeners (issue 26, item 3, "the gRPC port
+// checked the same way"). gRPC serves connections on its event engine, so a slow client blocks
+// no thread and no other call; what it holds is a socket and its buffers, and gRPC 1.51 has no
+// cap on connections. A TCP connection that never completes its handshake was held for gRPC's
+// default 120 s; one that completes it and makes no call was held for ever (keepalive pings only
+// find clients that are gone). Now: the TLS handshake and the client's HTTP/2 SETTINGS within
+// kServerHandshakeTimeout of the accept, a connection with no call for kMaxConnectionIdle closed
+// (GOAWAY: a client's channel reconnects on its next call), and a bound on the calls one
+// connection may hold at once (each open StreamEvents is one).
+constexpr absl::Duration kServerHandshakeTimeout = absl::Seconds(10);
+constexpr absl::Duration kMaxConnectionIdle = absl::Minutes(10);
+constexpr int kMaxConcurrentStreams = 1000;
+
+void AddConnectionBounds(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(kServerHandshakeTimeout)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kMaxConnectionIdle)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
+}
+
 // A damaged database stops the start: say which file, and how SQLite's own tool salvages what
 // it can (SalvageCommand).
 absl::Status WithRecoveryHint(absl::Status status, const std::string& state_dir) {
@@ -408,6 +430,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   builder.RegisterService(server->reflection_.get());
   builder.RegisterService(server->reflection_->v1());
   AddKeepalivePolicy(builder);
+  AddConnectionBounds(builder);
   // gRPC sets SO_REUSEPORT on its TCP listeners by default: a second mpsd on the same port would
   // start too and the kernel would split connections between the two daemons.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -616,9 +639,9 @@ absl::Status Server::BindHttp() {
     }
     return HttpCaller{principal->name, principal->role};
   };
-  // Each open dashboard holds a worker for its event stream, and a browser keeps a few more
-  // connections alive: room for a few dozen dashboards at once.
-  http_options.threads = 64;
+  // Each connection holds a thread of its own (an open dashboard's event stream one, and a
+  // browser keeps a few more alive); a request must arrive within its deadline.
+  http_options.limits = config.http_limits;
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Create(http_options);
   if (!http.ok()) return http.status();
   http_server_ = *std::move(http);
@@ -644,6 +667,8 @@ absl::Status Server::StartHttp() {
   };
   auto* supervisor = static_cast<ExecutorSupervisor*>(executor_.get());
   sources.executor_restarts = [supervisor] { return supervisor->RestartsByReason(); };
+  // http_server_ lives until after the HTTP listener stops, so every scrape finds it.
+  sources.http_connections = [this] { return http_server_->connection_counts(); };
   metrics_->SetSources(std::move(sources));
 
   // Public: a load balancer's probe carries no token, and the answer reveals nothing more than

@@ -89,6 +89,7 @@ std::string FormatInfo(const CheckpointInfo& info) {
                       "epoch: ", info.epoch, "\n",                         //
                       "step: ", info.step, "\n",                           //
                       "epoch_step: ", info.epoch_step, "\n",               //
+                      info.seed.has_value() ? absl::StrCat("seed: ", *info.seed, "\n") : "",
                       "precision: ", info.precision, "\n",                 //
                       "job_id: ", info.job_id, "\n",                       //
                       "torch_version: ", info.torch_version, "\n");
@@ -119,6 +120,11 @@ absl::StatusOr<CheckpointInfo> ParseInfo(absl::string_view text) {
     if (key == "epoch") ok = absl::SimpleAtoi(value, &info.epoch);
     if (key == "step") ok = absl::SimpleAtoi(value, &info.step);
     if (key == "epoch_step") ok = absl::SimpleAtoi(value, &info.epoch_step);
+    if (key == "seed") {
+      uint64_t seed = 0;
+      ok = absl::SimpleAtoi(value, &seed);
+      info.seed = seed;
+    }
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat("metadata: bad ", key, " \"", value, "\""));
     }
@@ -300,6 +306,14 @@ absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
   }
   if (absl::Status s = CheckRecordSizes(*index); !s.ok()) return FileError(path, s.message());
   if (!HasRecord(*index, kInfoRecord)) {
+    // torch.jit.save (a job's model.pt, a TorchScript model) also writes data.pkl, and
+    // constants.pkl beside it.
+    if (HasRecord(*index, "constants.pkl")) {
+      return FileError(path,
+                       "a TorchScript module (as a job's model.pt is), not a checkpoint: "
+                       "resume from the job's id, or its checkpoint-*.pt; a model to start "
+                       "from is model.weights (a state dict) or model.torchscript");
+    }
     if (HasRecord(*index, "data.pkl")) {
       return FileError(path,
                        "saved by Python torch.save; mpsd resumes only from checkpoints it wrote");
@@ -347,6 +361,10 @@ absl::Status CheckCompatible(const CheckpointInfo& saved, const CheckpointInfo& 
   if (saved.train_examples > 0 && job.train_examples > 0 &&
       saved.train_examples != job.train_examples) {
     return differs("training set size", saved.train_examples, job.train_examples);
+  }
+  if (saved.seed.has_value() && job.seed.has_value() && *saved.seed != *job.seed) {
+    return differs("seed (the data order, validation split and subsets follow it)", *saved.seed,
+                   *job.seed);
   }
   if (saved.epoch > job_epochs) {
     return absl::InvalidArgumentError(absl::StrFormat(

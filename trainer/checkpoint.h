@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -49,6 +50,9 @@ struct CheckpointInfo {
   // Optimizer steps already done in epoch `epoch + 1` (a checkpoint inside an epoch: every_steps,
   // or a stop); 0 at an epoch end and in checkpoints written before it was recorded.
   int64_t epoch_step = 0;
+  // The job's seed: its data order, validation split and subsets follow it, so a resume must
+  // have the same. Absent in checkpoints written before it was recorded (then not compared).
+  std::optional<uint64_t> seed;
   // "fp32", "fp16", "bf16" (informational).
   std::string precision;
   // The job that wrote it and the LibTorch that wrote it (informational).

@@ -1,7 +1,7 @@
 // The divergence check of a training job: a NaN or infinite training loss, or one above
 // TrainJob.divergence_threshold, ends the job FAILED with DIVERGED at that step; with
-// nan_policy skip_step a non-finite loss is a skipped step instead (the loop masked its update
-// on the device) until more than max_skipped_steps were skipped. The loop feeds
+// nan_policy skip_step a non-finite loss is a skipped step instead (the loop did not apply its
+// update) until more than max_skipped_steps were skipped. The loop feeds
 // it the per-step losses it reads back from the device in groups (trainer/train_loop.cc's
 // StepReadback, on the eager and the CUDA-graph path alike), so the check adds no device work
 // and no synchronisation: it looks at values the host has already copied. Torch-free.

@@ -233,6 +233,13 @@ absl::StatusOr<ParameterGroups> PrepareFineTune(const FineTuneConfig& config,
   if (config.freezes()) frozen = Freeze(config, model, notes);
   absl::StatusOr<ParameterGroups> groups = Group(config, optimizer, model, fields);
   if (!groups.ok()) return groups.status();
+  if (groups->groups.empty()) {  // Only `freeze` can: `trainable` must match a parameter.
+    return fields.Error("freeze", absl::StrFormat(
+                                      "%s freezes every parameter of the model: nothing would "
+                                      "train (name fewer prefixes, or the ones that train with "
+                                      "trainable, e.g. [\"fc.\"])",
+                                      absl::StrJoin(config.freeze, ", ")));
+  }
   groups->frozen_parameters = frozen;
   for (size_t i = 0; i < config.param_groups.size(); ++i) {
     const ParamGroupConfig& g = config.param_groups[i];

@@ -376,6 +376,9 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, Train
   options.start_step = position.step;
   options.resume = position;
   summary.set_resumed_at_step(restored->info.step);
+  // Steps skipped before the checkpoint (nan_policy skip_step); this attempt's step events add
+  // the rest, so the summary counts the whole run's, as max_skipped_steps does.
+  summary.set_skipped_steps(position.divergence.skipped);
   if (best_state.best_epoch > 0 && best_state.best.has_value()) {
     summary.set_best_epoch(best_state.best_epoch);
     summary.set_best_value(*best_state.best);
@@ -577,12 +580,14 @@ EarlyStoppingConfig BestEpochConfig(const TrainJobConfig& job) {
 // epoch's monitored value; the best epoch's model saved as best.pt (rank 0, as it writes
 // checkpoints) and named in the summary, and `checkpointer` told to keep that epoch's
 // checkpoint; true once early stopping's patience runs out. nullptr with neither.
+// The early-stopping line goes to `stop_note`, for the caller to log after the epoch's event
+// (which the hook's decision precedes).
 AfterEvaluationHook BestEpochHook(const TrainJobConfig& job, JobState& state,
                                   EarlyStopping& stopping, Checkpointer& checkpointer,
-                                  const EventSink& sink, mpsd::v1::JobSummary& summary) {
+                                  std::string& stop_note, mpsd::v1::JobSummary& summary) {
   if (!job.early_stopping.enabled && !job.checkpoint_keep_best) return nullptr;
   summary.set_monitor(stopping.config().monitor);
-  return [&job, &state, &stopping, &checkpointer, &sink,
+  return [&job, &state, &stopping, &checkpointer, &stop_note,
           &summary](const mpsd::v1::EpochMetrics& epoch) -> absl::StatusOr<bool> {
     const EarlyStoppingConfig& config = stopping.config();
     const std::optional<double> value = MonitoredValue(config.monitor, epoch);
@@ -602,11 +607,11 @@ AfterEvaluationHook BestEpochHook(const TrainJobConfig& job, JobState& state,
     const bool stop = decision.stop && job.early_stopping.enabled;
     if (stop) {
       summary.set_stop_reason("early_stopped");
-      EmitLog(sink, absl::StrFormat("early stopping after epoch %d: %s did not improve by more "
-                                    "than %g for %d evaluated epoch(s); best epoch %d (%s %.6g)",
-                                    epoch.epoch(), config.monitor, config.min_delta,
-                                    config.patience, stopping.best_epoch(), config.monitor,
-                                    stopping.best_value().value_or(0)));
+      stop_note = absl::StrFormat(
+          "early stopping after epoch %d: %s did not improve by more than %g for %d evaluated "
+          "epoch(s); best epoch %d (%s %.6g)",
+          epoch.epoch(), config.monitor, config.min_delta, config.patience,
+          stopping.best_epoch(), config.monitor, stopping.best_value().value_or(0));
     }
     return stop;
   };
@@ -659,8 +664,13 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
   Checkpointer checkpointer(job, s, stopping, sink);
   if (options.resume.has_value()) checkpointer.SetWritten(options.resume->step);
   options.on_checkpoint = checkpointer.Hook();
+  std::string stop_note;
   options.after_evaluation =
-      BestEpochHook(job, s, stopping, checkpointer, sink, summary.summary());
+      BestEpochHook(job, s, stopping, checkpointer, stop_note, summary.summary());
+  options.on_epoch_end = [&sink, &stop_note](int, int64_t) {
+    if (!stop_note.empty()) EmitLog(sink, std::exchange(stop_note, ""));
+    return absl::OkStatus();
+  };
   const std::unique_ptr<StepProfiler> profiler = MakeProfiler(job);
   options.profiler = profiler.get();
   absl::Status status = Train(*s.model, *s.optimizer, s.data, options, sink, cancelled);

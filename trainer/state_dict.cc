@@ -713,14 +713,27 @@ absl::StatusOr<StateDictLoad> LoadStateDict(torch::nn::Module& module, const Nam
   for (const auto& [name, tensor] : targets) {
     if (seen.count(name) == 0) load.missing.push_back(name);
   }
+  // A file wrapped by DataParallel/DistributedDataParallel names everything "module.…".
+  bool wrapped = !file.empty();
+  for (const auto& [name, tensor] : file) wrapped = wrapped && absl::StartsWith(name, "module.");
+  const std::string wrapped_hint =
+      wrapped ? "; its names start with \"module.\", as a DataParallel or "
+                "DistributedDataParallel model's do: save model.module.state_dict() instead"
+              : "";
+  // Nothing in common loads nothing, strict or not: a random model is not a fine-tune.
+  if (seen.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "none of the file's ", file.size(), " names is a parameter or buffer of the model (file: ",
+        Listed(load.unexpected), "; model: ", Listed(load.missing), ")", wrapped_hint));
+  }
   if (strict && (!load.missing.empty() || !load.unexpected.empty())) {
     std::vector<std::string> parts;
     if (!load.missing.empty()) parts.push_back("missing from the file: " + Listed(load.missing));
     if (!load.unexpected.empty()) {
       parts.push_back("not in the model: " + Listed(load.unexpected));
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat(absl::StrJoin(parts, "; "), " (strict: false loads the names both have)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::StrJoin(parts, "; "), " (strict: false loads the names both have)", wrapped_hint));
   }
   torch::NoGradGuard no_grad;
   for (auto& [target, tensor] : copies) target.copy_(tensor);

@@ -546,6 +546,7 @@ CheckpointInfo JobCheckpointInfo(const TrainJobConfig& job, int64_t train_exampl
   info.train_examples = train_examples;
   info.batch_size = job.batch_size;
   info.world_size = job.distributed.world_size;
+  info.seed = job.seed;
   info.precision = PrecisionName(job.precision);
   info.job_id = job.job_id;
   info.torch_version = TORCH_VERSION;

@@ -59,18 +59,15 @@ class EvalModeGuard {
 // transfer, emitting one `step` event per step. Also sums the epoch's totals from what it read.
 class StepReadback {
  public:
-  // on_skipped: called at the end of a read-back with the number of steps it found skipped for
-  // a non-finite loss (nan_policy skip_step); may be empty.
   StepReadback(const torch::Device& device, int capacity, int64_t total_steps,
                const LoopPosition& start, DivergenceCheck divergence, const EventSink& sink,
-               std::function<void(int64_t)> on_skipped, int64_t labels_per_example)
+               int64_t labels_per_example)
       : device_(device),
         labels_per_example_(labels_per_example),
         capacity_(std::max(capacity, 1)),
         total_steps_(total_steps),
         sink_(sink),
         divergence_(std::move(divergence)),
-        on_skipped_(std::move(on_skipped)),
         values_(torch::zeros({capacity_, 2}, torch::TensorOptions().device(device))),
         steps_(start.step) {
     divergence_.Restore(start.divergence);
@@ -173,7 +170,6 @@ class StepReadback {
   const int64_t total_steps_;
   const EventSink& sink_;
   DivergenceCheck divergence_;
-  std::function<void(int64_t)> on_skipped_;
   torch::Tensor values_;  // [capacity, 2] float32 on the device: loss, correct count
   std::vector<torch::Tensor> loss_slots_;     // views of values_, one per slot
   std::vector<torch::Tensor> correct_slots_;  // views of values_, one per slot
@@ -201,7 +197,6 @@ void StepReadback::Flush() {
   for (const Pending& step : pending_) group.examples += step.batch_size;
 
   const auto values = host.accessor<float, 2>();
-  int64_t skipped = 0;
   for (int64_t i = 0; i < group.steps; ++i) {
     Pending& step = pending_[i];
     const float loss = values[i][0];
@@ -209,10 +204,9 @@ void StepReadback::Flush() {
     const DivergenceCheck::Verdict verdict =
         divergence_.Observe(step.step, epoch_, loss, step.learning_rate);
     if (verdict == DivergenceCheck::Verdict::kSkipped) {
-      // Its update was undone on the device; its figures are not the model's.
+      // The step made no update; its figures are not the model's.
       step.skipped = true;
       ++epoch_skipped_;
-      ++skipped;
     } else {
       epoch_loss_sum_ += static_cast<double>(loss) * step.batch_size;
       epoch_correct_ += correct;
@@ -221,7 +215,6 @@ void StepReadback::Flush() {
     sink_(StepEvent(step, loss, correct, group));
     if (verdict == DivergenceCheck::Verdict::kDiverged) break;
   }
-  if (skipped > 0 && on_skipped_) on_skipped_(skipped);
   pending_.clear();
 }
 
@@ -337,118 +330,34 @@ void ReduceStepMetrics(DataParallel& data_parallel, StepResult& result) {
   result.examples *= data_parallel.world_size();
 }
 
-// The tensors torch::optim keeps for `param` (Adam/AdamW: exp_avg, exp_avg_sq and
-// max_exp_avg_sq when amsgrad; SGD: the momentum buffer); empty before its first step.
-std::vector<torch::Tensor> OptimizerStateTensors(torch::optim::Optimizer& optimizer,
-                                                 OptimizerKind kind, const torch::Tensor& param) {
-  auto found = optimizer.state().find(compat::OptimizerStateKey(param));
-  if (found == optimizer.state().end()) return {};
-  std::vector<torch::Tensor> tensors;
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      tensors = {static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer()};
-      break;
-    case OptimizerKind::kAdam: {
-      auto& state = static_cast<torch::optim::AdamParamState&>(*found->second);
-      tensors = {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq()};
-      break;
-    }
-    case OptimizerKind::kAdamW: {
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
-      tensors = {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq()};
-      break;
-    }
-  }
-  return tensors;
-}
-
-// nan_policy skip_step on the eager path: copies of what a step changes (the model's buffers
-// before the forward pass, the parameters and optimizer state before the update), put back by
-// torch::where where the step's loss is not finite. All on the device; no synchronisation.
-class MaskedUpdate {
+// nan_policy skip_step: copies of the model's buffers (BatchNorm's running statistics) from
+// before the forward pass, put back when the step is skipped. The forward pass changes them
+// before the loss can say whether the step counts; the parameters and the optimizer's state are
+// left alone by not stepping.
+class SavedBuffers {
  public:
-  MaskedUpdate(ClassifierImpl& model, torch::optim::Optimizer& optimizer, OptimizerKind kind)
-      : model_(model), optimizer_(optimizer), kind_(kind) {}
-
-  void SaveBuffers() {
+  explicit SavedBuffers(ClassifierImpl& model) : model_(model) {
     torch::NoGradGuard no_grad;
     for (const torch::Tensor& buffer : model_.buffers()) buffers_.push_back(buffer.clone());
   }
 
-  void SaveParameters() {
+  void Restore() {
     torch::NoGradGuard no_grad;
-    for (const torch::optim::OptimizerParamGroup& group : optimizer_.param_groups()) {
-      for (const torch::Tensor& param : group.params()) {
-        params_.push_back(param.detach().clone());
-        std::vector<torch::Tensor> state;
-        for (const torch::Tensor& t : OptimizerStateTensors(optimizer_, kind_, param)) {
-          state.push_back(t.defined() ? t.clone() : torch::Tensor());
-        }
-        states_.push_back(std::move(state));
-      }
-    }
-  }
-
-  // Keeps the step's changes where `keep` ([] bool on the device) is true, else puts the
-  // copies back (optimizer state the step created goes back to zeros, its initial value).
-  void Apply(const torch::Tensor& keep) {
-    torch::NoGradGuard no_grad;
-    size_t i = 0;
-    for (const torch::optim::OptimizerParamGroup& group : optimizer_.param_groups()) {
-      for (const torch::Tensor& param : group.params()) {
-        torch::Tensor p = param.detach();
-        p.copy_(torch::where(keep, p, params_[i]));
-        std::vector<torch::Tensor> now = OptimizerStateTensors(optimizer_, kind_, param);
-        const std::vector<torch::Tensor>& saved = states_[i];
-        for (size_t k = 0; k < now.size(); ++k) {
-          if (!now[k].defined()) continue;
-          const torch::Tensor before = k < saved.size() && saved[k].defined()
-                                           ? saved[k]
-                                           : torch::zeros_like(now[k]);
-          now[k].copy_(torch::where(keep, now[k], before));
-        }
-        ++i;
-      }
-    }
     size_t b = 0;
     for (const torch::Tensor& buffer : model_.buffers()) {
       if (b >= buffers_.size()) break;
-      torch::Tensor t = buffer.detach();
-      t.copy_(torch::where(keep, t, buffers_[b++]));
+      buffer.detach().copy_(buffers_[b++]);
     }
   }
 
  private:
   ClassifierImpl& model_;
-  torch::optim::Optimizer& optimizer_;
-  const OptimizerKind kind_;
   std::vector<torch::Tensor> buffers_;
-  std::vector<torch::Tensor> params_;
-  std::vector<std::vector<torch::Tensor>> states_;  // per parameter, as OptimizerStateTensors
 };
 
-// Takes back `steps` skipped steps from Adam/AdamW's per-parameter step counts, which LibTorch
-// counts on the host in every optimizer.step() (MaskedUpdate cannot undo that on the device).
-void UncountSteps(torch::optim::Optimizer& optimizer, OptimizerKind kind, int64_t steps) {
-  if (kind == OptimizerKind::kSgd) return;
-  for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
-    for (const torch::Tensor& param : group.params()) {
-      auto found = optimizer.state().find(compat::OptimizerStateKey(param));
-      if (found == optimizer.state().end()) continue;
-      if (kind == OptimizerKind::kAdamW) {
-        auto& state = static_cast<torch::optim::AdamWParamState&>(*found->second);
-        state.step(std::max<int64_t>(state.step() - steps, 0));
-      } else {
-        auto& state = static_cast<torch::optim::AdamParamState&>(*found->second);
-        state.step(std::max<int64_t>(state.step() - steps, 0));
-      }
-    }
-  }
-}
-
-// The eager step masks its update (MaskedUpdate): nan_policy skip_step, except where fp16's
-// GradScaler skips such steps itself.
-bool MasksUpdate(const TrainOptions& options) {
+// The eager step skips the update of a step whose loss is not finite: nan_policy skip_step,
+// except where fp16's GradScaler skips such steps itself.
+bool SkipsNonFinite(const TrainOptions& options) {
   return options.nan_policy == NanPolicy::kSkipStep && options.precision != Precision::kFp16;
 }
 
@@ -462,11 +371,8 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
   const int64_t n = order.size(0);  // a distributed rank's shard is shorter than the set
   const int64_t batch_size = loop.options.batch_size;
   compat::ZeroGradToNone(loop.optimizer);
-  std::optional<MaskedUpdate> masked;
-  if (MasksUpdate(loop.options)) {
-    masked.emplace(loop.model, loop.optimizer, loop.options.optimizer);
-    masked->SaveBuffers();
-  }
+  std::optional<SavedBuffers> buffers;
+  if (SkipsNonFinite(loop.options)) buffers.emplace(loop.model);
   StepResult result;
   for (int64_t batch = first; batch < first + count; ++batch) {
     const int64_t start = batch * batch_size;
@@ -485,13 +391,18 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
   DataParallel* data_parallel = loop.options.data_parallel;
   // DDP's no_sync for every micro-batch but the last: one all-reduce per optimizer step.
   if (data_parallel != nullptr) data_parallel->AllReduceGradients(loop.model.parameters());
-  // A masked step decides on the job's loss (summed across ranks first), so that every rank
-  // keeps or undoes the same update.
-  const bool reduce_first = masked.has_value() && data_parallel != nullptr;
+  // skip_step decides on the job's loss (summed across ranks first, so that every rank skips
+  // the same steps), read before the update: one synchronisation per step, as PyTorch's
+  // GradScaler reads its found_inf. An update undone later on the device would leave Adam's
+  // step count (kept on the host, in its bias correction) wrong until the loss was read back,
+  // and the steps in between would depend on when that was.
+  const bool reduce_first = buffers.has_value() && data_parallel != nullptr;
   if (reduce_first) ReduceStepMetrics(*data_parallel, result);
-  if (masked.has_value()) masked->SaveParameters();
-  OptimizerStep(loop, result);
-  if (masked.has_value()) masked->Apply(torch::isfinite(result.loss));
+  if (buffers.has_value() && !torch::isfinite(result.loss).item<bool>()) {
+    buffers->Restore();
+  } else {
+    OptimizerStep(loop, result);
+  }
   if (data_parallel != nullptr && !reduce_first) ReduceStepMetrics(*data_parallel, result);
   result.loss = result.loss / static_cast<double>(result.examples);
   return result;
@@ -688,7 +599,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     reason = "distributed: gradients are all-reduced between backward and step";
   }
   if (reason.empty() && options.nan_policy == NanPolicy::kSkipStep) {
-    reason = "nan_policy skip_step (the step's update is masked eagerly)";
+    reason = "nan_policy skip_step (each step's loss is read before its update)";
   }
   if (reason.empty() && options.nan_loss_from > 0) reason = "fault injection nan_loss";
   std::unique_ptr<GraphedStep> graphed;
@@ -818,17 +729,11 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
       model, optimizer, data, options, steps_per_epoch * options.epochs, start.step, sink);
   const TaskLoss task(options.task, device);
   const Loop loop{model, optimizer, data, options, sink, cancelled, task, graphed.get()};
-  std::function<void(int64_t)> uncount;
-  if (MasksUpdate(options)) {
-    uncount = [&optimizer, &options](int64_t steps) {
-      UncountSteps(optimizer, options.optimizer, steps);
-    };
-  }
   StepReadback readback(
       device, options.steps_per_readback, steps_per_epoch * options.epochs, start,
       DivergenceCheck(options.divergence_threshold, options.nan_policy == NanPolicy::kSkipStep,
                       options.max_skipped_steps),
-      sink, std::move(uncount), task.labels_per_example());
+      sink, task.labels_per_example());
   // The shuffle generator is the device's own kind, so randperm runs there, and separate from
   // the default generator that dropout draws from, so the order depends on the seed alone.
   at::Generator shuffle = MakeDeviceGenerator(device, options.seed);

@@ -76,8 +76,19 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
           absl::InvalidArgumentError(absl::StrCat(field, ": this daemon keeps no uploads")),
           field);
     }
-    *value = absl::StrCat(uploads_dir_, "/", ref->owner.empty() ? submitter : ref->owner, "/",
-                          ref->name, ref->path.empty() ? "" : "/", ref->path);
+    const std::string owner(ref->owner.empty() ? submitter : ref->owner);
+    const std::string upload = absl::StrCat(uploads_dir_, "/", owner, "/", ref->name);
+    // One's own upload that is not there is said so; whether another submitter's exists is
+    // theirs to know (CheckPath refuses naming it, whether it exists or not).
+    std::error_code error;
+    if (owner == submitter && !std::filesystem::exists(upload, error)) {
+      return api::WithInvalidField(
+          absl::InvalidArgumentError(absl::StrCat(field, ": ", *value,
+                                                  ": you have no upload named \"", ref->name,
+                                                  "\" (mpsctl uploads lists yours)")),
+          field);
+    }
+    *value = absl::StrCat(upload, ref->path.empty() ? "" : "/", ref->path);
     return absl::OkStatus();
   };
   if (request->has_bench_job()) {
@@ -125,10 +136,13 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
   // The roots themselves are the operator's to tell: a remote submitter learns only the rule.
   // An upload's path is shown as the job named it (upload:@OWNER/NAME), not where the state
   // dir is.
-  std::string shown = path;
   if (!uploads_dir_.empty() && absl::StartsWith(path, uploads_dir_ + "/")) {
-    shown = absl::StrCat(api::kUploadPrefix, "@", path.substr(uploads_dir_.size() + 1));
+    return absl::PermissionDeniedError(absl::StrCat(
+        field, ": \"", api::kUploadPrefix, "@", path.substr(uploads_dir_.size() + 1),
+        "\" is another submitter's upload: a job may read only its submitter's uploads (an "
+        "admin's job: anyone's)"));
   }
+  const std::string& shown = path;
   return absl::PermissionDeniedError(absl::StrCat(
       field, ": \"", shown, "\" is not under the daemon's data_roots: a job submitted over TCP may "
       "name only files under the directories its operator listed there (symbolic links "

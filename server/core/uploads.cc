@@ -242,7 +242,9 @@ absl::StatusOr<std::unique_ptr<UploadStore::Writer>> UploadStore::Begin(
     RemoveAll(partial);
     return Invalid("size_bytes", "fewer than the bytes already received; start again");
   }
-  const int64_t used = BytesUnder(*area);
+  // With replace, the upload being replaced leaves once this one is in: what it would hold then.
+  const int64_t used =
+      BytesUnder(*area) - (first.replace() ? BytesUnder(*area + "/" + first.name()) : 0);
   const int64_t need = first.size_bytes() - held;
   {
     absl::MutexLock lock(&mu_);
@@ -364,7 +366,8 @@ absl::StatusOr<Upload> UploadStore::Writer::Finish() {
   if (header_.archive()) {
     ready = partial_ + ".d";
     RemoveAll(ready);
-    int64_t others = BytesUnder(area_) - SizeOf(partial_);
+    int64_t others = BytesUnder(area_) - SizeOf(partial_) -
+                     (header_.replace() ? BytesUnder(final_path) : 0);
     {
       absl::MutexLock lock(&store_->mu_);
       auto coming = store_->reserved_.find(submitter_);

@@ -1,5 +1,5 @@
-// HttpServer: cpp-httplib's Server (or SSLServer), a token check in front of every route that
-// is not public, and a thread that runs the accept loop.
+// HttpServer: cpp-httplib's routing over GuardedServer's connections (plain or TLS), a token
+// check in front of every route that is not public, and a thread that runs the accept loop.
 #include "server/http/http_server.h"
 
 #include <arpa/inet.h>
@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "httplib.h"
 #include "server/access/tls.h"
+#include "server/http/guarded_server.h"
 #include "server/http/dashboard_api.h"
 #include "spdlog/spdlog.h"
 
@@ -115,9 +116,32 @@ absl::Status CheckReadable(const std::string& path, absl::string_view what) {
   return absl::OkStatus();
 }
 
+// The server-side TLS context: TLS 1.2 at least, no compression, the certificate chosen per
+// handshake (HttpTlsKeys) instead of fixed on the context, and with a client CA, client
+// certificates signed by it required (mTLS). Null if the CA cannot be loaded.
+SSL_CTX* MakeTlsContext(HttpTlsKeys* keys, const std::string& client_ca) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return nullptr;
+  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_cert_cb(ctx, &HttpTlsKeys::OnHandshake, keys);
+  if (!client_ca.empty()) {
+    STACK_OF(X509_NAME)* names = nullptr;
+    if (SSL_CTX_load_verify_locations(ctx, client_ca.c_str(), nullptr) != 1 ||
+        (names = SSL_load_client_CA_file(client_ca.c_str())) == nullptr) {
+      SSL_CTX_free(ctx);
+      return nullptr;
+    }
+    SSL_CTX_set_client_CA_list(ctx, names);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return ctx;
+}
+
 // The plain or TLS server the options ask for; `keys` is set for TLS.
-absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Options& options,
-                                                            std::shared_ptr<HttpTlsKeys>& keys) {
+absl::StatusOr<std::unique_ptr<GuardedServer>> MakeServer(const HttpServer::Options& options,
+                                                          std::shared_ptr<HttpTlsKeys>& keys) {
+  if (absl::Status status = CheckHttpLimits(options.limits); !status.ok()) return status;
   if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
     return absl::InvalidArgumentError(
         "http_listen: TLS needs both a certificate and a key (--tls-cert and --tls-key)");
@@ -127,7 +151,7 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Op
       return absl::InvalidArgumentError(
           "http_listen: --tls-client-ca needs --tls-cert and --tls-key");
     }
-    return std::make_unique<httplib::Server>();
+    return std::make_unique<GuardedServer>(/*tls=*/nullptr, options.limits);
   }
   if (!options.tls_client_ca_path.empty()) {
     if (absl::Status status = CheckReadable(options.tls_client_ca_path, "client CA");
@@ -139,31 +163,14 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> MakeServer(const HttpServer::Op
       LoadKeyPair(options.tls_cert_path, options.tls_key_path);
   if (!pair.ok()) return pair.status();
   keys = std::make_shared<HttpTlsKeys>(*std::move(pair));
-  const std::string client_ca = options.tls_client_ca_path;
-  HttpTlsKeys* raw_keys = keys.get();
-  auto server = std::make_unique<httplib::SSLServer>([raw_keys, client_ca](SSL_CTX& ctx) {
-    // As cpp-httplib's own file-based setup, with TLS 1.2 at least, and the certificate chosen
-    // per handshake (HttpTlsKeys) instead of fixed on the context.
-    SSL_CTX_set_options(&ctx, SSL_OP_NO_COMPRESSION |
-                                  SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
-    SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-    SSL_CTX_set_cert_cb(&ctx, &HttpTlsKeys::OnHandshake, raw_keys);
-    if (!client_ca.empty()) {
-      if (SSL_CTX_load_verify_locations(&ctx, client_ca.c_str(), nullptr) != 1) return false;
-      STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str());
-      if (names == nullptr) return false;
-      SSL_CTX_set_client_CA_list(&ctx, names);
-      SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-    }
-    return true;
-  });
-  if (!server->is_valid()) {
+  SSL_CTX* ctx = MakeTlsContext(keys.get(), options.tls_client_ca_path);
+  if (ctx == nullptr) {
     ERR_clear_error();
     return absl::FailedPreconditionError(
-        absl::StrCat("http_listen: cannot load the TLS client CA ", client_ca,
+        absl::StrCat("http_listen: cannot load the TLS client CA ", options.tls_client_ca_path,
                      " (expected PEM certificates)"));
   }
-  return std::unique_ptr<httplib::Server>(std::move(server));
+  return std::make_unique<GuardedServer>(ctx, options.limits);
 }
 
 // What the hook's refusal becomes on the wire: 400 (INVALID_ARGUMENT), 403 (PERMISSION_DENIED)
@@ -245,11 +252,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
     return absl::InvalidArgumentError("http_listen: no authorize hook (internal error)");
   }
   std::unique_ptr<HttpServer> http(new HttpServer(options));
-  absl::StatusOr<std::unique_ptr<httplib::Server>> server = MakeServer(options, http->tls_);
+  absl::StatusOr<std::unique_ptr<GuardedServer>> server = MakeServer(options, http->tls_);
   if (!server.ok()) return server.status();
   http->server_ = *std::move(server);
-  const int threads = std::max(1, options.threads);
-  http->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // Secrets never reach logs: no request logger is installed, and errors name only paths.
   http->server_->set_exception_handler(
       [](const httplib::Request& request, httplib::Response& response, std::exception_ptr) {
@@ -318,6 +323,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
     http->port_ =
         http->server_->bind_to_port(host_port->host, host_port->port) ? host_port->port : -1;
   }
+  if (http->port_ > 0 && !http->server_->SetBacklog(SOMAXCONN)) http->port_ = -1;
   if (http->port_ <= 0) {
     return absl::UnavailableError(absl::StrCat("http_listen: cannot listen on ", options.address,
                                                " (in use, or not an address of this host)"));
@@ -330,6 +336,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
 }
 
 HttpServer::~HttpServer() { Shutdown(); }
+
+HttpConnectionCounts HttpServer::connection_counts() const { return server_->counts(); }
 
 absl::Status HttpServer::ReloadTls() {
   if (tls_ == nullptr) return absl::OkStatus();

@@ -1,7 +1,9 @@
 // mpsd's HTTP(S) listener (`--http-listen ADDR`, config `http_listen`): cpp-httplib serving
 // Prometheus' /metrics, /healthz, and whatever other components register (the dashboard).
 // Closed by default: a non-loopback address needs TLS, and every route but the ones registered
-// as public needs a bearer token.
+// as public needs a bearer token. Bounded: each request must arrive within a deadline, and
+// connections are capped in total and per client address (HttpLimits, server/http/http_limits.h;
+// the connection handling is server/http/guarded_server.h's).
 #ifndef MPSD_SERVER_HTTP_HTTP_SERVER_H_
 #define MPSD_SERVER_HTTP_HTTP_SERVER_H_
 
@@ -17,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/access/auth.h"
+#include "server/http/http_limits.h"
 
 namespace httplib {
 class Server;
@@ -35,10 +38,11 @@ struct HttpCaller {
 };
 
 class HttpTlsKeys;
+class GuardedServer;
 
 // Thread-safety: Get() and Post() only before Start(); Start() once; Shutdown() from any thread, any
-// number of times. Handlers run on cpp-httplib's worker threads (several at once) and must be
-// thread-safe. A handler that takes long (a stream) must watch stopping() and return soon after
+// number of times. Handlers run on the connections' threads (one per connection, several at
+// once) and must be thread-safe. A handler that takes long (a stream) must watch stopping() and return soon after
 // it turns true, or Shutdown() waits for it.
 class HttpServer {
  public:
@@ -64,13 +68,14 @@ class HttpServer {
     std::string tls_client_ca_path;
     // Required: every request to a non-public route goes through it.
     Authorize authorize;
-    // Worker threads: requests served at once (long streams hold one each).
-    int threads = 8;
+    // Request deadline and connection caps (checked by Create: CheckHttpLimits).
+    HttpLimits limits;
   };
 
   // Validates the options and binds the port (nothing is served until Start). Errors:
   // INVALID_ARGUMENT naming http_listen for a malformed address, a non-loopback host without
-  // TLS (saying what to configure), or cert without key; FAILED_PRECONDITION naming the file
+  // TLS (saying what to configure), or cert without key, or naming http_limits.KEY for a limit
+  // out of range; FAILED_PRECONDITION naming the file
   // when the certificate, key or CA cannot be loaded; UNAVAILABLE when the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Create(const Options& options);
 
@@ -89,6 +94,9 @@ class HttpServer {
   // already open keep theirs. An error names the file and changes nothing. OK and no-op for
   // plain HTTP. Thread-safe.
   absl::Status ReloadTls();
+
+  // Open, refused and timed-out connections (HttpConnectionCounts). Thread-safe.
+  HttpConnectionCounts connection_counts() const;
 
   // Whether the listener speaks HTTPS.
   bool tls() const { return tls_ != nullptr; }
@@ -118,7 +126,7 @@ class HttpServer {
   const Options options_;
   // HTTPS: the certificate and key the handshakes use (server/http/http_server.cc); null for HTTP.
   std::shared_ptr<HttpTlsKeys> tls_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<GuardedServer> server_;
   // Every route's method and pattern, for 405 answers; written by Get/Post before Start only.
   struct Route {
     std::string method;

@@ -163,6 +163,19 @@ Metrics::Metrics(std::string version)
                             .Name("mpsd_running_job_info")
                             .Help("The running job's id and model; always 1, absent when idle")
                             .Register(*registry_)),
+      http_open_(prometheus::BuildGauge()
+                     .Name("mpsd_http_connections_open")
+                     .Help("Connections open on the HTTP listener")
+                     .Register(*registry_)),
+      http_refused_(prometheus::BuildCounter()
+                        .Name("mpsd_http_connections_refused_total")
+                        .Help("HTTP connections refused over http_limits' connection caps")
+                        .Register(*registry_)),
+      http_timed_out_(prometheus::BuildCounter()
+                          .Name("mpsd_http_requests_timed_out_total")
+                          .Help("HTTP connections closed because a request missed "
+                                "http_limits.request_timeout_s")
+                          .Register(*registry_)),
       submitted_total_(submitted_.Add({})),
       steps_total_(steps_.Add({})),
       samples_total_(samples_.Add({})),
@@ -197,6 +210,7 @@ std::string Metrics::Scrape() {
   UpdateRunningJob();
   UpdateDevice();
   UpdateRestarts();
+  UpdateHttp();
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry_->Collect());
   return out.str();
@@ -273,6 +287,14 @@ void Metrics::UpdateDevice() {
     build_info_series_ = &build_info_.Add({{"version", version_}, {"torch", build_torch_}});
     build_info_series_->Set(1);
   }
+}
+
+void Metrics::UpdateHttp() {
+  if (!sources_.http_connections) return;
+  const HttpConnectionCounts counts = sources_.http_connections();
+  http_open_.Add({}).Set(static_cast<double>(counts.open));
+  RaiseTo(http_refused_.Add({}), static_cast<double>(counts.refused));
+  RaiseTo(http_timed_out_.Add({}), static_cast<double>(counts.timed_out));
 }
 
 void Metrics::UpdateRestarts() {

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "mpsd/v1/mpsd.pb.h"
+#include "server/http/http_limits.h"
 
 namespace prometheus {
 class Counter;
@@ -50,10 +51,12 @@ struct MetricsSources {
   // restart_after_jobs, memory, cancel_timeout,
   // user_code_timeout).
   std::function<std::map<std::string, int64_t>()> executor_restarts;
+  // The HTTP listener's connections (HttpServer::connection_counts); unset: no such series.
+  std::function<HttpConnectionCounts()> http_connections;
 };
 
 // Thread-safe: ObserveEvent from the scheduler (under its lock: it only bumps counters),
-// Scrape from HTTP worker threads.
+// Scrape from the HTTP listener's connection threads.
 class Metrics {
  public:
   // `version`: mpsd's (the CMake project version), for mpsd_build_info.
@@ -80,6 +83,7 @@ class Metrics {
   void UpdateRunningJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateDevice() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateRestarts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateHttp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::string version_;
@@ -103,6 +107,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& events_stored_;
   prometheus::Family<prometheus::Gauge>& resident_;
   prometheus::Family<prometheus::Gauge>& running_job_info_;
+  prometheus::Family<prometheus::Gauge>& http_open_;
+  prometheus::Family<prometheus::Counter>& http_refused_;
+  prometheus::Family<prometheus::Counter>& http_timed_out_;
   // Series without labels, fed by ObserveEvent (prometheus-cpp's metrics are atomic).
   prometheus::Counter& submitted_total_;
   prometheus::Counter& steps_total_;

@@ -191,6 +191,16 @@ TEST(FormatTest, FinalSaysTheTestSplitWasNotEvaluatedAndShowsValidation) {
   EXPECT_EQ(out.find("test accuracy"), std::string::npos) << out;
 }
 
+// Skipped optimizer steps (nan_policy skip_step, fp16) are said, and only when there were some.
+TEST(FormatTest, FinalCountsSkippedSteps) {
+  v1::StateChange state;
+  state.set_state(v1::Job::SUCCEEDED);
+  v1::JobSummary summary = Summary();
+  EXPECT_EQ(FormatFinal("42", state, &summary).find("skipped"), std::string::npos);
+  summary.set_skipped_steps(3);
+  EXPECT_THAT(FormatFinal("42", state, &summary), HasSubstr(", 3 steps skipped\n"));
+}
+
 TEST(FormatTest, FinalCancelledBeforeAnyEpochShowsNoTestResults) {
   v1::StateChange state;
   state.set_state(v1::Job::CANCELLED);

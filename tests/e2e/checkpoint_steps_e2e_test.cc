@@ -285,6 +285,13 @@ TEST_F(CheckpointStepsE2eTest, KeepBestKeepsTheBestEpochsCheckpointAndEarlyStopp
   EXPECT_EQ(stopped.summary().epochs(), 3);
   EXPECT_EQ(stopped.summary().stop_reason(), "early_stopped");
   EXPECT_EQ(stopped.summary().best_epoch(), 1);
+  // The log line that says why comes after the epoch that decided it, as the terminal reads.
+  std::vector<std::string> order;
+  for (const JobEvent& e : rpc::StreamAll(*daemon_, stopped.id())) {
+    if (e.has_epoch()) order.push_back(absl::StrCat("epoch ", e.epoch().epoch()));
+    if (e.has_log() && absl::StartsWith(e.log().text(), "early stopping")) order.push_back("stop");
+  }
+  EXPECT_THAT(order, ElementsAre("epoch 1", "epoch 2", "epoch 3", "stop"));
   const std::string dir = JobDir(stopped.id());
   EXPECT_THAT(CheckpointFiles(dir), ElementsAre("checkpoint-epoch-3.pt"));
   ASSERT_TRUE(fs::exists(dir + "/checkpoint-best.pt"));
@@ -319,7 +326,7 @@ TEST_F(CheckpointStepsE2eTest, KeepBestKeepsTheBestEpochsCheckpointAndEarlyStopp
 }
 
 // nan_policy skip_step with NaN losses planted at steps 5 and 6 (fault injection): both are
-// skipped and counted, the job succeeds. NaN from step 5 on: steps 5-7 are skipped
+// skipped and counted, the job succeeds, and a job resumed from it counts them too. NaN from step 5 on: steps 5-7 are skipped
 // (max_skipped_steps 3) and step 8 ends the job DIVERGED. The default policy fails at step 5.
 TEST_F(CheckpointStepsE2eTest, SkipStepSkipsCountsAndFailsAfterMaxSkippedSteps) {
   const auto job = [](int64_t steps) {
@@ -332,9 +339,21 @@ TEST_F(CheckpointStepsE2eTest, SkipStepSkipsCountsAndFailsAfterMaxSkippedSteps) 
     j.mutable_fault_injection()->set_steps(steps);
     return request;
   };
-  const Job skipped = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, job(2)).id());
+  SubmitJobRequest checkpointed = job(2);
+  checkpointed.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+  const Job skipped = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, checkpointed).id());
   ASSERT_EQ(skipped.state(), Job::SUCCEEDED) << skipped.message();
   EXPECT_EQ(skipped.summary().skipped_steps(), 2);
+  // Resumed for a second epoch (no NaN in it): the summary counts the whole run's skipped
+  // steps, those before the checkpoint too.
+  SubmitJobRequest more = job(2);
+  more.mutable_train_job()->clear_fault_injection();
+  more.mutable_train_job()->set_epochs(2);
+  more.mutable_train_job()->set_resume_from(skipped.id());
+  const Job resumed = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, more).id());
+  ASSERT_EQ(resumed.state(), Job::SUCCEEDED) << resumed.message();
+  EXPECT_EQ(resumed.summary().resumed_at_step(), 10);
+  EXPECT_EQ(resumed.summary().skipped_steps(), 2);
   std::set<int64_t> skipped_steps;
   int64_t epoch_skipped = -1;
   for (const JobEvent& e : rpc::StreamAll(*daemon_, skipped.id())) {

@@ -130,12 +130,13 @@ TEST_F(ExportE2eTest, TensorBoardExportHoldsEveryStoredStepOnceAsAnIndependentRe
       Mpsctl({"export", job_.id(), "--format", "tensorboard", "-o", dir_ / "tb"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   // The job's name, made safe for a path, is the run's folder.
-  const std::vector<std::string> files = FilesIn(dir_ / "tb/small_run");
+  const std::vector<std::string> files = FilesIn(dir_ / ("tb/small_run-" + job_.id()));
   ASSERT_THAT(files, SizeIs(1));
   EXPECT_THAT(files[0], ::testing::StartsWith(
                             absl::StrCat("events.out.tfevents.", job_.created_at().seconds(), ".")));
   EXPECT_THAT(exported.out, HasSubstr(files[0]));
-  CommandResult checked = PythonCheck(dir_ / ("tb/small_run/" + files[0]), dir_ / "py.tfevents");
+  CommandResult checked =
+      PythonCheck(dir_ / ("tb/small_run-" + job_.id() + "/" + files[0]), dir_ / "py.tfevents");
   EXPECT_THAT(checked.out, HasSubstr("16 steps, 2 epochs"));
 
   // The reverse: what Python wrote, mpsd's reader reads (CRCs checked) and parses.
@@ -155,15 +156,18 @@ TEST_F(ExportE2eTest, TensorBoardExportHoldsEveryStoredStepOnceAsAnIndependentRe
   // A second export of the same job replaces the file rather than adding a second run's worth.
   ASSERT_EQ(Mpsctl({"export", job_.id(), "--format", "tensorboard", "-o", dir_ / "tb"}).exit_code,
             0);
-  EXPECT_EQ(FilesIn(dir_ / "tb/small_run"), files);
+  EXPECT_EQ(FilesIn(dir_ / ("tb/small_run-" + job_.id())), files);
 }
 
 TEST_F(ExportE2eTest, CsvHasOneRowPerStepAndPerEpochWithTheStoredValues) {
   CommandResult exported = Mpsctl({"export", job_.id(), "--format", "csv", "-o", dir_ / "csv"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
-  EXPECT_EQ(FilesIn(dir_ / "csv/small_run"), (std::vector<std::string>{"epochs.csv", "steps.csv"}));
+  EXPECT_EQ(FilesIn(dir_ / ("csv/small_run-" + job_.id())),
+            (std::vector<std::string>{"epochs.csv", "steps.csv"}));
   std::vector<std::string> steps =
-      absl::StrSplit(absl::StripSuffix(ReadFile(dir_ / "csv/small_run/steps.csv"), "\n"), '\n');
+      absl::StrSplit(absl::StripSuffix(
+                         ReadFile(dir_ / ("csv/small_run-" + job_.id() + "/steps.csv")), "\n"),
+                     '\n');
   ASSERT_THAT(steps, SizeIs(17));
   const std::vector<std::string> header = absl::StrSplit(steps[0], ',');
   ASSERT_GE(header.size(), 4u);
@@ -181,14 +185,15 @@ TEST_F(ExportE2eTest, CsvHasOneRowPerStepAndPerEpochWithTheStoredValues) {
     ASSERT_TRUE(absl::SimpleAtof(cells[column], &loss)) << cells[column];
     EXPECT_EQ(loss, event.step().loss()) << "step " << event.step().step();
   }
-  const std::string epochs = ReadFile(dir_ / "csv/small_run/epochs.csv");
+  const std::string epochs = ReadFile(dir_ / ("csv/small_run-" + job_.id() + "/epochs.csv"));
   EXPECT_THAT(epochs, ::testing::StartsWith("epoch,wall_time,train_loss,"));
   EXPECT_EQ(std::count(epochs.begin(), epochs.end(), '\n'), 3);
 }
 
 TEST_F(ExportE2eTest, JsonlHasEveryStoredEventOnce) {
   ASSERT_EQ(Mpsctl({"export", job_.id(), "--format", "jsonl", "-o", dir_ / "j"}).exit_code, 0);
-  std::vector<JobEvent> lines = ParseEventLines(ReadFile(dir_ / "j/small_run/events.jsonl"));
+  std::vector<JobEvent> lines =
+      ParseEventLines(ReadFile(dir_ / ("j/small_run-" + job_.id() + "/events.jsonl")));
   ASSERT_EQ(lines.size(), events_.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].SerializeAsString(), events_[i].SerializeAsString()) << "event " << i;
@@ -219,8 +224,11 @@ TEST_F(ExportE2eTest, ASweepExportsEachOfItsTrials) {
   ASSERT_EQ(sweep.state(), v1::Job::SUCCEEDED) << sweep.message();
   CommandResult exported = Mpsctl({"export", sweep.id(), "--format", "csv", "-o", dir_ / "s"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
-  EXPECT_EQ(FilesIn(dir_ / "s"), (std::vector<std::string>{"lr_sweep_0", "lr_sweep_1"}));
-  for (const char* trial : {"lr_sweep_0", "lr_sweep_1"}) {
+  ASSERT_EQ(sweep.trial_job_ids_size(), 2);
+  const std::vector<std::string> trials = {"lr_sweep_0-" + sweep.trial_job_ids(0),
+                                           "lr_sweep_1-" + sweep.trial_job_ids(1)};
+  EXPECT_EQ(FilesIn(dir_ / "s"), trials);
+  for (const std::string& trial : trials) {
     const std::string steps = ReadFile(dir_ / absl::StrCat("s/", trial, "/steps.csv"));
     EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 17) << trial;  // header + 16 steps
   }

@@ -572,6 +572,13 @@ TEST_F(MpsctlE2eTest, DownloadNamesAMissingFolderAndKeepsAnExistingFile) {
   CommandResult forced = download_here({"--force"});
   EXPECT_EQ(forced.exit_code, 0) << forced.err;
   EXPECT_EQ(ReadFile(here), model);
+
+  // -o -: the checked bytes on stdout, nothing else; no file named "-", no temporary left.
+  CommandResult piped = download_here({"-o", "-"});
+  EXPECT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_TRUE(piped.out == model) << piped.out.size() << " bytes, not " << model.size();
+  EXPECT_EQ(piped.err, "");
+  EXPECT_FALSE(std::filesystem::exists(dir_.str() + "/-"));
 }
 
 TEST_F(MpsctlE2eTest, DeviceShowsTheDaemonsDevice) {
@@ -706,9 +713,9 @@ TEST_F(MpsctlE2eTest, ListFiltersByStateAndKindWithALimit) {
   CommandResult one = Mpsctl({"list", "--limit", "1"});
   EXPECT_EQ(one.exit_code, 0) << one.err;
   const std::vector<std::string> lines = Lines(one.out);
-  ASSERT_EQ(lines.size(), 3u) << one.out;
+  ASSERT_EQ(lines.size(), 2u) << one.out;
   EXPECT_THAT(lines[1], StartsWith(cancelled + " "));
-  EXPECT_THAT(lines[2], HasSubstr("the newest 1 shown"));
+  EXPECT_THAT(one.err, HasSubstr("the newest 1 shown"));  // a note on stderr: pipes see rows
   mpsd::v1::ListJobsResponse json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
                   Mpsctl({"list", "--limit", "1", "--json"}).out, &json).ok());

@@ -317,7 +317,8 @@ TEST_F(UploadTest, FolderResumesAfterABrokenStreamAndTrains) {
   };
   const std::string exists = refused("upload:@alice/ds");
   const std::string missing = refused("upload:@alice/nothing");
-  EXPECT_THAT(exists, HasSubstr("train_job.dataset.root: \"upload:@alice/ds\" is not under"));
+  EXPECT_THAT(exists, HasSubstr("train_job.dataset.root: \"upload:@alice/ds\" is another "
+                                "submitter's upload"));
   EXPECT_THAT(exists, Not(HasSubstr(dir_.str())));  // Nor where the state dir is.
   EXPECT_EQ(absl::StrReplaceAll(exists, {{"/ds\"", "/X\""}}),
             absl::StrReplaceAll(missing, {{"/nothing\"", "/X\""}}));
@@ -414,11 +415,19 @@ TEST_F(UploadTest, MpsctlResumesListsAndDeletes) {
   CommandResult theirs = Mpsctl(bob_, {"submit", dir_.str() + "/theirs.yaml"});
   EXPECT_NE(theirs.exit_code, 0);
   EXPECT_THAT(theirs.err, HasSubstr("train_job.model.torchscript: \"upload:@alice/tinynet.pt\" "
-                                    "is not under the daemon's data_roots"));
+                                    "is another submitter's upload: a job may read only its "
+                                    "submitter's uploads"));
+  // An upload that is not there is named as such, not as a folder of the state dir.
+  WriteFile(dir_.str() + "/none.yaml",
+            absl::StrReplaceAll(ReadFile(dir_.str() + "/scripted.yaml"),
+                                {{"upload:tinynet.pt", "upload:nope.pt"}}));
+  CommandResult none = Mpsctl(alice_, {"submit", dir_.str() + "/none.yaml"});
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_THAT(none.err, HasSubstr("train_job.model.torchscript: upload:nope.pt: you have no "
+                                  "upload named \"nope.pt\" (mpsctl uploads lists yours)"));
+  EXPECT_THAT(none.err, Not(HasSubstr("/state/")));
 }
 
-// Archives that would write outside the folder, or too much, are refused with a structured
-// cause naming the entry, and leave nothing behind.
 // On a terminal (a pseudo-terminal from script(1)) mpsctl upload redraws one progress line on
 // stderr and clears it before the result; through a pipe (every other test) it draws none.
 TEST_F(UploadTest, MpsctlDrawsProgressOnlyOnATerminal) {
@@ -440,6 +449,8 @@ TEST_F(UploadTest, MpsctlDrawsProgressOnlyOnATerminal) {
   EXPECT_THAT(piped.err, Not(HasSubstr("uploading")));
 }
 
+// Archives that would write outside the folder, or too much, are refused with a structured
+// cause naming the entry, and leave nothing behind.
 TEST_F(UploadTest, UnsafeArchivesAreRefused) {
   struct Case {
     std::string what, script, mode, entry, reason;
@@ -523,6 +534,28 @@ TEST_F(UploadTest, QuotaOverrunAndBadChunksAreRefused) {
       remove.set_name(name);
       EXPECT_TRUE(stub_->DeleteUpload(Context(alice_).get(), remove, &gone).ok()) << name;
     }
+  }
+
+  // --replace counts what the area holds once the new bytes replace the old: 5 MiB replacing
+  // 5 MiB under the 8 MiB quota fits (old + new would not), a file and a folder alike.
+  {
+    const std::string five = dir_.str() + "/five.bin";
+    WriteFile(five, RandomBytes(5 << 20, 13));
+    ASSERT_EQ(Mpsctl(alice_, {"upload", five}).exit_code, 0);
+    WriteFile(five, RandomBytes(5 << 20, 14));
+    CommandResult replaced = Mpsctl(alice_, {"upload", five, "--replace"});
+    EXPECT_EQ(replaced.exit_code, 0) << replaced.err;
+    EXPECT_LT(List(alice_).used_bytes(), 6 << 20);  // the new 5 MiB (+ its SHA-256 note) only
+    const std::string folder = dir_.str() + "/fivedir";
+    std::filesystem::create_directories(folder);
+    WriteFile(folder + "/a.bin", RandomBytes(5 << 20, 15));
+    CommandResult into_folder = Mpsctl(alice_, {"upload", folder, "--name", "five.bin",
+                                                "--replace"});
+    EXPECT_EQ(into_folder.exit_code, 0) << into_folder.err;
+    v1::DeleteUploadRequest remove;
+    remove.set_name("five.bin");
+    v1::Upload gone;
+    EXPECT_TRUE(stub_->DeleteUpload(Context(alice_).get(), remove, &gone).ok());
   }
 
   const std::string data = RandomBytes(1000, 9);

@@ -221,6 +221,15 @@ TEST_F(ConfigTest, NumericKeysAreBounded) {
       {"artifacts_retention:\n  keep_last: 3\n", "artifacts_retention.keep_last: unknown key"},
       {"upload_quota_bytes: 0\n", "upload_quota_bytes: must be >= 1 and <= 1125899906842624"},
       {"upload_max_files: 0\n", "upload_max_files: must be >= 1 and <= 100000000, got 0"},
+      {"http_limits:\n  request_timeout_s: .nan\n",
+       "http_limits.request_timeout_s: must be >= 1 and <= 3600 (seconds)"},
+      {"http_limits:\n  request_timeout_s: 0.5\n", "http_limits.request_timeout_s: must be >= 1"},
+      {"http_limits:\n  max_connections: 10001\n",
+       "http_limits.max_connections: must be >= 1 and <= 10000, got 10001"},
+      {"http_limits:\n  max_connections_per_address: 0\n",
+       "http_limits.max_connections_per_address: must be >= 1 and <= max_connections (256)"},
+      {"http_limits:\n  max_connections: 8\n  max_connections_per_address: 9\n",
+       "http_limits.max_connections_per_address: must be >= 1 and <= max_connections (8), got 9"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Config> config = LoadConfig(Write(c.text));
@@ -235,6 +244,28 @@ TEST_F(ConfigTest, NumericKeysAreBounded) {
             "heartbeat_interval_s: 86400\nexecutor:\n  cancel_grace_s: 0\n"));
   ASSERT_TRUE(edges.ok()) << edges.status();
   EXPECT_EQ(edges->cpu_threads, 4096);
+}
+
+// The HTTP listener's bounds (server/http/http_limits.h): defaults, overrides, and a total cap
+// below the default per-address one pulls that one down with it.
+TEST_F(ConfigTest, HttpLimits) {
+  absl::StatusOr<Config> defaults = LoadConfig(Write("{}\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->http_limits.request_timeout, absl::Seconds(10));
+  EXPECT_EQ(defaults->http_limits.max_connections, 256);
+  EXPECT_EQ(defaults->http_limits.max_connections_per_address, 64);
+  absl::StatusOr<Config> set = LoadConfig(Write(
+      "http_limits:\n  request_timeout_s: 2.5\n  max_connections: 100\n"
+      "  max_connections_per_address: 7\n"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->http_limits.request_timeout, absl::Milliseconds(2500));
+  EXPECT_EQ(set->http_limits.max_connections, 100);
+  EXPECT_EQ(set->http_limits.max_connections_per_address, 7);
+  EXPECT_THAT(FormatConfig(*set), HasSubstr("http_limits.request_timeout_s: 2.5\n"));
+  EXPECT_THAT(FormatConfig(*set), HasSubstr("http_limits.max_connections_per_address: 7\n"));
+  absl::StatusOr<Config> small = LoadConfig(Write("http_limits:\n  max_connections: 20\n"));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->http_limits.max_connections_per_address, 20);
 }
 
 TEST_F(ConfigTest, MissingFileIsNotFound) {

@@ -269,6 +269,22 @@ TEST(CheckpointValidateTest, RejectsAPythonTorchSaveArchive) {
                          "wrote"));
 }
 
+// A TorchScript archive (what a job's model.pt is) is named as such, with what to resume from.
+TEST(CheckpointValidateTest, RejectsATorchScriptModuleNamingIt) {
+  TempDir dir("checkpoint_test");
+  std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
+  const std::string path = dir / "model.pt";
+  torch::jit::Module module("Net");
+  module.register_parameter("w", torch::zeros({2}), /*is_buffer=*/false);
+  module.save(path);
+  const absl::Status status = ValidateResume(*executor, path);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(MessageOf(status),
+              StartsWith("train_job.resume_from: " + path +
+                         ": a TorchScript module (as a job's model.pt is), not a checkpoint: "
+                         "resume from the job's id, or its checkpoint-*.pt"));
+}
+
 // Item 8 of issue 14: validating a resume reads a bounded part of the file whatever it holds.
 // Two archives built from a real checkpoint's records: one whose metadata record is padded to
 // 1 MiB with keys ReadCheckpointInfo ignores, one with 20,000 extra records (a 1.5 MB central
@@ -320,7 +336,7 @@ TEST(CheckpointValidateTest, ReadsTheMetadataWithASizeCap) {
   EXPECT_THAT(MessageOf(wide_status), HasSubstr("more than the 1048576 read to check a file"));
 }
 
-TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOrOptimizerOrBatchSize) {
+TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOptimizerBatchSizeOrSeed) {
   TempDir dir("checkpoint_test");
   std::unique_ptr<Executor> executor = MakeExecutor(dir.path().string());
   // Checkpoints written with SaveCheckpoint itself, each differing from ConvnetJob in one way.
@@ -347,7 +363,7 @@ TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOrOptimizerOrBatchS
     CheckpointInfo info;
     std::string expected;
   };
-  std::vector<Case> cases(5, Case{"", info, ""});
+  std::vector<Case> cases(6, Case{"", info, ""});
   cases[0].dir = "model";
   cases[0].info.model = "mlp";
   cases[0].expected = "its model is mlp, this job's is convnet";
@@ -363,6 +379,10 @@ TEST(CheckpointValidateTest, RejectsACheckpointOfAnotherModelOrOptimizerOrBatchS
   cases[4].dir = "epoch";
   cases[4].info.epoch = 5;
   cases[4].expected = "checkpoint is at epoch 5, beyond this job's 3 epoch(s)";
+  cases[5].dir = "seed";
+  cases[5].info.seed = 8;  // ConvnetJob's is 7
+  cases[5].expected =
+      "its seed (the data order, validation split and subsets follow it) is 8, this job's is 7";
   for (const Case& c : cases) {
     absl::StatusOr<mpsd::v1::CheckpointSaved> saved =
         SaveCheckpoint(dir / c.dir, c.info, *model, optimizer, shuffle, {}, torch::kCPU);

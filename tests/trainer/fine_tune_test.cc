@@ -62,6 +62,25 @@ TEST(FineTuneTest, FrozenBlocksStayInEvalModeAndOutOfTheOptimizer) {
   for (const torch::Tensor& p : groups->groups[0].parameters) EXPECT_TRUE(p.requires_grad());
 }
 
+// Prefixes that freeze everything leave nothing to train: refused, naming freeze (at submit,
+// where the job's model is built to check the spec, as here).
+TEST(FineTuneTest, FreezingEveryParameterIsAFieldError) {
+  mpsd::v1::TrainJob spec;
+  for (const char* prefix : {"conv1.", "bn1.", "layer", "fc."}) spec.add_freeze(prefix);
+  OptimizerConfig optimizer;
+  const FineTuneConfig config = Resolve(spec, optimizer);
+  std::shared_ptr<ClassifierImpl> model = ResNet18();
+  std::vector<std::string> notes;
+  absl::StatusOr<ParameterGroups> groups =
+      PrepareFineTune(config, optimizer, *model, Fields(), notes);
+  ASSERT_FALSE(groups.ok());
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(groups.status().message(),
+            "train_job.freeze: conv1., bn1., layer, fc. freezes every parameter of the model: "
+            "nothing would train (name fewer prefixes, or the ones that train with trainable, "
+            "e.g. [\"fc.\"])");
+}
+
 TEST(FineTuneTest, ParamGroupsGetTheirOwnSettingsScaledByTheSchedule) {
   mpsd::v1::TrainJob spec;
   mpsd::v1::ParamGroupSpec* group = spec.add_param_groups();

@@ -57,6 +57,7 @@ sd = m.state_dict()
 del sd["layer4.1.bn2.running_var"]
 sd["extra.weight"] = torch.zeros(3)
 torch.save(sd, os.path.join(out, "partial.pt"))
+torch.save(torch.nn.DataParallel(m).state_dict(), os.path.join(out, "wrapped.pt"))
 )PY";
 
 class StateDictTest : public ::testing::Test {
@@ -163,6 +164,25 @@ TEST_F(StateDictTest, StrictListsMissingAndUnexpectedNamesAndNonStrictReportsThe
   EXPECT_EQ(loose->loaded, 121);
   EXPECT_THAT(loose->missing, ElementsAre("layer4.1.bn2.running_var"));
   EXPECT_THAT(loose->unexpected, ElementsAre("extra.weight"));
+}
+
+// A file with no name in common loads nothing, which strict: false does not make a fine-tune:
+// refused either way, and a DataParallel model's "module." names are pointed out.
+TEST_F(StateDictTest, NoNameInCommonIsRefusedEvenWithoutStrict) {
+  absl::StatusOr<NamedTensors> file = ReadStateDict(Path("wrapped.pt"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::shared_ptr<ClassifierImpl> model = ResNet18(3, 10);
+  for (const bool strict : {true, false}) {
+    absl::StatusOr<StateDictLoad> load = LoadStateDict(*model, *file, strict);
+    ASSERT_FALSE(load.ok()) << "strict " << strict;
+    EXPECT_EQ(load.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(load.status().message(),
+                HasSubstr("none of the file's 122 names is a parameter or buffer of the model"));
+    EXPECT_THAT(load.status().message(),
+                HasSubstr("its names start with \"module.\", as a DataParallel or "
+                          "DistributedDataParallel model's do: save model.module.state_dict() "
+                          "instead"));
+  }
 }
 
 TEST_F(StateDictTest, FilesThatAreNotAStateDictAreRefusedWithoutRunningAnything) {

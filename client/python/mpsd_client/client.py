@@ -195,6 +195,20 @@ def _retry_unavailable(call: Callable[[], _T], retries: int,
             time.sleep(min(tries, 5))
 
 
+def run_name(job: pb2.Job) -> str:
+    """A job's folder under an export (TensorBoard's run), the rule of mpsctl export and the
+    daemon's tensorboard_dir (api/tensorboard/job_history.h RunName): "<name>-<id>", the name's
+    characters other than [A-Za-z0-9._-] replaced by "_" ("." and ".." become "_"); the id alone
+    for a job without a name."""
+    if not job.spec.name:
+        return job.id
+    safe = "".join(chr(b) if chr(b).isalnum() and b < 128 or chr(b) in "._-" else "_"
+                   for b in job.spec.name.encode("utf-8"))  # per byte, as the C++ rule
+    if safe in (".", ".."):
+        safe = "_"
+    return "%s-%s" % (safe, job.id)
+
+
 def follow_events(stub: pb2_grpc.JobServiceStub, job_id: str, after_seq: int = 0,
                   heartbeats: bool = False, reconnect_timeout: float = 0.0,
                   latest_attempt_only: bool = True) -> Iterator[pb2.JobEvent]:
@@ -487,7 +501,8 @@ class Client:
         return self.follow(job_id, after_seq=after_seq)
 
     def export(self, job_id: str, directory: str, *, format: str = "csv") -> List[str]:
-        """Writes a job's metrics under `directory`/`job_id`/ and returns the files written:
+        """Writes a job's metrics under `directory`/run_name(job)/ (<name>-<id>, as mpsctl export)
+        and returns the files written:
         "csv": steps.csv (one row per step, a column per StepMetrics field) and epochs.csv (one
         row per epoch, a column per EpochMetrics field; an unmeasured value empty), with the
         latest value of each step and epoch when a resumed job ran one twice (the columns of
@@ -497,7 +512,7 @@ class Client:
         if format not in ("csv", "jsonl"):
             raise ValueError("format %r: expected \"csv\" or \"jsonl\" (TensorBoard: mpsctl "
                              "export --format tensorboard)" % format)
-        out_dir = os.path.join(directory, job_id)
+        out_dir = os.path.join(directory, run_name(self.get(job_id)))
         os.makedirs(out_dir, exist_ok=True)
         if format == "jsonl":
             path = os.path.join(out_dir, "events.jsonl")

@@ -4,6 +4,7 @@
 #include "server/access/data_roots.h"
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/str_replace.h"
@@ -23,6 +24,8 @@ class DataRootsUploadsTest : public ::testing::Test {
   void SetUp() override {
     state_ = std::filesystem::weakly_canonical(dir_.path() / "state").string();
     std::filesystem::create_directories(state_ + "/uploads/alice/ds");
+    std::filesystem::create_directories(state_ + "/uploads/alice/models");
+    std::ofstream(state_ + "/uploads/alice/net.pt") << "x";
     std::filesystem::create_directories(dir_.path() / "data");
   }
   mpsd::testing::TempDir dir_;
@@ -55,6 +58,18 @@ TEST_F(DataRootsUploadsTest, EveryPathFieldResolvesToTheSubmittersArea) {
   absl::Status status = roots.ResolveUploads(&bad, "alice");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(api::InvalidFieldOf(status), "train_job.resume_from");
+
+  // One's own upload that is not there is named as such (not as a state dir path); another
+  // submitter's resolves either way (CheckPath refuses it without saying whether it exists).
+  mpsd::v1::SubmitJobRequest missing;
+  missing.mutable_train_job()->mutable_dataset()->set_root("upload:nope/train");
+  status = roots.ResolveUploads(&missing, "alice");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(api::InvalidFieldOf(status), "train_job.dataset.root");
+  EXPECT_EQ(status.message(), "train_job.dataset.root: upload:nope/train: you have no upload "
+                              "named \"nope\" (mpsctl uploads lists yours)");
+  missing.mutable_train_job()->mutable_dataset()->set_root("upload:@bob/nope");
+  EXPECT_TRUE(roots.ResolveUploads(&missing, "alice").ok());
 }
 
 TEST_F(DataRootsUploadsTest, OwnUploadsOnlyAndAdminAll) {
@@ -70,7 +85,8 @@ TEST_F(DataRootsUploadsTest, OwnUploadsOnlyAndAdminAll) {
   absl::Status exists = roots.CheckPath("f", ds, &bob);
   absl::Status missing = roots.CheckPath("f", none, &bob);
   EXPECT_EQ(exists.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(exists.message(), HasSubstr("f: \"upload:@alice/ds\" is not under"));
+  EXPECT_THAT(exists.message(), HasSubstr("f: \"upload:@alice/ds\" is another submitter's "
+                                          "upload: a job may read only its submitter's uploads"));
   EXPECT_THAT(exists.message(), Not(HasSubstr(state_)));
   EXPECT_EQ(absl::StrReplaceAll(exists.message(), {{"/ds\"", "/X\""}}),
             absl::StrReplaceAll(missing.message(), {{"/none\"", "/X\""}}));
