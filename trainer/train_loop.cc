@@ -684,8 +684,8 @@ absl::Status CheckOptions(const TrainOptions& options, const DeviceDataset& data
   }
   if (steps_per_epoch < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "an epoch has no optimizer step (batch size %d, drop_last %v)", options.batch_size,
-        options.drop_last));
+        "an epoch has no optimizer step (batch size %d, drop_last %s)", options.batch_size,
+        options.drop_last ? "true" : "false"));
   }
   if (options.data_parallel != nullptr && data.train.streamed != nullptr) {
     return absl::InvalidArgumentError(
