@@ -264,7 +264,7 @@ TEST(LiveTensorBoardE2eTest, TheDaemonWritesTheFileWhileTheJobTrains) {
   CommandResult running = RunCommand({MpsctlPath(), "--server", daemon.address(), "export",
                                       job.id(), "--format", "csv", "-o", dir / "running"});
   EXPECT_EQ(running.exit_code, 0) << running.err;
-  const std::string steps_csv = ReadFile(dir / "running/live/steps.csv");
+  const std::string steps_csv = ReadFile(dir / ("running/live-" + job.id() + "/steps.csv"));
   EXPECT_GE(std::count(steps_csv.begin(), steps_csv.end(), '\n'), 11) << steps_csv;
   ASSERT_TRUE(rpc::Cancel(daemon, job.id()).ok());
   const v1::Job ended = rpc_ok::WaitForEnd(daemon, job.id());
@@ -330,9 +330,9 @@ TEST(LiveTensorBoardE2eTest, AJobResumedAfterADaemonKillHasEachStepOnce) {
   CommandResult exported = RunCommand({MpsctlPath(), "--server", daemon->address(), "export",
                                        job.id(), "--format", "tensorboard", "-o", dir / "out"});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
-  const std::vector<std::string> out = FilesIn(dir / "out/resumed");
+  const std::vector<std::string> out = FilesIn(dir / ("out/resumed-" + job.id()));
   ASSERT_THAT(out, SizeIs(1));
-  RunPythonCheck(events, dir / ("out/resumed/" + out[0]), dir / "stored2.jsonl");
+  RunPythonCheck(events, dir / ("out/resumed-" + job.id() + "/" + out[0]), dir / "stored2.jsonl");
 }
 
 }  // namespace
