@@ -170,7 +170,15 @@ absl::StatusOr<Subset> ChooseSubset(const std::vector<int64_t>& labels,
   }
   subset.class_counts.assign(request.num_classes, 0);
   for (const int64_t i : subset.indices) ++subset.class_counts[labels[i]];
-  if (!subset.subsetted) return subset;
+  if (!subset.subsetted) {
+    // Asked for more than there is: every example, said so (a typo'd limit is not silent).
+    if (request.limit > n) {
+      subset.notes.push_back(absl::StrFormat(
+          "%s %d is more than the %s split's %d examples: all %d are used", request.field,
+          request.limit, request.split, n, n));
+    }
+    return subset;
+  }
   subset.notes.push_back(absl::StrFormat(
       "%s subset: %s, %d of %d examples%s; per class: %s", request.split,
       SubsetModeName(request.mode), request.limit, n,

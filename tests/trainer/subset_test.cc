@@ -111,7 +111,13 @@ TEST(SubsetTest, NoLimitKeepsEverythingAndChecksNothing) {
     EXPECT_FALSE(subset->subsetted);
     EXPECT_EQ(subset->indices.size(), 10u);
     EXPECT_THAT(subset->class_counts, ElementsAre(4, 0, 6));
-    EXPECT_TRUE(subset->notes.empty());
+    // A limit beyond the split keeps all of it, and says so.
+    if (limit <= 10) {
+      EXPECT_TRUE(subset->notes.empty());
+    } else {
+      EXPECT_THAT(subset->notes, ElementsAre("limit_train 99 is more than the train split's 10 "
+                                             "examples: all 10 are used"));
+    }
   }
 }
 
