@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -798,14 +799,12 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   return absl::OkStatus();
 }
 
-// Evaluate for multilabel and regression: the task's sums (TaskLoss::EvalSums) over the split,
-// read back once.
-absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit& split,
-                                        int64_t batch_size, const std::atomic<bool>& cancelled,
-                                        DataParallel* data_parallel, const TaskLoss& task) {
-  torch::NoGradGuard no_grad;
-  EvalModeGuard eval_mode(model);
-  torch::Tensor sums;
+// Calls `visit(inputs, targets)` for `split`'s examples in order, `batch_size` at a time: the
+// streamed split's pass, else slices of the resident tensors. CANCELLED when `cancelled` is set
+// before a batch. Both evaluations (classification's and the other tasks') walk a split so.
+absl::Status ForEachEvalBatch(
+    const TensorSplit& split, int64_t batch_size, const std::atomic<bool>& cancelled,
+    const std::function<void(const torch::Tensor&, const torch::Tensor&)>& visit) {
   const int64_t n = split.size();
   if (split.streamed != nullptr && n > 0) {
     split.streamed->StartPass(torch::arange(n, torch::TensorOptions().dtype(torch::kInt64)),
@@ -817,12 +816,28 @@ absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit
     }
     const int64_t size = std::min(batch_size, n - start);
     const torch::Tensor targets = split.labels.narrow(/*dim=*/0, start, size);
-    const torch::Tensor inputs = split.streamed != nullptr
-                                     ? split.streamed->Next()
-                                     : split.images.narrow(/*dim=*/0, start, size);
-    const torch::Tensor batch = task.EvalSums(model.forward(inputs), targets);
-    sums = sums.defined() ? sums + batch : batch;
+    visit(split.streamed != nullptr ? split.streamed->Next()
+                                    : split.images.narrow(/*dim=*/0, start, size),
+          targets);
   }
+  return absl::OkStatus();
+}
+
+// Evaluate for multilabel and regression: the task's sums (TaskLoss::EvalSums) over the split,
+// read back once.
+absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit& split,
+                                        int64_t batch_size, const std::atomic<bool>& cancelled,
+                                        DataParallel* data_parallel, const TaskLoss& task) {
+  torch::NoGradGuard no_grad;
+  EvalModeGuard eval_mode(model);
+  torch::Tensor sums;
+  const int64_t n = split.size();
+  const absl::Status walked = ForEachEvalBatch(
+      split, batch_size, cancelled, [&](const torch::Tensor& inputs, const torch::Tensor& targets) {
+        const torch::Tensor batch = task.EvalSums(model.forward(inputs), targets);
+        sums = sums.defined() ? sums + batch : batch;
+      });
+  if (!walked.ok()) return walked;
   int64_t examples = n;
   if (data_parallel != nullptr) {
     // Every rank takes part, an empty shard with zeros of the same length.
@@ -868,30 +883,19 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
     weight_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
   }
   const int64_t n = split.size();
-  if (split.streamed != nullptr && n > 0) {
-    split.streamed->StartPass(torch::arange(n, torch::TensorOptions().dtype(torch::kInt64)),
-                              batch_size);
-  }
-  for (int64_t start = 0; start < n; start += batch_size) {
-    if (cancelled.load(std::memory_order_relaxed)) {
-      return absl::CancelledError("cancelled during evaluation");
-    }
-    const int64_t size = std::min(batch_size, n - start);
-    const torch::Tensor labels = split.labels.narrow(/*dim=*/0, start, size);
-    const torch::Tensor images = split.streamed != nullptr
-                                     ? split.streamed->Next()
-                                     : split.images.narrow(/*dim=*/0, start, size);
-    const torch::Tensor logits = model.forward(images);
-    if (weighted != nullptr) {
-      loss_sum.add_(F::cross_entropy(
-          logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum).weight(class_weights)));
-      weight_sum.add_(class_weights.index_select(/*dim=*/0, labels).sum());
-    } else {
-      loss_sum.add_(
-          F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kSum)));
-    }
-    correct.add_(logits.argmax(/*dim=*/1).eq(labels).sum());
-  }
+  const absl::Status walked = ForEachEvalBatch(
+      split, batch_size, cancelled, [&](const torch::Tensor& images, const torch::Tensor& labels) {
+        const torch::Tensor logits = model.forward(images);
+        F::CrossEntropyFuncOptions sum = F::CrossEntropyFuncOptions().reduction(torch::kSum);
+        if (weighted != nullptr) {
+          loss_sum.add_(F::cross_entropy(logits, labels, sum.weight(class_weights)));
+          weight_sum.add_(class_weights.index_select(/*dim=*/0, labels).sum());
+        } else {
+          loss_sum.add_(F::cross_entropy(logits, labels, sum));
+        }
+        correct.add_(logits.argmax(/*dim=*/1).eq(labels).sum());
+      });
+  if (!walked.ok()) return walked;
   // The one synchronisation of the evaluation.
   torch::Tensor totals = torch::stack({loss_sum, correct.to(torch::kFloat32)});
   int64_t examples = n;
