@@ -246,6 +246,22 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
   return true;
 }
 
+std::string TcpAddress(const Daemon& daemon) {
+  // The unix socket may answer before the TCP listener's line is in the log.
+  std::string log;
+  WaitUntil([&] {
+    log = ReadFile(daemon.log_path());
+    return absl::StrContains(log, "mpsd listening on 127.0.0.1:");
+  }, absl::Seconds(30));
+  const size_t at = log.find("mpsd listening on 127.0.0.1:");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no TCP listener in the log:\n" << log;
+    return "";
+  }
+  const size_t start = at + std::strlen("mpsd listening on ");
+  return log.substr(start, log.find(' ', start) - start);
+}
+
 namespace rpc {
 
 absl::StatusOr<mpsd::v1::Job> Submit(Daemon& daemon, const mpsd::v1::SubmitJobRequest& request) {

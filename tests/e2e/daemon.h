@@ -105,6 +105,11 @@ mpsd::v1::SubmitJobRequest TrainJobRequest(int64_t limit_train, int64_t limit_te
 bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(120));
 
 // One call each; errors are the daemon's, as absl statuses (the codes are the same numbers).
+// "127.0.0.1:PORT" of the daemon's TCP listener (started with --listen 127.0.0.1:0), from its
+// log: waits up to 30 s for the line, since the unix socket may answer before it is written; ""
+// and a test failure without it.
+std::string TcpAddress(const Daemon& daemon);
+
 namespace rpc {
 
 absl::StatusOr<mpsd::v1::Job> Submit(Daemon& daemon, const mpsd::v1::SubmitJobRequest& request);

@@ -141,23 +141,6 @@ std::string AddToken(const std::string& tokens, const std::string& name, const s
   return std::string(absl::StripAsciiWhitespace(result.out));
 }
 
-// "127.0.0.1:PORT" of the daemon's TCP listener, from its log.
-std::string TcpAddress(const Daemon& daemon) {
-  // The unix socket may answer before the TCP listener's line is in the log.
-  std::string log;
-  WaitUntil([&] {
-    log = ReadFile(daemon.log_path());
-    return absl::StrContains(log, "mpsd listening on 127.0.0.1:");
-  }, absl::Seconds(30));
-  const size_t at = log.find("mpsd listening on 127.0.0.1:");
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no TCP listener in the log:\n" << log;
-    return "";
-  }
-  const size_t start = at + std::strlen("mpsd listening on ");
-  return log.substr(start, log.find(' ', start) - start);
-}
-
 std::string ShortJobYaml(const std::string& root = "/usr/share/datasets/fashion-mnist") {
   return absl::StrFormat(
       "kind: TrainJob\nmodel: {name: mlp}\n"

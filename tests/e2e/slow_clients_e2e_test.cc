@@ -6,11 +6,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <fstream>
 #include <functional>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "tests/common/files.h"
 #include "tests/common/raw_http.h"
 #include "tests/e2e/daemon.h"
 
@@ -28,13 +26,6 @@ namespace mpsd::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string Trimmed(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
@@ -61,14 +52,14 @@ class HttpLimitsE2eTest : public ::testing::Test {
     ASSERT_TRUE(WaitUntil(
         [&] {
           std::smatch match;
-          const std::string log = ReadAll(daemon_->log_path());
+          const std::string log = ReadFile(daemon_->log_path());
           static const std::regex kLine("/healthz on http://127\\.0\\.0\\.1:([0-9]+)");
           return std::regex_search(log, match, kLine) && absl::SimpleAtoi(match[1].str(), &port_);
         },
         absl::Seconds(30)))
-        << ReadAll(daemon_->log_path());
+        << ReadFile(daemon_->log_path());
     // The first start with an HTTP listener makes a tokens file with an admin token.
-    token_ = Trimmed(ReadAll(state_dir() + "/admin.token"));
+    token_ = Trimmed(ReadFile(state_dir() + "/admin.token"));
     ASSERT_FALSE(token_.empty());
   }
 
@@ -161,12 +152,12 @@ TEST_F(HttpLimitsE2eTest, SlowClientsBlockNeitherHealthNorMetricsAndAreCutAtTheD
             "");
   EXPECT_TRUE(WaitUntil(
       [&] {
-        return ReadAll(daemon_->log_path())
+        return ReadFile(daemon_->log_path())
                    .find("whose request had not arrived within http_limits.request_timeout_s") !=
                std::string::npos;
       },
       absl::Seconds(10)))
-      << ReadAll(daemon_->log_path());
+      << ReadFile(daemon_->log_path());
 }
 
 // Idle connections (a TCP connect and nothing more) up to the caps: the one beyond the
@@ -225,7 +216,7 @@ TEST_F(HttpLimitsE2eTest, ConnectionsBeyondTheCapsAreRefusedWithA503) {
             "");
   for (int fd : idle) close(fd);
   for (int fd : more) close(fd);
-  EXPECT_THAT(ReadAll(daemon_->log_path()), HasSubstr("over http_limits"));
+  EXPECT_THAT(ReadFile(daemon_->log_path()), HasSubstr("over http_limits"));
 }
 
 // Each limit is checked at start and by --check-config, naming the key.
@@ -263,16 +254,8 @@ TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotBlockCallsAndAreClosedAtTheHand
   TempDir dir;
   Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
   ASSERT_NO_FATAL_FAILURE(daemon.Start({"--listen", "127.0.0.1:0"}));
-  std::string log;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        log = ReadAll(daemon.log_path());
-        return absl::StrContains(log, "mpsd listening on 127.0.0.1:");
-      },
-      absl::Seconds(30)))
-      << log;
-  const size_t at = log.find("mpsd listening on 127.0.0.1:") + std::strlen("mpsd listening on ");
-  const std::string address = log.substr(at, log.find_first_of(" \n", at) - at);
+  const std::string address = TcpAddress(daemon);
+  ASSERT_FALSE(address.empty());
   int port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) << address;
   constexpr int kIdle = 100;
@@ -321,17 +304,9 @@ TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotRunTheDaemonOutOfFiles) {
   Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
   daemon.set_wrapper({"/usr/bin/prlimit", "--nofile=1024:8192", "--"});
   ASSERT_NO_FATAL_FAILURE(daemon.Start({"--listen", "127.0.0.1:0"}));
-  std::string log;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        log = ReadAll(daemon.log_path());
-        return absl::StrContains(log, "mpsd listening on 127.0.0.1:");
-      },
-      absl::Seconds(30)))
-      << log;
-  EXPECT_THAT(log, HasSubstr("open files limit raised from 1024 to 8192"));
-  const size_t at = log.find("mpsd listening on 127.0.0.1:") + std::strlen("mpsd listening on ");
-  const std::string address = log.substr(at, log.find_first_of(" \n", at) - at);
+  const std::string address = TcpAddress(daemon);
+  ASSERT_FALSE(address.empty());
+  EXPECT_THAT(ReadFile(daemon.log_path()), HasSubstr("open files limit raised from 1024 to 8192"));
   int port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) << address;
   std::vector<int> idle;
@@ -348,7 +323,7 @@ TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotRunTheDaemonOutOfFiles) {
     EXPECT_EQ(status.exit_code, 0) << server << ": " << status.err;
   }
   for (int fd : idle) close(fd);
-  EXPECT_THAT(ReadAll(daemon.log_path()), ::testing::Not(HasSubstr("Too many open files")));
+  EXPECT_THAT(ReadFile(daemon.log_path()), ::testing::Not(HasSubstr("Too many open files")));
   EXPECT_EQ(daemon.Stop(SIGTERM, absl::Seconds(60)), 0);
 }
 
