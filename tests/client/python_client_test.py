@@ -74,9 +74,11 @@ class JobFileTest(unittest.TestCase):
 
     def test_missing_and_unknown_kind(self):
         self.assertEqual(self.error("model: {name: convnet}\n"),
-                         'job.yaml: missing "kind" (expected TrainJob or BenchJob)')
+                         'job.yaml: missing "kind" (expected TrainJob, BenchJob, EvalJob or '
+                         'PredictJob)')
         self.assertEqual(self.error("kind: TranJob\n"),
-                         'job.yaml: kind: unknown "TranJob" (expected TrainJob or BenchJob)')
+                         'job.yaml: kind: unknown "TranJob" (expected TrainJob, BenchJob, EvalJob '
+                         'or PredictJob)')
 
     def test_bench_job(self):
         r = self.parse("kind: BenchJob\nmodels: [convnet]\nbatch_sizes: [1, 64]\n")
