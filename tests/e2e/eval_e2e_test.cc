@@ -148,6 +148,20 @@ TEST_F(EvalE2eTest, TrainSplitRowsCountTheTrainingClasses) {
   EXPECT_GT(s.metrics().at("train_accuracy"), 0.5);  // it learned something from them
 }
 
+// A model.pt named by its path (its model.json beside it) is the job's model: the same figures.
+// The path may hold a TorchScript module, so the submit-time check runs in a process of its own.
+TEST_F(EvalE2eTest, AModelPtPathEvaluatesAsItsJob) {
+  const std::string path = trained_.summary().model_path();
+  ASSERT_FALSE(path.empty());
+  const mpsd::v1::Job eval =
+      rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, EvalRequest(path, "test")).id());
+  ASSERT_EQ(eval.state(), mpsd::v1::Job::SUCCEEDED) << eval.message();
+  EXPECT_EQ(eval.summary().eval_model(), path);
+  EXPECT_EQ(eval.summary().eval_model_job_id(), trained_.id());
+  EXPECT_EQ(eval.summary().metrics().at("test_accuracy"), trained_.summary().test_accuracy());
+  EXPECT_EQ(eval.summary().metrics().at("test_loss"), trained_.summary().test_loss());
+}
+
 TEST_F(EvalE2eTest, BadModelsAndDatasetsAreRefusedNamingTheField) {
   const auto refused = [&](const mpsd::v1::SubmitJobRequest& request) {
     absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon_, request);
