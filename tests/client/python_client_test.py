@@ -251,6 +251,26 @@ class JobSpecTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             mpsd_client.job_request(42)
 
+    def test_eval_and_predict_jobs(self):
+        evaluation = pb2.EvalJob(model="3", split="val")
+        self.assertEqual(mpsd_client.job_request(evaluation),
+                         pb2.SubmitJobRequest(eval_job=evaluation))
+        predict = pb2.PredictJob(model="3", inputs=["a.png"])
+        self.assertEqual(mpsd_client.job_request(predict),
+                         pb2.SubmitJobRequest(predict_job=predict))
+        # examples/eval.yaml as mpsctl reads it: the job id stays, nothing else is a path.
+        example = mpsd_client.read_job_file(os.path.join(REPO, "examples", "eval.yaml"))
+        self.assertEqual(example.WhichOneof("spec"), "eval_job")
+        self.assertEqual(example.eval_job.model, "1")
+        self.assertEqual(example.eval_job.dataset.root, "/usr/share/datasets/fashion-mnist")
+        # Relative paths against the job file's folder, as mpsctl makes them.
+        r = mpsd_client.parse_job_file("kind: PredictJob\nmodel: out/model.pt\n"
+                                       "inputs: [shoe.png, photos]\ntop_k: 3\n", "job.yaml")
+        mpsd_client.make_paths_absolute(r, "/data/jobs/job.yaml")
+        self.assertEqual(r.predict_job.model, "/data/jobs/out/model.pt")
+        self.assertEqual(list(r.predict_job.inputs), ["/data/jobs/shoe.png", "/data/jobs/photos"])
+        self.assertEqual(r.predict_job.top_k, 3)
+
 
 def run_submit(server, job_file, *extra):
     return subprocess.run([sys.executable, SUBMIT, "--server", server, job_file, *extra],

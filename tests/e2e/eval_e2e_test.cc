@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -146,6 +147,50 @@ TEST_F(EvalE2eTest, TrainSplitRowsCountTheTrainingClasses) {
   ASSERT_EQ(counts.size(), kClasses);
   EXPECT_EQ(RowSums(s), std::vector<int64_t>(counts.begin(), counts.end()));
   EXPECT_GT(s.metrics().at("train_accuracy"), 0.5);  // it learned something from them
+}
+
+// Regression and multilabel (examples/make_task_data.py's data): the EvalJob's metrics of the
+// test and validation splits are the TrainJob's own last ones, by the same names; no confusion
+// matrix.
+TEST_F(EvalE2eTest, RegressionAndMultilabelMatchTheTrainJobsMetrics) {
+  if (std::string(kPython).empty()) GTEST_SKIP() << "no python3 with torch";
+  ASSERT_EQ(std::system(absl::StrCat(kPython, " ", SourcePath("examples/make_task_data.py"), " ",
+                                     dir_.str(), " --train 256 --test 64")
+                            .c_str()),
+            0);
+  for (const char* task_name : {"regression", "multilabel"}) {
+    const std::string task = task_name;
+    SCOPED_TRACE(task);
+    mpsd::v1::SubmitJobRequest train = TrainJobRequest(0, 0, /*epochs=*/2, 32, "mlp");
+    mpsd::v1::DatasetSpec dataset;
+    dataset.set_name("tensors");
+    dataset.set_root(absl::StrCat(dir_.str(), "/", task, ".pt"));
+    dataset.mutable_validation()->set_source("val");
+    *train.mutable_train_job()->mutable_dataset() = dataset;
+    train.mutable_train_job()->set_task(task);
+    const mpsd::v1::Job trained =
+        rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, train).id());
+    ASSERT_EQ(trained.state(), mpsd::v1::Job::SUCCEEDED) << trained.message();
+    for (const char* split_name : {"test", "val"}) {
+      const std::string split = split_name;
+      mpsd::v1::SubmitJobRequest request = EvalRequest(trained.id(), split);
+      *request.mutable_eval_job()->mutable_dataset() = dataset;
+      const mpsd::v1::Job eval =
+          rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, request).id());
+      ASSERT_EQ(eval.state(), mpsd::v1::Job::SUCCEEDED) << eval.message();
+      EXPECT_EQ(eval.summary().task(), task);
+      EXPECT_EQ(eval.summary().eval_examples(), 64);
+      EXPECT_EQ(eval.summary().confusion_matrix_size(), 0);
+      int compared = 0;
+      for (const auto& [name, value] : eval.summary().metrics()) {
+        ASSERT_TRUE(absl::StartsWith(name, split + "_")) << name;
+        ASSERT_TRUE(trained.summary().metrics().contains(name)) << name;
+        EXPECT_DOUBLE_EQ(value, trained.summary().metrics().at(name)) << name;
+        ++compared;
+      }
+      EXPECT_GE(compared, task == "regression" ? 4 : 3);  // loss, mse, mae, r2; loss, accuracy, f1
+    }
+  }
 }
 
 // A model.pt named by its path (its model.json beside it) is the job's model: the same figures.
