@@ -139,6 +139,14 @@ std::string EvalLines(const v1::JobSummary& s, absl::string_view indent) {
 // The summary's lines after the first, each starting with `indent` and ending in '\n'.
 std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   if (!s.eval_split().empty()) return EvalLines(s, indent);
+  if (s.predictions_size() > 0) {  // a PredictJob
+    return absl::StrCat(indent, "predicted ", Plural(s.predictions_size(), "input"), " with ",
+                        s.eval_model_job_id().empty()
+                            ? s.eval_model()
+                            : absl::StrCat("job ", s.eval_model_job_id(), "'s model"),
+                        " (", s.task(), "): forward passes ",
+                        absl::StrFormat("%.3f ms", s.forward_time_ms()), "\n");
+  }
   std::string out;
   // Only what was measured: an unevaluated split has no figures, not zeros.
   if (s.epochs() > 0 && !s.metrics().empty()) {  // multilabel, regression

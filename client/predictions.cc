@@ -105,6 +105,26 @@ std::string Table(const std::vector<v1::Prediction>& predictions, absl::string_v
 
 }  // namespace
 
+std::string FormatPredictionLine(const v1::Prediction& p) {
+  std::vector<std::string> parts;
+  if (p.values_size() > 0) {
+    std::vector<std::string> values;
+    for (const double v : p.values()) values.push_back(absl::StrFormat("%.6g", v));
+    parts.push_back(absl::StrCat("values ", absl::StrJoin(values, ", ")));
+  } else if (p.classes_size() == p.probabilities_size()) {  // classification: the top k
+    for (int r = 0; r < p.classes_size(); ++r) {
+      const std::string name = NameAt(p, r);
+      parts.push_back(absl::StrCat(p.classes(r), name == "-" ? "" : absl::StrCat(" ", name), " ",
+                                   Probability(p.probabilities(r))));
+    }
+  } else {  // multilabel: every label's probability
+    for (int k = 0; k < p.probabilities_size(); ++k) {
+      parts.push_back(absl::StrCat("label ", k, " ", Probability(p.probabilities(k))));
+    }
+  }
+  return absl::StrCat("prediction ", p.input(), ": ", absl::StrJoin(parts, ", "));
+}
+
 absl::StatusOr<PredictionFormat> ParsePredictionFormat(absl::string_view name) {
   if (name == "table") return PredictionFormat::kTable;
   if (name == "csv") return PredictionFormat::kCsv;

@@ -30,6 +30,11 @@ absl::StatusOr<PredictionFormat> ParsePredictionFormat(absl::string_view name);
 std::string FormatPredictions(const std::vector<mpsd::v1::Prediction>& predictions,
                               absl::string_view task, PredictionFormat format);
 
+// One `prediction` event as a line of a job's log (mpsctl logs), without '\n':
+// "prediction /d/a.png: 9 Ankle boot 0.9712, 7 Sneaker 0.0200" (classes with their names and
+// probabilities, or every label's probability), "prediction x.pt[0]: values 1.5, -0.25".
+std::string FormatPredictionLine(const mpsd::v1::Prediction& prediction);
+
 }  // namespace mpsd::client
 
 #endif  // MPSD_CLIENT_PREDICTIONS_H_
