@@ -71,7 +71,8 @@ TEST(PredictionsTest, OneLinePerEventForTheLog) {
   EXPECT_EQ(FormatPredictionLine(Classified("/d/a.png", {9, 7}, {0.97123, 0.02},
                                             {"Ankle boot", "Sneaker"})),
             "prediction /d/a.png: 9 Ankle boot 0.9712, 7 Sneaker 0.0200");
-  EXPECT_EQ(FormatPredictionLine(Classified("b.png", {4}, {0.5}, {})), "prediction b.png: 4 0.5000");
+  EXPECT_EQ(FormatPredictionLine(Classified("b.png", {4}, {0.5}, {})),
+            "prediction b.png: 4 0.5000");
   v1::Prediction value;
   value.set_input("x.pt[0]");
   value.add_values(1.5);
