@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/job_state.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -191,6 +192,32 @@ TEST_F(EvalE2eTest, RegressionAndMultilabelMatchTheTrainJobsMetrics) {
       EXPECT_GE(compared, task == "regression" ? 4 : 3);  // loss, mse, mae, r2; loss, accuracy, f1
     }
   }
+}
+
+// An EvalJob is cancelled between its batches like any job: CANCELLED, with its summary, and the
+// executor runs the next job.
+TEST_F(EvalE2eTest, CancelStopsAnEvaluationBetweenBatches) {
+  // convnet on the whole test split in batches of 10: seconds of work on a CPU.
+  const mpsd::v1::Job convnet = rpc_ok::WaitForEnd(
+      daemon_, rpc_ok::Submit(daemon_, TrainJobRequest(128, 100, 1, 64, "convnet")).id());
+  ASSERT_EQ(convnet.state(), mpsd::v1::Job::SUCCEEDED) << convnet.message();
+  mpsd::v1::SubmitJobRequest slow = EvalRequest(convnet.id(), "test");
+  slow.mutable_eval_job()->set_batch_size(10);
+  const mpsd::v1::Job submitted = rpc_ok::Submit(daemon_, slow);
+  ASSERT_TRUE(WaitUntil([&] {
+    const mpsd::v1::Job job = rpc_ok::Get(daemon_, submitted.id());
+    return job.state() == mpsd::v1::Job::RUNNING || api::IsTerminal(job.state());
+  }));
+  absl::SleepFor(absl::Milliseconds(500));  // into the evaluation
+  ASSERT_TRUE(rpc::Cancel(daemon_, submitted.id()).ok());
+  const mpsd::v1::Job cancelled = rpc_ok::WaitForEnd(daemon_, submitted.id());
+  EXPECT_EQ(cancelled.state(), mpsd::v1::Job::CANCELLED) << cancelled.message();
+  EXPECT_TRUE(cancelled.has_summary());
+  EXPECT_EQ(cancelled.summary().eval_split(), "test");
+  EXPECT_TRUE(cancelled.summary().metrics().empty());  // unmeasured: absent, not 0
+  const mpsd::v1::Job next =
+      rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, EvalRequest(trained_.id(), "test")).id());
+  EXPECT_EQ(next.state(), mpsd::v1::Job::SUCCEEDED) << next.message();
 }
 
 // A model.pt named by its path (its model.json beside it) is the job's model: the same figures.
