@@ -53,15 +53,16 @@ absl::Status AsEvalError(const absl::Status& status, const TrainedModel& card) {
   std::string message(status.message());
   for (const char* own : {"train_job.dataset", "train_job.device"}) {
     if (absl::StartsWith(field, own) || absl::StartsWith(message, own)) {
-      const std::string moved = absl::StrCat("eval_job", absl::string_view(own).substr(9));
+      const std::string moved =
+          absl::StrCat("eval_job", absl::string_view(own).substr(std::strlen("train_job")));
       if (absl::StartsWith(message, own)) message = moved + message.substr(std::strlen(own));
       const std::string moved_field =
           field.empty() ? moved : moved + field.substr(std::min(field.size(), std::strlen(own)));
       return api::WithInvalidField(absl::Status(status.code(), message), moved_field);
     }
   }
-  return Fields().Error("dataset", absl::StrFormat("does not fit the model %s: %s", card.label,
-                                                   message));
+  return Fields().Error("dataset", absl::StrFormat("does not fit the model of %s: %s",
+                                                   card.label, message));
 }
 
 // The TrainJob that builds the model of `card` and loads `job.dataset` as the model's training
@@ -107,17 +108,17 @@ absl::Status CheckFits(const DatasetConfig& data, const TrainedModel& card) {
   }
   const bool classification = card.task == "classification";
   if (classification && data.float_targets) {
-    return Fields().Error("dataset", absl::StrFormat("float targets, but the model %s is a "
+    return Fields().Error("dataset", absl::StrFormat("float targets, but the model of %s is a "
                                                      "classifier (class indices)",
                                                      card.label));
   }
   if (classification && data.num_classes > card.config.num_classes) {
-    return Fields().Error("dataset", absl::StrFormat("%d classes, but the model %s has %d",
+    return Fields().Error("dataset", absl::StrFormat("%d classes, but the model of %s has %d",
                                                      data.num_classes, card.label,
                                                      card.config.num_classes));
   }
   if (!classification && !data.float_targets) {
-    return Fields().Error("dataset", absl::StrFormat("class indices, but the model %s is %s "
+    return Fields().Error("dataset", absl::StrFormat("class indices, but the model of %s is %s "
                                                      "(float targets)",
                                                      card.label, card.task));
   }
@@ -160,9 +161,8 @@ absl::StatusOr<EvalPlan> ResolveEvalJob(const mpsd::v1::EvalJob& job,
   absl::StatusOr<DatasetConfig> data = ResolveDataset(spec.dataset());
   if (!data.ok()) return AsEvalError(data.status(), plan.card);
   if (absl::Status s = CheckFits(*data, plan.card); !s.ok()) return s;
-  api::Executor::Options resolve_options = options;
   absl::StatusOr<TrainJobConfig> config =
-      ResolveTrainJob(spec, inventory, resolve_options, /*context=*/nullptr);
+      ResolveTrainJob(spec, inventory, options, /*context=*/nullptr);
   if (!config.ok()) return AsEvalError(config.status(), plan.card);
   plan.config = *std::move(config);
   if (plan.split == "val" && !plan.config.dataset.has_validation()) {
@@ -241,6 +241,11 @@ absl::Status Evaluation(const EvalPlan& plan, const EventSink& sink,
   const double seconds = std::chrono::duration<double>(Clock::now() - eval_start).count();
   eval_seconds = seconds;
   summary.set_eval_examples(split.size());
+  if (split.size() == 0) {  // nothing measured: no figures (an unmeasured metric is absent)
+    EmitLog(sink, absl::StrFormat("the %s split has no examples: nothing to evaluate",
+                                  plan.split));
+    return absl::OkStatus();
+  }
   PutMetrics(*result, plan.split, config.task, summary);
   EmitLog(sink, absl::StrFormat("%s: loss %.4f%s over %d examples in %.3f s", plan.split,
                                 result->loss,
