@@ -18,6 +18,7 @@
 #include "api/job_id.h"
 #include "trainer/model_export.h"
 #include "trainer/models/torchscript.h"
+#include "trainer/torch_archive.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -160,9 +161,17 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> LoadTrainedModel(const TrainedMo
     loaded = *std::move(script);
   } else {
     loaded = model.entry->make(model.config);
+    // Read once and checked (a model.pt named by path is the submitter's file) before LibTorch
+    // parses the same bytes (trainer/torch_archive.h).
+    absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
+    if (!bytes.ok()) return fields.Error("model", bytes.status().message());
+    const absl::string_view view(bytes->data(), bytes->size());
+    if (absl::Status s = CheckTorchArchive(view, ScriptPickles()); !s.ok()) {
+      return fields.Error("model", absl::StrCat(path, ": ", s.message()));
+    }
     torch::serialize::InputArchive archive;
     try {
-      archive.load_from(path, torch::kCPU);
+      archive.load_from(view.data(), view.size(), torch::kCPU);
       loaded->load(archive);
     } catch (const c10::Error& e) {
       return fields.Error("model", absl::StrFormat("%s: not the weights of %s: %s", path,

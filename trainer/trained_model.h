@@ -50,7 +50,9 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
                                               const FieldChecks& fields);
 
 // The model with model.pt's weights on `device`, in eval mode: the zoo model built for
-// `model.config` with the LibTorch archive loaded into it, or the TorchScript module.
+// `model.config` with the LibTorch archive loaded into it (read once and checked first,
+// trainer/torch_archive.h, within the executor's input limits), or the TorchScript module
+// (LoadTorchScriptClassifier, which checks it the same way).
 // INVALID_ARGUMENT through `fields` on "model" for a model.pt that is not that model's. Throws
 // c10::Error for device failures (the caller's firewall converts).
 absl::StatusOr<std::shared_ptr<ClassifierImpl>> LoadTrainedModel(const TrainedModel& model,

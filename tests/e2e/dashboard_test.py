@@ -865,6 +865,73 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.assertIn("999999", self.js("document.getElementById('compare-errors').textContent"))
         self.assertEqual(self.js("document.getElementById('compare-metric').value"), "test_accuracy")
 
+    def test_task_metrics_chart_facts_and_sweep_rank(self):
+        """Issue 28's tasks on the dashboard: a regression sweep ranks its trials by val R² as
+        mpsctl does, with a column per task metric; a trial's page charts MSE, MAE and R² per
+        epoch (no accuracy), lists its test metrics and the task; the list shows no accuracy."""
+        d = self.daemon
+        data = os.path.join(self.dir, "task-data")
+        subprocess.run([sys.executable, os.path.join(REPO, "examples", "make_task_data.py"), data,
+                        "--train", "512", "--test", "128"], check=True)
+        request = mpsd_client.parse_job_file("""kind: TrainJob
+name: dash-regression
+task: regression
+model: {name: mlp, dropout: 0}
+dataset: {name: tensors, root: %s, validation: {source: val}}
+batch_size: 64
+epochs: 2
+optimizer: {name: adam, learning_rate: 0.001}
+seed: 1
+device: cpu
+sweep: {grid: {optimizer.learning_rate: [0.0001, 0.01]}}
+""" % os.path.join(data, "regression.pt"), "regression.yaml")
+        sweep = d.submit(request)
+        d.wait(sweep.id, timeout=300)
+        sweep = d.stub.GetJob(pb2.GetJobRequest(job_id=sweep.id))
+        trials = [d.stub.GetJob(pb2.GetJobRequest(job_id=i)) for i in sweep.trial_job_ids]
+        self.assertTrue(all(t.summary.task == "regression" for t in trials))
+        expected = [t.id for t in sorted(trials, key=lambda t: (-t.summary.metrics["val_r2"], t.trial.index))]
+
+        self.open("#/jobs/" + sweep.id)
+        self.until("(window.mpsd.counters.sweepRanked || []).length === 2")
+        self.assertEqual(self.js("window.mpsd.counters.sweepMetric"), "val_r2")
+        self.assertEqual(self.js("window.mpsd.counters.sweepRanked"), expected)
+        header = self.js("document.querySelector('#trials thead').textContent")
+        for label in ("val R²", "test R²", "val MSE", "test MAE"):
+            self.assertIn(label, header)
+        self.assertNotIn("val acc", header)
+        self.assertIn("val_mse", self.js("[...document.getElementById('sweep-metric').options].map(o => o.value)"))
+        # Ranked by a loss-like metric, lowest first.
+        self.js("(() => { const s = document.getElementById('sweep-metric'); s.value = 'val_mse';"
+                " s.dispatchEvent(new Event('change')); return true; })()")
+        self.until("window.mpsd.counters.sweepMetric === 'val_mse'")
+        by_mse = [t.id for t in sorted(trials, key=lambda t: (t.summary.metrics["val_mse"], t.trial.index))]
+        self.assertEqual(self.js("window.mpsd.counters.sweepRanked"), by_mse)
+
+        best = next(t for t in trials if t.id == expected[0])
+        self.open("#/jobs/" + best.id)
+        self.until("window.mpsd.counters.epochPoints === 2")
+        self.assertIsNotNone(self.js("document.getElementById('chart-epoch-metrics')"))
+        self.assertIsNone(self.js("document.getElementById('chart-epoch-accuracy')"))
+        labels = self.js("window.mpsd.charts.epochAccuracy.labels")
+        self.assertEqual(labels, ["epoch", "val MSE", "test MSE", "val MAE", "test MAE", "val R²", "test R²"])
+        # The chart's last val R² is the epoch event's.
+        last = self.js("window.mpsd.charts.epochAccuracy.rows[1][5]")
+        self.assertAlmostEqual(last, best.last_epoch.metrics["val_r2"], places=6)
+        self.until("document.querySelector('.task-metric[data-metric=\"test_r2\"]')")
+        shown = float(self.js("document.querySelector('.task-metric[data-metric=\"test_r2\"]').textContent"))
+        self.assertAlmostEqual(shown, best.summary.metrics["test_r2"], delta=5e-4 * max(1, abs(shown)))
+        self.assertIn("regression", self.js("document.querySelector('.facts').textContent"))
+        self.driver.save_screenshot(os.path.join(self.shots, "job-regression.png"))
+
+        # The list has no accuracy for a regression.
+        self.open("#/?kind=TrainJob")
+        self.until("document.querySelector('tr[data-job-id=\"%s\"]')" % best.id)
+        row = self.js("[...document.querySelectorAll('#jobs thead th')].map(h => h.textContent)")
+        cells = self.js("[...document.querySelector('tr[data-job-id=\"%s\"]').cells].map(c => c.textContent)" % best.id)
+        self.assertEqual(cells[row.index("val acc")], "")
+        self.assertEqual(cells[row.index("test acc")], "")
+
     def test_dark_mode_downloads_sorting_and_bench_log_scale(self):
         d, driver = self.daemon, self.driver
         small = d.submit(train_job(limit_train=128, batch_size=16, epochs=2))

@@ -348,17 +348,31 @@ function progressCell(job) {
 function rowSignature(job) {
   const last = job.lastStep || {};
   const summary = job.summary || {};
-  return [job.state, last.step, last.totalSteps, last.samplesPerSecond, last.loss, summary.testAccuracy, summary.valAccuracy,
+  return [job.state, last.step, last.totalSteps, last.samplesPerSecond, last.loss, jobAccuracy(job, 'test'), jobAccuracy(job, 'val'),
     (job.lastEpoch || {}).epoch, jobDevice(job), (summary.benchRows || []).length, (job.trialJobIds || []).length,
     job.state === 'RUNNING' ? Math.floor(Date.now() / 10000) : ''].join('|');
 }
 
+// A job's accuracy on `split` (val or test), from its summary once it finished, else its newest
+// epoch; undefined when not measured. Multilabel's is in the metrics map; a regression has none.
+function jobAccuracy(job, split) {
+  const summary = job.summary || {}, epoch = job.lastEpoch || {};
+  let v;
+  if (jobTask(job) !== 'classification') {
+    const key = split + '_accuracy';
+    v = (summary.metrics || {})[key] !== undefined ? summary.metrics[key] : (epoch.metrics || {})[key];
+  } else if (split === 'val') {
+    v = summary.valAccuracy !== undefined ? summary.valAccuracy : epoch.valAccuracy;
+  } else {
+    v = summary.testAccuracy !== undefined ? summary.testAccuracy : (epoch.evaluated ? epoch.testAccuracy : undefined);
+  }
+  return v === undefined ? undefined : num(v);
+}
+
 function jobCells(job, selected, onSelect) {
   const last = job.lastStep || {};
-  const summary = job.summary || {};
-  const epoch = job.lastEpoch || {};
-  const valAccuracy = summary.valAccuracy !== undefined ? summary.valAccuracy : epoch.valAccuracy;
-  const testAccuracy = summary.testAccuracy !== undefined ? summary.testAccuracy : (epoch.evaluated ? epoch.testAccuracy : undefined);
+  const valAccuracy = jobAccuracy(job, 'val');
+  const testAccuracy = jobAccuracy(job, 'test');
   const age = fmtDuration(Date.now() / 1000 - seconds(job.createdAt));
   const checkbox = el('input', { type: 'checkbox', 'aria-label': 'select for compare', onclick: (e) => { e.stopPropagation(); onSelect(job.id, e.target.checked); } });
   checkbox.checked = selected;
@@ -376,8 +390,8 @@ function jobCells(job, selected, onSelect) {
     el('td', { class: 'hide-narrow' }, jobDevice(job)),
     el('td', { class: 'num hide-narrow' }, last.samplesPerSecond ? num(last.samplesPerSecond).toFixed(0) : ''),
     el('td', { class: 'num' }, last.loss !== undefined ? fmt(num(last.loss), 4) : ''),
-    el('td', { class: 'num' }, valAccuracy !== undefined ? (100 * num(valAccuracy)).toFixed(2) + '%' : ''),
-    el('td', { class: 'num' }, testAccuracy !== undefined ? (100 * num(testAccuracy)).toFixed(2) + '%' : ''),
+    el('td', { class: 'num' }, valAccuracy !== undefined ? (100 * valAccuracy).toFixed(2) + '%' : ''),
+    el('td', { class: 'num' }, testAccuracy !== undefined ? (100 * testAccuracy).toFixed(2) + '%' : ''),
     el('td', { class: 'hide-narrow' }, job.submittedBy || ''),
     el('td', { class: 'num hide-narrow' }, age),
   ];
@@ -419,18 +433,13 @@ function jobsPage(ctx, main, params) {
     ['dataset', 'hide-narrow'], ['state', ''], ['progress', ''], ['device', 'hide-narrow'], ['samples/s', 'num hide-narrow'],
     ['loss', 'num'], ['val acc', 'num'], ['test acc', 'num'], ['submitted by', 'hide-narrow'], ['age', 'num hide-narrow']];
   // Sorting by any column (click its header; again to reverse), kept in the URL (sort=, asc=1).
-  const accuracy = (job, field, epochField) => {
-    const s = job.summary || {}, e = job.lastEpoch || {};
-    const v = s[field] !== undefined ? s[field] : e[epochField];
-    return v === undefined ? undefined : num(v);
-  };
   const sortKeys = {
     id: (j) => num(j.id), name: jobName, labels: jobLabels, kind: kindName, model: jobModel, dataset: jobDataset,
     state: (j) => j.state, progress: (j) => progressOf(j).fraction, device: jobDevice,
     'samples/s': (j) => ((j.lastStep || {}).samplesPerSecond === undefined ? undefined : num(j.lastStep.samplesPerSecond)),
     loss: (j) => ((j.lastStep || {}).loss === undefined ? undefined : num(j.lastStep.loss)),
-    'val acc': (j) => accuracy(j, 'valAccuracy', 'valAccuracy'),
-    'test acc': (j) => accuracy(j, 'testAccuracy', (j.lastEpoch || {}).evaluated ? 'testAccuracy' : '-'),
+    'val acc': (j) => jobAccuracy(j, 'val'),
+    'test acc': (j) => jobAccuracy(j, 'test'),
     'submitted by': (j) => j.submittedBy || '', age: (j) => -seconds(j.createdAt),
   };
   let sortBy = sortKeys[params.get('sort')] ? params.get('sort') : 'id';
@@ -825,8 +834,12 @@ function jobFacts(job) {
     ['samples/s', last.samplesPerSecond ? num(last.samplesPerSecond).toFixed(0) : ''],
     ['submitted by', job.submittedBy || ''],
     ['created', job.createdAt ? new Date(job.createdAt).toLocaleString() : ''],
-    ['val accuracy', summary.valAccuracy !== undefined ? (100 * num(summary.valAccuracy)).toFixed(2) + '%' : ''],
-    ['test accuracy', summary.testAccuracy !== undefined ? (100 * num(summary.testAccuracy)).toFixed(2) + '%' : ''],
+    ['task', job.spec && job.spec.trainJob && jobTask(job) !== 'classification' ? jobTask(job) : ''],
+    ...(jobTask(job) === 'classification' ? [
+      ['val accuracy', summary.valAccuracy !== undefined ? (100 * num(summary.valAccuracy)).toFixed(2) + '%' : ''],
+      ['test accuracy', summary.testAccuracy !== undefined ? (100 * num(summary.testAccuracy)).toFixed(2) + '%' : '']]
+      : Object.entries(metricNumbers(summary.metrics)).filter(([k]) => !k.startsWith('train_')).sort()
+        .map(([k, v]) => [metricLabel(k), el('span', { class: 'task-metric', 'data-metric': k }, fmt(v, 4))])),
     ['total time', summary.totalTimeS ? fmtDuration(num(summary.totalTimeS)) : ''],
     ['peak allocated', memory.peakAllocatedBytes ? fmtBytes(memory.peakAllocatedBytes) : ''],
     ['peak reserved', memory.peakReservedBytes ? fmtBytes(memory.peakReservedBytes) : ''],
@@ -895,7 +908,17 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
   const loss = chartCard('Loss per step', 'chart-loss', el('div', { class: 'toolbar' },
     el('label', {}, 'Smoothing (EMA) ', smoothing), smoothingValue, el('label', {}, logScale, ' log scale'), el('label', {}, 'x ', xAxis)));
   const epochLoss = chartCard('Loss per epoch', 'chart-epoch-loss');
-  const epochAcc = chartCard('Accuracy per epoch', 'chart-epoch-accuracy');
+  // The epoch metrics chart: accuracy for classification, the task's own metrics otherwise
+  // (multilabel: accuracy and macro F1; regression: MSE and MAE, R² on the right axis).
+  const task = jobTask(job);
+  const TASK_EPOCH_METRICS = {
+    classification: ['train_accuracy', 'val_accuracy', 'test_accuracy'],
+    multilabel: ['train_accuracy', 'val_accuracy', 'test_accuracy', 'val_macro_f1', 'test_macro_f1'],
+    regression: ['val_mse', 'test_mse', 'val_mae', 'test_mae', 'val_r2', 'test_r2'],
+  };
+  const epochMetricKeys = TASK_EPOCH_METRICS[task] || TASK_EPOCH_METRICS.classification;
+  const epochAcc = task === 'classification' ? chartCard('Accuracy per epoch', 'chart-epoch-accuracy')
+    : chartCard(`${task === 'regression' ? 'Regression' : 'Multilabel'} metrics per epoch`, 'chart-epoch-metrics');
   const lr = chartCard('Learning rate', 'chart-lr');
   const speed = chartCard('Samples/s and step time', 'chart-speed');
   const memory = chartCard('Device memory allocated', 'chart-memory');
@@ -919,7 +942,10 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     loss: new LiveChart(loss.box, ['step', 'loss', 'smoothed'], { labelsDiv: loss.legend, xlabel: 'step',
       series: { loss: { color: 'rgba(31,111,235,0.35)', strokeWidth: 1 }, smoothed: { color: '#1f6feb', strokeWidth: 2 } } }),
     epochLoss: new LiveChart(epochLoss.box, ['epoch', 'train loss', 'val loss', 'test loss'], { labelsDiv: epochLoss.legend, xlabel: 'epoch', ...epochAxis }),
-    epochAccuracy: new LiveChart(epochAcc.box, ['epoch', 'train accuracy', 'val accuracy', 'test accuracy'], { labelsDiv: epochAcc.legend, xlabel: 'epoch', ...epochAxis }),
+    epochAccuracy: task === 'classification'
+      ? new LiveChart(epochAcc.box, ['epoch', 'train accuracy', 'val accuracy', 'test accuracy'], { labelsDiv: epochAcc.legend, xlabel: 'epoch', ...epochAxis })
+      : new LiveChart(epochAcc.box, ['epoch', ...epochMetricKeys.map(metricLabel)], { labelsDiv: epochAcc.legend, xlabel: 'epoch', ...epochAxis,
+        ...(task === 'regression' ? { series: { 'val R²': { axis: 'y2' }, 'test R²': { axis: 'y2' } }, y2label: 'R²', axes: { ...epochAxis.axes, y2: { independentTicks: true } } } : {}) }),
     learningRate: new LiveChart(lr.box, ['step', 'learning rate'], { labelsDiv: lr.legend, xlabel: 'step', includeZero: true,
       axes: { y: { valueFormatter: fmtSci, axisLabelFormatter: fmtSci, axisLabelWidth: 60 } } }),
     speed: new LiveChart(speed.box, ['step', 'samples/s', 'step ms'], { labelsDiv: speed.legend, xlabel: 'step',
@@ -1043,11 +1069,17 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     const rows = [...epochs.values()].sort((a, b) => a.epoch - b.epoch);
     const opt = (e, key) => (e[key] !== undefined ? num(e[key]) : null);
     charts.epochLoss.set(rows.map((e) => [e.epoch, num(e.trainLoss), opt(e, 'valLoss'), e.evaluated ? num(e.testLoss) : null]));
-    charts.epochAccuracy.set(rows.map((e) => [e.epoch, num(e.trainAccuracy), opt(e, 'valAccuracy'), e.evaluated ? num(e.testAccuracy) : null]));
     // Only the lines that were measured (no "val" without a validation split).
     const visibility = [true, rows.some((e) => e.valLoss !== undefined), rows.some((e) => e.evaluated)];
     charts.epochLoss.graph.updateOptions({ visibility });
-    charts.epochAccuracy.graph.updateOptions({ visibility });
+    if (task === 'classification') {
+      charts.epochAccuracy.set(rows.map((e) => [e.epoch, num(e.trainAccuracy), opt(e, 'valAccuracy'), e.evaluated ? num(e.testAccuracy) : null]));
+      charts.epochAccuracy.graph.updateOptions({ visibility });
+    } else {
+      const value = (e, k) => ((e.metrics || {})[k] !== undefined ? num(e.metrics[k]) : null);
+      charts.epochAccuracy.set(rows.map((e) => [e.epoch, ...epochMetricKeys.map((k) => value(e, k))]));
+      charts.epochAccuracy.graph.updateOptions({ visibility: epochMetricKeys.map((k) => rows.some((e) => value(e, k) !== null)) });
+    }
     ctx.counters.epochPoints = rows.length;
   }
   function addLog(event) {
@@ -1056,7 +1088,12 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
     if (event.log) line = el('div', { class: event.log.level || '' }, `${time} ${event.log.text}`);
     else if (event.state) line = el('div', { class: 'statechange' }, `${time} → ${event.state.state}${event.state.failureReason ? ' (' + event.state.failureReason + ')' : ''}${event.state.message ? ': ' + event.state.message : ''}`);
     else if (event.checkpoint) line = el('div', {}, `${time} checkpoint epoch ${event.checkpoint.epoch}: ${event.checkpoint.path} (${fmtBytes(event.checkpoint.sizeBytes)})`);
-    else if (event.summary) line = el('div', {}, `${time} summary: ${event.summary.testAccuracy !== undefined ? `test accuracy ${(100 * num(event.summary.testAccuracy)).toFixed(2)}%` : 'test not evaluated'}, ${num(event.summary.samplesPerSecond).toFixed(0)} samples/s`);
+    else if (event.summary) {
+      const taskMetrics = Object.entries(metricNumbers(event.summary.metrics)).filter(([k]) => k.startsWith('test_')).sort();
+      const result = taskMetrics.length ? taskMetrics.map(([k, v]) => `${metricLabel(k)} ${fmt(v, 4)}`).join(', ')
+        : event.summary.testAccuracy !== undefined ? `test accuracy ${(100 * num(event.summary.testAccuracy)).toFixed(2)}%` : 'test not evaluated';
+      line = el('div', {}, `${time} summary: ${result}, ${num(event.summary.samplesPerSecond).toFixed(0)} samples/s`);
+    }
     if (!line) return;
     const atBottom = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
     logs.append(line);
@@ -1146,8 +1183,23 @@ function trainView(ctx, body, job, setFollower, refresh, live, onStep) {
 // ---------------------------------------------------------------------------------------------
 // A sweep: its trials ranked by a metric, with the values each trial took as columns.
 
+// A TrainJob's task (TrainJob.task; the summary's once resolved): classification, multilabel
+// or regression (docs/job-files.md, "Tasks and losses").
+function jobTask(job) {
+  return (job.summary || {}).task || ((job.spec || {}).trainJob || {}).task || 'classification';
+}
+
+// A task metric's name for people: "val_r2" → "val R²", "test_macro_f1" → "test macro F1".
+function metricLabel(name) {
+  const [split, ...rest] = name.split('_');
+  const metric = rest.join('_');
+  const names = { r2: 'R²', mse: 'MSE', mae: 'MAE', macro_f1: 'macro F1', accuracy: 'acc', loss: 'loss' };
+  return `${split} ${names[metric] || metric.replace(/_/g, ' ')}`;
+}
+
 // The metrics a sweep ranks by, as `mpsctl sweep --metric` (client/tables.h): accuracy and
-// samples/s highest first, losses and times lowest first.
+// samples/s highest first, losses and times lowest first; a task's metrics (val_r2,
+// test_macro_f1, val_mse, ...) as metricSpec says.
 const SWEEP_METRICS = {
   val_accuracy: { label: 'val acc', higher: true, pct: true },
   val_loss: { label: 'val loss', higher: false },
@@ -1157,6 +1209,17 @@ const SWEEP_METRICS = {
   samples_per_second: { label: 'samples/s', higher: true },
   time_s: { label: 'time', higher: false },
 };
+
+// How a metric is shown and ranked: SWEEP_METRICS' own, else a task metric's (higher is better
+// for R², F1 and accuracy, as mpsctl ranks them; lower for losses and errors).
+function metricSpec(name) {
+  return SWEEP_METRICS[name] || { label: metricLabel(name), higher: /_(r2|f1|accuracy)$/.test(name) };
+}
+
+// A metrics map of the JSON mapping (JobSummary.metrics, EpochMetrics.metrics) as numbers.
+function metricNumbers(map) {
+  return Object.fromEntries(Object.entries(map || {}).map(([k, v]) => [k, num(v)]));
+}
 
 // A trial's metrics as mpsctl reads them: from its summary once it finished, else from its
 // newest epoch; a figure never measured is undefined (ranked last), never 0.
@@ -1178,15 +1241,29 @@ function trialMetrics(job) {
     if (has(e.valLoss)) m.val_loss = num(e.valLoss);
     m.train_loss = num(e.trainLoss);
   }
+  // Multilabel and regression: the task's metrics by name; their accuracy fields are not
+  // measured (a regression has none, a multilabel job's is in the map).
+  if (jobTask(job) !== 'classification') {
+    delete m.val_accuracy;
+    delete m.test_accuracy;
+    const metrics = num(s.epochs) > 0 ? s.metrics : (job.lastEpoch || {}).metrics;
+    Object.assign(m, metricNumbers(metrics));
+  }
   return m;
 }
 
-// Trials best first by `metric` ("auto": val_accuracy when a trial measured it, else
-// test_accuracy); trials without a value last, in trial order. Returns [metric, ranked].
+// Trials best first by `metric` ("auto", as mpsctl: val_accuracy when a trial measured it, else
+// test_accuracy; a regression's val_r2 / test_r2, a multilabel job's val_macro_f1 /
+// test_macro_f1, validation first); trials without a value last, in trial order. Returns
+// [metric, ranked].
 function rankTrials(trials, metric) {
   const rows = trials.map((job) => ({ job, m: trialMetrics(job) }));
-  if (!metric || metric === 'auto') metric = rows.some((r) => r.m.val_accuracy !== undefined) ? 'val_accuracy' : 'test_accuracy';
-  const higher = SWEEP_METRICS[metric].higher;
+  if (!metric || metric === 'auto') {
+    const measured = (name) => rows.some((r) => r.m[name] !== undefined);
+    metric = measured('val_accuracy') ? 'val_accuracy' : 'test_accuracy';
+    for (const name of ['test_macro_f1', 'val_macro_f1', 'test_r2', 'val_r2']) if (measured(name)) metric = name;
+  }
+  const higher = metricSpec(metric).higher;
   const ranked = rows.map((r, i) => ({ ...r, i })).sort((a, b) => {
     const x = a.m[metric], y = b.m[metric];
     if ((x === undefined) !== (y === undefined)) return x === undefined ? 1 : -1;
@@ -1214,12 +1291,16 @@ function sweepView(ctx, body, sweep, refresh) {
   function draw() {
     const [used, ranked] = rankTrials(trials, metric.value);
     const paths = [...new Set(trials.flatMap((t) => ((t.trial || {}).parameters || []).map((p) => p.path)))];
-    const shown = Object.keys(SWEEP_METRICS).filter((k) => k === used || ranked.some((r) => r.m[k] !== undefined));
-    const cell = (k, v) => (v === undefined ? '' : SWEEP_METRICS[k].pct ? (100 * v).toFixed(2) + '%' : k === 'time_s' ? fmtDuration(v) : fmt(v, 4));
+    const taskMetrics = [...new Set(ranked.flatMap((r) => Object.keys(r.m)))].filter((k) => !SWEEP_METRICS[k]).sort();
+    for (const k of taskMetrics) {
+      if (![...metric.options].some((o) => o.value === k)) metric.append(el('option', { value: k }, metricSpec(k).label));
+    }
+    const shown = [...Object.keys(SWEEP_METRICS), ...taskMetrics].filter((k) => k === used || ranked.some((r) => r.m[k] !== undefined));
+    const cell = (k, v) => (v === undefined ? '' : metricSpec(k).pct ? (100 * v).toFixed(2) + '%' : k === 'time_s' ? fmtDuration(v) : fmt(v, 4));
     table.replaceChildren(el('table', { id: 'trials' },
       el('thead', {}, el('tr', {}, el('th', { class: 'num' }, 'rank'), el('th', { class: 'num' }, 'trial'), el('th', { class: 'num' }, 'job'),
         paths.map((p) => el('th', { class: 'param' }, p)), el('th', {}, 'state'),
-        shown.map((k) => el('th', { class: 'num' + (k === used ? ' ranked' : '') }, SWEEP_METRICS[k].label)))),
+        shown.map((k) => el('th', { class: 'num' + (k === used ? ' ranked' : '') }, metricSpec(k).label)))),
       el('tbody', {}, ranked.map((r, rank) => {
         const values = Object.fromEntries(((r.job.trial || {}).parameters || []).map((p) => [p.path, p.value]));
         const best = rank === 0 && r.m[used] !== undefined;
@@ -1285,7 +1366,7 @@ function parallelCoordinates(ranked, paths, metric) {
     return node;
   };
   const axes = [...paths.map((p) => ({ name: p, value: (r) => Object.fromEntries(((r.job.trial || {}).parameters || []).map((q) => [q.path, q.value]))[p] })),
-    { name: SWEEP_METRICS[metric].label, value: (r) => r.m[metric] }];
+    { name: metricSpec(metric).label, value: (r) => r.m[metric] }];
   const width = Math.max(360, 160 * axes.length), height = 240, top = 30, bottom = 20, left = 60, right = 60;
   const xOf = (i) => left + (axes.length === 1 ? 0 : (i * (width - left - right)) / (axes.length - 1));
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, width: '100%', height, id: 'parallel', role: 'img', 'aria-label': 'parallel coordinates of the trials' });
