@@ -16,6 +16,7 @@
 #include <system_error>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,47 +108,49 @@ void RaiseOpenFileLimit() {
   spdlog::info("open files limit raised from {} to {}", before, wanted);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Before anything is created: the state dir, the database, the socket, and what
-  // mpsd-executor writes (it inherits the mask) are private to the daemon's user.
-  umask(mpsd::server::kPrivateUmask);
-  CLI::App app{"mpsd: a training daemon with a gRPC job API"};
-  std::string config_file, state_dir, tokens_file;
+// The command line: the daemon's flags, `mpsd token ...` and --check-config.
+struct Flags {
+  std::string config_file, state_dir, tokens_file, http_listen, tensorboard_dir, check_config;
   std::vector<std::string> listen;
   mpsd::server::TlsFiles tls;
-  app.add_option("--config", config_file, "YAML configuration file (see deploy/mpsd.yaml)");
-  app.add_option("--listen", listen,
+  bool state_dir_given = false;
+  bool enable_fault_injection = false;
+  // `mpsd token add|list|revoke`: the command, else empty.
+  std::string token_command, token_name, token_role;
+};
+
+// Parses the command line into `flags`; returns an exit code when mpsd should exit now (--help,
+// --version: 0; a flag CLI11 refuses: 2, the usage code, as a bad config's, rather than CLI11's
+// own codes, e.g. 105 for `--role superuser`, which tell a script nothing).
+std::optional<int> ParseFlags(int argc, char** argv, Flags& flags) {
+  CLI::App app{"mpsd: a training daemon with a gRPC job API"};
+  app.add_option("--config", flags.config_file, "YAML configuration file (see deploy/mpsd.yaml)");
+  app.add_option("--listen", flags.listen,
                  "unix:///path/mpsd.sock or HOST:PORT; repeat for several listeners. TCP needs a "
                  "token on every call and, off loopback, TLS (default: " +
                      mpsd::server::DefaultListenAddress() + ")")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  std::string http_listen;
-  app.add_option("--http-listen", http_listen,
+  app.add_option("--http-listen", flags.http_listen,
                  "HOST:PORT for HTTP(S): the dashboard, /metrics (Prometheus), /healthz; a bearer "
                  "token on every request but /healthz; TLS (the --tls-cert/--tls-key files) off "
                  "loopback (default: none)");
-  std::string tensorboard_dir;
-  app.add_option("--tensorboard-dir", tensorboard_dir,
+  app.add_option("--tensorboard-dir", flags.tensorboard_dir,
                  "write every TrainJob's TensorBoard event file under DIR/<name>-<id>/ while it "
                  "trains (default: none; docs/metrics-export.md)");
-  CLI::Option* state_dir_option = app.add_option("--state-dir", state_dir,
+  CLI::Option* state_dir_option = app.add_option("--state-dir", flags.state_dir,
                  "directory for the job database (default: " + mpsd::server::DefaultStateDir() +
                      ")");
-  app.add_option("--tls-cert", tls.cert, "PEM certificate (and chain) for the TCP listeners");
-  app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
-  app.add_option("--tls-client-ca", tls.client_ca,
+  app.add_option("--tls-cert", flags.tls.cert, "PEM certificate (and chain) for the TCP listeners");
+  app.add_option("--tls-key", flags.tls.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", flags.tls.client_ca,
                  "PEM CA certificates: TCP clients must present a certificate signed by one "
                  "(mutual TLS)");
-  app.add_option("--tokens", tokens_file,
+  app.add_option("--tokens", flags.tokens_file,
                  "tokens file for TCP, mode 0600 (default: <state dir>/tokens.yaml)");
-  bool enable_fault_injection = false;
-  app.add_flag("--enable-fault-injection", enable_fault_injection,
+  app.add_flag("--enable-fault-injection", flags.enable_fault_injection,
                "accept jobs' fault_injection (crash, out-of-memory and hang tests only)");
-  std::string check_config;
-  app.add_option("--check-config", check_config,
+  app.add_option("--check-config", flags.check_config,
                  "check a configuration file (every key, and that executor.path is a program), "
                  "print what it sets, and exit: 0 if it is valid, 2 if not")
       ->type_name("FILE");
@@ -156,119 +159,106 @@ int main(int argc, char** argv) {
 
   CLI::App* token = app.add_subcommand("token", "add, list or revoke bearer tokens for TCP");
   token->require_subcommand(1);
-  std::string token_name, token_role;
   CLI::App* token_add = token->add_subcommand(
       "add", "add a token and print it (once; the file keeps only its SHA-256)");
-  token_add->add_option("--name", token_name, "the token's name (A-Z a-z 0-9 . _ -)")->required();
-  token_add->add_option("--role", token_role, "viewer, submitter or admin")
+  token_add->add_option("--name", flags.token_name, "the token's name (A-Z a-z 0-9 . _ -)")
+      ->required();
+  token_add->add_option("--role", flags.token_role, "viewer, submitter or admin")
       ->required()
       ->check(CLI::IsMember({"viewer", "submitter", "admin"}));
   CLI::App* token_list = token->add_subcommand("list", "list the tokens' names and roles");
   CLI::App* token_revoke = token->add_subcommand("revoke", "remove a token");
-  token_revoke->add_option("NAME", token_name, "the token's name")->required();
+  token_revoke->add_option("NAME", flags.token_name, "the token's name")->required();
   for (CLI::App* sub : {token_add, token_list, token_revoke}) {
-    sub->add_option("--tokens", tokens_file,
+    sub->add_option("--tokens", flags.tokens_file,
                     "tokens file (default: the config's tokens_file, else <state dir>/tokens.yaml)");
     // `mpsd token add --state-dir DIR ...` as well as `mpsd --state-dir DIR token add ...`: the
     // daemon's own options (--state-dir, --config) may follow the subcommand.
     sub->fallthrough();
   }
   token->fallthrough();
-  // A flag CLI11 refuses exits 2 (usage), as a bad config does, not CLI11's own codes (105 for
-  // `--role superuser`), which tell a script nothing. --help and --version exit 0.
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  flags.state_dir_given = state_dir_option->count() > 0;
+  if (*token) flags.token_command = *token_add ? "add" : *token_revoke ? "revoke" : "list";
+  return std::nullopt;
+}
 
-  // `--state-dir ''` (an unset shell variable) silently meant the default state dir: another
-  // daemon's jobs, or a fresh database where the user expected theirs.
-  if (state_dir_option->count() > 0 && state_dir.empty()) {
-    std::fprintf(stderr, "mpsd: --state-dir: empty; name a directory, or leave the flag out for "
-                         "the default (%s)\n", mpsd::server::DefaultStateDir().c_str());
+// `mpsd --check-config FILE`: 0 and every key as the start would use it (the defaults that
+// depend on others resolved), or 2 and why not.
+int CheckConfigFile(const std::string& path) {
+  absl::StatusOr<mpsd::server::Config> loaded = mpsd::server::LoadConfig(path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "mpsd: %s\n", std::string(loaded.status().message()).c_str());
     return 2;
   }
-
-  if (!check_config.empty()) {
-    absl::StatusOr<mpsd::server::Config> loaded = mpsd::server::LoadConfig(check_config);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "mpsd: %s\n", std::string(loaded.status().message()).c_str());
-      return 2;
-    }
-    // The addresses as BuildAndStart checks them: what --check-config calls valid starts.
-    if (absl::Status status = mpsd::server::Server::CheckListenAddresses(*loaded); !status.ok()) {
-      std::fprintf(stderr, "mpsd: %s: %s\n", check_config.c_str(),
-                   std::string(status.message()).c_str());
-      return 2;
-    }
-    const std::string executor =
-        loaded->executor.path.empty() ? mpsd::server::DefaultExecutorPath() : loaded->executor.path;
-    if (access(executor.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "mpsd: %s: executor.path: %s is not an executable program\n",
-                   check_config.c_str(), executor.c_str());
-      return 2;
-    }
-    // Every key as the start would use it: the defaults that depend on others resolved.
-    mpsd::server::Config effective = *loaded;
-    effective.executor.path = executor;
-    if (effective.tokens_file.empty()) effective.tokens_file = effective.state_dir + "/tokens.yaml";
-    if (effective.data_roots.empty()) {
-      effective.data_roots = mpsd::server::DefaultDataRoots(effective.state_dir);
-    }
-    std::printf("%s: valid\n%s", check_config.c_str(),
-                mpsd::server::FormatConfig(effective).c_str());
-    return 0;
+  // The addresses as BuildAndStart checks them: what --check-config calls valid starts.
+  if (absl::Status status = mpsd::server::Server::CheckListenAddresses(*loaded); !status.ok()) {
+    std::fprintf(stderr, "mpsd: %s: %s\n", path.c_str(), std::string(status.message()).c_str());
+    return 2;
   }
+  const std::string executor =
+      loaded->executor.path.empty() ? mpsd::server::DefaultExecutorPath() : loaded->executor.path;
+  if (access(executor.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "mpsd: %s: executor.path: %s is not an executable program\n",
+                 path.c_str(), executor.c_str());
+    return 2;
+  }
+  mpsd::server::Config effective = *loaded;
+  effective.executor.path = executor;
+  if (effective.tokens_file.empty()) effective.tokens_file = effective.state_dir + "/tokens.yaml";
+  if (effective.data_roots.empty()) {
+    effective.data_roots = mpsd::server::DefaultDataRoots(effective.state_dir);
+  }
+  std::printf("%s: valid\n%s", path.c_str(), mpsd::server::FormatConfig(effective).c_str());
+  return 0;
+}
 
+// An absolute, normalised `path` (unchanged if the working directory cannot be read).
+std::string Absolute(const std::string& path) {
+  std::error_code ignored;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ignored);
+  return absolute.empty() ? path : absolute.lexically_normal().string();
+}
+
+// The configuration: the defaults, then the config file, then the flags, which win.
+absl::StatusOr<mpsd::server::Config> ConfigOf(const Flags& flags) {
   mpsd::server::Config config = mpsd::server::DefaultConfig();
-  if (!config_file.empty()) {
-    absl::StatusOr<mpsd::server::Config> loaded = mpsd::server::LoadConfig(config_file);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "mpsd: %s\n", std::string(loaded.status().message()).c_str());
-      return 2;
-    }
+  if (!flags.config_file.empty()) {
+    absl::StatusOr<mpsd::server::Config> loaded = mpsd::server::LoadConfig(flags.config_file);
+    if (!loaded.ok()) return loaded.status();
     config = *loaded;
   }
-  if (!listen.empty()) {
+  if (!flags.listen.empty()) {
     config.listen.clear();
     // A bare socket path, as mpsctl --server accepts.
-    for (const std::string& address : listen) {
+    for (const std::string& address : flags.listen) {
       config.listen.push_back(!address.empty() && address.front() == '/' ? "unix://" + address
                                                                           : address);
     }
   }
-  if (!state_dir.empty()) config.state_dir = state_dir;
+  if (!flags.state_dir.empty()) config.state_dir = flags.state_dir;
   // Absolute from here on: the executor's socket becomes a unix:// URI in it, where a relative
   // path would be read as an authority ("unix://state/executor.sock"), and the executor may run
   // elsewhere.
-  {
-    std::error_code ignored;
-    const std::filesystem::path absolute = std::filesystem::absolute(config.state_dir, ignored);
-    if (!absolute.empty()) config.state_dir = absolute.lexically_normal().string();
-  }
-  if (!tensorboard_dir.empty()) config.tensorboard_dir = tensorboard_dir;
-  if (!config.tensorboard_dir.empty()) {
-    std::error_code ignored;
-    const std::filesystem::path absolute = std::filesystem::absolute(config.tensorboard_dir, ignored);
-    if (!absolute.empty()) config.tensorboard_dir = absolute.lexically_normal().string();
-  }
-  if (!http_listen.empty()) config.http_listen = http_listen;
-  if (!tls.cert.empty()) config.tls.cert = tls.cert;
-  if (!tls.key.empty()) config.tls.key = tls.key;
-  if (!tls.client_ca.empty()) config.tls.client_ca = tls.client_ca;
-  if (!tokens_file.empty()) config.tokens_file = tokens_file;
+  config.state_dir = Absolute(config.state_dir);
+  if (!flags.tensorboard_dir.empty()) config.tensorboard_dir = flags.tensorboard_dir;
+  if (!config.tensorboard_dir.empty()) config.tensorboard_dir = Absolute(config.tensorboard_dir);
+  if (!flags.http_listen.empty()) config.http_listen = flags.http_listen;
+  if (!flags.tls.cert.empty()) config.tls.cert = flags.tls.cert;
+  if (!flags.tls.key.empty()) config.tls.key = flags.tls.key;
+  if (!flags.tls.client_ca.empty()) config.tls.client_ca = flags.tls.client_ca;
+  if (!flags.tokens_file.empty()) config.tokens_file = flags.tokens_file;
+  return config;
+}
 
-  if (*token) {
-    const std::string path =
-        config.tokens_file.empty() ? config.state_dir + "/tokens.yaml" : config.tokens_file;
-    const std::string command = *token_add ? "add" : *token_revoke ? "revoke" : "list";
-    return RunTokenCommand(command, path, token_name, token_role);
-  }
-
-  // Logs go to stderr (stdout stays free for whatever runs mpsd in the foreground), or to
-  // log_file, rotated by size.
+// Logs go to stderr (stdout stays free for whatever runs mpsd in the foreground), or to
+// log_file, rotated by size. False (and why, on stderr) when log_file cannot be opened.
+bool SetUpLogging(const mpsd::server::Config& config) {
   if (config.log_file.empty()) {
     spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd"));
   } else {
@@ -278,13 +268,17 @@ int main(int argc, char** argv) {
           static_cast<size_t>(config.log_file_max_files)));
     } catch (const spdlog::spdlog_ex& e) {
       std::fprintf(stderr, "mpsd: log_file: %s\n", e.what());
-      return 2;
+      return false;
     }
     spdlog::flush_on(spdlog::level::info);
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
+  return true;
+}
 
-  // Signals are taken synchronously by this thread; every thread started later inherits the mask.
+// Blocks the signals mpsd takes synchronously (every thread started later inherits the mask)
+// and ignores those whose default would end it; returns the set to wait on.
+sigset_t TakeSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -299,24 +293,16 @@ int main(int argc, char** argv) {
   // Past RLIMIT_FSIZE a write fails with EFBIG, which the store reports as an error; the
   // default action would kill the daemon instead.
   signal(SIGXFSZ, SIG_IGN);
-  RaiseOpenFileLimit();
+  return signals;
+}
 
-  mpsd::server::Server::Options options;
-  options.config = config;
-  options.allow_fault_injection = enable_fault_injection;
-  absl::StatusOr<std::unique_ptr<mpsd::server::Server>> server =
-      mpsd::server::Server::BuildAndStart(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "mpsd: %s\n", std::string(server.status().message()).c_str());
-    return 1;
-  }
-  mpsd::server::NotifyReady("listening on " + (*server)->address());
-  // Waits for SIGTERM/SIGINT, reloading the TLS files on each SIGHUP; feeds the service
-  // manager's watchdog meanwhile, if it asked for one (WatchdogSec in deploy/mpsd.service).
+// Waits for SIGTERM/SIGINT, reloading the TLS files on each SIGHUP and feeding the service
+// manager's watchdog meanwhile, if it asked for one (WatchdogSec in deploy/mpsd.service).
+// Returns the signal that stops mpsd.
+int WaitForStop(const sigset_t& signals, mpsd::server::Server& server) {
   const absl::Duration watchdog = mpsd::server::WatchdogInterval();
-  int signal_number = 0;
   for (;;) {
-    signal_number = 0;
+    int signal_number = 0;
 #if !defined(__APPLE__)  // macOS has no sigtimedwait, and no systemd watchdog to feed
     if (watchdog > absl::ZeroDuration()) {
       const timespec interval = absl::ToTimespec(watchdog);
@@ -333,10 +319,53 @@ int main(int argc, char** argv) {
                    signal_number == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
       continue;
     }
-    if (signal_number != SIGHUP) break;
+    if (signal_number != SIGHUP) return signal_number;
     spdlog::info("received SIGHUP: reloading");
-    (*server)->Reload().IgnoreError();  // Reload logs what it did or why not.
+    server.Reload().IgnoreError();  // Reload logs what it did or why not.
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before anything is created: the state dir, the database, the socket, and what
+  // mpsd-executor writes (it inherits the mask) are private to the daemon's user.
+  umask(mpsd::server::kPrivateUmask);
+  Flags flags;
+  if (std::optional<int> exit_code = ParseFlags(argc, argv, flags)) return *exit_code;
+  // `--state-dir ''` (an unset shell variable) silently meant the default state dir: another
+  // daemon's jobs, or a fresh database where the user expected theirs.
+  if (flags.state_dir_given && flags.state_dir.empty()) {
+    std::fprintf(stderr, "mpsd: --state-dir: empty; name a directory, or leave the flag out for "
+                         "the default (%s)\n", mpsd::server::DefaultStateDir().c_str());
+    return 2;
+  }
+  if (!flags.check_config.empty()) return CheckConfigFile(flags.check_config);
+  absl::StatusOr<mpsd::server::Config> config = ConfigOf(flags);
+  if (!config.ok()) {
+    std::fprintf(stderr, "mpsd: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  if (!flags.token_command.empty()) {
+    const std::string path =
+        config->tokens_file.empty() ? config->state_dir + "/tokens.yaml" : config->tokens_file;
+    return RunTokenCommand(flags.token_command, path, flags.token_name, flags.token_role);
+  }
+  if (!SetUpLogging(*config)) return 2;
+  const sigset_t signals = TakeSignals();
+  RaiseOpenFileLimit();
+
+  mpsd::server::Server::Options options;
+  options.config = *config;
+  options.allow_fault_injection = flags.enable_fault_injection;
+  absl::StatusOr<std::unique_ptr<mpsd::server::Server>> server =
+      mpsd::server::Server::BuildAndStart(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "mpsd: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  mpsd::server::NotifyReady("listening on " + (*server)->address());
+  const int signal_number = WaitForStop(signals, **server);
   const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
   spdlog::info("received {}", name);
   mpsd::server::NotifyStopping(std::string("stopping (") + name + ")");

@@ -241,75 +241,14 @@ absl::Status TryBindTcp(const std::string& address, const TcpAddress& tcp) {
   return status;
 }
 
-}  // namespace
+// Whether any gRPC listener is on TCP (and so needs tokens, and TLS off loopback).
+bool AnyTcp(const Config& config) {
+  return absl::c_any_of(config.listen,
+                        [](const std::string& a) { return !absl::StartsWith(a, "unix:"); });
+}
 
-Server::Server() = default;
-
-absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& options) {
-  std::unique_ptr<Server> server(new Server());
-  server->options_ = options;
-  const Config& config = options.config;
-  if (absl::Status status = CheckListenAddresses(config); !status.ok()) return status;
-  const bool any_tcp = absl::c_any_of(
-      config.listen, [](const std::string& a) { return !absl::StartsWith(a, "unix:"); });
-  // Every TCP port first, before anything is written to the state dir: a start that cannot
-  // listen leaves no tokens file, database or directory behind. The HTTP port is bound here
-  // and held (served from StartHttp); gRPC binds its own ports once its services exist, so
-  // they are tried here (bound without SO_REUSEPORT, as gRPC binds them, and released).
-  for (const std::string& address : config.listen) {
-    if (absl::StartsWith(address, "unix:")) continue;
-    absl::StatusOr<TcpAddress> tcp = ParseTcpAddress(address);
-    if (!tcp.ok()) return tcp.status();
-    if (absl::Status status = TryBindTcp(address, *tcp); !status.ok()) return status;
-  }
-  if (absl::Status status = server->BindHttp(); !status.ok()) return status;
-  if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
-  if (absl::Status status = CheckStateDirMode(config.state_dir); !status.ok()) return status;
-  absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
-  if (!lock_fd.ok()) return lock_fd.status();
-  server->lock_fd_ = *lock_fd;
-  // Under the lock: no other mpsd is creating the database right now.
-  if (absl::Status status = CheckDatabaseNotLost(config.state_dir); !status.ok()) return status;
-  for (const std::string& address : config.listen) {
-    if (!absl::StartsWith(address, "unix:")) continue;
-    absl::StatusOr<std::string> path = PrepareUnixSocket(address);
-    if (!path.ok()) return path.status();
-    server->socket_paths_.push_back(*path);
-  }
-  // One tokens file for every listener that is not the unix socket: the gRPC TCP listeners
-  // and the HTTP listener check the same TokenStore.
-  if (any_tcp || !config.http_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<TokenStore>> tokens = OpenTokens(config);
-    if (!tokens.ok()) return tokens.status();
-    server->tokens_ = *std::move(tokens);
-  }
-  server->data_roots_ = std::make_unique<DataRoots>(
-      config.data_roots.empty() ? DefaultDataRoots(config.state_dir) : config.data_roots,
-      config.state_dir);
-  if (any_tcp) {
-    server->auth_processor_ = std::make_shared<TokenAuthProcessor>(server->tokens_.get());
-    if (config.tls.enabled()) {
-      absl::StatusOr<std::unique_ptr<TlsCredentials>> tls =
-          TlsCredentials::Create(config.tls, config.state_dir + "/tls");
-      if (!tls.ok()) return tls.status();
-      server->tls_ = *std::move(tls);
-    }
-  }
-
-  JobStore::Options store_options;
-  store_options.path = config.state_dir + "/mpsd.db";
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(store_options);
-  if (!store.ok()) return WithRecoveryHint(store.status(), config.state_dir);
-  server->store_ = *std::move(store);
-  const std::string artifacts_dir = config.state_dir + "/artifacts";
-  if (absl::Status status = server->store_->ReserveIdsThrough(HighestArtifactJobId(artifacts_dir));
-      !status.ok()) {
-    return WithRecoveryHint(status, config.state_dir);
-  }
-  for (const std::string& path : RemoveArtifactTemporaries(artifacts_dir)) {
-    spdlog::warn("removed {}: the temporary of an artifact write that never finished", path);
-  }
-  // The executor is a child process (mpsd-executor) that owns the device.
+// The executor's options from the config (server/executor/executor_supervisor.h).
+ExecutorSupervisor::Options ExecutorOptionsOf(const Config& config, bool allow_fault_injection) {
   ExecutorSupervisor::Options executor_options;
   executor_options.executor_path =
       config.executor.path.empty() ? DefaultExecutorPath() : config.executor.path;
@@ -317,7 +256,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   executor_options.executor.cpu_threads = config.cpu_threads;
   executor_options.executor.artifacts_dir = config.state_dir + "/artifacts";
   executor_options.executor.cache_dir = config.state_dir + "/cache";
-  executor_options.executor.allow_fault_injection = options.allow_fault_injection;
+  executor_options.executor.allow_fault_injection = allow_fault_injection;
   executor_options.per_job = config.executor.isolation == "per_job";
   executor_options.restart_after_jobs = config.executor.restart_after_jobs;
   executor_options.restart_above_baseline_bytes = config.executor.restart_above_baseline_bytes;
@@ -330,93 +269,201 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   executor_options.user_code_stall_timeout =
       absl::Seconds(config.executor.user_code_stall_timeout_s);
   executor_options.log_level = config.log_level;
-  Server* self = server.get();
-  executor_options.on_ready_changed = [self](bool ready) { self->SetExecutorReady(ready); };
+  return executor_options;
+}
+
+}  // namespace
+
+Server::Server() = default;
+
+absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& options) {
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = options;
+  // In this order: nothing is written to the state dir before every listener could be bound,
+  // and each part starts only once what it uses exists.
+  using Step = absl::Status (Server::*)();
+  for (Step step : {&Server::ClaimListenersAndStateDir, &Server::OpenStore, &Server::StartExecutor,
+                    &Server::StartScheduler, &Server::StartServices, &Server::StartGrpc,
+                    &Server::StartHttp}) {
+    if (absl::Status status = (server.get()->*step)(); !status.ok()) return status;
+  }
+  {
+    absl::MutexLock lock(&server->mu_);
+    server->started_ = true;
+  }
+  return server;
+}
+
+absl::Status Server::ClaimListenersAndStateDir() {
+  const Config& config = options_.config;
+  if (absl::Status status = CheckListenAddresses(config); !status.ok()) return status;
+  const bool any_tcp = AnyTcp(config);
+  // Every TCP port first, before anything is written to the state dir: a start that cannot
+  // listen leaves no tokens file, database or directory behind. The HTTP port is bound here
+  // and held (served from StartHttp); gRPC binds its own ports once its services exist, so
+  // they are tried here (bound without SO_REUSEPORT, as gRPC binds them, and released).
+  for (const std::string& address : config.listen) {
+    if (absl::StartsWith(address, "unix:")) continue;
+    absl::StatusOr<TcpAddress> tcp = ParseTcpAddress(address);
+    if (!tcp.ok()) return tcp.status();
+    if (absl::Status status = TryBindTcp(address, *tcp); !status.ok()) return status;
+  }
+  if (absl::Status status = BindHttp(); !status.ok()) return status;
+  if (absl::Status status = MakePrivateDir(config.state_dir); !status.ok()) return status;
+  if (absl::Status status = CheckStateDirMode(config.state_dir); !status.ok()) return status;
+  absl::StatusOr<int> lock_fd = LockStateDir(config.state_dir);
+  if (!lock_fd.ok()) return lock_fd.status();
+  lock_fd_ = *lock_fd;
+  // Under the lock: no other mpsd is creating the database right now.
+  if (absl::Status status = CheckDatabaseNotLost(config.state_dir); !status.ok()) return status;
+  for (const std::string& address : config.listen) {
+    if (!absl::StartsWith(address, "unix:")) continue;
+    absl::StatusOr<std::string> path = PrepareUnixSocket(address);
+    if (!path.ok()) return path.status();
+    socket_paths_.push_back(*path);
+  }
+  // One tokens file for every listener that is not the unix socket: the gRPC TCP listeners
+  // and the HTTP listener check the same TokenStore.
+  if (any_tcp || !config.http_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenStore>> tokens = OpenTokens(config);
+    if (!tokens.ok()) return tokens.status();
+    tokens_ = *std::move(tokens);
+  }
+  data_roots_ = std::make_unique<DataRoots>(
+      config.data_roots.empty() ? DefaultDataRoots(config.state_dir) : config.data_roots,
+      config.state_dir);
+  if (any_tcp) {
+    auth_processor_ = std::make_shared<TokenAuthProcessor>(tokens_.get());
+    if (config.tls.enabled()) {
+      absl::StatusOr<std::unique_ptr<TlsCredentials>> tls =
+          TlsCredentials::Create(config.tls, config.state_dir + "/tls");
+      if (!tls.ok()) return tls.status();
+      tls_ = *std::move(tls);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::OpenStore() {
+  const Config& config = options_.config;
+  JobStore::Options store_options;
+  store_options.path = config.state_dir + "/mpsd.db";
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(store_options);
+  if (!store.ok()) return WithRecoveryHint(store.status(), config.state_dir);
+  store_ = *std::move(store);
+  const std::string artifacts_dir = config.state_dir + "/artifacts";
+  if (absl::Status status = store_->ReserveIdsThrough(HighestArtifactJobId(artifacts_dir));
+      !status.ok()) {
+    return WithRecoveryHint(status, config.state_dir);
+  }
+  for (const std::string& path : RemoveArtifactTemporaries(artifacts_dir)) {
+    spdlog::warn("removed {}: the temporary of an artifact write that never finished", path);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartExecutor() {
+  const Config& config = options_.config;
+  // The executor is a child process (mpsd-executor) that owns the device.
+  ExecutorSupervisor::Options executor_options =
+      ExecutorOptionsOf(config, options_.allow_fault_injection);
+  executor_options.on_ready_changed = [this](bool ready) { SetExecutorReady(ready); };
   absl::StatusOr<std::unique_ptr<ExecutorSupervisor>> executor =
       ExecutorSupervisor::Start(executor_options);
   if (!executor.ok()) return executor.status();
-  server->executor_ = *std::move(executor);
+  executor_ = *std::move(executor);
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartScheduler() {
+  const Config& config = options_.config;
+  const std::string artifacts_dir = config.state_dir + "/artifacts";
   StateDirWatch::Options watch_options;
   watch_options.state_dir = config.state_dir;
-  watch_options.database = store_options.path;
-  watch_options.on_lost = [self](const absl::Status& lost) { self->StateDirLost(lost); };
+  watch_options.database = config.state_dir + "/mpsd.db";
+  watch_options.on_lost = [this](const absl::Status& lost) { StateDirLost(lost); };
   absl::StatusOr<std::unique_ptr<StateDirWatch>> watch =
       StateDirWatch::Start(std::move(watch_options));
   if (!watch.ok()) return watch.status();
-  server->state_dir_watch_ = *std::move(watch);
+  state_dir_watch_ = *std::move(watch);
   Scheduler::Options scheduler_options;
   scheduler_options.max_queued = config.max_queued;
   // Checked by the scheduler itself before it acknowledges a submit or starts a job: the
   // watch's own thread notices a change only within its interval.
-  scheduler_options.check_storage = [watch = server->state_dir_watch_.get()]() {
+  scheduler_options.check_storage = [watch = state_dir_watch_.get()]() {
     return watch->Check();
   };
-  scheduler_options.on_storage_error = [self](const absl::Status& error) {
-    self->SetStorageError(error);
+  scheduler_options.on_storage_error = [this](const absl::Status& error) {
+    SetStorageError(error);
   };
-  server->metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
+  metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
   TensorBoardWriter::Options tensorboard_options;
   tensorboard_options.artifacts_dir = artifacts_dir;
   tensorboard_options.tensorboard_dir = config.tensorboard_dir;
   // Committed events only: those published since (a state change or two) are not needed to
   // rebuild a job's metrics.
-  tensorboard_options.read_stored = [store = server->store_.get()](const std::string& job_id,
-                                                                   int64_t before_seq) {
+  tensorboard_options.read_stored = [store = store_.get()](const std::string& job_id,
+                                                           int64_t before_seq) {
     return store->ReadEvents(job_id, 0, static_cast<int>(std::max<int64_t>(1, before_seq - 1)));
   };
-  server->tensorboard_ = std::make_unique<TensorBoardWriter>(std::move(tensorboard_options));
-  server->retention_ = std::make_unique<ArtifactRetention>(config.state_dir + "/artifacts",
-                                                           config.artifacts_retention);
-  scheduler_options.on_event = [metrics = server->metrics_.get(),
-                                tensorboard = server->tensorboard_.get(),
-                                retention = server->retention_.get()](
-                                   const mpsd::v1::Job& job, const mpsd::v1::JobEvent& e) {
+  tensorboard_ = std::make_unique<TensorBoardWriter>(std::move(tensorboard_options));
+  retention_ = std::make_unique<ArtifactRetention>(artifacts_dir, config.artifacts_retention);
+  scheduler_options.on_event = [metrics = metrics_.get(), tensorboard = tensorboard_.get(),
+                                retention = retention_.get()](const mpsd::v1::Job& job,
+                                                              const mpsd::v1::JobEvent& e) {
     metrics->ObserveEvent(job, e);
     tensorboard->Observe(job, e);
     if (e.has_state() && api::IsTerminal(e.state().state())) retention->JobEnded();
   };
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
-      scheduler_options, server->store_.get(), server->executor_.get());
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(scheduler_options, store_.get(), executor_.get());
   if (!scheduler.ok()) return WithRecoveryHint(scheduler.status(), config.state_dir);
-  server->scheduler_ = *std::move(scheduler);
-  server->retention_->Start([scheduler = server->scheduler_.get()]() {
+  scheduler_ = *std::move(scheduler);
+  retention_->Start([scheduler = scheduler_.get()]() {
     JobQuery all;
     all.limit = std::numeric_limits<int>::max();
     return scheduler->List(all);
   });
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartServices() {
+  const Config& config = options_.config;
   JobService::Options service_options;
   service_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
   service_options.min_keepalive_interval = kMinKeepaliveInterval;
   service_options.artifacts_dir = config.state_dir + "/artifacts";
-  service_options.tokens = server->tokens_.get();
-  service_options.data_roots = server->data_roots_.get();
-  service_options.retention = server->retention_.get();
+  service_options.tokens = tokens_.get();
+  service_options.data_roots = data_roots_.get();
+  service_options.retention = retention_.get();
   UploadStore::Options upload_options;
   upload_options.dir = config.state_dir + "/uploads";
   upload_options.quota_bytes = config.upload_quota_bytes;
   upload_options.max_files = config.upload_max_files;
-  server->uploads_ = std::make_unique<UploadStore>(upload_options);
-  for (const std::string& path : server->uploads_->RemoveLeftovers()) {
+  uploads_ = std::make_unique<UploadStore>(upload_options);
+  for (const std::string& path : uploads_->RemoveLeftovers()) {
     spdlog::warn("removed {}: left by an upload that never finished unpacking or deleting", path);
   }
-  service_options.uploads = server->uploads_.get();
-  server->service_ = std::make_unique<JobService>(server->scheduler_.get(), service_options);
+  service_options.uploads = uploads_.get();
+  service_ = std::make_unique<JobService>(scheduler_.get(), service_options);
 
-  absl::StatusOr<std::unique_ptr<ReflectionService>> reflection =
-      ReflectionService::Create();
+  absl::StatusOr<std::unique_ptr<ReflectionService>> reflection = ReflectionService::Create();
   if (!reflection.ok()) return reflection.status();
-  server->reflection_ = *std::move(reflection);
+  reflection_ = *std::move(reflection);
+  return absl::OkStatus();
+}
 
+absl::Status Server::StartGrpc() {
+  const Config& config = options_.config;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // TCP: TLS, or on loopback gRPC's local credentials (plaintext, refused from other hosts);
   // either way every call passes the token check first.
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
-  if (any_tcp) {
-    tcp_credentials = server->tls_ != nullptr
-                          ? server->tls_->credentials()
-                          : grpc::experimental::LocalServerCredentials(LOCAL_TCP);
-    tcp_credentials->SetAuthMetadataProcessor(server->auth_processor_);
+  if (AnyTcp(config)) {
+    tcp_credentials = tls_ != nullptr ? tls_->credentials()
+                                      : grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+    tcp_credentials->SetAuthMetadataProcessor(auth_processor_);
   }
   std::vector<int> ports(config.listen.size(), 0);
   for (size_t i = 0; i < config.listen.size(); ++i) {
@@ -425,54 +472,47 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
                              unix_socket ? grpc::InsecureServerCredentials() : tcp_credentials,
                              &ports[i]);
   }
-  builder.RegisterService(server->service_.get());
+  builder.RegisterService(service_.get());
   // The socket is created with the process's umask: 0077 makes it 0600 from its first moment.
   const mode_t old_umask = umask(0077);
-  builder.RegisterService(server->reflection_.get());
-  builder.RegisterService(server->reflection_->v1());
+  builder.RegisterService(reflection_.get());
+  builder.RegisterService(reflection_->v1());
   AddKeepalivePolicy(builder);
   AddConnectionBounds(builder);
   // gRPC sets SO_REUSEPORT on its TCP listeners by default: a second mpsd on the same port would
   // start too and the kernel would split connections between the two daemons.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  server->grpc_server_ = builder.BuildAndStart();
+  grpc_server_ = builder.BuildAndStart();
   umask(old_umask);
-  if (server->grpc_server_ == nullptr) {
+  if (grpc_server_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", absl::StrJoin(config.listen, ", ")));
   }
   for (size_t i = 0; i < config.listen.size(); ++i) {
     const std::string& address = config.listen[i];
     if (absl::StartsWith(address, "unix:")) {
-      server->addresses_.push_back(address);
+      addresses_.push_back(address);
       continue;
     }
     if (ports[i] == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-    server->addresses_.push_back(
-        absl::StrCat(address.substr(0, address.rfind(':')), ":", ports[i]));
+    addresses_.push_back(absl::StrCat(address.substr(0, address.rfind(':')), ":", ports[i]));
   }
-  for (const std::string& path : server->socket_paths_) chmod(path.c_str(), 0600);
+  for (const std::string& path : socket_paths_) chmod(path.c_str(), 0600);
   {
-    absl::MutexLock lock(&server->health_mu_);
-    server->health_ = server->grpc_server_->GetHealthCheckService();
-    server->UpdateHealth();
+    absl::MutexLock lock(&health_mu_);
+    health_ = grpc_server_->GetHealthCheckService();
+    UpdateHealth();
   }
-  for (const std::string& address : server->addresses_) {
+  for (const std::string& address : addresses_) {
     const bool unix_socket = absl::StartsWith(address, "unix:");
     spdlog::info("mpsd listening on {} ({})", address,
-                 unix_socket               ? "unix socket, mode 0600"
-                 : server->tls_ != nullptr ? (config.tls.client_ca.empty()
-                                                  ? "TLS, bearer tokens"
-                                                  : "mutual TLS, bearer tokens")
-                                           : "plaintext loopback, bearer tokens");
+                 unix_socket       ? "unix socket, mode 0600"
+                 : tls_ != nullptr ? (config.tls.client_ca.empty() ? "TLS, bearer tokens"
+                                                                   : "mutual TLS, bearer tokens")
+                                   : "plaintext loopback, bearer tokens");
   }
   spdlog::info("state dir {}", config.state_dir);
-  if (absl::Status status = server->StartHttp(); !status.ok()) return status;
-  {
-    absl::MutexLock lock(&server->mu_);
-    server->started_ = true;
-  }
-  return server;
+  return absl::OkStatus();
 }
 
 Server::~Server() { Shutdown(); }

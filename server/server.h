@@ -105,6 +105,23 @@ class Server {
  private:
   Server();
 
+  // BuildAndStart's steps, in its order; each returns the error that stops the start.
+  // Checks the addresses, tries every TCP port and binds HTTP's, then creates and locks the state
+  // dir, prepares the unix sockets and opens the tokens, data roots and TLS files.
+  absl::Status ClaimListenersAndStateDir();
+  // Opens the job database, past the highest job id an artifacts folder names, and removes the
+  // temporaries of artifact writes that never finished.
+  absl::Status OpenStore();
+  // Starts mpsd-executor (ExecutorSupervisor) with the config's executor options.
+  absl::Status StartExecutor();
+  // The state dir's watch, metrics, TensorBoard writer, artifact retention and the scheduler,
+  // which recovers the stored jobs.
+  absl::Status StartScheduler();
+  // The JobService (with the upload store) and reflection.
+  absl::Status StartServices();
+  // gRPC's server on every listener, and its health service.
+  absl::Status StartGrpc();
+
   // Binds the HTTP listener's port (config.http_listen; nothing served yet), before anything is
   // written to the state dir. No-op without http_listen.
   absl::Status BindHttp();
