@@ -1,6 +1,8 @@
 // UserCodeOf: the TorchScript files a job spec names.
 #include "api/user_code.h"
 
+#include "api/job_id.h"
+
 namespace mpsd::api {
 namespace {
 
@@ -14,6 +16,14 @@ bool SetsTorchScript(const google::protobuf::RepeatedPtrField<mpsd::v1::SweepPar
 }  // namespace
 
 std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
+  // An EvalJob's or PredictJob's model.pt given by path may be a TorchScript module (a
+  // TorchScript TrainJob's), whose forward the EvalJob's check and both jobs run.
+  if (request.has_eval_job() || request.has_predict_job()) {
+    const bool eval = request.has_eval_job();
+    const std::string& model = eval ? request.eval_job().model() : request.predict_job().model();
+    if (model.empty() || IsJobId(model)) return std::nullopt;
+    return UserCode{eval ? "eval_job.model" : "predict_job.model", model};
+  }
   if (!request.has_train_job()) return std::nullopt;
   const std::string& path = request.train_job().model().torchscript();
   if (!path.empty()) return UserCode{"train_job.model.torchscript", path};

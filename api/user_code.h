@@ -21,7 +21,9 @@ struct UserCode {
   std::string path;
 };
 
-// The user code `request` would run; nullopt for a job that runs only the daemon's own code.
+// The user code `request` would run; nullopt for a job that runs only the daemon's own code. An
+// EvalJob's or PredictJob's model given as a path counts (it may be a TorchScript model.pt);
+// given as a job id it does not (see docs/job-files.md, "Evaluating a model on a dataset").
 // Pure; thread-safe.
 std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request);
 

@@ -144,7 +144,8 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--kind: unknown \"", arg, "\" (expected TrainJob, BenchJob or Sweep)"));
+      absl::StrCat("--kind: unknown \"", arg,
+                   "\" (expected TrainJob, BenchJob, EvalJob, PredictJob or Sweep)"));
 }
 
 }  // namespace

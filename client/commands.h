@@ -175,6 +175,16 @@ class Commands {
   // job still runs). kExitUsage for an unknown format;
   // kExitFailed for a job that is not a BenchJob.
   int Bench(const std::string& job_id, const std::string& format);
+  // `mpsctl predict MODEL INPUT...` (client/predict_command.cc): submits a PredictJob of `model`
+  // (a job id or a model.pt path) on `inputs` (image files, folders, .pt tensors files; relative
+  // paths made absolute against the current directory), waits for it on its event stream and
+  // prints its predictions in `format` ("table", "csv", "json"; --json means json;
+  // client/predictions.h). `top_k` 0 = the daemon's default. kExitOk when it succeeded;
+  // kExitFailed when mpsd refused it (the message names the field) or the job failed (the
+  // message names the file, e.g. an image that does not decode); kExitUsage for an unknown
+  // format.
+  int Predict(const std::string& model, const std::vector<std::string>& inputs, int32_t top_k,
+              const std::string& format);
   // PauseQueue / ResumeQueue: prints the queue's state.
   int Pause();
   int Resume();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/job_state.h"
 #include "client/bench_table.h"
+#include "client/predictions.h"
 #include "client/format.h"
 
 namespace mpsd::client {
@@ -69,6 +70,9 @@ void EventPrinter::Print(const v1::JobEvent& event) {
       break;
     case v1::JobEvent::kBenchRow:
       PrintLine(FormatBenchRowLine(event.bench_row()));
+      break;
+    case v1::JobEvent::kPrediction:
+      PrintLine(FormatPredictionLine(event.prediction()));
       break;
     case v1::JobEvent::kHeartbeat:  // handled above
     case v1::JobEvent::PAYLOAD_NOT_SET:

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "api/job_id.h"
 #include "api/job_state.h"
 #include "client/bench_table.h"
 #include "client/job_file.h"
@@ -45,6 +46,11 @@ std::string FormatTimestamp(const google::protobuf::Timestamp& ts, absl::Time no
 std::string ModelName(const v1::SubmitJobRequest& spec) {
   if (spec.has_train_job()) return spec.train_job().model().name();
   if (spec.has_bench_job()) return absl::StrJoin(spec.bench_job().models(), ",");
+  if (spec.has_eval_job() || spec.has_predict_job()) {
+    const std::string& model =
+        spec.has_eval_job() ? spec.eval_job().model() : spec.predict_job().model();
+    return api::IsJobId(model) ? absl::StrCat("job ", model) : model;
+  }
   return "";
 }
 
@@ -70,8 +76,77 @@ std::string TaskMetricsText(const google::protobuf::Map<std::string, double>& me
   return absl::StrJoin(parts, ", ");
 }
 
+}  // namespace
+
+std::string FormatConfusionMatrix(const v1::JobSummary& s, absl::string_view indent) {
+  const int64_t k = s.confusion_classes();
+  if (k <= 0 || s.confusion_matrix_size() != k * k) return "";
+  // Row labels: "3 Dress" (index and class name, when known); counts right-aligned.
+  std::vector<std::string> labels;
+  size_t label_width = std::string("true \\ predicted").size();
+  for (int64_t t = 0; t < k; ++t) {
+    std::string label = absl::StrCat(t);
+    if (t < s.class_names_size()) absl::StrAppend(&label, " ", s.class_names(t));
+    label_width = std::max(label_width, label.size());
+    labels.push_back(std::move(label));
+  }
+  size_t width = std::to_string(k - 1).size();
+  for (const int64_t count : s.confusion_matrix()) {
+    width = std::max(width, std::to_string(count).size());
+  }
+  width = std::max(width, std::string("total").size() - 1);
+  std::string out = absl::StrCat(indent, "confusion matrix (examples; rows: true class, columns: "
+                                         "predicted class):\n");
+  absl::StrAppendFormat(&out, "%s%-*s", indent, label_width, "true \\ predicted");
+  for (int64_t p = 0; p < k; ++p) absl::StrAppendFormat(&out, " %*d", width, p);
+  absl::StrAppendFormat(&out, " %*s\n", width + 1, "total");
+  for (int64_t t = 0; t < k; ++t) {
+    absl::StrAppendFormat(&out, "%s%-*s", indent, label_width, labels[t]);
+    int64_t total = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      const int64_t count = s.confusion_matrix(static_cast<int>(t * k + p));
+      total += count;
+      absl::StrAppendFormat(&out, " %*d", width, count);
+    }
+    absl::StrAppendFormat(&out, " %*d\n", width + 1, total);
+  }
+  return out;
+}
+
+namespace {
+
+// An EvalJob's lines: the model, the split and its metrics, the confusion matrix.
+std::string EvalLines(const v1::JobSummary& s, absl::string_view indent) {
+  const std::string model = s.eval_model_job_id().empty()
+                                ? s.eval_model()
+                                : absl::StrCat("job ", s.eval_model_job_id(), "'s model");
+  std::string out = absl::StrCat(indent, "evaluated ", model, " (", s.task(), ") on the ",
+                                 s.eval_split(), " split: ", Plural(s.eval_examples(), "example"),
+                                 "\n");
+  const std::string metrics = TaskMetricsText(s.metrics());
+  if (!metrics.empty()) absl::StrAppend(&out, indent, metrics, "\n");
+  std::vector<std::string> work;
+  if (s.samples_per_second() > 0) work.push_back(FormatRate(s.samples_per_second()));
+  if (s.data_load_time_s() > 0) {
+    work.push_back(absl::StrCat("data load ", FormatSeconds(s.data_load_time_s())));
+  }
+  if (s.parameters() > 0) work.push_back(Plural(s.parameters(), "parameter"));
+  if (!work.empty()) absl::StrAppend(&out, indent, absl::StrJoin(work, ", "), "\n");
+  absl::StrAppend(&out, FormatConfusionMatrix(s, indent));
+  return out;
+}
+
 // The summary's lines after the first, each starting with `indent` and ending in '\n'.
 std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
+  if (!s.eval_split().empty()) return EvalLines(s, indent);
+  if (s.predictions_size() > 0) {  // a PredictJob
+    return absl::StrCat(indent, "predicted ", Plural(s.predictions_size(), "input"), " with ",
+                        s.eval_model_job_id().empty()
+                            ? s.eval_model()
+                            : absl::StrCat("job ", s.eval_model_job_id(), "'s model"),
+                        " (", s.task(), "): forward passes ",
+                        absl::StrFormat("%.3f ms", s.forward_time_ms()), "\n");
+  }
   std::string out;
   // Only what was measured: an unevaluated split has no figures, not zeros.
   if (s.epochs() > 0 && !s.metrics().empty()) {  // multilabel, regression

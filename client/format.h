@@ -46,6 +46,12 @@ std::string KindName(const v1::SubmitJobRequest& spec);
 // Epochs the spec asks for (default 1 for a TrainJob); 0 when unknown.
 int TotalEpochs(const v1::SubmitJobRequest& spec);
 
+// An EvalJob summary's confusion matrix (JobSummary.confusion_matrix, confusion_classes) as a
+// table: a header of predicted class indices, one line per true class ("3 Dress", index and
+// class name when known) with its counts and the row's total, each line starting with `indent`
+// and ending in '\n'; "" when the summary has none (or its size is not K × K).
+std::string FormatConfusionMatrix(const v1::JobSummary& summary, absl::string_view indent);
+
 // The live progress line: "epoch 1/3  step 120/938  loss 0.4123  acc 0.859  lr 0.001
 // 12,345 samples/s  ETA 0:42", with "  scale 65536" for fp16 and " (skipped: inf/NaN
 // gradients)" for a skipped step. `total_epochs` 0 leaves out "/N"; a learning rate of 0 (not

@@ -716,7 +716,10 @@ std::string AgainstDirectory(const std::string& path, const std::filesystem::pat
 }  // namespace
 
 void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_file) {
-  if (!request.has_train_job() && !request.has_bench_job()) return;
+  if (!request.has_train_job() && !request.has_bench_job() && !request.has_eval_job() &&
+      !request.has_predict_job()) {
+    return;
+  }
   std::error_code ec;
   const std::filesystem::path dir =
       std::filesystem::absolute(job_file, ec).lexically_normal().parent_path();
@@ -727,6 +730,21 @@ void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_fil
       if (absl::EndsWith(model, ".pt") || absl::StrContains(model, "/")) {
         model = AgainstDirectory(model, dir);
       }
+    }
+    return;
+  }
+  if (request.has_predict_job()) {
+    v1::PredictJob& predict = *request.mutable_predict_job();
+    if (!api::IsJobId(predict.model())) predict.set_model(AgainstDirectory(predict.model(), dir));
+    for (std::string& input : *predict.mutable_inputs()) input = AgainstDirectory(input, dir);
+    return;
+  }
+  if (request.has_eval_job()) {
+    // model: a job id stays as it is; a model.pt path is made absolute.
+    v1::EvalJob& eval = *request.mutable_eval_job();
+    if (!api::IsJobId(eval.model())) eval.set_model(AgainstDirectory(eval.model(), dir));
+    if (!eval.dataset().root().empty()) {
+      eval.mutable_dataset()->set_root(AgainstDirectory(eval.dataset().root(), dir));
     }
     return;
   }

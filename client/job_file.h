@@ -29,8 +29,8 @@ namespace mpsd::client {
 // each naming the file, the 1-based line and column when known, and the key path:
 //   job.yaml:4:42: dataset.limt_train: unknown field (did you mean "limit_train"?)
 //   job.yaml:5:13: batch_size: expected an integer, got "sixty"
-//   job.yaml: missing "kind" (expected TrainJob or BenchJob)
-//   job.yaml:1:7: kind: unknown "TranJob" (expected TrainJob or BenchJob)
+//   job.yaml: missing "kind" (expected TrainJob, BenchJob, EvalJob or PredictJob)
+//   job.yaml:1:7: kind: unknown "TranJob" (expected TrainJob, BenchJob, EvalJob or PredictJob)
 //   job.yaml:3:1: YAML syntax error: illegal map value
 // Thread-safe.
 absl::StatusOr<mpsd::v1::SubmitJobRequest> ParseJobFile(absl::string_view yaml,
@@ -58,7 +58,9 @@ absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
 // taken against the current directory), since the daemon resolves relative paths against its
 // own working directory: a TrainJob's model.torchscript, model.weights, dataset.root, and
 // resume_from unless it is a job id (all digits); a BenchJob's models that are TorchScript files
-// (ending in ".pt" or holding a '/'). Absolute paths and empty fields are left alone.
+// (ending in ".pt" or holding a '/'); an EvalJob's model (unless a job id) and dataset.root; a
+// PredictJob's model (unless a job id) and inputs.
+// Absolute paths and empty fields are left alone.
 // Thread-safe.
 void MakePathsAbsolute(mpsd::v1::SubmitJobRequest& request, const std::string& job_file);
 

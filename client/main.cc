@@ -109,6 +109,9 @@ struct Flags {
   std::string upload_path, upload_name, upload_submitter;
   bool upload_replace = false, uploads_all = false;
   std::string completion_shell;
+  std::string predict_model, predict_format = "table";
+  std::vector<std::string> predict_inputs;
+  int32_t top_k = 0;
 };
 
 // Each command (a CLI11 subcommand) and what it runs once mpsctl is connected.
@@ -191,7 +194,8 @@ void AddJobCommands(CLI::App& app, CommandTable& table, Flags& f) {
                    "only jobs in this state (queued, running, succeeded, failed, cancelled, "
                    "interrupted); repeat or separate with commas for several")
       ->type_name("STATE");
-  list->add_option("--kind", list_options.kind, "only jobs of this kind (TrainJob, BenchJob, Sweep)")
+  list->add_option("--kind", list_options.kind,
+                   "only jobs of this kind (TrainJob, BenchJob, EvalJob, PredictJob, Sweep)")
       ->type_name("KIND");
   // CLI::NonNegativeNumber would name its range as 0 to DBL_MAX in 309 digits: say the real one.
   list->add_option("--limit", list_options.limit, "show at most N jobs; 0 for all")
@@ -287,7 +291,7 @@ void AddQueueCommands(CLI::App& app, CommandTable& table, Flags& f) {
       ->check(Seconds());
 }
 
-// bench, sweep, compare, export, artifacts, download: what jobs produced.
+// bench, predict, sweep, compare, export, artifacts, download: what jobs produced (or run).
 void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
   CLI::App* bench = table.Add(
       app, "bench", "show a BenchJob's table: models and batch sizes by devices, speedup last",
@@ -299,6 +303,28 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
                    "--json means json)")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
+
+  CLI::App* predict = table.Add(
+      app, "predict",
+      "run a trained model on images, folders of images or a .pt tensors file (a PredictJob) "
+      "and print its top classes, label probabilities or values",
+      [&f](Commands& c) {
+        return c.Predict(f.predict_model, f.predict_inputs, f.top_k, f.predict_format);
+      });
+  predict
+      ->add_option("MODEL", f.predict_model,
+                   "a finished TrainJob's id, or a model.pt written by mpsd (model.json beside it)")
+      ->required();
+  predict->add_option("INPUT", f.predict_inputs, "PNG/JPEG files, folders of them, .pt files")
+      ->required();
+  predict->add_option("--top-k", f.top_k, "classes per input, most probable first (default 5)")
+      ->type_name("K")
+      ->check(CLI::Range(1, 1000));
+  predict
+      ->add_option("--format", f.predict_format,
+                   "table, csv or json (one Prediction per line; --json means json)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "csv", "json"}));
 
   CLI::App* sweep = table.Add(
       app, "sweep", "a sweep's trials with their parameters and metrics, best first",

@@ -106,11 +106,18 @@ void BenchJobDefaults(v1::BenchJob& job) {
   if (job.memory_formats().empty()) job.add_memory_formats("contiguous");
 }
 
+void EvalJobDefaults(v1::EvalJob& job) {
+  DefaultString(job.mutable_split(), "test");
+  if (!job.has_batch_size()) job.set_batch_size(1000);
+  DefaultString(job.mutable_device(), "auto");
+}
+
 }  // namespace
 
 v1::SubmitJobRequest WithDefaults(v1::SubmitJobRequest request) {
   if (request.has_train_job()) TrainJobDefaults(*request.mutable_train_job());
   if (request.has_bench_job()) BenchJobDefaults(*request.mutable_bench_job());
+  if (request.has_eval_job()) EvalJobDefaults(*request.mutable_eval_job());
   return request;
 }
 

@@ -449,10 +449,14 @@ std::map<std::string, std::string> FlattenSpec(const v1::SubmitJobRequest& reque
   std::map<std::string, std::string> out;
   if (request.has_train_job()) Flatten(request.train_job(), "", out);
   if (request.has_bench_job()) Flatten(request.bench_job(), "", out);
+  if (request.has_eval_job()) Flatten(request.eval_job(), "", out);
+  if (request.has_predict_job()) Flatten(request.predict_job(), "", out);
   // Request-level fields (priority, name, labels, after) through the same walk.
   v1::SubmitJobRequest outside = request;
   outside.clear_train_job();
   outside.clear_bench_job();
+  outside.clear_eval_job();
+  outside.clear_predict_job();
   outside.clear_sweep();
   Flatten(outside, "", out);
   return out;

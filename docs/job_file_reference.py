@@ -8,7 +8,8 @@ leading comment), so the reference is the proto's own text and cannot drift from
   docs/job_file_reference.py --check         exit 1 if the committed page differs (the ctest)
 
 Needs protoc and python3-protobuf. Paths are as a job file (and a sweep key) spells them: the
-fields of TrainJob or BenchJob at the top level, beside `kind` and SubmitJobRequest's own keys.
+fields of TrainJob, BenchJob, EvalJob or PredictJob at the top level, beside `kind` and
+SubmitJobRequest's own keys.
 """
 import argparse
 import os
@@ -118,7 +119,8 @@ def render(messages, enums):
            "do not edit. -->\n",
            "Every key a job file may hold, with the comment it has in "
            "[`proto/mpsd/v1/mpsd.proto`](../proto/mpsd/v1/mpsd.proto). A job file is YAML: "
-           "`kind: TrainJob` (or `BenchJob`) and that message's fields at the top level, "
+           "`kind: TrainJob` (or `BenchJob`, `EvalJob`, `PredictJob`) and that message's "
+           "fields at the top level, "
            "beside SubmitJobRequest's own keys (`priority`, `request_id`, `name`, `labels`, "
            "`after`, `sweep`). Paths are as a job file and a sweep key spell them; the "
            "daemon's errors prefix them with `train_job.` or `bench_job.`. How to use them: "

@@ -1,5 +1,6 @@
 // The LibTorch executor: dispatches each job spec to its kind (TrainJob: trainer/train_job.h and
-// trainer/run_train_job.h; BenchJob: trainer/bench.h), applies the job's context, and keeps every
+// trainer/run_train_job.h; BenchJob: trainer/bench.h; EvalJob: trainer/eval_job.h;
+// PredictJob: trainer/predict_job.h), applies the job's context, and keeps every
 // LibTorch call behind the exception firewall (trainer/torch_errors.h).
 #include "trainer/executor.h"
 
@@ -18,10 +19,12 @@
 #include "absl/strings/str_join.h"
 #include "trainer/bench.h"
 #include "trainer/device.h"
+#include "trainer/eval_job.h"
 #include "trainer/input_limits.h"
 #include "trainer/fault_injection.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
+#include "trainer/predict_job.h"
 #include "trainer/run_train_job.h"
 #include "trainer/torch_errors.h"
 #include "trainer/train_job.h"
@@ -42,6 +45,10 @@ class TorchExecutor final : public Executor {
         return ValidateBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
                                 options_.artifacts_dir);
       });
+    }
+    if (spec.has_eval_job()) return ValidateEvalJob(spec.eval_job(), inventory_, options_);
+    if (spec.has_predict_job()) {
+      return ValidatePredictJob(spec.predict_job(), inventory_, options_);
     }
     return CatchTorchErrors([&] { return ResolveJob(spec, nullptr).status(); });
   }
@@ -64,6 +71,8 @@ class TorchExecutor final : public Executor {
 
   absl::Status RunBench(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
                         const std::atomic<bool>& cancelled);
+  absl::Status RunEval(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
+                       const std::atomic<bool>& cancelled);
   absl::Status RunTrain(const JobContext& context, const mpsd::v1::SubmitJobRequest& spec,
                         const EventSink& sink, const std::atomic<bool>& cancelled);
 
@@ -86,8 +95,13 @@ absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(const mpsd::v1::SubmitJ
       return ResolveTrainJob(spec.train_job(), inventory_, options_, context);
     case mpsd::v1::SubmitJobRequest::kBenchJob:  // Validate and Run handle it (trainer/bench.h)
       return absl::InvalidArgumentError("spec: a BenchJob is not a TrainJob");
+    case mpsd::v1::SubmitJobRequest::kEvalJob:  // Validate and Run handle it (trainer/eval_job.h)
+      return absl::InvalidArgumentError("spec: an EvalJob is not a TrainJob");
+    case mpsd::v1::SubmitJobRequest::kPredictJob:  // Validate and Run (trainer/predict_job.h)
+      return absl::InvalidArgumentError("spec: a PredictJob is not a TrainJob");
     default:
-      return absl::InvalidArgumentError("spec: no job given (set train_job or bench_job)");
+      return absl::InvalidArgumentError(
+          "spec: no job given (set train_job, bench_job, eval_job or predict_job)");
   }
 }
 
@@ -96,6 +110,11 @@ absl::Status TorchExecutor::Run(const JobContext& context,
                                 const CancelFlag& cancel) {
   const std::atomic<bool>& cancelled = cancel.flag();  // polled at step boundaries
   if (spec.has_bench_job()) return RunBench(spec, sink, cancelled);
+  if (spec.has_eval_job()) return RunEval(spec, sink, cancelled);
+  if (spec.has_predict_job()) {
+    jobs_run_.fetch_add(1, std::memory_order_relaxed);
+    return RunPredictJob(spec.predict_job(), inventory_, options_, sink, cancelled);
+  }
   return RunTrain(context, spec, sink, cancelled);
 }
 
@@ -113,6 +132,12 @@ absl::Status TorchExecutor::RunBench(const mpsd::v1::SubmitJobRequest& spec,
                        options_.artifacts_dir, bench_sink,
                        cancelled);
   });
+}
+
+absl::Status TorchExecutor::RunEval(const mpsd::v1::SubmitJobRequest& spec,
+                                    const EventSink& sink, const std::atomic<bool>& cancelled) {
+  jobs_run_.fetch_add(1, std::memory_order_relaxed);
+  return RunEvalJob(spec.eval_job(), inventory_, options_, sink, cancelled);
 }
 
 absl::Status TorchExecutor::RunTrain(const JobContext& context,

@@ -22,15 +22,17 @@ std::string Shape(const torch::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes().vec(), ", "), "]");
 }
 
-// LibTorch's message about why it could not read the file, made into ours.
-absl::Status PickleError(const std::string& path, const std::string& message) {
+// LibTorch's message about why it could not read the file, made into ours. `layout`: what a valid
+// file holds, for the case of a one-entry dict.
+absl::Status PickleError(
+    const std::string& path, const std::string& message,
+    absl::string_view layout = "a tensors file has the keys train and test, and x and y in each") {
   // LibTorch 1.13's unpickler lacks SETITEM (0x73), which pickle uses for a dict of one entry;
   // a valid file has none (train and test at the top, x and y in each split).
   if (absl::StrContains(message, "Unknown opcode") && absl::StrContains(message, "0x73")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": holds a dict with a single entry, which LibTorch " TORCH_VERSION
-              " cannot read; a tensors file has the keys train and test, and x and y in each: ",
-        message));
+        path, ": holds a dict with a single entry, which LibTorch " TORCH_VERSION " cannot read; ",
+        layout, ": ", message));
   }
   if (absl::StrContains(message, "unknown type") || absl::StrContains(message, "Unknown type") ||
       absl::StrContains(message, "pickler class") || absl::StrContains(message, "global")) {
@@ -305,6 +307,47 @@ absl::StatusOr<TensorFile> CheckFile(const std::string& path, const c10::IValue&
 }
 
 }  // namespace
+
+absl::StatusOr<torch::Tensor> ReadInputsFile(const std::string& path) {
+  constexpr absl::string_view kInputsLayout =
+      "save the inputs themselves (torch.save(X)), or a dict with \"x\" and another entry";
+  absl::StatusOr<std::vector<char>> bytes = ReadBytes(path);
+  if (!bytes.ok()) return bytes.status();
+  c10::IValue root;
+  try {
+    root = torch::pickle_load(*bytes);
+  } catch (const c10::Error& e) {
+    return PickleError(path, e.what_without_backtrace(), kInputsLayout);
+  } catch (const std::exception& e) {
+    return PickleError(path, e.what(), kInputsLayout);
+  }
+  torch::Tensor x;
+  if (root.isTensor()) {
+    x = root.toTensor();
+  } else if (root.isGenericDict()) {
+    for (const auto& entry : root.toGenericDict()) {
+      if (entry.key().isString() && entry.key().toStringRef() == "x" && entry.value().isTensor()) {
+        x = entry.value().toTensor();
+      }
+    }
+  }
+  if (!x.defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a tensor or a dict with \"x\" (torch.save(X) or "
+                           "torch.save({\"x\": X}))"));
+  }
+  const auto dtype = x.scalar_type();
+  if (dtype != torch::kUInt8 && !torch::isFloatingType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": x: dtype ", std::string(c10::toString(dtype)),
+        ", expected a float dtype or uint8"));
+  }
+  if (x.dim() < 2 || x.size(0) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": x: shape [", absl::StrJoin(x.sizes(), ", "), "], expected [N, ...] with N >= 1"));
+  }
+  return x;
+}
 
 absl::StatusOr<TensorFile> ReadTensorFile(const std::string& path) {
   absl::StatusOr<std::vector<char>> bytes = ReadBytes(path);

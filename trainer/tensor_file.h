@@ -61,6 +61,13 @@ struct TensorFile {
 // converted).
 absl::StatusOr<TensorFile> ReadTensorFile(const std::string& path);
 
+// Reads inputs for a model (PredictJob): a file of torch.save(X), or of a dict with "x": X and at
+// least one more entry (LibTorch 1.13 cannot read a dict of one entry: the error says so), with X
+// [N, ...] float32/float64/float16/bfloat16 or uint8, N >= 1, on the CPU as stored. Errors as
+// ReadTensorFile's (the path first): not a torch.save zip file, pickled Python objects, "not a
+// tensor or a dict with \"x\"", x of another dtype or without examples. Thread-safe.
+absl::StatusOr<torch::Tensor> ReadInputsFile(const std::string& path);
+
 }  // namespace mpsd::trainer
 
 #endif  // MPSD_TRAINER_TENSOR_FILE_H_

@@ -864,7 +864,8 @@ absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit
 
 absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& split,
                                     int64_t batch_size, const std::atomic<bool>& cancelled,
-                                    DataParallel* data_parallel, const TaskLoss* task) {
+                                    DataParallel* data_parallel, const TaskLoss* task,
+                                    int64_t confusion_classes) {
   if (task != nullptr && task->config().kind != TaskKind::kClassification) {
     return EvaluateTask(model, split, batch_size, cancelled, data_parallel, *task);
   }
@@ -882,6 +883,12 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
                         .to(on_device.dtype(torch::kFloat32));
     weight_sum = torch::zeros({}, on_device.dtype(torch::kFloat32));
   }
+  // The confusion matrix's counts, [K * K] int64 on the device (bincount's dtype).
+  torch::Tensor confusion;
+  if (confusion_classes > 0) {
+    confusion =
+        torch::zeros({confusion_classes * confusion_classes}, on_device.dtype(torch::kInt64));
+  }
   const int64_t n = split.size();
   const absl::Status walked = ForEachEvalBatch(
       split, batch_size, cancelled, [&](const torch::Tensor& images, const torch::Tensor& labels) {
@@ -893,7 +900,12 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
         } else {
           loss_sum.add_(F::cross_entropy(logits, labels, sum));
         }
-        correct.add_(logits.argmax(/*dim=*/1).eq(labels).sum());
+        const torch::Tensor predicted = logits.argmax(/*dim=*/1);
+        correct.add_(predicted.eq(labels).sum());
+        if (confusion.defined()) {
+          confusion.add_(torch::bincount(labels * confusion_classes + predicted, /*weights=*/{},
+                                         /*minlength=*/confusion_classes * confusion_classes));
+        }
       });
   if (!walked.ok()) return walked;
   // The one synchronisation of the evaluation.
@@ -906,14 +918,20 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
   totals = totals.to(torch::kCPU);
   if (data_parallel != nullptr) examples = static_cast<int64_t>(totals[2].item<double>());
   if (examples == 0) return EvalResult{};
+  EvalResult result{totals[0].item<double>() / examples, totals[1].item<double>() / examples, {},
+                    {}};
   if (weighted != nullptr) {
     torch::Tensor weights = weight_sum.reshape({1});
     if (data_parallel != nullptr) weights = data_parallel->AllReduceSum(weights);
     const double total_weight = weights.to(torch::kCPU).item<double>();
-    return EvalResult{total_weight > 0 ? totals[0].item<double>() / total_weight : 0,
-                      totals[1].item<double>() / examples, {}};
+    result.loss = total_weight > 0 ? totals[0].item<double>() / total_weight : 0;
   }
-  return EvalResult{totals[0].item<double>() / examples, totals[1].item<double>() / examples, {}};
+  if (confusion.defined()) {
+    const torch::Tensor counts = confusion.to(torch::kCPU).contiguous();
+    result.confusion.assign(counts.data_ptr<int64_t>(),
+                            counts.data_ptr<int64_t>() + counts.numel());
+  }
+  return result;
 }
 
 }  // namespace mpsd::trainer

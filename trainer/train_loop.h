@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -202,6 +203,9 @@ struct EvalResult {
   // multilabel and regression: every metric by name, loss and accuracy included (TaskMetrics,
   // trainer/task.h); empty for classification.
   TaskMetrics metrics;
+  // Classification with confusion_classes K > 0: examples per (true class t, argmax class p) at
+  // [t * K + p], row-major [K, K]; empty otherwise.
+  std::vector<int64_t> confusion;
 };
 
 // Evaluates `model` on `split` in eval mode without autograd, accumulating on the device and
@@ -209,11 +213,14 @@ struct EvalResult {
 // With `data_parallel`, `split` is this rank's shard (DataParallel::ShardSplit) and the loss
 // sum, correct count and examples are summed across ranks before the division: every rank
 // returns the whole set's figures. `task`: the job's loss and metrics; nullptr = classification
-// with unweighted cross-entropy.
+// with unweighted cross-entropy. `confusion_classes` K > 0 (classification, one process only):
+// also counts the confusion matrix on the device (a bincount of t * K + p per batch, read back
+// with the other sums); every label must lie in [0, K) and the logits have K columns.
 absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& split,
                                     int64_t batch_size, const std::atomic<bool>& cancelled,
                                     DataParallel* data_parallel = nullptr,
-                                    const TaskLoss* task = nullptr);
+                                    const TaskLoss* task = nullptr,
+                                    int64_t confusion_classes = 0);
 
 }  // namespace mpsd::trainer
 

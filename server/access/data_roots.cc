@@ -100,6 +100,23 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
       }
     }
   }
+  if (request->has_predict_job()) {
+    mpsd::v1::PredictJob& job = *request->mutable_predict_job();
+    if (absl::Status s = resolve("predict_job.model", job.mutable_model()); !s.ok()) return s;
+    auto& inputs = *job.mutable_inputs();
+    for (int i = 0; i < inputs.size(); ++i) {
+      if (absl::Status s = resolve(absl::StrCat("predict_job.inputs[", i, "]"), &inputs[i]);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (request->has_eval_job()) {
+    mpsd::v1::EvalJob& job = *request->mutable_eval_job();
+    if (absl::Status s = resolve("eval_job.model", job.mutable_model()); !s.ok()) return s;
+    return resolve("eval_job.dataset.root", job.mutable_dataset()->mutable_root());
+  }
   if (!request->has_train_job()) return absl::OkStatus();
   mpsd::v1::TrainJob& job = *request->mutable_train_job();
   for (auto [field, value] : std::initializer_list<std::pair<absl::string_view, std::string*>>{
@@ -164,6 +181,22 @@ absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& di
   return absl::OkStatus();
 }
 
+absl::Status DataRoots::CheckDataset(absl::string_view field,
+                                     const mpsd::v1::DatasetSpec& dataset,
+                                     const Principal* principal) const {
+  if (!dataset.root().empty()) {
+    if (absl::Status s = CheckPath(field, dataset.root(), principal); !s.ok()) return s;
+    // A symlink inside the root that leads out of the roots (a "dataset file" that is
+    // /etc/shadow) is refused as the root itself would be.
+    return CheckTree(field, dataset.root(), principal);
+  }
+  if (!dataset.name().empty() && dataset.name() != "synthetic") {
+    const std::string root = absl::StrCat("/usr/share/datasets/", dataset.name());
+    return CheckPath(absl::StrCat(field, " (default)"), root, principal);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request,
                               const Principal* principal) const {
   if (request.has_bench_job()) {
@@ -178,26 +211,38 @@ absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request,
       }
     }
   }
+  if (request.has_predict_job()) {
+    const mpsd::v1::PredictJob& job = request.predict_job();
+    if (!job.model().empty() && !api::IsJobId(job.model())) {
+      if (absl::Status s = CheckPath("predict_job.model", job.model(), principal); !s.ok()) {
+        return s;
+      }
+    }
+    for (int i = 0; i < job.inputs_size(); ++i) {
+      const std::string field = absl::StrCat("predict_job.inputs[", i, "]");
+      if (absl::Status s = CheckPath(field, job.inputs(i), principal); !s.ok()) return s;
+      // A folder of images: a symlink in it that leads out of the roots is refused too.
+      std::error_code error;
+      if (std::filesystem::is_directory(job.inputs(i), error)) {
+        if (absl::Status s = CheckTree(field, job.inputs(i), principal); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (request.has_eval_job()) {
+    const mpsd::v1::EvalJob& job = request.eval_job();
+    // A job id is no path: the scheduler checks it names a finished TrainJob.
+    if (!job.model().empty() && !api::IsJobId(job.model())) {
+      if (absl::Status s = CheckPath("eval_job.model", job.model(), principal); !s.ok()) {
+        return s;
+      }
+    }
+    return CheckDataset("eval_job.dataset.root", job.dataset(), principal);
+  }
   if (!request.has_train_job()) return absl::OkStatus();
   const mpsd::v1::TrainJob& job = request.train_job();
-  const mpsd::v1::DatasetSpec& dataset = job.dataset();
-  if (!dataset.root().empty()) {
-    if (absl::Status s = CheckPath("train_job.dataset.root", dataset.root(), principal);
-        !s.ok()) {
-      return s;
-    }
-    // A symlink inside the root that leads out of the roots (a "dataset file" that is
-    // /etc/shadow) is refused as the root itself would be.
-    if (absl::Status s = CheckTree("train_job.dataset.root", dataset.root(), principal);
-        !s.ok()) {
-      return s;
-    }
-  } else if (!dataset.name().empty() && dataset.name() != "synthetic") {
-    const std::string root = absl::StrCat("/usr/share/datasets/", dataset.name());
-    if (absl::Status s = CheckPath("train_job.dataset.root (default)", root, principal);
-        !s.ok()) {
-      return s;
-    }
+  if (absl::Status s = CheckDataset("train_job.dataset.root", job.dataset(), principal); !s.ok()) {
+    return s;
   }
   if (!job.model().torchscript().empty()) {
     if (absl::Status s =

@@ -1,7 +1,7 @@
 // Which files a job submitted over TCP may make the daemon read: the paths a TrainJob names
-// (dataset.root, model.torchscript, resume_from) must lie under one of the configured data
-// roots once symlinks are resolved. Torch-free: checked in the daemon before the spec goes to
-// the executor.
+// (dataset.root, model.torchscript, resume_from), an EvalJob's model and dataset.root, and a
+// PredictJob's model and inputs, must lie under one of the configured data roots once symlinks are
+// resolved. Torch-free: checked in the daemon before the spec goes to the executor.
 #ifndef MPSD_SERVER_ACCESS_DATA_ROOTS_H_
 #define MPSD_SERVER_ACCESS_DATA_ROOTS_H_
 
@@ -30,11 +30,12 @@ class DataRoots {
   explicit DataRoots(const std::vector<std::string>& roots, const std::string& state_dir = "");
 
   // Turns every `upload:NAME[/PATH]` the request names (dataset.root, model.torchscript,
-  // model.weights, resume_from, a BenchJob's models) into <state_dir>/uploads/<submitter>/NAME
-  // [/PATH], and `upload:@OWNER/NAME[/PATH]` into OWNER's; called before any check (Check then
-  // refuses another submitter's upload to anyone but an admin, the same whether it exists).
-  // INVALID_ARGUMENT (INVALID_FIELD naming the field) for a malformed reference or a daemon
-  // without a state dir. Other values are left as they are.
+  // model.weights, resume_from, a BenchJob's models, an EvalJob's model and dataset.root, a
+  // PredictJob's model and inputs) into <state_dir>/uploads/<submitter>/NAME [/PATH], and
+  // `upload:@OWNER/NAME[/PATH]` into OWNER's; called before any check (Check then refuses another
+  // submitter's upload to anyone but an admin, the same whether it exists). INVALID_ARGUMENT
+  // (INVALID_FIELD naming the field) for a malformed reference or a daemon without a state dir.
+  // Other values are left as they are.
   absl::Status ResolveUploads(mpsd::v1::SubmitJobRequest* request,
                               absl::string_view submitter) const;
 
@@ -49,6 +50,11 @@ class DataRoots {
   // for an admin.
   absl::Status Check(const mpsd::v1::SubmitJobRequest& request,
                      const Principal* principal = nullptr) const;
+
+  // The checks of a dataset's root (CheckPath and CheckTree) or, without a root, of its default
+  // directory; `field` is the root's field path, e.g. "eval_job.dataset.root".
+  absl::Status CheckDataset(absl::string_view field, const mpsd::v1::DatasetSpec& dataset,
+                            const Principal* principal) const;
 
   // The check for one path; `field` is its field path, e.g. "train_job.dataset.root".
   absl::Status CheckPath(absl::string_view field, const std::string& path,

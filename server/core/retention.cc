@@ -96,6 +96,13 @@ std::map<std::string, std::string> NeededArtifacts(const std::vector<Job>& jobs,
       needed.emplace(after, absl::StrCat("job ", job.id(), " (", Job::State_Name(job.state()),
                                          ") waits for it"));
     }
+    // An EvalJob's or PredictJob's model that is a job id runs that job's trained model.
+    for (const std::string& model :
+         {job.spec().eval_job().model(), job.spec().predict_job().model()}) {
+      if (!api::IsJobId(model)) continue;
+      needed.emplace(model, absl::StrCat("job ", job.id(), " (", Job::State_Name(job.state()),
+                                         ") runs its model"));
+    }
     // A BenchJob's models entry that is a job id times that job's trained model.
     for (const std::string& model : job.spec().bench_job().models()) {
       if (!api::IsJobId(model)) continue;

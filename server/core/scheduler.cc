@@ -43,6 +43,10 @@ Job::Kind KindOf(const mpsd::v1::SubmitJobRequest& request) {
       return Job::TRAIN_JOB;
     case mpsd::v1::SubmitJobRequest::kBenchJob:
       return Job::BENCH_JOB;
+    case mpsd::v1::SubmitJobRequest::kEvalJob:
+      return Job::EVAL_JOB;
+    case mpsd::v1::SubmitJobRequest::kPredictJob:
+      return Job::PREDICT_JOB;
     default:
       return Job::KIND_UNSPECIFIED;
   }
@@ -161,7 +165,7 @@ absl::Status CheckRepeatedSizes(const google::protobuf::Message& message, const 
 
 absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
   if (request.spec_case() == mpsd::v1::SubmitJobRequest::SPEC_NOT_SET) {
-    return absl::InvalidArgumentError("spec: set train_job or bench_job");
+    return absl::InvalidArgumentError("spec: set train_job, bench_job, eval_job or predict_job");
   }
   if (request.request_id().size() > Scheduler::kMaxRequestIdBytes) {
     return absl::InvalidArgumentError(
@@ -321,6 +325,7 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
     if (*earlier != nullptr) return **earlier;
     if (!refuse_submits_.ok()) return refuse_submits_;
     if (absl::Status s = CheckAfter(request); !s.ok()) return s;
+    if (absl::Status s = CheckModelJob(request); !s.ok()) return s;
     resumes_from_dependency = ResumesFromDependency(request);
   }
   // Validation reads the file system: not under mu_.
@@ -432,6 +437,30 @@ absl::Status Scheduler::CheckAfter(const mpsd::v1::SubmitJobRequest& request) co
     return absl::InvalidArgumentError(absl::StrCat(
         "after[", i, "]: no job ", id, " (a job can wait only for jobs submitted before it, "
         "which also keeps dependencies from forming a cycle)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CheckModelJob(const mpsd::v1::SubmitJobRequest& request) const {
+  const bool predict = request.has_predict_job();
+  const std::string& id = predict ? request.predict_job().model() : request.eval_job().model();
+  if ((!request.has_eval_job() && !predict) || !api::IsJobId(id)) return absl::OkStatus();
+  const std::string field = predict ? "predict_job.model" : "eval_job.model";
+  const auto refuse = [&field](const std::string& why) {
+    return api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)),
+                                 field);
+  };
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return refuse(absl::StrCat("no job ", id));
+  const Job& job = it->second;
+  if (job.kind() != Job::TRAIN_JOB) {
+    return refuse(absl::StrCat("job ", id, " is not a TrainJob (kind ", Job::Kind_Name(job.kind()),
+                               "): only a TrainJob leaves a model"));
+  }
+  if (job.state() != Job::SUCCEEDED) {
+    return refuse(absl::StrCat("job ", id, " is ", Job::State_Name(job.state()),
+                               ": the model of a TrainJob that SUCCEEDED is needed (its "
+                               "finished model.pt)"));
   }
   return absl::OkStatus();
 }

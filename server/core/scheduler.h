@@ -95,24 +95,24 @@ class Scheduler {
   // Stops as Shutdown() does.
   ~Scheduler();
 
-  // Validates the spec against the executor and queues the job behind every queued job of the
-  // same or a higher priority. A sweep (request.sweep) is expanded (server/core/sweep.h), every
-  // trial validated (an error names the trial, its values and the field), and stored as a
-  // parent Job of kind SWEEP, returned, plus one queued job per trial. A request whose
-  // request_id names a job `submitted_by` already submitted returns that job as it is now,
-  // without validating or queueing anything. Errors: INVALID_ARGUMENT naming the field (a
-  // request_id over kMaxRequestIdBytes too, a bad name or label, an `after` entry that names
-  // no earlier job, a repeated field over kMaxRepeatedValues; for a BenchJob see
-  // trainer/bench.h), ALREADY_EXISTS for a request_id used
-  // with a different request, RESOURCE_EXHAUSTED "queue full (N)", UNAVAILABLE while shutting
-  // down, FAILED_PRECONDITION once RefuseSubmits was called or Options::check_storage fails,
-  // the store's error while events cannot be stored (EventLog::StorageError; a job stored just
-  // before either failed is CANCELLED in the store it went to, and not acknowledged). Returns
-  // once the job and its QUEUED event are stored. `submitted_by` goes into Job.submitted_by.
-  // `may_submit`, when given, is asked about the request and, for a sweep, about each trial as
-  // the sweep expanded it (the one expansion of this submit), before anything is validated; its
-  // error refuses the submit (the job service's data-roots and resume_from checks for remote
-  // callers).
+  // Validates the spec against the executor and queues the job behind every queued job of the same
+  // or a higher priority. A sweep (request.sweep) is expanded (server/core/sweep.h), every trial
+  // validated (an error names the trial, its values and the field), and stored as a parent Job of
+  // kind SWEEP, returned, plus one queued job per trial. A request whose request_id names a job
+  // `submitted_by` already submitted returns that job as it is now, without validating or queueing
+  // anything. Errors: INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too,
+  // a bad name or label, an `after` entry that names no earlier job, a repeated field over
+  // kMaxRepeatedValues, an EvalJob's or PredictJob's model naming a job that is not a SUCCEEDED
+  // TrainJob; for a BenchJob see trainer/bench.h, for an EvalJob trainer/eval_job.h),
+  // ALREADY_EXISTS for a request_id used with a different request, RESOURCE_EXHAUSTED "queue full
+  // (N)", UNAVAILABLE while shutting down, FAILED_PRECONDITION once RefuseSubmits was called or
+  // Options::check_storage fails, the store's error while events cannot be stored
+  // (EventLog::StorageError; a job stored just before either failed is CANCELLED in the store it
+  // went to, and not acknowledged). Returns once the job and its QUEUED event are stored.
+  // `submitted_by` goes into Job.submitted_by. `may_submit`, when given, is asked about the request
+  // and, for a sweep, about each trial as the sweep expanded it (the one expansion of this submit),
+  // before anything is validated; its error refuses the submit (the job service's data-roots and
+  // resume_from checks for remote callers).
   using SubmitCheck = std::function<absl::Status(const mpsd::v1::SubmitJobRequest&)>;
   absl::StatusOr<mpsd::v1::Job> Submit(const mpsd::v1::SubmitJobRequest& request,
                                        const std::string& submitted_by = "local",
@@ -231,6 +231,10 @@ class Scheduler {
   void WithdrawSubmit(const mpsd::v1::Job& job, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Every `after` entry names a job the scheduler knows: INVALID_ARGUMENT naming the entry.
   absl::Status CheckAfter(const mpsd::v1::SubmitJobRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // eval_job.model or predict_job.model, when a job id, names a TrainJob that SUCCEEDED:
+  // INVALID_ARGUMENT naming the field otherwise (no such job, another kind, not succeeded).
+  absl::Status CheckModelJob(const mpsd::v1::SubmitJobRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when train_job.resume_from names an unfinished job that `after` also names: the
   // checkpoint it will resume from does not exist yet, so validation leaves resume_from out.

@@ -33,7 +33,7 @@ using google::protobuf::Reflection;
 using mpsd::v1::SubmitJobRequest;
 using mpsd::v1::SweepParameter;
 
-// The message of the spec oneof (TrainJob or BenchJob) inside `request`.
+// The message of the spec oneof (TrainJob, BenchJob or EvalJob) inside `request`.
 Message* SpecOf(SubmitJobRequest& request) {
   const google::protobuf::OneofDescriptor* spec =
       SubmitJobRequest::descriptor()->FindOneofByName("spec");
@@ -135,7 +135,7 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
   SubmitJobRequest scratch = request;
   Message* spec = SpecOf(scratch);
   if (spec == nullptr) {
-    return absl::InvalidArgumentError("spec: a sweep needs train_job or bench_job");
+    return absl::InvalidArgumentError("spec: a sweep needs train_job, bench_job or eval_job");
   }
   absl::StatusOr<Target> target = Resolve(*spec, p.path(), absl::StrCat(where, ".path"));
   if (!target.ok()) return target.status();

@@ -73,8 +73,10 @@ absl::StatusOr<Job::Kind> ParseKind(const std::string& text) {
   if (lower == "trainjob" || lower == "train_job") return Job::TRAIN_JOB;
   if (lower == "benchjob" || lower == "bench_job") return Job::BENCH_JOB;
   if (lower == "sweep") return Job::SWEEP;
-  return absl::InvalidArgumentError(
-      absl::StrCat("kind: unknown job kind \"", text, "\" (TrainJob, BenchJob or Sweep)"));
+  if (lower == "evaljob" || lower == "eval_job") return Job::EVAL_JOB;
+  if (lower == "predictjob" || lower == "predict_job") return Job::PREDICT_JOB;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kind: unknown job kind \"", text, "\" (TrainJob, BenchJob, EvalJob, PredictJob or Sweep)"));
 }
 
 absl::StatusOr<int> ParseInt(const std::string& text, absl::string_view name, int fallback,

@@ -29,8 +29,11 @@ std::string Lower(std::string text) {
 std::string StateLabel(Job::State state) { return Lower(Job::State_Name(state)); }
 std::string KindLabel(Job::Kind kind) { return Lower(Job::Kind_Name(kind)); }
 
-// The model a job trains, or its BenchJob's models joined with commas.
+// The model a job trains, its BenchJob's models joined with commas, or its EvalJob's or
+// PredictJob's model.
 std::string ModelOf(const Job& job) {
+  if (job.spec().has_eval_job()) return job.spec().eval_job().model();
+  if (job.spec().has_predict_job()) return job.spec().predict_job().model();
   if (job.spec().has_bench_job()) {
     std::string models;
     for (const std::string& model : job.spec().bench_job().models()) {
@@ -231,7 +234,7 @@ void Metrics::UpdateJobs() {
   const auto counts = sources_.job_counts();
   // Every (state, kind) pair, zeros included, so that a rate over a state that empties works.
   for (int s = Job::QUEUED; s <= Job::INTERRUPTED; ++s) {
-    for (int k = Job::TRAIN_JOB; k <= Job::BENCH_JOB; ++k) {
+    for (int k : {Job::TRAIN_JOB, Job::BENCH_JOB, Job::EVAL_JOB, Job::PREDICT_JOB}) {
       const auto state = static_cast<Job::State>(s);
       const auto kind = static_cast<Job::Kind>(k);
       auto it = counts.find({state, kind});

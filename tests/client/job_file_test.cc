@@ -133,15 +133,15 @@ TEST(JobFileTest, QuotedNumbersAndFloatForms) {
 
 TEST(JobFileTest, MissingKind) {
   EXPECT_EQ(ErrorOf("model: {name: convnet}\n"),
-            "job.yaml: missing \"kind\" (expected TrainJob or BenchJob)");
+            "job.yaml: missing \"kind\" (expected TrainJob, BenchJob, EvalJob or PredictJob)");
 }
 
 TEST(JobFileTest, UnknownKind) {
+  const std::string kinds = "TrainJob, BenchJob, EvalJob or PredictJob";
   EXPECT_EQ(ErrorOf("kind: TranJob\nmodel: {name: convnet}\n"),
-            "job.yaml:1:7: kind: unknown \"TranJob\" (expected TrainJob or BenchJob)");
-  EXPECT_THAT(ErrorOf("kind:\n"), HasSubstr("kind: expected TrainJob or BenchJob, got nothing"));
-  EXPECT_THAT(ErrorOf("kind: [TrainJob]\n"),
-              HasSubstr("kind: expected TrainJob or BenchJob, got a list"));
+            "job.yaml:1:7: kind: unknown \"TranJob\" (expected " + kinds + ")");
+  EXPECT_THAT(ErrorOf("kind:\n"), HasSubstr("kind: expected " + kinds + ", got nothing"));
+  EXPECT_THAT(ErrorOf("kind: [TrainJob]\n"), HasSubstr("kind: expected " + kinds + ", got a list"));
 }
 
 TEST(JobFileTest, BenchJobParsesToBenchJob) {

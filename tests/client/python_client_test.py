@@ -74,9 +74,11 @@ class JobFileTest(unittest.TestCase):
 
     def test_missing_and_unknown_kind(self):
         self.assertEqual(self.error("model: {name: convnet}\n"),
-                         'job.yaml: missing "kind" (expected TrainJob or BenchJob)')
+                         'job.yaml: missing "kind" (expected TrainJob, BenchJob, EvalJob or '
+                         'PredictJob)')
         self.assertEqual(self.error("kind: TranJob\n"),
-                         'job.yaml: kind: unknown "TranJob" (expected TrainJob or BenchJob)')
+                         'job.yaml: kind: unknown "TranJob" (expected TrainJob, BenchJob, EvalJob '
+                         'or PredictJob)')
 
     def test_bench_job(self):
         r = self.parse("kind: BenchJob\nmodels: [convnet]\nbatch_sizes: [1, 64]\n")
@@ -248,6 +250,26 @@ class JobSpecTest(unittest.TestCase):
         self.assertEqual(mpsd_client.job_request(example), mpsd_client.read_job_file(str(example)))
         with self.assertRaises(TypeError):
             mpsd_client.job_request(42)
+
+    def test_eval_and_predict_jobs(self):
+        evaluation = pb2.EvalJob(model="3", split="val")
+        self.assertEqual(mpsd_client.job_request(evaluation),
+                         pb2.SubmitJobRequest(eval_job=evaluation))
+        predict = pb2.PredictJob(model="3", inputs=["a.png"])
+        self.assertEqual(mpsd_client.job_request(predict),
+                         pb2.SubmitJobRequest(predict_job=predict))
+        # examples/eval.yaml as mpsctl reads it: the job id stays, nothing else is a path.
+        example = mpsd_client.read_job_file(os.path.join(REPO, "examples", "eval.yaml"))
+        self.assertEqual(example.WhichOneof("spec"), "eval_job")
+        self.assertEqual(example.eval_job.model, "1")
+        self.assertEqual(example.eval_job.dataset.root, "/usr/share/datasets/fashion-mnist")
+        # Relative paths against the job file's folder, as mpsctl makes them.
+        r = mpsd_client.parse_job_file("kind: PredictJob\nmodel: out/model.pt\n"
+                                       "inputs: [shoe.png, photos]\ntop_k: 3\n", "job.yaml")
+        mpsd_client.make_paths_absolute(r, "/data/jobs/job.yaml")
+        self.assertEqual(r.predict_job.model, "/data/jobs/out/model.pt")
+        self.assertEqual(list(r.predict_job.inputs), ["/data/jobs/shoe.png", "/data/jobs/photos"])
+        self.assertEqual(r.predict_job.top_k, 3)
 
 
 def run_submit(server, job_file, *extra):

@@ -304,11 +304,11 @@ class Client:
                after: Optional[Sequence[str]] = None) -> pb2.Job:
         """Queues a job and returns it as the daemon stored it (state QUEUED, its id).
 
-        `spec`: a job file path, a dict shaped like one, a SubmitJobRequest, a TrainJob or a
-        BenchJob (jobfile.job_request). `priority` and `request_id` override the spec's: queued
-        jobs run highest priority first; submitting the same request_id again returns the job it
-        created. `name` replaces the spec's name, `labels` are added to its labels, `after`
-        (job ids) to its dependencies: the job runs once each of them SUCCEEDED. Raises
+        `spec`: a job file path, a dict shaped like one, a SubmitJobRequest, a TrainJob, a BenchJob,
+        an EvalJob or a PredictJob (jobfile.job_request). `priority` and `request_id` override the
+        spec's: queued jobs run highest priority first; submitting the same request_id again returns
+        the job it created. `name` replaces the spec's name, `labels` are added to its labels,
+        `after` (job ids) to its dependencies: the job runs once each of them SUCCEEDED. Raises
         JobFileError (bad spec, nothing sent), OSError (unreadable file),
         errors.MpsdError (the daemon said no, or cannot be reached)."""
         request = jobfile.job_request(spec)

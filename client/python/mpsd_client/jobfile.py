@@ -284,7 +284,9 @@ def _request_from_document(doc, source):
     doc = dict(doc)
     spec = pb2.SubmitJobRequest.DESCRIPTOR.oneofs_by_name["spec"]
     kinds = {f.message_type.name: f.name for f in spec.fields}
-    expected = " or ".join(kinds)
+    names = list(kinds)
+    # As mpsctl says it: "TrainJob, BenchJob, EvalJob or PredictJob".
+    expected = names[0] if len(names) == 1 else "%s or %s" % (", ".join(names[:-1]), names[-1])
     if "kind" not in doc:
         raise JobFileError('%s: missing "kind" (expected %s)' % (source, expected))
     kind = doc.pop("kind")
@@ -368,7 +370,7 @@ def _as_text(value):
 
 
 SpecLike = Union[str, "os.PathLike[str]", Mapping[str, Any], pb2.SubmitJobRequest, pb2.TrainJob,
-                 pb2.BenchJob]
+                 pb2.BenchJob, pb2.EvalJob, pb2.PredictJob]
 
 
 def job_request(spec: SpecLike) -> pb2.SubmitJobRequest:
@@ -380,7 +382,7 @@ def job_request(spec: SpecLike) -> pb2.SubmitJobRequest:
       checked by the same rules (errors name the key path, with "spec" as the file name);
       relative paths in it are sent as they are (the daemon takes them against its own working
       directory);
-    - a SubmitJobRequest (copied), a TrainJob or a BenchJob message.
+    - a SubmitJobRequest (copied), a TrainJob, a BenchJob, an EvalJob or a PredictJob message.
     Raises JobFileError for a bad spec, TypeError for anything else."""
     if isinstance(spec, pb2.SubmitJobRequest):
         request = pb2.SubmitJobRequest()
@@ -390,12 +392,16 @@ def job_request(spec: SpecLike) -> pb2.SubmitJobRequest:
         return pb2.SubmitJobRequest(train_job=spec)
     if isinstance(spec, pb2.BenchJob):
         return pb2.SubmitJobRequest(bench_job=spec)
+    if isinstance(spec, pb2.EvalJob):
+        return pb2.SubmitJobRequest(eval_job=spec)
+    if isinstance(spec, pb2.PredictJob):
+        return pb2.SubmitJobRequest(predict_job=spec)
     if isinstance(spec, (str, os.PathLike)):
         return read_job_file(spec)
     if isinstance(spec, Mapping):
         return _request_from_document(_as_text(spec), "spec")
-    raise TypeError("a job spec is a job file path, a dict, a SubmitJobRequest, a TrainJob or a "
-                    "BenchJob, not %s" % type(spec).__name__)
+    raise TypeError("a job spec is a job file path, a dict, a SubmitJobRequest, a TrainJob, a "
+                    "BenchJob, an EvalJob or a PredictJob, not %s" % type(spec).__name__)
 
 
 def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
@@ -403,9 +409,11 @@ def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
     does (client/job_file.cc MakePathsAbsolute), since the daemon would resolve them against its
     own working directory: a TrainJob's model.torchscript, model.weights, dataset.root and
     resume_from (unless a job id, all digits); a BenchJob's models that are files (ending in .pt
-    or holding a "/"). Absolute paths and `upload:NAME` references stay as they are."""
+    or holding a "/"); an EvalJob's model (unless a job id) and dataset.root; a PredictJob's
+    model (unless a job id) and inputs. Absolute paths and `upload:NAME` references stay as they
+    are."""
     kind = request.WhichOneof("spec")
-    if kind not in ("train_job", "bench_job"):
+    if kind not in ("train_job", "bench_job", "eval_job", "predict_job"):
         return
     directory = os.path.dirname(os.path.abspath(job_file))
 
@@ -419,6 +427,20 @@ def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
         for i, model in enumerate(models):
             if model.endswith(".pt") or "/" in model:
                 models[i] = absolute(model)
+        return
+    if kind == "predict_job":
+        predict = request.predict_job
+        if predict.model and not predict.model.isdigit():
+            predict.model = absolute(predict.model)
+        for i, path in enumerate(predict.inputs):
+            predict.inputs[i] = absolute(path)
+        return
+    if kind == "eval_job":
+        evaluation = request.eval_job
+        if evaluation.model and not evaluation.model.isdigit():
+            evaluation.model = absolute(evaluation.model)
+        if evaluation.dataset.root:
+            evaluation.dataset.root = absolute(evaluation.dataset.root)
         return
     job = request.train_job
     # Only set fields are touched: setting a field, even to "", would make its message present.

@@ -88,7 +88,8 @@ function fmtDuration(s) {
   return Math.floor(s / 86400) + 'd' + Math.floor((s % 86400) / 3600) + 'h';
 }
 const seconds = (ts) => (ts ? Date.parse(ts) / 1000 : NaN);
-const kindName = (job) => (job.kind === 'BENCH_JOB' ? 'BenchJob' : job.kind === 'SWEEP' ? 'Sweep' : 'TrainJob');
+const KIND_NAMES = { BENCH_JOB: 'BenchJob', SWEEP: 'Sweep', EVAL_JOB: 'EvalJob', PREDICT_JOB: 'PredictJob' };
+const kindName = (job) => KIND_NAMES[job.kind] || 'TrainJob';
 const camelToSnake = (key) => key.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
 const jobLink = (id, text) => el('a', { href: '#/jobs/' + encodeURIComponent(id), class: 'job-link' }, text === undefined ? id : text);
 
@@ -294,17 +295,20 @@ function jobModel(job) {
   const spec = job.spec || {};
   if (spec.trainJob) return (spec.trainJob.model || {}).name || ((spec.trainJob.model || {}).torchscript ? 'torchscript' : '');
   if (spec.benchJob) return (spec.benchJob.models || []).join(', ');
+  const used = spec.evalJob || spec.predictJob;
+  if (used) return /^\d+$/.test(used.model || '') ? `job ${used.model}` : (used.model || '');
   return '';
 }
 function jobDataset(job) {
-  const train = (job.spec || {}).trainJob;
-  return train ? ((train.dataset || {}).name || '') : '';
+  const withData = (job.spec || {}).trainJob || (job.spec || {}).evalJob;
+  return withData ? ((withData.dataset || {}).name || '') : '';
 }
 function jobDevice(job) {
   if (job.summary && job.summary.device) return job.summary.device;
   const spec = job.spec || {};
   if (spec.trainJob) return spec.trainJob.device || 'auto';
   if (spec.benchJob) return (spec.benchJob.devices || ['all']).join(', ');
+  if (spec.evalJob || spec.predictJob) return (spec.evalJob || spec.predictJob).device || 'auto';
   return '';
 }
 const jobName = (job) => (job.spec || {}).name || '';
@@ -409,7 +413,7 @@ function jobsPage(ctx, main, params) {
   const stateFilter = el('select', { id: 'filter-state' }, el('option', { value: '' }, 'any state'),
     ['QUEUED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'INTERRUPTED'].map((s) => el('option', { value: s }, s.toLowerCase())));
   const kindFilter = el('select', { id: 'filter-kind' }, el('option', { value: '' }, 'any kind'),
-    ['TrainJob', 'BenchJob', 'Sweep'].map((k) => el('option', { value: k }, k)));
+    ['TrainJob', 'BenchJob', 'EvalJob', 'PredictJob', 'Sweep'].map((k) => el('option', { value: k }, k)));
   const nameFilter = el('input', { id: 'filter-name', size: 12, placeholder: 'name glob' });
   const labelFilter = el('input', { id: 'filter-label', size: 14, placeholder: 'key=value' });
   // Created within the last hour, day or week (as mpsctl list --since).
@@ -1445,11 +1449,12 @@ function sweepForFile(sweep) {
 }
 function specObject(job) {
   const spec = job.spec || {};
-  const { trainJob, benchJob, sweep, ...rest } = spec;
+  const { trainJob, benchJob, evalJob, predictJob, sweep, ...rest } = spec;
   for (const key of GENERATED_KEYS) delete rest[key];
   // A trial's name is its sweep's with "/index" appended by mpsd (server/core/sweep.cc).
   if (job.trial && job.trial.sweepId && /\/\d+$/.test(rest.name || '')) delete rest.name;
-  const out = { kind: benchJob ? 'BenchJob' : 'TrainJob', ...(trainJob || benchJob || {}), ...rest };
+  const kind = benchJob ? 'BenchJob' : evalJob ? 'EvalJob' : predictJob ? 'PredictJob' : 'TrainJob';
+  const out = { kind, ...(trainJob || benchJob || evalJob || predictJob || {}), ...rest };
   if (sweep && Object.keys(sweep).length) out.sweep = sweepForFile(sweep);
   return out;
 }

@@ -104,5 +104,47 @@ TEST_F(DataRootsUploadsTest, OwnUploadsOnlyAndAdminAll) {
   EXPECT_TRUE(roots.CheckTree("f", state_ + "/uploads/bob/mine", &admin).ok());
 }
 
+// An EvalJob's model and dataset, and a PredictJob's model and inputs, are paths like a TrainJob's:
+// uploads resolve to the submitter's area, and each must lie under a root (a job id is no path).
+TEST_F(DataRootsUploadsTest, EvalAndPredictJobPathsAreCheckedLikeATrainJobs) {
+  DataRoots roots({(dir_.path() / "data").string()}, state_);
+  const Principal alice{"alice", Role::kSubmitter};
+  const std::string outside = (dir_.path() / "elsewhere").string();
+  std::filesystem::create_directories(outside);
+
+  mpsd::v1::SubmitJobRequest eval;
+  eval.mutable_eval_job()->set_model("upload:models/model.pt");
+  eval.mutable_eval_job()->mutable_dataset()->set_root("upload:ds");
+  ASSERT_TRUE(roots.ResolveUploads(&eval, "alice").ok());
+  EXPECT_EQ(eval.eval_job().model(), state_ + "/uploads/alice/models/model.pt");
+  EXPECT_EQ(eval.eval_job().dataset().root(), state_ + "/uploads/alice/ds");
+  EXPECT_TRUE(roots.Check(eval, &alice).ok());
+  eval.mutable_eval_job()->mutable_dataset()->set_root(outside);
+  absl::Status status = roots.Check(eval, &alice);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("eval_job.dataset.root: \"" + outside + "\""));
+  eval.mutable_eval_job()->mutable_dataset()->set_root("");
+  eval.mutable_eval_job()->set_model("7");  // a job id: the scheduler checks it
+  eval.mutable_eval_job()->mutable_dataset()->set_name("mnist");
+  status = roots.Check(eval, &alice);  // the default root, /usr/share/datasets/mnist
+  EXPECT_THAT(status.message(), HasSubstr("eval_job.dataset.root (default)"));
+  eval.mutable_eval_job()->mutable_dataset()->set_name("synthetic");
+  EXPECT_TRUE(roots.Check(eval, &alice).ok());
+
+  mpsd::v1::SubmitJobRequest predict;
+  predict.mutable_predict_job()->set_model("7");
+  predict.mutable_predict_job()->add_inputs("upload:ds");
+  predict.mutable_predict_job()->add_inputs(outside + "/shoe.png");
+  ASSERT_TRUE(roots.ResolveUploads(&predict, "alice").ok());
+  EXPECT_EQ(predict.predict_job().inputs(0), state_ + "/uploads/alice/ds");
+  status = roots.Check(predict, &alice);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("predict_job.inputs[1]: \"" + outside + "/shoe.png\""));
+  predict.mutable_predict_job()->set_inputs(1, (dir_.path() / "data" / "shoe.png").string());
+  EXPECT_TRUE(roots.Check(predict, &alice).ok());
+  predict.mutable_predict_job()->set_model(outside + "/model.pt");
+  EXPECT_THAT(roots.Check(predict, &alice).message(), HasSubstr("predict_job.model: "));
+}
+
 }  // namespace
 }  // namespace mpsd::server

@@ -118,6 +118,21 @@ TEST_F(RetentionTest, NeededJobsAndUnfinishedJobsStay) {
   EXPECT_TRUE(Plan(Policy(0, 0, 1)).empty());
   jobs_.pop_back();  // without the bench job, job 3 may go
   EXPECT_THAT(Plan(Policy(0, 0, 1)), ElementsAre(Pair("3", "over max_bytes 1")));
+  // An EvalJob or a PredictJob of job 3's model, queued, keeps it too.
+  for (const bool predict : {false, true}) {
+    Job& uses = jobs_.emplace_back();
+    uses.set_id("7");
+    uses.set_state(Job::QUEUED);
+    if (predict) {
+      uses.mutable_spec()->mutable_predict_job()->set_model("3");
+    } else {
+      uses.mutable_spec()->mutable_eval_job()->set_model("3");
+    }
+    EXPECT_THAT(NeededArtifacts(jobs_, artifacts_).at("3"),
+                HasSubstr("job 7 (QUEUED) runs its model"));
+    EXPECT_TRUE(Plan(Policy(0, 0, 1)).empty());
+    jobs_.pop_back();
+  }
 
   ArtifactRetention retention(artifacts_, {});
   absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> refused =

@@ -328,6 +328,20 @@ class EpochMetrics(_message.Message):
     val_loss: float
     def __init__(self, epoch: _Optional[int] = ..., train_loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., evaluated: bool = ..., learning_rate: _Optional[float] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., skipped_steps: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
+class EvalJob(_message.Message):
+    __slots__ = ["batch_size", "dataset", "device", "model", "split"]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    dataset: DatasetSpec
+    device: str
+    model: str
+    split: str
+    def __init__(self, model: _Optional[str] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
+
 class FaultInjection(_message.Message):
     __slots__ = ["at_step", "kind", "steps"]
     AT_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -407,6 +421,7 @@ class Job(_message.Message):
     DEPENDENCY_FAILED: Job.FailureReason
     DISK_FULL: Job.FailureReason
     DIVERGED: Job.FailureReason
+    EVAL_JOB: Job.Kind
     EXECUTOR_CRASHED: Job.FailureReason
     FAILED: Job.State
     FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -424,6 +439,7 @@ class Job(_message.Message):
     LAST_STEP_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     OUT_OF_MEMORY: Job.FailureReason
+    PREDICT_JOB: Job.Kind
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     QUEUED: Job.State
     RESUMED_FROM_JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -462,13 +478,14 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[Job.Kind, str]] = ..., state: _Optional[_Union[Job.State, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., spec: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., failure_reason: _Optional[_Union[Job.FailureReason, str]] = ..., message: _Optional[str] = ..., resumed_from_job_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., last_step: _Optional[_Union[StepMetrics, _Mapping]] = ..., last_epoch: _Optional[_Union[EpochMetrics, _Mapping]] = ..., summary: _Optional[_Union[JobSummary, _Mapping]] = ..., last_checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., submitted_by: _Optional[str] = ..., priority: _Optional[int] = ..., trial: _Optional[_Union[SweepTrial, _Mapping]] = ..., trial_job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ["bench_row", "checkpoint", "epoch", "heartbeat", "job_id", "log", "seq", "state", "step", "summary", "time"]
+    __slots__ = ["bench_row", "checkpoint", "epoch", "heartbeat", "job_id", "log", "prediction", "seq", "state", "step", "summary", "time"]
     BENCH_ROW_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LOG_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -480,15 +497,16 @@ class JobEvent(_message.Message):
     heartbeat: Heartbeat
     job_id: str
     log: LogLine
+    prediction: Prediction
     seq: int
     state: StateChange
     step: StepMetrics
     summary: JobSummary
     time: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., step: _Optional[_Union[StepMetrics, _Mapping]] = ..., epoch: _Optional[_Union[EpochMetrics, _Mapping]] = ..., log: _Optional[_Union[LogLine, _Mapping]] = ..., summary: _Optional[_Union[JobSummary, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bench_row: _Optional[_Union[BenchRow, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[StateChange, _Mapping]] = ..., step: _Optional[_Union[StepMetrics, _Mapping]] = ..., epoch: _Optional[_Union[EpochMetrics, _Mapping]] = ..., log: _Optional[_Union[LogLine, _Mapping]] = ..., summary: _Optional[_Union[JobSummary, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., bench_row: _Optional[_Union[BenchRow, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., prediction: _Optional[_Union[Prediction, _Mapping]] = ...) -> None: ...
 
 class JobSummary(_message.Message):
-    __slots__ = ["bench_rows", "best_epoch", "best_model_path", "best_value", "checkpoint_path", "class_names", "data_load_time_s", "data_placement", "device", "epochs", "executor_pid", "executor_restart_reason", "final_loss_scale", "final_train_loss", "median_epoch_time_s", "memory", "metrics", "model_check_path", "model_format", "model_json_path", "model_path", "model_state_dict_path", "monitor", "optimizer", "parameters", "precision", "profile_first_step", "profile_last_step", "profile_path", "resumed_at_step", "samples_per_second", "schedule", "skipped_images", "skipped_steps", "steps", "stop_reason", "task", "test_accuracy", "test_examples", "test_loss", "total_time_s", "train_class_counts", "train_examples", "val_accuracy", "val_examples", "val_loss", "validation"]
+    __slots__ = ["bench_rows", "best_epoch", "best_model_path", "best_value", "checkpoint_path", "class_names", "confusion_classes", "confusion_matrix", "data_load_time_s", "data_placement", "device", "epochs", "eval_examples", "eval_model", "eval_model_job_id", "eval_split", "executor_pid", "executor_restart_reason", "final_loss_scale", "final_train_loss", "forward_time_ms", "median_epoch_time_s", "memory", "metrics", "model_check_path", "model_format", "model_json_path", "model_path", "model_state_dict_path", "monitor", "optimizer", "parameters", "precision", "predictions", "profile_first_step", "profile_last_step", "profile_path", "resumed_at_step", "samples_per_second", "schedule", "skipped_images", "skipped_steps", "steps", "stop_reason", "task", "test_accuracy", "test_examples", "test_loss", "total_time_s", "train_class_counts", "train_examples", "val_accuracy", "val_examples", "val_loss", "validation"]
     class MetricsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -502,14 +520,21 @@ class JobSummary(_message.Message):
     BEST_VALUE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     CLASS_NAMES_FIELD_NUMBER: _ClassVar[int]
+    CONFUSION_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    CONFUSION_MATRIX_FIELD_NUMBER: _ClassVar[int]
     DATA_LOAD_TIME_S_FIELD_NUMBER: _ClassVar[int]
     DATA_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    EVAL_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    EVAL_MODEL_FIELD_NUMBER: _ClassVar[int]
+    EVAL_MODEL_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SPLIT_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_PID_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_RESTART_REASON_FIELD_NUMBER: _ClassVar[int]
     FINAL_LOSS_SCALE_FIELD_NUMBER: _ClassVar[int]
     FINAL_TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_EPOCH_TIME_S_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
@@ -522,6 +547,7 @@ class JobSummary(_message.Message):
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
     PROFILE_LAST_STEP_FIELD_NUMBER: _ClassVar[int]
     PROFILE_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -549,14 +575,21 @@ class JobSummary(_message.Message):
     best_value: float
     checkpoint_path: str
     class_names: _containers.RepeatedScalarFieldContainer[str]
+    confusion_classes: int
+    confusion_matrix: _containers.RepeatedScalarFieldContainer[int]
     data_load_time_s: float
     data_placement: str
     device: str
     epochs: int
+    eval_examples: int
+    eval_model: str
+    eval_model_job_id: str
+    eval_split: str
     executor_pid: int
     executor_restart_reason: str
     final_loss_scale: float
     final_train_loss: float
+    forward_time_ms: float
     median_epoch_time_s: float
     memory: MemoryStats
     metrics: _containers.ScalarMap[str, float]
@@ -569,6 +602,7 @@ class JobSummary(_message.Message):
     optimizer: str
     parameters: int
     precision: str
+    predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
     profile_first_step: int
     profile_last_step: int
     profile_path: str
@@ -590,7 +624,7 @@ class JobSummary(_message.Message):
     val_examples: int
     val_loss: float
     validation: str
-    def __init__(self, device: _Optional[str] = ..., epochs: _Optional[int] = ..., steps: _Optional[int] = ..., final_train_loss: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., total_time_s: _Optional[float] = ..., median_epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ..., parameters: _Optional[int] = ..., data_load_time_s: _Optional[float] = ..., model_path: _Optional[str] = ..., model_format: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., skipped_steps: _Optional[int] = ..., final_loss_scale: _Optional[float] = ..., resumed_at_step: _Optional[int] = ..., optimizer: _Optional[str] = ..., schedule: _Optional[str] = ..., precision: _Optional[str] = ..., bench_rows: _Optional[_Iterable[_Union[BenchRow, _Mapping]]] = ..., executor_pid: _Optional[int] = ..., executor_restart_reason: _Optional[str] = ..., class_names: _Optional[_Iterable[str]] = ..., data_placement: _Optional[str] = ..., skipped_images: _Optional[int] = ..., profile_path: _Optional[str] = ..., profile_first_step: _Optional[int] = ..., profile_last_step: _Optional[int] = ..., train_class_counts: _Optional[_Iterable[int]] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., val_examples: _Optional[int] = ..., validation: _Optional[str] = ..., stop_reason: _Optional[str] = ..., monitor: _Optional[str] = ..., best_epoch: _Optional[int] = ..., best_value: _Optional[float] = ..., best_model_path: _Optional[str] = ..., model_json_path: _Optional[str] = ..., model_state_dict_path: _Optional[str] = ..., model_check_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., task: _Optional[str] = ...) -> None: ...
+    def __init__(self, device: _Optional[str] = ..., epochs: _Optional[int] = ..., steps: _Optional[int] = ..., final_train_loss: _Optional[float] = ..., test_loss: _Optional[float] = ..., test_accuracy: _Optional[float] = ..., total_time_s: _Optional[float] = ..., median_epoch_time_s: _Optional[float] = ..., samples_per_second: _Optional[float] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ..., parameters: _Optional[int] = ..., data_load_time_s: _Optional[float] = ..., model_path: _Optional[str] = ..., model_format: _Optional[str] = ..., checkpoint_path: _Optional[str] = ..., skipped_steps: _Optional[int] = ..., final_loss_scale: _Optional[float] = ..., resumed_at_step: _Optional[int] = ..., optimizer: _Optional[str] = ..., schedule: _Optional[str] = ..., precision: _Optional[str] = ..., bench_rows: _Optional[_Iterable[_Union[BenchRow, _Mapping]]] = ..., executor_pid: _Optional[int] = ..., executor_restart_reason: _Optional[str] = ..., class_names: _Optional[_Iterable[str]] = ..., data_placement: _Optional[str] = ..., skipped_images: _Optional[int] = ..., profile_path: _Optional[str] = ..., profile_first_step: _Optional[int] = ..., profile_last_step: _Optional[int] = ..., train_class_counts: _Optional[_Iterable[int]] = ..., val_loss: _Optional[float] = ..., val_accuracy: _Optional[float] = ..., val_examples: _Optional[int] = ..., validation: _Optional[str] = ..., stop_reason: _Optional[str] = ..., monitor: _Optional[str] = ..., best_epoch: _Optional[int] = ..., best_value: _Optional[float] = ..., best_model_path: _Optional[str] = ..., model_json_path: _Optional[str] = ..., model_state_dict_path: _Optional[str] = ..., model_check_path: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., task: _Optional[str] = ..., eval_split: _Optional[str] = ..., eval_examples: _Optional[int] = ..., confusion_matrix: _Optional[_Iterable[int]] = ..., confusion_classes: _Optional[int] = ..., eval_model: _Optional[str] = ..., eval_model_job_id: _Optional[str] = ..., predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., forward_time_ms: _Optional[float] = ...) -> None: ...
 
 class ListArtifactsRequest(_message.Message):
     __slots__ = ["job_id"]
@@ -793,6 +827,34 @@ class PauseQueueRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class PredictJob(_message.Message):
+    __slots__ = ["device", "inputs", "model", "top_k"]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    model: str
+    top_k: int
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
+
+class Prediction(_message.Message):
+    __slots__ = ["class_names", "classes", "index", "input", "probabilities", "values"]
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAMES_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    class_names: _containers.RepeatedScalarFieldContainer[str]
+    classes: _containers.RepeatedScalarFieldContainer[int]
+    index: int
+    input: str
+    probabilities: _containers.RepeatedScalarFieldContainer[float]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, input: _Optional[str] = ..., index: _Optional[int] = ..., classes: _Optional[_Iterable[int]] = ..., probabilities: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
 class ProfileSpec(_message.Message):
     __slots__ = ["start_step", "steps"]
     START_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -936,7 +998,7 @@ class StreamEventsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., stored_only: bool = ..., latest_attempt_only: bool = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ["after", "bench_job", "labels", "name", "priority", "request_id", "sweep", "train_job"]
+    __slots__ = ["after", "bench_job", "eval_job", "labels", "name", "predict_job", "priority", "request_id", "sweep", "train_job"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -946,21 +1008,25 @@ class SubmitJobRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     AFTER_FIELD_NUMBER: _ClassVar[int]
     BENCH_JOB_FIELD_NUMBER: _ClassVar[int]
+    EVAL_JOB_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PREDICT_JOB_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SWEEP_FIELD_NUMBER: _ClassVar[int]
     TRAIN_JOB_FIELD_NUMBER: _ClassVar[int]
     after: _containers.RepeatedScalarFieldContainer[str]
     bench_job: BenchJob
+    eval_job: EvalJob
     labels: _containers.ScalarMap[str, str]
     name: str
+    predict_job: PredictJob
     priority: int
     request_id: str
     sweep: SweepSpec
     train_job: TrainJob
-    def __init__(self, train_job: _Optional[_Union[TrainJob, _Mapping]] = ..., bench_job: _Optional[_Union[BenchJob, _Mapping]] = ..., priority: _Optional[int] = ..., request_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., after: _Optional[_Iterable[str]] = ..., sweep: _Optional[_Union[SweepSpec, _Mapping]] = ...) -> None: ...
+    def __init__(self, train_job: _Optional[_Union[TrainJob, _Mapping]] = ..., bench_job: _Optional[_Union[BenchJob, _Mapping]] = ..., eval_job: _Optional[_Union[EvalJob, _Mapping]] = ..., predict_job: _Optional[_Union[PredictJob, _Mapping]] = ..., priority: _Optional[int] = ..., request_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., after: _Optional[_Iterable[str]] = ..., sweep: _Optional[_Union[SweepSpec, _Mapping]] = ...) -> None: ...
 
 class SweepAssignment(_message.Message):
     __slots__ = ["path", "value"]
