@@ -102,10 +102,25 @@ torch::Tensor RandomRotation(const torch::Tensor& images, const AugmentationOpti
   return augment_kernels::Rotate(images, degrees, options.padding_fill);
 }
 
+torch::Tensor Ratio(const torch::Tensor& factor) { return factor.view({-1, 1, 1, 1}); }
+
+// functional_tensor._blend: (r img1 + (1 - r) img2).clamp(0, 1).
+torch::Tensor Blend(const torch::Tensor& img1, const torch::Tensor& img2,
+                    const torch::Tensor& factor) {
+  const torch::Tensor r = Ratio(factor).to(img1.scalar_type());
+  return (r * img1 + (1 - r) * img2).clamp(0, 1);
+}
+
+// functional_tensor.rgb_to_grayscale: 0.2989 r + 0.587 g + 0.114 b, [N, 1, H, W].
+torch::Tensor Grayscale(const torch::Tensor& rgb) {
+  const torch::Tensor r = rgb.select(1, 0), g = rgb.select(1, 1), b = rgb.select(1, 2);
+  return (0.2989 * r + 0.587 * g + 0.114 * b).unsqueeze(1);
+}
+
 // ColorJitter: factors per example, the four adjustments in a random order per example (a
 // random permutation of 4 per example, as argsort of uniform draws). Round r applies, to each
-// example, the adjustment its permutation names at r: each enabled adjustment runs over the
-// whole batch and `where` keeps it for the examples that take it in this round.
+// example, the adjustment its permutation names at r: one blend and (with hue) one hue pass
+// run over the whole batch and `where` keeps them for the examples that take them this round.
 torch::Tensor ColorJitter(const torch::Tensor& images, const AugmentationOptions& options,
                           at::Generator& generator) {
   namespace k = augment_kernels;
@@ -128,18 +143,42 @@ torch::Tensor ColorJitter(const torch::Tensor& images, const AugmentationOptions
       o.hue > 0 ? Uniform({n}, -o.hue, o.hue, images, generator) : torch::Tensor();
   const torch::Tensor order =
       torch::rand({n, 4}, generator, FloatOptions(images)).argsort(/*dim=*/int64_t{1});
+  // Brightness, contrast and saturation are all functional_tensor._blend(img, other, factor)
+  // with another `other` (0, the grayscale's mean, the grayscale): per round one blend over the
+  // batch with each example's own `other` and factor, kept where the example's adjustment in
+  // this round is one of them. Hue, through HSV, is its own pass.
+  const bool rgb = images.size(1) == 3;
+  const bool blends = brightness.defined() || contrast.defined() ||
+                      (saturation.defined() && rgb);
+  const torch::Tensor zero = torch::zeros({1, 1, 1, 1}, pixels.options());
   for (int64_t round = 0; round < 4; ++round) {
-    const torch::Tensor op = order.select(/*dim=*/1, round).view({n, 1, 1, 1});
-    if (brightness.defined()) {
-      pixels = torch::where(op.eq(0), k::AdjustBrightness(pixels, brightness), pixels);
+    const torch::Tensor op = order.select(/*dim=*/1, round);  // [N]
+    if (blends) {
+      torch::Tensor factor = torch::ones({n}, FloatOptions(images));
+      torch::Tensor applies = torch::zeros({n}, op.options().dtype(torch::kBool));
+      torch::Tensor other = zero;
+      const torch::Tensor gray =
+          (contrast.defined() || saturation.defined()) && rgb ? Grayscale(pixels) : pixels;
+      if (brightness.defined()) {
+        factor = torch::where(op.eq(0), brightness, factor);
+        applies = applies | op.eq(0);
+      }
+      if (contrast.defined()) {
+        factor = torch::where(op.eq(1), contrast, factor);
+        applies = applies | op.eq(1);
+        other = torch::where(op.eq(1).view({n, 1, 1, 1}),
+                             gray.mean({1, 2, 3}, /*keepdim=*/true), other);
+      }
+      if (saturation.defined() && rgb) {
+        factor = torch::where(op.eq(2), saturation, factor);
+        applies = applies | op.eq(2);
+        other = torch::where(op.eq(2).view({n, 1, 1, 1}), gray, other);
+      }
+      pixels = torch::where(applies.view({n, 1, 1, 1}), Blend(pixels, other, factor), pixels);
     }
-    if (contrast.defined()) {
-      pixels = torch::where(op.eq(1), k::AdjustContrast(pixels, contrast), pixels);
+    if (hue.defined()) {
+      pixels = torch::where(op.eq(3).view({n, 1, 1, 1}), k::AdjustHue(pixels, hue), pixels);
     }
-    if (saturation.defined()) {
-      pixels = torch::where(op.eq(2), k::AdjustSaturation(pixels, saturation), pixels);
-    }
-    if (hue.defined()) pixels = torch::where(op.eq(3), k::AdjustHue(pixels, hue), pixels);
   }
   return mean.defined() ? (pixels - mean) / std : pixels;
 }
@@ -330,21 +369,6 @@ torch::Tensor Rotate(const torch::Tensor& images, const torch::Tensor& degrees,
 }
 
 namespace {
-
-torch::Tensor Ratio(const torch::Tensor& factor) { return factor.view({-1, 1, 1, 1}); }
-
-// functional_tensor._blend: (r img1 + (1 - r) img2).clamp(0, 1).
-torch::Tensor Blend(const torch::Tensor& img1, const torch::Tensor& img2,
-                    const torch::Tensor& factor) {
-  const torch::Tensor r = Ratio(factor).to(img1.scalar_type());
-  return (r * img1 + (1 - r) * img2).clamp(0, 1);
-}
-
-// functional_tensor.rgb_to_grayscale: 0.2989 r + 0.587 g + 0.114 b, [N, 1, H, W].
-torch::Tensor Grayscale(const torch::Tensor& rgb) {
-  const torch::Tensor r = rgb.select(1, 0), g = rgb.select(1, 1), b = rgb.select(1, 2);
-  return (0.2989 * r + 0.587 * g + 0.114 * b).unsqueeze(1);
-}
 
 // functional_tensor._rgb2hsv, on [N, 3, H, W].
 torch::Tensor RgbToHsv(const torch::Tensor& img) {

@@ -295,6 +295,31 @@ TEST(AugmentTest, ColorJitterFactorsStayInTheirRangeAndUndoTheNormalisation) {
   EXPECT_GT(factor.max().item<double>(), 1.35);
 }
 
+// Contrast alone, then saturation alone: each example's output is torchvision's blend of its
+// pixels with the grayscale mean (contrast) or the grayscale (saturation), with one factor per
+// example in [1 - v, 1 + v] (pixels kept in [0.3, 0.7] so that nothing clips).
+TEST(AugmentTest, ColorJitterContrastAndSaturationAreBlendsWithOneFactorPerExample) {
+  const torch::Tensor pixels = torch::rand({64, 3, 6, 6}, MakeGenerator(18)) * 0.4 + 0.3;
+  const torch::Tensor gray = (0.2989 * pixels.select(1, 0) + 0.587 * pixels.select(1, 1) +
+                              0.114 * pixels.select(1, 2))
+                                 .unsqueeze(1);
+  for (const bool contrast : {true, false}) {
+    AugmentationOptions options;
+    (contrast ? options.color_jitter.contrast : options.color_jitter.saturation) = 0.5;
+    at::Generator generator = MakeGenerator(19);
+    const torch::Tensor out = Augment(pixels, options, generator);
+    const torch::Tensor other =
+        contrast ? gray.mean({1, 2, 3}, /*keepdim=*/true).expand_as(pixels) : gray.expand_as(pixels);
+    // Least squares factor per example of out - other = f (pixels - other).
+    const torch::Tensor d = pixels - other, e = out - other;
+    const torch::Tensor f = (d * e).sum({1, 2, 3}) / (d * d).sum({1, 2, 3});
+    EXPECT_TRUE(torch::allclose(e, f.view({-1, 1, 1, 1}) * d, 0, 1e-5)) << contrast;
+    EXPECT_GE(f.min().item<double>(), 0.5 - 1e-4) << contrast;
+    EXPECT_LE(f.max().item<double>(), 1.5 + 1e-4) << contrast;
+    EXPECT_GT(f.max().item<double>() - f.min().item<double>(), 0.5) << contrast;
+  }
+}
+
 TEST(AugmentTest, EverythingTogetherIsSeededAndKeepsTheShape) {
   const torch::Tensor images = Batch(32, 3, 20, 20);
   AugmentationOptions options;
