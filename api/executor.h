@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "api/cancel_flag.h"
+#include "api/input_limits.h"
 #include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::api {
@@ -57,6 +58,9 @@ class Executor {
     // Accept FaultInjection in specs (mpsd --enable-fault-injection, for tests only); when
     // false such a spec fails Validate with INVALID_ARGUMENT.
     bool allow_fault_injection = false;
+    // What reading one file a job names may cost (api/input_limits.h); the executor applies
+    // them to every file it reads for a job (trainer/input_limits.h).
+    InputLimits input_limits;
   };
 
   virtual ~Executor() = default;

@@ -57,7 +57,7 @@ if [[ " $parts " == *" fuzz "* ]]; then
   # Each target from its seed corpus (tests/fuzz/corpus/<target>/), new inputs kept in
   # build-asan/fuzz-corpus/<target>/, a crash's input in build-asan/fuzz-artifacts/.
   mkdir -p build-asan/fuzz-artifacts
-  for fuzzer in ${MPSD_FUZZERS:-job_file_fuzzer config_fuzzer idx_fuzzer cifar_fuzzer zip_index_fuzzer submit_request_fuzzer}; do
+  for fuzzer in ${MPSD_FUZZERS:-job_file_fuzzer config_fuzzer idx_fuzzer cifar_fuzzer zip_index_fuzzer pickle_scan_fuzzer submit_request_fuzzer}; do
     mkdir -p "build-asan/fuzz-corpus/$fuzzer"
     echo "test-sanitizers: $fuzzer for ${fuzz_seconds} s"
     build-asan/tests/fuzz/$fuzzer -seed="$fuzz_seed" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \

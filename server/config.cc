@@ -208,6 +208,18 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
        [&](auto& n, auto& w) {
          return ReadScalar(n, w, "a number of seconds", config.user_code_stall_timeout_s);
        }},
+      {"max_file_bytes",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of bytes", config.input_limits.max_file_bytes);
+       }},
+      {"max_unpacked_bytes",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of bytes", config.input_limits.max_unpacked_bytes);
+       }},
+      {"max_image_pixels",
+       [&](auto& n, auto& w) {
+         return ReadScalar(n, w, "a number of pixels", config.input_limits.max_image_pixels);
+       }},
   };
   if (absl::Status s = ReadMapping(node, where, fields); !s.ok()) return s;
   auto bad = [&where](absl::string_view key, absl::string_view problem) {
@@ -237,7 +249,7 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
     return bad("memory_fraction", absl::StrCat("must be in (0, 2] (0 = PyTorch's default), got ",
                                                config.memory_fraction));
   }
-  return absl::OkStatus();
+  return api::CheckInputLimits(config.input_limits, where);
 }
 
 }  // namespace
@@ -437,6 +449,9 @@ std::string FormatConfig(const Config& config) {
       {"executor.user_code_timeout_s", api::ShortestDecimal(executor.user_code_timeout_s)},
       {"executor.user_code_stall_timeout_s",
        api::ShortestDecimal(executor.user_code_stall_timeout_s)},
+      {"executor.max_file_bytes", absl::StrCat(executor.input_limits.max_file_bytes)},
+      {"executor.max_unpacked_bytes", absl::StrCat(executor.input_limits.max_unpacked_bytes)},
+      {"executor.max_image_pixels", absl::StrCat(executor.input_limits.max_image_pixels)},
       {"artifacts_retention.keep_last_jobs",
        absl::StrCat(config.artifacts_retention.keep_last_jobs)},
       {"artifacts_retention.max_age_days",

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/input_limits.h"
 #include "server/access/tls.h"
 #include "server/core/retention.h"
 #include "server/http/http_limits.h"
@@ -49,6 +50,9 @@ struct ExecutorConfig {
   // long has its executor killed and replaced and FAILS with USER_CODE_TIMEOUT. Seconds, in
   // [1, 86400]; steps are reported in groups (steps_per_readback), so a group must fit in it.
   double user_code_stall_timeout_s = 600.0;
+  // What reading one file a job names may cost, whatever the file claims (`max_file_bytes`,
+  // `max_unpacked_bytes`, `max_image_pixels`; api/input_limits.h).
+  api::InputLimits input_limits;
 };
 
 struct Config {

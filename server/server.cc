@@ -323,6 +323,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   executor_options.restart_above_baseline_bytes = config.executor.restart_above_baseline_bytes;
   executor_options.cancel_grace_s = config.executor.cancel_grace_s;
   executor_options.memory_limit_bytes = config.executor.memory_limit_bytes;
+  executor_options.executor.input_limits = config.executor.input_limits;
   executor_options.memory_fraction = config.executor.memory_fraction;
   executor_options.mps_fallback = config.executor.mps_fallback;
   executor_options.user_code_timeout = absl::Seconds(config.executor.user_code_timeout_s);

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "api/job_id.h"
 #include "trainer/artifact_file.h"
+#include "trainer/torch_archive.h"
 #include "trainer/zip_index.h"
 
 namespace mpsd::trainer {
@@ -381,10 +382,20 @@ absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path,
   if (!info.ok()) return info.status();
   RestoredCheckpoint restored{*std::move(info), torch::Tensor()};
   torch::serialize::InputArchive archive;
+  // Read once (ReadCheckpointInfo checked only its metadata): the outer archive's claims and
+  // the state record's tensors are checked on the bytes LibTorch then reads.
+  absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return absl::InvalidArgumentError(bytes.status().message());
+  const absl::string_view view(bytes->data(), bytes->size());
+  if (absl::Status s = CheckTorchArchive(view, {}); !s.ok()) return FileError(path, s.message());
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<MemoryReadAdapter>(view));
     auto [data, size] = reader.getRecord(kStateRecord);
-    archive.load_from(static_cast<const char*>(data.get()), size, device);
+    const absl::string_view state(static_cast<const char*>(data.get()), size);
+    if (absl::Status s = CheckTorchArchive(state, ScriptPickles()); !s.ok()) {
+      return FileError(path, absl::StrCat("its record ", kStateRecord, ": ", s.message()));
+    }
+    archive.load_from(state.data(), state.size(), device);
     torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     model.load(model_archive);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "trainer/bench.h"
 #include "trainer/device.h"
+#include "trainer/input_limits.h"
 #include "trainer/fault_injection.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
@@ -171,6 +172,11 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Op
     return absl::InvalidArgumentError(
         absl::StrFormat("steps_per_readback: must be > 0, got %d", options.steps_per_readback));
   }
+  if (absl::Status s = api::CheckInputLimits(options.input_limits, "input_limits"); !s.ok()) {
+    return s;
+  }
+  // Every reader of a file a job names applies them (trainer/input_limits.h).
+  SetInputLimits(options.input_limits);
   // cpu_threads 0: one intra-op thread per CPU this process may run on. LibTorch's own default
   // counts physical cores as its cpuinfo sees them, which is 1 on many 2-vCPU virtual machines
   // (and half the CPUs where cores run two hardware threads); PyTorch's default was the same.

@@ -113,6 +113,12 @@ int main(int argc, char** argv) {
                "accept fault_injection in job specs (tests only)");
   app.add_option("--memory-limit-bytes", memory_limit_bytes,
                  "RLIMIT_AS of this process, bytes; 0 = none");
+  app.add_option("--max-file-bytes", options.input_limits.max_file_bytes,
+                 "largest file a job may have read whole, bytes");
+  app.add_option("--max-unpacked-bytes", options.input_limits.max_unpacked_bytes,
+                 "most bytes one file may claim to unpack to");
+  app.add_option("--max-image-pixels", options.input_limits.max_image_pixels,
+                 "most pixels one image may claim");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 

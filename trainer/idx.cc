@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "trainer/input_limits.h"
 #include "trainer/scoped_fd.h"
 
 namespace mpsd::trainer {
@@ -31,8 +32,6 @@ namespace {
 
 constexpr uint8_t kUnsignedByte = 0x08;
 constexpr int kMaxDims = 4;
-// Fashion-MNIST's training images are 47 MB; anything past this is a corrupt header, not data.
-constexpr uint64_t kMaxDataBytes = uint64_t{4} << 30;
 // Compressed input is read in chunks of this size; small enough that a subset read touches
 // little more of the file than it decodes.
 constexpr size_t kInputChunkBytes = size_t{128} << 10;
@@ -362,20 +361,22 @@ absl::Status IdxReader::CheckMagic(const uint8_t magic[4]) {
 }
 
 absl::Status IdxReader::CheckDims() {
+  // Fashion-MNIST's training images are 47 MB; a header describing more than the executor's
+  // executor.max_unpacked_bytes is refused before anything is allocated.
+  const uint64_t limit = static_cast<uint64_t>(CurrentInputLimits().max_unpacked_bytes);
   uint64_t bytes = 1;
   for (size_t i = 0; i < dims_.size(); ++i) {
     if (dims_[i] == 0) {
       return DataLoss(path_, absl::StrCat("dimension ", i, " of ", DimsString(dims_),
                                           " is 0, expected at least 1"));
     }
-    // Every dim is < 2^32 and the running product stays <= 2^32, so this cannot overflow.
-    bytes *= static_cast<uint64_t>(dims_[i]);
-    if (bytes > kMaxDataBytes) {
+    const uint64_t dim = static_cast<uint64_t>(dims_[i]);
+    if (bytes > limit / dim) {
       return DataLoss(path_, absl::StrCat("dimensions ", DimsString(dims_), " describe more than ",
-                                          kMaxDataBytes >> 30,
-                                          " GiB, the most this reader accepts; "
+                                          limit, " bytes (executor.max_unpacked_bytes); "
                                           "the header is probably corrupt"));
     }
+    bytes *= dim;  // <= limit: no overflow
   }
   data_bytes_ = bytes;
   item_bytes_ = bytes / static_cast<uint64_t>(dims_[0]);

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainer/input_limits.h"
 #include "trainer/scoped_fd.h"
 
 namespace mpsd::trainer {
@@ -36,10 +37,12 @@ absl::Status CheckPixels(int64_t width, int64_t height) {
     return absl::DataLossError(
         absl::StrFormat("image of %d×%d pixels (a truncated or corrupt header)", width, height));
   }
-  if (width * height > kMaxImagePixels) {
+  // Refused before any pixel memory is allocated: a 40-byte PNG can claim 2^31 × 2^31 pixels.
+  const int64_t limit = CurrentInputLimits().max_image_pixels;
+  if (width * height > limit) {
     return absl::DataLossError(absl::StrFormat(
-        "image of %d×%d pixels is larger than the %d pixels allowed", width, height,
-        kMaxImagePixels));
+        "image of %d×%d pixels is larger than the %d pixels allowed (executor.max_image_pixels)",
+        width, height, limit));
   }
   return absl::OkStatus();
 }

@@ -15,10 +15,6 @@
 
 namespace mpsd::trainer {
 
-// Images larger than this many pixels (width × height) are refused before any pixel memory is
-// allocated: a 40-byte PNG can claim 2^31 × 2^31 pixels.
-inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;  // 16384 × 16384
-
 // Decoded pixels, interleaved RGB (3 bytes per pixel, row-major, no padding).
 struct RgbImage {
   int width = 0;

@@ -28,6 +28,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "trainer/input_limits.h"
+#include "trainer/pickle_scan.h"
+#include "trainer/torch_archive.h"
 #include "trainer/torch_errors.h"
 #include "trainer/zip_index.h"
 
@@ -41,36 +44,8 @@ absl::Status FileError(const std::string& path, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
 }
 
-// The bytes of each storage record of a torch.save archive ("data/<key>", as its zip central
-// directory states them), by key.
-using RecordSizes = std::map<std::string, uint64_t>;
-
-// What the rewriter knows of a value on the pickle machine's stack: enough to check each tensor
-// against the storage record it views before LibTorch's Unpickler builds anything.
-struct Value {
-  enum Kind { kOther, kInt, kString, kTuple, kGlobal, kStorage, kTensor };
-  Kind kind = kOther;
-  int64_t integer = 0;                         // kInt
-  std::string text;                            // kString; kGlobal "module.name"; kStorage key
-  std::vector<std::shared_ptr<const Value>> items;  // kTuple
-  int64_t numel = 0;                           // kStorage: elements, as the pickle claims
-  int64_t element_size = 0;                    // kStorage: bytes per element
-  std::string problem;                         // kStorage, kTensor: why its data does not fit
-};
-using ValuePtr = std::shared_ptr<const Value>;
-
-// Bytes per element of torch.<name> (a storage type a state dict may name); 0 if unknown.
-int64_t ElementSize(absl::string_view name) {
-  static const auto* sizes = new std::map<std::string, int64_t, std::less<>>{
-      {"DoubleStorage", 8},     {"FloatStorage", 4},        {"HalfStorage", 2},
-      {"BFloat16Storage", 2},   {"LongStorage", 8},         {"IntStorage", 4},
-      {"ShortStorage", 2},      {"CharStorage", 1},         {"ByteStorage", 1},
-      {"BoolStorage", 1},       {"ComplexFloatStorage", 8}, {"ComplexDoubleStorage", 16},
-      {"QInt8Storage", 1},      {"QUInt8Storage", 1},       {"QInt32Storage", 4},
-      {"QUInt4x2Storage", 1},   {"QUInt2x4Storage", 1}};
-  const auto it = sizes->find(name);
-  return it == sizes->end() ? 0 : it->second;
-}
+using pickle::Value;
+using pickle::ValuePtr;
 
 // Rewrites a state dict's pickle for LibTorch's Unpickler, refusing anything a state dict does
 // not hold. LibTorch 1.13's Unpickler turns collections.OrderedDict into None (it expects one
@@ -234,124 +209,21 @@ class PickleRewriter {
 
   // The value TUPLE1-3, REDUCE or BINPERSID makes of its operands (bottom first).
   absl::StatusOr<ValuePtr> Combined(uint8_t op, const std::vector<ValuePtr>& operands) {
-    if (op == 0x85 || op == 0x86 || op == 0x87) return Tuple(operands);
-    if (op == 'Q') return PersistentStorage(*operands[0]);
+    if (op == 0x85 || op == 0x86 || op == 0x87) return pickle::Tuple(operands);
+    if (op == 'Q') return pickle::PersistentStorage(*operands[0], records_, "data/");
     if (op == 'R' && operands[0]->kind == Value::kGlobal &&
         operands[0]->text == "torch._utils._rebuild_tensor_v2") {
       return RebuiltTensor(*operands[1]);
     }
     return std::make_shared<const Value>();
   }
-  static ValuePtr Tuple(std::vector<ValuePtr> items) {
-    auto value = std::make_shared<Value>();
-    value->kind = Value::kTuple;
-    value->items = std::move(items);
-    return value;
-  }
-
-  // BINPERSID's ('storage', torch.<Type>Storage, key, location, numel), checked against the
-  // record data/<key>.
-  absl::StatusOr<ValuePtr> PersistentStorage(const Value& id) {
-    const auto is = [&](size_t i, Value::Kind kind) {
-      return id.items.size() > i && id.items[i]->kind == kind;
-    };
-    if (id.kind != Value::kTuple || id.items.size() != 5 || !is(0, Value::kString) ||
-        id.items[0]->text != "storage" || !is(1, Value::kGlobal) || !is(2, Value::kString) ||
-        !is(3, Value::kString) || !is(4, Value::kInt)) {
-      return Problem("refused: a persistent id that is not a storage's ('storage', type, key, "
-                     "location, size)");
-    }
-    auto storage = std::make_shared<Value>();
-    storage->kind = Value::kStorage;
-    storage->text = id.items[2]->text;
-    storage->numel = id.items[4]->integer;
-    const std::string& type = id.items[1]->text;
-    storage->element_size = ElementSize(absl::StripPrefix(type, "torch."));
-    if (storage->element_size == 0) {
-      return Problem(absl::StrCat("refused: storage type ", type, " is not one mpsd reads"));
-    }
-    const std::string record = absl::StrCat("data/", storage->text);
-    const auto found = records_.find(storage->text);
-    if (storage->numel < 0 ||
-        storage->numel > std::numeric_limits<int64_t>::max() / storage->element_size) {
-      storage->problem = absl::StrFormat("the pickle gives its storage %s a size of %d elements",
-                                         record, storage->numel);
-    } else if (found == records_.end()) {
-      // LibTorch reads no record for an empty storage.
-      if (storage->numel > 0) {
-        storage->problem = absl::StrFormat(
-            "its storage %s (%d elements of %d bytes) is missing from the archive", record,
-            storage->numel, storage->element_size);
-      }
-    } else if (found->second != static_cast<uint64_t>(storage->numel * storage->element_size)) {
-      storage->problem = absl::StrFormat(
-          "its storage %s holds %d bytes, but the pickle says %d elements of %d bytes (%d bytes)",
-          record, found->second, storage->numel, storage->element_size,
-          storage->numel * storage->element_size);
-    }
-    return storage;
-  }
-
-  // _rebuild_tensor_v2(storage, storage_offset, size, stride, ...), checked to lie inside the
-  // storage.
+  // _rebuild_tensor_v2's tensor; a damaged one outside the dict's values is told at STOP.
   absl::StatusOr<ValuePtr> RebuiltTensor(const Value& args) {
-    const auto ints = [](const Value& v, std::vector<int64_t>& out) {
-      if (v.kind != Value::kTuple) return false;
-      for (const ValuePtr& item : v.items) {
-        if (item->kind != Value::kInt) return false;
-        out.push_back(item->integer);
-      }
-      return true;
-    };
-    std::vector<int64_t> sizes;
-    std::vector<int64_t> strides;
-    if (args.kind != Value::kTuple || args.items.size() < 4 ||
-        args.items[0]->kind != Value::kStorage || args.items[1]->kind != Value::kInt ||
-        !ints(*args.items[2], sizes) || !ints(*args.items[3], strides)) {
-      return Problem("refused: a tensor rebuilt from other than (storage, offset, size, stride)");
-    }
-    const Value& storage = *args.items[0];
-    auto tensor = std::make_shared<Value>();
-    tensor->kind = Value::kTensor;
-    tensor->problem = storage.problem;
-    if (tensor->problem.empty()) {
-      tensor->problem = OutOfStorage(storage, args.items[1]->integer, sizes, strides);
-    }
-    if (!tensor->problem.empty() && unnamed_problem_.empty()) {
-      unnamed_problem_ = absl::StrCat("a tensor: ", tensor->problem);
+    absl::StatusOr<ValuePtr> tensor = pickle::RebuiltTensor(args);
+    if (tensor.ok() && !(*tensor)->problem.empty() && unnamed_problem_.empty()) {
+      unnamed_problem_ = absl::StrCat("a tensor: ", (*tensor)->problem);
     }
     return tensor;
-  }
-
-  // Why a tensor of `sizes` and `strides` at `offset` reaches outside `storage`; "" if it
-  // does not.
-  static std::string OutOfStorage(const Value& storage, int64_t offset,
-                                  const std::vector<int64_t>& sizes,
-                                  const std::vector<int64_t>& strides) {
-    const std::string shape = absl::StrFormat(
-        "offset %d, size [%s], stride [%s]", offset, absl::StrJoin(sizes, ", "),
-        absl::StrJoin(strides, ", "));
-    const std::string where = absl::StrFormat("its storage data/%s of %d elements", storage.text,
-                                              storage.numel);
-    if (sizes.size() != strides.size() || offset < 0) {
-      return absl::StrCat(shape, " is not a view of ", where);
-    }
-    bool empty = false;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      if (sizes[i] < 0 || strides[i] < 0) return absl::StrCat(shape, " is not a view of ", where);
-      empty = empty || sizes[i] == 0;
-    }
-    // The last element's index + 1 (none for an empty tensor), in 128 bits: each term is below
-    // 2^126 and the sum stops once it passes the storage.
-    __int128 end = offset;
-    if (!empty) {
-      end += 1;
-      for (size_t i = 0; i < sizes.size() && end <= storage.numel; ++i) {
-        end += static_cast<__int128>(sizes[i] - 1) * strides[i];
-      }
-    }
-    if (end <= storage.numel) return "";
-    return absl::StrCat(shape, " reaches past the end of ", where);
   }
 
   // A dict entry (SETITEM, or a pair of SETITEMS): a damaged tensor is told by its key.
@@ -483,10 +355,11 @@ class PickleRewriter {
         marks_.emplace_back(stack_.size(), out_.size());
         return Copy(start, 0, 0);
       case 't': {  // TUPLE
-        std::vector<ValuePtr> items = AboveMark();
+        absl::StatusOr<ValuePtr> tuple = pickle::Tuple(AboveMark());
+        if (!tuple.ok()) return tuple.status();
         absl::StatusOr<size_t> mark = PopMark();
         if (!mark.ok()) return mark.status();
-        Push(*mark, Tuple(std::move(items)));
+        Push(*mark, *std::move(tuple));
         return Copy(start, 0, 0);
       }
       case 'u': case 'e': {  // SETITEMS, APPENDS
@@ -572,25 +445,10 @@ absl::StatusOr<NamedTensors> ToNamedTensors(const c10::IValue& value) {
   return tensors;
 }
 
-// The sizes of the archive's data/<key> records, from its central directory (bounded: ReadZipIndex),
-// under the archive's folder as PyTorchStreamReader takes it (the first entry's).
-absl::StatusOr<RecordSizes> StorageRecordSizes(const std::string& path) {
-  absl::StatusOr<std::vector<ZipEntry>> index = ReadZipIndex(path);
-  if (!index.ok()) return index.status();
-  RecordSizes sizes;
-  if (index->empty()) return sizes;
-  const std::string& first = index->front().name;
-  const std::string prefix = absl::StrCat(first.substr(0, first.find('/')), "/data/");
-  for (const ZipEntry& entry : *index) {
-    if (absl::StartsWith(entry.name, prefix)) {
-      sizes[entry.name.substr(prefix.size())] = entry.uncompressed_size;
-    }
-  }
-  return sizes;
-}
-
-absl::StatusOr<NamedTensors> ReadArchive(const std::string& path, const RecordSizes& records) {
-  caffe2::serialize::PyTorchStreamReader reader(path);
+absl::StatusOr<NamedTensors> ReadArchive(const std::string& path, const std::vector<char>& bytes,
+                                         const RecordSizes& records) {
+  caffe2::serialize::PyTorchStreamReader reader(
+      std::make_shared<MemoryReadAdapter>(absl::string_view(bytes.data(), bytes.size())));
   if (!reader.hasRecord("data.pkl")) {
     return FileError(path, "no data.pkl in the archive: not a file torch.save wrote");
   }
@@ -658,15 +516,29 @@ absl::StatusOr<NamedTensors> ReadStateDict(const std::string& path) {
   } else if (errno == EACCES) {
     return FileError(path, "permission denied: mpsd's user cannot read it");
   }
-  absl::StatusOr<RecordSizes> records = StorageRecordSizes(path);
-  if (!records.ok()) {
+  // Read once: the bytes checked here are the bytes LibTorch reads.
+  absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return absl::InvalidArgumentError(bytes.status().message());
+  absl::StatusOr<std::vector<ZipEntry>> index =
+      ReadZipIndexOfBytes(absl::string_view(bytes->data(), bytes->size()));
+  absl::Status claims = index.status();
+  const int64_t limit = CurrentInputLimits().max_unpacked_bytes;
+  if (claims.ok()) {
+    claims = CheckArchiveClaims(*index, {"data/"}, static_cast<uint64_t>(limit));
+    if (!claims.ok()) {
+      claims = absl::InvalidArgumentError(
+          absl::StrCat(claims.message(), " (executor.max_unpacked_bytes: ", limit, ")"));
+    }
+  }
+  if (!claims.ok()) {
     return FileError(path, absl::StrCat("not a state dict this LibTorch reads (torch.save's zip "
                                         "format, PyTorch >= 1.6): ",
-                                        records.status().message()));
+                                        claims.message()));
   }
+  const RecordSizes records = RecordSizesUnder(*index, "data/");
   absl::StatusOr<NamedTensors> tensors;
   const absl::Status status = CatchTorchErrors([&] {
-    tensors = ReadArchive(path, *records);
+    tensors = ReadArchive(path, *bytes, records);
     return absl::OkStatus();
   });
   if (!status.ok()) {

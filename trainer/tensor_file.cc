@@ -3,15 +3,13 @@
 
 #include <torch/serialize.h>
 
-#include <fstream>
-#include <iterator>
-#include <sys/stat.h>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/torch_archive.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -52,16 +50,15 @@ absl::Status PickleError(const std::string& path, const std::string& message) {
 }
 
 absl::StatusOr<std::vector<char>> ReadBytes(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
+  absl::StatusOr<std::vector<char>> read = ReadWholeFile(path);
+  if (absl::IsNotFound(read.status())) {
     return absl::NotFoundError(absl::StrFormat("file %s does not exist", path));
   }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  if (absl::IsPermissionDenied(read.status())) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!read.ok()) return read.status();
+  std::vector<char>& bytes = *read;
   if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": a legacy torch.save file (a bare pickle, _use_new_zipfile_serialization=False); "
@@ -71,7 +68,12 @@ absl::StatusOr<std::vector<char>> ReadBytes(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a torch.save file (not a zip archive)"));
   }
-  return bytes;
+  if (absl::Status s = CheckTorchArchive(absl::string_view(bytes.data(), bytes.size()),
+                                         {{"data.pkl", "data/"}});
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  return read;
 }
 
 // The entries of a dict with string keys; every key must be one of `known`.

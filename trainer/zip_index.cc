@@ -33,15 +33,24 @@ uint64_t Le(const unsigned char* p, int bytes) {
   return value;
 }
 
+// An open file, or bytes already in memory.
 class File {
  public:
   explicit File(int fd) : fd_(fd) {}
-  ~File() { close(fd_); }
+  explicit File(absl::string_view bytes) : bytes_(bytes) {}
+  ~File() {
+    if (fd_ >= 0) close(fd_);
+  }
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
   // Exactly `n` bytes at `offset`, or false.
   bool Read(uint64_t offset, size_t n, std::string& out) const {
+    if (fd_ < 0) {
+      if (offset > bytes_.size() || n > bytes_.size() - offset) return false;
+      out.assign(bytes_.data() + offset, n);
+      return true;
+    }
     out.resize(n);
     size_t done = 0;
     while (done < n) {
@@ -55,7 +64,8 @@ class File {
   }
 
  private:
-  int fd_;
+  int fd_ = -1;
+  absl::string_view bytes_;
 };
 
 absl::Status Corrupt(absl::string_view what) {
@@ -166,18 +176,10 @@ absl::StatusOr<std::vector<ZipEntry>> ParseDirectory(absl::string_view directory
   return entries;
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<ZipEntry>> ReadZipIndex(const std::string& path,
-                                                   uint64_t max_central_directory_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open: ", std::strerror(errno)));
-  const File file(fd);
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError("not a regular file");
-  }
-  absl::StatusOr<Directory> directory = FindDirectory(file, static_cast<uint64_t>(st.st_size));
+// The entries of the archive `file` of `file_size` bytes (ReadZipIndex).
+absl::StatusOr<std::vector<ZipEntry>> ReadIndex(const File& file, uint64_t file_size,
+                                               uint64_t max_central_directory_bytes) {
+  absl::StatusOr<Directory> directory = FindDirectory(file, file_size);
   if (!directory.ok()) return directory.status();
   if (directory->size > max_central_directory_bytes) {
     return absl::OutOfRangeError(absl::StrCat(
@@ -189,6 +191,26 @@ absl::StatusOr<std::vector<ZipEntry>> ReadZipIndex(const std::string& path,
     return Corrupt("cannot read its central directory");
   }
   return ParseDirectory(bytes, directory->entries);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ZipEntry>> ReadZipIndex(const std::string& path,
+                                                   uint64_t max_central_directory_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open: ", std::strerror(errno)));
+  const File file(fd);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError("not a regular file");
+  }
+  return ReadIndex(file, static_cast<uint64_t>(st.st_size), max_central_directory_bytes);
+}
+
+absl::StatusOr<std::vector<ZipEntry>> ReadZipIndexOfBytes(absl::string_view bytes,
+                                                          uint64_t max_central_directory_bytes) {
+  const File file(bytes);
+  return ReadIndex(file, bytes.size(), max_central_directory_bytes);
 }
 
 }  // namespace mpsd::trainer

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace mpsd::trainer {
 
@@ -45,6 +46,11 @@ inline constexpr uint64_t kMaxZipCentralDirectoryBytes = uint64_t{1} << 20;
 // gives both sizes). Opens and closes the file itself; keeps nothing. Thread-safe.
 absl::StatusOr<std::vector<ZipEntry>> ReadZipIndex(
     const std::string& path, uint64_t max_central_directory_bytes = kMaxZipCentralDirectoryBytes);
+
+// The same for an archive already read into memory (`bytes`, borrowed for the call), so that a
+// caller checks exactly the bytes it then parses; never NOT_FOUND.
+absl::StatusOr<std::vector<ZipEntry>> ReadZipIndexOfBytes(
+    absl::string_view bytes, uint64_t max_central_directory_bytes = kMaxZipCentralDirectoryBytes);
 
 }  // namespace mpsd::trainer
 

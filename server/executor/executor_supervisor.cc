@@ -222,6 +222,9 @@ Command BuildCommand(const ExecutorSupervisor::Options& o) {
             "--cpu-threads", absl::StrCat(o.executor.cpu_threads),
             "--steps-per-readback", absl::StrCat(o.executor.steps_per_readback),
             "--memory-limit-bytes", absl::StrCat(o.memory_limit_bytes),
+            "--max-file-bytes", absl::StrCat(o.executor.input_limits.max_file_bytes),
+            "--max-unpacked-bytes", absl::StrCat(o.executor.input_limits.max_unpacked_bytes),
+            "--max-image-pixels", absl::StrCat(o.executor.input_limits.max_image_pixels),
             "--log-level", o.log_level};
   if (!o.executor.artifacts_dir.empty()) {
     c.args.insert(c.args.end(), {"--artifacts-dir", o.executor.artifacts_dir});
@@ -285,6 +288,10 @@ absl::StatusOr<std::unique_ptr<ExecutorSupervisor>> ExecutorSupervisor::Start(
       options.user_code_stall_timeout <= absl::ZeroDuration() ||
       !(options.memory_fraction >= 0 && options.memory_fraction <= 2)) {
     return absl::InvalidArgumentError("executor: an option is out of range");
+  }
+  if (absl::Status s = api::CheckInputLimits(options.executor.input_limits, "executor");
+      !s.ok()) {
+    return s;
   }
   if (access(options.executor_path.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(

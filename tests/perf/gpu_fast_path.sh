@@ -29,7 +29,7 @@
 #
 # Usage: tests/perf/gpu_fast_path.sh [DEPS]  (DEPS as gpu_train_compare.sh: *.deb, mpsd-src.tar.gz,
 # fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1 (reuse WORK/build), PHASES (default
-# "a b c g e d"; v: issue 27/28 jobs on the fast path).
+# "a b c g e d"; v: issue 27/28 jobs on the fast path; t: issue 29's TensorBoard run, below).
 # At most 8 files land in $OUT: run.log build.log graph_check.json mpsd.log fast_path.json
 # FAST_PATH.md raw.tar.gz (every raw result, env.txt, graph_check.txt and the profiler's traces).
 set -uo pipefail
@@ -128,7 +128,71 @@ job() {
   grep -q '^optimizer:' "$RUN/$name.yaml" || echo "optimizer: {name: adam, learning_rate: 0.001}" >> "$RUN/$name.yaml"
   submit "$name" "$RUN/$name.yaml"
 }
-if has b || has d || has e || has v; then start_mpsd; fi
+if has b || has d || has e || has v || has t; then start_mpsd; fi
+
+if has t; then
+  # Issue 29: a 4-trial learning-rate sweep of the seed ConvNet with a validation split, each
+  # trial with `tensorboard: true` (its event file written live into its artifacts), read back
+  # by TensorBoard's own reader (tensorboard_check.py --expect-steps: every step once), and
+  # $OUT/tb.tar.gz with the four runs and TensorBoard's Python package, so that the screenshot
+  # of `tensorboard --logdir` can be taken on a machine with a browser (docs/tensorboard.png).
+  say "(t) TensorBoard: a sweep written live, read by TensorBoard's EventAccumulator"
+  {
+    echo "kind: TrainJob"
+    echo "name: fmnist-lr"
+    echo "model: {name: convnet}"
+    echo "dataset: {name: fashion-mnist, root: $IDX_DIR, validation: {fraction: 0.1}}"
+    echo "batch_size: 128"
+    echo "epochs: 5"
+    echo "seed: 1"
+    echo "device: cuda"
+    echo "tensorboard: true"
+    echo "optimizer: {name: adam, learning_rate: 0.001}"
+    echo "sweep: {grid: {optimizer.learning_rate: [0.01, 0.003, 0.001, 0.0003]}}"
+  } > "$RUN/t_sweep.yaml"
+  timeout 300 "${MPSCTL[@]}" submit "$RUN/t_sweep.yaml" > "$RAW/t_submit.json"
+  # Each trial that succeeds writes its model.pt: wait for four, at most 240 s.
+  for _ in $(seq 240); do
+    [[ $(ls "$RUN"/state/artifacts/*/model.pt 2>/dev/null | wc -l) -ge 4 ]] && break
+    sleep 1
+  done
+  "${MPSCTL[@]}" list > "$RAW/t_list.json" 2>&1
+  mkdir -p "$WORK/tb"
+  for dir in "$RUN"/state/artifacts/*/tensorboard; do
+    id=$(basename "$(dirname "$dir")")
+    cp -r "$dir" "$WORK/tb/fmnist-lr-$id"
+  done
+  steps=$(( (54000 + 127) / 128 * 5 ))
+  "$PY" "$PERF/tensorboard_check.py" "$WORK/tb" --expect-steps "$steps" 2>&1 | tee "$RAW/t_check.txt"
+  # Files this PyTorch writes pass the checks every torch file goes through (trainer/pickle_scan.h):
+  # a scripted model (with a constant) and a tensors file, each trained for an epoch.
+  "$PY" - "$RUN" <<'PYEOF'
+import sys, torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 10)
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3))) + torch.tensor([0.5])
+torch.jit.script(Net()).save(sys.argv[1] + "/t_script.pt")
+torch.jit.trace(Net(), torch.zeros(1, 1, 28, 28)).save(sys.argv[1] + "/t_traced.pt")
+split = lambda n: {"x": torch.rand(n, 1, 28, 28), "y": torch.randint(0, 10, (n,))}
+torch.save({"train": split(512), "test": split(128)}, sys.argv[1] + "/t_tensors.pt")
+PYEOF
+  for model in t_script t_traced; do
+    printf 'kind: TrainJob\nmodel: {torchscript: %s}\ndataset: {name: tensors, root: %s}\nbatch_size: 64\nepochs: 1\ndevice: cuda\n' \
+      "$RUN/$model.pt" "$RUN/t_tensors.pt" > "$RUN/$model.yaml"
+    timeout 120 "${MPSCTL[@]}" submit "$RUN/$model.yaml" --follow > "$RAW/$model.jsonl" 2>&1
+    rc=$?
+    echo "$model (PyTorch $("$PY" -c 'import torch; print(torch.__version__)')): exit $rc, $(grep -o '"state": *"[A-Z]*"' "$RAW/$model.jsonl" | tail -1)"
+    grep -i 'refused\|damaged\|not a TorchScript' "$RAW/$model.jsonl" | head -3
+  done
+  tb=$("$PY" -c 'import os, tensorboard; print(os.path.dirname(tensorboard.__file__))')
+  "$PY" -m pip show tensorboard 2>/dev/null | head -2 > "$WORK/tb/TENSORBOARD_VERSION"
+  tar -czf "$OUT/tb.tar.gz" -C "$WORK" tb -C "$(dirname "$tb")" tensorboard
+  ls -l "$OUT/tb.tar.gz"
+fi
 
 if has v; then
   # Issues 27 and 28 on the CUDA fast path, the seed ConvNet as in (b): the same job with the

@@ -74,6 +74,26 @@ TEST_F(ConfigTest, TensorBoardDir) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tensorboard_dir"));
 }
 
+// Issue 26: what one file a job names may cost is stated in the config and checked at start.
+TEST_F(ConfigTest, InputLimits) {
+  absl::StatusOr<Config> defaults = LoadConfig(Write("{}\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->executor.input_limits.max_file_bytes, int64_t{16} << 30);
+  EXPECT_EQ(defaults->executor.input_limits.max_image_pixels, int64_t{1} << 28);
+  absl::StatusOr<Config> config = LoadConfig(Write(
+      "executor:\n  max_file_bytes: 2097152\n  max_unpacked_bytes: 4194304\n"
+      "  max_image_pixels: 1000\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->executor.input_limits.max_file_bytes, 2097152);
+  EXPECT_EQ(config->executor.input_limits.max_unpacked_bytes, 4194304);
+  EXPECT_EQ(config->executor.input_limits.max_image_pixels, 1000);
+  EXPECT_THAT(FormatConfig(*config), HasSubstr("executor.max_unpacked_bytes: 4194304\n"));
+  absl::StatusOr<Config> bad = LoadConfig(Write("executor:\n  max_file_bytes: 100\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("executor.max_file_bytes: must be in [1048576, 1099511627776], got 100"));
+}
+
 TEST_F(ConfigTest, UserCodeDeadlines) {
   absl::StatusOr<Config> config = LoadConfig(
       Write("executor:\n  user_code_timeout_s: 5\n  user_code_stall_timeout_s: 12.5\n"));

@@ -1,6 +1,7 @@
 // Tests for trainer/idx.cc: round trips of raw and gzip IDX files written here, the real
 // Fashion-MNIST files when installed, and one test per way a file can be wrong.
 #include "trainer/idx.h"
+#include "trainer/input_limits.h"
 
 #include <sys/stat.h>
 #include <zlib.h>
@@ -369,8 +370,23 @@ TEST_F(IdxTest, AbsurdSize) {
   WriteGz(Path("huge.gz"), MakeIdx({0xFFFFFFFF, 0xFFFFFFFF, 28}, {}));
   for (const char* name : {"huge", "huge.gz"}) {
     ExpectError(ReadIdxFile(Path(name)).status(), absl::StatusCode::kDataLoss,
-                {Path(name), "dimensions [4294967295, 4294967295, 28] describe more than 4 GiB"});
+                {Path(name), "dimensions [4294967295, 4294967295, 28] describe more than "
+                             "17179869184 bytes (executor.max_unpacked_bytes)"});
   }
+}
+
+// The bound is the executor's input limit (the config's executor.max_unpacked_bytes): a header
+// within the default but over a configured 1 MiB is refused before anything is allocated.
+TEST_F(IdxTest, TheBoundIsTheConfiguredMaxUnpackedBytes) {
+  WriteGz(Path("big.gz"), MakeIdx({2000, 28, 28}, Iota(10)));
+  api::InputLimits limits;
+  limits.max_unpacked_bytes = int64_t{1} << 20;
+  SetInputLimits(limits);
+  const absl::Status status = ReadIdxFile(Path("big.gz")).status();
+  SetInputLimits(api::InputLimits());
+  ExpectError(status, absl::StatusCode::kDataLoss,
+              {Path("big.gz"), "dimensions [2000, 28, 28] describe more than 1048576 bytes "
+                               "(executor.max_unpacked_bytes)"});
 }
 
 // A gz header may claim far more than the stream holds; that is a short body, not an allocation

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "trainer/torch_archive.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -22,8 +23,15 @@ absl::StatusOr<torch::jit::Module> LoadScript(const std::string& path,
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return FileError(path, "no such file");
   if (!std::filesystem::is_regular_file(path, ec)) return FileError(path, "not a regular file");
+  // Read once: the bytes checked here are the bytes LibTorch loads.
+  absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return absl::InvalidArgumentError(bytes.status().message());
+  const absl::string_view view(bytes->data(), bytes->size());
+  if (absl::Status s = CheckTorchArchive(view, ScriptPickles()); !s.ok()) {
+    return FileError(path, absl::StrCat("not a TorchScript module mpsd loads: ", s.message()));
+  }
   try {
-    return torch::jit::load(path, device);
+    return torch::jit::load(std::make_shared<MemoryReadAdapter>(view), device);
   } catch (const std::exception& e) {
     const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
     return FileError(path, absl::StrCat("not a TorchScript module (torch.jit.save): ",
