@@ -145,7 +145,8 @@ split = lambda n: {"x": torch.rand(n, 1, 8, 8, generator=g), "y": torch.rand(n, 
 torch.save({"train": split(64), "test": split(32)}, sys.argv[1])
 )PY");
   ASSERT_EQ(std::system(absl::StrCat(kPython, " ", script, " ", file).c_str()), 0);
-  for (const std::string mix : {"mixup", "cutmix"}) {
+  for (const char* const name : {"mixup", "cutmix"}) {
+    const std::string mix = name;
     mpsd::v1::SubmitJobRequest request = TrainJobRequest(0, 0, 1, 16, "mlp");
     mpsd::v1::TrainJob& job = *request.mutable_train_job();
     job.set_task("regression");
