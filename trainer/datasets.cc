@@ -6,7 +6,10 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <system_error>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -308,9 +311,68 @@ absl::Status ResolveValidation(const mpsd::v1::DatasetSpec& spec, DatasetConfig&
   return absl::OkStatus();
 }
 
+// A [min, max] pair of a repeated double field: low and high kept (the defaults) when empty;
+// else exactly two values, each inside `each` (an unbounded `each`: > 0 and finite), min <= max.
+absl::Status ResolveRange(absl::string_view field,
+                          const google::protobuf::RepeatedField<double>& values,
+                          const std::optional<Interval>& each, double& low, double& high) {
+  if (values.empty()) return absl::OkStatus();
+  if (values.size() != 2) {
+    return FieldError(field, absl::StrFormat("needs [min, max], got %d values", values.size()));
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string element = Indexed(field, i);
+    if (absl::Status s = each.has_value() ? Fields().InRange(element, values[i], *each)
+                                          : Fields().PositiveFinite(element, values[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (values[0] > values[1]) {
+    return FieldError(field, absl::StrFormat("min %g is larger than max %g", values[0], values[1]));
+  }
+  low = values[0];
+  high = values[1];
+  return absl::OkStatus();
+}
+
+// A size field of one value (`square`: [v, v]; else torchvision's one-value meaning, kept as
+// one value) or [height, width], each in [1, 4096].
+absl::StatusOr<std::vector<int64_t>> ResolveSize(absl::string_view field,
+                                                 const google::protobuf::RepeatedField<int32_t>& values,
+                                                 bool square) {
+  if (values.size() != 1 && values.size() != 2) {
+    return FieldError(field, absl::StrFormat("needs one value or [height, width], got %d values",
+                                             values.size()));
+  }
+  std::vector<int64_t> size;
+  for (int i = 0; i < values.size(); ++i) {
+    if (absl::Status s = Fields().InRange(values.size() == 1 ? std::string(field)
+                                                             : Indexed(field, i),
+                                          int64_t{values[i]}, 1, 4096);
+        !s.ok()) {
+      return s;
+    }
+    size.push_back(values[i]);
+  }
+  if (square && size.size() == 1) size.push_back(size[0]);
+  return size;
+}
+
+absl::Status ResolveMix(absl::string_view field, const mpsd::v1::MixSpec& spec, double& alpha) {
+  if (!spec.has_alpha()) {
+    return FieldError(field, "needs alpha (Beta(alpha, alpha); torchvision's references use 0.2 "
+                             "for mixup, 1.0 for cutmix)");
+  }
+  const std::string name = absl::StrCat(field, ".alpha");
+  if (absl::Status s = Fields().PositiveFinite(name, spec.alpha()); !s.ok()) return s;
+  alpha = spec.alpha();
+  return absl::OkStatus();
+}
+
 absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, DatasetConfig& config) {
-  const int64_t padding = spec.random_crop_padding();
-  if (padding == 0 && !spec.horizontal_flip()) return absl::OkStatus();
+  config.model_input_shape = config.input_shape;
+  if (spec.ByteSizeLong() == 0) return absl::OkStatus();  // nothing set
   const std::vector<int64_t>& shape = config.input_shape;
   if (shape.size() != 3) {
     return FieldError("augmentation",
@@ -318,26 +380,185 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
                                       "have shape %s",
                                       config.info->name, ShapeString(shape)));
   }
+  const int64_t channels = shape[0];
+  AugmentationOptions& options = config.augmentation;
+  // Resize, then CenterCrop: what evaluation sees, and so the model's input.
+  int64_t height = shape[1], width = shape[2];
+  if (!spec.resize().empty()) {
+    absl::StatusOr<std::vector<int64_t>> size =
+        ResolveSize("augmentation.resize", spec.resize(), /*square=*/false);
+    if (!size.ok()) return size.status();
+    std::tie(height, width) = ResolvedResize(*size, height, width);
+    if (height < 1 || width < 1 || height > 4096 || width > 4096) {
+      return FieldError("augmentation.resize",
+                        absl::StrFormat("makes the %d×%d images %d×%d; each side must be in "
+                                        "[1, 4096]",
+                                        shape[1], shape[2], height, width));
+    }
+    options.preprocess.resize_height = height;
+    options.preprocess.resize_width = width;
+  }
+  if (!spec.center_crop().empty()) {
+    absl::StatusOr<std::vector<int64_t>> size =
+        ResolveSize("augmentation.center_crop", spec.center_crop(), /*square=*/true);
+    if (!size.ok()) return size.status();
+    if ((*size)[0] > height || (*size)[1] > width) {
+      return FieldError("augmentation.center_crop",
+                        absl::StrFormat("%d×%d is larger than the %s images (%d×%d)", (*size)[0],
+                                        (*size)[1], spec.resize().empty() ? "dataset's" : "resized",
+                                        height, width));
+    }
+    height = (*size)[0];
+    width = (*size)[1];
+    options.preprocess.crop_height = height;
+    options.preprocess.crop_width = width;
+  }
+  if (spec.has_random_resized_crop()) {
+    const mpsd::v1::RandomResizedCropSpec& crop = spec.random_resized_crop();
+    RandomResizedCropOptions& o = options.random_resized_crop;
+    o.enabled = true;
+    o.height = height;
+    o.width = width;
+    if (!crop.size().empty()) {
+      absl::StatusOr<std::vector<int64_t>> size =
+          ResolveSize("augmentation.random_resized_crop.size", crop.size(), /*square=*/true);
+      if (!size.ok()) return size.status();
+      if ((*size)[0] != height || (*size)[1] != width) {
+        return FieldError("augmentation.random_resized_crop.size",
+                          absl::StrFormat("%d×%d, but evaluation batches are %d×%d (the images "
+                                          "after resize and center_crop) and the model takes one "
+                                          "input size; set center_crop (or resize) to %d×%d",
+                                          (*size)[0], (*size)[1], height, width, (*size)[0],
+                                          (*size)[1]));
+      }
+    }
+    if (absl::Status s = ResolveRange("augmentation.random_resized_crop.scale", crop.scale(),
+                                      Interval{0, false, 1, true}, o.scale_min, o.scale_max);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ResolveRange("augmentation.random_resized_crop.ratio", crop.ratio(),
+                                      std::nullopt, o.ratio_min,
+                                      o.ratio_max);
+        !s.ok()) {
+      return s;
+    }
+  }
+  config.model_input_shape = {channels, height, width};
+
+  const int64_t padding = spec.random_crop_padding();
   if (absl::Status s = Fields().AtLeast("augmentation.random_crop_padding", padding, 0);
       !s.ok()) {
     return s;
   }
-  if (padding >= shape[1] || padding >= shape[2]) {
+  if (padding >= height || padding >= width) {
     return FieldError("augmentation.random_crop_padding",
                       absl::StrFormat("must be smaller than the image's height and width "
                                       "(%d×%d), got %d",
-                                      shape[1], shape[2], padding));
+                                      height, width, padding));
   }
-  config.augmentation.random_crop_padding = padding;
-  config.augmentation.horizontal_flip = spec.horizontal_flip();
-  // torchvision pads the raw image with black: 0 before normalisation. A host tensor here;
-  // LoadDataset moves it to the device once.
-  if (!config.info->mean.empty()) {
-    std::vector<float> fill;
-    for (size_t c = 0; c < config.info->mean.size(); ++c) {
-      fill.push_back(-config.info->mean[c] / config.info->std[c]);
+  options.random_crop_padding = padding;
+  options.horizontal_flip = spec.horizontal_flip();
+
+  if (spec.has_random_rotation()) {
+    const auto& degrees = spec.random_rotation().degrees();
+    const std::string field = "augmentation.random_rotation.degrees";
+    if (degrees.size() == 1) {
+      if (absl::Status s = Fields().InRange(field, degrees[0], Interval{0, true, 360, true});
+          !s.ok()) {
+        return s;
+      }
+      options.rotation_min = -degrees[0];
+      options.rotation_max = degrees[0];
+    } else if (degrees.size() == 2) {
+      if (absl::Status s = ResolveRange(field, degrees, Interval{-360, true, 360, true},
+                                        options.rotation_min, options.rotation_max);
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      return FieldError(field, absl::StrFormat("needs one value d (angles in [-d, d]) or [min, "
+                                               "max], got %d values",
+                                               degrees.size()));
     }
-    config.augmentation.padding_fill = torch::tensor(fill, torch::kFloat32);
+    options.rotation = true;
+  }
+
+  if (spec.has_color_jitter()) {
+    const mpsd::v1::ColorJitterSpec& jitter = spec.color_jitter();
+    ColorJitterOptions& o = options.color_jitter;
+    for (const auto& [name, value, target] :
+         {std::tuple{"brightness", jitter.brightness(), &o.brightness},
+          std::tuple{"contrast", jitter.contrast(), &o.contrast},
+          std::tuple{"saturation", jitter.saturation(), &o.saturation},
+          std::tuple{"hue", jitter.hue(), &o.hue}}) {
+      const std::string path = absl::StrCat("augmentation.color_jitter.", name);
+      if (absl::Status s = std::string(name) == "hue"
+                               ? Fields().InRange(path, value, Interval{0, true, 0.5, true})
+                               : Fields().NonNegativeFinite(path, value);
+          !s.ok()) {
+        return s;
+      }
+      *target = value;
+    }
+  }
+
+  if (spec.has_random_erasing()) {
+    const mpsd::v1::RandomErasingSpec& erasing = spec.random_erasing();
+    RandomErasingOptions& o = options.random_erasing;
+    o.p = erasing.has_p() ? erasing.p() : 0.5;
+    if (absl::Status s = Fields().InRange("augmentation.random_erasing.p", o.p,
+                                          Interval{0, true, 1, true});
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ResolveRange("augmentation.random_erasing.scale", erasing.scale(),
+                                      Interval{0, false, 1, true}, o.scale_min, o.scale_max);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ResolveRange("augmentation.random_erasing.ratio", erasing.ratio(),
+                                      std::nullopt, o.ratio_min,
+                                      o.ratio_max);
+        !s.ok()) {
+      return s;
+    }
+    if (erasing.value_size() != 0 && erasing.value_size() != 1 &&
+        erasing.value_size() != channels) {
+      return FieldError("augmentation.random_erasing.value",
+                        absl::StrFormat("needs one value or one per channel (%d), got %d",
+                                        channels, erasing.value_size()));
+    }
+    for (int i = 0; i < erasing.value_size(); ++i) {
+      if (absl::Status s = Fields().Float32(Indexed("augmentation.random_erasing.value", i),
+                                            erasing.value(i));
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (erasing.value_size() > 0) {
+      o.value = torch::tensor(std::vector<float>(erasing.value().begin(), erasing.value().end()),
+                              torch::kFloat32);
+    }
+  }
+
+  if (spec.has_mixup()) {
+    if (absl::Status s = ResolveMix("augmentation.mixup", spec.mixup(), options.mixup_alpha);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (spec.has_cutmix()) {
+    if (absl::Status s = ResolveMix("augmentation.cutmix", spec.cutmix(), options.cutmix_alpha);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // torchvision pads and rotates with black: pixel 0, i.e. -mean / std after normalisation.
+  // Host tensors here; LoadDataset moves them to the device once. (image_folder and tensors
+  // know their normalisation only when loaded: LoadOwnData sets them then.)
+  if (!config.info->mean.empty()) {
+    SetNormalisation(config.info->mean, config.info->std, channels, options);
   }
   return absl::OkStatus();
 }
@@ -497,8 +718,10 @@ absl::StatusOr<DeviceDataset> LoadDataset(const DatasetConfig& config, uint64_t 
   }
   // Augment must find the fill on the device: a host tensor would be copied, and the device
   // synchronised with the host, on every training step.
-  torch::Tensor& fill = data->augmentation.padding_fill;
-  if (fill.defined()) fill = fill.to(device);
+  MoveToDevice(device, data->augmentation);
+  // Validation and test batches are resized and centre-cropped as training's are.
+  data->test.preprocess = data->augmentation.preprocess;
+  data->val.preprocess = data->augmentation.preprocess;
   return data;
 }
 

@@ -35,6 +35,9 @@ struct TensorSplit {
   // Set when the inputs stay on the host and each batch is copied to the device as the loop
   // asks for it (image_folder and tensors data beyond the device budget).
   std::shared_ptr<StreamedSplit> streamed;
+  // Resize and CenterCrop of every evaluation batch (AugmentationSpec.resize, center_crop);
+  // the training split's batches get them through DeviceDataset::augmentation instead.
+  Preprocessing preprocess;
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };
 
@@ -133,6 +136,12 @@ struct DatasetConfig {
   bool has_validation() const { return validation_fraction > 0 || validation_from_source; }
   // One example, e.g. [3, 32, 32], and the class count: the dataset's, or synthetic's spec.
   std::vector<int64_t> input_shape;
+  // What the model sees: input_shape after the augmentation's resize and center_crop (set by
+  // ResolveDataset; empty = input_shape).
+  std::vector<int64_t> model_input_shape;
+  const std::vector<int64_t>& ModelInputShape() const {
+    return model_input_shape.empty() ? input_shape : model_input_shape;
+  }
   int num_classes = 10;
   // tensors only: y holds float targets (TrainJob.task multilabel or regression) instead of
   // class indices. num_classes is then the targets' width (D of [N, D]; 1 for [N]); subsets and

@@ -374,6 +374,7 @@ TensorSplit DataParallel::ShardSplit(const TensorSplit& split) const {
   TensorSplit shard;
   shard.images = split.images.index_select(/*dim=*/0, index);
   shard.labels = split.labels.index_select(/*dim=*/0, index);
+  shard.preprocess = split.preprocess;
   return shard;
 }
 

@@ -238,26 +238,34 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
 
 GraphedStep::~GraphedStep() = default;
 
-torch::Tensor GraphedStep::Batch(const torch::Tensor& index) {
+std::pair<torch::Tensor, torch::Tensor> GraphedStep::Batch(const torch::Tensor& index) {
   torch::Tensor batch = GatherRows(images_, index);
-  if (!options_.augmentation.enabled()) return batch;
+  torch::Tensor targets = labels_.index_select(/*dim=*/0, index);
+  const AugmentationOptions& augmentation = options_.augmentation;
+  if (!augmentation.enabled() && !augmentation.mixes()) return {batch, targets};
   at::Generator generator = at::globalContext().defaultGenerator(images_.device());
+  batch = Augment(batch, augmentation, generator);
+  if (augmentation.mixes()) {
+    MixedBatch mixed =
+        MixBatch(batch, targets, options_.task.outputs, augmentation, generator);
+    batch = std::move(mixed.images);
+    targets = std::move(mixed.targets);
+  }
   // Augment's crop gathers into NCHW: back into the resident images' layout (channels_last).
-  return Augment(batch, options_.augmentation, generator)
-      .contiguous(images_.suggest_memory_format());
+  return {batch.contiguous(images_.suggest_memory_format()), targets};
 }
 
 std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor& index) {
-  const torch::Tensor labels = labels_.index_select(/*dim=*/0, index);
+  const auto [images, labels] = Batch(index);
   torch::Tensor logits;
   if (options_.precision == Precision::kBf16) {
     // The cast weights are made inside the graph on every replay: autocast's cache would hand
     // the capture tensors that the next replay does not refresh.
     const compat::AutocastGuard autocast(images_.device().type(), torch::kBFloat16,
                                          /*cache_enabled=*/false);
-    logits = model_.forward(Batch(index));
+    logits = model_.forward(images);
   } else {
-    logits = model_.forward(Batch(index));
+    logits = model_.forward(images);
   }
   logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
   torch::Tensor loss = task_loss_.Loss(logits, labels);

@@ -5,8 +5,11 @@
 // Adam(fused=True, capturable=True)). The learning rate, and SGD's momentum where onecycle cycles
 // it, are read inside the graph from a table of the job's schedule on the device, indexed by a
 // step counter that the graph advances: a replay needs no host work but copying the batch's
-// indices. Augmentation (random crop, flip) is drawn inside the graph too. Batches of another size (the last partial batch of an epoch) run the same step
-// eagerly through the same state, so every update of the job goes through one optimizer state.
+// indices. Augmentation (trainer/augment.h: crops, flips, rotation, colour jitter, erasing,
+// mixup and cutmix) is drawn inside the graph too: every draw is a device kernel on the CUDA
+// generator, with no host read-back. Batches of another size (the last partial batch of an
+// epoch) run the same step eagerly through the same state, so every update of the job goes
+// through one optimizer state.
 // Internal to trainer/: includes torch.
 #ifndef MPSD_TRAINER_GRAPHED_STEP_H_
 #define MPSD_TRAINER_GRAPHED_STEP_H_
@@ -125,8 +128,8 @@ struct GraphedStepOptions {
   // multilabel's BCEWithLogitsLoss, regression's losses.
   TaskConfig task;
   double grad_clip_norm = 0;               // 0 = off; else ClipGradNorm before the update
-  // Random crop and flip of each gathered batch (trainer/augment.h), inside the graph: the
-  // offsets and flips are drawn from the device's default CUDA generator, whose philox offset
+  // Augment and MixBatch of each gathered batch (trainer/augment.h), inside the graph: the
+  // crops, flips, angles, colour factors, boxes and mixing weights are drawn from the device's default CUDA generator, whose philox offset
   // a graph advances on every replay (as dropout's draws), so each replay draws anew. The
   // eager loop draws from the same generator (TrainStep), so both paths augment alike.
   AugmentationOptions augmentation;
@@ -163,8 +166,9 @@ class GraphedStep {
   // forward + loss + backward + clipping + update on the examples at `index`; returns loss,
   // correct.
   std::pair<torch::Tensor, torch::Tensor> Compute(const torch::Tensor& index);
-  // The examples at `index`, augmented when the options say so.
-  torch::Tensor Batch(const torch::Tensor& index);
+  // The examples at `index` and their targets, augmented (and mixed: probability targets) when
+  // the options say so.
+  std::pair<torch::Tensor, torch::Tensor> Batch(const torch::Tensor& index);
 
   ClassifierImpl& model_;
   torch::optim::Optimizer& optimizer_;

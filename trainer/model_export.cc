@@ -124,6 +124,19 @@ Value InputPart(const TrainJobConfig& job, const DeviceDataset& data) {
                              "PIL's Image.resize), %s",
                              decode.channels, decode.height, decode.width, recipe);
   }
+  // AugmentationSpec.resize / center_crop: what evaluation batches got, so what a user's
+  // inputs need (torchvision's Resize(antialias=True), CenterCrop).
+  const Preprocessing& preprocess = job.dataset.augmentation.preprocess;
+  if (preprocess.resize_height > 0) {
+    absl::StrAppend(&recipe, absl::StrFormat(", then resize to %d×%d (torchvision "
+                                             "Resize(antialias=True): bilinear)",
+                                             preprocess.resize_height, preprocess.resize_width));
+  }
+  if (preprocess.crop_height > 0) {
+    absl::StrAppend(&recipe, absl::StrFormat(", then centre-crop to %d×%d (torchvision "
+                                             "CenterCrop)",
+                                             preprocess.crop_height, preprocess.crop_width));
+  }
   Put(input, "preprocessing", Text(recipe));
   return Object(std::move(input));
 }

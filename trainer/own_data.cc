@@ -373,15 +373,10 @@ DeviceDataset Place(const DatasetConfig& config, const HostData& host,
   data.mean = mean;
   data.std = std;
   data.augmentation = config.augmentation;
-  if (data.augmentation.enabled() && !mean.empty()) {
-    // torchvision pads the raw image with black (0) before Normalize.
-    const int64_t channels = host.train_x.size(1);
-    std::vector<float> fill;
-    for (int64_t c = 0; c < channels; ++c) {
-      const size_t i = mean.size() == 1 ? 0 : static_cast<size_t>(c);
-      fill.push_back(-mean[i] / std[i]);
-    }
-    data.augmentation.padding_fill = torch::tensor(fill, torch::kFloat32);
+  if (data.augmentation.enabled() || data.augmentation.mixes()) {
+    // torchvision pads and rotates with black (0) before Normalize; colour jitter works on the
+    // pixels before it.
+    SetNormalisation(mean, std, host.train_x.size(1), data.augmentation);
   }
   return data;
 }

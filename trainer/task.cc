@@ -232,6 +232,15 @@ absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
                                                            TaskName(config.kind)));
   }
   if (absl::Status s = CheckTargets(dataset, config, fields); !s.ok()) return s;
+  // Mixup and cutmix mix one-hot class targets; other tasks' targets are not classes.
+  const AugmentationOptions& augmentation = dataset.augmentation;
+  if (augmentation.mixes() && config.kind != TaskKind::kClassification) {
+    return fields.Error(augmentation.mixup_alpha > 0 ? "dataset.augmentation.mixup"
+                                                     : "dataset.augmentation.cutmix",
+                        absl::StrFormat("mixes one-hot class targets: task classification only, "
+                                        "not %s",
+                                        TaskName(config.kind)));
+  }
   if (absl::Status s = ResolveLossType(spec.loss(), config, fields); !s.ok()) return s;
   if (absl::Status s = ResolveLossSettings(spec.loss(), config, fields); !s.ok()) return s;
   return config;
@@ -287,7 +296,11 @@ torch::Tensor TaskLoss::Correct(const torch::Tensor& logits, const torch::Tensor
   const torch::Tensor detached = logits.detach();
   switch (config_.kind) {
     case TaskKind::kClassification:
-      return detached.argmax(/*dim=*/1).eq(targets).sum();
+      // Mixed (soft) targets: the class with the largest share, as torchvision's references
+      // count accuracy under mixup and cutmix.
+      return detached.argmax(/*dim=*/1)
+          .eq(targets.dim() == 2 ? targets.argmax(/*dim=*/1) : targets)
+          .sum();
     case TaskKind::kMultilabel:
       // σ(x) > 0.5 ⟺ x > 0.
       return detached.gt(0).eq(AsMatrix(targets).gt(0.5)).sum();

@@ -77,7 +77,8 @@ struct TaskConfig {
 // "train_job.task: unknown task …", "train_job.loss.type: \"mse\" is a regression loss; task
 // classification takes cross_entropy", "train_job.loss.class_weights: 3 weights, but the model
 // has 10 classes", "train_job.dataset.root: <path>: train.y[4, 1]: 0.5; multilabel targets must
-// be 0 or 1", "train_job.model.num_classes: 3, but the targets have 2 outputs". Pure.
+// be 0 or 1", "train_job.model.num_classes: 3, but the targets have 2 outputs",
+// "train_job.dataset.augmentation.mixup: … task classification only, not regression". Pure.
 absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
                                        const DatasetConfig& dataset, int outputs,
                                        const FieldChecks& fields);
@@ -100,12 +101,14 @@ class TaskLoss {
   bool has_accuracy() const { return config_.kind != TaskKind::kRegression; }
 
   // The batch's training loss, mean as the config's torch.nn loss reduces it: [] float32, in
-  // autograd. logits [N, outputs] float32; targets: int64 [N] (classification), float [N, K]
+  // autograd. logits [N, outputs] float32; targets: int64 [N] (classification) or float32
+  // [N, classes] class probabilities (classification after mixup / cutmix: CrossEntropyLoss
+  // with probability targets, whose mean divides by N even with class weights), float [N, K]
   // (multilabel), float [N] or [N, D] (regression). For classification without class weights
   // this is exactly F::cross_entropy(logits, targets, label_smoothing), as before tasks.
   torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets) const;
   // Correct decisions in the batch, [] int64, outside autograd: classified examples
-  // (classification), correct labels at threshold 0.5 (multilabel), 0 (regression).
+  // (classification; against the largest share of probability targets), correct labels at threshold 0.5 (multilabel), 0 (regression).
   torch::Tensor Correct(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
   // Evaluation: the sums a split's metrics are made of, accumulated over batches on the device

@@ -43,7 +43,7 @@ absl::StatusOr<const ModelEntry*> ResolveModel(const mpsd::v1::ModelSpec& spec) 
 // The dataset's input shape and classes, or model.num_classes when it sets at least as many.
 absl::Status ResolveClasses(const mpsd::v1::ModelSpec& spec, TrainJobConfig& config) {
   const DatasetConfig& dataset = config.dataset;
-  config.model_config.input_shape = dataset.input_shape;
+  config.model_config.input_shape = dataset.ModelInputShape();
   config.model_config.num_classes = dataset.num_classes;
   if (!spec.has_num_classes()) return absl::OkStatus();
   // Float targets' width must equal the outputs: ResolveTask says so, naming the task.

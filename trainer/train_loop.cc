@@ -384,10 +384,17 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
     // Training batches only: evaluation never augments.
     at::Generator augment_generator = at::globalContext().defaultGenerator(gathered.device());
     torch::Tensor images = Augment(gathered, loop.data.augmentation, augment_generator);
+    torch::Tensor targets = train.labels.index_select(/*dim=*/0, index);
+    if (loop.data.augmentation.mixes()) {
+      MixedBatch mixed = MixBatch(images, targets, loop.task.config().outputs,
+                                  loop.data.augmentation, augment_generator);
+      images = std::move(mixed.images);
+      targets = std::move(mixed.targets);
+    }
     if (loop.options.channels_last && images.dim() == 4) {
       images = images.contiguous(at::MemoryFormat::ChannelsLast);  // no-op when already NHWC
     }
-    ForwardBackward(loop, images, train.labels.index_select(/*dim=*/0, index), poison, result);
+    ForwardBackward(loop, images, targets, poison, result);
   }
   DataParallel* data_parallel = loop.options.data_parallel;
   // DDP's no_sync for every micro-batch but the last: one all-reduce per optimizer step.
@@ -588,7 +595,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   request.precision = options.precision;
   request.grad_accumulation_steps = options.grad_accumulation_steps;
   request.loss_scaling = options.precision == Precision::kFp16;
-  request.augmentation = data.augmentation.enabled();
+  request.augmentation = data.augmentation.enabled() || data.augmentation.mixes();
   request.cycles_momentum = options.schedule.has_value() && options.schedule->Momentum(0);
   std::string reason = GraphedStepUnsupportedReason(request);
   // The graph gathers its batches from the device-resident images.
@@ -816,8 +823,9 @@ absl::Status ForEachEvalBatch(
     }
     const int64_t size = std::min(batch_size, n - start);
     const torch::Tensor targets = split.labels.narrow(/*dim=*/0, start, size);
-    visit(split.streamed != nullptr ? split.streamed->Next()
-                                    : split.images.narrow(/*dim=*/0, start, size),
+    visit(Preprocess(split.streamed != nullptr ? split.streamed->Next()
+                                               : split.images.narrow(/*dim=*/0, start, size),
+                     split.preprocess),
           targets);
   }
   return absl::OkStatus();

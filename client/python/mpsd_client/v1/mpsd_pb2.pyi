@@ -32,12 +32,28 @@ class ArtifactChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class AugmentationSpec(_message.Message):
-    __slots__ = ["horizontal_flip", "random_crop_padding"]
+    __slots__ = ["center_crop", "color_jitter", "cutmix", "horizontal_flip", "mixup", "random_crop_padding", "random_erasing", "random_resized_crop", "random_rotation", "resize"]
+    CENTER_CROP_FIELD_NUMBER: _ClassVar[int]
+    COLOR_JITTER_FIELD_NUMBER: _ClassVar[int]
+    CUTMIX_FIELD_NUMBER: _ClassVar[int]
     HORIZONTAL_FLIP_FIELD_NUMBER: _ClassVar[int]
+    MIXUP_FIELD_NUMBER: _ClassVar[int]
     RANDOM_CROP_PADDING_FIELD_NUMBER: _ClassVar[int]
+    RANDOM_ERASING_FIELD_NUMBER: _ClassVar[int]
+    RANDOM_RESIZED_CROP_FIELD_NUMBER: _ClassVar[int]
+    RANDOM_ROTATION_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
+    center_crop: _containers.RepeatedScalarFieldContainer[int]
+    color_jitter: ColorJitterSpec
+    cutmix: MixSpec
     horizontal_flip: bool
+    mixup: MixSpec
     random_crop_padding: int
-    def __init__(self, random_crop_padding: _Optional[int] = ..., horizontal_flip: bool = ...) -> None: ...
+    random_erasing: RandomErasingSpec
+    random_resized_crop: RandomResizedCropSpec
+    random_rotation: RandomRotationSpec
+    resize: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, random_crop_padding: _Optional[int] = ..., horizontal_flip: bool = ..., random_resized_crop: _Optional[_Union[RandomResizedCropSpec, _Mapping]] = ..., resize: _Optional[_Iterable[int]] = ..., center_crop: _Optional[_Iterable[int]] = ..., color_jitter: _Optional[_Union[ColorJitterSpec, _Mapping]] = ..., random_rotation: _Optional[_Union[RandomRotationSpec, _Mapping]] = ..., random_erasing: _Optional[_Union[RandomErasingSpec, _Mapping]] = ..., mixup: _Optional[_Union[MixSpec, _Mapping]] = ..., cutmix: _Optional[_Union[MixSpec, _Mapping]] = ...) -> None: ...
 
 class BenchJob(_message.Message):
     __slots__ = ["batch_sizes", "cpu_threads", "devices", "fault_injection", "input_shape", "iters", "memory_formats", "min_time_ms", "mode", "models", "num_classes", "optimizer", "precisions", "seed", "warmup_iters"]
@@ -153,6 +169,18 @@ class CheckpointSpec(_message.Message):
     keep_best: bool
     keep_last: int
     def __init__(self, every_epochs: _Optional[int] = ..., every_steps: _Optional[int] = ..., keep_last: _Optional[int] = ..., keep_best: bool = ...) -> None: ...
+
+class ColorJitterSpec(_message.Message):
+    __slots__ = ["brightness", "contrast", "hue", "saturation"]
+    BRIGHTNESS_FIELD_NUMBER: _ClassVar[int]
+    CONTRAST_FIELD_NUMBER: _ClassVar[int]
+    HUE_FIELD_NUMBER: _ClassVar[int]
+    SATURATION_FIELD_NUMBER: _ClassVar[int]
+    brightness: float
+    contrast: float
+    hue: float
+    saturation: float
+    def __init__(self, brightness: _Optional[float] = ..., contrast: _Optional[float] = ..., saturation: _Optional[float] = ..., hue: _Optional[float] = ...) -> None: ...
 
 class DatasetSpec(_message.Message):
     __slots__ = ["allow_missing_classes", "augmentation", "device_budget_bytes", "image_folder", "limit_test", "limit_train", "mean", "name", "placement", "root", "std", "subset", "synthetic", "validation"]
@@ -751,6 +779,12 @@ class MemoryStats(_message.Message):
     reserved_before_bytes: int
     def __init__(self, allocated_before_bytes: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., allocated_after_bytes: _Optional[int] = ..., reserved_before_bytes: _Optional[int] = ..., reserved_after_bytes: _Optional[int] = ..., peak_reserved_bytes: _Optional[int] = ..., baseline_allocated_bytes: _Optional[int] = ..., baseline_reserved_bytes: _Optional[int] = ...) -> None: ...
 
+class MixSpec(_message.Message):
+    __slots__ = ["alpha"]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    alpha: float
+    def __init__(self, alpha: _Optional[float] = ...) -> None: ...
+
 class ModelInfo(_message.Message):
     __slots__ = ["description", "input_shape", "name", "num_classes", "parameters", "presets", "unsupported"]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -862,6 +896,34 @@ class ProfileSpec(_message.Message):
     start_step: int
     steps: int
     def __init__(self, start_step: _Optional[int] = ..., steps: _Optional[int] = ...) -> None: ...
+
+class RandomErasingSpec(_message.Message):
+    __slots__ = ["p", "ratio", "scale", "value"]
+    P_FIELD_NUMBER: _ClassVar[int]
+    RATIO_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    p: float
+    ratio: _containers.RepeatedScalarFieldContainer[float]
+    scale: _containers.RepeatedScalarFieldContainer[float]
+    value: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, p: _Optional[float] = ..., scale: _Optional[_Iterable[float]] = ..., ratio: _Optional[_Iterable[float]] = ..., value: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class RandomResizedCropSpec(_message.Message):
+    __slots__ = ["ratio", "scale", "size"]
+    RATIO_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ratio: _containers.RepeatedScalarFieldContainer[float]
+    scale: _containers.RepeatedScalarFieldContainer[float]
+    size: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, size: _Optional[_Iterable[int]] = ..., scale: _Optional[_Iterable[float]] = ..., ratio: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class RandomRotationSpec(_message.Message):
+    __slots__ = ["degrees"]
+    DEGREES_FIELD_NUMBER: _ClassVar[int]
+    degrees: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, degrees: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class RandomSearch(_message.Message):
     __slots__ = ["parameters", "seed", "trials"]
