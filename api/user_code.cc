@@ -1,6 +1,8 @@
 // UserCodeOf: the TorchScript files a job spec names.
 #include "api/user_code.h"
 
+#include <string>
+
 #include "api/job_id.h"
 
 namespace mpsd::api {
@@ -23,6 +25,19 @@ std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
     const std::string& model = eval ? request.eval_job().model() : request.predict_job().model();
     if (model.empty() || IsJobId(model)) return std::nullopt;
     return UserCode{eval ? "eval_job.model" : "predict_job.model", model};
+  }
+  // A BenchJob's TorchScript file (a models entry that is a path, not a zoo name or a job id):
+  // checked in a process of its own and timed under the stall timeout like a TrainJob's.
+  if (request.has_bench_job()) {
+    const auto& models = request.bench_job().models();
+    for (int i = 0; i < models.size(); ++i) {
+      const std::string& model = models[i];
+      if (!IsJobId(model) && (model.find('/') != std::string::npos ||
+                              (model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0))) {
+        return UserCode{"bench_job.models[" + std::to_string(i) + "]", model};
+      }
+    }
+    return std::nullopt;
   }
   if (!request.has_train_job()) return std::nullopt;
   const std::string& path = request.train_job().model().torchscript();

@@ -23,7 +23,8 @@ struct UserCode {
 
 // The user code `request` would run; nullopt for a job that runs only the daemon's own code. An
 // EvalJob's or PredictJob's model given as a path counts (it may be a TorchScript model.pt);
-// given as a job id it does not (see docs/job-files.md, "Evaluating a model on a dataset").
+// given as a job id it does not (see docs/job-files.md, "Evaluating a model on a dataset"). A
+// BenchJob's first models entry that is a file (a path with '/' or a name ending in .pt).
 // Pure; thread-safe.
 std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request);
 

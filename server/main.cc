@@ -28,6 +28,7 @@
 #include "server/executor/executor_supervisor.h"
 #include "server/server.h"
 #include "server/service_notify.h"
+#include "server/core/escaping_sink.h"
 #include "server/core/state_dir.h"
 #include "spdlog/sinks/rotating_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -259,19 +260,24 @@ absl::StatusOr<mpsd::server::Config> ConfigOf(const Flags& flags) {
 // Logs go to stderr (stdout stays free for whatever runs mpsd in the foreground), or to
 // log_file, rotated by size. False (and why, on stderr) when log_file cannot be opened.
 bool SetUpLogging(const mpsd::server::Config& config) {
+  std::shared_ptr<spdlog::sinks::sink> sink;
   if (config.log_file.empty()) {
-    spdlog::set_default_logger(spdlog::stderr_color_mt("mpsd"));
+    sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   } else {
     try {
-      spdlog::set_default_logger(spdlog::rotating_logger_mt(
-          "mpsd", config.log_file, static_cast<size_t>(config.log_file_max_bytes),
-          static_cast<size_t>(config.log_file_max_files)));
+      sink = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(
+          config.log_file, static_cast<size_t>(config.log_file_max_bytes),
+          static_cast<size_t>(config.log_file_max_files));
     } catch (const spdlog::spdlog_ex& e) {
       std::fprintf(stderr, "mpsd: log_file: %s\n", e.what());
       return false;
     }
-    spdlog::flush_on(spdlog::level::info);
   }
+  // Control characters in a message (a path or name a client sent) escaped: no forged lines.
+  auto logger = std::make_shared<spdlog::logger>(
+      "mpsd", std::make_shared<mpsd::server::EscapingSink>(std::move(sink)));
+  spdlog::set_default_logger(logger);
+  if (!config.log_file.empty()) spdlog::flush_on(spdlog::level::info);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   return true;
 }

@@ -5,10 +5,12 @@
 #include "trainer/executor.h"
 
 #include <sched.h>
+#include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <thread>
 #include <utility>
@@ -202,6 +204,22 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Op
   }
   // Every reader of a file a job names applies them (trainer/input_limits.h).
   SetInputLimits(options.input_limits);
+  // A TorchScript model's print() goes to the log, escaped (trainer::Log), and at most
+  // kMaxPrintBytes of it per executor: a model printing in every step would otherwise fill the
+  // daemon's log with whatever it likes.
+  torch::jit::setPrintHandler([](const std::string& text) {
+    constexpr int64_t kMaxPrintBytes = 64 << 10;
+    static std::atomic<int64_t> printed{0};
+    const int64_t before = printed.fetch_add(static_cast<int64_t>(text.size()));
+    if (before >= kMaxPrintBytes) return;
+    if (before + static_cast<int64_t>(text.size()) > kMaxPrintBytes) {
+      Log(LogLevel::kWarning, absl::StrCat("TorchScript print: ", text.substr(0, 256),
+                                           " (further print() output of models is dropped: ",
+                                           kMaxPrintBytes, " bytes per executor)"));
+      return;
+    }
+    Log(LogLevel::kInfo, absl::StrCat("TorchScript print: ", text));
+  });
   // cpu_threads 0: one intra-op thread per CPU this process may run on. LibTorch's own default
   // counts physical cores as its cpuinfo sees them, which is 1 on many 2-vCPU virtual machines
   // (and half the CPUs where cores run two hardware threads); PyTorch's default was the same.

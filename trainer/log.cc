@@ -2,6 +2,7 @@
 // include path (target mpsd_trainer_base); see log.h.
 #include "trainer/log.h"
 
+#include "api/log_text.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::trainer {
@@ -28,8 +29,10 @@ void Log(LogLevel level, std::string_view message) {
   // spdlog::set_default_logger(nullptr), in which case the line has nowhere to go.
   spdlog::logger* logger = spdlog::default_logger_raw();
   if (logger == nullptr) return;
-  // "{}" so that braces in the message are not read as format fields.
-  logger->log(ToSpdlogLevel(level), "{}", message);
+  // "{}" so that braces in the message are not read as format fields; control characters
+  // escaped, so that what a job names or its model says cannot forge a line.
+  logger->log(ToSpdlogLevel(level), "{}",
+              api::EscapeForLog(absl::string_view(message.data(), message.size())));
 }
 
 }  // namespace mpsd::trainer

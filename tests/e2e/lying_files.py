@@ -14,6 +14,9 @@ writes into DIR:
   tensors-deflated.pt   the same file with its data/ records deflated (torch never compresses)
   tensors-big.pt        an honest tensors file of about 1.6 MB
   tensors.pt            an honest tensors file of a few KiB
+  reads-file.pt         a scripted model whose forward reads /etc/hostname with torch.from_file
+  printer.pt            a scripted model that prints a line with a newline and an escape code
+  long-classes.pt       an honest tensors file whose class names are 300 bytes each
   idx/                  Fashion-MNIST-named IDX files whose image header claims [100000, 28, 28]
                         (78 MB) in front of 10 images
   pixels/               an image folder (train/ and test/, 2 classes) with one 100x100 PNG
@@ -38,6 +41,26 @@ class TinyNet(torch.nn.Module):
 
     def forward(self, x):
         return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+class ReadsFile(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3 * 8 * 8, 4)
+
+    def forward(self, x):
+        secret = torch.from_file("/etc/hostname", False, 4, dtype=torch.uint8)
+        return self.fc(x.flatten(1)) + secret.float().sum()
+
+
+class Printer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3 * 8 * 8, 4)
+
+    def forward(self, x):
+        print("hello\n[2026-01-01 00:00:00.000] [mpsd] [error] FORGED \x1b[31mred")
+        return self.fc(x.flatten(1))
 
 
 class WithConstant(torch.nn.Module):
@@ -110,6 +133,11 @@ def main():
     rewrite(p("tensors.pt"), p("tensors-deflated.pt"),
             lambda name, data: (data, zipfile.ZIP_DEFLATED) if "/data/" in name else None)
     torch.save(tensors(2000, 8), p("tensors-big.pt"))
+    long_classes = tensors(32, 8)
+    long_classes["classes"] = [c * 300 for c in "abcd"]
+    torch.save(long_classes, p("long-classes.pt"))
+    torch.jit.script(ReadsFile()).save(p("reads-file.pt"))
+    torch.jit.script(Printer()).save(p("printer.pt"))
 
     os.makedirs(p("idx"), exist_ok=True)
     images = struct.pack(">IIII", 0x803, 100000, 28, 28) + bytes(10 * 28 * 28)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
 namespace mpsd::testing {
@@ -121,6 +122,14 @@ TEST_F(LyingFilesE2eTest, EachLieIsRefusedNamingTheFileAndTheRuleAndNothingCrash
                "dataset: {name: image_folder, root: pixels, image_folder: {image_size: [8, 8]}}"),
        {"big.png", "image of 100×100 pixels is larger than the 4096 pixels allowed "
                    "(executor.max_image_pixels)"}},
+      // User code may not open files: torch.from_file read the daemon's admin token and wrote
+      // into its state dir, past data_roots (the adversarial pass of issue 26).
+      {"reads-file", JobFile("reads-file", TorchScript("reads-file.pt"), tensors),
+       {"train_job.model.torchscript: " + d + "reads-file.pt: method forward uses "
+        "aten::from_file (torch.from_file) opens a file by name, which mpsd does not run"}},
+      // Class names travel in every answer about the job: bounded.
+      {"long-classes", JobFile("long-classes", "model: {name: mlp}", Tensors("long-classes.pt")),
+       {d + "long-classes.pt: classes[0]: 300 bytes, more than the 256 a class name may have"}},
   };
   for (const Lie& lie : lies) {
     SCOPED_TRACE(lie.name);
@@ -133,6 +142,21 @@ TEST_F(LyingFilesE2eTest, EachLieIsRefusedNamingTheFileAndTheRuleAndNothingCrash
   EXPECT_EQ(after->executor_restarts(), before->executor_restarts());
   const std::string honest = Outcome(JobFile("honest", TorchScript("tinynet.pt"), tensors));
   EXPECT_THAT(honest, HasSubstr("SUCCEEDED"));
+}
+
+// A model's print() and the paths a job names reach the daemon's log escaped: no forged lines,
+// no terminal escape codes.
+TEST_F(LyingFilesE2eTest, WhatAJobSaysReachesTheLogEscaped) {
+  const std::string printed =
+      Outcome(JobFile("printer", TorchScript("printer.pt"), Tensors("tensors.pt")));
+  EXPECT_THAT(printed, HasSubstr("SUCCEEDED"));
+  const std::string forged = dir_.str() + "/x\n[2026-01-01 00:00:00.000] [mpsd] [error] FORGED2";
+  Outcome(JobFile("forged", "model: {name: mlp}", Tensors("\"" + forged + "\"")));
+  const std::string log = ReadFile(daemon_->log_path());
+  EXPECT_THAT(log, HasSubstr("TorchScript print: hello\\n[2026-01-01"));
+  EXPECT_THAT(log, HasSubstr("\\x1b[31mred"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("\x1b[31mred")));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("\n[2026-01-01 00:00:00.000] [mpsd] [error] FORGED")));
 }
 
 // The limits are the config's: out of range, mpsd --check-config names the key.

@@ -1,6 +1,8 @@
 // TorchScript user models: loading, the submit-time check, and the ClassifierImpl wrapper.
 #include "trainer/models/torchscript.h"
 
+#include <torch/csrc/jit/passes/inliner.h>
+
 #include <filesystem>
 #include <set>
 #include <utility>
@@ -17,6 +19,52 @@ absl::Status FileError(const std::string& path, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
 }
 
+// Why a node may not run in mpsd's executor, or "": an operator that opens a file by name
+// (aten::from_file, and any operator with a `str filename` or `str path` argument). A model
+// runs with the daemon's user's rights, so such an operator would read or write any file that
+// user can (the state dir's tokens and database, other submitters' models), past data_roots.
+std::string ForbiddenOperator(const torch::jit::Node& node) {
+  if (node.kind() == c10::Symbol::fromQualString("aten::from_file")) {
+    return "aten::from_file (torch.from_file) opens a file by name";
+  }
+  const c10::FunctionSchema* schema = node.maybeSchema();
+  if (schema == nullptr) return "";
+  for (const c10::Argument& argument : schema->arguments()) {
+    if (argument.type()->kind() == c10::TypeKind::StringType &&
+        (argument.name() == "filename" || argument.name() == "path" ||
+         argument.name() == "file")) {
+      return absl::StrCat(schema->name(), " takes a file name (", argument.name(), ")");
+    }
+  }
+  return "";
+}
+
+// Every operator of every method of `module` and its submodules, with the functions and methods
+// they call inlined (torch::jit::Inline), checked by ForbiddenOperator before anything runs.
+absl::Status CheckOperators(const torch::jit::Module& module) {
+  for (const torch::jit::Module& each : module.modules()) {
+    for (const torch::jit::Method& method : each.get_methods()) {
+      std::shared_ptr<torch::jit::Graph> graph = method.graph()->copy();
+      torch::jit::Inline(*graph);
+      std::vector<const torch::jit::Block*> blocks = {graph->block()};
+      while (!blocks.empty()) {
+        const torch::jit::Block* block = blocks.back();
+        blocks.pop_back();
+        for (const torch::jit::Node* node : block->nodes()) {
+          const std::string forbidden = ForbiddenOperator(*node);
+          if (!forbidden.empty()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "method ", method.name(), " uses ", forbidden,
+                ", which mpsd does not run: a model may not read or write files"));
+          }
+          for (const torch::jit::Block* inner : node->blocks()) blocks.push_back(inner);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Loads a TorchScript archive, turning every failure into INVALID_ARGUMENT naming the file.
 absl::StatusOr<torch::jit::Module> LoadScript(const std::string& path,
                                               const torch::Device& device) {
@@ -31,6 +79,13 @@ absl::StatusOr<torch::jit::Module> LoadScript(const std::string& path,
     return FileError(path, absl::StrCat("not a TorchScript module mpsd loads: ", s.message()));
   }
   try {
+    // Loaded on the CPU first: nothing of it reaches the device before its operators are
+    // checked; then, for another device, loaded again from the same bytes onto it (constants
+    // included, which Module::to would leave behind).
+    torch::jit::Module module =
+        torch::jit::load(std::make_shared<MemoryReadAdapter>(view), torch::kCPU);
+    if (absl::Status s = CheckOperators(module); !s.ok()) return FileError(path, s.message());
+    if (device.is_cpu()) return module;
     return torch::jit::load(std::make_shared<MemoryReadAdapter>(view), device);
   } catch (const std::exception& e) {
     const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
