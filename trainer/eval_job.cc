@@ -205,8 +205,13 @@ void PutMetrics(const EvalResult& result, const std::string& split, const TaskCo
     summary.set_val_loss(result.loss);
     summary.set_val_accuracy(result.accuracy);
   }
-  for (const int64_t count : result.confusion) summary.add_confusion_matrix(count);
-  if (!result.confusion.empty()) summary.set_confusion_classes(task.outputs);
+  // K × K counts: kept up to 256 classes (at most a few hundred KiB in every answer about the
+  // job; beyond, the matrix would approach gRPC's 4 MiB message limit).
+  constexpr int64_t kMaxConfusionClasses = 256;
+  if (task.outputs <= kMaxConfusionClasses) {
+    for (const int64_t count : result.confusion) summary.add_confusion_matrix(count);
+    if (!result.confusion.empty()) summary.set_confusion_classes(task.outputs);
+  }
 }
 
 // Loads, evaluates and fills `summary`; the part of RunEvalJob inside the exception firewall.

@@ -113,8 +113,8 @@ absl::StatusOr<ValuePtr> Tuple(std::vector<ValuePtr> items) {
   auto value = std::make_shared<Value>();
   value->kind = Value::kTuple;
   for (const ValuePtr& item : items) value->depth = std::max(value->depth, item->depth);
-  if (++value->depth > kMaxTupleDepth) {
-    return Problem(absl::StrCat("refused: tuples nested more than ", kMaxTupleDepth, " deep"));
+  if (++value->depth > kMaxNesting) {
+    return Problem(absl::StrCat("refused: values nested more than ", kMaxNesting, " deep"));
   }
   value->items = std::move(items);
   return value;
@@ -258,6 +258,29 @@ class Scanner {
     return stack_.size() > Floor() ? absl::OkStatus() : Malformed();
   }
 
+  // A new container (list, dict, set, or an object a call made) holding values of `depth`.
+  static ValuePtr Container(int depth = 0) {
+    auto value = std::make_shared<Value>();
+    value->depth = depth + 1;
+    return value;
+  }
+  // `item` put into `container`: the container nests one deeper than it.
+  static absl::Status Nest(const Value& container, const Value& item) {
+    container.depth = std::max(container.depth, item.depth + 1);
+    if (container.depth > kMaxNesting) {
+      return Problem(absl::StrCat("refused: values nested more than ", kMaxNesting, " deep"));
+    }
+    return absl::OkStatus();
+  }
+  // The values of `items` put into the value on top of the stack.
+  absl::Status NestInTop(const std::vector<ValuePtr>& items) {
+    if (absl::Status s = NeedTop(); !s.ok()) return s;
+    for (const ValuePtr& item : items) {
+      if (absl::Status s = Nest(*stack_.back(), *item); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
   // A dict entry: a damaged tensor is told by its key.
   absl::Status CheckEntry(const Value& key, const Value& value) const {
     if (value.kind != Value::kTensor || value.problem.empty()) return absl::OkStatus();
@@ -341,7 +364,9 @@ class Scanner {
                                     " (only plain dense tensors are read)"));
       }
     }
-    Push(nullptr);
+    ValuePtr result = Container();
+    if (absl::Status s = Nest(*result, **args); !s.ok()) return s;
+    Push(std::move(result));
     return absl::OkStatus();
   }
 
@@ -356,9 +381,11 @@ class Scanner {
       case 0x80: return Take(1).status();  // PROTO
       case 0x95: return Take(8).status();  // FRAME
       case '(': marks_.push_back(stack_.size()); return absl::OkStatus();  // MARK
-      case 'N': case 0x88: case 0x89: case ']': case '}': case 0x8f:
-        // NONE, NEWTRUE, NEWFALSE, EMPTY_LIST, EMPTY_DICT, EMPTY_SET
+      case 'N': case 0x88: case 0x89:  // NONE, NEWTRUE, NEWFALSE
         Push(nullptr);
+        return absl::OkStatus();
+      case ']': case '}': case 0x8f:  // EMPTY_LIST, EMPTY_DICT, EMPTY_SET
+        Push(Container());
         return absl::OkStatus();
       case ')': {  // EMPTY_TUPLE
         Push(Tuple({}).value());
@@ -440,12 +467,17 @@ class Scanner {
             if (absl::Status s = CheckEntry(*(*items)[i], *(*items)[i + 1]); !s.ok()) return s;
           }
         }
-        Push(nullptr);
+        ValuePtr container = Container();
+        for (const ValuePtr& item : *items) {
+          if (absl::Status s = Nest(*container, *item); !s.ok()) return s;
+        }
+        Push(std::move(container));
         return absl::OkStatus();
       }
       case 'a': {  // APPEND
-        if (absl::Status s = Pop().status(); !s.ok()) return s;
-        return NeedTop();
+        absl::StatusOr<ValuePtr> item = Pop();
+        if (!item.ok()) return item.status();
+        return NestInTop({*item});
       }
       case 's': {  // SETITEM
         absl::StatusOr<ValuePtr> value = Pop();
@@ -453,7 +485,7 @@ class Scanner {
         absl::StatusOr<ValuePtr> key = Pop();
         if (!key.ok()) return key.status();
         if (absl::Status s = CheckEntry(**key, **value); !s.ok()) return s;
-        return NeedTop();
+        return NestInTop({*key, *value});
       }
       case 'e': case 'u': case 0x90: {  // APPENDS, SETITEMS, ADDITEMS
         absl::StatusOr<std::vector<ValuePtr>> items = PopMark();
@@ -463,12 +495,13 @@ class Scanner {
             if (absl::Status s = CheckEntry(*(*items)[i], *(*items)[i + 1]); !s.ok()) return s;
           }
         }
-        return NeedTop();
+        return NestInTop(*items);
       }
       case 'R': case 0x81: return Call();  // REDUCE, NEWOBJ
       case 'b': {                          // BUILD: the object stays, its state is consumed
-        if (absl::Status s = Pop().status(); !s.ok()) return s;
-        return NeedTop();
+        absl::StatusOr<ValuePtr> state = Pop();
+        if (!state.ok()) return state.status();
+        return NestInTop({*state});
       }
       case 'Q': {  // BINPERSID
         absl::StatusOr<ValuePtr> id = Pop();

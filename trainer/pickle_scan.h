@@ -69,14 +69,18 @@ struct Value {
   int64_t numel = 0;         // kStorage: elements, as the pickle claims
   int64_t element_size = 0;  // kStorage: bytes per element
   std::string problem;       // kStorage, kTensor: why its data does not fit ("" if it fits)
-  int depth = 0;             // kTuple: 1 + the deepest item's depth
+  // Containers (tuples, lists, dicts, objects): 1 + the deepest value put in them so far. Mutable:
+  // a list grows after it was made (APPEND), through every reference to it (the memo's too).
+  mutable int depth = 0;
 };
 using ValuePtr = std::shared_ptr<const Value>;
 
-// Tuples nest at most this deep (freeing a deeper one would recurse as deep; torch nests 3).
-inline constexpr int kMaxTupleDepth = 100;
+// Values nest at most this deep: LibTorch frees a nested IValue recursively, so a pickle of a
+// million nested lists (a few megabytes) would overflow the executor's stack. A state dict nests
+// 3 deep, a TorchScript module a few levels per submodule.
+inline constexpr int kMaxNesting = 1000;
 
-// A tuple of `items`; INVALID_ARGUMENT when it would nest deeper than kMaxTupleDepth.
+// A tuple of `items`; INVALID_ARGUMENT when it would nest deeper than kMaxNesting.
 absl::StatusOr<ValuePtr> Tuple(std::vector<ValuePtr> items);
 
 // The storage a BINPERSID of `id` makes: ('storage', torch.<Type>Storage, key, location,

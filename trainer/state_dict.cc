@@ -455,8 +455,13 @@ absl::StatusOr<NamedTensors> ReadArchive(const std::string& path, const std::vec
   at::DataPtr pickle;
   size_t pickle_size = 0;
   std::tie(pickle, pickle_size) = reader.getRecord("data.pkl");
-  absl::StatusOr<std::string> rewritten = PickleRewriter(absl::string_view(
-      static_cast<const char*>(pickle.get()), pickle_size), records).Run();
+  const absl::string_view pickled(static_cast<const char*>(pickle.get()), pickle_size);
+  // The scan every torch pickle goes through first (nesting, storages, views), then the
+  // rewriter's own rules for a state dict.
+  if (absl::Status s = CheckPickledTensors(pickled, records, "data/"); !s.ok()) {
+    return FileError(path, s.message());
+  }
+  absl::StatusOr<std::string> rewritten = PickleRewriter(pickled, records).Run();
   if (!rewritten.ok()) return FileError(path, rewritten.status().message());
   size_t offset = 0;
   const auto read = [&](char* buffer, size_t n) {

@@ -232,10 +232,25 @@ absl::Status ReadClasses(const std::string& path, const c10::IValue& value, Tens
     return KeyError(path, "classes", absl::StrCat("expected a list of strings, got ",
                                                   value.tagKind()));
   }
+  size_t names_bytes = 0;
   for (const c10::IValue& name : value.toListRef()) {
     if (!name.isString()) {
       return KeyError(path, "classes", absl::StrCat("expected a list of strings, got an item "
                                                     "of type ", name.tagKind()));
+    }
+    // The names travel in every answer about the job (its summary, model.json): bounded so that
+    // each answer stays far below gRPC's 4 MiB (a 5 MB list made every list call fail).
+    constexpr size_t kMaxNameBytes = 256;
+    constexpr size_t kMaxNamesBytes = size_t{1} << 20;
+    if (name.toStringRef().size() > kMaxNameBytes) {
+      return KeyError(path, absl::StrCat("classes[", file.class_names.size(), "]"),
+                      absl::StrCat(name.toStringRef().size(), " bytes, more than the ",
+                                   kMaxNameBytes, " a class name may have"));
+    }
+    names_bytes += name.toStringRef().size();
+    if (names_bytes > kMaxNamesBytes) {
+      return KeyError(path, "classes", absl::StrCat("more than ", kMaxNamesBytes,
+                                                    " bytes of class names in all"));
     }
     file.class_names.push_back(name.toStringRef());
   }

@@ -196,13 +196,29 @@ TEST(PickleScanTest, MalformedPicklesAreRefusedNotFollowed) {
               HasSubstr("a persistent id that is not a storage's"));
 }
 
-// A million nested tuples would make freeing them recurse a million deep.
+// A million nested tuples, lists or dicts would make LibTorch free them recursing a million deep
+// (a tensors file with such a list crashed the shared executor at submit). Refused, whichever
+// way they nest: TUPLE1, APPENDS into the list below, APPEND, SETITEM, BUILD.
 TEST(PickleScanTest, DeepNestingIsRefusedWithoutRecursing) {
-  std::string deep = "\x80\x02)";
-  deep += std::string(1'000'000, '\x85');  // TUPLE1
-  deep += '.';
-  EXPECT_THAT(CheckPickledTensors(deep, {}, "data/").message(),
-              HasSubstr("tuples nested more than 100 deep"));
+  const auto nested = [](const std::string& head, const std::string& unit, const std::string& tail,
+                         const std::string& close) {
+    std::string deep = "\x80\x02" + head;
+    for (int i = 0; i < 1'000'000; ++i) deep += unit;
+    deep += tail;
+    for (int i = 0; i < 1'000'000; ++i) deep += close;
+    return deep + ".";
+  };
+  for (const std::string& deep :
+       {std::string("\x80\x02)") + std::string(1'000'000, '\x85') + ".",  // TUPLE1
+        nested("", "](", "]", "e"),                                           // APPENDS
+        nested("", "]", "]", "a"),                                            // APPEND
+        nested("", "}K\x01", "}", "s")}) {                                   // SETITEM
+    EXPECT_THAT(CheckPickledTensors(deep, {}, "data/").message(),
+                HasSubstr("values nested more than 1000 deep"));
+  }
+  // 1000 levels are fine.
+  const std::string ok = "\x80\x02" + std::string(999, ']') + std::string(998, 'a') + ".";
+  EXPECT_TRUE(CheckPickledTensors(ok, {}, "data/").ok());
 }
 
 ZipEntry Entry(const std::string& name, int method, uint64_t stored, uint64_t size) {
