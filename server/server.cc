@@ -396,6 +396,18 @@ absl::Status Server::StartScheduler() {
   scheduler_options.on_storage_error = [this](const absl::Status& error) {
     SetStorageError(error);
   };
+  // A job submitted with a token (over TCP) reads only what data_roots allow, checked at the
+  // submit and again when it starts: a path may have become a link elsewhere while it was queued.
+  // The token's role now (an admin may read every upload; a revoked token is a submitter's).
+  scheduler_options.check_paths = [this](const std::string& submitted_by,
+                                         const mpsd::v1::SubmitJobRequest& spec) {
+    if (tokens_ == nullptr || submitted_by == kLocalPrincipalName) return absl::OkStatus();
+    Principal principal{submitted_by, Role::kSubmitter};
+    for (const TokenRecord& record : tokens_->Records()) {
+      if (record.name == submitted_by) principal.role = record.role;
+    }
+    return data_roots_->Check(spec, &principal);
+  };
   metrics_ = std::make_unique<Metrics>(MPSD_VERSION);
   TensorBoardWriter::Options tensorboard_options;
   tensorboard_options.artifacts_dir = artifacts_dir;

@@ -32,6 +32,8 @@ constexpr absl::string_view kTokenPrefix = "mpsd_";
 
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 64) return false;
+  // The unix socket's caller's name: a token of that name would act as it (its jobs, cancels).
+  if (name == kLocalPrincipalName) return false;
   for (char c : name) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
       return false;
@@ -42,7 +44,8 @@ bool ValidName(absl::string_view name) {
 
 absl::Status BadName(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat(
-      "token name \"", name, "\": expected 1 to 64 of A-Z a-z 0-9 . _ -"));
+      "token name \"", name, "\": expected 1 to 64 of A-Z a-z 0-9 . _ -, other than \"",
+      kLocalPrincipalName, "\" (the unix socket's caller)"));
 }
 
 // A file that anyone but its owner may open is refused: it lists who may run jobs.

@@ -973,6 +973,7 @@ void Scheduler::ExecutorLoop() {
     std::string job_id;
     mpsd::v1::SubmitJobRequest spec;
     std::string resume_checkpoint;
+    std::string submitted_by;
     {
       absl::MutexLock lock(&mu_);
       // Queued jobs that wait for unfinished dependencies are passed over; when every queued
@@ -1007,14 +1008,16 @@ void Scheduler::ExecutorLoop() {
       if (!job.has_started_at()) *job.mutable_started_at() = Now();
       SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
       spec = job.spec();
+      submitted_by = job.submitted_by();
       // Only a job queued again by restart_policy: resume has a checkpoint before it runs.
       resume_checkpoint = job.last_checkpoint().path();
     }
-    RunJob(job_id, spec, resume_checkpoint);
+    RunJob(job_id, submitted_by, spec, resume_checkpoint);
   }
 }
 
-void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec,
+void Scheduler::RunJob(const std::string& job_id, const std::string& submitted_by,
+                       const mpsd::v1::SubmitJobRequest& spec,
                        const std::string& resume_checkpoint) {
   spdlog::info("job {} running", job_id);
   // The executor's summary of a resumed job counts from the resume: add the runs before it.
@@ -1034,7 +1037,13 @@ void Scheduler::RunJob(const std::string& job_id, const mpsd::v1::SubmitJobReque
   mpsd::api::JobContext context;
   context.job_id = job_id;
   context.resume_checkpoint = resume_checkpoint;
-  const absl::Status status = executor_->Run(context, spec, sink, cancel_running_);
+  absl::Status status =
+      options_.check_paths ? options_.check_paths(submitted_by, spec) : absl::OkStatus();
+  if (!status.ok()) {
+    spdlog::warn("job {}: refused at its start: {}", job_id, std::string(status.message()));
+  } else {
+    status = executor_->Run(context, spec, sink, cancel_running_);
+  }
 
   absl::MutexLock lock(&mu_);
   Job& job = jobs_[job_id];

@@ -48,6 +48,13 @@ class Scheduler {
     // its artifacts into whatever now lies at the state dir's path. It may call RefuseSubmits.
     // Empty: always OK.
     std::function<absl::Status()> check_storage;
+    // Called, never under the scheduler's lock, when a queued job starts, with its submitter
+    // (Job.submitted_by) and spec: OK, or the error that FAILS the job instead of running it.
+    // The daemon checks the paths the job reads against data_roots again (server/server.cc): a
+    // path may have been swapped for a link outside them while the job was queued. Empty: OK.
+    std::function<absl::Status(const std::string& submitted_by,
+                               const mpsd::v1::SubmitJobRequest& spec)>
+        check_paths;
     // EventLog's on_storage_error: commits of events started failing (the error), or work
     // again (OK). Runs on the event log's writer thread; must be quick and must not call the
     // scheduler.
@@ -276,7 +283,8 @@ class Scheduler {
   // Runs one job, already RUNNING, on the executor thread; returns when it reached a terminal
   // state (or, stopped by Shutdown with restart_policy: resume and a checkpoint, QUEUED again).
   // `resume_checkpoint`: JobContext::resume_checkpoint, empty for a fresh start.
-  void RunJob(const std::string& job_id, const mpsd::v1::SubmitJobRequest& spec,
+  void RunJob(const std::string& job_id, const std::string& submitted_by,
+              const mpsd::v1::SubmitJobRequest& spec,
               const std::string& resume_checkpoint);
   // Sets a job's state and publishes the StateChange event.
   void SetState(mpsd::v1::Job& job, mpsd::v1::Job::State state,

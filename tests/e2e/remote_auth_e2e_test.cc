@@ -1033,6 +1033,55 @@ TEST_F(RemoteTest, DatasetFilesAreHeldToTheRootsAndNeverQuoted) {
   EXPECT_THAT(message, Not(HasSubstr("root:")));
 }
 
+// Issue 26's adversarial pass: a submitter's queued job whose dataset file became a link out
+// of the roots after the submit read it when it started. The paths are checked again then: the
+// job FAILS naming the rule, nothing is read.
+TEST_F(RemoteTest, AQueuedJobsFilesAreCheckedAgainWhenItStarts) {
+  const std::string token = AddToken(tokens_, "ci", "submitter");
+  const std::string allowed = dir_.str() + "/data";
+  std::filesystem::create_directories(allowed + "/ds");
+  std::filesystem::create_directories(dir_.str() + "/private");
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    std::filesystem::copy_file(std::string("/usr/share/datasets/fashion-mnist/") + name,
+                               allowed + "/ds/" + name);
+    std::filesystem::copy_file(std::string("/usr/share/datasets/fashion-mnist/") + name,
+                               dir_.str() + "/private/" + name);
+  }
+  const std::string config = dir_.str() + "/mpsd.yaml";
+  WriteFile(config, "data_roots: [" + allowed + "]\n");
+  std::unique_ptr<Daemon> daemon = StartTlsDaemon({"--config", config});
+  auto stub = mpsd::v1::JobService::NewStub(TlsChannel(TcpAddress(*daemon), Cert("ca.pem")));
+  mpsd::v1::SubmitJobRequest request = TrainJobRequest(64, 64, 1, 64, "mlp");
+  request.mutable_train_job()->mutable_dataset()->set_root(allowed + "/ds");
+  const auto queue = [&](bool pause) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    mpsd::v1::ServerStatus answer;
+    return pause ? daemon->stub().PauseQueue(&context, mpsd::v1::PauseQueueRequest(), &answer)
+                 : daemon->stub().ResumeQueue(&context, mpsd::v1::ResumeQueueRequest(), &answer);
+  };
+  ASSERT_TRUE(queue(true).ok());
+  Job job;
+  const grpc::Status status = stub->SubmitJob(Context(token).get(), request, &job);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::string swapped = allowed + "/ds/train-images-idx3-ubyte.gz";
+  std::filesystem::remove(swapped);
+  std::filesystem::create_symlink(dir_.str() + "/private/train-images-idx3-ubyte.gz", swapped);
+  ASSERT_TRUE(queue(false).ok());
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon, job.id());
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), Job::FAILED);
+  EXPECT_THAT(ended->message(), HasSubstr("is not under the daemon's data_roots"));
+  EXPECT_EQ(ended->summary().epochs(), 0);
+  // The daemon's own jobs (unix socket) are not held to data_roots, at submit or at start.
+  absl::StatusOr<Job> local = rpc::Submit(*daemon, request);
+  ASSERT_TRUE(local.ok()) << local.status();
+  absl::StatusOr<Job> local_end = rpc::WaitForEnd(*daemon, local->id());
+  ASSERT_TRUE(local_end.ok()) << local_end.status();
+  EXPECT_EQ(local_end->state(), Job::SUCCEEDED) << local_end->message();
+}
+
 // ---------------------------------------------------------------------------------------------
 // SIGHUP: a new certificate for new connections; open streams go on.
 

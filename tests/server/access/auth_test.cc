@@ -196,6 +196,10 @@ TEST_F(AuthTest, DuplicateAndBadNamesAreRefused) {
   }
   EXPECT_EQ(AddToken(path_, std::string(65, 'a'), Role::kViewer).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // The unix socket's caller's name: a token of that name would act as it (its jobs, cancels).
+  absl::StatusOr<std::string> local = AddToken(path_, "local", Role::kSubmitter);
+  EXPECT_EQ(local.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(local.status().message(), HasSubstr("other than \"local\""));
 }
 
 TEST_F(AuthTest, GroupOrWorldReadableFileIsRefused) {
