@@ -166,7 +166,8 @@ if has t; then
   "$PY" "$PERF/tensorboard_check.py" "$WORK/tb" --expect-steps "$steps" 2>&1 | tee "$RAW/t_check.txt"
   # Files this PyTorch writes pass the checks every torch file goes through (trainer/pickle_scan.h):
   # a scripted model (with a constant) and a tensors file, each trained for an epoch.
-  "$PY" - "$RUN" <<'PYEOF'
+  # (From a file: TorchScript needs the classes' source, which a script read from stdin lacks.)
+  cat > "$RUN/t_files.py" <<'PYEOF'
 import sys, torch
 class Net(torch.nn.Module):
     def __init__(self):
@@ -180,6 +181,7 @@ torch.jit.trace(Net(), torch.zeros(1, 1, 28, 28)).save(sys.argv[1] + "/t_traced.
 split = lambda n: {"x": torch.rand(n, 1, 28, 28), "y": torch.randint(0, 10, (n,))}
 torch.save({"train": split(512), "test": split(128)}, sys.argv[1] + "/t_tensors.pt")
 PYEOF
+  "$PY" "$RUN/t_files.py" "$RUN"
   for model in t_script t_traced; do
     printf 'kind: TrainJob\nmodel: {torchscript: %s}\ndataset: {name: tensors, root: %s}\nbatch_size: 64\nepochs: 1\ndevice: cuda\n' \
       "$RUN/$model.pt" "$RUN/t_tensors.pt" > "$RUN/$model.yaml"

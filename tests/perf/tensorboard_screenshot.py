@@ -17,9 +17,27 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
+
+
+TAGS = "train/loss|epoch/val_accuracy|epoch/val_loss"
+RUNS = "lr-[2-9]"
+
+RUNTIME_VERSION_SHIM = '''
+import enum, sys, types
+import google.protobuf
+try:
+    import google.protobuf.runtime_version  # noqa: F401
+except ImportError:
+    module = types.ModuleType("google.protobuf.runtime_version")
+    module.Domain = enum.Enum("Domain", "GOOGLE_INTERNAL PUBLIC")
+    module.ValidateProtobufRuntimeVersion = lambda *args, **kwargs: None
+    sys.modules["google.protobuf.runtime_version"] = module
+    google.protobuf.runtime_version = module
+'''
 
 
 def main():
@@ -30,6 +48,10 @@ def main():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # TensorBoard's generated protos check the protobuf runtime's version (protobuf >= 5 has
+    # google.protobuf.runtime_version); Debian 12's 3.21 runs them, given a module that answers.
+    with open(os.path.join(work, "sitecustomize.py"), "w") as f:
+        f.write(RUNTIME_VERSION_SHIM)
     env = dict(os.environ, PYTHONPATH=work)
     server = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--logdir", os.path.join(work, "tb"),
@@ -53,7 +75,11 @@ def main():
         driver = webdriver.Chrome(options=options)
         try:
             # The epoch metrics and the per-step loss of every run, smoothed as TensorBoard does.
-            driver.get(url + "?darkMode=false#timeseries")
+            # The trials' loss per step and validation metrics per epoch (the sweep's parent
+            # job writes hyperparameters only: left out by the run filter).
+            query = urllib.parse.urlencode({"darkMode": "false", "tagFilter": TAGS,
+                                            "runFilter": RUNS})
+            driver.get(url + "?" + query + "#timeseries")
             time.sleep(20)  # TensorBoard's Angular app loads and draws its charts
             driver.save_screenshot(out)
         finally:
