@@ -109,6 +109,42 @@ std::string OutOfStorage(const Value& storage, int64_t offset, const std::vector
 
 }  // namespace
 
+absl::StatusOr<absl::string_view> Cursor::Take(uint64_t n) {
+  if (n > in_.size() - pos_) return Problem("the pickle is truncated");
+  absl::string_view bytes = in_.substr(pos_, n);
+  pos_ += n;
+  return bytes;
+}
+
+absl::StatusOr<uint64_t> Cursor::Little(size_t n) {
+  absl::StatusOr<absl::string_view> bytes = Take(n);
+  if (!bytes.ok()) return bytes.status();
+  uint64_t value = 0;
+  for (size_t i = 0; i < n; ++i) value |= uint64_t{static_cast<uint8_t>((*bytes)[i])} << (8 * i);
+  return value;
+}
+
+absl::StatusOr<std::string> Cursor::Line() {
+  const size_t end = in_.find('\n', pos_);
+  if (end == absl::string_view::npos) return Problem("the pickle is truncated");
+  std::string line(in_.substr(pos_, end - pos_));
+  pos_ = end + 1;
+  return line;
+}
+
+std::optional<int64_t> IntArgument(uint8_t op, absl::string_view arg) {
+  if (op != 'K' && op != 'M' && op != 'J' && op != 0x8a) return std::nullopt;
+  if (arg.empty() || arg.size() > 8) return std::nullopt;  // an int beyond int64 is no size
+  const auto* p = reinterpret_cast<const unsigned char*>(arg.data());
+  uint64_t bits = 0;
+  for (size_t i = 0; i < arg.size(); ++i) bits |= uint64_t{p[i]} << (8 * i);
+  const bool is_signed = op == 'J' || op == 0x8a;
+  if (is_signed && arg.size() < 8 && (p[arg.size() - 1] & 0x80) != 0) {
+    bits |= ~uint64_t{0} << (8 * arg.size());  // sign-extend
+  }
+  return static_cast<int64_t>(bits);
+}
+
 absl::StatusOr<ValuePtr> Tuple(std::vector<ValuePtr> items) {
   auto value = std::make_shared<Value>();
   value->kind = Value::kTuple;
@@ -194,12 +230,12 @@ namespace {
 class Scanner {
  public:
   Scanner(absl::string_view in, const RecordSizes& records, absl::string_view folder)
-      : in_(in), records_(records), folder_(folder) {}
+      : cursor_(in), records_(records), folder_(folder) {}
 
   absl::Status Run() {
-    while (pos_ < in_.size()) {
-      const size_t start = pos_;
-      const uint8_t op = static_cast<uint8_t>(in_[pos_++]);
+    while (!cursor_.done()) {
+      const size_t start = cursor_.pos();
+      const uint8_t op = cursor_.Next();
       if (op == '.') {  // STOP
         if (!unnamed_problem_.empty()) return Problem(unnamed_problem_);
         return absl::OkStatus();
@@ -211,27 +247,6 @@ class Scanner {
 
  private:
   static absl::Status Malformed() { return Problem("a malformed pickle"); }
-
-  absl::StatusOr<absl::string_view> Take(uint64_t n) {
-    if (n > in_.size() - pos_) return Problem("the pickle is truncated");
-    absl::string_view bytes = in_.substr(pos_, n);
-    pos_ += n;
-    return bytes;
-  }
-  absl::StatusOr<uint64_t> Little(size_t n) {
-    absl::StatusOr<absl::string_view> bytes = Take(n);
-    if (!bytes.ok()) return bytes.status();
-    uint64_t value = 0;
-    for (size_t i = 0; i < n; ++i) value |= uint64_t{static_cast<uint8_t>((*bytes)[i])} << (8 * i);
-    return value;
-  }
-  absl::StatusOr<std::string> Line() {
-    const size_t end = in_.find('\n', pos_);
-    if (end == absl::string_view::npos) return Problem("the pickle is truncated");
-    std::string line(in_.substr(pos_, end - pos_));
-    pos_ = end + 1;
-    return line;
-  }
 
   size_t Floor() const { return marks_.empty() ? 0 : marks_.back(); }
   void Push(ValuePtr value) {
@@ -291,41 +306,34 @@ class Scanner {
 
   // An opcode with a constant argument of `n` bytes that pushes one value.
   absl::Status Constant(uint8_t op, size_t n) {
-    absl::StatusOr<absl::string_view> arg = Take(n);
+    absl::StatusOr<absl::string_view> arg = cursor_.Take(n);
     if (!arg.ok()) return arg.status();
-    auto value = std::make_shared<Value>();
-    const auto* p = reinterpret_cast<const unsigned char*>(arg->data());
-    if ((op == 'K' || op == 'M' || op == 'J') && !arg->empty()) {
-      uint64_t bits = 0;
-      for (size_t i = 0; i < n; ++i) bits |= uint64_t{p[i]} << (8 * i);
-      if (op == 'J' && (p[3] & 0x80) != 0) bits |= ~uint64_t{0} << 32;
-      value->kind = Value::kInt;
-      value->integer = static_cast<int64_t>(bits);
-    }
-    Push(std::move(value));
+    Push(IntValue(op, *arg));
     return absl::OkStatus();
+  }
+  // The value of an integer opcode (IntArgument), or of unknown kind.
+  static ValuePtr IntValue(uint8_t op, absl::string_view arg) {
+    auto value = std::make_shared<Value>();
+    if (const std::optional<int64_t> integer = IntArgument(op, arg)) {
+      value->kind = Value::kInt;
+      value->integer = *integer;
+    }
+    return value;
   }
   // An opcode whose argument is a little-endian length of `n` bytes and that many bytes.
   absl::Status Sized(uint8_t op, size_t n) {
-    absl::StatusOr<uint64_t> length = Little(n);
+    absl::StatusOr<uint64_t> length = cursor_.Little(n);
     if (!length.ok()) return length.status();
-    absl::StatusOr<absl::string_view> arg = Take(*length);
+    absl::StatusOr<absl::string_view> arg = cursor_.Take(*length);
     if (!arg.ok()) return arg.status();
-    auto value = std::make_shared<Value>();
     if (op == 'X' || op == 0x8c || op == 0x8d) {  // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
+      auto value = std::make_shared<Value>();
       value->kind = Value::kString;
       value->text = std::string(*arg);
-    } else if (op == 0x8a && !arg->empty() && arg->size() <= 8) {  // LONG1 within int64
-      const auto* p = reinterpret_cast<const unsigned char*>(arg->data());
-      uint64_t bits = 0;
-      for (size_t i = 0; i < arg->size(); ++i) bits |= uint64_t{p[i]} << (8 * i);
-      if (arg->size() < 8 && (p[arg->size() - 1] & 0x80) != 0) {
-        bits |= ~uint64_t{0} << (8 * arg->size());  // sign-extend
-      }
-      value->kind = Value::kInt;
-      value->integer = static_cast<int64_t>(bits);
+      Push(std::move(value));
+    } else {
+      Push(IntValue(op, *arg));  // LONG1 within int64; anything else of unknown kind
     }
-    Push(std::move(value));
     return absl::OkStatus();
   }
 
@@ -378,8 +386,8 @@ class Scanner {
 
   absl::Status Step(uint8_t op, size_t start) {
     switch (op) {
-      case 0x80: return Take(1).status();  // PROTO
-      case 0x95: return Take(8).status();  // FRAME
+      case 0x80: return cursor_.Take(1).status();  // PROTO
+      case 0x95: return cursor_.Take(8).status();  // FRAME
       case '(': marks_.push_back(stack_.size()); return absl::OkStatus();  // MARK
       case 'N': case 0x88: case 0x89:  // NONE, NEWTRUE, NEWFALSE
         Push(nullptr);
@@ -406,9 +414,9 @@ class Scanner {
       case 'C': return Sized(op, 1);     // SHORT_BINBYTES
       case 0x8e: return Sized(op, 8);    // BINBYTES8
       case 'c': {                        // GLOBAL
-        absl::StatusOr<std::string> module = Line();
+        absl::StatusOr<std::string> module = cursor_.Line();
         if (!module.ok()) return module.status();
-        absl::StatusOr<std::string> name = Line();
+        absl::StatusOr<std::string> name = cursor_.Line();
         if (!name.ok()) return name.status();
         return Global(*std::move(module), *std::move(name));
       }
@@ -420,13 +428,13 @@ class Scanner {
         return Global((*module)->text, (*name)->text);
       }
       case 'q': case 'r': {  // BINPUT, LONG_BINPUT
-        absl::StatusOr<uint64_t> id = Little(op == 'q' ? 1 : 4);
+        absl::StatusOr<uint64_t> id = cursor_.Little(op == 'q' ? 1 : 4);
         if (!id.ok()) return id.status();
         return Memo(*id);
       }
       case 0x94: return Memo(memo_.size());  // MEMOIZE
       case 'h': case 'j': {                  // BINGET, LONG_BINGET
-        absl::StatusOr<uint64_t> id = Little(op == 'h' ? 1 : 4);
+        absl::StatusOr<uint64_t> id = cursor_.Little(op == 'h' ? 1 : 4);
         if (!id.ok()) return id.status();
         const auto found = memo_.find(*id);
         if (found == memo_.end()) return Malformed();
@@ -517,10 +525,9 @@ class Scanner {
     }
   }
 
-  absl::string_view in_;
+  Cursor cursor_;
   const RecordSizes& records_;
   absl::string_view folder_;
-  size_t pos_ = 0;
   std::vector<ValuePtr> stack_;
   std::vector<size_t> marks_;  // the stack's depth at each MARK
   std::map<uint64_t, ValuePtr> memo_;

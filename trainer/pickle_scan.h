@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,33 @@ using ValuePtr = std::shared_ptr<const Value>;
 // million nested lists (a few megabytes) would overflow the executor's stack. A state dict nests
 // 3 deep, a TorchScript module a few levels per submodule.
 inline constexpr int kMaxNesting = 1000;
+
+// The reading position in a pickle's bytes (borrowed; they must outlive it): each opcode and
+// its argument in turn. Past the end: INVALID_ARGUMENT "the pickle is truncated". Not
+// thread-safe (one reader).
+class Cursor {
+ public:
+  explicit Cursor(absl::string_view in) : in_(in) {}
+  bool done() const { return pos_ >= in_.size(); }
+  // The offset of the next byte.
+  size_t pos() const { return pos_; }
+  // The next byte (an opcode); the caller checks !done() first.
+  uint8_t Next() { return static_cast<uint8_t>(in_[pos_++]); }
+  // The next `n` bytes.
+  absl::StatusOr<absl::string_view> Take(uint64_t n);
+  // The next `n` bytes (at most 8) as a little-endian unsigned number.
+  absl::StatusOr<uint64_t> Little(size_t n);
+  // The bytes up to the next newline (GLOBAL's arguments), which is skipped.
+  absl::StatusOr<std::string> Line();
+
+ private:
+  absl::string_view in_;
+  size_t pos_ = 0;
+};
+
+// The integer BININT1, BININT2 (unsigned), BININT or LONG1 (signed, little-endian) pushes, from
+// its argument bytes; nullopt for another opcode or a LONG1 beyond int64 (no size is).
+std::optional<int64_t> IntArgument(uint8_t op, absl::string_view arg);
 
 // A tuple of `items`; INVALID_ARGUMENT when it would nest deeper than kMaxNesting.
 absl::StatusOr<ValuePtr> Tuple(std::vector<ValuePtr> items);

@@ -17,6 +17,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -64,12 +65,13 @@ using pickle::ValuePtr;
 // dict, with both sizes.
 class PickleRewriter {
  public:
-  PickleRewriter(absl::string_view in, const RecordSizes& records) : in_(in), records_(records) {}
+  PickleRewriter(absl::string_view in, const RecordSizes& records)
+      : in_(in), cursor_(in), records_(records) {}
 
   absl::StatusOr<std::string> Run() {
-    while (pos_ < in_.size()) {
-      const size_t start = pos_;
-      const uint8_t op = static_cast<uint8_t>(in_[pos_++]);
+    while (!cursor_.done()) {
+      const size_t start = cursor_.pos();
+      const uint8_t op = cursor_.Next();
       absl::Status s = Step(op, start);
       if (!s.ok()) return s;
       if (op == '.') {  // STOP
@@ -86,29 +88,6 @@ class PickleRewriter {
     return absl::InvalidArgumentError(std::string(what));
   }
   static absl::Status Malformed() { return Problem("a malformed pickle"); }
-
-  absl::StatusOr<absl::string_view> Take(size_t n) {
-    if (n > in_.size() - pos_) return Problem("the pickle is truncated");
-    absl::string_view bytes = in_.substr(pos_, n);
-    pos_ += n;
-    return bytes;
-  }
-
-  absl::StatusOr<uint64_t> Little(size_t n) {
-    absl::StatusOr<absl::string_view> bytes = Take(n);
-    if (!bytes.ok()) return bytes.status();
-    uint64_t value = 0;
-    for (size_t i = 0; i < n; ++i) value |= uint64_t{static_cast<uint8_t>((*bytes)[i])} << (8 * i);
-    return value;
-  }
-
-  absl::StatusOr<std::string> Line() {
-    const size_t end = in_.find('\n', pos_);
-    if (end == absl::string_view::npos) return Problem("the pickle is truncated");
-    std::string line(in_.substr(pos_, end - pos_));
-    pos_ = end + 1;
-    return line;
-  }
 
   // ---- The stack: where each value's bytes begin in out_ -------------------------------------
   absl::StatusOr<size_t> Pop() {
@@ -150,29 +129,22 @@ class PickleRewriter {
 
   // Copies the opcode at `start` and its `n` bytes of argument; it pushes `pushes` values.
   absl::Status Copy(size_t start, size_t n, int pushes) {
-    absl::StatusOr<absl::string_view> arg = Take(n);
+    absl::StatusOr<absl::string_view> arg = cursor_.Take(n);
     if (!arg.ok()) return arg.status();
     if (pushes > 0) Push(out_.size(), ValueOf(static_cast<uint8_t>(in_[start]), *arg));
-    out_.append(in_.data() + start, pos_ - start);
+    out_.append(in_.data() + start, cursor_.pos() - start);
     return absl::OkStatus();
   }
   // The value an opcode that pushes one constant pushes, from its argument bytes.
   static ValuePtr ValueOf(uint8_t op, absl::string_view arg) {
     auto value = std::make_shared<Value>();
-    const auto* p = reinterpret_cast<const unsigned char*>(arg.data());
     switch (op) {
-      case 'K': case 'M': case 'J': case 0x8a: {  // BININT1, BININT2, BININT, LONG1
-        const bool is_signed = op == 'J' || op == 0x8a;
-        if (arg.empty() || arg.size() > 8) break;  // an int beyond int64 is no size
-        uint64_t bits = 0;
-        for (size_t i = 0; i < arg.size(); ++i) bits |= uint64_t{p[i]} << (8 * i);
-        if (is_signed && arg.size() < 8 && (p[arg.size() - 1] & 0x80) != 0) {
-          bits |= ~uint64_t{0} << (8 * arg.size());  // sign-extend
+      case 'K': case 'M': case 'J': case 0x8a:  // BININT1, BININT2, BININT, LONG1
+        if (const std::optional<int64_t> integer = pickle::IntArgument(op, arg)) {
+          value->kind = Value::kInt;
+          value->integer = *integer;
         }
-        value->kind = Value::kInt;
-        value->integer = static_cast<int64_t>(bits);
         break;
-      }
       case 'X': case 0x8c:  // BINUNICODE, SHORT_BINUNICODE
         value->kind = Value::kString;
         value->text = std::string(arg);
@@ -187,7 +159,7 @@ class PickleRewriter {
   }
   // An opcode whose argument is a length of `n` bytes and that many bytes; pushes one value.
   absl::Status CopySized(size_t start, size_t n) {
-    absl::StatusOr<uint64_t> length = Little(n);
+    absl::StatusOr<uint64_t> length = cursor_.Little(n);
     if (!length.ok()) return length.status();
     return Copy(start, *length, 1);
   }
@@ -235,9 +207,9 @@ class PickleRewriter {
   }
 
   absl::Status Global(size_t start) {
-    absl::StatusOr<std::string> module = Line();
+    absl::StatusOr<std::string> module = cursor_.Line();
     if (!module.ok()) return module.status();
-    absl::StatusOr<std::string> name = Line();
+    absl::StatusOr<std::string> name = cursor_.Line();
     if (!name.ok()) return name.status();
     if (*module == "collections" && *name == "OrderedDict") {
       ordered_dict_ = kCallable;
@@ -257,13 +229,13 @@ class PickleRewriter {
     value->kind = Value::kGlobal;
     value->text = absl::StrCat(*module, ".", *name);
     Push(out_.size(), std::move(value));
-    out_.append(in_.data() + start, pos_ - start);
+    out_.append(in_.data() + start, cursor_.pos() - start);
     return absl::OkStatus();
   }
 
   // BINPUT / LONG_BINPUT: memoising the OrderedDict callable is dropped (its uses are rewritten).
   absl::Status Put(size_t start, size_t n) {
-    absl::StatusOr<uint64_t> id = Little(n);
+    absl::StatusOr<uint64_t> id = cursor_.Little(n);
     if (!id.ok()) return id.status();
     if (ordered_dict_ == kCallable) {
       ordered_dict_memo_.insert(*id);
@@ -274,12 +246,12 @@ class PickleRewriter {
     dropped_.erase(*id);
     memo_[*id] = out_.size();
     memo_values_[*id] = values_.back();
-    out_.append(in_.data() + start, pos_ - start);
+    out_.append(in_.data() + start, cursor_.pos() - start);
     return absl::OkStatus();
   }
 
   absl::Status Get(size_t start, size_t n) {
-    absl::StatusOr<uint64_t> id = Little(n);
+    absl::StatusOr<uint64_t> id = cursor_.Little(n);
     if (!id.ok()) return id.status();
     if (ordered_dict_memo_.count(*id) > 0) {
       ordered_dict_ = kCallable;
@@ -290,7 +262,7 @@ class PickleRewriter {
     }
     if (memo_.count(*id) == 0) return Malformed();
     Push(out_.size(), memo_values_[*id]);
-    out_.append(in_.data() + start, pos_ - start);
+    out_.append(in_.data() + start, cursor_.pos() - start);
     return absl::OkStatus();
   }
 
@@ -406,8 +378,8 @@ class PickleRewriter {
   enum OrderedDictState { kNone, kCallable, kArguments };
 
   absl::string_view in_;
+  pickle::Cursor cursor_;
   const RecordSizes& records_;
-  size_t pos_ = 0;
   std::string out_;
   std::vector<size_t> stack_;                      // out_ offset where each value begins
   std::vector<ValuePtr> values_;                   // each value on stack_, as far as known
