@@ -29,7 +29,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "trainer/input_limits.h"
 #include "trainer/pickle_scan.h"
 #include "trainer/torch_archive.h"
 #include "trainer/torch_errors.h"
@@ -497,20 +496,11 @@ absl::StatusOr<NamedTensors> ReadStateDict(const std::string& path) {
   absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
   if (!bytes.ok()) return absl::InvalidArgumentError(bytes.status().message());
   absl::StatusOr<std::vector<ZipEntry>> index =
-      ReadZipIndexOfBytes(absl::string_view(bytes->data(), bytes->size()));
-  absl::Status claims = index.status();
-  const int64_t limit = CurrentInputLimits().max_unpacked_bytes;
-  if (claims.ok()) {
-    claims = CheckArchiveClaims(*index, {"data/"}, static_cast<uint64_t>(limit));
-    if (!claims.ok()) {
-      claims = absl::InvalidArgumentError(
-          absl::StrCat(claims.message(), " (executor.max_unpacked_bytes: ", limit, ")"));
-    }
-  }
-  if (!claims.ok()) {
+      CheckedArchiveIndex(absl::string_view(bytes->data(), bytes->size()), {"data/"});
+  if (!index.ok()) {
     return FileError(path, absl::StrCat("not a state dict this LibTorch reads (torch.save's zip "
                                         "format, PyTorch >= 1.6): ",
-                                        claims.message()));
+                                        index.status().message()));
   }
   const RecordSizes records = RecordSizesUnder(*index, "data/");
   absl::StatusOr<NamedTensors> tensors;

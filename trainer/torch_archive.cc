@@ -70,18 +70,25 @@ const std::vector<ArchivePickle>& ScriptPickles() {
   return *pickles;
 }
 
-absl::Status CheckTorchArchive(absl::string_view bytes,
-                               const std::vector<ArchivePickle>& pickles) {
+absl::StatusOr<std::vector<ZipEntry>> CheckedArchiveIndex(
+    absl::string_view bytes, const std::vector<std::string>& storage_folders) {
   absl::StatusOr<std::vector<ZipEntry>> index = ReadZipIndexOfBytes(bytes);
   if (!index.ok()) return absl::InvalidArgumentError(index.status().message());
-  std::vector<std::string> folders;
-  for (const ArchivePickle& pickle : pickles) folders.push_back(pickle.folder);
   const int64_t limit = CurrentInputLimits().max_unpacked_bytes;
-  if (absl::Status s = CheckArchiveClaims(*index, folders, static_cast<uint64_t>(limit));
+  if (absl::Status s = CheckArchiveClaims(*index, storage_folders, static_cast<uint64_t>(limit));
       !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(s.message(), " (executor.max_unpacked_bytes: ", limit, ")"));
   }
+  return index;
+}
+
+absl::Status CheckTorchArchive(absl::string_view bytes,
+                               const std::vector<ArchivePickle>& pickles) {
+  std::vector<std::string> folders;
+  for (const ArchivePickle& pickle : pickles) folders.push_back(pickle.folder);
+  absl::StatusOr<std::vector<ZipEntry>> index = CheckedArchiveIndex(bytes, folders);
+  if (!index.ok()) return index.status();
   try {
     caffe2::serialize::PyTorchStreamReader reader(std::make_shared<MemoryReadAdapter>(bytes));
     for (const ArchivePickle& pickle : pickles) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "trainer/zip_index.h"
 
 namespace mpsd::trainer {
 
@@ -45,6 +46,13 @@ struct ArchivePickle {
 // The pickles torch.jit.save writes (a TorchScript module, and the state record inside an
 // mpsd checkpoint): data.pkl over data/, constants.pkl over constants/.
 const std::vector<ArchivePickle>& ScriptPickles();
+
+// The zip index of a torch archive in memory (bounded), with every entry's claimed size checked
+// (CheckArchiveClaims: at most executor.max_unpacked_bytes in all; the records under
+// `storage_folders`, e.g. {"data/"}, stored as torch writes them). INVALID_ARGUMENT with the
+// problem, without the file's name. Thread-safe.
+absl::StatusOr<std::vector<ZipEntry>> CheckedArchiveIndex(
+    absl::string_view bytes, const std::vector<std::string>& storage_folders);
 
 // Checks a torch archive in memory before LibTorch reads it: its zip index (bounded), every
 // entry's claimed size (CheckArchiveClaims, at most executor.max_unpacked_bytes in all, storage
