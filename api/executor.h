@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,6 +38,24 @@ struct JobContext {
   // runs, in [0, nproc_per_node); its rank in the job is node_rank × nproc_per_node + this.
   // 0 for every other job.
   int local_rank = 0;
+};
+
+// One trial of a fused run (Executor::RunFused). Borrows nothing but `cancelled`.
+struct TrialRun {
+  JobContext job;
+  mpsd::v1::SubmitJobRequest spec;
+  // This trial's events, exactly as Run's sink would receive them for this trial alone (its
+  // steps, epochs, logs and, last, its summary). Called on RunFused's thread.
+  EventSink sink;
+  // The caller's, must outlive the call. Once set this trial stops at the next step boundary
+  // and ends CANCELLED; the other trials go on.
+  const CancelFlag* cancelled = nullptr;
+};
+
+// How a fused run trains its trials (mpsd.proto SweepSpec).
+struct FusionOptions {
+  // SweepSpec.data_order "shared": every trial sees the first trial's data order.
+  bool shared_data_order = false;
 };
 
 class Executor {
@@ -97,6 +116,27 @@ class Executor {
   // Not thread-safe with itself: one job at a time (the device has one owner).
   virtual absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                            const EventSink& sink, const CancelFlag& cancelled) = 0;
+
+  // How many of `specs` (TrainJob trials of one sweep, in the order they would run) one
+  // RunFused call may train together: the length of the longest prefix that can be fused (the
+  // same model, data, input shape and batch size; differing only in values that change no
+  // shape, such as learning rate, weight decay, seed), at least 2 and at most `max_trials`, and
+  // no more than fit the device's free memory. FAILED_PRECONDITION when fewer than 2 can be
+  // fused, with a message saying why for the job log ("model resnet18 has no fused form yet",
+  // "trial 1 differs in train_job.batch_size"). Arithmetic and a memory query: touches no
+  // tensor, never disturbs a running job. Thread-safe. The default fuses nothing.
+  virtual absl::StatusOr<int> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                         int max_trials) const;
+
+  // Trains `trials` (specs PlanFusion accepted, in the same order) together in one run, as one
+  // horizontally fused model and optimizer on the device, each trial's events to its own sink.
+  // Returns one status per trial, in order, each what Run would have returned for that trial
+  // alone (CANCELLED for a trial whose flag was set; a trial that fails ends alone unless the
+  // failure is the run's, e.g. out of memory, which fails every trial still running). Each
+  // trial saves its own artifacts under <artifacts_dir>/<its job_id>/ as Run does. Not
+  // thread-safe with Run or itself. The default runs the trials one after another with Run.
+  virtual std::vector<absl::Status> RunFused(const std::vector<TrialRun>& trials,
+                                             const FusionOptions& options);
 
   // The default device and its memory now. Thread-safe.
   virtual mpsd::v1::DeviceInfo GetDevice() const = 0;

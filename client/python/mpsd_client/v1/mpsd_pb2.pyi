@@ -1113,12 +1113,16 @@ class SweepParameter(_message.Message):
     def __init__(self, path: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ..., choice: _Optional[_Iterable[str]] = ..., uniform: _Optional[_Iterable[float]] = ..., log_uniform: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SweepSpec(_message.Message):
-    __slots__ = ["grid", "random"]
+    __slots__ = ["data_order", "fuse", "grid", "random"]
+    DATA_ORDER_FIELD_NUMBER: _ClassVar[int]
+    FUSE_FIELD_NUMBER: _ClassVar[int]
     GRID_FIELD_NUMBER: _ClassVar[int]
     RANDOM_FIELD_NUMBER: _ClassVar[int]
+    data_order: str
+    fuse: str
     grid: _containers.RepeatedCompositeFieldContainer[SweepParameter]
     random: RandomSearch
-    def __init__(self, grid: _Optional[_Iterable[_Union[SweepParameter, _Mapping]]] = ..., random: _Optional[_Union[RandomSearch, _Mapping]] = ...) -> None: ...
+    def __init__(self, grid: _Optional[_Iterable[_Union[SweepParameter, _Mapping]]] = ..., random: _Optional[_Union[RandomSearch, _Mapping]] = ..., fuse: _Optional[str] = ..., data_order: _Optional[str] = ...) -> None: ...
 
 class SweepTrial(_message.Message):
     __slots__ = ["index", "parameters", "sweep_id"]
