@@ -92,6 +92,26 @@ absl::Status CheckText(absl::string_view field, const std::string& text) {
       return absl::InvalidArgumentError(absl::StrCat(field, ": control characters not allowed"));
     }
   }
+  // Unicode's invisible controls (as UTF-8, which gRPC's proto3 strings are): C1 controls
+  // U+0080-U+009F, and the bidirectional marks and overrides U+061C, U+200E, U+200F,
+  // U+202A-U+202E, U+2066-U+2069, which would make a name shown in a table or the dashboard
+  // read as another one.
+  const auto byte = [&text](size_t i) { return static_cast<unsigned char>(text[i]); };
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    const bool c1 = byte(i) == 0xC2 && byte(i + 1) >= 0x80 && byte(i + 1) <= 0x9F;
+    const bool alm = byte(i) == 0xD8 && byte(i + 1) == 0x9C;
+    bool bidi = false;
+    if (i + 2 < text.size() && byte(i) == 0xE2) {
+      const unsigned char b1 = byte(i + 1), b2 = byte(i + 2);
+      bidi = (b1 == 0x80 && (b2 == 0x8E || b2 == 0x8F || (b2 >= 0xAA && b2 <= 0xAE))) ||
+             (b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9);
+    }
+    if (c1 || alm || bidi) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": invisible control characters (bidirectional marks or overrides, C1 "
+                 "controls) not allowed"));
+    }
+  }
   return absl::OkStatus();
 }
 

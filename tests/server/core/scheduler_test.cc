@@ -419,6 +419,27 @@ TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
   }
 }
 
+// A name that would display as another (a right-to-left override reversing "gpj.exe") or hide
+// text (a C1 control) is refused, as ASCII controls are; other Unicode is a name like any other.
+TEST_F(SchedulerTest, NamesAndLabelsRefuseControlAndBidiCharacters) {
+  auto scheduler = Start();
+  for (const std::string& bad : {std::string("run\x07"), std::string("evil\xE2\x80\xAEgpj.exe"),
+                                 std::string("a\xE2\x81\xA6" "b"), std::string("x\xC2\x85y"),
+                                 std::string("\xE2\x80\x8Fname")}) {
+    SubmitJobRequest named = TrainRequest();
+    named.set_name(bad);
+    const absl::Status refused = scheduler->Submit(named).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.message(), HasSubstr("name: ")) << bad;
+    SubmitJobRequest labelled = TrainRequest();
+    (*labelled.mutable_labels())["owner"] = bad;
+    EXPECT_THAT(scheduler->Submit(labelled).status().message(), HasSubstr("labels.owner: ")) << bad;
+  }
+  SubmitJobRequest unicode = TrainRequest();
+  unicode.set_name("f\xC3\xBCr Ren\xC3\xA9" "e \xE2\x80\x94 \xE6\xB5\x8B\xE8\xAF\x95");  // für Renée — 测试
+  EXPECT_TRUE(scheduler->Submit(unicode).ok());
+}
+
 TEST_F(SchedulerTest, RecoversJobsADeadDaemonLeftRunning) {
   // What a daemon killed mid-job leaves behind: RUNNING rows, one with a checkpoint and
   // restart_policy: resume, and a QUEUED row whose QUEUED event was never stored.
