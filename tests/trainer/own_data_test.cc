@@ -273,7 +273,8 @@ open(os.path.join(out, "text.pt"), "w").write("hello")
   EXPECT_THAT(error("short_y.pt"), HasSubstr(": train.y: shape [3], expected [4]"));
   EXPECT_THAT(error("shape.pt"), HasSubstr(": test.x: shape [4, 3, 2, 5]"));
   EXPECT_THAT(error("label.pt"), HasSubstr(": test.y[2]: label 7, but there are 3 classes"));
-  EXPECT_THAT(error("negative.pt"), HasSubstr(": train.y[1]: label -1"));
+  EXPECT_THAT(error("negative.pt"),
+              HasSubstr(": train.y[1]: label -1; class labels are 0 or more"));
   EXPECT_THAT(error("legacy.pt"), HasSubstr("legacy torch.save file"));
   EXPECT_THAT(error("list.pt"), HasSubstr("expected a dict with keys train, test, val, classes"));
   EXPECT_THAT(error("newer.pt"), HasSubstr("newer PyTorch"));
