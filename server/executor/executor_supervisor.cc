@@ -1089,6 +1089,9 @@ std::vector<absl::Status> ExecutorSupervisor::RunFused(const std::vector<api::Tr
   auto end_trial = [&](size_t i, const absl::Status& status, const std::string& restart_reason) {
     if (ended[i]) return;
     ended[i] = true;
+    // The watchdog is registered on the trial's cancel flag, which `done` may destroy (the
+    // scheduler settles the job and drops its flag): it goes first.
+    watched[i]->watchdog.reset();
     SendSummary(*child, watched[i]->outcome, restart_reason, trials[i].sink);
     results[i] = status;
     if (trials[i].done) trials[i].done(status);
@@ -1109,6 +1112,7 @@ std::vector<absl::Status> ExecutorSupervisor::RunFused(const std::vector<api::Tr
       auto it = index.find(update.trial_result().job_id());
       if (it == index.end()) continue;
       const size_t i = it->second;
+      if (ended[i]) continue;  // reported twice: the first counts
       watched[i]->killed_for_cancel = watched[i]->watchdog->Stop();
       if (watched[i]->outcome.summary.has_value()) {
         last_summary = watched[i]->outcome.summary->summary();

@@ -268,7 +268,11 @@ TEST_F(ExecutorSupervisorTest, AFusedRunReportsEachTrialAloneAndCancelsOneByItsI
       if (i == 1 && event.has_step()) flags[1]->Cancel();
       events[i].push_back(std::move(event));
     };
-    trials[i].done = [&, i](const absl::Status& status) { done[i].push_back(status); };
+    // As the scheduler does: a settled trial's flag is destroyed at once.
+    trials[i].done = [&, i](const absl::Status& status) {
+      done[i].push_back(status);
+      flags[i].reset();
+    };
   }
   const std::vector<absl::Status> results = supervisor->RunFused(trials, {});
   ASSERT_EQ(results.size(), 3u);
