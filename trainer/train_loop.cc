@@ -655,7 +655,8 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   return absl::OkStatus();
 }
 
-absl::StatusOr<EpochEvaluation> EvaluateEpochSplits(ClassifierImpl& model, const DeviceDataset& data,
+absl::StatusOr<EpochEvaluation> EvaluateEpochSplits(ClassifierImpl& model,
+                                                    const DeviceDataset& data,
                                                     const TrainOptions& options,
                                                     const TaskLoss& task, int epoch,
                                                     const std::atomic<bool>& cancelled) {

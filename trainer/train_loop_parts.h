@@ -180,7 +180,8 @@ struct EpochEvaluation {
 // (every options.eval_every_epochs-th and the last) when data.val has labels, test as
 // options.evaluate_test says; each with Evaluate (options.eval_batch_size,
 // options.data_parallel, `task`). CANCELLED once `cancelled` is set.
-absl::StatusOr<EpochEvaluation> EvaluateEpochSplits(ClassifierImpl& model, const DeviceDataset& data,
+absl::StatusOr<EpochEvaluation> EvaluateEpochSplits(ClassifierImpl& model,
+                                                    const DeviceDataset& data,
                                                     const TrainOptions& options,
                                                     const TaskLoss& task, int epoch,
                                                     const std::atomic<bool>& cancelled);
