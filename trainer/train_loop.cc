@@ -28,13 +28,7 @@
 namespace mpsd::trainer {
 namespace {
 
-
 namespace F = torch::nn::functional;
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 }  // namespace
 
