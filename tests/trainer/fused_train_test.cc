@@ -290,6 +290,29 @@ TEST(FusedTrainTest, CancelledTrialEndsAloneAndTheOthersGoOn) {
   ExpectSameLosses(fused[1].losses(), alone.losses(), 10, "cancelled trial");
 }
 
+TEST(FusedTrainTest, DivergedTrialEndsAloneAndTheOthersGoOn) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("mlp", "adam");
+  // A first loss near ln 10 = 2.3 is above trial 1's threshold: it diverges at step 1.
+  specs[1].mutable_train_job()->set_divergence_threshold(0.5);
+  const std::vector<Result> fused = RunFused(*executor, "fused", specs);
+  EXPECT_EQ(fused[1].status.code(), absl::StatusCode::kAborted) << fused[1].status;
+  EXPECT_EQ(fused[1].losses().size(), 1u);
+  ASSERT_NE(fused[1].summary(), nullptr);
+  EXPECT_EQ(fused[1].summary()->stop_reason(), "diverged");
+  const Result alone1 = RunAlone(*executor, "alone1", specs[1]);
+  EXPECT_EQ(fused[1].status, alone1.status);
+  for (const size_t k : {size_t{0}, size_t{2}}) {
+    ASSERT_TRUE(fused[k].status.ok()) << fused[k].status;
+    const Result alone = RunAlone(*executor, absl::StrCat("alone", k), specs[k]);
+    ExpectSameLosses(fused[k].losses(), alone.losses(), kComparedSteps, absl::StrCat("trial ", k));
+    const auto fused_model = LoadModel("mlp", dir.path() / absl::StrCat("fused", k) / "model.pt");
+    const auto alone_model = LoadModel("mlp", dir.path() / absl::StrCat("alone", k) / "model.pt");
+    EXPECT_LE(MaxWeightDifference(*fused_model, *alone_model), kTolerance);
+  }
+}
+
 TEST(FusedTrainTest, SharedDataOrderDiffersOnlyInOrder) {
   const TempDir dir("fused_test");
   auto executor = MakeExecutor(dir.path().string());
