@@ -16,6 +16,7 @@ std::vector<absl::Status> Executor::RunFused(const std::vector<TrialRun>& trials
   results.reserve(trials.size());
   for (const TrialRun& trial : trials) {
     results.push_back(Run(trial.job, trial.spec, trial.sink, *trial.cancelled));
+    if (trial.done) trial.done(results.back());
   }
   return results;
 }

@@ -50,6 +50,10 @@ struct TrialRun {
   // The caller's, must outlive the call. Once set this trial stops at the next step boundary
   // and ends CANCELLED; the other trials go on.
   const CancelFlag* cancelled = nullptr;
+  // May be empty. Called once, on RunFused's thread, as soon as this trial has ended (after its
+  // summary), with the status RunFused will return for it: the caller can settle the trial
+  // while the others still train.
+  std::function<void(const absl::Status&)> done;
 };
 
 // How a fused run trains its trials (mpsd.proto SweepSpec).

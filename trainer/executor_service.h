@@ -5,7 +5,10 @@
 #define MPSD_TRAINER_EXECUTOR_SERVICE_H_
 
 #include <atomic>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -38,6 +41,12 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
                         mpsd::v1::executor::Status* response) override;
   grpc::Status Run(grpc::ServerContext* context, const mpsd::v1::executor::RunRequest* request,
                    grpc::ServerWriter<mpsd::v1::executor::RunUpdate>* writer) override;
+  grpc::Status PlanFusion(grpc::ServerContext* context,
+                          const mpsd::v1::executor::PlanFusionRequest* request,
+                          mpsd::v1::executor::PlanFusionResponse* response) override;
+  grpc::Status RunFused(grpc::ServerContext* context,
+                        const mpsd::v1::executor::RunFusedRequest* request,
+                        grpc::ServerWriter<mpsd::v1::executor::RunUpdate>* writer) override;
   grpc::Status Cancel(grpc::ServerContext* context,
                       const mpsd::v1::executor::CancelRequest* request,
                       mpsd::v1::executor::CancelResponse* response) override;
@@ -54,19 +63,21 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
   // Adds what only this process knows to a job's summary: the baseline. (The executor fills the
   // job's own memory figures, peak reserved included, on the job's device.)
   void CompleteSummary(mpsd::v1::JobSummary& summary) const;
+  // Takes the executor for `job_ids` (one for Run, a fused run's trials): OK, or the RPC's
+  // error while another job runs or after Shutdown. Waits start_delay first.
+  grpc::Status Take(const std::vector<std::string>& job_ids);
+  // Gives the executor back after Run or RunFused.
+  void Release();
 
   // Constant after construction.
   api::Executor* const executor_;
   const api::MemoryFigures baseline_;
   const absl::Duration start_delay_;
 
-  // Read by the running job at step boundaries.
-  api::CancelFlag cancel_;
-
   absl::Mutex mu_;
-  // The running job's id; empty when none runs.
-  std::string running_job_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  // The running job's id and cancel flag, read by the job at step boundaries; a fused run has
+  // one per trial. Empty when none runs. The flags live until Release.
+  std::map<std::string, std::unique_ptr<api::CancelFlag>> running_ ABSL_GUARDED_BY(mu_);
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
 };
 

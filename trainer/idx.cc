@@ -395,17 +395,25 @@ absl::Status IdxReader::CheckRawFileSize() const {
   return absl::OkStatus();
 }
 
-// Decodes to the end (which also checks gzip's CRC) and counts what follows the data.
+// Decodes to the end (which also checks gzip's CRC) and counts what follows the data, up to
+// kMaxCountedExtraBytes: a small .gz of trailing zeros that inflates to gigabytes is refused
+// after that much, not inflated whole.
 absl::Status IdxReader::CheckNothingBeyond(uint64_t data_bytes) {
+  constexpr uint64_t kMaxCountedExtraBytes = uint64_t{1} << 20;
   std::vector<uint8_t> scratch(kInputChunkBytes);
   uint64_t extra = 0;
-  while (true) {
+  while (extra <= kMaxCountedExtraBytes) {
     absl::StatusOr<size_t> got = source_->Read(scratch.data(), scratch.size());
     if (!got.ok()) return got.status();
     extra += *got;
     if (*got < scratch.size()) break;
   }
   if (extra == 0) return absl::OkStatus();
+  if (extra > kMaxCountedExtraBytes) {
+    return DataLoss(path_, absl::StrCat("at least ", extra,
+                                        " bytes beyond the data (counting stopped there): ",
+                                        DataSizeMismatch(data_bytes + extra)));
+  }
   return DataLoss(
       path_, absl::StrCat(extra, " bytes beyond the data: ", DataSizeMismatch(data_bytes + extra)));
 }

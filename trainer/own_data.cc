@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +26,7 @@
 #include "trainer/models.h"
 #include "trainer/streamed_split.h"
 #include "trainer/tensor_file.h"
+#include "trainer/torch_archive.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -154,21 +154,26 @@ std::string TargetsPath(const ImageFolderSplit& split) { return split.dir + "/ta
 // and every row an image; values must be finite. INVALID_ARGUMENT naming the file and the line.
 absl::StatusOr<torch::Tensor> ReadTargetsCsv(const ImageFolderSplit& split) {
   const std::string path = TargetsPath(split);
-  std::ifstream in(path);
-  if (!in) {
+  std::error_code exists_error;
+  if (!std::filesystem::exists(path, exists_error)) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": missing (train/targets.csv gives the images float targets; every split needs "
               "its own)"));
   }
+  // Read whole and bounded by executor.max_file_bytes, as every file a job names.
+  absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return absl::InvalidArgumentError(bytes.status().message());
   std::map<std::string, size_t> index;  // relative path → row in `split.files`
   for (size_t i = 0; i < split.files.size(); ++i) {
     index[split.files[i].path.substr(split.dir.size() + 1)] = i;
   }
   std::vector<std::vector<float>> rows(split.files.size());
   int64_t width = -1;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(bytes->data(), bytes->size()),
+                                              '\n')) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     const std::vector<std::string> fields = absl::StrSplit(line, ',');
     const auto where = [&](absl::string_view problem) {

@@ -222,9 +222,14 @@ absl::Status CheckLabels(const std::string& path, const std::string& key, const 
   const torch::Tensor bad = torch::logical_or(y < 0, y >= num_classes).nonzero();
   if (bad.size(0) == 0) return absl::OkStatus();
   const int64_t index = bad[0][0].item<int64_t>();
+  const int64_t label = y[index].item<int64_t>();
+  if (label < 0) {
+    return KeyError(path, absl::StrCat(key, "[", index, "]"),
+                    absl::StrFormat("label %d; class labels are 0 or more", label));
+  }
   return KeyError(path, absl::StrCat(key, "[", index, "]"),
-                  absl::StrFormat("label %d, but there are %d classes (labels 0 to %d)",
-                                  y[index].item<int64_t>(), num_classes, num_classes - 1));
+                  absl::StrFormat("label %d, but there are %d classes (labels 0 to %d)", label,
+                                  num_classes, num_classes - 1));
 }
 
 absl::Status ReadClasses(const std::string& path, const c10::IValue& value, TensorFile& file) {

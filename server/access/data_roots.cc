@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "api/error_cause.h"
@@ -131,6 +132,15 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
 
 absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& path,
                                   const Principal* principal) const {
+  // Relative to what? The daemon's working directory is nothing a remote submitter knows, and
+  // the executor may open the path from another one (mpsctl makes a job file's paths absolute).
+  if (!path.empty() && path.front() != '/') {
+    return api::WithInvalidField(
+        absl::InvalidArgumentError(absl::StrCat(
+            field, ": \"", absl::CHexEscape(path.substr(0, 256)),
+            "\" is a relative path: a job submitted over TCP must name absolute paths")),
+        field);
+  }
   const std::string resolved = path.empty() ? "" : Resolve(path);
   auto under = [&resolved](const std::string& dir) {
     return resolved == dir || dir == "/" ||

@@ -92,6 +92,26 @@ absl::Status CheckText(absl::string_view field, const std::string& text) {
       return absl::InvalidArgumentError(absl::StrCat(field, ": control characters not allowed"));
     }
   }
+  // Unicode's invisible controls (as UTF-8, which gRPC's proto3 strings are): C1 controls
+  // U+0080-U+009F, and the bidirectional marks and overrides U+061C, U+200E, U+200F,
+  // U+202A-U+202E, U+2066-U+2069, which would make a name shown in a table or the dashboard
+  // read as another one.
+  const auto byte = [&text](size_t i) { return static_cast<unsigned char>(text[i]); };
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    const bool c1 = byte(i) == 0xC2 && byte(i + 1) >= 0x80 && byte(i + 1) <= 0x9F;
+    const bool alm = byte(i) == 0xD8 && byte(i + 1) == 0x9C;
+    bool bidi = false;
+    if (i + 2 < text.size() && byte(i) == 0xE2) {
+      const unsigned char b1 = byte(i + 1), b2 = byte(i + 2);
+      bidi = (b1 == 0x80 && (b2 == 0x8E || b2 == 0x8F || (b2 >= 0xAA && b2 <= 0xAE))) ||
+             (b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9);
+    }
+    if (c1 || alm || bidi) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": invisible control characters (bidirectional marks or overrides, C1 "
+                 "controls) not allowed"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -387,9 +407,8 @@ void Scheduler::WithdrawSubmit(const Job& job, const absl::Status& why) {
       if (it == jobs_.end() || it->second.kind() == Job::SWEEP) continue;
       if (it->second.state() == Job::QUEUED) {
         CancelQueued(it->second, Job::FAILURE_REASON_UNSPECIFIED, message);
-      } else if (running_job_ == id) {  // Started before the executor's own check failed.
-        stop_as_ = Job::CANCELLED;
-        cancel_running_.Cancel();
+      } else {  // Started before the executor's own check failed.
+        StopRunning(id, Job::CANCELLED);
       }
     }
     if (job.kind() == Job::SWEEP) UpdateSweep(job.id());
@@ -804,9 +823,7 @@ absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
       if (trial.state() == Job::QUEUED) {
         CancelQueued(trial, Job::FAILURE_REASON_UNSPECIFIED,
                      absl::StrCat("cancelled with its sweep ", job_id, " while queued"));
-      } else if (running_job_ == id) {
-        stop_as_ = Job::CANCELLED;
-        cancel_running_.Cancel();
+      } else if (StopRunning(id, Job::CANCELLED)) {
         spdlog::info("job {}: cancel of sweep {} requested; stopping at the next step", id,
                      job_id);
       }
@@ -816,9 +833,7 @@ absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
   }
   if (job.state() == Job::QUEUED) {
     CancelQueued(job, Job::FAILURE_REASON_UNSPECIFIED, "cancelled while queued");
-  } else if (running_job_ == job_id) {
-    stop_as_ = Job::CANCELLED;
-    cancel_running_.Cancel();
+  } else if (StopRunning(job_id, Job::CANCELLED)) {
     spdlog::info("job {}: cancel requested; stopping at the next step", job_id);
   }
   return job;
@@ -927,10 +942,9 @@ void Scheduler::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (!shutting_down_) {
       shutting_down_ = true;
-      if (!running_job_.empty()) {
-        stop_as_ = Job::INTERRUPTED;
-        cancel_running_.Cancel();
-      }
+      std::vector<std::string> running;
+      for (const auto& [id, flag] : running_) running.push_back(id);
+      for (const std::string& id : running) StopRunning(id, Job::INTERRUPTED);
     }
   }
   if (executor_thread_.joinable()) executor_thread_.join();
@@ -974,6 +988,10 @@ void Scheduler::ExecutorLoop() {
     mpsd::v1::SubmitJobRequest spec;
     std::string resume_checkpoint;
     std::string submitted_by;
+    // Trials of the same sweep that may run fused with this one, with their specs.
+    std::vector<std::string> candidates;
+    std::vector<mpsd::v1::SubmitJobRequest> specs;
+    SweepFusion fusion;
     {
       absl::MutexLock lock(&mu_);
       // Queued jobs that wait for unfinished dependencies are passed over; when every queued
@@ -1000,20 +1018,109 @@ void Scheduler::ExecutorLoop() {
       job_id = *next;
       queue_.erase(next);
       running_job_ = job_id;
-      cancel_running_.Reset();
       // RUNNING in the same critical section that took it off the queue: a cancel in between
       // would find a QUEUED job that is in no queue.
       Job& job = jobs_[job_id];
-      // A job resumed after a restart keeps the time it first started.
-      if (!job.has_started_at()) *job.mutable_started_at() = Now();
-      SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
+      StartRunning(job);
       spec = job.spec();
       submitted_by = job.submitted_by();
       // Only a job queued again by restart_policy: resume has a checkpoint before it runs.
       resume_checkpoint = job.last_checkpoint().path();
+      if (job.has_trial() && resume_checkpoint.empty() && spec.has_train_job()) {
+        auto sweep = jobs_.find(job.trial().sweep_id());
+        if (sweep != jobs_.end()) {
+          // Checked at submit; a stored sweep that no longer reads runs unfused.
+          fusion = ReadSweepFusion(sweep->second.spec().sweep()).value_or(SweepFusion{1, false});
+          candidates = FusionCandidates(job, fusion.max_trials);
+          specs.push_back(spec);
+          for (const std::string& id : candidates) specs.push_back(jobs_.at(id).spec());
+        }
+      }
     }
-    RunJob(job_id, submitted_by, spec, resume_checkpoint);
+    if (candidates.empty()) {
+      RunJob(job_id, submitted_by, spec, resume_checkpoint);
+      continue;
+    }
+    // Not under mu_: the executor answers over its socket.
+    const absl::StatusOr<int> planned = executor_->PlanFusion(specs, fusion.max_trials);
+    std::vector<std::string> group = {job_id};
+    std::vector<mpsd::v1::SubmitJobRequest> group_specs = {spec};
+    {
+      absl::MutexLock lock(&mu_);
+      Job& lead = jobs_[job_id];
+      if (!planned.ok()) {
+        JobEvent note;
+        note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
+        note.mutable_log()->set_text(
+            absl::StrCat("not trained fused with other trials of sweep ", lead.trial().sweep_id(),
+                         ": ", planned.status().message()));
+        Publish(lead, std::move(note));
+      } else {
+        // The planned trials that are still queued (one may have been cancelled meanwhile):
+        // each was fusable with the lead on its own, so any of them still are.
+        for (int i = 0; i + 1 < *planned && i < static_cast<int>(candidates.size()); ++i) {
+          const std::string& id = candidates[static_cast<size_t>(i)];
+          auto queued = std::find(queue_.begin(), queue_.end(), id);
+          if (queued == queue_.end()) continue;
+          queue_.erase(queued);
+          StartRunning(jobs_[id]);
+          group.push_back(id);
+          group_specs.push_back(specs[static_cast<size_t>(i) + 1]);
+        }
+        if (group.size() > 1) {
+          const std::string text =
+              absl::StrCat("trained fused with ", group.size() - 1, " other trial(s) of sweep ",
+                           lead.trial().sweep_id(), ": jobs ", absl::StrJoin(group, ", "),
+                           fusion.shared_data_order ? " (data_order: shared)" : "");
+          for (const std::string& id : group) {
+            JobEvent note;
+            note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
+            note.mutable_log()->set_text(text);
+            Publish(jobs_[id], std::move(note));
+          }
+          spdlog::info("jobs {}: {}", absl::StrJoin(group, ", "), text);
+        }
+      }
+    }
+    if (group.size() == 1) {
+      RunJob(job_id, submitted_by, spec, resume_checkpoint);
+    } else {
+      RunFusedJobs(group, submitted_by, group_specs, fusion.shared_data_order);
+    }
   }
+}
+
+void Scheduler::StartRunning(Job& job) {
+  // A job resumed after a restart keeps the time it first started.
+  if (!job.has_started_at()) *job.mutable_started_at() = Now();
+  running_[job.id()] = std::make_unique<Running>();
+  SetState(job, Job::RUNNING, Job::FAILURE_REASON_UNSPECIFIED, "");
+}
+
+bool Scheduler::StopRunning(const std::string& job_id, Job::State as) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return false;
+  it->second->stop_as = as;
+  it->second->cancel.Cancel();
+  return true;
+}
+
+std::vector<std::string> Scheduler::FusionCandidates(const Job& lead, int max_trials) const {
+  std::vector<std::string> candidates;
+  for (const std::string& id : queue_) {
+    if (static_cast<int>(candidates.size()) + 1 >= max_trials) break;
+    const Job& job = jobs_.at(id);
+    if (!job.has_trial() || job.trial().sweep_id() != lead.trial().sweep_id()) continue;
+    if (!job.last_checkpoint().path().empty()) continue;  // resumes alone
+    const bool ready = std::all_of(
+        job.spec().after().begin(), job.spec().after().end(),
+        [this](const std::string& dependency) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          auto it = jobs_.find(dependency);
+          return it == jobs_.end() || it->second.state() == Job::SUCCEEDED;
+        });
+    if (ready) candidates.push_back(id);
+  }
+  return candidates;
 }
 
 void Scheduler::RunJob(const std::string& job_id, const std::string& submitted_by,
@@ -1037,28 +1144,88 @@ void Scheduler::RunJob(const std::string& job_id, const std::string& submitted_b
   mpsd::api::JobContext context;
   context.job_id = job_id;
   context.resume_checkpoint = resume_checkpoint;
+  const Running* running;
+  {
+    absl::MutexLock lock(&mu_);
+    running = running_.at(job_id).get();
+  }
   absl::Status status =
       options_.check_paths ? options_.check_paths(submitted_by, spec) : absl::OkStatus();
   if (!status.ok()) {
     spdlog::warn("job {}: refused at its start: {}", job_id, std::string(status.message()));
   } else {
-    status = executor_->Run(context, spec, sink, cancel_running_);
+    status = executor_->Run(context, spec, sink, running->cancel);
   }
-
   absl::MutexLock lock(&mu_);
+  FinishJob(job_id, status, resume_checkpoint);
+  running_job_.clear();
+}
+
+void Scheduler::RunFusedJobs(const std::vector<std::string>& job_ids,
+                             const std::string& submitted_by,
+                             const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                             bool shared_data_order) {
+  std::vector<mpsd::api::TrialRun> trials;
+  std::vector<size_t> refused;
+  for (size_t i = 0; i < job_ids.size(); ++i) {
+    const std::string& id = job_ids[i];
+    spdlog::info("job {} running (fused)", id);
+    absl::Status check =
+        options_.check_paths ? options_.check_paths(submitted_by, specs[i]) : absl::OkStatus();
+    if (!check.ok()) {
+      spdlog::warn("job {}: refused at its start: {}", id, std::string(check.message()));
+      absl::MutexLock lock(&mu_);
+      FinishJob(id, check, "");
+      continue;
+    }
+    mpsd::api::TrialRun& trial = trials.emplace_back();
+    trial.job.job_id = id;
+    trial.spec = specs[i];
+    {
+      absl::MutexLock lock(&mu_);
+      trial.cancelled = &running_.at(id)->cancel;
+    }
+    trial.sink = [this, id](JobEvent event) {
+      absl::MutexLock lock(&mu_);
+      Publish(jobs_[id], std::move(event));
+    };
+    trial.done = [this, id](const absl::Status& status) {
+      absl::MutexLock lock(&mu_);
+      FinishJob(id, status, "");
+    };
+  }
+  mpsd::api::FusionOptions options;
+  options.shared_data_order = shared_data_order;
+  if (!trials.empty()) executor_->RunFused(trials, options);
+  absl::MutexLock lock(&mu_);
+  // An executor that returned without `done` for a trial: settled here.
+  for (const mpsd::api::TrialRun& trial : trials) {
+    if (running_.contains(trial.job.job_id)) {
+      FinishJob(trial.job.job_id, absl::InternalError("the fused run ended without its result"),
+                "");
+    }
+  }
+  running_job_.clear();
+}
+
+void Scheduler::FinishJob(const std::string& job_id, const absl::Status& status,
+                          const std::string& resume_checkpoint) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) return;  // settled already
+  const Job::State stop_as = it->second->stop_as.load();
+  running_.erase(it);
   Job& job = jobs_[job_id];
   *job.mutable_finished_at() = Now();
   ++jobs_run_;
-  running_job_.clear();
   if (status.ok()) {
     SetState(job, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED, "");
-  } else if (status.code() == absl::StatusCode::kCancelled && stop_as_.load() == Job::INTERRUPTED &&
+  } else if (status.code() == absl::StatusCode::kCancelled && stop_as == Job::INTERRUPTED &&
              ResumesAfterRestart(job)) {
     // Stays queued in the store: the next start runs it again from its checkpoint.
     SetState(job, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
              ResumeMessage(job, "mpsd shut down while the job ran"));
   } else if (status.code() == absl::StatusCode::kCancelled) {
-    const Job::State state = stop_as_.load();
+    const Job::State state = stop_as;
     std::string message =
         state == Job::CANCELLED ? "cancelled by request" : "interrupted: mpsd shut down";
     // The executor ignored the cancel and was killed (ExecutorSupervisor::Run): say so, and

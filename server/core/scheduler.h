@@ -280,12 +280,36 @@ class Scheduler {
   // A queued job may start now: not paused, the state dir intact, one job ready.
   bool CanStartJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
+  // A running job's cancel: the flag the executor reads, and what a set flag ends it as.
+  struct Running {
+    mpsd::api::CancelFlag cancel;
+    // CANCELLED by a user, or INTERRUPTED by shutdown.
+    std::atomic<mpsd::v1::Job::State> stop_as{mpsd::v1::Job::CANCELLED};
+  };
+  // Marks a QUEUED job, taken off the queue, RUNNING and gives it its cancel flag.
+  void StartRunning(mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops a running job (its flag set, to end as `as`); false when it does not run.
+  bool StopRunning(const std::string& job_id, mpsd::v1::Job::State as)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The trials that may be trained fused with `lead` (a sweep trial just taken off the queue):
+  // the QUEUED, ready trials of its sweep in queue order, not resuming, fewer than the sweep's
+  // fuse limit; empty when the sweep has fuse: off or `lead` is no trial.
+  std::vector<std::string> FusionCandidates(const mpsd::v1::Job& lead, int max_trials) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one job, already RUNNING, on the executor thread; returns when it reached a terminal
   // state (or, stopped by Shutdown with restart_policy: resume and a checkpoint, QUEUED again).
   // `resume_checkpoint`: JobContext::resume_checkpoint, empty for a fresh start.
   void RunJob(const std::string& job_id, const std::string& submitted_by,
               const mpsd::v1::SubmitJobRequest& spec,
               const std::string& resume_checkpoint);
+  // Runs sweep trials, already RUNNING, fused (Executor::RunFused) on the executor thread;
+  // each trial is settled as soon as it ends.
+  void RunFusedJobs(const std::vector<std::string>& job_ids, const std::string& submitted_by,
+                    const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                    bool shared_data_order);
+  // A run of `job_id` ended with `status`: its final state (or QUEUED again to resume).
+  void FinishJob(const std::string& job_id, const absl::Status& status,
+                 const std::string& resume_checkpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets a job's state and publishes the StateChange event.
   void SetState(mpsd::v1::Job& job, mpsd::v1::Job::State state,
                 mpsd::v1::Job::FailureReason reason, const std::string& message)
@@ -307,7 +331,11 @@ class Scheduler {
   // RequestKey(Job.submitted_by, SubmitJobRequest.request_id) -> job id, for every job that
   // has one.
   absl::flat_hash_map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
+  // The job the executor runs (for a fused run, its first trial); empty when none.
   std::string running_job_ ABSL_GUARDED_BY(mu_);
+  // Every running job (a fused run's trials) and its cancel flag; an entry lives until the job
+  // is settled.
+  absl::flat_hash_map<std::string, std::unique_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   // PauseQueue in effect (stored as setting "queue_paused").
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
@@ -317,10 +345,6 @@ class Scheduler {
   absl::Status refuse_submits_ ABSL_GUARDED_BY(mu_);
   int64_t jobs_run_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // Set to stop the running job; reset (under mu_) before each job starts.
-  mpsd::api::CancelFlag cancel_running_;
-  // Why the running job was stopped: CANCELLED by a user, or INTERRUPTED by shutdown.
-  std::atomic<mpsd::v1::Job::State> stop_as_{mpsd::v1::Job::CANCELLED};
 
   std::thread executor_thread_;
 };

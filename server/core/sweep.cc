@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -264,7 +265,35 @@ std::string DescribeTrial(const mpsd::v1::SweepTrial& trial) {
   return absl::StrJoin(parts, ", ");
 }
 
+absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep) {
+  SweepFusion fusion;
+  const std::string& fuse = sweep.fuse();
+  int k = 0;
+  if (fuse == "off") {
+    fusion.max_trials = 1;
+  } else if (!fuse.empty() && fuse != "auto") {
+    if (!absl::SimpleAtoi(fuse, &k) || k < 2 || k > kMaxFusedTrials) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sweep.fuse: must be auto, off or a number of trials in [2, ", kMaxFusedTrials,
+          "], got \"", absl::CHexEscape(fuse.substr(0, 64)), "\""));
+    }
+    fusion.max_trials = k;
+  }
+  const std::string& order = sweep.data_order();
+  if (order == "shared") {
+    fusion.shared_data_order = true;
+  } else if (!order.empty() && order != "per_trial") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep.data_order: must be per_trial or shared, got \"",
+                     absl::CHexEscape(order.substr(0, 64)), "\""));
+  }
+  return fusion;
+}
+
 absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(const SubmitJobRequest& request) {
+  if (absl::StatusOr<SweepFusion> fusion = ReadSweepFusion(request.sweep()); !fusion.ok()) {
+    return fusion.status();
+  }
   std::vector<Axis> grid;
   absl::StatusOr<std::vector<Axis>> random = CheckAxes(request, grid);
   if (!random.ok()) return random.status();

@@ -37,6 +37,22 @@ struct SweepTrialRequest {
 absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(
     const mpsd::v1::SubmitJobRequest& request);
 
+// Most trials one fused run may train together (SweepSpec.fuse "auto", and the largest K).
+inline constexpr int kMaxFusedTrials = 64;
+
+// SweepSpec.fuse and data_order, read. A plain value.
+struct SweepFusion {
+  // At most this many trials per fused run; 1 = "off".
+  int max_trials = kMaxFusedTrials;
+  // data_order "shared".
+  bool shared_data_order = false;
+};
+
+// The sweep's fusion settings: fuse "" or "auto" → kMaxFusedTrials, "off" → 1, an integer K
+// in [2, kMaxFusedTrials] → K; data_order "" / "per_trial" or "shared". INVALID_ARGUMENT
+// naming "sweep.fuse" or "sweep.data_order" otherwise. ExpandSweep checks it too. Pure.
+absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep);
+
 // "optimizer.learning_rate=0.01, batch_size=64": a trial's values as stored in
 // trial.parameters (in their order, as their text), for messages and tables; "" for none. Never
 // fails; pure and thread-safe.

@@ -40,7 +40,9 @@ std::vector<std::string> TensorBoardWriter::DirsOf(const Job& job) const {
 }
 
 void TensorBoardWriter::Observe(const Job& job, const JobEvent& event) {
-  if (event.seq() == 0 || !job.spec().has_train_job()) return;
+  // A sweep's runs are its trials': the parent trains nothing, and a run of its own would hold
+  // only its hyperparameters (an empty row in TensorBoard's HParams table).
+  if (event.seq() == 0 || !job.spec().has_train_job() || job.kind() == Job::SWEEP) return;
   if (!job.spec().train_job().tensorboard() && options_.tensorboard_dir.empty()) return;
   absl::MutexLock lock(&mu_);
   std::shared_ptr<const Job>& kept = observed_[job.id()];

@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -998,6 +1000,192 @@ absl::Status ExecutorSupervisor::RunHere(const mpsd::api::JobContext& job,
   }
   SendSummary(*child, outcome, restart_reason, sink);
   return status;
+}
+
+absl::StatusOr<int> ExecutorSupervisor::PlanFusion(
+    const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const {
+  absl::StatusOr<std::shared_ptr<Child>> child = WaitForChild(options_.start_timeout);
+  if (!child.ok()) return child.status();
+  executor_v1::PlanFusionRequest request;
+  for (const mpsd::v1::SubmitJobRequest& spec : specs) *request.add_specs() = spec;
+  request.set_max_trials(max_trials);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(kUnaryDeadline));
+  executor_v1::PlanFusionResponse response;
+  const grpc::Status rpc = (*child)->stub->PlanFusion(&context, request, &response);
+  if (!rpc.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("the executor did not answer PlanFusion: ", rpc.error_message()));
+  }
+  if (absl::Status planned = api::FromExecutorStatus(response.status()); !planned.ok()) {
+    return planned;
+  }
+  return response.trials();
+}
+
+std::vector<absl::Status> ExecutorSupervisor::RunFused(const std::vector<api::TrialRun>& trials,
+                                                       const api::FusionOptions& options) {
+  std::vector<absl::Status> results(trials.size());
+  std::vector<bool> ended(trials.size(), false);
+  // Waits for an executor as Run does; no single trial's cancel may end the wait for all.
+  const api::CancelFlag none;
+  absl::StatusOr<std::shared_ptr<Child>> started = ChildForJob(none);
+  if (!started.ok()) {
+    for (size_t i = 0; i < trials.size(); ++i) {
+      results[i] = started.status();
+      if (trials[i].done) trials[i].done(results[i]);
+    }
+    return results;
+  }
+  const std::shared_ptr<Child> child = *std::move(started);
+  {
+    absl::MutexLock lock(&mu_);
+    ++child->runs_in_flight;
+  }
+  executor_v1::RunFusedRequest request;
+  request.set_shared_data_order(options.shared_data_order);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    executor_v1::RunRequest& trial = *request.add_trials();
+    trial.set_job_id(trials[i].job.job_id);
+    trial.set_resume_checkpoint(trials[i].job.resume_checkpoint);
+    *trial.mutable_spec() = trials[i].spec;
+    index[trials[i].job.job_id] = i;
+  }
+  // Per trial: what Run's ForwardRun keeps for one job, and its cancel's watchdog.
+  struct Watched {
+    RunOutcome outcome;
+    std::atomic<double> step_time_ms{0};
+    absl::Mutex grace_mu;
+    absl::Duration granted;
+    std::unique_ptr<CancelWatchdog> watchdog;
+    bool killed_for_cancel = false;
+  };
+  std::vector<std::unique_ptr<Watched>> watched;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    auto w = std::make_unique<Watched>();
+    Watched* raw = w.get();
+    const std::string id = trials[i].job.job_id;
+    CancelWatchdog::Options watch;
+    watch.grace = [this, raw] {
+      absl::MutexLock lock(&raw->grace_mu);
+      raw->granted = CancelGrace(absl::Milliseconds(raw->step_time_ms.load()));
+      return raw->granted;
+    };
+    watch.ask = [this, &child, id] { return AskToCancel(*child, id); };
+    watch.kill = [this, &child, raw, id] {
+      std::string reason;
+      {
+        absl::MutexLock lock(&raw->grace_mu);
+        reason = absl::StrCat("job ", id, ": ", CancelNotHonoured(raw->granted));
+      }
+      spdlog::warn("executor pid {}: {} (a fused run); killing and replacing it", child->pid,
+                   reason);
+      Retire(*child, {std::string(kRestartCancelTimeout), reason}, /*kill=*/true);
+    };
+    w->watchdog = std::make_unique<CancelWatchdog>(*trials[i].cancelled, std::move(watch));
+    watched.push_back(std::move(w));
+  }
+  auto end_trial = [&](size_t i, const absl::Status& status, const std::string& restart_reason) {
+    if (ended[i]) return;
+    ended[i] = true;
+    SendSummary(*child, watched[i]->outcome, restart_reason, trials[i].sink);
+    results[i] = status;
+    if (trials[i].done) trials[i].done(status);
+  };
+
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<executor_v1::RunUpdate>> reader =
+      child->stub->RunFused(&context, request);
+  std::optional<absl::Status> result;
+  std::optional<mpsd::v1::JobSummary> last_summary;
+  executor_v1::RunUpdate update;
+  while (reader->Read(&update)) {
+    if (update.has_result()) {
+      result = api::FromExecutorStatus(update.result());
+      continue;
+    }
+    if (update.has_trial_result()) {
+      auto it = index.find(update.trial_result().job_id());
+      if (it == index.end()) continue;
+      const size_t i = it->second;
+      watched[i]->killed_for_cancel = watched[i]->watchdog->Stop();
+      if (watched[i]->outcome.summary.has_value()) {
+        last_summary = watched[i]->outcome.summary->summary();
+      }
+      end_trial(i, api::FromExecutorStatus(update.trial_result().status()), "");
+      continue;
+    }
+    mpsd::v1::JobEvent& event = *update.mutable_event();
+    auto it = index.find(event.job_id());
+    if (it == index.end()) continue;
+    const size_t i = it->second;
+    if (ended[i]) continue;
+    event.clear_job_id();  // the receiver's, as for Run
+    RunOutcome& outcome = watched[i]->outcome;
+    if (event.has_step()) {
+      outcome.last_step = event.step().step();
+      watched[i]->step_time_ms.store(event.step().step_time_ms());
+    }
+    if (event.has_epoch()) {
+      outcome.last_epoch = event.epoch().epoch();
+      outcome.last_train_loss = event.epoch().train_loss();
+      if (event.epoch().evaluated()) outcome.last_evaluated = event.epoch();
+    }
+    if (event.has_summary()) {
+      outcome.summary = std::move(event);  // sent with the trial's result
+      continue;
+    }
+    trials[i].sink(std::move(event));
+  }
+  const grpc::Status rpc = reader->Finish();
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (ended[i]) continue;
+    watched[i]->killed_for_cancel = watched[i]->watchdog->Stop();
+  }
+  std::string restart_reason;
+  if (result.has_value()) {
+    // The executor ended the run: the restart policy counts it as one job.
+    const RetireReason restart =
+        RestartReason(*child, last_summary.has_value() ? &*last_summary : nullptr);
+    restart_reason = restart.text;
+    if (!restart.text.empty()) Retire(*child, restart, /*kill=*/false);
+  }
+  std::string killed_for;  // the trial whose ignored cancel killed the executor
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (watched[i]->killed_for_cancel) killed_for = trials[i].job.job_id;
+  }
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (ended[i]) continue;
+    RunOutcome& outcome = watched[i]->outcome;
+    outcome.rpc = rpc;
+    outcome.killed_for_cancel = watched[i]->killed_for_cancel;
+    {
+      absl::MutexLock lock(&watched[i]->grace_mu);
+      outcome.cancel_grace = watched[i]->granted;
+    }
+    if (result.has_value()) {
+      end_trial(i, absl::InternalError("the executor's fused run ended without this trial's result"),
+                restart_reason);
+      continue;
+    }
+    std::string reason;
+    absl::Status status = Conclude(*child, trials[i].job.job_id, outcome, reason);
+    if (!killed_for.empty() && !outcome.killed_for_cancel) {
+      status = api::WithFailureReason(
+          absl::UnavailableError(absl::StrCat(
+              "executor pid ", child->pid, " was killed and replaced: job ", killed_for,
+              ", fused with this one, did not honour its cancel; last step reported: ",
+              outcome.last_step)),
+          mpsd::v1::Job::EXECUTOR_CRASHED);
+    }
+    end_trial(i, status, reason);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    --child->runs_in_flight;
+  }
+  return results;
 }
 
 bool ExecutorSupervisor::AskToCancel(Child& child, const std::string& job_id) const {

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/support/status.h>
 
@@ -143,6 +144,22 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   absl::Status Run(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                    const mpsd::api::EventSink& sink,
                    const mpsd::api::CancelFlag& cancelled) override;
+
+  // Forwarded to the executor (waiting up to start_timeout for one). Errors: the executor's
+  // (FAILED_PRECONDITION saying why nothing fuses), UNAVAILABLE when no executor answers.
+  // Thread-safe.
+  absl::StatusOr<int> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                 int max_trials) const override;
+
+  // Runs the trials fused in the executor (executor.proto RunFused) and forwards each trial's
+  // events to its sink; a trial's summary (with executor_pid) and its `done` come as soon as
+  // the executor reports it ended. Each trial's cancel has a watchdog of its own, as Run's: a
+  // cancel not honoured within its grace kills the executor, which ends that trial CANCELLED
+  // and every other unfinished trial as Run's crash does (EXECUTOR_CRASHED, naming the trial
+  // whose cancel was ignored). The executor's restart policy counts the fused run as one job
+  // (decided when it ends; trials that ended before carry no restart reason). One run at a time.
+  std::vector<absl::Status> RunFused(const std::vector<mpsd::api::TrialRun>& trials,
+                                     const mpsd::api::FusionOptions& options) override;
 
   // The executor's answer plus executor_pid, executor_uptime_s, executor_restarts; while no
   // executor answers (one is starting), the last answer with executor_pid 0. Thread-safe.

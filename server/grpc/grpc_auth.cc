@@ -2,10 +2,12 @@
 // TokenStore and the role table.
 #include "server/grpc/grpc_auth.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "api/status.h"
 #include "spdlog/spdlog.h"
 
@@ -62,11 +64,15 @@ grpc::Status TokenAuthProcessor::Process(const InputMetadata& auth_metadata,
     status = Authorize(*principal, needed, action);
   }
   if (status.ok()) return grpc::Status::OK;
+  const std::optional<int64_t> held_back = refusals_logged_.Allow(absl::Now());
+  if (!held_back.has_value()) return api::ToGrpcStatus(status);
   const std::string certificate = context != nullptr ? ClientCertificateName(*context) : "";
-  spdlog::warn("auth: {} {}: {} (token {}{})", absl::StatusCodeToString(status.code()), method,
+  spdlog::warn("auth: {} {}: {} (token {}{}){}", absl::StatusCodeToString(status.code()), method,
                std::string(status.message()),
                principal.ok() ? absl::StrCat("\"", principal->name, "\"") : std::string("-"),
-               certificate.empty() ? "" : absl::StrCat(", client certificate \"", certificate, "\""));
+               certificate.empty() ? "" : absl::StrCat(", client certificate \"", certificate, "\""),
+               *held_back == 0 ? ""
+                               : absl::StrCat("; ", *held_back, " more refused calls not logged"));
   return api::ToGrpcStatus(status);
 }
 

@@ -9,7 +9,9 @@
 #include <grpcpp/server_context.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/access/auth.h"
+#include "server/access/log_limiter.h"
 
 namespace mpsd::server {
 
@@ -27,6 +29,11 @@ class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
  public:
   explicit TokenAuthProcessor(const TokenStore* tokens) : tokens_(tokens) {}
 
+  // Refused calls logged: at most this many lines per kRefusalLogWindow, then one line saying
+  // how many more were refused (a client retrying a bad token in a loop cannot flood the log).
+  static constexpr int kRefusalLogBurst = 100;
+  static constexpr absl::Duration kRefusalLogWindow = absl::Seconds(60);
+
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed_auth_metadata,
@@ -34,6 +41,7 @@ class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
 
  private:
   const TokenStore* const tokens_;
+  LogLimiter refusals_logged_{kRefusalLogBurst, kRefusalLogWindow};
 };
 
 // Who makes `context`'s call: LocalPrincipal() on the unix socket (the peer is "unix:…"),

@@ -30,6 +30,7 @@ namespace mpsd::testing {
 namespace {
 
 using mpsd::v1::JobEvent;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
@@ -283,6 +284,26 @@ TEST(LiveTensorBoardE2eTest, TheDaemonWritesTheFileWhileTheJobTrains) {
   CommandResult artifacts =
       RunCommand({MpsctlPath(), "--server", daemon.address(), "artifacts", job.id()});
   EXPECT_THAT(artifacts.out, HasSubstr("tensorboard/" + files[0]));
+}
+
+// A sweep with `tensorboard: true`: one run per trial, none for the sweep itself (it trains
+// nothing; its run held only hyperparameters).
+TEST(LiveTensorBoardE2eTest, ASweepWritesOneRunPerTrialAndNoneForItself) {
+  TempDir dir;
+  Daemon daemon(dir / "state", dir / "mpsd.sock");
+  daemon.Start({"--tensorboard-dir", dir / "tb"});
+  v1::SubmitJobRequest request = TrainJobRequest(128, 64, 1, 32, "mlp");
+  request.set_name("lr");
+  request.mutable_train_job()->set_tensorboard(true);
+  v1::SweepParameter* lr = request.mutable_sweep()->add_grid();
+  lr->set_path("optimizer.learning_rate");
+  lr->add_values("0.001");
+  lr->add_values("0.01");
+  const v1::Job sweep = rpc_ok::WaitForEnd(daemon, rpc_ok::Submit(daemon, request).id());
+  ASSERT_EQ(sweep.state(), v1::Job::SUCCEEDED) << sweep.message();
+  EXPECT_THAT(FilesIn(dir / "tb"), ElementsAre("lr_0-" + sweep.trial_job_ids(0),
+                                               "lr_1-" + sweep.trial_job_ids(1)));
+  EXPECT_FALSE(std::filesystem::exists(dir / ("state/artifacts/" + sweep.id() + "/tensorboard")));
 }
 
 // A job that resumes after the daemon was killed: the restarted daemon rewrites the live file

@@ -590,6 +590,25 @@ TEST_F(RemoteTest, TokenMatrix) {
   EXPECT_THAT(log, Not(HasSubstr("mpsd_0123456789")));
 }
 
+// A client that retries a bad token in a loop: the daemon logs the first refusals of each
+// minute, not every one (server/access/log_limiter.h), and still refuses every call.
+TEST_F(RemoteTest, ABadTokenInALoopDoesNotFloodTheLog) {
+  std::unique_ptr<Daemon> daemon = StartTlsDaemon();
+  auto stub = mpsd::v1::JobService::NewStub(TlsChannel(TcpAddress(*daemon), Cert("ca.pem")));
+  constexpr int kCalls = 250;
+  for (int i = 0; i < kCalls; ++i) {
+    mpsd::v1::DeviceInfo device;
+    ASSERT_EQ(stub->GetDevice(Context("mpsd_0123456789").get(), {}, &device).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  const std::string log = ReadFile(daemon->log_path());
+  const std::string line = "auth: UNAUTHENTICATED /mpsd.v1.JobService/GetDevice";
+  int logged = 0;
+  for (size_t at = log.find(line); at != std::string::npos; at = log.find(line, at + 1)) ++logged;
+  EXPECT_GE(logged, 100);  // TokenAuthProcessor::kRefusalLogBurst a minute
+  EXPECT_LT(logged, kCalls);
+}
+
 TEST_F(RemoteTest, TokensFileReadableByOthersIsRefused) {
   AddToken(tokens_, "ci", "submitter");
   chmod(tokens_.c_str(), 0644);

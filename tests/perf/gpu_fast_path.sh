@@ -29,7 +29,8 @@
 #
 # Usage: tests/perf/gpu_fast_path.sh [DEPS]  (DEPS as gpu_train_compare.sh: *.deb, mpsd-src.tar.gz,
 # fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1 (reuse WORK/build), PHASES (default
-# "a b c g e d"; v: issue 27/28 jobs on the fast path; t: issue 29's TensorBoard run, below).
+# "a b c g e d"; v: issue 27/28 jobs on the fast path; t: issue 29's TensorBoard run; s: issue
+# 31's 16-trial sweep, fused and not, against PyTorch's ways of running it, below).
 # At most 8 files land in $OUT: run.log build.log graph_check.json mpsd.log fast_path.json
 # FAST_PATH.md raw.tar.gz (every raw result, env.txt, graph_check.txt and the profiler's traces).
 set -uo pipefail
@@ -128,7 +129,7 @@ job() {
   grep -q '^optimizer:' "$RUN/$name.yaml" || echo "optimizer: {name: adam, learning_rate: 0.001}" >> "$RUN/$name.yaml"
   submit "$name" "$RUN/$name.yaml"
 }
-if has b || has d || has e || has v || has t; then start_mpsd; fi
+if has b || has d || has e || has v || has t || has s; then start_mpsd; fi
 
 if has t; then
   # Issue 29: a 4-trial learning-rate sweep of the seed ConvNet with a validation split, each
@@ -363,6 +364,43 @@ if has d; then
     echo "torch.compile resnet50: skipped, ${left} s left of BUDGET_S"
   fi
 fi
+if has s; then
+  # Issue 31: the 16-trial sweep (4 learning rates × 4 weight decays, AdamW, the seed ConvNet,
+  # batch 128, 3 epochs), wall time from `mpsctl submit` to the sweep's end (`mpsctl wait`):
+  # mpsd with SWEEP_FUSE (default "auto and off": both, in that order), then PyTorch's ensemble
+  # recipe and 16 PyTorch processes together and one after another (sweep_torch.sh; SWEEP_TORCH
+  # picks its rows). Every wall time lands in RAW/s_wall.txt.
+  lrs=(0.0003 0.001 0.003 0.01)
+  wds=(0 0.0001 0.001 0.01)
+  for fuse in ${SWEEP_FUSE:-auto off}; do
+    {
+      echo "kind: TrainJob"
+      echo "name: sweep-$fuse"
+      echo "model: {name: convnet}"
+      echo "dataset: {name: fashion-mnist, root: $IDX_DIR}"
+      echo "batch_size: 128"
+      echo "epochs: 3"
+      echo "seed: 1"
+      echo "device: cuda"
+      echo "optimizer: {name: adamw, learning_rate: 0.001, weight_decay: 0.01}"
+      echo "sweep:"
+      echo "  fuse: $fuse"
+      echo "  grid: {optimizer.learning_rate: [$(IFS=,; echo "${lrs[*]}")], optimizer.weight_decay: [$(IFS=,; echo "${wds[*]}")]}"
+    } > "$RUN/s_$fuse.yaml"
+    start=$(date +%s.%N)
+    sweep=$(timeout 60 "${MPSCTL[@]}" submit "$RUN/s_$fuse.yaml" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    timeout 400 "${MPSCTL[@]}" wait "$sweep" > /dev/null 2>&1
+    wall=$("$PY" -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$start")
+    echo "mpsd fuse=$fuse sweep $sweep: wall $wall s" | tee -a "$RAW/s_wall.txt"
+    "${MPSCTL[@]}" sweep "$sweep" > "$RAW/s_sweep_$fuse.json" 2>&1
+    "${MPSCTL[@]}" list > "$RAW/s_list_$fuse.json" 2>&1
+    for id in $("$PY" -c 'import json,sys; print(" ".join((lambda j: j.get("trial_job_ids") or j.get("trialJobIds") or [])(json.load(open(sys.argv[1])))))' <("${MPSCTL[@]}" get "$sweep") 2>/dev/null); do
+      "${MPSCTL[@]}" logs "$id" > "$RAW/s_events_${fuse}_$id.jsonl" 2>&1 || true
+    done
+  done
+  bash "$PERF/sweep_torch.sh" "$IDX_DIR" "$RAW" ${SWEEP_TORCH:-ensemble concurrent sequential}
+fi
+
 [[ -n $mpsd_pid ]] && { kill -TERM "$mpsd_pid"; wait "$mpsd_pid"; }
 
 say "summary"

@@ -175,6 +175,31 @@ const std::vector<Case>& Cases() {
          j.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(2);
          j.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
        }, 5e-2, 1e-3},
+      // The torchvision-style augmentations of issue 28, each on the device: captured in the
+      // graph or run eagerly, the job's graph line says which; either way the same draws from
+      // the same generator reach the same step.
+      {"adam random_resized_crop 28 (antialias off)", [](TrainJob& j) {
+         j.mutable_dataset()->mutable_augmentation()->mutable_random_resized_crop()->add_size(28);
+       }, 1e-2, 1e-4},
+      {"adam resize 32 + center_crop 28 (antialiased)", [](TrainJob& j) {
+         j.mutable_dataset()->mutable_augmentation()->add_resize(32);
+         j.mutable_dataset()->mutable_augmentation()->add_center_crop(28);
+       }, 1e-2, 1e-4},
+      {"adam color_jitter brightness/contrast 0.4", [](TrainJob& j) {
+         j.mutable_dataset()->mutable_augmentation()->mutable_color_jitter()->set_brightness(0.4);
+         j.mutable_dataset()->mutable_augmentation()->mutable_color_jitter()->set_contrast(0.4);
+       }, 1e-2, 1e-4},
+      {"adam random_rotation 15 + random_erasing", [](TrainJob& j) {
+         j.mutable_dataset()->mutable_augmentation()->mutable_random_rotation()->add_degrees(15);
+         j.mutable_dataset()->mutable_augmentation()->mutable_random_erasing()->set_p(0.5);
+       }, 1e-2, 1e-4},
+      {"adam mixup 0.2", [](TrainJob& j) {
+         j.mutable_dataset()->mutable_augmentation()->mutable_mixup()->set_alpha(0.2);
+       }, 1e-2, 1e-4},
+      {"adam bf16 cutmix 1.0", [](TrainJob& j) {
+         j.set_precision("bf16");
+         j.mutable_dataset()->mutable_augmentation()->mutable_cutmix()->set_alpha(1.0);
+       }, 5e-2, 1e-3},
   };
   return cases;
 }

@@ -52,6 +52,9 @@ def make_optimizer(model, args):
         kwargs["fused"] = True
     if args.cuda_graph:
         kwargs["capturable"] = True
+    if args.adamw:
+        return torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
+                                 **kwargs)
     return torch.optim.Adam(model.parameters(), lr=args.lr, **kwargs)
 
 
@@ -124,6 +127,9 @@ def main():
                         help="capture the whole step in one CUDA graph (drops the partial batch)")
     parser.add_argument("--variant", default="", help="name in the results (default from flags)")
     parser.add_argument("--bf16", action="store_true", help="autocast bf16 forward")
+    parser.add_argument("--adamw", action="store_true",
+                        help="AdamW (decoupled weight decay) instead of Adam (sweeps, issue 31)")
+    parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW's weight decay")
     parser.add_argument("--channels-last", action="store_true", help="torch.channels_last")
     parser.add_argument("--profile", default="", metavar="START:COUNT")
     parser.add_argument("--profile-out", default="trace.json")
@@ -204,6 +210,8 @@ def main():
         variant, what = "2b", "Adam(fused=True)"
     else:
         variant, what = "2", "Adam (default: foreach)"
+    if args.adamw:
+        what = what.replace("Adam", "AdamW") + f", weight decay {args.weight_decay:g}"
     if args.bf16:
         what += ", bf16 autocast"
     if args.channels_last:

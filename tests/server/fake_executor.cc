@@ -1,6 +1,7 @@
 // FakeExecutor: scripted jobs behind the real executor interface.
 #include "tests/server/fake_executor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -120,6 +121,87 @@ absl::Status FakeExecutor::Run(const api::JobContext& job, const mpsd::v1::Submi
   }
   if (script.hold && Hold(cancelled)) return finish(absl::CancelledError("cancelled while held"));
   return finish(script.result);
+}
+
+void FakeExecutor::FuseUpTo(int n) {
+  absl::MutexLock lock(&mu_);
+  fuse_up_to_ = n;
+}
+
+std::vector<std::vector<std::string>> FakeExecutor::fused_runs() const {
+  absl::MutexLock lock(&mu_);
+  return fused_runs_;
+}
+
+absl::StatusOr<int> FakeExecutor::PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                             int max_trials) const {
+  absl::MutexLock lock(&mu_);
+  const int n = std::min({static_cast<int>(specs.size()), max_trials, fuse_up_to_});
+  if (n < 2) return absl::FailedPreconditionError("fake: fusing off");
+  return n;
+}
+
+std::vector<absl::Status> FakeExecutor::RunFused(const std::vector<api::TrialRun>& trials,
+                                                 const api::FusionOptions& /*options*/) {
+  std::vector<Script> scripts;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string>& ids = fused_runs_.emplace_back();
+    for (const api::TrialRun& trial : trials) {
+      ids.push_back(trial.job.job_id);
+      runs_.push_back(RunRecord{trial.job, trial.spec});
+      Script& script = scripts.emplace_back();
+      if (!scripts_.empty()) {
+        script = std::move(scripts_.front());
+        scripts_.pop_front();
+      }
+    }
+  }
+  std::vector<absl::Status> results(trials.size());
+  std::vector<bool> ended(trials.size(), false);
+  auto end = [&](size_t i, absl::Status status) {
+    mpsd::v1::JobEvent summary;
+    summary.mutable_summary()->set_device("fake");
+    trials[i].sink(std::move(summary));
+    ended[i] = true;
+    results[i] = status;
+    if (trials[i].done) trials[i].done(status);
+  };
+  int most_steps = 0;
+  for (const Script& script : scripts) most_steps = std::max(most_steps, script.steps);
+  for (int step = 1; step <= most_steps; ++step) {
+    for (size_t i = 0; i < trials.size(); ++i) {
+      if (ended[i] || step > scripts[i].steps) continue;
+      mpsd::v1::JobEvent event;
+      event.mutable_step()->set_step(step);
+      event.mutable_step()->set_epoch(1);
+      event.mutable_step()->set_loss(1.0f / step);
+      trials[i].sink(std::move(event));
+      if (trials[i].cancelled->cancelled()) {
+        end(i, absl::CancelledError(absl::StrCat("cancelled after step ", step)));
+      }
+    }
+  }
+  // Held trials wait together, each until it is cancelled, or all until Release().
+  for (;;) {
+    bool holding = false;
+    for (size_t i = 0; i < trials.size(); ++i) {
+      if (ended[i] || !scripts[i].hold) continue;
+      if (trials[i].cancelled->cancelled()) {
+        end(i, absl::CancelledError("cancelled while held"));
+      } else {
+        holding = true;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    holding_ = holding && !released_;
+    if (!holding_) break;
+    mu_.AwaitWithTimeout(absl::Condition(&released_), absl::Milliseconds(5));
+  }
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (!ended[i]) end(i, scripts[i].result);
+  }
+  return results;
 }
 
 mpsd::v1::DeviceInfo FakeExecutor::GetDevice() const {

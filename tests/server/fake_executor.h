@@ -50,6 +50,11 @@ class FakeExecutor final : public api::Executor {
   // Ends the wait of every held job (the one running now and any later one that holds).
   void Release();
 
+  // PlanFusion fuses up to `n` trials (>= 2) from now on; by default it fuses none.
+  void FuseUpTo(int n);
+  // The job ids of every RunFused so far, in order.
+  std::vector<std::vector<std::string>> fused_runs() const;
+
   // Blocks until `n` Runs have started (or `timeout` passed); false on timeout.
   bool WaitForRuns(int n, absl::Duration timeout = absl::Seconds(30)) const;
   // Blocks until a job is held (waiting in its script), or `timeout`; false on timeout.
@@ -60,6 +65,14 @@ class FakeExecutor final : public api::Executor {
   absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override;
   absl::Status Run(const api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                    const api::EventSink& sink, const api::CancelFlag& cancelled) override;
+  // min(specs, max_trials, FuseUpTo's n), or FAILED_PRECONDITION "fake: fusing off".
+  absl::StatusOr<int> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                 int max_trials) const override;
+  // Each trial plays its own script (taken from the queue in trial order; each counts as a Run
+  // in runs()), interleaved step by step; a trial cancelled after a step or while held ends
+  // alone (summary, `done`, CANCELLED) and the others go on; Release() ends every hold.
+  std::vector<absl::Status> RunFused(const std::vector<api::TrialRun>& trials,
+                                     const api::FusionOptions& options) override;
   // kind "fake", name "fake executor", jobs_run: the Runs so far.
   mpsd::v1::DeviceInfo GetDevice() const override;
   // One model, "fake", with 1 parameter.
@@ -78,6 +91,8 @@ class FakeExecutor final : public api::Executor {
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_seen_ ABSL_GUARDED_BY(mu_) = false;
+  int fuse_up_to_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::vector<std::string>> fused_runs_ ABSL_GUARDED_BY(mu_);
 };
 
 // A TrainJob request naming `model` (FakeExecutor runs any), with a priority and request_id.

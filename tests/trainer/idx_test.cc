@@ -285,6 +285,18 @@ TEST_F(IdxTest, TrailingBytes) {
   }
 }
 
+// A small .gz whose data is followed by 64 MiB of zeros (compressed ~1000:1): refused once a
+// MiB of them was counted, not inflated whole.
+TEST_F(IdxTest, TrailingZerosOfAGzipAreNotInflatedWhole) {
+  Bytes file = MakeIdx({5, 3, 4}, Iota(60));
+  file.resize(file.size() + (size_t{64} << 20), 0);
+  WriteGz(Path("bomb.gz"), file);
+  ASSERT_LT(std::filesystem::file_size(Path("bomb.gz")), size_t{1} << 20);
+  ExpectError(ReadIdxFile(Path("bomb.gz")).status(), absl::StatusCode::kDataLoss,
+              {Path("bomb.gz"), "bytes beyond the data (counting stopped there)",
+               "expected 60 bytes of data after the 16-byte header"});
+}
+
 TEST_F(IdxTest, TenByteFile) {
   Bytes file = MakeIdx({5, 3, 4}, {});
   file.resize(10);

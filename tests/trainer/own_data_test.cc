@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "trainer/datasets.h"
 #include "trainer/executor.h"
+#include "trainer/input_limits.h"
 #include "trainer/tensor_file.h"
 
 namespace mpsd::trainer {
@@ -271,7 +273,8 @@ open(os.path.join(out, "text.pt"), "w").write("hello")
   EXPECT_THAT(error("short_y.pt"), HasSubstr(": train.y: shape [3], expected [4]"));
   EXPECT_THAT(error("shape.pt"), HasSubstr(": test.x: shape [4, 3, 2, 5]"));
   EXPECT_THAT(error("label.pt"), HasSubstr(": test.y[2]: label 7, but there are 3 classes"));
-  EXPECT_THAT(error("negative.pt"), HasSubstr(": train.y[1]: label -1"));
+  EXPECT_THAT(error("negative.pt"),
+              HasSubstr(": train.y[1]: label -1; class labels are 0 or more"));
   EXPECT_THAT(error("legacy.pt"), HasSubstr("legacy torch.save file"));
   EXPECT_THAT(error("list.pt"), HasSubstr("expected a dict with keys train, test, val, classes"));
   EXPECT_THAT(error("newer.pt"), HasSubstr("newer PyTorch"));
@@ -563,6 +566,31 @@ TEST_F(OwnDataTest, TargetsCsvGivesAFolderFloatTargets) {
   fs::remove(root / "val" / "targets.csv");
   EXPECT_THAT(std::string(executor->Validate(job).message()),
               HasSubstr("/val/targets.csv: missing"));
+  write_targets("val", true);
+  // A targets.csv over executor.max_file_bytes is refused before it is read (the images, all
+  // smaller than the limit, are not).
+  int64_t largest_image = 0;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_regular_file() && e.path().extension() != ".csv") {
+      largest_image = std::max<int64_t>(largest_image, static_cast<int64_t>(e.file_size()));
+    }
+  }
+  {  // the same rows, each padded with spaces (stripped when read) past the images' size
+    std::ifstream in(train_csv);
+    std::string text, line;
+    while (std::getline(in, line)) text += line + std::string(200, ' ') + "\n";
+    std::ofstream(train_csv) << text;
+  }
+  ASSERT_TRUE(executor->Validate(job).ok());
+  ASSERT_LT(largest_image + 1, static_cast<int64_t>(fs::file_size(train_csv)));
+  api::InputLimits limits;
+  limits.max_file_bytes = largest_image + 1;
+  SetInputLimits(limits);
+  EXPECT_THAT(std::string(executor->Validate(job).message()),
+              HasSubstr(absl::StrCat(train_csv, ": ", fs::file_size(train_csv),
+                                     " bytes, more than executor.max_file_bytes (",
+                                     largest_image + 1, ")")));
+  SetInputLimits(api::InputLimits());
 
   // Without class directories: the images right in train/ and val/, their targets by name.
   const fs::path flat = *dir_ / "colours-flat";

@@ -146,5 +146,25 @@ TEST_F(DataRootsUploadsTest, EvalAndPredictJobPathsAreCheckedLikeATrainJobs) {
   EXPECT_THAT(roots.Check(predict, &alice).message(), HasSubstr("predict_job.model: "));
 }
 
+// A relative path over TCP names nothing the submitter can know (the daemon's working
+// directory): refused as such, naming the field, even where it would resolve under a root.
+TEST_F(DataRootsUploadsTest, RelativePathsAreRefusedNamingTheField) {
+  DataRoots roots({(dir_.path() / "data").string(), "/"}, state_);
+  const Principal alice{"alice", Role::kSubmitter};
+  mpsd::v1::SubmitJobRequest train;
+  train.mutable_train_job()->mutable_dataset()->set_name("fashion-mnist");
+  train.mutable_train_job()->mutable_dataset()->set_root("data/fmnist");
+  absl::Status status = roots.Check(train, &alice);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "train_job.dataset.root: \"data/fmnist\" is a relative path: a job submitted over "
+            "TCP must name absolute paths");
+  EXPECT_EQ(api::InvalidFieldOf(status), "train_job.dataset.root");
+  train.mutable_train_job()->mutable_dataset()->set_root((dir_.path() / "data").string());
+  train.mutable_train_job()->mutable_model()->set_torchscript("../net.pt");
+  EXPECT_THAT(roots.Check(train, &alice).message(),
+              HasSubstr("train_job.model.torchscript: \"../net.pt\" is a relative path"));
+}
+
 }  // namespace
 }  // namespace mpsd::server

@@ -31,6 +31,7 @@ using ::mpsd::v1::JobEvent;
 using ::mpsd::v1::SubmitJobRequest;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 SubmitJobRequest TrainRequest(int priority = 0, const std::string& request_id = "") {
   return ::mpsd::testing::FakeTrainRequest(priority, request_id);
@@ -291,6 +292,152 @@ TEST_F(SchedulerTest, ShutdownInterruptsTheRunningJobAndKeepsTheQueue) {
   auto scheduler = Start();
   EXPECT_EQ(WaitForEnd(*scheduler, queued_low).state(), Job::SUCCEEDED);
   EXPECT_THAT(RunOrder(), ElementsAre(running_id, queued_high, queued_low));
+}
+
+// A sweep over four learning rates, its trials queued behind a paused queue so that all are
+// queued when the first starts. `fuse` as SweepSpec.fuse.
+SubmitJobRequest SweepRequest(const std::string& fuse, int trials = 4) {
+  SubmitJobRequest request = TrainRequest();
+  mpsd::v1::SweepParameter* lr = request.mutable_sweep()->add_grid();
+  lr->set_path("optimizer.learning_rate");
+  for (int i = 0; i < trials; ++i) lr->add_values(absl::StrCat("0.0", i + 1));
+  request.mutable_sweep()->set_fuse(fuse);
+  return request;
+}
+
+std::vector<std::string> LogTexts(JobStore& store, const std::string& id) {
+  std::vector<std::string> texts;
+  absl::StatusOr<std::vector<JobEvent>> events = store.ReadEvents(id, 0, 1000);
+  if (!events.ok()) return texts;
+  for (const JobEvent& event : *events) {
+    if (event.has_log()) texts.push_back(event.log().text());
+  }
+  return texts;
+}
+
+TEST_F(SchedulerTest, QueuedTrialsOfASweepRunFusedUpToWhatTheExecutorPlans) {
+  executor_.FuseUpTo(3);
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Pause().ok());
+  const Job sweep = Submit(*scheduler, SweepRequest("auto"));
+  ASSERT_EQ(sweep.trial_job_ids_size(), 4);
+  ASSERT_TRUE(scheduler->Resume().ok());
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+  const std::vector<std::string> t(sweep.trial_job_ids().begin(), sweep.trial_job_ids().end());
+  // The first three together (the executor's plan), the fourth alone: every trial ran once.
+  EXPECT_THAT(executor_.fused_runs(), ElementsAre(ElementsAre(t[0], t[1], t[2])));
+  EXPECT_THAT(RunOrder(), ElementsAre(t[0], t[1], t[2], t[3]));
+  for (int i = 0; i < 3; ++i) {
+    const Job trial = *scheduler->Get(t[i]);
+    EXPECT_EQ(trial.state(), Job::SUCCEEDED);
+    EXPECT_EQ(trial.last_step().step(), 2);
+    EXPECT_EQ(trial.summary().device(), "fake");
+  }
+  scheduler->Shutdown();
+  EXPECT_THAT(LogTexts(*store_, t[1]),
+              ElementsAre(HasSubstr(absl::StrCat("trained fused with 2 other trial(s) of sweep ",
+                                                 sweep.id(), ": jobs ", t[0], ", ", t[1], ", ",
+                                                 t[2]))));
+  // The fourth, queued last, had no trial left to fuse with: it ran as before, without a note.
+  EXPECT_THAT(LogTexts(*store_, t[3]), IsEmpty());
+}
+
+TEST_F(SchedulerTest, WhyTrialsWereNotFusedIsInTheTrialsLog) {
+  auto scheduler = Start();  // FakeExecutor fuses nothing by default
+  ASSERT_TRUE(scheduler->Pause().ok());
+  const Job sweep = Submit(*scheduler, SweepRequest("", 2));
+  ASSERT_TRUE(scheduler->Resume().ok());
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+  EXPECT_THAT(executor_.fused_runs(), IsEmpty());
+  scheduler->Shutdown();
+  EXPECT_THAT(LogTexts(*store_, sweep.trial_job_ids(0)),
+              ElementsAre(absl::StrCat("not trained fused with other trials of sweep ",
+                                       sweep.id(), ": fake: fusing off")));
+}
+
+TEST_F(SchedulerTest, FuseOffAndAFuseLimitAreHonoured) {
+  executor_.FuseUpTo(64);
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Pause().ok());
+  const Job off = Submit(*scheduler, SweepRequest("off", 2));
+  const Job two = Submit(*scheduler, SweepRequest("2", 3));
+  ASSERT_TRUE(scheduler->Resume().ok());
+  EXPECT_EQ(WaitForEnd(*scheduler, off.id()).state(), Job::SUCCEEDED);
+  EXPECT_EQ(WaitForEnd(*scheduler, two.id()).state(), Job::SUCCEEDED);
+  EXPECT_THAT(executor_.fused_runs(),
+              ElementsAre(ElementsAre(two.trial_job_ids(0), two.trial_job_ids(1))));
+  for (const std::string& bad : {"1", "65", "many", "2x"}) {
+    absl::StatusOr<Job> refused = scheduler->Submit(SweepRequest(bad, 2));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("sweep.fuse")) << bad;
+  }
+  SubmitJobRequest order = SweepRequest("auto", 2);
+  order.mutable_sweep()->set_data_order("random");
+  EXPECT_THAT(scheduler->Submit(order).status().message(), HasSubstr("sweep.data_order"));
+}
+
+TEST_F(SchedulerTest, ACancelledOrFailedFusedTrialEndsAloneAndTheOthersGoOn) {
+  executor_.FuseUpTo(3);
+  executor_.QueueScript(FakeExecutor::Held(1));
+  executor_.QueueScript(FakeExecutor::Held(1));
+  FakeExecutor::Script fails = FakeExecutor::EndsWith(absl::InternalError("trial blew up"));
+  executor_.QueueScript(fails);
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Pause().ok());
+  const Job sweep = Submit(*scheduler, SweepRequest("auto", 3));
+  ASSERT_TRUE(scheduler->Resume().ok());
+  ASSERT_TRUE(executor_.WaitUntilHeld());
+  const std::vector<std::string> t(sweep.trial_job_ids().begin(), sweep.trial_job_ids().end());
+  // While the first two are held, the third has not ended: its result comes after the holds.
+  ASSERT_TRUE(scheduler->Cancel(t[1]).ok());
+  const Job cancelled = WaitForEnd(*scheduler, t[1]);
+  EXPECT_EQ(cancelled.state(), Job::CANCELLED);
+  EXPECT_EQ(cancelled.message(), "cancelled by request");
+  EXPECT_EQ(scheduler->Get(t[0])->state(), Job::RUNNING);
+  EXPECT_EQ(scheduler->Get(sweep.id())->state(), Job::RUNNING);
+  executor_.Release();
+  EXPECT_EQ(WaitForEnd(*scheduler, t[0]).state(), Job::SUCCEEDED);
+  const Job failed = WaitForEnd(*scheduler, t[2]);
+  EXPECT_EQ(failed.state(), Job::FAILED);
+  EXPECT_EQ(failed.message(), "trial blew up");
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::FAILED);
+}
+
+TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
+  executor_.FuseUpTo(2);
+  executor_.QueueScript(FakeExecutor::Held(1));
+  executor_.QueueScript(FakeExecutor::Held(1));
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Pause().ok());
+  const Job sweep = Submit(*scheduler, SweepRequest("auto", 2));
+  ASSERT_TRUE(scheduler->Resume().ok());
+  ASSERT_TRUE(executor_.WaitUntilHeld());
+  scheduler->Shutdown();
+  for (const std::string& id : sweep.trial_job_ids()) {
+    EXPECT_EQ(scheduler->Get(id)->state(), Job::INTERRUPTED) << id;
+    EXPECT_EQ(store_->GetJob(id)->message(), "interrupted: mpsd shut down");
+  }
+}
+
+// A name that would display as another (a right-to-left override reversing "gpj.exe") or hide
+// text (a C1 control) is refused, as ASCII controls are; other Unicode is a name like any other.
+TEST_F(SchedulerTest, NamesAndLabelsRefuseControlAndBidiCharacters) {
+  auto scheduler = Start();
+  for (const std::string& bad : {std::string("run\x07"), std::string("evil\xE2\x80\xAEgpj.exe"),
+                                 std::string("a\xE2\x81\xA6" "b"), std::string("x\xC2\x85y"),
+                                 std::string("\xE2\x80\x8Fname")}) {
+    SubmitJobRequest named = TrainRequest();
+    named.set_name(bad);
+    const absl::Status refused = scheduler->Submit(named).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.message(), HasSubstr("name: ")) << bad;
+    SubmitJobRequest labelled = TrainRequest();
+    (*labelled.mutable_labels())["owner"] = bad;
+    EXPECT_THAT(scheduler->Submit(labelled).status().message(), HasSubstr("labels.owner: ")) << bad;
+  }
+  SubmitJobRequest unicode = TrainRequest();
+  unicode.set_name("f\xC3\xBCr Ren\xC3\xA9" "e \xE2\x80\x94 \xE6\xB5\x8B\xE8\xAF\x95");  // für Renée — 测试
+  EXPECT_TRUE(scheduler->Submit(unicode).ok());
 }
 
 TEST_F(SchedulerTest, RecoversJobsADeadDaemonLeftRunning) {

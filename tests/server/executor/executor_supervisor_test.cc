@@ -243,5 +243,53 @@ TEST_F(ExecutorSupervisorTest, PerJobIsolationReplacesTheExecutorAfterEachJob) {
   EXPECT_NE(supervisor->GetDevice().executor_pid(), pid);
 }
 
+// A fused run through the real executor: every trial's events reach its own sink, its summary
+// (with the executor's pid) comes last and `done` once, and a cancel reaches the one trial it
+// names while the others finish.
+TEST_F(ExecutorSupervisorTest, AFusedRunReportsEachTrialAloneAndCancelsOneByItsId) {
+  std::unique_ptr<ExecutorSupervisor> supervisor = Start(Options());
+  ASSERT_NE(supervisor, nullptr);
+  const int64_t pid = supervisor->GetDevice().executor_pid();
+  constexpr int kTrials = 3;
+  std::vector<std::vector<JobEvent>> events(kTrials);
+  std::vector<std::vector<absl::Status>> done(kTrials);
+  std::vector<std::unique_ptr<api::CancelFlag>> flags;
+  std::vector<api::TrialRun> trials(kTrials);
+  for (int i = 0; i < kTrials; ++i) {
+    flags.push_back(std::make_unique<api::CancelFlag>());
+    trials[i].job.job_id = absl::StrCat(10 + i);
+    trials[i].spec = SyntheticJob();
+    trials[i].spec.mutable_train_job()->mutable_optimizer()->set_learning_rate(0.1 / (i + 1));
+    trials[i].cancelled = flags[i].get();
+    trials[i].sink = [&, i](JobEvent event) {
+      EXPECT_TRUE(done[i].empty()) << "an event after trial " << i << " ended";
+      EXPECT_EQ(event.job_id(), "");  // the receiver numbers and names events
+      // The middle trial is cancelled at its first step.
+      if (i == 1 && event.has_step()) flags[1]->Cancel();
+      events[i].push_back(std::move(event));
+    };
+    trials[i].done = [&, i](const absl::Status& status) { done[i].push_back(status); };
+  }
+  const std::vector<absl::Status> results = supervisor->RunFused(trials, {});
+  ASSERT_EQ(results.size(), 3u);
+  for (int i = 0; i < kTrials; ++i) {
+    ASSERT_EQ(done[i].size(), 1u) << i;
+    EXPECT_EQ(done[i][0], results[i]) << i;
+    ASSERT_FALSE(events[i].empty()) << i;
+    ASSERT_TRUE(events[i].back().has_summary()) << i;
+    EXPECT_EQ(events[i].back().summary().executor_pid(), pid) << i;
+    int steps = 0;
+    for (const JobEvent& event : events[i]) steps += event.has_step();
+    if (i == 1) {
+      EXPECT_EQ(results[i].code(), absl::StatusCode::kCancelled) << results[i];
+      EXPECT_LT(steps, 4);
+    } else {
+      EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+      EXPECT_EQ(steps, 4) << i;
+    }
+  }
+  EXPECT_EQ(supervisor->GetDevice().executor_pid(), pid);
+}
+
 }  // namespace
 }  // namespace mpsd::server
