@@ -263,7 +263,8 @@ std::vector<absl::Status> TorchExecutor::RunFused(const std::vector<api::TrialRu
   }
   std::vector<FusedTrial> fused;
   for (size_t k = 0; k < trials.size(); ++k) {
-    fused.push_back(FusedTrial{&jobs[k], trials[k].sink, &trials[k].cancelled->flag()});
+    fused.push_back(
+        FusedTrial{&jobs[k], trials[k].sink, &trials[k].cancelled->flag(), trials[k].done});
   }
   jobs_run_.fetch_add(static_cast<int64_t>(trials.size()), std::memory_order_relaxed);
   return RunFusedTrainJobs(fused, options.shared_data_order, options_.steps_per_readback);

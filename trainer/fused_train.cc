@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -104,6 +105,7 @@ struct Trial {
   EventSink sink;     // the caller's
   EventSink observed;  // counts into `summary`, then `sink`
   const std::atomic<bool>* cancelled = nullptr;
+  std::function<void(const absl::Status&)> done;
   int index = 0;
   std::unique_ptr<SummaryBuilder> summary;
   bool running = true;    // still training
@@ -143,6 +145,7 @@ void FinishTrial(Trial& trial, absl::Status status, const torch::Device& device,
     return absl::OkStatus();
   });
   if (trial.status.ok()) trial.status = emitted;
+  if (trial.done) trial.done(trial.status);
 }
 
 // A trial stopping at a step boundary: the steps that ran read back, then its divergence error
@@ -490,6 +493,7 @@ std::vector<absl::Status> RunFusedTrainJobs(const std::vector<FusedTrial>& fused
     trial->job = fused_trials[k].job;
     trial->sink = fused_trials[k].sink;
     trial->cancelled = fused_trials[k].cancelled;
+    trial->done = fused_trials[k].done;
     trial->index = static_cast<int>(k);
     trial->summary = std::make_unique<SummaryBuilder>(DeviceString(trial->job->device));
     Trial* raw = trial.get();

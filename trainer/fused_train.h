@@ -24,6 +24,7 @@
 #define MPSD_TRAINER_FUSED_TRAIN_H_
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct FusedTrial {
   const TrainJobConfig* job = nullptr;  // resolved with the trial's context (job_id, job_dir)
   EventSink sink;                       // the trial's events, its summary last
   const std::atomic<bool>* cancelled = nullptr;
+  // May be empty: called once, as soon as the trial has ended (after its summary), with the
+  // status RunFusedTrainJobs returns for it (api::TrialRun::done).
+  std::function<void(const absl::Status&)> done;
 };
 
 // Trains `trials` (each FusionRefusal-free, FusionDifference-free against trials[0], all on the

@@ -68,6 +68,12 @@ mpsd::v1::SubmitJobRequest Trial(const std::string& model, const std::string& op
 struct Result {
   absl::Status status;
   std::vector<mpsd::v1::JobEvent> events;
+  // RunFused: TrialRun::done's calls, the status it was given, and how many events of every
+  // trial had arrived by then (in the order of the run's sinks).
+  int done_calls = 0;
+  absl::Status done_status;
+  bool summary_before_done = false;
+  int64_t events_of_all_at_done = 0;
 
   std::vector<float> losses() const {
     std::vector<float> losses;
@@ -105,6 +111,7 @@ std::vector<Result> RunFused(Executor& executor, const std::string& prefix,
                              bool shared_data_order = false, int cancel_trial = -1,
                              int64_t cancel_after = 0) {
   std::vector<Result> results(specs.size());
+  auto events_of_all = std::make_shared<int64_t>(0);
   std::vector<std::unique_ptr<CancelFlag>> flags;
   std::vector<api::TrialRun> trials;
   for (size_t k = 0; k < specs.size(); ++k) {
@@ -115,9 +122,17 @@ std::vector<Result> RunFused(Executor& executor, const std::string& prefix,
     api::TrialRun trial;
     trial.job.job_id = absl::StrCat(prefix, k);
     trial.spec = specs[k];
-    trial.sink = [result, flag, cancels, cancel_after](mpsd::v1::JobEvent event) {
+    trial.sink = [result, flag, cancels, cancel_after,
+                  events_of_all](mpsd::v1::JobEvent event) {
       if (cancels && event.has_step() && event.step().step() >= cancel_after) flag->Cancel();
       result->events.push_back(std::move(event));
+      ++*events_of_all;
+    };
+    trial.done = [result, events_of_all](const absl::Status& status) {
+      ++result->done_calls;
+      result->done_status = status;
+      result->summary_before_done = result->summary() != nullptr;
+      result->events_of_all_at_done = *events_of_all;
     };
     trial.cancelled = flag;
     trials.push_back(std::move(trial));
@@ -128,6 +143,10 @@ std::vector<Result> RunFused(Executor& executor, const std::string& prefix,
   EXPECT_EQ(statuses.size(), specs.size());
   for (size_t k = 0; k < statuses.size() && k < results.size(); ++k) {
     results[k].status = statuses[k];
+    // Each trial settled once, after its summary, with the status RunFused returns for it.
+    EXPECT_EQ(results[k].done_calls, 1) << "trial " << k;
+    EXPECT_EQ(results[k].done_status, statuses[k]) << "trial " << k;
+    EXPECT_TRUE(results[k].summary_before_done) << "trial " << k;
   }
   return results;
 }
@@ -275,6 +294,9 @@ TEST(FusedTrainTest, CancelledTrialEndsAloneAndTheOthersGoOn) {
   ASSERT_NE(fused[1].summary(), nullptr);
   EXPECT_EQ(fused[1].summary()->stop_reason(), "cancelled");
   EXPECT_FALSE(fs::exists(dir.path() / "fused1" / "model.pt"));
+  // It was settled while the others still trained: far fewer events had arrived by then than
+  // at the end.
+  EXPECT_LT(fused[1].events_of_all_at_done, fused[0].events_of_all_at_done / 2);
   for (const size_t k : {size_t{0}, size_t{2}}) {
     ASSERT_TRUE(fused[k].status.ok()) << fused[k].status;
     const Result alone = RunAlone(*executor, absl::StrCat("alone", k), specs[k]);
