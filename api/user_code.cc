@@ -42,6 +42,8 @@ std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
   if (!request.has_train_job()) return std::nullopt;
   const std::string& path = request.train_job().model().torchscript();
   if (!path.empty()) return UserCode{"train_job.model.torchscript", path};
+  const std::string& loss = request.train_job().loss().torchscript();
+  if (!loss.empty()) return UserCode{"train_job.loss.torchscript", loss};
   if (request.has_sweep() && (SetsTorchScript(request.sweep().grid()) ||
                               SetsTorchScript(request.sweep().random().parameters()))) {
     return UserCode{"sweep", ""};

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/models/torchscript.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -201,6 +203,7 @@ const char* LossName(LossKind kind) {
 }
 
 std::string TaskConfig::Describe() const {
+  if (!custom_loss_path.empty()) return absl::StrCat("torchscript(", custom_loss_path, ")");
   std::vector<std::string> settings;
   if (loss == LossKind::kSmoothL1) settings.push_back(absl::StrFormat("beta=%g", beta));
   if (loss == LossKind::kHuber) settings.push_back(absl::StrFormat("delta=%g", delta));
@@ -241,6 +244,29 @@ absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
                                         "not %s",
                                         TaskName(config.kind)));
   }
+  config.target_shape.clear();
+  if (config.kind == TaskKind::kMultilabel ||
+      (config.kind == TaskKind::kRegression && !dataset.target_shape.empty())) {
+    config.target_shape = {config.outputs};
+  }
+  if (!spec.loss().torchscript().empty()) {
+    // The user's loss replaces the built-in one and every setting of it.
+    const mpsd::v1::LossSpec& loss = spec.loss();
+    const char* set = !loss.type().empty()          ? "loss.type"
+                      : loss.has_beta()             ? "loss.beta"
+                      : loss.has_delta()            ? "loss.delta"
+                      : loss.class_weights_size()   ? "loss.class_weights"
+                      : loss.pos_weight_size()      ? "loss.pos_weight"
+                      : spec.label_smoothing() != 0 ? "label_smoothing"
+                                                    : nullptr;
+    if (set != nullptr) {
+      return fields.Error(set, "set either loss.torchscript (your own loss) or the built-in "
+                               "loss's settings, not both");
+    }
+    config.custom_loss_path = loss.torchscript();
+    config.label_smoothing = 0;
+    return config;
+  }
   if (absl::Status s = ResolveLossType(spec.loss(), config, fields); !s.ok()) return s;
   if (absl::Status s = ResolveLossSettings(spec.loss(), config, fields); !s.ok()) return s;
   return config;
@@ -248,6 +274,14 @@ absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
 
 TaskLoss::TaskLoss(const TaskConfig& config, const torch::Device& device)
     : config_(config), sum_dtype_(device.is_mps() ? torch::kFloat32 : torch::kFloat64) {
+  if (!config_.custom_loss_path.empty()) {
+    absl::StatusOr<torch::jit::Module> module = LoadTorchScriptLoss(config_, device);
+    if (!module.ok()) {
+      throw std::runtime_error(
+          absl::StrCat("train_job.loss.torchscript: ", module.status().message()));
+    }
+    custom_ = *std::move(module);
+  }
   const auto on_device = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   if (!config_.class_weights.empty()) {
     class_weights_ = torch::tensor(config_.class_weights, torch::kFloat64).to(on_device);
@@ -267,6 +301,18 @@ torch::Tensor TaskLoss::AsMatrix(const torch::Tensor& targets) const {
 }
 
 torch::Tensor TaskLoss::Loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  if (custom_.has_value()) {
+    const torch::jit::IValue loss = custom_->forward({logits.to(torch::kFloat32), targets});
+    if (!loss.isTensor() || loss.toTensor().dim() != 0 ||
+        !loss.toTensor().is_floating_point()) {
+      throw std::runtime_error(absl::StrCat(
+          "train_job.loss.torchscript: ", config_.custom_loss_path,
+          ": forward returned ", loss.isTensor() ? "a tensor that is not a float scalar"
+                                                 : loss.tagKind(),
+          " for this batch; it must return the batch's loss as a scalar float tensor"));
+    }
+    return loss.toTensor().to(torch::kFloat32);
+  }
   switch (config_.loss) {
     case LossKind::kCrossEntropy: {
       auto options = F::CrossEntropyFuncOptions().label_smoothing(config_.label_smoothing);

@@ -32,10 +32,12 @@
 #ifndef MPSD_TRAINER_TASK_H_
 #define MPSD_TRAINER_TASK_H_
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,13 @@ struct TaskConfig {
   std::vector<double> pos_weight;
   // The model's output width: classes (classification), labels K or outputs D.
   int outputs = 0;
+  // LossSpec.torchscript: the user's loss module (forward(logits, targets) -> scalar), used
+  // instead of `loss` for the training and evaluated loss; "" = the built-in `loss`. The task's
+  // metrics (accuracy, F1, MSE, ...) stay the task's own.
+  std::string custom_loss_path;
+  // The targets one example has, as the loss receives them: [] for classification's class
+  // index and a regression's [N] targets, [K] or [D] otherwise (the probe's shape).
+  std::vector<int64_t> target_shape;
   // The loss and its settings for people: "mse", "huber(delta=0.5)", "cross_entropy(…)".
   std::string Describe() const;
 };
@@ -92,6 +101,9 @@ using TaskMetrics = std::map<std::string, double>;
 // (made once). Not thread-safe to share between concurrent steps; the training loop owns one.
 class TaskLoss {
  public:
+  // With config.custom_loss_path, loads that TorchScript module onto `device` (checked as at
+  // submit: trainer/models/torchscript.h); a file that changed since and no longer loads throws
+  // std::runtime_error naming train_job.loss.torchscript (the training loop's catch fails the job).
   TaskLoss(const TaskConfig& config, const torch::Device& device);
 
   const TaskConfig& config() const { return config_; }
@@ -106,7 +118,12 @@ class TaskLoss {
   // with probability targets, whose mean divides by N even with class weights), float [N, K]
   // (multilabel), float [N] or [N, D] (regression). For classification without class weights
   // this is exactly F::cross_entropy(logits, targets, label_smoothing), as before tasks.
+  // With a custom loss (TaskConfig::custom_loss_path): the module's forward(logits as float32,
+  // targets), which must return a scalar; anything else throws std::runtime_error naming
+  // train_job.loss.torchscript.
   torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets) const;
+  // Whether the loss is the user's TorchScript module (then the step runs eagerly).
+  bool custom() const { return custom_.has_value(); }
   // Correct decisions in the batch, [] int64, outside autograd: classified examples
   // (classification; against the largest share of probability targets), correct labels at threshold 0.5 (multilabel), 0 (regression).
   torch::Tensor Correct(const torch::Tensor& logits, const torch::Tensor& targets) const;
@@ -126,6 +143,8 @@ class TaskLoss {
   torch::Tensor class_weights_;  // [classes] float32 on the device; undefined when unweighted
   torch::Tensor pos_weight_;     // [K] float32 on the device; undefined without
   c10::ScalarType sum_dtype_;    // float64 for the evaluation sums, float32 on MPS (no float64)
+  // The user's loss module on the device; forward is not const in LibTorch's API.
+  mutable std::optional<torch::jit::Module> custom_;
 };
 
 }  // namespace mpsd::trainer

@@ -487,6 +487,11 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
       ResolveTask(spec, config.dataset, config.model_config.num_classes, TrainJobFields());
   if (!task.ok()) return task.status();
   config.task = *std::move(task);
+  if (!config.task.custom_loss_path.empty()) {
+    // The user's loss tried on a probe batch, on the CPU (at submit, nothing touches the device).
+    absl::StatusOr<torch::jit::Module> loss = LoadTorchScriptLoss(config.task, torch::kCPU);
+    if (!loss.ok()) return FieldError("loss.torchscript", loss.status().message());
+  }
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveEarlyStopping(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveFineTuning(spec, config); !s.ok()) return s;

@@ -477,6 +477,9 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     reason = "the training set is streamed from the host";
   }
   if (reason.empty() && !options.cuda_graphs) reason = "CUDA graphs turned off";
+  if (reason.empty() && !options.task.custom_loss_path.empty()) {
+    reason = "a TorchScript loss (loss.torchscript: the graph captures the built-in losses only)";
+  }
   if (reason.empty() && options.data_parallel != nullptr) {
     reason = "distributed: gradients are all-reduced between backward and step";
   }
@@ -783,7 +786,9 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
       split, batch_size, cancelled, [&](const torch::Tensor& images, const torch::Tensor& labels) {
         const torch::Tensor logits = model.forward(images);
         F::CrossEntropyFuncOptions sum = F::CrossEntropyFuncOptions().reduction(torch::kSum);
-        if (weighted != nullptr) {
+        if (task != nullptr && task->custom()) {  // the user's mean loss, weighted by size
+          loss_sum.add_(task->Loss(logits, labels).detach() * labels.size(0));
+        } else if (weighted != nullptr) {
           loss_sum.add_(F::cross_entropy(logits, labels, sum.weight(class_weights)));
           weight_sum.add_(class_weights.index_select(/*dim=*/0, labels).sum());
         } else {

@@ -124,6 +124,7 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
            {"train_job.dataset.root", job.mutable_dataset()->mutable_root()},
            {"train_job.model.torchscript", job.mutable_model()->mutable_torchscript()},
            {"train_job.model.weights", job.mutable_model()->mutable_weights()},
+           {"train_job.loss.torchscript", job.mutable_loss()->mutable_torchscript()},
            {"train_job.resume_from", job.mutable_resume_from()}}) {
     if (absl::Status s = resolve(field, value); !s.ok()) return s;
   }
@@ -263,6 +264,13 @@ absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request,
   }
   if (!job.model().weights().empty()) {
     if (absl::Status s = CheckPath("train_job.model.weights", job.model().weights(), principal);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!job.loss().torchscript().empty()) {
+    if (absl::Status s =
+            CheckPath("train_job.loss.torchscript", job.loss().torchscript(), principal);
         !s.ok()) {
       return s;
     }

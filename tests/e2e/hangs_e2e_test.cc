@@ -532,6 +532,71 @@ TEST_F(HangsE2eTest, UserCodeThatNeverReturnsAtRunTimeFailsItsJobNamingIt) {
   EXPECT_EQ(next_ended->state(), Job::SUCCEEDED) << next_ended->message();
 }
 
+// LossSpec.torchscript (issue 28): a user's cross-entropy trains step for step as the built-in
+// one; a loss that returns one value per example, opens a file, or comes with the built-in
+// loss's settings is refused at submit naming the field; one that hangs on real data fails its
+// job as user code does (USER_CODE_TIMEOUT naming the field) and the next job runs.
+TEST_F(HangsE2eTest, ATorchScriptLossTrainsAsTheBuiltInAndBadOnesAreRefusedNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("executor:\n  user_code_stall_timeout_s: 3\n"));
+  auto job = [](const std::string& loss) {
+    mpsd::v1::SubmitJobRequest request = ChattyJob(96);
+    request.mutable_train_job()->set_batch_size(16);
+    request.mutable_train_job()->set_seed(3);
+    request.mutable_train_job()->set_epochs(2);
+    if (!loss.empty()) request.mutable_train_job()->mutable_loss()->set_torchscript(loss);
+    return request;
+  };
+  auto step_losses = [&](const std::string& id) {
+    std::vector<float> losses;
+    for (const mpsd::v1::JobEvent& event : rpc::StreamAll(*daemon_, id)) {
+      if (event.has_step()) losses.push_back(event.step().loss());
+    }
+    return losses;
+  };
+  std::vector<std::vector<float>> runs;
+  for (const std::string& loss : {std::string(), WriteScript(dir_, "loss_ce")}) {
+    absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, job(loss));
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, submitted->id(), absl::Seconds(120));
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    ASSERT_EQ(ended->state(), Job::SUCCEEDED) << ended->message();
+    runs.push_back(step_losses(submitted->id()));
+  }
+  ASSERT_EQ(runs[0].size(), 12u);  // 96 examples / 16, 2 epochs
+  ASSERT_EQ(runs[1].size(), runs[0].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_NEAR(runs[1][i], runs[0][i], 1e-5) << i;
+
+  const std::string per_example = WriteScript(dir_, "loss_per_example");
+  absl::Status refused = rpc::Submit(*daemon_, job(per_example)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(),
+              HasSubstr(absl::StrCat("train_job.loss.torchscript: ", per_example,
+                                     ": forward must return the loss as a scalar float tensor for "
+                                     "logits [2, 2] float32 and targets [2] int64, got [2] ")));
+  refused = rpc::Submit(*daemon_, job(WriteScript(dir_, "loss_reads_file"))).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("train_job.loss.torchscript: "));
+  EXPECT_THAT(refused.message(), HasSubstr("aten::from_file"));
+  mpsd::v1::SubmitJobRequest both = job(WriteScript(dir_, "loss_ce"));
+  both.mutable_train_job()->mutable_loss()->set_type("cross_entropy");
+  refused = rpc::Submit(*daemon_, both).status();
+  EXPECT_THAT(refused.message(), HasSubstr("train_job.loss.type: set either loss.torchscript"));
+
+  const std::string hang = WriteScript(dir_, "loss_hang_on_data");
+  absl::StatusOr<Job> hung = rpc::Submit(*daemon_, job(hang));
+  ASSERT_TRUE(hung.ok()) << hung.status();
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, hung->id(), absl::Seconds(120));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state(), Job::FAILED);
+  EXPECT_EQ(ended->failure_reason(), Job::USER_CODE_TIMEOUT);
+  EXPECT_THAT(ended->message(), HasSubstr("train_job.loss.torchscript (" + hang + ")"));
+  absl::StatusOr<Job> next = rpc::Submit(*daemon_, job(""));
+  ASSERT_TRUE(next.ok()) << next.status();
+  absl::StatusOr<Job> next_ended = rpc::WaitForEnd(*daemon_, next->id(), absl::Seconds(120));
+  ASSERT_TRUE(next_ended.ok()) << next_ended.status();
+  EXPECT_EQ(next_ended->state(), Job::SUCCEEDED) << next_ended->message();
+}
+
 // ---- Issue 26 item 4: bounds at submit ------------------------------------------------------
 
 // Five BenchJobs with 1,000,000 batch sizes made every later `mpsctl list/get` fail with

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "trainer/task.h"
 #include "trainer/torch_archive.h"
 
 namespace mpsd::trainer {
@@ -172,6 +173,51 @@ absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
     if (p.requires_grad()) parameters += p.numel();
   }
   return parameters;
+}
+
+absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
+                                                       const torch::Device& device) {
+  const std::string& path = config.custom_loss_path;
+  absl::StatusOr<torch::jit::Module> script = LoadScript(path, device);
+  if (!script.ok()) return script.status();
+  script->eval();
+  const auto on_device = torch::TensorOptions().device(device);
+  const torch::Tensor logits =
+      torch::zeros({2, config.outputs}, on_device.dtype(torch::kFloat32)).requires_grad_(true);
+  std::vector<int64_t> target_shape = {2};
+  target_shape.insert(target_shape.end(), config.target_shape.begin(), config.target_shape.end());
+  const bool classes = config.kind == TaskKind::kClassification;
+  const torch::Tensor targets =
+      torch::zeros(target_shape, on_device.dtype(classes ? torch::kInt64 : torch::kFloat32));
+  const std::string probe =
+      absl::StrCat("logits ", ShapeOf(logits), " float32 and targets ", ShapeOf(targets),
+                   classes ? " int64" : " float32");
+  torch::jit::IValue loss;
+  try {
+    loss = script->forward({logits, targets});
+  } catch (const std::exception& e) {
+    const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
+    return FileError(path, absl::StrCat("forward failed on ", probe, ": ",
+                                        torch_error != nullptr
+                                            ? torch_error->what_without_backtrace()
+                                            : e.what()));
+  }
+  if (!loss.isTensor()) {
+    return FileError(path, absl::StrCat("forward must return the loss as a scalar float tensor "
+                                        "for ", probe, ", got ", loss.tagKind()));
+  }
+  const torch::Tensor value = loss.toTensor();
+  if (value.dim() != 0 || !value.is_floating_point()) {
+    return FileError(path, absl::StrCat("forward must return the loss as a scalar float tensor "
+                                        "for ", probe, ", got ", ShapeOf(value), " ",
+                                        c10::toString(value.scalar_type())));
+  }
+  if (!value.requires_grad()) {
+    return FileError(path, absl::StrCat("the loss forward returns for ", probe,
+                                        " does not depend on the logits (no gradient would "
+                                        "reach the model)"));
+  }
+  return script;
 }
 
 }  // namespace mpsd::trainer

@@ -54,6 +54,18 @@ absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
                                               const std::vector<int64_t>& input_shape,
                                               int64_t num_classes);
 
+struct TaskConfig;  // trainer/task.h
+
+// A user's loss (LossSpec.torchscript, config.custom_loss_path): loads the module onto `device`
+// (its operators checked as a model's: no file access) and tries its forward on a probe batch of
+// two examples, logits [2, config.outputs] float32 (zeros, requiring grad) and targets
+// [2, ...config.target_shape] (int64 zeros for classification, float32 zeros otherwise): it must
+// return a scalar float tensor that depends on the logits. INVALID_ARGUMENT naming the file and
+// the shapes (no field path; the caller adds train_job.loss.torchscript). Thread-safe (each call
+// loads its own copy).
+absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
+                                                       const torch::Device& device);
+
 }  // namespace mpsd::trainer
 
 #endif  // MPSD_TRAINER_MODELS_TORCHSCRIPT_H_

@@ -164,6 +164,18 @@ TEST_F(DataRootsUploadsTest, RelativePathsAreRefusedNamingTheField) {
   train.mutable_train_job()->mutable_model()->set_torchscript("../net.pt");
   EXPECT_THAT(roots.Check(train, &alice).message(),
               HasSubstr("train_job.model.torchscript: \"../net.pt\" is a relative path"));
+  train.mutable_train_job()->mutable_model()->clear_torchscript();
+  train.mutable_train_job()->mutable_loss()->set_torchscript("focal.pt");
+  EXPECT_THAT(roots.Check(train, &alice).message(),
+              HasSubstr("train_job.loss.torchscript: \"focal.pt\" is a relative path"));
+  // A loss file is held to the roots as a model is.
+  train.mutable_train_job()->mutable_loss()->set_torchscript("/etc/focal.pt");
+  DataRoots narrow({(dir_.path() / "data").string()}, state_);
+  EXPECT_EQ(narrow.Check(train, &alice).code(), absl::StatusCode::kPermissionDenied);
+  train.mutable_train_job()->mutable_loss()->set_torchscript("upload:net.pt");
+  ASSERT_TRUE(narrow.ResolveUploads(&train, "alice").ok());
+  EXPECT_EQ(train.train_job().loss().torchscript(), state_ + "/uploads/alice/net.pt");
+  EXPECT_TRUE(narrow.Check(train, &alice).ok());
 }
 
 }  // namespace

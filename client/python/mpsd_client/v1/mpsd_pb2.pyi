@@ -746,18 +746,20 @@ class LogLine(_message.Message):
     def __init__(self, level: _Optional[_Union[LogLine.Level, str]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class LossSpec(_message.Message):
-    __slots__ = ["beta", "class_weights", "delta", "pos_weight", "type"]
+    __slots__ = ["beta", "class_weights", "delta", "pos_weight", "torchscript", "type"]
     BETA_FIELD_NUMBER: _ClassVar[int]
     CLASS_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     POS_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    TORCHSCRIPT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     beta: float
     class_weights: _containers.RepeatedScalarFieldContainer[float]
     delta: float
     pos_weight: _containers.RepeatedScalarFieldContainer[float]
+    torchscript: str
     type: str
-    def __init__(self, type: _Optional[str] = ..., beta: _Optional[float] = ..., delta: _Optional[float] = ..., pos_weight: _Optional[_Iterable[float]] = ..., class_weights: _Optional[_Iterable[float]] = ...) -> None: ...
+    def __init__(self, type: _Optional[str] = ..., beta: _Optional[float] = ..., delta: _Optional[float] = ..., pos_weight: _Optional[_Iterable[float]] = ..., class_weights: _Optional[_Iterable[float]] = ..., torchscript: _Optional[str] = ...) -> None: ...
 
 class MemoryStats(_message.Message):
     __slots__ = ["allocated_after_bytes", "allocated_before_bytes", "baseline_allocated_bytes", "baseline_reserved_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "reserved_after_bytes", "reserved_before_bytes"]
