@@ -24,6 +24,7 @@
 #include "trainer/eval_job.h"
 #include "trainer/input_limits.h"
 #include "trainer/fault_injection.h"
+#include "trainer/fused_train.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
 #include "trainer/predict_job.h"
@@ -57,6 +58,12 @@ class TorchExecutor final : public Executor {
 
   absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                    const EventSink& sink, const CancelFlag& cancel) override;
+
+  absl::StatusOr<int> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                 int max_trials) const override;
+
+  std::vector<absl::Status> RunFused(const std::vector<api::TrialRun>& trials,
+                                     const api::FusionOptions& options) override;
 
   mpsd::v1::DeviceInfo GetDevice() const override;
 
@@ -156,6 +163,111 @@ absl::Status TorchExecutor::RunTrain(const JobContext& context,
   // at the summary.
   const EventSink faulty = WithFaultInjection(spec, DeviceString(job->device), sink);
   return RunTrainJob(*job, options_.steps_per_readback, faulty, sink, cancelled);
+}
+
+absl::StatusOr<int> TorchExecutor::PlanFusion(
+    const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const {
+  const int limit = std::min(static_cast<int>(specs.size()), max_trials);
+  if (limit < 2) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "fewer than 2 trials to fuse (%d given, at most %d)", specs.size(), max_trials));
+  }
+  // Free device memory against which the trials' estimates are counted; no cap on the CPU.
+  int64_t free_bytes = -1;
+  int64_t per_trial = 0;
+  if (!inventory_.preferred.is_cpu()) {
+    const absl::Status read = CatchTorchErrors([&] {
+      const int64_t total = DescribeDevice(inventory_.preferred).total_memory_bytes;
+      if (total > 0) free_bytes = total - ReadMemory(inventory_.preferred).reserved_bytes;
+      return absl::OkStatus();
+    });
+    if (!read.ok()) free_bytes = -1;
+  }
+  std::string stop;  // why the prefix ends before `limit`
+  int count = 0;
+  for (; count < limit; ++count) {
+    const mpsd::v1::SubmitJobRequest& spec = specs[count];
+    const std::string trial = absl::StrCat("trial ", count);
+    if (!spec.has_train_job()) {
+      stop = absl::StrCat(trial, " is not a TrainJob");
+      break;
+    }
+    absl::StatusOr<TrainJobConfig> job;
+    if (absl::Status s =
+            CatchTorchErrors([&] { return (job = ResolveJob(spec, nullptr)).status(); });
+        !s.ok()) {
+      stop = absl::StrCat(trial, " does not validate: ", s.message());
+      break;
+    }
+    if (std::string refusal = FusionRefusal(*job); !refusal.empty()) {
+      stop = absl::StrCat(trial, ": ", refusal);
+      break;
+    }
+    if (count > 0) {
+      if (std::string field = FusionDifference(specs[0].train_job(), spec.train_job());
+          !field.empty()) {
+        stop = absl::StrCat(trial, " differs in train_job.", field);
+        break;
+      }
+    }
+    if (job->device.is_cpu()) continue;
+    per_trial = FusedTrialBytes(*job);
+    if (free_bytes >= 0 && per_trial * (count + 1) > free_bytes) {
+      stop = absl::StrFormat("%d trials of about %d MiB each fit the device's %d MiB free",
+                             count, per_trial >> 20, free_bytes >> 20);
+      break;
+    }
+  }
+  if (count < 2) {
+    return absl::FailedPreconditionError(
+        stop.empty() ? std::string("fewer than 2 trials can be fused") : stop);
+  }
+  if (count < limit) {
+    Log(LogLevel::kInfo, absl::StrFormat("fusing %d of %d trials: %s", count, limit, stop));
+  }
+  return count;
+}
+
+std::vector<absl::Status> TorchExecutor::RunFused(const std::vector<api::TrialRun>& trials,
+                                                  const api::FusionOptions& options) {
+  // Each trial resolved with its own context; a trial that does not resolve or cannot fuse
+  // (a resume checkpoint from its context) makes the run fall back to one trial after another.
+  std::vector<TrainJobConfig> jobs;
+  std::string fallback;
+  for (const api::TrialRun& trial : trials) {
+    absl::StatusOr<TrainJobConfig> job;
+    if (absl::Status s =
+            CatchTorchErrors([&] { return (job = ResolveJob(trial.spec, &trial.job)).status(); });
+        !s.ok()) {
+      fallback = absl::StrCat("job ", trial.job.job_id, ": ", s.message());
+      break;
+    }
+    if (std::string refusal = FusionRefusal(*job); !refusal.empty()) {
+      fallback = absl::StrCat("job ", trial.job.job_id, ": ", refusal);
+      break;
+    }
+    if (!jobs.empty()) {
+      if (std::string field =
+              FusionDifference(trials.front().spec.train_job(), trial.spec.train_job());
+          !field.empty()) {
+        fallback = absl::StrCat("job ", trial.job.job_id, " differs in train_job.", field);
+        break;
+      }
+    }
+    jobs.push_back(*std::move(job));
+  }
+  if (trials.size() < 2 || !fallback.empty()) {
+    Log(LogLevel::kInfo, absl::StrCat("fused run: the trials run one after another: ",
+                                      fallback.empty() ? "fewer than 2" : fallback));
+    return Executor::RunFused(trials, options);
+  }
+  std::vector<FusedTrial> fused;
+  for (size_t k = 0; k < trials.size(); ++k) {
+    fused.push_back(
+        FusedTrial{&jobs[k], trials[k].sink, &trials[k].cancelled->flag(), trials[k].done});
+  }
+  jobs_run_.fetch_add(static_cast<int64_t>(trials.size()), std::memory_order_relaxed);
+  return RunFusedTrainJobs(fused, options.shared_data_order, options_.steps_per_readback);
 }
 
 mpsd::v1::DeviceInfo TorchExecutor::GetDevice() const {

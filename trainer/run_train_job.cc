@@ -36,6 +36,7 @@
 #include "trainer/model_export.h"
 #include "trainer/models/torchscript.h"
 #include "trainer/profiler.h"
+#include "trainer/run_train_job_parts.h"
 #include "trainer/torch_errors.h"
 #include "trainer/train_job.h"
 #include "trainer/train_loop.h"
@@ -78,6 +79,8 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+}  // namespace
+
 void EmitLog(const EventSink& sink, std::string text) {
   Log(LogLevel::kInfo, text);
   JobEvent event;
@@ -85,6 +88,32 @@ void EmitLog(const EventSink& sink, std::string text) {
   event.mutable_log()->set_text(std::move(text));
   sink(std::move(event));
 }
+
+void RecordLoadedData(const TrainJobConfig& job, const DeviceDataset& data, double load_seconds,
+                      const EventSink& sink, mpsd::v1::JobSummary& summary) {
+  summary.set_train_examples(data.train.size());
+  summary.set_test_examples(data.test.size());
+  summary.set_val_examples(data.val.size());
+  summary.set_validation(data.validation);
+  summary.set_data_load_time_s(load_seconds);
+  for (const std::string& note : data.notes) EmitLog(sink, note);
+  EmitLog(sink, absl::StrFormat("loaded %s: %d train, %s%d test examples in %.2f s on %s",
+                                job.dataset.info->name, data.train.size(),
+                                data.val.size() > 0
+                                    ? absl::StrFormat("%d validation (%s), ", data.val.size(),
+                                                      data.validation)
+                                    : std::string(),
+                                data.test.size(), load_seconds, DeviceString(job.device)));
+  // image_folder and tensors: the class names (index = class), where the data lives, and what
+  // on_bad_image: skip left out.
+  for (const std::string& name : data.class_names) summary.add_class_names(name);
+  for (const int64_t count : data.train_class_counts) summary.add_train_class_counts(count);
+  summary.set_data_placement(data.placement);
+  summary.set_skipped_images(data.skipped_images);
+  if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
+}
+
+namespace {
 
 std::string DescribeStep(const TrainJobConfig& job) {
   std::string step = absl::StrFormat("batch size %d", job.batch_size);
@@ -98,6 +127,8 @@ std::string DescribeStep(const TrainJobConfig& job) {
   return step;
 }
 
+}  // namespace
+
 // The job's settings as resolved, for the log line at its start.
 std::string DescribeTraining(const TrainJobConfig& job, const Schedule& schedule,
                              int64_t parameters) {
@@ -109,6 +140,103 @@ std::string DescribeTraining(const TrainJobConfig& job, const Schedule& schedule
       parameters, DescribeOptimizer(job.optimizer), DescribeSchedule(c),
       PrecisionName(job.precision), DescribeStep(job), job.epochs, c.steps_per_epoch, job.seed);
 }
+
+namespace {
+
+// The class names as a JSON array of strings: protobuf's JSON mapping of a ListValue, which
+// escapes as RFC 8259 asks.
+absl::StatusOr<std::string> ClassNamesJson(const std::vector<std::string>& names) {
+  google::protobuf::ListValue list;
+  for (const std::string& name : names) list.add_values()->set_string_value(name);
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(list, &json);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("class names as JSON: ", status.ToString()));
+  }
+  return json;
+}
+
+}  // namespace
+
+// Writes `model` as <job_dir>/<file_name> (atomically: a temporary file renamed) and returns
+// the path: the TorchScript module as TorchScript, a zoo model as a LibTorch archive
+// (torch::save; torch::load into the same zoo model reads it). The class names travel with the
+// model, so its predictions can be mapped back: an extra file of the TorchScript archive
+// (torch.jit.load(..., _extra_files={"class_names.json": ""})), or the entry "class_names" (a
+// list of strings) of the LibTorch archive.
+absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierImpl& model,
+                                          const std::vector<std::string>& class_names,
+                                          const std::string& file_name) {
+  std::error_code ec;
+  std::filesystem::create_directories(job.job_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(job.job_dir, ": cannot create: ", ec.message()));
+  const std::string path = (std::filesystem::path(job.job_dir) / file_name).string();
+  // Serialised in memory first, so that its size is known before the disk is touched and a full
+  // disk fails the job clearly (trainer/artifact_file.h) instead of inside LibTorch's writer.
+  std::ostringstream bytes;
+  // The config says which kind of model the job built, so no cast recovers it.
+  const bool torchscript = job.model == nullptr;
+  if (torchscript) {
+    torch::jit::ExtraFilesMap extra;
+    if (!class_names.empty()) {
+      absl::StatusOr<std::string> json = ClassNamesJson(class_names);
+      if (!json.ok()) return json.status();
+      extra["class_names.json"] = *std::move(json);
+    }
+    // Saved in eval mode, as a model is used (dropout off, BatchNorm's running statistics);
+    // best.pt is written mid-training, which then goes on in training mode.
+    const bool training = model.is_training();
+    model.eval();
+    static_cast<TorchScriptClassifierImpl&>(model).script().save(bytes, extra);
+    model.train(training);
+  } else {
+    torch::serialize::OutputArchive archive;
+    model.save(archive);
+    if (!class_names.empty()) {
+      c10::List<std::string> names;
+      for (const std::string& name : class_names) names.push_back(name);
+      archive.write("class_names", c10::IValue(names));
+    }
+    archive.save_to(bytes);
+  }
+  if (absl::Status s = WriteArtifactFile(path, bytes.str()); !s.ok()) return s;
+  return path;
+}
+
+// The finished model as model.pt (SaveModelFile) and what travels with it (model.json, the
+// state dict, the check: trainer/model_export.h), named in the summary; the log says how long
+// the files beside model.pt took.
+absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
+                               const DeviceDataset& data, const EventSink& sink,
+                               mpsd::v1::JobSummary& summary) {
+  if (job.job_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> path = SaveModelFile(job, model, data.class_names, "model.pt");
+  if (!path.ok()) return path.status();
+  summary.set_model_path(*path);
+  summary.set_model_format(job.model == nullptr ? "torchscript" : "libtorch_archive");
+  const Clock::time_point start = Clock::now();
+  if (absl::Status s = WriteModelArtifacts(job, model, data, summary); !s.ok()) return s;
+  EmitLog(sink, absl::StrFormat("model saved as %s with %s%s and %s in %.3f s (using it: "
+                                "docs/job-files.md, \"Using a trained model\")",
+                                *path, kModelJsonFile,
+                                job.model != nullptr ? absl::StrCat(", ", kStateDictFile) : "",
+                                kModelCheckFile, SecondsSince(start)));
+  return absl::OkStatus();
+}
+
+void SetStopReason(const absl::Status& status, mpsd::v1::JobSummary& s) {
+  if (!s.stop_reason().empty()) return;  // early stopping sets its own
+  if (status.ok()) {
+    s.set_stop_reason("epochs_completed");
+  } else if (api::FailureReasonOf(status) == mpsd::v1::Job::DIVERGED) {
+    s.set_stop_reason("diverged");
+  } else if (status.code() == absl::StatusCode::kCancelled) {
+    s.set_stop_reason("cancelled");
+  }
+}
+
+namespace {
+
 
 // What one job works with once its data is loaded and its model built.
 struct JobState {
@@ -129,27 +257,7 @@ absl::StatusOr<DeviceDataset> LoadData(const TrainJobConfig& job, const EventSin
   const Clock::time_point load_start = Clock::now();
   absl::StatusOr<DeviceDataset> data = LoadDataset(job.dataset, job.seed, job.device);
   if (!data.ok()) return data.status();
-  const double load_seconds = SecondsSince(load_start);
-  summary.set_train_examples(data->train.size());
-  summary.set_test_examples(data->test.size());
-  summary.set_val_examples(data->val.size());
-  summary.set_validation(data->validation);
-  summary.set_data_load_time_s(load_seconds);
-  for (const std::string& note : data->notes) EmitLog(sink, note);
-  EmitLog(sink, absl::StrFormat("loaded %s: %d train, %s%d test examples in %.2f s on %s",
-                                job.dataset.info->name, data->train.size(),
-                                data->val.size() > 0
-                                    ? absl::StrFormat("%d validation (%s), ", data->val.size(),
-                                                      data->validation)
-                                    : std::string(),
-                                data->test.size(), load_seconds, DeviceString(job.device)));
-  // image_folder and tensors: the class names (index = class), where the data lives, and what
-  // on_bad_image: skip left out.
-  for (const std::string& name : data->class_names) summary.add_class_names(name);
-  for (const int64_t count : data->train_class_counts) summary.add_train_class_counts(count);
-  summary.set_data_placement(data->placement);
-  summary.set_skipped_images(data->skipped_images);
-  if (job.device.is_mps()) EmitLog(sink, MpsFallbackText());
+  RecordLoadedData(job, *data, SecondsSince(load_start), sink, summary);
   return data;
 }
 
@@ -484,85 +592,6 @@ class Checkpointer {
   int64_t written_step_ = -1;
 };
 
-// The class names as a JSON array of strings: protobuf's JSON mapping of a ListValue, which
-// escapes as RFC 8259 asks.
-absl::StatusOr<std::string> ClassNamesJson(const std::vector<std::string>& names) {
-  google::protobuf::ListValue list;
-  for (const std::string& name : names) list.add_values()->set_string_value(name);
-  std::string json;
-  const auto status = google::protobuf::util::MessageToJsonString(list, &json);
-  if (!status.ok()) {
-    return absl::InternalError(absl::StrCat("class names as JSON: ", status.ToString()));
-  }
-  return json;
-}
-
-// Writes `model` as <job_dir>/<file_name> (atomically: a temporary file renamed) and returns
-// the path: the TorchScript module as TorchScript, a zoo model as a LibTorch archive
-// (torch::save; torch::load into the same zoo model reads it). The class names travel with the
-// model, so its predictions can be mapped back: an extra file of the TorchScript archive
-// (torch.jit.load(..., _extra_files={"class_names.json": ""})), or the entry "class_names" (a
-// list of strings) of the LibTorch archive.
-absl::StatusOr<std::string> SaveModelFile(const TrainJobConfig& job, ClassifierImpl& model,
-                                          const std::vector<std::string>& class_names,
-                                          const std::string& file_name) {
-  std::error_code ec;
-  std::filesystem::create_directories(job.job_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(job.job_dir, ": cannot create: ", ec.message()));
-  const std::string path = (std::filesystem::path(job.job_dir) / file_name).string();
-  // Serialised in memory first, so that its size is known before the disk is touched and a full
-  // disk fails the job clearly (trainer/artifact_file.h) instead of inside LibTorch's writer.
-  std::ostringstream bytes;
-  // The config says which kind of model the job built, so no cast recovers it.
-  const bool torchscript = job.model == nullptr;
-  if (torchscript) {
-    torch::jit::ExtraFilesMap extra;
-    if (!class_names.empty()) {
-      absl::StatusOr<std::string> json = ClassNamesJson(class_names);
-      if (!json.ok()) return json.status();
-      extra["class_names.json"] = *std::move(json);
-    }
-    // Saved in eval mode, as a model is used (dropout off, BatchNorm's running statistics);
-    // best.pt is written mid-training, which then goes on in training mode.
-    const bool training = model.is_training();
-    model.eval();
-    static_cast<TorchScriptClassifierImpl&>(model).script().save(bytes, extra);
-    model.train(training);
-  } else {
-    torch::serialize::OutputArchive archive;
-    model.save(archive);
-    if (!class_names.empty()) {
-      c10::List<std::string> names;
-      for (const std::string& name : class_names) names.push_back(name);
-      archive.write("class_names", c10::IValue(names));
-    }
-    archive.save_to(bytes);
-  }
-  if (absl::Status s = WriteArtifactFile(path, bytes.str()); !s.ok()) return s;
-  return path;
-}
-
-// The finished model as model.pt (SaveModelFile) and what travels with it (model.json, the
-// state dict, the check: trainer/model_export.h), named in the summary; the log says how long
-// the files beside model.pt took.
-absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
-                               const DeviceDataset& data, const EventSink& sink,
-                               mpsd::v1::JobSummary& summary) {
-  if (job.job_dir.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> path = SaveModelFile(job, model, data.class_names, "model.pt");
-  if (!path.ok()) return path.status();
-  summary.set_model_path(*path);
-  summary.set_model_format(job.model == nullptr ? "torchscript" : "libtorch_archive");
-  const Clock::time_point start = Clock::now();
-  if (absl::Status s = WriteModelArtifacts(job, model, data, summary); !s.ok()) return s;
-  EmitLog(sink, absl::StrFormat("model saved as %s with %s%s and %s in %.3f s (using it: "
-                                "docs/job-files.md, \"Using a trained model\")",
-                                *path, kModelJsonFile,
-                                job.model != nullptr ? absl::StrCat(", ", kStateDictFile) : "",
-                                kModelCheckFile, SecondsSince(start)));
-  return absl::OkStatus();
-}
-
 // The best epoch by a monitored metric: TrainJob.early_stopping's, or val_loss (min) for
 // checkpoint.keep_best alone, which never stops training.
 EarlyStoppingConfig BestEpochConfig(const TrainJobConfig& job) {
@@ -731,15 +760,7 @@ absl::Status RunTrainJob(const TrainJobConfig& job, int steps_per_readback, cons
     Log(LogLevel::kWarning, absl::StrCat("job ended: ", ended));
   }
   mpsd::v1::JobSummary& s = summary.summary();
-  if (s.stop_reason().empty()) {  // early stopping sets its own
-    if (status.ok()) {
-      s.set_stop_reason("epochs_completed");
-    } else if (api::FailureReasonOf(status) == mpsd::v1::Job::DIVERGED) {
-      s.set_stop_reason("diverged");
-    } else if (status.code() == absl::StatusCode::kCancelled) {
-      s.set_stop_reason("cancelled");
-    }
-  }
+  SetStopReason(status, s);
 
   const absl::Status cleanup = ReleaseDevice(device, summary);
   const absl::Status emitted = CatchTorchErrors([&] {

@@ -1,0 +1,452 @@
+// Tests for fused trials (trainer/fused_train.h) through the public Executor interface
+// (PlanFusion, RunFused) on the real Fashion-MNIST files, CPU only: each fused trial against the
+// same trial run alone with Executor::Run (step losses and the weights of its model.pt), a trial
+// cancelled mid-run, the shared data order, and PlanFusion's refusals. Small shapes and subsets
+// for 2 cores; deterministic algorithms.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "api/executor.h"
+#include "tests/common/temp_dir.h"
+#include "trainer/executor.h"
+#include "trainer/models.h"
+
+namespace mpsd::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::mpsd::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
+constexpr int kComparedSteps = 50;
+constexpr double kTolerance = 1e-5;
+
+std::unique_ptr<Executor> MakeExecutor(const std::string& artifacts_dir) {
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  Executor::Options options;
+  // One intra-op thread: with two, oneDNN splits a grouped convolution's weight-gradient sum
+  // over threads otherwise than the trial's own convolution's (last-bit differences, which
+  // training amplifies); with one, fused and unfused steps are bit-identical.
+  options.cpu_threads = 1;
+  options.steps_per_readback = 1;  // a cancel flag set in a step's event stops the next step
+  options.artifacts_dir = artifacts_dir;
+  absl::StatusOr<std::unique_ptr<Executor>> executor = CreateTorchExecutor(options);
+  EXPECT_TRUE(executor.ok()) << executor.status();
+  return *std::move(executor);
+}
+
+// One trial: 400 training examples in batches of 8 = 50 steps per epoch, 100 test examples.
+mpsd::v1::SubmitJobRequest Trial(const std::string& model, const std::string& optimizer,
+                                 double learning_rate, double weight_decay, uint64_t seed) {
+  mpsd::v1::SubmitJobRequest request;
+  mpsd::v1::TrainJob& job = *request.mutable_train_job();
+  job.mutable_model()->set_name(model);
+  job.mutable_dataset()->set_name("fashion-mnist");
+  job.mutable_dataset()->set_root(kFashionMnist);
+  job.mutable_dataset()->set_limit_train(400);
+  job.mutable_dataset()->set_limit_test(100);
+  job.set_batch_size(8);
+  job.set_epochs(1);
+  job.mutable_optimizer()->set_name(optimizer);
+  job.mutable_optimizer()->set_learning_rate(learning_rate);
+  job.mutable_optimizer()->set_weight_decay(weight_decay);
+  job.set_seed(seed);
+  job.set_device("cpu");
+  return request;
+}
+
+struct Result {
+  absl::Status status;
+  std::vector<mpsd::v1::JobEvent> events;
+  // RunFused: TrialRun::done's calls, the status it was given, and how many events of every
+  // trial had arrived by then (in the order of the run's sinks).
+  int done_calls = 0;
+  absl::Status done_status;
+  bool summary_before_done = false;
+  int64_t events_of_all_at_done = 0;
+
+  std::vector<float> losses() const {
+    std::vector<float> losses;
+    for (const auto& event : events) {
+      if (event.has_step()) losses.push_back(event.step().loss());
+    }
+    return losses;
+  }
+  const mpsd::v1::JobSummary* summary() const {
+    return !events.empty() && events.back().has_summary() ? &events.back().summary() : nullptr;
+  }
+  std::vector<mpsd::v1::EpochMetrics> epochs() const {
+    std::vector<mpsd::v1::EpochMetrics> epochs;
+    for (const auto& event : events) {
+      if (event.has_epoch()) epochs.push_back(event.epoch());
+    }
+    return epochs;
+  }
+};
+
+Result RunAlone(Executor& executor, const std::string& job_id,
+                const mpsd::v1::SubmitJobRequest& spec) {
+  Result result;
+  CancelFlag cancelled;
+  result.status = executor.Run(
+      JobContext{job_id, ""}, spec,
+      [&](mpsd::v1::JobEvent event) { result.events.push_back(std::move(event)); }, cancelled);
+  return result;
+}
+
+// Runs `specs` fused as jobs "<prefix>0", "<prefix>1", ...; `cancel_trial` (>= 0) is cancelled
+// once its step `cancel_after` has been reported.
+std::vector<Result> RunFused(Executor& executor, const std::string& prefix,
+                             const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                             bool shared_data_order = false, int cancel_trial = -1,
+                             int64_t cancel_after = 0) {
+  std::vector<Result> results(specs.size());
+  auto events_of_all = std::make_shared<int64_t>(0);
+  std::vector<std::unique_ptr<CancelFlag>> flags;
+  std::vector<api::TrialRun> trials;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    flags.push_back(std::make_unique<CancelFlag>());
+    CancelFlag* flag = flags.back().get();
+    Result* result = &results[k];
+    const bool cancels = static_cast<int>(k) == cancel_trial;
+    api::TrialRun trial;
+    trial.job.job_id = absl::StrCat(prefix, k);
+    trial.spec = specs[k];
+    trial.sink = [result, flag, cancels, cancel_after,
+                  events_of_all](mpsd::v1::JobEvent event) {
+      if (cancels && event.has_step() && event.step().step() >= cancel_after) flag->Cancel();
+      result->events.push_back(std::move(event));
+      ++*events_of_all;
+    };
+    trial.done = [result, events_of_all](const absl::Status& status) {
+      ++result->done_calls;
+      result->done_status = status;
+      result->summary_before_done = result->summary() != nullptr;
+      result->events_of_all_at_done = *events_of_all;
+    };
+    trial.cancelled = flag;
+    trials.push_back(std::move(trial));
+  }
+  api::FusionOptions options;
+  options.shared_data_order = shared_data_order;
+  const std::vector<absl::Status> statuses = executor.RunFused(trials, options);
+  EXPECT_EQ(statuses.size(), specs.size());
+  for (size_t k = 0; k < statuses.size() && k < results.size(); ++k) {
+    results[k].status = statuses[k];
+    // Each trial settled once, after its summary, with the status RunFused returns for it.
+    EXPECT_EQ(results[k].done_calls, 1) << "trial " << k;
+    EXPECT_EQ(results[k].done_status, statuses[k]) << "trial " << k;
+    EXPECT_TRUE(results[k].summary_before_done) << "trial " << k;
+  }
+  return results;
+}
+
+// The zoo model a job's model.pt holds.
+std::shared_ptr<ClassifierImpl> LoadModel(const std::string& name, const fs::path& path) {
+  ModelConfig config;
+  config.input_shape = {1, 28, 28};
+  config.num_classes = 10;
+  std::shared_ptr<ClassifierImpl> model = FindModel(name)->make(config);
+  torch::serialize::InputArchive archive;
+  archive.load_from(path.string());
+  model->load(archive);
+  return model;
+}
+
+double MaxWeightDifference(const torch::nn::Module& a, const torch::nn::Module& b) {
+  double worst = 0;
+  const auto pb = b.named_parameters();
+  for (const auto& item : a.named_parameters()) {
+    worst = std::max(worst, (item.value() - pb[item.key()]).abs().max().item<double>());
+  }
+  const auto bb = b.named_buffers();
+  for (const auto& item : a.named_buffers()) {
+    worst = std::max(worst, (item.value().to(torch::kFloat64) - bb[item.key()].to(torch::kFloat64))
+                                .abs()
+                                .max()
+                                .item<double>());
+  }
+  return worst;
+}
+
+void ExpectSameLosses(const std::vector<float>& fused, const std::vector<float>& alone,
+                      size_t steps, const std::string& what) {
+  ASSERT_GE(fused.size(), steps) << what;
+  ASSERT_GE(alone.size(), steps) << what;
+  size_t first_difference = steps;  // for the messages: the first step not bit-identical
+  for (size_t i = 0; i < steps && first_difference == steps; ++i) {
+    if (fused[i] != alone[i]) first_difference = i;
+  }
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_NEAR(fused[i], alone[i], kTolerance)
+        << what << " step " << i + 1 << " (bit-identical up to step " << first_difference << ")";
+  }
+}
+
+// Three trials of `model` with `optimizer`: different learning rates, weight decays and seeds.
+std::vector<mpsd::v1::SubmitJobRequest> ThreeTrials(const std::string& model,
+                                                    const std::string& optimizer) {
+  const bool sgd = optimizer == "sgd";
+  std::vector<mpsd::v1::SubmitJobRequest> specs = {
+      Trial(model, optimizer, sgd ? 0.05 : 1e-3, 0, 1),
+      Trial(model, optimizer, sgd ? 0.02 : 3e-3, 1e-4, 2),
+      Trial(model, optimizer, sgd ? 0.01 : 5e-4, 1e-2, 3)};
+  if (sgd) {  // momentum per trial too, 0 included
+    specs[0].mutable_train_job()->mutable_optimizer()->set_momentum(0.9);
+    specs[1].mutable_train_job()->mutable_optimizer()->set_momentum(0.5);
+  }
+  return specs;
+}
+
+// Each fused trial against itself alone: its step losses, its final weights, its epoch.
+void CompareFusedWithAlone(const std::string& model, const std::string& optimizer) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  const std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials(model, optimizer);
+  absl::StatusOr<int> plan = executor->PlanFusion(specs, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, 3);
+  const std::vector<Result> fused = RunFused(*executor, "fused", specs);
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const std::string what = absl::StrCat(model, " ", optimizer, " trial ", k);
+    const Result alone = RunAlone(*executor, absl::StrCat("alone", k), specs[k]);
+    ASSERT_TRUE(alone.status.ok()) << what << ": " << alone.status;
+    ASSERT_TRUE(fused[k].status.ok()) << what << ": " << fused[k].status;
+    EXPECT_EQ(fused[k].losses().size(), alone.losses().size()) << what;
+    ExpectSameLosses(fused[k].losses(), alone.losses(), kComparedSteps, what);
+    const auto fused_model = LoadModel(model, dir.path() / absl::StrCat("fused", k) / "model.pt");
+    const auto alone_model = LoadModel(model, dir.path() / absl::StrCat("alone", k) / "model.pt");
+    EXPECT_LE(MaxWeightDifference(*fused_model, *alone_model), kTolerance) << what;
+    // The same events as the unfused job: its epochs (with the test evaluation) and its summary.
+    ASSERT_EQ(fused[k].epochs().size(), 1u) << what;
+    EXPECT_NEAR(fused[k].epochs()[0].test_accuracy(), alone.epochs()[0].test_accuracy(), 0.011)
+        << what;
+    EXPECT_NEAR(fused[k].epochs()[0].train_loss(), alone.epochs()[0].train_loss(), 1e-4) << what;
+    ASSERT_NE(fused[k].summary(), nullptr) << what;
+    EXPECT_EQ(fused[k].summary()->stop_reason(), "epochs_completed") << what;
+    EXPECT_EQ(fused[k].summary()->parameters(), alone.summary()->parameters()) << what;
+    EXPECT_EQ(fused[k].summary()->model_path(),
+              (dir.path() / absl::StrCat("fused", k) / "model.pt").string())
+        << what;
+  }
+  // The trials really differ (otherwise the comparison above proves little).
+  EXPECT_NE(fused[0].losses()[5], fused[1].losses()[5]);
+}
+
+TEST(FusedTrainTest, MlpSgdMatchesEachTrialAlone) { CompareFusedWithAlone("mlp", "sgd"); }
+TEST(FusedTrainTest, MlpAdamMatchesEachTrialAlone) { CompareFusedWithAlone("mlp", "adam"); }
+TEST(FusedTrainTest, MlpAdamWMatchesEachTrialAlone) { CompareFusedWithAlone("mlp", "adamw"); }
+TEST(FusedTrainTest, ConvNetSgdMatchesEachTrialAlone) { CompareFusedWithAlone("convnet", "sgd"); }
+TEST(FusedTrainTest, ConvNetAdamMatchesEachTrialAlone) {
+  CompareFusedWithAlone("convnet", "adam");
+}
+TEST(FusedTrainTest, ConvNetAdamWMatchesEachTrialAlone) {
+  CompareFusedWithAlone("convnet", "adamw");
+}
+TEST(FusedTrainTest, CifarCnnSgdMatchesEachTrialAlone) {
+  CompareFusedWithAlone("cifar_cnn", "sgd");
+}
+TEST(FusedTrainTest, CifarCnnAdamMatchesEachTrialAlone) {
+  CompareFusedWithAlone("cifar_cnn", "adam");
+}
+TEST(FusedTrainTest, CifarCnnAdamWMatchesEachTrialAlone) {
+  CompareFusedWithAlone("cifar_cnn", "adamw");
+}
+
+TEST(FusedTrainTest, NesterovAndScheduleMatchEachTrialAlone) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("mlp", "sgd");
+  for (auto& spec : specs) spec.mutable_train_job()->mutable_optimizer()->set_momentum(0.8);
+  for (auto& spec : specs) spec.mutable_train_job()->mutable_optimizer()->set_nesterov(true);
+  specs[0].mutable_train_job()->mutable_schedule()->set_name("onecycle");
+  specs[1].mutable_train_job()->mutable_schedule()->set_name("cosine");
+  specs[1].mutable_train_job()->mutable_schedule()->set_warmup_steps(10);
+  specs[2].mutable_train_job()->mutable_model()->set_dropout(0);
+  const std::vector<Result> fused = RunFused(*executor, "fused", specs);
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const Result alone = RunAlone(*executor, absl::StrCat("alone", k), specs[k]);
+    ASSERT_TRUE(fused[k].status.ok()) << fused[k].status;
+    ExpectSameLosses(fused[k].losses(), alone.losses(), kComparedSteps, absl::StrCat("trial ", k));
+  }
+}
+
+TEST(FusedTrainTest, CancelledTrialEndsAloneAndTheOthersGoOn) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  const std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("convnet", "adam");
+  const std::vector<Result> fused =
+      RunFused(*executor, "fused", specs, /*shared_data_order=*/false, /*cancel_trial=*/1,
+               /*cancel_after=*/10);
+  EXPECT_EQ(fused[1].status.code(), absl::StatusCode::kCancelled) << fused[1].status;
+  EXPECT_THAT(std::string(fused[1].status.message()), HasSubstr("cancelled after step 10 of 50"));
+  EXPECT_EQ(fused[1].losses().size(), 10u);
+  ASSERT_NE(fused[1].summary(), nullptr);
+  EXPECT_EQ(fused[1].summary()->stop_reason(), "cancelled");
+  EXPECT_FALSE(fs::exists(dir.path() / "fused1" / "model.pt"));
+  // It was settled while the others still trained: far fewer events had arrived by then than
+  // at the end.
+  EXPECT_LT(fused[1].events_of_all_at_done, fused[0].events_of_all_at_done / 2);
+  for (const size_t k : {size_t{0}, size_t{2}}) {
+    ASSERT_TRUE(fused[k].status.ok()) << fused[k].status;
+    const Result alone = RunAlone(*executor, absl::StrCat("alone", k), specs[k]);
+    ExpectSameLosses(fused[k].losses(), alone.losses(), kComparedSteps, absl::StrCat("trial ", k));
+    const auto fused_model =
+        LoadModel("convnet", dir.path() / absl::StrCat("fused", k) / "model.pt");
+    const auto alone_model =
+        LoadModel("convnet", dir.path() / absl::StrCat("alone", k) / "model.pt");
+    EXPECT_LE(MaxWeightDifference(*fused_model, *alone_model), kTolerance);
+  }
+  // The cancelled trial's steps before the cancel are its steps alone.
+  const Result alone = RunAlone(*executor, "alone1", specs[1]);
+  ExpectSameLosses(fused[1].losses(), alone.losses(), 10, "cancelled trial");
+}
+
+TEST(FusedTrainTest, DivergedTrialEndsAloneAndTheOthersGoOn) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("mlp", "adam");
+  // A first loss near ln 10 = 2.3 is above trial 1's threshold: it diverges at step 1.
+  specs[1].mutable_train_job()->set_divergence_threshold(0.5);
+  const std::vector<Result> fused = RunFused(*executor, "fused", specs);
+  EXPECT_EQ(fused[1].status.code(), absl::StatusCode::kAborted) << fused[1].status;
+  EXPECT_EQ(fused[1].losses().size(), 1u);
+  ASSERT_NE(fused[1].summary(), nullptr);
+  EXPECT_EQ(fused[1].summary()->stop_reason(), "diverged");
+  const Result alone1 = RunAlone(*executor, "alone1", specs[1]);
+  EXPECT_EQ(fused[1].status, alone1.status);
+  for (const size_t k : {size_t{0}, size_t{2}}) {
+    ASSERT_TRUE(fused[k].status.ok()) << fused[k].status;
+    const Result alone = RunAlone(*executor, absl::StrCat("alone", k), specs[k]);
+    ExpectSameLosses(fused[k].losses(), alone.losses(), kComparedSteps, absl::StrCat("trial ", k));
+    const auto fused_model = LoadModel("mlp", dir.path() / absl::StrCat("fused", k) / "model.pt");
+    const auto alone_model = LoadModel("mlp", dir.path() / absl::StrCat("alone", k) / "model.pt");
+    EXPECT_LE(MaxWeightDifference(*fused_model, *alone_model), kTolerance);
+  }
+}
+
+TEST(FusedTrainTest, SharedDataOrderDiffersOnlyInOrder) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  // A learning rate so small that the weights stay put, no dropout: an epoch's mean loss then
+  // depends on which examples it saw, not on their order.
+  std::vector<mpsd::v1::SubmitJobRequest> specs = {Trial("mlp", "sgd", 1e-9, 0, 1),
+                                                   Trial("mlp", "sgd", 1e-9, 0, 2)};
+  for (auto& spec : specs) {
+    spec.mutable_train_job()->mutable_model()->set_dropout(0);
+    spec.mutable_train_job()->mutable_dataset()->set_subset("first");  // the seed picks no data
+  }
+  const std::vector<Result> own = RunFused(*executor, "own", specs, /*shared=*/false);
+  const std::vector<Result> shared = RunFused(*executor, "shared", specs, /*shared=*/true);
+  for (size_t k = 0; k < 2; ++k) {
+    ASSERT_TRUE(own[k].status.ok()) << own[k].status;
+    ASSERT_TRUE(shared[k].status.ok()) << shared[k].status;
+  }
+  // Trial 0 keeps its order; trial 1 takes trial 0's, so its batches differ...
+  EXPECT_EQ(shared[0].losses(), own[0].losses());
+  EXPECT_NE(shared[1].losses(), own[1].losses());
+  // ...but not what an epoch holds.
+  EXPECT_NEAR(shared[1].epochs()[0].train_loss(), own[1].epochs()[0].train_loss(), 1e-5);
+  EXPECT_EQ(shared[1].losses().size(), own[1].losses().size());
+  // And trial 1's first batch under the shared order is trial 0's first batch through trial
+  // 1's model: its loss differs from trial 0's (other weights) but its examples are trial 0's.
+  EXPECT_NE(shared[1].losses()[0], shared[0].losses()[0]);
+}
+
+TEST(FusedTrainTest, PlanFusionAcceptsShapePreservingDifferencesAndCaps) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("convnet", "adamw");
+  specs[1].mutable_train_job()->set_label_smoothing(0.1);
+  specs[2].mutable_train_job()->mutable_model()->set_dropout(0.3);
+  specs[2].mutable_train_job()->mutable_schedule()->set_name("cosine");
+  absl::StatusOr<int> plan = executor->PlanFusion(specs, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, 3);
+  plan = executor->PlanFusion(specs, 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, 2);
+  // The longest matching prefix: trial 2 differs in its batch size.
+  specs[2].mutable_train_job()->set_batch_size(16);
+  plan = executor->PlanFusion(specs, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, 2);
+}
+
+struct Refusal {
+  std::string name;
+  void (*mutate)(std::vector<mpsd::v1::SubmitJobRequest>&);
+  std::string message;
+};
+
+TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  const std::vector<Refusal> cases = {
+      {"model without a fused form",
+       [](auto& s) {
+         for (auto& spec : s) spec.mutable_train_job()->mutable_model()->set_name("resnet18");
+       },
+       "trial 0: model resnet18 has no fused form yet"},
+      {"batch size differs",
+       [](auto& s) { s[1].mutable_train_job()->set_batch_size(16); },
+       "trial 1 differs in train_job.batch_size"},
+      {"optimizer differs",
+       [](auto& s) { s[1].mutable_train_job()->mutable_optimizer()->set_name("adamw"); },
+       "trial 1 differs in train_job.optimizer.name"},
+      {"model differs",
+       [](auto& s) { s[1].mutable_train_job()->mutable_model()->set_name("mlp"); },
+       "trial 1 differs in train_job.model.name"},
+      {"checkpoints",
+       [](auto& s) {
+         for (auto& spec : s) spec.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
+       },
+       "trial 0: train_job.checkpoint is not supported fused yet"},
+      {"clipping",
+       [](auto& s) {
+         for (auto& spec : s) spec.mutable_train_job()->set_grad_clip_norm(1.0);
+       },
+       "trial 0: train_job.grad_clip_norm is not supported fused yet"},
+      {"early stopping",
+       [](auto& s) {
+         for (auto& spec : s) {
+           spec.mutable_train_job()->mutable_early_stopping()->set_monitor("test_loss");
+         }
+       },
+       "trial 0: train_job.early_stopping is not supported fused yet"},
+      {"augmentation",
+       [](auto& s) {
+         for (auto& spec : s) {
+           spec.mutable_train_job()->mutable_dataset()->mutable_augmentation()->set_horizontal_flip(
+               true);
+         }
+       },
+       "trial 0: train_job.dataset.augmentation is not supported fused yet"},
+      {"bf16",
+       [](auto& s) {
+         for (auto& spec : s) spec.mutable_train_job()->set_precision("bf16");
+       },
+       "trial 0: train_job.precision bf16 is not supported fused yet"},
+      {"one trial", [](auto& s) { s.resize(1); }, "fewer than 2 trials to fuse"},
+  };
+  for (const Refusal& c : cases) {
+    std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("convnet", "adam");
+    c.mutate(specs);
+    const absl::StatusOr<int> plan = executor->PlanFusion(specs, 8);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition) << c.name;
+    EXPECT_THAT(std::string(plan.status().message()), HasSubstr(c.message)) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace mpsd::trainer

@@ -1,0 +1,348 @@
+// The fused forms of mlp, convnet and cifar_cnn: each architecture as a program of fused
+// operators over the zoo model's parameter names (trainer/models/simple.cc registers them so).
+#include "trainer/fused_models.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace mpsd::trainer {
+namespace {
+
+namespace F = torch::nn::functional;
+
+// One operator of an architecture's program before its tensors are looked up.
+struct OpSpec {
+  enum Kind { kConv, kConvNoBias, kBatchNorm, kRelu, kMaxPool, kDropout, kDropout2d, kFlatten,
+              kLinear };
+  Kind kind;
+  std::string prefix;  // the module's name in the zoo model ("conv1", "features.0")
+  int64_t padding = 0;
+};
+
+// The programs, in the order each zoo model's forward runs its modules. Each dropout's
+// probability is taken from the built model (ModelSpec.dropout or the architecture's default).
+std::vector<OpSpec> Program(absl::string_view name) {
+  using K = OpSpec;
+  if (name == "mlp") {  // layers: Flatten, Linear, ReLU, Dropout, Linear, ReLU, Dropout, Linear
+    return {{K::kFlatten, "", 0}, {K::kLinear, "layers.1", 0}, {K::kRelu, "", 0},
+            {K::kDropout, "", 0}, {K::kLinear, "layers.4", 0}, {K::kRelu, "", 0},
+            {K::kDropout, "", 0}, {K::kLinear, "layers.7", 0}};
+  }
+  if (name == "convnet") {
+    return {{K::kConv, "conv1", 0},  {K::kRelu, "", 0},    {K::kConv, "conv2", 0},
+            {K::kRelu, "", 0},       {K::kMaxPool, "", 0}, {K::kDropout2d, "", 0},
+            {K::kFlatten, "", 0},    {K::kLinear, "fc1", 0}, {K::kRelu, "", 0},
+            {K::kDropout, "", 0},    {K::kLinear, "fc2", 0}};
+  }
+  if (name == "cifar_cnn") {
+    std::vector<OpSpec> ops;
+    for (int block = 0; block < 3; ++block) {
+      for (int conv = 0; conv < 2; ++conv) {
+        const int index = block * 7 + conv * 3;
+        ops.push_back({K::kConvNoBias, absl::StrCat("features.", index), 1});
+        ops.push_back({K::kBatchNorm, absl::StrCat("features.", index + 1), 0});
+        ops.push_back({K::kRelu, "", 0});
+      }
+      ops.push_back({K::kMaxPool, "", 0});
+    }
+    ops.push_back({K::kFlatten, "", 0});
+    ops.push_back({K::kLinear, "classifier.1", 0});
+    ops.push_back({K::kRelu, "", 0});
+    ops.push_back({K::kDropout, "", 0});
+    ops.push_back({K::kLinear, "classifier.4", 0});
+    return ops;
+  }
+  return {};
+}
+
+// Each dropout module's probability, in registration order (= the forward's order in these
+// models).
+std::vector<double> DropoutProbabilities(ClassifierImpl& model) {
+  std::vector<double> p;
+  for (const std::shared_ptr<torch::nn::Module>& module : model.modules(/*include_self=*/false)) {
+    if (const auto* dropout = module->as<torch::nn::Dropout>()) {
+      p.push_back(dropout->options.p());
+    } else if (const auto* dropout2d = module->as<torch::nn::Dropout2d>()) {
+      p.push_back(dropout2d->options.p());
+    }
+  }
+  return p;
+}
+
+// Trial k's masks for an activation of `shape` (the unfused activation's: [N, F] for dropout,
+// [N, C, 1, 1] for dropout2d's feature noise), as ATen's _dropout_impl draws them: bernoulli_(1 −
+// p) from the generator, then divided by 1 − p; ones for p = 0 (no draw, as dropout returns its
+// input then).
+torch::Tensor Noise(at::IntArrayRef shape, double p, at::Generator& generator,
+                    const torch::TensorOptions& options) {
+  if (p == 0) return torch::ones(shape, options);
+  torch::Tensor noise = torch::empty(shape, options);
+  noise.bernoulli_(1 - p, generator);
+  return noise.div_(1 - p);
+}
+
+}  // namespace
+
+bool HasFusedForm(absl::string_view name) { return !Program(name).empty(); }
+
+absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
+    absl::string_view name, const std::vector<std::shared_ptr<ClassifierImpl>>& models,
+    const torch::Device& device) {
+  const std::vector<OpSpec> program = Program(name);
+  if (program.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", name, " has no fused form yet"));
+  }
+  if (models.empty()) return absl::InvalidArgumentError("no model to fuse");
+  torch::NoGradGuard no_grad;
+  auto fused = std::unique_ptr<FusedModel>(new FusedModel());
+  const int trials = static_cast<int>(models.size());
+  fused->trials_ = trials;
+  std::vector<std::vector<double>> dropout;  // [trial][layer]
+  for (const auto& model : models) dropout.push_back(DropoutProbabilities(*model));
+
+  // The trials' tensors of one name, checked to agree in shape.
+  const auto gather = [&](const std::string& tensor_name,
+                          bool buffer) -> absl::StatusOr<std::vector<torch::Tensor>> {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& model : models) {
+      const torch::OrderedDict<std::string, torch::Tensor> dict =
+          buffer ? model->named_buffers() : model->named_parameters();
+      const torch::Tensor* tensor = dict.find(tensor_name);
+      if (tensor == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("model %s: no %s %s to fuse", name,
+                            buffer ? "buffer" : "parameter", tensor_name));
+      }
+      if (!tensors.empty() && !tensors.front().sizes().equals(tensor->sizes())) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model %s: the trials' %s differ in shape", name, tensor_name));
+      }
+      tensors.push_back(tensor->detach().to(torch::kCPU));
+    }
+    return tensors;
+  };
+  // Adds a fused parameter: `stack` [K, ...] (linear), else concatenated along dim 0 (conv, norm).
+  const auto add_parameter = [&](const std::string& tensor_name,
+                                 bool stack) -> absl::StatusOr<int> {
+    absl::StatusOr<std::vector<torch::Tensor>> tensors = gather(tensor_name, false);
+    if (!tensors.ok()) return tensors.status();
+    torch::Tensor joined = stack ? torch::stack(*tensors) : torch::cat(*tensors);
+    fused->parameters_.push_back(joined.to(device).contiguous().set_requires_grad(true));
+    fused->parameter_names_.push_back(tensor_name);
+    return static_cast<int>(fused->parameters_.size()) - 1;
+  };
+  const auto add_buffer = [&](const std::string& tensor_name, bool stack) -> absl::StatusOr<int> {
+    absl::StatusOr<std::vector<torch::Tensor>> tensors = gather(tensor_name, true);
+    if (!tensors.ok()) return tensors.status();
+    torch::Tensor joined = stack ? torch::stack(*tensors) : torch::cat(*tensors);
+    fused->buffers_.push_back(joined.to(device).contiguous());
+    fused->buffer_names_.push_back(tensor_name);
+    return static_cast<int>(fused->buffers_.size()) - 1;
+  };
+
+  size_t dropout_layer = 0;
+  for (const OpSpec& spec : program) {
+    Op op;
+    switch (spec.kind) {
+      case OpSpec::kConv:
+      case OpSpec::kConvNoBias: {
+        op.kind = Op::Kind::kConv2d;
+        op.padding = spec.padding;
+        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/false);
+        if (!weight.ok()) return weight.status();
+        op.weight = *weight;
+        if (spec.kind == OpSpec::kConv) {
+          absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/false);
+          if (!bias.ok()) return bias.status();
+          op.bias = *bias;
+        }
+        break;
+      }
+      case OpSpec::kBatchNorm: {
+        op.kind = Op::Kind::kBatchNorm2d;
+        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/false);
+        if (!weight.ok()) return weight.status();
+        absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/false);
+        if (!bias.ok()) return bias.status();
+        absl::StatusOr<int> mean = add_buffer(spec.prefix + ".running_mean", /*stack=*/false);
+        if (!mean.ok()) return mean.status();
+        absl::StatusOr<int> var = add_buffer(spec.prefix + ".running_var", /*stack=*/false);
+        if (!var.ok()) return var.status();
+        absl::StatusOr<int> tracked =
+            add_buffer(spec.prefix + ".num_batches_tracked", /*stack=*/true);
+        if (!tracked.ok()) return tracked.status();
+        op.weight = *weight;
+        op.bias = *bias;
+        op.running = *mean;
+        break;
+      }
+      case OpSpec::kLinear: {
+        op.kind = Op::Kind::kLinear;
+        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/true);
+        if (!weight.ok()) return weight.status();
+        absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/true);
+        if (!bias.ok()) return bias.status();
+        op.weight = *weight;
+        op.bias = *bias;
+        break;
+      }
+      case OpSpec::kRelu:
+        op.kind = Op::Kind::kRelu;
+        break;
+      case OpSpec::kMaxPool:
+        op.kind = Op::Kind::kMaxPool2d;
+        break;
+      case OpSpec::kFlatten:
+        op.kind = Op::Kind::kFlatten;
+        break;
+      case OpSpec::kDropout:
+      case OpSpec::kDropout2d:
+        op.kind = spec.kind == OpSpec::kDropout ? Op::Kind::kDropout : Op::Kind::kDropout2d;
+        for (int k = 0; k < trials; ++k) {
+          if (dropout_layer >= dropout[k].size()) {
+            return absl::InvalidArgumentError(
+                absl::StrFormat("model %s: trial %d has fewer dropout layers", name, k));
+          }
+          op.p.push_back(dropout[k][dropout_layer]);
+        }
+        ++dropout_layer;
+        break;
+    }
+    fused->ops_.push_back(std::move(op));
+  }
+  // Every tensor of the zoo model must be in the program, or Unfuse would leave one behind.
+  const size_t parameters = models.front()->named_parameters().size();
+  const size_t buffers = models.front()->named_buffers().size();
+  if (parameters != fused->parameters_.size() || buffers != fused->buffers_.size()) {
+    return absl::InternalError(absl::StrFormat(
+        "model %s: the fused program covers %d of %d parameters and %d of %d buffers", name,
+        fused->parameters_.size(), parameters, fused->buffers_.size(), buffers));
+  }
+  return fused;
+}
+
+torch::Tensor FusedModel::Forward(const torch::Tensor& inputs,
+                                  std::vector<at::Generator>& generators) {
+  TORCH_CHECK(inputs.dim() >= 2 && inputs.size(0) == trials_, "FusedModel: expected inputs [",
+              trials_, ", N, ...], got ", inputs.sizes());
+  TORCH_CHECK(static_cast<int>(generators.size()) == trials_, "FusedModel: ", trials_,
+              " generators needed");
+  const int64_t k_trials = trials_;
+  const int64_t n = inputs.size(1);
+  // Trial-major [K, N, ...] until the first convolution; channel-fused [N, K·C, H, W] while
+  // convolving; trial-major [K, N, F] again from the flatten on.
+  bool channel_fused = false;
+  torch::Tensor x = inputs;
+  for (const Op& op : ops_) {
+    switch (op.kind) {
+      case Op::Kind::kConv2d: {
+        if (!channel_fused) {
+          TORCH_CHECK(x.dim() == 5, "FusedModel: conv2d expects inputs [K, N, C, H, W], got ",
+                      x.sizes());
+          x = x.transpose(0, 1).reshape({n, k_trials * x.size(2), x.size(3), x.size(4)});
+          channel_fused = true;
+        }
+        const torch::Tensor& weight = parameters_[op.weight];
+        if (x.device().is_cpu() && weight.size(1) == 1) {
+          // One input channel per trial: as a grouped convolution that is a depthwise one, whose
+          // weight gradient oneDNN sums in another order than the trial's own 1-channel
+          // convolution (last-bit differences that Adam's normalised steps amplify). On the CPU
+          // each trial's convolution runs alone instead, bit-identical to its unfused job's; the
+          // first layer of a grayscale model is the cheapest of its convolutions.
+          const int64_t out = weight.size(0) / k_trials;
+          const int64_t channels = x.size(1) / k_trials;
+          std::vector<torch::Tensor> outputs;
+          for (int64_t k = 0; k < k_trials; ++k) {
+            outputs.push_back(torch::conv2d(
+                x.narrow(/*dim=*/1, k * channels, channels).contiguous(),
+                weight.narrow(/*dim=*/0, k * out, out),
+                op.bias >= 0 ? parameters_[op.bias].narrow(/*dim=*/0, k * out, out)
+                             : torch::Tensor(),
+                /*stride=*/1, /*padding=*/op.padding));
+          }
+          x = torch::cat(outputs, /*dim=*/1);
+          break;
+        }
+        x = torch::conv2d(x, weight,
+                          op.bias >= 0 ? parameters_[op.bias] : torch::Tensor(),
+                          /*stride=*/1, /*padding=*/op.padding, /*dilation=*/1,
+                          /*groups=*/k_trials);
+        break;
+      }
+      case Op::Kind::kBatchNorm2d: {
+        x = torch::batch_norm(x, parameters_[op.weight], parameters_[op.bias],
+                              buffers_[op.running], buffers_[op.running + 1],
+                              /*training=*/true, op.momentum, op.eps,
+                              /*cudnn_enabled=*/true);
+        {
+          torch::NoGradGuard no_grad;
+          buffers_[op.running + 2].add_(1);  // num_batches_tracked, as BatchNorm2d counts
+        }
+        break;
+      }
+      case Op::Kind::kRelu:
+        x = torch::relu(x);
+        break;
+      case Op::Kind::kMaxPool2d:
+        x = torch::max_pool2d(x, /*kernel_size=*/2);
+        break;
+      case Op::Kind::kDropout2d: {
+        TORCH_CHECK(channel_fused && x.dim() == 4, "FusedModel: dropout2d expects [N, K·C, H, W]");
+        const int64_t channels = x.size(1) / k_trials;
+        std::vector<torch::Tensor> noise;
+        for (int k = 0; k < trials_; ++k) {
+          noise.push_back(Noise({n, channels, 1, 1}, op.p[k], generators[k], x.options()));
+        }
+        x = x * torch::cat(noise, /*dim=*/1);
+        break;
+      }
+      case Op::Kind::kDropout: {
+        TORCH_CHECK(!channel_fused && x.dim() == 3, "FusedModel: dropout expects [K, N, F]");
+        std::vector<torch::Tensor> noise;
+        for (int k = 0; k < trials_; ++k) {
+          noise.push_back(Noise({n, x.size(2)}, op.p[k], generators[k], x.options()));
+        }
+        x = x * torch::stack(noise);
+        break;
+      }
+      case Op::Kind::kFlatten:
+        if (channel_fused) {
+          // [N, K·C, H, W] → [N, K, C·H·W] (each trial's features in its unfused flatten order)
+          // → [K, N, C·H·W].
+          x = x.reshape({n, k_trials, -1}).transpose(0, 1);
+          channel_fused = false;
+        } else {
+          x = x.reshape({k_trials, n, -1});
+        }
+        break;
+      case Op::Kind::kLinear:
+        // x [K, N, in] @ weightᵀ [K, in, out] + bias [K, 1, out]: each trial's F::linear.
+        x = torch::baddbmm(parameters_[op.bias].unsqueeze(1), x,
+                           parameters_[op.weight].transpose(1, 2));
+        break;
+    }
+  }
+  return x;
+}
+
+void FusedModel::Unfuse(int k, ClassifierImpl& model) const {
+  torch::NoGradGuard no_grad;
+  const auto copy = [&](const torch::OrderedDict<std::string, torch::Tensor>& dict,
+                        const std::vector<torch::Tensor>& fused,
+                        const std::vector<std::string>& names) {
+    for (size_t i = 0; i < fused.size(); ++i) {
+      const torch::Tensor* target = dict.find(names[i]);
+      TORCH_CHECK(target != nullptr, "FusedModel::Unfuse: the model has no ", names[i]);
+      const torch::Tensor slice = fused[i].reshape({trials_, -1})[k];
+      target->detach().copy_(slice.reshape(target->sizes()));
+    }
+  };
+  copy(model.named_parameters(), parameters_, parameter_names_);
+  copy(model.named_buffers(), buffers_, buffer_names_);
+}
+
+}  // namespace mpsd::trainer

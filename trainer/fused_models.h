@@ -1,0 +1,95 @@
+// Horizontally fused zoo models (HFTA: Wang et al., "Horizontally Fused Training Array", MLSys
+// 2021): K models of one architecture, each with its own weights, trained as one module whose
+// operators are the K models' operators made K times wider. K linears are one batched matmul
+// (torch::baddbmm over [K, N, in]), K conv2d one grouped conv2d (groups = K × the original
+// groups, inputs [N, K·C, H, W]), K BatchNorm2d one BatchNorm over K·C channels (each trial's
+// channels keep their own batch statistics and running statistics), K dropouts one multiply by
+// K masks each drawn from its trial's own generator; activations and pooling are unchanged.
+// Internal to trainer/: includes torch.
+//
+// Fused forms exist for mlp, convnet and cifar_cnn (trainer/models/simple.h). Each trial's
+// weights come from its own zoo model (built as its unfused job builds it: seeded, on the CPU)
+// and go back into a zoo model the same way (Unfuse), so every trial saves and evaluates as a
+// plain zoo model does.
+//
+// Thread-safety: none; a FusedModel belongs to the loop that trains it.
+#ifndef MPSD_TRAINER_FUSED_MODELS_H_
+#define MPSD_TRAINER_FUSED_MODELS_H_
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "trainer/models.h"
+
+namespace mpsd::trainer {
+
+// Whether the zoo model `name` has a fused form here.
+bool HasFusedForm(absl::string_view name);
+
+class FusedModel {
+ public:
+  // Stacks the parameters and buffers of `models` (K >= 1 zoo models named `name`, built for
+  // the same ModelConfig up to dropout; borrowed only during the call) into fused tensors on
+  // `device`, each trial's slice a copy of its model's tensor. Each trial's dropout
+  // probabilities are read from its model's Dropout / Dropout2d modules. INVALID_ARGUMENT for a
+  // model without a fused form or models whose tensors do not match in shape.
+  static absl::StatusOr<std::unique_ptr<FusedModel>> Create(
+      absl::string_view name, const std::vector<std::shared_ptr<ClassifierImpl>>& models,
+      const torch::Device& device);
+
+  // The training forward pass of the K trials: inputs [K, N, ...input shape] float32 (trial k's
+  // batch at [k]) → logits [K, N, num_classes] float32. Trial k's dropout masks are drawn from
+  // generators[k] exactly as its unfused model draws them from the default generator
+  // (bernoulli_(1 − p) of the layer's activation shape, divided by 1 − p; none when p is 0), so
+  // with generators[k] in the state the unfused job's default generator would be in, the masks
+  // are the same. BatchNorm runs in training mode (batch statistics, running statistics
+  // updated). Throws c10::Error for LibTorch failures.
+  torch::Tensor Forward(const torch::Tensor& inputs, std::vector<at::Generator>& generators);
+
+  // The fused parameters, leaves with requires_grad: each one's dim 0 is trial-major, so
+  // view({K, -1})[k] is trial k's tensor flattened (the fused optimizer's layout).
+  const std::vector<torch::Tensor>& parameters() const { return parameters_; }
+
+  // Copies trial k's slice of every fused parameter and buffer into `model` (a zoo model of the
+  // same name and shapes, e.g. one Create was given), outside autograd.
+  void Unfuse(int k, ClassifierImpl& model) const;
+
+  int trials() const { return trials_; }
+
+ private:
+  // One operator of the fused program, applied in order.
+  struct Op {
+    enum class Kind { kConv2d, kBatchNorm2d, kRelu, kMaxPool2d, kDropout, kDropout2d, kFlatten,
+                      kLinear };
+    Kind kind = Kind::kRelu;
+    // kConv2d, kLinear, kBatchNorm2d: the weight's index in parameters_, the bias's (-1: none);
+    // kBatchNorm2d: running_mean's index in buffers_ (running_var, num_batches_tracked next).
+    int weight = -1;
+    int bias = -1;
+    int running = -1;
+    int64_t padding = 0;   // kConv2d (stride 1, dilation 1, groups 1 unfused: the zoo's)
+    double momentum = 0.1;  // kBatchNorm2d, BatchNorm2dOptions' defaults
+    double eps = 1e-5;
+    std::vector<double> p;  // kDropout, kDropout2d: each trial's probability
+  };
+  FusedModel() = default;
+
+  int trials_ = 0;
+  std::vector<Op> ops_;
+  // The fused tensors, each [K, ...] or [K·C, ...] trial-major, and the zoo model's name of each
+  // (e.g. "conv1.weight"). BatchNorm's num_batches_tracked is [K] int64.
+  std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> buffers_;
+  std::vector<std::string> parameter_names_;
+  std::vector<std::string> buffer_names_;
+};
+
+}  // namespace mpsd::trainer
+
+#endif  // MPSD_TRAINER_FUSED_MODELS_H_
