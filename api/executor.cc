@@ -5,7 +5,7 @@
 
 namespace mpsd::api {
 
-absl::StatusOr<int> Executor::PlanFusion(
+absl::StatusOr<std::vector<int>> Executor::PlanFusion(
     const std::vector<mpsd::v1::SubmitJobRequest>& /*specs*/, int /*max_trials*/) const {
   return absl::FailedPreconditionError("this executor trains no trials fused");
 }

@@ -121,16 +121,17 @@ class Executor {
   virtual absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                            const EventSink& sink, const CancelFlag& cancelled) = 0;
 
-  // How many of `specs` (TrainJob trials of one sweep, in the order they would run) one
-  // RunFused call may train together: the length of the longest prefix that can be fused (the
-  // same model, data, input shape and batch size; differing only in values that change no
-  // shape, such as learning rate, weight decay, seed), at least 2 and at most `max_trials`, and
-  // no more than fit the device's free memory. FAILED_PRECONDITION when fewer than 2 can be
-  // fused, with a message saying why for the job log ("model resnet18 has no fused form yet",
-  // "trial 1 differs in train_job.batch_size"). Arithmetic and a memory query: touches no
-  // tensor, never disturbs a running job. Thread-safe. The default fuses nothing.
-  virtual absl::StatusOr<int> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
-                                         int max_trials) const;
+  // Which of `specs` (TrainJob trials of one sweep, in the order they would run) one RunFused
+  // call may train together with specs[0]: their indices into `specs`, 0 first, then in order
+  // every trial that can be fused with it (the same model, data, input shape and batch size;
+  // differing only in values that change no shape, such as learning rate, weight decay, seed),
+  // skipping the others, at least 2 and at most `max_trials`, and no more than fit the device's
+  // free memory. FAILED_PRECONDITION when fewer than 2 can be fused, with a message saying why
+  // for the job log ("trial 0: model resnet18 has no fused form yet", "trial 1 differs in
+  // train_job.batch_size"). Reads the specs' dataset headers and the device's memory: touches no
+  // tensor on the device, never disturbs a running job. Thread-safe. The default fuses nothing.
+  virtual absl::StatusOr<std::vector<int>> PlanFusion(
+      const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const;
 
   // Trains `trials` (specs PlanFusion accepted, in the same order) together in one run, as one
   // horizontally fused model and optimizer on the device, each trial's events to its own sink.

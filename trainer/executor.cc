@@ -59,8 +59,8 @@ class TorchExecutor final : public Executor {
   absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                    const EventSink& sink, const CancelFlag& cancel) override;
 
-  absl::StatusOr<int> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
-                                 int max_trials) const override;
+  absl::StatusOr<std::vector<int>> PlanFusion(
+      const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const override;
 
   std::vector<absl::Status> RunFused(const std::vector<api::TrialRun>& trials,
                                      const api::FusionOptions& options) override;
@@ -165,16 +165,14 @@ absl::Status TorchExecutor::RunTrain(const JobContext& context,
   return RunTrainJob(*job, options_.steps_per_readback, faulty, sink, cancelled);
 }
 
-absl::StatusOr<int> TorchExecutor::PlanFusion(
+absl::StatusOr<std::vector<int>> TorchExecutor::PlanFusion(
     const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const {
-  const int limit = std::min(static_cast<int>(specs.size()), max_trials);
-  if (limit < 2) {
+  if (specs.size() < 2 || max_trials < 2) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "fewer than 2 trials to fuse (%d given, at most %d)", specs.size(), max_trials));
   }
   // Free device memory against which the trials' estimates are counted; no cap on the CPU.
   int64_t free_bytes = -1;
-  int64_t per_trial = 0;
   if (!inventory_.preferred.is_cpu()) {
     const absl::Status read = CatchTorchErrors([&] {
       const int64_t total = DescribeDevice(inventory_.preferred).total_memory_bytes;
@@ -183,49 +181,62 @@ absl::StatusOr<int> TorchExecutor::PlanFusion(
     });
     if (!read.ok()) free_bytes = -1;
   }
-  std::string stop;  // why the prefix ends before `limit`
-  int count = 0;
-  for (; count < limit; ++count) {
-    const mpsd::v1::SubmitJobRequest& spec = specs[count];
-    const std::string trial = absl::StrCat("trial ", count);
-    if (!spec.has_train_job()) {
-      stop = absl::StrCat(trial, " is not a TrainJob");
-      break;
-    }
+  // Why trial `index` cannot join trial 0's run, or "" when it can.
+  auto why_not = [&](size_t index, int64_t& bytes) -> std::string {
+    const mpsd::v1::SubmitJobRequest& spec = specs[index];
+    const std::string trial = absl::StrCat("trial ", index);
+    if (!spec.has_train_job()) return absl::StrCat(trial, " is not a TrainJob");
     absl::StatusOr<TrainJobConfig> job;
     if (absl::Status s =
             CatchTorchErrors([&] { return (job = ResolveJob(spec, nullptr)).status(); });
         !s.ok()) {
-      stop = absl::StrCat(trial, " does not validate: ", s.message());
-      break;
+      return absl::StrCat(trial, " does not validate: ", s.message());
     }
     if (std::string refusal = FusionRefusal(*job); !refusal.empty()) {
-      stop = absl::StrCat(trial, ": ", refusal);
-      break;
+      return absl::StrCat(trial, ": ", refusal);
     }
-    if (count > 0) {
+    if (index > 0) {
       if (std::string field = FusionDifference(specs[0].train_job(), spec.train_job());
           !field.empty()) {
-        stop = absl::StrCat(trial, " differs in train_job.", field);
-        break;
+        return absl::StrCat(trial, " differs in train_job.", field);
       }
     }
-    if (job->device.is_cpu()) continue;
-    per_trial = FusedTrialBytes(*job);
-    if (free_bytes >= 0 && per_trial * (count + 1) > free_bytes) {
-      stop = absl::StrFormat("%d trials of about %d MiB each fit the device's %d MiB free",
-                             count, per_trial >> 20, free_bytes >> 20);
+    bytes = job->device.is_cpu() ? 0 : FusedTrialBytes(*job);
+    return "";
+  };
+  int64_t used = 0;
+  int64_t bytes = 0;
+  if (std::string refusal = why_not(0, bytes); !refusal.empty()) {
+    return absl::FailedPreconditionError(refusal);
+  }
+  used += bytes;
+  std::vector<int> plan = {0};
+  std::string skipped;  // why the first trial left out was
+  for (size_t index = 1; index < specs.size() && static_cast<int>(plan.size()) < max_trials;
+       ++index) {
+    if (std::string refusal = why_not(index, bytes); !refusal.empty()) {
+      if (skipped.empty()) skipped = refusal;
+      continue;
+    }
+    if (free_bytes >= 0 && used + bytes > free_bytes) {
+      if (skipped.empty()) {
+        skipped = absl::StrFormat("%d trials of about %d MiB each fit the device's %d MiB free",
+                                  plan.size(), bytes >> 20, free_bytes >> 20);
+      }
       break;
     }
+    used += bytes;
+    plan.push_back(static_cast<int>(index));
   }
-  if (count < 2) {
+  if (plan.size() < 2) {
     return absl::FailedPreconditionError(
-        stop.empty() ? std::string("fewer than 2 trials can be fused") : stop);
+        skipped.empty() ? std::string("fewer than 2 trials can be fused") : skipped);
   }
-  if (count < limit) {
-    Log(LogLevel::kInfo, absl::StrFormat("fusing %d of %d trials: %s", count, limit, stop));
+  if (!skipped.empty()) {
+    Log(LogLevel::kInfo, absl::StrFormat("fusing %d of %d trials; left out first: %s",
+                                         plan.size(), specs.size(), skipped));
   }
-  return count;
+  return plan;
 }
 
 std::vector<absl::Status> TorchExecutor::RunFused(const std::vector<api::TrialRun>& trials,

@@ -86,9 +86,10 @@ grpc::Status ExecutorService::PlanFusion(grpc::ServerContext* /*context*/,
                                          mpsd::v1::executor::PlanFusionResponse* response) {
   const std::vector<mpsd::v1::SubmitJobRequest> specs(request->specs().begin(),
                                                       request->specs().end());
-  const absl::StatusOr<int> trials = executor_->PlanFusion(specs, request->max_trials());
+  const absl::StatusOr<std::vector<int>> trials =
+      executor_->PlanFusion(specs, request->max_trials());
   *response->mutable_status() = api::ToExecutorStatus(trials.status());
-  if (trials.ok()) response->set_trials(*trials);
+  if (trials.ok()) response->mutable_trials()->Add(trials->begin(), trials->end());
   return grpc::Status::OK;
 }
 

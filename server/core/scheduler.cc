@@ -1042,7 +1042,8 @@ void Scheduler::ExecutorLoop() {
       continue;
     }
     // Not under mu_: the executor answers over its socket.
-    const absl::StatusOr<int> planned = executor_->PlanFusion(specs, fusion.max_trials);
+    const absl::StatusOr<std::vector<int>> planned =
+        executor_->PlanFusion(specs, fusion.max_trials);
     std::vector<std::string> group = {job_id};
     std::vector<mpsd::v1::SubmitJobRequest> group_specs = {spec};
     {
@@ -1058,14 +1059,15 @@ void Scheduler::ExecutorLoop() {
       } else {
         // The planned trials that are still queued (one may have been cancelled meanwhile):
         // each was fusable with the lead on its own, so any of them still are.
-        for (int i = 0; i + 1 < *planned && i < static_cast<int>(candidates.size()); ++i) {
-          const std::string& id = candidates[static_cast<size_t>(i)];
+        for (const int index : *planned) {
+          if (index < 1 || index > static_cast<int>(candidates.size())) continue;  // the lead
+          const std::string& id = candidates[static_cast<size_t>(index) - 1];
           auto queued = std::find(queue_.begin(), queue_.end(), id);
           if (queued == queue_.end()) continue;
           queue_.erase(queued);
           StartRunning(jobs_[id]);
           group.push_back(id);
-          group_specs.push_back(specs[static_cast<size_t>(i) + 1]);
+          group_specs.push_back(specs[static_cast<size_t>(index)]);
         }
         if (group.size() > 1) {
           const std::string text =

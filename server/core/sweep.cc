@@ -269,9 +269,10 @@ absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep) {
   SweepFusion fusion;
   const std::string& fuse = sweep.fuse();
   int k = 0;
-  if (fuse == "off") {
+  // YAML 1.1 readers (PyYAML) turn an unquoted `off` into false: taken as meant.
+  if (fuse == "off" || fuse == "false") {
     fusion.max_trials = 1;
-  } else if (!fuse.empty() && fuse != "auto") {
+  } else if (!fuse.empty() && fuse != "auto" && fuse != "true") {
     if (!absl::SimpleAtoi(fuse, &k) || k < 2 || k > kMaxFusedTrials) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sweep.fuse: must be auto, off or a number of trials in [2, ", kMaxFusedTrials,

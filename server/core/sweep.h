@@ -48,7 +48,8 @@ struct SweepFusion {
   bool shared_data_order = false;
 };
 
-// The sweep's fusion settings: fuse "" or "auto" → kMaxFusedTrials, "off" → 1, an integer K
+// The sweep's fusion settings: fuse "", "auto" (or "true") → kMaxFusedTrials, "off" (or
+// "false", what YAML 1.1 makes of an unquoted off) → 1, an integer K
 // in [2, kMaxFusedTrials] → K; data_order "" / "per_trial" or "shared". INVALID_ARGUMENT
 // naming "sweep.fuse" or "sweep.data_order" otherwise. ExpandSweep checks it too. Pure.
 absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep);

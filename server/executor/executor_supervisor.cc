@@ -1002,7 +1002,7 @@ absl::Status ExecutorSupervisor::RunHere(const mpsd::api::JobContext& job,
   return status;
 }
 
-absl::StatusOr<int> ExecutorSupervisor::PlanFusion(
+absl::StatusOr<std::vector<int>> ExecutorSupervisor::PlanFusion(
     const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const {
   absl::StatusOr<std::shared_ptr<Child>> child = WaitForChild(options_.start_timeout);
   if (!child.ok()) return child.status();
@@ -1020,7 +1020,15 @@ absl::StatusOr<int> ExecutorSupervisor::PlanFusion(
   if (absl::Status planned = api::FromExecutorStatus(response.status()); !planned.ok()) {
     return planned;
   }
-  return response.trials();
+  // The executor's answer, checked: indices into `specs`, 0 first, each once, in order.
+  std::vector<int> trials(response.trials().begin(), response.trials().end());
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (trials[i] < 0 || trials[i] >= static_cast<int>(specs.size()) ||
+        (i == 0 ? trials[i] != 0 : trials[i] <= trials[i - 1])) {
+      return absl::InternalError("the executor's PlanFusion answer is not a plan of these trials");
+    }
+  }
+  return trials;
 }
 
 std::vector<absl::Status> ExecutorSupervisor::RunFused(const std::vector<api::TrialRun>& trials,
@@ -1169,7 +1177,8 @@ std::vector<absl::Status> ExecutorSupervisor::RunFused(const std::vector<api::Tr
       outcome.cancel_grace = watched[i]->granted;
     }
     if (result.has_value()) {
-      end_trial(i, absl::InternalError("the executor's fused run ended without this trial's result"),
+      end_trial(i,
+                absl::InternalError("the executor's fused run ended without this trial's result"),
                 restart_reason);
       continue;
     }

@@ -148,8 +148,8 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // Forwarded to the executor (waiting up to start_timeout for one). Errors: the executor's
   // (FAILED_PRECONDITION saying why nothing fuses), UNAVAILABLE when no executor answers.
   // Thread-safe.
-  absl::StatusOr<int> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
-                                 int max_trials) const override;
+  absl::StatusOr<std::vector<int>> PlanFusion(
+      const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const override;
 
   // Runs the trials fused in the executor (executor.proto RunFused) and forwards each trial's
   // events to its sink; a trial's summary (with executor_pid) and its `done` come as soon as

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -176,9 +177,12 @@ sweep:
 
 TEST_F(QueueE2eTest, GridSweepRunsSixTrialsInOrderAndMpsctlRanksThem) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  // One trial after another (fuse: off), so that their order shows; fused sweeps are
+  // FusedSweepE2eTest's.
   const std::string sweep_id = SubmitFile("grid.yaml", absl::StrCat(kJobFileHead, R"(name: lr-grid
 labels: {project: q17}
 sweep:
+  fuse: off
   grid:
     optimizer.learning_rate: [0.01, 0.001, 0.0001]
     batch_size: [32, 64]
@@ -314,6 +318,79 @@ TEST_F(QueueE2eTest, RandomSweepIsReproducibleFromItsSeedAndCancelCancelsItsTria
     }
   }
   EXPECT_EQ(rpc::Status(*daemon_)->queued_jobs(), 0);
+}
+
+// Issue 31 through a real daemon and executor: a sweep's trials train fused (their logs say with
+// whom), each exactly as it trains alone (one CPU thread: the fused step computes each trial's
+// values in the same order), each with its own model.pt; a cancel stops one fused trial while
+// the others train on; and the daemon stops cleanly after.
+TEST(FusedSweepE2eTest, TrialsTrainFusedAsTheyWouldAloneAndEachStopsAlone) {
+  TempDir dir;
+  const std::string config = dir.str() + "/mpsd.yaml";
+  WriteFile(config, "cpu_threads: 1\n");
+  Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
+  ASSERT_NO_FATAL_FAILURE(daemon.Start({"--config", config}));
+  auto sweep_of = [](const std::string& fuse, int epochs) {
+    SubmitJobRequest request = TrainJobRequest(256, 128, epochs, 32, "mlp");
+    request.mutable_train_job()->set_seed(1);
+    request.mutable_train_job()->mutable_optimizer()->set_name("adamw");
+    mpsd::v1::SweepParameter* lr = request.mutable_sweep()->add_grid();
+    lr->set_path("optimizer.learning_rate");
+    for (const char* value : {"0.01", "0.003", "0.001"}) lr->add_values(value);
+    request.mutable_sweep()->set_fuse(fuse);
+    return request;
+  };
+  auto steps = [&](const std::string& id) {
+    std::vector<float> losses;
+    for (const mpsd::v1::JobEvent& event : rpc::StreamAll(daemon, id)) {
+      if (event.has_step()) losses.push_back(event.step().loss());
+    }
+    return losses;
+  };
+  std::vector<Job> fused, alone;
+  for (const std::string& fuse : {"auto", "off"}) {
+    const Job sweep = rpc_ok::WaitForEnd(daemon, rpc_ok::Submit(daemon, sweep_of(fuse, 2)).id());
+    ASSERT_EQ(sweep.state(), Job::SUCCEEDED) << sweep.message();
+    for (const std::string& id : sweep.trial_job_ids()) {
+      (fuse == std::string("auto") ? fused : alone).push_back(rpc_ok::Get(daemon, id));
+    }
+  }
+  ASSERT_EQ(fused.size(), 3u);
+  const std::string group =
+      absl::StrCat("trained fused with 2 other trial(s) of sweep ", fused[0].trial().sweep_id(),
+                   ": jobs ", fused[0].id(), ", ", fused[1].id(), ", ", fused[2].id());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    std::string logs;
+    for (const mpsd::v1::JobEvent& event : rpc::StreamAll(daemon, fused[i].id())) {
+      if (event.has_log()) absl::StrAppend(&logs, event.log().text(), "\n");
+    }
+    EXPECT_THAT(logs, HasSubstr(group)) << i;
+    const std::vector<float> f = steps(fused[i].id()), a = steps(alone[i].id());
+    ASSERT_EQ(f.size(), 16u) << i;  // 256 / 32 × 2 epochs
+    ASSERT_EQ(a.size(), f.size()) << i;
+    for (size_t s = 0; s < f.size(); ++s) EXPECT_NEAR(f[s], a[s], 1e-5) << i << " step " << s;
+    EXPECT_NEAR(fused[i].summary().test_loss(), alone[i].summary().test_loss(), 1e-5) << i;
+    EXPECT_NEAR(fused[i].summary().test_accuracy(), alone[i].summary().test_accuracy(), 1e-9);
+    EXPECT_TRUE(std::filesystem::exists(
+        absl::StrCat(dir.str(), "/state/artifacts/", fused[i].id(), "/model.pt")));
+  }
+
+  // A long sweep: one fused trial cancelled while the others train, then the rest.
+  const Job running = rpc_ok::Submit(daemon, sweep_of("auto", 400));
+  ASSERT_TRUE(
+      WaitUntil([&] { return rpc_ok::Get(daemon, running.trial_job_ids(2)).last_seq() > 8; }));
+  ASSERT_TRUE(rpc::Cancel(daemon, running.trial_job_ids(1)).ok());
+  const Job cancelled = rpc_ok::WaitForEnd(daemon, running.trial_job_ids(1));
+  EXPECT_EQ(cancelled.state(), Job::CANCELLED);
+  const Job first = rpc_ok::Get(daemon, running.trial_job_ids(0));
+  EXPECT_EQ(first.state(), Job::RUNNING);
+  const int64_t seq = first.last_seq();
+  EXPECT_TRUE(WaitUntil([&] { return rpc_ok::Get(daemon, first.id()).last_seq() > seq + 4; }))
+      << "the other trials stopped with the cancelled one";
+  ASSERT_TRUE(rpc::Cancel(daemon, running.id()).ok());
+  EXPECT_EQ(rpc_ok::WaitForEnd(daemon, running.id()).state(), Job::CANCELLED);
+  const int status = daemon.Stop(SIGTERM, absl::Seconds(60));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST_F(QueueE2eTest, SweepWithOneInvalidTrialIsRejectedWhole) {

@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   }
   std::vector<mpsd::v1::SubmitJobRequest> specs;
   for (int k = 0; k < trials; ++k) specs.push_back(Trial(root, limit, epochs, k));
-  const absl::StatusOr<int> plan = (*executor)->PlanFusion(specs, trials);
-  if (!plan.ok() || *plan != trials) {
+  const absl::StatusOr<std::vector<int>> plan = (*executor)->PlanFusion(specs, trials);
+  if (!plan.ok() || static_cast<int>(plan->size()) != trials) {
     std::fprintf(stderr, "PlanFusion: %s\n", plan.ok() ? "fewer trials" :
                                                          plan.status().ToString().c_str());
     return 1;

@@ -133,12 +133,19 @@ std::vector<std::vector<std::string>> FakeExecutor::fused_runs() const {
   return fused_runs_;
 }
 
-absl::StatusOr<int> FakeExecutor::PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
-                                             int max_trials) const {
+absl::StatusOr<std::vector<int>> FakeExecutor::PlanFusion(
+    const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const {
   absl::MutexLock lock(&mu_);
-  const int n = std::min({static_cast<int>(specs.size()), max_trials, fuse_up_to_});
-  if (n < 2) return absl::FailedPreconditionError("fake: fusing off");
-  return n;
+  const int n = std::min(max_trials, fuse_up_to_);
+  std::vector<int> trials;
+  for (int i = 0; i < static_cast<int>(specs.size()) && static_cast<int>(trials.size()) < n;
+       ++i) {
+    if (specs[i].train_job().model().name() == specs[0].train_job().model().name()) {
+      trials.push_back(i);
+    }
+  }
+  if (trials.size() < 2) return absl::FailedPreconditionError("fake: fusing off");
+  return trials;
 }
 
 std::vector<absl::Status> FakeExecutor::RunFused(const std::vector<api::TrialRun>& trials,

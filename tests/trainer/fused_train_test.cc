@@ -213,9 +213,9 @@ void CompareFusedWithAlone(const std::string& model, const std::string& optimize
   const TempDir dir("fused_test");
   auto executor = MakeExecutor(dir.path().string());
   const std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials(model, optimizer);
-  absl::StatusOr<int> plan = executor->PlanFusion(specs, 8);
+  absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(*plan, 3);
+  EXPECT_EQ(*plan, (std::vector<int>{0, 1, 2}));
   const std::vector<Result> fused = RunFused(*executor, "fused", specs);
   for (size_t k = 0; k < specs.size(); ++k) {
     const std::string what = absl::StrCat(model, " ", optimizer, " trial ", k);
@@ -370,17 +370,17 @@ TEST(FusedTrainTest, PlanFusionAcceptsShapePreservingDifferencesAndCaps) {
   specs[1].mutable_train_job()->set_label_smoothing(0.1);
   specs[2].mutable_train_job()->mutable_model()->set_dropout(0.3);
   specs[2].mutable_train_job()->mutable_schedule()->set_name("cosine");
-  absl::StatusOr<int> plan = executor->PlanFusion(specs, 8);
+  absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(*plan, 3);
+  EXPECT_EQ(*plan, (std::vector<int>{0, 1, 2}));
   plan = executor->PlanFusion(specs, 2);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(*plan, 2);
-  // The longest matching prefix: trial 2 differs in its batch size.
-  specs[2].mutable_train_job()->set_batch_size(16);
+  EXPECT_EQ(*plan, (std::vector<int>{0, 1}));
+  // A trial that differs in its batch size is left out; the trials after it still join.
+  specs[1].mutable_train_job()->set_batch_size(16);
   plan = executor->PlanFusion(specs, 8);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(*plan, 2);
+  EXPECT_EQ(*plan, (std::vector<int>{0, 2}));
 }
 
 struct Refusal {
@@ -399,13 +399,23 @@ TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
        },
        "trial 0: model resnet18 has no fused form yet"},
       {"batch size differs",
-       [](auto& s) { s[1].mutable_train_job()->set_batch_size(16); },
+       [](auto& s) {
+         for (size_t i = 1; i < s.size(); ++i) s[i].mutable_train_job()->set_batch_size(16);
+       },
        "trial 1 differs in train_job.batch_size"},
       {"optimizer differs",
-       [](auto& s) { s[1].mutable_train_job()->mutable_optimizer()->set_name("adamw"); },
+       [](auto& s) {
+         for (size_t i = 1; i < s.size(); ++i) {
+           s[i].mutable_train_job()->mutable_optimizer()->set_name("adamw");
+         }
+       },
        "trial 1 differs in train_job.optimizer.name"},
       {"model differs",
-       [](auto& s) { s[1].mutable_train_job()->mutable_model()->set_name("mlp"); },
+       [](auto& s) {
+         for (size_t i = 1; i < s.size(); ++i) {
+           s[i].mutable_train_job()->mutable_model()->set_name("mlp");
+         }
+       },
        "trial 1 differs in train_job.model.name"},
       {"checkpoints",
        [](auto& s) {
@@ -442,7 +452,7 @@ TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
   for (const Refusal& c : cases) {
     std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("convnet", "adam");
     c.mutate(specs);
-    const absl::StatusOr<int> plan = executor->PlanFusion(specs, 8);
+    const absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition) << c.name;
     EXPECT_THAT(std::string(plan.status().message()), HasSubstr(c.message)) << c.name;
   }

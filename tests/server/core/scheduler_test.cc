@@ -342,6 +342,26 @@ TEST_F(SchedulerTest, QueuedTrialsOfASweepRunFusedUpToWhatTheExecutorPlans) {
   EXPECT_THAT(LogTexts(*store_, t[3]), IsEmpty());
 }
 
+// Trials the executor cannot fuse with the lead (here: another model) are left for a group of
+// their own, and the lead's group still takes the fusable ones queued behind them.
+TEST_F(SchedulerTest, TrialsThatCannotFuseWithTheLeadFormTheirOwnGroup) {
+  executor_.FuseUpTo(8);
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Pause().ok());
+  SubmitJobRequest request = SweepRequest("auto", 2);  // lr 0.01, 0.02 ...
+  mpsd::v1::SweepParameter* model = request.mutable_sweep()->add_grid();  // ... × model
+  model->set_path("model.name");
+  model->add_values("mlp");
+  model->add_values("convnet");
+  const Job sweep = Submit(*scheduler, request);
+  ASSERT_EQ(sweep.trial_job_ids_size(), 4);  // (0.01, mlp) (0.01, convnet) (0.02, mlp) ...
+  ASSERT_TRUE(scheduler->Resume().ok());
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+  const std::vector<std::string> t(sweep.trial_job_ids().begin(), sweep.trial_job_ids().end());
+  EXPECT_THAT(executor_.fused_runs(),
+              ElementsAre(ElementsAre(t[0], t[2]), ElementsAre(t[1], t[3])));
+}
+
 TEST_F(SchedulerTest, WhyTrialsWereNotFusedIsInTheTrialsLog) {
   auto scheduler = Start();  // FakeExecutor fuses nothing by default
   ASSERT_TRUE(scheduler->Pause().ok());
@@ -436,7 +456,8 @@ TEST_F(SchedulerTest, NamesAndLabelsRefuseControlAndBidiCharacters) {
     EXPECT_THAT(scheduler->Submit(labelled).status().message(), HasSubstr("labels.owner: ")) << bad;
   }
   SubmitJobRequest unicode = TrainRequest();
-  unicode.set_name("f\xC3\xBCr Ren\xC3\xA9" "e \xE2\x80\x94 \xE6\xB5\x8B\xE8\xAF\x95");  // für Renée — 测试
+  // "für Renée — 测试"
+  unicode.set_name("f\xC3\xBCr Ren\xC3\xA9" "e \xE2\x80\x94 \xE6\xB5\x8B\xE8\xAF\x95");
   EXPECT_TRUE(scheduler->Submit(unicode).ok());
 }
 

@@ -274,6 +274,17 @@ TEST_F(ExecutorSupervisorTest, AFusedRunReportsEachTrialAloneAndCancelsOneByItsI
       flags[i].reset();
     };
   }
+  // The executor's plan, forwarded: trial 1's batch size leaves it out, trial 2 joins.
+  std::vector<SubmitJobRequest> specs = {trials[0].spec, trials[1].spec, trials[2].spec};
+  specs[1].mutable_train_job()->set_batch_size(8);
+  absl::StatusOr<std::vector<int>> plan = supervisor->PlanFusion(specs, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, (std::vector<int>{0, 2}));
+  for (SubmitJobRequest& spec : specs) spec.mutable_train_job()->mutable_model()->set_name("lstm");
+  plan = supervisor->PlanFusion(specs, 8);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(plan.status().message(), HasSubstr("trial 0: model lstm has no fused form yet"));
+
   const std::vector<absl::Status> results = supervisor->RunFused(trials, {});
   ASSERT_EQ(results.size(), 3u);
   for (int i = 0; i < kTrials; ++i) {
