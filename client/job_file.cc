@@ -755,6 +755,9 @@ void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_fil
   if (!job.model().weights().empty()) {
     job.mutable_model()->set_weights(AgainstDirectory(job.model().weights(), dir));
   }
+  if (!job.loss().torchscript().empty()) {
+    job.mutable_loss()->set_torchscript(AgainstDirectory(job.loss().torchscript(), dir));
+  }
   if (!job.dataset().root().empty()) {
     job.mutable_dataset()->set_root(AgainstDirectory(job.dataset().root(), dir));
   }

@@ -392,8 +392,10 @@ TEST(JobFileTest, FineTuningFieldsParseAndTheirErrorsNameTheField) {
               HasSubstr("freeze: expected a list"));
 
   v1::SubmitJobRequest request = *r;
+  request.mutable_train_job()->mutable_loss()->set_torchscript("losses/focal.pt");
   MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
   EXPECT_EQ(request.train_job().model().weights(), "/home/me/jobs/pretrained/r18.pt");
+  EXPECT_EQ(request.train_job().loss().torchscript(), "/home/me/jobs/losses/focal.pt");
 }
 
 TEST(JobFileTest, ABenchJobsTorchScriptModelsAreTakenAgainstTheJobFilesDirectory) {

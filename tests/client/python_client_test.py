@@ -160,9 +160,11 @@ class JobFileTest(unittest.TestCase):
             # against its own working directory and train on another folder (issue 26).
             with open(path, "w") as f:
                 f.write("kind: TrainJob\nmodel: {name: resnet18, weights: w/r18.pt}\n"
-                        "dataset: {name: image_folder, root: folder}\n")
+                        "dataset: {name: image_folder, root: folder}\n"
+                        "loss: {torchscript: l/focal.pt}\n")
             r = mpsd_client.read_job_file(path)
             self.assertEqual(r.train_job.model.weights, os.path.join(directory, "w", "r18.pt"))
+            self.assertEqual(r.train_job.loss.torchscript, os.path.join(directory, "l", "focal.pt"))
             self.assertEqual(r.train_job.dataset.root, os.path.join(directory, "folder"))
             self.assertEqual(r.train_job.resume_from, "")
             with open(path, "w") as f:

@@ -407,9 +407,9 @@ def job_request(spec: SpecLike) -> pb2.SubmitJobRequest:
 def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
     """Makes the relative paths of a job absolute against the directory of `job_file`, as mpsctl
     does (client/job_file.cc MakePathsAbsolute), since the daemon would resolve them against its
-    own working directory: a TrainJob's model.torchscript, model.weights, dataset.root and
-    resume_from (unless a job id, all digits); a BenchJob's models that are files (ending in .pt
-    or holding a "/"); an EvalJob's model (unless a job id) and dataset.root; a PredictJob's
+    own working directory: a TrainJob's model.torchscript, model.weights, loss.torchscript,
+    dataset.root and resume_from (unless a job id, all digits); a BenchJob's models that are
+    files (ending in .pt or holding a "/"); an EvalJob's model (unless a job id) and dataset.root; a PredictJob's
     model (unless a job id) and inputs. Absolute paths and `upload:NAME` references stay as they
     are."""
     kind = request.WhichOneof("spec")
@@ -448,6 +448,8 @@ def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
         job.model.torchscript = absolute(job.model.torchscript)
     if job.model.weights:
         job.model.weights = absolute(job.model.weights)
+    if job.loss.torchscript:
+        job.loss.torchscript = absolute(job.loss.torchscript)
     if job.dataset.root:
         job.dataset.root = absolute(job.dataset.root)
     if job.resume_from and not job.resume_from.isdigit():
