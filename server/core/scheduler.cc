@@ -625,12 +625,16 @@ const Job* Scheduler::FailedDependency(const Job& job) const {
 std::deque<std::string>::const_iterator Scheduler::NextReady() const {
   return std::find_if(queue_.begin(), queue_.end(),
                       [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const std::string& dependency : jobs_.at(id).spec().after()) {
-      auto it = jobs_.find(dependency);
-      if (it != jobs_.end() && it->second.state() != Job::SUCCEEDED) return false;
-    }
-    return true;
-  });
+                        return DependenciesSucceeded(jobs_.at(id));
+                      });
+}
+
+bool Scheduler::DependenciesSucceeded(const Job& job) const {
+  for (const std::string& dependency : job.spec().after()) {
+    auto it = jobs_.find(dependency);
+    if (it != jobs_.end() && it->second.state() != Job::SUCCEEDED) return false;
+  }
+  return true;
 }
 
 void Scheduler::CancelQueued(Job& job, Job::FailureReason reason, const std::string& message) {
@@ -1114,13 +1118,7 @@ std::vector<std::string> Scheduler::FusionCandidates(const Job& lead, int max_tr
     const Job& job = jobs_.at(id);
     if (!job.has_trial() || job.trial().sweep_id() != lead.trial().sweep_id()) continue;
     if (!job.last_checkpoint().path().empty()) continue;  // resumes alone
-    const bool ready = std::all_of(
-        job.spec().after().begin(), job.spec().after().end(),
-        [this](const std::string& dependency) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          auto it = jobs_.find(dependency);
-          return it == jobs_.end() || it->second.state() == Job::SUCCEEDED;
-        });
-    if (ready) candidates.push_back(id);
+    if (DependenciesSucceeded(job)) candidates.push_back(id);
   }
   return candidates;
 }

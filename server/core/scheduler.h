@@ -249,6 +249,9 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The priority the queue orders a job by (Job.priority, else spec.priority).
   static int32_t PriorityOf(const mpsd::v1::Job& job);
+  // Every job `job` waits for (its spec's `after`) SUCCEEDED; an id no longer known counts as
+  // succeeded.
+  bool DependenciesSucceeded(const mpsd::v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first queued job whose dependencies all SUCCEEDED; queue_.end() when none.
   std::deque<std::string>::const_iterator NextReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first of the job's dependencies that ended other than SUCCEEDED, or nullptr.

@@ -20,6 +20,12 @@ absl::Status FileError(const std::string& path, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", problem));
 }
 
+// What an exception says: LibTorch's errors without their C++ backtrace.
+std::string ErrorText(const std::exception& e) {
+  const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
+  return torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+}
+
 // Why a node may not run in mpsd's executor, or "": an operator that opens a file by name
 // (aten::from_file, and any operator with a `str filename` or `str path` argument). A model
 // runs with the daemon's user's rights, so such an operator would read or write any file that
@@ -89,11 +95,8 @@ absl::StatusOr<torch::jit::Module> LoadScript(const std::string& path,
     if (device.is_cpu()) return module;
     return torch::jit::load(std::make_shared<MemoryReadAdapter>(view), device);
   } catch (const std::exception& e) {
-    const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
     return FileError(path, absl::StrCat("not a TorchScript module (torch.jit.save): ",
-                                        torch_error != nullptr
-                                            ? torch_error->what_without_backtrace()
-                                            : e.what()));
+                                        ErrorText(e)));
   }
 }
 
@@ -152,11 +155,8 @@ absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
     script->eval();
     output = script->forward({torch::zeros(shape)});
   } catch (const std::exception& e) {
-    const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
-    return FileError(path, absl::StrCat("forward failed on one example ", example, ": ",
-                                        torch_error != nullptr
-                                            ? torch_error->what_without_backtrace()
-                                            : e.what()));
+    return FileError(path,
+                     absl::StrCat("forward failed on one example ", example, ": ", ErrorText(e)));
   }
   if (!output.isTensor()) {
     return FileError(path, absl::StrCat("forward must return a tensor of logits [1, classes] for ",
@@ -196,11 +196,7 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
   try {
     loss = script->forward({logits, targets});
   } catch (const std::exception& e) {
-    const c10::Error* torch_error = dynamic_cast<const c10::Error*>(&e);
-    return FileError(path, absl::StrCat("forward failed on ", probe, ": ",
-                                        torch_error != nullptr
-                                            ? torch_error->what_without_backtrace()
-                                            : e.what()));
+    return FileError(path, absl::StrCat("forward failed on ", probe, ": ", ErrorText(e)));
   }
   if (!loss.isTensor()) {
     return FileError(path, absl::StrCat("forward must return the loss as a scalar float tensor "
