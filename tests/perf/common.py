@@ -67,6 +67,24 @@ def load_split(idx_dir, train):
     return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
 
 
+def load_resident(idx_dir, device, limit_train=0):
+    """Both splits decoded and normalised once, resident on `device`: images [N, 1, 28, 28]
+    float32, labels [N] int64; the first `limit_train` training examples only when > 0. Returns
+    (train_x, train_y, test_x, test_y, seconds the load took, synchronised)."""
+    start = now()
+
+    def to_device(images, labels):
+        x = images.to(device).to(torch.float32).div_(255.0).sub_(MEAN).div_(STD)
+        return x.unsqueeze(1).contiguous(), labels.to(device)
+
+    train_x, train_y = to_device(*load_split(idx_dir, train=True))
+    if limit_train:
+        train_x, train_y = train_x[:limit_train], train_y[:limit_train]
+    test_x, test_y = to_device(*load_split(idx_dir, train=False))
+    sync(device)
+    return train_x, train_y, test_x, test_y, now() - start
+
+
 def add_common_args(parser):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=128)

@@ -37,11 +37,6 @@ except ImportError:  # PyTorch 1.13 (a CPU smoke test here): functorch, same sem
 import common
 
 
-def to_device(images, labels, device):
-    x = images.to(device).to(torch.float32).div_(255.0).sub_(common.MEAN).div_(common.STD)
-    return x.unsqueeze(1).contiguous(), labels.to(device)
-
-
 class Ensemble:
     """K ConvNets as stacked [K, ...] parameters, one vmapped step, per-trial AdamW."""
 
@@ -110,13 +105,8 @@ def main():
     if len(grid) != args.trials:
         sys.exit(f"--lrs × --weight-decays has {len(grid)} points, --trials is {args.trials}")
     device = torch.device(args.device)
-    load_start = common.now()
-    train_x, train_y = to_device(*common.load_split(args.idx_dir, train=True), device)
-    if args.limit_train:
-        train_x, train_y = train_x[:args.limit_train], train_y[:args.limit_train]
-    test_x, test_y = to_device(*common.load_split(args.idx_dir, train=False), device)
-    common.sync(device)
-    load_s = common.now() - load_start
+    train_x, train_y, test_x, test_y, load_s = common.load_resident(args.idx_dir, device,
+                                                                    args.limit_train)
     models = []
     for i in range(args.trials):
         torch.manual_seed(args.seed + i)

@@ -30,11 +30,6 @@ import torch.nn.functional as F
 import common
 
 
-def to_device(images, labels, device):
-    x = images.to(device).to(torch.float32).div_(255.0).sub_(common.MEAN).div_(common.STD)
-    return x.unsqueeze(1).contiguous(), labels.to(device)
-
-
 @torch.no_grad()
 def evaluate(model, images, labels, batch_size=1000):
     model.eval()
@@ -143,13 +138,8 @@ def main():
 
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    load_start = common.now()
-    train_x, train_y = to_device(*common.load_split(args.idx_dir, train=True), device)
-    if args.limit_train:
-        train_x, train_y = train_x[:args.limit_train], train_y[:args.limit_train]
-    test_x, test_y = to_device(*common.load_split(args.idx_dir, train=False), device)
-    common.sync(device)
-    load_s = common.now() - load_start
+    train_x, train_y, test_x, test_y, load_s = common.load_resident(args.idx_dir, device,
+                                                                    args.limit_train)
 
     model = common.Net().to(device)
     if args.channels_last:
