@@ -33,14 +33,27 @@ F Real(const char* mangled) {
   return reinterpret_cast<F>(f);
 }
 
-// The caller's Condition, evaluated between an acquire and a release of its mutex.
+// The caller's Condition, evaluated between an acquire and a release of its mutex. The library
+// may evaluate it on another thread, inside that thread's Unlock: the waiter's writes before it
+// handed the Condition over (the caller's Condition object, this one) happen before that
+// evaluation only through the library's own atomics, so the waiter releases this object's
+// address when it builds it and Eval acquires that address before it reads anything. The
+// absl::Condition handed to the library is built by the library's constructor (dlsym) and read
+// only by the library, so no instrumented code reads it before Eval's acquire.
 class AnnotatedCondition {
  public:
-  AnnotatedCondition(absl::Mutex* mu, const absl::Condition& cond) : mu_(mu), cond_(&cond) {}
-  absl::Condition Get() { return absl::Condition(&AnnotatedCondition::Eval, this); }
+  AnnotatedCondition(absl::Mutex* mu, const absl::Condition& cond) : mu_(mu), cond_(&cond) {
+    static const auto construct = Real<void (*)(void*, bool (*)(void*), void*)>(
+        "_ZN4absl7debian39ConditionC1EPFbPvES2_");  // Condition(bool (*)(void*), void*)
+    construct(storage_, &AnnotatedCondition::Eval, this);
+    __tsan_release(this);
+  }
+  const absl::Condition& Get() const { return *reinterpret_cast<const absl::Condition*>(storage_); }
 
  private:
-  static bool Eval(AnnotatedCondition* self) {
+  static bool Eval(void* arg) {
+    __tsan_acquire(arg);
+    const auto* self = static_cast<const AnnotatedCondition*>(arg);
     // Condition::Eval through dlsym too: this object must link without libabsl (CMake's
     // compiler check links a program with these flags and nothing else).
     static const auto eval =
@@ -52,6 +65,7 @@ class AnnotatedCondition {
   }
   absl::Mutex* mu_;
   const absl::Condition* cond_;
+  alignas(absl::Condition) unsigned char storage_[sizeof(absl::Condition)];
 };
 
 }  // namespace
