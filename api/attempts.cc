@@ -24,9 +24,9 @@ bool AttemptMarks::Add(const mpsd::v1::JobEvent& event) {
 bool AttemptMarks::Superseded(const mpsd::v1::JobEvent& event) const {
   if (!event.has_step() && !event.has_epoch()) return false;
   // The first start after the event: it and the later ones are the attempts that followed.
-  const auto later = std::upper_bound(
-      starts_.begin(), starts_.end(), event.seq(),
-      [](int64_t seq, const AttemptStart& start) { return seq < start.seq; });
+  const auto later =
+      std::upper_bound(starts_.begin(), starts_.end(), event.seq(),
+                       [](int64_t seq, const AttemptStart& start) { return seq < start.seq; });
   if (later == starts_.end()) return false;
   const size_t i = static_cast<size_t>(later - starts_.begin());
   return event.has_step() ? suffix_min_step_[i] <= event.step().step()

@@ -4,7 +4,8 @@
 // Torch-free on purpose: the daemon (server/) talks to the executor only in proto messages.
 // Two implementations: the LibTorch executor inside the mpsd-executor process
 // (trainer/executor.h, CreateTorchExecutor) and the daemon's proxy for that process
-// (server/executor/executor_supervisor.h), which forwards every call over proto/mpsd/v1/executor.proto.
+// (server/executor/executor_supervisor.h), which forwards every call over
+// proto/mpsd/v1/executor.proto.
 #ifndef MPSD_API_EXECUTOR_H_
 #define MPSD_API_EXECUTOR_H_
 
@@ -111,8 +112,8 @@ class Executor {
   // out of device memory; CANCELLED; INTERNAL for any other LibTorch error. The job's
   // Job.FailureReason is FailureReasonOf(the error) (api/failure_reason.h): the reason attached
   // to the status when there is one, else the one these codes stand for. The supervisor
-  // (server/executor/executor_supervisor.h) attaches EXECUTOR_CRASHED when the executor process died
-  // during the job.
+  // (server/executor/executor_supervisor.h) attaches EXECUTOR_CRASHED when the executor process
+  // died during the job.
   //
   // A BenchJob instead emits one `bench_row` event per measured row and a summary with every
   // row (trainer/bench.h); an out-of-memory row is recorded in its row, not a failed job.

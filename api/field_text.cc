@@ -36,7 +36,6 @@ std::vector<std::string> EnumNames(const EnumDescriptor& e) {
   return names;
 }
 
-
 // After an optional sign, a number starts with a digit (or a float with "."): "_1" is no number.
 bool StartsLikeANumber(absl::string_view s, bool allow_point) {
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
@@ -71,9 +70,9 @@ absl::Status SetInteger(Message& message, const FieldDescriptor& field, absl::st
         absl::StrCat("expected ", ExpectedText(field), ", got ", text));
   }
   if (*number < min || *number > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(text, " is out of range for ", field.type_name(), " (",
-                     static_cast<int64_t>(min), " to ", static_cast<uint64_t>(max), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(text, " is out of range for ", field.type_name(),
+                                                   " (", static_cast<int64_t>(min), " to ",
+                                                   static_cast<uint64_t>(max), ")"));
   }
   const Reflection& r = *message.GetReflection();
   const bool add = field.is_repeated();
@@ -198,7 +197,8 @@ std::optional<double> ParseFloatText(absl::string_view s) {
     return negative ? -std::numeric_limits<double>::infinity()
                     : std::numeric_limits<double>::infinity();
   }
-  if (lower == ".nan" && body.size() == text.size()) return std::numeric_limits<double>::quiet_NaN();
+  if (lower == ".nan" && body.size() == text.size())
+    return std::numeric_limits<double>::quiet_NaN();
   // SimpleAtod would also take "inf", "nan", hexadecimal ("0x10", "0x1p3") and surrounding
   // spaces; YAML's floats do not.
   if (!StartsLikeANumber(s, /*allow_point=*/true) || absl::StrContains(lower, "x")) {

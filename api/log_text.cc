@@ -1,6 +1,5 @@
 #include "api/log_text.h"
 
-
 namespace mpsd::api {
 
 std::string EscapeForLog(absl::string_view text) {

@@ -42,7 +42,7 @@ absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
     ~Closer() { close(fd); }
   } closer{fd};
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
-                                                                   &EVP_MD_CTX_free);
+                                                                  &EVP_MD_CTX_free);
   if (context == nullptr || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
     return absl::InternalError("SHA-256 is not available (OpenSSL)");
   }

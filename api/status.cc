@@ -63,8 +63,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   details.set_code(static_cast<int32_t>(status.code()));
   details.set_message(ClientMessage(status.message(), 512));
   details.add_details()->PackFrom(ErrorInfoOf(status));
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      ClientMessage(status.message()), details.SerializeAsString());
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), ClientMessage(status.message()),
+                      details.SerializeAsString());
 }
 
 std::optional<google::rpc::ErrorInfo> MpsdErrorInfo(const grpc::Status& status) {

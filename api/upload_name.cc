@@ -36,7 +36,8 @@ absl::Status CheckUploadName(absl::string_view field, absl::string_view name) {
     }
   }
   if (name.front() == '.') {
-    return Invalid(field, absl::StrCat("\"", name, "\" is not an upload name (it may not start "
+    return Invalid(field, absl::StrCat("\"", name,
+                                       "\" is not an upload name (it may not start "
                                        "with '.')"));
   }
   return absl::OkStatus();
@@ -50,23 +51,27 @@ absl::StatusOr<UploadRef> ParseUploadRef(absl::string_view field, absl::string_v
     ref.owner = std::string(rest.substr(0, slash));
     rest = slash == absl::string_view::npos ? absl::string_view() : rest.substr(slash + 1);
     if (absl::Status s = CheckUploadName(field, ref.owner); !s.ok()) {
-      return Invalid(field, absl::StrCat("\"", absl::CHexEscape(value), "\": upload:@OWNER/NAME "
+      return Invalid(field, absl::StrCat("\"", absl::CHexEscape(value),
+                                         "\": upload:@OWNER/NAME "
                                          "needs a submitter's name as OWNER"));
     }
   }
   const size_t slash = rest.find('/');
   ref.name = std::string(rest.substr(0, slash));
   if (absl::Status s = CheckUploadName(field, ref.name); !s.ok()) {
-    return Invalid(field, absl::StrCat("\"", absl::CHexEscape(value), "\": expected upload:NAME "
+    return Invalid(field, absl::StrCat("\"", absl::CHexEscape(value),
+                                       "\": expected upload:NAME "
                                        "or upload:NAME/PATH, where NAME is what mpsctl upload "
-                                       "named it (", s.message(), ")"));
+                                       "named it (",
+                                       s.message(), ")"));
   }
   if (slash != absl::string_view::npos) {
     std::vector<absl::string_view> parts;
     for (absl::string_view part : absl::StrSplit(rest.substr(slash + 1), '/')) {
       if (part.empty() || part == ".") continue;
       if (part == "..") {
-        return Invalid(field, absl::StrCat("\"", absl::CHexEscape(value), "\": a path inside "
+        return Invalid(field, absl::StrCat("\"", absl::CHexEscape(value),
+                                           "\": a path inside "
                                            "an upload may not contain \"..\""));
       }
       parts.push_back(part);

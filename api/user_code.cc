@@ -32,8 +32,9 @@ std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
     const auto& models = request.bench_job().models();
     for (int i = 0; i < models.size(); ++i) {
       const std::string& model = models[i];
-      if (!IsJobId(model) && (model.find('/') != std::string::npos ||
-                              (model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0))) {
+      if (!IsJobId(model) &&
+          (model.find('/') != std::string::npos ||
+           (model.size() > 3 && model.compare(model.size() - 3, 3, ".pt") == 0))) {
         return UserCode{"bench_job.models[" + std::to_string(i) + "]", model};
       }
     }

@@ -88,9 +88,9 @@ Grid BuildGrid(const std::vector<BenchRow>& rows) {
   Grid grid;
   std::vector<std::string> header = {"model", "batch"};
   grid.numeric = {false, true};
-  for (const auto& [flag, name] : {std::pair{shown.mode, "mode"},
-                                   std::pair{shown.precision, "precision"},
-                                   std::pair{shown.memory_format, "memory format"}}) {
+  for (const auto& [flag, name] :
+       {std::pair{shown.mode, "mode"}, std::pair{shown.precision, "precision"},
+        std::pair{shown.memory_format, "memory format"}}) {
     if (!flag) continue;
     header.push_back(name);
     grid.numeric.push_back(false);

@@ -67,9 +67,9 @@ class InterruptNote {
  public:
   InterruptNote(bool enabled, const std::string& job_id) : enabled_(enabled) {
     if (!enabled_) return;
-    const std::string note = absl::StrCat("\nmpsctl: stopped following; job ", job_id,
-                                          " keeps running (mpsctl logs ", job_id,
-                                          " --follow; mpsctl cancel ", job_id, ")\n");
+    const std::string note =
+        absl::StrCat("\nmpsctl: stopped following; job ", job_id, " keeps running (mpsctl logs ",
+                     job_id, " --follow; mpsctl cancel ", job_id, ")\n");
     g_interrupt_note_size = std::min(note.size(), sizeof(g_interrupt_note));
     std::memcpy(g_interrupt_note, note.data(), g_interrupt_note_size);
     struct sigaction action = {};
@@ -143,9 +143,8 @@ absl::StatusOr<v1::Job::Kind> ParseKind(const std::string& arg) {
       return static_cast<v1::Job::Kind>(i);
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--kind: unknown \"", arg,
-                   "\" (expected TrainJob, BenchJob, EvalJob, PredictJob or Sweep)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--kind: unknown \"", arg, "\" (expected TrainJob, BenchJob, EvalJob, PredictJob or Sweep)"));
 }
 
 }  // namespace
@@ -237,9 +236,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
   if (UsesTls(options.server, options.tls)) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls.ca_file.empty()) {
-      absl::StatusOr<std::string> ca =
-          CheckCertificates("--tls-ca", options.tls.ca_file,
-                            ReadPem("--tls-ca", options.tls.ca_file));
+      absl::StatusOr<std::string> ca = CheckCertificates("--tls-ca", options.tls.ca_file,
+                                                         ReadPem("--tls-ca", options.tls.ca_file));
       if (!ca.ok()) return ca.status();
       ssl.pem_root_certs = *ca;
     }
@@ -247,9 +245,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
       return absl::InvalidArgumentError("--tls-cert and --tls-key go together (mutual TLS)");
     }
     if (!options.tls.cert_file.empty()) {
-      absl::StatusOr<std::string> cert =
-          CheckCertificates("--tls-cert", options.tls.cert_file,
-                            ReadPem("--tls-cert", options.tls.cert_file));
+      absl::StatusOr<std::string> cert = CheckCertificates(
+          "--tls-cert", options.tls.cert_file, ReadPem("--tls-cert", options.tls.cert_file));
       if (!cert.ok()) return cert.status();
       absl::StatusOr<std::string> key = ReadPem("--tls-key", options.tls.key_file);
       if (!key.ok()) return key.status();
@@ -299,13 +296,12 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<Commands>> Commands::Connect(CommandOptions options,
-                                                            std::ostream& out,
-                                                            std::ostream& err) {
+                                                            std::ostream& out, std::ostream& err) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ChannelCredentialsFor(options);
   if (!credentials.ok()) return credentials.status();
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.server, *credentials, KeepaliveChannelArguments());
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.server, *credentials, KeepaliveChannelArguments());
   auto stub = v1::JobService::NewStub(channel);
   return std::make_unique<Commands>(std::move(options), std::move(stub), out, err,
                                     std::move(channel));
@@ -331,8 +327,8 @@ int Commands::RpcFailed(const grpc::Status& status) {
     case grpc::StatusCode::UNAVAILABLE:
       // mpsd's own errors carry its ErrorInfo (mpsd.proto, JobService); gRPC's do not.
       if (api::MpsdErrorInfo(status).has_value()) {
-        err_ << "mpsctl: mpsd at " << options_.server << " is running but answered UNAVAILABLE: "
-             << message << " (try again later)\n";
+        err_ << "mpsctl: mpsd at " << options_.server
+             << " is running but answered UNAVAILABLE: " << message << " (try again later)\n";
         return kExitDaemonUnavailable;
       }
       if (ConnectFailed(channel_.get())) {
@@ -351,8 +347,7 @@ int Commands::RpcFailed(const grpc::Status& status) {
              << ": is the daemon running? (start it with: " << StartDaemonHint(options_.server)
              << ")\n";
       } else {
-        err_ << "mpsctl: mpsd at " << options_.server
-             << " is unavailable: " << message << "\n";
+        err_ << "mpsctl: mpsd at " << options_.server << " is unavailable: " << message << "\n";
       }
       return kExitUnreachable;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
@@ -382,8 +377,7 @@ constexpr int kSubmitAttempts = 2;
 // the check does not end; a shorter deadline would hide that answer.
 constexpr absl::Duration kSubmitCheckAllowance = absl::Seconds(60);
 
-int Commands::Submit(const std::string& job_file, bool follow,
-                     const SubmitOverrides& overrides) {
+int Commands::Submit(const std::string& job_file, bool follow, const SubmitOverrides& overrides) {
   absl::StatusOr<v1::SubmitJobRequest> request = ReadJobFile(job_file);
   if (!request.ok()) {
     // Parse errors already start with "FILE:LINE:COL:"; I/O errors get the program's name.
@@ -414,9 +408,8 @@ int Commands::Submit(const std::string& job_file, bool follow,
   }
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     const int code = RpcFailed(status);
-    err_ << "mpsctl: the job may still be created; mpsctl submit " << job_file
-         << " --request-id " << request->request_id()
-         << " returns it without making another\n";
+    err_ << "mpsctl: the job may still be created; mpsctl submit " << job_file << " --request-id "
+         << request->request_id() << " returns it without making another\n";
     return code;
   }
   if (!status.ok()) {
@@ -467,8 +460,8 @@ int Commands::List(const ListOptions& list) {
     // absl's durations, plus days ("2d"), which people reach for first.
     std::string text = list.since;
     int64_t days = 0;
-    const bool day_form = absl::EndsWith(text, "d") &&
-                          absl::SimpleAtoi(text.substr(0, text.size() - 1), &days);
+    const bool day_form =
+        absl::EndsWith(text, "d") && absl::SimpleAtoi(text.substr(0, text.size() - 1), &days);
     if (day_form) {
       since = absl::Hours(24 * days);
     } else if (!absl::ParseDuration(text, &since)) {
@@ -637,8 +630,8 @@ int Commands::Sweep(const std::string& job_id, const std::string& metric,
     return kExitFailed;
   }
   std::vector<v1::Job> trials;
-  if (int code = GetJobs({sweep[0].trial_job_ids().begin(), sweep[0].trial_job_ids().end()},
-                         trials);
+  if (int code =
+          GetJobs({sweep[0].trial_job_ids().begin(), sweep[0].trial_job_ids().end()}, trials);
       code != kExitOk) {
     return code;
   }
@@ -717,8 +710,8 @@ int Commands::Logs(const std::string& job_id, bool follow, int64_t after_seq) {
   // A seq the job has not reached: an error, as with --follow (the daemon's OUT_OF_RANGE),
   // rather than an empty answer that looks like "nothing new".
   if (after_seq > job.last_seq()) {
-    err_ << "mpsctl: --after " << after_seq << " is beyond job " << job_id
-         << "'s last event (seq " << job.last_seq() << ")\n";
+    err_ << "mpsctl: --after " << after_seq << " is beyond job " << job_id << "'s last event (seq "
+         << job.last_seq() << ")\n";
     return kExitFailed;
   }
   // StreamEvents always follows to the job's end; stop where the stored events ended instead.
@@ -918,10 +911,10 @@ absl::StatusOr<v1::Artifact> ChooseArtifact(const v1::ListArtifactsResponse& lis
   }
   if (name.empty() && list.artifacts_size() == 1) return list.artifacts(0);
   if (names.empty()) return absl::NotFoundError(absl::StrCat("job ", job_id, " has no artifacts"));
-  return absl::NotFoundError(absl::StrCat(
-      name.empty() ? absl::StrCat("job ", job_id, " has no model; name one")
-                   : absl::StrCat("job ", job_id, " has no artifact \"", name, "\""),
-      " (artifacts: ", absl::StrJoin(names, ", "), ")"));
+  return absl::NotFoundError(
+      absl::StrCat(name.empty() ? absl::StrCat("job ", job_id, " has no model; name one")
+                                : absl::StrCat("job ", job_id, " has no artifact \"", name, "\""),
+                   " (artifacts: ", absl::StrJoin(names, ", "), ")"));
 }
 
 // Where a download of `name` goes: `output`, or inside it when it is a directory (or ends in
@@ -951,8 +944,8 @@ absl::StatusOr<std::string> DownloadPath(const std::string& name, const std::str
     }
   }
   if (!force && fs::exists(fs::symlink_status(path, error))) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        path, " already exists; --force overwrites it, or -o names another file"));
+    return absl::AlreadyExistsError(
+        absl::StrCat(path, " already exists; --force overwrites it, or -o names another file"));
   }
   return path;
 }
@@ -1024,8 +1017,8 @@ int Commands::Download(const std::string& job_id, const std::string& name,
       }
       return RpcFailed(status);
     }
-    err_ << "mpsctl: the download of " << artifact->name() << " broke ("
-         << status.error_message() << "); resuming at byte " << offset + received << "\n";
+    err_ << "mpsctl: the download of " << artifact->name() << " broke (" << status.error_message()
+         << "); resuming at byte " << offset + received << "\n";
     absl::SleepFor(std::min(absl::Seconds(1) * (attempt + 1), absl::Seconds(5)));
   }
   absl::StatusOr<std::string> sha256 = api::Sha256OfFile(part);
@@ -1053,14 +1046,13 @@ int Commands::Download(const std::string& job_id, const std::string& name,
     }
     return kExitOk;
   }
-  out_ << "downloaded " << artifact->name() << " (" << artifact->size_bytes()
-       << " bytes, sha256 " << artifact->sha256() << ") to " << path << "\n";
+  out_ << "downloaded " << artifact->name() << " (" << artifact->size_bytes() << " bytes, sha256 "
+       << artifact->sha256() << ") to " << path << "\n";
   return kExitOk;
 }
 
 grpc::Status Commands::ReceiveArtifact(const std::string& job_id, const std::string& name,
-                                       int64_t offset, const std::string& part,
-                                       int64_t& received) {
+                                       int64_t offset, const std::string& part, int64_t& received) {
   std::ofstream file(part, std::ios::binary | std::ios::app);
   if (!file) {
     return grpc::Status(grpc::StatusCode::DATA_LOSS,
@@ -1079,9 +1071,9 @@ grpc::Status Commands::ReceiveArtifact(const std::string& job_id, const std::str
     if (chunk.offset() != offset + received) {
       context.TryCancel();
       reader->Finish();
-      return grpc::Status(grpc::StatusCode::DATA_LOSS,
-                          absl::StrCat(name, ": chunk at byte ", chunk.offset(), ", expected ",
-                                       offset + received));
+      return grpc::Status(
+          grpc::StatusCode::DATA_LOSS,
+          absl::StrCat(name, ": chunk at byte ", chunk.offset(), ", expected ", offset + received));
     }
     file.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
     received += static_cast<int64_t>(chunk.data().size());
@@ -1100,8 +1092,8 @@ absl::Duration Commands::HeartbeatInterval() {
   return absl::Seconds(15);
 }
 
-grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq,
-                                  int64_t stop_seq, absl::Duration silence, bool wait_for_ready,
+grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq, int64_t stop_seq,
+                                  absl::Duration silence, bool wait_for_ready,
                                   EventPrinter& printer, bool& stopped, bool& received,
                                   bool& went_silent) {
   grpc::ClientContext context;  // no deadline: a job may run for hours
@@ -1156,8 +1148,8 @@ grpc::Status Commands::StreamOnce(const std::string& job_id, int64_t after_seq,
   return reader->Finish();
 }
 
-int Commands::Stream(const std::string& job_id, const v1::SubmitJobRequest& spec,
-                     int64_t after_seq, int64_t stop_seq) {
+int Commands::Stream(const std::string& job_id, const v1::SubmitJobRequest& spec, int64_t after_seq,
+                     int64_t stop_seq) {
   EventPrinter::Options print_options;
   print_options.json = options_.json;
   print_options.live = options_.live && !options_.json;
@@ -1174,8 +1166,8 @@ int Commands::Stream(const std::string& job_id, const v1::SubmitJobRequest& spec
   for (int attempt = 0;; ++attempt) {
     bool received = false, went_silent = false;
     const int64_t from = std::max(after_seq, printer.last_seq());
-    status = StreamOnce(job_id, from, stop_seq, silence, /*wait_for_ready=*/attempt > 0,
-                        printer, stopped, received, went_silent);
+    status = StreamOnce(job_id, from, stop_seq, silence, /*wait_for_ready=*/attempt > 0, printer,
+                        stopped, received, went_silent);
     if (received) {
       connected = true;
       last_progress = absl::Now();

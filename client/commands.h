@@ -116,8 +116,7 @@ class Commands {
   // `channel` (may be null) tells, after a failed call, whether a connection was made: an
   // UNAVAILABLE without one is "cannot reach mpsd", with one it is the daemon's own answer.
   Commands(CommandOptions options, std::unique_ptr<v1::JobService::StubInterface> stub,
-           std::ostream& out, std::ostream& err,
-           std::shared_ptr<grpc::Channel> channel = nullptr);
+           std::ostream& out, std::ostream& err, std::shared_ptr<grpc::Channel> channel = nullptr);
 
   // Reads and submits a job file, with `overrides` applied; prints the job's id (or the Job as
   // JSON). A request_id that names an earlier job prints that job's id. With `follow`, prints
@@ -234,8 +233,8 @@ class Commands {
                           bool& stopped, bool& received, bool& went_silent);
   // One GetArtifact call from `offset`, appending to the file `part`; `received` counts the
   // bytes written. DATA_LOSS when the file cannot be written or a chunk is out of place.
-  grpc::Status ReceiveArtifact(const std::string& job_id, const std::string& name,
-                               int64_t offset, const std::string& part, int64_t& received);
+  grpc::Status ReceiveArtifact(const std::string& job_id, const std::string& name, int64_t offset,
+                               const std::string& part, int64_t& received);
   // The daemon's heartbeat interval (GetServerStatus), 15 s when it does not say.
   absl::Duration HeartbeatInterval();
   // The bench_row events stored for `job_id` up to seq `last_seq`.

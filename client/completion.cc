@@ -27,7 +27,8 @@ struct Command {
 std::vector<Flag> FlagsOf(const CLI::App& app) {
   std::vector<Flag> flags;
   for (const CLI::Option* option : app.get_options()) {
-    if (option->get_positional() || (option->get_lnames().empty() && option->get_snames().empty())) {
+    if (option->get_positional() ||
+        (option->get_lnames().empty() && option->get_snames().empty())) {
       continue;
     }
     Flag flag;
@@ -110,7 +111,8 @@ std::string BashCompletion(const CLI::App& app) {
       }
     }
   };
-  for (const Flag& flag : globals) global_words.insert(global_words.end(), flag.names.begin(), flag.names.end());
+  for (const Flag& flag : globals)
+    global_words.insert(global_words.end(), flag.names.begin(), flag.names.end());
   collect(globals);
   for (const Command& command : commands) {
     command_names.push_back(command.name);
@@ -132,7 +134,8 @@ std::string BashCompletion(const CLI::App& app) {
   if (!file_options.empty() || !value_options.empty()) {
     s += "  case \"$prev\" in\n";
     if (!file_options.empty()) {
-      s += "    " + Alternatives(file_options) + ")\n      COMPREPLY=($(compgen -f -- \"$cur\"))\n      return 0 ;;\n";
+      s += "    " + Alternatives(file_options) +
+           ")\n      COMPREPLY=($(compgen -f -- \"$cur\"))\n      return 0 ;;\n";
     }
     if (!value_options.empty()) {
       s += "    " + Alternatives(value_options) + ")\n      COMPREPLY=()\n      return 0 ;;\n";
@@ -141,7 +144,8 @@ std::string BashCompletion(const CLI::App& app) {
   }
   s += "  local options='' files=''\n";
   s += "  case \"$command\" in\n";
-  s += "    '')\n      COMPREPLY=($(compgen -W \"$commands $globals\" -- \"$cur\"))\n      return 0 ;;\n";
+  s += "    '')\n      COMPREPLY=($(compgen -W \"$commands $globals\" -- \"$cur\"))\n      return "
+       "0 ;;\n";
   for (const Command& command : commands) {
     std::vector<std::string> words;  // the command's own, less those of the globals (--help)
     for (const Flag& flag : command.flags) {

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "api/job_state.h"
 #include "client/bench_table.h"
-#include "client/predictions.h"
 #include "client/format.h"
+#include "client/predictions.h"
 
 namespace mpsd::client {
 namespace {
@@ -90,8 +90,8 @@ void EventPrinter::PrintHeartbeat(const v1::Heartbeat& heartbeat) {
 }
 
 void EventPrinter::PrintStep(const v1::StepMetrics& step) {
-  progress_ = FormatProgress(step, options_.total_epochs, /*with_eta=*/true,
-                             options_.step_accuracy);
+  progress_ =
+      FormatProgress(step, options_.total_epochs, /*with_eta=*/true, options_.step_accuracy);
   if (options_.live) {
     DrawLive();
     return;

@@ -65,10 +65,10 @@ class EventPrinter {
 
   std::optional<v1::Job::State> final_state_;
   int64_t last_seq_ = 0;
-  int64_t step_every_ = 0;      // when not live; chosen at the first step
-  std::string progress_;        // the newest progress line, empty before the first step
+  int64_t step_every_ = 0;          // when not live; chosen at the first step
+  std::string progress_;            // the newest progress line, empty before the first step
   bool progress_is_queue_ = false;  // progress_ is "queued, position N", not a step
-  bool live_shown_ = false;     // progress_ is on screen with the cursor at its end
+  bool live_shown_ = false;         // progress_ is on screen with the cursor at its end
   std::optional<v1::JobSummary> summary_;
 };
 

@@ -19,7 +19,8 @@ enum class ExportFormat { kTensorBoard, kCsv, kJsonl };
 // "tensorboard", "csv", "jsonl". INVALID_ARGUMENT naming --format and the choices otherwise.
 absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name);
 
-// Writes one job under `dir`/`run`/ (run: api/tensorboard/job_history.h RunName) from its events, fed in seq order. Not thread-safe.
+// Writes one job under `dir`/`run`/ (run: api/tensorboard/job_history.h RunName) from its events,
+// fed in seq order. Not thread-safe.
 //   kTensorBoard: events.out.tfevents.<created_at seconds>.<host> (the same name on every export
 //     of a job, so a second export replaces the first rather than doubling its curves): the
 //     HParams session (the spec with the client's defaults applied, client/spec_defaults.h), one
@@ -30,8 +31,7 @@ absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name);
 // Errors name the file (INTERNAL, RESOURCE_EXHAUSTED for a full disk).
 class JobExporter {
  public:
-  static absl::StatusOr<std::unique_ptr<JobExporter>> Start(const v1::Job& job,
-                                                            ExportFormat format,
+  static absl::StatusOr<std::unique_ptr<JobExporter>> Start(const v1::Job& job, ExportFormat format,
                                                             const std::string& dir,
                                                             const std::string& run);
   virtual ~JobExporter() = default;

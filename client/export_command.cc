@@ -3,8 +3,8 @@
 #include <map>
 
 #include "absl/strings/str_join.h"
-#include "client/commands.h"
 #include "api/tensorboard/job_history.h"
+#include "client/commands.h"
 #include "client/export.h"
 
 namespace mpsd::client {

@@ -95,8 +95,9 @@ std::string FormatConfusionMatrix(const v1::JobSummary& s, absl::string_view ind
     width = std::max(width, std::to_string(count).size());
   }
   width = std::max(width, std::string("total").size() - 1);
-  std::string out = absl::StrCat(indent, "confusion matrix (examples; rows: true class, columns: "
-                                         "predicted class):\n");
+  std::string out = absl::StrCat(indent,
+                                 "confusion matrix (examples; rows: true class, columns: "
+                                 "predicted class):\n");
   absl::StrAppendFormat(&out, "%s%-*s", indent, label_width, "true \\ predicted");
   for (int64_t p = 0; p < k; ++p) absl::StrAppendFormat(&out, " %*d", width, p);
   absl::StrAppendFormat(&out, " %*s\n", width + 1, "total");
@@ -120,9 +121,9 @@ std::string EvalLines(const v1::JobSummary& s, absl::string_view indent) {
   const std::string model = s.eval_model_job_id().empty()
                                 ? s.eval_model()
                                 : absl::StrCat("job ", s.eval_model_job_id(), "'s model");
-  std::string out = absl::StrCat(indent, "evaluated ", model, " (", s.task(), ") on the ",
-                                 s.eval_split(), " split: ", Plural(s.eval_examples(), "example"),
-                                 "\n");
+  std::string out =
+      absl::StrCat(indent, "evaluated ", model, " (", s.task(), ") on the ", s.eval_split(),
+                   " split: ", Plural(s.eval_examples(), "example"), "\n");
   const std::string metrics = TaskMetricsText(s.metrics());
   if (!metrics.empty()) absl::StrAppend(&out, indent, metrics, "\n");
   std::vector<std::string> work;
@@ -154,13 +155,12 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   } else if (s.epochs() > 0) {
     std::vector<std::string> figures;
     if (s.has_val_accuracy()) {
-      figures.push_back(absl::StrFormat("val accuracy %.4f, val loss %.4f", s.val_accuracy(),
-                                        s.val_loss()));
+      figures.push_back(
+          absl::StrFormat("val accuracy %.4f, val loss %.4f", s.val_accuracy(), s.val_loss()));
     }
-    figures.push_back(s.has_test_accuracy()
-                          ? absl::StrFormat("test accuracy %.4f, test loss %.4f",
-                                            s.test_accuracy(), s.test_loss())
-                          : std::string("test not evaluated"));
+    figures.push_back(s.has_test_accuracy() ? absl::StrFormat("test accuracy %.4f, test loss %.4f",
+                                                              s.test_accuracy(), s.test_loss())
+                                            : std::string("test not evaluated"));
     figures.push_back(absl::StrFormat("final train loss %.4f", s.final_train_loss()));
     absl::StrAppend(&out, indent, absl::StrJoin(figures, ", "), "\n");
   }
@@ -202,8 +202,8 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
     absl::StrAppend(&out, indent, "checkpoint: ", s.checkpoint_path(), "\n");
   }
   if (!s.profile_path().empty()) {
-    absl::StrAppend(&out, indent, "profile: ", s.profile_path(), " (steps ",
-                    s.profile_first_step(), "-", s.profile_last_step(), ", Chrome trace)\n");
+    absl::StrAppend(&out, indent, "profile: ", s.profile_path(), " (steps ", s.profile_first_step(),
+                    "-", s.profile_last_step(), ", Chrome trace)\n");
   }
 
   const v1::MemoryStats& m = s.memory();
@@ -211,13 +211,14 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
                          m.allocated_after_bytes() == 0 && m.reserved_before_bytes() == 0 &&
                          m.reserved_after_bytes() == 0;
   if (no_memory) {
-    absl::StrAppend(&out, indent, "memory: not tracked on ", s.device().empty() ? "this device" : s.device(), "\n");
+    absl::StrAppend(&out, indent, "memory: not tracked on ",
+                    s.device().empty() ? "this device" : s.device(), "\n");
   } else {
-    absl::StrAppend(&out, indent, "memory: allocated before ", FormatMiB(m.allocated_before_bytes()),
-                    ", peak ", FormatMiB(m.peak_allocated_bytes()), ", after ",
-                    FormatMiB(m.allocated_after_bytes()), "; reserved before ",
-                    FormatMiB(m.reserved_before_bytes()), ", after ",
-                    FormatMiB(m.reserved_after_bytes()), "\n");
+    absl::StrAppend(
+        &out, indent, "memory: allocated before ", FormatMiB(m.allocated_before_bytes()), ", peak ",
+        FormatMiB(m.peak_allocated_bytes()), ", after ", FormatMiB(m.allocated_after_bytes()),
+        "; reserved before ", FormatMiB(m.reserved_before_bytes()), ", after ",
+        FormatMiB(m.reserved_after_bytes()), "\n");
   }
   return out;
 }
@@ -238,8 +239,8 @@ std::string JsonNumber(double value, bool is_float) {
   for (int digits = is_float ? 6 : 15;; ++digits) {
     std::string text = absl::StrFormat("%.*g", digits, value);
     const double back = std::strtod(text.c_str(), nullptr);
-    const bool same = is_float ? static_cast<float>(back) == static_cast<float>(value)
-                               : back == value;
+    const bool same =
+        is_float ? static_cast<float>(back) == static_cast<float>(value) : back == value;
     if (same || digits >= 17) return text;
   }
 }
@@ -253,28 +254,28 @@ void AppendJsonValue(const Message& message, const FieldDescriptor& field, int i
   const bool rep = index >= 0;
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-      absl::StrAppend(&out, rep ? r.GetRepeatedInt32(message, &field, index)
-                                : r.GetInt32(message, &field));
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedInt32(message, &field, index) : r.GetInt32(message, &field));
       break;
     case FieldDescriptor::CPPTYPE_INT64:
-      absl::StrAppend(&out, rep ? r.GetRepeatedInt64(message, &field, index)
-                                : r.GetInt64(message, &field));
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedInt64(message, &field, index) : r.GetInt64(message, &field));
       break;
     case FieldDescriptor::CPPTYPE_UINT32:
-      absl::StrAppend(&out, rep ? r.GetRepeatedUInt32(message, &field, index)
-                                : r.GetUInt32(message, &field));
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedUInt32(message, &field, index) : r.GetUInt32(message, &field));
       break;
     case FieldDescriptor::CPPTYPE_UINT64:
-      absl::StrAppend(&out, rep ? r.GetRepeatedUInt64(message, &field, index)
-                                : r.GetUInt64(message, &field));
+      absl::StrAppend(
+          &out, rep ? r.GetRepeatedUInt64(message, &field, index) : r.GetUInt64(message, &field));
       break;
     case FieldDescriptor::CPPTYPE_DOUBLE:
-      out += JsonNumber(rep ? r.GetRepeatedDouble(message, &field, index)
-                            : r.GetDouble(message, &field), false);
+      out += JsonNumber(
+          rep ? r.GetRepeatedDouble(message, &field, index) : r.GetDouble(message, &field), false);
       break;
     case FieldDescriptor::CPPTYPE_FLOAT:
-      out += JsonNumber(rep ? r.GetRepeatedFloat(message, &field, index)
-                            : r.GetFloat(message, &field), true);
+      out += JsonNumber(
+          rep ? r.GetRepeatedFloat(message, &field, index) : r.GetFloat(message, &field), true);
       break;
     case FieldDescriptor::CPPTYPE_BOOL:
       out += (rep ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
@@ -291,8 +292,8 @@ void AppendJsonValue(const Message& message, const FieldDescriptor& field, int i
       std::string scratch;
       const std::string& text = rep ? r.GetRepeatedStringReference(message, &field, index, &scratch)
                                     : r.GetStringReference(message, &field, &scratch);
-      out += JsonString(field.type() == FieldDescriptor::TYPE_BYTES ? absl::Base64Escape(text)
-                                                                   : text);
+      out +=
+          JsonString(field.type() == FieldDescriptor::TYPE_BYTES ? absl::Base64Escape(text) : text);
       break;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE:
@@ -462,8 +463,8 @@ std::string FormatProgress(const v1::StepMetrics& step, int total_epochs, bool w
     absl::StrAppend(&line, "  ", FormatRate(step.samples_per_second()));
   }
   if (with_eta && step.total_steps() > 0 && step.step_time_ms() > 0) {
-    const double left_s = static_cast<double>(step.total_steps() - step.step()) *
-                          step.step_time_ms() / 1000.0;
+    const double left_s =
+        static_cast<double>(step.total_steps() - step.step()) * step.step_time_ms() / 1000.0;
     absl::StrAppend(&line, "  ETA ", FormatClock(left_s));
   }
   return line;
@@ -478,9 +479,8 @@ std::string FormatEpoch(const v1::EpochMetrics& e) {
     }
     return line;
   }
-  std::string line =
-      absl::StrFormat("epoch %d: train loss %.4f acc %.3f", e.epoch(), e.train_loss(),
-                      e.train_accuracy());
+  std::string line = absl::StrFormat("epoch %d: train loss %.4f acc %.3f", e.epoch(),
+                                     e.train_loss(), e.train_accuracy());
   if (e.has_val_loss()) {
     absl::StrAppendFormat(&line, ", val loss %.4f acc %.3f", e.val_loss(), e.val_accuracy());
   }
@@ -547,8 +547,8 @@ std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
   // NAME and LABELS only when some job has them (SubmitJobRequest.name, .labels).
   const bool named = std::any_of(jobs.begin(), jobs.end(),
                                  [](const v1::Job& job) { return !job.spec().name().empty(); });
-  const bool labelled = std::any_of(jobs.begin(), jobs.end(),
-                                    [](const v1::Job& job) { return job.spec().labels_size() > 0; });
+  const bool labelled = std::any_of(
+      jobs.begin(), jobs.end(), [](const v1::Job& job) { return job.spec().labels_size() > 0; });
   std::vector<std::vector<std::string>> rows = {{"ID"}};
   if (named) rows[0].push_back("NAME");
   for (const char* h : {"KIND", "STATE", "MODEL", "PROGRESS", "AGE"}) rows[0].push_back(h);
@@ -556,7 +556,8 @@ std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
   if (by) rows[0].push_back("BY");
   for (const v1::Job& job : jobs) {
     std::string kind = KindName(job.spec());
-    if (kind == "-" && job.kind() != v1::Job::KIND_UNSPECIFIED) kind = v1::Job::Kind_Name(job.kind());
+    if (kind == "-" && job.kind() != v1::Job::KIND_UNSPECIFIED)
+      kind = v1::Job::Kind_Name(job.kind());
     if (job.kind() == v1::Job::SWEEP) kind = "Sweep";
     const std::string model = ModelName(job.spec());
     std::vector<std::string> row = {job.id()};
@@ -601,12 +602,11 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
     line("trial", absl::StrCat(job.trial().index(), " of sweep ", job.trial().sweep_id()));
   }
   if (job.kind() == v1::Job::SWEEP) {
-    line("trials", absl::StrCat(absl::StrJoin(job.trial_job_ids(), ", "), " (mpsctl sweep ",
-                                job.id(), ")"));
+    line("trials",
+         absl::StrCat(absl::StrJoin(job.trial_job_ids(), ", "), " (mpsctl sweep ", job.id(), ")"));
   }
   std::string state = v1::Job::State_Name(job.state());
-  if (job.state() == v1::Job::FAILED ||
-      job.failure_reason() == v1::Job::DEPENDENCY_FAILED) {
+  if (job.state() == v1::Job::FAILED || job.failure_reason() == v1::Job::DEPENDENCY_FAILED) {
     absl::StrAppend(&state, " (", v1::Job::FailureReason_Name(job.failure_reason()), ")");
   }
   if (!job.message().empty()) absl::StrAppend(&state, ": ", job.message());
@@ -616,9 +616,9 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   line("started", FormatTimestamp(job.started_at(), now));
   line("finished", FormatTimestamp(job.finished_at(), now));
   if (job.last_step().step() > 0) {
-    line("progress", FormatProgress(job.last_step(), TotalEpochs(job.spec()),
-                                    /*with_eta=*/!api::IsTerminal(job.state()),
-                                    HasStepAccuracy(job.spec())));
+    line("progress",
+         FormatProgress(job.last_step(), TotalEpochs(job.spec()),
+                        /*with_eta=*/!api::IsTerminal(job.state()), HasStepAccuracy(job.spec())));
   }
   if (job.last_epoch().epoch() > 0) line("last epoch", FormatEpoch(job.last_epoch()));
   line("events", absl::StrCat(job.last_seq()));
@@ -646,7 +646,8 @@ std::string FormatDevice(const v1::DeviceInfo& d) {
   if (!d.name().empty() && d.name() != d.kind()) line("name", d.name());
   line("available", absl::StrJoin(d.available(), ", "));
   std::string memory;
-  if (d.total_memory_bytes() > 0) absl::StrAppend(&memory, "total ", FormatMiB(d.total_memory_bytes()), ", ");
+  if (d.total_memory_bytes() > 0)
+    absl::StrAppend(&memory, "total ", FormatMiB(d.total_memory_bytes()), ", ");
   absl::StrAppend(&memory, "allocated ", FormatMiB(d.allocated_bytes()), ", reserved ",
                   FormatMiB(d.reserved_bytes()));
   line("memory", memory);
@@ -657,11 +658,11 @@ std::string FormatDevice(const v1::DeviceInfo& d) {
   if (d.executor_pid() > 0) {
     line("baseline", absl::StrCat("allocated ", FormatMiB(d.baseline_allocated_bytes()),
                                   ", reserved ", FormatMiB(d.baseline_reserved_bytes())));
-    line("executor",
-         absl::StrCat("pid ", d.executor_pid(), ", up ", FormatSeconds(d.executor_uptime_s()),
-                      ", ", d.executor_jobs_run(), d.executor_jobs_run() == 1 ? " job" : " jobs",
-                      ", ", d.executor_restarts(),
-                      d.executor_restarts() == 1 ? " restart" : " restarts"));
+    line(
+        "executor",
+        absl::StrCat("pid ", d.executor_pid(), ", up ", FormatSeconds(d.executor_uptime_s()), ", ",
+                     d.executor_jobs_run(), d.executor_jobs_run() == 1 ? " job" : " jobs", ", ",
+                     d.executor_restarts(), d.executor_restarts() == 1 ? " restart" : " restarts"));
   }
   return out;
 }
@@ -679,12 +680,11 @@ std::string FormatServerStatus(const v1::ServerStatus& s) {
                                  : absl::StrCat("job ", s.running_job_id(), " running"),
                              s.queue_paused() ? "; paused (mpsctl resume)" : ""));
   line("jobs", FormatThousands(s.jobs_total()));
-  line("artifacts",
-       absl::StrCat(FormatMiB(s.artifacts_bytes()),
-                    s.artifacts_deleted_bytes() > 0
-                        ? absl::StrCat("; ", FormatMiB(s.artifacts_deleted_bytes()),
-                                       " deleted since start")
-                        : std::string()));
+  line("artifacts", absl::StrCat(FormatMiB(s.artifacts_bytes()),
+                                 s.artifacts_deleted_bytes() > 0
+                                     ? absl::StrCat("; ", FormatMiB(s.artifacts_deleted_bytes()),
+                                                    " deleted since start")
+                                     : std::string()));
   line("memory", s.rss_bytes() > 0 ? absl::StrCat(FormatMiB(s.rss_bytes()), " resident")
                                    : std::string("unknown"));
   line("uptime", FormatSeconds(s.uptime_s()));
@@ -692,8 +692,8 @@ std::string FormatServerStatus(const v1::ServerStatus& s) {
                                     Plural(s.event_commits(), "commit"), ", ",
                                     FormatThousands(s.events_pending()), " pending");
   if (s.commit_time_s() > 0) {
-    absl::StrAppend(&events, "; ", FormatThousands(std::llround(s.events_stored() /
-                                                                  s.commit_time_s())),
+    absl::StrAppend(&events, "; ",
+                    FormatThousands(std::llround(s.events_stored() / s.commit_time_s())),
                     " events/s of commit time");
   }
   line("events", events);
@@ -708,14 +708,14 @@ std::string FormatServerStatus(const v1::ServerStatus& s) {
 std::string FormatDeletedArtifacts(const v1::DeleteArtifactsResponse& response, bool dry_run) {
   std::string out;
   for (const auto& deleted : response.deleted()) {
-    absl::StrAppend(&out, "job ", deleted.job_id(), ": ", dry_run ? "would delete " : "deleted ",
-                    Plural(deleted.files(), "file"), ", ", FormatMiB(deleted.bytes()),
-                    deleted.reason() == "requested" ? "" : absl::StrCat(" (", deleted.reason(), ")"),
-                    "\n");
+    absl::StrAppend(
+        &out, "job ", deleted.job_id(), ": ", dry_run ? "would delete " : "deleted ",
+        Plural(deleted.files(), "file"), ", ", FormatMiB(deleted.bytes()),
+        deleted.reason() == "requested" ? "" : absl::StrCat(" (", deleted.reason(), ")"), "\n");
   }
   if (response.deleted().empty()) absl::StrAppend(&out, "nothing to delete\n");
-  absl::StrAppend(&out, dry_run ? "would free " : "freed ", FormatMiB(response.freed_bytes()),
-                  "; ", FormatMiB(response.artifacts_bytes()), " of artifacts ",
+  absl::StrAppend(&out, dry_run ? "would free " : "freed ", FormatMiB(response.freed_bytes()), "; ",
+                  FormatMiB(response.artifacts_bytes()), " of artifacts ",
                   dry_run ? "now\n" : "left\n");
   return out;
 }
@@ -736,8 +736,10 @@ std::string FormatArtifacts(const v1::ListArtifactsResponse& response) {
       if (c > 0) out.append("  ");
       const std::string padding(widths[c] - row[c].size(), ' ');
       // SIZE is right-aligned; the last column needs no padding.
-      if (c == 1) absl::StrAppend(&out, padding, row[c]);
-      else absl::StrAppend(&out, row[c], c + 1 < row.size() ? padding : "");
+      if (c == 1)
+        absl::StrAppend(&out, padding, row[c]);
+      else
+        absl::StrAppend(&out, row[c], c + 1 < row.size() ? padding : "");
     }
     out.push_back('\n');
   }

@@ -104,8 +104,7 @@ std::string FormatModelTable(const v1::ListModelsResponse& response);
 std::string FormatServerStatus(const v1::ServerStatus& status);
 // DeleteArtifacts' answer: one line per job (files, bytes, the policy's reason), then the bytes
 // freed and left; `dry_run` words it as what would happen.
-std::string FormatDeletedArtifacts(const v1::DeleteArtifactsResponse& response,
-                                   bool dry_run);
+std::string FormatDeletedArtifacts(const v1::DeleteArtifactsResponse& response, bool dry_run);
 
 // `mpsctl artifacts`: NAME, SIZE (MiB, right-aligned), KIND, SHA256; "no artifacts\n" when
 // empty.

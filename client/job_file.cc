@@ -36,8 +36,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "api/decimal.h"
 #include "api/field_text.h"
 #include "api/job_id.h"
@@ -360,7 +360,8 @@ absl::StatusOr<v1::SubmitJobRequest> JobFileParser::Parse(absl::string_view yaml
 const FieldDescriptor* JobFileParser::KindField(const YAML::Node& root) {
   const OneofDescriptor& spec = *v1::SubmitJobRequest::descriptor()->FindOneofByName("spec");
   std::vector<std::string> kinds;
-  for (int i = 0; i < spec.field_count(); ++i) kinds.push_back(spec.field(i)->message_type()->name());
+  for (int i = 0; i < spec.field_count(); ++i)
+    kinds.push_back(spec.field(i)->message_type()->name());
   const std::string expected = absl::StrCat("(expected ", EnglishList(kinds, "or"), ")");
 
   for (const auto& entry : root) {
@@ -453,8 +454,8 @@ void JobFileParser::SetField(const YAML::Node& value, const std::string& path, M
   }
 }
 
-void JobFileParser::SetMapField(const YAML::Node& value, const std::string& path,
-                                Message& message, const FieldDescriptor& field) {
+void JobFileParser::SetMapField(const YAML::Node& value, const std::string& path, Message& message,
+                                const FieldDescriptor& field) {
   if (!value.IsMap()) {
     Error(value, path, absl::StrCat("expected a map, got ", Describe(value)));
     return;
@@ -577,8 +578,7 @@ void EmitScalar(YAML::Emitter& out, const Message& message, const FieldDescripto
                   : "false");
       break;
     case FieldDescriptor::CPPTYPE_ENUM:
-      out << (rep ? r.GetRepeatedEnum(message, &field, index) : r.GetEnum(message, &field))
-                 ->name();
+      out << (rep ? r.GetRepeatedEnum(message, &field, index) : r.GetEnum(message, &field))->name();
       break;
     case FieldDescriptor::CPPTYPE_STRING: {
       const std::string s =
@@ -653,9 +653,8 @@ void EmitPathKeyed(YAML::Emitter& out, const Message& message, const FieldDescri
     out << YAML::Value;
     std::vector<const FieldDescriptor*> set;
     er.ListFields(entry, &set);
-    const bool only_values = std::all_of(set.begin(), set.end(), [&](auto* f) {
-      return f == &path || f == &values;
-    });
+    const bool only_values =
+        std::all_of(set.begin(), set.end(), [&](auto* f) { return f == &path || f == &values; });
     if (only_values && er.FieldSize(entry, &values) > 0) {
       EmitValue(out, entry, values);
     } else {
@@ -823,8 +822,8 @@ std::string NewRequestId() {
     std::memcpy(bytes + sizeof(now), &pid, sizeof(pid));
   }
   return absl::StrCat(kGeneratedRequestIdPrefix,
-                      absl::BytesToHexString(absl::string_view(
-                          reinterpret_cast<const char*>(bytes), sizeof(bytes))));
+                      absl::BytesToHexString(
+                          absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes))));
 }
 
 std::string FormatJobFile(const v1::SubmitJobRequest& request) {

@@ -170,21 +170,25 @@ void AddJobCommands(CLI::App& app, CommandTable& table, Flags& f) {
                 [&f](Commands& c) { return c.Submit(f.job_file, f.follow, f.overrides); });
   submit->add_option("FILE", f.job_file, "YAML job file (see examples/)")->required();
   submit->add_flag("-f,--follow", f.follow, "follow the job until it ends; exit 0 if it succeeded");
-  submit->add_option("--priority", f.overrides.priority,
-                     "queued jobs run highest priority first (default: the file's priority:, "
-                     "else 0)")
+  submit
+      ->add_option("--priority", f.overrides.priority,
+                   "queued jobs run highest priority first (default: the file's priority:, "
+                   "else 0)")
       ->type_name("N");
-  submit->add_option("--request-id", f.overrides.request_id,
-                     "submit at most once: the same id returns the job it created "
-                     "(default: the file's request_id:)")
+  submit
+      ->add_option("--request-id", f.overrides.request_id,
+                   "submit at most once: the same id returns the job it created "
+                   "(default: the file's request_id:)")
       ->type_name("ID");
-  submit->add_option("--after", f.overrides.after,
-                     "run only after job ID succeeded (cancelled if it ends otherwise); "
-                     "repeatable, added to the file's after:")
+  submit
+      ->add_option("--after", f.overrides.after,
+                   "run only after job ID succeeded (cancelled if it ends otherwise); "
+                   "repeatable, added to the file's after:")
       ->type_name("ID")
       ->check(JobId());
 
-  CLI::App* get = table.Add(app, "get", "show a job", [&f](Commands& c) { return c.Get(f.job_id); });
+  CLI::App* get =
+      table.Add(app, "get", "show a job", [&f](Commands& c) { return c.Get(f.job_id); });
   get->add_option("ID", f.job_id, "job id")->required()->check(JobId());
 
   mpsd::client::ListOptions& list_options = f.list_options;
@@ -211,9 +215,10 @@ void AddJobCommands(CLI::App& app, CommandTable& table, Flags& f) {
                    "only jobs submitted within DURATION (e.g. 12h, 30m, 2d)")
       ->type_name("DURATION");
 
-  CLI::App* cancel = table.Add(
-      app, "cancel", "cancel queued or running jobs (or sweeps); exit 0 only if every cancel worked",
-      [&f](Commands& c) { return c.Cancel(f.job_ids, f.cancel_wait); });
+  CLI::App* cancel =
+      table.Add(app, "cancel",
+                "cancel queued or running jobs (or sweeps); exit 0 only if every cancel worked",
+                [&f](Commands& c) { return c.Cancel(f.job_ids, f.cancel_wait); });
   cancel->add_option("ID", f.job_ids, "job ids")->required()->check(JobId());
   cancel->add_flag("--wait", f.cancel_wait,
                    "wait until each job has stopped and print its final state; exit 0 only if "
@@ -234,7 +239,8 @@ void AddJobCommands(CLI::App& app, CommandTable& table, Flags& f) {
   CLI::App* logs = table.Add(app, "logs", "print a job's events (progress, epochs, logs)",
                              [&f](Commands& c) { return c.Logs(f.job_id, f.follow, f.after_seq); });
   logs->add_option("ID", f.job_id, "job id")->required()->check(JobId());
-  logs->add_flag("-f,--follow", f.follow, "keep following until the job ends; exit 0 if it succeeded");
+  logs->add_flag("-f,--follow", f.follow,
+                 "keep following until the job ends; exit 0 if it succeeded");
   logs->add_option("--after", f.after_seq, "only events with seq > SEQ")
       ->type_name("SEQ")
       ->check([](const std::string& seq) {
@@ -261,9 +267,10 @@ void AddDaemonCommands(CLI::App& app, CommandTable& table, Flags& f) {
       ->type_name("N");
   table.Add(app, "status", "show the daemon's health: streams, queue, memory, events stored",
             [](Commands& c) { return c.Status(); });
-  CLI::App* dashboard = table.Add(
-      app, "dashboard", "print the dashboard's URL (the daemon's --http-listen); --open starts a browser",
-      [&f](Commands& c) { return c.Dashboard(f.open_browser); });
+  CLI::App* dashboard =
+      table.Add(app, "dashboard",
+                "print the dashboard's URL (the daemon's --http-listen); --open starts a browser",
+                [&f](Commands& c) { return c.Dashboard(f.open_browser); });
   dashboard->add_flag("--open", f.open_browser, "also open it in the desktop's browser");
 }
 
@@ -326,40 +333,44 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "csv", "json"}));
 
-  CLI::App* sweep = table.Add(
-      app, "sweep", "a sweep's trials with their parameters and metrics, best first",
-      [&f](Commands& c) { return c.Sweep(f.job_id, f.sweep_metric, f.table_format); });
+  CLI::App* sweep =
+      table.Add(app, "sweep", "a sweep's trials with their parameters and metrics, best first",
+                [&f](Commands& c) { return c.Sweep(f.job_id, f.sweep_metric, f.table_format); });
   sweep->add_option("ID", f.job_id, "the sweep's job id")->required()->check(JobId());
-  sweep->add_option("--metric", f.sweep_metric,
-                    "rank by auto (val_accuracy when the trials have a validation split, "
-                    "else test_accuracy; regression: val_r2 / test_r2; multilabel: "
-                    "val_macro_f1 / test_macro_f1), val_accuracy, val_loss, test_accuracy, "
-                    "test_loss, train_loss, samples_per_second, epoch_time_s, peak_memory, "
-                    "time_s or a task metric the trials measured (val_mse, test_r2, ...)")
+  sweep
+      ->add_option("--metric", f.sweep_metric,
+                   "rank by auto (val_accuracy when the trials have a validation split, "
+                   "else test_accuracy; regression: val_r2 / test_r2; multilabel: "
+                   "val_macro_f1 / test_macro_f1), val_accuracy, val_loss, test_accuracy, "
+                   "test_loss, train_loss, samples_per_second, epoch_time_s, peak_memory, "
+                   "time_s or a task metric the trials measured (val_mse, test_r2, ...)")
       ->capture_default_str();
   sweep->add_option("--format", f.table_format, "table, markdown, csv or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
-  CLI::App* compare = table.Add(
-      app, "compare", "jobs side by side: the spec keys that differ, then final metrics",
-      [&f](Commands& c) { return c.Compare(f.job_ids, f.table_format); });
-  compare->add_option("ID", f.job_ids, "two or more job ids")->required()->expected(2, -1)->check(
-      JobId());
+  CLI::App* compare =
+      table.Add(app, "compare", "jobs side by side: the spec keys that differ, then final metrics",
+                [&f](Commands& c) { return c.Compare(f.job_ids, f.table_format); });
+  compare->add_option("ID", f.job_ids, "two or more job ids")
+      ->required()
+      ->expected(2, -1)
+      ->check(JobId());
   compare->add_option("--format", f.table_format, "table, markdown, csv or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
 
-  CLI::App* export_jobs = table.Add(
-      app, "export",
-      "write jobs' metrics as TensorBoard event files, CSV or JSON Lines "
-      "(docs/metrics-export.md)",
-      [&f](Commands& c) { return c.Export(f.job_ids, f.export_format, f.export_dir); });
+  CLI::App* export_jobs =
+      table.Add(app, "export",
+                "write jobs' metrics as TensorBoard event files, CSV or JSON Lines "
+                "(docs/metrics-export.md)",
+                [&f](Commands& c) { return c.Export(f.job_ids, f.export_format, f.export_dir); });
   export_jobs->add_option("ID", f.job_ids, "job ids")->required()->check(JobId());
   export_jobs->add_option("--format", f.export_format, "tensorboard, csv or jsonl")
       ->required()
       ->check(CLI::IsMember({"tensorboard", "csv", "jsonl"}));
-  export_jobs->add_option("-o,--output", f.export_dir,
-                          "directory; each job is written to DIR/<name>-<id>/ (DIR/<id>/ without a name)")
+  export_jobs
+      ->add_option("-o,--output", f.export_dir,
+                   "directory; each job is written to DIR/<name>-<id>/ (DIR/<id>/ without a name)")
       ->required();
 
   CLI::App* artifacts = table.Add(
@@ -371,10 +382,11 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
       [&f](Commands& c) { return c.Download(f.job_id, f.artifact_name, f.output, f.force); });
   download->add_option("ID", f.job_id, "job id")->required()->check(JobId());
   download->add_option("NAME", f.artifact_name, "artifact name, as `mpsctl artifacts` lists it");
-  download->add_option("-o,--output", f.output,
-                       "file or directory to write (default: the artifact's file name here); "
-                       "a PATH ending in / is a directory, which must exist; - writes the "
-                       "bytes to stdout (after their SHA-256 is checked)")
+  download
+      ->add_option("-o,--output", f.output,
+                   "file or directory to write (default: the artifact's file name here); "
+                   "a PATH ending in / is a directory, which must exist; - writes the "
+                   "bytes to stdout (after their SHA-256 is checked)")
       ->type_name("PATH");
   download->add_flag("--force", f.force, "overwrite a file that is already there");
 }
@@ -390,16 +402,16 @@ void AddUploadCommands(CLI::App& app, CommandTable& table, Flags& f) {
   upload->add_option("--name", f.upload_name, "the name jobs use (default: PATH's last part)")
       ->check(CLI::Validator(
           [](const std::string& name) {
-            return name.empty() ? std::string("empty; give a name, or leave --name out for "
-                                              "PATH's last part")
+            return name.empty() ? std::string(
+                                      "empty; give a name, or leave --name out for "
+                                      "PATH's last part")
                                 : std::string();
           },
           "NAME"));
   upload->add_flag("--replace", f.upload_replace, "replace an upload of that name");
   CLI::App* uploads =
-      table.Add(app, "uploads", "list your uploads (and the quota)", [&f](Commands& c) {
-        return c.ListUploads(f.uploads_all, f.upload_submitter);
-      });
+      table.Add(app, "uploads", "list your uploads (and the quota)",
+                [&f](Commands& c) { return c.ListUploads(f.uploads_all, f.upload_submitter); });
   uploads->add_flag("--all", f.uploads_all, "every submitter's (admin)");
   uploads->add_option("--submitter", f.upload_submitter, "another submitter's (admin)");
   CLI::App* uploads_rm = table.Add(*uploads, "rm", "delete an upload", [&f](Commands& c) {

@@ -72,8 +72,8 @@ std::string RenderMarkdown(const TextTable& table) {
     return absl::StrCat("| ", absl::StrJoin(cells, " | "), " |\n");
   };
   std::string out = line(table.header);
-  absl::StrAppend(&out, "|", absl::StrJoin(std::vector<std::string>(table.header.size(), "---"), "|"),
-                  "|\n");
+  absl::StrAppend(&out, "|",
+                  absl::StrJoin(std::vector<std::string>(table.header.size(), "---"), "|"), "|\n");
   for (const auto& row : table.rows) absl::StrAppend(&out, line(row));
   return out;
 }
@@ -252,20 +252,17 @@ std::string ScalarText(const Message& message, const FieldDescriptor& field, int
       return absl::StrCat(rep ? r.GetRepeatedUInt64(message, &field, index)
                               : r.GetUInt64(message, &field));
     case FieldDescriptor::CPPTYPE_DOUBLE:
-      return Number(rep ? r.GetRepeatedDouble(message, &field, index)
-                        : r.GetDouble(message, &field),
-                    10);
+      return Number(
+          rep ? r.GetRepeatedDouble(message, &field, index) : r.GetDouble(message, &field), 10);
     case FieldDescriptor::CPPTYPE_FLOAT:
-      return Number(rep ? r.GetRepeatedFloat(message, &field, index)
-                        : r.GetFloat(message, &field),
+      return Number(rep ? r.GetRepeatedFloat(message, &field, index) : r.GetFloat(message, &field),
                     7);
     case FieldDescriptor::CPPTYPE_BOOL:
       return (rep ? r.GetRepeatedBool(message, &field, index) : r.GetBool(message, &field))
                  ? "true"
                  : "false";
     case FieldDescriptor::CPPTYPE_ENUM:
-      return (rep ? r.GetRepeatedEnum(message, &field, index) : r.GetEnum(message, &field))
-          ->name();
+      return (rep ? r.GetRepeatedEnum(message, &field, index) : r.GetEnum(message, &field))->name();
     case FieldDescriptor::CPPTYPE_STRING:
       return rep ? r.GetRepeatedString(message, &field, index) : r.GetString(message, &field);
     case FieldDescriptor::CPPTYPE_MESSAGE:
@@ -280,7 +277,8 @@ void Flatten(const Message& message, const std::string& prefix,
   std::vector<const FieldDescriptor*> fields;
   r.ListFields(message, &fields);
   for (const FieldDescriptor* field : fields) {
-    const std::string path = prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
+    const std::string path =
+        prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
     if (field->is_map()) {
       for (int i = 0; i < r.FieldSize(message, field); ++i) {
         const Message& entry = r.GetRepeatedMessage(message, field, i);
@@ -325,8 +323,8 @@ std::vector<std::string> SweepMetrics() {
   return names;
 }
 
-absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
-                                     std::string metric, bool exact) {
+absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::string metric,
+                                     bool exact) {
   std::vector<std::pair<const v1::Job*, TrialMetrics>> ranked;
   for (const v1::Job& trial : trials) ranked.emplace_back(&trial, MetricsOf(trial));
   const std::vector<std::string> task_metrics = TaskMetricNames(ranked);
@@ -351,8 +349,7 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
   if (spec == nullptr && !measured(metric)) {
     std::vector<std::string> known = SweepMetrics();
     known.insert(known.end(), task_metrics.begin(), task_metrics.end());
-    return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric,
-                                                   "\" (expected ",
+    return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric, "\" (expected ",
                                                    absl::StrJoin(known, ", "), ")"));
   }
   const bool task_higher_is_better = absl::EndsWith(metric, "_r2") ||
@@ -430,8 +427,8 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials,
     }
     for (const std::string& name : task_metrics) {
       const auto found = m.task.find(name);
-      row.push_back(cell(found == m.task.end() ? std::nullopt
-                                               : std::optional<double>(found->second)));
+      row.push_back(
+          cell(found == m.task.end() ? std::nullopt : std::optional<double>(found->second)));
     }
     row.push_back(cell(m.test_accuracy));
     row.push_back(cell(m.test_loss));

@@ -45,8 +45,8 @@ std::vector<std::string> SweepMetrics();
 // val_loss, test_accuracy, test_loss, train_loss, samples_per_second, epoch_time_s,
 // peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back the same
 // double (for csv and json) instead of 4 significant digits.
-absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials,
-                                     std::string metric, bool exact = false);
+absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials, std::string metric,
+                                     bool exact = false);
 
 // Every set field of the request as "path" -> value text: request-level fields by name
 // ("priority", "labels.project", "after"), spec fields without the spec's own name

@@ -61,8 +61,7 @@ bool IsIpAddress(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
 }
 
-std::string VerifyProblem(long result, SSL* ssl, const std::string& host,
-                          const TlsOptions& tls) {
+std::string VerifyProblem(long result, SSL* ssl, const std::string& host, const TlsOptions& tls) {
   const std::string roots = tls.ca_file.empty() ? std::string("the system's CA certificates")
                                                 : absl::StrCat("--tls-ca ", tls.ca_file);
   switch (result) {
@@ -154,8 +153,9 @@ std::string DiagnoseTls(const std::string& host, int port, const TlsOptions& tls
     const bool speaks_tls = connected == 1 || SSL_get_peer_certificate(ssl.get()) != nullptr ||
                             SSL_get_verify_result(ssl.get()) != X509_V_OK;
     if (speaks_tls) {
-      problem = "this port speaks TLS and mpsctl spoke plaintext: give --tls-ca FILE (the CA "
-                "of mpsd's certificate), or --tls to verify it with the system's CA certificates";
+      problem =
+          "this port speaks TLS and mpsctl spoke plaintext: give --tls-ca FILE (the CA "
+          "of mpsd's certificate), or --tls to verify it with the system's CA certificates";
     }
   } else if (connected != 1) {
     const long verify = SSL_get_verify_result(ssl.get());
@@ -166,8 +166,9 @@ std::string DiagnoseTls(const std::string& host, int port, const TlsOptions& tls
       const int reason = ERR_GET_REASON(error);
       if (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_UNEXPECTED_EOF_WHILE_READING ||
           error == 0) {
-        problem = "this port does not speak TLS (a plaintext loopback listener? then leave out "
-                  "the --tls options)";
+        problem =
+            "this port does not speak TLS (a plaintext loopback listener? then leave out "
+            "the --tls options)";
       }
     }
   } else {
@@ -181,10 +182,11 @@ std::string DiagnoseTls(const std::string& host, int port, const TlsOptions& tls
                                     reason == SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE ||
                                     reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA;
       if (tls.cert_file.empty() && (client_cert_requested || refused_by_alert)) {
-        problem = "mpsd requires a client certificate (mutual TLS): give --tls-cert FILE "
-                  "--tls-key FILE";
-      } else if (!tls.cert_file.empty() && (refused_by_alert ||
-                                            reason == SSL_R_UNEXPECTED_EOF_WHILE_READING)) {
+        problem =
+            "mpsd requires a client certificate (mutual TLS): give --tls-cert FILE "
+            "--tls-key FILE";
+      } else if (!tls.cert_file.empty() &&
+                 (refused_by_alert || reason == SSL_R_UNEXPECTED_EOF_WHILE_READING)) {
         problem = absl::StrCat("mpsd refused the client certificate ", tls.cert_file,
                                " (not signed by its --tls-client-ca, or expired)");
       }

@@ -44,16 +44,16 @@ absl::Status AddTree(archive* writer, const fs::path& dir, const std::string& pr
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
     children.push_back(it->path());
   }
-  if (error) return absl::InternalError(absl::StrCat("cannot read ", dir.string(), ": ",
-                                                     error.message()));
+  if (error)
+    return absl::InternalError(absl::StrCat("cannot read ", dir.string(), ": ", error.message()));
   std::sort(children.begin(), children.end());
   std::vector<char> buffer(1 << 16);
   for (const fs::path& child : children) {
     const std::string name = prefix + child.filename().string();
     struct stat st;
     if (lstat(child.c_str(), &st) != 0) {
-      return absl::InternalError(absl::StrCat("cannot read ", child.string(), ": ",
-                                              std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("cannot read ", child.string(), ": ", std::strerror(errno)));
     }
     std::unique_ptr<archive_entry, decltype(&archive_entry_free)> entry(archive_entry_new(),
                                                                         &archive_entry_free);
@@ -83,9 +83,10 @@ absl::Status AddTree(archive* writer, const fs::path& dir, const std::string& pr
       continue;
     }
     if (!S_ISREG(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          child.string(), ": not a regular file, folder or symbolic link; uploads hold no "
-          "devices, FIFOs or sockets"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(child.string(),
+                       ": not a regular file, folder or symbolic link; uploads hold no "
+                       "devices, FIFOs or sockets"));
     }
     archive_entry_set_filetype(entry.get(), AE_IFREG);
     archive_entry_set_perm(entry.get(), st.st_mode & 0755);
@@ -95,8 +96,8 @@ absl::Status AddTree(archive* writer, const fs::path& dir, const std::string& pr
     }
     const int fd = open(child.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      return absl::InternalError(absl::StrCat("cannot read ", child.string(), ": ",
-                                              std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("cannot read ", child.string(), ": ", std::strerror(errno)));
     }
     int64_t left = st.st_size;  // The header said this many: a file that grew is cut there.
     while (left > 0) {
@@ -121,14 +122,14 @@ absl::StatusOr<int64_t> WriteFolderTar(const std::string& dir, const std::string
   archive_write_set_format_gnutar(writer.get());
   archive_write_add_filter_none(writer.get());
   if (archive_write_open_filename(writer.get(), tar_path.c_str()) != ARCHIVE_OK) {
-    return absl::InternalError(absl::StrCat("cannot write ", tar_path, ": ",
-                                            archive_error_string(writer.get())));
+    return absl::InternalError(
+        absl::StrCat("cannot write ", tar_path, ": ", archive_error_string(writer.get())));
   }
   int64_t entries = 0;
   if (absl::Status s = AddTree(writer.get(), dir, "", entries); !s.ok()) return s;
   if (archive_write_close(writer.get()) != ARCHIVE_OK) {
-    return absl::InternalError(absl::StrCat("cannot write ", tar_path, ": ",
-                                            archive_error_string(writer.get())));
+    return absl::InternalError(
+        absl::StrCat("cannot write ", tar_path, ": ", archive_error_string(writer.get())));
   }
   return entries;
 }
@@ -157,8 +158,8 @@ class ProgressLine {
     if (!enabled_ || now - last_ < absl::Milliseconds(500)) return;
     last_ = now;
     const double seconds = absl::ToDoubleSeconds(now - started);
-    err_ << "\r\x1b[K" << "uploading " << name_ << ": " << Bytes(at_daemon) << " of "
-         << Bytes(size_)
+    err_ << "\r\x1b[K"
+         << "uploading " << name_ << ": " << Bytes(at_daemon) << " of " << Bytes(size_)
          << absl::StrFormat(" (%d%%), %.1f MB/s", size_ > 0 ? at_daemon * 100 / size_ : 100,
                             seconds > 0 ? sent / seconds / 1e6 : 0.0)
          << std::flush;
@@ -252,8 +253,8 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
     }
     int64_t offset = rpc.ok() && !held.complete() ? held.offset() : 0;
     if (rpc.ok() && offset > 0) {
-      err_ << "mpsctl: resuming the upload of " << name << " at byte " << offset << " of "
-           << size << "\n";
+      err_ << "mpsctl: resuming the upload of " << name << " at byte " << offset << " of " << size
+           << "\n";
     }
     v1::Upload uploaded;
     int64_t sent = 0;
@@ -315,8 +316,8 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
     }
     // ABORTED: the daemon still finishes a call of ours that broke (it lets go of the name
     // within moments).
-    const bool aborted = rpc.error_code() == grpc::StatusCode::ABORTED &&
-                         absl::Now() - started < absl::Seconds(10);
+    const bool aborted =
+        rpc.error_code() == grpc::StatusCode::ABORTED && absl::Now() - started < absl::Seconds(10);
     const bool retryable = rpc.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            rpc.error_code() == grpc::StatusCode::INTERNAL;
     if (aborted) {

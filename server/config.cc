@@ -28,7 +28,8 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 template <typename T>
 absl::Status ReadScalar(const YAML::Node& node, const std::string& where, const char* expected,
                         T& out) {
-  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", expected));
+  if (!node.IsScalar())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", expected));
   try {
     out = node.as<T>();
   } catch (const YAML::Exception&) {
@@ -53,8 +54,8 @@ template <typename T>
 absl::Status CheckRange(absl::string_view where, absl::string_view key, T value, T min, T max,
                         absl::string_view note = "") {
   if (value >= min && value <= max) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(where, key, ": must be >= ", min, " and <= ",
-                                                 max, note.empty() ? "" : " (", note,
+  return absl::InvalidArgumentError(absl::StrCat(where, key, ": must be >= ", min, " and <= ", max,
+                                                 note.empty() ? "" : " (", note,
                                                  note.empty() ? "" : ")", ", got ", value));
 }
 
@@ -68,9 +69,9 @@ absl::Status ReadMapping(const YAML::Node& node, const std::string& where,
     const std::string field_where = absl::StrCat(where, ".", key);
     // yaml-cpp keeps both entries of a repeated key; silently taking one would hide a mistake.
     if (!seen.insert(key).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field_where, ": duplicate key (line ", entry.first.Mark().line + 1,
-          "); each key may appear once"));
+      return absl::InvalidArgumentError(absl::StrCat(field_where, ": duplicate key (line ",
+                                                     entry.first.Mark().line + 1,
+                                                     "); each key may appear once"));
     }
     auto field = fields.find(key);
     if (field == fields.end()) {
@@ -95,7 +96,8 @@ absl::Status ReadStrings(const YAML::Node& node, const std::string& where,
     return absl::OkStatus();
   }
   if (!node.IsSequence()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a string or a list of strings"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected a string or a list of strings"));
   }
   for (size_t i = 0; i < node.size(); ++i) {
     if (!node[i].IsScalar()) {
@@ -123,27 +125,22 @@ absl::Status ReadRetention(const YAML::Node& node, const std::string& where,
       {"keep_last_jobs",
        [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", policy.keep_last_jobs); }},
       {"max_age_days",
-       [&](auto& n, auto& w) {
-         return ReadScalar(n, w, "a number of days", policy.max_age_days);
-       }},
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "a number of days", policy.max_age_days); }},
       {"max_bytes",
        [&](auto& n, auto& w) { return ReadScalar(n, w, "a number of bytes", policy.max_bytes); }},
   };
   if (absl::Status s = ReadMapping(node, where, fields); !s.ok()) return s;
   const std::string prefix = absl::StrCat(where, ".");
   for (absl::Status s :
-       {CheckRange(prefix, "keep_last_jobs", policy.keep_last_jobs, 0, 1000000000,
-                   "0 = no limit"),
+       {CheckRange(prefix, "keep_last_jobs", policy.keep_last_jobs, 0, 1000000000, "0 = no limit"),
         CheckRange(prefix, "max_age_days", policy.max_age_days, 0.0, 36500.0, "0 = no limit"),
-        CheckRange<int64_t>(prefix, "max_bytes", policy.max_bytes, 0, kMaxBytes,
-                            "0 = no limit")}) {
+        CheckRange<int64_t>(prefix, "max_bytes", policy.max_bytes, 0, kMaxBytes, "0 = no limit")}) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadHttpLimits(const YAML::Node& node, const std::string& where,
-                            HttpLimits& limits) {
+absl::Status ReadHttpLimits(const YAML::Node& node, const std::string& where, HttpLimits& limits) {
   double request_timeout_s = absl::ToDoubleSeconds(limits.request_timeout);
   bool per_address_given = false;
   const std::map<std::string, FieldReader> fields = {
@@ -165,8 +162,8 @@ absl::Status ReadHttpLimits(const YAML::Node& node, const std::string& where,
     limits.max_connections_per_address =
         std::min(limits.max_connections_per_address, std::max(1, limits.max_connections));
   }
-  if (absl::Status s = CheckRange(absl::StrCat(where, "."), "request_timeout_s",
-                                  request_timeout_s, 1.0, 3600.0, "seconds");
+  if (absl::Status s = CheckRange(absl::StrCat(where, "."), "request_timeout_s", request_timeout_s,
+                                  1.0, 3600.0, "seconds");
       !s.ok()) {
     return s;
   }
@@ -181,9 +178,7 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
       {"isolation",
        [&](auto& n, auto& w) { return ReadScalar(n, w, "shared or per_job", config.isolation); }},
       {"restart_after_jobs",
-       [&](auto& n, auto& w) {
-         return ReadScalar(n, w, "an integer", config.restart_after_jobs);
-       }},
+       [&](auto& n, auto& w) { return ReadScalar(n, w, "an integer", config.restart_after_jobs); }},
       {"restart_above_baseline_bytes",
        [&](auto& n, auto& w) {
          return ReadScalar(n, w, "a number of bytes", config.restart_above_baseline_bytes);
@@ -226,8 +221,8 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
     return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": ", problem));
   };
   if (config.isolation != "shared" && config.isolation != "per_job") {
-    return bad("isolation", absl::StrCat("expected shared or per_job, got \"", config.isolation,
-                                         "\""));
+    return bad("isolation",
+               absl::StrCat("expected shared or per_job, got \"", config.isolation, "\""));
   }
   const std::string prefix = absl::StrCat(where, ".");
   for (absl::Status s :
@@ -241,8 +236,8 @@ absl::Status ReadExecutorConfig(const YAML::Node& node, const std::string& where
                             "0 = none"),
         CheckRange<double>(prefix, "user_code_timeout_s", config.user_code_timeout_s, 1,
                            kMaxSeconds, "seconds"),
-        CheckRange<double>(prefix, "user_code_stall_timeout_s",
-                           config.user_code_stall_timeout_s, 1, kMaxSeconds, "seconds")}) {
+        CheckRange<double>(prefix, "user_code_stall_timeout_s", config.user_code_stall_timeout_s, 1,
+                           kMaxSeconds, "seconds")}) {
     if (!s.ok()) return s;
   }
   if (!(config.memory_fraction >= 0 && config.memory_fraction <= 2)) {
@@ -288,8 +283,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.mark.line + 1, ":",
-                                                   e.mark.column + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
   }
   Config config = DefaultConfig();
   if (root.IsNull()) return config;
@@ -312,8 +307,9 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
              }
              if (!config.state_dir.empty()) return absl::OkStatus();
              return absl::InvalidArgumentError(
-                 absl::StrCat(w, ": empty; name a directory, or leave the key out for the "
-                                 "default"));
+                 absl::StrCat(w,
+                              ": empty; name a directory, or leave the key out for the "
+                              "default"));
            }},
           {"tensorboard_dir",
            [&](auto& n, auto& w) {
@@ -343,8 +339,7 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
            [&](auto& n, auto& w) {
              return ReadScalar(n, w, "an integer", config.log_file_max_files);
            }},
-          {"executor",
-           [&](auto& n, auto& w) { return ReadExecutorConfig(n, w, config.executor); }},
+          {"executor", [&](auto& n, auto& w) { return ReadExecutorConfig(n, w, config.executor); }},
           {"artifacts_retention",
            [&](auto& n, auto& w) { return ReadRetention(n, w, config.artifacts_retention); }},
           {"upload_quota_bytes",
@@ -361,9 +356,9 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
     const std::string key = entry.first.Scalar();
     const std::string where = absl::StrCat(path, ": ", key);
     if (!seen.insert(key).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": duplicate key (line ", entry.first.Mark().line + 1,
-          "); each key may appear once"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": duplicate key (line ",
+                                                     entry.first.Mark().line + 1,
+                                                     "); each key may appear once"));
     }
     auto field = fields.find(key);
     if (field == fields.end()) {
@@ -379,17 +374,14 @@ absl::StatusOr<Config> LoadConfig(const std::string& path) {
        {CheckRange(prefix, "cpu_threads", config.cpu_threads, 0, kMaxCpuThreads,
                    "0 = one per core"),
         CheckRange(prefix, "max_queued", config.max_queued, 1, kMaxQueued),
-        CheckRange<int64_t>(prefix, "log_file_max_bytes", config.log_file_max_bytes, 1,
-                            kMaxBytes),
-        CheckRange<int64_t>(prefix, "upload_quota_bytes", config.upload_quota_bytes, 1,
-                            kMaxBytes),
-        CheckRange<int64_t>(prefix, "upload_max_files", config.upload_max_files, 1,
-                            100'000'000),
+        CheckRange<int64_t>(prefix, "log_file_max_bytes", config.log_file_max_bytes, 1, kMaxBytes),
+        CheckRange<int64_t>(prefix, "upload_quota_bytes", config.upload_quota_bytes, 1, kMaxBytes),
+        CheckRange<int64_t>(prefix, "upload_max_files", config.upload_max_files, 1, 100'000'000),
         CheckRange(prefix, "shutdown_grace_s", config.shutdown_grace_s, 0.0, kMaxSeconds,
                    "seconds")}) {
     if (!s.ok()) return s;
   }
-  static const std::vector<std::string> kLevels = {"trace", "debug", "info", "warn",
+  static const std::vector<std::string> kLevels = {"trace", "debug",    "info", "warn",
                                                    "error", "critical", "off"};
   if (std::find(kLevels.begin(), kLevels.end(), config.log_level) == kLevels.end()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": log_level: expected one of ",

@@ -74,7 +74,8 @@ struct Config {
   std::vector<std::string> data_roots;
   // HTTP(S) listener for the dashboard, /metrics and /healthz, "HOST:PORT" (port 0 picks a
   // free port); empty = none (the default). A non-loopback host needs TLS (the `tls:` files);
-  // every request but /healthz needs a bearer token from tokens_file. See server/http/http_server.h.
+  // every request but /healthz needs a bearer token from tokens_file. See
+  // server/http/http_server.h.
   std::string http_listen;
   // The HTTP listener's request deadline and connection caps (`http_limits:`
   // {request_timeout_s, max_connections, max_connections_per_address}; server/http/http_limits.h).

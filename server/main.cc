@@ -2,8 +2,8 @@
 // (stop) and SIGHUP (reload the TLS files); SIGUSR1/SIGUSR2 are logged and ignored.
 // `mpsd token add|list|revoke` edits a tokens file.
 #include <errno.h>
-#include <signal.h>
 #include <limits.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,24 +12,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <system_error>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
 #include "server/access/auth.h"
-#include "server/config.h"
 #include "server/access/data_roots.h"
+#include "server/config.h"
+#include "server/core/escaping_sink.h"
+#include "server/core/state_dir.h"
 #include "server/executor/executor_supervisor.h"
 #include "server/server.h"
 #include "server/service_notify.h"
-#include "server/core/escaping_sink.h"
-#include "server/core/state_dir.h"
 #include "spdlog/sinks/rotating_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -43,7 +43,8 @@ int RunTokenCommand(const std::string& command, const std::string& path, const s
   if (command == "add") {
     absl::StatusOr<mpsd::server::Role> role = mpsd::server::ParseRole(role_name);
     if (!role.ok()) {
-      std::fprintf(stderr, "mpsd token add: --role: %s\n", std::string(role.status().message()).c_str());
+      std::fprintf(stderr, "mpsd token add: --role: %s\n",
+                   std::string(role.status().message()).c_str());
       return 1;
     }
     absl::StatusOr<std::string> token = mpsd::server::AddToken(path, name, *role);
@@ -64,8 +65,9 @@ int RunTokenCommand(const std::string& command, const std::string& path, const s
       std::fprintf(stderr, "mpsd token revoke: %s\n", std::string(status.message()).c_str());
       return 1;
     }
-    std::fprintf(stderr, "mpsd: token \"%s\" revoked in %s (a running mpsd refuses it from its next call)\n",
-                 name.c_str(), path.c_str());
+    std::fprintf(
+        stderr, "mpsd: token \"%s\" revoked in %s (a running mpsd refuses it from its next call)\n",
+        name.c_str(), path.c_str());
     return 0;
   }
   absl::StatusOr<std::unique_ptr<mpsd::server::TokenStore>> store =
@@ -139,9 +141,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& flags) {
   app.add_option("--tensorboard-dir", flags.tensorboard_dir,
                  "write every TrainJob's TensorBoard event file under DIR/<name>-<id>/ while it "
                  "trains (default: none; docs/metrics-export.md)");
-  CLI::Option* state_dir_option = app.add_option("--state-dir", flags.state_dir,
-                 "directory for the job database (default: " + mpsd::server::DefaultStateDir() +
-                     ")");
+  CLI::Option* state_dir_option = app.add_option(
+      "--state-dir", flags.state_dir,
+      "directory for the job database (default: " + mpsd::server::DefaultStateDir() + ")");
   app.add_option("--tls-cert", flags.tls.cert, "PEM certificate (and chain) for the TCP listeners");
   app.add_option("--tls-key", flags.tls.key, "PEM private key of --tls-cert");
   app.add_option("--tls-client-ca", flags.tls.client_ca,
@@ -171,8 +173,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& flags) {
   CLI::App* token_revoke = token->add_subcommand("revoke", "remove a token");
   token_revoke->add_option("NAME", flags.token_name, "the token's name")->required();
   for (CLI::App* sub : {token_add, token_list, token_revoke}) {
-    sub->add_option("--tokens", flags.tokens_file,
-                    "tokens file (default: the config's tokens_file, else <state dir>/tokens.yaml)");
+    sub->add_option(
+        "--tokens", flags.tokens_file,
+        "tokens file (default: the config's tokens_file, else <state dir>/tokens.yaml)");
     // `mpsd token add --state-dir DIR ...` as well as `mpsd --state-dir DIR token add ...`: the
     // daemon's own options (--state-dir, --config) may follow the subcommand.
     sub->fallthrough();
@@ -205,8 +208,8 @@ int CheckConfigFile(const std::string& path) {
   const std::string executor =
       loaded->executor.path.empty() ? mpsd::server::DefaultExecutorPath() : loaded->executor.path;
   if (access(executor.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "mpsd: %s: executor.path: %s is not an executable program\n",
-                 path.c_str(), executor.c_str());
+    std::fprintf(stderr, "mpsd: %s: executor.path: %s is not an executable program\n", path.c_str(),
+                 executor.c_str());
     return 2;
   }
   mpsd::server::Config effective = *loaded;
@@ -239,7 +242,7 @@ absl::StatusOr<mpsd::server::Config> ConfigOf(const Flags& flags) {
     // A bare socket path, as mpsctl --server accepts.
     for (const std::string& address : flags.listen) {
       config.listen.push_back(!address.empty() && address.front() == '/' ? "unix://" + address
-                                                                          : address);
+                                                                         : address);
     }
   }
   if (!flags.state_dir.empty()) config.state_dir = flags.state_dir;
@@ -320,9 +323,10 @@ int WaitForStop(const sigset_t& signals, mpsd::server::Server& server) {
 #endif
     if (signal_number == 0) sigwait(&signals, &signal_number);
     if (signal_number == SIGUSR1 || signal_number == SIGUSR2) {
-      spdlog::warn("received {} and ignored it (SIGHUP reloads the TLS files, "
-                   "SIGTERM stops mpsd)",
-                   signal_number == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+      spdlog::warn(
+          "received {} and ignored it (SIGHUP reloads the TLS files, "
+          "SIGTERM stops mpsd)",
+          signal_number == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
       continue;
     }
     if (signal_number != SIGHUP) return signal_number;
@@ -342,8 +346,10 @@ int main(int argc, char** argv) {
   // `--state-dir ''` (an unset shell variable) silently meant the default state dir: another
   // daemon's jobs, or a fresh database where the user expected theirs.
   if (flags.state_dir_given && flags.state_dir.empty()) {
-    std::fprintf(stderr, "mpsd: --state-dir: empty; name a directory, or leave the flag out for "
-                         "the default (%s)\n", mpsd::server::DefaultStateDir().c_str());
+    std::fprintf(stderr,
+                 "mpsd: --state-dir: empty; name a directory, or leave the flag out for "
+                 "the default (%s)\n",
+                 mpsd::server::DefaultStateDir().c_str());
     return 2;
   }
   if (!flags.check_config.empty()) return CheckConfigFile(flags.check_config);

@@ -2,24 +2,24 @@
 // that order and its reverse.
 #include "server/server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <algorithm>
 #include <limits>
 #include <memory>
-#include <thread>
 #include <system_error>
+#include <thread>
 
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
@@ -30,29 +30,29 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/job_state.h"
 #include "httplib.h"
 #include "server/access/auth.h"
-#include "server/http/dashboard.h"
 #include "server/access/data_roots.h"
-#include "server/executor/executor_supervisor.h"
-#include "server/grpc/grpc_auth.h"
-#include "server/http/http_server.h"
-#include "server/grpc/job_service.h"
-#include "api/job_state.h"
+#include "server/access/tls.h"
 #include "server/core/job_query.h"
 #include "server/core/job_store.h"
 #include "server/core/retention.h"
-#include "server/http/metrics.h"
-#include "server/grpc/reflection_service.h"
 #include "server/core/scheduler.h"
 #include "server/core/state_dir.h"
 #include "server/core/tensorboard_writer.h"
 #include "server/core/uploads.h"
-#include "server/access/tls.h"
+#include "server/executor/executor_supervisor.h"
+#include "server/grpc/grpc_auth.h"
+#include "server/grpc/job_service.h"
+#include "server/grpc/reflection_service.h"
+#include "server/http/dashboard.h"
+#include "server/http/http_server.h"
+#include "server/http/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -85,8 +85,8 @@ absl::StatusOr<std::string> PrepareUnixSocket(const std::string& address) {
   if (absl::StartsWith(path, "//")) path = path.substr(2);
   if (path.empty()) return absl::InvalidArgumentError("listen: empty unix socket path");
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("listen: unix socket path too long (",
-                                                   path.size(), " bytes): ", path));
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen: unix socket path too long (", path.size(), " bytes): ", path));
   }
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
@@ -107,26 +107,26 @@ absl::StatusOr<TcpAddress> ParseTcpAddress(const std::string& address) {
   const size_t colon = address.rfind(':');
   TcpAddress tcp;
   if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &tcp.port) || tcp.port < 0 ||
-      tcp.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "listen: expected unix:///path/mpsd.sock or HOST:PORT (e.g. 127.0.0.1:7070, "
-        "0.0.0.0:7070, [::]:7070), got \"", address, "\""));
+      !absl::SimpleAtoi(address.substr(colon + 1), &tcp.port) || tcp.port < 0 || tcp.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen: expected unix:///path/mpsd.sock or HOST:PORT (e.g. 127.0.0.1:7070, "
+                     "0.0.0.0:7070, [::]:7070), got \"",
+                     address, "\""));
   }
   tcp.host = address.substr(0, colon);
   in_addr ipv4{};
-  tcp.loopback = tcp.host == "localhost" || tcp.host == "[::1]" ||
-                 (inet_pton(AF_INET, tcp.host.c_str(), &ipv4) == 1 &&
-                  (ntohl(ipv4.s_addr) >> 24) == 127);
+  tcp.loopback =
+      tcp.host == "localhost" || tcp.host == "[::1]" ||
+      (inet_pton(AF_INET, tcp.host.c_str(), &ipv4) == 1 && (ntohl(ipv4.s_addr) >> 24) == 127);
   return tcp;
 }
 
 // A TCP listener off loopback carries tokens and jobs over the network: only with TLS.
-absl::Status CheckTcpListener(const std::string& address, const TcpAddress& tcp,
-                              bool tls_enabled) {
+absl::Status CheckTcpListener(const std::string& address, const TcpAddress& tcp, bool tls_enabled) {
   if (tcp.loopback || tls_enabled) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "listen: ", address, " is not a loopback address, and TCP on other interfaces needs TLS: "
+      "listen: ", address,
+      " is not a loopback address, and TCP on other interfaces needs TLS: "
       "give mpsd --tls-cert FILE --tls-key FILE (config: tls: {cert: FILE, key: FILE}; add "
       "--tls-client-ca FILE to require client certificates), or listen on 127.0.0.1:PORT or a "
       "unix socket"));
@@ -143,9 +143,11 @@ absl::StatusOr<std::unique_ptr<TokenStore>> OpenTokens(const Config& config) {
     if (absl::Status status = CreateTokensFileWithAdmin(path, admin_token); !status.ok()) {
       return status;
     }
-    spdlog::warn("created the tokens file {} with one admin token, which is in {} (mode 0600); "
-                 "add tokens for others with `mpsd token add --tokens {} --name NAME --role "
-                 "viewer|submitter|admin`", path, admin_token, path);
+    spdlog::warn(
+        "created the tokens file {} with one admin token, which is in {} (mode 0600); "
+        "add tokens for others with `mpsd token add --tokens {} --name NAME --role "
+        "viewer|submitter|admin`",
+        path, admin_token, path);
   }
   absl::StatusOr<std::unique_ptr<TokenStore>> tokens = TokenStore::Open(path);
   if (tokens.ok()) spdlog::info("tokens file {}: {} tokens", path, (*tokens)->Records().size());
@@ -168,9 +170,8 @@ void AddKeepalivePolicy(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(kServerKeepaliveTime)));
-  builder.AddChannelArgument(
-      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-      static_cast<int>(absl::ToInt64Milliseconds(kServerKeepaliveTimeout)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kServerKeepaliveTimeout)));
 }
 
 // What a slow or idle client may hold on the gRPC listeners (issue 26, item 3, "the gRPC port
@@ -187,9 +188,8 @@ constexpr absl::Duration kMaxConnectionIdle = absl::Minutes(10);
 constexpr int kMaxConcurrentStreams = 1000;
 
 void AddConnectionBounds(grpc::ServerBuilder& builder) {
-  builder.AddChannelArgument(
-      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-      static_cast<int>(absl::ToInt64Milliseconds(kServerHandshakeTimeout)));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(kServerHandshakeTimeout)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(kMaxConnectionIdle)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
@@ -282,9 +282,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const Options& opt
   // In this order: nothing is written to the state dir before every listener could be bound,
   // and each part starts only once what it uses exists.
   using Step = absl::Status (Server::*)();
-  for (Step step : {&Server::ClaimListenersAndStateDir, &Server::OpenStore, &Server::StartExecutor,
-                    &Server::StartScheduler, &Server::StartServices, &Server::StartGrpc,
-                    &Server::StartHttp}) {
+  for (Step step :
+       {&Server::ClaimListenersAndStateDir, &Server::OpenStore, &Server::StartExecutor,
+        &Server::StartScheduler, &Server::StartServices, &Server::StartGrpc, &Server::StartHttp}) {
     if (absl::Status status = (server.get()->*step)(); !status.ok()) return status;
   }
   {
@@ -390,9 +390,7 @@ absl::Status Server::StartScheduler() {
   scheduler_options.max_queued = config.max_queued;
   // Checked by the scheduler itself before it acknowledges a submit or starts a job: the
   // watch's own thread notices a change only within its interval.
-  scheduler_options.check_storage = [watch = state_dir_watch_.get()]() {
-    return watch->Check();
-  };
+  scheduler_options.check_storage = [watch = state_dir_watch_.get()]() { return watch->Check(); };
   scheduler_options.on_storage_error = [this](const absl::Status& error) {
     SetStorageError(error);
   };
@@ -556,9 +554,10 @@ bool Server::Shutdown() {
                  options_.config.shutdown_grace_s);
   }
   if (grpc_server_ != nullptr && !ShutdownGrpc()) {
-    spdlog::error("gRPC still holds cancelled calls {} after cancelling them (a client that "
-                  "stopped reading its stream); exiting without them: every event is committed",
-                  absl::FormatDuration(kCancelledCallsWait));
+    spdlog::error(
+        "gRPC still holds cancelled calls {} after cancelling them (a client that "
+        "stopped reading its stream); exiting without them: every event is committed",
+        absl::FormatDuration(kCancelledCallsWait));
     for (const std::string& path : socket_paths_) std::filesystem::remove(path);
     abandoned_ = true;
     shut_down_ = true;
@@ -576,7 +575,7 @@ bool Server::Shutdown() {
   service_.reset();
   retention_.reset();  // its thread reads the scheduler
   scheduler_.reset();
-  tensorboard_.reset();  // after the scheduler, which feeds it; before the store it reads
+  tensorboard_.reset();      // after the scheduler, which feeds it; before the store it reads
   state_dir_watch_.reset();  // The scheduler checks it.
   executor_.reset();
   store_.reset();
@@ -623,9 +622,7 @@ bool Server::ShutdownGrpc() {
   return false;
 }
 
-std::string Server::http_url() const {
-  return http_server_ == nullptr ? "" : http_server_->url();
-}
+std::string Server::http_url() const { return http_server_ == nullptr ? "" : http_server_->url(); }
 
 void Server::SetExecutorReady(bool ready) {
   absl::MutexLock lock(&health_mu_);
@@ -672,18 +669,18 @@ absl::Status Server::BindHttp() {
   http_options.tls_cert_path = config.tls.cert;
   http_options.tls_key_path = config.tls.key;
   http_options.tls_client_ca_path = config.tls.client_ca;
-  // Bearer tokens from the one tokens file (server/access/auth.h) the gRPC TCP listeners use too: any
-  // role may view; what needs more (POST /cancel) checks the caller's role itself.
-  http_options.authorize =
-      [this](absl::string_view authorization,
-             absl::string_view action) -> absl::StatusOr<HttpCaller> {
+  // Bearer tokens from the one tokens file (server/access/auth.h) the gRPC TCP listeners use too:
+  // any role may view; what needs more (POST /cancel) checks the caller's role itself.
+  http_options.authorize = [this](absl::string_view authorization,
+                                  absl::string_view action) -> absl::StatusOr<HttpCaller> {
     // tokens_ is set before StartHttp serves anything (BuildAndStart).
     absl::StatusOr<Principal> principal = tokens_->Authenticate(authorization);
     if (!principal.ok()) {
       // No path in the answer: where the daemon keeps its tokens is nobody's business who has
       // no token (its log and `mpsd token list` say it to the owner).
       return absl::UnauthenticatedError(absl::StrCat(
-          principal.status().message(), ". A token is made on the daemon's machine with the "
+          principal.status().message(),
+          ". A token is made on the daemon's machine with the "
           "daemon's own --state-dir (or --config, --tokens): mpsd token add --state-dir DIR "
           "--name NAME --role viewer"));
     }
@@ -733,15 +730,15 @@ absl::Status Server::StartHttp() {
         response.status = serving ? 200 : 503;
         // A paused queue (mpsctl pause) is healthy, and says so on a second line.
         const bool paused = scheduler_->GetQueueStats().paused;
-        response.set_content(absl::StrCat(serving ? "SERVING\n" : "NOT_SERVING\n",
-                                          paused ? "queue paused\n" : ""),
-                             "text/plain; charset=utf-8");
+        response.set_content(
+            absl::StrCat(serving ? "SERVING\n" : "NOT_SERVING\n", paused ? "queue paused\n" : ""),
+            "text/plain; charset=utf-8");
       },
       /*public_route=*/true);
-  http_server_->Get("/metrics", [this](const HttpCaller&, const httplib::Request&,
-                                       httplib::Response& response) {
-    response.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  http_server_->Get(
+      "/metrics", [this](const HttpCaller&, const httplib::Request&, httplib::Response& response) {
+        response.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
+      });
   DashboardOptions dashboard_options;
   dashboard_options.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
   dashboard_options.artifacts_dir = config.state_dir + "/artifacts";

@@ -51,8 +51,8 @@ class Server {
   // Creates the state dir (mode 0700) and takes its lock, checks that its database was not lost
   // (server/core/state_dir.h: CheckDatabaseNotLost), opens the store (new ids above every job in
   // artifacts/), recovers jobs, starts the executor process (mpsd-executor,
-  // server/executor/executor_supervisor.h) and listens on every address of config.listen. With a TCP
-  // address it opens the tokens file (creating one with an admin token in
+  // server/executor/executor_supervisor.h) and listens on every address of config.listen. With a
+  // TCP address it opens the tokens file (creating one with an admin token in
   // <state_dir>/admin.token on the first start, when there is none).
   // Errors: INVALID_ARGUMENT for a bad listen address or a non-loopback TCP address without
   // TLS (the message says what to configure); FAILED_PRECONDITION if another mpsd holds the

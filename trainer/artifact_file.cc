@@ -30,7 +30,8 @@ absl::Status CheckRoom(const std::string& path, int64_t size) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
   struct statvfs fs {};
   if (statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {
-    const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    const int64_t free_bytes =
+        static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
     if (size + kArtifactFreeMargin > free_bytes) {
       return DiskFull(absl::StrCat("disk full: ", path, " needs ", size, " bytes (+",
                                    kArtifactFreeMargin, " kept free), ", free_bytes,

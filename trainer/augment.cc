@@ -29,8 +29,8 @@ torch::Tensor Uniform(at::IntArrayRef sizes, double low, double high, const torc
 torch::Tensor ChannelVector(const torch::Tensor& values, const torch::Tensor& images,
                             const char* what) {
   const int64_t c = images.size(1);
-  TORCH_CHECK(values.dim() == 1 && (values.size(0) == c || values.size(0) == 1), "Augment: ",
-              what, " is ", values.sizes(), ", expected [", c, "] or [1]");
+  TORCH_CHECK(values.dim() == 1 && (values.size(0) == c || values.size(0) == 1), "Augment: ", what,
+              " is ", values.sizes(), ", expected [", c, "] or [1]");
   return values.to(images.options()).view({1, -1, 1, 1});
 }
 
@@ -97,8 +97,8 @@ torch::Tensor RandomResizedCrop(const torch::Tensor& images, const RandomResized
 
 torch::Tensor RandomRotation(const torch::Tensor& images, const AugmentationOptions& options,
                              at::Generator& generator) {
-  const torch::Tensor degrees = Uniform({images.size(0)}, options.rotation_min,
-                                        options.rotation_max, images, generator);
+  const torch::Tensor degrees =
+      Uniform({images.size(0)}, options.rotation_min, options.rotation_max, images, generator);
   return augment_kernels::Rotate(images, degrees, options.padding_fill);
 }
 
@@ -148,8 +148,7 @@ torch::Tensor ColorJitter(const torch::Tensor& images, const AugmentationOptions
   // batch with each example's own `other` and factor, kept where the example's adjustment in
   // this round is one of them. Hue, through HSV, is its own pass.
   const bool rgb = images.size(1) == 3;
-  const bool blends = brightness.defined() || contrast.defined() ||
-                      (saturation.defined() && rgb);
+  const bool blends = brightness.defined() || contrast.defined() || (saturation.defined() && rgb);
   const torch::Tensor zero = torch::zeros({1, 1, 1, 1}, pixels.options());
   for (int64_t round = 0; round < 4; ++round) {
     const torch::Tensor op = order.select(/*dim=*/1, round);  // [N]
@@ -166,8 +165,8 @@ torch::Tensor ColorJitter(const torch::Tensor& images, const AugmentationOptions
       if (contrast.defined()) {
         factor = torch::where(op.eq(1), contrast, factor);
         applies = applies | op.eq(1);
-        other = torch::where(op.eq(1).view({n, 1, 1, 1}),
-                             gray.mean({1, 2, 3}, /*keepdim=*/true), other);
+        other = torch::where(op.eq(1).view({n, 1, 1, 1}), gray.mean({1, 2, 3}, /*keepdim=*/true),
+                             other);
       }
       if (saturation.defined() && rgb) {
         factor = torch::where(op.eq(2), saturation, factor);
@@ -187,8 +186,7 @@ torch::Tensor RandomErasing(const torch::Tensor& images, const RandomErasingOpti
                             at::Generator& generator) {
   const augment_kernels::Boxes box = augment_kernels::DrawErasingBoxes(
       images.size(0), images.size(2), images.size(3), o, images.device(), generator);
-  const torch::Tensor value =
-      o.value.defined() ? o.value : torch::zeros({1}, FloatOptions(images));
+  const torch::Tensor value = o.value.defined() ? o.value : torch::zeros({1}, FloatOptions(images));
   return augment_kernels::Erase(images, box.top, box.left, box.height, box.width, value);
 }
 
@@ -208,8 +206,8 @@ std::pair<int64_t, int64_t> ResolvedResize(const std::vector<int64_t>& size, int
   if (size.empty()) return {height, width};
   const int64_t shorter = std::min(height, width), longer = std::max(height, width);
   const int64_t new_short = size[0];
-  const auto new_long = static_cast<int64_t>(static_cast<double>(new_short * longer) /
-                                             static_cast<double>(shorter));
+  const auto new_long =
+      static_cast<int64_t>(static_cast<double>(new_short * longer) / static_cast<double>(shorter));
   return width <= height ? std::pair{new_long, new_short} : std::pair{new_short, new_long};
 }
 
@@ -266,8 +264,8 @@ Boxes DrawResizedCropBoxes(int64_t n, int64_t height, int64_t width,
   box.width = torch::where(found, Pick(w, first), fallback_w);
   box.top = torch::where(found, RandIntBelow(height - box.height + 1, generator),
                          (height - fallback_h) / 2);
-  box.left = torch::where(found, RandIntBelow(width - box.width + 1, generator),
-                          (width - fallback_w) / 2);
+  box.left =
+      torch::where(found, RandIntBelow(width - box.width + 1, generator), (width - fallback_w) / 2);
   return box;
 }
 
@@ -296,8 +294,8 @@ Boxes DrawErasingBoxes(int64_t n, int64_t height, int64_t width, const RandomEra
 
 torch::Tensor Resize(const torch::Tensor& images, int64_t height, int64_t width) {
   if (images.size(2) == height && images.size(3) == width) return images;
-  return at::_upsample_bilinear2d_aa(images, {height, width}, /*align_corners=*/false,
-                                     c10::nullopt, c10::nullopt);
+  return at::_upsample_bilinear2d_aa(images, {height, width}, /*align_corners=*/false, c10::nullopt,
+                                     c10::nullopt);
 }
 
 torch::Tensor CenterCrop(const torch::Tensor& images, int64_t height, int64_t width) {
@@ -313,8 +311,8 @@ torch::Tensor ResizedCrop(const torch::Tensor& images, const torch::Tensor& top,
                           const torch::Tensor& left, const torch::Tensor& height,
                           const torch::Tensor& width, int64_t out_height, int64_t out_width) {
   const int64_t n = images.size(0), h = images.size(2), w = images.size(3);
-  const auto coordinates = [&](const torch::Tensor& start, const torch::Tensor& size,
-                               int64_t out, int64_t full) {
+  const auto coordinates = [&](const torch::Tensor& start, const torch::Tensor& size, int64_t out,
+                               int64_t full) {
     // F.interpolate's source index: (dst + 0.5) × size / out - 0.5, clamped to the crop, then
     // in grid_sample's normalised coordinates (align_corners=False): (2 x + 1) / full - 1.
     const torch::Tensor dst = torch::arange(out, FloatOptions(images)).view({1, out}) + 0.5;
@@ -355,9 +353,10 @@ torch::Tensor Rotate(const torch::Tensor& images, const torch::Tensor& degrees,
   namespace F = torch::nn::functional;
   const torch::Tensor grid = F::affine_grid(theta, {n, images.size(1), h, w},
                                             /*align_corners=*/false);
-  const auto options =
-      F::GridSampleFuncOptions().mode(torch::kNearest).padding_mode(torch::kZeros).align_corners(
-          false);
+  const auto options = F::GridSampleFuncOptions()
+                           .mode(torch::kNearest)
+                           .padding_mode(torch::kZeros)
+                           .align_corners(false);
   if (!fill.defined()) return F::grid_sample(images, grid, options);
   // As functional_tensor._apply_grid_transform with a fill: a channel of ones is sampled along,
   // and where it comes back below 0.5 (outside the image) the pixel is the fill.
@@ -446,8 +445,7 @@ torch::Tensor Erase(const torch::Tensor& images, const torch::Tensor& top,
 
 torch::Tensor Preprocess(const torch::Tensor& images, const Preprocessing& preprocess) {
   if (!preprocess.enabled()) return images;
-  TORCH_CHECK(images.dim() == 4, "Preprocess: expected images [N, C, H, W], got ",
-              images.sizes());
+  TORCH_CHECK(images.dim() == 4, "Preprocess: expected images [N, C, H, W], got ", images.sizes());
   torch::NoGradGuard no_grad;
   torch::Tensor out = images;
   if (preprocess.resize_height > 0) {
@@ -479,9 +477,8 @@ torch::Tensor Augment(const torch::Tensor& images, const AugmentationOptions& op
   return out;
 }
 
-MixedBatch MixBatch(const torch::Tensor& images, const torch::Tensor& labels,
-                    int64_t num_classes, const AugmentationOptions& options,
-                    at::Generator& generator) {
+MixedBatch MixBatch(const torch::Tensor& images, const torch::Tensor& labels, int64_t num_classes,
+                    const AugmentationOptions& options, at::Generator& generator) {
   TORCH_CHECK(options.mixes(), "MixBatch: neither mixup nor cutmix is set");
   TORCH_CHECK(images.dim() == 4, "MixBatch: expected images [N, C, H, W], got ", images.sizes());
   TORCH_CHECK(labels.dim() == 1 && labels.scalar_type() == torch::kInt64 &&
@@ -491,9 +488,8 @@ MixedBatch MixBatch(const torch::Tensor& images, const torch::Tensor& labels,
   torch::NoGradGuard no_grad;
   const int64_t h = images.size(2), w = images.size(3);
   // One-hot rows by a scatter: torch::one_hot checks the labels' range on the host (a sync).
-  const torch::Tensor targets =
-      torch::zeros({labels.size(0), num_classes}, FloatOptions(images))
-          .scatter_(/*dim=*/1, labels.view({-1, 1}), 1.0);
+  const torch::Tensor targets = torch::zeros({labels.size(0), num_classes}, FloatOptions(images))
+                                    .scatter_(/*dim=*/1, labels.view({-1, 1}), 1.0);
   const torch::Tensor images_rolled = images.roll(1, 0);
   const torch::Tensor targets_rolled = targets.roll(1, 0);
   torch::Tensor mixed_images, lambda;  // lambda: [1] float32
@@ -520,8 +516,7 @@ MixedBatch MixBatch(const torch::Tensor& images, const torch::Tensor& labels,
     const torch::Tensor mask = (rows.ge(y1) & rows.lt(y2)).view({1, 1, h, 1}) &
                                (cols.ge(x1) & cols.lt(x2)).view({1, 1, 1, w});
     cutmix_images = torch::where(mask, images_rolled, images);
-    cutmix_lambda =
-        1 - ((x2 - x1) * (y2 - y1)).to(torch::kFloat32) / static_cast<double>(w * h);
+    cutmix_lambda = 1 - ((x2 - x1) * (y2 - y1)).to(torch::kFloat32) / static_cast<double>(w * h);
   }
   if (mixup_images.defined() && cutmix_images.defined()) {
     const torch::Tensor take_mixup = torch::rand({1}, generator, FloatOptions(images)).lt(0.5);

@@ -152,9 +152,8 @@ struct MixedBatch {
 // With both alphas set, each batch takes one of the two with probability 0.5. Requires
 // options.mixes(). Throws c10::Error for labels that are not [N] int64 or images not 4-D.
 // No host sync.
-MixedBatch MixBatch(const torch::Tensor& images, const torch::Tensor& labels,
-                    int64_t num_classes, const AugmentationOptions& options,
-                    at::Generator& generator);
+MixedBatch MixBatch(const torch::Tensor& images, const torch::Tensor& labels, int64_t num_classes,
+                    const AugmentationOptions& options, at::Generator& generator);
 
 // The deterministic kernels Augment is made of, for tests and the benchmark. Images [N, C, H, W]
 // floating; per-example parameters are [N] tensors on the images' device.

@@ -28,17 +28,17 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "trainer/compat.h"
-#include "trainer/model_export.h"
-#include "trainer/models/torchscript.h"
-#include "trainer/state_dict.h"
 #include "trainer/device.h"
 #include "trainer/field_checks.h"
 #include "trainer/graphed_step.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
+#include "trainer/model_export.h"
 #include "trainer/models.h"
+#include "trainer/models/torchscript.h"
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
+#include "trainer/state_dict.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -185,7 +185,8 @@ absl::StatusOr<BenchModel> JobModel(const std::string& job_id, int i,
   }
   const google::protobuf::Struct& model_part = Member(card, "model").struct_value();
   config.input_shape.clear();
-  for (const auto& v : Member(Member(card, "input").struct_value(), "shape").list_value().values()) {
+  for (const auto& v :
+       Member(Member(card, "input").struct_value(), "shape").list_value().values()) {
     config.input_shape.push_back(static_cast<int64_t>(v.number_value()));
   }
   config.num_classes = static_cast<int64_t>(Member(model_part, "num_classes").number_value());
@@ -196,8 +197,7 @@ absl::StatusOr<BenchModel> JobModel(const std::string& job_id, int i,
                                           ": no model.name, model.num_classes or input.shape"));
   }
   if (name.has_null_value()) {
-    absl::StatusOr<BenchModel> model =
-        TorchScriptModel((dir / "model.pt").string(), i, config);
+    absl::StatusOr<BenchModel> model = TorchScriptModel((dir / "model.pt").string(), i, config);
     if (model.ok()) model->label = absl::StrFormat("job %s (torchscript)", job_id);
     return model;
   }
@@ -220,8 +220,8 @@ absl::StatusOr<BenchModel> JobModel(const std::string& job_id, int i,
 
 absl::Status ResolveModels(const mpsd::v1::BenchJob& job, const std::string& artifacts_dir,
                            BenchPlan& plan) {
-  const std::string known = absl::StrCat(
-      KnownNames(ModelNames()), ", a TorchScript file (.pt) or a finished job's id");
+  const std::string known =
+      absl::StrCat(KnownNames(ModelNames()), ", a TorchScript file (.pt) or a finished job's id");
   if (job.models().empty()) return FieldError("models", "at least one model required " + known);
   const std::vector<int64_t> input_shape(job.input_shape().begin(), job.input_shape().end());
   if (!input_shape.empty()) {
@@ -299,9 +299,9 @@ absl::Status ResolveDevices(const mpsd::v1::BenchJob& job, const DeviceInventory
       continue;
     }
     if (names[i].empty() || names[i] == "auto") {
-      return FieldError(Indexed("devices", i),
-                        "name a device (cpu, cuda, cuda:N, mps) or \"all\", got \"" + names[i] +
-                            "\"");
+      return FieldError(
+          Indexed("devices", i),
+          "name a device (cpu, cuda, cuda:N, mps) or \"all\", got \"" + names[i] + "\"");
     }
     absl::StatusOr<torch::Device> device = ResolveDevice(names[i], inventory);
     if (!device.ok()) return FieldError(Indexed("devices", i), device.status().message());
@@ -327,8 +327,7 @@ absl::Status ResolveKinds(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
   }
   plan.precisions = Distinct(job.precisions(), "fp32");
   for (int i = 0; i < job.precisions_size(); ++i) {
-    if (absl::Status s =
-            CheckChoice(Indexed("precisions", i), job.precisions(i), PrecisionNames());
+    if (absl::Status s = CheckChoice(Indexed("precisions", i), job.precisions(i), PrecisionNames());
         !s.ok()) {
       return s;
     }
@@ -357,9 +356,9 @@ absl::Status ResolveCounts(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
     plan.iters = job.iters();
   }
   if (!(job.min_time_ms() >= 0 && job.min_time_ms() <= kMaxMinTimeMs)) {
-    return FieldError("min_time_ms", absl::StrFormat("must be in [0, %d], got %g",
-                                                     static_cast<int64_t>(kMaxMinTimeMs),
-                                                     job.min_time_ms()));
+    return FieldError("min_time_ms",
+                      absl::StrFormat("must be in [0, %d], got %g",
+                                      static_cast<int64_t>(kMaxMinTimeMs), job.min_time_ms()));
   }
   plan.min_time_ms = job.min_time_ms();
   if (job.has_cpu_threads()) {
@@ -376,16 +375,14 @@ absl::Status ResolveCounts(const mpsd::v1::BenchJob& job, BenchPlan& plan) {
 // "oom" is the bench's own fault (a row runs out of memory and is recorded); the executor's
 // faults (trainer/fault_injection.h: abort, segfault, allocate_unbounded, hang) apply to bench
 // rows too, and the executor injects them.
-absl::Status ResolveFaultInjection(const mpsd::v1::BenchJob& job, bool allow,
-                                   BenchPlan& plan) {
+absl::Status ResolveFaultInjection(const mpsd::v1::BenchJob& job, bool allow, BenchPlan& plan) {
   if (!job.has_fault_injection()) return absl::OkStatus();
   const mpsd::v1::FaultInjection& fault = job.fault_injection();
   if (!allow) {
     return FieldError("fault_injection",
                       "accepted only when mpsd runs with --enable-fault-injection (for tests)");
   }
-  const std::vector<std::string> kinds = {"oom", "abort", "segfault", "allocate_unbounded",
-                                          "hang"};
+  const std::vector<std::string> kinds = {"oom", "abort", "segfault", "allocate_unbounded", "hang"};
   if (std::find(kinds.begin(), kinds.end(), fault.kind()) == kinds.end()) {
     return FieldError("fault_injection.kind",
                       absl::StrFormat("expected oom, abort, segfault, allocate_unbounded or hang, "
@@ -393,9 +390,9 @@ absl::Status ResolveFaultInjection(const mpsd::v1::BenchJob& job, bool allow,
                                       fault.kind()));
   }
   if (fault.at_step() < 0) {
-    return FieldError("fault_injection.at_step",
-                      absl::StrFormat("must be >= 0 (0 = 1; a 1-based row), got %d",
-                                      fault.at_step()));
+    return FieldError(
+        "fault_injection.at_step",
+        absl::StrFormat("must be >= 0 (0 = 1; a 1-based row), got %d", fault.at_step()));
   }
   if (fault.kind() == "oom") plan.oom_at_row = std::max<int64_t>(fault.at_step(), 1);
   return absl::OkStatus();
@@ -416,16 +413,18 @@ absl::StatusOr<BenchPlan> ResolveBenchJob(const mpsd::v1::BenchJob& job,
       ResolveOptimizer(job.optimizer(), Fields().Sub("optimizer"));
   if (!optimizer.ok()) return optimizer.status();
   plan.optimizer = *optimizer;
-  const int64_t rows = static_cast<int64_t>(plan.models.size()) *
-                       static_cast<int64_t>(plan.batch_sizes.size()) *
-                       static_cast<int64_t>(plan.devices.size()) *
-                       static_cast<int64_t>(plan.modes.size()) *
-                       static_cast<int64_t>(plan.precisions.size()) *
-                       static_cast<int64_t>(plan.memory_formats.size());
+  const int64_t rows =
+      static_cast<int64_t>(plan.models.size()) * static_cast<int64_t>(plan.batch_sizes.size()) *
+      static_cast<int64_t>(plan.devices.size()) * static_cast<int64_t>(plan.modes.size()) *
+      static_cast<int64_t>(plan.precisions.size()) *
+      static_cast<int64_t>(plan.memory_formats.size());
   if (rows > kMaxRows) {
-    return FieldError("batch_sizes", absl::StrFormat(
-        "the job would measure %d rows (models × batch_sizes × devices × modes × precisions × "
-        "memory_formats); at most %d", rows, kMaxRows));
+    return FieldError(
+        "batch_sizes",
+        absl::StrFormat(
+            "the job would measure %d rows (models × batch_sizes × devices × modes × precisions × "
+            "memory_formats); at most %d",
+            rows, kMaxRows));
   }
   return plan;
 }
@@ -516,8 +515,7 @@ void SetTimes(std::vector<double> times_ms, BenchRow& row) {
   row.set_p10_ms(Percentile(times_ms, 0.1));
   row.set_p90_ms(Percentile(times_ms, 0.9));
   row.set_mean_ms(sum / static_cast<double>(times_ms.size()));
-  row.set_samples_per_second(row.median_ms() > 0 ? row.batch_size() * 1000.0 / row.median_ms()
-                                                 : 0);
+  row.set_samples_per_second(row.median_ms() > 0 ? row.batch_size() * 1000.0 / row.median_ms() : 0);
 }
 
 // The row's model on the CPU: the zoo's (with a finished job's weights), or the TorchScript
@@ -536,7 +534,8 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> BuildModel(const RowSpec& spec) 
     if (!weights.ok()) return weights.status();
     absl::StatusOr<StateDictLoad> loaded = LoadStateDict(*model, *weights, /*strict=*/true);
     if (!loaded.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(m.state_dict, ": ", loaded.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(m.state_dict, ": ", loaded.status().message()));
     }
   }
   return model;
@@ -562,9 +561,9 @@ absl::Status MeasureRow(const BenchPlan& plan, const RowSpec& spec,
                spec.model_config->input_shape.end());
   torch::Tensor inputs = torch::randn(shape, torch::TensorOptions().device(device));
   if (channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
-  const torch::Tensor labels = torch::randint(
-      spec.model_config->num_classes, {spec.batch_size},
-      torch::TensorOptions().dtype(torch::kLong).device(device));
+  const torch::Tensor labels =
+      torch::randint(spec.model_config->num_classes, {spec.batch_size},
+                     torch::TensorOptions().dtype(torch::kLong).device(device));
   if (plan.oom_at_row == spec.index) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, "out of memory (injected by fault_injection at row ",
                      spec.index, ")");
@@ -595,10 +594,10 @@ absl::Status MeasureRow(const BenchPlan& plan, const RowSpec& spec,
       options.batch_size = spec.batch_size;
       options.schedule = TabulateSchedule(std::nullopt, plan.optimizer.learning_rate,
                                           plan.optimizer.momentum, /*total_steps=*/1);
-      graphed = std::make_unique<GraphedStep>(*model, *optimizer, inputs, labels,
-                                              std::move(options));
-      index = torch::arange(spec.batch_size,
-                            torch::TensorOptions().dtype(torch::kLong).device(device));
+      graphed =
+          std::make_unique<GraphedStep>(*model, *optimizer, inputs, labels, std::move(options));
+      index =
+          torch::arange(spec.batch_size, torch::TensorOptions().dtype(torch::kLong).device(device));
       row.set_step("cuda_graph");
       iteration = [&] { graphed->Step(index); };
     } else {
@@ -705,8 +704,8 @@ absl::StatusOr<BenchRow> RunRow(const BenchPlan& plan, const RowSpec& spec,
       Synchronize(spec.device);
       EmptyCache(spec.device);
     } catch (const c10::Error& e) {
-      Log(LogLevel::kWarning, absl::StrCat("bench: cleanup after a failed row: ",
-                                           e.what_without_backtrace()));
+      Log(LogLevel::kWarning,
+          absl::StrCat("bench: cleanup after a failed row: ", e.what_without_backtrace()));
     }
   }
   return row;
@@ -768,8 +767,7 @@ absl::Status RunRows(const BenchPlan& plan, const EventSink& sink,
     if (row->status() != BenchRow::OK) {
       EmitLog(sink, mpsd::v1::LogLine::WARNING,
               absl::StrFormat("bench: %s batch %d on %s: %s: %s", row->model(), row->batch_size(),
-                              row->device(), BenchRow::Status_Name(row->status()),
-                              row->message()));
+                              row->device(), BenchRow::Status_Name(row->status()), row->message()));
     }
     rows.push_back(*row);
     JobEvent event;

@@ -20,9 +20,10 @@ struct DeviceInventory;  // trainer/device.h
 // > 0; devices known and available ("all" = every available device); mode, precisions and
 // memory formats known; warmup_iters in [0, 100000], iters in [1, 1000000], min_time_ms in
 // [0, 1 hour], cpu_threads > 0, num_classes in range; at most 1000 rows (models × batch sizes
-// × devices × modes × precisions × memory formats; the error names batch_sizes); fault_injection only when `allow_fault_injection`, of kind "oom"
-// (row at_step throws an out-of-memory error from inside the row, which is recorded) or one of
-// the executor's kinds (trainer/fault_injection.h; the executor injects those). INVALID_ARGUMENT whose message starts with the field path, e.g.
+// × devices × modes × precisions × memory formats; the error names batch_sizes); fault_injection
+// only when `allow_fault_injection`, of kind "oom" (row at_step throws an out-of-memory error from
+// inside the row, which is recorded) or one of the executor's kinds (trainer/fault_injection.h; the
+// executor injects those). INVALID_ARGUMENT whose message starts with the field path, e.g.
 // "bench_job.batch_sizes[1]: must be > 0, got 0". Thread-safe.
 //
 // A models entry is a zoo name, a TorchScript file (a name ending in ".pt" or holding a '/':

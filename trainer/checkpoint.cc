@@ -67,10 +67,10 @@ absl::Status CheckRecordSizes(const std::vector<ZipEntry>& index) {
     }
     if (entry.uncompressed_size > kMaxCheckpointInfoBytes ||
         entry.compressed_size > kMaxCheckpointInfoBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "its record ", entry.name, " is ", entry.uncompressed_size, " bytes (",
-          entry.compressed_size, " stored), more than the ", kMaxCheckpointInfoBytes,
-          " bytes of an mpsd checkpoint's; not a checkpoint mpsd wrote"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("its record ", entry.name, " is ", entry.uncompressed_size, " bytes (",
+                       entry.compressed_size, " stored), more than the ", kMaxCheckpointInfoBytes,
+                       " bytes of an mpsd checkpoint's; not a checkpoint mpsd wrote"));
     }
   }
   return absl::OkStatus();
@@ -79,20 +79,20 @@ absl::Status CheckRecordSizes(const std::vector<ZipEntry>& index) {
 // ---- Metadata ---------------------------------------------------------------------------------
 
 std::string FormatInfo(const CheckpointInfo& info) {
-  return absl::StrCat(kFormatLine, "\n",                                   //
-                      "model: ", info.model, "\n",                         //
-                      "parameters: ", info.parameters, "\n",               //
-                      "optimizer: ", info.optimizer, "\n",                 //
-                      "dataset: ", info.dataset, "\n",                     //
-                      "train_examples: ", info.train_examples, "\n",       //
-                      "batch_size: ", info.batch_size, "\n",               //
-                      "world_size: ", info.world_size, "\n",               //
-                      "epoch: ", info.epoch, "\n",                         //
-                      "step: ", info.step, "\n",                           //
-                      "epoch_step: ", info.epoch_step, "\n",               //
+  return absl::StrCat(kFormatLine, "\n",                              //
+                      "model: ", info.model, "\n",                    //
+                      "parameters: ", info.parameters, "\n",          //
+                      "optimizer: ", info.optimizer, "\n",            //
+                      "dataset: ", info.dataset, "\n",                //
+                      "train_examples: ", info.train_examples, "\n",  //
+                      "batch_size: ", info.batch_size, "\n",          //
+                      "world_size: ", info.world_size, "\n",          //
+                      "epoch: ", info.epoch, "\n",                    //
+                      "step: ", info.step, "\n",                      //
+                      "epoch_step: ", info.epoch_step, "\n",          //
                       info.seed.has_value() ? absl::StrCat("seed: ", *info.seed, "\n") : "",
-                      "precision: ", info.precision, "\n",                 //
-                      "job_id: ", info.job_id, "\n",                       //
+                      "precision: ", info.precision, "\n",  //
+                      "job_id: ", info.job_id, "\n",        //
                       "torch_version: ", info.torch_version, "\n");
 }
 
@@ -298,7 +298,8 @@ absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
   in.close();
   absl::StatusOr<std::vector<ZipEntry>> index = ReadZipIndex(path);
   if (absl::IsOutOfRange(index.status())) {
-    return FileError(path, absl::StrCat(index.status().message(), "; not a checkpoint mpsd "
+    return FileError(path, absl::StrCat(index.status().message(),
+                                        "; not a checkpoint mpsd "
                                         "wrote (its directory is a few hundred bytes)"));
   }
   if (!index.ok()) {
@@ -343,9 +344,8 @@ absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
 absl::Status CheckCompatible(const CheckpointInfo& saved, const CheckpointInfo& job,
                              int job_epochs) {
   auto differs = [](absl::string_view what, const auto& theirs, const auto& ours) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint of another job: its ", what, " is ", theirs, ", this job's is ",
-                     ours));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint of another job: its ", what, " is ",
+                                                   theirs, ", this job's is ", ours));
   };
   if (saved.model != job.model) return differs("model", saved.model, job.model);
   if (saved.parameters != job.parameters) {
@@ -374,8 +374,7 @@ absl::Status CheckCompatible(const CheckpointInfo& saved, const CheckpointInfo& 
   return absl::OkStatus();
 }
 
-absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path,
-                                                  torch::nn::Module& model,
+absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path, torch::nn::Module& model,
                                                   torch::optim::Optimizer& optimizer,
                                                   ExtraState& extra, const torch::Device& device) {
   absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(path);
@@ -403,8 +402,8 @@ absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path,
     archive.read("optimizer", optimizer_archive);
     optimizer.load(optimizer_archive);
   } catch (const c10::Error& e) {
-    return FileError(path, absl::StrCat("cannot restore the model and optimizer: ",
-                                        e.what_without_backtrace()));
+    return FileError(
+        path, absl::StrCat("cannot restore the model and optimizer: ", e.what_without_backtrace()));
   }
   torch::serialize::InputArchive extra_archive;
   if (archive.try_read("extra", extra_archive)) {

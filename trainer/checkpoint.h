@@ -128,8 +128,7 @@ struct RestoredCheckpoint {
   CheckpointInfo info;
   torch::Tensor shuffle_state;
 };
-absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path,
-                                                  torch::nn::Module& model,
+absl::StatusOr<RestoredCheckpoint> LoadCheckpoint(const std::string& path, torch::nn::Module& model,
                                                   torch::optim::Optimizer& optimizer,
                                                   ExtraState& extra, const torch::Device& device);
 

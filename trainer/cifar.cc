@@ -36,7 +36,6 @@ absl::Status DataLoss(const std::string& path, const std::string& what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));
 }
 
-
 // One file of a split, checked: its size in records.
 struct CifarFile {
   std::string path;
@@ -117,9 +116,9 @@ absl::Status CheckLabels(const std::string& path, const uint8_t* records, int64_
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t label = records[i * kCifarRecordBytes];
     if (label >= kCifarClasses) {
-      return DataLoss(path, absl::StrCat("label ", static_cast<int>(label), " at record ", i,
-                                         " (byte offset ", i * kCifarRecordBytes,
-                                         "), expected 0 to ", kCifarClasses - 1));
+      return DataLoss(
+          path, absl::StrCat("label ", static_cast<int>(label), " at record ", i, " (byte offset ",
+                             i * kCifarRecordBytes, "), expected 0 to ", kCifarClasses - 1));
     }
   }
   return absl::OkStatus();

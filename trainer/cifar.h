@@ -14,7 +14,7 @@
 
 namespace mpsd::trainer {
 
-inline constexpr int64_t kCifarImageBytes = 3 * 32 * 32;              // 3,072
+inline constexpr int64_t kCifarImageBytes = 3 * 32 * 32;               // 3,072
 inline constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;     // 3,073
 inline constexpr int64_t kCifar100RecordBytes = 2 + kCifarImageBytes;  // coarse + fine label
 inline constexpr int kCifarClasses = 10;

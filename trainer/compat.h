@@ -359,11 +359,11 @@ inline void FusedAdamUpdate(const std::vector<torch::Tensor>& params,
 #if MPSD_TRAINER_HAS_FUSED_ADAM
   at::_foreach_add_(state_steps, 1);
   if (decoupled) {
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps,
-                      lr, beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps, lr,
+                      beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
   } else {
-    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps,
-                     lr, beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps, lr,
+                     beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
   }
 #else
   (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)state_steps, (void)lr;
@@ -389,9 +389,9 @@ inline void FusedAdamUpdate(const std::vector<torch::Tensor>& params,
 // time before (same arithmetic).
 inline void MultiTensorSgdUpdate(const std::vector<torch::Tensor>& params,
                                  const std::vector<torch::Tensor>& grads,
-                                 const std::vector<torch::Tensor>& buffers,
-                                 const torch::Tensor& lr, const torch::Tensor& momentum,
-                                 double weight_decay, bool nesterov, bool use_momentum) {
+                                 const std::vector<torch::Tensor>& buffers, const torch::Tensor& lr,
+                                 const torch::Tensor& momentum, double weight_decay, bool nesterov,
+                                 bool use_momentum) {
   if (params.empty()) return;
 #if MPSD_TRAINER_HAS_FOREACH_TENSOR_SCALAR
   std::vector<torch::Tensor> d =

@@ -64,10 +64,11 @@ std::string Sha256(const std::string& text) {
 }
 
 std::string OptionsText(const ImageDecodeOptions& options) {
-  return absl::StrFormat("format %d; size %dx%d; channels %d; resample pillow-bilinear; "
-                         "bad images %s\n",
-                         kFormatVersion, options.height, options.width, options.channels,
-                         options.skip_bad_images ? "skipped" : "fail");
+  return absl::StrFormat(
+      "format %d; size %dx%d; channels %d; resample pillow-bilinear; "
+      "bad images %s\n",
+      kFormatVersion, options.height, options.width, options.channels,
+      options.skip_bad_images ? "skipped" : "fail");
 }
 
 // Names the cache file: the same folder, split and options always map to the same file.
@@ -75,10 +76,10 @@ std::string CachePath(const std::string& cache_dir, const ImageFolderSplit& spli
                       const ImageDecodeOptions& options) {
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(split.dir, ec);
-  const std::string name = Sha256(absl::StrCat(ec ? split.dir : absolute.lexically_normal().string(),
-                                               "\n", OptionsText(options)));
-  return absl::StrCat(cache_dir, "/image_folder-", absl::BytesToHexString(name.substr(0, 12)),
-                      "-", std::filesystem::path(split.dir).filename().string(), ".u8");
+  const std::string name = Sha256(absl::StrCat(
+      ec ? split.dir : absolute.lexically_normal().string(), "\n", OptionsText(options)));
+  return absl::StrCat(cache_dir, "/image_folder-", absl::BytesToHexString(name.substr(0, 12)), "-",
+                      std::filesystem::path(split.dir).filename().string(), ".u8");
 }
 
 // What the cache must have been decoded from: the options, the classes and every file's path,
@@ -240,9 +241,8 @@ absl::StatusOr<std::shared_ptr<DecodedSplit>> DecodedSplitBuilder::Decode(
   const int64_t example_bytes = int64_t{options_.channels} * options_.height * options_.width;
   const size_t capacity = FileBytes(n, example_bytes);
   const std::string temporary = path.empty() ? "" : absl::StrCat(path, ".tmp.", getpid());
-  const ScopedFd fd(path.empty()
-                        ? -1
-                        : open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  const ScopedFd fd(
+      path.empty() ? -1 : open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!path.empty()) {
     if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat(temporary, ": cannot create"));
     if (ftruncate(fd.get(), static_cast<off_t>(capacity)) != 0) {
@@ -251,15 +251,15 @@ absl::StatusOr<std::shared_ptr<DecodedSplit>> DecodedSplitBuilder::Decode(
       return absl::ErrnoToStatus(error, absl::StrCat(temporary, ": cannot size"));
     }
   }
-  void* mapping = path.empty() ? mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                               : mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED,
-                                      fd.get(), 0);
+  void* mapping =
+      path.empty()
+          ? mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+          : mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (mapping == MAP_FAILED) {
     const int error = errno;
     if (!path.empty()) unlink(temporary.c_str());
-    return absl::ErrnoToStatus(error, absl::StrCat(path.empty() ? "decode buffer" : temporary,
-                                                   ": cannot map"));
+    return absl::ErrnoToStatus(
+        error, absl::StrCat(path.empty() ? "decode buffer" : temporary, ": cannot map"));
   }
   std::shared_ptr<DecodedSplit> out(new DecodedSplit());
   out->mapping_ = mapping;

@@ -86,10 +86,9 @@ absl::StatusOr<TensorSplit> LoadIdxSplit(const DatasetInfo& info, const std::str
   const int64_t height = info.input_shape[1], width = info.input_shape[2];
   if (dims.size() != 3 || dims[1] != height || dims[2] != width) {
     const absl::StatusOr<std::string> path = FindIdxFile(root, prefix + "-images-idx3-ubyte");
-    return absl::DataLossError(
-        absl::StrFormat("%s: images are %d×%d, expected %d×%d for %s", path.ok() ? *path : root,
-                        dims.size() > 1 ? dims[1] : 0, dims.size() > 2 ? dims[2] : 0, height,
-                        width, info.name));
+    return absl::DataLossError(absl::StrFormat(
+        "%s: images are %d×%d, expected %d×%d for %s", path.ok() ? *path : root,
+        dims.size() > 1 ? dims[1] : 0, dims.size() > 2 ? dims[2] : 0, height, width, info.name));
   }
   const std::vector<uint8_t>& label_bytes = split->labels.data;
   absl::StatusOr<Subset> subset =
@@ -103,9 +102,8 @@ absl::StatusOr<TensorSplit> LoadIdxSplit(const DatasetInfo& info, const std::str
     labels = SelectRows(labels, 1, subset->indices);
   }
   const int64_t n = static_cast<int64_t>(labels.size());
-  return TensorSplit{
-      NormaliseOnDevice(BytesToDevice(images, {n, 1, height, width}, device), info),
-      BytesToDevice(labels, {n}, device).to(torch::kInt64)};
+  return TensorSplit{NormaliseOnDevice(BytesToDevice(images, {n, 1, height, width}, device), info),
+                     BytesToDevice(labels, {n}, device).to(torch::kInt64)};
 }
 
 absl::StatusOr<DeviceDataset> LoadIdx(const DatasetConfig& config, uint64_t seed,
@@ -175,7 +173,6 @@ absl::StatusOr<DeviceDataset> LoadCifar(const DatasetConfig& config, uint64_t se
 
 // ---- synthetic --------------------------------------------------------------------------------
 
-
 TensorSplit DrawSyntheticSplit(const DatasetConfig& config, int64_t n, at::Generator& generator,
                                const torch::Device& device) {
   std::vector<int64_t> shape = {n};
@@ -207,12 +204,36 @@ absl::StatusOr<DeviceDataset> LoadSynthetic(const DatasetConfig& config, uint64_
 // not the 0.2023/0.1994/0.2010 of per-image stds some scripts copy).
 const std::vector<DatasetInfo>& Registry() {
   static const std::vector<DatasetInfo> registry = {
-      {"fashion-mnist", "/usr/share/datasets/fashion-mnist", {1, 28, 28}, 10, 60'000, 10'000,
-       {0.2860f}, {0.3530f}, CheckIdxFiles, LoadIdx},
-      {"mnist", "/usr/share/datasets/mnist", {1, 28, 28}, 10, 60'000, 10'000, {0.1307f},
-       {0.3081f}, CheckIdxFiles, LoadIdx},
-      {"cifar10", "/usr/share/datasets/cifar10", {3, 32, 32}, kCifarClasses, 50'000, 10'000,
-       {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}, CheckCifarFiles, LoadCifar},
+      {"fashion-mnist",
+       "/usr/share/datasets/fashion-mnist",
+       {1, 28, 28},
+       10,
+       60'000,
+       10'000,
+       {0.2860f},
+       {0.3530f},
+       CheckIdxFiles,
+       LoadIdx},
+      {"mnist",
+       "/usr/share/datasets/mnist",
+       {1, 28, 28},
+       10,
+       60'000,
+       10'000,
+       {0.1307f},
+       {0.3081f},
+       CheckIdxFiles,
+       LoadIdx},
+      {"cifar10",
+       "/usr/share/datasets/cifar10",
+       {3, 32, 32},
+       kCifarClasses,
+       50'000,
+       10'000,
+       {0.4914f, 0.4822f, 0.4465f},
+       {0.2470f, 0.2435f, 0.2616f},
+       CheckCifarFiles,
+       LoadCifar},
       {"synthetic", "", {3, 32, 32}, 10, 0, 0, {}, {}, nullptr, LoadSynthetic},
       {"image_folder", "", {}, 0, 0, 0, {}, {}, nullptr, LoadImageFolder, ResolveImageFolder},
       {"tensors", "", {}, 0, 0, 0, {}, {}, nullptr, LoadTensors, ResolveTensors},
@@ -271,9 +292,9 @@ absl::Status ResolveSynthetic(const mpsd::v1::SyntheticSpec& spec, DatasetConfig
       "synthetic.train_examples", spec.has_train_examples(), spec.train_examples(),
       kSyntheticTrainExamples, config.limit_train, config.input_shape);
   if (!train.ok()) return train.status();
-  absl::StatusOr<int64_t> test = SyntheticExamples(
-      "synthetic.test_examples", spec.has_test_examples(), spec.test_examples(),
-      kSyntheticTestExamples, config.limit_test, config.input_shape);
+  absl::StatusOr<int64_t> test =
+      SyntheticExamples("synthetic.test_examples", spec.has_test_examples(), spec.test_examples(),
+                        kSyntheticTestExamples, config.limit_test, config.input_shape);
   if (!test.ok()) return test.status();
   config.synthetic_train = *train;
   config.synthetic_test = *test;
@@ -285,8 +306,9 @@ absl::Status ResolveValidation(const mpsd::v1::DatasetSpec& spec, DatasetConfig&
   if (!spec.has_validation()) return absl::OkStatus();
   const mpsd::v1::ValidationSpec& validation = spec.validation();
   if (validation.has_fraction() == !validation.source().empty()) {
-    return FieldError("validation", "set one of fraction (held out of the training split) and "
-                                    "source (a split the dataset has: \"val\")");
+    return FieldError("validation",
+                      "set one of fraction (held out of the training split) and "
+                      "source (a split the dataset has: \"val\")");
   }
   if (validation.has_fraction()) {
     if (absl::Status s = Fields().InRange("validation.fraction", validation.fraction(),
@@ -338,18 +360,17 @@ absl::Status ResolveRange(absl::string_view field,
 
 // A size field of one value (`square`: [v, v]; else torchvision's one-value meaning, kept as
 // one value) or [height, width], each in [1, 4096].
-absl::StatusOr<std::vector<int64_t>> ResolveSize(absl::string_view field,
-                                                 const google::protobuf::RepeatedField<int32_t>& values,
-                                                 bool square) {
+absl::StatusOr<std::vector<int64_t>> ResolveSize(
+    absl::string_view field, const google::protobuf::RepeatedField<int32_t>& values, bool square) {
   if (values.size() != 1 && values.size() != 2) {
-    return FieldError(field, absl::StrFormat("needs one value or [height, width], got %d values",
-                                             values.size()));
+    return FieldError(
+        field, absl::StrFormat("needs one value or [height, width], got %d values", values.size()));
   }
   std::vector<int64_t> size;
   for (int i = 0; i < values.size(); ++i) {
-    if (absl::Status s = Fields().InRange(values.size() == 1 ? std::string(field)
-                                                             : Indexed(field, i),
-                                          int64_t{values[i]}, 1, 4096);
+    if (absl::Status s =
+            Fields().InRange(values.size() == 1 ? std::string(field) : Indexed(field, i),
+                             int64_t{values[i]}, 1, 4096);
         !s.ok()) {
       return s;
     }
@@ -361,8 +382,9 @@ absl::StatusOr<std::vector<int64_t>> ResolveSize(absl::string_view field,
 
 absl::Status ResolveMix(absl::string_view field, const mpsd::v1::MixSpec& spec, double& alpha) {
   if (!spec.has_alpha()) {
-    return FieldError(field, "needs alpha (Beta(alpha, alpha); torchvision's references use 0.2 "
-                             "for mixup, 1.0 for cutmix)");
+    return FieldError(field,
+                      "needs alpha (Beta(alpha, alpha); torchvision's references use 0.2 "
+                      "for mixup, 1.0 for cutmix)");
   }
   const std::string name = absl::StrCat(field, ".alpha");
   if (absl::Status s = Fields().PositiveFinite(name, spec.alpha()); !s.ok()) return s;
@@ -403,10 +425,10 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
         ResolveSize("augmentation.center_crop", spec.center_crop(), /*square=*/true);
     if (!size.ok()) return size.status();
     if ((*size)[0] > height || (*size)[1] > width) {
-      return FieldError("augmentation.center_crop",
-                        absl::StrFormat("%d×%d is larger than the %s images (%d×%d)", (*size)[0],
-                                        (*size)[1], spec.resize().empty() ? "dataset's" : "resized",
-                                        height, width));
+      return FieldError(
+          "augmentation.center_crop",
+          absl::StrFormat("%d×%d is larger than the %s images (%d×%d)", (*size)[0], (*size)[1],
+                          spec.resize().empty() ? "dataset's" : "resized", height, width));
     }
     height = (*size)[0];
     width = (*size)[1];
@@ -424,12 +446,12 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
           ResolveSize("augmentation.random_resized_crop.size", crop.size(), /*square=*/true);
       if (!size.ok()) return size.status();
       if ((*size)[0] != height || (*size)[1] != width) {
-        return FieldError("augmentation.random_resized_crop.size",
-                          absl::StrFormat("%d×%d, but evaluation batches are %d×%d (the images "
-                                          "after resize and center_crop) and the model takes one "
-                                          "input size; set center_crop (or resize) to %d×%d",
-                                          (*size)[0], (*size)[1], height, width, (*size)[0],
-                                          (*size)[1]));
+        return FieldError(
+            "augmentation.random_resized_crop.size",
+            absl::StrFormat("%d×%d, but evaluation batches are %d×%d (the images "
+                            "after resize and center_crop) and the model takes one "
+                            "input size; set center_crop (or resize) to %d×%d",
+                            (*size)[0], (*size)[1], height, width, (*size)[0], (*size)[1]));
       }
     }
     if (absl::Status s = ResolveRange("augmentation.random_resized_crop.scale", crop.scale(),
@@ -438,8 +460,7 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
       return s;
     }
     if (absl::Status s = ResolveRange("augmentation.random_resized_crop.ratio", crop.ratio(),
-                                      std::nullopt, o.ratio_min,
-                                      o.ratio_max);
+                                      std::nullopt, o.ratio_min, o.ratio_max);
         !s.ok()) {
       return s;
     }
@@ -447,8 +468,7 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
   config.model_input_shape = {channels, height, width};
 
   const int64_t padding = spec.random_crop_padding();
-  if (absl::Status s = Fields().AtLeast("augmentation.random_crop_padding", padding, 0);
-      !s.ok()) {
+  if (absl::Status s = Fields().AtLeast("augmentation.random_crop_padding", padding, 0); !s.ok()) {
     return s;
   }
   if (padding >= height || padding >= width) {
@@ -507,8 +527,8 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
     const mpsd::v1::RandomErasingSpec& erasing = spec.random_erasing();
     RandomErasingOptions& o = options.random_erasing;
     o.p = erasing.has_p() ? erasing.p() : 0.5;
-    if (absl::Status s = Fields().InRange("augmentation.random_erasing.p", o.p,
-                                          Interval{0, true, 1, true});
+    if (absl::Status s =
+            Fields().InRange("augmentation.random_erasing.p", o.p, Interval{0, true, 1, true});
         !s.ok()) {
       return s;
     }
@@ -518,20 +538,19 @@ absl::Status ResolveAugmentation(const mpsd::v1::AugmentationSpec& spec, Dataset
       return s;
     }
     if (absl::Status s = ResolveRange("augmentation.random_erasing.ratio", erasing.ratio(),
-                                      std::nullopt, o.ratio_min,
-                                      o.ratio_max);
+                                      std::nullopt, o.ratio_min, o.ratio_max);
         !s.ok()) {
       return s;
     }
     if (erasing.value_size() != 0 && erasing.value_size() != 1 &&
         erasing.value_size() != channels) {
       return FieldError("augmentation.random_erasing.value",
-                        absl::StrFormat("needs one value or one per channel (%d), got %d",
-                                        channels, erasing.value_size()));
+                        absl::StrFormat("needs one value or one per channel (%d), got %d", channels,
+                                        erasing.value_size()));
     }
     for (int i = 0; i < erasing.value_size(); ++i) {
-      if (absl::Status s = Fields().Float32(Indexed("augmentation.random_erasing.value", i),
-                                            erasing.value(i));
+      if (absl::Status s =
+              Fields().Float32(Indexed("augmentation.random_erasing.value", i), erasing.value(i));
           !s.ok()) {
         return s;
       }
@@ -647,37 +666,35 @@ absl::Status CheckValidationFraction(const DatasetConfig& config) {
   if (config.validation_fraction <= 0) return absl::OkStatus();
   const int64_t examples = ExamplesBeforeHoldOut(config);
   // As SplitValidation rounds it.
-  const int64_t held_out =
-      std::llround(config.validation_fraction * static_cast<double>(examples));
+  const int64_t held_out = std::llround(config.validation_fraction * static_cast<double>(examples));
   if (held_out >= 1 && held_out < examples) return absl::OkStatus();
-  return FieldError("validation.fraction",
-                    absl::StrFormat("%g of %d training examples holds out %d, which leaves %s",
-                                    config.validation_fraction, examples, held_out,
-                                    held_out < 1 ? "the validation split empty"
-                                                 : "nothing to train on"));
+  return FieldError(
+      "validation.fraction",
+      absl::StrFormat("%g of %d training examples holds out %d, which leaves %s",
+                      config.validation_fraction, examples, held_out,
+                      held_out < 1 ? "the validation split empty" : "nothing to train on"));
 }
 
 absl::Status HoldOutValidation(const DatasetConfig& config, uint64_t seed, DeviceDataset& data) {
   if (config.validation_fraction <= 0) return absl::OkStatus();
   const torch::Tensor labels = data.train.labels.to(torch::kCPU).contiguous();
   const int64_t* begin = labels.data_ptr<int64_t>();
-  absl::StatusOr<ValidationSplit> split =
-      SplitValidation(std::vector<int64_t>(begin, begin + labels.numel()),
-                      config.validation_fraction,
-                      MakeSubsetRequest(config, seed, /*train=*/true, data.class_names));
+  absl::StatusOr<ValidationSplit> split = SplitValidation(
+      std::vector<int64_t>(begin, begin + labels.numel()), config.validation_fraction,
+      MakeSubsetRequest(config, seed, /*train=*/true, data.class_names));
   if (!split.ok()) return split.status();
   data.notes.insert(data.notes.end(), split->notes.begin(), split->notes.end());
-  const torch::Tensor train_index = torch::tensor(split->train, torch::kInt64)
-                                        .to(data.train.labels.device());
-  const torch::Tensor val_index = torch::tensor(split->validation, torch::kInt64)
-                                      .to(data.train.labels.device());
+  const torch::Tensor train_index =
+      torch::tensor(split->train, torch::kInt64).to(data.train.labels.device());
+  const torch::Tensor val_index =
+      torch::tensor(split->validation, torch::kInt64).to(data.train.labels.device());
   const TensorSplit& train = data.train;
   data.val = TensorSplit{train.images.index_select(/*dim=*/0, val_index),
                          train.labels.index_select(/*dim=*/0, val_index)};
   data.train = TensorSplit{train.images.index_select(/*dim=*/0, train_index),
                            train.labels.index_select(/*dim=*/0, train_index)};
-  data.validation = absl::StrFormat("fraction %g of train (seed %d)",
-                                    config.validation_fraction, seed);
+  data.validation =
+      absl::StrFormat("fraction %g of train (seed %d)", config.validation_fraction, seed);
   return absl::OkStatus();
 }
 

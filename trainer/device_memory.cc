@@ -17,8 +17,7 @@ absl::StatusOr<api::MemoryFigures> Guarded(const std::string& device, Fn&& fn) {
   try {
     return fn(torch::Device(device));
   } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("device ", device, ": ", e.what_without_backtrace()));
+    return absl::InternalError(absl::StrCat("device ", device, ": ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("device \"", device, "\": ", e.what()));
   }

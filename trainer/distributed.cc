@@ -8,8 +8,8 @@
 #if defined(MPSD_TRAINER_WITH_GLOO)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(MPSD_TRAINER_WITH_NCCL)
 #include <c10/cuda/CUDAFunctions.h>
@@ -99,8 +99,8 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const DistributedConfig& c
 }
 #endif
 
-c10::intrusive_ptr<BackendBase> MakeGroup(
-    const c10::intrusive_ptr<::c10d::TCPStore>& store, const DistributedConfig& config) {
+c10::intrusive_ptr<BackendBase> MakeGroup(const c10::intrusive_ptr<::c10d::TCPStore>& store,
+                                          const DistributedConfig& config) {
   if (config.backend == DistributedBackend::kNccl) {
 #if defined(MPSD_TRAINER_WITH_NCCL)
     auto options = ::c10d::ProcessGroupNCCL::Options::create();
@@ -135,8 +135,7 @@ bool HasNccl() {
 #endif
 }
 
-absl::StatusOr<DistributedConfig> ResolveDistributed(const mpsd::v1::TrainJob& spec,
-                                                     int local_rank,
+absl::StatusOr<DistributedConfig> ResolveDistributed(const mpsd::v1::TrainJob& spec, int local_rank,
                                                      const DeviceInventory& inventory,
                                                      const FieldChecks& job_fields,
                                                      torch::Device& device) {
@@ -199,8 +198,8 @@ absl::StatusOr<DistributedConfig> ResolveDistributed(const mpsd::v1::TrainJob& s
   }
   const std::string& backend = d.backend();
   if (backend.empty() || backend == "auto") {
-    config.backend = device.is_cuda() && HasNccl() ? DistributedBackend::kNccl
-                                                   : DistributedBackend::kGloo;
+    config.backend =
+        device.is_cuda() && HasNccl() ? DistributedBackend::kNccl : DistributedBackend::kGloo;
   } else if (backend == "gloo") {
     config.backend = DistributedBackend::kGloo;
   } else if (backend == "nccl") {
@@ -211,9 +210,8 @@ absl::StatusOr<DistributedConfig> ResolveDistributed(const mpsd::v1::TrainJob& s
     if (!HasNccl()) return fields.Error("backend", "this mpsd-executor was built without NCCL");
     config.backend = DistributedBackend::kNccl;
   } else {
-    return fields.Error("backend",
-                        absl::StrFormat("unknown backend \"%s\" (known: auto, gloo, nccl)",
-                                        backend));
+    return fields.Error(
+        "backend", absl::StrFormat("unknown backend \"%s\" (known: auto, gloo, nccl)", backend));
   }
   return config;
 }
@@ -223,8 +221,8 @@ DataParallel::DataParallel(const DistributedConfig& config, std::unique_ptr<Grou
 
 DataParallel::~DataParallel() = default;
 
-absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Connect(
-    const DistributedConfig& config, const torch::Device& device) {
+absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Connect(const DistributedConfig& config,
+                                                                    const torch::Device& device) {
   auto group = std::make_unique<Group>();
   const std::string where = absl::StrFormat("%s:%d", config.master_addr, config.master_port);
   try {
@@ -248,8 +246,8 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Connect(
 #endif
     group->group = MakeGroup(group->store, config);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrFormat("rendezvous at %s: rank %d: %s", where,
-                                               config.rank, e.what()));
+    return absl::InternalError(
+        absl::StrFormat("rendezvous at %s: rank %d: %s", where, config.rank, e.what()));
   }
   return std::unique_ptr<DataParallel>(new DataParallel(config, std::move(group)));
 }
@@ -368,9 +366,9 @@ torch::Tensor DataParallel::Shard(const torch::Tensor& order, bool drop_last) co
 
 TensorSplit DataParallel::ShardSplit(const TensorSplit& split) const {
   if (split.size() == 0) return split;
-  const torch::Tensor index = torch::arange(
-      config_.rank, split.size(), config_.world_size,
-      torch::TensorOptions().dtype(torch::kInt64).device(split.labels.device()));
+  const torch::Tensor index =
+      torch::arange(config_.rank, split.size(), config_.world_size,
+                    torch::TensorOptions().dtype(torch::kInt64).device(split.labels.device()));
   TensorSplit shard;
   shard.images = split.images.index_select(/*dim=*/0, index);
   shard.labels = split.labels.index_select(/*dim=*/0, index);

@@ -69,8 +69,7 @@ bool HasNccl();
 // and overwritten with this rank's; nothing else is kept. A spec without a distributed block
 // gives the default DistributedConfig (enabled false, world size 1) and leaves `device` as is.
 // Pure apart from `device`; thread-safe for distinct arguments.
-absl::StatusOr<DistributedConfig> ResolveDistributed(const mpsd::v1::TrainJob& spec,
-                                                     int local_rank,
+absl::StatusOr<DistributedConfig> ResolveDistributed(const mpsd::v1::TrainJob& spec, int local_rank,
                                                      const DeviceInventory& inventory,
                                                      const FieldChecks& fields,
                                                      torch::Device& device);

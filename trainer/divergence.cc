@@ -34,21 +34,21 @@ absl::Status DivergenceCheck::Error(int64_t total_steps) const {
       std::isfinite(d.loss)
           ? absl::StrFormat("training loss %g above divergence_threshold %g", d.loss, threshold_)
           : absl::StrFormat("training loss %g", d.loss);
-  std::string last =
-      state_.has_finite ? absl::StrFormat("last finite loss %.6g at step %d",
-                                          state_.last_finite_loss, state_.last_finite_step)
-                        : std::string("no finite loss before it");
+  std::string last = state_.has_finite
+                         ? absl::StrFormat("last finite loss %.6g at step %d",
+                                           state_.last_finite_loss, state_.last_finite_step)
+                         : std::string("no finite loss before it");
   if (skip_non_finite_ && !std::isfinite(d.loss)) {
-    absl::StrAppendFormat(&last, "; %d step(s) with a non-finite loss skipped before it, "
+    absl::StrAppendFormat(&last,
+                          "; %d step(s) with a non-finite loss skipped before it, "
                           "max_skipped_steps %d (nan_policy skip_step)",
                           state_.skipped, max_skipped_);
   }
-  return api::WithFailureReason(
-      absl::AbortedError(absl::StrFormat("diverged at step %d of %d (epoch %d): %s at learning "
-                                         "rate %g; %s",
-                                         d.step, total_steps, d.epoch, what, d.learning_rate,
-                                         last)),
-      mpsd::v1::Job::DIVERGED);
+  return api::WithFailureReason(absl::AbortedError(absl::StrFormat(
+                                    "diverged at step %d of %d (epoch %d): %s at learning "
+                                    "rate %g; %s",
+                                    d.step, total_steps, d.epoch, what, d.learning_rate, last)),
+                                mpsd::v1::Job::DIVERGED);
 }
 
 }  // namespace mpsd::trainer

@@ -26,9 +26,8 @@ EarlyStopping::Decision EarlyStopping::Observe(int epoch, double value) {
   Decision decision;
   const bool better =
       !std::isnan(value) &&
-      (!state_.best.has_value() ||
-       (config_.maximize ? value > *state_.best + config_.min_delta
-                         : value < *state_.best - config_.min_delta));
+      (!state_.best.has_value() || (config_.maximize ? value > *state_.best + config_.min_delta
+                                                     : value < *state_.best - config_.min_delta));
   if (better) {
     state_.best = value;
     state_.best_epoch = epoch;

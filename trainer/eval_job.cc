@@ -18,9 +18,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "api/error_cause.h"
-#include "trainer/executor.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
+#include "trainer/executor.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
@@ -61,8 +61,8 @@ absl::Status AsEvalError(const absl::Status& status, const TrainedModel& card) {
       return api::WithInvalidField(absl::Status(status.code(), message), moved_field);
     }
   }
-  return Fields().Error("dataset", absl::StrFormat("does not fit the model of %s: %s",
-                                                   card.label, message));
+  return Fields().Error("dataset",
+                        absl::StrFormat("does not fit the model of %s: %s", card.label, message));
 }
 
 // The TrainJob that builds the model of `card` and loads `job.dataset` as the model's training
@@ -102,9 +102,10 @@ std::string Bracketed(const std::vector<int64_t>& shape) {
 // eval_job.dataset otherwise.
 absl::Status CheckFits(const DatasetConfig& data, const TrainedModel& card) {
   if (data.input_shape != card.config.input_shape) {
-    return Fields().Error("dataset", absl::StrFormat(
-        "one example is %s, but the model of %s takes %s", Bracketed(data.input_shape),
-        card.label, Bracketed(card.config.input_shape)));
+    return Fields().Error("dataset",
+                          absl::StrFormat("one example is %s, but the model of %s takes %s",
+                                          Bracketed(data.input_shape), card.label,
+                                          Bracketed(card.config.input_shape)));
   }
   const bool classification = card.task == "classification";
   if (classification && data.float_targets) {
@@ -113,9 +114,9 @@ absl::Status CheckFits(const DatasetConfig& data, const TrainedModel& card) {
                                                      card.label));
   }
   if (classification && data.num_classes > card.config.num_classes) {
-    return Fields().Error("dataset", absl::StrFormat("%d classes, but the model of %s has %d",
-                                                     data.num_classes, card.label,
-                                                     card.config.num_classes));
+    return Fields().Error(
+        "dataset", absl::StrFormat("%d classes, but the model of %s has %d", data.num_classes,
+                                   card.label, card.config.num_classes));
   }
   if (!classification && !data.float_targets) {
     return Fields().Error("dataset", absl::StrFormat("class indices, but the model of %s is %s "
@@ -139,8 +140,8 @@ absl::StatusOr<EvalPlan> ResolveEvalJob(const mpsd::v1::EvalJob& job,
   EvalPlan plan;
   if (!job.split().empty()) plan.split = job.split();
   if (plan.split != "test" && plan.split != "train" && plan.split != "val") {
-    return Fields().Error("split", absl::StrFormat("unknown \"%s\" (expected test, train or val)",
-                                                   plan.split));
+    return Fields().Error(
+        "split", absl::StrFormat("unknown \"%s\" (expected test, train or val)", plan.split));
   }
   if (job.has_batch_size()) {
     if (absl::Status s = Fields().InRange("batch_size", job.batch_size(), 1, kMaxBatchSize);
@@ -154,8 +155,9 @@ absl::StatusOr<EvalPlan> ResolveEvalJob(const mpsd::v1::EvalJob& job,
   if (!card.ok()) return card.status();
   plan.card = *std::move(card);
   if (!job.has_dataset() || job.dataset().name().empty()) {
-    return Fields().Error("dataset.name", "required: the data to evaluate on (e.g. "
-                                          "fashion-mnist, image_folder with its root)");
+    return Fields().Error("dataset.name",
+                          "required: the data to evaluate on (e.g. "
+                          "fashion-mnist, image_folder with its root)");
   }
   const mpsd::v1::TrainJob spec = EvalTrainJob(job, plan.card);
   absl::StatusOr<DatasetConfig> data = ResolveDataset(spec.dataset());
@@ -166,8 +168,9 @@ absl::StatusOr<EvalPlan> ResolveEvalJob(const mpsd::v1::EvalJob& job,
   if (!config.ok()) return AsEvalError(config.status(), plan.card);
   plan.config = *std::move(config);
   if (plan.split == "val" && !plan.config.dataset.has_validation()) {
-    return Fields().Error("split", "\"val\" needs a validation split: set "
-                                   "eval_job.dataset.validation (fraction or source)");
+    return Fields().Error("split",
+                          "\"val\" needs a validation split: set "
+                          "eval_job.dataset.validation (fraction or source)");
   }
   return plan;
 }
@@ -223,8 +226,7 @@ absl::Status Evaluation(const EvalPlan& plan, const EventSink& sink,
   const Clock::time_point load_start = Clock::now();
   absl::StatusOr<DeviceDataset> data = LoadDataset(config.dataset, config.seed, config.device);
   if (!data.ok()) return data.status();
-  summary.set_data_load_time_s(
-      std::chrono::duration<double>(Clock::now() - load_start).count());
+  summary.set_data_load_time_s(std::chrono::duration<double>(Clock::now() - load_start).count());
   for (const std::string& note : data->notes) EmitLog(sink, note);
   for (const std::string& name : data->class_names) summary.add_class_names(name);
   const TensorSplit& split = SplitOf(*data, plan.split);
@@ -247,17 +249,16 @@ absl::Status Evaluation(const EvalPlan& plan, const EventSink& sink,
   eval_seconds = seconds;
   summary.set_eval_examples(split.size());
   if (split.size() == 0) {  // nothing measured: no figures (an unmeasured metric is absent)
-    EmitLog(sink, absl::StrFormat("the %s split has no examples: nothing to evaluate",
-                                  plan.split));
+    EmitLog(sink, absl::StrFormat("the %s split has no examples: nothing to evaluate", plan.split));
     return absl::OkStatus();
   }
   PutMetrics(*result, plan.split, config.task, summary);
-  EmitLog(sink, absl::StrFormat("%s: loss %.4f%s over %d examples in %.3f s", plan.split,
-                                result->loss,
-                                config.task.kind == TaskKind::kRegression
-                                    ? ""
-                                    : absl::StrFormat(", accuracy %.4f", result->accuracy),
-                                split.size(), seconds));
+  EmitLog(sink,
+          absl::StrFormat("%s: loss %.4f%s over %d examples in %.3f s", plan.split, result->loss,
+                          config.task.kind == TaskKind::kRegression
+                              ? ""
+                              : absl::StrFormat(", accuracy %.4f", result->accuracy),
+                          split.size(), seconds));
   return absl::OkStatus();
 }
 
@@ -273,9 +274,8 @@ absl::Status RunEvalJob(const mpsd::v1::EvalJob& job, const DeviceInventory& inv
                         const std::atomic<bool>& cancelled) {
   const Clock::time_point start = Clock::now();
   absl::StatusOr<EvalPlan> plan;
-  if (absl::Status s = CatchTorchErrors([&] {
-        return (plan = ResolveEvalJob(job, inventory, options)).status();
-      });
+  if (absl::Status s = CatchTorchErrors(
+          [&] { return (plan = ResolveEvalJob(job, inventory, options)).status(); });
       !s.ok()) {
     return s;
   }

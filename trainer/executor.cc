@@ -22,9 +22,9 @@
 #include "trainer/bench.h"
 #include "trainer/device.h"
 #include "trainer/eval_job.h"
-#include "trainer/input_limits.h"
 #include "trainer/fault_injection.h"
 #include "trainer/fused_train.h"
+#include "trainer/input_limits.h"
 #include "trainer/log.h"
 #include "trainer/models.h"
 #include "trainer/predict_job.h"
@@ -59,8 +59,8 @@ class TorchExecutor final : public Executor {
   absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                    const EventSink& sink, const CancelFlag& cancel) override;
 
-  absl::StatusOr<std::vector<int>> PlanFusion(
-      const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const override;
+  absl::StatusOr<std::vector<int>> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                              int max_trials) const override;
 
   std::vector<absl::Status> RunFused(const std::vector<api::TrialRun>& trials,
                                      const api::FusionOptions& options) override;
@@ -94,7 +94,7 @@ class TorchExecutor final : public Executor {
 };
 
 absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(const mpsd::v1::SubmitJobRequest& spec,
-                                                        const JobContext* context) const {
+                                                         const JobContext* context) const {
   // Fault injection (tests only): rejected unless the daemon allows it.
   if (absl::Status s = CheckFaultInjection(spec, options_.allow_fault_injection); !s.ok()) {
     return s;
@@ -114,9 +114,8 @@ absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(const mpsd::v1::SubmitJ
   }
 }
 
-absl::Status TorchExecutor::Run(const JobContext& context,
-                                const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
-                                const CancelFlag& cancel) {
+absl::Status TorchExecutor::Run(const JobContext& context, const mpsd::v1::SubmitJobRequest& spec,
+                                const EventSink& sink, const CancelFlag& cancel) {
   const std::atomic<bool>& cancelled = cancel.flag();  // polled at step boundaries
   if (spec.has_bench_job()) return RunBench(spec, sink, cancelled);
   if (spec.has_eval_job()) return RunEval(spec, sink, cancelled);
@@ -127,8 +126,8 @@ absl::Status TorchExecutor::Run(const JobContext& context,
   return RunTrain(context, spec, sink, cancelled);
 }
 
-absl::Status TorchExecutor::RunBench(const mpsd::v1::SubmitJobRequest& spec,
-                                     const EventSink& sink, const std::atomic<bool>& cancelled) {
+absl::Status TorchExecutor::RunBench(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
+                                     const std::atomic<bool>& cancelled) {
   if (absl::Status s = Validate(spec); !s.ok()) return s;
   jobs_run_.fetch_add(1, std::memory_order_relaxed);
   // "oom" is a bench row's own fault (trainer/bench.h); the others are the executor's.
@@ -138,20 +137,19 @@ absl::Status TorchExecutor::RunBench(const mpsd::v1::SubmitJobRequest& spec,
           : WithFaultInjection(spec, DeviceString(inventory_.preferred), sink);
   return CatchTorchErrors([&] {
     return RunBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
-                       options_.artifacts_dir, bench_sink,
-                       cancelled);
+                       options_.artifacts_dir, bench_sink, cancelled);
   });
 }
 
-absl::Status TorchExecutor::RunEval(const mpsd::v1::SubmitJobRequest& spec,
-                                    const EventSink& sink, const std::atomic<bool>& cancelled) {
+absl::Status TorchExecutor::RunEval(const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
+                                    const std::atomic<bool>& cancelled) {
   jobs_run_.fetch_add(1, std::memory_order_relaxed);
   return RunEvalJob(spec.eval_job(), inventory_, options_, sink, cancelled);
 }
 
 absl::Status TorchExecutor::RunTrain(const JobContext& context,
-                                     const mpsd::v1::SubmitJobRequest& spec,
-                                     const EventSink& sink, const std::atomic<bool>& cancelled) {
+                                     const mpsd::v1::SubmitJobRequest& spec, const EventSink& sink,
+                                     const std::atomic<bool>& cancelled) {
   absl::StatusOr<TrainJobConfig> job;
   if (absl::Status s =
           CatchTorchErrors([&] { return (job = ResolveJob(spec, &context)).status(); });
@@ -233,8 +231,8 @@ absl::StatusOr<std::vector<int>> TorchExecutor::PlanFusion(
         skipped.empty() ? std::string("fewer than 2 trials can be fused") : skipped);
   }
   if (!skipped.empty()) {
-    Log(LogLevel::kInfo, absl::StrFormat("fusing %d of %d trials; left out first: %s",
-                                         plan.size(), specs.size(), skipped));
+    Log(LogLevel::kInfo, absl::StrFormat("fusing %d of %d trials; left out first: %s", plan.size(),
+                                         specs.size(), skipped));
   }
   return plan;
 }
@@ -365,10 +363,9 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Op
           ? absl::StrFormat("%d CPU thread(s) (cpu_threads)", torch::get_num_threads())
           : absl::StrFormat("%d CPU thread(s), one per CPU this process may use (cpu_threads 0)",
                             torch::get_num_threads());
-  Log(LogLevel::kInfo,
-      absl::StrFormat("executor: LibTorch %s, devices: %s, auto = %s, %s", TORCH_VERSION,
-                      absl::StrJoin(inventory.available, ", "), DeviceString(inventory.preferred),
-                      threads));
+  Log(LogLevel::kInfo, absl::StrFormat("executor: LibTorch %s, devices: %s, auto = %s, %s",
+                                       TORCH_VERSION, absl::StrJoin(inventory.available, ", "),
+                                       DeviceString(inventory.preferred), threads));
   return std::make_unique<TorchExecutor>(options, std::move(inventory));
 }
 

@@ -1,7 +1,7 @@
 // mpsd-executor: the process that owns the device. Started and supervised by mpsd
-// (server/executor/executor_supervisor.h), never by hand: parses flags, limits its own memory, starts
-// LibTorch, measures the memory baseline, serves proto/mpsd/v1/executor.proto on a private unix
-// socket, and exits on Shutdown or when its parent dies. With --validate-request it instead
+// (server/executor/executor_supervisor.h), never by hand: parses flags, limits its own memory,
+// starts LibTorch, measures the memory baseline, serves proto/mpsd/v1/executor.proto on a private
+// unix socket, and exits on Shutdown or when its parent dies. With --validate-request it instead
 // validates one job (one that runs user code) and exits.
 #include <signal.h>
 #include <sys/resource.h>

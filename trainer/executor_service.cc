@@ -151,13 +151,11 @@ grpc::Status ExecutorService::RunFused(grpc::ServerContext* context,
   options.shared_data_order = request->shared_data_order();
   const std::vector<absl::Status> results = executor_->RunFused(trials, options);
   for (size_t i = 0; i < ids.size(); ++i) {
-    const absl::Status status = i < results.size()
-                                    ? results[i]
-                                    : absl::InternalError("the fused run returned no result");
+    const absl::Status status =
+        i < results.size() ? results[i] : absl::InternalError("the fused run returned no result");
     trials[i].done(status);
-    Log(LogLevel::kInfo,
-        absl::StrCat("job ", ids[i], " ended: ",
-                     status.ToString(absl::StatusToStringMode::kWithNoExtraData)));
+    Log(LogLevel::kInfo, absl::StrCat("job ", ids[i], " ended: ",
+                                      status.ToString(absl::StatusToStringMode::kWithNoExtraData)));
   }
   mpsd::v1::executor::RunUpdate result;
   *result.mutable_result() = api::ToExecutorStatus(absl::OkStatus());

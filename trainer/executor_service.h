@@ -13,9 +13,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "api/executor.h"
 #include "mpsd/v1/executor.grpc.pb.h"
 #include "trainer/device_memory.h"
-#include "api/executor.h"
 
 namespace mpsd::trainer {
 
@@ -52,8 +52,7 @@ class ExecutorService final : public mpsd::v1::executor::Executor::Service {
                       mpsd::v1::executor::CancelResponse* response) override;
   grpc::Status GetDevice(grpc::ServerContext* context, const mpsd::v1::GetDeviceRequest* request,
                          mpsd::v1::DeviceInfo* response) override;
-  grpc::Status ListModels(grpc::ServerContext* context,
-                          const mpsd::v1::ListModelsRequest* request,
+  grpc::Status ListModels(grpc::ServerContext* context, const mpsd::v1::ListModelsRequest* request,
                           mpsd::v1::ListModelsResponse* response) override;
   grpc::Status Shutdown(grpc::ServerContext* context,
                         const mpsd::v1::executor::ShutdownRequest* request,

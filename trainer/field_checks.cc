@@ -19,8 +19,7 @@ std::string FieldChecks::Path(absl::string_view field) const {
 
 absl::Status FieldChecks::Error(absl::string_view field, absl::string_view problem) const {
   const std::string path = Path(field);
-  return api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(path, ": ", problem)),
-                               path);
+  return api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(path, ": ", problem)), path);
 }
 
 absl::Status FieldChecks::Positive(absl::string_view field, int64_t value) const {
@@ -72,9 +71,9 @@ absl::Status FieldChecks::InRange(absl::string_view field, double value,
   const bool above = interval.low_closed ? value >= interval.low : value > interval.low;
   const bool below = interval.high_closed ? value <= interval.high : value < interval.high;
   if (above && below) return absl::OkStatus();
-  return Error(field, absl::StrCat("must be in ", interval.low_closed ? "[" : "(", interval.low,
-                                   ", ", interval.high, interval.high_closed ? "]" : ")",
-                                   ", got ", value));
+  return Error(field,
+               absl::StrCat("must be in ", interval.low_closed ? "[" : "(", interval.low, ", ",
+                            interval.high, interval.high_closed ? "]" : ")", ", got ", value));
 }
 
 absl::Status FieldChecks::NotFor(absl::string_view field, absl::string_view who,

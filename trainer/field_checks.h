@@ -61,8 +61,7 @@ class FieldChecks {
 
   // A field set for a setting that does not use it: "only sgd takes it, not adam",
   // "only adam and adamw take it, not sgd".
-  absl::Status NotFor(absl::string_view field, absl::string_view who,
-                      absl::string_view what) const;
+  absl::Status NotFor(absl::string_view field, absl::string_view who, absl::string_view what) const;
 
  private:
   std::string path_;

@@ -69,10 +69,11 @@ absl::Status LoadWeights(const FineTuneConfig& config, ClassifierImpl& model,
   if (!file.ok()) return fields.Error("model.weights", file.status().message());
   absl::StatusOr<StateDictLoad> load = LoadStateDict(model, *file, config.strict);
   if (!load.ok()) {
-    return fields.Error("model.weights", absl::StrCat(config.weights, ": ", load.status().message()));
+    return fields.Error("model.weights",
+                        absl::StrCat(config.weights, ": ", load.status().message()));
   }
-  std::string note = absl::StrFormat("weights: %d tensors loaded from %s", load->loaded,
-                                     config.weights);
+  std::string note =
+      absl::StrFormat("weights: %d tensors loaded from %s", load->loaded, config.weights);
   if (!load->missing.empty()) {
     absl::StrAppendFormat(&note, "; missing keys (kept as initialised): %s",
                           absl::StrJoin(load->missing, ", "));
@@ -83,9 +84,10 @@ absl::Status LoadWeights(const FineTuneConfig& config, ClassifierImpl& model,
   }
   notes.push_back(note);
   if (!load->reinitialised.empty()) {
-    notes.push_back(absl::StrFormat("weights: the head is re-initialised, its shape differs from "
-                                    "the file's (num_classes): %s",
-                                    absl::StrJoin(load->reinitialised, ", ")));
+    notes.push_back(
+        absl::StrFormat("weights: the head is re-initialised, its shape differs from "
+                        "the file's (num_classes): %s",
+                        absl::StrJoin(load->reinitialised, ", ")));
   }
   return absl::OkStatus();
 }
@@ -122,14 +124,11 @@ int64_t Freeze(const FineTuneConfig& config, ClassifierImpl& model,
     }
     if (all_frozen) norms.push_back(item.value());
   }
-  notes.push_back(absl::StrFormat("frozen: %d of %d parameters (%s %s); %d BatchNorm layer(s) of "
-                                  "frozen blocks kept in eval mode",
-                                  frozen, total,
-                                  config.freeze.empty() ? "all but trainable" : "freeze",
-                                  absl::StrJoin(config.freeze.empty() ? config.trainable
-                                                                      : config.freeze,
-                                                ", "),
-                                  norms.size()));
+  notes.push_back(absl::StrFormat(
+      "frozen: %d of %d parameters (%s %s); %d BatchNorm layer(s) of "
+      "frozen blocks kept in eval mode",
+      frozen, total, config.freeze.empty() ? "all but trainable" : "freeze",
+      absl::StrJoin(config.freeze.empty() ? config.trainable : config.freeze, ", "), norms.size()));
   model.KeepInEvalMode(std::move(norms));
   return frozen;
 }
@@ -180,8 +179,9 @@ absl::StatusOr<FineTuneConfig> ResolveFineTune(const mpsd::v1::TrainJob& spec,
   config.weights = spec.model().weights();
   config.strict = !spec.model().has_strict() || spec.model().strict();
   if (!config.weights.empty() && !spec.model().torchscript().empty()) {
-    return fields.Error("model.weights", "for a zoo model (model.name); a torchscript model "
-                                         "carries its own weights");
+    return fields.Error("model.weights",
+                        "for a zoo model (model.name); a torchscript model "
+                        "carries its own weights");
   }
   if (spec.model().has_strict() && config.weights.empty()) {
     return fields.Error("model.strict", "applies only with model.weights");
@@ -217,15 +217,15 @@ absl::StatusOr<FineTuneConfig> ResolveFineTune(const mpsd::v1::TrainJob& spec,
 
 absl::StatusOr<ParameterGroups> PrepareFineTune(const FineTuneConfig& config,
                                                 const OptimizerConfig& optimizer,
-                                                ClassifierImpl& model,
-                                                const FieldChecks& fields,
+                                                ClassifierImpl& model, const FieldChecks& fields,
                                                 std::vector<std::string>& notes) {
   if (!config.weights.empty()) {
     if (absl::Status s = LoadWeights(config, model, fields, notes); !s.ok()) return s;
   }
   std::vector<std::string> names;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) names.push_back(item.key());
-  if (absl::Status s = CheckMatches(config.freeze, "freeze", model, names, fields); !s.ok()) return s;
+  if (absl::Status s = CheckMatches(config.freeze, "freeze", model, names, fields); !s.ok())
+    return s;
   if (absl::Status s = CheckMatches(config.trainable, "trainable", model, names, fields); !s.ok()) {
     return s;
   }
@@ -234,11 +234,11 @@ absl::StatusOr<ParameterGroups> PrepareFineTune(const FineTuneConfig& config,
   absl::StatusOr<ParameterGroups> groups = Group(config, optimizer, model, fields);
   if (!groups.ok()) return groups.status();
   if (groups->groups.empty()) {  // Only `freeze` can: `trainable` must match a parameter.
-    return fields.Error("freeze", absl::StrFormat(
-                                      "%s freezes every parameter of the model: nothing would "
-                                      "train (name fewer prefixes, or the ones that train with "
-                                      "trainable, e.g. [\"fc.\"])",
-                                      absl::StrJoin(config.freeze, ", ")));
+    return fields.Error("freeze",
+                        absl::StrFormat("%s freezes every parameter of the model: nothing would "
+                                        "train (name fewer prefixes, or the ones that train with "
+                                        "trainable, e.g. [\"fc.\"])",
+                                        absl::StrJoin(config.freeze, ", ")));
   }
   groups->frozen_parameters = frozen;
   for (size_t i = 0; i < config.param_groups.size(); ++i) {

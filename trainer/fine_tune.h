@@ -56,15 +56,14 @@ struct ParameterGroups {
 // (field model.weights: the file's errors, a shape that differs, strict), freezes what freeze /
 // trainable name (requires_grad off; the BatchNorm layers all of whose parameters are frozen kept
 // in eval mode through ClassifierImpl::KeepInEvalMode) and groups the rest for the optimizer.
-// `fields` is the TrainJob's (train_job). INVALID_ARGUMENT naming the field for a prefix that matches no parameter ("train_job
-// .freeze[0]: \"layer9.\" matches no parameter of resnet18 (its top-level names: conv1, bn1,
-// layer1, ...)") or a group that matches only frozen ones. `notes` gets the log's lines (what
-// was loaded, missing and unexpected keys, a re-initialised head, what is frozen). Runs at submit
-// (a CPU model) and at run; not thread-safe with other users of `model`.
+// `fields` is the TrainJob's (train_job). INVALID_ARGUMENT naming the field for a prefix that
+// matches no parameter ("train_job .freeze[0]: \"layer9.\" matches no parameter of resnet18 (its
+// top-level names: conv1, bn1, layer1, ...)") or a group that matches only frozen ones. `notes`
+// gets the log's lines (what was loaded, missing and unexpected keys, a re-initialised head, what
+// is frozen). Runs at submit (a CPU model) and at run; not thread-safe with other users of `model`.
 absl::StatusOr<ParameterGroups> PrepareFineTune(const FineTuneConfig& config,
                                                 const OptimizerConfig& optimizer,
-                                                ClassifierImpl& model,
-                                                const FieldChecks& fields,
+                                                ClassifierImpl& model, const FieldChecks& fields,
                                                 std::vector<std::string>& notes);
 
 }  // namespace mpsd::trainer

@@ -16,8 +16,17 @@ namespace F = torch::nn::functional;
 
 // One operator of an architecture's program before its tensors are looked up.
 struct OpSpec {
-  enum Kind { kConv, kConvNoBias, kBatchNorm, kRelu, kMaxPool, kDropout, kDropout2d, kFlatten,
-              kLinear };
+  enum Kind {
+    kConv,
+    kConvNoBias,
+    kBatchNorm,
+    kRelu,
+    kMaxPool,
+    kDropout,
+    kDropout2d,
+    kFlatten,
+    kLinear
+  };
   Kind kind;
   std::string prefix;  // the module's name in the zoo model ("conv1", "features.0")
   int64_t padding = 0;
@@ -33,10 +42,10 @@ std::vector<OpSpec> Program(absl::string_view name) {
             {K::kDropout, "", 0}, {K::kLinear, "layers.7", 0}};
   }
   if (name == "convnet") {
-    return {{K::kConv, "conv1", 0},  {K::kRelu, "", 0},    {K::kConv, "conv2", 0},
-            {K::kRelu, "", 0},       {K::kMaxPool, "", 0}, {K::kDropout2d, "", 0},
-            {K::kFlatten, "", 0},    {K::kLinear, "fc1", 0}, {K::kRelu, "", 0},
-            {K::kDropout, "", 0},    {K::kLinear, "fc2", 0}};
+    return {{K::kConv, "conv1", 0}, {K::kRelu, "", 0},      {K::kConv, "conv2", 0},
+            {K::kRelu, "", 0},      {K::kMaxPool, "", 0},   {K::kDropout2d, "", 0},
+            {K::kFlatten, "", 0},   {K::kLinear, "fc1", 0}, {K::kRelu, "", 0},
+            {K::kDropout, "", 0},   {K::kLinear, "fc2", 0}};
   }
   if (name == "cifar_cnn") {
     std::vector<OpSpec> ops;
@@ -113,13 +122,12 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
           buffer ? model->named_buffers() : model->named_parameters();
       const torch::Tensor* tensor = dict.find(tensor_name);
       if (tensor == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("model %s: no %s %s to fuse", name,
-                            buffer ? "buffer" : "parameter", tensor_name));
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "model %s: no %s %s to fuse", name, buffer ? "buffer" : "parameter", tensor_name));
       }
       if (!tensors.empty() && !tensors.front().sizes().equals(tensor->sizes())) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "model %s: the trials' %s differ in shape", name, tensor_name));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("model %s: the trials' %s differ in shape", name, tensor_name));
       }
       tensors.push_back(tensor->detach().to(torch::kCPU));
     }
@@ -257,25 +265,24 @@ torch::Tensor FusedModel::Forward(const torch::Tensor& inputs,
           const int64_t channels = x.size(1) / k_trials;
           std::vector<torch::Tensor> outputs;
           for (int64_t k = 0; k < k_trials; ++k) {
-            outputs.push_back(torch::conv2d(
-                x.narrow(/*dim=*/1, k * channels, channels).contiguous(),
-                weight.narrow(/*dim=*/0, k * out, out),
-                op.bias >= 0 ? parameters_[op.bias].narrow(/*dim=*/0, k * out, out)
-                             : torch::Tensor(),
-                /*stride=*/1, /*padding=*/op.padding));
+            outputs.push_back(
+                torch::conv2d(x.narrow(/*dim=*/1, k * channels, channels).contiguous(),
+                              weight.narrow(/*dim=*/0, k * out, out),
+                              op.bias >= 0 ? parameters_[op.bias].narrow(/*dim=*/0, k * out, out)
+                                           : torch::Tensor(),
+                              /*stride=*/1, /*padding=*/op.padding));
           }
           x = torch::cat(outputs, /*dim=*/1);
           break;
         }
-        x = torch::conv2d(x, weight,
-                          op.bias >= 0 ? parameters_[op.bias] : torch::Tensor(),
+        x = torch::conv2d(x, weight, op.bias >= 0 ? parameters_[op.bias] : torch::Tensor(),
                           /*stride=*/1, /*padding=*/op.padding, /*dilation=*/1,
                           /*groups=*/k_trials);
         break;
       }
       case Op::Kind::kBatchNorm2d: {
-        x = torch::batch_norm(x, parameters_[op.weight], parameters_[op.bias],
-                              buffers_[op.running], buffers_[op.running + 1],
+        x = torch::batch_norm(x, parameters_[op.weight], parameters_[op.bias], buffers_[op.running],
+                              buffers_[op.running + 1],
                               /*training=*/true, op.momentum, op.eps,
                               /*cudnn_enabled=*/true);
         {

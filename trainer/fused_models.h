@@ -65,15 +65,23 @@ class FusedModel {
  private:
   // One operator of the fused program, applied in order.
   struct Op {
-    enum class Kind { kConv2d, kBatchNorm2d, kRelu, kMaxPool2d, kDropout, kDropout2d, kFlatten,
-                      kLinear };
+    enum class Kind {
+      kConv2d,
+      kBatchNorm2d,
+      kRelu,
+      kMaxPool2d,
+      kDropout,
+      kDropout2d,
+      kFlatten,
+      kLinear
+    };
     Kind kind = Kind::kRelu;
     // kConv2d, kLinear, kBatchNorm2d: the weight's index in parameters_, the bias's (-1: none);
     // kBatchNorm2d: running_mean's index in buffers_ (running_var, num_batches_tracked next).
     int weight = -1;
     int bias = -1;
     int running = -1;
-    int64_t padding = 0;   // kConv2d (stride 1, dilation 1, groups 1 unfused: the zoo's)
+    int64_t padding = 0;    // kConv2d (stride 1, dilation 1, groups 1 unfused: the zoo's)
     double momentum = 0.1;  // kBatchNorm2d, BatchNorm2dOptions' defaults
     double eps = 1e-5;
     std::vector<double> p;  // kDropout, kDropout2d: each trial's probability

@@ -35,7 +35,7 @@ struct TrialHyperparameters {
   double beta1 = 0.9;   // adam, adamw
   double beta2 = 0.999;
   double eps = 1e-8;
-  bool active = true;   // false: frozen (see above)
+  bool active = true;  // false: frozen (see above)
 };
 
 class FusedOptimizer {

@@ -95,14 +95,14 @@ mpsd::v1::TrainJob ShapeFields(const mpsd::v1::TrainJob& job) {
 // fraction, synthetic data): then trials of different seeds have different data.
 bool SeedPicksData(const DatasetConfig& config) {
   const bool limited = config.limit_train > 0 || config.limit_test > 0;
-  return (limited && config.subset == SubsetMode::kStratified) ||
-         config.validation_fraction > 0 || config.info->name == "synthetic";
+  return (limited && config.subset == SubsetMode::kStratified) || config.validation_fraction > 0 ||
+         config.info->name == "synthetic";
 }
 
 // One trial's state in the fused run.
 struct Trial {
   const TrainJobConfig* job = nullptr;
-  EventSink sink;     // the caller's
+  EventSink sink;      // the caller's
   EventSink observed;  // counts into `summary`, then `sink`
   const std::atomic<bool>* cancelled = nullptr;
   std::function<void(const absl::Status&)> done;
@@ -153,8 +153,8 @@ void FinishTrial(Trial& trial, absl::Status status, const torch::Device& device,
 void StopTrial(Trial& trial, absl::Status otherwise, const torch::Device& device,
                Clock::time_point start) {
   trial.readback->Flush();
-  FinishTrial(trial, trial.readback->diverged() ? trial.readback->DivergedError()
-                                                 : std::move(otherwise),
+  FinishTrial(trial,
+              trial.readback->diverged() ? trial.readback->DivergedError() : std::move(otherwise),
               device, start);
 }
 
@@ -227,10 +227,10 @@ absl::Status SetUpTrials(std::vector<std::unique_ptr<Trial>>& trials, const torc
     options.evaluate_test = job.evaluate_test;
     const int64_t steps_per_epoch =
         StepsPerEpoch(train_examples, job.batch_size, job.drop_last, /*grad_accumulation=*/1);
-    trial->readback = std::make_unique<StepReadback>(
-        device, steps_per_readback, steps_per_epoch * job.epochs, LoopPosition{},
-        DivergenceCheck(job.divergence_threshold), trial->observed,
-        trial->task->labels_per_example());
+    trial->readback =
+        std::make_unique<StepReadback>(device, steps_per_readback, steps_per_epoch * job.epochs,
+                                       LoopPosition{}, DivergenceCheck(job.divergence_threshold),
+                                       trial->observed, trial->task->labels_per_example());
     mpsd::v1::JobSummary& summary = trial->summary->summary();
     summary.set_parameters(CountParameters(*trial->model));
     summary.set_optimizer(OptimizerName(job.optimizer.kind));
@@ -382,18 +382,16 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
       }
       const double epoch_seconds = trial->readback->epoch_seconds();
       model.Unfuse(trial->index, *trial->model);
-      absl::StatusOr<EpochEvaluation> evaluation =
-          EvaluateEpochSplits(*trial->model, *trial->data, trial->options, *trial->task, epoch,
-                              *trial->cancelled);
+      absl::StatusOr<EpochEvaluation> evaluation = EvaluateEpochSplits(
+          *trial->model, *trial->data, trial->options, *trial->task, epoch, *trial->cancelled);
       if (!evaluation.ok()) {
         FinishTrial(*trial, evaluation.status(), device, start);
         continue;
       }
       JobEvent event;
-      *event.mutable_epoch() = EpochMetricsOf(epoch, *trial->readback, *evaluation, epoch_seconds,
-                                              trial->schedule->LearningRate(
-                                                  trial->readback->steps()),
-                                              *trial->task);
+      *event.mutable_epoch() =
+          EpochMetricsOf(epoch, *trial->readback, *evaluation, epoch_seconds,
+                         trial->schedule->LearningRate(trial->readback->steps()), *trial->task);
       trial->observed(std::move(event));
     }
   }
@@ -415,7 +413,8 @@ std::string FusionRefusal(const TrainJobConfig& job) {
     return "model.torchscript: TorchScript models have no fused form";
   }
   if (!HasFusedForm(job.model->name)) {
-    return absl::StrCat("model ", job.model->name, " has no fused form yet (fused: mlp, "
+    return absl::StrCat("model ", job.model->name,
+                        " has no fused form yet (fused: mlp, "
                         "convnet, cifar_cnn)");
   }
   const auto unsupported = [](absl::string_view field) {
@@ -450,8 +449,7 @@ std::string FusionRefusal(const TrainJobConfig& job) {
   if (job.dataset.augmentation.enabled() || job.dataset.augmentation.mixes()) {
     return unsupported("dataset.augmentation");
   }
-  if (job.dataset.info->resolve != nullptr &&
-      job.dataset.own.placement != Placement::kResident) {
+  if (job.dataset.info->resolve != nullptr && job.dataset.own.placement != Placement::kResident) {
     return absl::StrCat("train_job.dataset.placement must be resident for fused trials (",
                         job.dataset.info->name, " data may be streamed from the host)");
   }

@@ -14,8 +14,8 @@ void GradScaler::Unscale(torch::optim::Optimizer& optimizer) {
   unscaled_ = true;
   std::vector<torch::Tensor> gradients = Gradients(optimizer);
   if (gradients.empty()) return;
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(
-      gradients.front().device());
+  const auto options =
+      torch::TensorOptions().dtype(torch::kFloat32).device(gradients.front().device());
   found_inf_ = torch::zeros({1}, options);
   compat::NonFiniteCheckAndUnscale(gradients, found_inf_, torch::full({1}, 1.0 / scale_, options));
 }

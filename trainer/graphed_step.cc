@@ -45,7 +45,8 @@ std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
   if (request.cycles_momentum && request.optimizer != OptimizerKind::kSgd) {
     return "the schedule cycles adam's beta1, a number in the fused kernel's arguments";
   }
-  if (!compat::kHasCudaGraphs) return "this LibTorch has no CUDA graphs or fused Adam (needs >= 2.2)";
+  if (!compat::kHasCudaGraphs)
+    return "this LibTorch has no CUDA graphs or fused Adam (needs >= 2.2)";
   return "";
 }
 
@@ -70,8 +71,7 @@ DeviceUpdate::DeviceUpdate(torch::optim::Optimizer& optimizer, OptimizerKind kin
                            const torch::Device& device)
     : optimizer_(optimizer), kind_(kind) {
   TORCH_CHECK(optimizer.param_groups().size() == 1, "the graphed step needs one param group");
-  TORCH_CHECK(!table.learning_rates.empty() &&
-                  table.learning_rates.size() == table.momenta.size(),
+  TORCH_CHECK(!table.learning_rates.empty() && table.learning_rates.size() == table.momenta.size(),
               "the schedule table needs one learning rate and momentum per step");
   const torch::optim::OptimizerOptions& options = optimizer.param_groups()[0].options();
   switch (kind) {
@@ -88,9 +88,8 @@ DeviceUpdate::DeviceUpdate(torch::optim::Optimizer& optimizer, OptimizerKind kin
       TORCH_CHECK(o.dampening() == 0, "the graphed step's SGD has no dampening");
       weight_decay_ = o.weight_decay();
       nesterov_ = o.nesterov();
-      momentum_ = o.momentum() > 0 ||
-                  std::any_of(table.momenta.begin(), table.momenta.end(),
-                              [](float m) { return m > 0; });
+      momentum_ = o.momentum() > 0 || std::any_of(table.momenta.begin(), table.momenta.end(),
+                                                  [](float m) { return m > 0; });
       break;
     }
   }
@@ -156,8 +155,8 @@ void DeviceUpdate::Update() {
     compat::MultiTensorSgdUpdate(params, grads, first, lr_, momentum_value_, weight_decay_,
                                  nesterov_, momentum_);
   } else {
-    compat::FusedAdamUpdate(params, grads, first, second, steps, lr_, beta1_, beta2_,
-                            weight_decay_, eps_, kind_ == OptimizerKind::kAdamW);
+    compat::FusedAdamUpdate(params, grads, first, second, steps, lr_, beta1_, beta2_, weight_decay_,
+                            eps_, kind_ == OptimizerKind::kAdamW);
   }
   step_.add_(1);
 }
@@ -229,9 +228,8 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
   });
   compat::CudaGraph::SetRngState(device_index, rng);  // the warm-up's dropout draws undone
   compat::ZeroGradToNone(optimizer);
-  graph_.Capture(device_index, [&] {
-    std::tie(static_loss_, static_correct_) = Compute(static_index_);
-  });
+  graph_.Capture(device_index,
+                 [&] { std::tie(static_loss_, static_correct_) = Compute(static_index_); });
   Restore(buffers, saved_buffers);
   Restore(state, saved_state);
 }
@@ -246,8 +244,7 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Batch(const torch::Tensor& 
   at::Generator generator = at::globalContext().defaultGenerator(images_.device());
   batch = Augment(batch, augmentation, generator);
   if (augmentation.mixes()) {
-    MixedBatch mixed =
-        MixBatch(batch, targets, options_.task.outputs, augmentation, generator);
+    MixedBatch mixed = MixBatch(batch, targets, options_.task.outputs, augmentation, generator);
     batch = std::move(mixed.images);
     targets = std::move(mixed.targets);
   }

@@ -127,11 +127,12 @@ struct GraphedStepOptions {
   // loop computes them: classification's cross-entropy (label_smoothing, class weights),
   // multilabel's BCEWithLogitsLoss, regression's losses.
   TaskConfig task;
-  double grad_clip_norm = 0;               // 0 = off; else ClipGradNorm before the update
+  double grad_clip_norm = 0;  // 0 = off; else ClipGradNorm before the update
   // Augment and MixBatch of each gathered batch (trainer/augment.h), inside the graph: the
-  // crops, flips, angles, colour factors, boxes and mixing weights are drawn from the device's default CUDA generator, whose philox offset
-  // a graph advances on every replay (as dropout's draws), so each replay draws anew. The
-  // eager loop draws from the same generator (TrainStep), so both paths augment alike.
+  // crops, flips, angles, colour factors, boxes and mixing weights are drawn from the device's
+  // default CUDA generator, whose philox offset a graph advances on every replay (as dropout's
+  // draws), so each replay draws anew. The eager loop draws from the same generator (TrainStep), so
+  // both paths augment alike.
   AugmentationOptions augmentation;
   ScheduleTable schedule;
   int64_t first_step = 0;
@@ -147,8 +148,7 @@ class GraphedStep {
   // failure (the caller's firewall converts it). Not thread-safe; the model, optimizer and data
   // must outlive it.
   GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
-              const torch::Tensor& images, const torch::Tensor& labels,
-              GraphedStepOptions options);
+              const torch::Tensor& images, const torch::Tensor& labels, GraphedStepOptions options);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;

@@ -295,8 +295,9 @@ absl::Status IdxReader::OpenSource() {
   if (!gzip_magic && gzip_) {
     if (n == 0) return DataLoss(path_, "is named .gz but is empty, expected gzip data");
     // The file's own bytes are never quoted: the file may be one the caller cannot read.
-    return DataLoss(path_, "is named .gz but is not gzip-compressed (expected it to start with "
-                           "1f 8b)");
+    return DataLoss(path_,
+                    "is named .gz but is not gzip-compressed (expected it to start with "
+                    "1f 8b)");
   }
   if (!gzip_) {
     source_ = std::make_unique<RawSource>(path_, fd_.get());
@@ -339,13 +340,15 @@ absl::Status IdxReader::CheckMagic(const uint8_t magic[4]) {
     // Written by a little-endian int32 store: NN 08 00 00.
     if (magic[2] == 0 && magic[3] == 0 && TypeName(magic[1]) != nullptr && magic[0] >= 1 &&
         magic[0] <= kMaxDims) {
-      return DataLoss(path_, "magic looks byte-swapped (little-endian, NN 08 00 00), expected "
-                             "00 00 08 NN (IDX of unsigned bytes, NN dimensions)");
+      return DataLoss(path_,
+                      "magic looks byte-swapped (little-endian, NN 08 00 00), expected "
+                      "00 00 08 NN (IDX of unsigned bytes, NN dimensions)");
     }
     // Only the expected magic: quoting the file's first bytes would hand them to whoever named
     // the file (a symlink to /etc/shadow came back as "starts with 72 6f 6f 74").
-    return DataLoss(path_, "bad magic, expected 00 00 08 NN (IDX of unsigned bytes, "
-                           "NN dimensions)");
+    return DataLoss(path_,
+                    "bad magic, expected 00 00 08 NN (IDX of unsigned bytes, "
+                    "NN dimensions)");
   }
   if (magic[2] != kUnsignedByte) {
     const char* name = TypeName(magic[2]);
@@ -372,9 +375,10 @@ absl::Status IdxReader::CheckDims() {
     }
     const uint64_t dim = static_cast<uint64_t>(dims_[i]);
     if (bytes > limit / dim) {
-      return DataLoss(path_, absl::StrCat("dimensions ", DimsString(dims_), " describe more than ",
-                                          limit, " bytes (executor.max_unpacked_bytes); "
-                                          "the header is probably corrupt"));
+      return DataLoss(path_,
+                      absl::StrCat("dimensions ", DimsString(dims_), " describe more than ", limit,
+                                   " bytes (executor.max_unpacked_bytes); "
+                                   "the header is probably corrupt"));
     }
     bytes *= dim;  // <= limit: no overflow
   }
@@ -410,9 +414,9 @@ absl::Status IdxReader::CheckNothingBeyond(uint64_t data_bytes) {
   }
   if (extra == 0) return absl::OkStatus();
   if (extra > kMaxCountedExtraBytes) {
-    return DataLoss(path_, absl::StrCat("at least ", extra,
-                                        " bytes beyond the data (counting stopped there): ",
-                                        DataSizeMismatch(data_bytes + extra)));
+    return DataLoss(
+        path_, absl::StrCat("at least ", extra, " bytes beyond the data (counting stopped there): ",
+                            DataSizeMismatch(data_bytes + extra)));
   }
   return DataLoss(
       path_, absl::StrCat(extra, " bytes beyond the data: ", DataSizeMismatch(data_bytes + extra)));

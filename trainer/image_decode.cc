@@ -166,7 +166,8 @@ std::vector<uint8_t> ResampleHorizontal(const std::vector<uint8_t>& in, int in_w
       const int32_t* k = &c.weights[static_cast<size_t>(xx) * c.kernel_size];
       for (int ch = 0; ch < 3; ++ch) {
         int64_t sum = int64_t{1} << (kPrecisionBits - 1);
-        for (int x = 0; x < c.count[xx]; ++x) sum += row[(c.first[xx] + x) * 3 + ch] * int64_t{k[x]};
+        for (int x = 0; x < c.count[xx]; ++x)
+          sum += row[(c.first[xx] + x) * 3 + ch] * int64_t{k[x]};
         dst[xx * 3 + ch] = Clip8(sum);
       }
     }

@@ -139,9 +139,9 @@ absl::Status ScanSplit(const std::vector<std::string>& classes, ImageFolderSplit
     const auto it = std::find_if(found->begin(), found->end(),
                                  [&](const DirEntry& e) { return e.name == classes[label]; });
     if (it == found->end()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: class \"%s\" of the training split has no directory here", split.dir,
-          classes[label]));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: class \"%s\" of the training split has no directory here", split.dir,
+                          classes[label]));
     }
     const size_t before = split.files.size();
     std::vector<Ancestor> ancestors = {{it->st.st_dev, it->st.st_ino, it->path}};
@@ -169,8 +169,8 @@ absl::Status ScanWithoutClasses(ImageFolderListing& listing) {
     if (split->dir.empty()) continue;
     struct stat st;
     if (stat(split->dir.c_str(), &st) != 0) {
-      return absl::NotFoundError(absl::StrFormat("%s: cannot examine it: %s", split->dir,
-                                                 std::strerror(errno)));
+      return absl::NotFoundError(
+          absl::StrFormat("%s: cannot examine it: %s", split->dir, std::strerror(errno)));
     }
     std::vector<Ancestor> ancestors = {{st.st_dev, st.st_ino, split->dir}};
     if (absl::Status s = WalkClass(split->dir, /*label=*/0, ancestors, *split); !s.ok()) return s;
@@ -209,10 +209,12 @@ absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root, bool
   listing.root = root;
   listing.train.dir = absl::StrCat(root, "/train");
   if (!IsDirectoryPath(listing.train.dir)) {
-    return Missing(listing.train.dir, absl::NotFoundError(absl::StrFormat(
-        "%s: no such directory; an image_folder root holds train/<class>/ and val/<class>/ "
-        "(or test/<class>/)",
-        listing.train.dir)));
+    return Missing(
+        listing.train.dir,
+        absl::NotFoundError(absl::StrFormat(
+            "%s: no such directory; an image_folder root holds train/<class>/ and val/<class>/ "
+            "(or test/<class>/)",
+            listing.train.dir)));
   }
   if (separate_val) {
     listing.val.dir = absl::StrCat(root, "/val");
@@ -243,9 +245,8 @@ absl::StatusOr<ImageFolderListing> ScanImageFolder(const std::string& root, bool
     return listing;
   }
   if (classes->empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: no class directory (one per class: train/<class>/<images>)",
-                        listing.train.dir));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: no class directory (one per class: train/<class>/<images>)", listing.train.dir));
   }
   for (const DirEntry& e : *classes) listing.classes.push_back(e.name);
   if (absl::Status s = ScanSplit(listing.classes, listing.train); !s.ok()) return s;

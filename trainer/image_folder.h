@@ -18,20 +18,20 @@
 namespace mpsd::trainer {
 
 struct ImageFile {
-  std::string path;        // as found: <root>/train/<class>/…/<name>
-  int label = 0;           // index into ImageFolderListing::classes
+  std::string path;         // as found: <root>/train/<class>/…/<name>
+  int label = 0;            // index into ImageFolderListing::classes
   int64_t size_bytes = -1;  // -1: the file could not be examined (stat failed: a dangling
                             // symlink, no permission) or is not a regular file after
                             // following symlinks (a FIFO, socket or device: never opened);
                             // `error` says why
-  int64_t mtime_ns = 0;    // modification time, ns since the epoch
+  int64_t mtime_ns = 0;     // modification time, ns since the epoch
   std::string error;
 };
 
 struct ImageFolderSplit {
-  std::string dir;                // <root>/train, <root>/val or <root>/test
-  std::vector<ImageFile> files;   // in ImageFolder's order: by class, then os.walk's order
-  int64_t other_files = 0;        // files skipped for their extension
+  std::string dir;               // <root>/train, <root>/val or <root>/test
+  std::vector<ImageFile> files;  // in ImageFolder's order: by class, then os.walk's order
+  int64_t other_files = 0;       // files skipped for their extension
 };
 
 struct ImageFolderListing {

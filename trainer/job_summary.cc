@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <utility>
 
-
 namespace mpsd::trainer {
 
 void SetMemoryBefore(const api::MemoryFigures& before, mpsd::v1::MemoryStats& stats) {
@@ -15,9 +14,9 @@ void SetMemoryBefore(const api::MemoryFigures& before, mpsd::v1::MemoryStats& st
 void SetMemoryAfter(const api::MemoryFigures& after, mpsd::v1::MemoryStats& stats) {
   stats.set_allocated_after_bytes(after.allocated_bytes);
   stats.set_reserved_after_bytes(after.reserved_bytes);
-  stats.set_peak_reserved_bytes(std::max({stats.peak_reserved_bytes(), after.peak_reserved_bytes,
-                                          stats.reserved_before_bytes(),
-                                          stats.reserved_after_bytes()}));
+  stats.set_peak_reserved_bytes(
+      std::max({stats.peak_reserved_bytes(), after.peak_reserved_bytes,
+                stats.reserved_before_bytes(), stats.reserved_after_bytes()}));
 }
 
 void SummaryBuilder::Observe(const mpsd::v1::JobEvent& event) {
@@ -41,8 +40,8 @@ mpsd::v1::JobSummary SummaryBuilder::Build(double total_seconds) {
     std::vector<double> sorted = epoch_seconds_;
     std::sort(sorted.begin(), sorted.end());
     const size_t mid = sorted.size() / 2;
-    summary_.set_median_epoch_time_s(
-        sorted.size() % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2);
+    summary_.set_median_epoch_time_s(sorted.size() % 2 == 1 ? sorted[mid]
+                                                            : (sorted[mid - 1] + sorted[mid]) / 2);
   } else {
     summary_.set_final_train_loss(last_step_loss_);
   }

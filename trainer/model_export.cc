@@ -120,9 +120,10 @@ Value InputPart(const TrainJobConfig& job, const DeviceDataset& data) {
   if (!data.mean.empty()) absl::StrAppend(&recipe, ", then (x - mean[c]) / std[c] per channel");
   if (job.dataset.info->name == "image_folder") {
     const ImageDecodeOptions& decode = job.dataset.own.decode;
-    recipe = absl::StrFormat("decode, convert to %d channel(s), resize to %d×%d (bilinear, as "
-                             "PIL's Image.resize), %s",
-                             decode.channels, decode.height, decode.width, recipe);
+    recipe = absl::StrFormat(
+        "decode, convert to %d channel(s), resize to %d×%d (bilinear, as "
+        "PIL's Image.resize), %s",
+        decode.channels, decode.height, decode.width, recipe);
   }
   // AugmentationSpec.resize / center_crop: what evaluation batches got, so what a user's
   // inputs need (torchvision's Resize(antialias=True), CenterCrop).
@@ -148,13 +149,13 @@ Value TrainingPart(const TrainJobConfig& job) {
   Put(training, "loss", Text(job.task.Describe()));
   // The epoch metrics the job reported (each split's, trainer/task.h).
   Put(training, "metrics",
-      Texts(job.task.kind == TaskKind::kClassification ? std::vector<std::string>{"loss", "accuracy"}
+      Texts(job.task.kind == TaskKind::kClassification
+                ? std::vector<std::string>{"loss", "accuracy"}
             : job.task.kind == TaskKind::kMultilabel
                 ? std::vector<std::string>{"loss", "accuracy", "macro_f1"}
                 : std::vector<std::string>{"loss", "mse", "mae", "r2"}));
   Put(training, "outputs",
-      Text(job.task.kind == TaskKind::kClassification
-               ? "logits [N, num_classes] (no softmax)"
+      Text(job.task.kind == TaskKind::kClassification ? "logits [N, num_classes] (no softmax)"
            : job.task.kind == TaskKind::kMultilabel
                ? "logits [N, K], one per label (sigmoid > 0.5 = yes)"
                : "values [N, D] (the regression's outputs)"));

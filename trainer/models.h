@@ -109,8 +109,7 @@ absl::Status CheckModelConfig(const ModelEntry& entry, const ModelConfig& config
 // natural ones by default), with its parameter count, or `unsupported` saying why it cannot take
 // them. Arithmetic only: builds no model. INVALID_ARGUMENT whose message starts with the field
 // ("input_shape: ...", "num_classes: ..."). Thread-safe.
-absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(
-    const mpsd::v1::ListModelsRequest& request);
+absl::StatusOr<mpsd::v1::ListModelsResponse> ListModels(const mpsd::v1::ListModelsRequest& request);
 
 // "3×224×224".
 std::string FormatShape(const std::vector<int64_t>& shape);

@@ -19,8 +19,8 @@ constexpr Interval kUnitInterval = {0, true, 1, false};  // [0, 1)
 absl::StatusOr<OptimizerKind> ParseOptimizerName(const std::string& name,
                                                  const FieldChecks& fields) {
   if (name.empty()) return OptimizerKind::kAdam;
-  for (const OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW,
-                                   OptimizerKind::kSgd}) {
+  for (const OptimizerKind kind :
+       {OptimizerKind::kAdam, OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
     if (name == OptimizerName(kind)) return kind;
   }
   return fields.Error("name", absl::StrFormat("unknown optimizer \"%s\" %s", name,
@@ -80,8 +80,8 @@ absl::Status ResolveBetas(const mpsd::v1::OptimizerSpec& spec, const FieldChecks
                           OptimizerConfig& config) {
   if (!spec.betas().empty()) {
     if (spec.betas_size() != 2) {
-      return fields.Error("betas", absl::StrFormat("must be [beta1, beta2], got %d value(s)",
-                                                   spec.betas_size()));
+      return fields.Error(
+          "betas", absl::StrFormat("must be [beta1, beta2], got %d value(s)", spec.betas_size()));
     }
     for (int i = 0; i < 2; ++i) {
       if (absl::Status s = fields.InRange(Indexed("betas", i), spec.betas(i), kUnitInterval);
@@ -115,11 +115,13 @@ absl::StatusOr<OptimizerConfig> ResolveOptimizer(const mpsd::v1::OptimizerSpec& 
     // Adam's first step is learning_rate / (1 - beta1) (its bias correction), a float32 scalar.
     const double first_step = config.learning_rate / (1 - config.beta1);
     if (!(first_step <= kMaxFloat32)) {
-      return fields.Error("learning_rate", absl::StrFormat(
-          "%s's first step is learning_rate / (1 - beta1) = %g / %g = %g, beyond the largest "
-          "float32 (%g)",
-          OptimizerName(config.kind), config.learning_rate, 1 - config.beta1, first_step,
-          kMaxFloat32));
+      return fields.Error(
+          "learning_rate",
+          absl::StrFormat(
+              "%s's first step is learning_rate / (1 - beta1) = %g / %g = %g, beyond the largest "
+              "float32 (%g)",
+              OptimizerName(config.kind), config.learning_rate, 1 - config.beta1, first_step,
+              kMaxFloat32));
     }
   }
   return config;
@@ -216,8 +218,8 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(std::vector<ParameterGrou
   std::unique_ptr<torch::optim::OptimizerOptions> defaults = MakeOptions(config);
   switch (config.kind) {
     case OptimizerKind::kSgd:
-      return std::make_unique<torch::optim::SGD>(
-          std::move(param_groups), static_cast<torch::optim::SGDOptions&>(*defaults));
+      return std::make_unique<torch::optim::SGD>(std::move(param_groups),
+                                                 static_cast<torch::optim::SGDOptions&>(*defaults));
     case OptimizerKind::kAdam:
       return std::make_unique<torch::optim::Adam>(
           std::move(param_groups), static_cast<torch::optim::AdamOptions&>(*defaults));

@@ -58,12 +58,12 @@ absl::Status ResolveCommon(const mpsd::v1::DatasetSpec& spec, DatasetConfig& con
   }
   for (int i = 0; i < spec.mean_size(); ++i) {
     if (!std::isfinite(spec.mean(i))) {
-      return FieldError(absl::StrCat("mean[", i, "]"), absl::StrCat("must be finite, got ",
-                                                                    spec.mean(i)));
+      return FieldError(absl::StrCat("mean[", i, "]"),
+                        absl::StrCat("must be finite, got ", spec.mean(i)));
     }
     if (!(spec.std(i) > 0) || !std::isfinite(spec.std(i))) {
-      return FieldError(absl::StrCat("std[", i, "]"), absl::StrCat("must be > 0 and finite, got ",
-                                                                   spec.std(i)));
+      return FieldError(absl::StrCat("std[", i, "]"),
+                        absl::StrCat("must be > 0 and finite, got ", spec.std(i)));
     }
   }
   own.mean.assign(spec.mean().begin(), spec.mean().end());
@@ -97,25 +97,25 @@ absl::Status ResolveDecodeOptions(const mpsd::v1::ImageFolderSpec& spec,
   }
   for (int i = 0; i < 2; ++i) {
     if (spec.image_size(i) < 1 || spec.image_size(i) > kMaxImageSide) {
-      return FieldError(absl::StrCat("image_folder.image_size[", i, "]"),
-                        absl::StrFormat("must be in [1, %d], got %d", kMaxImageSide,
-                                        spec.image_size(i)));
+      return FieldError(
+          absl::StrCat("image_folder.image_size[", i, "]"),
+          absl::StrFormat("must be in [1, %d], got %d", kMaxImageSide, spec.image_size(i)));
     }
   }
   options.height = spec.image_size(0);
   options.width = spec.image_size(1);
   options.channels = spec.has_channels() ? spec.channels() : 3;
   if (options.channels != 1 && options.channels != 3) {
-    return FieldError("image_folder.channels",
-                      absl::StrFormat("must be 3 (RGB) or 1 (grayscale), got %d",
-                                      options.channels));
+    return FieldError(
+        "image_folder.channels",
+        absl::StrFormat("must be 3 (RGB) or 1 (grayscale), got %d", options.channels));
   }
   if (spec.on_bad_image() == "skip") {
     options.skip_bad_images = true;
   } else if (!spec.on_bad_image().empty() && spec.on_bad_image() != "fail") {
-    return FieldError("image_folder.on_bad_image",
-                      absl::StrFormat("must be \"fail\" or \"skip\", got \"%s\"",
-                                      spec.on_bad_image()));
+    return FieldError(
+        "image_folder.on_bad_image",
+        absl::StrFormat("must be \"fail\" or \"skip\", got \"%s\"", spec.on_bad_image()));
   }
   if (spec.decode_threads() < 0 || spec.decode_threads() > 1024) {
     return FieldError("image_folder.decode_threads",
@@ -157,8 +157,9 @@ absl::StatusOr<torch::Tensor> ReadTargetsCsv(const ImageFolderSplit& split) {
   std::error_code exists_error;
   if (!std::filesystem::exists(path, exists_error)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": missing (train/targets.csv gives the images float targets; every split needs "
-              "its own)"));
+        path,
+        ": missing (train/targets.csv gives the images float targets; every split needs "
+        "its own)"));
   }
   // Read whole and bounded by executor.max_file_bytes, as every file a job names.
   absl::StatusOr<std::vector<char>> bytes = ReadWholeFile(path);
@@ -170,8 +171,8 @@ absl::StatusOr<torch::Tensor> ReadTargetsCsv(const ImageFolderSplit& split) {
   std::vector<std::vector<float>> rows(split.files.size());
   int64_t width = -1;
   int number = 0;
-  for (absl::string_view line : absl::StrSplit(absl::string_view(bytes->data(), bytes->size()),
-                                              '\n')) {
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(bytes->data(), bytes->size()), '\n')) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
@@ -187,16 +188,14 @@ absl::StatusOr<torch::Tensor> ReadTargetsCsv(const ImageFolderSplit& split) {
         return where(absl::StrFormat("\"%s\" is not a number", fields[f]));
       }
       if (!std::isfinite(value)) {
-        return where(absl::StrFormat("%s; targets must be finite (no NaN or infinity)",
-                                     fields[f]));
+        return where(absl::StrFormat("%s; targets must be finite (no NaN or infinity)", fields[f]));
       }
       values.push_back(static_cast<float>(value));
     }
     if (number == 1 && values.size() + 1 < fields.size()) continue;  // the header
     if (values.empty()) return where("expected a file's path, then its target values");
     if (width >= 0 && static_cast<int64_t>(values.size()) != width) {
-      return where(absl::StrFormat("%d values, but the rows before have %d", values.size(),
-                                   width));
+      return where(absl::StrFormat("%d values, but the rows before have %d", values.size(), width));
     }
     width = static_cast<int64_t>(values.size());
     const std::string file(absl::StripAsciiWhitespace(fields[0]));
@@ -331,12 +330,12 @@ struct HostData {
 };
 
 TensorSplit PlaceSplit(const torch::Tensor& x, const torch::Tensor& y,
-                       const InputTransform& transform, bool streamed,
-                       const HostData& host, const torch::Device& device) {
+                       const InputTransform& transform, bool streamed, const HostData& host,
+                       const torch::Device& device) {
   torch::Tensor labels = y.to(device, /*non_blocking=*/false, /*copy=*/true);
   if (!streamed) return TensorSplit{transform.Apply(x.to(device)), std::move(labels), nullptr};
-  auto split = std::make_shared<StreamedSplit>(x, labels, transform, device, kStreamDepth,
-                                               host.keep_alive);
+  auto split =
+      std::make_shared<StreamedSplit>(x, labels, transform, device, kStreamDepth, host.keep_alive);
   return TensorSplit{torch::Tensor(), std::move(labels), std::move(split)};
 }
 
@@ -345,8 +344,8 @@ DeviceDataset Place(const DatasetConfig& config, const HostData& host,
                     const std::vector<float>& mean, const std::vector<float>& std,
                     const torch::Device& device) {
   const OwnDataConfig& own = config.own;
-  const int64_t values = host.train_x.numel() + host.test_x.numel() +
-                        (host.val_x.defined() ? host.val_x.numel() : 0);
+  const int64_t values =
+      host.train_x.numel() + host.test_x.numel() + (host.val_x.defined() ? host.val_x.numel() : 0);
   // float32 on the device, plus the raw copy while it is converted.
   const int64_t resident_bytes = values * (4 + host.train_x.element_size());
   const int64_t budget = DeviceBudgetBytes(own, device);
@@ -354,10 +353,10 @@ DeviceDataset Place(const DatasetConfig& config, const HostData& host,
   std::string why = own.placement == Placement::kAuto ? "" : " (set by the job)";
   if (own.placement == Placement::kAuto) {
     streamed = resident_bytes > budget;
-    why = absl::StrFormat(": %s as float32 on the device %s the device budget of %s%s",
-                          MiB(resident_bytes), streamed ? "exceeds" : "fits",
-                          MiB(budget), own.device_budget_bytes > 0 ? " (device_budget_bytes)"
-                                                                    : " (half its free memory)");
+    why = absl::StrFormat(
+        ": %s as float32 on the device %s the device budget of %s%s", MiB(resident_bytes),
+        streamed ? "exceeds" : "fits", MiB(budget),
+        own.device_budget_bytes > 0 ? " (device_budget_bytes)" : " (half its free memory)");
   }
   DeviceDataset data;
   const InputTransform transform = MakeTransform(host.train_x, mean, std, device);
@@ -411,17 +410,20 @@ std::pair<std::vector<float>, std::vector<float>> ChannelStats(const torch::Tens
 }
 
 std::string Floats(const std::vector<float>& values) {
-  return absl::StrCat("[", absl::StrJoin(values, ", ", [](std::string* out, float v) {
-                        absl::StrAppendFormat(out, "%.4f", v);
-                      }), "]");
+  return absl::StrCat(
+      "[",
+      absl::StrJoin(values, ", ",
+                    [](std::string* out, float v) { absl::StrAppendFormat(out, "%.4f", v); }),
+      "]");
 }
 
 // ---- image_folder ---------------------------------------------------------------------------
 
 torch::Tensor PixelsView(const std::shared_ptr<const DecodedSplit>& split) {
-  return torch::from_blob(const_cast<uint8_t*>(split->pixels()),
-                          {split->count(), split->channels(), split->height(), split->width()},
-                          [split](void*) {}, torch::kUInt8);
+  return torch::from_blob(
+      const_cast<uint8_t*>(split->pixels()),
+      {split->count(), split->channels(), split->height(), split->width()}, [split](void*) {},
+      torch::kUInt8);
 }
 
 torch::Tensor LabelsView(const DecodedSplit& split) {
@@ -435,8 +437,8 @@ std::string DecodeNote(absl::string_view name, const ImageFolderSplit& listed,
     note = absl::StrFormat("%s: %d images from the decode cache %s", name, split.count(),
                            split.cache_path());
   } else {
-    const double rate = split.decode_seconds() > 0 ? listed.files.size() / split.decode_seconds()
-                                                   : 0;
+    const double rate =
+        split.decode_seconds() > 0 ? listed.files.size() / split.decode_seconds() : 0;
     note = absl::StrFormat(
         "%s: decoded %d images in %.2f s on %d threads: %.0f images/s, %.0f images/s per thread%s",
         name, listed.files.size(), split.decode_seconds(), split.decode_threads(), rate,
@@ -472,12 +474,12 @@ int64_t DeviceBudgetBytes(const OwnDataConfig& config, const torch::Device& devi
 
 absl::Status CheckOwnDataFieldsUnset(const mpsd::v1::DatasetSpec& spec) {
   const auto unused = [&](absl::string_view field) {
-    return FieldError(field, absl::StrFormat("only image_folder and tensors take it, not %s",
-                                             spec.name()));
+    return FieldError(
+        field, absl::StrFormat("only image_folder and tensors take it, not %s", spec.name()));
   };
   if (spec.has_image_folder()) {
-    return FieldError("image_folder", absl::StrFormat("only image_folder takes it, not %s",
-                                                      spec.name()));
+    return FieldError("image_folder",
+                      absl::StrFormat("only image_folder takes it, not %s", spec.name()));
   }
   if (spec.mean_size() > 0) return unused("mean");
   if (spec.std_size() > 0) return unused("std");
@@ -488,8 +490,9 @@ absl::Status CheckOwnDataFieldsUnset(const mpsd::v1::DatasetSpec& spec) {
 
 absl::Status ResolveImageFolder(const mpsd::v1::DatasetSpec& spec, DatasetConfig& config) {
   if (spec.root().empty()) {
-    return FieldError("root", "required: the directory holding train/<class>/ and val/<class>/ "
-                              "(or test/<class>/)");
+    return FieldError("root",
+                      "required: the directory holding train/<class>/ and val/<class>/ "
+                      "(or test/<class>/)");
   }
   config.root = spec.root();
   OwnDataConfig& own = config.own;
@@ -576,15 +579,16 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
       ScanImageFolder(config.root, config.validation_from_source);
   if (!listing.ok()) return listing.status();
   if (listing->classes != config.own.class_names) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the classes changed since the job was submitted (now %s)", listing->train.dir,
-        absl::StrJoin(listing->classes, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the classes changed since the job was submitted (now %s)",
+                        listing->train.dir, absl::StrJoin(listing->classes, ", ")));
   }
   // Float targets (targets.csv), read again: the files read at run time are those checked.
   torch::Tensor train_targets, test_targets, val_targets;
   if (config.float_targets) {
     const std::pair<ImageFolderSplit*, torch::Tensor*> splits[] = {
-        {&listing->train, &train_targets}, {&listing->test, &test_targets},
+        {&listing->train, &train_targets},
+        {&listing->test, &test_targets},
         {&listing->val, &val_targets}};
     for (const auto& [split, targets] : splits) {
       if (split->dir.empty()) continue;
@@ -599,15 +603,15 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
     }
   }
   std::vector<std::string> subset_notes;
-  if (absl::Status s = ApplySubset(MakeSubsetRequest(config, seed, /*train=*/true,
-                                                     config.own.class_names),
-                                   listing->train.files, subset_notes, config.float_targets);
+  if (absl::Status s =
+          ApplySubset(MakeSubsetRequest(config, seed, /*train=*/true, config.own.class_names),
+                      listing->train.files, subset_notes, config.float_targets);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ApplySubset(MakeSubsetRequest(config, seed, /*train=*/false,
-                                                     config.own.class_names),
-                                   listing->test.files, subset_notes, config.float_targets);
+  if (absl::Status s =
+          ApplySubset(MakeSubsetRequest(config, seed, /*train=*/false, config.own.class_names),
+                      listing->test.files, subset_notes, config.float_targets);
       !s.ok()) {
     return s;
   }
@@ -660,8 +664,7 @@ absl::StatusOr<DeviceDataset> LoadImageFolder(const DatasetConfig& config, uint6
                     {DecodeNote("train", listing->train, **train),
                      DecodeNote(listing->test.dir.substr(listing->test.dir.rfind('/') + 1),
                                 listing->test, **test),
-                     absl::StrFormat("normalisation mean %s std %s (%s)", Floats(mean),
-                                     Floats(std),
+                     absl::StrFormat("normalisation mean %s std %s (%s)", Floats(mean), Floats(std),
                                      !computed ? "given"
                                      : (*train)->cache_path().empty()
                                          ? "of the training images"
@@ -677,8 +680,7 @@ absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t 
   if (file->input_shape != config.input_shape || file->num_classes != config.num_classes ||
       file->float_targets != config.float_targets) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the examples' shape or the classes changed since the job was submitted",
-        config.root));
+        "%s: the examples' shape or the classes changed since the job was submitted", config.root));
   }
   HostData host;
   host.train_x = file->train.x;
@@ -686,15 +688,15 @@ absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t 
   host.test_x = file->test.x;
   host.test_y = file->test.y;
   std::vector<std::string> subset_notes;
-  if (absl::Status s = SubsetTensors(MakeSubsetRequest(config, seed, /*train=*/true,
-                                                       config.own.class_names),
-                                     host.train_x, host.train_y, subset_notes);
+  if (absl::Status s =
+          SubsetTensors(MakeSubsetRequest(config, seed, /*train=*/true, config.own.class_names),
+                        host.train_x, host.train_y, subset_notes);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = SubsetTensors(MakeSubsetRequest(config, seed, /*train=*/false,
-                                                       config.own.class_names),
-                                     host.test_x, host.test_y, subset_notes);
+  if (absl::Status s =
+          SubsetTensors(MakeSubsetRequest(config, seed, /*train=*/false, config.own.class_names),
+                        host.test_x, host.test_y, subset_notes);
       !s.ok()) {
     return s;
   }
@@ -728,15 +730,14 @@ absl::StatusOr<DeviceDataset> LoadTensors(const DatasetConfig& config, uint64_t 
   DeviceDataset data = Place(config, host, mean, std, device);
   data.class_names = config.own.class_names;
   data.validation = ValidationName(config, seed, "val entry");
-  data.notes.insert(
-      data.notes.begin(),
-      {absl::StrFormat("tensors %s: %d train, %d test examples of shape [%s] %s", config.root,
-                       host.train_x.size(0), host.test_x.size(0),
-                       absl::StrJoin(config.input_shape, ", "),
-                       c10::toString(file->train.x.scalar_type())),
-       mean.empty() ? std::string("normalisation: none (float x used as stored)")
-                    : absl::StrFormat("normalisation mean %s std %s (%s)", Floats(mean),
-                                      Floats(std), normalisation)});
+  data.notes.insert(data.notes.begin(),
+                    {absl::StrFormat("tensors %s: %d train, %d test examples of shape [%s] %s",
+                                     config.root, host.train_x.size(0), host.test_x.size(0),
+                                     absl::StrJoin(config.input_shape, ", "),
+                                     c10::toString(file->train.x.scalar_type())),
+                     mean.empty() ? std::string("normalisation: none (float x used as stored)")
+                                  : absl::StrFormat("normalisation mean %s std %s (%s)",
+                                                    Floats(mean), Floats(std), normalisation)});
   data.notes.insert(data.notes.begin(), subset_notes.begin(), subset_notes.end());
   return data;
 }

@@ -35,9 +35,9 @@ absl::Status CheckArchiveClaims(const std::vector<ZipEntry>& index,
   uint64_t total = 0;
   for (const ZipEntry& entry : index) {
     if (entry.method == 0 && entry.uncompressed_size != entry.compressed_size) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "its entry %s is stored uncompressed in %d bytes but claims %d", entry.name,
-          entry.compressed_size, entry.uncompressed_size));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("its entry %s is stored uncompressed in %d bytes but claims %d",
+                          entry.name, entry.compressed_size, entry.uncompressed_size));
     }
     if (entry.method != 0) {
       for (const std::string& folder : storage_folders) {
@@ -51,9 +51,9 @@ absl::Status CheckArchiveClaims(const std::vector<ZipEntry>& index,
     }
     total += std::min(entry.uncompressed_size, max_unpacked_bytes + 1);
     if (total > max_unpacked_bytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "its entries unpack to more than %d bytes (at %s, which claims %d bytes)",
-          max_unpacked_bytes, entry.name, entry.uncompressed_size));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("its entries unpack to more than %d bytes (at %s, which claims %d bytes)",
+                          max_unpacked_bytes, entry.name, entry.uncompressed_size));
     }
   }
   return absl::OkStatus();
@@ -61,12 +61,12 @@ absl::Status CheckArchiveClaims(const std::vector<ZipEntry>& index,
 
 int64_t StorageElementSize(absl::string_view type) {
   static const auto* sizes = new std::map<std::string, int64_t, std::less<>>{
-      {"DoubleStorage", 8},     {"FloatStorage", 4},        {"HalfStorage", 2},
-      {"BFloat16Storage", 2},   {"LongStorage", 8},         {"IntStorage", 4},
-      {"ShortStorage", 2},      {"CharStorage", 1},         {"ByteStorage", 1},
-      {"BoolStorage", 1},       {"ComplexFloatStorage", 8}, {"ComplexDoubleStorage", 16},
-      {"QInt8Storage", 1},      {"QUInt8Storage", 1},       {"QInt32Storage", 4},
-      {"QUInt4x2Storage", 1},   {"QUInt2x4Storage", 1}};
+      {"DoubleStorage", 8},   {"FloatStorage", 4},        {"HalfStorage", 2},
+      {"BFloat16Storage", 2}, {"LongStorage", 8},         {"IntStorage", 4},
+      {"ShortStorage", 2},    {"CharStorage", 1},         {"ByteStorage", 1},
+      {"BoolStorage", 1},     {"ComplexFloatStorage", 8}, {"ComplexDoubleStorage", 16},
+      {"QInt8Storage", 1},    {"QUInt8Storage", 1},       {"QInt32Storage", 4},
+      {"QUInt4x2Storage", 1}, {"QUInt2x4Storage", 1}};
   const auto it = sizes->find(absl::StripPrefix(type, "torch."));
   return it == sizes->end() ? 0 : it->second;
 }
@@ -164,8 +164,9 @@ absl::StatusOr<ValuePtr> PersistentStorage(const Value& id, const RecordSizes& r
   if (id.kind != Value::kTuple || id.items.size() != 5 || !is(0, Value::kString) ||
       id.items[0]->text != "storage" || !is(1, Value::kGlobal) || !is(2, Value::kString) ||
       !is(3, Value::kString) || !is(4, Value::kInt)) {
-    return Problem("refused: a persistent id that is not a storage's ('storage', type, key, "
-                   "location, size)");
+    return Problem(
+        "refused: a persistent id that is not a storage's ('storage', type, key, "
+        "location, size)");
   }
   auto storage = std::make_shared<Value>();
   storage->kind = Value::kStorage;
@@ -269,9 +270,7 @@ class Scanner {
     stack_.resize(depth);
     return items;
   }
-  absl::Status NeedTop() const {
-    return stack_.size() > Floor() ? absl::OkStatus() : Malformed();
-  }
+  absl::Status NeedTop() const { return stack_.size() > Floor() ? absl::OkStatus() : Malformed(); }
 
   // A new container (list, dict, set, or an object a call made) holding values of `depth`.
   static ValuePtr Container(int depth = 0) {
@@ -358,18 +357,18 @@ class Scanner {
       absl::StatusOr<ValuePtr> tensor = RebuiltTensor(**args);
       if (!tensor.ok()) return tensor.status();
       if (!(*tensor)->problem.empty() && unnamed_problem_.empty()) {
-        unnamed_problem_ = absl::StrCat("a tensor: ", (*tensor)->problem,
-                                        ": the file is damaged or was altered");
+        unnamed_problem_ =
+            absl::StrCat("a tensor: ", (*tensor)->problem, ": the file is damaged or was altered");
       }
       Push(*std::move(tensor));
       return absl::OkStatus();
     }
     for (const ValuePtr& item : (*args)->items) {
       if (item->kind == Value::kStorage) {
-        return Problem(absl::StrCat("refused: the storage ", item->text, " is used by ",
-                                    (*callable)->kind == Value::kGlobal ? (*callable)->text
-                                                                        : "a computed callable",
-                                    " (only plain dense tensors are read)"));
+        return Problem(absl::StrCat(
+            "refused: the storage ", item->text, " is used by ",
+            (*callable)->kind == Value::kGlobal ? (*callable)->text : "a computed callable",
+            " (only plain dense tensors are read)"));
       }
     }
     ValuePtr result = Container();
@@ -386,34 +385,56 @@ class Scanner {
 
   absl::Status Step(uint8_t op, size_t start) {
     switch (op) {
-      case 0x80: return cursor_.Take(1).status();  // PROTO
-      case 0x95: return cursor_.Take(8).status();  // FRAME
-      case '(': marks_.push_back(stack_.size()); return absl::OkStatus();  // MARK
-      case 'N': case 0x88: case 0x89:  // NONE, NEWTRUE, NEWFALSE
+      case 0x80:
+        return cursor_.Take(1).status();  // PROTO
+      case 0x95:
+        return cursor_.Take(8).status();  // FRAME
+      case '(':
+        marks_.push_back(stack_.size());
+        return absl::OkStatus();  // MARK
+      case 'N':
+      case 0x88:
+      case 0x89:  // NONE, NEWTRUE, NEWFALSE
         Push(nullptr);
         return absl::OkStatus();
-      case ']': case '}': case 0x8f:  // EMPTY_LIST, EMPTY_DICT, EMPTY_SET
+      case ']':
+      case '}':
+      case 0x8f:  // EMPTY_LIST, EMPTY_DICT, EMPTY_SET
         Push(Container());
         return absl::OkStatus();
       case ')': {  // EMPTY_TUPLE
         Push(Tuple({}).value());
         return absl::OkStatus();
       }
-      case 'K': return Constant(op, 1);  // BININT1
-      case 'M': return Constant(op, 2);  // BININT2
-      case 'J': return Constant(op, 4);  // BININT
-      case 'G': return Constant(op, 8);  // BINFLOAT
-      case 0x8a: return Sized(op, 1);    // LONG1
-      case 0x8b: return Sized(op, 4);    // LONG4
-      case 'X': return Sized(op, 4);     // BINUNICODE
-      case 0x8c: return Sized(op, 1);    // SHORT_BINUNICODE
-      case 0x8d: return Sized(op, 8);    // BINUNICODE8
-      case 'T': return Sized(op, 4);     // BINSTRING
-      case 'U': return Sized(op, 1);     // SHORT_BINSTRING
-      case 'B': return Sized(op, 4);     // BINBYTES
-      case 'C': return Sized(op, 1);     // SHORT_BINBYTES
-      case 0x8e: return Sized(op, 8);    // BINBYTES8
-      case 'c': {                        // GLOBAL
+      case 'K':
+        return Constant(op, 1);  // BININT1
+      case 'M':
+        return Constant(op, 2);  // BININT2
+      case 'J':
+        return Constant(op, 4);  // BININT
+      case 'G':
+        return Constant(op, 8);  // BINFLOAT
+      case 0x8a:
+        return Sized(op, 1);  // LONG1
+      case 0x8b:
+        return Sized(op, 4);  // LONG4
+      case 'X':
+        return Sized(op, 4);  // BINUNICODE
+      case 0x8c:
+        return Sized(op, 1);  // SHORT_BINUNICODE
+      case 0x8d:
+        return Sized(op, 8);  // BINUNICODE8
+      case 'T':
+        return Sized(op, 4);  // BINSTRING
+      case 'U':
+        return Sized(op, 1);  // SHORT_BINSTRING
+      case 'B':
+        return Sized(op, 4);  // BINBYTES
+      case 'C':
+        return Sized(op, 1);  // SHORT_BINBYTES
+      case 0x8e:
+        return Sized(op, 8);  // BINBYTES8
+      case 'c': {             // GLOBAL
         absl::StatusOr<std::string> module = cursor_.Line();
         if (!module.ok()) return module.status();
         absl::StatusOr<std::string> name = cursor_.Line();
@@ -427,13 +448,16 @@ class Scanner {
         if (!module.ok()) return module.status();
         return Global((*module)->text, (*name)->text);
       }
-      case 'q': case 'r': {  // BINPUT, LONG_BINPUT
+      case 'q':
+      case 'r': {  // BINPUT, LONG_BINPUT
         absl::StatusOr<uint64_t> id = cursor_.Little(op == 'q' ? 1 : 4);
         if (!id.ok()) return id.status();
         return Memo(*id);
       }
-      case 0x94: return Memo(memo_.size());  // MEMOIZE
-      case 'h': case 'j': {                  // BINGET, LONG_BINGET
+      case 0x94:
+        return Memo(memo_.size());  // MEMOIZE
+      case 'h':
+      case 'j': {  // BINGET, LONG_BINGET
         absl::StatusOr<uint64_t> id = cursor_.Little(op == 'h' ? 1 : 4);
         if (!id.ok()) return id.status();
         const auto found = memo_.find(*id);
@@ -441,14 +465,19 @@ class Scanner {
         Push(found->second);
         return absl::OkStatus();
       }
-      case '0': return Pop().status();  // POP
-      case '1': return PopMark().status();  // POP_MARK
-      case '2': {  // DUP
+      case '0':
+        return Pop().status();  // POP
+      case '1':
+        return PopMark().status();  // POP_MARK
+      case '2': {                   // DUP
         if (absl::Status s = NeedTop(); !s.ok()) return s;
         Push(stack_.back());
         return absl::OkStatus();
       }
-      case 't': case 0x85: case 0x86: case 0x87: {  // TUPLE, TUPLE1-3
+      case 't':
+      case 0x85:
+      case 0x86:
+      case 0x87: {  // TUPLE, TUPLE1-3
         std::vector<ValuePtr> items;
         if (op == 't') {
           absl::StatusOr<std::vector<ValuePtr>> above = PopMark();
@@ -467,7 +496,9 @@ class Scanner {
         Push(*std::move(tuple));
         return absl::OkStatus();
       }
-      case 'l': case 'd': case 0x91: {  // LIST, DICT, FROZENSET
+      case 'l':
+      case 'd':
+      case 0x91: {  // LIST, DICT, FROZENSET
         absl::StatusOr<std::vector<ValuePtr>> items = PopMark();
         if (!items.ok()) return items.status();
         if (op == 'd') {
@@ -495,7 +526,9 @@ class Scanner {
         if (absl::Status s = CheckEntry(**key, **value); !s.ok()) return s;
         return NestInTop({*key, *value});
       }
-      case 'e': case 'u': case 0x90: {  // APPENDS, SETITEMS, ADDITEMS
+      case 'e':
+      case 'u':
+      case 0x90: {  // APPENDS, SETITEMS, ADDITEMS
         absl::StatusOr<std::vector<ValuePtr>> items = PopMark();
         if (!items.ok()) return items.status();
         if (op == 'u') {
@@ -505,8 +538,10 @@ class Scanner {
         }
         return NestInTop(*items);
       }
-      case 'R': case 0x81: return Call();  // REDUCE, NEWOBJ
-      case 'b': {                          // BUILD: the object stays, its state is consumed
+      case 'R':
+      case 0x81:
+        return Call();  // REDUCE, NEWOBJ
+      case 'b': {       // BUILD: the object stays, its state is consumed
         absl::StatusOr<ValuePtr> state = Pop();
         if (!state.ok()) return state.status();
         return NestInTop({*state});

@@ -67,9 +67,9 @@ struct Value {
   int64_t integer = 0;                              // kInt
   std::string text;                                 // kString; kGlobal "module.name"; kStorage key
   std::vector<std::shared_ptr<const Value>> items;  // kTuple
-  int64_t numel = 0;         // kStorage: elements, as the pickle claims
-  int64_t element_size = 0;  // kStorage: bytes per element
-  std::string problem;       // kStorage, kTensor: why its data does not fit ("" if it fits)
+  int64_t numel = 0;                                // kStorage: elements, as the pickle claims
+  int64_t element_size = 0;                         // kStorage: bytes per element
+  std::string problem;  // kStorage, kTensor: why its data does not fit ("" if it fits)
   // Containers (tuples, lists, dicts, objects): 1 + the deepest value put in them so far. Mutable:
   // a list grows after it was made (APPEND), through every reference to it (the memo's too).
   mutable int depth = 0;

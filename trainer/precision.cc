@@ -28,8 +28,8 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view name, const FieldChec
     if (name == PrecisionName(precision)) return precision;
   }
   if (name.empty()) return Precision::kFp32;
-  return fields.Error(field, absl::StrFormat("unknown precision \"%s\" %s", name,
-                                             KnownNames(PrecisionNames())));
+  return fields.Error(
+      field, absl::StrFormat("unknown precision \"%s\" %s", name, KnownNames(PrecisionNames())));
 }
 
 }  // namespace mpsd::trainer

@@ -76,8 +76,9 @@ absl::Status ExpandInput(const std::string& input, int i, std::vector<InputFile>
       return Fields().Error(field, absl::StrCat(input, ": cannot list: ", error.message()));
     }
     if (images.empty()) {
-      return Fields().Error(field, absl::StrCat(input, ": a folder without .png, .jpg or .jpeg "
-                                                       "files"));
+      return Fields().Error(field, absl::StrCat(input,
+                                                ": a folder without .png, .jpg or .jpeg "
+                                                "files"));
     }
     std::sort(images.begin(), images.end());
     for (std::string& image : images) files.push_back({std::move(image), false});
@@ -91,9 +92,10 @@ absl::Status ExpandInput(const std::string& input, int i, std::vector<InputFile>
   } else if (absl::AsciiStrToLower(path.extension().string()) == ".pt") {
     files.push_back({input, true});
   } else {
-    return Fields().Error(field, absl::StrCat(input, ": not a PNG or JPEG file (.png, .jpg, "
-                                                     ".jpeg), a folder of them or a .pt tensors "
-                                                     "file"));
+    return Fields().Error(field, absl::StrCat(input,
+                                              ": not a PNG or JPEG file (.png, .jpg, "
+                                              ".jpeg), a folder of them or a .pt tensors "
+                                              "file"));
   }
   return absl::OkStatus();
 }
@@ -102,13 +104,14 @@ absl::StatusOr<PredictPlan> ResolvePredictJob(const mpsd::v1::PredictJob& job,
                                               const DeviceInventory& inventory,
                                               const api::Executor::Options& options) {
   PredictPlan plan;
-  absl::StatusOr<TrainedModel> model = ReadTrainedModel(job.model(), options.artifacts_dir,
-                                                        Fields());
+  absl::StatusOr<TrainedModel> model =
+      ReadTrainedModel(job.model(), options.artifacts_dir, Fields());
   if (!model.ok()) return model.status();
   plan.model = *std::move(model);
   if (job.inputs().empty()) {
-    return Fields().Error("inputs", "at least one required: image files, folders of images or "
-                                    ".pt tensors files");
+    return Fields().Error("inputs",
+                          "at least one required: image files, folders of images or "
+                          ".pt tensors files");
   }
   for (int i = 0; i < job.inputs_size(); ++i) {
     if (absl::Status s = ExpandInput(job.inputs(i), i, plan.files); !s.ok()) return s;
@@ -116,14 +119,14 @@ absl::StatusOr<PredictPlan> ResolvePredictJob(const mpsd::v1::PredictJob& job,
   const int64_t images = std::count_if(plan.files.begin(), plan.files.end(),
                                        [](const InputFile& f) { return !f.tensors; });
   if (images > kMaxImages) {
-    return Fields().Error("inputs", absl::StrFormat("%d images; at most %d in one job", images,
-                                                    kMaxImages));
+    return Fields().Error("inputs",
+                          absl::StrFormat("%d images; at most %d in one job", images, kMaxImages));
   }
   if (images > 0 && plan.model.config.input_shape.size() != 3) {
-    return Fields().Error("inputs", absl::StrFormat("images, but the model of %s takes inputs "
-                                                    "of %d dimension(s), not [C, H, W]",
-                                                    plan.model.label,
-                                                    plan.model.config.input_shape.size()));
+    return Fields().Error("inputs",
+                          absl::StrFormat("images, but the model of %s takes inputs "
+                                          "of %d dimension(s), not [C, H, W]",
+                                          plan.model.label, plan.model.config.input_shape.size()));
   }
   if (job.has_top_k()) {
     if (absl::Status s = Fields().InRange("top_k", job.top_k(), 1, kMaxTopK); !s.ok()) return s;
@@ -151,8 +154,7 @@ torch::Tensor Preprocess(torch::Tensor x, const TrainedModel& model) {
 }
 
 // Every input as [N, ...input shape] float32 on the CPU, and their names, in order.
-absl::StatusOr<torch::Tensor> ReadInputs(const PredictPlan& plan,
-                                         std::vector<std::string>& names) {
+absl::StatusOr<torch::Tensor> ReadInputs(const PredictPlan& plan, std::vector<std::string>& names) {
   const std::vector<int64_t>& shape = plan.model.config.input_shape;
   std::vector<torch::Tensor> parts;
   for (const InputFile& file : plan.files) {
@@ -160,10 +162,10 @@ absl::StatusOr<torch::Tensor> ReadInputs(const PredictPlan& plan,
       absl::StatusOr<torch::Tensor> x = ReadInputsFile(file.path);
       if (!x.ok()) return x.status();
       if (x->sizes().slice(1).vec() != shape) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: x: examples of shape [%s], but the model of %s takes [%s]", file.path,
-            absl::StrJoin(x->sizes().slice(1), ", "), plan.model.label,
-            absl::StrJoin(shape, ", ")));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: x: examples of shape [%s], but the model of %s takes [%s]",
+                            file.path, absl::StrJoin(x->sizes().slice(1), ", "), plan.model.label,
+                            absl::StrJoin(shape, ", ")));
       }
       for (int64_t i = 0; i < x->size(0); ++i) {
         names.push_back(absl::StrCat(file.path, "[", i, "]"));
@@ -272,9 +274,8 @@ absl::Status RunPredictJob(const mpsd::v1::PredictJob& job, const DeviceInventor
                            const std::atomic<bool>& cancelled) {
   const Clock::time_point start = Clock::now();
   absl::StatusOr<PredictPlan> plan;
-  if (absl::Status s = CatchTorchErrors([&] {
-        return (plan = ResolvePredictJob(job, inventory, options)).status();
-      });
+  if (absl::Status s = CatchTorchErrors(
+          [&] { return (plan = ResolvePredictJob(job, inventory, options)).status(); });
       !s.ok()) {
     return s;
   }

@@ -44,10 +44,10 @@ absl::Status StepProfiler::Stop() {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path_, ec);
   if (ec || size == 0) {
-    return absl::InternalError(absl::StrCat(
-        "profile: LibTorch's profiler wrote no trace to ", path_,
-        ec ? absl::StrCat(" (", ec.message(), ")") : std::string(" (an empty file)"),
-        "; a LibTorch built without Kineto records nothing"));
+    return absl::InternalError(
+        absl::StrCat("profile: LibTorch's profiler wrote no trace to ", path_,
+                     ec ? absl::StrCat(" (", ec.message(), ")") : std::string(" (an empty file)"),
+                     "; a LibTorch built without Kineto records nothing"));
   }
   written_ = true;
   return absl::OkStatus();

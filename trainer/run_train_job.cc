@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -52,27 +52,27 @@ constexpr char kScaleName[] = "grad_scaler_scale";
 constexpr char kGrowthTrackerName[] = "grad_scaler_growth_tracker";
 // ...the position inside an epoch and its running figures (LoopPosition), the divergence
 // check's counters and the early-stopping state. Absent from older checkpoints: then zero.
-constexpr char kEpochLossSumName[] = "loop_epoch_loss_sum";      // [] float64
-constexpr char kEpochCorrectName[] = "loop_epoch_correct";       // [] int64
-constexpr char kEpochExamplesName[] = "loop_epoch_examples";     // [] int64
-constexpr char kEpochSkippedName[] = "loop_epoch_skipped";       // [] int64
-constexpr char kEpochSecondsName[] = "loop_epoch_seconds";       // [] float64
-constexpr char kSkippedName[] = "divergence_skipped";            // [] int64
-constexpr char kHasFiniteName[] = "divergence_has_finite";       // [] int64, 0 or 1
+constexpr char kEpochLossSumName[] = "loop_epoch_loss_sum";            // [] float64
+constexpr char kEpochCorrectName[] = "loop_epoch_correct";             // [] int64
+constexpr char kEpochExamplesName[] = "loop_epoch_examples";           // [] int64
+constexpr char kEpochSkippedName[] = "loop_epoch_skipped";             // [] int64
+constexpr char kEpochSecondsName[] = "loop_epoch_seconds";             // [] float64
+constexpr char kSkippedName[] = "divergence_skipped";                  // [] int64
+constexpr char kHasFiniteName[] = "divergence_has_finite";             // [] int64, 0 or 1
 constexpr char kLastFiniteLossName[] = "divergence_last_finite_loss";  // [] float64
 constexpr char kLastFiniteStepName[] = "divergence_last_finite_step";  // [] int64
-constexpr char kBestName[] = "early_stopping_best";              // [] float64, NaN = none yet
-constexpr char kBestEpochName[] = "early_stopping_best_epoch";   // [] int64
-constexpr char kWaitedName[] = "early_stopping_waited";          // [] int64
+constexpr char kBestName[] = "early_stopping_best";                    // [] float64, NaN = none yet
+constexpr char kBestEpochName[] = "early_stopping_best_epoch";         // [] int64
+constexpr char kWaitedName[] = "early_stopping_waited";                // [] int64
 
 // An MPS job's log says what an operator the MPS backend lacks does: PyTorch reads
 // PYTORCH_ENABLE_MPS_FALLBACK (mpsd's config executor.mps_fallback sets it for the executor).
 std::string MpsFallbackText() {
   const char* value = std::getenv("PYTORCH_ENABLE_MPS_FALLBACK");
   const bool on = value != nullptr && std::string(value) == "1";
-  return absl::StrCat("MPS fallback ", on ? "on" : "off", " (PYTORCH_ENABLE_MPS_FALLBACK=",
-                      value != nullptr ? value : "", "): an operator MPS lacks ",
-                      on ? "runs on the CPU" : "fails the job");
+  return absl::StrCat("MPS fallback ", on ? "on" : "off",
+                      " (PYTORCH_ENABLE_MPS_FALLBACK=", value != nullptr ? value : "",
+                      "): an operator MPS lacks ", on ? "runs on the CPU" : "fails the job");
 }
 
 double SecondsSince(Clock::time_point start) {
@@ -97,13 +97,13 @@ void RecordLoadedData(const TrainJobConfig& job, const DeviceDataset& data, doub
   summary.set_validation(data.validation);
   summary.set_data_load_time_s(load_seconds);
   for (const std::string& note : data.notes) EmitLog(sink, note);
-  EmitLog(sink, absl::StrFormat("loaded %s: %d train, %s%d test examples in %.2f s on %s",
-                                job.dataset.info->name, data.train.size(),
-                                data.val.size() > 0
-                                    ? absl::StrFormat("%d validation (%s), ", data.val.size(),
-                                                      data.validation)
-                                    : std::string(),
-                                data.test.size(), load_seconds, DeviceString(job.device)));
+  EmitLog(sink, absl::StrFormat(
+                    "loaded %s: %d train, %s%d test examples in %.2f s on %s",
+                    job.dataset.info->name, data.train.size(),
+                    data.val.size() > 0
+                        ? absl::StrFormat("%d validation (%s), ", data.val.size(), data.validation)
+                        : std::string(),
+                    data.test.size(), load_seconds, DeviceString(job.device)));
   // image_folder and tensors: the class names (index = class), where the data lives, and what
   // on_bad_image: skip left out.
   for (const std::string& name : data.class_names) summary.add_class_names(name);
@@ -121,8 +121,7 @@ std::string DescribeStep(const TrainJobConfig& job) {
     absl::StrAppendFormat(&step, " × %d accumulated", job.grad_accumulation_steps);
   }
   if (job.grad_clip_norm > 0) absl::StrAppendFormat(&step, ", clip norm %g", job.grad_clip_norm);
-  absl::StrAppendFormat(&step, ", task %s, loss %s", TaskName(job.task.kind),
-                        job.task.Describe());
+  absl::StrAppendFormat(&step, ", task %s, loss %s", TaskName(job.task.kind), job.task.Describe());
   if (job.drop_last) absl::StrAppend(&step, ", drop_last");
   return step;
 }
@@ -136,9 +135,9 @@ std::string DescribeTraining(const TrainJobConfig& job, const Schedule& schedule
   return absl::StrFormat(
       "training %s (%d parameters): %s, schedule %s, precision %s, %s, %d epoch(s) of %d "
       "step(s), seed %d",
-      job.model != nullptr ? job.model->name : absl::string_view(job.torchscript_path),
-      parameters, DescribeOptimizer(job.optimizer), DescribeSchedule(c),
-      PrecisionName(job.precision), DescribeStep(job), job.epochs, c.steps_per_epoch, job.seed);
+      job.model != nullptr ? job.model->name : absl::string_view(job.torchscript_path), parameters,
+      DescribeOptimizer(job.optimizer), DescribeSchedule(c), PrecisionName(job.precision),
+      DescribeStep(job), job.epochs, c.steps_per_epoch, job.seed);
 }
 
 namespace {
@@ -237,7 +236,6 @@ void SetStopReason(const absl::Status& status, mpsd::v1::JobSummary& s) {
 
 namespace {
 
-
 // What one job works with once its data is loaded and its model built.
 struct JobState {
   // A distributed job's process group, connected before anything else; nullptr otherwise.
@@ -285,12 +283,12 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ConnectRanks(const TrainJobConfig&
   const Clock::time_point start = Clock::now();
   absl::StatusOr<std::unique_ptr<DataParallel>> connected = DataParallel::Connect(d, job.device);
   if (!connected.ok()) return connected.status();
-  EmitLog(sink, absl::StrFormat(
-                    "distributed: rank %d of %d (node %d of %d, local rank %d) on %s, %s, "
-                    "rendezvous %s:%d in %.2f s",
-                    d.rank, d.world_size, d.node_rank, d.nnodes, d.local_rank,
-                    DeviceString(job.device), DistributedBackendName(d.backend), d.master_addr,
-                    d.master_port, SecondsSince(start)));
+  EmitLog(sink,
+          absl::StrFormat("distributed: rank %d of %d (node %d of %d, local rank %d) on %s, %s, "
+                          "rendezvous %s:%d in %.2f s",
+                          d.rank, d.world_size, d.node_rank, d.nnodes, d.local_rank,
+                          DeviceString(job.device), DistributedBackendName(d.backend),
+                          d.master_addr, d.master_port, SecondsSince(start)));
   return connected;
 }
 
@@ -325,9 +323,13 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
     for (std::string& note : notes) EmitLog(sink, std::move(note));
   }
   if (job.channels_last) ToChannelsLast(**model);  // before the optimizer sees the parameters
-  auto state = std::unique_ptr<JobState>(new JobState{*std::move(data_parallel), *std::move(data),
-                                                      *std::move(schedule), *std::move(model),
-                                                      nullptr, {}, {}});
+  auto state = std::unique_ptr<JobState>(new JobState{*std::move(data_parallel),
+                                                      *std::move(data),
+                                                      *std::move(schedule),
+                                                      *std::move(model),
+                                                      nullptr,
+                                                      {},
+                                                      {}});
   if (state->data_parallel != nullptr) {
     // DDP's construction: every rank starts from rank 0's weights; each evaluates its part.
     state->data_parallel->Broadcast(*state->model);
@@ -352,8 +354,7 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   return state;
 }
 
-TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
-                              JobState& state) {
+TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback, JobState& state) {
   TrainOptions options;
   options.learning_rate_scales = state.learning_rate_scales;
   options.batch_size = job.batch_size;
@@ -429,8 +430,8 @@ void RestoreExtraState(const ExtraState& extra, const CheckpointInfo& info, Loop
   position.divergence.has_finite = i64(kHasFiniteName) != 0;
   position.divergence.last_finite_loss = f64(kLastFiniteLossName);
   position.divergence.last_finite_step = i64(kLastFiniteStepName);
-  const double value = extra.at(kBestName).defined() ? f64(kBestName)
-                                                     : std::numeric_limits<double>::quiet_NaN();
+  const double value =
+      extra.at(kBestName).defined() ? f64(kBestName) : std::numeric_limits<double>::quiet_NaN();
   best.best = std::isnan(value) ? std::nullopt : std::optional<double>(value);
   best.best_epoch = static_cast<int>(i64(kBestEpochName));
   best.waited = static_cast<int>(i64(kWaitedName));
@@ -464,9 +465,9 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, Train
   if (!checked.ok()) return checked.status();
   ExtraState extra;
   for (const char* name :
-       {kScaleName, kGrowthTrackerName, kEpochLossSumName, kEpochCorrectName,
-        kEpochExamplesName, kEpochSkippedName, kEpochSecondsName, kSkippedName, kHasFiniteName,
-        kLastFiniteLossName, kLastFiniteStepName, kBestName, kBestEpochName, kWaitedName}) {
+       {kScaleName, kGrowthTrackerName, kEpochLossSumName, kEpochCorrectName, kEpochExamplesName,
+        kEpochSkippedName, kEpochSecondsName, kSkippedName, kHasFiniteName, kLastFiniteLossName,
+        kLastFiniteStepName, kBestName, kBestEpochName, kWaitedName}) {
     extra[name] = torch::Tensor();
   }
   absl::StatusOr<RestoredCheckpoint> restored =
@@ -497,13 +498,12 @@ absl::Status RestoreCheckpoint(const TrainJobConfig& job, JobState& state, Train
       summary.set_best_model_path(best_model.string());
     }
   }
-  EmitLog(sink, absl::StrFormat(
-                    "resumed from %s: epoch %d, step %d%s", job.resume_path, position.epoch,
-                    position.step,
-                    position.epoch_steps > 0
-                        ? absl::StrFormat(" (step %d of the epoch, in its order)",
-                                          position.epoch_steps)
-                        : std::string(" (the epoch's start)")));
+  EmitLog(sink, absl::StrFormat("resumed from %s: epoch %d, step %d%s", job.resume_path,
+                                position.epoch, position.step,
+                                position.epoch_steps > 0
+                                    ? absl::StrFormat(" (step %d of the epoch, in its order)",
+                                                      position.epoch_steps)
+                                    : std::string(" (the epoch's start)")));
   return absl::OkStatus();
 }
 
@@ -539,10 +539,9 @@ class Checkpointer {
     switch (moment) {
       case CheckpointMoment::kEpochEnd: {
         const int epoch = position.epoch - 1;  // the epoch that ended
-        periodic = (job_.checkpoint_every_epochs > 0 &&
-                    epoch % job_.checkpoint_every_epochs == 0) ||
-                   (job_.checkpoint_every_steps > 0 &&
-                    position.step % job_.checkpoint_every_steps == 0);
+        periodic =
+            (job_.checkpoint_every_epochs > 0 && epoch % job_.checkpoint_every_epochs == 0) ||
+            (job_.checkpoint_every_steps > 0 && position.step % job_.checkpoint_every_steps == 0);
         best = job_.checkpoint_keep_best && best_epoch_pending_;
         best_epoch_pending_ = false;
         break;
@@ -573,10 +572,10 @@ class Checkpointer {
     if (!saved.ok()) return saved.status();
     written_step_ = position.step;
     if (moment == CheckpointMoment::kStopping) {
-      EmitLog(sink_, absl::StrFormat("stopping: checkpoint at step %d (epoch %d, step %d of it) "
-                                     "written as %s",
-                                     position.step, position.epoch, position.epoch_steps,
-                                     saved->path()));
+      EmitLog(sink_,
+              absl::StrFormat("stopping: checkpoint at step %d (epoch %d, step %d of it) "
+                              "written as %s",
+                              position.step, position.epoch, position.epoch_steps, saved->path()));
     }
     JobEvent event;
     *event.mutable_checkpoint() = *saved;
@@ -639,8 +638,8 @@ AfterEvaluationHook BestEpochHook(const TrainJobConfig& job, JobState& state,
       stop_note = absl::StrFormat(
           "early stopping after epoch %d: %s did not improve by more than %g for %d evaluated "
           "epoch(s); best epoch %d (%s %.6g)",
-          epoch.epoch(), config.monitor, config.min_delta, config.patience,
-          stopping.best_epoch(), config.monitor, stopping.best_value().value_or(0));
+          epoch.epoch(), config.monitor, config.min_delta, config.patience, stopping.best_epoch(),
+          config.monitor, stopping.best_value().value_or(0));
     }
     return stop;
   };
@@ -657,8 +656,8 @@ std::unique_ptr<StepProfiler> MakeProfiler(const TrainJobConfig& job) {
 
 // Writes what the profiler still holds (a job that ended inside the range), names the trace
 // in the summary and the log.
-absl::Status FinishProfile(const TrainJobConfig& job, StepProfiler* profiler,
-                           const EventSink& sink, mpsd::v1::JobSummary& summary) {
+absl::Status FinishProfile(const TrainJobConfig& job, StepProfiler* profiler, const EventSink& sink,
+                           mpsd::v1::JobSummary& summary) {
   if (profiler == nullptr) return absl::OkStatus();
   if (absl::Status s = profiler->Finish(); !s.ok()) return s;
   if (!profiler->written()) {
@@ -677,16 +676,14 @@ absl::Status FinishProfile(const TrainJobConfig& job, StepProfiler* profiler,
 }
 
 // Sets up, restores, trains and saves. The data, model and optimizer are released on return.
-absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
-                          const EventSink& sink, const std::atomic<bool>& cancelled,
-                          SummaryBuilder& summary) {
+absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback, const EventSink& sink,
+                          const std::atomic<bool>& cancelled, SummaryBuilder& summary) {
   absl::StatusOr<std::unique_ptr<JobState>> state = SetUp(job, sink, summary.summary());
   if (!state.ok()) return state.status();
   JobState& s = **state;
   TrainOptions options = MakeTrainOptions(job, steps_per_readback, s);
   EarlyStopping stopping(BestEpochConfig(job));
-  if (absl::Status restored =
-          RestoreCheckpoint(job, s, options, stopping, sink, summary.summary());
+  if (absl::Status restored = RestoreCheckpoint(job, s, options, stopping, sink, summary.summary());
       !restored.ok()) {
     return restored;
   }
@@ -713,11 +710,11 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback,
   if (status.ok() && s.data_parallel != nullptr) {
     uint64_t fingerprint = 0;
     const bool agree = s.data_parallel->WeightsAgree(*s.model, fingerprint);
-    EmitLog(sink, absl::StrFormat("distributed: final weights %s across %d ranks (rank %d's "
-                                  "fingerprint %016x)",
-                                  agree ? "bitwise identical" : "DIFFER",
-                                  s.data_parallel->world_size(), s.data_parallel->rank(),
-                                  fingerprint));
+    EmitLog(sink,
+            absl::StrFormat("distributed: final weights %s across %d ranks (rank %d's "
+                            "fingerprint %016x)",
+                            agree ? "bitwise identical" : "DIFFER", s.data_parallel->world_size(),
+                            s.data_parallel->rank(), fingerprint));
     if (!agree) status = absl::InternalError("distributed: the ranks' final weights differ");
   }
   if (status.ok() && job.distributed.rank == 0) {

@@ -27,16 +27,15 @@ double AnnealLinear(double start, double end, double pct) { return (end - start)
 constexpr Interval kMomentumInterval = {0, true, 1, false};  // [0, 1)
 constexpr Interval kPctStartInterval = {0, true, 1, true};   // [0, 1]
 
-absl::StatusOr<ScheduleKind> ParseScheduleName(const std::string& name,
-                                               const FieldChecks& fields) {
+absl::StatusOr<ScheduleKind> ParseScheduleName(const std::string& name, const FieldChecks& fields) {
   if (name.empty()) return ScheduleKind::kConstant;
   for (const ScheduleKind kind : {ScheduleKind::kConstant, ScheduleKind::kStep,
                                   ScheduleKind::kCosine, ScheduleKind::kOneCycle}) {
     if (name == ScheduleName(kind)) return kind;
   }
-  return fields.Error("name", absl::StrFormat("unknown schedule \"%s\" %s", name,
-                                              KnownNames({"constant", "step", "cosine",
-                                                          "onecycle"})));
+  return fields.Error("name",
+                      absl::StrFormat("unknown schedule \"%s\" %s", name,
+                                      KnownNames({"constant", "step", "cosine", "onecycle"})));
 }
 
 bool HasOneCycleField(const mpsd::v1::ScheduleSpec& spec) {
@@ -135,16 +134,16 @@ absl::Status ResolveOneCycleRates(const mpsd::v1::ScheduleSpec& spec, const Fiel
   if (spec.anneal_strategy() == "linear") {
     config.anneal_cos = false;
   } else if (!spec.anneal_strategy().empty() && spec.anneal_strategy() != "cos") {
-    return fields.Error("anneal_strategy",
-                        absl::StrFormat("must be \"cos\" or \"linear\", got \"%s\"",
-                                        spec.anneal_strategy()));
+    return fields.Error(
+        "anneal_strategy",
+        absl::StrFormat("must be \"cos\" or \"linear\", got \"%s\"", spec.anneal_strategy()));
   }
   return absl::OkStatus();
 }
 
 // onecycle's momentum: cycle_momentum, base_momentum, max_momentum.
-absl::Status ResolveOneCycleMomentum(const mpsd::v1::ScheduleSpec& spec,
-                                     const FieldChecks& fields, ScheduleConfig& config) {
+absl::Status ResolveOneCycleMomentum(const mpsd::v1::ScheduleSpec& spec, const FieldChecks& fields,
+                                     ScheduleConfig& config) {
   config.cycle_momentum = !spec.has_cycle_momentum() || spec.cycle_momentum();
   if (spec.has_base_momentum()) config.base_momentum = spec.base_momentum();
   if (spec.has_max_momentum()) config.max_momentum = spec.max_momentum();
@@ -172,8 +171,8 @@ absl::Status ResolveOneCycle(const mpsd::v1::ScheduleSpec& spec, const FieldChec
 
 }  // namespace
 
-absl::StatusOr<ScheduleSettings> ResolveSchedule(const mpsd::v1::ScheduleSpec& spec,
-                                                 double base_lr, const FieldChecks& fields) {
+absl::StatusOr<ScheduleSettings> ResolveSchedule(const mpsd::v1::ScheduleSpec& spec, double base_lr,
+                                                 const FieldChecks& fields) {
   ScheduleSettings settings;
   settings.config.base_lr = base_lr;
   absl::StatusOr<ScheduleKind> kind = ParseScheduleName(spec.name(), fields);
@@ -251,9 +250,9 @@ absl::StatusOr<Schedule> Schedule::Create(const ScheduleConfig& config) {
       break;
     case ScheduleKind::kCosine:
       if (config.warmup_steps >= config.total_steps && config.warmup_steps > 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "warm-up of %d steps leaves no step of the job's %d for the cosine",
-            config.warmup_steps, config.total_steps));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("warm-up of %d steps leaves no step of the job's %d for the cosine",
+                            config.warmup_steps, config.total_steps));
       }
       break;
     case ScheduleKind::kOneCycle:

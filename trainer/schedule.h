@@ -72,8 +72,8 @@ struct ScheduleSettings {
 // optimizer's learning rate (onecycle's max_lr defaults to it). INVALID_ARGUMENT from `fields`
 // (the spec's path, "train_job.schedule") for an unknown name, a value out of range, or a field
 // of another schedule ("gamma" for cosine). Thread-safe.
-absl::StatusOr<ScheduleSettings> ResolveSchedule(const mpsd::v1::ScheduleSpec& spec,
-                                                 double base_lr, const FieldChecks& fields);
+absl::StatusOr<ScheduleSettings> ResolveSchedule(const mpsd::v1::ScheduleSpec& spec, double base_lr,
+                                                 const FieldChecks& fields);
 
 // A schedule as a function of the step. Immutable, so any thread may use it.
 class Schedule {

@@ -5,9 +5,9 @@
 #include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -138,13 +138,17 @@ class PickleRewriter {
   static ValuePtr ValueOf(uint8_t op, absl::string_view arg) {
     auto value = std::make_shared<Value>();
     switch (op) {
-      case 'K': case 'M': case 'J': case 0x8a:  // BININT1, BININT2, BININT, LONG1
+      case 'K':
+      case 'M':
+      case 'J':
+      case 0x8a:  // BININT1, BININT2, BININT, LONG1
         if (const std::optional<int64_t> integer = pickle::IntArgument(op, arg)) {
           value->kind = Value::kInt;
           value->integer = *integer;
         }
         break;
-      case 'X': case 0x8c:  // BINUNICODE, SHORT_BINUNICODE
+      case 'X':
+      case 0x8c:  // BINUNICODE, SHORT_BINUNICODE
         value->kind = Value::kString;
         value->text = std::string(arg);
         break;
@@ -201,8 +205,8 @@ class PickleRewriter {
   absl::Status CheckEntry(const Value& key, const Value& value) const {
     if (value.kind != Value::kTensor || value.problem.empty()) return absl::OkStatus();
     const std::string name = key.kind == Value::kString ? key.text : "(a key that is no name)";
-    return Problem(absl::StrFormat("tensor \"%s\": %s: the file is damaged or was altered",
-                                   name, value.problem));
+    return Problem(absl::StrFormat("tensor \"%s\": %s: the file is damaged or was altered", name,
+                                   value.problem));
   }
 
   absl::Status Global(size_t start) {
@@ -219,10 +223,11 @@ class PickleRewriter {
     // LibTorch's own pickler (torch::pickle_save, model.state_dict.pt) tags a typed dict with it.
     const bool type_tag = *module == "torch.jit._pickle" && *name == "restore_type_tag";
     if (!tensor && !storage && !type_tag) {
-      return Problem(absl::StrFormat("refused: the pickle names the Python object %s.%s; a "
-                                     "state dict holds only tensors in a dict, and nothing "
-                                     "else is read",
-                                     *module, *name));
+      return Problem(
+          absl::StrFormat("refused: the pickle names the Python object %s.%s; a "
+                          "state dict holds only tensors in a dict, and nothing "
+                          "else is read",
+                          *module, *name));
     }
     auto value = std::make_shared<Value>();
     value->kind = Value::kGlobal;
@@ -305,24 +310,44 @@ class PickleRewriter {
   absl::Status Step(uint8_t op, size_t start) {
     if (ordered_dict_ != kNone && op != 'q' && op != 'r') return OrderedDictCall(op);
     switch (op) {
-      case 0x80: return Copy(start, 1, 0);  // PROTO
-      case 0x95: return Copy(start, 8, 0);  // FRAME
-      case '.': return Copy(start, 0, 0);   // STOP
-      case 'c': return Global(start);
-      case 'q': return Put(start, 1);
-      case 'r': return Put(start, 4);
-      case 'h': return Get(start, 1);
-      case 'j': return Get(start, 4);
-      case 'J': return Copy(start, 4, 1);      // BININT
-      case 'K': return Copy(start, 1, 1);      // BININT1
-      case 'M': return Copy(start, 2, 1);      // BININT2
-      case 'G': return Copy(start, 8, 1);      // BINFLOAT
-      case 0x8a: return CopySized(start, 1);  // LONG1
-      case 'X': return CopySized(start, 4);   // BINUNICODE
-      case 0x8c: return CopySized(start, 1);  // SHORT_BINUNICODE
-      case '}': case ')': case ']': case 'N': case 0x88: case 0x89:
+      case 0x80:
+        return Copy(start, 1, 0);  // PROTO
+      case 0x95:
+        return Copy(start, 8, 0);  // FRAME
+      case '.':
+        return Copy(start, 0, 0);  // STOP
+      case 'c':
+        return Global(start);
+      case 'q':
+        return Put(start, 1);
+      case 'r':
+        return Put(start, 4);
+      case 'h':
+        return Get(start, 1);
+      case 'j':
+        return Get(start, 4);
+      case 'J':
+        return Copy(start, 4, 1);  // BININT
+      case 'K':
+        return Copy(start, 1, 1);  // BININT1
+      case 'M':
+        return Copy(start, 2, 1);  // BININT2
+      case 'G':
+        return Copy(start, 8, 1);  // BINFLOAT
+      case 0x8a:
+        return CopySized(start, 1);  // LONG1
+      case 'X':
+        return CopySized(start, 4);  // BINUNICODE
+      case 0x8c:
+        return CopySized(start, 1);  // SHORT_BINUNICODE
+      case '}':
+      case ')':
+      case ']':
+      case 'N':
+      case 0x88:
+      case 0x89:
         return Copy(start, 0, 1);  // EMPTY_DICT, EMPTY_TUPLE, EMPTY_LIST, NONE, NEWTRUE, NEWFALSE
-      case '(':  // MARK
+      case '(':                    // MARK
         marks_.emplace_back(stack_.size(), out_.size());
         return Copy(start, 0, 0);
       case 't': {  // TUPLE
@@ -333,7 +358,8 @@ class PickleRewriter {
         Push(*mark, *std::move(tuple));
         return Copy(start, 0, 0);
       }
-      case 'u': case 'e': {  // SETITEMS, APPENDS
+      case 'u':
+      case 'e': {  // SETITEMS, APPENDS
         if (op == 'u') {
           const std::vector<ValuePtr> pairs = AboveMark();
           for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
@@ -344,18 +370,27 @@ class PickleRewriter {
         if (stack_.empty()) return Malformed();
         return Copy(start, 0, 0);
       }
-      case 0x85: return Combine(start, 1);  // TUPLE1
-      case 0x86: return Combine(start, 2);  // TUPLE2
-      case 0x87: return Combine(start, 3);  // TUPLE3
-      case 'R': return Combine(start, 2);   // REDUCE
-      case 'Q': return Combine(start, 1);   // BINPERSID
-      case 's': return Batched(2, 'u');     // SETITEM
-      case 'a': return Batched(1, 'e');     // APPEND
-      case 'b': return Build();
+      case 0x85:
+        return Combine(start, 1);  // TUPLE1
+      case 0x86:
+        return Combine(start, 2);  // TUPLE2
+      case 0x87:
+        return Combine(start, 3);  // TUPLE3
+      case 'R':
+        return Combine(start, 2);  // REDUCE
+      case 'Q':
+        return Combine(start, 1);  // BINPERSID
+      case 's':
+        return Batched(2, 'u');  // SETITEM
+      case 'a':
+        return Batched(1, 'e');  // APPEND
+      case 'b':
+        return Build();
       default:
-        return Problem(absl::StrFormat("refused: pickle opcode 0x%02x at byte %d is not one a "
-                                       "state dict uses",
-                                       op, start));
+        return Problem(
+            absl::StrFormat("refused: pickle opcode 0x%02x at byte %d is not one a "
+                            "state dict uses",
+                            op, start));
     }
   }
 
@@ -380,11 +415,11 @@ class PickleRewriter {
   pickle::Cursor cursor_;
   const RecordSizes& records_;
   std::string out_;
-  std::vector<size_t> stack_;                      // out_ offset where each value begins
-  std::vector<ValuePtr> values_;                   // each value on stack_, as far as known
-  ValuePtr popped_;                                // the value Pop() took last
-  std::map<uint64_t, ValuePtr> memo_values_;       // memo id → its value
-  std::string unnamed_problem_;                    // the first damaged tensor's problem
+  std::vector<size_t> stack_;                     // out_ offset where each value begins
+  std::vector<ValuePtr> values_;                  // each value on stack_, as far as known
+  ValuePtr popped_;                               // the value Pop() took last
+  std::map<uint64_t, ValuePtr> memo_values_;      // memo id → its value
+  std::string unnamed_problem_;                   // the first damaged tensor's problem
   std::vector<std::pair<size_t, size_t>> marks_;  // (stack depth, out_ offset) of each MARK
   std::map<uint64_t, size_t> memo_;               // memo id → out_ offset of its BINPUT
   std::set<uint64_t> dropped_;                    // memo ids inside a dropped BUILD state
@@ -538,8 +573,8 @@ absl::StatusOr<StateDictLoad> LoadStateDict(torch::nn::Module& module, const Nam
     }
     seen.insert(name);
     if (target->second.sizes() != tensor.sizes()) {
-      const std::string shapes = absl::StrFormat("the file has %s, the model %s",
-                                                 ShapeText(tensor), ShapeText(target->second));
+      const std::string shapes = absl::StrFormat("the file has %s, the model %s", ShapeText(tensor),
+                                                 ShapeText(target->second));
       if (head.empty() || !absl::StartsWith(name, head)) {
         return absl::InvalidArgumentError(absl::StrCat(name, ": ", shapes));
       }

@@ -63,8 +63,8 @@ void StreamedSplit::Allocate(int64_t capacity) {
   for (int i = 0; i < depth_ + 1; ++i) {
     Slot slot;
     slot.staging = compat::EmptyStaging(shape, host_.scalar_type(), device_);
-    slot.device = torch::empty(shape, torch::TensorOptions().dtype(host_.scalar_type())
-                                          .device(device_));
+    slot.device =
+        torch::empty(shape, torch::TensorOptions().dtype(host_.scalar_type()).device(device_));
     slots_.push_back(std::move(slot));
   }
   capacity_ = capacity;

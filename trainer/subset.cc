@@ -62,9 +62,8 @@ std::vector<int64_t> Quotas(const std::vector<int64_t>& counts, int64_t n, int64
   std::stable_sort(remainders.begin(), remainders.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t i = 0; given < limit && i < classes; ++i, ++given) ++quota[remainders[i].second];
-  const int64_t present = std::count_if(counts.begin(), counts.end(), [](int64_t k) {
-    return k > 0;
-  });
+  const int64_t present =
+      std::count_if(counts.begin(), counts.end(), [](int64_t k) { return k > 0; });
   if (limit < present) return quota;
   for (size_t c = 0; c < classes; ++c) {
     if (counts[c] == 0 || quota[c] > 0) continue;
@@ -75,14 +74,13 @@ std::vector<int64_t> Quotas(const std::vector<int64_t>& counts, int64_t n, int64
   return quota;
 }
 
-std::vector<int64_t> Stratified(const std::vector<int64_t>& labels, int num_classes,
-                                int64_t limit, uint64_t seed) {
+std::vector<int64_t> Stratified(const std::vector<int64_t>& labels, int num_classes, int64_t limit,
+                                uint64_t seed) {
   std::vector<std::vector<int64_t>> members(num_classes);
   for (size_t i = 0; i < labels.size(); ++i) members[labels[i]].push_back(static_cast<int64_t>(i));
   std::vector<int64_t> counts;
   for (const auto& m : members) counts.push_back(static_cast<int64_t>(m.size()));
-  const std::vector<int64_t> quota =
-      Quotas(counts, static_cast<int64_t>(labels.size()), limit);
+  const std::vector<int64_t> quota = Quotas(counts, static_cast<int64_t>(labels.size()), limit);
   SplitMix64 random(seed);
   std::vector<int64_t> kept;
   kept.reserve(limit);
@@ -123,9 +121,9 @@ absl::Status CheckClasses(const SubsetRequest& request, int64_t n, Subset& subse
     if (subset.class_counts[c] == 0) missing.push_back(ClassName(request, c));
   }
   if (missing.empty()) return absl::OkStatus();
-  const std::string problem = absl::StrFormat(
-      "the %s subset (%s %d of %d examples) has no example of %s", request.split,
-      SubsetModeName(request.mode), request.limit, n, absl::StrJoin(missing, ", "));
+  const std::string problem =
+      absl::StrFormat("the %s subset (%s %d of %d examples) has no example of %s", request.split,
+                      SubsetModeName(request.mode), request.limit, n, absl::StrJoin(missing, ", "));
   if (request.allow_missing_classes) {
     subset.notes.push_back(absl::StrCat("warning: ", problem, " (allow_missing_classes: true)"));
     return absl::OkStatus();
@@ -133,8 +131,7 @@ absl::Status CheckClasses(const SubsetRequest& request, int64_t n, Subset& subse
   const std::string remedy =
       request.mode == SubsetMode::kFirst
           ? "subset: stratified keeps every class"
-          : absl::StrFormat("a limit of at least %d keeps one of each class",
-                            request.num_classes);
+          : absl::StrFormat("a limit of at least %d keeps one of each class", request.num_classes);
   return absl::InvalidArgumentError(absl::StrFormat(
       "train_job.dataset.%s: %s; %s, or allow_missing_classes: true trains without them",
       request.field, problem, remedy));
@@ -151,9 +148,9 @@ absl::StatusOr<Subset> ChooseSubset(const std::vector<int64_t>& labels,
   const int64_t n = static_cast<int64_t>(labels.size());
   for (int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= request.num_classes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s split: example %d has label %d, expected [0, %d)", request.split, i, labels[i],
-          request.num_classes));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s split: example %d has label %d, expected [0, %d)", request.split, i,
+                          labels[i], request.num_classes));
     }
   }
   Subset subset;
@@ -173,9 +170,9 @@ absl::StatusOr<Subset> ChooseSubset(const std::vector<int64_t>& labels,
   if (!subset.subsetted) {
     // Asked for more than there is: every example, said so (a typo'd limit is not silent).
     if (request.limit > n) {
-      subset.notes.push_back(absl::StrFormat(
-          "%s %d is more than the %s split's %d examples: all %d are used", request.field,
-          request.limit, request.split, n, n));
+      subset.notes.push_back(
+          absl::StrFormat("%s %d is more than the %s split's %d examples: all %d are used",
+                          request.field, request.limit, request.split, n, n));
     }
     return subset;
   }
@@ -188,8 +185,8 @@ absl::StatusOr<Subset> ChooseSubset(const std::vector<int64_t>& labels,
   return subset;
 }
 
-absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labels,
-                                                double fraction, const SubsetRequest& request) {
+absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labels, double fraction,
+                                                const SubsetRequest& request) {
   const int64_t n = static_cast<int64_t>(labels.size());
   SubsetRequest held_out = request;
   held_out.limit = static_cast<int64_t>(std::llround(fraction * static_cast<double>(n)));
@@ -202,9 +199,9 @@ absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labe
   }
   for (int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= request.num_classes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "train split: example %d has label %d, expected [0, %d)", i, labels[i],
-          request.num_classes));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("train split: example %d has label %d, expected [0, %d)", i, labels[i],
+                          request.num_classes));
     }
   }
   ValidationSplit split;
@@ -232,9 +229,9 @@ absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labe
     if (present > 0 && train_counts[c] == 0) missing.push_back(ClassName(request, c));
   }
   if (missing.empty()) return split;
-  const std::string problem = absl::StrFormat(
-      "holding out %d of %d examples leaves no training example of %s", held_out.limit, n,
-      absl::StrJoin(missing, ", "));
+  const std::string problem =
+      absl::StrFormat("holding out %d of %d examples leaves no training example of %s",
+                      held_out.limit, n, absl::StrJoin(missing, ", "));
   if (!request.allow_missing_classes) {
     return absl::InvalidArgumentError(
         absl::StrCat("train_job.dataset.validation.fraction: ", problem));

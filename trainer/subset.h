@@ -31,8 +31,8 @@ struct SubsetRequest {
   std::vector<std::string> class_names;
   // A missing class: INVALID_ARGUMENT (false) or a warning in Subset::notes (true).
   bool allow_missing_classes = false;
-  absl::string_view split = "train";         // "train" or "test", for messages and the seed
-  absl::string_view field = "limit_train";   // the DatasetSpec field the error names
+  absl::string_view split = "train";        // "train" or "test", for messages and the seed
+  absl::string_view field = "limit_train";  // the DatasetSpec field the error names
 };
 
 struct Subset {
@@ -76,8 +76,8 @@ struct ValidationSplit {
   std::vector<int64_t> validation_class_counts;
   std::vector<std::string> notes;
 };
-absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labels,
-                                                double fraction, const SubsetRequest& request);
+absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labels, double fraction,
+                                                const SubsetRequest& request);
 
 // Rows `indices` of `bytes` (rows of `row_bytes` bytes each), in that order.
 std::vector<uint8_t> SelectRows(const std::vector<uint8_t>& bytes, int64_t row_bytes,

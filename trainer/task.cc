@@ -52,33 +52,33 @@ absl::Status ResolveLossType(const mpsd::v1::LossSpec& spec, TaskConfig& config,
   const std::vector<std::string> known = LossNamesOf(config.kind);
   if (spec.type().empty()) {
     config.loss = config.kind == TaskKind::kClassification ? LossKind::kCrossEntropy
-                  : config.kind == TaskKind::kMultilabel  ? LossKind::kBceWithLogits
-                                                          : LossKind::kMse;
+                  : config.kind == TaskKind::kMultilabel   ? LossKind::kBceWithLogits
+                                                           : LossKind::kMse;
     return absl::OkStatus();
   }
   for (const LossEntry& e : kLosses) {
     if (spec.type() != e.name) continue;
     if (e.task != config.kind) {
-      return fields.Error("loss.type",
-                          absl::StrFormat("\"%s\" is a %s loss; task %s takes %s", e.name,
-                                          TaskName(e.task), TaskName(config.kind),
-                                          absl::StrJoin(known, ", ")));
+      return fields.Error(
+          "loss.type",
+          absl::StrFormat("\"%s\" is a %s loss; task %s takes %s", e.name, TaskName(e.task),
+                          TaskName(config.kind), absl::StrJoin(known, ", ")));
     }
     config.loss = e.kind;
     return absl::OkStatus();
   }
-  return fields.Error("loss.type", absl::StrFormat("unknown loss \"%s\" (task %s takes %s)",
-                                                   spec.type(), TaskName(config.kind),
-                                                   absl::StrJoin(known, ", ")));
+  return fields.Error("loss.type",
+                      absl::StrFormat("unknown loss \"%s\" (task %s takes %s)", spec.type(),
+                                      TaskName(config.kind), absl::StrJoin(known, ", ")));
 }
 
 // beta, delta, class_weights, pos_weight: each only where its loss uses it, with valid values.
 absl::Status ResolveLossSettings(const mpsd::v1::LossSpec& spec, TaskConfig& config,
                                  const FieldChecks& fields) {
   const auto only = [&](const char* field, const char* where) {
-    return fields.Error(absl::StrCat("loss.", field),
-                        absl::StrFormat("only %s takes it (loss %s)", where,
-                                        LossName(config.loss)));
+    return fields.Error(
+        absl::StrCat("loss.", field),
+        absl::StrFormat("only %s takes it (loss %s)", where, LossName(config.loss)));
   };
   if (spec.has_beta()) {
     if (config.loss != LossKind::kSmoothL1) return only("beta", "loss smooth_l1");
@@ -123,8 +123,7 @@ absl::Status ResolveLossSettings(const mpsd::v1::LossSpec& spec, TaskConfig& con
     for (int i = 0; i < spec.pos_weight_size(); ++i) {
       if (!(std::isfinite(spec.pos_weight(i)) && spec.pos_weight(i) > 0)) {
         return fields.Error(absl::StrCat("loss.pos_weight[", i, "]"),
-                            absl::StrFormat("must be finite and > 0, got %g",
-                                            spec.pos_weight(i)));
+                            absl::StrFormat("must be finite and > 0, got %g", spec.pos_weight(i)));
       }
     }
     config.pos_weight.assign(spec.pos_weight().begin(), spec.pos_weight().end());
@@ -139,21 +138,21 @@ absl::Status CheckTargets(const DatasetConfig& dataset, TaskConfig& config,
   const std::string name(dataset.info != nullptr ? dataset.info->name : "");
   if (config.kind == TaskKind::kClassification) {
     if (dataset.float_targets) {
-      return fields.Error("task", absl::StrFormat(
-                                      "classification needs int64 class indices in y, but %s "
-                                      "holds float targets; set task: regression or multilabel",
-                                      dataset.root));
+      return fields.Error("task",
+                          absl::StrFormat("classification needs int64 class indices in y, but %s "
+                                          "holds float targets; set task: regression or multilabel",
+                                          dataset.root));
     }
     return absl::OkStatus();
   }
   if (!dataset.float_targets) {
     return fields.Error(
-        "task", absl::StrFormat("%s needs float targets: dataset tensors with y float %s; "
-                                "dataset %s has class indices",
-                                TaskName(config.kind),
-                                config.kind == TaskKind::kMultilabel ? "[N, K] of 0 and 1"
-                                                                     : "[N] or [N, D]",
-                                name));
+        "task",
+        absl::StrFormat(
+            "%s needs float targets: dataset tensors with y float %s; "
+            "dataset %s has class indices",
+            TaskName(config.kind),
+            config.kind == TaskKind::kMultilabel ? "[N, K] of 0 and 1" : "[N] or [N, D]", name));
   }
   if (config.kind == TaskKind::kMultilabel) {
     if (dataset.target_shape.size() != 1) {
@@ -165,18 +164,17 @@ absl::Status CheckTargets(const DatasetConfig& dataset, TaskConfig& config,
     }
     if (!dataset.non_binary_target.empty()) {
       return fields.Error("dataset.root",
-                          absl::StrFormat("%s: %s; multilabel targets must be 0 or 1",
-                                          dataset.root, dataset.non_binary_target));
+                          absl::StrFormat("%s: %s; multilabel targets must be 0 or 1", dataset.root,
+                                          dataset.non_binary_target));
     }
   }
   if (config.outputs != dataset.num_classes) {
-    return fields.Error("model.num_classes",
-                        absl::StrFormat("%d, but the %s targets of %s have %d %s (the model's "
-                                        "output width must equal it)",
-                                        config.outputs, TaskName(config.kind), dataset.root,
-                                        dataset.num_classes,
-                                        config.kind == TaskKind::kMultilabel ? "labels"
-                                                                             : "outputs"));
+    return fields.Error(
+        "model.num_classes",
+        absl::StrFormat("%d, but the %s targets of %s have %d %s (the model's "
+                        "output width must equal it)",
+                        config.outputs, TaskName(config.kind), dataset.root, dataset.num_classes,
+                        config.kind == TaskKind::kMultilabel ? "labels" : "outputs"));
   }
   return absl::OkStatus();
 }
@@ -220,9 +218,8 @@ std::string TaskConfig::Describe() const {
                           : absl::StrCat(LossName(loss), "(", absl::StrJoin(settings, ", "), ")");
 }
 
-absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
-                                       const DatasetConfig& dataset, int outputs,
-                                       const FieldChecks& fields) {
+absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec, const DatasetConfig& dataset,
+                                       int outputs, const FieldChecks& fields) {
   TaskConfig config;
   absl::StatusOr<TaskKind> kind = ParseTask(spec.task(), fields);
   if (!kind.ok()) return kind.status();
@@ -238,11 +235,11 @@ absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
   // Mixup and cutmix mix one-hot class targets; other tasks' targets are not classes.
   const AugmentationOptions& augmentation = dataset.augmentation;
   if (augmentation.mixes() && config.kind != TaskKind::kClassification) {
-    return fields.Error(augmentation.mixup_alpha > 0 ? "dataset.augmentation.mixup"
-                                                     : "dataset.augmentation.cutmix",
-                        absl::StrFormat("mixes one-hot class targets: task classification only, "
-                                        "not %s",
-                                        TaskName(config.kind)));
+    return fields.Error(
+        augmentation.mixup_alpha > 0 ? "dataset.augmentation.mixup" : "dataset.augmentation.cutmix",
+        absl::StrFormat("mixes one-hot class targets: task classification only, "
+                        "not %s",
+                        TaskName(config.kind)));
   }
   config.target_shape.clear();
   if (config.kind == TaskKind::kMultilabel ||
@@ -260,8 +257,9 @@ absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
                       : spec.label_smoothing() != 0 ? "label_smoothing"
                                                     : nullptr;
     if (set != nullptr) {
-      return fields.Error(set, "set either loss.torchscript (your own loss) or the built-in "
-                               "loss's settings, not both");
+      return fields.Error(set,
+                          "set either loss.torchscript (your own loss) or the built-in "
+                          "loss's settings, not both");
     }
     config.custom_loss_path = loss.torchscript();
     config.label_smoothing = 0;
@@ -303,12 +301,10 @@ torch::Tensor TaskLoss::AsMatrix(const torch::Tensor& targets) const {
 torch::Tensor TaskLoss::Loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
   if (custom_.has_value()) {
     const torch::jit::IValue loss = custom_->forward({logits.to(torch::kFloat32), targets});
-    if (!loss.isTensor() || loss.toTensor().dim() != 0 ||
-        !loss.toTensor().is_floating_point()) {
+    if (!loss.isTensor() || loss.toTensor().dim() != 0 || !loss.toTensor().is_floating_point()) {
       throw std::runtime_error(absl::StrCat(
-          "train_job.loss.torchscript: ", config_.custom_loss_path,
-          ": forward returned ", loss.isTensor() ? "a tensor that is not a float scalar"
-                                                 : loss.tagKind(),
+          "train_job.loss.torchscript: ", config_.custom_loss_path, ": forward returned ",
+          loss.isTensor() ? "a tensor that is not a float scalar" : loss.tagKind(),
           " for this batch; it must return the batch's loss as a scalar float tensor"));
     }
     return loss.toTensor().to(torch::kFloat32);

@@ -25,10 +25,12 @@
 //    + FP_k + FN_k), 0 when the denominator is 0, averaged over the K labels
 //    (https://torchmetrics.readthedocs.io/en/v0.11.4/classification/f1_score.html).
 //  - regression mse, mae: torchmetrics MeanSquaredError, MeanAbsoluteError: Σ over the N×D
-//    elements / (N D) (https://torchmetrics.readthedocs.io/en/v0.11.4/regression/mean_squared_error.html).
+//    elements / (N D)
+//    (https://torchmetrics.readthedocs.io/en/v0.11.4/regression/mean_squared_error.html).
 //  - regression r2: torchmetrics R2Score(multioutput="uniform_average"): per output d,
 //    1 - SS_res,d / SS_tot,d with SS_res,d = Σ_i (y_id - x_id)², SS_tot,d = Σ_i (y_id - ȳ_d)²,
-//    averaged over the D outputs (https://torchmetrics.readthedocs.io/en/v0.11.4/regression/r2_score.html).
+//    averaged over the D outputs
+//    (https://torchmetrics.readthedocs.io/en/v0.11.4/regression/r2_score.html).
 #ifndef MPSD_TRAINER_TASK_H_
 #define MPSD_TRAINER_TASK_H_
 
@@ -88,9 +90,8 @@ struct TaskConfig {
 // has 10 classes", "train_job.dataset.root: <path>: train.y[4, 1]: 0.5; multilabel targets must
 // be 0 or 1", "train_job.model.num_classes: 3, but the targets have 2 outputs",
 // "train_job.dataset.augmentation.mixup: … task classification only, not regression". Pure.
-absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec,
-                                       const DatasetConfig& dataset, int outputs,
-                                       const FieldChecks& fields);
+absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec, const DatasetConfig& dataset,
+                                       int outputs, const FieldChecks& fields);
 
 // What an evaluation pass measured, by metric name without the split ("loss", "accuracy",
 // "macro_f1", "mse", "mae", "r2"): each task's own (see the file comment); "accuracy" is absent
@@ -125,7 +126,8 @@ class TaskLoss {
   // Whether the loss is the user's TorchScript module (then the step runs eagerly).
   bool custom() const { return custom_.has_value(); }
   // Correct decisions in the batch, [] int64, outside autograd: classified examples
-  // (classification; against the largest share of probability targets), correct labels at threshold 0.5 (multilabel), 0 (regression).
+  // (classification; against the largest share of probability targets), correct labels at threshold
+  // 0.5 (multilabel), 0 (regression).
   torch::Tensor Correct(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
   // Evaluation: the sums a split's metrics are made of, accumulated over batches on the device

@@ -37,14 +37,15 @@ absl::Status PickleError(
   if (absl::StrContains(message, "unknown type") || absl::StrContains(message, "Unknown type") ||
       absl::StrContains(message, "pickler class") || absl::StrContains(message, "global")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": holds pickled Python objects that are not read (only dicts, lists, strings, "
-              "numbers and tensors are read; numpy arrays: torch.from_numpy first): ",
+        path,
+        ": holds pickled Python objects that are not read (only dicts, lists, strings, "
+        "numbers and tensors are read; numpy arrays: torch.from_numpy first): ",
         message));
   }
   if (absl::StrContains(message, "version")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": written by a newer PyTorch in a format this LibTorch (" TORCH_VERSION
-              ") cannot read: ",
+        path,
+        ": written by a newer PyTorch in a format this LibTorch (" TORCH_VERSION ") cannot read: ",
         message));
   }
   return absl::InvalidArgumentError(
@@ -63,15 +64,16 @@ absl::StatusOr<std::vector<char>> ReadBytes(const std::string& path) {
   std::vector<char>& bytes = *read;
   if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": a legacy torch.save file (a bare pickle, _use_new_zipfile_serialization=False); "
-              "save it again with torch.save's default zip format (PyTorch >= 1.6)"));
+        path,
+        ": a legacy torch.save file (a bare pickle, _use_new_zipfile_serialization=False); "
+        "save it again with torch.save's default zip format (PyTorch >= 1.6)"));
   }
   if (bytes.size() < 4 || bytes[0] != 'P' || bytes[1] != 'K' || bytes[2] != 3 || bytes[3] != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a torch.save file (not a zip archive)"));
   }
-  if (absl::Status s = CheckTorchArchive(absl::string_view(bytes.data(), bytes.size()),
-                                         {{"data.pkl", "data/"}});
+  if (absl::Status s =
+          CheckTorchArchive(absl::string_view(bytes.data(), bytes.size()), {{"data.pkl", "data/"}});
       !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
   }
@@ -83,15 +85,15 @@ absl::StatusOr<std::vector<std::pair<std::string, c10::IValue>>> Entries(
     const std::string& path, absl::string_view where, const c10::IValue& value,
     const std::vector<std::string>& known) {
   if (!value.isGenericDict()) {
-    return KeyError(path, where, absl::StrCat("expected a dict with keys ",
-                                              absl::StrJoin(known, ", "), ", got ",
-                                              value.tagKind()));
+    return KeyError(path, where,
+                    absl::StrCat("expected a dict with keys ", absl::StrJoin(known, ", "), ", got ",
+                                 value.tagKind()));
   }
   std::vector<std::pair<std::string, c10::IValue>> entries;
   for (const auto& entry : value.toGenericDict()) {
     if (!entry.key().isString()) {
-      return KeyError(path, where, absl::StrCat("keys must be strings, got ",
-                                                entry.key().tagKind()));
+      return KeyError(path, where,
+                      absl::StrCat("keys must be strings, got ", entry.key().tagKind()));
     }
     const std::string key = entry.key().toStringRef();
     if (std::find(known.begin(), known.end(), key) == known.end()) {
@@ -131,8 +133,8 @@ absl::StatusOr<TensorFileSplit> ReadSplit(const std::string& path, const std::st
     const c10::IValue* v = Find(*entries, key);
     const std::string where = absl::StrCat(name, ".", key);
     if (v == nullptr) return KeyError(path, where, "missing");
-    if (!v->isTensor()) return KeyError(path, where, absl::StrCat("expected a tensor, got ",
-                                                                  v->tagKind()));
+    if (!v->isTensor())
+      return KeyError(path, where, absl::StrCat("expected a tensor, got ", v->tagKind()));
     (std::string(key) == "x" ? split.x : split.y) = v->toTensor().contiguous();
   }
   const torch::Tensor& x = split.x;
@@ -154,8 +156,8 @@ absl::StatusOr<TensorFileSplit> ReadSplit(const std::string& path, const std::st
   }
   if (y.scalar_type() == torch::kInt64 && (y.dim() != 1 || y.size(0) != x.size(0))) {
     return KeyError(path, name + ".y",
-                    absl::StrFormat("shape %s, expected [%d] (one label per row of %s.x)",
-                                    Shape(y), x.size(0), name));
+                    absl::StrFormat("shape %s, expected [%d] (one label per row of %s.x)", Shape(y),
+                                    x.size(0), name));
   }
   if (IsFloat(y.scalar_type())) {
     if (y.dim() < 1 || y.dim() > 2 || y.size(0) != x.size(0) || (y.dim() == 2 && y.size(1) < 1)) {
@@ -189,20 +191,22 @@ absl::Status CheckFloatTargets(const std::string& path, TensorFile& file) {
     if (!y.defined()) continue;
     const std::string key = absl::StrCat(name, ".y");
     if (y.scalar_type() != torch::kFloat32) {
-      return KeyError(path, key, absl::StrCat("dtype ", c10::toString(y.scalar_type()),
-                                              "; float targets must be float in every split"));
+      return KeyError(path, key,
+                      absl::StrCat("dtype ", c10::toString(y.scalar_type()),
+                                   "; float targets must be float in every split"));
     }
     if (y.sizes().slice(1).vec() != file.target_shape) {
-      return KeyError(path, key, absl::StrFormat("shape %s, but train.y is %s (targets of one "
-                                                 "width)",
-                                                 Shape(y), Shape(file.train.y)));
+      return KeyError(path, key,
+                      absl::StrFormat("shape %s, but train.y is %s (targets of one "
+                                      "width)",
+                                      Shape(y), Shape(file.train.y)));
     }
     const std::string bad = FirstWhere(key, torch::isfinite(y).logical_not());
     if (!bad.empty()) {
       const torch::Tensor value = y.flatten().index({torch::isfinite(y.flatten()).logical_not()});
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s: %g; targets must be finite (no NaN or infinity)", path, bad,
-          value[0].item<double>()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s: %g; targets must be finite (no NaN or infinity)", path, bad,
+                          value[0].item<double>()));
     }
     if (file.non_binary_target.empty()) {
       const torch::Tensor non_binary = y.ne(0).logical_and(y.ne(1));
@@ -234,14 +238,16 @@ absl::Status CheckLabels(const std::string& path, const std::string& key, const 
 
 absl::Status ReadClasses(const std::string& path, const c10::IValue& value, TensorFile& file) {
   if (!value.isList()) {
-    return KeyError(path, "classes", absl::StrCat("expected a list of strings, got ",
-                                                  value.tagKind()));
+    return KeyError(path, "classes",
+                    absl::StrCat("expected a list of strings, got ", value.tagKind()));
   }
   size_t names_bytes = 0;
   for (const c10::IValue& name : value.toListRef()) {
     if (!name.isString()) {
-      return KeyError(path, "classes", absl::StrCat("expected a list of strings, got an item "
-                                                    "of type ", name.tagKind()));
+      return KeyError(path, "classes",
+                      absl::StrCat("expected a list of strings, got an item "
+                                   "of type ",
+                                   name.tagKind()));
     }
     // The names travel in every answer about the job (its summary, model.json): bounded so that
     // each answer stays far below gRPC's 4 MiB (a 5 MB list made every list call fail).
@@ -254,8 +260,8 @@ absl::Status ReadClasses(const std::string& path, const c10::IValue& value, Tens
     }
     names_bytes += name.toStringRef().size();
     if (names_bytes > kMaxNamesBytes) {
-      return KeyError(path, "classes", absl::StrCat("more than ", kMaxNamesBytes,
-                                                    " bytes of class names in all"));
+      return KeyError(path, "classes",
+                      absl::StrCat("more than ", kMaxNamesBytes, " bytes of class names in all"));
     }
     file.class_names.push_back(name.toStringRef());
   }
@@ -282,7 +288,7 @@ absl::StatusOr<TensorFile> CheckFile(const std::string& path, const c10::IValue&
   }
   const torch::Tensor& x = file.train.x;
   const std::pair<const char*, const TensorFileSplit*> others[] = {{"test", &file.test},
-                                                                    {"val", &file.val}};
+                                                                   {"val", &file.val}};
   for (const auto& [name, other] : others) {
     const torch::Tensor& other_x = other->x;
     if (!other_x.defined()) continue;
@@ -353,14 +359,15 @@ absl::StatusOr<torch::Tensor> ReadInputsFile(const std::string& path) {
   }
   if (!x.defined()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a tensor or a dict with \"x\" (torch.save(X) or "
-                           "torch.save({\"x\": X}))"));
+        absl::StrCat(path,
+                     ": not a tensor or a dict with \"x\" (torch.save(X) or "
+                     "torch.save({\"x\": X}))"));
   }
   const auto dtype = x.scalar_type();
   if (dtype != torch::kUInt8 && !torch::isFloatingType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": x: dtype ", std::string(c10::toString(dtype)),
-        ", expected a float dtype or uint8"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": x: dtype ",
+                                                   std::string(c10::toString(dtype)),
+                                                   ", expected a float dtype or uint8"));
   }
   if (x.dim() < 2 || x.size(0) < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

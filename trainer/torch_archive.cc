@@ -2,9 +2,9 @@
 #include "trainer/torch_archive.h"
 
 #include <caffe2/serialize/inline_container.h>
-#include <torch/version.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,8 +83,7 @@ absl::StatusOr<std::vector<ZipEntry>> CheckedArchiveIndex(
   return index;
 }
 
-absl::Status CheckTorchArchive(absl::string_view bytes,
-                               const std::vector<ArchivePickle>& pickles) {
+absl::Status CheckTorchArchive(absl::string_view bytes, const std::vector<ArchivePickle>& pickles) {
   std::vector<std::string> folders;
   for (const ArchivePickle& pickle : pickles) folders.push_back(pickle.folder);
   absl::StatusOr<std::vector<ZipEntry>> index = CheckedArchiveIndex(bytes, folders);
@@ -94,9 +93,9 @@ absl::Status CheckTorchArchive(absl::string_view bytes,
     for (const ArchivePickle& pickle : pickles) {
       if (!reader.hasRecord(pickle.record)) continue;
       auto [data, size] = reader.getRecord(pickle.record);
-      if (absl::Status s = CheckPickledTensors(
-              absl::string_view(static_cast<const char*>(data.get()), size),
-              RecordSizesUnder(*index, pickle.folder), pickle.folder);
+      if (absl::Status s =
+              CheckPickledTensors(absl::string_view(static_cast<const char*>(data.get()), size),
+                                  RecordSizesUnder(*index, pickle.folder), pickle.folder);
           !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(pickle.record, ": ", s.message()));
       }

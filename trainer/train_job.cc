@@ -50,8 +50,7 @@ absl::Status ResolveClasses(const mpsd::v1::ModelSpec& spec, TrainJobConfig& con
   if (spec.num_classes() < dataset.num_classes && !dataset.float_targets) {
     return FieldError("model.num_classes",
                       absl::StrFormat("must be at least the %d classes of dataset %s, got %d",
-                                      dataset.num_classes, dataset.info->name,
-                                      spec.num_classes()));
+                                      dataset.num_classes, dataset.info->name, spec.num_classes()));
   }
   config.model_config.num_classes = spec.num_classes();
   return absl::OkStatus();
@@ -74,8 +73,8 @@ absl::Status ResolveModelConfig(const mpsd::v1::ModelSpec& spec, TrainJobConfig&
   config.model_config.preset = spec.preset();
   if (spec.has_dropout()) {
     if (!(spec.dropout() >= 0 && spec.dropout() < 1)) {
-      return FieldError("model.dropout", absl::StrFormat("must be in [0, 1), got %g",
-                                                         spec.dropout()));
+      return FieldError("model.dropout",
+                        absl::StrFormat("must be in [0, 1), got %g", spec.dropout()));
     }
     config.model_config.dropout = spec.dropout();
   }
@@ -146,8 +145,7 @@ absl::Status ResolveStepOptions(const mpsd::v1::TrainJob& spec, TrainJobConfig& 
   config.grad_accumulation_steps = *accumulation;
   if (spec.has_grad_clip_norm()) {
     config.grad_clip_norm = spec.grad_clip_norm();
-    if (absl::Status s = fields.PositiveFinite("grad_clip_norm", config.grad_clip_norm);
-        !s.ok()) {
+    if (absl::Status s = fields.PositiveFinite("grad_clip_norm", config.grad_clip_norm); !s.ok()) {
       return s;
     }
   }
@@ -179,8 +177,7 @@ absl::Status ResolveStepOptions(const mpsd::v1::TrainJob& spec, TrainJobConfig& 
   }
   if (spec.has_divergence_threshold()) {
     config.divergence_threshold = spec.divergence_threshold();
-    if (absl::Status s = fields.PositiveFinite("divergence_threshold",
-                                               config.divergence_threshold);
+    if (absl::Status s = fields.PositiveFinite("divergence_threshold", config.divergence_threshold);
         !s.ok()) {
       return s;
     }
@@ -221,9 +218,8 @@ absl::Status ResolvePrecision(absl::string_view name, TrainJobConfig& config) {
 
 // The device (a distributed job's rank: its entry of distributed.devices), the distributed
 // block, the precision and the memory format.
-absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
-                                   const DeviceInventory& inventory, int local_rank,
-                                   TrainJobConfig& config) {
+absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec, const DeviceInventory& inventory,
+                                   int local_rank, TrainJobConfig& config) {
   absl::StatusOr<torch::Device> device = ResolveDevice(spec.device(), inventory);
   if (!device.ok()) return FieldError("device", device.status().message());
   config.device = *device;
@@ -235,9 +231,9 @@ absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
   const std::string& format = spec.memory_format();
   if (format.empty() || format == "contiguous") return absl::OkStatus();
   if (format != "channels_last") {
-    return FieldError("memory_format",
-                      absl::StrFormat("must be \"contiguous\" or \"channels_last\", got \"%s\"",
-                                      format));
+    return FieldError(
+        "memory_format",
+        absl::StrFormat("must be \"contiguous\" or \"channels_last\", got \"%s\"", format));
   }
   // NHWC is a layout of 4-D tensors: batches of [C, H, W] images into the zoo's conv models.
   if (config.model == nullptr) {
@@ -246,11 +242,11 @@ absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec,
   }
   if (config.model->input_kind != InputKind::kImage ||
       config.model_config.input_shape.size() != 3) {
-    return FieldError("memory_format",
-                      absl::StrFormat("channels_last is for image models taking [C, H, W]; %s "
-                                      "takes %s",
-                                      config.model->name,
-                                      FormatShape(config.model_config.input_shape)));
+    return FieldError(
+        "memory_format",
+        absl::StrFormat("channels_last is for image models taking [C, H, W]; %s "
+                        "takes %s",
+                        config.model->name, FormatShape(config.model_config.input_shape)));
   }
   config.channels_last = true;
   return absl::OkStatus();
@@ -273,12 +269,14 @@ absl::Status ResolveCheckpoints(const mpsd::v1::TrainJob& spec, const std::strin
   }
   const bool periodic = c.every_epochs() > 0 || c.every_steps() > 0;
   if (keep_last == 0 && policy == "resume") {
-    return fields.Error("keep_last", "0 keeps no checkpoint to resume from, which "
-                                     "restart_policy: resume needs; keep at least 1");
+    return fields.Error("keep_last",
+                        "0 keeps no checkpoint to resume from, which "
+                        "restart_policy: resume needs; keep at least 1");
   }
   if (keep_last == 0 && periodic && !c.keep_best()) {
-    return fields.Error("keep_last", "0 keeps none of the checkpoints every_epochs / "
-                                     "every_steps write; keep at least 1, or set keep_best");
+    return fields.Error("keep_last",
+                        "0 keeps none of the checkpoints every_epochs / "
+                        "every_steps write; keep at least 1, or set keep_best");
   }
   if (c.keep_best() && !config.early_stopping.enabled && !config.dataset.has_validation()) {
     return fields.Error("keep_best",
@@ -317,8 +315,7 @@ absl::Status ResolveNanPolicy(const mpsd::v1::TrainJob& spec, TrainJobConfig& co
     if (config.nan_policy != NanPolicy::kSkipStep) {
       return FieldError("max_skipped_steps", "only with nan_policy: skip_step");
     }
-    if (absl::Status s =
-            TrainJobFields().AtLeast("max_skipped_steps", spec.max_skipped_steps(), 0);
+    if (absl::Status s = TrainJobFields().AtLeast("max_skipped_steps", spec.max_skipped_steps(), 0);
         !s.ok()) {
       return s;
     }
@@ -348,11 +345,11 @@ absl::Status ResolveProfile(const mpsd::v1::TrainJob& spec, const std::string& a
   if (!schedule.ok()) return schedule.status();
   const int64_t total = schedule->config().total_steps;
   if (start < 1 || start > total) {
-    return fields.Error("start_step",
-                        absl::StrFormat("must be in [1, %d] (the job's %d epoch(s) × %d "
-                                        "step(s)), got %d",
-                                        total, config.epochs, schedule->config().steps_per_epoch,
-                                        start));
+    return fields.Error(
+        "start_step",
+        absl::StrFormat("must be in [1, %d] (the job's %d epoch(s) × %d "
+                        "step(s)), got %d",
+                        total, config.epochs, schedule->config().steps_per_epoch, start));
   }
   if (artifacts_dir.empty()) {
     return fields.Error("", "this executor has no artifacts directory to write the trace to");
@@ -411,8 +408,8 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   if (!e.monitor().empty()) c.monitor = e.monitor();
   const std::vector<std::string> known = MonitorNames(config.task.kind);
   if (std::find(known.begin(), known.end(), c.monitor) == known.end()) {
-    return fields.Error("monitor", absl::StrFormat("unknown epoch metric \"%s\" %s", c.monitor,
-                                                   KnownNames(known)));
+    return fields.Error(
+        "monitor", absl::StrFormat("unknown epoch metric \"%s\" %s", c.monitor, KnownNames(known)));
   }
   if (absl::StartsWith(c.monitor, "val_") && !config.dataset.has_validation()) {
     return fields.Error("monitor", absl::StrFormat("%s is measured only with a validation split "
@@ -431,8 +428,8 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   } else if (e.mode() == "min" || e.mode() == "max") {
     c.maximize = e.mode() == "max";
   } else {
-    return fields.Error("mode", absl::StrFormat("must be \"min\" or \"max\", got \"%s\"",
-                                                e.mode()));
+    return fields.Error("mode",
+                        absl::StrFormat("must be \"min\" or \"max\", got \"%s\"", e.mode()));
   }
   absl::StatusOr<int> patience =
       fields.PositiveOr("patience", e.has_patience(), e.patience(), c.patience);
@@ -512,8 +509,8 @@ absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_
   ScheduleConfig config = job.schedule.config;
   // A distributed rank steps through its shard (batch_size is per rank, as in DDP).
   train_examples = ShardSize(train_examples, job.distributed.world_size, job.drop_last);
-  config.steps_per_epoch = StepsPerEpoch(train_examples, job.batch_size, job.drop_last,
-                                         job.grad_accumulation_steps);
+  config.steps_per_epoch =
+      StepsPerEpoch(train_examples, job.batch_size, job.drop_last, job.grad_accumulation_steps);
   config.total_steps = config.steps_per_epoch * job.epochs;
   if (config.steps_per_epoch == 0) {
     return FieldError("drop_last", absl::StrFormat("the %d training examples make no full batch "
@@ -523,9 +520,10 @@ absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_
   // Every step is one stored event (about 100 bytes) and one point of each chart.
   constexpr int64_t kMaxTotalSteps = 100'000'000;
   if (config.total_steps > kMaxTotalSteps) {
-    return FieldError("epochs", absl::StrFormat(
-        "%d epoch(s) × %d step(s) per epoch is %d steps; at most %d steps in all",
-        job.epochs, config.steps_per_epoch, config.total_steps, kMaxTotalSteps));
+    return FieldError(
+        "epochs",
+        absl::StrFormat("%d epoch(s) × %d step(s) per epoch is %d steps; at most %d steps in all",
+                        job.epochs, config.steps_per_epoch, config.total_steps, kMaxTotalSteps));
   }
   if (job.schedule.warmup_epochs >= 0) {
     config.warmup_steps = std::llround(job.schedule.warmup_epochs * config.steps_per_epoch);
@@ -544,8 +542,8 @@ absl::StatusOr<Schedule> BuildSchedule(const TrainJobConfig& job, int64_t train_
 CheckpointInfo JobCheckpointInfo(const TrainJobConfig& job, int64_t train_examples) {
   CheckpointInfo info;
   info.model = job.model != nullptr ? std::string(job.model->name) : "torchscript";
-  info.parameters = job.model != nullptr ? job.model->parameters(job.model_config)
-                                         : job.torchscript_parameters;
+  info.parameters =
+      job.model != nullptr ? job.model->parameters(job.model_config) : job.torchscript_parameters;
   info.optimizer = OptimizerName(job.optimizer.kind);
   info.dataset = std::string(job.dataset.info->name);
   info.train_examples = train_examples;

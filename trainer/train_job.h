@@ -88,7 +88,7 @@ struct TrainJobConfig {
   // measured at validation.
   std::string torchscript_path;
   int64_t torchscript_parameters = 0;
-  int checkpoint_every_epochs = 0;  // 0 = not at epoch ends
+  int checkpoint_every_epochs = 0;     // 0 = not at epoch ends
   int64_t checkpoint_every_steps = 0;  // 0 = not by steps
   int checkpoint_keep_last = 1;        // CheckpointSpec.keep_last (CheckpointFiles)
   // CheckpointSpec.keep_best: the epoch-end checkpoint of every improving epoch, kept as

@@ -158,8 +158,8 @@ void ForwardBackward(const Loop& loop, const torch::Tensor& images, const torch:
     logits = loop.model.forward(images);
   } else {
     const compat::AutocastGuard autocast(
-        images.device().type(), options.precision == Precision::kFp16 ? torch::kHalf
-                                                                      : torch::kBFloat16);
+        images.device().type(),
+        options.precision == Precision::kFp16 ? torch::kHalf : torch::kBFloat16);
     logits = loop.model.forward(images);
   }
   logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
@@ -251,8 +251,8 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
     const int64_t start = batch * batch_size;
     const torch::Tensor index = order.narrow(/*dim=*/0, start, std::min(batch_size, n - start));
     // The streamed split yields the same rows in the same order (its pass follows `order`).
-    const torch::Tensor gathered = train.streamed != nullptr ? train.streamed->Next()
-                                                             : GatherRows(train.images, index);
+    const torch::Tensor gathered =
+        train.streamed != nullptr ? train.streamed->Next() : GatherRows(train.images, index);
     // Training batches only: evaluation never augments.
     at::Generator augment_generator = at::globalContext().defaultGenerator(gathered.device());
     torch::Tensor images = Augment(gathered, loop.data.augmentation, augment_generator);
@@ -337,16 +337,16 @@ absl::Status Cancelled(const StepReadback& readback) {
 
 // One pass over the training set in the epoch's random order; `resume` (a checkpoint's position
 // inside this epoch) skips the steps it had done.
-absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
-                        StepReadback& readback, const LoopPosition* resume) {
+absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle, StepReadback& readback,
+                        const LoopPosition* resume) {
   const TensorSplit& train = loop.data.train;
   const int64_t batch_size = loop.options.batch_size;
   const int64_t accumulation = loop.options.grad_accumulation_steps;
   readback.StartEpoch(epoch, resume);
   shuffle.set_current_seed(EpochSeed(loop.options.seed, epoch));
-  torch::Tensor order = torch::randperm(
-      train.size(), shuffle,
-      torch::TensorOptions().dtype(torch::kInt64).device(train.labels.device()));
+  torch::Tensor order =
+      torch::randperm(train.size(), shuffle,
+                      torch::TensorOptions().dtype(torch::kInt64).device(train.labels.device()));
   if (loop.options.data_parallel != nullptr) {
     order = loop.options.data_parallel->Shard(order, loop.options.drop_last);
   }
@@ -365,8 +365,7 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
   const int64_t every = loop.options.checkpoint_every_steps;
   for (int64_t first = first_batch; first < batches; first += accumulation) {
     if (loop.cancelled.load(std::memory_order_relaxed)) {
-      if (absl::Status s = OfferCheckpoint(loop, readback, CheckpointMoment::kStopping);
-          !s.ok()) {
+      if (absl::Status s = OfferCheckpoint(loop, readback, CheckpointMoment::kStopping); !s.ok()) {
         return s;
       }
       return Cancelled(readback);
@@ -376,10 +375,9 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle,
     const bool poison = Poisoned(loop.options, step_number);
     StepProfiler* profiler = loop.options.profiler;
     if (profiler != nullptr) profiler->BeforeStep(step_number);
-    const StepResult step =
-        profiler != nullptr && profiler->Records(step_number)
-            ? RunProfiledStep(loop, order, first, batches, step_number, poison)
-            : RunStep(loop, order, first, batches, poison);
+    const StepResult step = profiler != nullptr && profiler->Records(step_number)
+                                ? RunProfiledStep(loop, order, first, batches, step_number, poison)
+                                : RunStep(loop, order, first, batches, poison);
     readback.Record(step.loss, step.correct, step.examples, learning_rate, step.loss_scale,
                     step.skipped);
     // A distributed job reads back by count only: every rank then sees a diverged step at the
@@ -490,10 +488,9 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
   std::unique_ptr<GraphedStep> graphed;
   if (reason.empty()) {
     const torch::optim::OptimizerOptions& group = optimizer.param_groups().front().options();
-    const double momentum =
-        options.optimizer == OptimizerKind::kSgd
-            ? static_cast<const torch::optim::SGDOptions&>(group).momentum()
-            : 0.0;
+    const double momentum = options.optimizer == OptimizerKind::kSgd
+                                ? static_cast<const torch::optim::SGDOptions&>(group).momentum()
+                                : 0.0;
     GraphedStepOptions graph_options;
     graph_options.optimizer = options.optimizer;
     graph_options.precision = options.precision;
@@ -527,8 +524,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
 
 // The end-of-epoch evaluations `epoch` asks for (EvaluateEpochSplits).
 absl::StatusOr<EpochEvaluation> EvaluateEpoch(const Loop& loop, int epoch) {
-  return EvaluateEpochSplits(loop.model, loop.data, loop.options, loop.task, epoch,
-                             loop.cancelled);
+  return EvaluateEpochSplits(loop.model, loop.data, loop.options, loop.task, epoch, loop.cancelled);
 }
 
 absl::Status CheckOptions(const TrainOptions& options, const DeviceDataset& data,
@@ -537,9 +533,9 @@ absl::Status CheckOptions(const TrainOptions& options, const DeviceDataset& data
     return absl::InvalidArgumentError("fp16 training needs a grad_scaler");
   }
   if (steps_per_epoch < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "an epoch has no optimizer step (batch size %d, drop_last %s)", options.batch_size,
-        options.drop_last ? "true" : "false"));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("an epoch has no optimizer step (batch size %d, drop_last %s)",
+                        options.batch_size, options.drop_last ? "true" : "false"));
   }
   if (options.data_parallel != nullptr && data.train.streamed != nullptr) {
     return absl::InvalidArgumentError(
@@ -575,9 +571,9 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   }
   if (start.epoch_steps < 0 || start.epoch_steps > steps_per_epoch ||
       start.step < start.epoch_steps) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "resuming at step %d of epoch %d, which has %d step(s)", start.epoch_steps, start.epoch,
-        steps_per_epoch));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("resuming at step %d of epoch %d, which has %d step(s)", start.epoch_steps,
+                        start.epoch, steps_per_epoch));
   }
   std::unique_ptr<GraphedStep> graphed = MaybeCaptureStep(
       model, optimizer, data, options, steps_per_epoch * options.epochs, start.step, sink);
@@ -592,8 +588,8 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
   // the default generator that dropout draws from, so the order depends on the seed alone.
   at::Generator shuffle = MakeDeviceGenerator(device, options.seed);
   for (int epoch = start.epoch; epoch <= options.epochs; ++epoch) {
-    const LoopPosition* resume = epoch == start.epoch && options.resume.has_value() ? &start
-                                                                                   : nullptr;
+    const LoopPosition* resume =
+        epoch == start.epoch && options.resume.has_value() ? &start : nullptr;
     if (absl::Status status = TrainEpoch(loop, epoch, shuffle, readback, resume); !status.ok()) {
       return status;
     }
@@ -601,14 +597,13 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
     absl::StatusOr<EpochEvaluation> evaluation = EvaluateEpoch(loop, epoch);
     if (absl::IsCancelled(evaluation.status())) {
       // Every step of the epoch ran: a resume evaluates it and goes on.
-      if (absl::Status s = OfferCheckpoint(loop, readback, CheckpointMoment::kStopping);
-          !s.ok()) {
+      if (absl::Status s = OfferCheckpoint(loop, readback, CheckpointMoment::kStopping); !s.ok()) {
         return s;
       }
     }
     if (!evaluation.ok()) return evaluation.status();
-    const double learning_rate =
-        options.schedule.has_value() ? options.schedule->LearningRate(readback.steps())
+    const double learning_rate = options.schedule.has_value()
+                                     ? options.schedule->LearningRate(readback.steps())
                                      : optimizer.param_groups().front().options().get_lr();
     mpsd::v1::JobEvent event;
     *event.mutable_epoch() =
@@ -672,8 +667,7 @@ absl::StatusOr<EpochEvaluation> EvaluateEpochSplits(ClassifierImpl& model,
   }
   EpochEvaluation evaluation;
   const auto evaluate = [&](const TensorSplit& split) {
-    return Evaluate(model, split, options.eval_batch_size, cancelled, options.data_parallel,
-                    &task);
+    return Evaluate(model, split, options.eval_batch_size, cancelled, options.data_parallel, &task);
   };
   // defined(), not size() > 0: a distributed rank's shard may be empty, and every rank must
   // take part in the evaluation's all-reduce.
@@ -739,8 +733,8 @@ absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit
           torch::zeros({1, task.config().outputs}, split.labels.options().dtype(torch::kFloat32)));
       sums = torch::zeros_like(probe);
     }
-    torch::Tensor all = data_parallel->AllReduceSum(torch::cat(
-        {sums, torch::full({1}, static_cast<double>(n), sums.options())}));
+    torch::Tensor all = data_parallel->AllReduceSum(
+        torch::cat({sums, torch::full({1}, static_cast<double>(n), sums.options())}));
     sums = all.narrow(/*dim=*/0, 0, all.size(0) - 1);
     examples = static_cast<int64_t>(all[all.size(0) - 1].item<double>());
   }
@@ -812,8 +806,8 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
   totals = totals.to(torch::kCPU);
   if (data_parallel != nullptr) examples = static_cast<int64_t>(totals[2].item<double>());
   if (examples == 0) return EvalResult{};
-  EvalResult result{totals[0].item<double>() / examples, totals[1].item<double>() / examples, {},
-                    {}};
+  EvalResult result{
+      totals[0].item<double>() / examples, totals[1].item<double>() / examples, {}, {}};
   if (weighted != nullptr) {
     torch::Tensor weights = weight_sum.reshape({1});
     if (data_parallel != nullptr) weights = data_parallel->AllReduceSum(weights);

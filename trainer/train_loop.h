@@ -52,8 +52,8 @@ struct LoopPosition {
   double epoch_loss_sum = 0;  // Σ loss × examples
   int64_t epoch_correct = 0;
   int64_t epoch_examples = 0;
-  int64_t epoch_skipped = 0;   // steps skipped for a non-finite loss (nan_policy skip_step)
-  double epoch_seconds = 0;    // training-pass wall time so far
+  int64_t epoch_skipped = 0;  // steps skipped for a non-finite loss (nan_policy skip_step)
+  double epoch_seconds = 0;   // training-pass wall time so far
   DivergenceCheck::State divergence;
 };
 
@@ -190,9 +190,9 @@ struct TrainOptions {
 // fp16 synchronises every step (GradScaler's skip decision); otherwise the device is read back
 // once per group. Checks `cancelled` before every step and evaluation batch and then returns
 // CANCELLED, after emitting the events of every step that ran. A diverged step (see
-// divergence_threshold) ends it with ABORTED carrying the failure reason DIVERGED. INVALID_ARGUMENT for options
-// that do not fit together (fp16 without a grad_scaler, an epoch without a step). Throws
-// c10::Error for LibTorch failures (the executor's firewall converts them).
+// divergence_threshold) ends it with ABORTED carrying the failure reason DIVERGED. INVALID_ARGUMENT
+// for options that do not fit together (fp16 without a grad_scaler, an epoch without a step).
+// Throws c10::Error for LibTorch failures (the executor's firewall converts them).
 absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
                    const DeviceDataset& data, const TrainOptions& options, const EventSink& sink,
                    const std::atomic<bool>& cancelled);
@@ -219,8 +219,7 @@ struct EvalResult {
 absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& split,
                                     int64_t batch_size, const std::atomic<bool>& cancelled,
                                     DataParallel* data_parallel = nullptr,
-                                    const TaskLoss* task = nullptr,
-                                    int64_t confusion_classes = 0);
+                                    const TaskLoss* task = nullptr, int64_t confusion_classes = 0);
 
 }  // namespace mpsd::trainer
 

@@ -49,14 +49,16 @@ absl::StatusOr<std::filesystem::path> ModelDir(const std::string& model,
   }
   if (api::IsJobId(model)) {
     if (artifacts_dir.empty()) {
-      return fields.Error("model", "this executor has no artifacts directory to find job "
-                                   "models in");
+      return fields.Error("model",
+                          "this executor has no artifacts directory to find job "
+                          "models in");
     }
     return std::filesystem::path(artifacts_dir) / model;
   }
   std::error_code error;
   if (!std::filesystem::is_regular_file(model, error)) {
-    return fields.Error("model", absl::StrCat(model, ": no such file (expected a finished "
+    return fields.Error("model", absl::StrCat(model,
+                                              ": no such file (expected a finished "
                                               "TrainJob's id or a model.pt written by mpsd)"));
   }
   return std::filesystem::path(model).parent_path();
@@ -122,9 +124,8 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
   for (const Value& v : Member(input, "shape").list_value().values()) {
     out.config.input_shape.push_back(static_cast<int64_t>(v.number_value()));
   }
-  out.config.num_classes =
-      static_cast<int64_t>(Member(Member(card, "model").struct_value(), "num_classes")
-                               .number_value());
+  out.config.num_classes = static_cast<int64_t>(
+      Member(Member(card, "model").struct_value(), "num_classes").number_value());
   if (out.config.input_shape.empty() || out.config.num_classes < 1) {
     return bad("no model.num_classes or input.shape");
   }
@@ -141,8 +142,7 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
       !google::protobuf::util::JsonStringToMessage(spec_json, &out.spec).ok()) {
     return bad("its \"spec\" is not a TrainJob");
   }
-  if (absl::Status s =
-          ReadModelPart(Member(card, "model").struct_value(), json_path, fields, out);
+  if (absl::Status s = ReadModelPart(Member(card, "model").struct_value(), json_path, fields, out);
       !s.ok()) {
     return s;
   }

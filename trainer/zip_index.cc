@@ -17,7 +17,7 @@
 namespace mpsd::trainer {
 namespace {
 
-constexpr uint32_t kEndSignature = 0x06054b50;          // APPNOTE 4.3.16
+constexpr uint32_t kEndSignature = 0x06054b50;           // APPNOTE 4.3.16
 constexpr uint32_t kZip64LocatorSignature = 0x07064b50;  // 4.3.15
 constexpr uint32_t kZip64EndSignature = 0x06064b50;      // 4.3.14
 constexpr uint32_t kEntrySignature = 0x02014b50;         // 4.3.12
@@ -82,8 +82,8 @@ struct Directory {
 // the last bytes of a file of `file_size` bytes.
 absl::StatusOr<Directory> FindDirectory(const File& file, uint64_t file_size) {
   if (file_size < kEndBytes) return Corrupt("shorter than a zip archive's end record");
-  const uint64_t tail_size = std::min<uint64_t>(file_size, kEndBytes + kMaxCommentBytes +
-                                                               kZip64LocatorBytes);
+  const uint64_t tail_size =
+      std::min<uint64_t>(file_size, kEndBytes + kMaxCommentBytes + kZip64LocatorBytes);
   const uint64_t tail_offset = file_size - tail_size;
   std::string tail;
   if (!file.Read(tail_offset, tail_size, tail)) return Corrupt("cannot read its end");
@@ -102,8 +102,7 @@ absl::StatusOr<Directory> FindDirectory(const File& file, uint64_t file_size) {
   }
   Directory directory{Le(e + 16, 4), Le(e + 12, 4), Le(e + 10, 2)};
   uint64_t directory_end = tail_offset + *end;  // the directory lies before its end records
-  if (*end >= kZip64LocatorBytes &&
-      Le(e - kZip64LocatorBytes, 4) == kZip64LocatorSignature) {
+  if (*end >= kZip64LocatorBytes && Le(e - kZip64LocatorBytes, 4) == kZip64LocatorSignature) {
     const uint64_t zip64_end = Le(e - kZip64LocatorBytes + 8, 8);
     std::string record;
     if (zip64_end > file_size - kZip64EndBytes || !file.Read(zip64_end, kZip64EndBytes, record) ||
@@ -178,13 +177,13 @@ absl::StatusOr<std::vector<ZipEntry>> ParseDirectory(absl::string_view directory
 
 // The entries of the archive `file` of `file_size` bytes (ReadZipIndex).
 absl::StatusOr<std::vector<ZipEntry>> ReadIndex(const File& file, uint64_t file_size,
-                                               uint64_t max_central_directory_bytes) {
+                                                uint64_t max_central_directory_bytes) {
   absl::StatusOr<Directory> directory = FindDirectory(file, file_size);
   if (!directory.ok()) return directory.status();
   if (directory->size > max_central_directory_bytes) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "its zip central directory is ", directory->size, " bytes, more than the ",
-        max_central_directory_bytes, " read to check a file"));
+    return absl::OutOfRangeError(absl::StrCat("its zip central directory is ", directory->size,
+                                              " bytes, more than the ", max_central_directory_bytes,
+                                              " read to check a file"));
   }
   std::string bytes;
   if (!file.Read(directory->offset, directory->size, bytes)) {

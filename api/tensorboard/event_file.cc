@@ -45,14 +45,14 @@ TensorProto NullTensor() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(const std::string& dir,
-                                                                        double wall_time,
-                                                                        std::string host) {
+                                                                         double wall_time,
+                                                                         std::string host) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return absl::InternalError(absl::StrCat(dir, ": ", error.message()));
   if (host.empty()) host = HostName();
-  const std::string path = absl::StrCat(
-      dir, "/events.out.tfevents.", static_cast<int64_t>(std::floor(wall_time)), ".", host);
+  const std::string path = absl::StrCat(dir, "/events.out.tfevents.",
+                                        static_cast<int64_t>(std::floor(wall_time)), ".", host);
   absl::StatusOr<std::unique_ptr<TfRecordWriter>> records = TfRecordWriter::Create(path);
   if (!records.ok()) return records.status();
   std::unique_ptr<EventFileWriter> writer(new EventFileWriter(*std::move(records)));

@@ -35,8 +35,8 @@ class EventFileWriter {
   // Creates `dir` (and its parents) and in it events.out.tfevents.<floor(wall_time)>.<host>
   // (host: gethostname when empty), and writes the file_version record "brain.Event:2".
   static absl::StatusOr<std::unique_ptr<EventFileWriter>> Create(const std::string& dir,
-                                                                double wall_time,
-                                                                std::string host = "");
+                                                                 double wall_time,
+                                                                 std::string host = "");
 
   // One Event at `step` (TensorBoard's x axis) holding every value as a simple_value scalar.
   // wall_time: seconds since the Unix epoch.

@@ -39,19 +39,27 @@ std::string FieldText(const Message& message, const FieldDescriptor* field, int 
   const bool rep = index >= 0;
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-      return absl::StrCat(rep ? r->GetRepeatedInt32(message, field, index) : r->GetInt32(message, field));
+      return absl::StrCat(rep ? r->GetRepeatedInt32(message, field, index)
+                              : r->GetInt32(message, field));
     case FieldDescriptor::CPPTYPE_INT64:
-      return absl::StrCat(rep ? r->GetRepeatedInt64(message, field, index) : r->GetInt64(message, field));
+      return absl::StrCat(rep ? r->GetRepeatedInt64(message, field, index)
+                              : r->GetInt64(message, field));
     case FieldDescriptor::CPPTYPE_UINT32:
-      return absl::StrCat(rep ? r->GetRepeatedUInt32(message, field, index) : r->GetUInt32(message, field));
+      return absl::StrCat(rep ? r->GetRepeatedUInt32(message, field, index)
+                              : r->GetUInt32(message, field));
     case FieldDescriptor::CPPTYPE_UINT64:
-      return absl::StrCat(rep ? r->GetRepeatedUInt64(message, field, index) : r->GetUInt64(message, field));
+      return absl::StrCat(rep ? r->GetRepeatedUInt64(message, field, index)
+                              : r->GetUInt64(message, field));
     case FieldDescriptor::CPPTYPE_DOUBLE:
-      return absl::StrCat(rep ? r->GetRepeatedDouble(message, field, index) : r->GetDouble(message, field));
+      return absl::StrCat(rep ? r->GetRepeatedDouble(message, field, index)
+                              : r->GetDouble(message, field));
     case FieldDescriptor::CPPTYPE_FLOAT:
-      return absl::StrCat(rep ? r->GetRepeatedFloat(message, field, index) : r->GetFloat(message, field));
+      return absl::StrCat(rep ? r->GetRepeatedFloat(message, field, index)
+                              : r->GetFloat(message, field));
     case FieldDescriptor::CPPTYPE_BOOL:
-      return (rep ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field)) ? "true" : "false";
+      return (rep ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field))
+                 ? "true"
+                 : "false";
     case FieldDescriptor::CPPTYPE_ENUM:
       return (rep ? r->GetRepeatedEnum(message, field, index) : r->GetEnum(message, field))->name();
     case FieldDescriptor::CPPTYPE_STRING:
@@ -89,8 +97,7 @@ Value ScalarValue(const Message& message, const FieldDescriptor* field) {
 
 // Every set field of `message` under `prefix`, recursively (maps and repeated messages are
 // skipped: they hold no hyperparameter a run is compared by).
-void Flatten(const Message& message, const std::string& prefix,
-             std::map<std::string, Value>* out) {
+void Flatten(const Message& message, const std::string& prefix, std::map<std::string, Value>* out) {
   std::vector<const FieldDescriptor*> fields;
   message.GetReflection()->ListFields(message, &fields);
   for (const FieldDescriptor* field : fields) {
@@ -148,11 +155,10 @@ std::vector<TaggedValue> EpochScalars(const mpsd::v1::EpochMetrics& epoch) {
   // regression measures no accuracy (its *_accuracy fields are 0).
   const std::map<std::string, double> task(epoch.metrics().begin(), epoch.metrics().end());
   if (!task.empty() && !task.count("train_accuracy")) {
-    values.erase(std::remove_if(values.begin(), values.end(),
-                                [](const TaggedValue& v) {
-                                  return absl::EndsWith(v.tag, "_accuracy");
-                                }),
-                 values.end());
+    values.erase(
+        std::remove_if(values.begin(), values.end(),
+                       [](const TaggedValue& v) { return absl::EndsWith(v.tag, "_accuracy"); }),
+        values.end());
   }
   for (const auto& [name, value] : task) {
     if (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy")) {
@@ -188,7 +194,7 @@ std::vector<TaggedValue> SummaryScalars(const mpsd::v1::JobSummary& summary) {
 }
 
 std::map<std::string, Value> HParamsOf(const mpsd::v1::SubmitJobRequest& spec,
-                                        const mpsd::v1::JobSummary* summary) {
+                                       const mpsd::v1::JobSummary* summary) {
   std::map<std::string, Value> hparams;
   if (spec.has_train_job()) Flatten(spec.train_job(), "", &hparams);
   if (spec.has_bench_job()) Flatten(spec.bench_job(), "", &hparams);

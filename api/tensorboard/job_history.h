@@ -37,7 +37,7 @@ std::vector<TaggedValue> SummaryScalars(const mpsd::v1::JobSummary& summary);
 // values joined by ","; "labels.<key>" for each label; and, from the summary when it has them,
 // the settings as resolved ("optimizer.name", "schedule.name", "precision", "device"). Pure.
 std::map<std::string, google::protobuf::Value> HParamsOf(const mpsd::v1::SubmitJobRequest& spec,
-                                                          const mpsd::v1::JobSummary* summary);
+                                                         const mpsd::v1::JobSummary* summary);
 
 // The HParams plugin's session status for a job state: SUCCEEDED → success, FAILED,
 // CANCELLED and INTERRUPTED → failure, else running.

@@ -88,7 +88,7 @@ absl::Status TfRecordWriter::Close() {
 }
 
 absl::StatusOr<std::vector<std::string>> ReadTfRecords(const std::string& path,
-                                                      bool allow_partial_tail) {
+                                                       bool allow_partial_tail) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return OpenError(path, errno);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -103,7 +103,8 @@ absl::StatusOr<std::vector<std::string>> ReadTfRecords(const std::string& path,
       return absl::DataLossError(absl::StrCat(path, ": record at byte ", offset, " is cut short"));
     }
     const uint64_t length = LoadLittleEndian(at, 8);
-    if (UnmaskCrc(static_cast<uint32_t>(LoadLittleEndian(at + 8, 4))) != Crc32c(absl::string_view(at, 8))) {
+    if (UnmaskCrc(static_cast<uint32_t>(LoadLittleEndian(at + 8, 4))) !=
+        Crc32c(absl::string_view(at, 8))) {
       return absl::DataLossError(
           absl::StrCat(path, ": record at byte ", offset, ": the length's CRC-32C does not match"));
     }
@@ -112,7 +113,8 @@ absl::StatusOr<std::vector<std::string>> ReadTfRecords(const std::string& path,
       return absl::DataLossError(absl::StrCat(path, ": record at byte ", offset, " is cut short"));
     }
     const absl::string_view data(at + kHeaderBytes, length);
-    if (UnmaskCrc(static_cast<uint32_t>(LoadLittleEndian(at + kHeaderBytes + length, 4))) != Crc32c(data)) {
+    if (UnmaskCrc(static_cast<uint32_t>(LoadLittleEndian(at + kHeaderBytes + length, 4))) !=
+        Crc32c(data)) {
       return absl::DataLossError(
           absl::StrCat(path, ": record at byte ", offset, ": the data's CRC-32C does not match"));
     }

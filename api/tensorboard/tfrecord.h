@@ -54,7 +54,7 @@ class TfRecordWriter {
 // pass allow_partial_tail to stop before it instead); NOT_FOUND / INTERNAL when it cannot be
 // read.
 absl::StatusOr<std::vector<std::string>> ReadTfRecords(const std::string& path,
-                                                      bool allow_partial_tail = false);
+                                                       bool allow_partial_tail = false);
 
 }  // namespace mpsd::tensorboard
 

@@ -54,10 +54,10 @@ absl::Status CheckPrivateFile(const std::string& path, const struct stat& st) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
   }
   if ((st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: mode %04o lets other users read or change the tokens; it must be 0600 "
-        "(chmod 600 %s)",
-        path, st.st_mode & 07777, path));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: mode %04o lets other users read or change the tokens; it must be 0600 "
+                        "(chmod 600 %s)",
+                        path, st.st_mode & 07777, path));
   }
   return absl::OkStatus();
 }
@@ -84,7 +84,8 @@ absl::StatusOr<std::string> ScalarField(const YAML::Node& entry, const char* key
                                         const std::string& where) {
   const YAML::Node value = entry[key];
   if (!value || !value.IsScalar()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": missing (expected a string)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".", key, ": missing (expected a string)"));
   }
   return value.Scalar();
 }
@@ -111,7 +112,8 @@ absl::StatusOr<TokenRecord> ParseEntry(const YAML::Node& entry, const std::strin
   absl::StatusOr<std::string> role_name = ScalarField(entry, "role", where);
   if (!role_name.ok()) return role_name.status();
   absl::StatusOr<Role> role = ParseRole(*role_name);
-  if (!role.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ".role: ", role.status().message()));
+  if (!role.ok())
+    return absl::InvalidArgumentError(absl::StrCat(where, ".role: ", role.status().message()));
   record.role = *role;
   absl::StatusOr<std::string> hex = ScalarField(entry, "sha256", where);
   if (!hex.ok()) return hex.status();
@@ -234,12 +236,13 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view text, b
       chmod(target.parent_path().c_str(), 0700);
     }
     if (error) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot create the directory of ", path,
-                                                        ": ", error.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create the directory of ", path, ": ", error.message()));
     }
   }
   const std::string temporary = absl::StrCat(path, ".tmp-", getpid());
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  const int fd =
+      open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     return absl::FailedPreconditionError(absl::StrCat(temporary, ": ", std::strerror(errno)));
   }
@@ -251,8 +254,8 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view text, b
   close(fd);
   if (status.ok()) {
     // link() refuses an existing target, which rename() would replace.
-    const int result = exclusive ? link(temporary.c_str(), path.c_str())
-                                 : rename(temporary.c_str(), path.c_str());
+    const int result =
+        exclusive ? link(temporary.c_str(), path.c_str()) : rename(temporary.c_str(), path.c_str());
     if (result != 0) {
       status = errno == EEXIST
                    ? absl::AlreadyExistsError(absl::StrCat(path, ": already exists"))
@@ -337,10 +340,10 @@ absl::Status CanCancel(const Principal& principal, absl::string_view submitted_b
   if (principal.role == Role::kSubmitter && principal.name == submitted_by) {
     return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(absl::StrCat(
-      "cancelling job ", job_id, ", submitted by \"", submitted_by, "\", needs role admin ",
-      "(a submitter may cancel only its own jobs); token \"", principal.name, "\" has ",
-      RoleName(principal.role)));
+  return absl::PermissionDeniedError(
+      absl::StrCat("cancelling job ", job_id, ", submitted by \"", submitted_by,
+                   "\", needs role admin ", "(a submitter may cancel only its own jobs); token \"",
+                   principal.name, "\" has ", RoleName(principal.role)));
 }
 
 std::array<uint8_t, 32> Sha256(absl::string_view data) {
@@ -387,7 +390,9 @@ void TokenStore::RefreshIfChanged() const {
   file_id_ = now;
   if (!read.ok()) {
     // Fail closed: a tokens file that cannot be read any more authorises nobody.
-    if (file_status_.ok()) spdlog::error("tokens file unusable, refusing every token: {}", std::string(read.status().message()));
+    if (file_status_.ok())
+      spdlog::error("tokens file unusable, refusing every token: {}",
+                    std::string(read.status().message()));
     file_status_ = read.status();
     records_.clear();
     return;

@@ -91,8 +91,8 @@ class TokenStore {
   // case-insensitively, as RFC 6750 section 2.1 and RFC 7235 say); a bare token, or any other
   // scheme, is UNAUTHENTICATED saying the expected form. Compares the token's SHA-256 with
   // every entry's in constant time (CRYPTO_memcmp, no early exit), so timing tells nothing
-  // about which entry nor how much of a hash matched. UNAUTHENTICATED when empty, not a bearer token, or
-  // matching no entry (unknown or revoked); also when the file has become unreadable or
+  // about which entry nor how much of a hash matched. UNAUTHENTICATED when empty, not a bearer
+  // token, or matching no entry (unknown or revoked); also when the file has become unreadable or
   // invalid since Open (fail closed; the reason is logged once, never sent to the caller).
   // The messages never contain the token.
   absl::StatusOr<Principal> Authenticate(absl::string_view bearer) const;

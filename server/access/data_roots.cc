@@ -74,8 +74,7 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
     if (!ref.ok()) return ref.status();
     if (uploads_dir_.empty()) {
       return api::WithInvalidField(
-          absl::InvalidArgumentError(absl::StrCat(field, ": this daemon keeps no uploads")),
-          field);
+          absl::InvalidArgumentError(absl::StrCat(field, ": this daemon keeps no uploads")), field);
     }
     const std::string owner(ref->owner.empty() ? submitter : ref->owner);
     const std::string upload = absl::StrCat(uploads_dir_, "/", owner, "/", ref->name);
@@ -83,11 +82,10 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
     // theirs to know (CheckPath refuses naming it, whether it exists or not).
     std::error_code error;
     if (owner == submitter && !std::filesystem::exists(upload, error)) {
-      return api::WithInvalidField(
-          absl::InvalidArgumentError(absl::StrCat(field, ": ", *value,
-                                                  ": you have no upload named \"", ref->name,
-                                                  "\" (mpsctl uploads lists yours)")),
-          field);
+      return api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(
+                                       field, ": ", *value, ": you have no upload named \"",
+                                       ref->name, "\" (mpsctl uploads lists yours)")),
+                                   field);
     }
     *value = absl::StrCat(upload, ref->path.empty() ? "" : "/", ref->path);
     return absl::OkStatus();
@@ -154,8 +152,7 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
                                        : under(absl::StrCat(uploads_dir_, "/", principal->name)))) {
     return absl::OkStatus();
   }
-  const bool daemons_own =
-      !state_dir_.empty() && under(state_dir_) && !under(artifacts_dir_);
+  const bool daemons_own = !state_dir_.empty() && under(state_dir_) && !under(artifacts_dir_);
   if (!resolved.empty() && !daemons_own) {
     for (const std::string& root : roots_) {
       if (under(root)) return absl::OkStatus();
@@ -172,7 +169,8 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
   }
   const std::string& shown = path;
   return absl::PermissionDeniedError(absl::StrCat(
-      field, ": \"", shown, "\" is not under the daemon's data_roots: a job submitted over TCP may "
+      field, ": \"", shown,
+      "\" is not under the daemon's data_roots: a job submitted over TCP may "
       "name only files under the directories its operator listed there (symbolic links "
       "resolved); ask the operator which those are"));
 }
@@ -180,8 +178,8 @@ absl::Status DataRoots::CheckPath(absl::string_view field, const std::string& pa
 absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& dir,
                                   const Principal* principal) const {
   std::error_code error;
-  std::filesystem::recursive_directory_iterator it(
-      dir, std::filesystem::directory_options::none, error);
+  std::filesystem::recursive_directory_iterator it(dir, std::filesystem::directory_options::none,
+                                                   error);
   int seen = 0;
   for (; !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
     if (++seen > kMaxTreeEntries) break;  // A huge tree: the files past this are not looked at.
@@ -192,8 +190,7 @@ absl::Status DataRoots::CheckTree(absl::string_view field, const std::string& di
   return absl::OkStatus();
 }
 
-absl::Status DataRoots::CheckDataset(absl::string_view field,
-                                     const mpsd::v1::DatasetSpec& dataset,
+absl::Status DataRoots::CheckDataset(absl::string_view field, const mpsd::v1::DatasetSpec& dataset,
                                      const Principal* principal) const {
   if (!dataset.root().empty()) {
     if (absl::Status s = CheckPath(field, dataset.root(), principal); !s.ok()) return s;

@@ -69,8 +69,9 @@ absl::StatusOr<X509Ptr> ReadCertificate(const std::string& what, const std::stri
   ERR_clear_error();
   if (cert == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat(what, " ", path, ": no PEM certificate in it (expected -----BEGIN "
-                                      "CERTIFICATE-----)"));
+        absl::StrCat(what, " ", path,
+                     ": no PEM certificate in it (expected -----BEGIN "
+                     "CERTIFICATE-----)"));
   }
   if (X509_cmp_current_time(X509_get0_notAfter(cert.get())) < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -97,9 +98,10 @@ absl::Status CheckKeyMode(const std::string& path) {
         path, mode, path));
   }
   if ((mode & (S_IRGRP | S_IWGRP)) != 0) {
-    spdlog::warn("TLS key {} has mode {:04o}: its group may read the daemon's private key "
-                 "(chmod 600 {} if that is not intended)",
-                 path, mode, path);
+    spdlog::warn(
+        "TLS key {} has mode {:04o}: its group may read the daemon's private key "
+        "(chmod 600 {} if that is not intended)",
+        path, mode, path);
   }
   return absl::OkStatus();
 }
@@ -112,9 +114,10 @@ absl::StatusOr<KeyPtr> ReadKey(const std::string& path) {
   KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
   ERR_clear_error();
   if (key == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "TLS key ", path, ": no unencrypted PEM private key in it (expected -----BEGIN "
-                          "PRIVATE KEY-----)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("TLS key ", path,
+                     ": no unencrypted PEM private key in it (expected -----BEGIN "
+                     "PRIVATE KEY-----)"));
   }
   return key;
 }
@@ -157,9 +160,8 @@ absl::Status CheckTlsFiles(const TlsFiles& files) {
   if (!key.ok()) return key.status();
   if (X509_check_private_key(cert->get(), key->get()) != 1) {
     ERR_clear_error();
-    return absl::FailedPreconditionError(absl::StrCat("TLS key ", files.key,
-                                                      " does not belong to the certificate ",
-                                                      files.cert));
+    return absl::FailedPreconditionError(
+        absl::StrCat("TLS key ", files.key, " does not belong to the certificate ", files.cert));
   }
   if (!files.client_ca.empty()) {
     absl::StatusOr<X509Ptr> ca = ReadCertificate("TLS client CA", files.client_ca);

@@ -1,4 +1,5 @@
-// Artifacts: a directory walk, each file's SHA-256 (api/sha256.h), and path checks on canonical paths.
+// Artifacts: a directory walk, each file's SHA-256 (api/sha256.h), and path checks on canonical
+// paths.
 #include "server/core/artifacts.h"
 
 #include <algorithm>
@@ -64,8 +65,7 @@ absl::StatusOr<std::string> ResolveArtifact(const std::string& job_dir, absl::st
   }
   for (absl::string_view part : absl::StrSplit(name, '/')) {
     if (part == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("name: \"", name, "\" contains \"..\""));
+      return absl::InvalidArgumentError(absl::StrCat("name: \"", name, "\" contains \"..\""));
     }
   }
   if (name.find('\0') != absl::string_view::npos) {

@@ -58,8 +58,7 @@ absl::Status EventLog::StorageError() const {
 }
 
 absl::StatusOr<std::vector<mpsd::v1::JobEvent>> EventLog::Read(const std::string& job_id,
-                                                               int64_t after_seq,
-                                                               int limit) const {
+                                                               int64_t after_seq, int limit) const {
   return store_->ReadEvents(job_id, after_seq, limit);
 }
 
@@ -115,8 +114,7 @@ void EventLog::WriterLoop() {
       stop = stopping_ && jobs.empty() && events.empty();
     }
     if (stop) return;
-    absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> committed =
-        CommitBatch(jobs, events);
+    absl::StatusOr<absl::flat_hash_map<std::string, int64_t>> committed = CommitBatch(jobs, events);
     if (committed.ok()) {
       StorageRecovered();
       delay = kFirstRetryDelay;
@@ -167,15 +165,17 @@ bool EventLog::RequeueFailed(absl::flat_hash_map<std::string, mpsd::v1::Job> job
       std::vector<std::string> ids;
       for (const auto& [id, job] : jobs) ids.push_back(id);
       std::sort(ids.begin(), ids.end());
-      spdlog::error("mpsd is stopping and storing events has failed for {}: {} events of "
-                    "job(s) {} are lost: {}",
-                    absl::FormatDuration(kRetryAtShutdown), events.size(),
-                    absl::StrJoin(ids, ", "), error.ToString());
+      spdlog::error(
+          "mpsd is stopping and storing events has failed for {}: {} events of "
+          "job(s) {} are lost: {}",
+          absl::FormatDuration(kRetryAtShutdown), events.size(), absl::StrJoin(ids, ", "),
+          error.ToString());
       return true;
     }
-    spdlog::error("storing {} events failed; they are kept and retried in {} (nothing is "
-                  "dropped; submits are refused meanwhile): {}",
-                  events.size(), absl::FormatDuration(delay), error.ToString());
+    spdlog::error(
+        "storing {} events failed; they are kept and retried in {} (nothing is "
+        "dropped; submits are refused meanwhile): {}",
+        events.size(), absl::FormatDuration(delay), error.ToString());
     // What was appended during the attempt is newer: its rows win, its events follow.
     for (auto& [id, job] : pending_jobs_) jobs[id] = std::move(job);
     pending_jobs_ = std::move(jobs);

@@ -75,8 +75,8 @@ class EventLog {
   absl::Status StorageError() const;
 
   // Committed events of `job_id` with seq > after_seq, ascending, at most `limit`.
-  absl::StatusOr<std::vector<mpsd::v1::JobEvent>> Read(const std::string& job_id,
-                                                       int64_t after_seq, int limit) const;
+  absl::StatusOr<std::vector<mpsd::v1::JobEvent>> Read(const std::string& job_id, int64_t after_seq,
+                                                       int limit) const;
 
   // Highest committed seq of a job; 0 if none.
   int64_t CommittedSeq(const std::string& job_id) const;

@@ -37,8 +37,7 @@ std::string FilterKey(const ListJobsRequest& request) {
   states.erase(std::unique(states.begin(), states.end()), states.end());
   std::string key = absl::StrCat(absl::StrJoin(states, ","), "/", request.kind());
   if (!request.name().empty()) absl::StrAppend(&key, "/n=", absl::CEscape(request.name()));
-  const std::map<std::string, std::string> labels(request.labels().begin(),
-                                                  request.labels().end());
+  const std::map<std::string, std::string> labels(request.labels().begin(), request.labels().end());
   for (const auto& [k, v] : labels) {
     absl::StrAppend(&key, "/l=", absl::CEscape(k), "=", absl::CEscape(v));
   }
@@ -62,8 +61,8 @@ absl::StatusOr<int64_t> ParseToken(const ListJobsRequest& request) {
   if (!absl::WebSafeBase64Unescape(request.page_token(), &text)) return bad;
   std::vector<std::string> parts = absl::StrSplit(text, absl::MaxSplits(':', 2));
   int64_t before_id = 0;
-  if (parts.size() != 3 || parts[0] != kTokenVersion ||
-      !absl::SimpleAtoi(parts[1], &before_id) || before_id < 1) {
+  if (parts.size() != 3 || parts[0] != kTokenVersion || !absl::SimpleAtoi(parts[1], &before_id) ||
+      before_id < 1) {
     return bad;
   }
   if (parts[2] != FilterKey(request)) {
@@ -90,8 +89,7 @@ bool JobQuery::Matches(const Job& job) const {
     if (it == job.spec().labels().end() || it->second != value) return false;
   }
   if (created_after_us > 0) {
-    const int64_t created =
-        job.created_at().seconds() * 1000000 + job.created_at().nanos() / 1000;
+    const int64_t created = job.created_at().seconds() * 1000000 + job.created_at().nanos() / 1000;
     if (created < created_after_us) return false;
   }
   return true;
@@ -99,16 +97,15 @@ bool JobQuery::Matches(const Job& job) const {
 
 absl::StatusOr<JobQuery> QueryForPage(const ListJobsRequest& request) {
   if (request.page_size() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_size: must be >= 0 (0 means ", kDefaultPageSize, "), got ",
-                     request.page_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size: must be >= 0 (0 means ", kDefaultPageSize, "), got ", request.page_size()));
   }
   // proto3 keeps enum values it does not know: such a filter matched nothing and answered an
   // empty list, which reads as "no such jobs".
   for (int i = 0; i < request.states_size(); ++i) {
     if (!Job::State_IsValid(request.states(i))) {
-      return absl::InvalidArgumentError(absl::StrCat("states[", i, "]: unknown state ",
-                                                     request.states(i)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("states[", i, "]: unknown state ", request.states(i)));
     }
   }
   if (!Job::Kind_IsValid(request.kind())) {
@@ -120,8 +117,8 @@ absl::StatusOr<JobQuery> QueryForPage(const ListJobsRequest& request) {
   query.name_glob = request.name();
   query.labels.insert(request.labels().begin(), request.labels().end());
   if (request.has_created_after()) {
-    query.created_after_us = request.created_after().seconds() * 1000000 +
-                             request.created_after().nanos() / 1000;
+    query.created_after_us =
+        request.created_after().seconds() * 1000000 + request.created_after().nanos() / 1000;
     if (query.created_after_us <= 0) query.created_after_us = 1;
   }
   query.limit = PageSize(request) + 1;

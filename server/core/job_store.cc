@@ -128,8 +128,7 @@ int LastIoErrno(sqlite3* db) {
   sqlite3_file* journal = nullptr;
   if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &journal) == SQLITE_OK &&
       journal != nullptr && journal->pMethods != nullptr &&
-      journal->pMethods->xFileControl(journal, SQLITE_FCNTL_LAST_ERRNO, &file_errno) ==
-          SQLITE_OK &&
+      journal->pMethods->xFileControl(journal, SQLITE_FCNTL_LAST_ERRNO, &file_errno) == SQLITE_OK &&
       OutOfSpace(file_errno)) {
     return file_errno;
   }
@@ -141,13 +140,15 @@ absl::Status SqliteError(sqlite3* db, int rc, absl::string_view path, absl::stri
   const int system_errno = db != nullptr && (rc & 0xff) == SQLITE_IOERR ? LastIoErrno(db) : 0;
   if ((rc & 0xff) == SQLITE_FULL || ((rc & 0xff) == SQLITE_IOERR && OutOfSpace(system_errno))) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": ", message, system_errno != 0 ? absl::StrCat(" (", strerror(system_errno), ")") : "",
+        what, ": ", message,
+        system_errno != 0 ? absl::StrCat(" (", strerror(system_errno), ")") : "",
         ": the file system holding ", path,
         " is full or a file size limit was reached; nothing was written by this call (SQLite "
-        "error ", rc, ")"));
+        "error ",
+        rc, ")"));
   }
-  return absl::Status(CodeForSqlite(rc), absl::StrCat(what, ": ", message, " (SQLite error ",
-                                                       rc, ", database ", path, ")"));
+  return absl::Status(CodeForSqlite(rc), absl::StrCat(what, ": ", message, " (SQLite error ", rc,
+                                                      ", database ", path, ")"));
 }
 
 int64_t CreatedAtMicros(const Job& job) {
@@ -176,8 +177,8 @@ class SqliteJobStore final : public JobStore {
 
   absl::StatusOr<Job> InsertJob(Job job) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReserveIdsThrough(int64_t id) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Commit(const std::vector<Job>& jobs,
-                      const std::vector<JobEvent>& events) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Commit(const std::vector<Job>& jobs, const std::vector<JobEvent>& events) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Job> GetJob(const std::string& id) const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<Job>> ListJobs() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<JobListing> ListJobsSkippingDamaged() const override ABSL_LOCKS_EXCLUDED(mu_);
@@ -273,9 +274,9 @@ absl::Status SqliteJobStore::Prepare(const char* sql, StmtPtr* stmt) {
   stmt->reset(raw);
   if ((rc & 0xff) == SQLITE_ERROR) {
     // "no such table" and the like: the file claims our schema version but lacks our tables.
-    return absl::DataLossError(absl::StrCat("database ", path_,
-                                            " does not have the expected schema: ",
-                                            sqlite3_errmsg(db_.get()), " in \"", sql, "\""));
+    return absl::DataLossError(absl::StrCat(
+        "database ", path_, " does not have the expected schema: ", sqlite3_errmsg(db_.get()),
+        " in \"", sql, "\""));
   }
   if (rc != SQLITE_OK) return Error(rc, absl::StrCat("preparing \"", sql, "\""));
   return absl::OkStatus();
@@ -385,10 +386,11 @@ absl::Status SqliteJobStore::ReserveIdsThrough(int64_t id) {
   if (absl::Status s = txn.Begin(); !s.ok()) return s;
   // AUTOINCREMENT continues above max(sqlite_sequence.seq, max(rowid)); the row for "jobs"
   // exists only once a job was inserted.
-  const std::string sql = absl::StrCat(
-      "UPDATE sqlite_sequence SET seq = max(seq, ", id, ") WHERE name = 'jobs';"
-      "INSERT INTO sqlite_sequence (name, seq) SELECT 'jobs', ", id,
-      " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'jobs');");
+  const std::string sql =
+      absl::StrCat("UPDATE sqlite_sequence SET seq = max(seq, ", id,
+                   ") WHERE name = 'jobs';"
+                   "INSERT INTO sqlite_sequence (name, seq) SELECT 'jobs', ",
+                   id, " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'jobs');");
   char* message = nullptr;
   const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, &message);
   sqlite3_free(message);
@@ -408,8 +410,8 @@ absl::Status SqliteJobStore::UpdateJob(const Job& job) {
   sqlite3_bind_int(update, 3, job.state());
   sqlite3_bind_int64(update, 4, CreatedAtMicros(job));
   if (absl::Status s = BindProto(update, 5, job); !s.ok()) return s;
-  sqlite3_bind_text(update, 6, job.spec().name().data(),
-                    static_cast<int>(job.spec().name().size()), SQLITE_STATIC);
+  sqlite3_bind_text(update, 6, job.spec().name().data(), static_cast<int>(job.spec().name().size()),
+                    SQLITE_STATIC);
   int rc = sqlite3_step(update);
   if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("updating job ", job.id()));
   if (sqlite3_changes(db_.get()) == 0) {
@@ -434,8 +436,8 @@ absl::Status SqliteJobStore::AppendEvent(const JobEvent& event) {
   if (absl::Status s = BindProto(insert, 3, event); !s.ok()) return s;
   int rc = sqlite3_step(insert);
   if (rc == SQLITE_CONSTRAINT_PRIMARYKEY) {
-    return absl::AlreadyExistsError(absl::StrCat("event ", event.seq(), " of job ",
-                                                 event.job_id(), " is already stored"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("event ", event.seq(), " of job ", event.job_id(), " is already stored"));
   }
   if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
     return absl::NotFoundError(absl::StrCat("event for unknown job ", event.job_id()));
@@ -493,8 +495,8 @@ absl::StatusOr<int64_t> SqliteJobStore::HighestId() const {
   absl::MutexLock lock(&mu_);
   int64_t highest = -1;
   absl::Status last_error;
-  for (const char* sql : {"SELECT max(id) FROM jobs",
-                          "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"}) {
+  for (const char* sql :
+       {"SELECT max(id) FROM jobs", "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"}) {
     sqlite3_stmt* raw = nullptr;
     int rc = sqlite3_prepare_v2(db_.get(), sql, -1, &raw, nullptr);
     StmtPtr stmt(raw);
@@ -506,9 +508,8 @@ absl::StatusOr<int64_t> SqliteJobStore::HighestId() const {
     }
   }
   if (highest < 0) {
-    return absl::DataLossError(absl::StrCat("database ", path_,
-                                            ": cannot tell how many jobs it holds: ",
-                                            last_error.message()));
+    return absl::DataLossError(absl::StrCat(
+        "database ", path_, ": cannot tell how many jobs it holds: ", last_error.message()));
   }
   return highest;
 }
@@ -541,8 +542,8 @@ absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::ReadEvents(const std::stri
                                                                  int64_t after_seq,
                                                                  int limit) const {
   if (limit < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("ReadEvents limit is ", limit,
-                                                   "; must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadEvents limit is ", limit, "; must be >= 1"));
   }
   const std::optional<int64_t> row_id = api::ParseJobId(job_id);
   if (!row_id.has_value()) return std::vector<JobEvent>();
@@ -645,9 +646,10 @@ absl::Status Migrate(sqlite3* db, const std::string& path) {
           QueryText(db, path, "SELECT count(*) FROM sqlite_schema");
       if (!tables.ok()) return tables.status();
       if (*tables != "0") {
-        return absl::DataLossError(absl::StrCat(
-            "database ", path, " has tables but no mpsd schema version: it is not an mpsd job "
-            "store"));
+        return absl::DataLossError(
+            absl::StrCat("database ", path,
+                         " has tables but no mpsd schema version: it is not an mpsd job "
+                         "store"));
       }
     }
     if (*version > 0 && *version < kSchemaVersion) {
@@ -655,9 +657,9 @@ absl::Status Migrate(sqlite3* db, const std::string& path) {
           db, path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'jobs'");
       if (!jobs.ok()) return jobs.status();
       if (*jobs != "1") {
-        return absl::DataLossError(absl::StrCat(
-            "database ", path, " has mpsd schema version ", *version,
-            " but does not have the expected schema: no table jobs"));
+        return absl::DataLossError(
+            absl::StrCat("database ", path, " has mpsd schema version ", *version,
+                         " but does not have the expected schema: no table jobs"));
       }
     }
     for (int v = *version; v < kSchemaVersion; ++v) {
@@ -686,9 +688,9 @@ absl::Status Configure(sqlite3* db, const std::string& path) {
   absl::StatusOr<std::string> mode = QueryText(db, path, "PRAGMA journal_mode = WAL");
   if (!mode.ok()) return mode.status();
   if (absl::AsciiStrToLower(*mode) != "wal") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "database ", path, ": cannot use WAL mode (journal_mode stays \"", *mode,
-        "\"); the state dir must be on a local file system"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("database ", path, ": cannot use WAL mode (journal_mode stays \"", *mode,
+                     "\"); the state dir must be on a local file system"));
   }
   // In WAL mode NORMAL syncs only at checkpoints: a commit survives a crash of mpsd, and may be
   // lost (never corrupted) on power loss.
@@ -700,9 +702,9 @@ absl::Status Configure(sqlite3* db, const std::string& path) {
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const Options& options) {
   const std::string& path = options.path;
   sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &raw,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   DbPtr db(raw);
   if (rc != SQLITE_OK) {
     // CANTOPEN and friends: a missing directory, no permission. Not the file's content.

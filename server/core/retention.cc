@@ -86,8 +86,7 @@ std::map<std::string, std::string> NeededArtifacts(const std::vector<Job>& jobs,
   for (const Job& job : jobs) {
     if (api::IsTerminal(job.state())) continue;
     needed.emplace(job.id(), Describe(job));
-    const std::string resumed =
-        ResumedJobId(job.spec().train_job().resume_from(), artifacts_dir);
+    const std::string resumed = ResumedJobId(job.spec().train_job().resume_from(), artifacts_dir);
     if (!resumed.empty()) {
       needed.emplace(resumed, absl::StrCat("job ", job.id(), " (", Job::State_Name(job.state()),
                                            ") resumes from it"));
@@ -189,8 +188,8 @@ absl::StatusOr<ArtifactUsage> DeleteJobArtifacts(const std::string& artifacts_di
     // Removing one of several hard links frees nothing; the last one frees the file.
     const int64_t size = is_file && info.st_nlink == 1 ? info.st_size : 0;
     if (!fs::remove(entry.path(), e) || e) {
-      return absl::InternalError(absl::StrCat(entry.path().string(), ": cannot remove: ",
-                                              e ? e.message() : "not there"));
+      return absl::InternalError(
+          absl::StrCat(entry.path().string(), ": cannot remove: ", e ? e.message() : "not there"));
     }
     if (is_file) {
       deleted.bytes += size;
@@ -229,9 +228,8 @@ void ArtifactRetention::Loop(std::function<std::vector<Job>()> jobs) {
   while (true) {
     {
       absl::MutexLock lock(&wake_mu_);
-      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) {
-        return pending_ || stopping_;
-      };
+      auto wake = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) { return pending_ || stopping_; };
       wake_mu_.Await(absl::Condition(&wake));
       if (stopping_) return;
       pending_ = false;
@@ -304,8 +302,8 @@ absl::StatusOr<DeleteArtifactsResponse> ArtifactRetention::Apply(const std::vect
   return DeleteLocked(std::move(plan), dry_run);
 }
 
-absl::StatusOr<DeleteArtifactsResponse> ArtifactRetention::DeleteLocked(
-    std::vector<Deleted> plan, bool dry_run) {
+absl::StatusOr<DeleteArtifactsResponse> ArtifactRetention::DeleteLocked(std::vector<Deleted> plan,
+                                                                        bool dry_run) {
   DeleteArtifactsResponse response;
   for (Deleted& deleted : plan) {
     if (!dry_run && deleted.files() > 0) {
@@ -320,8 +318,8 @@ absl::StatusOr<DeleteArtifactsResponse> ArtifactRetention::DeleteLocked(
       deleted_bytes_ += removed->bytes;
       measured_at_ = absl::InfinitePast();
       spdlog::info("deleted the artifacts of job {} ({} file{}, {} bytes freed): {}",
-                   deleted.job_id(), removed->files, removed->files == 1 ? "" : "s",
-                   removed->bytes, deleted.reason());
+                   deleted.job_id(), removed->files, removed->files == 1 ? "" : "s", removed->bytes,
+                   deleted.reason());
     }
     response.set_freed_bytes(response.freed_bytes() + deleted.bytes());
     *response.add_deleted() = std::move(deleted);

@@ -98,9 +98,9 @@ class ArtifactRetention {
   // job and why it must stay, NOT_FOUND for an id not in `jobs`. Each job once however often it
   // is named; a sweep stands for its trials. Bytes count each file once (hard links: one file),
   // and a deletion frees only files whose last link it removes.
-  absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> Delete(
-      const std::vector<std::string>& job_ids, const std::vector<mpsd::v1::Job>& jobs,
-      bool dry_run);
+  absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> Delete(const std::vector<std::string>& job_ids,
+                                                           const std::vector<mpsd::v1::Job>& jobs,
+                                                           bool dry_run);
   // Applies the policy over `jobs` at `now` (FAILED_PRECONDITION when there is none). Files that
   // cannot be removed are logged and skipped.
   absl::StatusOr<mpsd::v1::DeleteArtifactsResponse> Apply(const std::vector<mpsd::v1::Job>& jobs,

@@ -64,9 +64,8 @@ bool ResumesAfterRestart(const Job& job) {
 }
 
 std::string ResumeMessage(const Job& job, absl::string_view why) {
-  return absl::StrCat(why, "; resumes from checkpoint ", job.last_checkpoint().path(),
-                      " at epoch ", job.last_checkpoint().epoch(), " (step ",
-                      job.last_checkpoint().step(), ")");
+  return absl::StrCat(why, "; resumes from checkpoint ", job.last_checkpoint().path(), " at epoch ",
+                      job.last_checkpoint().epoch(), " (step ", job.last_checkpoint().step(), ")");
 }
 
 // A job queued again by restart_policy: resume whose checkpoint the executor refused (a file
@@ -75,17 +74,17 @@ std::string ResumeMessage(const Job& job, absl::string_view why) {
 std::string AutoResumeFailure(const std::string& checkpoint, const absl::Status& status) {
   const std::string problem = absl::StrReplaceAll(
       status.message(), {{"train_job.resume_from: ", ""}, {"resume_from: ", ""}});
-  return absl::StrCat(
-      "the automatic resume (restart_policy: resume) from checkpoint ", checkpoint,
-      " failed: ", problem, ". The job is FAILED and is not resumed again; submit it again to "
-      "start afresh, or with resume_from naming an earlier checkpoint file of it");
+  return absl::StrCat("the automatic resume (restart_policy: resume) from checkpoint ", checkpoint,
+                      " failed: ", problem,
+                      ". The job is FAILED and is not resumed again; submit it again to "
+                      "start afresh, or with resume_from naming an earlier checkpoint file of it");
 }
 
 // A name or label value: at most kMaxNameBytes, no control characters.
 absl::Status CheckText(absl::string_view field, const std::string& text) {
   if (text.size() > Scheduler::kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": at most ", Scheduler::kMaxNameBytes,
-                                                   " bytes, got ", text.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": at most ", Scheduler::kMaxNameBytes, " bytes, got ", text.size()));
   }
   for (char c : text) {
     if (absl::ascii_iscntrl(c)) {
@@ -107,9 +106,10 @@ absl::Status CheckText(absl::string_view field, const std::string& text) {
              (b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9);
     }
     if (c1 || alm || bidi) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": invisible control characters (bidirectional marks or overrides, C1 "
-                 "controls) not allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field,
+                       ": invisible control characters (bidirectional marks or overrides, C1 "
+                       "controls) not allowed"));
     }
   }
   return absl::OkStatus();
@@ -117,8 +117,8 @@ absl::Status CheckText(absl::string_view field, const std::string& text) {
 
 absl::Status CheckLabels(const mpsd::v1::SubmitJobRequest& request) {
   if (request.labels_size() > Scheduler::kMaxLabels) {
-    return absl::InvalidArgumentError(absl::StrCat("labels: at most ", Scheduler::kMaxLabels,
-                                                   ", got ", request.labels_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels: at most ", Scheduler::kMaxLabels, ", got ", request.labels_size()));
   }
   for (const auto& [key, value] : request.labels()) {
     const bool key_ok =
@@ -126,18 +126,19 @@ absl::Status CheckLabels(const mpsd::v1::SubmitJobRequest& request) {
           return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-' || c == '/';
         });
     if (!key_ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "labels: key \"", absl::CEscape(key),
-          "\" must be 1 to 63 characters of A-Z, a-z, 0-9, _, ., -, /"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("labels: key \"", absl::CEscape(key),
+                       "\" must be 1 to 63 characters of A-Z, a-z, 0-9, _, ., -, /"));
     }
     if (absl::Status s = CheckText(absl::StrCat("labels.", key), value); !s.ok()) return s;
   }
   // A trial's label "sweep" is its sweep's id, set by mpsd (EnqueueSweep): set by hand it
   // would make a job pass for a trial, and a sweep's own would be overwritten.
   if (request.labels().contains(Scheduler::kSweepLabel)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "labels.", Scheduler::kSweepLabel, ": reserved: mpsd sets it to the sweep's id on each "
-        "of a sweep's trials; use another key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels.", Scheduler::kSweepLabel,
+                     ": reserved: mpsd sets it to the sweep's id on each "
+                     "of a sweep's trials; use another key"));
   }
   return absl::OkStatus();
 }
@@ -188,15 +189,15 @@ absl::Status CheckRequest(const mpsd::v1::SubmitJobRequest& request) {
     return absl::InvalidArgumentError("spec: set train_job, bench_job, eval_job or predict_job");
   }
   if (request.request_id().size() > Scheduler::kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id: at most ", Scheduler::kMaxRequestIdBytes, " bytes, got ",
-                     request.request_id().size()));
+    return absl::InvalidArgumentError(absl::StrCat("request_id: at most ",
+                                                   Scheduler::kMaxRequestIdBytes, " bytes, got ",
+                                                   request.request_id().size()));
   }
   if (absl::Status s = CheckText("name", request.name()); !s.ok()) return s;
   if (absl::Status s = CheckLabels(request); !s.ok()) return s;
   if (request.after_size() > Scheduler::kMaxAfter) {
-    return absl::InvalidArgumentError(absl::StrCat("after: at most ", Scheduler::kMaxAfter,
-                                                   " jobs, got ", request.after_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("after: at most ", Scheduler::kMaxAfter, " jobs, got ", request.after_size()));
   }
   if (absl::Status s = CheckRepeatedSizes(request, ""); !s.ok()) return s;
   for (int i = 0; i < request.after_size(); ++i) {
@@ -412,9 +413,10 @@ void Scheduler::WithdrawSubmit(const Job& job, const absl::Status& why) {
       }
     }
     if (job.kind() == Job::SWEEP) UpdateSweep(job.id());
-    spdlog::error("job {} was stored but cannot be acknowledged; it is CANCELLED and its submit "
-                  "refused: {}",
-                  job.id(), std::string(why.message()));
+    spdlog::error(
+        "job {} was stored but cannot be acknowledged; it is CANCELLED and its submit "
+        "refused: {}",
+        job.id(), std::string(why.message()));
   }
   event_log_.Flush().IgnoreError();  // the submit already failed
 }
@@ -422,8 +424,7 @@ void Scheduler::WithdrawSubmit(const Job& job, const absl::Status& why) {
 absl::StatusOr<Job> Scheduler::SubmitValidated(
     const mpsd::v1::SubmitJobRequest& request,
     const std::vector<mpsd::v1::SubmitJobRequest>& trials,
-    const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by,
-    bool* created) {
+    const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by, bool* created) {
   absl::MutexLock lock(&mu_);
   *created = false;
   // A concurrent Submit with the same request_id may have won the race meanwhile.
@@ -434,11 +435,11 @@ absl::StatusOr<Job> Scheduler::SubmitValidated(
   if (!refuse_submits_.ok()) return refuse_submits_;
   const size_t adding = request.has_sweep() ? trials.size() : 1;
   if (queue_.size() + adding > static_cast<size_t>(options_.max_queued)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("queue full (", options_.max_queued, ")",
-                     request.has_sweep() ? absl::StrCat(": the sweep has ", trials.size(),
-                                                        " trials, ", queue_.size(), " queued")
-                                         : ""));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "queue full (", options_.max_queued, ")",
+        request.has_sweep()
+            ? absl::StrCat(": the sweep has ", trials.size(), " trials, ", queue_.size(), " queued")
+            : ""));
   }
   *created = true;
   if (request.has_sweep()) return EnqueueSweep(request, trials, info, submitted_by);
@@ -453,9 +454,10 @@ absl::Status Scheduler::CheckAfter(const mpsd::v1::SubmitJobRequest& request) co
       return absl::InvalidArgumentError(
           absl::StrCat("after[", i, "]: ", damaged->second.message()));
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "after[", i, "]: no job ", id, " (a job can wait only for jobs submitted before it, "
-        "which also keeps dependencies from forming a cycle)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("after[", i, "]: no job ", id,
+                     " (a job can wait only for jobs submitted before it, "
+                     "which also keeps dependencies from forming a cycle)"));
   }
   return absl::OkStatus();
 }
@@ -466,8 +468,7 @@ absl::Status Scheduler::CheckModelJob(const mpsd::v1::SubmitJobRequest& request)
   if ((!request.has_eval_job() && !predict) || !api::IsJobId(id)) return absl::OkStatus();
   const std::string field = predict ? "predict_job.model" : "eval_job.model";
   const auto refuse = [&field](const std::string& why) {
-    return api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)),
-                                 field);
+    return api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)), field);
   };
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return refuse(absl::StrCat("no job ", id));
@@ -499,8 +500,7 @@ void Scheduler::RefuseSubmits(absl::Status why) {
   refuse_submits_ = std::move(why);
 }
 
-std::string Scheduler::RequestKey(const std::string& submitted_by,
-                                  const std::string& request_id) {
+std::string Scheduler::RequestKey(const std::string& submitted_by, const std::string& request_id) {
   // Rows of an mpsd older than submitted_by were all submitted over the unix socket.
   return absl::StrCat(submitted_by.empty() ? "local" : submitted_by, "\n", request_id);
 }
@@ -512,17 +512,16 @@ absl::StatusOr<const Job*> Scheduler::EarlierSubmit(const mpsd::v1::SubmitJobReq
   if (id == request_ids_.end()) return nullptr;
   const Job& job = jobs_.at(id->second);
   if (!google::protobuf::util::MessageDifferencer::Equals(job.spec(), request)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "request_id: \"", request.request_id(), "\" was already used for job ", job.id(),
-        " with a different request; use a new request_id for a new job"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id: \"", request.request_id(), "\" was already used for job ",
+                     job.id(), " with a different request; use a new request_id for a new job"));
   }
   return &job;
 }
 
 absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request,
                                        const std::string& submitted_by,
-                                       const mpsd::v1::SweepTrial* trial,
-                                       bool check_dependencies) {
+                                       const mpsd::v1::SweepTrial* trial, bool check_dependencies) {
   Job job;
   job.set_submitted_by(submitted_by);
   job.set_kind(KindOf(request));
@@ -648,10 +647,9 @@ void Scheduler::CancelForDependency(const std::string& job_id, const Job& depend
   Job& job = jobs_.at(job_id);
   if (job.state() != Job::QUEUED) return;
   // Copied: ending this job may end others and change `dependency`'s sweep.
-  const std::string message =
-      absl::StrCat("dependency job ", dependency.id(), " ended ",
-                   Job::State_Name(dependency.state()),
-                   dependency.message().empty() ? "" : absl::StrCat(": ", dependency.message()));
+  const std::string message = absl::StrCat(
+      "dependency job ", dependency.id(), " ended ", Job::State_Name(dependency.state()),
+      dependency.message().empty() ? "" : absl::StrCat(": ", dependency.message()));
   const Job dependency_copy = dependency;
   spdlog::info("job {} CANCELLED: {}", job_id, message);
   if (job.kind() != Job::SWEEP) {
@@ -719,7 +717,8 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
   } else if (sweep.state() == Job::RUNNING && running == 0 && paused_) {
     // What is true while the queue is held: none of its trials runs.
     SetState(sweep, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
-             absl::StrCat("queue paused: ", ended, " of ", total, " trials ended, the others "
+             absl::StrCat("queue paused: ", ended, " of ", total,
+                          " trials ended, the others "
                           "wait (mpsctl resume)"));
   }
 }
@@ -754,9 +753,9 @@ std::string Shown(const std::string& text) {
 
 absl::Status CheckJobId(const std::string& job_id) {
   if (api::ParseJobId(job_id).has_value()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "job_id: ", Shown(job_id),
-      " is not a job id (job ids are decimal numbers: \"1\", \"2\", ...)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("job_id: ", Shown(job_id),
+                   " is not a job id (job ids are decimal numbers: \"1\", \"2\", ...)"));
 }
 
 }  // namespace
@@ -816,20 +815,18 @@ absl::StatusOr<Job> Scheduler::RequestCancel(const std::string& job_id) {
   if (it == jobs_.end()) return UnknownJob(job_id);
   Job& job = it->second;
   if (api::IsTerminal(job.state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " already finished (", Job::State_Name(job.state()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already finished (", Job::State_Name(job.state()), ")"));
   }
   if (job.kind() == Job::SWEEP) {
-    const std::vector<std::string> trials(job.trial_job_ids().begin(),
-                                          job.trial_job_ids().end());
+    const std::vector<std::string> trials(job.trial_job_ids().begin(), job.trial_job_ids().end());
     for (const std::string& id : trials) {
       Job& trial = jobs_.at(id);
       if (trial.state() == Job::QUEUED) {
         CancelQueued(trial, Job::FAILURE_REASON_UNSPECIFIED,
                      absl::StrCat("cancelled with its sweep ", job_id, " while queued"));
       } else if (StopRunning(id, Job::CANCELLED)) {
-        spdlog::info("job {}: cancel of sweep {} requested; stopping at the next step", id,
-                     job_id);
+        spdlog::info("job {}: cancel of sweep {} requested; stopping at the next step", id, job_id);
       }
     }
     UpdateSweep(job_id);
@@ -874,10 +871,10 @@ absl::StatusOr<Job> Scheduler::Move(const std::string& job_id, int32_t priority)
       ids.push_back(job_id);
     }
     if (ids.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job_id, " is ", Job::State_Name(it->second.state()),
-          it->second.kind() == Job::SWEEP ? " with no queued trial" : "",
-          "; only a queued job can be moved"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is ", Job::State_Name(it->second.state()),
+                       it->second.kind() == Job::SWEEP ? " with no queued trial" : "",
+                       "; only a queued job can be moved"));
     }
     if (it->second.kind() == Job::SWEEP) {
       it->second.set_priority(priority);
@@ -1056,9 +1053,9 @@ void Scheduler::ExecutorLoop() {
       if (!planned.ok()) {
         JobEvent note;
         note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
-        note.mutable_log()->set_text(
-            absl::StrCat("not trained fused with other trials of sweep ", lead.trial().sweep_id(),
-                         ": ", planned.status().message()));
+        note.mutable_log()->set_text(absl::StrCat("not trained fused with other trials of sweep ",
+                                                  lead.trial().sweep_id(), ": ",
+                                                  planned.status().message()));
         Publish(lead, std::move(note));
       } else {
         // The planned trials that are still queued (one may have been cancelled meanwhile):
@@ -1234,8 +1231,7 @@ void Scheduler::FinishJob(const std::string& job_id, const absl::Status& status,
       absl::StrAppend(&message, "; ", status.message());
     }
     SetState(job, state, Job::FAILURE_REASON_UNSPECIFIED, message);
-  } else if (!resume_checkpoint.empty() &&
-             api::InvalidFieldOf(status) == "train_job.resume_from") {
+  } else if (!resume_checkpoint.empty() && api::InvalidFieldOf(status) == "train_job.resume_from") {
     // Not the spec's fault: the daemon's own checkpoint could not be used.
     SetState(job, Job::FAILED, Job::INTERNAL, AutoResumeFailure(resume_checkpoint, status));
   } else {

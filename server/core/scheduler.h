@@ -95,8 +95,7 @@ class Scheduler {
   // CANCELLED (DEPENDENCY_FAILED), sweeps whose trials all ended get their final state, and the
   // stored pause (PauseQueue) holds the queue again. Then starts the executor thread.
   // Errors: the store's.
-  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Options& options,
-                                                           JobStore* store,
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Options& options, JobStore* store,
                                                            mpsd::api::Executor* executor);
 
   // Stops as Shutdown() does.
@@ -213,8 +212,8 @@ class Scheduler {
   absl::StatusOr<mpsd::v1::Job> SubmitValidated(
       const mpsd::v1::SubmitJobRequest& request,
       const std::vector<mpsd::v1::SubmitJobRequest>& trials,
-      const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by,
-      bool* created) ABSL_LOCKS_EXCLUDED(mu_);
+      const std::vector<mpsd::v1::SweepTrial>& info, const std::string& submitted_by, bool* created)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Cancel's decision and state change, without waiting for the store.
   absl::StatusOr<mpsd::v1::Job> RequestCancel(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Stores a new QUEUED job for `request` and queues it; returns it as stored. `trial`: the
@@ -303,20 +302,17 @@ class Scheduler {
   // state (or, stopped by Shutdown with restart_policy: resume and a checkpoint, QUEUED again).
   // `resume_checkpoint`: JobContext::resume_checkpoint, empty for a fresh start.
   void RunJob(const std::string& job_id, const std::string& submitted_by,
-              const mpsd::v1::SubmitJobRequest& spec,
-              const std::string& resume_checkpoint);
+              const mpsd::v1::SubmitJobRequest& spec, const std::string& resume_checkpoint);
   // Runs sweep trials, already RUNNING, fused (Executor::RunFused) on the executor thread;
   // each trial is settled as soon as it ends.
   void RunFusedJobs(const std::vector<std::string>& job_ids, const std::string& submitted_by,
-                    const std::vector<mpsd::v1::SubmitJobRequest>& specs,
-                    bool shared_data_order);
+                    const std::vector<mpsd::v1::SubmitJobRequest>& specs, bool shared_data_order);
   // A run of `job_id` ended with `status`: its final state (or QUEUED again to resume).
   void FinishJob(const std::string& job_id, const absl::Status& status,
                  const std::string& resume_checkpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets a job's state and publishes the StateChange event.
-  void SetState(mpsd::v1::Job& job, mpsd::v1::Job::State state,
-                mpsd::v1::Job::FailureReason reason, const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetState(mpsd::v1::Job& job, mpsd::v1::Job::State state, mpsd::v1::Job::FailureReason reason,
+                const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Numbers, timestamps and records an event, and queues it with the job's row for storage.
   void Publish(mpsd::v1::Job& job, mpsd::v1::JobEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -347,7 +343,6 @@ class Scheduler {
   // RefuseSubmits' reason; OK while submits are accepted.
   absl::Status refuse_submits_ ABSL_GUARDED_BY(mu_);
   int64_t jobs_run_ ABSL_GUARDED_BY(mu_) = 0;
-
 
   std::thread executor_thread_;
 };

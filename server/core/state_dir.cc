@@ -89,8 +89,8 @@ absl::Status CheckSocketDir(const std::string& dir, uid_t euid) {
   }
   if (st.st_uid != euid && st.st_uid != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "socket folder ", dir, " is owned by ", OwnerName(st.st_uid), ", not by ",
-        OwnerName(euid), ": that user could replace mpsd's socket and receive its clients' "
+        "socket folder ", dir, " is owned by ", OwnerName(st.st_uid), ", not by ", OwnerName(euid),
+        ": that user could replace mpsd's socket and receive its clients' "
         "connections. Remove the folder (or let its owner), or listen in a folder of your own "
         "(--listen unix:///path/mpsd.sock)"));
   }
@@ -114,8 +114,10 @@ absl::Status RemoveStaleSocket(const std::string& path) {
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "listen: ", path, " exists and is not a socket (",
-        S_ISREG(st.st_mode) ? "a regular file" : S_ISDIR(st.st_mode) ? "a directory"
-        : S_ISLNK(st.st_mode) ? "a symbolic link" : "not a socket",
+        S_ISREG(st.st_mode)   ? "a regular file"
+        : S_ISDIR(st.st_mode) ? "a directory"
+        : S_ISLNK(st.st_mode) ? "a symbolic link"
+                              : "not a socket",
         "); mpsd removes only a stale socket of its own. Choose another path, or move that file "
         "away"));
   }
@@ -188,7 +190,9 @@ absl::Status CheckStateDirMode(const std::string& state_dir) {
     return absl::FailedPreconditionError(absl::StrCat(
         "state dir ", state_dir, " has mode ", Mode(st.st_mode),
         ": group or others may write in it, and so replace the job database or plant links in "
-        "it; make it private with: chmod 700 ", state_dir, " (mpsd creates it 0700 when it is "
+        "it; make it private with: chmod 700 ",
+        state_dir,
+        " (mpsd creates it 0700 when it is "
         "missing)"));
   }
   for (const char* name : {"mpsd.db", "mpsd.db-wal", "mpsd.db-shm", "mpsd.lock"}) {
@@ -197,8 +201,10 @@ absl::Status CheckStateDirMode(const std::string& state_dir) {
     // created, or written, wherever the link points.
     if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          path, " is a symbolic link: mpsd keeps its database and lock only as files in the state "
-          "dir; remove the link (rm ", path, ") or, to move the state, give --state-dir"));
+          path,
+          " is a symbolic link: mpsd keeps its database and lock only as files in the state "
+          "dir; remove the link (rm ",
+          path, ") or, to move the state, give --state-dir"));
     }
   }
   if (stat(state_dir.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
@@ -256,8 +262,8 @@ absl::Status StateDirWatch::Check() {
     if (!lost_.ok()) return lost_;
   }
   std::string what;
-  for (auto [path, identity] : {std::pair{&options_.state_dir, &dir_},
-                                std::pair{&options_.database, &database_}}) {
+  for (auto [path, identity] :
+       {std::pair{&options_.state_dir, &dir_}, std::pair{&options_.database, &database_}}) {
     struct stat st {};
     if (stat(path->c_str(), &st) != 0) {
       what = absl::StrCat(*path, " is gone (", std::strerror(errno), ")");

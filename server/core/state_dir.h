@@ -12,9 +12,9 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"

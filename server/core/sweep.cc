@@ -38,8 +38,7 @@ using mpsd::v1::SweepParameter;
 Message* SpecOf(SubmitJobRequest& request) {
   const google::protobuf::OneofDescriptor* spec =
       SubmitJobRequest::descriptor()->FindOneofByName("spec");
-  const FieldDescriptor* set =
-      request.GetReflection()->GetOneofFieldDescriptor(request, spec);
+  const FieldDescriptor* set = request.GetReflection()->GetOneofFieldDescriptor(request, spec);
   if (set == nullptr) return nullptr;
   return request.GetReflection()->MutableMessage(&request, set);
 }
@@ -121,8 +120,8 @@ absl::Status CheckRange(const google::protobuf::RepeatedField<double>& range, bo
   }
   if (!IsInteger(*axis.field) && axis.field->cpp_type() != FieldDescriptor::CPPTYPE_DOUBLE &&
       axis.field->cpp_type() != FieldDescriptor::CPPTYPE_FLOAT) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": a range needs a number field; ", axis.field->full_name(), " is not one"));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": a range needs a number field; ",
+                                                   axis.field->full_name(), " is not one"));
   }
   axis.log = log;
   axis.low = range[0];
@@ -131,8 +130,8 @@ absl::Status CheckRange(const google::protobuf::RepeatedField<double>& range, bo
 }
 
 // Checks one parameter against a scratch copy of the spec: its path and every listed value.
-absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& where,
-                                    bool random, const SubmitJobRequest& request) {
+absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& where, bool random,
+                                    const SubmitJobRequest& request) {
   SubmitJobRequest scratch = request;
   Message* spec = SpecOf(scratch);
   if (spec == nullptr) {
@@ -173,7 +172,8 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
   const auto& listed = p.values_size() > 0 ? p.values() : p.choice();
   const char* name = p.values_size() > 0 ? "values" : "choice";
   for (int i = 0; i < listed.size(); ++i) {
-    if (absl::Status s = SetFromText(*target, listed[i], absl::StrCat(where, ".", name, "[", i, "]"));
+    if (absl::Status s =
+            SetFromText(*target, listed[i], absl::StrCat(where, ".", name, "[", i, "]"));
         !s.ok()) {
       return s;
     }
@@ -194,9 +194,9 @@ std::string Draw(const Axis& axis, std::mt19937_64& generator) {
     if (i >= axis.values.size()) i = axis.values.size() - 1;
     return axis.values[i];
   }
-  const double x = axis.log ? std::exp(std::log(axis.low) +
-                                       u * (std::log(axis.high) - std::log(axis.low)))
-                            : axis.low + u * (axis.high - axis.low);
+  const double x =
+      axis.log ? std::exp(std::log(axis.low) + u * (std::log(axis.high) - std::log(axis.low)))
+               : axis.low + u * (axis.high - axis.low);
   // Rounded as a double: a range beyond int64 draws a value the field's range check refuses,
   // never one llround wrapped around.
   if (IsInteger(*axis.field)) return absl::StrFormat("%.0f", std::round(x));
@@ -221,9 +221,9 @@ absl::StatusOr<std::vector<Axis>> CheckAxes(const SubmitJobRequest& request,
   }
   std::vector<Axis> random;
   for (int i = 0; i < sweep.random().parameters_size(); ++i) {
-    absl::StatusOr<Axis> axis = CheckParameter(
-        sweep.random().parameters(i), absl::StrCat("sweep.random.parameters[", i, "]"), true,
-        request);
+    absl::StatusOr<Axis> axis =
+        CheckParameter(sweep.random().parameters(i),
+                       absl::StrCat("sweep.random.parameters[", i, "]"), true, request);
     if (!axis.ok()) return axis.status();
     if (absl::Status s = once(*axis); !s.ok()) return s;
     random.push_back(*std::move(axis));
@@ -233,8 +233,8 @@ absl::StatusOr<std::vector<Axis>> CheckAxes(const SubmitJobRequest& request,
         "sweep: no parameters (set grid: or random: {trials, seed, parameters})");
   }
   if (!random.empty() && sweep.random().trials() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sweep.random.trials: must be >= 1, got ", sweep.random().trials()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep.random.trials: must be >= 1, got ", sweep.random().trials()));
   }
   if (random.empty() && sweep.random().trials() != 0) {
     return absl::InvalidArgumentError("sweep.random.parameters: trials given but no parameters");
@@ -251,8 +251,8 @@ absl::StatusOr<int64_t> TrialCount(const std::vector<Axis>& grid, const std::vec
     if (count > kMaxSweepTrials) break;
   }
   if (count > kMaxSweepTrials) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sweep: more than ", kMaxSweepTrials, " trials (grid points × random.trials)"));
+    return absl::InvalidArgumentError(absl::StrCat("sweep: more than ", kMaxSweepTrials,
+                                                   " trials (grid points × random.trials)"));
   }
   return count;
 }
@@ -274,9 +274,9 @@ absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep) {
     fusion.max_trials = 1;
   } else if (!fuse.empty() && fuse != "auto" && fuse != "true") {
     if (!absl::SimpleAtoi(fuse, &k) || k < 2 || k > kMaxFusedTrials) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sweep.fuse: must be auto, off or a number of trials in [2, ", kMaxFusedTrials,
-          "], got \"", absl::CHexEscape(fuse.substr(0, 64)), "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sweep.fuse: must be auto, off or a number of trials in [2, ",
+                       kMaxFusedTrials, "], got \"", absl::CHexEscape(fuse.substr(0, 64)), "\""));
     }
     fusion.max_trials = k;
   }
@@ -321,8 +321,8 @@ absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(const SubmitJobReques
     t.trial.set_index(static_cast<int32_t>(index));
     if (!request.name().empty()) t.request.set_name(absl::StrCat(request.name(), "/", index));
     auto assign = [&](const Axis& axis, const std::string& value) -> absl::Status {
-      absl::StatusOr<Target> target = Resolve(*SpecOf(t.request), axis.parameter->path(),
-                                              absl::StrCat(axis.where, ".path"));
+      absl::StatusOr<Target> target =
+          Resolve(*SpecOf(t.request), axis.parameter->path(), absl::StrCat(axis.where, ".path"));
       if (!target.ok()) return target.status();
       mpsd::v1::SweepAssignment* a = t.trial.add_parameters();
       a->set_path(axis.parameter->path());

@@ -8,11 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <random>
 #include <set>
 #include <system_error>
@@ -51,15 +51,18 @@ absl::Status CheckSha256(absl::string_view sha256) {
   return Invalid("sha256", "expected the lowercase hex SHA-256 (64 digits) of the bytes sent");
 }
 
-absl::Status QuotaExceeded(absl::string_view submitter, int64_t used, int64_t more,
-                           int64_t quota) {
-  return api::WithCause(
-      absl::ResourceExhaustedError(absl::StrCat(
-          "upload quota exceeded: submitter \"", submitter, "\" holds ", used, " bytes of uploads "
-          "(unfinished ones included) and this needs ", more, " more, beyond the daemon's "
-          "upload_quota_bytes ", quota, "; delete uploads (mpsctl uploads rm NAME) or ask the "
-          "operator for a larger quota")),
-      api::ErrorCause::UPLOAD_QUOTA_EXCEEDED);
+absl::Status QuotaExceeded(absl::string_view submitter, int64_t used, int64_t more, int64_t quota) {
+  return api::WithCause(absl::ResourceExhaustedError(absl::StrCat(
+                            "upload quota exceeded: submitter \"", submitter, "\" holds ", used,
+                            " bytes of uploads "
+                            "(unfinished ones included) and this needs ",
+                            more,
+                            " more, beyond the daemon's "
+                            "upload_quota_bytes ",
+                            quota,
+                            "; delete uploads (mpsctl uploads rm NAME) or ask the "
+                            "operator for a larger quota")),
+                        api::ErrorCause::UPLOAD_QUOTA_EXCEEDED);
 }
 
 absl::Status Unsafe(absl::string_view name, absl::string_view entry, absl::string_view why) {
@@ -145,8 +148,8 @@ absl::StatusOr<std::string> UploadStore::AreaOf(absl::string_view submitter) con
   if (submitter.empty() || submitter == "." || submitter == ".." ||
       absl::StrContains(submitter, '/') || submitter.size() > 128 ||
       absl::StrContains(submitter, '\0')) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "submitter \"", absl::CHexEscape(submitter), "\" cannot have an upload area"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("submitter \"", absl::CHexEscape(submitter), "\" cannot have an upload area"));
   }
   return absl::StrCat(options_.dir, "/", submitter);
 }
@@ -196,9 +199,9 @@ absl::StatusOr<std::unique_ptr<UploadStore::Writer>> UploadStore::Begin(
   if (!area.ok()) return area.status();
   std::error_code error;
   if (!first.replace() && fs::exists(fs::symlink_status(*area + "/" + first.name(), error))) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "upload \"", first.name(), "\" exists; delete it first (mpsctl uploads rm ", first.name(),
-        ") or replace it (mpsctl upload --replace)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("upload \"", first.name(), "\" exists; delete it first (mpsctl uploads rm ",
+                     first.name(), ") or replace it (mpsctl upload --replace)"));
   }
   const std::string key = absl::StrCat(submitter, "/", first.name());
   {
@@ -233,10 +236,11 @@ absl::StatusOr<std::unique_ptr<UploadStore::Writer>> UploadStore::Begin(
   for (const std::string& path : stale) RemoveAll(path);
   const int64_t held = std::max<int64_t>(SizeOf(partial), 0);
   if (first.offset() != held) {
-    return Invalid("offset", absl::StrCat("the daemon holds ", held, " bytes of upload \"",
-                                          first.name(), "\" with this sha256, so the stream must "
-                                          "start at offset ", held, " (GetUploadStatus), not ",
-                                          first.offset()));
+    return Invalid("offset",
+                   absl::StrCat("the daemon holds ", held, " bytes of upload \"", first.name(),
+                                "\" with this sha256, so the stream must "
+                                "start at offset ",
+                                held, " (GetUploadStatus), not ", first.offset()));
   }
   if (held > first.size_bytes()) {
     RemoveAll(partial);
@@ -298,9 +302,8 @@ void UploadStore::Release(const std::string& key) {
   writing_.erase(key);
 }
 
-UploadStore::Writer::Writer(UploadStore* store, std::string submitter,
-                            mpsd::v1::UploadChunk header, std::string area, std::string partial,
-                            int fd, int64_t received)
+UploadStore::Writer::Writer(UploadStore* store, std::string submitter, mpsd::v1::UploadChunk header,
+                            std::string area, std::string partial, int fd, int64_t received)
     : store_(store),
       submitter_(std::move(submitter)),
       header_(std::move(header)),
@@ -339,9 +342,11 @@ absl::Status UploadStore::Writer::Append(int64_t offset, absl::string_view data)
 
 absl::StatusOr<Upload> UploadStore::Writer::Finish() {
   if (received_ != header_.size_bytes()) {
-    return Invalid("size_bytes", absl::StrCat("the stream ended after ", received_, " of ",
-                                              header_.size_bytes(), " bytes; send the rest "
-                                              "from offset ", received_));
+    return Invalid("size_bytes",
+                   absl::StrCat("the stream ended after ", received_, " of ", header_.size_bytes(),
+                                " bytes; send the rest "
+                                "from offset ",
+                                received_));
   }
   if (close(fd_) != 0) {
     fd_ = -1;
@@ -352,8 +357,8 @@ absl::StatusOr<Upload> UploadStore::Writer::Finish() {
   if (sha256 != header_.sha256()) {
     RemoveAll(partial_);
     return absl::DataLossError(absl::StrCat(
-        "upload \"", header_.name(), "\": the bytes received have SHA-256 ", sha256,
-        ", not the ", header_.sha256(), " announced; they were discarded: send it again"));
+        "upload \"", header_.name(), "\": the bytes received have SHA-256 ", sha256, ", not the ",
+        header_.sha256(), " announced; they were discarded: send it again"));
   }
   const std::string name = header_.name();
   const std::string final_path = area_ + "/" + name;
@@ -366,8 +371,8 @@ absl::StatusOr<Upload> UploadStore::Writer::Finish() {
   if (header_.archive()) {
     ready = partial_ + ".d";
     RemoveAll(ready);
-    int64_t others = BytesUnder(area_) - SizeOf(partial_) -
-                     (header_.replace() ? BytesUnder(final_path) : 0);
+    int64_t others =
+        BytesUnder(area_) - SizeOf(partial_) - (header_.replace() ? BytesUnder(final_path) : 0);
     {
       absl::MutexLock lock(&store_->mu_);
       auto coming = store_->reserved_.find(submitter_);
@@ -430,14 +435,17 @@ absl::Status UploadStore::Unpack(const std::string& archive_path, const std::str
     const int next = archive_read_next_header(reader.get(), &entry);
     if (next == ARCHIVE_EOF) break;
     if (next != ARCHIVE_OK && next != ARCHIVE_WARN) {
-      return Invalid("archive", absl::StrCat("upload \"", name, "\": not a tar archive, or a "
-                                             "damaged one: ", archive_error_string(reader.get())));
+      return Invalid("archive", absl::StrCat("upload \"", name,
+                                             "\": not a tar archive, or a "
+                                             "damaged one: ",
+                                             archive_error_string(reader.get())));
     }
     const char* raw = archive_entry_pathname(entry);
     const std::string path = raw == nullptr ? "" : raw;
     if (++files > options_.max_files) {
-      return Unsafe(name, path, absl::StrCat("more than the daemon's upload_max_files (",
-                                             options_.max_files, ") entries"));
+      return Unsafe(name, path,
+                    absl::StrCat("more than the daemon's upload_max_files (", options_.max_files,
+                                 ") entries"));
     }
     if (path.empty() || path[0] == '/') {
       return Unsafe(name, path, "an absolute or empty path; entries must be relative");
@@ -454,8 +462,9 @@ absl::Status UploadStore::Unpack(const std::string& archive_path, const std::str
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
       prefix = prefix.empty() ? parts[i] : absl::StrCat(prefix, "/", parts[i]);
       if (links.count(prefix) != 0) {
-        return Unsafe(name, path, absl::StrCat("it lies under the symbolic link \"", prefix,
-                                               "\" of the same archive"));
+        return Unsafe(
+            name, path,
+            absl::StrCat("it lies under the symbolic link \"", prefix, "\" of the same archive"));
       }
     }
     const std::string relative = absl::StrJoin(parts, "/");
@@ -472,30 +481,34 @@ absl::Status UploadStore::Unpack(const std::string& archive_path, const std::str
       }
       fs::create_directories(target, error);
       if (error) {
-        return Unsafe(name, path, "the folder cannot be made (a file of the archive is in its "
-                                  "path)");
+        return Unsafe(name, path,
+                      "the folder cannot be made (a file of the archive is in its "
+                      "path)");
       }
       chmod(target.c_str(), 0755);
       continue;
     }
     fs::create_directories(fs::path(target).parent_path(), error);
     if (error) {
-      return Unsafe(name, path, "its folder cannot be made (a file of the archive has that "
-                                "path)");
+      return Unsafe(name, path,
+                    "its folder cannot be made (a file of the archive has that "
+                    "path)");
     }
     if (type == AE_IFLNK) {
       const char* link = archive_entry_symlink(entry);
       const std::string to = link == nullptr ? "" : link;
       if (to.empty() || to[0] == '/') {
-        return Unsafe(name, path, absl::StrCat("a symbolic link to the absolute path \"",
-                                               absl::CHexEscape(to), "\"; links must be "
-                                               "relative and stay inside the folder"));
+        return Unsafe(name, path,
+                      absl::StrCat("a symbolic link to the absolute path \"", absl::CHexEscape(to),
+                                   "\"; links must be "
+                                   "relative and stay inside the folder"));
       }
       for (absl::string_view part : absl::StrSplit(to, '/')) {
         if (part == "..") {
-          return Unsafe(name, path, absl::StrCat("a symbolic link to \"", absl::CHexEscape(to),
-                                                 "\", which has a \"..\"; links must stay "
-                                                 "inside the folder (no \"..\")"));
+          return Unsafe(name, path,
+                        absl::StrCat("a symbolic link to \"", absl::CHexEscape(to),
+                                     "\", which has a \"..\"; links must stay "
+                                     "inside the folder (no \"..\")"));
         }
       }
       if (symlink(to.c_str(), target.c_str()) != 0) {
@@ -506,21 +519,22 @@ absl::Status UploadStore::Unpack(const std::string& archive_path, const std::str
       continue;
     }
     if (type != AE_IFREG) {
-      return Unsafe(name, path, "not a regular file, folder or symbolic link (a device, FIFO or "
-                                "socket)");
+      return Unsafe(name, path,
+                    "not a regular file, folder or symbolic link (a device, FIFO or "
+                    "socket)");
     }
     const int64_t declared = archive_entry_size(entry);
     if (declared > limit_bytes - bytes) {
       return api::WithCause(
           absl::ResourceExhaustedError(absl::StrCat(
               "upload \"", name, "\": archive entry \"", absl::CHexEscape(path), "\" (", declared,
-              " bytes) takes the unpacked folder beyond the ", limit_bytes, " bytes its "
+              " bytes) takes the unpacked folder beyond the ", limit_bytes,
+              " bytes its "
               "submitter's upload_quota_bytes leaves; nothing was unpacked")),
           api::ErrorCause::UPLOAD_QUOTA_EXCEEDED);
     }
     const int perm = (archive_entry_perm(entry) & 0755) | 0600;
-    const int fd =
-        open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, perm);
+    const int fd = open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, perm);
     if (fd < 0) {
       if (errno == EEXIST) return Unsafe(name, path, "the archive holds this path twice");
       return Errno("create", target);
@@ -536,18 +550,18 @@ absl::Status UploadStore::Unpack(const std::string& archive_path, const std::str
       const int got = archive_read_data_block(reader.get(), &block, &size, &offset);
       if (got == ARCHIVE_EOF) break;
       if (got != ARCHIVE_OK && got != ARCHIVE_WARN) {
-        return Invalid("archive", absl::StrCat("upload \"", name, "\": entry \"",
-                                               absl::CHexEscape(path), "\" is damaged: ",
-                                               archive_error_string(reader.get())));
+        return Invalid("archive",
+                       absl::StrCat("upload \"", name, "\": entry \"", absl::CHexEscape(path),
+                                    "\" is damaged: ", archive_error_string(reader.get())));
       }
       bytes += static_cast<int64_t>(size);
       if (bytes > limit_bytes) {
-        return api::WithCause(
-            absl::ResourceExhaustedError(absl::StrCat(
-                "upload \"", name, "\": unpacking goes beyond the ", limit_bytes, " bytes its "
-                "submitter's upload_quota_bytes leaves (at entry \"", absl::CHexEscape(path),
-                "\"); nothing was unpacked")),
-            api::ErrorCause::UPLOAD_QUOTA_EXCEEDED);
+        return api::WithCause(absl::ResourceExhaustedError(absl::StrCat(
+                                  "upload \"", name, "\": unpacking goes beyond the ", limit_bytes,
+                                  " bytes its "
+                                  "submitter's upload_quota_bytes leaves (at entry \"",
+                                  absl::CHexEscape(path), "\"); nothing was unpacked")),
+                              api::ErrorCause::UPLOAD_QUOTA_EXCEEDED);
       }
       if (pwrite(fd, block, size, offset) != static_cast<ssize_t>(size)) {
         return Errno("write", target);
@@ -608,9 +622,8 @@ absl::StatusOr<mpsd::v1::ListUploadsResponse> UploadStore::List(const std::strin
         entries.push_back(it->path());
       }
     }
-    std::sort(entries.begin(), entries.end(), [](const fs::path& a, const fs::path& b) {
-      return a.filename() < b.filename();
-    });
+    std::sort(entries.begin(), entries.end(),
+              [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
     for (const fs::path& entry : entries) {
       const std::string file = entry.filename().string();
       if (file.empty() || (file[0] == '.')) continue;
@@ -648,7 +661,8 @@ absl::StatusOr<Upload> UploadStore::Delete(const std::string& submitter, const s
   {
     absl::MutexLock lock(&mu_);
     if (writing_.count(key) != 0) {
-      return absl::AbortedError(absl::StrCat("upload \"", name, "\" is being sent; try again "
+      return absl::AbortedError(absl::StrCat("upload \"", name,
+                                             "\" is being sent; try again "
                                              "once that call ended"));
     }
   }
@@ -685,7 +699,8 @@ absl::StatusOr<Upload> UploadStore::Delete(const std::string& submitter, const s
     RemoveAll(partial);
   }
   if (!found) {
-    return absl::NotFoundError(absl::StrCat("no upload \"", name, "\" (mpsctl uploads lists "
+    return absl::NotFoundError(absl::StrCat("no upload \"", name,
+                                            "\" (mpsctl uploads lists "
                                             "them)"));
   }
   return deleted;

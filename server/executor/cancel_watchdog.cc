@@ -59,8 +59,7 @@ void CancelWatchdog::Watch() {
   mu_.Unlock();
   const bool acknowledged = AskUntilAcknowledged(deadline);
   mu_.Lock();
-  if (stopping_ ||
-      (acknowledged && mu_.AwaitWithDeadline(absl::Condition(&stopping_), deadline))) {
+  if (stopping_ || (acknowledged && mu_.AwaitWithDeadline(absl::Condition(&stopping_), deadline))) {
     mu_.Unlock();
     return;
   }

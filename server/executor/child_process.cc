@@ -55,16 +55,26 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 
 const char* SignalName(int signal) {
   switch (signal) {
-    case SIGKILL: return "SIGKILL";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGILL: return "SIGILL";
-    case SIGFPE: return "SIGFPE";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    default: return "signal";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGILL:
+      return "SIGILL";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal";
   }
 }
 
@@ -77,8 +87,9 @@ std::string DescribeExitStatus(int wait_status) {
   return absl::StrCat("ended with wait status ", wait_status);
 }
 
-absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
-    std::vector<std::string> args, std::vector<std::string> env, std::function<void()> on_exit) {
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<std::string> args,
+                                                                  std::vector<std::string> env,
+                                                                  std::function<void()> on_exit) {
   if (args.empty()) return absl::InvalidArgumentError("ChildProcess::Spawn: no program");
   // Built before fork(): the child may not allocate.
   std::vector<char*> argv = Pointers(args);
@@ -88,9 +99,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
   if (pid == 0) ExecChild(argv.data(), envp.data());
   std::unique_ptr<ChildProcess> child(new ChildProcess(pid));
   ChildProcess* raw = child.get();
-  child->watcher_ = std::thread([raw, on_exit = std::move(on_exit)]() mutable {
-    raw->Watch(std::move(on_exit));
-  });
+  child->watcher_ = std::thread(
+      [raw, on_exit = std::move(on_exit)]() mutable { raw->Watch(std::move(on_exit)); });
   return child;
 }
 

@@ -89,12 +89,11 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
   }
   for (int k = 1; k < nproc_per_node; ++k) {
     if (!start_errors[k].ok()) {
-      return api::WithFailureReason(
-          absl::UnavailableError(absl::StrFormat("rank %d of %d (host %s): its executor did not "
-                                                 "start: %s",
-                                                 rank_of(k), world_size, host,
-                                                 start_errors[k].message())),
-          mpsd::v1::Job::EXECUTOR_CRASHED);
+      return api::WithFailureReason(absl::UnavailableError(absl::StrFormat(
+                                        "rank %d of %d (host %s): its executor did not "
+                                        "start: %s",
+                                        rank_of(k), world_size, host, start_errors[k].message())),
+                                    mpsd::v1::Job::EXECUTOR_CRASHED);
     }
   }
 
@@ -167,7 +166,7 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
   // that explains it best.
   if (cancelled.cancelled()) {
     return absl::IsCancelled(ends[0].status) ? ends[0].status
-                                            : absl::CancelledError("cancelled (every rank)");
+                                             : absl::CancelledError("cancelled (every rank)");
   }
   const auto find_culprit = [&](bool include_killed) {
     int culprit = -1;
@@ -187,9 +186,9 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
   if (culprit < 0) return ends[0].status;
   const absl::Status& cause = ends[culprit].status;
   return api::WithFailureReason(
-      absl::Status(cause.code(), absl::StrFormat("rank %d of %d (host %s, executor pid %d): %s",
-                                                 rank_of(culprit), world_size, host,
-                                                 pids[culprit], cause.message())),
+      absl::Status(cause.code(),
+                   absl::StrFormat("rank %d of %d (host %s, executor pid %d): %s", rank_of(culprit),
+                                   world_size, host, pids[culprit], cause.message())),
       api::FailureReasonOf(cause));
 }
 

@@ -219,15 +219,24 @@ struct Command {
 Command BuildCommand(const ExecutorSupervisor::Options& o) {
   Command c;
   c.args = {o.executor_path,
-            "--socket", o.socket_path,
-            "--parent-pid", absl::StrCat(getpid()),
-            "--cpu-threads", absl::StrCat(o.executor.cpu_threads),
-            "--steps-per-readback", absl::StrCat(o.executor.steps_per_readback),
-            "--memory-limit-bytes", absl::StrCat(o.memory_limit_bytes),
-            "--max-file-bytes", absl::StrCat(o.executor.input_limits.max_file_bytes),
-            "--max-unpacked-bytes", absl::StrCat(o.executor.input_limits.max_unpacked_bytes),
-            "--max-image-pixels", absl::StrCat(o.executor.input_limits.max_image_pixels),
-            "--log-level", o.log_level};
+            "--socket",
+            o.socket_path,
+            "--parent-pid",
+            absl::StrCat(getpid()),
+            "--cpu-threads",
+            absl::StrCat(o.executor.cpu_threads),
+            "--steps-per-readback",
+            absl::StrCat(o.executor.steps_per_readback),
+            "--memory-limit-bytes",
+            absl::StrCat(o.memory_limit_bytes),
+            "--max-file-bytes",
+            absl::StrCat(o.executor.input_limits.max_file_bytes),
+            "--max-unpacked-bytes",
+            absl::StrCat(o.executor.input_limits.max_unpacked_bytes),
+            "--max-image-pixels",
+            absl::StrCat(o.executor.input_limits.max_image_pixels),
+            "--log-level",
+            o.log_level};
   if (!o.executor.artifacts_dir.empty()) {
     c.args.insert(c.args.end(), {"--artifacts-dir", o.executor.artifacts_dir});
   }
@@ -262,8 +271,7 @@ std::string DefaultExecutorPath() {
   const std::filesystem::path self = SelfExecutable();
   if (self.empty()) return "mpsd-executor";
   const std::filesystem::path dir = self.parent_path();
-  const std::filesystem::path libexec =
-      dir.parent_path() / "libexec" / "mpsd" / "mpsd-executor";
+  const std::filesystem::path libexec = dir.parent_path() / "libexec" / "mpsd" / "mpsd-executor";
   const std::vector<std::filesystem::path> candidates = {
       dir / "mpsd-executor", libexec, dir.parent_path() / "trainer" / "mpsd-executor"};
   for (const auto& candidate : candidates) {
@@ -291,14 +299,13 @@ absl::StatusOr<std::unique_ptr<ExecutorSupervisor>> ExecutorSupervisor::Start(
       !(options.memory_fraction >= 0 && options.memory_fraction <= 2)) {
     return absl::InvalidArgumentError("executor: an option is out of range");
   }
-  if (absl::Status s = api::CheckInputLimits(options.executor.input_limits, "executor");
-      !s.ok()) {
+  if (absl::Status s = api::CheckInputLimits(options.executor.input_limits, "executor"); !s.ok()) {
     return s;
   }
   if (access(options.executor_path.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "executor.path: ", options.executor_path, " is not an executable program (",
-        strerror(errno), "); build mpsd-executor or set executor.path in the config"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("executor.path: ", options.executor_path, " is not an executable program (",
+                     strerror(errno), "); build mpsd-executor or set executor.path in the config"));
   }
   std::unique_ptr<ExecutorSupervisor> supervisor(new ExecutorSupervisor(options));
   ExecutorSupervisor* s = supervisor.get();
@@ -352,8 +359,7 @@ void ExecutorSupervisor::MonitorLoop() {
           mu_.Lock();
         }
         start_error_ = std::string(started.status().message());
-        spdlog::error("executor: {}; retrying in {}", start_error_,
-                      absl::FormatDuration(backoff));
+        spdlog::error("executor: {}; retrying in {}", start_error_, absl::FormatDuration(backoff));
         auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutting_down_; };
         mu_.AwaitWithTimeout(absl::Condition(&stop), backoff);
         backoff = std::min(backoff * 2, absl::Seconds(30));
@@ -463,16 +469,16 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::S
   const absl::Time deadline = absl::Now() + options_.start_timeout;
   for (;;) {
     if (const std::optional<int> status = child->process->TryReap()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(options_.executor_path, " ", DescribeExitStatus(*status),
-                       " during start-up (its log is in mpsd's)"));
+      return absl::FailedPreconditionError(absl::StrCat(options_.executor_path, " ",
+                                                        DescribeExitStatus(*status),
+                                                        " during start-up (its log is in mpsd's)"));
     }
     if (absl::Now() > deadline) {
       child->process->Signal(SIGKILL);
       child->process->Reap();
-      return absl::DeadlineExceededError(absl::StrCat(
-          options_.executor_path, " did not answer within ",
-          absl::FormatDuration(options_.start_timeout), "; killed it"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(options_.executor_path, " did not answer within ",
+                       absl::FormatDuration(options_.start_timeout), "; killed it"));
     }
     if (std::filesystem::exists(options_.socket_path, ignored)) {
       grpc::ClientContext context;
@@ -487,8 +493,7 @@ absl::StatusOr<std::shared_ptr<ExecutorSupervisor::Child>> ExecutorSupervisor::S
   child->baseline_resident_bytes = api::ResidentSetBytes(pid);
   spdlog::info(
       "executor pid {} ready (generation {}, {}, baseline {} allocated, {} reserved, {} resident)",
-      pid, generation, child->device.name(),
-      FormatBytes(child->device.baseline_allocated_bytes()),
+      pid, generation, child->device.name(), FormatBytes(child->device.baseline_allocated_bytes()),
       FormatBytes(child->device.baseline_reserved_bytes()),
       FormatBytes(child->baseline_resident_bytes));
   return child;
@@ -564,9 +569,8 @@ ExecutorSupervisor::RetireReason ExecutorSupervisor::RestartReason(
     const std::string limit =
         absl::StrCat(" (limit ", FormatBytes(options_.restart_above_baseline_bytes), ")");
     const mpsd::v1::MemoryStats& m = summary->memory();
-    const int64_t above =
-        std::max(m.allocated_after_bytes() - m.baseline_allocated_bytes(),
-                 m.reserved_after_bytes() - m.baseline_reserved_bytes());
+    const int64_t above = std::max(m.allocated_after_bytes() - m.baseline_allocated_bytes(),
+                                   m.reserved_after_bytes() - m.baseline_reserved_bytes());
     if (above > options_.restart_above_baseline_bytes) {
       return {std::string(kRestartMemory),
               absl::StrCat("memory after cleanup ", FormatBytes(above), " above baseline", limit)};
@@ -618,13 +622,15 @@ absl::Status ExecutorSupervisor::Validate(const mpsd::v1::SubmitJobRequest& spec
       // likely killed by it (a file it read): checking again would crash its successor, and
       // the jobs on it, again and again. The submit fails instead.
       if (std::optional<std::string> crash = CrashedDuring(**child)) {
-        spdlog::error("submit: executor pid {} {} while checking a job; the submit fails and "
-                      "is not checked again",
-                      (*child)->pid, *crash);
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the job crashed the executor while checking it (executor pid ", (*child)->pid, " ",
-            *crash, "); not retried: a file the job names may be damaged (mpsd's log has the "
-            "executor's last words)"));
+        spdlog::error(
+            "submit: executor pid {} {} while checking a job; the submit fails and "
+            "is not checked again",
+            (*child)->pid, *crash);
+        return absl::InvalidArgumentError(
+            absl::StrCat("the job crashed the executor while checking it (executor pid ",
+                         (*child)->pid, " ", *crash,
+                         "); not retried: a file the job names may be damaged (mpsd's log has the "
+                         "executor's last words)"));
       }
     }
     if (going_away && absl::Now() < deadline) {
@@ -639,9 +645,8 @@ std::optional<std::string> ExecutorSupervisor::CrashedDuring(const Child& child)
   absl::MutexLock lock(&mu_);
   // The monitor reaps an executor that exited within moments; one still alive after this is
   // not a crash (a broken connection).
-  auto ended = [&child, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || child.exited;
-  };
+  auto ended = [&child, this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutting_down_ || child.exited; };
   mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(5));
   // A job running on it when it died is what crashed it (and fails as EXECUTOR_CRASHED).
   if (!child.exited || !child.retire_reason.empty() || child.job_running_at_exit) {
@@ -660,10 +665,12 @@ absl::Status ExecutorSupervisor::ValidateUserCode(const mpsd::v1::SubmitJobReque
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&free), options_.user_code_timeout) ||
         shutting_down_) {
-      return absl::UnavailableError(absl::StrCat(
-          code.field, ": ", kMaxUserCodeChecks, " checks of user code are running and none ended "
-          "within ", absl::FormatDuration(options_.user_code_timeout),
-          shutting_down_ ? " (mpsd is stopping)" : "; submit again later"));
+      return absl::UnavailableError(
+          absl::StrCat(code.field, ": ", kMaxUserCodeChecks,
+                       " checks of user code are running and none ended "
+                       "within ",
+                       absl::FormatDuration(options_.user_code_timeout),
+                       shutting_down_ ? " (mpsd is stopping)" : "; submit again later"));
     }
     ++user_code_checks_;
     number = ++user_code_checks_started_;
@@ -675,8 +682,7 @@ absl::Status ExecutorSupervisor::ValidateUserCode(const mpsd::v1::SubmitJobReque
 }
 
 absl::Status ExecutorSupervisor::RunUserCodeCheck(const mpsd::v1::SubmitJobRequest& spec,
-                                                  const api::UserCode& code,
-                                                  int64_t number) const {
+                                                  const api::UserCode& code, int64_t number) const {
   const std::string base = absl::StrCat(options_.socket_path, ".check", number);
   const std::string request_path = base + ".request";
   const std::string result_path = base + ".result";
@@ -707,12 +713,14 @@ absl::Status ExecutorSupervisor::RunUserCodeCheck(const mpsd::v1::SubmitJobReque
     (*process)->Signal(SIGKILL);
     (*process)->Reap();
     remove_files();
-    spdlog::warn("submit: the check of {} did not end within {} (executor.user_code_timeout_s); "
-                 "killed its process pid {}", Describe(code), limit, pid);
-    return absl::InvalidArgumentError(absl::StrCat(
-        code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
-        ": its check (", CheckedBy(code), ") did not end within ", limit,
-        " (executor.user_code_timeout_s); the check's process was killed"));
+    spdlog::warn(
+        "submit: the check of {} did not end within {} (executor.user_code_timeout_s); "
+        "killed its process pid {}",
+        Describe(code), limit, pid);
+    return absl::InvalidArgumentError(
+        absl::StrCat(code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
+                     ": its check (", CheckedBy(code), ") did not end within ", limit,
+                     " (executor.user_code_timeout_s); the check's process was killed"));
   }
   executor_v1::Status result;
   bool have_result = false;
@@ -727,13 +735,13 @@ absl::Status ExecutorSupervisor::RunUserCodeCheck(const mpsd::v1::SubmitJobReque
   const std::string how = DescribeExitStatus(*status);
   spdlog::warn("submit: the check of {} in process pid {} {}", Describe(code), pid, how);
   if (WIFSIGNALED(*status)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
-        ": crashed the executor while checking it (", CheckedBy(code),
-        "): the check's process ", how, "; not retried"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
+                     ": crashed the executor while checking it (", CheckedBy(code),
+                     "): the check's process ", how, "; not retried"));
   }
-  return absl::UnavailableError(
-      absl::StrCat("checking user code: ", options_.executor_path, " ", how, " (its log is in mpsd's)"));
+  return absl::UnavailableError(absl::StrCat("checking user code: ", options_.executor_path, " ",
+                                             how, " (its log is in mpsd's)"));
 }
 
 absl::StatusOr<mpsd::v1::ListModelsResponse> ExecutorSupervisor::ListModels(
@@ -839,16 +847,15 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
   // A job with user code that reports nothing for user_code_stall_timeout is hung in it.
   const std::optional<api::UserCode> code = api::UserCodeOf(spec);
   std::string stalled;  // written by the watch's thread, read after Stop()
-  StallWatch stall(code.has_value() ? options_.user_code_stall_timeout : absl::InfiniteDuration(),
-                   [&] {
-                     stalled = absl::StrCat(
-                         Describe(*code), ": the job's user code reported nothing for ",
-                         absl::FormatDuration(options_.user_code_stall_timeout),
-                         " (executor.user_code_stall_timeout_s)");
-                     spdlog::warn("job {}: executor pid {}: {}; killing and replacing it",
-                                  job.job_id, child.pid, stalled);
-                     Retire(child, {std::string(kRestartUserCodeTimeout), stalled}, /*kill=*/true);
-                   });
+  StallWatch stall(
+      code.has_value() ? options_.user_code_stall_timeout : absl::InfiniteDuration(), [&] {
+        stalled = absl::StrCat(Describe(*code), ": the job's user code reported nothing for ",
+                               absl::FormatDuration(options_.user_code_stall_timeout),
+                               " (executor.user_code_stall_timeout_s)");
+        spdlog::warn("job {}: executor pid {}: {}; killing and replacing it", job.job_id, child.pid,
+                     stalled);
+        Retire(child, {std::string(kRestartUserCodeTimeout), stalled}, /*kill=*/true);
+      });
   RunOutcome outcome;
   executor_v1::RunUpdate update;
   while (reader->Read(&update)) {
@@ -882,8 +889,7 @@ ExecutorSupervisor::RunOutcome ExecutorSupervisor::ForwardRun(
 }
 
 absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_id,
-                                          const RunOutcome& outcome,
-                                          std::string& restart_reason) {
+                                          const RunOutcome& outcome, std::string& restart_reason) {
   if (outcome.result.has_value()) {
     RetireReason restart =
         RestartReason(child, outcome.summary ? &outcome.summary->summary() : nullptr);
@@ -894,8 +900,10 @@ absl::Status ExecutorSupervisor::Conclude(Child& child, const std::string& job_i
   // No result: the executor died, or the call broke and the executor must go.
   std::string how = WaitForExit(child, absl::Seconds(5));
   if (how.empty()) {
-    spdlog::warn("job {}: the Run call to executor pid {} ended without a result ({}); "
-                 "killing it", job_id, child.pid, outcome.rpc.error_message());
+    spdlog::warn(
+        "job {}: the Run call to executor pid {} ended without a result ({}); "
+        "killing it",
+        job_id, child.pid, outcome.rpc.error_message());
     Retire(child, {std::string(kRestartCrash), "its Run call broke"}, /*kill=*/true);
     how = WaitForExit(child, absl::Seconds(30));
   }

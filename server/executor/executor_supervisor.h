@@ -8,8 +8,8 @@
 // reaps it and starts the next one: after it died (crash, SIGKILL, abort), after a job when the
 // restart policy says so (isolation: per_job, restart_after_jobs, memory after cleanup above the
 // baseline), or when a cancelled job did not stop within cancel_grace_s (then it is killed).
-// Starting, signalling and reaping the process is server/executor/child_process.h's; passing a cancel on
-// and enforcing cancel_grace_s is server/executor/cancel_watchdog.h's.
+// Starting, signalling and reaping the process is server/executor/child_process.h's; passing a
+// cancel on and enforcing cancel_grace_s is server/executor/cancel_watchdog.h's.
 #ifndef MPSD_SERVER_EXECUTOR_EXECUTOR_SUPERVISOR_H_
 #define MPSD_SERVER_EXECUTOR_EXECUTOR_SUPERVISOR_H_
 
@@ -148,8 +148,8 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   // Forwarded to the executor (waiting up to start_timeout for one). Errors: the executor's
   // (FAILED_PRECONDITION saying why nothing fuses), UNAVAILABLE when no executor answers.
   // Thread-safe.
-  absl::StatusOr<std::vector<int>> PlanFusion(
-      const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const override;
+  absl::StatusOr<std::vector<int>> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                              int max_trials) const override;
 
   // Runs the trials fused in the executor (executor.proto RunFused) and forwards each trial's
   // events to its sink; a trial's summary (with executor_pid) and its `done` come as soon as
@@ -221,16 +221,16 @@ class ExecutorSupervisor final : public mpsd::api::Executor {
   absl::Status ValidateUserCode(const mpsd::v1::SubmitJobRequest& spec,
                                 const api::UserCode& code) const;
   // One check in its own process; `number` names its files (<socket_path>.check<number>.*).
-  absl::Status RunUserCodeCheck(const mpsd::v1::SubmitJobRequest& spec,
-                                const api::UserCode& code, int64_t number) const;
+  absl::Status RunUserCodeCheck(const mpsd::v1::SubmitJobRequest& spec, const api::UserCode& code,
+                                int64_t number) const;
 
   // Run for one executor (this one's): a job of one process, or local rank 0 of a distributed
   // one (job.local_rank). `on_pid` (may be empty) is told the executor's pid first.
   absl::Status RunHere(const mpsd::api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                        const mpsd::api::EventSink& sink, const mpsd::api::CancelFlag& cancelled,
                        const std::function<void(pid_t)>& on_pid);
-  // A distributed job's ranks on this node (server/executor/executor_ranks.cc): local rank 0 through
-  // RunHere, ranks 1..nproc_per_node-1 each in an ExecutorSupervisor of its own (socket
+  // A distributed job's ranks on this node (server/executor/executor_ranks.cc): local rank 0
+  // through RunHere, ranks 1..nproc_per_node-1 each in an ExecutorSupervisor of its own (socket
   // <socket_path>.rank<k>, started in parallel, never respawned), owned by the call and
   // destroyed when the job ends (its executor asked to exit, killed after 10 s). Run's comment
   // says how a rank's failure ends the others and which status the job gets; UNAVAILABLE with

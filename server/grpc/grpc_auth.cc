@@ -67,12 +67,12 @@ grpc::Status TokenAuthProcessor::Process(const InputMetadata& auth_metadata,
   const std::optional<int64_t> held_back = refusals_logged_.Allow(absl::Now());
   if (!held_back.has_value()) return api::ToGrpcStatus(status);
   const std::string certificate = context != nullptr ? ClientCertificateName(*context) : "";
-  spdlog::warn("auth: {} {}: {} (token {}{}){}", absl::StatusCodeToString(status.code()), method,
-               std::string(status.message()),
-               principal.ok() ? absl::StrCat("\"", principal->name, "\"") : std::string("-"),
-               certificate.empty() ? "" : absl::StrCat(", client certificate \"", certificate, "\""),
-               *held_back == 0 ? ""
-                               : absl::StrCat("; ", *held_back, " more refused calls not logged"));
+  spdlog::warn(
+      "auth: {} {}: {} (token {}{}){}", absl::StatusCodeToString(status.code()), method,
+      std::string(status.message()),
+      principal.ok() ? absl::StrCat("\"", principal->name, "\"") : std::string("-"),
+      certificate.empty() ? "" : absl::StrCat(", client certificate \"", certificate, "\""),
+      *held_back == 0 ? "" : absl::StrCat("; ", *held_back, " more refused calls not logged"));
   return api::ToGrpcStatus(status);
 }
 

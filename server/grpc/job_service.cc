@@ -34,9 +34,9 @@
 #include "api/user_code.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/core/artifacts.h"
-#include "server/grpc/grpc_auth.h"
 #include "server/core/job_query.h"
 #include "server/core/uploads.h"
+#include "server/grpc/grpc_auth.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -198,9 +198,9 @@ class EventStreamReactor final : public grpc::ServerWriteReactor<JobEvent> {
       }
       if (closed) {
         // Names mpsd itself, so not through ToClientStatus's "mpsd: ".
-        FinishOnce(api::ToGrpcStatus(absl::UnavailableError(
-            absl::StrCat("mpsd is shutting down before job ", job_id_,
-                         " finished; resume with after_seq=", last_seq_))));
+        FinishOnce(api::ToGrpcStatus(
+            absl::UnavailableError(absl::StrCat("mpsd is shutting down before job ", job_id_,
+                                                " finished; resume with after_seq=", last_seq_))));
         return;
       }
       watch_id_ = log_->Watch(job_id_, read_seq_, [this] { OnCommitted(); });
@@ -348,8 +348,7 @@ class FinishedStreamReactor final : public grpc::ServerWriteReactor<Message> {
 class UploadReactor final : public grpc::ServerReadReactor<mpsd::v1::UploadChunk> {
  public:
   using Aside = std::function<void(std::function<void()>)>;
-  UploadReactor(UploadStore* store, std::string submitter, mpsd::v1::Upload* response,
-                Aside aside)
+  UploadReactor(UploadStore* store, std::string submitter, mpsd::v1::Upload* response, Aside aside)
       : store_(store),
         submitter_(std::move(submitter)),
         response_(response),
@@ -378,9 +377,8 @@ class UploadReactor final : public grpc::ServerReadReactor<mpsd::v1::UploadChunk
     }
     if (static_cast<int64_t>(chunk_.data().size()) > kUploadChunkBytes) {
       Fail(api::WithInvalidField(
-          absl::InvalidArgumentError(absl::StrCat("data: ", chunk_.data().size(),
-                                                  " bytes in one chunk; at most ",
-                                                  kUploadChunkBytes)),
+          absl::InvalidArgumentError(absl::StrCat(
+              "data: ", chunk_.data().size(), " bytes in one chunk; at most ", kUploadChunkBytes)),
           "data"));
       return;
     }
@@ -434,8 +432,8 @@ class RefusedUploadReactor final : public grpc::ServerReadReactor<mpsd::v1::Uplo
 };
 
 template <typename T>
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
-                                 absl::StatusOr<T> result, T* response) {
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, absl::StatusOr<T> result,
+                                 T* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToClientStatus(result.status()));
@@ -447,14 +445,14 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 absl::Status JobService::CanResumeFrom(const Principal& principal,
                                        const mpsd::v1::SubmitJobRequest& request) const {
   if (principal.role == Role::kAdmin) return absl::OkStatus();
-  const std::string id =
-      ResumedJobId(request.train_job().resume_from(), options_.artifacts_dir);
+  const std::string id = ResumedJobId(request.train_job().resume_from(), options_.artifacts_dir);
   if (id.empty()) return absl::OkStatus();
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(id);
   // An unknown job: validation says so, as for anyone.
   if (!job.ok() || job->submitted_by() == principal.name) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
-      "train_job.resume_from: job ", id, " was submitted by another submitter; a submitter may "
+      "train_job.resume_from: job ", id,
+      " was submitted by another submitter; a submitter may "
       "resume only from its own jobs' checkpoints (a token of role admin may resume from any)"));
 }
 
@@ -506,18 +504,17 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
   {
     absl::MutexLock lock(&mu_);
     if (user_code_submits_ >= kMaxUserCodeSubmits) {
-      return Answer<mpsd::v1::Job>(
-          context,
-          absl::ResourceExhaustedError(absl::StrCat(
-              kMaxUserCodeSubmits, " submits of jobs with user code are being checked; submit "
-              "again once one has been answered")),
-          response);
+      return Answer<mpsd::v1::Job>(context,
+                                   absl::ResourceExhaustedError(absl::StrCat(
+                                       kMaxUserCodeSubmits,
+                                       " submits of jobs with user code are being checked; submit "
+                                       "again once one has been answered")),
+                                   response);
     }
     ++user_code_submits_;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([this, reactor, resolved, request, response, submitter = principal->name,
-               may_read] {
+  std::thread([this, reactor, resolved, request, response, submitter = principal->name, may_read] {
     absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter, may_read);
     if (job.ok()) *response = *std::move(job);
     reactor->Finish(ToClientStatus(job.status()));
@@ -565,8 +562,8 @@ grpc::ServerUnaryReactor* JobService::CancelJob(grpc::CallbackServerContext* con
     if (!job.ok()) return Answer(context, std::move(job), response);
     if (absl::Status allowed = CanCancel(*principal, job->submitted_by(), job->id());
         !allowed.ok()) {
-      spdlog::warn("CancelJob from {} (token \"{}\") refused: {}", context->peer(),
-                   principal->name, std::string(allowed.message()));
+      spdlog::warn("CancelJob from {} (token \"{}\") refused: {}", context->peer(), principal->name,
+                   std::string(allowed.message()));
       return Answer<mpsd::v1::Job>(context, allowed, response);
     }
   }
@@ -578,8 +575,8 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
   if (!job.ok()) return new FinishedStreamReactor<>(ToClientStatus(job.status()));
   if (request->after_seq() < 0) {
-    return new FinishedStreamReactor<>(ToClientStatus(api::WithInvalidField(
-        absl::InvalidArgumentError("after_seq: must be >= 0"), "after_seq")));
+    return new FinishedStreamReactor<>(ToClientStatus(
+        api::WithInvalidField(absl::InvalidArgumentError("after_seq: must be >= 0"), "after_seq")));
   }
   // A seq the job has not reached would be waited for forever.
   if (request->after_seq() > job->last_seq()) {
@@ -595,13 +592,12 @@ grpc::ServerWriteReactor<JobEvent>* JobService::StreamEvents(
     absl::MutexLock lock(&mu_);
     ++open_streams_;
   }
-  auto* reactor = new EventStreamReactor(scheduler_, &ticker_, options_.heartbeat_interval,
-                                         request->job_id(), request->after_seq(),
-                                         request->stored_only(),
-                                         request->latest_attempt_only(), [this] {
-                                           absl::MutexLock lock(&mu_);
-                                           --open_streams_;
-                                         });
+  auto* reactor = new EventStreamReactor(
+      scheduler_, &ticker_, options_.heartbeat_interval, request->job_id(), request->after_seq(),
+      request->stored_only(), request->latest_attempt_only(), [this] {
+        absl::MutexLock lock(&mu_);
+        --open_streams_;
+      });
   reactor->Start();
   return reactor;
 }
@@ -615,8 +611,7 @@ bool JobService::WaitForStreamsToEnd(absl::Duration timeout) {
 grpc::ServerUnaryReactor* JobService::GetDevice(grpc::CallbackServerContext* context,
                                                 const mpsd::v1::GetDeviceRequest* /*request*/,
                                                 mpsd::v1::DeviceInfo* response) {
-  return Answer(context, absl::StatusOr<mpsd::v1::DeviceInfo>(scheduler_->GetDevice()),
-                response);
+  return Answer(context, absl::StatusOr<mpsd::v1::DeviceInfo>(scheduler_->GetDevice()), response);
 }
 
 grpc::ServerUnaryReactor* JobService::ListModels(grpc::CallbackServerContext* context,
@@ -625,9 +620,9 @@ grpc::ServerUnaryReactor* JobService::ListModels(grpc::CallbackServerContext* co
   return Answer(context, scheduler_->ListModels(*request), response);
 }
 
-grpc::ServerUnaryReactor* JobService::ListArtifacts(
-    grpc::CallbackServerContext* context, const mpsd::v1::ListArtifactsRequest* request,
-    mpsd::v1::ListArtifactsResponse* response) {
+grpc::ServerUnaryReactor* JobService::ListArtifacts(grpc::CallbackServerContext* context,
+                                                    const mpsd::v1::ListArtifactsRequest* request,
+                                                    mpsd::v1::ListArtifactsResponse* response) {
   using Response = mpsd::v1::ListArtifactsResponse;
   absl::StatusOr<mpsd::v1::Job> job = scheduler_->Get(request->job_id());
   if (!job.ok()) return Answer<Response>(context, job.status(), response);
@@ -651,8 +646,8 @@ grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* JobService::GetArtifact(
   const auto size = static_cast<int64_t>(std::filesystem::file_size(*path, error));
   absl::StatusOr<std::string> sha256 = api::Sha256OfFile(*path);
   if (!file || error || !sha256.ok()) {
-    return new Failed(
-        ToClientStatus(absl::InternalError(absl::StrCat("cannot read artifact ", request->name()))));
+    return new Failed(ToClientStatus(
+        absl::InternalError(absl::StrCat("cannot read artifact ", request->name()))));
   }
   if (request->offset() < 0 || request->offset() > size) {
     return new Failed(ToClientStatus(api::WithInvalidField(
@@ -701,19 +696,19 @@ grpc::ServerUnaryReactor* JobService::DeleteArtifacts(
   if (request->job_ids().empty() == !request->retention_policy()) {
     return Answer<Response>(
         context,
-        api::WithInvalidField(absl::InvalidArgumentError(
-                                  "job_ids: name the jobs whose artifacts to delete, or set "
-                                  "retention_policy (not both)"),
-                              "job_ids"),
+        api::WithInvalidField(
+            absl::InvalidArgumentError("job_ids: name the jobs whose artifacts to delete, or set "
+                                       "retention_policy (not both)"),
+            "job_ids"),
         response);
   }
   constexpr int kMaxDeleteIds = 1000;
   if (request->job_ids_size() > kMaxDeleteIds) {
     return Answer<Response>(
         context,
-        api::WithInvalidField(absl::InvalidArgumentError(absl::StrCat(
-                                  "job_ids: at most ", kMaxDeleteIds, " ids per call, got ",
-                                  request->job_ids_size())),
+        api::WithInvalidField(absl::InvalidArgumentError(
+                                  absl::StrCat("job_ids: at most ", kMaxDeleteIds,
+                                               " ids per call, got ", request->job_ids_size())),
                               "job_ids"),
         response);
   }
@@ -749,10 +744,10 @@ grpc::ServerUnaryReactor* JobService::DeleteArtifacts(
       return Answer<Response>(
           context,
           absl::PermissionDeniedError(absl::StrCat(
-              "deleting the artifacts of job ", job.id(), ", submitted by \"",
-              job.submitted_by(), "\", needs role admin (a submitter may delete only its own "
-              "jobs' artifacts); token \"", principal->name, "\" has ",
-              RoleName(principal->role))),
+              "deleting the artifacts of job ", job.id(), ", submitted by \"", job.submitted_by(),
+              "\", needs role admin (a submitter may delete only its own "
+              "jobs' artifacts); token \"",
+              principal->name, "\" has ", RoleName(principal->role))),
           response);
     }
   }
@@ -778,8 +773,8 @@ absl::StatusOr<std::string> JobService::UploadOwner(const Principal& principal,
                                                     const std::string& submitter,
                                                     absl::string_view action) const {
   if (submitter.empty() || submitter == principal.name) return principal.name;
-  if (absl::Status allowed = Authorize(principal, Role::kAdmin,
-                                       absl::StrCat(action, " of another submitter"));
+  if (absl::Status allowed =
+          Authorize(principal, Role::kAdmin, absl::StrCat(action, " of another submitter"));
       !allowed.ok()) {
     return allowed;
   }

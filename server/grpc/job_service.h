@@ -5,11 +5,11 @@
 #ifndef MPSD_SERVER_GRPC_JOB_SERVICE_H_
 #define MPSD_SERVER_GRPC_JOB_SERVICE_H_
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include <functional>
 #include <string>
 #include <thread>
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "absl/time/time.h"
 #include "mpsd/v1/mpsd.grpc.pb.h"
@@ -81,8 +81,7 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
                                       const mpsd::v1::CancelJobRequest* request,
                                       mpsd::v1::Job* response) override;
   grpc::ServerWriteReactor<mpsd::v1::JobEvent>* StreamEvents(
-      grpc::CallbackServerContext* context,
-      const mpsd::v1::StreamEventsRequest* request) override;
+      grpc::CallbackServerContext* context, const mpsd::v1::StreamEventsRequest* request) override;
   grpc::ServerUnaryReactor* GetDevice(grpc::CallbackServerContext* context,
                                       const mpsd::v1::GetDeviceRequest* request,
                                       mpsd::v1::DeviceInfo* response) override;
@@ -100,8 +99,7 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
                                           const mpsd::v1::ListArtifactsRequest* request,
                                           mpsd::v1::ListArtifactsResponse* response) override;
   grpc::ServerWriteReactor<mpsd::v1::ArtifactChunk>* GetArtifact(
-      grpc::CallbackServerContext* context,
-      const mpsd::v1::GetArtifactRequest* request) override;
+      grpc::CallbackServerContext* context, const mpsd::v1::GetArtifactRequest* request) override;
   grpc::ServerUnaryReactor* PauseQueue(grpc::CallbackServerContext* context,
                                        const mpsd::v1::PauseQueueRequest* request,
                                        mpsd::v1::ServerStatus* response) override;
@@ -116,8 +114,8 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
                                             mpsd::v1::DeleteArtifactsResponse* response) override;
   // Uploads: the chunks are written as they arrive (on gRPC's threads: a 1 MiB write each);
   // the SHA-256 check and unpacking at the end run on a thread of their own.
-  grpc::ServerReadReactor<mpsd::v1::UploadChunk>* UploadFile(
-      grpc::CallbackServerContext* context, mpsd::v1::Upload* response) override;
+  grpc::ServerReadReactor<mpsd::v1::UploadChunk>* UploadFile(grpc::CallbackServerContext* context,
+                                                             mpsd::v1::Upload* response) override;
   grpc::ServerUnaryReactor* GetUploadStatus(grpc::CallbackServerContext* context,
                                             const mpsd::v1::GetUploadStatusRequest* request,
                                             mpsd::v1::UploadStatus* response) override;
@@ -141,14 +139,12 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   // For a call over TCP: every path the request names lies under data_roots, and CanResumeFrom.
   // PERMISSION_DENIED naming the field. Asked by Scheduler::Submit about the request and about
   // each trial of a sweep.
-  absl::Status MayRead(const Principal& principal,
-                       const mpsd::v1::SubmitJobRequest& request) const;
+  absl::Status MayRead(const Principal& principal, const mpsd::v1::SubmitJobRequest& request) const;
   // Runs `work` on a thread of its own, which the destructor waits for.
   void RunAside(std::function<void()> work) ABSL_LOCKS_EXCLUDED(mu_);
   // Whose uploads a call acts on: the caller's own, or for an admin `submitter` (when not
   // empty). PERMISSION_DENIED for anyone else naming another submitter.
-  absl::StatusOr<std::string> UploadOwner(const Principal& principal,
-                                          const std::string& submitter,
+  absl::StatusOr<std::string> UploadOwner(const Principal& principal, const std::string& submitter,
                                           absl::string_view action) const;
   // Constant after construction.
   Scheduler* const scheduler_;

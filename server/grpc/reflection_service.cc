@@ -66,8 +66,7 @@ void SetError(reflection::ServerReflectionResponse& response, const std::string&
 
 }  // namespace
 
-class ReflectionService::V1 final
-    : public grpc::reflection::v1::ServerReflection::CallbackService {
+class ReflectionService::V1 final : public grpc::reflection::v1::ServerReflection::CallbackService {
  public:
   explicit V1(const ReflectionService* service) : service_(service) {}
 
@@ -110,8 +109,7 @@ absl::StatusOr<std::unique_ptr<ReflectionService>> ReflectionService::Create() {
   return service;
 }
 
-grpc::ServerBidiReactor<reflection::ServerReflectionRequest,
-                        reflection::ServerReflectionResponse>*
+grpc::ServerBidiReactor<reflection::ServerReflectionRequest, reflection::ServerReflectionResponse>*
 ReflectionService::ServerReflectionInfo(grpc::CallbackServerContext* /*context*/) {
   return new ReflectionReactor<reflection::ServerReflectionRequest,
                                reflection::ServerReflectionResponse>(this);

@@ -1,6 +1,6 @@
-// gRPC server reflection (grpc.reflection.v1 and grpc.reflection.v1alpha), served from the API's descriptor set with
-// source info (proto/api_descriptor_set.h), so that a client without mpsd.proto (grpcurl,
-// grpc_cli, an editor's plugin) sees every service, message and field with its comments:
+// gRPC server reflection (grpc.reflection.v1 and grpc.reflection.v1alpha), served from the API's
+// descriptor set with source info (proto/api_descriptor_set.h), so that a client without mpsd.proto
+// (grpcurl, grpc_cli, an editor's plugin) sees every service, message and field with its comments:
 // defaults, units, errors. gRPC's own reflection plugin serves the compiled-in descriptors,
 // which have no comments. The set also holds grpc.health.v1's proto, so that the health service
 // that gRPC runs resolves like any other (`grpcurl describe grpc.health.v1.Health`).

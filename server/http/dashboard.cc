@@ -14,15 +14,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "google/protobuf/util/json_util.h"
 #include "api/job_state.h"
+#include "google/protobuf/util/json_util.h"
 #include "httplib.h"
-#include "zlib.h"
 #include "server/access/auth.h"
 #include "server/core/artifacts.h"
 #include "server/http/dashboard_api.h"
 #include "server/http/dashboard_assets.h"
 #include "server/http/sse.h"
+#include "zlib.h"
 
 namespace mpsd::server {
 namespace {
@@ -209,8 +209,8 @@ void ServeEvents(Scheduler* scheduler, const HttpServer* http, absl::Duration he
   }
   response.set_header("Cache-Control", "no-store");
   response.set_header("X-Accel-Buffering", "no");  // Proxies (nginx) must not buffer a stream.
-  auto stream = std::make_shared<EventStream>(scheduler, http, job_id, *after_seq, omit,
-                                              heartbeat_interval);
+  auto stream =
+      std::make_shared<EventStream>(scheduler, http, job_id, *after_seq, omit, heartbeat_interval);
   // Exactly "text/event-stream" (SSE is UTF-8 by definition): cpp-httplib compresses every
   // other text/* type for a browser that accepts gzip or br, and a compressor holds the stream's
   // messages back until it ends.
@@ -336,8 +336,8 @@ void ServeResources(Scheduler* scheduler, const ResourceSampler* sampler,
       sampler != nullptr ? sampler->SamplesOf(job_id) : std::vector<ResourceSample>();
   for (size_t i = 0; i < samples.size(); ++i) {
     const ResourceSample& s = samples[i];
-    absl::StrAppend(&reply.body, i ? "," : "", "[", s.time_us, ",", JsonOrNull(s.cpu_percent),
-                    ",", s.rss_bytes ? absl::StrCat(*s.rss_bytes) : "null", ",",
+    absl::StrAppend(&reply.body, i ? "," : "", "[", s.time_us, ",", JsonOrNull(s.cpu_percent), ",",
+                    s.rss_bytes ? absl::StrCat(*s.rss_bytes) : "null", ",",
                     JsonOrNull(s.gpu_utilization), "]");
   }
   reply.body += "]}";
@@ -347,14 +347,14 @@ void ServeResources(Scheduler* scheduler, const ResourceSampler* sampler,
 }  // namespace
 
 void Dashboard::Register(HttpServer* http) {
-  auto asset = [](const HttpCaller&, const httplib::Request& request,
-                  httplib::Response& response) { ServeAsset(request, response); };
+  auto asset = [](const HttpCaller&, const httplib::Request& request, httplib::Response& response) {
+    ServeAsset(request, response);
+  };
   http->Get("/", asset, /*public_route=*/true);
   http->Get("/assets/[A-Za-z0-9._-]+", asset, /*public_route=*/true);
-  http->Get("/api/whoami", [](const HttpCaller& caller, const httplib::Request& request,
-                              httplib::Response& response) {
-    ServeWhoami(caller, request, response);
-  });
+  http->Get("/api/whoami",
+            [](const HttpCaller& caller, const httplib::Request& request,
+               httplib::Response& response) { ServeWhoami(caller, request, response); });
   Scheduler* scheduler = scheduler_;
   http->Get("/api/jobs", [scheduler](const HttpCaller&, const httplib::Request& request,
                                      httplib::Response& response) {
@@ -364,12 +364,11 @@ void Dashboard::Register(HttpServer* http) {
                                               httplib::Response& response) {
     Send(GetJobHandler(*scheduler, request.matches[1]), request, response);
   });
-  http->Get("/api/jobs/([0-9]+)/series",
-            [this](const HttpCaller&, const httplib::Request& request,
-                   httplib::Response& response) {
-              Send(SeriesHandler(*scheduler_, series_, request.matches[1], ParamsOf(request)),
-                   request, response);
-            });
+  http->Get("/api/jobs/([0-9]+)/series", [this](const HttpCaller&, const httplib::Request& request,
+                                                httplib::Response& response) {
+    Send(SeriesHandler(*scheduler_, series_, request.matches[1], ParamsOf(request)), request,
+         response);
+  });
   const absl::Duration heartbeat = options_.heartbeat_interval;
   http->Get("/api/jobs/([0-9]+)/events",
             [scheduler, http, heartbeat](const HttpCaller&, const httplib::Request& request,

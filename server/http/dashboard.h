@@ -35,8 +35,8 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "server/http/http_server.h"
 #include "server/core/scheduler.h"
+#include "server/http/http_server.h"
 #include "server/http/resources.h"
 #include "server/http/series_cache.h"
 

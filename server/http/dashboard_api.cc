@@ -29,11 +29,21 @@ std::string JsonString(absl::string_view text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           absl::StrAppendFormat(&out, "\\u%04x", c);
@@ -58,9 +68,9 @@ absl::StatusOr<std::vector<Job::State>> ParseStates(const std::string& text) {
     Job::State state;
     if (!Job::State_Parse(absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name)), &state) ||
         state == Job::STATE_UNSPECIFIED) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state: unknown job state \"", name,
-          "\" (queued, running, succeeded, failed, cancelled, interrupted)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("state: unknown job state \"", name,
+                       "\" (queued, running, succeeded, failed, cancelled, interrupted)"));
     }
     states.push_back(state);
   }
@@ -79,14 +89,13 @@ absl::StatusOr<Job::Kind> ParseKind(const std::string& text) {
       "kind: unknown job kind \"", text, "\" (TrainJob, BenchJob, EvalJob, PredictJob or Sweep)"));
 }
 
-absl::StatusOr<int> ParseInt(const std::string& text, absl::string_view name, int fallback,
-                             int min, int max) {
+absl::StatusOr<int> ParseInt(const std::string& text, absl::string_view name, int fallback, int min,
+                             int max) {
   if (text.empty()) return fallback;
   int value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < min || value > max) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name, ": must be an integer from ", min, " to ", max, ", got \"", text,
-                     "\""));
+        absl::StrCat(name, ": must be an integer from ", min, " to ", max, ", got \"", text, "\""));
   }
   return value;
 }
@@ -150,8 +159,7 @@ std::string SeriesJson(const std::string& job_id, const SeriesCache::Result& res
                                  ",\"throughSeq\":", result.through_seq, ",\"series\":[");
   for (size_t i = 0; i < result.series.size(); ++i) {
     const SeriesCache::Series& series = result.series[i];
-    absl::StrAppend(&out, i ? "," : "", "{\"metric\":", JsonString(series.metric.name),
-                    ",\"x\":\"",
+    absl::StrAppend(&out, i ? "," : "", "{\"metric\":", JsonString(series.metric.name), ",\"x\":\"",
                     series.metric.source == SeriesMetric::Source::kStep ? "step" : "epoch",
                     "\",\"rawPoints\":", series.raw_points, ",\"points\":[");
     AppendPoints(series.points, &out);
@@ -173,21 +181,33 @@ std::string SeriesJson(const std::string& job_id, const SeriesCache::Result& res
 
 int HttpStatusFor(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kOk: return 200;
-    case absl::StatusCode::kCancelled: return 499;
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kCancelled:
+      return 499;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange: return 400;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
     case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kAborted: return 409;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kUnimplemented: return 501;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
   }
 }
 
@@ -222,8 +242,8 @@ HttpReply GetJobHandler(const Scheduler& scheduler, const std::string& job_id) {
   return JsonReply(*job);
 }
 
-HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache,
-                        const std::string& job_id, const QueryParam& param) {
+HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache, const std::string& job_id,
+                        const QueryParam& param) {
   absl::StatusOr<Job> job = scheduler.Get(job_id);
   if (!job.ok()) return ErrorReply(job.status());
   absl::StatusOr<std::vector<SeriesMetric>> metrics = ParseMetrics(param("metric"));

@@ -48,7 +48,8 @@ HttpReply JsonReply(const google::protobuf::Message& message);
 // GET /api/jobs: query parameters `state` (comma-separated state names, case-insensitive:
 // queued,running), `kind` (TrainJob, BenchJob or Sweep, or the enum names), `page_size`,
 // `page_token`, `name` (a glob on the job's name), `label` (key=value[,key=value...], "=" as %3D
-// in a URL; all must match), as ListJobsRequest. INVALID_ARGUMENT naming the parameter for a bad value.
+// in a URL; all must match), as ListJobsRequest. INVALID_ARGUMENT naming the parameter for a bad
+// value.
 HttpReply ListJobsHandler(const Scheduler& scheduler, const QueryParam& param);
 
 // GET /api/jobs/{id}. NOT_FOUND for an unknown id.
@@ -73,8 +74,8 @@ HttpReply GetJobHandler(const Scheduler& scheduler, const std::string& job_id);
 // throughSeq is the highest seq read: every step event up to it is in the points (or was
 // downsampled away), so a client follows the events after it. Errors: NOT_FOUND (job),
 // INVALID_ARGUMENT naming metric, max_points or smoothing, the store's.
-HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache,
-                        const std::string& job_id, const QueryParam& param);
+HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache, const std::string& job_id,
+                        const QueryParam& param);
 
 }  // namespace mpsd::server
 

@@ -115,8 +115,7 @@ std::string PeerAddress(int sock) {
   if (address.ss_family == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&address)->sin_addr, text, sizeof(text));
   } else if (address.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&address)->sin6_addr, text,
-              sizeof(text));
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&address)->sin6_addr, text, sizeof(text));
   }
   return text;
 }
@@ -180,12 +179,8 @@ class GuardedStream : public httplib::Stream {
     return Wait(POLLIN, absl::Now() + timeout);
   }
 
-  bool is_readable() const override {
-    return Buffered() || Wait(POLLIN, ReadWait());
-  }
-  bool is_writable() const override {
-    return Wait(POLLOUT, WriteWait());
-  }
+  bool is_readable() const override { return Buffered() || Wait(POLLIN, ReadWait()); }
+  bool is_writable() const override { return Wait(POLLOUT, WriteWait()); }
 
   ssize_t read(char* ptr, size_t size) override {
     if (end_ < 0) return -1;  // Failed (or timed out) before: stays failed.
@@ -225,17 +220,14 @@ class GuardedStream : public httplib::Stream {
   socket_t socket() const override { return sock_; }
 
  private:
-  bool Buffered() const {
-    return begin_ < end_ || (ssl_ != nullptr && SSL_pending(ssl_) > 0);
-  }
+  bool Buffered() const { return begin_ < end_ || (ssl_ != nullptr && SSL_pending(ssl_) > 0); }
 
   absl::Time ReadWait() const {
     return std::min(deadline_, absl::Now() + TimevalDuration(server_->read_timeout_sec_,
                                                              server_->read_timeout_usec_));
   }
   absl::Time WriteWait() const {
-    return absl::Now() +
-           TimevalDuration(server_->write_timeout_sec_, server_->write_timeout_usec_);
+    return absl::Now() + TimevalDuration(server_->write_timeout_sec_, server_->write_timeout_usec_);
   }
 
   // Reads what has come into the buffer. False: end of stream (end_ 0) or failure (end_ -1).
@@ -286,8 +278,9 @@ class GuardedStream : public httplib::Stream {
         return false;
       }
       pollfd fd{sock_, events, 0};
-      const int rc = poll(&fd, 1, static_cast<int>(absl::ToInt64Milliseconds(
-                                      std::min(until - now, kStopPoll)) + 1));
+      const int rc =
+          poll(&fd, 1,
+               static_cast<int>(absl::ToInt64Milliseconds(std::min(until - now, kStopPoll)) + 1));
       if (rc > 0) return true;
       if (rc < 0 && errno != EINTR) return false;
     }
@@ -316,9 +309,9 @@ absl::Status CheckHttpLimits(const HttpLimits& limits, absl::string_view where) 
   }
   if (limits.max_connections_per_address < 1 ||
       limits.max_connections_per_address > limits.max_connections) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ".max_connections_per_address: must be >= 1 and <= max_connections (",
-        limits.max_connections, "), got ", limits.max_connections_per_address));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".max_connections_per_address: must be >= 1 and <= max_connections (",
+                     limits.max_connections, "), got ", limits.max_connections_per_address));
   }
   return absl::OkStatus();
 }
@@ -383,14 +376,16 @@ void GuardedServer::MaybeWarn() {
   const int64_t refused = refused_.exchange(0);
   const int64_t timed_out = timed_out_.exchange(0);
   if (refused > 0) {
-    spdlog::warn("http: refused {} connection(s) over http_limits (max_connections {}, "
-                 "max_connections_per_address {}) since the last warning",
-                 refused, limits_.max_connections, limits_.max_connections_per_address);
+    spdlog::warn(
+        "http: refused {} connection(s) over http_limits (max_connections {}, "
+        "max_connections_per_address {}) since the last warning",
+        refused, limits_.max_connections, limits_.max_connections_per_address);
   }
   if (timed_out > 0) {
-    spdlog::warn("http: closed {} connection(s) whose request had not arrived within "
-                 "http_limits.request_timeout_s ({}) since the last warning",
-                 timed_out, absl::ToDoubleSeconds(limits_.request_timeout));
+    spdlog::warn(
+        "http: closed {} connection(s) whose request had not arrived within "
+        "http_limits.request_timeout_s ({}) since the last warning",
+        timed_out, absl::ToDoubleSeconds(limits_.request_timeout));
   }
 }
 

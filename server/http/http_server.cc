@@ -22,8 +22,8 @@
 #include "absl/synchronization/mutex.h"
 #include "httplib.h"
 #include "server/access/tls.h"
-#include "server/http/guarded_server.h"
 #include "server/http/dashboard_api.h"
+#include "server/http/guarded_server.h"
 #include "spdlog/spdlog.h"
 
 namespace mpsd::server {
@@ -32,7 +32,7 @@ namespace {
 // A certificate (with its chain) and its key, parsed once; what a handshake presents.
 struct KeyPair {
   X509* cert = nullptr;
-  STACK_OF(X509)* chain = nullptr;
+  STACK_OF(X509) * chain = nullptr;
   EVP_PKEY* key = nullptr;
   ~KeyPair() {
     X509_free(cert);
@@ -95,9 +95,8 @@ class HttpTlsKeys {
   static int OnHandshake(SSL* ssl, void* arg) {
     std::shared_ptr<const KeyPair> pair = static_cast<HttpTlsKeys*>(arg)->Get();
     // Takes its own references to the certificate, chain and key.
-    return SSL_use_cert_and_key(ssl, pair->cert, pair->key, pair->chain, /*override=*/1) == 1
-               ? 1
-               : 0;
+    return SSL_use_cert_and_key(ssl, pair->cert, pair->key, pair->chain, /*override=*/1) == 1 ? 1
+                                                                                              : 0;
   }
 
  private:
@@ -166,9 +165,9 @@ absl::StatusOr<std::unique_ptr<GuardedServer>> MakeServer(const HttpServer::Opti
   SSL_CTX* ctx = MakeTlsContext(keys.get(), options.tls_client_ca_path);
   if (ctx == nullptr) {
     ERR_clear_error();
-    return absl::FailedPreconditionError(
-        absl::StrCat("http_listen: cannot load the TLS client CA ", options.tls_client_ca_path,
-                     " (expected PEM certificates)"));
+    return absl::FailedPreconditionError(absl::StrCat("http_listen: cannot load the TLS client CA ",
+                                                      options.tls_client_ca_path,
+                                                      " (expected PEM certificates)"));
   }
   return std::make_unique<GuardedServer>(ctx, options.limits);
 }
@@ -179,11 +178,10 @@ absl::StatusOr<std::unique_ptr<GuardedServer>> MakeServer(const HttpServer::Opti
 // never holds the token.
 void Refuse(const absl::Status& status, const httplib::Request& request,
             httplib::Response& response) {
-  const absl::Status refusal =
-      status.code() == absl::StatusCode::kInvalidArgument ||
-              status.code() == absl::StatusCode::kPermissionDenied
-          ? status
-          : absl::UnauthenticatedError(status.message());
+  const absl::Status refusal = status.code() == absl::StatusCode::kInvalidArgument ||
+                                       status.code() == absl::StatusCode::kPermissionDenied
+                                   ? status
+                                   : absl::UnauthenticatedError(status.message());
   const HttpReply reply = ErrorReply(refusal);
   response.status = reply.status;
   if (response.status == 401) response.set_header("WWW-Authenticate", "Bearer realm=\"mpsd\"");
@@ -199,8 +197,7 @@ void Refuse(const absl::Status& status, const httplib::Request& request,
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view address, absl::string_view field) {
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": expected HOST:PORT (e.g. 127.0.0.1:9464 or [::1]:9464), got \"", address,
-        "\""));
+        field, ": expected HOST:PORT (e.g. 127.0.0.1:9464 or [::1]:9464), got \"", address, "\""));
   };
   const size_t colon = address.rfind(':');
   if (colon == absl::string_view::npos || colon == 0) return bad();
@@ -263,54 +260,53 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
         response.set_content("internal error\n", "text/plain; charset=utf-8");
       });
   // A path no route matches (or a route's pattern refuses, as /api/jobs/abc) gets a body
-  // saying so: JSON under /api/, as the API's other errors (server/http/dashboard_api.h), else text.
-  // Handlers' own error bodies are kept. The path is not echoed.
-  // A path that a route of another method matches is 405 with Allow (RFC 9110 15.5.6): GET on
-  // a POST-only route such as /api/jobs/ID/cancel.
-  http->server_->set_error_handler([http = http.get()](const httplib::Request& request,
-                                                       httplib::Response& response) {
-    if (response.status != 404 || !response.body.empty()) return;
-    std::string allowed;
-    for (const Route& route : http->routes_) {
-      if (route.method != request.method && std::regex_match(request.path, route.pattern) &&
-          !absl::StrContains(allowed, route.method)) {
-        absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", route.method);
-      }
-    }
-    if (!allowed.empty()) {
-      response.status = 405;
-      response.set_header("Allow", allowed);
-      const std::string message =
-          absl::StrCat(request.method, " is not allowed here; this path takes ", allowed);
-      if (absl::StartsWith(request.path, "/api/")) {
-        HttpReply reply = ErrorReply(absl::InvalidArgumentError(message));
-        response.set_content(reply.body, "application/json");
-      } else {
-        response.set_content(absl::StrCat(message, "\n"), "text/plain; charset=utf-8");
-      }
-      return;
-    }
-    if (absl::StartsWith(request.path, "/api/")) {
-      response.set_content(
-          "{\"code\":\"NOT_FOUND\",\"message\":\"no such API path (job ids are decimal "
-          "digits: /api/jobs/ID, /api/jobs/ID/series, /api/jobs/ID/events)\"}",
-          "application/json");
-    } else {
-      response.set_content("not found\n", "text/plain; charset=utf-8");
-    }
-  });
+  // saying so: JSON under /api/, as the API's other errors (server/http/dashboard_api.h), else
+  // text. Handlers' own error bodies are kept. The path is not echoed. A path that a route of
+  // another method matches is 405 with Allow (RFC 9110 15.5.6): GET on a POST-only route such as
+  // /api/jobs/ID/cancel.
+  http->server_->set_error_handler(
+      [http = http.get()](const httplib::Request& request, httplib::Response& response) {
+        if (response.status != 404 || !response.body.empty()) return;
+        std::string allowed;
+        for (const Route& route : http->routes_) {
+          if (route.method != request.method && std::regex_match(request.path, route.pattern) &&
+              !absl::StrContains(allowed, route.method)) {
+            absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", route.method);
+          }
+        }
+        if (!allowed.empty()) {
+          response.status = 405;
+          response.set_header("Allow", allowed);
+          const std::string message =
+              absl::StrCat(request.method, " is not allowed here; this path takes ", allowed);
+          if (absl::StartsWith(request.path, "/api/")) {
+            HttpReply reply = ErrorReply(absl::InvalidArgumentError(message));
+            response.set_content(reply.body, "application/json");
+          } else {
+            response.set_content(absl::StrCat(message, "\n"), "text/plain; charset=utf-8");
+          }
+          return;
+        }
+        if (absl::StartsWith(request.path, "/api/")) {
+          response.set_content(
+              "{\"code\":\"NOT_FOUND\",\"message\":\"no such API path (job ids are decimal "
+              "digits: /api/jobs/ID, /api/jobs/ID/series, /api/jobs/ID/events)\"}",
+              "application/json");
+        } else {
+          response.set_content("not found\n", "text/plain; charset=utf-8");
+        }
+      });
   // A POST (or PUT) with neither Content-Length nor chunked encoding has, in HTTP/1.1, a body
   // that ends only when the client closes the connection (RFC 9112 6.3); cpp-httplib would wait
   // for that. mpsd's POST routes take no body (`curl -X POST` sends no length): such a request
   // is read as having an empty one, and answered at once.
-  http->server_->set_pre_routing_handler(
-      [](const httplib::Request& request, httplib::Response&) {
-        if ((request.method == "POST" || request.method == "PUT" || request.method == "PATCH") &&
-            !request.has_header("Content-Length") && !request.has_header("Transfer-Encoding")) {
-          const_cast<httplib::Request&>(request).headers.emplace("Content-Length", "0");
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
-      });
+  http->server_->set_pre_routing_handler([](const httplib::Request& request, httplib::Response&) {
+    if ((request.method == "POST" || request.method == "PUT" || request.method == "PATCH") &&
+        !request.has_header("Content-Length") && !request.has_header("Transfer-Encoding")) {
+      const_cast<httplib::Request&>(request).headers.emplace("Content-Length", "0");
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
   // process bind the same port and take a share of the connections (and their tokens).
   http->server_->set_socket_options([](socket_t socket) {
@@ -328,9 +324,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const Options& op
     return absl::UnavailableError(absl::StrCat("http_listen: cannot listen on ", options.address,
                                                " (in use, or not an address of this host)"));
   }
-  const std::string host =
-      host_port->host.find(':') != std::string::npos ? absl::StrCat("[", host_port->host, "]")
-                                                     : host_port->host;
+  const std::string host = host_port->host.find(':') != std::string::npos
+                               ? absl::StrCat("[", host_port->host, "]")
+                               : host_port->host;
   http->url_ = absl::StrCat(tls ? "https://" : "http://", host, ":", http->port_);
   return http;
 }

@@ -12,9 +12,9 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 #include "absl/strings/string_view.h"
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,10 +40,10 @@ struct HttpCaller {
 class HttpTlsKeys;
 class GuardedServer;
 
-// Thread-safety: Get() and Post() only before Start(); Start() once; Shutdown() from any thread, any
-// number of times. Handlers run on the connections' threads (one per connection, several at
-// once) and must be thread-safe. A handler that takes long (a stream) must watch stopping() and return soon after
-// it turns true, or Shutdown() waits for it.
+// Thread-safety: Get() and Post() only before Start(); Start() once; Shutdown() from any thread,
+// any number of times. Handlers run on the connections' threads (one per connection, several at
+// once) and must be thread-safe. A handler that takes long (a stream) must watch stopping() and
+// return soon after it turns true, or Shutdown() waits for it.
 class HttpServer {
  public:
   // Decides whether a request may reach a protected route: returns the caller, or

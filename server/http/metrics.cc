@@ -183,8 +183,8 @@ Metrics::Metrics(std::string version)
       steps_total_(steps_.Add({})),
       samples_total_(samples_.Add({})),
       step_duration_seconds_(step_duration_.Add({}, StepDurationBuckets())) {
-  for (const auto& reason :
-       {"crash", "per_job", "restart_after_jobs", "memory", "cancel_timeout", "user_code_timeout"}) {
+  for (const auto& reason : {"crash", "per_job", "restart_after_jobs", "memory", "cancel_timeout",
+                             "user_code_timeout"}) {
     restarts_.Add({{"reason", reason}});
   }
 }
@@ -253,8 +253,8 @@ void Metrics::UpdateRunningJob() {
   running_series_ = nullptr;
   running_key_ = key;
   if (running) {
-    running_series_ = &running_job_info_.Add({{"job_id", running->id()},
-                                              {"model", ModelOf(*running)}});
+    running_series_ =
+        &running_job_info_.Add({{"job_id", running->id()}, {"model", ModelOf(*running)}});
     running_series_->Set(1);
   }
 }

@@ -29,8 +29,7 @@ constexpr KnownMetric kKnownMetrics[] = {
     {"loss", SeriesMetric::Source::kStep, StepMetrics::kLossFieldNumber},
     {"accuracy", SeriesMetric::Source::kStep, StepMetrics::kAccuracyFieldNumber},
     {"learning_rate", SeriesMetric::Source::kStep, StepMetrics::kLearningRateFieldNumber},
-    {"samples_per_second", SeriesMetric::Source::kStep,
-     StepMetrics::kSamplesPerSecondFieldNumber},
+    {"samples_per_second", SeriesMetric::Source::kStep, StepMetrics::kSamplesPerSecondFieldNumber},
     {"step_time_ms", SeriesMetric::Source::kStep, StepMetrics::kStepTimeMsFieldNumber},
     {"allocated_bytes", SeriesMetric::Source::kStep, StepMetrics::kAllocatedBytesFieldNumber},
     {"loss_scale", SeriesMetric::Source::kStep, StepMetrics::kLossScaleFieldNumber},
@@ -44,8 +43,7 @@ constexpr KnownMetric kKnownMetrics[] = {
     {"epoch_time_s", SeriesMetric::Source::kEpoch, EpochMetrics::kEpochTimeSFieldNumber},
     {"epoch_samples_per_second", SeriesMetric::Source::kEpoch,
      EpochMetrics::kSamplesPerSecondFieldNumber},
-    {"epoch_learning_rate", SeriesMetric::Source::kEpoch,
-     EpochMetrics::kLearningRateFieldNumber},
+    {"epoch_learning_rate", SeriesMetric::Source::kEpoch, EpochMetrics::kLearningRateFieldNumber},
 };
 
 // The numeric field `field_number` of `message`, as a double.
@@ -91,9 +89,8 @@ absl::StatusOr<SeriesMetric> FindSeriesMetric(absl::string_view name) {
   for (const KnownMetric& known : kKnownMetrics) {
     if (name == known.name) return SeriesMetric{known.name, known.source, known.field_number};
   }
-  return absl::InvalidArgumentError(absl::StrCat("metric: unknown metric \"", name,
-                                                 "\"; known: ",
-                                                 absl::StrJoin(SeriesMetricNames(), ", ")));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "metric: unknown metric \"", name, "\"; known: ", absl::StrJoin(SeriesMetricNames(), ", ")));
 }
 
 std::vector<std::string> SeriesMetricNames() {
@@ -109,14 +106,12 @@ std::optional<SeriesPoint> PointOf(const SeriesMetric& metric, const JobEvent& e
   const int64_t time_us = google::protobuf::util::TimeUtil::TimestampToMicroseconds(event.time());
   if (metric.source == SeriesMetric::Source::kStep) {
     if (!event.has_step()) return std::nullopt;
-    return SeriesPoint{event.step().step(), ReadNumber(event.step(), metric.field_number),
-                       time_us};
+    return SeriesPoint{event.step().step(), ReadNumber(event.step(), metric.field_number), time_us};
   }
   if (!event.has_epoch()) return std::nullopt;
   if (IsTestMetric(metric.field_number) && !event.epoch().evaluated()) return std::nullopt;
   // val_*: proto3 optional, unset when the epoch measured no validation.
-  const FieldDescriptor* field =
-      EpochMetrics::descriptor()->FindFieldByNumber(metric.field_number);
+  const FieldDescriptor* field = EpochMetrics::descriptor()->FindFieldByNumber(metric.field_number);
   if (field->has_presence() && !event.epoch().GetReflection()->HasField(event.epoch(), field)) {
     return std::nullopt;
   }

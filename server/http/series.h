@@ -12,12 +12,12 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
-#include "mpsd/v1/mpsd.pb.h"
 #include "api/attempts.h"
+#include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::server {
 

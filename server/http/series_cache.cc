@@ -85,9 +85,9 @@ absl::Status SeriesCache::Rebuild(const std::string& job_id, Entry& entry) {
       // Runs here, under entry.mu, which the analysis cannot follow into a lambda.
       ReadRange(*log_, job_id, 0, *through,
                 [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (!api::IsStepOrEpoch(event) || marks.Superseded(event)) return;
-        for (auto& [key, track] : entry.tracks) Feed(track, event);
-      });
+                  if (!api::IsStepOrEpoch(event) || marks.Superseded(event)) return;
+                  for (auto& [key, track] : entry.tracks) Feed(track, event);
+                });
   if (!read.ok()) return read.status();
   entry.marks = std::move(marks);
   entry.through_seq = *through;
@@ -100,13 +100,13 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
   // Tracks new to this entry are read from the start up to where the others are.
   std::vector<Track*> added;
   // The lambdas below run here, under entry.mu, which the analysis cannot follow into them.
-  auto want = [&](const SeriesMetric& metric,
-                  std::optional<double> weight) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    auto [it, inserted] = entry.tracks.try_emplace(TrackKey(metric.name, weight));
-    if (!inserted) return;
-    it->second = NewTrack(metric, weight);
-    added.push_back(&it->second);
-  };
+  auto want = [&](const SeriesMetric& metric, std::optional<double> weight)
+                  ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                    auto [it, inserted] = entry.tracks.try_emplace(TrackKey(metric.name, weight));
+                    if (!inserted) return;
+                    it->second = NewTrack(metric, weight);
+                    added.push_back(&it->second);
+                  };
   for (const SeriesMetric& metric : metrics) {
     want(metric, std::nullopt);
     if (smoothing) want(metric, smoothing);
@@ -115,9 +115,9 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
     absl::StatusOr<int64_t> read =
         ReadRange(*log_, job_id, 0, entry.through_seq,
                   [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          if (!api::IsStepOrEpoch(event) || entry.marks.Superseded(event)) return;
-          for (Track* track : added) Feed(*track, event);
-        });
+                    if (!api::IsStepOrEpoch(event) || entry.marks.Superseded(event)) return;
+                    for (Track* track : added) Feed(*track, event);
+                  });
     if (!read.ok()) return read.status();
   }
   // Then every track follows the events committed since, unless one of them starts a new
@@ -126,13 +126,13 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
   absl::StatusOr<int64_t> read =
       ReadRange(*log_, job_id, entry.through_seq, 0,
                 [&](const mpsd::v1::JobEvent& event) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (resumed || !api::IsStepOrEpoch(event)) return;
-        if (entry.marks.Add(event)) {
-          resumed = true;
-          return;
-        }
-        for (auto& [key, track] : entry.tracks) Feed(track, event);
-      });
+                  if (resumed || !api::IsStepOrEpoch(event)) return;
+                  if (entry.marks.Add(event)) {
+                    resumed = true;
+                    return;
+                  }
+                  for (auto& [key, track] : entry.tracks) Feed(track, event);
+                });
   if (!read.ok()) return read.status();
   entry.through_seq = *read;
   if (resumed) {

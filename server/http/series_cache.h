@@ -59,9 +59,8 @@ class SeriesCache {
   // latest attempt's after a resume: AttemptMarks); with `smoothing` (a weight in [0, 1)) each
   // also smoothed (Ema over all its points). Requests for the same job are served one at a
   // time; other jobs' in parallel. The store's errors.
-  absl::StatusOr<Result> Query(const std::string& job_id,
-                               const std::vector<SeriesMetric>& metrics, int max_points,
-                               std::optional<double> smoothing = std::nullopt);
+  absl::StatusOr<Result> Query(const std::string& job_id, const std::vector<SeriesMetric>& metrics,
+                               int max_points, std::optional<double> smoothing = std::nullopt);
 
   // Memory held now, bytes (approximately).
   size_t bytes() const;

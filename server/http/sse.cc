@@ -68,8 +68,7 @@ absl::StatusOr<EventFollower::Batch> EventFollower::Read() {
   // Closed() before the read: the log closes only after its last commit, so a closed log whose
   // read comes back empty has nothing more for this job (as in EventStreamReactor).
   const bool closed = log_->Closed();
-  absl::StatusOr<std::vector<mpsd::v1::JobEvent>> events =
-      log_->Read(job_id_, last_seq_, batch_);
+  absl::StatusOr<std::vector<mpsd::v1::JobEvent>> events = log_->Read(job_id_, last_seq_, batch_);
   if (!events.ok()) return events.status();
   for (mpsd::v1::JobEvent& event : *events) {
     last_seq_ = event.seq();

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -59,8 +59,7 @@ class EventFollower {
     bool closed = false;
   };
 
-  EventFollower(EventLog* log, std::string job_id, int64_t after_seq,
-                int batch = kDefaultBatch);
+  EventFollower(EventLog* log, std::string job_id, int64_t after_seq, int batch = kDefaultBatch);
   // Cancels a pending watch (waits for its callback if it is running).
   ~EventFollower();
 

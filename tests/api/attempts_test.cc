@@ -41,15 +41,15 @@ std::vector<int64_t> Kept(const AttemptMarks& marks, const std::vector<JobEvent>
 // step 5: steps 6..8. The latest attempt of every step and epoch survives, nothing else.
 TEST(AttemptMarksTest, TheLatestAttemptOfEachStepAndEpochSurvives) {
   const std::vector<JobEvent> events = {
-      Step(1, 1), Step(2, 2), Step(3, 3), Epoch(4, 1), Step(5, 4), Step(6, 5), Step(7, 6),
-      Epoch(8, 2),                                                      // First attempt.
-      Step(9, 4), Step(10, 5), Step(11, 6), Epoch(12, 2), Step(13, 7),  // Second.
-      Step(14, 6), Step(15, 7), Step(16, 8)};                           // Third, from step 5.
+      Step(1, 1),  Step(2, 2),  Step(3, 3),  Epoch(4, 1),  Step(5, 4),
+      Step(6, 5),  Step(7, 6),  Epoch(8, 2),                             // First attempt.
+      Step(9, 4),  Step(10, 5), Step(11, 6), Epoch(12, 2), Step(13, 7),  // Second.
+      Step(14, 6), Step(15, 7), Step(16, 8)};                            // Third, from step 5.
   AttemptMarks marks;
   std::vector<bool> starts;
   for (const JobEvent& e : events) starts.push_back(marks.Add(e));
-  EXPECT_EQ(starts, (std::vector<bool>{false, false, false, false, false, false, false, false,
-                                       true, false, false, false, false, true, false, false}));
+  EXPECT_EQ(starts, (std::vector<bool>{false, false, false, false, false, false, false, false, true,
+                                       false, false, false, false, true, false, false}));
   ASSERT_EQ(marks.starts().size(), 2u);
   EXPECT_EQ(marks.starts()[1].seq, 14);
   EXPECT_EQ(marks.starts()[1].step, 6);
@@ -72,9 +72,9 @@ TEST(AttemptMarksTest, TheLatestAttemptOfEachStepAndEpochSurvives) {
 // The first attempt finished epoch 2 after the checkpoint the second resumed from: that epoch
 // is superseded at once, not when (or if) the second attempt reaches it.
 TEST(AttemptMarksTest, AnEpochTheNewAttemptHasNotReachedIsGoneAtOnce) {
-  const std::vector<JobEvent> events = {Step(1, 1), Step(2, 2), Step(3, 3), Epoch(4, 1),
-                                        Step(5, 4), Step(6, 5), Step(7, 6), Epoch(8, 2),
-                                        Step(9, 4)};
+  const std::vector<JobEvent> events = {Step(1, 1),  Step(2, 2),  Step(3, 3),
+                                        Epoch(4, 1), Step(5, 4),  Step(6, 5),
+                                        Step(7, 6),  Epoch(8, 2), Step(9, 4)};
   AttemptMarks marks;
   for (const JobEvent& e : events) marks.Add(e);
   EXPECT_EQ(Kept(marks, events, /*steps=*/false), (std::vector<int64_t>{1}));

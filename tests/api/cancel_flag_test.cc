@@ -46,7 +46,9 @@ TEST(CancelFlagTest, CallbackOnACancelledFlagRunsAtOnce) {
 TEST(CancelFlagTest, DestroyedCallbackNeverRuns) {
   CancelFlag flag;
   int runs = 0;
-  { CancelFlag::Callback callback(flag, [&] { ++runs; }); }
+  {
+    CancelFlag::Callback callback(flag, [&] { ++runs; });
+  }
   CancelFlag::Callback other(flag, [&] { runs += 10; });
   flag.Cancel();
   EXPECT_EQ(runs, 10);

@@ -81,8 +81,8 @@ TEST(ErrorCauseTest, ClientsGetAnErrorInfoWithTheCause) {
   ASSERT_TRUE(info.has_value());
   EXPECT_EQ(info->reason(), "NOT_FOUND");
 
-  info = MpsdErrorInfo(ToGrpcStatus(
-      WithFailureReason(absl::UnavailableError("executor crashed"), mpsd::v1::Job::EXECUTOR_CRASHED)));
+  info = MpsdErrorInfo(ToGrpcStatus(WithFailureReason(absl::UnavailableError("executor crashed"),
+                                                      mpsd::v1::Job::EXECUTOR_CRASHED)));
   ASSERT_TRUE(info.has_value());
   EXPECT_EQ(info->metadata().at("failure_reason"), "EXECUTOR_CRASHED");
 }
@@ -113,9 +113,8 @@ TEST(ErrorCauseTest, GrpcsOwnErrorsCarryNoMpsdErrorInfo) {
                    .has_value());
   EXPECT_FALSE(MpsdErrorInfo(grpc::Status::OK).has_value());
   // Details that are not a google.rpc.Status (another server's bytes).
-  EXPECT_FALSE(
-      MpsdErrorInfo(grpc::Status(grpc::StatusCode::INTERNAL, "x", "\xff\xff not a proto"))
-          .has_value());
+  EXPECT_FALSE(MpsdErrorInfo(grpc::Status(grpc::StatusCode::INTERNAL, "x", "\xff\xff not a proto"))
+                   .has_value());
 }
 
 }  // namespace

@@ -64,9 +64,11 @@ std::string ReadBack(const Message& message, const FieldDescriptor& field) {
     case FieldDescriptor::CPPTYPE_INT64:
       return std::to_string(repeated ? r.GetRepeatedInt64(message, f, 0) : r.GetInt64(message, f));
     case FieldDescriptor::CPPTYPE_UINT32:
-      return std::to_string(repeated ? r.GetRepeatedUInt32(message, f, 0) : r.GetUInt32(message, f));
+      return std::to_string(repeated ? r.GetRepeatedUInt32(message, f, 0)
+                                     : r.GetUInt32(message, f));
     case FieldDescriptor::CPPTYPE_UINT64:
-      return std::to_string(repeated ? r.GetRepeatedUInt64(message, f, 0) : r.GetUInt64(message, f));
+      return std::to_string(repeated ? r.GetRepeatedUInt64(message, f, 0)
+                                     : r.GetUInt64(message, f));
     case FieldDescriptor::CPPTYPE_DOUBLE:
     case FieldDescriptor::CPPTYPE_FLOAT: {
       double v = 0;
@@ -108,7 +110,8 @@ TEST(FieldTextTest, EveryCaseOfTheSharedTable) {
     ASSERT_NE(type, nullptr);
     const FieldDescriptor* field = type->FindFieldByName(c.field);
     ASSERT_NE(field, nullptr);
-    std::unique_ptr<Message> message(MessageFactory::generated_factory()->GetPrototype(type)->New());
+    std::unique_ptr<Message> message(
+        MessageFactory::generated_factory()->GetPrototype(type)->New());
     const absl::Status set = SetFieldFromText(*message, *field, c.text);
     if (c.expected == "error") {
       EXPECT_EQ(set.code(), absl::StatusCode::kInvalidArgument);

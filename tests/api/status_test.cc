@@ -26,7 +26,8 @@ TEST(StatusTest, GrpcKeepsCodeAndMessage) {
   google::rpc::Status details;
   ASSERT_TRUE(details.ParseFromString(grpc.error_details()));
   EXPECT_EQ(details.message(), "job 9 not found");
-  const grpc::Status long_message = ToGrpcStatus(absl::InvalidArgumentError(std::string(5000, 'x')));
+  const grpc::Status long_message =
+      ToGrpcStatus(absl::InvalidArgumentError(std::string(5000, 'x')));
   ASSERT_TRUE(details.ParseFromString(long_message.error_details()));
   EXPECT_EQ(details.message(), std::string(512, 'x') + "... (4488 more bytes)");
 }

@@ -13,9 +13,9 @@ TEST(UploadNameTest, NamesAreOneSafeFileName) {
   for (const char* good : {"ds", "mnist-small", "model_v2.pt", "A.b-c_9"}) {
     EXPECT_TRUE(CheckUploadName("name", good).ok()) << good;
   }
-  for (const std::string& bad : {std::string(""), std::string("."), std::string(".."),
-                                std::string(".hidden"), std::string("a/b"), std::string("a b"),
-                                std::string("x\0y", 3), std::string(129, 'a')}) {
+  for (const std::string& bad :
+       {std::string(""), std::string("."), std::string(".."), std::string(".hidden"),
+        std::string("a/b"), std::string("a b"), std::string("x\0y", 3), std::string(129, 'a')}) {
     absl::Status status = CheckUploadName("name", bad);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(InvalidFieldOf(status), "name") << bad;

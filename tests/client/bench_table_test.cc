@@ -19,8 +19,8 @@
 namespace mpsd::client {
 namespace {
 
-using v1::BenchRow;
 using ::testing::HasSubstr;
+using v1::BenchRow;
 
 BenchRow Row(const std::string& model, int batch, const std::string& device, double median_ms) {
   BenchRow row;
@@ -52,9 +52,9 @@ std::vector<BenchRow> Resnet50Rows() {
   BenchRow gpu64 = Row("resnet50", 64, "cuda:0", 0);
   gpu64.set_status(BenchRow::OUT_OF_MEMORY);
   gpu64.set_message("CUDA out of memory. Tried to allocate 2.00 GiB\n(more detail)");
-  for (auto clear : {&BenchRow::clear_median_ms, &BenchRow::clear_p10_ms, &BenchRow::clear_p90_ms,
-                     &BenchRow::clear_mean_ms, &BenchRow::clear_samples_per_second,
-                     &BenchRow::clear_iters}) {
+  for (auto clear :
+       {&BenchRow::clear_median_ms, &BenchRow::clear_p10_ms, &BenchRow::clear_p90_ms,
+        &BenchRow::clear_mean_ms, &BenchRow::clear_samples_per_second, &BenchRow::clear_iters}) {
     (gpu64.*clear)();
   }
   return {Row("resnet50", 32, "cpu", 412.25), gpu32, Row("resnet50", 64, "cpu", 800), gpu64};
@@ -136,7 +136,8 @@ TEST(BenchTableTest, JsonReadsBackIntoTheSameRows) {
     const std::string object(absl::StripSuffix(lines[i + 1], ","));
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(object, &parsed).ok()) << object;
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, rows[i]))
-        << parsed.ShortDebugString() << "\nvs\n" << rows[i].ShortDebugString();
+        << parsed.ShortDebugString() << "\nvs\n"
+        << rows[i].ShortDebugString();
     // Every field is there, also those at their default.
     EXPECT_THAT(object, HasSubstr("\"speedup_vs_cpu\":"));
     EXPECT_THAT(object, HasSubstr("\"message\":"));

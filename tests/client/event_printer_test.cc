@@ -125,9 +125,8 @@ TEST(EventPrinterTest, JsonPrintsEveryEventOnItsOwnLine) {
   std::vector<std::string> lines = absl::StrSplit(out, '\n');
   ASSERT_EQ(lines.size(), 3 + 5 + 3 + 1);
   // Numbers as numbers, zero values kept (programs read every field), proto field order.
-  EXPECT_EQ(lines[0],
-            R"({"job_id":"42","seq":1,"state":{"state":"QUEUED","failure_reason":)"
-            R"("FAILURE_REASON_UNSPECIFIED","message":""}})");
+  EXPECT_EQ(lines[0], R"({"job_id":"42","seq":1,"state":{"state":"QUEUED","failure_reason":)"
+                      R"("FAILURE_REASON_UNSPECIFIED","message":""}})");
   EXPECT_EQ(lines[3],
             R"({"job_id":"42","seq":4,"step":{"epoch":1,"step":1,"total_steps":5,"loss":1,)"
             R"("accuracy":0,"learning_rate":0,"samples_per_second":0,"step_time_ms":0,)"
@@ -148,8 +147,7 @@ TEST(EventPrinterTest, LiveLineShowsTheQueuePositionUntilTheJobRuns) {
   EventPrinter::Options options;
   options.live = true;
   std::vector<v1::JobEvent> events = TrainEvents(1);
-  events.insert(events.begin() + 1, {Heartbeat(v1::Job::QUEUED, 3),
-                                     Heartbeat(v1::Job::QUEUED, 2)});
+  events.insert(events.begin() + 1, {Heartbeat(v1::Job::QUEUED, 3), Heartbeat(v1::Job::QUEUED, 2)});
   events.insert(events.begin() + 5, Heartbeat(v1::Job::RUNNING, 0));  // ignored
   std::ostringstream out;
   EventPrinter printer("42", options, out);

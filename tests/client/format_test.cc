@@ -93,8 +93,9 @@ TEST(FormatTest, EpochLineShowsValidationAndOnlyAnEvaluatedTestSplit) {
   e.set_val_loss(0.5);
   e.set_val_accuracy(0.8);
   e.set_epoch_time_s(9.81);
-  EXPECT_EQ(FormatEpoch(e), "epoch 2: train loss 0.4123 acc 0.859, val loss 0.5000 acc 0.800, "
-                            "9.8 s");
+  EXPECT_EQ(FormatEpoch(e),
+            "epoch 2: train loss 0.4123 acc 0.859, val loss 0.5000 acc 0.800, "
+            "9.8 s");
 }
 
 // Multilabel and regression epochs show their metrics map, split by split; regression has no
@@ -110,8 +111,9 @@ TEST(FormatTest, EpochLineOfATaskShowsItsMetricsBySplit) {
   m["val_mae"] = 0.158;
   m["val_r2"] = 0.98712;
   m["test_r2"] = 0.975;
-  EXPECT_EQ(FormatEpoch(e), "epoch 3: train loss 0.0213, val loss 0.0198 mse 0.0396 mae 0.1580 "
-                            "r2 0.9871, test r2 0.9750, 2.5 s");
+  EXPECT_EQ(FormatEpoch(e),
+            "epoch 3: train loss 0.0213, val loss 0.0198 mse 0.0396 mae 0.1580 "
+            "r2 0.9871, test r2 0.9750, 2.5 s");
   v1::EpochMetrics multilabel;
   multilabel.set_epoch(1);
   multilabel.set_epoch_time_s(1);
@@ -218,8 +220,7 @@ TEST(FormatTest, FinalFailedWithoutSummary) {
   state.set_state(v1::Job::FAILED);
   state.set_failure_reason(v1::Job::OUT_OF_MEMORY);
   state.set_message("CUDA out of memory");
-  EXPECT_EQ(FormatFinal("7", state, nullptr),
-            "job 7 FAILED (OUT_OF_MEMORY): CUDA out of memory\n");
+  EXPECT_EQ(FormatFinal("7", state, nullptr), "job 7 FAILED (OUT_OF_MEMORY): CUDA out of memory\n");
 }
 
 TEST(FormatTest, FinalShowsTheResumeStepTheModelAndTheCheckpoint) {
@@ -392,8 +393,9 @@ TEST(FormatTest, JsonKeepsZerosAndWritesInt64sAsNumbers) {
   v1::JobEvent heartbeat;
   heartbeat.set_job_id("7");
   heartbeat.mutable_heartbeat()->set_state(v1::Job::QUEUED);
-  EXPECT_EQ(ToJsonLine(heartbeat),
-            "{\"job_id\":\"7\",\"seq\":0,\"heartbeat\":{\"state\":\"QUEUED\",\"queue_position\":0}}");
+  EXPECT_EQ(
+      ToJsonLine(heartbeat),
+      "{\"job_id\":\"7\",\"seq\":0,\"heartbeat\":{\"state\":\"QUEUED\",\"queue_position\":0}}");
   v1::JobEvent step;
   step.set_seq(12);
   step.mutable_step()->set_step(3);

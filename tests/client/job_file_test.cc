@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
-#include <google/protobuf/util/message_differencer.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include "absl/status/status.h"
@@ -82,7 +82,8 @@ TEST(JobFileTest, UnknownNestedKeyNamesPathFileAndLine) {
 
 TEST(JobFileTest, UnknownTopLevelKeyListsFieldsWhenNothingIsClose) {
   const std::string error = ErrorOf("kind: TrainJob\nwhatever_this_is: 3\n");
-  EXPECT_THAT(error, HasSubstr("job.yaml:2:1: whatever_this_is: unknown field (TrainJob has model,"));
+  EXPECT_THAT(error,
+              HasSubstr("job.yaml:2:1: whatever_this_is: unknown field (TrainJob has model,"));
 }
 
 TEST(JobFileTest, WrongTypeNamesPath) {
@@ -291,7 +292,8 @@ TEST(JobFileTest, FormatRoundTrips) {
     absl::StatusOr<v1::SubmitJobRequest> back = ParseJobFile(text, "formatted.yaml");
     ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(request, *back))
-        << text << "\n" << back->ShortDebugString();
+        << text << "\n"
+        << back->ShortDebugString();
   }
   const std::string text = FormatJobFile(*r);
   EXPECT_THAT(text, HasSubstr("kind: TrainJob\n"));
@@ -303,8 +305,8 @@ TEST(JobFileTest, FormatRoundTrips) {
 // Strings a plain YAML scalar would change on the way back: control characters (the
 // submit_request fuzzer's "resum\r" read back as "resum"), leading and trailing spaces.
 TEST(JobFileTest, FormatQuotesStringsAPlainScalarWouldChange) {
-  for (const std::string name : {"resum\r", "a\tb", " lead", "trail ", "two\nlines", "bell\x07",
-                                 "del\x7f"}) {
+  for (const std::string name :
+       {"resum\r", "a\tb", " lead", "trail ", "two\nlines", "bell\x07", "del\x7f"}) {
     v1::SubmitJobRequest request;
     request.mutable_train_job()->set_restart_policy(name);
     const std::string text = FormatJobFile(request);
@@ -315,8 +317,8 @@ TEST(JobFileTest, FormatQuotesStringsAPlainScalarWouldChange) {
 }
 
 TEST(JobFileTest, PriorityAndRequestIdAreTopLevelKeysOfTheRequest) {
-  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(
-      "kind: TrainJob\npriority: -2\nrequest_id: 7\nbatch_size: 8\n", "job.yaml");
+  absl::StatusOr<v1::SubmitJobRequest> r =
+      ParseJobFile("kind: TrainJob\npriority: -2\nrequest_id: 7\nbatch_size: 8\n", "job.yaml");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->priority(), -2);
   EXPECT_EQ(r->request_id(), "7");  // a string field keeps the text
@@ -388,8 +390,7 @@ TEST(JobFileTest, FineTuningFieldsParseAndTheirErrorsNameTheField) {
   EXPECT_TRUE(job.param_groups(1).has_weight_decay());
   EXPECT_THAT(ErrorOf("kind: TrainJob\nparam_groups: [{prefix: fc., learning_rate: big}]\n"),
               HasSubstr("param_groups[0].learning_rate: expected a number, got \"big\""));
-  EXPECT_THAT(ErrorOf("kind: TrainJob\nfreeze: layer1.\n"),
-              HasSubstr("freeze: expected a list"));
+  EXPECT_THAT(ErrorOf("kind: TrainJob\nfreeze: layer1.\n"), HasSubstr("freeze: expected a list"));
 
   v1::SubmitJobRequest request = *r;
   request.mutable_train_job()->mutable_loss()->set_torchscript("losses/focal.pt");
@@ -404,9 +405,9 @@ TEST(JobFileTest, ABenchJobsTorchScriptModelsAreTakenAgainstTheJobFilesDirectory
     request.mutable_bench_job()->add_models(model);
   }
   MakePathsAbsolute(request, "/home/me/jobs/bench.yaml");
-  EXPECT_THAT(request.bench_job().models(),
-              ::testing::ElementsAre("resnet18", "12", "/home/me/jobs/models/net.pt",
-                                     "/abs/net.pt"));
+  EXPECT_THAT(
+      request.bench_job().models(),
+      ::testing::ElementsAre("resnet18", "12", "/home/me/jobs/models/net.pt", "/abs/net.pt"));
 }
 
 TEST(JobFileTest, RelativeDatasetRootIsTakenAgainstTheJobFilesDirectory) {
@@ -512,7 +513,8 @@ sweep:
     parameters:
       batch_size: {choice: [32, 64]}
       schedule.max_lr: {log_uniform: [1.0e-3, 1.0e-1]}
-)", "sweep.yaml");
+)",
+                                                        "sweep.yaml");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->after(), ElementsAre("3", "5"));
   EXPECT_EQ(r->labels().at("owner"), "ana");
@@ -531,7 +533,8 @@ sweep:
 sweep:
   grid:
     batch_size: 32
-)", "bad.yaml");
+)",
+                                                          "bad.yaml");
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("bad.yaml:4:17: sweep.grid.batch_size: expected a list of values"));
 }

@@ -60,16 +60,16 @@ TEST(PredictionsTest, RegressionAndMultilabelHaveTheirOwnColumns) {
 }
 
 TEST(PredictionsTest, JsonIsOnePredictionPerLine) {
-  const std::string json = FormatPredictions(
-      {Classified("a.png", {4}, {1}, {}), Classified("b.png", {5}, {1}, {})}, "classification",
-      PredictionFormat::kJson);
+  const std::string json =
+      FormatPredictions({Classified("a.png", {4}, {1}, {}), Classified("b.png", {5}, {1}, {})},
+                        "classification", PredictionFormat::kJson);
   EXPECT_THAT(json, HasSubstr("\"input\":\"a.png\""));
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 2);
 }
 
 TEST(PredictionsTest, OneLinePerEventForTheLog) {
-  EXPECT_EQ(FormatPredictionLine(Classified("/d/a.png", {9, 7}, {0.97123, 0.02},
-                                            {"Ankle boot", "Sneaker"})),
+  EXPECT_EQ(FormatPredictionLine(
+                Classified("/d/a.png", {9, 7}, {0.97123, 0.02}, {"Ankle boot", "Sneaker"})),
             "prediction /d/a.png: 9 Ankle boot 0.9712, 7 Sneaker 0.0200");
   EXPECT_EQ(FormatPredictionLine(Classified("b.png", {4}, {0.5}, {})),
             "prediction b.png: 4 0.5000");

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -118,10 +118,12 @@ TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
 TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
   TextTable table{{"A", "B"}, {{"x,y", "1.5"}, {"p|q", "-"}}, {}, {}};
   EXPECT_EQ(*RenderTable(table, "table"), "A    B\nx,y  1.5\np|q  -\n");
-  EXPECT_EQ(*RenderTable(table, "markdown"), "| A | B |\n|---|---|\n| x,y | 1.5 |\n| p\\|q | - |\n");
+  EXPECT_EQ(*RenderTable(table, "markdown"),
+            "| A | B |\n|---|---|\n| x,y | 1.5 |\n| p\\|q | - |\n");
   EXPECT_EQ(*RenderTable(table, "csv"), "A,B\n\"x,y\",1.5\np|q,-\n");
   // Keys in column order, snake_case; "-" is null; numbers are numbers.
-  EXPECT_EQ(*RenderTable(table, "json"), "[{\"a\":\"x,y\",\"b\":1.5},\n{\"a\":\"p|q\",\"b\":null}]\n");
+  EXPECT_EQ(*RenderTable(table, "json"),
+            "[{\"a\":\"x,y\",\"b\":1.5},\n{\"a\":\"p|q\",\"b\":null}]\n");
   google::protobuf::Value json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(*RenderTable(table, "json"), &json).ok());
   EXPECT_EQ(json.list_value().values(0).struct_value().fields().at("b").number_value(), 1.5);
@@ -149,9 +151,10 @@ TEST(TablesTest, SweepJsonHasSnakeCaseKeysInColumnOrderAndExactNumbers) {
   auto table = SweepTable(trials, "test_accuracy", /*exact=*/true);
   ASSERT_TRUE(table.ok()) << table.status();
   const std::string json = *RenderTable(*table, "json");
-  EXPECT_THAT(json, ::testing::StartsWith(
-                        "[{\"rank\":1,\"trial\":1,\"job_id\":\"11\",\"optimizer.learning_rate\":0.001,"
-                        "\"state\":\"SUCCEEDED\",\"test_accuracy\":0.912345678,\"test_loss\":null,"));
+  EXPECT_THAT(json,
+              ::testing::StartsWith(
+                  "[{\"rank\":1,\"trial\":1,\"job_id\":\"11\",\"optimizer.learning_rate\":0.001,"
+                  "\"state\":\"SUCCEEDED\",\"test_accuracy\":0.912345678,\"test_loss\":null,"));
   EXPECT_THAT(json, HasSubstr("\"samples_per_second\":1234.5,\"epoch_time_s\":0,"
                               "\"peak_allocated_bytes\":null,\"time_s\":0}"));
   EXPECT_THAT(json, Not(HasSubstr("S/EPOCH")));

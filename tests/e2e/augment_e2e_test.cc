@@ -24,8 +24,8 @@
 namespace mpsd::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using mpsd::v1::AugmentationSpec;
+using ::testing::HasSubstr;
 
 constexpr char kPython[] = MPSD_TORCH_PYTHON;
 
@@ -154,8 +154,7 @@ torch.save({"train": split(64), "test": split(32)}, sys.argv[1])
     job.mutable_dataset()->set_name("tensors");
     job.mutable_dataset()->set_root(file);
     AugmentationSpec& augmentation = *job.mutable_dataset()->mutable_augmentation();
-    (mix == "mixup" ? augmentation.mutable_mixup() : augmentation.mutable_cutmix())
-        ->set_alpha(0.2);
+    (mix == "mixup" ? augmentation.mutable_mixup() : augmentation.mutable_cutmix())->set_alpha(0.2);
     absl::StatusOr<mpsd::v1::Job> refused = rpc::Submit(*daemon_, request);
     ASSERT_FALSE(refused.ok()) << mix;
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);

@@ -46,8 +46,8 @@ class BenchE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     suite_dir_ = std::make_unique<TempDir>();
-    daemon_ = std::make_unique<Daemon>(suite_dir_->str() + "/state",
-                                       suite_dir_->str() + "/mpsd.sock");
+    daemon_ =
+        std::make_unique<Daemon>(suite_dir_->str() + "/state", suite_dir_->str() + "/mpsd.sock");
     daemon_->Start();
   }
   static void TearDownTestSuite() {

@@ -13,8 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "google/protobuf/util/time_util.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/daemon.h"
 
@@ -242,7 +242,8 @@ TEST_F(CheckpointE2eTest, AnAutomaticResumeFromADamagedCheckpointSaysSo) {
   EXPECT_NE(ended->failure_reason(), Job::INVALID_SPEC) << ended->message();
   EXPECT_THAT(ended->message(),
               ::testing::HasSubstr("the automatic resume (restart_policy: resume) from "
-                                   "checkpoint " + job_dir + "/checkpoint"));
+                                   "checkpoint " +
+                                   job_dir + "/checkpoint"));
   EXPECT_THAT(ended->message(), ::testing::HasSubstr("is not resumed again"));
   EXPECT_THAT(ended->message(), ::testing::Not(::testing::HasSubstr("train_job.resume_from")));
 }

@@ -28,11 +28,11 @@ namespace mpsd::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using mpsd::v1::Job;
 using mpsd::v1::JobEvent;
 using mpsd::v1::SubmitJobRequest;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 constexpr char kPython[] = MPSD_PIL_PYTHON;
 
@@ -257,8 +257,7 @@ TEST_F(CheckpointStepsE2eTest, AKilledJobResumesFromItsNewestStepCheckpointWithT
                                        /*latest_attempt_only=*/true)),
             OneToN(400));
   EXPECT_TRUE(SameRecords(reference.summary().model_path(), resumed.summary().model_path()))
-      << "resumed at step " << resumed.summary().resumed_at_step()
-      << ": the final weights differ";
+      << "resumed at step " << resumed.summary().resumed_at_step() << ": the final weights differ";
 }
 
 // keep_best with early stopping on val_loss (min_delta so large that only epoch 1 counts):
@@ -299,8 +298,8 @@ TEST_F(CheckpointStepsE2eTest, KeepBestKeepsTheBestEpochsCheckpointAndEarlyStopp
   const Job one = rpc_ok::WaitForEnd(*daemon_, rpc_ok::Submit(*daemon_, job(1)).id());
   ASSERT_EQ(one.state(), Job::SUCCEEDED) << one.message();
   std::string metadata;
-  EXPECT_TRUE(SameModel(stopped.summary().best_model_path(), dir + "/checkpoint-best.pt",
-                        &metadata));
+  EXPECT_TRUE(
+      SameModel(stopped.summary().best_model_path(), dir + "/checkpoint-best.pt", &metadata));
   EXPECT_THAT(metadata, HasSubstr("\nepoch: 1\nstep: 8\nepoch_step: 0\n"));
   EXPECT_TRUE(SameModel(one.summary().model_path(), dir + "/checkpoint-best.pt"))
       << "checkpoint-best.pt does not hold epoch 1's model";
@@ -326,8 +325,9 @@ TEST_F(CheckpointStepsE2eTest, KeepBestKeepsTheBestEpochsCheckpointAndEarlyStopp
 }
 
 // nan_policy skip_step with NaN losses planted at steps 5 and 6 (fault injection): both are
-// skipped and counted, the job succeeds, and a job resumed from it counts them too. NaN from step 5 on: steps 5-7 are skipped
-// (max_skipped_steps 3) and step 8 ends the job DIVERGED. The default policy fails at step 5.
+// skipped and counted, the job succeeds, and a job resumed from it counts them too. NaN from step 5
+// on: steps 5-7 are skipped (max_skipped_steps 3) and step 8 ends the job DIVERGED. The default
+// policy fails at step 5.
 TEST_F(CheckpointStepsE2eTest, SkipStepSkipsCountsAndFailsAfterMaxSkippedSteps) {
   const auto job = [](int64_t steps) {
     SubmitJobRequest request = TrainJobRequest(640, 100, 1, 64, "mlp");

@@ -24,9 +24,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "api/status.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/common/files.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace mpsd::testing {
 namespace {
@@ -46,7 +46,6 @@ absl::StatusOr<Response> Unary(Call call, const Request& request) {
   if (!status.ok()) return api::FromGrpcStatus(status);
   return response;
 }
-
 
 }  // namespace
 
@@ -141,8 +140,8 @@ Daemon::~Daemon() {
 
 void Daemon::Start(const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv = wrapper_;
-  for (const std::string& arg : {MpsdPath(), std::string("--listen"), address_,
-                                 std::string("--state-dir"), state_dir_}) {
+  for (const std::string& arg :
+       {MpsdPath(), std::string("--listen"), address_, std::string("--state-dir"), state_dir_}) {
     argv.push_back(arg);
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
@@ -189,8 +188,8 @@ int Daemon::Stop(int signal, absl::Duration limit) {
   const absl::Time deadline = absl::Now() + limit;
   while (waitpid(pid_, &status, WNOHANG) == 0) {
     if (absl::Now() > deadline) {
-      ADD_FAILURE() << "mpsd did not exit within " << absl::FormatDuration(limit)
-                    << " of signal " << signal << "; killing it";
+      ADD_FAILURE() << "mpsd did not exit within " << absl::FormatDuration(limit) << " of signal "
+                    << signal << "; killing it";
       kill(pid_, SIGKILL);
       waitpid(pid_, &status, 0);
       break;
@@ -249,10 +248,12 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout) {
 std::string TcpAddress(const Daemon& daemon) {
   // The unix socket may answer before the TCP listener's line is in the log.
   std::string log;
-  WaitUntil([&] {
-    log = ReadFile(daemon.log_path());
-    return absl::StrContains(log, "mpsd listening on 127.0.0.1:");
-  }, absl::Seconds(30));
+  WaitUntil(
+      [&] {
+        log = ReadFile(daemon.log_path());
+        return absl::StrContains(log, "mpsd listening on 127.0.0.1:");
+      },
+      absl::Seconds(30));
   const size_t at = log.find("mpsd listening on 127.0.0.1:");
   if (at == std::string::npos) {
     ADD_FAILURE() << "no TCP listener in the log:\n" << log;
@@ -332,8 +333,8 @@ absl::StatusOr<mpsd::v1::Job> WaitForEnd(Daemon& daemon, const std::string& job_
            state == mpsd::v1::Job::CANCELLED || state == mpsd::v1::Job::INTERRUPTED;
   };
   if (!WaitUntil(ended, timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("job ", job_id, " did not end within ",
-                                                    absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", job_id, " did not end within ", absl::FormatDuration(timeout)));
   }
   return job;
 }

@@ -107,10 +107,10 @@ TEST_F(DistributedE2eTest, TwoRanksOfBatch32MatchOneRankOfBatch64StepByStep) {
   // gradients' running RMS and amplifies that (about 1% apart by step 20 with mlp). convnet in
   // bf16 drifts past 1e-3 with SGD too (up to 4% by step 20), and is slow on this CPU.
   for (const Comparison& c : std::vector<Comparison>{{"mlp", "adam", "fp32", 1e-5},
-                                                      {"mlp", "sgd", "fp32", 1e-5},
-                                                      {"convnet", "adam", "fp32", 1e-5},
-                                                      {"convnet", "sgd", "fp32", 1e-5},
-                                                      {"mlp", "sgd", "bf16", 1e-3}}) {
+                                                     {"mlp", "sgd", "fp32", 1e-5},
+                                                     {"convnet", "adam", "fp32", 1e-5},
+                                                     {"convnet", "sgd", "fp32", 1e-5},
+                                                     {"mlp", "sgd", "bf16", 1e-3}}) {
     SCOPED_TRACE(c.model + " " + c.optimizer + " " + c.precision);
     mpsd::v1::SubmitJobRequest single = Job(c.model, c.optimizer, /*limit_train=*/1280, 64);
     single.mutable_train_job()->set_precision(c.precision);
@@ -142,8 +142,8 @@ TEST_F(DistributedE2eTest, MpsctlLogsJsonShowsTheGlobalLoss) {
   const JobRun two = SubmitAndWait(
       daemon_, Distributed(Job("mlp", "adam", 640, 32), /*nproc=*/2, FreeLoopbackPort()));
   ASSERT_EQ(two.job.state(), mpsd::v1::Job::SUCCEEDED) << two.job.message();
-  const CommandResult logs = RunCommand(
-      {MpsctlPath(), "--server", daemon_.address(), "logs", "--json", two.job.id()});
+  const CommandResult logs =
+      RunCommand({MpsctlPath(), "--server", daemon_.address(), "logs", "--json", two.job.id()});
   ASSERT_EQ(logs.exit_code, 0) << logs.err;
   std::vector<double> losses;
   for (const mpsd::v1::JobEvent& event : ParseEventLines(logs.out)) {

@@ -102,7 +102,8 @@ class DurableE2eTest : public ::testing::Test {
     ASSERT_TRUE(WaitUntil([&] {
       const Job job = Get(id);
       return job.state() == Job::RUNNING && job.last_step().step() >= steps;
-    })) << "job " << id << " did not reach step " << steps;
+    })) << "job "
+        << id << " did not reach step " << steps;
   }
   mpsd::v1::ServerStatus Status() {
     absl::StatusOr<mpsd::v1::ServerStatus> status = rpc::Status(*daemon_);
@@ -191,8 +192,8 @@ TEST_F(DurableE2eTest, SigtermWithAStreamNobodyReadsExitsWithinTheGrace) {
   // each) overfill.
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  auto channel = grpc::CreateCustomChannel(daemon_->address(), grpc::InsecureChannelCredentials(),
-                                           args);
+  auto channel =
+      grpc::CreateCustomChannel(daemon_->address(), grpc::InsecureChannelCredentials(), args);
   auto stub = mpsd::v1::JobService::NewStub(channel);
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
@@ -290,14 +291,17 @@ TEST_F(DurableE2eTest, AThousandSubscribeAndCancelLoopsLeaveNoSubscriptionBehind
   const absl::Duration took = absl::Now() - start;
 
   mpsd::v1::ServerStatus status;
-  const bool drained = WaitUntil([&] {
-    status = Status();
-    return status.open_streams() == 0 && status.event_watches() == 0;
-  }, absl::Seconds(30));
-  std::printf("1000 subscribe-and-cancel loops: %.0f ms; open streams after: %d, watches: %d; "
-              "daemon RSS %.1f -> %.1f MiB\n",
-              absl::ToDoubleMilliseconds(took), status.open_streams(), status.event_watches(),
-              rss_before / 1048576.0, status.rss_bytes() / 1048576.0);
+  const bool drained = WaitUntil(
+      [&] {
+        status = Status();
+        return status.open_streams() == 0 && status.event_watches() == 0;
+      },
+      absl::Seconds(30));
+  std::printf(
+      "1000 subscribe-and-cancel loops: %.0f ms; open streams after: %d, watches: %d; "
+      "daemon RSS %.1f -> %.1f MiB\n",
+      absl::ToDoubleMilliseconds(took), status.open_streams(), status.event_watches(),
+      rss_before / 1048576.0, status.rss_bytes() / 1048576.0);
   EXPECT_TRUE(drained) << "open_streams " << status.open_streams() << ", event_watches "
                        << status.event_watches();
 
@@ -453,8 +457,7 @@ TEST_F(DurableE2eTest, RequestIdMakesSubmitIdempotentAlsoAfterARestart) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE(absl::StartsWith(refused.status().message(), "request_id: ")) << refused.status();
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "job " + job.id()))
-      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "job " + job.id())) << refused.status();
   changed = request;
   changed.set_priority(4);
   EXPECT_EQ(rpc::Submit(*daemon_, changed).status().code(), absl::StatusCode::kAlreadyExists);

@@ -123,8 +123,8 @@ TEST_F(EvalE2eTest, TestSplitMatchesTheTrainJobsOwnEvaluation) {
   EXPECT_THAT(got.out, HasSubstr("kind"));
   EXPECT_THAT(got.out, HasSubstr("EvalJob"));
   EXPECT_THAT(got.out, HasSubstr("confusion matrix"));
-  const CommandResult listed = RunCommand(
-      {MpsctlPath(), "--server", daemon_.address(), "list", "--kind", "EvalJob"});
+  const CommandResult listed =
+      RunCommand({MpsctlPath(), "--server", daemon_.address(), "list", "--kind", "EvalJob"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_THAT(listed.out, HasSubstr(absl::StrCat("job ", trained_.id())));
 }
@@ -169,15 +169,13 @@ TEST_F(EvalE2eTest, RegressionAndMultilabelMatchTheTrainJobsMetrics) {
     dataset.mutable_validation()->set_source("val");
     *train.mutable_train_job()->mutable_dataset() = dataset;
     train.mutable_train_job()->set_task(task);
-    const mpsd::v1::Job trained =
-        rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, train).id());
+    const mpsd::v1::Job trained = rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, train).id());
     ASSERT_EQ(trained.state(), mpsd::v1::Job::SUCCEEDED) << trained.message();
     for (const char* split_name : {"test", "val"}) {
       const std::string split = split_name;
       mpsd::v1::SubmitJobRequest request = EvalRequest(trained.id(), split);
       *request.mutable_eval_job()->mutable_dataset() = dataset;
-      const mpsd::v1::Job eval =
-          rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, request).id());
+      const mpsd::v1::Job eval = rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, request).id());
       ASSERT_EQ(eval.state(), mpsd::v1::Job::SUCCEEDED) << eval.message();
       EXPECT_EQ(eval.summary().task(), task);
       EXPECT_EQ(eval.summary().eval_examples(), 64);
@@ -277,7 +275,8 @@ TEST_F(EvalE2eTest, BadModelsAndDatasetsAreRefusedNamingTheField) {
   ASSERT_EQ(RunCommand({MpsctlPath(), "--server", daemon_.address(), "resume"}).exit_code, 0);
   const mpsd::v1::Job eval = rpc_ok::Submit(daemon_, EvalRequest(trained_.id(), "test"));
   EXPECT_THAT(refused(EvalRequest(eval.id(), "test")),
-              HasSubstr(absl::StrCat("eval_job.model: job ", eval.id(), " is not a TrainJob "
+              HasSubstr(absl::StrCat("eval_job.model: job ", eval.id(),
+                                     " is not a TrainJob "
                                      "(kind EVAL_JOB)")));
   // The daemon is still serving, and runs the jobs queued meanwhile.
   EXPECT_EQ(rpc_ok::WaitForEnd(daemon_, queued.id()).state(), mpsd::v1::Job::SUCCEEDED);
@@ -307,9 +306,9 @@ TEST_F(EvalE2eTest, PredictAgreesWithAnEvalJobOnTheSameExamples) {
             0);
   const std::string mpsctl = MpsctlPath();
   // The images, one by one in a folder (sorted by name: img_0 … img_7), top 3 each.
-  const CommandResult images = RunCommand({mpsctl, "--server", daemon_.address(), "predict",
-                                           trained_.id(), dir_.str() + "/images", "--top-k", "3",
-                                           "--format", "csv"});
+  const CommandResult images =
+      RunCommand({mpsctl, "--server", daemon_.address(), "predict", trained_.id(),
+                  dir_.str() + "/images", "--top-k", "3", "--format", "csv"});
   ASSERT_EQ(images.exit_code, 0) << images.out << images.err;
   EXPECT_THAT(images.out, HasSubstr("input,rank,class,name,probability\n"));
   EXPECT_THAT(images.out, HasSubstr(absl::StrCat(dir_.str(), "/images/img_0.png,1,")));
@@ -317,35 +316,34 @@ TEST_F(EvalE2eTest, PredictAgreesWithAnEvalJobOnTheSameExamples) {
   const std::vector<int> top1 = TopOne(images.out);
   ASSERT_EQ(top1.size(), static_cast<size_t>(kImages)) << images.out;
   // The same pixels as a tensors file: the same classes (decoding PNG loses nothing).
-  const CommandResult tensors = RunCommand({mpsctl, "--server", daemon_.address(), "predict",
-                                            trained_.id(), dir_.str() + "/inputs.pt", "--format",
-                                            "csv"});
+  const CommandResult tensors =
+      RunCommand({mpsctl, "--server", daemon_.address(), "predict", trained_.id(),
+                  dir_.str() + "/inputs.pt", "--format", "csv"});
   ASSERT_EQ(tensors.exit_code, 0) << tensors.out << tensors.err;
   EXPECT_EQ(TopOne(tensors.out), top1);
   EXPECT_THAT(tensors.out, HasSubstr(absl::StrCat(dir_.str(), "/inputs.pt[7],1,")));
 
   // Independently: an EvalJob (the dataset loader and the TrainJob's evaluation) on these
   // examples labelled with the predicted classes finds every one "correct".
-  ASSERT_EQ(std::system(absl::StrCat(kPython, " ", SourcePath("tests/e2e/predict_inputs.py"), " ",
-                                     dir_.str(), " ", kImages, " --labels ",
-                                     absl::StrJoin(top1, ","))
-                            .c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(absl::StrCat(kPython, " ", SourcePath("tests/e2e/predict_inputs.py"), " ",
+                               dir_.str(), " ", kImages, " --labels ", absl::StrJoin(top1, ","))
+                      .c_str()),
+      0);
   mpsd::v1::SubmitJobRequest request = EvalRequest(trained_.id(), "test");
   mpsd::v1::DatasetSpec* data = request.mutable_eval_job()->mutable_dataset();
   data->Clear();
   data->set_name("tensors");
   data->set_root(dir_.str() + "/labelled.pt");
-  const mpsd::v1::Job eval =
-      rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, request).id());
+  const mpsd::v1::Job eval = rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, request).id());
   ASSERT_EQ(eval.state(), mpsd::v1::Job::SUCCEEDED) << eval.message();
   EXPECT_EQ(eval.summary().eval_examples(), kImages);
   EXPECT_EQ(eval.summary().metrics().at("test_accuracy"), 1.0);
 
   // JSON: one Prediction per line, probabilities in [0, 1] and falling.
-  const CommandResult json = RunCommand({mpsctl, "--server", daemon_.address(), "predict",
-                                         trained_.id(), dir_.str() + "/images/img_0.png",
-                                         "--top-k", "2", "--format", "json"});
+  const CommandResult json =
+      RunCommand({mpsctl, "--server", daemon_.address(), "predict", trained_.id(),
+                  dir_.str() + "/images/img_0.png", "--top-k", "2", "--format", "json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr(absl::StrCat("\"input\":\"", dir_.str(), "/images/img_0.png\"")));
   EXPECT_THAT(json.out, HasSubstr(absl::StrCat("\"classes\":[", top1[0], ",")));
@@ -404,8 +402,9 @@ TEST_F(EvalE2eTest, PredictOnAnImageFolderModelNamesClassesAndAgreesWithItsEvalJ
   EXPECT_EQ(eval.summary().metrics().at("test_accuracy"), trained.summary().test_accuracy());
   ASSERT_EQ(eval.summary().class_names_size(), 3);
 
-  std::vector<std::string> args = {MpsctlPath(), "--server", daemon_.address(), "predict",
-                                   trained.id(), "--top-k", "1", "--format", "csv"};
+  std::vector<std::string> args = {MpsctlPath(), "--server",   daemon_.address(),
+                                   "predict",    trained.id(), "--top-k",
+                                   "1",          "--format",   "csv"};
   for (const std::string& name : eval.summary().class_names()) {
     args.push_back(absl::StrCat(root, "/val/", name));
   }
@@ -459,14 +458,16 @@ TEST_F(EvalE2eTest, PredictNamesWhatIsWrongAndTheDaemonStaysUp) {
 
   // A tensors file of the wrong example shape fails the job naming the file and both shapes.
   if (!std::string(kPython).empty()) {
-    ASSERT_EQ(std::system(absl::StrCat(kPython, " -c 'import torch; torch.save({\"x\": "
+    ASSERT_EQ(std::system(absl::StrCat(kPython,
+                                       " -c 'import torch; torch.save({\"x\": "
                                        "torch.zeros(2, 3, 32, 32), \"note\": \"wide\"}, \"",
                                        dir_.str(), "/wide.pt\")'")
                               .c_str()),
               0);
     const CommandResult wide = predict({trained_.id(), dir_.str() + "/wide.pt"});
     EXPECT_EQ(wide.exit_code, 1);
-    EXPECT_THAT(wide.err, HasSubstr(absl::StrCat(dir_.str(), "/wide.pt: x: examples of shape "
+    EXPECT_THAT(wide.err, HasSubstr(absl::StrCat(dir_.str(),
+                                                 "/wide.pt: x: examples of shape "
                                                  "[3, 32, 32], but the model of job ",
                                                  trained_.id(), " (mlp) takes [1, 28, 28]")));
   }

@@ -119,8 +119,8 @@ TEST_F(ExecutorE2eTest, SigkillOfTheExecutorFailsTheJobAndTheNextJobRunsInANewOn
   EXPECT_EQ(killed->state(), Job::FAILED);
   EXPECT_EQ(killed->failure_reason(), Job::EXECUTOR_CRASHED);
   EXPECT_THAT(killed->message(), HasSubstr("killed by signal 9 (SIGKILL)"));
-  EXPECT_THAT(killed->message(), HasSubstr(absl::StrCat("last step reported: ",
-                                                        killed->last_step().step())));
+  EXPECT_THAT(killed->message(),
+              HasSubstr(absl::StrCat("last step reported: ", killed->last_step().step())));
   EXPECT_EQ(killed->summary().executor_pid(), before.executor_pid());
   EXPECT_THAT(killed->summary().executor_restart_reason(), HasSubstr("crashed"));
 

@@ -5,8 +5,8 @@
 // reader reads a file that Python wrote.
 #include <algorithm>
 #include <csignal>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -70,14 +70,13 @@ std::string JsonLines(const std::vector<JobEvent>& events) {
 CommandResult RunPythonCheck(const std::vector<JobEvent>& events, const std::string& events_file,
                              const std::string& stored, const std::string& write = "") {
   WriteFile(stored, JsonLines(events));
-  std::vector<std::string> argv = {MPSD_CRCMOD_PYTHON,
-                                   SourcePath("tests/e2e/tensorboard_check.py"),
-                                   "--proto-root", SourcePath("proto"),
-                                   "--events", events_file,
-                                   "--stored", stored,
-                                   "--hparam", "batch_size=32.0",
-                                   "--hparam", "model.name=mlp",
-                                   "--hparam", "optimizer.name=adam"};
+  std::vector<std::string> argv = {MPSD_CRCMOD_PYTHON, SourcePath("tests/e2e/tensorboard_check.py"),
+                                   "--proto-root",     SourcePath("proto"),
+                                   "--events",         events_file,
+                                   "--stored",         stored,
+                                   "--hparam",         "batch_size=32.0",
+                                   "--hparam",         "model.name=mlp",
+                                   "--hparam",         "optimizer.name=adam"};
   if (!write.empty()) argv.insert(argv.end(), {"--write", write});
   CommandResult result = RunCommand(argv);
   EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
@@ -88,8 +87,8 @@ class ExportE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     suite_dir_ = std::make_unique<TempDir>();
-    daemon_ = std::make_unique<Daemon>(suite_dir_->str() + "/state",
-                                       suite_dir_->str() + "/mpsd.sock");
+    daemon_ =
+        std::make_unique<Daemon>(suite_dir_->str() + "/state", suite_dir_->str() + "/mpsd.sock");
     daemon_->Start();
     job_ = rpc_ok::Submit(*daemon_, SmallJob("small run"));
     job_ = rpc_ok::WaitForEnd(*daemon_, job_.id());
@@ -133,8 +132,8 @@ TEST_F(ExportE2eTest, TensorBoardExportHoldsEveryStoredStepOnceAsAnIndependentRe
   // The job's name, made safe for a path, is the run's folder.
   const std::vector<std::string> files = FilesIn(dir_ / ("tb/small_run-" + job_.id()));
   ASSERT_THAT(files, SizeIs(1));
-  EXPECT_THAT(files[0], ::testing::StartsWith(
-                            absl::StrCat("events.out.tfevents.", job_.created_at().seconds(), ".")));
+  EXPECT_THAT(files[0], ::testing::StartsWith(absl::StrCat("events.out.tfevents.",
+                                                           job_.created_at().seconds(), ".")));
   EXPECT_THAT(exported.out, HasSubstr(files[0]));
   CommandResult checked =
       PythonCheck(dir_ / ("tb/small_run-" + job_.id() + "/" + files[0]), dir_ / "py.tfevents");
@@ -165,10 +164,9 @@ TEST_F(ExportE2eTest, CsvHasOneRowPerStepAndPerEpochWithTheStoredValues) {
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_EQ(FilesIn(dir_ / ("csv/small_run-" + job_.id())),
             (std::vector<std::string>{"epochs.csv", "steps.csv"}));
-  std::vector<std::string> steps =
-      absl::StrSplit(absl::StripSuffix(
-                         ReadFile(dir_ / ("csv/small_run-" + job_.id() + "/steps.csv")), "\n"),
-                     '\n');
+  std::vector<std::string> steps = absl::StrSplit(
+      absl::StripSuffix(ReadFile(dir_ / ("csv/small_run-" + job_.id() + "/steps.csv")), "\n"),
+      '\n');
   ASSERT_THAT(steps, SizeIs(17));
   const std::vector<std::string> header = absl::StrSplit(steps[0], ',');
   ASSERT_GE(header.size(), 4u);
@@ -301,8 +299,8 @@ TEST(LiveTensorBoardE2eTest, ASweepWritesOneRunPerTrialAndNoneForItself) {
   lr->add_values("0.01");
   const v1::Job sweep = rpc_ok::WaitForEnd(daemon, rpc_ok::Submit(daemon, request).id());
   ASSERT_EQ(sweep.state(), v1::Job::SUCCEEDED) << sweep.message();
-  EXPECT_THAT(FilesIn(dir / "tb"), ElementsAre("lr_0-" + sweep.trial_job_ids(0),
-                                               "lr_1-" + sweep.trial_job_ids(1)));
+  EXPECT_THAT(FilesIn(dir / "tb"),
+              ElementsAre("lr_0-" + sweep.trial_job_ids(0), "lr_1-" + sweep.trial_job_ids(1)));
   EXPECT_FALSE(std::filesystem::exists(dir / ("state/artifacts/" + sweep.id() + "/tensorboard")));
 }
 

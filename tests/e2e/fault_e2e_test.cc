@@ -28,8 +28,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
 #include "tests/common/files.h"
 #include "tests/e2e/daemon.h"
 
@@ -37,8 +37,8 @@ namespace mpsd::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using grpc::health::v1::HealthCheckResponse;
+using ::testing::HasSubstr;
 
 // mpsd run to completion with these arguments; a daemon that starts instead of refusing is
 // killed after 20 s (exit code 137), which every caller counts as a failure.
@@ -77,8 +77,7 @@ class FaultE2eTest : public ::testing::Test {
 TEST_F(FaultE2eTest, ListenOnARegularFileRefusesAndKeepsTheFile) {
   const std::string file = dir_ / "precious.txt";
   WriteFile(file, "do not delete\n");
-  const CommandResult result =
-      RunMpsd({"--listen", "unix://" + file, "--state-dir", state()});
+  const CommandResult result = RunMpsd({"--listen", "unix://" + file, "--state-dir", state()});
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_THAT(result.err, HasSubstr(file + " exists and is not a socket (a regular file)"));
   EXPECT_EQ(ReadFile(file), "do not delete\n");
@@ -88,8 +87,7 @@ TEST_F(FaultE2eTest, ListenOnADirectoryRefusesAndKeepsIt) {
   const std::string taken = dir_ / "taken";
   fs::create_directory(taken);
   WriteFile(taken + "/inside", "x");
-  const CommandResult result =
-      RunMpsd({"--listen", "unix://" + taken, "--state-dir", state()});
+  const CommandResult result = RunMpsd({"--listen", "unix://" + taken, "--state-dir", state()});
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_THAT(result.err, HasSubstr("is not a socket (a directory)"));
   EXPECT_TRUE(fs::exists(taken + "/inside"));
@@ -197,8 +195,7 @@ TEST_F(LostDatabaseTest, AnEmptyDatabaseWithArtifactsIsRefused) {
 TEST_F(LostDatabaseTest, AMissingDatabaseWithItsWalIsRefused) {
   fs::remove_all(state() + "/artifacts");
   WriteFile(state() + "/mpsd.db-wal", "some frames");
-  const CommandResult result =
-      RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+  const CommandResult result = RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_THAT(result.err, HasSubstr("is missing but " + state() + "/mpsd.db-wal is there"));
 }
@@ -379,7 +376,8 @@ TEST_F(FaultE2eTest, AStateDirWritableByOthersIsRefused) {
         RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
     EXPECT_EQ(result.exit_code, 1) << result.err;
     EXPECT_THAT(result.err, HasSubstr(absl::StrFormat("state dir %s has mode %04o: group or "
-                                                      "others may write in it", state(), mode)));
+                                                      "others may write in it",
+                                                      state(), mode)));
     EXPECT_THAT(result.err, HasSubstr("make it private with: chmod 700 " + state()));
     EXPECT_FALSE(fs::exists(state() + "/mpsd.db"));
   }
@@ -397,24 +395,22 @@ TEST_F(FaultE2eTest, TheDaemonDoesNotReadTheClientsAddressVariable) {
   EXPECT_THAT(result.out, HasSubstr("listen: unix://" + dir_.str() + "/mpsd/mpsd.sock\n"));
   EXPECT_THAT(result.out, ::testing::Not(HasSubstr("7070")));
   // mpsctl still takes it.
-  const CommandResult client =
-      RunCommand({"/usr/bin/env", "MPSD_ADDR=unix://" + dir_.str() + "/none.sock", MpsctlPath(),
-                  "status"});
+  const CommandResult client = RunCommand(
+      {"/usr/bin/env", "MPSD_ADDR=unix://" + dir_.str() + "/none.sock", MpsctlPath(), "status"});
   EXPECT_NE(client.exit_code, 0);
   EXPECT_THAT(client.err, HasSubstr(dir_.str() + "/none.sock"));
 }
 
 // CLI11's own exit codes (105 for a value outside a set) told a script nothing: usage is 2.
 TEST_F(FaultE2eTest, ABadFlagValueIsAUsageError) {
-  const CommandResult role =
-      RunMpsd({"token", "add", "--tokens", dir_ / "tokens.yaml", "--name", "x", "--role",
-               "superuser"});
+  const CommandResult role = RunMpsd(
+      {"token", "add", "--tokens", dir_ / "tokens.yaml", "--name", "x", "--role", "superuser"});
   EXPECT_EQ(role.exit_code, 2) << role.err;
   EXPECT_THAT(role.err, HasSubstr("--role: superuser not in {viewer,submitter,admin}"));
   EXPECT_FALSE(fs::exists(dir_ / "tokens.yaml"));
   // mpsctl list --limit -1 named its range as 0 to DBL_MAX, all 309 digits of it.
-  const CommandResult limit = RunCommand({MpsctlPath(), "--server", "unix://" + socket(), "list",
-                                          "--limit", "-1"});
+  const CommandResult limit =
+      RunCommand({MpsctlPath(), "--server", "unix://" + socket(), "list", "--limit", "-1"});
   EXPECT_EQ(limit.exit_code, 64) << limit.err;  // mpsctl: EX_USAGE
   EXPECT_THAT(limit.err, HasSubstr("--limit: Value -1 not in range 0 to 2147483647"));
   EXPECT_LT(limit.err.size(), 300u) << limit.err;
@@ -490,9 +486,9 @@ TEST_P(DiskFullTest, JobsAreRefusedClearlyAndNoneAcceptedIsLost) {
   // Issue 26: `mpsctl logs ID` (no --follow) waited for events the daemon could not store; it
   // answers from what is stored, for jobs that ran while the disk was full too.
   for (size_t i = 0; i < accepted.size(); i += std::max<size_t>(1, accepted.size() / 8)) {
-    const CommandResult logs = RunCommandWithin(
-        {MpsctlPath(), "--server", "unix://" + socket(), "logs", accepted[i].id()},
-        absl::Seconds(20));
+    const CommandResult logs =
+        RunCommandWithin({MpsctlPath(), "--server", "unix://" + socket(), "logs", accepted[i].id()},
+                         absl::Seconds(20));
     EXPECT_NE(logs.exit_code, -1) << "mpsctl logs " << accepted[i].id() << " did not answer";
   }
   const CommandResult last = RunCommandWithin(
@@ -511,8 +507,8 @@ TEST_P(DiskFullTest, JobsAreRefusedClearlyAndNoneAcceptedIsLost) {
   ASSERT_NO_FATAL_FAILURE(again.Start());
   for (const mpsd::v1::Job& job : accepted) {
     absl::StatusOr<mpsd::v1::Job> stored = rpc::Get(again, job.id());
-    ASSERT_TRUE(stored.ok()) << "job " << job.id() << " was accepted and is lost: "
-                             << stored.status();
+    ASSERT_TRUE(stored.ok()) << "job " << job.id()
+                             << " was accepted and is lost: " << stored.status();
     EXPECT_EQ(stored->spec().request_id(), job.spec().request_id());
   }
   // A retry of the refused request now succeeds, under a new id.
@@ -718,8 +714,8 @@ int RootPageOf(const std::string& database, const std::string& table, int* page_
   sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &stmt, nullptr);
   if (sqlite3_step(stmt) == SQLITE_ROW) *page_size = sqlite3_column_int(stmt, 0);
   sqlite3_finalize(stmt);
-  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_schema WHERE name = ?1", -1,
-                               &stmt, nullptr),
+  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_schema WHERE name = ?1", -1, &stmt,
+                               nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(db);
   sqlite3_bind_text(stmt, 1, table.c_str(), -1, SQLITE_TRANSIENT);
@@ -756,8 +752,7 @@ TEST_F(FaultE2eTest, ADamagedSequencePageStopsTheStartSayingHowToRecover) {
   ASSERT_GT(page, 1);
   OverwritePage(database, page, page_size);
 
-  const CommandResult refused =
-      RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
+  const CommandResult refused = RunMpsd({"--listen", "unix://" + socket(), "--state-dir", state()});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.exit_code, 137) << "mpsd started on a damaged database";
   EXPECT_THAT(refused.err, HasSubstr("the job database " + database + " is damaged"));
@@ -838,8 +833,8 @@ TEST_F(FaultE2eTest, EventsAreKeptWhileTheDatabaseIsLockedAndStoredAfterwards) {
   absl::StatusOr<mpsd::v1::Job> done = rpc::WaitForEnd(daemon, job->id());
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state(), mpsd::v1::Job::SUCCEEDED) << done->message();
-  EXPECT_TRUE(WaitUntil([&] { return Health(daemon) == HealthCheckResponse::SERVING; },
-                        absl::Seconds(30)));
+  EXPECT_TRUE(
+      WaitUntil([&] { return Health(daemon) == HealthCheckResponse::SERVING; }, absl::Seconds(30)));
   // Every event, 1 to the last, from the store (a restart reads only what is stored).
   daemon.Stop(SIGTERM, absl::Seconds(60));
   Daemon again(state(), socket() + ".2");

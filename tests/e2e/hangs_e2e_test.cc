@@ -89,9 +89,9 @@ TEST_F(HangsE2eTest, SigtermExitsWhileAStoppedClientHoldsAStream) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon("shutdown_grace_s: 1\n"));
   absl::StatusOr<Job> job = rpc::Submit(*daemon_, ChattyJob(2'000'000));
   ASSERT_TRUE(job.ok()) << job.status();
-  const pid_t follower = Spawn(
-      {MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(), "--follow"},
-      "/dev/null", "/dev/null");
+  const pid_t follower =
+      Spawn({MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(), "--follow"},
+            "/dev/null", "/dev/null");
   ASSERT_GT(follower, 0);
   ASSERT_TRUE(WaitUntil([&] {
     absl::StatusOr<Job> now = rpc::Get(*daemon_, job->id());
@@ -121,8 +121,8 @@ TEST_F(HangsE2eTest, AFifoAsADatasetFileIsRefusedAndTheQueueMovesOn) {
   const std::string root = dir_.str() + "/fifo-data";
   std::filesystem::create_directory(root);
   const std::string real = "/usr/share/datasets/fashion-mnist/";
-  for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                           "t10k-labels-idx1-ubyte.gz"}) {
+  for (const char* name :
+       {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
     std::filesystem::create_symlink(real + name, root + "/" + name);
   }
   const std::string fifo = root + "/train-images-idx3-ubyte";
@@ -159,10 +159,10 @@ TEST_F(HangsE2eTest, OutOfBoundsConfigValuesAreRefusedAtCheckAndAtStart) {
            {"state_dir: ''\n", "state_dir: empty"}}) {
     SCOPED_TRACE(text);
     ExpectCheckConfigRefuses(config, text, message);
-    CommandResult start = RunCommandWithin({MpsdPath(), "--config", config, "--listen",
-                                             "unix://" + dir_.str() + "/bad.sock", "--state-dir",
-                                             dir_.str() + "/bad-state"},
-                                            absl::Seconds(30));
+    CommandResult start = RunCommandWithin(
+        {MpsdPath(), "--config", config, "--listen", "unix://" + dir_.str() + "/bad.sock",
+         "--state-dir", dir_.str() + "/bad-state"},
+        absl::Seconds(30));
     EXPECT_EQ(start.exit_code, 2) << start.err;
     EXPECT_THAT(start.err, HasSubstr(message));
   }
@@ -269,7 +269,8 @@ TEST_F(HangsE2eTest, AnIgnoredCancelSaysTheExecutorWasReplaced) {
   absl::StatusOr<Job> cancelled = rpc::WaitForEnd(*daemon_, job->id());
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(cancelled->state(), Job::CANCELLED);
-  EXPECT_THAT(cancelled->message(), HasSubstr("cancelled by request; cancel not honoured within 1 s"));
+  EXPECT_THAT(cancelled->message(),
+              HasSubstr("cancelled by request; cancel not honoured within 1 s"));
   EXPECT_THAT(cancelled->message(), HasSubstr("was killed and replaced"));
 }
 
@@ -358,8 +359,7 @@ TEST_F(HangsE2eTest, CheckConfigRefusesTheAddressesTheStartRefuses) {
     EXPECT_THAT(started.err, HasSubstr(message));
   }
   WriteFile(config, "listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\n");
-  CommandResult good =
-      RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
+  CommandResult good = RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(30));
   EXPECT_EQ(good.exit_code, 0) << good.err;
   EXPECT_THAT(good.out, HasSubstr(": valid"));
 }
@@ -437,8 +437,7 @@ TEST_F(HangsE2eTest, AMalformedJobIdIsInvalidArgumentNotNotFound) {
 // what each kind does), written into `dir`.
 std::string WriteScript(const TempDir& dir, const std::string& kind) {
   const std::string path = dir.str() + "/" + kind + ".pt";
-  const CommandResult written =
-      RunCommand({MPSD_WRITE_SCRIPT_MODULE, kind, path, "8", "2"});
+  const CommandResult written = RunCommand({MPSD_WRITE_SCRIPT_MODULE, kind, path, "8", "2"});
   EXPECT_EQ(written.exit_code, 0) << written.err;
   return path;
 }
@@ -466,8 +465,8 @@ TEST_F(HangsE2eTest, UserCodeThatNeverReturnsAtSubmitCannotWedgeTheDaemon) {
   }
   // While both checks run, every other call answers at once and a normal job runs to its end.
   // (No ASSERT until the submitters are joined.)
-  EXPECT_TRUE(WaitUntil([&] { return FindExecutor(state, "--validate-request") != 0; },
-                        absl::Seconds(8)))
+  EXPECT_TRUE(
+      WaitUntil([&] { return FindExecutor(state, "--validate-request") != 0; }, absl::Seconds(8)))
       << "no check process of its own";
   absl::StatusOr<Job> normal = rpc::Submit(*daemon_, ChattyJob(64));
   EXPECT_TRUE(normal.ok()) << normal.status();

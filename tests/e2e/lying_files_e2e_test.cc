@@ -91,19 +91,24 @@ TEST_F(LyingFilesE2eTest, EachLieIsRefusedNamingTheFileAndTheRuleAndNothingCrash
   };
   const std::string d = dir_.str() + "/";
   const std::vector<Lie> lies = {
-      {"script-cut", JobFile("script-cut", TorchScript("script-cut.pt"), tensors),
-       {"train_job.model.torchscript: " + d + "script-cut.pt: not a TorchScript module mpsd "
+      {"script-cut",
+       JobFile("script-cut", TorchScript("script-cut.pt"), tensors),
+       {"train_job.model.torchscript: " + d +
+        "script-cut.pt: not a TorchScript module mpsd "
         "loads: data.pkl: tensor \"weight\": its storage data/0 holds 8 bytes, but the pickle "
         "says 216 elements of 4 bytes (864 bytes): the file is damaged or was altered"}},
-      {"script-constant", JobFile("script-constant", TorchScript("script-constant.pt"), tensors),
+      {"script-constant",
+       JobFile("script-constant", TorchScript("script-constant.pt"), tensors),
        {d + "script-constant.pt: not a TorchScript module mpsd loads: constants.pkl: a tensor: "
             "its storage constants/0 holds 4 bytes, but the pickle says 16 elements of 4 bytes",
         "the file is damaged or was altered"}},
-      {"script-bomb", JobFile("script-bomb", TorchScript("script-bomb.pt"), tensors),
+      {"script-bomb",
+       JobFile("script-bomb", TorchScript("script-bomb.pt"), tensors),
        {d + "script-bomb.pt: not a TorchScript module mpsd loads: its entries unpack to more "
             "than 1048576 bytes (at tinynet/extra/zeros, which claims 2097152 bytes) "
             "(executor.max_unpacked_bytes: 1048576)"}},
-      {"tensors-cut", JobFile("tensors-cut", "model: {name: mlp}", Tensors("tensors-cut.pt")),
+      {"tensors-cut",
+       JobFile("tensors-cut", "model: {name: mlp}", Tensors("tensors-cut.pt")),
        {"train_job.dataset.root: ", d + "tensors-cut.pt: ",
         "its storage data/0 holds 8 bytes, but the pickle says 6144 elements of 4 bytes",
         "the file is damaged or was altered"}},
@@ -111,24 +116,30 @@ TEST_F(LyingFilesE2eTest, EachLieIsRefusedNamingTheFileAndTheRuleAndNothingCrash
        JobFile("tensors-deflated", "model: {name: mlp}", Tensors("tensors-deflated.pt")),
        {d + "tensors-deflated.pt: its tensor data tensors/data/0 is compressed (22012 bytes "
             "claiming 24576), which torch never writes"}},
-      {"tensors-big", JobFile("tensors-big", "model: {name: mlp}", Tensors("tensors-big.pt")),
+      {"tensors-big",
+       JobFile("tensors-big", "model: {name: mlp}", Tensors("tensors-big.pt")),
        {d + "tensors-big.pt: 1559799 bytes, more than executor.max_file_bytes (1048576)"}},
-      {"idx", JobFile("idx", "model: {name: mlp}", "dataset: {name: fashion-mnist, root: idx}"),
+      {"idx",
+       JobFile("idx", "model: {name: mlp}", "dataset: {name: fashion-mnist, root: idx}"),
        {"train-images-idx3-ubyte.gz",
         "dimensions [100000, 28, 28] describe more than 1048576 bytes "
         "(executor.max_unpacked_bytes)"}},
       {"pixels",
        JobFile("pixels", "model: {name: mlp}",
                "dataset: {name: image_folder, root: pixels, image_folder: {image_size: [8, 8]}}"),
-       {"big.png", "image of 100×100 pixels is larger than the 4096 pixels allowed "
-                   "(executor.max_image_pixels)"}},
+       {"big.png",
+        "image of 100×100 pixels is larger than the 4096 pixels allowed "
+        "(executor.max_image_pixels)"}},
       // User code may not open files: torch.from_file read the daemon's admin token and wrote
       // into its state dir, past data_roots (the adversarial pass of issue 26).
-      {"reads-file", JobFile("reads-file", TorchScript("reads-file.pt"), tensors),
-       {"train_job.model.torchscript: " + d + "reads-file.pt: method forward uses "
+      {"reads-file",
+       JobFile("reads-file", TorchScript("reads-file.pt"), tensors),
+       {"train_job.model.torchscript: " + d +
+        "reads-file.pt: method forward uses "
         "aten::from_file (torch.from_file) opens a file by name, which mpsd does not run"}},
       // Class names travel in every answer about the job: bounded.
-      {"long-classes", JobFile("long-classes", "model: {name: mlp}", Tensors("long-classes.pt")),
+      {"long-classes",
+       JobFile("long-classes", "model: {name: mlp}", Tensors("long-classes.pt")),
        {d + "long-classes.pt: classes[0]: 300 bytes, more than the 256 a class name may have"}},
   };
   for (const Lie& lie : lies) {
@@ -167,8 +178,9 @@ TEST(InputLimitsConfigTest, CheckConfigNamesAKeyOutOfRange) {
   const CommandResult checked =
       RunCommandWithin({MpsdPath(), "--check-config", config}, absl::Seconds(60));
   EXPECT_NE(checked.exit_code, 0);
-  EXPECT_THAT(checked.out + checked.err,
-              HasSubstr("executor.max_unpacked_bytes: must be in [1048576, 1099511627776], got 10"));
+  EXPECT_THAT(
+      checked.out + checked.err,
+      HasSubstr("executor.max_unpacked_bytes: must be in [1048576, 1099511627776], got 10"));
 }
 
 }  // namespace

@@ -77,8 +77,7 @@ class ModelE2eTest : public ::testing::Test {
     const CommandResult result = Helper(std::move(args));
     EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
     google::protobuf::Struct json;
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(result.out, &json).ok())
-        << result.out;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(result.out, &json).ok()) << result.out;
     return json;
   }
 
@@ -173,12 +172,13 @@ TEST_F(ModelE2eTest, FineTuningFromTorchvisionWeightsLeavesTheFrozenBackboneBitw
   const std::string pretrained = dir_.str() + "/r18.pt";
   ASSERT_EQ(Helper({"write-resnet18", pretrained, "3"}).exit_code, 0);
   std::vector<mpsd::v1::JobEvent> events;
-  const Job job = Run(JobFile("model: {name: resnet18, weights: r18.pt}", "trainable: [fc.]\n"),
-                      events);
+  const Job job =
+      Run(JobFile("model: {name: resnet18, weights: r18.pt}", "trainable: [fc.]\n"), events);
   ASSERT_EQ(job.state(), Job::SUCCEEDED) << job.message();
   EXPECT_TRUE(LogSays(events, "weights: 122 tensors loaded from " + pretrained));
-  EXPECT_TRUE(LogSays(events, "frozen: 11176512 of 11178051 parameters (all but trainable fc.); "
-                              "20 BatchNorm layer(s) of frozen blocks kept in eval mode"));
+  EXPECT_TRUE(LogSays(events,
+                      "frozen: 11176512 of 11178051 parameters (all but trainable fc.); "
+                      "20 BatchNorm layer(s) of frozen blocks kept in eval mode"));
   const std::string job_dir =
       std::filesystem::path(job.summary().model_path()).parent_path().string();
   const google::protobuf::Struct compared = HelperJson({"compare", job_dir, pretrained});
@@ -230,12 +230,15 @@ TEST_F(ModelE2eTest, WeightsThatLieAboutTheirTensorsAreRefusedAtSubmitNamingTheT
     std::string expected;
   };
   const std::vector<Lie> lies = {
-      {"biggest", "tensor \"layer4.0.conv2.weight\": its storage data/96 holds 8 bytes, but the "
-                  "pickle says 2359296 elements of 4 bytes (9437184 bytes)"},
-      {"cut0", "tensor \"conv1.weight\": its storage data/0 holds 100 bytes, but the pickle says "
-               "9408 elements of 4 bytes (37632 bytes)"},
-      {"short-storage", "tensor \"fc.bias\": offset 0, size [3], stride [1] reaches past the "
-                        "end of its storage data/121 of 1 elements"},
+      {"biggest",
+       "tensor \"layer4.0.conv2.weight\": its storage data/96 holds 8 bytes, but the "
+       "pickle says 2359296 elements of 4 bytes (9437184 bytes)"},
+      {"cut0",
+       "tensor \"conv1.weight\": its storage data/0 holds 100 bytes, but the pickle says "
+       "9408 elements of 4 bytes (37632 bytes)"},
+      {"short-storage",
+       "tensor \"fc.bias\": offset 0, size [3], stride [1] reaches past the "
+       "end of its storage data/121 of 1 elements"},
   };
   for (const Lie& lie : lies) {
     SCOPED_TRACE(lie.mode);

@@ -167,8 +167,8 @@ class MpsctlE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     suite_dir_ = std::make_unique<TempDir>();
-    daemon_ = std::make_unique<Daemon>(suite_dir_->str() + "/state",
-                                       suite_dir_->str() + "/mpsd.sock");
+    daemon_ =
+        std::make_unique<Daemon>(suite_dir_->str() + "/state", suite_dir_->str() + "/mpsd.sock");
     daemon_->Start();
   }
   static void TearDownTestSuite() {
@@ -423,12 +423,12 @@ TEST_F(MpsctlE2eTest, GetShowsTheJob) {
   ASSERT_THAT(finished.id, Not(IsEmpty()));
   CommandResult get = Mpsctl({"get", finished.id});
   EXPECT_EQ(get.exit_code, 0) << get.err;
-  EXPECT_THAT(get.out, AllOf(StartsWith(absl::StrCat("id          ", finished.id, "\n")),
-                             HasSubstr("\nkind        TrainJob\n"),
-                             HasSubstr("\nstate       SUCCEEDED\n"),
-                             HasSubstr("\nprogress    epoch 1/1  step 5/5  loss "),
-                             HasSubstr("\n            test accuracy "),
-                             HasSubstr("\nspec:\n  kind: TrainJob\n  model: {name: convnet}\n")));
+  EXPECT_THAT(get.out,
+              AllOf(StartsWith(absl::StrCat("id          ", finished.id, "\n")),
+                    HasSubstr("\nkind        TrainJob\n"), HasSubstr("\nstate       SUCCEEDED\n"),
+                    HasSubstr("\nprogress    epoch 1/1  step 5/5  loss "),
+                    HasSubstr("\n            test accuracy "),
+                    HasSubstr("\nspec:\n  kind: TrainJob\n  model: {name: convnet}\n")));
 
   CommandResult json = Mpsctl({"get", finished.id, "--json"});
   EXPECT_EQ(json.exit_code, 0) << json.err;
@@ -486,8 +486,10 @@ TEST_F(MpsctlE2eTest, CancelQueuedRunningAndFinishedJobs) {
   ASSERT_TRUE(PollUntil([&] { return GetJob(*daemon_, running).state() == Job::RUNNING; }));
   CommandResult cancel_running = Mpsctl({"cancel", running});
   EXPECT_EQ(cancel_running.exit_code, 0) << cancel_running.err;
-  EXPECT_EQ(cancel_running.out, absl::StrCat("job ", running, " stops at its next step (watch it: "
-                                             "mpsctl logs ", running, " --follow)\n"));
+  EXPECT_EQ(cancel_running.out, absl::StrCat("job ", running,
+                                             " stops at its next step (watch it: "
+                                             "mpsctl logs ",
+                                             running, " --follow)\n"));
   CommandResult running_logs = Mpsctl({"logs", running, "--follow"});
   EXPECT_EQ(running_logs.exit_code, 1);
   EXPECT_THAT(running_logs.out, HasSubstr(absl::StrCat("\njob ", running, " CANCELLED ")));
@@ -539,11 +541,10 @@ TEST_F(MpsctlE2eTest, DownloadNamesAMissingFolderAndKeepsAnExistingFile) {
   const std::string missing = dir_.str() + "/no-such-dir";
   CommandResult into_missing = Mpsctl({"download", finished.id, "-o", missing + "/"});
   EXPECT_EQ(into_missing.exit_code, 1);
-  EXPECT_EQ(into_missing.err, absl::StrCat("mpsctl: download: -o ", missing,
-                                           "/: no such directory (create it first: mkdir -p ",
-                                           missing, "/)\n"));
-  CommandResult file_in_missing =
-      Mpsctl({"download", finished.id, "-o", missing + "/model.pt"});
+  EXPECT_EQ(into_missing.err,
+            absl::StrCat("mpsctl: download: -o ", missing,
+                         "/: no such directory (create it first: mkdir -p ", missing, "/)\n"));
+  CommandResult file_in_missing = Mpsctl({"download", finished.id, "-o", missing + "/model.pt"});
   EXPECT_EQ(file_in_missing.exit_code, 1);
   EXPECT_EQ(file_in_missing.err, absl::StrCat("mpsctl: download: -o ", missing,
                                               "/model.pt: no such directory: ", missing, "\n"));
@@ -552,7 +553,8 @@ TEST_F(MpsctlE2eTest, DownloadNamesAMissingFolderAndKeepsAnExistingFile) {
   // The default destination, ./model.pt, from the test's directory.
   auto download_here = [&](std::vector<std::string> flags) {
     std::vector<std::string> argv = {"/usr/bin/env", "--chdir=" + dir_.str(), MpsctlPath(),
-                                     "--server", daemon_->address(), "download", finished.id};
+                                     "--server",     daemon_->address(),      "download",
+                                     finished.id};
     argv.insert(argv.end(), flags.begin(), flags.end());
     return RunCommand(argv);
   };
@@ -588,9 +590,9 @@ TEST_F(MpsctlE2eTest, DeviceShowsTheDaemonsDevice) {
 
   CommandResult device = Mpsctl({"device"});
   EXPECT_EQ(device.exit_code, 0) << device.err;
-  EXPECT_THAT(device.out, StartsWith(absl::StrCat("device       ", expected.kind(),
-                                                  "\nname         ", expected.name(),
-                                                  "\navailable    ")));
+  EXPECT_THAT(device.out,
+              StartsWith(absl::StrCat("device       ", expected.kind(), "\nname         ",
+                                      expected.name(), "\navailable    ")));
   EXPECT_THAT(device.out,
               HasSubstr(absl::StrCat("\ntorch        ", expected.torch_version(), "\n")));
   // The executor process that owns the device (issue 6).
@@ -718,7 +720,8 @@ TEST_F(MpsctlE2eTest, ListFiltersByStateAndKindWithALimit) {
   EXPECT_THAT(one.err, HasSubstr("the newest 1 shown"));  // a note on stderr: pipes see rows
   mpsd::v1::ListJobsResponse json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  Mpsctl({"list", "--limit", "1", "--json"}).out, &json).ok());
+                  Mpsctl({"list", "--limit", "1", "--json"}).out, &json)
+                  .ok());
   EXPECT_EQ(json.jobs_size(), 1);
   EXPECT_TRUE(json.next_page_token().empty());
 
@@ -748,8 +751,8 @@ TEST_F(MpsctlE2eTest, FailedRunExitsOneWithTheReason) {
   // Training images cut short: the files are there at submit, the read fails at run time.
   const std::string root = dir_.str() + "/corrupt";
   std::filesystem::create_directories(root);
-  for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                           "t10k-labels-idx1-ubyte.gz"}) {
+  for (const char* name :
+       {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
     std::filesystem::copy_file(absl::StrCat(kFashionMnist, "/", name), root + "/" + name);
   }
   WriteFile(root + "/train-images-idx3-ubyte", std::string("\x00\x00\x08\x03", 4) + "short");
@@ -780,13 +783,13 @@ TEST_F(MpsctlE2eTest, ServerAddressForms) {
   EXPECT_EQ(path.exit_code, 0) << path.err;
   // A relative path, from the socket's directory.
   const std::string dir = std::filesystem::path(socket).parent_path();
-  CommandResult relative = RunCommand({"/usr/bin/env", "--chdir=" + dir, MpsctlPath(), "--server",
-                                       "./" + std::filesystem::path(socket).filename().string(),
-                                       "device"});
+  CommandResult relative =
+      RunCommand({"/usr/bin/env", "--chdir=" + dir, MpsctlPath(), "--server",
+                  "./" + std::filesystem::path(socket).filename().string(), "device"});
   EXPECT_EQ(relative.exit_code, 0) << relative.err;
   // $MPSD_ADDR when there is no --server.
-  CommandResult env = RunCommand(
-      {"/usr/bin/env", "MPSD_ADDR=" + daemon_->address(), MpsctlPath(), "device"});
+  CommandResult env =
+      RunCommand({"/usr/bin/env", "MPSD_ADDR=" + daemon_->address(), MpsctlPath(), "device"});
   EXPECT_EQ(env.exit_code, 0) << env.err;
   // A host:port is kept as it is: nothing listens on port 1.
   CommandResult tcp = RunCommand({MpsctlPath(), "--server", "127.0.0.1:1", "device"});
@@ -801,16 +804,22 @@ TEST(MpsctlUnreachableTest, MissingSocketIsAClearOneLineError) {
   EXPECT_EQ(list.exit_code, 2);
   EXPECT_EQ(list.err, absl::StrCat("mpsctl: cannot reach mpsd at ", address,
                                    " (No such file or directory): is the daemon running? (start "
-                                   "it with: mpsd --listen ", address, ")\n"));
+                                   "it with: mpsd --listen ",
+                                   address, ")\n"));
   EXPECT_EQ(list.out, "");
 }
 
 TEST(MpsctlUnreachableTest, EveryCommandReportsIt) {
   TempDir dir;
   const std::string address = "unix://" + dir.str() + "/mpsd.sock";
-  for (std::vector<std::string> command : std::vector<std::vector<std::string>>{
-           {"submit", SmallJobFile()}, {"submit", SmallJobFile(), "--follow"}, {"get", "1"},
-           {"cancel", "1"}, {"logs", "1"}, {"logs", "1", "--follow"}, {"device"}}) {
+  for (std::vector<std::string> command :
+       std::vector<std::vector<std::string>>{{"submit", SmallJobFile()},
+                                             {"submit", SmallJobFile(), "--follow"},
+                                             {"get", "1"},
+                                             {"cancel", "1"},
+                                             {"logs", "1"},
+                                             {"logs", "1", "--follow"},
+                                             {"device"}}) {
     SCOPED_TRACE(absl::StrJoin(command, " "));
     command.insert(command.begin(), {MpsctlPath(), "--server", address});
     CommandResult result = RunCommand(command);
@@ -875,14 +884,14 @@ TEST(MpsctlLostDaemonTest, KilledWhileFollowingSaysHowToResume) {
   ASSERT_NO_FATAL_FAILURE(daemon.Start());
   const std::string job_file = dir.str() + "/long.yaml";
   WriteFile(job_file, LongJobYaml());
-  CommandResult submitted = RunCommand({MpsctlPath(), "--server", daemon.address(), "submit",
-                                        job_file});
+  CommandResult submitted =
+      RunCommand({MpsctlPath(), "--server", daemon.address(), "submit", job_file});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id(absl::StripSuffix(submitted.out, "\n"));
 
   // With reconnecting turned off (remote_e2e_test covers mpsctl reconnecting by itself).
-  BackgroundCommand follow({MpsctlPath(), "--server", daemon.address(), "--reconnect-timeout",
-                            "0", "--json", "logs", id, "--follow"});
+  BackgroundCommand follow({MpsctlPath(), "--server", daemon.address(), "--reconnect-timeout", "0",
+                            "--json", "logs", id, "--follow"});
   // Kill it once mpsctl has printed some step events.
   ASSERT_TRUE(PollUntil([&] { return absl::StrContains(follow.out(), R"("step":)"); }));
   daemon.Stop(SIGKILL);
@@ -891,8 +900,8 @@ TEST(MpsctlLostDaemonTest, KilledWhileFollowingSaysHowToResume) {
   const std::vector<JobEvent> seen = ParseEventLines(lost.out);
   ASSERT_FALSE(seen.empty());
   const int64_t last_seen = seen.back().seq();
-  EXPECT_THAT(lost.err, StartsWith(absl::StrCat("mpsctl: mpsd at ", daemon.address(),
-                                                " is unavailable: ")));
+  EXPECT_THAT(lost.err,
+              StartsWith(absl::StrCat("mpsctl: mpsd at ", daemon.address(), " is unavailable: ")));
   EXPECT_THAT(lost.err, EndsWith(absl::StrCat("mpsctl: job ", id,
                                               " may still be running; resume with: mpsctl logs ",
                                               id, " --follow --after ", last_seen, "\n")));
@@ -929,8 +938,8 @@ TEST(MpsctlLostDaemonTest, FollowThatGivesUpReconnectingSaysTheDaemonWentAway) {
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id(absl::StripSuffix(submitted.out, "\n"));
 
-  BackgroundCommand follow({MpsctlPath(), "--server", daemon.address(), "--reconnect-timeout",
-                            "2", "--json", "logs", id, "--follow"});
+  BackgroundCommand follow({MpsctlPath(), "--server", daemon.address(), "--reconnect-timeout", "2",
+                            "--json", "logs", id, "--follow"});
   ASSERT_TRUE(PollUntil([&] { return absl::StrContains(follow.out(), R"("step":)"); }));
   daemon.Stop(SIGKILL);
   CommandResult lost = follow.Wait();

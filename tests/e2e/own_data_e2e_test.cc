@@ -121,10 +121,10 @@ TEST(OwnDataE2eTest, AFifoAmongTheImagesIsRefusedAtSubmitOrSkippedAndNeverOpened
   EXPECT_THAT(refused.err, ::testing::HasSubstr("train_job.dataset.root: " + fifo +
                                                 ": not a regular file (a FIFO)"));
 
-  const CommandResult followed = RunCommandWithin(
-      {MpsctlPath(), "--server", daemon.address(), "--json", "submit",
-       job_file(", on_bad_image: skip"), "--follow"},
-      absl::Seconds(120));
+  const CommandResult followed =
+      RunCommandWithin({MpsctlPath(), "--server", daemon.address(), "--json", "submit",
+                        job_file(", on_bad_image: skip"), "--follow"},
+                       absl::Seconds(120));
   ASSERT_EQ(followed.exit_code, 0) << followed.out << followed.err;
   const std::vector<mpsd::v1::JobEvent> events = ParseEventLines(followed.out);
   ASSERT_FALSE(events.empty());

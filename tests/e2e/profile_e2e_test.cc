@@ -113,8 +113,7 @@ class ProfileE2eTest : public ::testing::Test {
 
 TEST_F(ProfileE2eTest, ProfiledStepsAreAChromeTraceArtifactThatMpsctlDownloads) {
   // Steps 3 to 5: the last of epoch 1 and the first two of epoch 2.
-  const CommandResult submitted =
-      Mpsctl({"submit", JobFile("profile: {start_step: 3, steps: 3}")});
+  const CommandResult submitted = Mpsctl({"submit", JobFile("profile: {start_step: 3, steps: 3}")});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id(absl::StripSuffix(submitted.out, "\n"));
   absl::StatusOr<Job> job = rpc::WaitForEnd(*daemon_, id);
@@ -158,8 +157,7 @@ TEST_F(ProfileE2eTest, ProfiledStepsAreAChromeTraceArtifactThatMpsctlDownloads) 
 
   // mpsctl's summary of the finished job names the trace.
   const CommandResult shown = Mpsctl({"get", id});
-  EXPECT_TRUE(absl::StrContains(shown.out, "profile: " + summary.profile_path() +
-                                               " (steps 3-5"))
+  EXPECT_TRUE(absl::StrContains(shown.out, "profile: " + summary.profile_path() + " (steps 3-5"))
       << shown.out;
 }
 

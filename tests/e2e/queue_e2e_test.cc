@@ -164,10 +164,13 @@ sweep:
   const Job first = WaitForEnd(sweep.trial_job_ids(0));
   EXPECT_EQ(first.state(), Job::SUCCEEDED) << first.message();
   Job waiting;
-  EXPECT_TRUE(WaitUntil([&] {
-    waiting = Get(sweep_id);
-    return waiting.state() == Job::QUEUED;
-  }, absl::Seconds(10))) << Job::State_Name(waiting.state());
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        waiting = Get(sweep_id);
+        return waiting.state() == Job::QUEUED;
+      },
+      absl::Seconds(10)))
+      << Job::State_Name(waiting.state());
   EXPECT_THAT(waiting.message(), HasSubstr("queue paused: 1 of 2 trials ended"));
   EXPECT_EQ(Get(sweep.trial_job_ids(1)).state(), Job::QUEUED);
   ASSERT_NO_FATAL_FAILURE(Resume());
@@ -193,8 +196,8 @@ sweep:
   ASSERT_EQ(sweep.trial_job_ids_size(), 6);
 
   // The first parameter varies slowest; every trial is a plain job with its values set.
-  const std::vector<std::pair<double, int>> expected = {
-      {0.01, 32}, {0.01, 64}, {0.001, 32}, {0.001, 64}, {0.0001, 32}, {0.0001, 64}};
+  const std::vector<std::pair<double, int>> expected = {{0.01, 32},  {0.01, 64},   {0.001, 32},
+                                                        {0.001, 64}, {0.0001, 32}, {0.0001, 64}};
   std::vector<Job> trials;
   for (int i = 0; i < 6; ++i) {
     Job trial = WaitForEnd(sweep.trial_job_ids(i));
@@ -464,8 +467,10 @@ TEST_F(QueueE2eTest, FailedDependencyCancelsTheChainAtOnce) {
     EXPECT_FALSE(dependent.has_started_at()) << "job " << dependent.id() << " ran";
     EXPECT_LE(ToTime(dependent.finished_at()) - ToTime(done_a.finished_at()), absl::Seconds(1));
   }
-  EXPECT_THAT(Get(b.id()).message(), HasSubstr(absl::StrCat("dependency job ", a.id(), " ended FAILED")));
-  EXPECT_THAT(Get(c.id()).message(), HasSubstr(absl::StrCat("dependency job ", b.id(), " ended CANCELLED")));
+  EXPECT_THAT(Get(b.id()).message(),
+              HasSubstr(absl::StrCat("dependency job ", a.id(), " ended FAILED")));
+  EXPECT_THAT(Get(c.id()).message(),
+              HasSubstr(absl::StrCat("dependency job ", b.id(), " ended CANCELLED")));
   // The stream of a dependent ends with that state.
   const std::vector<mpsd::v1::JobEvent> events = rpc::StreamAll(*daemon_, b.id());
   ASSERT_FALSE(events.empty());
@@ -635,12 +640,13 @@ TEST_F(QueueE2eTest, NameLabelAndSinceFiltersPage) {
   other.set_page_token(request.page_token());
   EXPECT_EQ(rpc::List(*daemon_, other).status().code(), absl::StatusCode::kInvalidArgument);
 
-  CommandResult listed =
-      Mpsctl({"list", "--name", "resnet-*", "--label", "project=x", "--since", "1h", "--limit", "0"});
+  CommandResult listed = Mpsctl(
+      {"list", "--name", "resnet-*", "--label", "project=x", "--since", "1h", "--limit", "0"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   std::vector<std::string> lines = absl::StrSplit(listed.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 4u) << listed.out;
-  EXPECT_THAT(lines[0], ::testing::MatchesRegex("ID +NAME +KIND +STATE +MODEL +PROGRESS +AGE +LABELS.*"));
+  EXPECT_THAT(lines[0],
+              ::testing::MatchesRegex("ID +NAME +KIND +STATE +MODEL +PROGRESS +AGE +LABELS.*"));
   EXPECT_THAT(lines[1], ::testing::StartsWith(resnet_x[0] + " "));
   EXPECT_THAT(lines[1], HasSubstr("resnet-4"));
   EXPECT_THAT(lines[1], HasSubstr("project=x"));

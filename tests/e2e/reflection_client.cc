@@ -82,15 +82,16 @@ std::unique_ptr<pb::Message> Ask(grpc::GenericStub& stub, const std::string& fie
   call->Finish(&status, reinterpret_cast<void*>(5));
   queue.Next(&tag, &ok);
   if (!read) {
-    std::cerr << "reflection call failed: " << status.error_code() << " "
-              << status.error_message() << "\n";
+    std::cerr << "reflection call failed: " << status.error_code() << " " << status.error_message()
+              << "\n";
     return nullptr;
   }
   std::unique_ptr<pb::Message> response(Prototype("ServerReflectionResponse").New());
   std::vector<grpc::Slice> slices;
   in.Dump(&slices);
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   if (!response->ParseFromString(bytes)) {
     std::cerr << "unparsable reflection response\n";
     return nullptr;
@@ -101,8 +102,8 @@ std::unique_ptr<pb::Message> Ask(grpc::GenericStub& stub, const std::string& fie
 // Adds the FileDescriptorProtos of a file_descriptor_response to `pool`'s database.
 bool AddFiles(const pb::Message& response, pb::SimpleDescriptorDatabase& database) {
   const pb::Reflection* reflection = response.GetReflection();
-  const pb::FieldDescriptor* field = response.GetDescriptor()->FindFieldByName(
-      "file_descriptor_response");
+  const pb::FieldDescriptor* field =
+      response.GetDescriptor()->FindFieldByName("file_descriptor_response");
   if (!reflection->HasField(response, field)) {
     std::cerr << "no file in the answer: " << response.ShortDebugString() << "\n";
     return false;
@@ -151,8 +152,7 @@ int main(int argc, char** argv) {
   }
   if (argc < 4) return 2;
   const std::string symbol = argv[3];
-  const std::string lookup =
-      command == "method" ? symbol.substr(0, symbol.rfind('.')) : symbol;
+  const std::string lookup = command == "method" ? symbol.substr(0, symbol.rfind('.')) : symbol;
   std::unique_ptr<pb::Message> response = Ask(stub, "file_containing_symbol", lookup);
   if (response == nullptr) return 1;
   pb::SimpleDescriptorDatabase database;
@@ -186,7 +186,8 @@ int main(int argc, char** argv) {
   } else if (const pb::FieldDescriptor* field = pool.FindFieldByName(symbol)) {
     if (field->GetSourceLocation(&location)) std::cout << location.leading_comments;
   } else if (const pb::ServiceDescriptor* service = pool.FindServiceByName(symbol)) {
-    for (int i = 0; i < service->method_count(); ++i) std::cout << service->method(i)->name() << "\n";
+    for (int i = 0; i < service->method_count(); ++i)
+      std::cout << service->method(i)->name() << "\n";
   }
   return 0;
 }

@@ -115,19 +115,21 @@ class Certificates {
   }
   void Sign(const std::string& name, const std::string& cn, const std::string& extensions,
             int days) {
-    SignBetween(name, cn, extensions, absl::Now() - absl::Hours(1), absl::Now() + absl::Hours(24 * days));
+    SignBetween(name, cn, extensions, absl::Now() - absl::Hours(1),
+                absl::Now() + absl::Hours(24 * days));
   }
   void SignBetween(const std::string& name, const std::string& cn, const std::string& extensions,
                    absl::Time start, absl::Time end) {
-    auto stamp = [](absl::Time t) { return absl::FormatTime("%Y%m%d%H%M%SZ", t, absl::UTCTimeZone()); };
-    ASSERT_NO_FATAL_FAILURE(Openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout",
-                                     Path(name + ".key"), "-out", Path(name + ".csr"), "-subj",
-                                     "/CN=" + cn}));
-    ASSERT_NO_FATAL_FAILURE(Openssl({"ca", "-batch", "-config", Path("ca.cnf"), "-cert",
-                                     Path("ca.pem"), "-keyfile", Path("ca.key"), "-in",
-                                     Path(name + ".csr"), "-out", Path(name + ".pem"),
-                                     "-startdate", stamp(start), "-enddate", stamp(end),
-                                     "-extensions", extensions, "-notext"}));
+    auto stamp = [](absl::Time t) {
+      return absl::FormatTime("%Y%m%d%H%M%SZ", t, absl::UTCTimeZone());
+    };
+    ASSERT_NO_FATAL_FAILURE(
+        Openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", Path(name + ".key"), "-out",
+                 Path(name + ".csr"), "-subj", "/CN=" + cn}));
+    ASSERT_NO_FATAL_FAILURE(Openssl(
+        {"ca", "-batch", "-config", Path("ca.cnf"), "-cert", Path("ca.pem"), "-keyfile",
+         Path("ca.key"), "-in", Path(name + ".csr"), "-out", Path(name + ".pem"), "-startdate",
+         stamp(start), "-enddate", stamp(end), "-extensions", extensions, "-notext"}));
   }
 
   const std::string dir_;
@@ -135,8 +137,8 @@ class Certificates {
 
 // `mpsd token add`: the token it prints.
 std::string AddToken(const std::string& tokens, const std::string& name, const std::string& role) {
-  CommandResult result = RunCommand(
-      {MpsdPath(), "token", "add", "--tokens", tokens, "--name", name, "--role", role});
+  CommandResult result =
+      RunCommand({MpsdPath(), "token", "add", "--tokens", tokens, "--name", name, "--role", role});
   EXPECT_EQ(result.exit_code, 0) << result.err;
   return std::string(absl::StripAsciiWhitespace(result.out));
 }
@@ -176,8 +178,7 @@ std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
 // A unary call by method name with serialized bytes (for the services whose stubs the tests
 // do not have: health checking, reflection).
 grpc::Status RawUnary(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
-                      const std::string& token, const std::string& request,
-                      std::string* response) {
+                      const std::string& token, const std::string& request, std::string* response) {
   grpc::GenericStub stub(channel);
   auto context = Context(token);
   grpc::Slice slice(request);
@@ -193,7 +194,8 @@ grpc::Status RawUnary(const std::shared_ptr<grpc::Channel>& channel, const std::
     std::vector<grpc::Slice> slices;
     (void)out.Dump(&slices);
     response->clear();
-    for (const grpc::Slice& s : slices) response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      response->append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   return status;
 }
@@ -219,8 +221,9 @@ class RemoteTest : public ::testing::Test {
   std::unique_ptr<Daemon> StartTlsDaemon(std::vector<std::string> extra = {},
                                          const std::string& cert = "server") {
     auto daemon = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
-    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--tls-cert", Cert(cert + ".pem"),
-                                     "--tls-key", Cert(cert + ".key"), "--tokens", tokens_};
+    std::vector<std::string> args = {"--listen",          "127.0.0.1:0", "--tls-cert",
+                                     Cert(cert + ".pem"), "--tls-key",   Cert(cert + ".key"),
+                                     "--tokens",          tokens_};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon->Start(args);
     return daemon;
@@ -275,8 +278,8 @@ TEST_F(RemoteTest, TlsSubmitToSucceededWithASubmitterToken) {
                                   address, "--tls-ca", Cert("ca.pem"), "get", id});
   EXPECT_EQ(get.exit_code, 0) << get.err;
   EXPECT_THAT(get.out, HasSubstr("by          ci\n"));
-  CommandResult list = RunCommand({"/usr/bin/env", "MPSD_TOKEN=" + token, MpsctlPath(),
-                                   "--server", address, "--tls-ca", Cert("ca.pem"), "list"});
+  CommandResult list = RunCommand({"/usr/bin/env", "MPSD_TOKEN=" + token, MpsctlPath(), "--server",
+                                   address, "--tls-ca", Cert("ca.pem"), "list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;
   EXPECT_THAT(list.out, HasSubstr("  BY\n"));
   EXPECT_THAT(list.out, HasSubstr("  ci\n"));
@@ -293,19 +296,19 @@ TEST_F(RemoteTest, PythonClientOverTlsWithAToken) {
   const std::string job_file = dir_.str() + "/job.yaml";
   WriteFile(job_file, ShortJobYaml());
   const std::string submit = SourcePath("client/python/submit.py");
-  CommandResult done = RunCommand(
-      {"/usr/bin/python3", submit, "--server", TcpAddress(*daemon), "--tls-ca", Cert("ca.pem"),
-       "--tls-cert", Cert("client.pem"), "--tls-key", Cert("client.key"), "--token-file",
-       TokenFile(token), job_file});
+  CommandResult done =
+      RunCommand({"/usr/bin/python3", submit, "--server", TcpAddress(*daemon), "--tls-ca",
+                  Cert("ca.pem"), "--tls-cert", Cert("client.pem"), "--tls-key", Cert("client.key"),
+                  "--token-file", TokenFile(token), job_file});
   EXPECT_EQ(done.exit_code, 0) << done.err;
   EXPECT_THAT(done.out, HasSubstr("\"SUCCEEDED\""));
   absl::StatusOr<mpsd::v1::ListJobsResponse> jobs = rpc::List(*daemon, {});
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->jobs_size(), 1);
   EXPECT_EQ(jobs->jobs(0).submitted_by(), "py");
-  CommandResult refused = RunCommand(
-      {"/usr/bin/python3", submit, "--server", TcpAddress(*daemon), "--tls-ca", Cert("ca.pem"),
-       "--tls-cert", Cert("client.pem"), "--tls-key", Cert("client.key"), job_file});
+  CommandResult refused = RunCommand({"/usr/bin/python3", submit, "--server", TcpAddress(*daemon),
+                                      "--tls-ca", Cert("ca.pem"), "--tls-cert", Cert("client.pem"),
+                                      "--tls-key", Cert("client.key"), job_file});
   EXPECT_EQ(refused.exit_code, 1) << refused.err;
   EXPECT_THAT(refused.err, HasSubstr("refused the call: missing token"));
 }
@@ -313,8 +316,7 @@ TEST_F(RemoteTest, PythonClientOverTlsWithAToken) {
 TEST_F(RemoteTest, PlaintextClientOnTheTlsPort) {
   const std::string token = AddToken(tokens_, "ci", "submitter");
   std::unique_ptr<Daemon> daemon = StartTlsDaemon();
-  CommandResult result =
-      Mpsctl(TcpAddress(*daemon), {"--token-file", TokenFile(token), "status"});
+  CommandResult result = Mpsctl(TcpAddress(*daemon), {"--token-file", TokenFile(token), "status"});
   EXPECT_EQ(result.exit_code, 2) << result.err;
   EXPECT_THAT(result.err, StartsWith("mpsctl: cannot reach mpsd at " + TcpAddress(*daemon)));
   EXPECT_THAT(result.err, HasSubstr("this port speaks TLS and mpsctl spoke plaintext: give "
@@ -328,7 +330,8 @@ TEST_F(RemoteTest, WrongCa) {
                                                       "--token-file", TokenFile(token), "status"});
   EXPECT_EQ(result.exit_code, 2) << result.err;
   EXPECT_THAT(result.err, HasSubstr("TLS: the server's certificate is not signed by a CA in "
-                                    "--tls-ca " + Cert("other-ca.pem")));
+                                    "--tls-ca " +
+                                    Cert("other-ca.pem")));
 }
 
 // A private key given as --tls-ca (or --tls-cert): gRPC printed raw error lines and "empty
@@ -336,17 +339,17 @@ TEST_F(RemoteTest, WrongCa) {
 TEST_F(RemoteTest, AKeyGivenAsTheCaIsNamed) {
   const std::string token = AddToken(tokens_, "ci", "submitter");
   std::unique_ptr<Daemon> daemon = StartTlsDaemon();
-  CommandResult result = Mpsctl(TcpAddress(*daemon), {"--tls-ca", Cert("ca.key"),
-                                                      "--token-file", TokenFile(token), "status"});
+  CommandResult result = Mpsctl(TcpAddress(*daemon), {"--tls-ca", Cert("ca.key"), "--token-file",
+                                                      TokenFile(token), "status"});
   EXPECT_EQ(result.exit_code, 64) << result.err;
   EXPECT_THAT(result.err, HasSubstr("--tls-ca " + Cert("ca.key") +
                                     ": no certificate in it (expected PEM \"BEGIN CERTIFICATE\" "
                                     "blocks; it holds a private key)"));
   EXPECT_THAT(result.err, ::testing::Not(HasSubstr("empty address list")));
-  CommandResult cert = Mpsctl(TcpAddress(*daemon),
-                              {"--tls-ca", Cert("ca.pem"), "--tls-cert", Cert("client.key"),
-                               "--tls-key", Cert("client.key"), "--token-file", TokenFile(token),
-                               "status"});
+  CommandResult cert =
+      Mpsctl(TcpAddress(*daemon),
+             {"--tls-ca", Cert("ca.pem"), "--tls-cert", Cert("client.key"), "--tls-key",
+              Cert("client.key"), "--token-file", TokenFile(token), "status"});
   EXPECT_EQ(cert.exit_code, 64) << cert.err;
   EXPECT_THAT(cert.err, HasSubstr("--tls-cert " + Cert("client.key") + ": no certificate in it"));
 }
@@ -358,13 +361,15 @@ TEST_F(RemoteTest, SecretFilesReadableByOthers) {
   const std::string loose_key = dir_.str() + "/loose.key";
   std::filesystem::copy_file(Cert("server.key"), loose_key);
   ASSERT_EQ(chmod(loose_key.c_str(), 0644), 0);
-  CommandResult refused = RunCommand(
-      {MpsdPath(), "--listen", "127.0.0.1:0", "--state-dir", dir_.str() + "/state", "--tokens",
-       tokens_, "--tls-cert", Cert("server.pem"), "--tls-key", loose_key});
+  CommandResult refused =
+      RunCommand({MpsdPath(), "--listen", "127.0.0.1:0", "--state-dir", dir_.str() + "/state",
+                  "--tokens", tokens_, "--tls-cert", Cert("server.pem"), "--tls-key", loose_key});
   EXPECT_EQ(refused.exit_code, 1) << refused.err;
-  EXPECT_THAT(refused.err, HasSubstr("TLS key " + loose_key + " has mode 0644: every user of this "
+  EXPECT_THAT(refused.err, HasSubstr("TLS key " + loose_key +
+                                     " has mode 0644: every user of this "
                                      "machine may read (or replace) the daemon's private key; "
-                                     "make it private with: chmod 600 " + loose_key));
+                                     "make it private with: chmod 600 " +
+                                     loose_key));
   // --check-config says so too.
   const std::string config = dir_.str() + "/tls.yaml";
   WriteFile(config, "tls: {cert: " + Cert("server.pem") + ", key: " + loose_key + "}\n");
@@ -375,9 +380,8 @@ TEST_F(RemoteTest, SecretFilesReadableByOthers) {
   std::unique_ptr<Daemon> daemon = StartTlsDaemon();
   const std::string loose_token = TokenFile(token);
   ASSERT_EQ(chmod(loose_token.c_str(), 0644), 0);
-  CommandResult warned = Mpsctl(TcpAddress(*daemon),
-                                {"--tls-ca", Cert("ca.pem"), "--token-file", loose_token,
-                                 "status"});
+  CommandResult warned = Mpsctl(
+      TcpAddress(*daemon), {"--tls-ca", Cert("ca.pem"), "--token-file", loose_token, "status"});
   EXPECT_EQ(warned.exit_code, 0) << warned.err;
   EXPECT_THAT(warned.err, HasSubstr("mpsctl: warning: --token-file " + loose_token +
                                     " is accessible by other users (mode 0644)"));
@@ -401,12 +405,11 @@ TEST_F(RemoteTest, WrongHost) {
 TEST_F(RemoteTest, ExpiredCertificate) {
   // Refused at start, naming the file.
   ASSERT_NO_FATAL_FAILURE(certs_->ExpiringSoon("expired", -60));
-  CommandResult refused = RunCommand(
-      {MpsdPath(), "--listen", "127.0.0.1:0", "--state-dir", dir_.str() + "/refused",
-       "--tls-cert", Cert("expired.pem"), "--tls-key", Cert("expired.key"), "--tokens", tokens_});
+  CommandResult refused = RunCommand({MpsdPath(), "--listen", "127.0.0.1:0", "--state-dir",
+                                      dir_.str() + "/refused", "--tls-cert", Cert("expired.pem"),
+                                      "--tls-key", Cert("expired.key"), "--tokens", tokens_});
   EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_THAT(refused.err,
-              HasSubstr("TLS certificate " + Cert("expired.pem") + ": expired on "));
+  EXPECT_THAT(refused.err, HasSubstr("TLS certificate " + Cert("expired.pem") + ": expired on "));
   // One that expires while mpsd runs: mpsctl says so.
   const std::string token = AddToken(tokens_, "ci", "submitter");
   constexpr int kValidS = 8;
@@ -424,26 +427,25 @@ TEST_F(RemoteTest, MutualTls) {
   const std::string token = AddToken(tokens_, "ci", "viewer");
   std::unique_ptr<Daemon> daemon = StartTlsDaemon({"--tls-client-ca", Cert("ca.pem")});
   const std::string address = TcpAddress(*daemon);
-  CommandResult without = Mpsctl(address, {"--tls-ca", Cert("ca.pem"), "--token-file",
-                                           TokenFile(token), "status"});
+  CommandResult without =
+      Mpsctl(address, {"--tls-ca", Cert("ca.pem"), "--token-file", TokenFile(token), "status"});
   EXPECT_EQ(without.exit_code, 2) << without.err;
   EXPECT_THAT(without.err, HasSubstr("TLS: mpsd requires a client certificate (mutual TLS): "
                                      "give --tls-cert FILE --tls-key FILE"));
-  CommandResult with = Mpsctl(address, {"--tls-ca", Cert("ca.pem"), "--tls-cert",
-                                        Cert("client.pem"), "--tls-key", Cert("client.key"),
-                                        "--token-file", TokenFile(token), "status"});
+  CommandResult with =
+      Mpsctl(address, {"--tls-ca", Cert("ca.pem"), "--tls-cert", Cert("client.pem"), "--tls-key",
+                       Cert("client.key"), "--token-file", TokenFile(token), "status"});
   EXPECT_EQ(with.exit_code, 0) << with.err;
   // A client certificate from another CA is refused too.
-  CommandResult foreign = Mpsctl(address, {"--tls-ca", Cert("ca.pem"), "--tls-cert",
-                                           Cert("other-ca.pem"), "--tls-key",
-                                           Cert("other-ca.key"), "--token-file", TokenFile(token),
-                                           "status"});
+  CommandResult foreign =
+      Mpsctl(address, {"--tls-ca", Cert("ca.pem"), "--tls-cert", Cert("other-ca.pem"), "--tls-key",
+                       Cert("other-ca.key"), "--token-file", TokenFile(token), "status"});
   EXPECT_EQ(foreign.exit_code, 2) << foreign.err;
   // And the token is still needed: a certificate alone is not enough.
   auto channel = TlsChannel(address, Cert("ca.pem"), Cert("client.pem"), Cert("client.key"));
   mpsd::v1::ServerStatus status;
-  grpc::Status no_token = mpsd::v1::JobService::NewStub(channel)->GetServerStatus(
-      Context("").get(), {}, &status);
+  grpc::Status no_token =
+      mpsd::v1::JobService::NewStub(channel)->GetServerStatus(Context("").get(), {}, &status);
   EXPECT_EQ(no_token.error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
@@ -456,8 +458,7 @@ TEST_F(RemoteTest, TokenMatrix) {
   const std::string other_submitter = AddToken(tokens_, "ci2", "submitter");
   const std::string admin = AddToken(tokens_, "root", "admin");
   const std::string revoked = AddToken(tokens_, "old", "admin");
-  CommandResult revoke =
-      RunCommand({MpsdPath(), "token", "revoke", "old", "--tokens", tokens_});
+  CommandResult revoke = RunCommand({MpsdPath(), "token", "revoke", "old", "--tokens", tokens_});
   ASSERT_EQ(revoke.exit_code, 0) << revoke.err;
   CommandResult listed = RunCommand({MpsdPath(), "token", "list", "--tokens", tokens_});
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
@@ -466,8 +467,8 @@ TEST_F(RemoteTest, TokenMatrix) {
   EXPECT_THAT(ReadFile(tokens_), Not(HasSubstr(viewer)));
   // The daemon's --state-dir may follow the subcommand as well as precede it.
   const std::string other_state = dir_.str() + "/other-state";
-  CommandResult after = RunCommand(
-      {MpsdPath(), "token", "add", "--state-dir", other_state, "--name", "late", "--role", "viewer"});
+  CommandResult after = RunCommand({MpsdPath(), "token", "add", "--state-dir", other_state,
+                                    "--name", "late", "--role", "viewer"});
   EXPECT_EQ(after.exit_code, 0) << after.err;
   EXPECT_THAT(ReadFile(other_state + "/tokens.yaml"), HasSubstr("late"));
 
@@ -485,8 +486,8 @@ TEST_F(RemoteTest, TokenMatrix) {
   EXPECT_EQ(others.submitted_by(), "ci2");
 
   const std::map<std::string, std::string> tokens = {
-      {"none", ""},           {"unknown", "mpsd_0123456789"}, {"revoked", revoked},
-      {"viewer", viewer},     {"submitter", submitter},       {"admin", admin}};
+      {"none", ""},       {"unknown", "mpsd_0123456789"}, {"revoked", revoked},
+      {"viewer", viewer}, {"submitter", submitter},       {"admin", admin}};
   using Code = grpc::StatusCode;
   auto expected = [](const std::string& who, const std::string& needs) {
     if (who == "none" || who == "unknown" || who == "revoked") return Code::UNAUTHENTICATED;
@@ -498,8 +499,7 @@ TEST_F(RemoteTest, TokenMatrix) {
     Job job;
     mpsd::v1::GetJobRequest get;
     get.set_job_id(running->id());
-    EXPECT_EQ(stub->GetJob(Context(token).get(), get, &job).error_code(),
-              expected(who, "viewer"));
+    EXPECT_EQ(stub->GetJob(Context(token).get(), get, &job).error_code(), expected(who, "viewer"));
     mpsd::v1::ListJobsResponse jobs;
     EXPECT_EQ(stub->ListJobs(Context(token).get(), {}, &jobs).error_code(),
               expected(who, "viewer"));
@@ -526,20 +526,19 @@ TEST_F(RemoteTest, TokenMatrix) {
     }
     // Health checking and reflection need viewer too.
     std::string health;
-    EXPECT_EQ(RawUnary(channel, "/grpc.health.v1.Health/Check", token, "", &health)
-                  .error_code(),
+    EXPECT_EQ(RawUnary(channel, "/grpc.health.v1.Health/Check", token, "", &health).error_code(),
               expected(who, "viewer"));
     std::string reflection;
     // ServerReflectionRequest{list_services: ""}: field 7, length 0.
     const grpc::Status reflected =
-        RawUnary(channel, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                 token, std::string("\x3a\x00", 2), &reflection);
+        RawUnary(channel, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", token,
+                 std::string("\x3a\x00", 2), &reflection);
     EXPECT_EQ(reflected.error_code(), expected(who, "viewer"));
     if (reflected.ok()) EXPECT_THAT(reflection, HasSubstr("mpsd.v1.JobService"));
     // Submit (each accepted job is cancelled again below by its submitter).
     Job submitted;
-    const grpc::Status submit = stub->SubmitJob(Context(token).get(),
-                                                TrainJobRequest(64, 64, 1, 64, "mlp"), &submitted);
+    const grpc::Status submit =
+        stub->SubmitJob(Context(token).get(), TrainJobRequest(64, 64, 1, 64, "mlp"), &submitted);
     EXPECT_EQ(submit.error_code(), expected(who, "submitter")) << submit.error_message();
     if (submit.error_code() == Code::PERMISSION_DENIED) {
       EXPECT_EQ(submit.error_message(),
@@ -615,8 +614,10 @@ TEST_F(RemoteTest, TokensFileReadableByOthersIsRefused) {
   CommandResult result = RunCommand({MpsdPath(), "--listen", "127.0.0.1:0", "--state-dir",
                                      dir_.str() + "/state", "--tokens", tokens_});
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_THAT(result.err, HasSubstr(tokens_ + ": mode 0644 lets other users read or change the "
-                                    "tokens; it must be 0600 (chmod 600 " + tokens_ + ")"));
+  EXPECT_THAT(result.err, HasSubstr(tokens_ +
+                                    ": mode 0644 lets other users read or change the "
+                                    "tokens; it must be 0600 (chmod 600 " +
+                                    tokens_ + ")"));
 }
 
 TEST_F(RemoteTest, NonLoopbackWithoutTlsIsRefused) {
@@ -624,7 +625,8 @@ TEST_F(RemoteTest, NonLoopbackWithoutTlsIsRefused) {
     CommandResult result = RunCommand({MpsdPath(), "--listen", address, "--state-dir",
                                        dir_.str() + "/state", "--tokens", tokens_});
     EXPECT_EQ(result.exit_code, 1) << address;
-    EXPECT_THAT(result.err, HasSubstr("listen: " + address + " is not a loopback address, and "
+    EXPECT_THAT(result.err, HasSubstr("listen: " + address +
+                                      " is not a loopback address, and "
                                       "TCP on other interfaces needs TLS: give mpsd --tls-cert "
                                       "FILE --tls-key FILE"));
   }
@@ -659,10 +661,12 @@ TEST_F(RemoteTest, FirstStartCreatesAnAdminTokenAndLogsOnlyWhereItIs) {
 std::string HttpUrl(const Daemon& daemon) {
   const std::string kLine = "/metrics and /healthz on ";
   std::string log;
-  WaitUntil([&] {
-    log = ReadFile(daemon.log_path());
-    return absl::StrContains(log, kLine);
-  }, absl::Seconds(30));
+  WaitUntil(
+      [&] {
+        log = ReadFile(daemon.log_path());
+        return absl::StrContains(log, kLine);
+      },
+      absl::Seconds(30));
   const size_t at = log.find(kLine);
   if (at == std::string::npos) {
     ADD_FAILURE() << "no HTTP listener in the log:\n" << log;
@@ -699,7 +703,8 @@ TEST_F(RemoteTest, OneTokensFileForGrpcAndHttp) {
   ASSERT_TRUE(anonymous);
   EXPECT_EQ(anonymous->status, 401);
   EXPECT_THAT(anonymous->body, HasSubstr("missing token"));
-  EXPECT_THAT(anonymous->body, HasSubstr("mpsd token add --state-dir DIR --name NAME --role viewer"));
+  EXPECT_THAT(anonymous->body,
+              HasSubstr("mpsd token add --state-dir DIR --name NAME --role viewer"));
   EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr(tokens_)));
   EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr("tokens.yaml")));
   // The daemon did not make a second tokens file for HTTP.
@@ -733,8 +738,8 @@ TEST_F(RemoteTest, OnlyBearerTokensAreAcceptedAndUnknownApiPathsAnswerJson) {
   EXPECT_THAT(bare->body, ::testing::StartsWith("{\"code\":\"UNAUTHENTICATED\",\"message\":"));
   EXPECT_THAT(bare->body, HasSubstr("expected \\\"authorization: Bearer <token>\\\""));
   EXPECT_THAT(bare->body, Not(HasSubstr(token.substr(5))));
-  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(
-      TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
+  auto stub = mpsd::v1::JobService::NewStub(
+      grpc::CreateChannel(TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
   grpc::ClientContext context;
   context.AddMetadata("authorization", token);
   mpsd::v1::ServerStatus status;
@@ -783,10 +788,11 @@ TEST_F(RemoteTest, SubmittersResumeOnlyTheirOwnJobsAndRequestIdsAreTheirOwn) {
   const std::string bob = AddToken(tokens_, "bob", "submitter");
   auto daemon = std::make_unique<Daemon>(dir_.str() + "/state", dir_.str() + "/mpsd.sock");
   daemon->Start({"--listen", "127.0.0.1:0", "--tokens", tokens_});
-  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(
-      TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
-  auto submit = [&](const std::string& token, const mpsd::v1::SubmitJobRequest& request,
-                    Job* job) { return stub->SubmitJob(Context(token).get(), request, job); };
+  auto stub = mpsd::v1::JobService::NewStub(
+      grpc::CreateChannel(TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
+  auto submit = [&](const std::string& token, const mpsd::v1::SubmitJobRequest& request, Job* job) {
+    return stub->SubmitJob(Context(token).get(), request, job);
+  };
   mpsd::v1::SubmitJobRequest checkpointed = TrainJobRequest(128, 64, 1, 64, "mlp");
   checkpointed.mutable_train_job()->mutable_checkpoint()->set_every_epochs(1);
   checkpointed.set_request_id("nightly");
@@ -811,17 +817,16 @@ TEST_F(RemoteTest, SubmittersResumeOnlyTheirOwnJobsAndRequestIdsAreTheirOwn) {
   const std::string checkpoint =
       dir_.str() + "/state/artifacts/" + anas.id() + "/checkpoint-epoch-1.pt";
   ASSERT_TRUE(std::filesystem::exists(checkpoint));
-  for (const std::string& from : {anas.id(), checkpoint, dir_.str() + "/state/artifacts/../" +
-                                                             "artifacts/" + anas.id() +
-                                                             "/checkpoint-epoch-1.pt"}) {
+  for (const std::string& from : {anas.id(), checkpoint,
+                                  dir_.str() + "/state/artifacts/../" + "artifacts/" + anas.id() +
+                                      "/checkpoint-epoch-1.pt"}) {
     mpsd::v1::SubmitJobRequest resume = TrainJobRequest(128, 64, 2, 64, "mlp");
     resume.mutable_train_job()->set_resume_from(from);
     Job job;
     const grpc::Status refused = submit(bob, resume, &job);
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << from;
-    EXPECT_THAT(refused.error_message(),
-                StartsWith("train_job.resume_from: job " + anas.id() +
-                           " was submitted by another submitter"))
+    EXPECT_THAT(refused.error_message(), StartsWith("train_job.resume_from: job " + anas.id() +
+                                                    " was submitted by another submitter"))
         << from;
     EXPECT_THAT(refused.error_message(), Not(HasSubstr("ana")));
     const grpc::Status own = submit(ana, resume, &job);
@@ -849,10 +854,10 @@ TEST_F(RemoteTest, HttpOnlyFirstStartCreatesTheAdminToken) {
 
 // The serial number of the certificate a TLS server on 127.0.0.1:`port` presents now.
 std::string ServedSerial(int port) {
-  CommandResult shown = RunCommand(
-      {"/bin/sh", "-c",
-       absl::StrCat("echo | ", kOpenssl, " s_client -connect 127.0.0.1:", port,
-                    " 2>/dev/null | ", kOpenssl, " x509 -noout -serial")});
+  CommandResult shown =
+      RunCommand({"/bin/sh", "-c",
+                  absl::StrCat("echo | ", kOpenssl, " s_client -connect 127.0.0.1:", port,
+                               " 2>/dev/null | ", kOpenssl, " x509 -noout -serial")});
   return std::string(absl::StripAsciiWhitespace(shown.out));
 }
 
@@ -908,9 +913,9 @@ TEST_F(RemoteTest, HttpsWithTheSameCertificateAndTokens) {
   std::filesystem::copy_file(Cert("server2.pem"), live_cert,
                              std::filesystem::copy_options::overwrite_existing);
   kill(daemon->pid(), SIGHUP);
-  ASSERT_TRUE(WaitUntil([&] {
-    return absl::StrContains(ReadFile(daemon->log_path()), "reload refused");
-  }, absl::Seconds(10)));
+  ASSERT_TRUE(
+      WaitUntil([&] { return absl::StrContains(ReadFile(daemon->log_path()), "reload refused"); },
+                absl::Seconds(10)));
   EXPECT_EQ(ServedSerial(port), first);
   std::filesystem::copy_file(Cert("server2.key"), live_key,
                              std::filesystem::copy_options::overwrite_existing);
@@ -977,8 +982,8 @@ TEST_F(RemoteTest, HttpCancelFollowsSubmittedBy) {
   // A long job first (over the unix socket), so the two below stay queued.
   absl::StatusOr<Job> blocker = rpc::Submit(*daemon, LongJob());
   ASSERT_TRUE(blocker.ok()) << blocker.status();
-  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(
-      TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
+  auto stub = mpsd::v1::JobService::NewStub(
+      grpc::CreateChannel(TcpAddress(*daemon), grpc::experimental::LocalCredentials(LOCAL_TCP)));
   auto submit_as = [&](const std::string& token) {
     Job job;
     grpc::Status status =
@@ -992,7 +997,8 @@ TEST_F(RemoteTest, HttpCancelFollowsSubmittedBy) {
   auto cancel = [&](const std::string& id, const std::string& token) {
     const absl::Time start = absl::Now();
     // No Content-Length, no body: as curl -X POST sends it.
-    std::string answer = RawHttp(port, absl::StrCat("POST /api/jobs/", id, "/cancel HTTP/1.1\r\n"
+    std::string answer = RawHttp(port, absl::StrCat("POST /api/jobs/", id,
+                                                    "/cancel HTTP/1.1\r\n"
                                                     "Host: 127.0.0.1\r\nAuthorization: Bearer ",
                                                     token, "\r\nConnection: close\r\n\r\n"));
     EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the answer took until the timeout";
@@ -1115,10 +1121,10 @@ TEST_F(RemoteTest, SighupReloadsTheCertificateWithoutDroppingStreams) {
   const std::string address = TcpAddress(*daemon);
   const std::string port = address.substr(address.rfind(':') + 1);
   auto served_serial = [&] {
-    CommandResult shown = RunCommand({"/bin/sh", "-c",
-                                      "echo | " + std::string(kOpenssl) +
-                                          " s_client -connect 127.0.0.1:" + port +
-                                          " 2>/dev/null | " + kOpenssl + " x509 -noout -serial"});
+    CommandResult shown =
+        RunCommand({"/bin/sh", "-c",
+                    "echo | " + std::string(kOpenssl) + " s_client -connect 127.0.0.1:" + port +
+                        " 2>/dev/null | " + kOpenssl + " x509 -noout -serial"});
     return std::string(absl::StripAsciiWhitespace(shown.out));
   };
   const std::string first = Certificates::Serial(ReadFile(Cert("server.pem")));
@@ -1143,11 +1149,12 @@ TEST_F(RemoteTest, SighupReloadsTheCertificateWithoutDroppingStreams) {
   std::filesystem::copy_file(Cert("server2.pem"), live_cert,
                              std::filesystem::copy_options::overwrite_existing);
   kill(daemon->pid(), SIGHUP);
-  ASSERT_TRUE(WaitUntil([&] {
-    return absl::StrContains(ReadFile(daemon->log_path()), "reload refused");
-  }, absl::Seconds(10)));
-  EXPECT_THAT(ReadFile(daemon->log_path()),
-              HasSubstr("TLS key " + live_key + " does not belong to the certificate " + live_cert));
+  ASSERT_TRUE(
+      WaitUntil([&] { return absl::StrContains(ReadFile(daemon->log_path()), "reload refused"); },
+                absl::Seconds(10)));
+  EXPECT_THAT(
+      ReadFile(daemon->log_path()),
+      HasSubstr("TLS key " + live_key + " does not belong to the certificate " + live_cert));
   absl::SleepFor(absl::Seconds(2));
   EXPECT_EQ(served_serial(), first);
   // The matching key too: new connections get the new certificate within seconds.
@@ -1267,8 +1274,8 @@ TEST_F(RemoteTest, MpsctlTellsNoDaemonFromUnavailable) {
   std::thread follow([&] {
     // --reconnect-timeout 0: the daemon's own UNAVAILABLE ends mpsctl (by default it would
     // keep reconnecting, waiting for the daemon to come back).
-    followed = RunCommand({MpsctlPath(), "--server", daemon->address(), "--reconnect-timeout",
-                           "0", "logs", queued->id(), "--follow"});
+    followed = RunCommand({MpsctlPath(), "--server", daemon->address(), "--reconnect-timeout", "0",
+                           "logs", queued->id(), "--follow"});
   });
   absl::SleepFor(absl::Seconds(1));
   daemon->Stop(SIGTERM, absl::Seconds(60));

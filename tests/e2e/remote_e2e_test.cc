@@ -37,8 +37,8 @@
 namespace mpsd::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using mpsd::v1::Job;
+using ::testing::HasSubstr;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -145,18 +145,18 @@ class RemoteE2eTest : public ::testing::Test {
 // ---- HTTP listener -------------------------------------------------------------------------
 
 TEST_F(RemoteE2eTest, HttpOnANonLoopbackAddressWithoutTlsIsRefused) {
-  const CommandResult result = RunCommand({MpsdPath(), "--listen", "unix://" + dir_.str() + "/s",
-                                           "--state-dir", state_dir(), "--http-listen",
-                                           "0.0.0.0:0"});
+  const CommandResult result =
+      RunCommand({MpsdPath(), "--listen", "unix://" + dir_.str() + "/s", "--state-dir", state_dir(),
+                  "--http-listen", "0.0.0.0:0"});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.err, HasSubstr("http_listen: 0.0.0.0:0 is not a loopback address"));
   EXPECT_THAT(result.err, HasSubstr("--tls-cert"));
 }
 
 TEST_F(RemoteE2eTest, HttpListenWithABadAddressNamesIt) {
-  const CommandResult result = RunCommand({MpsdPath(), "--listen", "unix://" + dir_.str() + "/s",
-                                           "--state-dir", state_dir(), "--http-listen",
-                                           "localhost"});
+  const CommandResult result =
+      RunCommand({MpsdPath(), "--listen", "unix://" + dir_.str() + "/s", "--state-dir", state_dir(),
+                  "--http-listen", "localhost"});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.err, HasSubstr("http_listen: expected HOST:PORT"));
 }
@@ -242,9 +242,8 @@ TEST_F(RemoteE2eTest, MetricsAgreeWithServerStatusDuringAndAfterAJob) {
   stream_context.TryCancel();
   stream->Finish();
   if (status->running_job_id() == job->id()) {  // the job may have ended between the two
-    EXPECT_EQ(during[absl::StrCat("mpsd_running_job_info{job_id=\"", job->id(),
-                                  "\",model=\"mlp\"}")],
-              1);
+    EXPECT_EQ(
+        during[absl::StrCat("mpsd_running_job_info{job_id=\"", job->id(), "\",model=\"mlp\"}")], 1);
     EXPECT_EQ(during["mpsd_jobs{kind=\"train_job\",state=\"running\"}"], 1);
   }
   EXPECT_EQ(during["mpsd_queue_depth"], status->queued_jobs());
@@ -340,8 +339,8 @@ TEST_F(RemoteE2eTest, HealthIsNotServingWhileTheExecutorIsKilledAndRestarted) {
   }
   context.TryCancel();
   watch->Finish();
-  EXPECT_THAT(seen, ::testing::ElementsAre(HealthCheckResponse::NOT_SERVING,
-                                           HealthCheckResponse::SERVING));
+  EXPECT_THAT(
+      seen, ::testing::ElementsAre(HealthCheckResponse::NOT_SERVING, HealthCheckResponse::SERVING));
   EXPECT_EQ(Check(*daemon_, "mpsd.v1.JobService"), HealthCheckResponse::SERVING);
   httplib::Client client("127.0.0.1", HttpPort(*daemon_));
   httplib::Result health = client.Get("/healthz");
@@ -428,8 +427,8 @@ TEST_F(RemoteE2eTest, ReflectionV1AndTheHealthServiceResolve) {
                                       "grpc.health.v1.HealthCheckResponse (server streaming)"));
   }
   // The error details every error carries decode from reflection alone.
-  const CommandResult info = RunCommand(
-      {ReflectionClientPath(), daemon_->address(), "describe", "google.rpc.ErrorInfo"});
+  const CommandResult info =
+      RunCommand({ReflectionClientPath(), daemon_->address(), "describe", "google.rpc.ErrorInfo"});
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_THAT(info.out, HasSubstr("field reason:"));
 }
@@ -605,8 +604,8 @@ TEST_F(ArtifactsE2eTest, MpsctlDownloadChecksTheSha256AndResumesAPartialFile) {
   // A broken earlier download left its first third: only the rest is fetched.
   const std::string resumed = dir_.str() + "/resumed.pt";
   WriteFile(resumed + ".part", model.substr(0, model.size() / 3));
-  const CommandResult rest = RunCommand({MpsctlPath(), "--server", daemon_->address(),
-                                         "download", job_.id(), "model.pt", "-o", resumed});
+  const CommandResult rest = RunCommand({MpsctlPath(), "--server", daemon_->address(), "download",
+                                         job_.id(), "model.pt", "-o", resumed});
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
   EXPECT_EQ(ReadAll(resumed), model);
   EXPECT_FALSE(std::filesystem::exists(resumed + ".part"));
@@ -621,8 +620,8 @@ TEST_F(ArtifactsE2eTest, MpsctlDownloadChecksTheSha256AndResumesAPartialFile) {
   EXPECT_FALSE(std::filesystem::exists(corrupt));
   EXPECT_FALSE(std::filesystem::exists(corrupt + ".part"));
 
-  const CommandResult unknown = RunCommand(
-      {MpsctlPath(), "--server", daemon_->address(), "download", job_.id(), "nope.pt"});
+  const CommandResult unknown =
+      RunCommand({MpsctlPath(), "--server", daemon_->address(), "download", job_.id(), "nope.pt"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_THAT(unknown.err, HasSubstr("no artifact \"nope.pt\""));
   EXPECT_THAT(unknown.err, HasSubstr("model.pt"));
@@ -638,9 +637,9 @@ TEST_F(RemoteE2eTest, AFollowerResumesAfterTheDaemonIsKilledAndRestarted) {
   absl::StatusOr<Job> job = rpc::Submit(*daemon_, request);
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string out = dir_.str() + "/follow.out", err = dir_.str() + "/follow.err";
-  Background follower({MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(),
-                       "--follow"},
-                      out, err);
+  Background follower(
+      {MpsctlPath(), "--server", daemon_->address(), "--json", "logs", job->id(), "--follow"}, out,
+      err);
   // Kill the daemon once the first checkpoint is written and the follower has printed it.
   ASSERT_TRUE(WaitUntil([&] { return absl::StrContains(ReadAll(out), "\"checkpoint\""); },
                         absl::Seconds(240)))
@@ -678,8 +677,8 @@ grpc::Status QuietStream(Daemon& daemon, absl::Duration ping_interval, absl::Dur
   arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   arguments.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, ms);
-  auto stub = mpsd::v1::JobService::NewStub(grpc::CreateCustomChannel(
-      daemon.address(), grpc::InsecureChannelCredentials(), arguments));
+  auto stub = mpsd::v1::JobService::NewStub(
+      grpc::CreateCustomChannel(daemon.address(), grpc::InsecureChannelCredentials(), arguments));
   absl::StatusOr<Job> running = rpc::Submit(daemon, TrainJobRequest(60000, 200, 50, 64, "mlp"));
   absl::StatusOr<Job> queued = rpc::Submit(daemon, TrainJobRequest(640, 200, 1, 64, "mlp"));
   EXPECT_TRUE(running.ok() && queued.ok());
@@ -728,8 +727,7 @@ TEST_F(RemoteE2eTest, ServerStatusReportsTheStreamTiming) {
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->heartbeat_interval_s(), 7);
   EXPECT_EQ(status->min_keepalive_interval_s(), 10);
-  const CommandResult shown =
-      RunCommand({MpsctlPath(), "--server", daemon_->address(), "status"});
+  const CommandResult shown = RunCommand({MpsctlPath(), "--server", daemon_->address(), "status"});
   EXPECT_THAT(shown.out, HasSubstr("heartbeat after 7.0 s idle"));
 }
 

@@ -5,9 +5,9 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
-#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,8 +134,8 @@ TEST_F(ServerE2eTest, TrainJobStreamsEveryStepAndSucceeds) {
   ASSERT_TRUE(events.back().has_state());
 
   // The summary carries the test accuracy and memory figures.
-  auto summary = std::find_if(events.begin(), events.end(),
-                              [](const JobEvent& e) { return e.has_summary(); });
+  auto summary =
+      std::find_if(events.begin(), events.end(), [](const JobEvent& e) { return e.has_summary(); });
   ASSERT_NE(summary, events.end());
   EXPECT_GT(summary->summary().test_accuracy(), 0.6);
   EXPECT_EQ(summary->summary().steps(), 32);
@@ -198,8 +198,8 @@ TEST_F(ServerE2eTest, CorruptDatasetFailsTheJobAndTheDaemonCarriesOn) {
   // A dataset dir whose training images are cut short: found at submit, failed at run time.
   const std::string root = dir_.str() + "/corrupt";
   std::filesystem::create_directories(root);
-  for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                           "t10k-labels-idx1-ubyte.gz"}) {
+  for (const char* name :
+       {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
     std::filesystem::copy_file(std::string("/usr/share/datasets/fashion-mnist/") + name,
                                root + "/" + name);
   }
@@ -372,15 +372,15 @@ TEST_F(ServerE2eTest, SigusrIsLoggedAndIgnored) {
 
 TEST(ServerStartTest, RefusesNonLoopbackTcpAndASecondDaemonOnOneStateDir) {
   TempDir dir;
-  CommandResult tcp = RunCommand({MpsdPath(), "--listen", "0.0.0.0:50051", "--state-dir",
-                           dir.str() + "/state"});
+  CommandResult tcp =
+      RunCommand({MpsdPath(), "--listen", "0.0.0.0:50051", "--state-dir", dir.str() + "/state"});
   EXPECT_NE(tcp.exit_code, 0);
   EXPECT_NE(tcp.err.find("loopback"), std::string::npos) << tcp.err;
 
   Daemon first(dir.str() + "/state", dir.str() + "/a.sock");
   ASSERT_NO_FATAL_FAILURE(first.Start());
   CommandResult second = RunCommand({MpsdPath(), "--listen", "unix://" + dir.str() + "/b.sock",
-                              "--state-dir", dir.str() + "/state"});
+                                     "--state-dir", dir.str() + "/state"});
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.err.find("another mpsd"), std::string::npos) << second.err;
 }

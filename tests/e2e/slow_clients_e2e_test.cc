@@ -266,10 +266,9 @@ TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotBlockCallsAndAreClosedAtTheHand
     idle.push_back(fd);
   }
   const absl::Time start = absl::Now();
-  const CommandResult status =
-      RunCommandWithin({MpsctlPath(), "--server", address, "--token-file",
-                        dir.str() + "/state/admin.token", "status"},
-                       absl::Seconds(30));
+  const CommandResult status = RunCommandWithin({MpsctlPath(), "--server", address, "--token-file",
+                                                 dir.str() + "/state/admin.token", "status"},
+                                                absl::Seconds(30));
   EXPECT_EQ(status.exit_code, 0) << status.err;
   int open_count = kIdle;
   std::vector<bool> closed(kIdle, false);
@@ -295,7 +294,8 @@ TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotRunTheDaemonOutOfFiles) {
   constexpr int kIdle = 1100;
   rlimit own{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &own), 0);
-  if (own.rlim_max < kIdle + 200) GTEST_SKIP() << "the test itself needs " << kIdle + 200 << " files";
+  if (own.rlim_max < kIdle + 200)
+    GTEST_SKIP() << "the test itself needs " << kIdle + 200 << " files";
   if (own.rlim_cur < kIdle + 200) {
     own.rlim_cur = kIdle + 200;
     ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &own), 0);
@@ -316,10 +316,9 @@ TEST(GrpcSlowClientsE2eTest, IdleConnectionsDoNotRunTheDaemonOutOfFiles) {
     idle.push_back(fd);
   }
   for (const std::string& server : {"unix://" + dir.str() + "/mpsd.sock", address}) {
-    const CommandResult status =
-        RunCommandWithin({MpsctlPath(), "--server", server, "--token-file",
-                          dir.str() + "/state/admin.token", "status"},
-                         absl::Seconds(30));
+    const CommandResult status = RunCommandWithin({MpsctlPath(), "--server", server, "--token-file",
+                                                   dir.str() + "/state/admin.token", "status"},
+                                                  absl::Seconds(30));
     EXPECT_EQ(status.exit_code, 0) << server << ": " << status.err;
   }
   for (int fd : idle) close(fd);

@@ -39,8 +39,7 @@ double StepTimeMs(const Job& job) {
 // GetServerStatus once a second, from a thread, until stopped.
 class StatusSampler {
  public:
-  explicit StatusSampler(Daemon& daemon)
-      : daemon_(daemon), thread_([this] { Loop(); }) {}
+  explicit StatusSampler(Daemon& daemon) : daemon_(daemon), thread_([this] { Loop(); }) {}
   ~StatusSampler() { Stop(); }
 
   void Stop() {
@@ -69,9 +68,8 @@ class StatusSampler {
 // Reads a job's stream one event a second until told to hurry, then as fast as it can.
 class SlowReader {
  public:
-  SlowReader(Daemon& daemon, const std::string& job_id) : thread_([this, &daemon, job_id] {
-    Loop(daemon, job_id);
-  }) {}
+  SlowReader(Daemon& daemon, const std::string& job_id)
+      : thread_([this, &daemon, job_id] { Loop(daemon, job_id); }) {}
   ~SlowReader() { Join(); }
 
   void Hurry() { hurry_ = true; }
@@ -147,11 +145,11 @@ TEST(StreamLoadE2eTest, ASlowSubscriberCostsNeitherStepTimeNorMemory) {
 
   // Step time.
   const double alone_ms = StepTimeMs(*alone), watched_ms = StepTimeMs(*watched);
-  std::printf("step time: %.3f ms alone, %.3f ms with a subscriber reading 1 event/s (x%.2f); "
-              "the subscriber read %lld of %lld events while the job ran\n",
-              alone_ms, watched_ms, watched_ms / alone_ms,
-              static_cast<long long>(read_while_running),
-              static_cast<long long>(watched->last_seq()));
+  std::printf(
+      "step time: %.3f ms alone, %.3f ms with a subscriber reading 1 event/s (x%.2f); "
+      "the subscriber read %lld of %lld events while the job ran\n",
+      alone_ms, watched_ms, watched_ms / alone_ms, static_cast<long long>(read_while_running),
+      static_cast<long long>(watched->last_seq()));
   EXPECT_LT(watched_ms, alone_ms * 2.0);  // generous: a shared, loaded CI machine
 
   // Memory: after the first seconds (model, data), the RSS must not climb with the backlog.
@@ -160,10 +158,10 @@ TEST(StreamLoadE2eTest, ASlowSubscriberCostsNeitherStepTimeNorMemory) {
   const int64_t early = samples[samples.size() / 4].second.rss_bytes();
   int64_t peak = 0;
   for (const auto& [time, status] : samples) peak = std::max(peak, status.rss_bytes());
-  std::printf("daemon RSS under the slow subscriber: %.1f MiB at 1/4 of the job, peak %.1f MiB, "
-              "last %.1f MiB (%zu samples); events pending at most ",
-              early / kMiB, peak / kMiB, samples.back().second.rss_bytes() / kMiB,
-              samples.size());
+  std::printf(
+      "daemon RSS under the slow subscriber: %.1f MiB at 1/4 of the job, peak %.1f MiB, "
+      "last %.1f MiB (%zu samples); events pending at most ",
+      early / kMiB, peak / kMiB, samples.back().second.rss_bytes() / kMiB, samples.size());
   int64_t pending = 0;
   for (const auto& [time, status] : samples) pending = std::max(pending, status.events_pending());
   std::printf("%lld\n", static_cast<long long>(pending));
@@ -173,13 +171,14 @@ TEST(StreamLoadE2eTest, ASlowSubscriberCostsNeitherStepTimeNorMemory) {
   const int64_t stored = after->events_stored() - before->events_stored();
   const int64_t commits = after->event_commits() - before->event_commits();
   const double commit_s = after->commit_time_s() - before->commit_time_s();
-  std::printf("events stored: %lld in %.1f s (%.0f events/s, as fast as the job made them) in "
-              "%lld commits (%.1f events/commit); the store's own rate: %.0f events/s of commit "
-              "time\n",
-              static_cast<long long>(stored), absl::ToDoubleSeconds(took),
-              stored / absl::ToDoubleSeconds(took), static_cast<long long>(commits),
-              commits > 0 ? static_cast<double>(stored) / commits : 0.0,
-              commit_s > 0 ? stored / commit_s : 0.0);
+  std::printf(
+      "events stored: %lld in %.1f s (%.0f events/s, as fast as the job made them) in "
+      "%lld commits (%.1f events/commit); the store's own rate: %.0f events/s of commit "
+      "time\n",
+      static_cast<long long>(stored), absl::ToDoubleSeconds(took),
+      stored / absl::ToDoubleSeconds(took), static_cast<long long>(commits),
+      commits > 0 ? static_cast<double>(stored) / commits : 0.0,
+      commit_s > 0 ? stored / commit_s : 0.0);
   EXPECT_GE(stored, watched->last_seq());
 }
 

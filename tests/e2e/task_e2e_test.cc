@@ -45,11 +45,11 @@ TEST(TaskE2eTest, RegressionExampleShowsItsMetricsInMpsctl) {
             0);
   // The example as it is, on this machine's cpu and the data just written, in fewer epochs.
   const std::string job_file = dir.str() + "/regression.yaml";
-  WriteFile(job_file,
-            absl::StrReplaceAll(ReadText(SourcePath("examples/regression.yaml")),
-                                {{"/usr/share/datasets/regression.pt", dir.str() + "/regression.pt"},
-                                 {"device: auto", "device: cpu"},
-                                 {"epochs: 10", "epochs: 5"}}));
+  WriteFile(job_file, absl::StrReplaceAll(
+                          ReadText(SourcePath("examples/regression.yaml")),
+                          {{"/usr/share/datasets/regression.pt", dir.str() + "/regression.pt"},
+                           {"device: auto", "device: cpu"},
+                           {"epochs: 10", "epochs: 5"}}));
   Daemon daemon(dir.str() + "/state", dir.str() + "/mpsd.sock");
   daemon.Start();
 

@@ -21,9 +21,9 @@ namespace mpsd::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using mpsd::v1::Job;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using mpsd::v1::Job;
 
 constexpr char kPython[] = MPSD_PIL_PYTHON;
 
@@ -57,9 +57,7 @@ mpsd::v1::SubmitJobRequest ColoursJob(const std::string& root, int64_t limit_tra
 
 class TrainingOutcomesE2eTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    daemon_.Start();
-  }
+  void SetUp() override { daemon_.Start(); }
   TempDir dir_;
   Daemon daemon_{dir_.str() + "/state", dir_.str() + "/mpsd.sock"};
 };
@@ -145,8 +143,7 @@ class ValidationE2eTest : public TrainingOutcomesE2eTest {
     TrainingOutcomesE2eTest::SetUp();
     root_ = dir_.str() + "/colours";
     ASSERT_EQ(std::system(absl::StrCat(kPython, " ", SourcePath("examples/make_own_data.py"), " ",
-                                       root_,
-                                       " --classes 4 --train-per-class 25 --val-per-class 6")
+                                       root_, " --classes 4 --train-per-class 25 --val-per-class 6")
                               .c_str()),
               0);
   }
@@ -272,8 +269,7 @@ TEST_F(ValidationE2eTest, BadSettingsAreRefusedAtSubmitNamingTheField) {
   EXPECT_THAT(rpc::Submit(daemon_, mnist).status().message(),
               HasSubstr("train_job.dataset.validation.source: fashion-mnist has no validation "
                         "split of its own"));
-  EXPECT_EQ(rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, ColoursJob(root_, 0)).id())
-                .state(),
+  EXPECT_EQ(rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, ColoursJob(root_, 0)).id()).state(),
             Job::SUCCEEDED);
 }
 
@@ -318,8 +314,8 @@ TEST_F(ValidationE2eTest, EarlyStoppingStopsAfterThePatienceAndKeepsTheBestEpoch
       "sys.exit(0 if a and a == b else 1)\n");
   const std::string script_path = dir_.str() + "/same_records.py";
   WriteFile(script_path, script);
-  const CommandResult same = RunCommand(
-      {kPython, script_path, s.best_model_path(), one.summary().model_path()});
+  const CommandResult same =
+      RunCommand({kPython, script_path, s.best_model_path(), one.summary().model_path()});
   EXPECT_EQ(same.exit_code, 0) << "best.pt differs from epoch 1's model: " << same.err;
 }
 

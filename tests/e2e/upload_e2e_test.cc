@@ -42,8 +42,8 @@ constexpr int64_t kQuota = 8 << 20;  // upload_quota_bytes of the daemon under t
 constexpr int64_t kChunk = 1 << 20;
 
 std::string AddToken(const std::string& tokens, const std::string& name, const std::string& role) {
-  CommandResult result = RunCommand(
-      {MpsdPath(), "token", "add", "--tokens", tokens, "--name", name, "--role", role});
+  CommandResult result =
+      RunCommand({MpsdPath(), "token", "add", "--tokens", tokens, "--name", name, "--role", role});
   EXPECT_EQ(result.exit_code, 0) << result.err;
   return std::string(absl::StripAsciiWhitespace(result.out));
 }
@@ -76,10 +76,9 @@ void MakeDataset(const std::string& dir, int train, int test, size_t pad_bytes) 
   for (auto [prefix, n] : {std::pair<std::string, int>{"train", train}, {"t10k", test}}) {
     std::string labels;
     for (int i = 0; i < n; ++i) labels += static_cast<char>(i % 10);
-    WriteIdx(dir + "/" + prefix + "-images-idx3-ubyte", 0x803,
-             {static_cast<uint32_t>(n), 28, 28}, RandomBytes(static_cast<size_t>(n) * 784, n));
-    WriteIdx(dir + "/" + prefix + "-labels-idx1-ubyte", 0x801, {static_cast<uint32_t>(n)},
-             labels);
+    WriteIdx(dir + "/" + prefix + "-images-idx3-ubyte", 0x803, {static_cast<uint32_t>(n), 28, 28},
+             RandomBytes(static_cast<size_t>(n) * 784, n));
+    WriteIdx(dir + "/" + prefix + "-labels-idx1-ubyte", 0x801, {static_cast<uint32_t>(n)}, labels);
   }
   WriteFile(dir + "/pad.bin", RandomBytes(pad_bytes, 7));
   WriteFile(dir + "/sub/notes.txt", "made by upload_e2e_test\n");
@@ -101,18 +100,18 @@ class UploadTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string d = dir_.str();
-    CommandResult made = RunCommand(
-        {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", d + "/key.pem", "-out",
-         d + "/cert.pem", "-days", "2", "-subj", "/CN=localhost", "-addext",
-         "subjectAltName=IP:127.0.0.1,DNS:localhost"});
+    CommandResult made =
+        RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", d + "/key.pem", "-out",
+                    d + "/cert.pem", "-days", "2", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost"});
     ASSERT_EQ(made.exit_code, 0) << made.err;
     tokens_ = d + "/tokens.yaml";
     alice_ = AddToken(tokens_, "alice", "submitter");
     bob_ = AddToken(tokens_, "bob", "submitter");
     admin_ = AddToken(tokens_, "root", "admin");
-    WriteFile(d + "/mpsd.yaml", absl::StrCat("upload_quota_bytes: ", kQuota,
-                                             "\nupload_max_files: 1000\n"));
+    WriteFile(d + "/mpsd.yaml",
+              absl::StrCat("upload_quota_bytes: ", kQuota, "\nupload_max_files: 1000\n"));
     ASSERT_NO_FATAL_FAILURE(StartDaemon());
   }
 
@@ -125,10 +124,12 @@ class UploadTest : public ::testing::Test {
     daemon_->Start({"--config", d + "/mpsd.yaml", "--listen", "127.0.0.1:0", "--tls-cert",
                     d + "/cert.pem", "--tls-key", d + "/key.pem", "--tokens", tokens_});
     std::string log;
-    ASSERT_TRUE(WaitUntil([&] {
-      log = ReadFile(daemon_->log_path());
-      return log.find("mpsd listening on 127.0.0.1:", before) != std::string::npos;
-    }, absl::Seconds(30)));
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          log = ReadFile(daemon_->log_path());
+          return log.find("mpsd listening on 127.0.0.1:", before) != std::string::npos;
+        },
+        absl::Seconds(30)));
     const size_t at = log.find("mpsd listening on 127.0.0.1:", before) + 18;
     address_ = log.substr(at, log.find(' ', at) - at);
     grpc::SslCredentialsOptions ssl;
@@ -151,8 +152,9 @@ class UploadTest : public ::testing::Test {
   }
 
   CommandResult Mpsctl(const std::string& token, std::vector<std::string> args) {
-    std::vector<std::string> argv = {MpsctlPath(), "--server", address_, "--tls-ca",
-                                     dir_.str() + "/cert.pem", "--token-file", TokenFile(token)};
+    std::vector<std::string> argv = {
+        MpsctlPath(),   "--server",      address_, "--tls-ca", dir_.str() + "/cert.pem",
+        "--token-file", TokenFile(token)};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(argv);
   }
@@ -166,16 +168,17 @@ class UploadTest : public ::testing::Test {
                     int64_t from, int64_t to, bool archive, bool cancel = false,
                     v1::Upload* upload = nullptr) {
     grpc::Status status;
-    WaitUntil([&] {
-      status = SendOnce(token, name, data, from, to, archive, cancel, upload);
-      return status.error_code() != grpc::StatusCode::ABORTED;
-    }, absl::Seconds(10));
+    WaitUntil(
+        [&] {
+          status = SendOnce(token, name, data, from, to, archive, cancel, upload);
+          return status.error_code() != grpc::StatusCode::ABORTED;
+        },
+        absl::Seconds(10));
     return status;
   }
 
-  grpc::Status SendOnce(const std::string& token, const std::string& name,
-                        const std::string& data, int64_t from, int64_t to, bool archive,
-                        bool cancel, v1::Upload* upload) {
+  grpc::Status SendOnce(const std::string& token, const std::string& name, const std::string& data,
+                        int64_t from, int64_t to, bool archive, bool cancel, v1::Upload* upload) {
     v1::Upload ignored;
     auto context = Context(token);
     auto writer = stub_->UploadFile(context.get(), upload != nullptr ? upload : &ignored);
@@ -260,8 +263,8 @@ class UploadTest : public ::testing::Test {
 TEST_F(UploadTest, FolderResumesAfterABrokenStreamAndTrains) {
   const std::string folder = dir_.str() + "/ds";
   MakeDataset(folder, 256, 64, 3 << 20);
-  CommandResult tarred = RunCommand({"/usr/bin/tar", "-cf", dir_.str() + "/ds.tar", "-C", folder,
-                                     "."});
+  CommandResult tarred =
+      RunCommand({"/usr/bin/tar", "-cf", dir_.str() + "/ds.tar", "-C", folder, "."});
   ASSERT_EQ(tarred.exit_code, 0) << tarred.err;
   const std::string tar = ReadFile(dir_.str() + "/ds.tar");
   ASSERT_GT(tar.size(), 3u << 20);
@@ -293,8 +296,7 @@ TEST_F(UploadTest, FolderResumesAfterABrokenStreamAndTrains) {
   EXPECT_EQ(upload.files(), 6);  // 4 IDX files, pad.bin, sub/notes.txt
   EXPECT_EQ(upload.sha256(), Sha256(tar));
   EXPECT_EQ(upload.ref(), "upload:ds");
-  EXPECT_EQ(ReadFile(dir_.str() + "/state/uploads/alice/ds/sub/link"),
-            "made by upload_e2e_test\n");
+  EXPECT_EQ(ReadFile(dir_.str() + "/state/uploads/alice/ds/sub/link"), "made by upload_e2e_test\n");
   EXPECT_TRUE(Status(alice_, "ds", tar).complete());
 
   // Trains, over TLS, as alice.
@@ -433,12 +435,11 @@ TEST_F(UploadTest, MpsctlResumesListsAndDeletes) {
 TEST_F(UploadTest, MpsctlDrawsProgressOnlyOnATerminal) {
   const std::string file = dir_.str() + "/big.bin";
   WriteFile(file, RandomBytes(3 << 20, 5));  // Twice fits in the fixture's 8 MiB quota.
-  const std::vector<std::string> argv = {MpsctlPath(), "--server", address_, "--tls-ca",
-                                         dir_.str() + "/cert.pem", "--token-file",
-                                         TokenFile(alice_), "upload", file};
-  CommandResult terminal =
-      RunCommand({"/usr/bin/script", "--quiet", "--return", "--flush", "--command",
-                  absl::StrJoin(argv, " "), "/dev/null"});
+  const std::vector<std::string> argv = {
+      MpsctlPath(),   "--server",        address_, "--tls-ca", dir_.str() + "/cert.pem",
+      "--token-file", TokenFile(alice_), "upload", file};
+  CommandResult terminal = RunCommand({"/usr/bin/script", "--quiet", "--return", "--flush",
+                                       "--command", absl::StrJoin(argv, " "), "/dev/null"});
   ASSERT_EQ(terminal.exit_code, 0) << terminal.out << terminal.err;
   EXPECT_THAT(terminal.out, HasSubstr("\r\x1b[Kuploading big.bin: "));
   EXPECT_THAT(terminal.out, HasSubstr("of 3.0 MiB ("));
@@ -462,9 +463,8 @@ TEST_F(UploadTest, UnsafeArchivesAreRefused) {
        "UNSAFE_ARCHIVE_ENTRY"},
       {"symlink up", "add('d/up', type=tarfile.SYMTYPE, linkname='../../..')", "w", "d/up",
        "UNSAFE_ARCHIVE_ENTRY"},
-      {"write through a link",
-       "add('l', type=tarfile.SYMTYPE, linkname='sub')\nadd('l/x', b'x')", "w", "l/x",
-       "UNSAFE_ARCHIVE_ENTRY"},
+      {"write through a link", "add('l', type=tarfile.SYMTYPE, linkname='sub')\nadd('l/x', b'x')",
+       "w", "l/x", "UNSAFE_ARCHIVE_ENTRY"},
       {"a file, then a path under it", "add('a', b'x')\nadd('a/b', b'y')", "w", "a/b",
        "UNSAFE_ARCHIVE_ENTRY"},
       {"hard link", "add('f', b'x')\nadd('h', type=tarfile.LNKTYPE, linkname='f')", "w", "h",
@@ -549,8 +549,8 @@ TEST_F(UploadTest, QuotaOverrunAndBadChunksAreRefused) {
     const std::string folder = dir_.str() + "/fivedir";
     std::filesystem::create_directories(folder);
     WriteFile(folder + "/a.bin", RandomBytes(5 << 20, 15));
-    CommandResult into_folder = Mpsctl(alice_, {"upload", folder, "--name", "five.bin",
-                                                "--replace"});
+    CommandResult into_folder =
+        Mpsctl(alice_, {"upload", folder, "--name", "five.bin", "--replace"});
     EXPECT_EQ(into_folder.exit_code, 0) << into_folder.err;
     v1::DeleteUploadRequest remove;
     remove.set_name("five.bin");

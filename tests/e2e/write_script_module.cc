@@ -35,12 +35,16 @@ int main(int argc, char** argv) {
     } else if (kind == "loss_per_example") {
       body = "        return " + per_example + "\n";
     } else if (kind == "loss_hang_on_data") {
-      body = "        s = float(torch.sum(torch.abs(logits)))\n"
-             "        while s > 0.0:\n            s = s + 1.0\n"
-             "        return (" + per_example + ").mean()\n";
+      body =
+          "        s = float(torch.sum(torch.abs(logits)))\n"
+          "        while s > 0.0:\n            s = s + 1.0\n"
+          "        return (" +
+          per_example + ").mean()\n";
     } else if (kind == "loss_reads_file") {
-      body = "        x = torch.from_file('/etc/hostname', size=1)\n"
-             "        return x.float().sum() * 0 + (" + per_example + ").mean()\n";
+      body =
+          "        x = torch.from_file('/etc/hostname', size=1)\n"
+          "        return x.float().sum() * 0 + (" +
+          per_example + ").mean()\n";
     } else {
       std::fprintf(stderr, "unknown kind %s\n", kind.c_str());
       return 64;
@@ -63,10 +67,10 @@ int main(int argc, char** argv) {
   m.register_parameter("weight", (torch::randn({classes, inputs}) * 0.01).requires_grad_(),
                        /*is_buffer=*/false);
   m.register_parameter("bias", torch::zeros({classes}).requires_grad_(), /*is_buffer=*/false);
-  m.define("def forward(self, x):\n"
-           "        s = float(torch.sum(torch.abs(x)))\n" +
-           loop +
-           "        return torch.addmm(self.bias, torch.flatten(x, 1), self.weight.t())\n");
+  m.define(
+      "def forward(self, x):\n"
+      "        s = float(torch.sum(torch.abs(x)))\n" +
+      loop + "        return torch.addmm(self.bias, torch.flatten(x, 1), self.weight.t())\n");
   m.save(argv[2]);
   return 0;
 }

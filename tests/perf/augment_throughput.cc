@@ -40,11 +40,11 @@ double MedianMs(const std::function<void()>& run, const torch::Device& device, i
   return times[times.size() / 2];
 }
 
-void Case(const std::string& name, const torch::Tensor& images,
-          const AugmentationOptions& options, const torch::Device& device, int iters) {
+void Case(const std::string& name, const torch::Tensor& images, const AugmentationOptions& options,
+          const torch::Device& device, int iters) {
   at::Generator generator = at::globalContext().defaultGenerator(device);
-  const torch::Tensor labels =
-      torch::randint(10, {images.size(0)}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  const torch::Tensor labels = torch::randint(
+      10, {images.size(0)}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   const double ms = MedianMs(
       [&] {
         torch::Tensor out = mpsd::trainer::Augment(images, options, generator);
@@ -73,11 +73,11 @@ int main(int argc, char** argv) {
     int64_t n, c, h, w;
   };
   for (const Shape shape : {Shape{256, 3, 32, 32}, Shape{64, 3, 224, 224}}) {
-    const torch::Tensor images = torch::randn({shape.n, shape.c, shape.h, shape.w},
-                                              torch::TensorOptions().device(device));
+    const torch::Tensor images =
+        torch::randn({shape.n, shape.c, shape.h, shape.w}, torch::TensorOptions().device(device));
     AugmentationOptions base;
-    mpsd::trainer::SetNormalisation({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f},
-                                    shape.c, base);
+    mpsd::trainer::SetNormalisation({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}, shape.c,
+                                    base);
     mpsd::trainer::MoveToDevice(device, base);
     const int64_t side = shape.h;
     const auto with = [&](const std::function<void(AugmentationOptions&)>& set) {
@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
          with([](AugmentationOptions& o) { o.random_erasing.p = 0.25; }), device, iters);
     Case("mixup 0.2", images, with([](AugmentationOptions& o) { o.mixup_alpha = 0.2; }), device,
          iters);
-    Case("cutmix 1.0", images, with([](AugmentationOptions& o) { o.cutmix_alpha = 1.0; }),
-         device, iters);
+    Case("cutmix 1.0", images, with([](AugmentationOptions& o) { o.cutmix_alpha = 1.0; }), device,
+         iters);
     Case("pipeline rrc+flip+jitter+erase+mix", images, with([&](AugmentationOptions& o) {
            o.random_resized_crop.enabled = true;
            o.random_resized_crop.height = o.random_resized_crop.width = side;

@@ -192,7 +192,8 @@ int main(int argc, char** argv) {
   char pattern[] = "/tmp/mpsd-auth-overhead-XXXXXX";
   const std::string dir = mkdtemp(pattern);
   // A CA and a server certificate for 127.0.0.1.
-  Run("cd " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
+  Run("cd " + dir +
+      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
       "-days 1 -subj /CN=ca 2>/dev/null && openssl req -newkey rsa:2048 -nodes -keyout server.key "
       "-out server.csr -subj /CN=127.0.0.1 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' "
       "> san && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out "
@@ -233,7 +234,8 @@ int main(int argc, char** argv) {
       const std::string log = dir + "/" + log_name("tls");
       Daemon daemon = Spawn(tls_args, log);
       const std::string tcp = TcpAddressFromLog(log);
-      auto stub = mpsd::v1::JobService::NewStub(grpc::CreateChannel(tcp, grpc::SslCredentials(ssl)));
+      auto stub =
+          mpsd::v1::JobService::NewStub(grpc::CreateChannel(tcp, grpc::SslCredentials(ssl)));
       tls_starts.push_back(WaitUntilServing(*stub, token, start));
       Stop(daemon);
     }

@@ -100,8 +100,8 @@ void Sync(const torch::Device& device) {
 class EagerStep {
  public:
   EagerStep(const Split& train, double lr, const torch::Device& device)
-      : train_(train), optimizer_((model_->to(device), model_->parameters()),
-                                  torch::optim::AdamOptions(lr)) {}
+      : train_(train),
+        optimizer_((model_->to(device), model_->parameters()), torch::optim::AdamOptions(lr)) {}
   void Step(const torch::Tensor& index) {
     optimizer_.zero_grad();
     torch::Tensor loss = F::cross_entropy(model_->forward(train_.images.index_select(0, index)),
@@ -121,8 +121,8 @@ class EagerStep {
 // Variant (3g): mpsd's convnet and mpsd's GraphedStep over the resident split.
 class MpsdGraphStep {
  public:
-  MpsdGraphStep(const Split& train, double lr, int64_t batch_size, int64_t total_steps,
-                bool bf16, bool channels_last, const torch::Device& device)
+  MpsdGraphStep(const Split& train, double lr, int64_t batch_size, int64_t total_steps, bool bf16,
+                bool channels_last, const torch::Device& device)
       : model_(MakeConvnet(device, channels_last)),
         optimizer_(model_->parameters(), torch::optim::AdamOptions(lr)),
         graphed_(*model_, optimizer_, train.images, train.labels,
@@ -163,7 +163,8 @@ template <typename Step>
 double TestAccuracy(Step& step, const Split& test, const torch::Device& device) {
   torch::NoGradGuard no_grad;
   step.model().eval();
-  torch::Tensor correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  torch::Tensor correct =
+      torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   const int64_t m = test.labels.size(0);
   for (int64_t i = 0; i < m; i += 1000) {
     const int64_t size = std::min<int64_t>(1000, m - i);
@@ -180,8 +181,8 @@ double TestAccuracy(Step& step, const Split& test, const torch::Device& device) 
 // partial batch kept); no host sync inside an epoch. Returns each epoch's seconds and test
 // accuracy.
 template <typename Step>
-void TrainEpochs(Step& step, const Split& train, const Split& test, int epochs,
-                 int64_t batch_size, const torch::Device& device, std::vector<double>& times,
+void TrainEpochs(Step& step, const Split& train, const Split& test, int epochs, int64_t batch_size,
+                 const torch::Device& device, std::vector<double>& times,
                  std::vector<double>& accuracies) {
   const int64_t n = train.labels.size(0);
   for (int epoch = 1; epoch <= epochs; ++epoch) {
@@ -195,8 +196,7 @@ void TrainEpochs(Step& step, const Split& train, const Split& test, int epochs,
     Sync(device);
     times.push_back(Seconds(start));
     accuracies.push_back(TestAccuracy(step, test, device));
-    std::printf("epoch %d: %.3f s, test accuracy %.4f\n", epoch, times.back(),
-                accuracies.back());
+    std::printf("epoch %d: %.3f s, test accuracy %.4f\n", epoch, times.back(), accuracies.back());
     std::fflush(stdout);
   }
 }
@@ -223,8 +223,9 @@ int main(int argc, char** argv) {
   if ((mode != "eager" && mode != "graphed") || (precision != "fp32" && precision != "bf16") ||
       (memory_format != "contiguous" && memory_format != "channels_last") ||
       (mode == "eager" && (precision != "fp32" || memory_format != "contiguous"))) {
-    std::fprintf(stderr, "mode eager (fp32 contiguous) or graphed [fp32|bf16] "
-                         "[contiguous|channels_last]\n");
+    std::fprintf(stderr,
+                 "mode eager (fp32 contiguous) or graphed [fp32|bf16] "
+                 "[contiguous|channels_last]\n");
     return 2;
   }
   const bool graphed = mode == "graphed";
@@ -257,8 +258,7 @@ int main(int argc, char** argv) {
                              epoch_times.end());
   std::sort(steady.begin(), steady.end());
   const size_t mid = steady.size() / 2;
-  const double median =
-      steady.size() % 2 == 1 ? steady[mid] : (steady[mid - 1] + steady[mid]) / 2;
+  const double median = steady.size() % 2 == 1 ? steady[mid] : (steady[mid - 1] + steady[mid]) / 2;
 
   FILE* f = std::fopen(out.c_str(), "w");
   if (f == nullptr) {
@@ -282,9 +282,9 @@ int main(int argc, char** argv) {
                          "(fused Adam), no per-step read-back, no events"
                        : "bare LibTorch C++ loop, data resident on the device, randperm + "
                          "index_select per batch, torch::optim::Adam",
-               precision.c_str(), memory_format.c_str(),
-               list(epoch_times).c_str(), median, list(accuracies).c_str(), accuracies.back(),
-               load_s, TORCH_VERSION, device.str().c_str());
+               precision.c_str(), memory_format.c_str(), list(epoch_times).c_str(), median,
+               list(accuracies).c_str(), accuracies.back(), load_s, TORCH_VERSION,
+               device.str().c_str());
   std::fclose(f);
   return 0;
 }

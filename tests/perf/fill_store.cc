@@ -1,5 +1,5 @@
-// Writes finished jobs and their events straight into a JobStore (server/core/job_store.h), so that a
-// dashboard measurement can open an mpsd on a state dir with 1,000 jobs, or with one job of
+// Writes finished jobs and their events straight into a JobStore (server/core/job_store.h), so that
+// a dashboard measurement can open an mpsd on a state dir with 1,000 jobs, or with one job of
 // 100,000 steps, without training them (tests/perf/dashboard_perf.py).
 //
 //   mpsd_fill_store --db STATE_DIR/mpsd.db --jobs 1000 --steps 0

@@ -98,22 +98,23 @@ int main(int argc, char** argv) {
   for (int k = 0; k < trials; ++k) specs.push_back(Trial(root, limit, epochs, k));
   const absl::StatusOr<std::vector<int>> plan = (*executor)->PlanFusion(specs, trials);
   if (!plan.ok() || static_cast<int>(plan->size()) != trials) {
-    std::fprintf(stderr, "PlanFusion: %s\n", plan.ok() ? "fewer trials" :
-                                                         plan.status().ToString().c_str());
+    std::fprintf(stderr, "PlanFusion: %s\n",
+                 plan.ok() ? "fewer trials" : plan.status().ToString().c_str());
     return 1;
   }
   const double examples = static_cast<double>(trials) * static_cast<double>(limit) * epochs;
-  std::printf("%d convnet trials, %lld Fashion-MNIST examples x %d epoch(s), batch 64, adamw, "
-              "CPU threads %d\n",
-              trials, static_cast<long long>(limit), epochs, at::get_num_threads());
+  std::printf(
+      "%d convnet trials, %lld Fashion-MNIST examples x %d epoch(s), batch 64, adamw, "
+      "CPU threads %d\n",
+      trials, static_cast<long long>(limit), epochs, at::get_num_threads());
 
   // Sequential: one Run per trial.
   std::vector<Figures> alone(trials);
   Clock::time_point start = Clock::now();
   for (int k = 0; k < trials; ++k) {
     CancelFlag cancelled;
-    const absl::Status s = (*executor)->Run({absl::StrCat("seq", k), ""}, specs[k],
-                                            Collect(alone[k]), cancelled);
+    const absl::Status s =
+        (*executor)->Run({absl::StrCat("seq", k), ""}, specs[k], Collect(alone[k]), cancelled);
     if (!s.ok()) std::fprintf(stderr, "trial %d: %s\n", k, s.ToString().c_str());
   }
   const double sequential_wall = SecondsSince(start);

@@ -91,8 +91,8 @@ void WriteTaskFiles(const std::string& dir) {
       root.insert(name, split(x, y.contiguous()));
     }
     const std::vector<char> bytes = torch::pickle_save(root);
-    std::ofstream(path, std::ios::binary).write(bytes.data(),
-                                                 static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   };
   g_regression_path = dir + "/graph_check_regression.pt";
   g_multilabel_path = dir + "/graph_check_multilabel.pt";
@@ -114,92 +114,126 @@ void OneCycle(TrainJob& job) {
 const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
       {"adam fp32", [](TrainJob&) {}, 1e-2, 1e-4},
-      {"adamw bf16", [](TrainJob& j) {
+      {"adamw bf16",
+       [](TrainJob& j) {
          j.mutable_optimizer()->set_name("adamw");
          j.set_precision("bf16");
-       }, 5e-2, 1e-3},
+       },
+       5e-2, 1e-3},
       {"adam fp32 channels_last", [](TrainJob& j) { j.set_memory_format("channels_last"); }, 1e-2,
        1e-4},
-      {"adam clip 1.0 + label smoothing 0.1", [](TrainJob& j) {
+      {"adam clip 1.0 + label smoothing 0.1",
+       [](TrainJob& j) {
          j.set_grad_clip_norm(1.0);
          j.set_label_smoothing(0.1);
-       }, 1e-2, 1e-4},
-      {"adam cosine warm-up", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"adam cosine warm-up",
+       [](TrainJob& j) {
          j.mutable_schedule()->set_name("cosine");
          j.mutable_schedule()->set_warmup_steps(10);
-       }, 1e-2, 1e-4},
-      {"sgd momentum, step schedule", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"sgd momentum, step schedule",
+       [](TrainJob& j) {
          Sgd(j, false);
          j.mutable_schedule()->set_name("step");
          j.mutable_schedule()->set_step_size_epochs(1);
-       }, 5e-2, 1e-4},
-      {"sgd nesterov onecycle (cycling momentum)", [](TrainJob& j) {
+       },
+       5e-2, 1e-4},
+      {"sgd nesterov onecycle (cycling momentum)",
+       [](TrainJob& j) {
          Sgd(j, true);
          OneCycle(j);
-       }, 5e-2, 1e-4},
-      {"sgd nesterov onecycle bf16 channels_last clip smoothing", [](TrainJob& j) {
+       },
+       5e-2, 1e-4},
+      {"sgd nesterov onecycle bf16 channels_last clip smoothing",
+       [](TrainJob& j) {
          Sgd(j, true);
          OneCycle(j);
          j.set_precision("bf16");
          j.set_memory_format("channels_last");
          j.set_grad_clip_norm(1.0);
          j.set_label_smoothing(0.1);
-       }, 5e-2, 1e-3},
+       },
+       5e-2, 1e-3},
       // Augmentation inside the graph: the crop offsets and flips come from the default CUDA
       // generator in both paths, so the same draws reach the same step.
-      {"sgd nesterov onecycle augmentation (crop 4, flip)", [](TrainJob& j) {
+      {"sgd nesterov onecycle augmentation (crop 4, flip)",
+       [](TrainJob& j) {
          Sgd(j, true);
          OneCycle(j);
          j.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(4);
          j.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
-       }, 5e-2, 1e-4},
+       },
+       5e-2, 1e-4},
       // TrainJob.task (issue 28): the task's loss computed inside the graph (trainer/task.h).
-      {"adam class_weights (weighted cross-entropy)", [](TrainJob& j) {
+      {"adam class_weights (weighted cross-entropy)",
+       [](TrainJob& j) {
          for (int c = 0; c < 10; ++c) j.mutable_loss()->add_class_weights(0.5 + 0.1 * c);
-       }, 1e-2, 1e-4},
-      {"adam multilabel bce_with_logits pos_weight", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"adam multilabel bce_with_logits pos_weight",
+       [](TrainJob& j) {
          Tensors(j, g_multilabel_path, "multilabel");
          for (double w : {1.0, 2.0, 0.5}) j.mutable_loss()->add_pos_weight(w);
-       }, 1e-2, 1e-4},
+       },
+       1e-2, 1e-4},
       {"adam regression mse", [](TrainJob& j) { Tensors(j, g_regression_path, "regression"); },
        1e-2, 1e-4},
-      {"adam regression huber bf16", [](TrainJob& j) {
+      {"adam regression huber bf16",
+       [](TrainJob& j) {
          Tensors(j, g_regression_path, "regression");
          j.mutable_loss()->set_type("huber");
          j.mutable_loss()->set_delta(0.5);
          j.set_precision("bf16");
-       }, 5e-2, 1e-3},
-      {"adam bf16 channels_last augmentation (crop 2, flip)", [](TrainJob& j) {
+       },
+       5e-2, 1e-3},
+      {"adam bf16 channels_last augmentation (crop 2, flip)",
+       [](TrainJob& j) {
          j.set_precision("bf16");
          j.set_memory_format("channels_last");
          j.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(2);
          j.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
-       }, 5e-2, 1e-3},
+       },
+       5e-2, 1e-3},
       // The torchvision-style augmentations of issue 28, each on the device: captured in the
       // graph or run eagerly, the job's graph line says which; either way the same draws from
       // the same generator reach the same step.
-      {"adam random_resized_crop 28 (antialias off)", [](TrainJob& j) {
+      {"adam random_resized_crop 28 (antialias off)",
+       [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_random_resized_crop()->add_size(28);
-       }, 1e-2, 1e-4},
-      {"adam resize 32 + center_crop 28 (antialiased)", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"adam resize 32 + center_crop 28 (antialiased)",
+       [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->add_resize(32);
          j.mutable_dataset()->mutable_augmentation()->add_center_crop(28);
-       }, 1e-2, 1e-4},
-      {"adam color_jitter brightness/contrast 0.4", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"adam color_jitter brightness/contrast 0.4",
+       [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_color_jitter()->set_brightness(0.4);
          j.mutable_dataset()->mutable_augmentation()->mutable_color_jitter()->set_contrast(0.4);
-       }, 1e-2, 1e-4},
-      {"adam random_rotation 15 + random_erasing", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"adam random_rotation 15 + random_erasing",
+       [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_random_rotation()->add_degrees(15);
          j.mutable_dataset()->mutable_augmentation()->mutable_random_erasing()->set_p(0.5);
-       }, 1e-2, 1e-4},
-      {"adam mixup 0.2", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"adam mixup 0.2",
+       [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_mixup()->set_alpha(0.2);
-       }, 1e-2, 1e-4},
-      {"adam bf16 cutmix 1.0", [](TrainJob& j) {
+       },
+       1e-2, 1e-4},
+      {"adam bf16 cutmix 1.0",
+       [](TrainJob& j) {
          j.set_precision("bf16");
          j.mutable_dataset()->mutable_augmentation()->mutable_cutmix()->set_alpha(1.0);
-       }, 5e-2, 1e-3},
+       },
+       5e-2, 1e-3},
   };
   return cases;
 }
@@ -298,8 +332,8 @@ int main(int argc, char** argv) {
         "\"graphed_epoch_s\": %g, \"eager_epoch_s\": %g, \"graphed_losses\": %s, "
         "\"eager_losses\": %s}",
         c.name, pass ? "true" : "false", std::isfinite(max_diff) ? max_diff : -1,
-        std::isfinite(early_diff) ? early_diff : -1, c.tolerance,
-        graphed.epoch_seconds, eager.epoch_seconds, list(graphed.losses), list(eager.losses)));
+        std::isfinite(early_diff) ? early_diff : -1, c.tolerance, graphed.epoch_seconds,
+        eager.epoch_seconds, list(graphed.losses), list(eager.losses)));
   }
   std::ofstream(json_out) << "{\"cases\": [\n" << absl::StrJoin(json_cases, ",\n") << "\n]}\n";
   std::printf("%d of %zu cases failed\n", failures, Cases().size());

@@ -41,7 +41,7 @@ F Real(const char* name) {
 
 extern "C" grpc_call_error grpc_call_start_batch(grpc_call* call, const grpc_op* ops, size_t nops,
                                                  void* tag, void* reserved) {
-  MPSD_REAL(grpc_call_error (*)(grpc_call*, const grpc_op*, size_t, void*, void*),
+  MPSD_REAL(grpc_call_error(*)(grpc_call*, const grpc_op*, size_t, void*, void*),
             "grpc_call_start_batch");
   __tsan_release(tag);
   return real(call, ops, nops, tag, reserved);
@@ -49,7 +49,7 @@ extern "C" grpc_call_error grpc_call_start_batch(grpc_call* call, const grpc_op*
 
 extern "C" grpc_event grpc_completion_queue_next(grpc_completion_queue* cq, gpr_timespec deadline,
                                                  void* reserved) {
-  MPSD_REAL(grpc_event (*)(grpc_completion_queue*, gpr_timespec, void*),
+  MPSD_REAL(grpc_event(*)(grpc_completion_queue*, gpr_timespec, void*),
             "grpc_completion_queue_next");
   const grpc_event event = real(cq, deadline, reserved);
   if (event.type == GRPC_OP_COMPLETE) __tsan_acquire(event.tag);
@@ -58,7 +58,7 @@ extern "C" grpc_event grpc_completion_queue_next(grpc_completion_queue* cq, gpr_
 
 extern "C" grpc_event grpc_completion_queue_pluck(grpc_completion_queue* cq, void* tag,
                                                   gpr_timespec deadline, void* reserved) {
-  MPSD_REAL(grpc_event (*)(grpc_completion_queue*, void*, gpr_timespec, void*),
+  MPSD_REAL(grpc_event(*)(grpc_completion_queue*, void*, gpr_timespec, void*),
             "grpc_completion_queue_pluck");
   const grpc_event event = real(cq, tag, deadline, reserved);
   if (event.type == GRPC_OP_COMPLETE) __tsan_acquire(event.tag);
@@ -71,7 +71,7 @@ extern "C" grpc_event grpc_completion_queue_pluck(grpc_completion_queue* cq, voi
 //                       grpc_cq_completion* storage, bool internal);
 // declared here by its symbol, the absl::Status as what the ABI passes (the address of the
 // caller's object, which the caller destroys), so that this object needs no absl library.
-#define MPSD_CQ_END_OP \
+#define MPSD_CQ_END_OP                                                 \
   "_Z14grpc_cq_end_opP21grpc_completion_queuePvN4absl7debian36StatusE" \
   "PFvS1_P18grpc_cq_completionES1_S6_b"
 using CqDone = void (*)(void*, grpc_cq_completion*);
@@ -79,9 +79,9 @@ bool CqEndOp(grpc_completion_queue* cq, void* tag, void* error, CqDone done, voi
              grpc_cq_completion* storage, bool internal) __asm__(MPSD_CQ_END_OP);
 bool CqEndOp(grpc_completion_queue* cq, void* tag, void* error, CqDone done, void* done_arg,
              grpc_cq_completion* storage, bool internal) {
-  MPSD_REAL(bool (*)(grpc_completion_queue*, void*, void*, CqDone, void*, grpc_cq_completion*,
-                     bool),
-            MPSD_CQ_END_OP);
+  MPSD_REAL(
+      bool (*)(grpc_completion_queue*, void*, void*, CqDone, void*, grpc_cq_completion*, bool),
+      MPSD_CQ_END_OP);
   __tsan_acquire(tag);
   __tsan_release(tag);
   return real(cq, tag, error, done, done_arg, storage, internal);

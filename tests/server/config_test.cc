@@ -39,11 +39,11 @@ TEST_F(ConfigTest, FileOverridesDefaults) {
 }
 
 TEST_F(ConfigTest, ExecutorKeys) {
-  absl::StatusOr<Config> config = LoadConfig(
-      Write("executor:\n  path: /opt/mpsd/mpsd-executor\n  isolation: per_job\n"
-            "  restart_after_jobs: 10\n  restart_above_baseline_bytes: 1073741824\n"
-            "  cancel_grace_s: 2.5\n  memory_limit_bytes: 8589934592\n"
-            "  memory_fraction: 0.8\n"));
+  absl::StatusOr<Config> config =
+      LoadConfig(Write("executor:\n  path: /opt/mpsd/mpsd-executor\n  isolation: per_job\n"
+                       "  restart_after_jobs: 10\n  restart_above_baseline_bytes: 1073741824\n"
+                       "  cancel_grace_s: 2.5\n  memory_limit_bytes: 8589934592\n"
+                       "  memory_fraction: 0.8\n"));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->executor.path, "/opt/mpsd/mpsd-executor");
   EXPECT_EQ(config->executor.isolation, "per_job");
@@ -80,9 +80,9 @@ TEST_F(ConfigTest, InputLimits) {
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(defaults->executor.input_limits.max_file_bytes, int64_t{16} << 30);
   EXPECT_EQ(defaults->executor.input_limits.max_image_pixels, int64_t{1} << 28);
-  absl::StatusOr<Config> config = LoadConfig(Write(
-      "executor:\n  max_file_bytes: 2097152\n  max_unpacked_bytes: 4194304\n"
-      "  max_image_pixels: 1000\n"));
+  absl::StatusOr<Config> config =
+      LoadConfig(Write("executor:\n  max_file_bytes: 2097152\n  max_unpacked_bytes: 4194304\n"
+                       "  max_image_pixels: 1000\n"));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->executor.input_limits.max_file_bytes, 2097152);
   EXPECT_EQ(config->executor.input_limits.max_unpacked_bytes, 4194304);
@@ -95,20 +95,18 @@ TEST_F(ConfigTest, InputLimits) {
 }
 
 TEST_F(ConfigTest, UserCodeDeadlines) {
-  absl::StatusOr<Config> config = LoadConfig(
-      Write("executor:\n  user_code_timeout_s: 5\n  user_code_stall_timeout_s: 12.5\n"));
+  absl::StatusOr<Config> config =
+      LoadConfig(Write("executor:\n  user_code_timeout_s: 5\n  user_code_stall_timeout_s: 12.5\n"));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_DOUBLE_EQ(config->executor.user_code_timeout_s, 5.0);
   EXPECT_DOUBLE_EQ(config->executor.user_code_stall_timeout_s, 12.5);
   EXPECT_THAT(FormatConfig(*config), HasSubstr("executor.user_code_timeout_s: 5\n"));
-  for (const std::string& text :
-       {std::string("executor:\n  user_code_timeout_s: 0\n"),
-        std::string("executor:\n  user_code_stall_timeout_s: .nan\n"),
-        std::string("executor:\n  user_code_timeout_s: 1e9\n")}) {
+  for (const std::string& text : {std::string("executor:\n  user_code_timeout_s: 0\n"),
+                                  std::string("executor:\n  user_code_stall_timeout_s: .nan\n"),
+                                  std::string("executor:\n  user_code_timeout_s: 1e9\n")}) {
     absl::StatusOr<Config> bad = LoadConfig(Write(text));
     ASSERT_FALSE(bad.ok()) << text;
-    EXPECT_THAT(std::string(bad.status().message()),
-                HasSubstr("user_code_")) << text;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("user_code_")) << text;
     EXPECT_THAT(std::string(bad.status().message()), HasSubstr("must be >= 1 and <= 86400"))
         << text;
   }
@@ -259,9 +257,9 @@ TEST_F(ConfigTest, NumericKeysAreBounded) {
     EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.expected)) << c.text;
   }
   // The bounds themselves are accepted.
-  absl::StatusOr<Config> edges = LoadConfig(
-      Write("cpu_threads: 4096\nmax_queued: 1000000\nshutdown_grace_s: 86400\n"
-            "heartbeat_interval_s: 86400\nexecutor:\n  cancel_grace_s: 0\n"));
+  absl::StatusOr<Config> edges =
+      LoadConfig(Write("cpu_threads: 4096\nmax_queued: 1000000\nshutdown_grace_s: 86400\n"
+                       "heartbeat_interval_s: 86400\nexecutor:\n  cancel_grace_s: 0\n"));
   ASSERT_TRUE(edges.ok()) << edges.status();
   EXPECT_EQ(edges->cpu_threads, 4096);
 }
@@ -274,9 +272,9 @@ TEST_F(ConfigTest, HttpLimits) {
   EXPECT_EQ(defaults->http_limits.request_timeout, absl::Seconds(10));
   EXPECT_EQ(defaults->http_limits.max_connections, 256);
   EXPECT_EQ(defaults->http_limits.max_connections_per_address, 64);
-  absl::StatusOr<Config> set = LoadConfig(Write(
-      "http_limits:\n  request_timeout_s: 2.5\n  max_connections: 100\n"
-      "  max_connections_per_address: 7\n"));
+  absl::StatusOr<Config> set =
+      LoadConfig(Write("http_limits:\n  request_timeout_s: 2.5\n  max_connections: 100\n"
+                       "  max_connections_per_address: 7\n"));
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->http_limits.request_timeout, absl::Milliseconds(2500));
   EXPECT_EQ(set->http_limits.max_connections, 100);

@@ -138,8 +138,7 @@ absl::StatusOr<std::vector<int>> FakeExecutor::PlanFusion(
   absl::MutexLock lock(&mu_);
   const int n = std::min(max_trials, fuse_up_to_);
   std::vector<int> trials;
-  for (int i = 0; i < static_cast<int>(specs.size()) && static_cast<int>(trials.size()) < n;
-       ++i) {
+  for (int i = 0; i < static_cast<int>(specs.size()) && static_cast<int>(trials.size()) < n; ++i) {
     if (specs[i].train_job().model().name() == specs[0].train_job().model().name()) {
       trials.push_back(i);
     }

@@ -67,8 +67,8 @@ class FakeExecutor final : public api::Executor {
                    const api::EventSink& sink, const api::CancelFlag& cancelled) override;
   // The first min(specs, max_trials, FuseUpTo's n) trials whose model name is the first's, or
   // FAILED_PRECONDITION "fake: fusing off".
-  absl::StatusOr<std::vector<int>> PlanFusion(
-      const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const override;
+  absl::StatusOr<std::vector<int>> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
+                                              int max_trials) const override;
   // Each trial plays its own script (taken from the queue in trial order; each counts as a Run
   // in runs()), interleaved step by step; a trial cancelled after a step or while held ends
   // alone (summary, `done`, CANCELLED) and the others go on; Release() ends every hold.

@@ -300,16 +300,16 @@ TEST(AugmentTest, ColorJitterFactorsStayInTheirRangeAndUndoTheNormalisation) {
 // example in [1 - v, 1 + v] (pixels kept in [0.3, 0.7] so that nothing clips).
 TEST(AugmentTest, ColorJitterContrastAndSaturationAreBlendsWithOneFactorPerExample) {
   const torch::Tensor pixels = torch::rand({64, 3, 6, 6}, MakeGenerator(18)) * 0.4 + 0.3;
-  const torch::Tensor gray = (0.2989 * pixels.select(1, 0) + 0.587 * pixels.select(1, 1) +
-                              0.114 * pixels.select(1, 2))
-                                 .unsqueeze(1);
+  const torch::Tensor gray =
+      (0.2989 * pixels.select(1, 0) + 0.587 * pixels.select(1, 1) + 0.114 * pixels.select(1, 2))
+          .unsqueeze(1);
   for (const bool contrast : {true, false}) {
     AugmentationOptions options;
     (contrast ? options.color_jitter.contrast : options.color_jitter.saturation) = 0.5;
     at::Generator generator = MakeGenerator(19);
     const torch::Tensor out = Augment(pixels, options, generator);
-    const torch::Tensor other =
-        contrast ? gray.mean({1, 2, 3}, /*keepdim=*/true).expand_as(pixels) : gray.expand_as(pixels);
+    const torch::Tensor other = contrast ? gray.mean({1, 2, 3}, /*keepdim=*/true).expand_as(pixels)
+                                         : gray.expand_as(pixels);
     // Least squares factor per example of out - other = f (pixels - other).
     const torch::Tensor d = pixels - other, e = out - other;
     const torch::Tensor f = (d * e).sum({1, 2, 3}) / (d * d).sum({1, 2, 3});
@@ -373,8 +373,8 @@ TEST(AugmentTest, MixupTargetsSumToOneAndWeighTheImagesAlike) {
     EXPECT_NEAR(mixed.targets[i][i].item<double>(), lambda, 1e-6);
     EXPECT_NEAR(mixed.targets[i][j].item<double>(), 1 - lambda, 1e-6);
     // Image i is λ (i + 1) + (1 - λ) (j + 1) everywhere.
-    const double expected = lambda * static_cast<double>(i + 1) +
-                            (1 - lambda) * static_cast<double>(j + 1);
+    const double expected =
+        lambda * static_cast<double>(i + 1) + (1 - lambda) * static_cast<double>(j + 1);
     EXPECT_TRUE(torch::allclose(mixed.images[i], torch::full({3, 8, 8}, expected), 0, 1e-4));
   }
 }

@@ -136,9 +136,9 @@ TEST_F(AugmentTorchvisionTest, ColourAdjustmentsAreFunctionalTensors) {
 }
 
 TEST_F(AugmentTorchvisionTest, EraseWritesTheValueIntoEachBox) {
-  const torch::Tensor out = k::Erase(Ref("x"), Longs({0, 3, 16, 2}), Longs({0, 4, 22, 3}),
-                                     Longs({5, 14, 1, 0}), Longs({7, 1, 1, 6}),
-                                     torch::tensor({0.5f, -1.0f, 2.0f}));
+  const torch::Tensor out =
+      k::Erase(Ref("x"), Longs({0, 3, 16, 2}), Longs({0, 4, 22, 3}), Longs({5, 14, 1, 0}),
+               Longs({7, 1, 1, 6}), torch::tensor({0.5f, -1.0f, 2.0f}));
   EXPECT_TRUE(torch::equal(out, Ref("erase")));
 }
 

@@ -102,7 +102,7 @@ TEST(BenchTest, CpuBenchOfTwoModelsAndTwoBatchSizesMeasuresEveryRow) {
   const std::vector<BenchRow> rows = result.rows();
   ASSERT_EQ(rows.size(), 8u);  // 2 models × 2 batch sizes × 2 modes × 1 device
   // Run order: model, batch size, mode.
-  const std::vector<std::string> models = {"mlp", "mlp", "mlp", "mlp",
+  const std::vector<std::string> models = {"mlp",     "mlp",     "mlp",     "mlp",
                                            "convnet", "convnet", "convnet", "convnet"};
   for (size_t i = 0; i < rows.size(); ++i) {
     const BenchRow& row = rows[i];

@@ -238,16 +238,14 @@ TEST(CheckpointValidateTest, RejectsBadFilesNamingTheFieldAndTheFile) {
     WriteBytes(path, c.bytes);
     const absl::Status status = ValidateResume(*executor, path);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.name;
-    EXPECT_THAT(MessageOf(status), StartsWith("train_job.resume_from: " + path + ": "))
-        << c.name;
+    EXPECT_THAT(MessageOf(status), StartsWith("train_job.resume_from: " + path + ": ")) << c.name;
     EXPECT_THAT(MessageOf(status), HasSubstr(c.expected)) << c.name;
   }
 
   const absl::Status missing = ValidateResume(*executor, dir / "nope.pt");
   EXPECT_THAT(MessageOf(missing), HasSubstr("nope.pt: no such checkpoint file"));
   const absl::Status no_job = ValidateResume(*executor, "4242");
-  EXPECT_THAT(MessageOf(no_job),
-              HasSubstr("4242/checkpoint-latest.pt: no such checkpoint file"));
+  EXPECT_THAT(MessageOf(no_job), HasSubstr("4242/checkpoint-latest.pt: no such checkpoint file"));
 }
 
 TEST(CheckpointValidateTest, RejectsAPythonTorchSaveArchive) {
@@ -314,9 +312,9 @@ TEST(CheckpointValidateTest, ReadsTheMetadataWithASizeCap) {
   }
   const absl::Status padded_status = ValidateResume(*executor, padded);
   EXPECT_EQ(padded_status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(MessageOf(padded_status),
-              StartsWith("train_job.resume_from: " + padded + ": its record padded/"
-                         "mpsd_checkpoint.txt is "));
+  EXPECT_THAT(MessageOf(padded_status), StartsWith("train_job.resume_from: " + padded +
+                                                   ": its record padded/"
+                                                   "mpsd_checkpoint.txt is "));
   EXPECT_THAT(MessageOf(padded_status), HasSubstr("more than the 65536 bytes"));
 
   const std::string wide = dir / "wide.pt";
@@ -406,9 +404,8 @@ TEST(CheckpointFileTest, ExtraStateAndRngStatesRoundTrip) {
   info.model = "mlp";
   info.epoch = 2;
   info.step = 40;
-  const ExtraState extra = {
-      {"grad_scaler_scale", torch::full({}, 1024.0, torch::kFloat64)},
-      {"grad_scaler_growth_tracker", torch::full({}, 17, torch::kInt64)}};
+  const ExtraState extra = {{"grad_scaler_scale", torch::full({}, 1024.0, torch::kFloat64)},
+                            {"grad_scaler_growth_tracker", torch::full({}, 17, torch::kInt64)}};
   absl::StatusOr<mpsd::v1::CheckpointSaved> saved =
       SaveCheckpoint(dir / "run", info, *model, optimizer, shuffle, extra, torch::kCPU);
   ASSERT_TRUE(saved.ok()) << saved.status();
@@ -420,10 +417,10 @@ TEST(CheckpointFileTest, ExtraStateAndRngStatesRoundTrip) {
   std::shared_ptr<ClassifierImpl> other = FindModel("mlp")->make(config);
   torch::optim::SGD other_optimizer(other->parameters(),
                                     torch::optim::SGDOptions(0.1).momentum(0.9));
-  ExtraState restored_extra = {{"grad_scaler_scale", {}}, {"grad_scaler_growth_tracker", {}},
-                               {"absent", {}}};
-  absl::StatusOr<RestoredCheckpoint> restored = LoadCheckpoint(
-      saved->path(), *other, other_optimizer, restored_extra, torch::kCPU);
+  ExtraState restored_extra = {
+      {"grad_scaler_scale", {}}, {"grad_scaler_growth_tracker", {}}, {"absent", {}}};
+  absl::StatusOr<RestoredCheckpoint> restored =
+      LoadCheckpoint(saved->path(), *other, other_optimizer, restored_extra, torch::kCPU);
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->info.epoch, 2);
   EXPECT_EQ(restored->info.step, 40);
@@ -541,14 +538,12 @@ TEST(TorchScriptModelTest, RejectsBadModulesAtSubmitNamingTheField) {
   for (const Case& c : cases) {
     const absl::Status status = executor->Validate(ScriptJob(c.path));
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.path;
-    EXPECT_THAT(MessageOf(status),
-                StartsWith("train_job.model.torchscript: " + c.path + ": "));
+    EXPECT_THAT(MessageOf(status), StartsWith("train_job.model.torchscript: " + c.path + ": "));
     EXPECT_THAT(MessageOf(status), HasSubstr(c.expected));
   }
   mpsd::v1::SubmitJobRequest both = ScriptJob(SaveLinearScript(dir / "ok.pt"));
   both.mutable_train_job()->mutable_model()->set_name("convnet");
-  EXPECT_THAT(MessageOf(executor->Validate(both)),
-              StartsWith("train_job.model.torchscript: "));
+  EXPECT_THAT(MessageOf(executor->Validate(both)), StartsWith("train_job.model.torchscript: "));
 }
 
 }  // namespace

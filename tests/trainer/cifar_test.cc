@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 using ::mpsd::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::MakeRecords;
+using ::testing::Not;
 using testing::WriteBytes;
 using testing::WriteCifarRoot;
 

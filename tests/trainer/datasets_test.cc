@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 using ::mpsd::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::MakeRecord;
+using ::testing::StartsWith;
 using testing::WriteCifarRoot;
 
 mpsd::v1::DatasetSpec Cifar(const std::string& root) {
@@ -53,9 +53,8 @@ std::string ErrorOf(const mpsd::v1::DatasetSpec& spec) {
 // ---- ResolveDataset ---------------------------------------------------------------------------
 
 TEST(ResolveDatasetTest, KnowsEveryDatasetAndItsShape) {
-  EXPECT_THAT(DatasetNames(),
-              ::testing::ElementsAre("fashion-mnist", "mnist", "cifar10", "synthetic",
-                                     "image_folder", "tensors"));
+  EXPECT_THAT(DatasetNames(), ::testing::ElementsAre("fashion-mnist", "mnist", "cifar10",
+                                                     "synthetic", "image_folder", "tensors"));
   TempDir dir("datasets_test_shape");
   WriteCifarRoot(dir.path(), 1, 1);
   absl::StatusOr<DatasetConfig> cifar = ResolveDataset(Cifar(dir.str()));
@@ -101,7 +100,10 @@ TEST(ResolveDatasetTest, RejectsEachBadSyntheticField) {
       {{}, -1, 0, 0, "train_job.dataset.synthetic.num_classes: "},
       {{}, 0, -5, 0, "train_job.dataset.synthetic.train_examples: must be > 0, got -5"},
       {{}, 0, 0, -1, "train_job.dataset.synthetic.test_examples: must be > 0, got -1"},
-      {{3, 1024, 1024}, 0, 2000, 0,
+      {{3, 1024, 1024},
+       0,
+       2000,
+       0,
        "train_job.dataset.synthetic.train_examples: 2000 examples of shape [3, 1024, 1024] are "
        "more than 2^32 values"},
   };

@@ -46,7 +46,7 @@ TEST(EarlyStoppingTest, MinDeltaAndModeMaxAsKeras) {
   config.min_delta = 0.01;
   EarlyStopping stopping(config);
   EXPECT_TRUE(stopping.Observe(1, 0.50).improved);
-  EXPECT_TRUE(stopping.Observe(2, 0.52).improved);  // 0.52 > 0.50 + 0.01
+  EXPECT_TRUE(stopping.Observe(2, 0.52).improved);                   // 0.52 > 0.50 + 0.01
   const EarlyStopping::Decision small = stopping.Observe(3, 0.525);  // not by more than 0.01
   EXPECT_FALSE(small.improved);
   EXPECT_TRUE(small.stop);

@@ -28,8 +28,8 @@ namespace fs = std::filesystem;
 
 std::vector<fs::path> ExampleFiles() {
   std::vector<fs::path> files;
-  for (const fs::directory_entry& entry : fs::directory_iterator(fs::path(MPSD_SOURCE_DIR) /
-                                                                 "examples")) {
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(fs::path(MPSD_SOURCE_DIR) / "examples")) {
     if (entry.path().extension() == ".yaml") files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
@@ -71,9 +71,9 @@ void RunExample(Executor& executor, const fs::path& file,
   EXPECT_TRUE(status.ok()) << file.filename().string() << ": " << status;
   std::cout << "[ RAN      ] " << file.filename().string() << ": " << summary.steps()
             << " steps in " << summary.total_time_s() << " s, final train loss "
-            << summary.final_train_loss() << ", test accuracy " << summary.test_accuracy()
-            << " (" << summary.optimizer() << ", " << summary.schedule() << ", "
-            << summary.precision() << ", " << summary.device() << ")\n";
+            << summary.final_train_loss() << ", test accuracy " << summary.test_accuracy() << " ("
+            << summary.optimizer() << ", " << summary.schedule() << ", " << summary.precision()
+            << ", " << summary.device() << ")\n";
 }
 
 TEST(ExamplesTest, EveryJobFileParsesAndValidates) {
@@ -84,8 +84,7 @@ TEST(ExamplesTest, EveryJobFileParsesAndValidates) {
   ASSERT_TRUE(executor.ok()) << executor.status();
   int validated = 0;
   for (const fs::path& file : files) {
-    const absl::StatusOr<mpsd::v1::SubmitJobRequest> request =
-        client::ReadJobFile(file.string());
+    const absl::StatusOr<mpsd::v1::SubmitJobRequest> request = client::ReadJobFile(file.string());
     ASSERT_TRUE(request.ok()) << request.status();
     const absl::Status status = (*executor)->Validate(*request);
     if (!status.ok() && NeedsWhatThisMachineLacks(status)) {

@@ -3,8 +3,8 @@
 #include "trainer/executor.h"
 
 #include <gmock/gmock.h>
-#include <sched.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -229,8 +229,7 @@ TEST(ExecutorValidateTest, RejectsEachBadFieldNamingItsPath) {
        "train_job.schedule.anneal_strategy: must be \"cos\" or \"linear\", got \"exp\""},
       {"div_factor", [](auto& j) { Schedule(j, "onecycle").set_div_factor(-25); },
        "train_job.schedule.div_factor: must be > 0, got -25"},
-      {"base_momentum above max",
-       [](auto& j) { Schedule(j, "onecycle").set_base_momentum(0.99); },
+      {"base_momentum above max", [](auto& j) { Schedule(j, "onecycle").set_base_momentum(0.99); },
        "train_job.schedule.base_momentum: must be <= max_momentum 0.95, got 0.99"},
       {"max_lr for constant", [](auto& j) { j.mutable_schedule()->set_max_lr(0.1); },
        "train_job.schedule: max_lr, pct_start, div_factor, final_div_factor, anneal_strategy and "

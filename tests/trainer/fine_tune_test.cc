@@ -106,9 +106,9 @@ TEST(FineTuneTest, ParamGroupsGetTheirOwnSettingsScaledByTheSchedule) {
   ASSERT_EQ(built->param_groups().size(), 2u);
   EXPECT_NEAR(built->param_groups()[0].options().get_lr(), 0.05, 1e-12);
   EXPECT_EQ(built->param_groups()[1].options().get_lr(), 0.5);
-  EXPECT_EQ(static_cast<torch::optim::SGDOptions&>(built->param_groups()[0].options())
-                .weight_decay(),
-            0.5);
+  EXPECT_EQ(
+      static_cast<torch::optim::SGDOptions&>(built->param_groups()[0].options()).weight_decay(),
+      0.5);
 }
 
 TEST(FineTuneTest, FieldErrorsNameTheField) {
@@ -120,8 +120,9 @@ TEST(FineTuneTest, FieldErrorsNameTheField) {
   };
   mpsd::v1::TrainJob spec;
   spec.add_freeze("");
-  EXPECT_EQ(error(spec), "train_job.freeze[0]: empty: a prefix of parameter names "
-                         "(\"layer4.\", \"fc.\")");
+  EXPECT_EQ(error(spec),
+            "train_job.freeze[0]: empty: a prefix of parameter names "
+            "(\"layer4.\", \"fc.\")");
   spec.Clear();
   spec.add_param_groups()->set_prefix("fc.");
   spec.mutable_param_groups(0)->set_learning_rate(-1);

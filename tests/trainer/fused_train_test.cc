@@ -122,8 +122,7 @@ std::vector<Result> RunFused(Executor& executor, const std::string& prefix,
     api::TrialRun trial;
     trial.job.job_id = absl::StrCat(prefix, k);
     trial.spec = specs[k];
-    trial.sink = [result, flag, cancels, cancel_after,
-                  events_of_all](mpsd::v1::JobEvent event) {
+    trial.sink = [result, flag, cancels, cancel_after, events_of_all](mpsd::v1::JobEvent event) {
       if (cancels && event.has_step() && event.step().step() >= cancel_after) flag->Cancel();
       result->events.push_back(std::move(event));
       ++*events_of_all;
@@ -247,9 +246,7 @@ TEST(FusedTrainTest, MlpSgdMatchesEachTrialAlone) { CompareFusedWithAlone("mlp",
 TEST(FusedTrainTest, MlpAdamMatchesEachTrialAlone) { CompareFusedWithAlone("mlp", "adam"); }
 TEST(FusedTrainTest, MlpAdamWMatchesEachTrialAlone) { CompareFusedWithAlone("mlp", "adamw"); }
 TEST(FusedTrainTest, ConvNetSgdMatchesEachTrialAlone) { CompareFusedWithAlone("convnet", "sgd"); }
-TEST(FusedTrainTest, ConvNetAdamMatchesEachTrialAlone) {
-  CompareFusedWithAlone("convnet", "adam");
-}
+TEST(FusedTrainTest, ConvNetAdamMatchesEachTrialAlone) { CompareFusedWithAlone("convnet", "adam"); }
 TEST(FusedTrainTest, ConvNetAdamWMatchesEachTrialAlone) {
   CompareFusedWithAlone("convnet", "adamw");
 }

@@ -170,8 +170,8 @@ TEST(DeviceUpdateTest, PlainSgdAndTheWarmUpsZeroLearningRate) {
   const std::vector<torch::Tensor> params = MakeParams();
   const std::vector<torch::Tensor> start = Copy(params);
   torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.25));
-  DeviceUpdate update(optimizer, OptimizerKind::kSgd, TabulateSchedule(std::nullopt, 0.25, 0, 1),
-                      0, torch::kCPU);
+  DeviceUpdate update(optimizer, OptimizerKind::kSgd, TabulateSchedule(std::nullopt, 0.25, 0, 1), 0,
+                      torch::kCPU);
   EXPECT_EQ(update.State().size(), 1u);  // the step counter alone
   SetGradients(params, 0);
   update.ZeroNextLearningRate();

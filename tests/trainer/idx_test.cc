@@ -328,8 +328,9 @@ TEST_F(IdxTest, GzNotNamedGz) {
 TEST_F(IdxTest, RawNamedGz) {
   WriteRaw(Path("raw.gz"), MakeIdx({1, 1, 1}, {7}));
   ExpectError(ReadIdxFile(Path("raw.gz")).status(), absl::StatusCode::kDataLoss,
-              {Path("raw.gz"), "is named .gz but is not gzip-compressed (expected it to start with "
-                               "1f 8b)"});
+              {Path("raw.gz"),
+               "is named .gz but is not gzip-compressed (expected it to start with "
+               "1f 8b)"});
   WriteRaw(Path("empty.gz"), {});
   ExpectError(ReadIdxFile(Path("empty.gz")).status(), absl::StatusCode::kDataLoss,
               {Path("empty.gz"), "is named .gz but is empty"});
@@ -341,8 +342,7 @@ TEST_F(IdxTest, ByteSwappedMagic) {
   std::swap(file[1], file[2]);
   WriteRaw(Path("swapped"), file);
   ExpectError(ReadIdxFile(Path("swapped")).status(), absl::StatusCode::kDataLoss,
-              {Path("swapped"), "magic looks byte-swapped (little-endian",
-               "expected 00 00 08 NN"});
+              {Path("swapped"), "magic looks byte-swapped (little-endian", "expected 00 00 08 NN"});
 }
 
 TEST_F(IdxTest, BadMagic) {
@@ -382,8 +382,9 @@ TEST_F(IdxTest, AbsurdSize) {
   WriteGz(Path("huge.gz"), MakeIdx({0xFFFFFFFF, 0xFFFFFFFF, 28}, {}));
   for (const char* name : {"huge", "huge.gz"}) {
     ExpectError(ReadIdxFile(Path(name)).status(), absl::StatusCode::kDataLoss,
-                {Path(name), "dimensions [4294967295, 4294967295, 28] describe more than "
-                             "17179869184 bytes (executor.max_unpacked_bytes)"});
+                {Path(name),
+                 "dimensions [4294967295, 4294967295, 28] describe more than "
+                 "17179869184 bytes (executor.max_unpacked_bytes)"});
   }
 }
 
@@ -397,8 +398,9 @@ TEST_F(IdxTest, TheBoundIsTheConfiguredMaxUnpackedBytes) {
   const absl::Status status = ReadIdxFile(Path("big.gz")).status();
   SetInputLimits(api::InputLimits());
   ExpectError(status, absl::StatusCode::kDataLoss,
-              {Path("big.gz"), "dimensions [2000, 28, 28] describe more than 1048576 bytes "
-                               "(executor.max_unpacked_bytes)"});
+              {Path("big.gz"),
+               "dimensions [2000, 28, 28] describe more than 1048576 bytes "
+               "(executor.max_unpacked_bytes)"});
 }
 
 // A gz header may claim far more than the stream holds; that is a short body, not an allocation

@@ -59,9 +59,9 @@ std::string JpegBytes(int width, int height, const std::vector<uint8_t>& rgb) {
   tjhandle handle = tjInitCompress();
   unsigned char* out = nullptr;
   unsigned long size = 0;  // NOLINT(runtime/int)
-  EXPECT_EQ(tjCompress2(handle, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_444,
-                        95, 0),
-            0);
+  EXPECT_EQ(
+      tjCompress2(handle, rgb.data(), width, 0, height, TJPF_RGB, &out, &size, TJSAMP_444, 95, 0),
+      0);
   std::string bytes(reinterpret_cast<char*>(out), size);
   tjFree(out);
   tjDestroy(handle);
@@ -157,7 +157,8 @@ TEST_F(ImageFolderTest, BadFilesAreErrorsNamingTheFile) {
   std::string huge = ReadFile(png);
   for (int i = 0; i < 2; ++i) {  // IHDR's width and height, big-endian, at bytes 16 and 20
     const uint32_t v = 100000;
-    for (int b = 0; b < 4; ++b) huge[16 + i * 4 + b] = static_cast<char>((v >> (24 - 8 * b)) & 0xFF);
+    for (int b = 0; b < 4; ++b)
+      huge[16 + i * 4 + b] = static_cast<char>((v >> (24 - 8 * b)) & 0xFF);
   }
   image = DecodeImage(huge);
   ASSERT_FALSE(image.ok());
@@ -205,9 +206,11 @@ TEST_F(ImageFolderTest, UnreadableFoldersAndImagesSayPermissionDenied) {
                         absl::StatusCodeToString(read.code()), " ", read.message());
   });
   chmod(locked.c_str(), 0700);
-  EXPECT_THAT(errors, HasSubstr("FAILED_PRECONDITION " + locked + "/colours: permission denied: "
+  EXPECT_THAT(errors, HasSubstr("FAILED_PRECONDITION " + locked +
+                                "/colours: permission denied: "
                                 "mpsd's user cannot search a folder on its path"));
-  EXPECT_THAT(errors, HasSubstr("FAILED_PRECONDITION " + image + ": cannot read: Permission "
+  EXPECT_THAT(errors, HasSubstr("FAILED_PRECONDITION " + image +
+                                ": cannot read: Permission "
                                 "denied"));
 }
 
@@ -217,11 +220,11 @@ TEST_F(ImageFolderTest, ResizeMatchesPillowBilinear) {
   const std::string png = (dir_ / "src.png").string();
   WritePng(png, 37, 23, RandomRgb(37, 23, 4));
   const std::string expected = (dir_ / "expected.raw").string();
-  const std::string script = absl::StrCat(
-      python, " -c \"from PIL import Image; im = Image.open('", png,
-      "').convert('RGB'); out = open('", expected, "', 'wb'); ",
-      "out.write(im.resize((16, 12), Image.BILINEAR).tobytes()); ",
-      "out.write(im.resize((50, 40), Image.BILINEAR).convert('L').tobytes())\"");
+  const std::string script =
+      absl::StrCat(python, " -c \"from PIL import Image; im = Image.open('", png,
+                   "').convert('RGB'); out = open('", expected, "', 'wb'); ",
+                   "out.write(im.resize((16, 12), Image.BILINEAR).tobytes()); ",
+                   "out.write(im.resize((50, 40), Image.BILINEAR).convert('L').tobytes())\"");
   ASSERT_EQ(std::system(script.c_str()), 0) << script;
   const std::string pil = ReadFile(expected);
   ASSERT_EQ(pil.size(), 16u * 12 * 3 + 50u * 40);
@@ -400,9 +403,9 @@ TEST_F(ImageFolderTest, BadImagesFailOrAreSkipped) {
   EXPECT_THAT(std::vector<int64_t>((*skipped)->labels(), (*skipped)->labels() + 5),
               ::testing::ElementsAre(0, 0, 1, 1, 1));
   EXPECT_NEAR((*skipped)->pixels()[2 * 3 * 6 * 8], 220, 3);  // row 2 is the first dog now
-  EXPECT_EQ((*LoadDecodedSplit(*listing, listing->train, skip, (dir_ / "cache").string()))
-                ->skipped(),
-            1);  // stored with the cache
+  EXPECT_EQ(
+      (*LoadDecodedSplit(*listing, listing->train, skip, (dir_ / "cache").string()))->skipped(),
+      1);  // stored with the cache
 
   // Every file bad: nothing to train on.
   for (const ImageFile& f : listing->test.files) WriteFile(f.path, "garbage");

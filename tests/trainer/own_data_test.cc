@@ -51,8 +51,8 @@ class OwnDataTest : public ::testing::Test {
     dir_ = new fs::path(fs::temp_directory_path() / absl::StrCat("own_data_test_", getpid()));
     fs::remove_all(*dir_);
     fs::create_directories(*dir_);
-    ASSERT_TRUE(RunPython(absl::StrCat(MPSD_SOURCE_DIR, "/examples/make_own_data.py ",
-                                       Root(), " --tensors ", TensorsPath())));
+    ASSERT_TRUE(RunPython(absl::StrCat(MPSD_SOURCE_DIR, "/examples/make_own_data.py ", Root(),
+                                       " --tensors ", TensorsPath())));
   }
   static void TearDownTestSuite() {
     if (dir_ != nullptr) fs::remove_all(*dir_);
@@ -204,7 +204,8 @@ TEST_F(OwnDataTest, ValidationNamesEachBadField) {
               StartsWith("train_job.dataset.placement: only image_folder and tensors take it"));
   cifar.clear_placement();
   cifar.mutable_image_folder()->set_channels(1);
-  EXPECT_THAT(ValidateError(cifar), StartsWith("train_job.dataset.image_folder: only image_folder"));
+  EXPECT_THAT(ValidateError(cifar),
+              StartsWith("train_job.dataset.image_folder: only image_folder"));
   // A model that cannot take the images: vgg needs at least 32×32.
   mpsd::v1::SubmitJobRequest vgg = Job(ImageFolder(Root()));
   vgg.mutable_train_job()->mutable_model()->set_name("vgg11");
@@ -370,8 +371,9 @@ TEST_F(OwnDataTest, AValidationFractionHoldsOutTheSameExamplesResidentOrStreamed
       EXPECT_EQ(r.summary.val_examples(), 12) << spec.name();
       EXPECT_TRUE(r.summary.has_val_loss()) << spec.name();
       EXPECT_EQ(r.summary.validation(), "fraction 0.25 of train (seed 5)");
-      EXPECT_TRUE(r.Logged("validation: 12 of 48 training examples held out (fraction 0.25, "
-                           "stratified, seed 5); per class: blue 4, green 4, red 4"));
+      EXPECT_TRUE(
+          r.Logged("validation: 12 of 48 training examples held out (fraction 0.25, "
+                   "stratified, seed 5); per class: blue 4, green 4, red 4"));
     }
   }
   for (const RunResult& r : runs) {
@@ -550,12 +552,14 @@ TEST_F(OwnDataTest, TargetsCsvGivesAFolderFloatTargets) {
   const std::string train_csv = (root / "train" / "targets.csv").string();
   write_targets("train", true, "blue/nothing.png,1,2,3\n");
   EXPECT_EQ(std::string(executor->Validate(job).message()),
-            absl::StrCat("train_job.dataset.root: ", train_csv, ": line 2: blue/nothing.png is "
-                         "not an image of ", root.string(), "/train"));
-  write_targets("train", true, "x,1,abc,3\n");
-  EXPECT_EQ(std::string(executor->Validate(job).message()),
             absl::StrCat("train_job.dataset.root: ", train_csv,
-                         ": line 2: \"abc\" is not a number"));
+                         ": line 2: blue/nothing.png is "
+                         "not an image of ",
+                         root.string(), "/train"));
+  write_targets("train", true, "x,1,abc,3\n");
+  EXPECT_EQ(
+      std::string(executor->Validate(job).message()),
+      absl::StrCat("train_job.dataset.root: ", train_csv, ": line 2: \"abc\" is not a number"));
   write_targets("train", true, "x,1,nan,3\n");
   EXPECT_THAT(std::string(executor->Validate(job).message()),
               HasSubstr(": line 2: nan; targets must be finite"));

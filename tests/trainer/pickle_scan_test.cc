@@ -157,8 +157,7 @@ TEST(PickleScanTest, ScriptObjectsAndMemoisedTensorsAreFollowed) {
 
 // constants.pkl: a tuple of tensors, none under a dict key.
 TEST(PickleScanTest, ATensorOutsideADictIsToldAtTheEnd) {
-  const std::string constants =
-      Pickle().Tensor("0", 16, 0, {16}, {1}).Put(0).Op('\x85').Done();
+  const std::string constants = Pickle().Tensor("0", 16, 0, {16}, {1}).Put(0).Op('\x85').Done();
   EXPECT_TRUE(CheckPickledTensors(constants, {{"0", 64}}, "constants/").ok());
   EXPECT_THAT(CheckPickledTensors(constants, {{"0", 4}}, "constants/").message(),
               HasSubstr("a tensor: its storage constants/0 holds 4 bytes, but the pickle says 16 "
@@ -166,17 +165,20 @@ TEST(PickleScanTest, ATensorOutsideADictIsToldAtTheEnd) {
 }
 
 TEST(PickleScanTest, AStorageUsedByAnotherRebuildFunctionIsRefused) {
-  const std::string quantized =
-      Pickle()
-          .Global("torch._utils", "_rebuild_qtensor")
-          .Op('(')
-          .Op('(')
-          .Str("storage").Global("torch", "QInt8Storage").Str("0").Str("cpu").Int(24)
-          .Op('t')
-          .Op('Q')
-          .Op('t')
-          .Op('R')
-          .Done();
+  const std::string quantized = Pickle()
+                                    .Global("torch._utils", "_rebuild_qtensor")
+                                    .Op('(')
+                                    .Op('(')
+                                    .Str("storage")
+                                    .Global("torch", "QInt8Storage")
+                                    .Str("0")
+                                    .Str("cpu")
+                                    .Int(24)
+                                    .Op('t')
+                                    .Op('Q')
+                                    .Op('t')
+                                    .Op('R')
+                                    .Done();
   EXPECT_THAT(CheckPickledTensors(quantized, kRecords, "data/").message(),
               HasSubstr("refused: the storage data/0 is used by torch._utils._rebuild_qtensor"));
 }
@@ -184,13 +186,12 @@ TEST(PickleScanTest, AStorageUsedByAnotherRebuildFunctionIsRefused) {
 TEST(PickleScanTest, MalformedPicklesAreRefusedNotFollowed) {
   EXPECT_THAT(CheckPickledTensors(std::string("\x80\x02\xff.", 4), {}, "data/").message(),
               HasSubstr("pickle opcode 0xff at byte 2 is not one torch writes"));
-  EXPECT_THAT(CheckPickledTensors(std::string("\x80\x02X\xff\xff\xff\x7f", 7), {}, "data/")
-                  .message(),
-              HasSubstr("truncated"));
+  EXPECT_THAT(
+      CheckPickledTensors(std::string("\x80\x02X\xff\xff\xff\x7f", 7), {}, "data/").message(),
+      HasSubstr("truncated"));
   EXPECT_THAT(CheckPickledTensors("\x80\x02}", {}, "data/").message(), HasSubstr("without STOP"));
   EXPECT_THAT(CheckPickledTensors("\x80\x02u.", {}, "data/").message(), HasSubstr("malformed"));
-  EXPECT_THAT(CheckPickledTensors("\x80\x02h\x07.", {}, "data/").message(),
-              HasSubstr("malformed"));
+  EXPECT_THAT(CheckPickledTensors("\x80\x02h\x07.", {}, "data/").message(), HasSubstr("malformed"));
   // A storage id of another form.
   EXPECT_THAT(CheckPickledTensors(Pickle().Str("x").Op('Q').Done(), {}, "data/").message(),
               HasSubstr("a persistent id that is not a storage's"));
@@ -210,9 +211,9 @@ TEST(PickleScanTest, DeepNestingIsRefusedWithoutRecursing) {
   };
   for (const std::string& deep :
        {std::string("\x80\x02)") + std::string(1'000'000, '\x85') + ".",  // TUPLE1
-        nested("", "](", "]", "e"),                                           // APPENDS
-        nested("", "]", "]", "a"),                                            // APPEND
-        nested("", "}K\x01", "}", "s")}) {                                   // SETITEM
+        nested("", "](", "]", "e"),                                       // APPENDS
+        nested("", "]", "]", "a"),                                        // APPEND
+        nested("", "}K\x01", "}", "s")}) {                                // SETITEM
     EXPECT_THAT(CheckPickledTensors(deep, {}, "data/").message(),
                 HasSubstr("values nested more than 1000 deep"));
   }
@@ -238,12 +239,12 @@ TEST(ArchiveClaimsTest, BoundWhatUnpackingMayAllocate) {
   EXPECT_THAT(CheckArchiveClaims(honest, {"data/"}, 500).message(),
               HasSubstr("its entries unpack to more than 500 bytes (at m/code/m.py, which claims "
                         "400 bytes)"));
-  EXPECT_THAT(CheckArchiveClaims({Entry("m/data/0", 8, 10, 1 << 30)}, {"data/"}, 1ull << 40)
-                  .message(),
-              HasSubstr("its tensor data m/data/0 is compressed (10 bytes claiming 1073741824)"));
-  EXPECT_THAT(CheckArchiveClaims({Entry("m/data/0", 0, 10, 1 << 30)}, {"data/"}, 1ull << 40)
-                  .message(),
-              HasSubstr("is stored uncompressed in 10 bytes but claims 1073741824"));
+  EXPECT_THAT(
+      CheckArchiveClaims({Entry("m/data/0", 8, 10, 1 << 30)}, {"data/"}, 1ull << 40).message(),
+      HasSubstr("its tensor data m/data/0 is compressed (10 bytes claiming 1073741824)"));
+  EXPECT_THAT(
+      CheckArchiveClaims({Entry("m/data/0", 0, 10, 1 << 30)}, {"data/"}, 1ull << 40).message(),
+      HasSubstr("is stored uncompressed in 10 bytes but claims 1073741824"));
   // Claims that would overflow a 64-bit sum.
   EXPECT_FALSE(CheckArchiveClaims({Entry("m/a", 8, 1, UINT64_MAX), Entry("m/b", 8, 1, UINT64_MAX)},
                                   {}, 1 << 20)

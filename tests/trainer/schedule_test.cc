@@ -52,10 +52,10 @@ TEST(ScheduleTest, StepDecaysEveryStepSizeEpochs) {
   config.gamma = 0.5;
   const Schedule schedule = Make(config);
   EXPECT_NEAR(schedule.LearningRate(0), 0.1, kTolerance);
-  EXPECT_NEAR(schedule.LearningRate(19), 0.1, kTolerance);    // epoch 1
-  EXPECT_NEAR(schedule.LearningRate(20), 0.05, kTolerance);   // epoch 2
-  EXPECT_NEAR(schedule.LearningRate(39), 0.05, kTolerance);   // epoch 3
-  EXPECT_NEAR(schedule.LearningRate(40), 0.025, kTolerance);  // epoch 4
+  EXPECT_NEAR(schedule.LearningRate(19), 0.1, kTolerance);     // epoch 1
+  EXPECT_NEAR(schedule.LearningRate(20), 0.05, kTolerance);    // epoch 2
+  EXPECT_NEAR(schedule.LearningRate(39), 0.05, kTolerance);    // epoch 3
+  EXPECT_NEAR(schedule.LearningRate(40), 0.025, kTolerance);   // epoch 4
   EXPECT_NEAR(schedule.LearningRate(65), 0.0125, kTolerance);  // epoch 6: 0.1 × 0.5³
 }
 

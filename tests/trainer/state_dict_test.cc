@@ -135,8 +135,8 @@ TEST_F(StateDictTest, AHeadOfAnotherSizeKeepsItsInitialisation) {
   EXPECT_THAT(load->reinitialised, ElementsAre("fc.weight (file [10, 512], model [5, 512])",
                                                "fc.bias (file [10], model [5])"));
   EXPECT_TRUE(torch::equal(model->named_parameters()["fc.weight"], fc_before));
-  EXPECT_TRUE(torch::equal(model->named_parameters()["conv1.weight"],
-                           AsMap(*file)["conv1.weight"]));
+  EXPECT_TRUE(
+      torch::equal(model->named_parameters()["conv1.weight"], AsMap(*file)["conv1.weight"]));
 }
 
 TEST_F(StateDictTest, AnotherShapeOutsideTheHeadNamesTheParameterAndBothShapes) {
@@ -197,7 +197,8 @@ TEST_F(StateDictTest, StateDictBytesReadBackAsTheSameTensors) {
   std::shared_ptr<ClassifierImpl> model = ResNet18(3, 4);
   const std::vector<char> bytes = StateDictBytes(*model);
   const std::string path = Path("ours.pt");
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   absl::StatusOr<NamedTensors> file = ReadStateDict(path);
   ASSERT_TRUE(file.ok()) << file.status();
   std::map<std::string, torch::Tensor> read = AsMap(*file);

@@ -42,8 +42,9 @@ TEST(SubsetTest, StratifiedKeepsEachClassShareOfAClassOrderedSplit) {
   EXPECT_EQ(std::set<int64_t>(subset->indices.begin(), subset->indices.end()).size(), 40u);
   // A random draw, not each class's first ten.
   EXPECT_NE(subset->indices[9], 9);
-  EXPECT_THAT(subset->notes, ElementsAre(HasSubstr("train subset: stratified, 40 of 400 "
-                                                   "examples (seed 0); per class: 10, 10, 10, 10")));
+  EXPECT_THAT(subset->notes,
+              ElementsAre(HasSubstr("train subset: stratified, 40 of 400 "
+                                    "examples (seed 0); per class: 10, 10, 10, 10")));
 }
 
 TEST(SubsetTest, SharesFollowTheLargestRemainderAndEveryPresentClassKeepsOne) {
@@ -146,8 +147,8 @@ TEST(ValidationSplitTest, HoldsOutAStratifiedSeededFraction) {
 }
 
 TEST(ValidationSplitTest, AnEmptyPartOrAClassLeftOnlyInValidationIsAnError) {
-  const absl::StatusOr<ValidationSplit> tiny = SplitValidation(ClassOrdered({5, 5}), 0.01,
-                                                               Request(0, 2));
+  const absl::StatusOr<ValidationSplit> tiny =
+      SplitValidation(ClassOrdered({5, 5}), 0.01, Request(0, 2));
   EXPECT_EQ(tiny.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(tiny.status().message(),
               HasSubstr("train_job.dataset.validation.fraction: 0.01 of 10 training examples "

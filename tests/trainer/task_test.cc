@@ -25,9 +25,9 @@
 namespace mpsd::trainer {
 namespace {
 
+using mpsd::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using mpsd::testing::TempDir;
 namespace F = torch::nn::functional;
 
 // ---- The file: {"train": {"x", "y"}, "test": {"x", "y"}}, as torch.save writes it ----------
@@ -46,7 +46,8 @@ void WriteTensors(const std::string& path, const torch::Tensor& train_x,
   root.insert("train", Split(train_x, train_y));
   root.insert("test", Split(test_x, test_y));
   const std::vector<char> bytes = torch::pickle_save(root);
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // y = x W + 0.5 + noise: [N, 2] targets of [N, 8] inputs; the same W for every split.
@@ -216,8 +217,8 @@ TEST(TaskLossTest, ClassificationIsTheCrossEntropyOfBeforeBitForBit) {
   config.label_smoothing = 0.1;
   config.outputs = 5;
   const torch::Tensor ours = TaskLoss(config, torch::kCPU).Loss(logits, labels);
-  const torch::Tensor before = F::cross_entropy(
-      logits, labels, F::CrossEntropyFuncOptions().label_smoothing(0.1));
+  const torch::Tensor before =
+      F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().label_smoothing(0.1));
   EXPECT_TRUE(torch::equal(ours, before));
   EXPECT_EQ(TaskLoss(config, torch::kCPU).Correct(logits, labels).item<int64_t>(),
             logits.argmax(1).eq(labels).sum().item<int64_t>());
@@ -357,7 +358,8 @@ TEST(TaskValidateTest, RefusesEachMismatchNamingTheField) {
   r.mutable_train_job()->clear_loss();
   r.mutable_train_job()->mutable_model()->set_num_classes(3);
   EXPECT_THAT(ValidateError(r), StartsWith("train_job.model.num_classes: 3, but the regression "
-                                           "targets of " + regression + " have 2 outputs"));
+                                           "targets of " +
+                                           regression + " have 2 outputs"));
   r.mutable_train_job()->mutable_model()->clear_num_classes();
   r.mutable_train_job()->set_label_smoothing(0.1);
   EXPECT_THAT(ValidateError(r), StartsWith("train_job.label_smoothing: only task classification"));

@@ -13,12 +13,12 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "api/failure_reason.h"
 #include "trainer/compat.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/optimizers.h"
 #include "trainer/schedule.h"
-#include "absl/strings/str_format.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -77,8 +77,8 @@ TEST(GradScalerTest, SkipsAStepWithAnInfGradientBacksOffThenGrows) {
   EXPECT_EQ(scaler.scale(), 65536.0);
 
   // Scaled gradient [1, inf, 1] × 65536: the step is skipped, the weights unchanged.
-  weight.mutable_grad() = torch::tensor({1.0f, std::numeric_limits<float>::infinity(), 1.0f}) *
-                          scaler.scale();
+  weight.mutable_grad() =
+      torch::tensor({1.0f, std::numeric_limits<float>::infinity(), 1.0f}) * scaler.scale();
   EXPECT_FALSE(scaler.Step(optimizer));
   scaler.Update();
   EXPECT_TRUE(torch::equal(weight.detach(), torch::ones({3})));
@@ -217,8 +217,8 @@ TEST(TrainTest, OneCycleSetsLearningRateAndMomentumOfEveryStep) {
     ++step;
   }
   EXPECT_EQ(step, 16);
-  const auto& sgd = static_cast<const torch::optim::SGDOptions&>(
-      optimizer.param_groups().front().options());
+  const auto& sgd =
+      static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups().front().options());
   EXPECT_DOUBLE_EQ(sgd.lr(), schedule->LearningRate(15));
   EXPECT_DOUBLE_EQ(sgd.momentum(), *schedule->Momentum(15));
   EXPECT_THAT(hook_epochs, ::testing::ElementsAre(1, 2));
@@ -367,8 +367,8 @@ TEST(TrainTest, ACancelOffersACheckpointAtTheStepBoundaryWhereItStops) {
 }
 
 // nan_policy skip_step with Adam: a NaN loss at the epoch's last step (its gradients NaN too)
-// leaves the weights and Adam's state (moments and step count) as they were after step 3; the step is counted and left out of train_loss. Beyond
-// max_skipped_steps the job diverges.
+// leaves the weights and Adam's state (moments and step count) as they were after step 3; the step
+// is counted and left out of train_loss. Beyond max_skipped_steps the job diverges.
 TEST(TrainTest, SkipStepLeavesTheUpdateOfANonFiniteStepUndone) {
   const DeviceDataset data = RandomData(64);
   TrainOptions options;
@@ -532,8 +532,8 @@ TEST(TrainTest, Fp16WithoutAScalerIsRejected) {
   options.optimizer = OptimizerKind::kSgd;
   options.precision = Precision::kFp16;
   std::atomic<bool> cancelled{false};
-  const absl::Status status =
-      Train(*model, optimizer, data, options, [](mpsd::v1::JobEvent) {}, cancelled);
+  const absl::Status status = Train(
+      *model, optimizer, data, options, [](mpsd::v1::JobEvent) {}, cancelled);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -87,8 +87,8 @@ MlpImpl::MlpImpl(const ModelConfig& config) {
   layers_ = register_module(
       "layers",
       nn::Sequential(nn::Flatten(), nn::Linear(Product(config.input_shape), kMlpHidden), nn::ReLU(),
-                     nn::Dropout(p), nn::Linear(kMlpHidden, kMlpHidden), nn::ReLU(),
-                     nn::Dropout(p), nn::Linear(kMlpHidden, config.num_classes)));
+                     nn::Dropout(p), nn::Linear(kMlpHidden, kMlpHidden), nn::ReLU(), nn::Dropout(p),
+                     nn::Linear(kMlpHidden, config.num_classes)));
 }
 
 torch::Tensor MlpImpl::forward(torch::Tensor inputs) { return layers_->forward(inputs); }
@@ -135,11 +135,10 @@ CifarCnnImpl::CifarCnnImpl(const ModelConfig& config) {
   features_ = register_module("features", features);
   classifier_ = register_module(
       "classifier",
-      nn::Sequential(nn::Flatten(),
-                     nn::Linear(CifarCnnFlatFeatures(config.input_shape), kCifarHidden),
-                     nn::ReLU(nn::ReLUOptions().inplace(true)),
-                     nn::Dropout(/*p=*/DropoutOr(config, 0.5)),
-                     nn::Linear(kCifarHidden, config.num_classes)));
+      nn::Sequential(
+          nn::Flatten(), nn::Linear(CifarCnnFlatFeatures(config.input_shape), kCifarHidden),
+          nn::ReLU(nn::ReLUOptions().inplace(true)), nn::Dropout(/*p=*/DropoutOr(config, 0.5)),
+          nn::Linear(kCifarHidden, config.num_classes)));
 }
 
 torch::Tensor CifarCnnImpl::forward(torch::Tensor images) {

@@ -38,8 +38,7 @@ std::string ForbiddenOperator(const torch::jit::Node& node) {
   if (schema == nullptr) return "";
   for (const c10::Argument& argument : schema->arguments()) {
     if (argument.type()->kind() == c10::TypeKind::StringType &&
-        (argument.name() == "filename" || argument.name() == "path" ||
-         argument.name() == "file")) {
+        (argument.name() == "filename" || argument.name() == "path" || argument.name() == "file")) {
       return absl::StrCat(schema->name(), " takes a file name (", argument.name(), ")");
     }
   }
@@ -60,9 +59,9 @@ absl::Status CheckOperators(const torch::jit::Module& module) {
         for (const torch::jit::Node* node : block->nodes()) {
           const std::string forbidden = ForbiddenOperator(*node);
           if (!forbidden.empty()) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "method ", method.name(), " uses ", forbidden,
-                ", which mpsd does not run: a model may not read or write files"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("method ", method.name(), " uses ", forbidden,
+                             ", which mpsd does not run: a model may not read or write files"));
           }
           for (const torch::jit::Block* inner : node->blocks()) blocks.push_back(inner);
         }
@@ -95,8 +94,8 @@ absl::StatusOr<torch::jit::Module> LoadScript(const std::string& path,
     if (device.is_cpu()) return module;
     return torch::jit::load(std::make_shared<MemoryReadAdapter>(view), device);
   } catch (const std::exception& e) {
-    return FileError(path, absl::StrCat("not a TorchScript module (torch.jit.save): ",
-                                        ErrorText(e)));
+    return FileError(path,
+                     absl::StrCat("not a TorchScript module (torch.jit.save): ", ErrorText(e)));
   }
 }
 
@@ -164,9 +163,8 @@ absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
   }
   const torch::Tensor logits = output.toTensor();
   if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) < num_classes) {
-    return FileError(path, absl::StrCat("forward must return logits [1, K] with K >= ",
-                                        num_classes, " classes for ", example, ", got ",
-                                        ShapeOf(logits)));
+    return FileError(path, absl::StrCat("forward must return logits [1, K] with K >= ", num_classes,
+                                        " classes for ", example, ", got ", ShapeOf(logits)));
   }
   int64_t parameters = 0;
   for (const torch::Tensor& p : script->parameters(/*recurse=*/true)) {
@@ -189,9 +187,8 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
   const bool classes = config.kind == TaskKind::kClassification;
   const torch::Tensor targets =
       torch::zeros(target_shape, on_device.dtype(classes ? torch::kInt64 : torch::kFloat32));
-  const std::string probe =
-      absl::StrCat("logits ", ShapeOf(logits), " float32 and targets ", ShapeOf(targets),
-                   classes ? " int64" : " float32");
+  const std::string probe = absl::StrCat("logits ", ShapeOf(logits), " float32 and targets ",
+                                         ShapeOf(targets), classes ? " int64" : " float32");
   torch::jit::IValue loss;
   try {
     loss = script->forward({logits, targets});
@@ -200,12 +197,14 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
   }
   if (!loss.isTensor()) {
     return FileError(path, absl::StrCat("forward must return the loss as a scalar float tensor "
-                                        "for ", probe, ", got ", loss.tagKind()));
+                                        "for ",
+                                        probe, ", got ", loss.tagKind()));
   }
   const torch::Tensor value = loss.toTensor();
   if (value.dim() != 0 || !value.is_floating_point()) {
     return FileError(path, absl::StrCat("forward must return the loss as a scalar float tensor "
-                                        "for ", probe, ", got ", ShapeOf(value), " ",
+                                        "for ",
+                                        probe, ", got ", ShapeOf(value), " ",
                                         c10::toString(value.scalar_type())));
   }
   if (!value.requires_grad()) {

@@ -4,11 +4,11 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "api/tensorboard/crc32c.h"
 #include "api/tensorboard/event_file.h"
 #include "api/tensorboard/job_history.h"
 #include "api/tensorboard/tfrecord.h"
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mpsd/tensorboard/event.pb.h"
@@ -163,14 +163,15 @@ TEST(EventFileTest, WritesFileVersionScalarsAndHParamsRecords) {
       if (value.tag() == "train/loss" || value.tag() == "epoch/test_accuracy") {
         seen.push_back(absl::StrCat(value.tag(), "@", event.step(), "=", value.simple_value()));
       } else if (value.has_metadata()) {
-        seen.push_back(absl::StrCat(value.tag(), " ", value.metadata().plugin_data().plugin_name()));
+        seen.push_back(
+            absl::StrCat(value.tag(), " ", value.metadata().plugin_data().plugin_name()));
       }
     }
   }
-  EXPECT_THAT(seen, ElementsAre("brain.Event:2", "_hparams_/session_start_info hparams",
-                                "train/loss@1=0.25", "train/loss@2=0.5", "train/loss@3=0.75",
-                                "epoch/test_accuracy@3=0.75",
-                                "_hparams_/session_end_info hparams"));
+  EXPECT_THAT(seen,
+              ElementsAre("brain.Event:2", "_hparams_/session_start_info hparams",
+                          "train/loss@1=0.25", "train/loss@2=0.5", "train/loss@3=0.75",
+                          "epoch/test_accuracy@3=0.75", "_hparams_/session_end_info hparams"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// Tests server/access/auth.cc: the tokens file (real files, real modes), token matching, roles and the
-// RPC role table.
+// Tests server/access/auth.cc: the tokens file (real files, real modes), token matching, roles and
+// the RPC role table.
 #include "server/access/auth.h"
 
 #include <sys/stat.h>
@@ -86,8 +86,7 @@ TEST(AuthorizeTest, CancelOwnJobsOnly) {
 TEST(RequiredRoleTest, EveryRpcOfTheApi) {
   for (const char* method : {"GetJob", "ListJobs", "StreamEvents", "GetDevice", "ListModels",
                              "GetServerStatus", "ListArtifacts", "GetArtifact"}) {
-    EXPECT_EQ(RequiredRole(std::string("/mpsd.v1.JobService/") + method), Role::kViewer)
-        << method;
+    EXPECT_EQ(RequiredRole(std::string("/mpsd.v1.JobService/") + method), Role::kViewer) << method;
   }
   EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/SubmitJob"), Role::kSubmitter);
   EXPECT_EQ(RequiredRole("/mpsd.v1.JobService/CancelJob"), Role::kSubmitter);
@@ -187,8 +186,7 @@ TEST_F(AuthTest, BadBearersAreUnauthenticatedWithoutEchoingThem) {
 
 TEST_F(AuthTest, DuplicateAndBadNamesAreRefused) {
   ASSERT_TRUE(AddToken(path_, "ci", Role::kSubmitter).ok());
-  EXPECT_EQ(AddToken(path_, "ci", Role::kViewer).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(AddToken(path_, "ci", Role::kViewer).status().code(), absl::StatusCode::kAlreadyExists);
   for (const char* name : {"", "has space", "a/b", "../x"}) {
     absl::StatusOr<std::string> added = AddToken(path_, name, Role::kViewer);
     EXPECT_EQ(added.status().code(), absl::StatusCode::kInvalidArgument) << name;
@@ -252,8 +250,8 @@ TEST_F(AuthTest, OpenErrorsNameTheFileAndTheEntry) {
       {"- {name: x, role: root, sha256: " + digest + "}\n", "[0].role: unknown role \"root\""},
       {"- {name: x, role: viewer, sha256: abc}\n", "[0].sha256: expected 64 hex digits"},
       {"- {name: x, role: viewer, sha256: " + digest + ", extra: 1}\n", "[0].extra: unknown key"},
-      {"- {name: x, role: viewer, sha256: " + digest + "}\n- {name: x, role: admin, sha256: " +
-           digest + "}\n",
+      {"- {name: x, role: viewer, sha256: " + digest +
+           "}\n- {name: x, role: admin, sha256: " + digest + "}\n",
        "[1].name: \"x\" appears twice"},
       {"- {name: 'a b', role: viewer, sha256: " + digest + "}\n", "[0].name: token name"},
       {"- {name: x\n", "tokens.yaml:"},
@@ -268,8 +266,7 @@ TEST_F(AuthTest, OpenErrorsNameTheFileAndTheEntry) {
   WriteTokens("");  // No tokens at all is valid (and authenticates nobody).
   absl::StatusOr<std::unique_ptr<TokenStore>> empty = TokenStore::Open(path_);
   ASSERT_TRUE(empty.ok()) << empty.status();
-  EXPECT_EQ((*empty)->Authenticate("Bearer x").status().code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*empty)->Authenticate("Bearer x").status().code(), absl::StatusCode::kUnauthenticated);
 }
 
 TEST_F(AuthTest, FirstStartCreatesAnAdminToken) {
@@ -289,8 +286,7 @@ TEST_F(AuthTest, FirstStartCreatesAnAdminToken) {
   EXPECT_EQ(principal->name, "admin");
   EXPECT_EQ(principal->role, Role::kAdmin);
   // Never over an existing file.
-  EXPECT_EQ(CreateTokensFileWithAdmin(path_, admin_path).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(CreateTokensFileWithAdmin(path_, admin_path).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE((*store)->Authenticate("Bearer " + token).ok());
 }
 

@@ -66,8 +66,9 @@ TEST_F(DataRootsUploadsTest, EveryPathFieldResolvesToTheSubmittersArea) {
   status = roots.ResolveUploads(&missing, "alice");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(api::InvalidFieldOf(status), "train_job.dataset.root");
-  EXPECT_EQ(status.message(), "train_job.dataset.root: upload:nope/train: you have no upload "
-                              "named \"nope\" (mpsctl uploads lists yours)");
+  EXPECT_EQ(status.message(),
+            "train_job.dataset.root: upload:nope/train: you have no upload "
+            "named \"nope\" (mpsctl uploads lists yours)");
   missing.mutable_train_job()->mutable_dataset()->set_root("upload:@bob/nope");
   EXPECT_TRUE(roots.ResolveUploads(&missing, "alice").ok());
 }

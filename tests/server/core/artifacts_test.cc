@@ -1,12 +1,11 @@
 // Artifacts: listing, hashing and name checks on real files in a temporary directory.
 #include "server/core/artifacts.h"
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <string>
 
-#include "gmock/gmock.h"
 #include "api/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -326,8 +326,7 @@ TEST_F(JobStoreTest, ReadEventsHonoursAfterSeqAndLimit) {
   for (const JobEvent& event : job2) EXPECT_EQ(event.job_id(), "2");
   EXPECT_THAT(store->ReadEvents("3", 0, 100).value(), IsEmpty());
   EXPECT_THAT(store->ReadEvents("x", 0, 100).value(), IsEmpty());
-  EXPECT_THAT(store->ReadEvents("1", 0, 0).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store->ReadEvents("1", 0, 0).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(JobStoreTest, ListJobsIsNewestFirst) {
@@ -472,7 +471,8 @@ TEST_F(JobStoreTest, ConcurrentReadersAndWriters) {
   std::thread writer([&] {
     for (int b = 0; b < kBatches; ++b) {
       std::vector<JobEvent> events;
-      for (int i = 1; i <= kBatchSize; ++i) events.push_back(StepEvent(job.id(), b * kBatchSize + i));
+      for (int i = 1; i <= kBatchSize; ++i)
+        events.push_back(StepEvent(job.id(), b * kBatchSize + i));
       job.set_last_seq(events.back().seq());
       absl::Status status = store->Commit({job}, events);
       if (!status.ok()) report(status.ToString());
@@ -558,9 +558,9 @@ TEST_F(JobStoreTest, CommitThroughput) {
                   batch_size, with_job_update ? " + job row" : "          ", events_per_s,
                   static_cast<double>(commits) / elapsed.count(),
                   1e6 * elapsed.count() / static_cast<double>(commits));
-      RecordProperty(absl::StrCat("events_per_s_batch_", batch_size,
-                                  with_job_update ? "_with_job" : ""),
-                     static_cast<int>(events_per_s));
+      RecordProperty(
+          absl::StrCat("events_per_s_batch_", batch_size, with_job_update ? "_with_job" : ""),
+          static_cast<int>(events_per_s));
     }
   }
 }
@@ -592,7 +592,9 @@ TEST(JobStoreMigrationTest, VersionOneDatabaseIsUpgradedKeepingItsJobs) {
         "state INTEGER NOT NULL, created_at INTEGER NOT NULL, job BLOB NOT NULL);"
         "CREATE TABLE events (job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, "
         "seq INTEGER NOT NULL, event BLOB NOT NULL, PRIMARY KEY (job_id, seq)) WITHOUT ROWID;"
-        "INSERT INTO jobs VALUES (3, 1, 3, 0, x'", hex, "');"
+        "INSERT INTO jobs VALUES (3, 1, 3, 0, x'",
+        hex,
+        "');"
         "PRAGMA user_version = 1;");
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
         << sqlite3_errmsg(db);

@@ -78,18 +78,16 @@ TEST_F(RetentionTest, KeepLastAgeAndBytesOldestFirst) {
   Finished("3", 2, 100);
   Finished("4", 1, 100);
   Finished("5", 0.5, 100);
-  EXPECT_THAT(Plan(Policy(3, 0, 0)),
-              ElementsAre(Pair("1", "beyond the 3 most recent jobs"),
-                          Pair("2", "beyond the 3 most recent jobs")));
+  EXPECT_THAT(Plan(Policy(3, 0, 0)), ElementsAre(Pair("1", "beyond the 3 most recent jobs"),
+                                                 Pair("2", "beyond the 3 most recent jobs")));
   EXPECT_THAT(Plan(Policy(0, 30, 0)), ElementsAre(Pair("1", "finished more than 30 days ago")));
   // 500 bytes against a budget of 250: the three oldest go.
   EXPECT_THAT(Plan(Policy(0, 0, 250)),
               ElementsAre(Pair("1", "over max_bytes 250"), Pair("2", "over max_bytes 250"),
                           Pair("3", "over max_bytes 250")));
   // Rules combine: age takes 1, the budget then only 2.
-  EXPECT_THAT(Plan(Policy(0, 30, 300)),
-              ElementsAre(Pair("1", "finished more than 30 days ago"),
-                          Pair("2", "over max_bytes 300")));
+  EXPECT_THAT(Plan(Policy(0, 30, 300)), ElementsAre(Pair("1", "finished more than 30 days ago"),
+                                                    Pair("2", "over max_bytes 300")));
 }
 
 TEST_F(RetentionTest, NeededJobsAndUnfinishedJobsStay) {

@@ -4,8 +4,8 @@
 #include "server/core/scheduler.h"
 
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -219,8 +219,7 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
   EXPECT_EQ(ended.state(), Job::CANCELLED);
   EXPECT_EQ(ended.message(), "cancelled by request");
 
-  EXPECT_EQ(scheduler->Cancel(running.id()).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler->Cancel(running.id()).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(scheduler->Cancel("99").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(scheduler->Get("99").status().code(), absl::StatusCode::kNotFound);
   // The cancelled queued job never ran.
@@ -253,9 +252,9 @@ TEST_F(SchedulerTest, FailureReasonComesWithTheError) {
 // never from its words: reworded, it is still reported; the words alone, without the cause,
 // are not.
 TEST_F(SchedulerTest, ACancelNotHonouredIsReadFromItsCauseNotItsWords) {
-  executor_.QueueScript(FakeExecutor::EndsWith(api::WithCause(
-      absl::CancelledError("executor killed after 3 s (words of any kind)"),
-      api::ErrorCause::CANCEL_NOT_HONOURED)));
+  executor_.QueueScript(FakeExecutor::EndsWith(
+      api::WithCause(absl::CancelledError("executor killed after 3 s (words of any kind)"),
+                     api::ErrorCause::CANCEL_NOT_HONOURED)));
   executor_.QueueScript(
       FakeExecutor::EndsWith(absl::CancelledError("cancel not honoured within 1 s")));
   auto scheduler = Start();
@@ -334,10 +333,10 @@ TEST_F(SchedulerTest, QueuedTrialsOfASweepRunFusedUpToWhatTheExecutorPlans) {
     EXPECT_EQ(trial.summary().device(), "fake");
   }
   scheduler->Shutdown();
-  EXPECT_THAT(LogTexts(*store_, t[1]),
-              ElementsAre(HasSubstr(absl::StrCat("trained fused with 2 other trial(s) of sweep ",
-                                                 sweep.id(), ": jobs ", t[0], ", ", t[1], ", ",
-                                                 t[2]))));
+  EXPECT_THAT(
+      LogTexts(*store_, t[1]),
+      ElementsAre(HasSubstr(absl::StrCat("trained fused with 2 other trial(s) of sweep ",
+                                         sweep.id(), ": jobs ", t[0], ", ", t[1], ", ", t[2]))));
   // The fourth, queued last, had no trial left to fuse with: it ran as before, without a note.
   EXPECT_THAT(LogTexts(*store_, t[3]), IsEmpty());
 }
@@ -348,7 +347,7 @@ TEST_F(SchedulerTest, TrialsThatCannotFuseWithTheLeadFormTheirOwnGroup) {
   executor_.FuseUpTo(8);
   auto scheduler = Start();
   ASSERT_TRUE(scheduler->Pause().ok());
-  SubmitJobRequest request = SweepRequest("auto", 2);  // lr 0.01, 0.02 ...
+  SubmitJobRequest request = SweepRequest("auto", 2);                     // lr 0.01, 0.02 ...
   mpsd::v1::SweepParameter* model = request.mutable_sweep()->add_grid();  // ... × model
   model->set_path("model.name");
   model->add_values("mlp");
@@ -371,8 +370,8 @@ TEST_F(SchedulerTest, WhyTrialsWereNotFusedIsInTheTrialsLog) {
   EXPECT_THAT(executor_.fused_runs(), IsEmpty());
   scheduler->Shutdown();
   EXPECT_THAT(LogTexts(*store_, sweep.trial_job_ids(0)),
-              ElementsAre(absl::StrCat("not trained fused with other trials of sweep ",
-                                       sweep.id(), ": fake: fusing off")));
+              ElementsAre(absl::StrCat("not trained fused with other trials of sweep ", sweep.id(),
+                                       ": fake: fusing off")));
 }
 
 TEST_F(SchedulerTest, FuseOffAndAFuseLimitAreHonoured) {
@@ -444,8 +443,9 @@ TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
 TEST_F(SchedulerTest, NamesAndLabelsRefuseControlAndBidiCharacters) {
   auto scheduler = Start();
   for (const std::string& bad : {std::string("run\x07"), std::string("evil\xE2\x80\xAEgpj.exe"),
-                                 std::string("a\xE2\x81\xA6" "b"), std::string("x\xC2\x85y"),
-                                 std::string("\xE2\x80\x8Fname")}) {
+                                 std::string("a\xE2\x81\xA6"
+                                             "b"),
+                                 std::string("x\xC2\x85y"), std::string("\xE2\x80\x8Fname")}) {
     SubmitJobRequest named = TrainRequest();
     named.set_name(bad);
     const absl::Status refused = scheduler->Submit(named).status();
@@ -457,7 +457,9 @@ TEST_F(SchedulerTest, NamesAndLabelsRefuseControlAndBidiCharacters) {
   }
   SubmitJobRequest unicode = TrainRequest();
   // "für Renée — 测试"
-  unicode.set_name("f\xC3\xBCr Ren\xC3\xA9" "e \xE2\x80\x94 \xE6\xB5\x8B\xE8\xAF\x95");
+  unicode.set_name(
+      "f\xC3\xBCr Ren\xC3\xA9"
+      "e \xE2\x80\x94 \xE6\xB5\x8B\xE8\xAF\x95");
   EXPECT_TRUE(scheduler->Submit(unicode).ok());
 }
 

@@ -1,5 +1,5 @@
-// server/core/state_dir.h on real folders, files and sockets in a temp dir. The same cases against a
-// real mpsd process: tests/e2e/fault_e2e_test.cc.
+// server/core/state_dir.h on real folders, files and sockets in a temp dir. The same cases against
+// a real mpsd process: tests/e2e/fault_e2e_test.cc.
 #include "server/core/state_dir.h"
 
 #include <sys/socket.h>
@@ -119,7 +119,8 @@ TEST_F(StateDirTest, DatabaseNotLostInAFreshOrHealthyStateDir) {
 }
 
 TEST_F(StateDirTest, DatabaseLostBesideArtifactsOrWalIsRefused) {
-  for (const char* job : {"2", "10", "1", "not-a-job"}) fs::create_directories(Path("artifacts/") + job);
+  for (const char* job : {"2", "10", "1", "not-a-job"})
+    fs::create_directories(Path("artifacts/") + job);
   absl::Status missing = CheckDatabaseNotLost(dir_.str());
   EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(missing.message(), HasSubstr("mpsd.db is missing but"));
@@ -133,7 +134,8 @@ TEST_F(StateDirTest, DatabaseLostBesideArtifactsOrWalIsRefused) {
 
 TEST_F(StateDirTest, HighestArtifactJobIdCountsOnlyJobIds) {
   EXPECT_EQ(HighestArtifactJobId(Path("artifacts")), 0);
-  for (const char* name : {"9", "12", "07", "x", "-3"}) fs::create_directories(Path("artifacts/") + name);
+  for (const char* name : {"9", "12", "07", "x", "-3"})
+    fs::create_directories(Path("artifacts/") + name);
   EXPECT_EQ(HighestArtifactJobId(Path("artifacts")), 12);
 }
 

@@ -98,10 +98,11 @@ TEST(SweepTest, RandomDrawsAreReproducibleFromTheSeedAndInRange) {
   bool differs = false;
   for (size_t i = 0; i < a->size(); ++i) {
     const auto& ja = (*a)[i].request.train_job();
-    EXPECT_EQ(ja.optimizer().learning_rate(), (*b)[i].request.train_job().optimizer().learning_rate());
+    EXPECT_EQ(ja.optimizer().learning_rate(),
+              (*b)[i].request.train_job().optimizer().learning_rate());
     EXPECT_EQ(ja.batch_size(), (*b)[i].request.train_job().batch_size());
-    differs |= ja.optimizer().learning_rate() !=
-               (*c)[i].request.train_job().optimizer().learning_rate();
+    differs |=
+        ja.optimizer().learning_rate() != (*c)[i].request.train_job().optimizer().learning_rate();
     EXPECT_GE(ja.optimizer().learning_rate(), 1e-4);
     EXPECT_LT(ja.optimizer().learning_rate(), 1e-1);
     EXPECT_GE(ja.optimizer().momentum(), 0.5);
@@ -163,7 +164,8 @@ TEST(SweepTest, ErrorsNameTheField) {
   request = Base();
   Grid(request, "batch_size", {"32"});
   Grid(request, "batch_size", {"64"});
-  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.grid[1].path: \"batch_size\" is swept twice"));
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.grid[1].path: \"batch_size\" is swept twice"));
 
   request = Base();
   request.mutable_sweep();
@@ -179,8 +181,9 @@ TEST(SweepTest, ErrorsNameTheField) {
 
   request = RandomRequest(1, 2);
   request.mutable_sweep()->mutable_random()->mutable_parameters(1)->set_uniform(1, 0.1);
-  EXPECT_THAT(Message(ExpandSweep(request)),
-              HasSubstr("sweep.random.parameters[1].uniform: expected [low, high] with low < high"));
+  EXPECT_THAT(
+      Message(ExpandSweep(request)),
+      HasSubstr("sweep.random.parameters[1].uniform: expected [low, high] with low < high"));
 
   request = RandomRequest(1, 2);
   request.mutable_sweep()->mutable_random()->mutable_parameters(3)->add_uniform(1);

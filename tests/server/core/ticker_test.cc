@@ -31,9 +31,8 @@ TEST(TickerTest, CallsAtTheRequestedTimes) {
 TEST(TickerTest, ALaterAddDoesNotDelayAnEarlierOne) {
   Ticker ticker;
   absl::Notification late_added, early_called;
-  const uint64_t late = ticker.Add(absl::Now() + absl::Hours(1), [](absl::Time) {
-    return absl::InfiniteFuture();
-  });
+  const uint64_t late =
+      ticker.Add(absl::Now() + absl::Hours(1), [](absl::Time) { return absl::InfiniteFuture(); });
   const uint64_t early = ticker.Add(absl::Now() + absl::Milliseconds(20), [&](absl::Time) {
     early_called.Notify();
     return absl::InfiniteFuture();

@@ -1,5 +1,5 @@
-// Tests of server/executor/cancel_watchdog.cc: nothing happens without a cancel, a cancel is passed on
-// once, and only a job that outlives the grace period after it is killed.
+// Tests of server/executor/cancel_watchdog.cc: nothing happens without a cancel, a cancel is passed
+// on once, and only a job that outlives the grace period after it is killed.
 #include "server/executor/cancel_watchdog.h"
 
 #include <atomic>
@@ -15,7 +15,8 @@ namespace {
 TEST(CancelWatchdogTest, WithoutACancelNothingHappens) {
   api::CancelFlag cancelled;
   std::atomic<int> asked{0}, killed{0};
-  CancelWatchdog watchdog(cancelled, absl::ZeroDuration(), [&] { ++asked; }, [&] { ++killed; });
+  CancelWatchdog watchdog(
+      cancelled, absl::ZeroDuration(), [&] { ++asked; }, [&] { ++killed; });
   EXPECT_FALSE(watchdog.Stop());
   EXPECT_FALSE(watchdog.Stop());  // idempotent
   cancelled.Cancel();             // after Stop: nobody listens
@@ -65,7 +66,8 @@ TEST(CancelWatchdogTest, AFlagCancelledBeforehandIsPassedOnAtOnce) {
   api::CancelFlag cancelled;
   cancelled.Cancel();
   absl::Notification asked;
-  CancelWatchdog watchdog(cancelled, absl::Hours(1), [&] { asked.Notify(); }, [] {});
+  CancelWatchdog watchdog(
+      cancelled, absl::Hours(1), [&] { asked.Notify(); }, [] {});
   EXPECT_TRUE(asked.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_FALSE(watchdog.Stop());
 }

@@ -1,5 +1,5 @@
-// Tests of server/executor/child_process.cc with real programs (/bin/sh, /bin/sleep): exit statuses in
-// words, signals, reaping, and the clean state a child starts in.
+// Tests of server/executor/child_process.cc with real programs (/bin/sh, /bin/sleep): exit statuses
+// in words, signals, reaping, and the clean state a child starts in.
 #include "server/executor/child_process.h"
 
 #include <fcntl.h>

@@ -1,7 +1,7 @@
-// Tests of server/executor/executor_supervisor.cc against the real mpsd-executor (built in trainer/):
-// start-up and its errors, a job's events and summary, a crash reported as EXECUTOR_CRASHED and
-// followed by a new executor, a cancel passed on, and a cancel ignored until the grace period
-// ends and the executor is killed.
+// Tests of server/executor/executor_supervisor.cc against the real mpsd-executor (built in
+// trainer/): start-up and its errors, a job's events and summary, a crash reported as
+// EXECUTOR_CRASHED and followed by a new executor, a cancel passed on, and a cancel ignored until
+// the grace period ends and the executor is killed.
 #include "server/executor/executor_supervisor.h"
 
 #include <cstdlib>
@@ -81,8 +81,7 @@ class ExecutorSupervisorTest : public ::testing::Test {
 
   // Runs `spec` as job `job_id`; `on_event` sees each event first and may cancel the job.
   static RunResult Run(api::Executor& executor, const SubmitJobRequest& spec,
-                       const std::function<void(const JobEvent&, api::CancelFlag&)>& on_event =
-                           {},
+                       const std::function<void(const JobEvent&, api::CancelFlag&)>& on_event = {},
                        const std::string& job_id = "1") {
     RunResult result;
     api::CancelFlag cancelled;
@@ -102,12 +101,10 @@ class ExecutorSupervisorTest : public ::testing::Test {
 TEST_F(ExecutorSupervisorTest, BadOptionsAndMissingProgramsFailToStart) {
   ExecutorSupervisor::Options options = Options();
   options.executor_path = "";
-  EXPECT_EQ(ExecutorSupervisor::Start(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ExecutorSupervisor::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
   options = Options();
   options.socket_path = "/" + std::string(120, 's');
-  EXPECT_EQ(ExecutorSupervisor::Start(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ExecutorSupervisor::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
   options = Options();
   options.executor_path = dir_ / "no-such-executor";
   absl::Status missing = ExecutorSupervisor::Start(options).status();
@@ -200,9 +197,9 @@ TEST_F(ExecutorSupervisorTest, ACancelWhileTheExecutorTakesTheJobIsNotLost) {
   api::CancelFlag cancelled;
   cancelled.Cancel();
   std::vector<JobEvent> events;
-  const absl::Status status =
-      supervisor->Run(api::JobContext{"1", ""}, SyntheticJob(/*epochs=*/3),
-                      [&](JobEvent event) { events.push_back(std::move(event)); }, cancelled);
+  const absl::Status status = supervisor->Run(
+      api::JobContext{"1", ""}, SyntheticJob(/*epochs=*/3),
+      [&](JobEvent event) { events.push_back(std::move(event)); }, cancelled);
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
   int steps = 0;
   for (const JobEvent& event : events) steps += event.has_step() ? 1 : 0;
@@ -223,8 +220,8 @@ TEST_F(ExecutorSupervisorTest, CancelIgnoredBeyondTheGracePeriodKillsTheExecutor
       });
   // The words for people, the cause for the scheduler (api/error_cause.h).
   EXPECT_EQ(run.status, api::WithCause(absl::CancelledError(absl::StrCat(
-                                           "cancel not honoured within 0.5 s; executor pid ",
-                                           pid, " was killed and replaced")),
+                                           "cancel not honoured within 0.5 s; executor pid ", pid,
+                                           " was killed and replaced")),
                                        api::ErrorCause::CANCEL_NOT_HONOURED));
   EXPECT_EQ(run.events.back().summary().executor_restart_reason(),
             "cancel not honoured within 0.5 s");

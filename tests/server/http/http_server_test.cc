@@ -13,9 +13,9 @@
 
 #include <cerrno>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/time/clock.h"
 #include "httplib.h"
 #include "tests/common/raw_http.h"
 
@@ -39,10 +39,12 @@ std::unique_ptr<HttpServer> Serve(const HttpLimits& limits = HttpLimits()) {
   absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Create(options);
   EXPECT_TRUE(server.ok()) << server.status();
   if (!server.ok()) return nullptr;
-  (*server)->Get("/open", [](const HttpCaller& caller, const httplib::Request&,
-                             httplib::Response& response) {
-    response.set_content("open to '" + caller.name + "'", "text/plain");
-  }, /*public_route=*/true);
+  (*server)->Get(
+      "/open",
+      [](const HttpCaller& caller, const httplib::Request&, httplib::Response& response) {
+        response.set_content("open to '" + caller.name + "'", "text/plain");
+      },
+      /*public_route=*/true);
   (*server)->Get("/closed", [](const HttpCaller& caller, const httplib::Request&,
                                httplib::Response& response) {
     response.set_content("hello " + caller.name, "text/plain");
@@ -51,14 +53,14 @@ std::unique_ptr<HttpServer> Serve(const HttpLimits& limits = HttpLimits()) {
                                       httplib::Response& response) {
     response.set_content("job " + request.matches[1].str(), "text/plain");
   });
-  (*server)->Get(R"(/api/jobs/(\d+))", [](const HttpCaller&, const httplib::Request&,
-                                          httplib::Response& response) {
-    response.set_content("{}", "application/json");
-  });
-  (*server)->Post(R"(/api/jobs/(\d+)/cancel)", [](const HttpCaller&, const httplib::Request&,
-                                                 httplib::Response& response) {
-    response.set_content("{}", "application/json");
-  });
+  (*server)->Get(R"(/api/jobs/(\d+))",
+                 [](const HttpCaller&, const httplib::Request&, httplib::Response& response) {
+                   response.set_content("{}", "application/json");
+                 });
+  (*server)->Post(R"(/api/jobs/(\d+)/cancel)",
+                  [](const HttpCaller&, const httplib::Request&, httplib::Response& response) {
+                    response.set_content("{}", "application/json");
+                  });
   (*server)->Start();
   return *std::move(server);
 }
@@ -143,8 +145,8 @@ TEST(HttpServerTest, AnotherMethodOnARouteIs405WithAllow) {
   EXPECT_EQ(get->status, 405);
   EXPECT_EQ(get->get_header_value("Allow"), "POST");
   EXPECT_THAT(get->body, HasSubstr("GET is not allowed here; this path takes POST"));
-  httplib::Result post = client.Post("/api/jobs/7", {{"Authorization", "Bearer good"}}, "",
-                                     "text/plain");
+  httplib::Result post =
+      client.Post("/api/jobs/7", {{"Authorization", "Bearer good"}}, "", "text/plain");
   ASSERT_TRUE(post);
   EXPECT_EQ(post->status, 405);
   EXPECT_EQ(post->get_header_value("Allow"), "GET");
@@ -389,8 +391,8 @@ TEST(HttpServerLimitsTest, TricklingTlsHandshakesAreClosedAtTheDeadline) {
   const std::string dir = dir_template;
   const std::string command =
       "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
-      "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout " + dir +
-      "/server.key -out " + dir + "/server.pem 2>/dev/null";
+      "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout " +
+      dir + "/server.key -out " + dir + "/server.pem 2>/dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   HttpServer::Options options;
   options.address = "127.0.0.1:0";
@@ -401,9 +403,12 @@ TEST(HttpServerLimitsTest, TricklingTlsHandshakesAreClosedAtTheDeadline) {
   absl::StatusOr<std::unique_ptr<HttpServer>> created = HttpServer::Create(options);
   ASSERT_TRUE(created.ok()) << created.status();
   std::unique_ptr<HttpServer> server = *std::move(created);
-  server->Get("/open", [](const HttpCaller&, const httplib::Request&,
-                          httplib::Response& response) { response.set_content("tls", "text/plain"); },
-              /*public_route=*/true);
+  server->Get(
+      "/open",
+      [](const HttpCaller&, const httplib::Request&, httplib::Response& response) {
+        response.set_content("tls", "text/plain");
+      },
+      /*public_route=*/true);
   server->Start();
   constexpr int kSlow = 20;
   std::vector<int> slow;
@@ -461,21 +466,19 @@ TEST(ParseHostPortTest, SplitsAndClassifies) {
     int port;
     bool loopback;
   };
-  for (const Case& c : {Case{"127.0.0.1:9464", "127.0.0.1", 9464, true},
-                        Case{"127.1.2.3:0", "127.1.2.3", 0, true},
-                        Case{"localhost:80", "localhost", 80, true},
-                        Case{"[::1]:9464", "::1", 9464, true},
-                        Case{"0.0.0.0:9464", "0.0.0.0", 9464, false},
-                        Case{"[::]:1", "::", 1, false},
-                        Case{"10.0.0.2:9464", "10.0.0.2", 9464, false}}) {
+  for (const Case& c :
+       {Case{"127.0.0.1:9464", "127.0.0.1", 9464, true}, Case{"127.1.2.3:0", "127.1.2.3", 0, true},
+        Case{"localhost:80", "localhost", 80, true}, Case{"[::1]:9464", "::1", 9464, true},
+        Case{"0.0.0.0:9464", "0.0.0.0", 9464, false}, Case{"[::]:1", "::", 1, false},
+        Case{"10.0.0.2:9464", "10.0.0.2", 9464, false}}) {
     absl::StatusOr<HostPort> parsed = ParseHostPort(c.address, "http_listen");
     ASSERT_TRUE(parsed.ok()) << c.address << ": " << parsed.status();
     EXPECT_EQ(parsed->host, c.host) << c.address;
     EXPECT_EQ(parsed->port, c.port) << c.address;
     EXPECT_EQ(parsed->loopback, c.loopback) << c.address;
   }
-  for (const std::string bad : {"", "9464", ":9464", "host:", "host:99999", "::1:9464",
-                                "[::1:9464", "127.0.0.1:-1", "127.0.0.1:http"}) {
+  for (const std::string bad : {"", "9464", ":9464", "host:", "host:99999", "::1:9464", "[::1:9464",
+                                "127.0.0.1:-1", "127.0.0.1:http"}) {
     absl::StatusOr<HostPort> parsed = ParseHostPort(bad, "http_listen");
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(parsed.status().message(), HasSubstr("http_listen: expected HOST:PORT")) << bad;

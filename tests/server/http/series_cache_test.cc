@@ -1,5 +1,5 @@
-// Tests of server/http/series_cache.cc over a real EventLog on a real SQLite JobStore in a temp dir:
-// answers equal a full rebuild after every append, metrics asked for later are complete, and
+// Tests of server/http/series_cache.cc over a real EventLog on a real SQLite JobStore in a temp
+// dir: answers equal a full rebuild after every append, metrics asked for later are complete, and
 // eviction keeps answers right.
 #include "server/http/series_cache.h"
 
@@ -100,10 +100,11 @@ TEST_F(SeriesCacheTest, IncrementalAnswersEqualAFullRebuild) {
   }
   // A metric asked for only now has every point, and the old one still follows.
   Append(job, 50);
-  absl::StatusOr<SeriesCache::Result> result = cache.Query(
-      job.id(), {*FindSeriesMetric("learning_rate"), *FindSeriesMetric("train_loss"),
-                 *FindSeriesMetric("loss")},
-      100000);
+  absl::StatusOr<SeriesCache::Result> result =
+      cache.Query(job.id(),
+                  {*FindSeriesMetric("learning_rate"), *FindSeriesMetric("train_loss"),
+                   *FindSeriesMetric("loss")},
+                  100000);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->series[0].points, Rebuilt(job, "learning_rate", 100000));
   EXPECT_EQ(result->series[0].raw_points, 2850);

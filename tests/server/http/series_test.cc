@@ -185,9 +185,9 @@ TEST(SeriesBuilderTest, ValidationSeriesSkipsEpochsThatMeasuredNone) {
 TEST(MetricSeriesTest, WholeUpToTheRawLimitThenReducedWithTheSameExtremes) {
   const std::vector<SeriesPoint> points = [] {
     std::vector<SeriesPoint> p = Noise(300000, 4);
-    p[123457].value = 1e6;   // Past the raw limit: inside a reduced block.
+    p[123457].value = 1e6;          // Past the raw limit: inside a reduced block.
     p[64 * 2000 + 1].value = -1e6;  // A block's first point.
-    p[299998].value = 77.0;  // In the incomplete last block.
+    p[299998].value = 77.0;         // In the incomplete last block.
     return p;
   }();
   MetricSeries series(/*raw_limit=*/100000, /*block=*/64);
