@@ -36,7 +36,7 @@ packages=(
 # (write image folders and tensors files, load trained models as a Python user would); the
 # dashboard's
 # browser test (chromium, its driver, selenium); clang-14 with its sanitizer runtimes and
-# symbolizer (deploy/test-sanitizers.sh); Go with gRPC (protobuf 1.5: the 1.3 that gRPC's package
+# symbolizer (deploy/test-sanitizers.sh); clang-format-14 (deploy/check-format.sh); Go with gRPC (protobuf 1.5: the 1.3 that gRPC's package
 # pulls in panics at the first call) and its protoc plugins, and Node.js with npm, for the other
 # languages' client examples (tests/client/other_languages_test.py).
 test_packages=(
@@ -45,7 +45,7 @@ test_packages=(
   python3 python3-grpcio python3-protobuf python3-yaml python3-venv python3-pip python3-setuptools
   python3-prometheus-client python3-pil python3-torch python3-torchvision python3-crcmod
   chromium chromium-driver python3-selenium
-  clang-14 libclang-rt-14-dev llvm-14
+  clang-14 libclang-rt-14-dev llvm-14 clang-format-14
   golang-go golang-google-grpc-dev golang-github-golang-protobuf-1-5-dev protoc-gen-go
   protoc-gen-go-grpc
 )

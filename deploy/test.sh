@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(uname)" = Linux ] && command -v apt-get >/dev/null; then deploy/setup-debian.sh --tests; fi
+# Every C++ file as clang-format writes it (.clang-format: Google, 100 columns).
+deploy/check-format.sh
 deploy/build.sh -DMPSD_BUILD_TESTS=ON
 ctest --test-dir "${MPSD_BUILD_DIR:-build}" --output-on-failure -j 2 --timeout 600
 # The ASan+UBSan and TSan builds (clang-14, torch-free) running the server, client and reader
