@@ -60,7 +60,9 @@ TEST(TextTableTest, PadToColumnsNotBytes) {
 }
 
 TEST(TextTableTest, AlignedAsciiIsPaddedByTwoSpacesAndTheLastColumnIsNot) {
-  const TextTable table{{"ID", "NAME", "STATE"}, {{"7", "mnist", "RUNNING"}, {"12", "x", "-"}}};
+  TextTable table;
+  table.header = {"ID", "NAME", "STATE"};
+  table.rows = {{"7", "mnist", "RUNNING"}, {"12", "x", "-"}};
   EXPECT_EQ(RenderAligned(table),
             "ID  NAME   STATE\n"
             "7   mnist  RUNNING\n"
@@ -74,7 +76,9 @@ TEST(TextTableTest, AlignedAsciiIsPaddedByTwoSpacesAndTheLastColumnIsNot) {
 }
 
 TEST(TextTableTest, TrimLineEndsDropsTheGapOfAnEmptyLastCell) {
-  const TextTable table{{"A", "B"}, {{"x", ""}, {"long", "y"}}};
+  TextTable table;
+  table.header = {"A", "B"};
+  table.rows = {{"x", ""}, {"long", "y"}};
   EXPECT_EQ(RenderAligned(table), "A     B\nx     \nlong  y\n");
   AlignOptions trim;
   trim.trim_line_ends = true;
@@ -84,11 +88,12 @@ TEST(TextTableTest, TrimLineEndsDropsTheGapOfAnEmptyLastCell) {
 // The tester's `mpsctl list`: names with CJK characters and emoji pushed the later columns out
 // of line, as each counted its UTF-8 bytes.
 TEST(TextTableTest, CjkAndEmojiCellsLineUp) {
-  const TextTable table{{"ID", "NAME", "STATE", "SIZE"},
-                        {{"1", "ascii-name", "RUNNING", "1"},
-                         {"2", "数据集训练", "QUEUED", "22"},
-                         {"3", "rocket\xF0\x9F\x9A\x80", "SUCCEEDED", "333"},
-                         {"4", "cafe\xCC\x81", "FAILED", "4444"}}};
+  TextTable table;
+  table.header = {"ID", "NAME", "STATE", "SIZE"};
+  table.rows = {{"1", "ascii-name", "RUNNING", "1"},
+                {"2", "数据集训练", "QUEUED", "22"},
+                {"3", "rocket\xF0\x9F\x9A\x80", "SUCCEEDED", "333"},
+                {"4", "cafe\xCC\x81", "FAILED", "4444"}};
   AlignOptions align;
   align.right_aligned = {false, false, false, true};
   const std::string text = RenderAligned(table, align);
