@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/format.h"
+#include "client/text_table.h"
 
 namespace mpsd::client {
 namespace {
@@ -139,23 +140,14 @@ std::string Notes(const std::vector<BenchRow>& rows) {
   return out;
 }
 
-std::string TextTable(const Grid& grid) {
-  std::vector<size_t> widths(grid.cells[0].size(), 0);
-  for (const auto& line : grid.cells) {
-    for (size_t c = 0; c < line.size(); ++c) widths[c] = std::max(widths[c], line[c].size());
-  }
-  std::string out;
-  for (const auto& line : grid.cells) {
-    std::string text;
-    for (size_t c = 0; c < line.size(); ++c) {
-      const std::string pad(widths[c] - line[c].size(), ' ');
-      if (c > 0) text += "  ";
-      text += grid.numeric[c] ? pad + line[c] : line[c] + pad;
-    }
-    text.erase(text.find_last_not_of(' ') + 1);
-    absl::StrAppend(&out, text, "\n");
-  }
-  return out;
+std::string AlignedTable(const Grid& grid) {
+  TextTable table;
+  table.header = grid.cells[0];
+  table.rows.assign(grid.cells.begin() + 1, grid.cells.end());
+  AlignOptions align;
+  align.right_aligned = grid.numeric;
+  align.trim_line_ends = true;
+  return RenderAligned(table, align);
 }
 
 std::string MarkdownTable(const Grid& grid) {
@@ -259,7 +251,7 @@ std::string FormatBenchRows(const std::vector<BenchRow>& rows, BenchFormat forma
     case BenchFormat::kJson:
       return Json(rows);
     case BenchFormat::kTable:
-      return rows.empty() ? "no rows\n" : TextTable(BuildGrid(rows)) + Notes(rows);
+      return rows.empty() ? "no rows\n" : AlignedTable(BuildGrid(rows)) + Notes(rows);
     case BenchFormat::kMarkdown:
       return rows.empty() ? "no rows\n" : MarkdownTable(BuildGrid(rows)) + Notes(rows);
   }

@@ -1,5 +1,8 @@
 // mpsctl's commands: one method per subcommand, each one or two RPCs on the sync stub and its
 // output, returning the process exit code. main.cc only parses flags and calls one of them.
+// Defined one file per command group: client/commands.cc (the channel, failed calls),
+// commands_jobs.cc, commands_follow.cc, commands_results.cc, commands_artifacts.cc,
+// commands_server.cc, commands_export.cc, commands_predict.cc, commands_upload.cc.
 #ifndef MPSD_CLIENT_COMMANDS_H_
 #define MPSD_CLIENT_COMMANDS_H_
 
@@ -8,6 +11,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -174,7 +178,7 @@ class Commands {
   // job still runs). kExitUsage for an unknown format;
   // kExitFailed for a job that is not a BenchJob.
   int Bench(const std::string& job_id, const std::string& format);
-  // `mpsctl predict MODEL INPUT...` (client/predict_command.cc): submits a PredictJob of `model`
+  // `mpsctl predict MODEL INPUT...` (client/commands_predict.cc): submits a PredictJob of `model`
   // (a job id or a model.pt path) on `inputs` (image files, folders, .pt tensors files; relative
   // paths made absolute against the current directory), waits for it on its event stream and
   // prints its predictions in `format` ("table", "csv", "json"; --json means json;
@@ -225,12 +229,37 @@ class Commands {
   // `spec`: the job's, for its epochs and what its steps measure.
   int Stream(const std::string& job_id, const v1::SubmitJobRequest& spec, int64_t after_seq,
              int64_t stop_seq);
+  // How Stream's calls ended: the last call's status; `stopped` when the stream reached what was
+  // asked for; `gave_up` when reconnecting ran past reconnect_timeout.
+  struct StreamEnd {
+    grpc::Status status;
+    bool stopped = false;
+    bool gave_up = false;
+  };
+  // Stream's calls: StreamOnce, again from the last seq printed after a break or a silence, as
+  // reconnect_timeout allows (client/reconnect.h).
+  StreamEnd StreamResuming(const std::string& job_id, int64_t after_seq, int64_t stop_seq,
+                           EventPrinter& printer);
+  // Stream's exit code for `end`, with what the user needs to know on err (how to resume).
+  int StreamExitCode(const std::string& job_id, int64_t stop_seq, const EventPrinter& printer,
+                     const StreamEnd& end);
+  // A stream that ended without a terminal event: the job's record says how it ended.
+  int StreamEndedEarly(const std::string& job_id);
   // One StreamEvents call from the printer's last seq (or `after_seq`), cancelled when nothing
   // arrives for `silence`. Sets `stopped` when the stream reached what was asked for,
   // `received` when any message (heartbeats too) arrived.
   grpc::Status StreamOnce(const std::string& job_id, int64_t after_seq, int64_t stop_seq,
                           absl::Duration silence, bool wait_for_ready, EventPrinter& printer,
                           bool& stopped, bool& received, bool& went_silent);
+  // Download's transfer: GetArtifact calls into the file `part`, each resuming where the file
+  // ends, until the whole artifact is there (kExitOk) or reconnect_timeout passed without a
+  // byte (the error printed, its exit code).
+  int ReceiveResuming(const std::string& job_id, const v1::Artifact& artifact,
+                      const std::string& part);
+  // Download's end: `part` checked against the artifact's SHA-256 and renamed to `path`, then
+  // copied to stdout (`to_stdout`) or reported; the exit code.
+  int FinishDownload(const v1::Artifact& artifact, const std::string& part, const std::string& path,
+                     bool to_stdout);
   // One GetArtifact call from `offset`, appending to the file `part`; `received` counts the
   // bytes written. DATA_LOSS when the file cannot be written or a chunk is out of place.
   grpc::Status ReceiveArtifact(const std::string& job_id, const std::string& name, int64_t offset,
@@ -263,6 +292,10 @@ std::string StartDaemonHint(const std::string& server);
 // `--server` as given to a gRPC target: a path (starting with '/' or '.') becomes "unix:PATH";
 // anything else is kept.
 std::string NormalizeServerAddress(const std::string& server);
+
+// Host and port of a TCP target ("host:port", "[v6]:port", "dns:///host:port"); port -1 for a
+// unix socket or what does not parse.
+std::pair<std::string, int> HostAndPort(const std::string& server);
 
 // Whether mpsctl speaks TLS to `server`: never on a unix socket; on TCP when the host is not
 // loopback (127.0.0.0/8, ::1, localhost) or when `tls` asks for it.

@@ -23,6 +23,7 @@
 #include "api/job_state.h"
 #include "client/bench_table.h"
 #include "client/job_file.h"
+#include "client/text_table.h"
 
 namespace mpsd::client {
 namespace {
@@ -82,12 +83,14 @@ std::string FormatConfusionMatrix(const v1::JobSummary& s, absl::string_view ind
   const int64_t k = s.confusion_classes();
   if (k <= 0 || s.confusion_matrix_size() != k * k) return "";
   // Row labels: "3 Dress" (index and class name, when known); counts right-aligned.
+  // Every count column as wide as the widest count; the totals one wider.
+  const std::string corner = "true \\ predicted";
   std::vector<std::string> labels;
-  size_t label_width = std::string("true \\ predicted").size();
+  size_t label_width = DisplayWidth(corner);
   for (int64_t t = 0; t < k; ++t) {
     std::string label = absl::StrCat(t);
     if (t < s.class_names_size()) absl::StrAppend(&label, " ", s.class_names(t));
-    label_width = std::max(label_width, label.size());
+    label_width = std::max(label_width, DisplayWidth(label));
     labels.push_back(std::move(label));
   }
   size_t width = std::to_string(k - 1).size();
@@ -98,18 +101,18 @@ std::string FormatConfusionMatrix(const v1::JobSummary& s, absl::string_view ind
   std::string out = absl::StrCat(indent,
                                  "confusion matrix (examples; rows: true class, columns: "
                                  "predicted class):\n");
-  absl::StrAppendFormat(&out, "%s%-*s", indent, label_width, "true \\ predicted");
-  for (int64_t p = 0; p < k; ++p) absl::StrAppendFormat(&out, " %*d", width, p);
-  absl::StrAppendFormat(&out, " %*s\n", width + 1, "total");
+  absl::StrAppend(&out, indent, PadRight(corner, label_width));
+  for (int64_t p = 0; p < k; ++p) absl::StrAppend(&out, " ", PadLeft(absl::StrCat(p), width));
+  absl::StrAppend(&out, " ", PadLeft("total", width + 1), "\n");
   for (int64_t t = 0; t < k; ++t) {
-    absl::StrAppendFormat(&out, "%s%-*s", indent, label_width, labels[t]);
+    absl::StrAppend(&out, indent, PadRight(labels[t], label_width));
     int64_t total = 0;
     for (int64_t p = 0; p < k; ++p) {
       const int64_t count = s.confusion_matrix(static_cast<int>(t * k + p));
       total += count;
-      absl::StrAppendFormat(&out, " %*d", width, count);
+      absl::StrAppend(&out, " ", PadLeft(absl::StrCat(count), width));
     }
-    absl::StrAppendFormat(&out, " %*d\n", width + 1, total);
+    absl::StrAppend(&out, " ", PadLeft(absl::StrCat(total), width + 1), "\n");
   }
   return out;
 }
@@ -401,6 +404,13 @@ std::string FormatThousands(int64_t n) {
   return out;
 }
 
+std::string ExactNumber(double value) {
+  for (int digits = 6;; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, value);
+    if (digits >= 17 || std::strtod(text.c_str(), nullptr) == value) return text;
+  }
+}
+
 std::string FormatRate(double samples_per_second) {
   return absl::StrCat(FormatThousands(std::llround(samples_per_second)), " samples/s");
 }
@@ -549,11 +559,12 @@ std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
                                  [](const v1::Job& job) { return !job.spec().name().empty(); });
   const bool labelled = std::any_of(
       jobs.begin(), jobs.end(), [](const v1::Job& job) { return job.spec().labels_size() > 0; });
-  std::vector<std::vector<std::string>> rows = {{"ID"}};
-  if (named) rows[0].push_back("NAME");
-  for (const char* h : {"KIND", "STATE", "MODEL", "PROGRESS", "AGE"}) rows[0].push_back(h);
-  if (labelled) rows[0].push_back("LABELS");
-  if (by) rows[0].push_back("BY");
+  TextTable table;
+  table.header = {"ID"};
+  if (named) table.header.push_back("NAME");
+  for (const char* h : {"KIND", "STATE", "MODEL", "PROGRESS", "AGE"}) table.header.push_back(h);
+  if (labelled) table.header.push_back("LABELS");
+  if (by) table.header.push_back("BY");
   for (const v1::Job& job : jobs) {
     std::string kind = KindName(job.spec());
     if (kind == "-" && job.kind() != v1::Job::KIND_UNSPECIFIED)
@@ -571,27 +582,15 @@ std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
     }
     if (labelled) row.push_back(job.spec().labels_size() > 0 ? FormatLabels(job.spec()) : "-");
     if (by) row.push_back(job.submitted_by().empty() ? "-" : job.submitted_by());
-    rows.push_back(std::move(row));
+    table.rows.push_back(std::move(row));
   }
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      absl::StrAppend(&out, row[c]);
-      if (c + 1 < row.size()) out.append(widths[c] - row[c].size() + 2, ' ');
-    }
-    out.push_back('\n');
-  }
-  return out;
+  return RenderAligned(table);
 }
 
 std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   std::string out;
   auto line = [&out](absl::string_view label, absl::string_view value) {
-    absl::StrAppendFormat(&out, "%-11s %s\n", label, value);
+    absl::StrAppend(&out, PadRight(label, 11), " ", value, "\n");
   };
   line("id", job.id());
   if (!job.spec().name().empty()) line("name", job.spec().name());
@@ -640,7 +639,7 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
 std::string FormatDevice(const v1::DeviceInfo& d) {
   std::string out;
   auto line = [&out](absl::string_view label, absl::string_view value) {
-    absl::StrAppendFormat(&out, "%-12s %s\n", label, value);
+    absl::StrAppend(&out, PadRight(label, 12), " ", value, "\n");
   };
   line("device", d.kind());
   if (!d.name().empty() && d.name() != d.kind()) line("name", d.name());
@@ -670,7 +669,7 @@ std::string FormatDevice(const v1::DeviceInfo& d) {
 std::string FormatServerStatus(const v1::ServerStatus& s) {
   std::string out;
   auto line = [&out](absl::string_view label, absl::string_view value) {
-    absl::StrAppendFormat(&out, "%-11s %s\n", label, value);
+    absl::StrAppend(&out, PadRight(label, 11), " ", value, "\n");
   };
   line("streams", absl::StrCat(FormatThousands(s.open_streams()), " open, ",
                                FormatThousands(s.event_watches()), " waiting for events"));
@@ -722,67 +721,29 @@ std::string FormatDeletedArtifacts(const v1::DeleteArtifactsResponse& response, 
 
 std::string FormatArtifacts(const v1::ListArtifactsResponse& response) {
   if (response.artifacts().empty()) return "no artifacts\n";
-  std::vector<std::vector<std::string>> rows = {{"NAME", "SIZE", "KIND", "SHA256"}};
+  TextTable table;
+  table.header = {"NAME", "SIZE", "KIND", "SHA256"};
   for (const v1::Artifact& a : response.artifacts()) {
-    rows.push_back({a.name(), FormatMiB(a.size_bytes()), a.kind(), a.sha256()});
+    table.rows.push_back({a.name(), FormatMiB(a.size_bytes()), a.kind(), a.sha256()});
   }
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      if (c > 0) out.append("  ");
-      const std::string padding(widths[c] - row[c].size(), ' ');
-      // SIZE is right-aligned; the last column needs no padding.
-      if (c == 1)
-        absl::StrAppend(&out, padding, row[c]);
-      else
-        absl::StrAppend(&out, row[c], c + 1 < row.size() ? padding : "");
-    }
-    out.push_back('\n');
-  }
-  return out;
+  AlignOptions align;
+  align.right_aligned = {false, /*SIZE=*/true};
+  return RenderAligned(table, align);
 }
-
-namespace {
-
-// Terminal columns of UTF-8 text whose characters are each one column wide ("3×224×224" is 9).
-size_t DisplayWidth(absl::string_view text) {
-  size_t width = 0;
-  for (const char c : text) width += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
-  return width;
-}
-
-}  // namespace
 
 std::string FormatModelTable(const v1::ListModelsResponse& response) {
   if (response.models().empty()) return "no models\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "PARAMETERS", "INPUT", "CLASSES", "DESCRIPTION"}};
+  TextTable table;
+  table.header = {"NAME", "PARAMETERS", "INPUT", "CLASSES", "DESCRIPTION"};
   for (const v1::ModelInfo& m : response.models()) {
     const bool fits = m.unsupported().empty();
-    rows.push_back({m.name(), fits ? FormatThousands(m.parameters()) : "-",
-                    absl::StrJoin(m.input_shape(), "×"), absl::StrCat(m.num_classes()),
-                    fits ? m.description() : m.unsupported()});
+    table.rows.push_back({m.name(), fits ? FormatThousands(m.parameters()) : "-",
+                          absl::StrJoin(m.input_shape(), "×"), absl::StrCat(m.num_classes()),
+                          fits ? m.description() : m.unsupported()});
   }
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
-  }
-  const auto right_aligned = [](size_t column) { return column == 1 || column == 3; };
-  std::string out;
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      const std::string padding(widths[c] - DisplayWidth(row[c]), ' ');
-      if (c > 0) out.append("  ");
-      absl::StrAppend(&out, right_aligned(c) ? padding : "", row[c]);
-      if (!right_aligned(c) && c + 1 < row.size()) out.append(padding);
-    }
-    out.push_back('\n');
-  }
-  return out;
+  AlignOptions align;
+  align.right_aligned = {false, /*PARAMETERS=*/true, false, /*CLASSES=*/true};
+  return RenderAligned(table, align);
 }
 
 }  // namespace mpsd::client

@@ -28,6 +28,8 @@ std::string ToJsonLine(const google::protobuf::Message& message);
 // `text` as a JSON string literal, quotes included.
 std::string JsonString(absl::string_view text);
 
+// The shortest "%g" text (6 to 17 significant digits) that reads back as the same double.
+std::string ExactNumber(double value);
 // 12345 → "12,345".
 std::string FormatThousands(int64_t n);
 // Samples per second, rounded: "12,345 samples/s".
@@ -79,7 +81,7 @@ std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
                         const v1::JobSummary* summary);
 
 // The table of `mpsctl list`: ID, (NAME when a job has one,) KIND, STATE, MODEL, PROGRESS, AGE,
-// (LABELS, BY when a job has them); columns padded to fit,
+// (LABELS, BY when a job has them); columns padded to fit (client/text_table.h),
 // each row ending in '\n'. "no jobs\n" when empty.
 std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now);
 // "owner=ana,project=fmnist": the spec's labels sorted by key.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/format.h"
+#include "client/text_table.h"
 
 namespace mpsd::client {
 namespace {
@@ -74,33 +75,24 @@ std::string Csv(const std::vector<v1::Prediction>& predictions, absl::string_vie
 
 // Columns padded to their widest cell; numbers right-aligned, text left.
 std::string Table(const std::vector<v1::Prediction>& predictions, absl::string_view task) {
-  std::vector<Row> rows = {Header(task)};
-  for (std::string& cell : rows[0]) cell = absl::AsciiStrToUpper(cell);
+  TextTable table;
+  for (const std::string& column : Header(task)) {
+    table.header.push_back(absl::AsciiStrToUpper(column));
+  }
   for (const v1::Prediction& p : predictions) {
     bool first = true;
     for (Row& row : RowsOf(p, task)) {
       row.insert(row.begin(), first ? p.input() : "");
       first = false;
-      rows.push_back(std::move(row));
+      table.rows.push_back(std::move(row));
     }
   }
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const Row& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  AlignOptions align;
+  for (const std::string& column : Header(task)) {
+    align.right_aligned.push_back(column != "input" && column != "name" && column != "predicted");
   }
-  const Row header = Header(task);
-  std::string out;
-  for (const Row& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      const bool text = header[c] == "input" || header[c] == "name" || header[c] == "predicted";
-      absl::StrAppend(&line, c == 0 ? "" : "  ",
-                      text ? absl::StrFormat("%-*s", widths[c], row[c])
-                           : absl::StrFormat("%*s", widths[c], row[c]));
-    }
-    absl::StrAppend(&out, absl::StripTrailingAsciiWhitespace(line), "\n");
-  }
-  return out;
+  align.trim_line_ends = true;
+  return RenderAligned(table, align);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Tables of jobs side by side: `mpsctl sweep` (a sweep's trials ranked by a metric) and
 // `mpsctl compare` (the spec keys that differ and the final metrics), each rendered as an
-// aligned text table, GitHub markdown, CSV or JSON.
+// aligned text table, GitHub markdown, CSV or JSON by client/text_table.h.
 #ifndef MPSD_CLIENT_TABLES_H_
 #define MPSD_CLIENT_TABLES_H_
 
@@ -10,26 +10,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/text_table.h"
 #include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::client {
-
-// A header and rows of cells, all text ("-" for nothing). Plain value.
-struct TextTable {
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
-  // For JSON: each column's key (snake_case); empty (or short): the header's, lower-cased with
-  // every run of other characters than [a-z0-9.] made one '_' ("SAMPLES/S" → "samples_s").
-  std::vector<std::string> keys;
-  // For JSON: the columns whose cells stay strings even when they read as numbers (job ids).
-  std::vector<bool> text_columns;
-};
-
-// "table" (columns aligned with two spaces), "markdown" (a GitHub table), "csv" (RFC 4180
-// quoting) or "json" (an array with one object per row, one row per line, keys as TextTable.keys
-// in column order; cells that read as numbers are JSON numbers unless their column is a text
-// column, "-" is null). INVALID_ARGUMENT naming --format otherwise.
-absl::StatusOr<std::string> RenderTable(const TextTable& table, absl::string_view format);
 
 // The metrics `mpsctl sweep --metric` ranks by, each with its direction (accuracy and
 // samples/s: highest first; losses and times: lowest first).

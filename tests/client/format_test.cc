@@ -298,6 +298,23 @@ TEST(FormatTest, JobTable) {
             "8   TrainJob  QUEUED  convnet  -         2s   -\n");
 }
 
+// Names in CJK characters and with emoji take two terminal columns a character: the columns
+// after them still line up (they were padded by UTF-8 bytes before).
+TEST(FormatTest, JobTableLinesUpWideNames) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  v1::Job cjk = TrainJob("7", v1::Job::RUNNING, 120, now - absl::Minutes(3));
+  cjk.mutable_spec()->set_name("画像分類");  // 4 characters, 8 columns, 12 bytes
+  v1::Job emoji = TrainJob("8", v1::Job::QUEUED, 0, now - absl::Minutes(1));
+  emoji.mutable_spec()->set_name("fire\xF0\x9F\x94\xA5");  // "fire" + U+1F525: 6 columns, 8 bytes
+  v1::Job plain = TrainJob("9", v1::Job::QUEUED, 0, now - absl::Seconds(5));
+  plain.mutable_spec()->set_name("mnist");
+  EXPECT_EQ(FormatJobTable({cjk, emoji, plain}, now),
+            "ID  NAME      KIND      STATE    MODEL    PROGRESS  AGE\n"
+            "7   画像分類  TrainJob  RUNNING  convnet  12%       3m\n"
+            "8   fire\xF0\x9F\x94\xA5    TrainJob  QUEUED   convnet  -         1m\n"
+            "9   mnist     TrainJob  QUEUED   convnet  -         5s\n");
+}
+
 TEST(FormatTest, JobDetails) {
   const absl::Time now = absl::FromUnixSeconds(1700000000);
   v1::Job job = TrainJob("7", v1::Job::FAILED, 120, now - absl::Minutes(3));

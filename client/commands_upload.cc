@@ -29,6 +29,8 @@
 #include "api/upload_name.h"
 #include "client/commands.h"
 #include "client/format.h"
+#include "client/reconnect.h"
+#include "client/text_table.h"
 
 namespace mpsd::client {
 namespace fs = std::filesystem;
@@ -234,7 +236,7 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
     return kExitFailed;
   }
   const absl::Time started = absl::Now();
-  absl::Time last_progress = started;
+  ReconnectPolicy reconnect(options_.reconnect_timeout, /*start=*/started);
   int64_t sent_total = 0;
   ProgressLine progress(err_, options_.progress, name, size);
   for (int attempt = 0;; ++attempt) {
@@ -303,7 +305,7 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
       progress.Clear();
     }
     sent_total += sent;
-    if (sent > 0) last_progress = absl::Now();
+    if (sent > 0) reconnect.Progressed();
     if (rpc.ok()) {
       const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
       out_ << "uploaded " << name << " (" << uploaded.kind() << ", "
@@ -318,19 +320,17 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
     // within moments).
     const bool aborted =
         rpc.error_code() == grpc::StatusCode::ABORTED && absl::Now() - started < absl::Seconds(10);
-    const bool retryable = rpc.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           rpc.error_code() == grpc::StatusCode::INTERNAL;
     if (aborted) {
       absl::SleepFor(absl::Milliseconds(200));
       continue;
     }
-    if (!retryable || (attempt == 0 && sent == 0 && offset == 0) ||
-        absl::Now() - last_progress > options_.reconnect_timeout) {
+    if (!ReconnectPolicy::Broke(rpc) || (attempt == 0 && sent == 0 && offset == 0) ||
+        reconnect.OutOfTime()) {
       return RpcFailed(rpc);
     }
     err_ << "mpsctl: the upload of " << name << " broke (" << rpc.error_message()
          << "); resuming\n";
-    absl::SleepFor(std::min(absl::Seconds(1) * (attempt + 1), absl::Seconds(5)));
+    ReconnectPolicy::Wait(attempt);
   }
 }
 
@@ -345,12 +345,17 @@ int Commands::ListUploads(bool all, const std::string& submitter) {
     out_ << ToJsonLine(response) << "\n";
     return kExitOk;
   }
-  out_ << absl::StrFormat("%-24s %-12s %-8s %10s %8s  %s\n", "NAME", "SUBMITTER", "KIND", "SIZE",
-                          "FILES", "SHA256");
+  // Fixed columns (a longer cell pushes the rest of its line along, as printf's would).
+  const auto line = [this](absl::string_view name, absl::string_view submitter,
+                           absl::string_view kind, absl::string_view size, absl::string_view files,
+                           absl::string_view sha256) {
+    out_ << PadRight(name, 24) << " " << PadRight(submitter, 12) << " " << PadRight(kind, 8) << " "
+         << PadLeft(size, 10) << " " << PadLeft(files, 8) << "  " << sha256 << "\n";
+  };
+  line("NAME", "SUBMITTER", "KIND", "SIZE", "FILES", "SHA256");
   for (const v1::Upload& upload : response.uploads()) {
-    out_ << absl::StrFormat("%-24s %-12s %-8s %10s %8d  %s\n", upload.name(), upload.submitter(),
-                            upload.kind(), Bytes(upload.size_bytes()), upload.files(),
-                            upload.sha256().substr(0, 12));
+    line(upload.name(), upload.submitter(), upload.kind(), Bytes(upload.size_bytes()),
+         absl::StrCat(upload.files()), upload.sha256().substr(0, 12));
   }
   out_ << Bytes(response.used_bytes()) << " used of " << Bytes(response.quota_bytes())
        << " (upload_quota_bytes" << (all ? ", per submitter" : "") << ")\n";
