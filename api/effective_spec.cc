@@ -62,14 +62,17 @@ void TrainJobDefaults(v1::TrainJob& job) {
   if (job.has_checkpoint() && !job.checkpoint().has_keep_last()) {
     job.mutable_checkpoint()->set_keep_last(1);
   }
-  // The task's default loss (trainer/task.cc) and its settings.
+  // The task's default loss (trainer/task.cc) and its settings; a TorchScript loss (the user's
+  // own) has none, and a built-in loss's settings beside it are refused.
   DefaultString(job.mutable_task(), "classification");
-  v1::LossSpec& loss = *job.mutable_loss();
-  DefaultString(loss.mutable_type(), job.task() == "multilabel"   ? "bce_with_logits"
-                                     : job.task() == "regression" ? "mse"
-                                                                  : "cross_entropy");
-  if (loss.type() == "smooth_l1" && !loss.has_beta()) loss.set_beta(1);
-  if (loss.type() == "huber" && !loss.has_delta()) loss.set_delta(1);
+  if (job.loss().torchscript().empty()) {
+    v1::LossSpec& loss = *job.mutable_loss();
+    DefaultString(loss.mutable_type(), job.task() == "multilabel"   ? "bce_with_logits"
+                                       : job.task() == "regression" ? "mse"
+                                                                    : "cross_entropy");
+    if (loss.type() == "smooth_l1" && !loss.has_beta()) loss.set_beta(1);
+    if (loss.type() == "huber" && !loss.has_delta()) loss.set_delta(1);
+  }
   OptimizerDefaults(*job.mutable_optimizer());
   ScheduleDefaults(*job.mutable_schedule(), job.optimizer().learning_rate());
   v1::DatasetSpec& dataset = *job.mutable_dataset();

@@ -52,6 +52,9 @@ TEST(EffectiveSpecTest, DefaultsThatDependOnAnotherFieldFollowIt) {
   v1::SubmitJobRequest regression = TrainJob("", "");
   regression.mutable_train_job()->set_task("regression");
   EXPECT_EQ(EffectiveSpec(regression).train_job().loss().type(), "mse");
+  v1::SubmitJobRequest own_loss = TrainJob("", "");
+  own_loss.mutable_train_job()->mutable_loss()->set_torchscript("/data/loss.pt");
+  EXPECT_EQ(EffectiveSpec(own_loss).train_job().loss().type(), "");  // the user's, not ours
   v1::SubmitJobRequest validated = TrainJob("", "");
   validated.mutable_train_job()->mutable_dataset()->mutable_validation()->set_fraction(0.1);
   EXPECT_EQ(EffectiveSpec(validated).train_job().evaluate_test(), "end");
