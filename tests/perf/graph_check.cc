@@ -6,7 +6,7 @@
 // difference of the 50 step losses (relative to max(1, |eager loss|)), the epoch's seconds for
 // each, and PASS when the graphed job really was captured, the first 5 step losses agree within
 // 1e-4 (bf16 1e-3: the same arithmetic, so a wrong learning rate, momentum or update shows from
-// step 2 on) and all 50 within the case's tolerance (adam fp32 1e-2; bf16, and sgd at lr 0.05
+// step 2 on) and all 50 within the case's tolerance (adam fp32 3e-2; bf16, and sgd at lr 0.05
 // with momentum 0.9, 5e-2: the graph replays the same kernels, but cuDNN's backward kernels sum
 // in a nondeterministic order, and training amplifies those last-bit differences step by step,
 // sgd's momentum more than adam's normalised steps). The H200 run of 2026-12-01
@@ -15,6 +15,11 @@
 // applied. The run of 2026-12-01 18:58 UTC, with the rule of the first 10 steps, saw two cases
 // exceed it by step 9-10 (adam + clipping 1.1e-4, adam bf16 + augmentation 1.3e-3) after
 // identical steps 1-2 and differences of 5e-6 from step 3: the same drift, earlier; hence 5.
+// Three runs of 2026-12-03 on the H200 (one build) put the 50-step drift of the adam fp32
+// cases between 3.8e-3 and 1.74e-2, a different case over 1e-2 in each run (resize + centre
+// crop 1.51e-2, then random_rotation + erasing 1.74e-2, color_jitter 1.03e-2), while the first
+// 5 steps of every case agreed within 9.2e-6: the drift of adam fp32 is bounded by 3e-2
+// (kFp32Drift), and the first 5 steps stay the exact check.
 // Exit status 1 when any case fails. Writes every loss to JSON_OUT.
 //
 // Usage: mpsd_graph_check IDX_DIR JSON_OUT [device=cuda]
@@ -41,6 +46,9 @@
 namespace {
 
 using mpsd::v1::TrainJob;
+
+// The bound on 50 steps of drift for the adam fp32 cases (the comment at the top says why).
+constexpr double kFp32Drift = 3e-2;
 
 struct Case {
   std::string name;
@@ -113,27 +121,27 @@ void OneCycle(TrainJob& job) {
 
 const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
-      {"adam fp32", [](TrainJob&) {}, 1e-2, 1e-4},
+      {"adam fp32", [](TrainJob&) {}, kFp32Drift, 1e-4},
       {"adamw bf16",
        [](TrainJob& j) {
          j.mutable_optimizer()->set_name("adamw");
          j.set_precision("bf16");
        },
        5e-2, 1e-3},
-      {"adam fp32 channels_last", [](TrainJob& j) { j.set_memory_format("channels_last"); }, 1e-2,
-       1e-4},
+      {"adam fp32 channels_last", [](TrainJob& j) { j.set_memory_format("channels_last"); },
+       kFp32Drift, 1e-4},
       {"adam clip 1.0 + label smoothing 0.1",
        [](TrainJob& j) {
          j.set_grad_clip_norm(1.0);
          j.set_label_smoothing(0.1);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam cosine warm-up",
        [](TrainJob& j) {
          j.mutable_schedule()->set_name("cosine");
          j.mutable_schedule()->set_warmup_steps(10);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"sgd momentum, step schedule",
        [](TrainJob& j) {
          Sgd(j, false);
@@ -172,15 +180,15 @@ const std::vector<Case>& Cases() {
        [](TrainJob& j) {
          for (int c = 0; c < 10; ++c) j.mutable_loss()->add_class_weights(0.5 + 0.1 * c);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam multilabel bce_with_logits pos_weight",
        [](TrainJob& j) {
          Tensors(j, g_multilabel_path, "multilabel");
          for (double w : {1.0, 2.0, 0.5}) j.mutable_loss()->add_pos_weight(w);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam regression mse", [](TrainJob& j) { Tensors(j, g_regression_path, "regression"); },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam regression huber bf16",
        [](TrainJob& j) {
          Tensors(j, g_regression_path, "regression");
@@ -204,30 +212,30 @@ const std::vector<Case>& Cases() {
        [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_random_resized_crop()->add_size(28);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam resize 32 + center_crop 28 (antialiased)",
        [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->add_resize(32);
          j.mutable_dataset()->mutable_augmentation()->add_center_crop(28);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam color_jitter brightness/contrast 0.4",
        [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_color_jitter()->set_brightness(0.4);
          j.mutable_dataset()->mutable_augmentation()->mutable_color_jitter()->set_contrast(0.4);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam random_rotation 15 + random_erasing",
        [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_random_rotation()->add_degrees(15);
          j.mutable_dataset()->mutable_augmentation()->mutable_random_erasing()->set_p(0.5);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam mixup 0.2",
        [](TrainJob& j) {
          j.mutable_dataset()->mutable_augmentation()->mutable_mixup()->set_alpha(0.2);
        },
-       1e-2, 1e-4},
+       kFp32Drift, 1e-4},
       {"adam bf16 cutmix 1.0",
        [](TrainJob& j) {
          j.set_precision("bf16");
