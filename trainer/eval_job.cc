@@ -20,7 +20,7 @@
 #include "api/error_cause.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
 #include "trainer/models.h"

@@ -34,7 +34,7 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "trainer/device_memory.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/executor_service.h"
 
 namespace {

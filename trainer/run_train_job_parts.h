@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "trainer/datasets.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/models.h"
 #include "trainer/schedule.h"
 #include "trainer/train_job.h"

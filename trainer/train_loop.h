@@ -18,7 +18,7 @@
 #include "trainer/datasets.h"
 #include "trainer/distributed.h"
 #include "trainer/divergence.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/models.h"
 #include "trainer/optimizers.h"

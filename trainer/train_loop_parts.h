@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "trainer/datasets.h"
 #include "trainer/divergence.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/models.h"
 #include "trainer/task.h"
 #include "trainer/train_loop.h"

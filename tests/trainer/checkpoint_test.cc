@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/common/temp_dir.h"
 #include "trainer/checkpoint.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/models.h"
 
 namespace mpsd::trainer {

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/executor.h"
 #include "tests/common/temp_dir.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/models.h"
 
 namespace mpsd::trainer {
