@@ -1,8 +1,8 @@
 // The effective spec: a job spec with every documented default written out. It is the one place
 // those defaults live: the executor applies it to every spec before it reads one (Validate, Run,
-// PlanFusion, RunFused in trainer/executor.cc), so a default set here is the default a job runs
-// with, and clients apply it to show and compare jobs by what they ran with rather than by what
-// their files happened to spell out (`mpsctl compare`, the TensorBoard export's hparams).
+// PlanFusion, RunFused in trainer/torch_executor.cc), so a default set here is the default a job
+// runs with, and clients apply it to show and compare jobs by what they ran with rather than by
+// what their files happened to spell out (`mpsctl compare`, the TensorBoard export's hparams).
 #ifndef MPSD_API_EFFECTIVE_SPEC_H_
 #define MPSD_API_EFFECTIVE_SPEC_H_
 

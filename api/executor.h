@@ -3,7 +3,7 @@
 //
 // Torch-free on purpose: the daemon (server/) talks to the executor only in proto messages.
 // Two implementations: the LibTorch executor inside the mpsd-executor process
-// (trainer/executor.h, CreateTorchExecutor) and the daemon's proxy for that process
+// (trainer/torch_executor.h, CreateTorchExecutor) and the daemon's proxy for that process
 // (server/executor/executor_supervisor.h), which forwards every call over
 // proto/mpsd/v1/executor.proto.
 #ifndef MPSD_API_EXECUTOR_H_

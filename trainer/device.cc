@@ -12,7 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "trainer/compat.h"
+#include "trainer/compat/cuda_memory.h"
+#include "trainer/compat/mps.h"
 
 namespace mpsd::trainer {
 namespace {

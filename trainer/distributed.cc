@@ -37,7 +37,7 @@ namespace mpsd::trainer {
 
 // What ProcessGroupGloo and ProcessGroupNCCL derive from: ProcessGroup in LibTorch 1.x, Backend
 // since 2.0 (the one c10d difference this file meets; kept here, beside the c10d includes,
-// rather than in compat.h, which most of trainer/ includes).
+// rather than in trainer/compat/, whose headers most of trainer/ includes).
 #if TORCH_VERSION_MAJOR >= 2
 using BackendBase = ::c10d::Backend;
 #else

@@ -34,8 +34,8 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "trainer/device_memory.h"
-#include "trainer/executor.h"
 #include "trainer/executor_service.h"
+#include "trainer/torch_executor.h"
 
 namespace {
 

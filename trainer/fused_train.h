@@ -30,7 +30,7 @@
 
 #include "absl/status/status.h"
 #include "mpsd/v1/mpsd.pb.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 #include "trainer/train_job.h"
 
 namespace mpsd::trainer {

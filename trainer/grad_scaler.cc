@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "trainer/compat.h"
+#include "trainer/compat/optim.h"
 #include "trainer/optimizers.h"
 
 namespace mpsd::trainer {

@@ -1,6 +1,8 @@
 // See graphed_step.h. The capture follows PyTorch's whole-network recipe: warm up on a side
 // stream, drop the gradients, capture forward + backward + optimizer step, replay per batch.
 #include "trainer/graphed_step.h"
+#include "trainer/compat/autocast.h"
+#include "trainer/compat/optim.h"
 
 #include <algorithm>
 #include <utility>
@@ -45,7 +47,7 @@ std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
   if (request.cycles_momentum && request.optimizer != OptimizerKind::kSgd) {
     return "the schedule cycles adam's beta1, a number in the fused kernel's arguments";
   }
-  if (!compat::kHasCudaGraphs)
+  if (!compat::HasCudaGraphs())
     return "this LibTorch has no CUDA graphs or fused Adam (needs >= 2.2)";
   return "";
 }

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "trainer/augment.h"
-#include "trainer/compat.h"
+#include "trainer/compat/cuda_graph.h"
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
 #include "trainer/precision.h"
@@ -50,7 +50,7 @@ struct GraphedStepRequest {
 };
 
 // Why the graphed step cannot serve `request`, or "" when it can: the request's settings are
-// checked first, then that this is a CUDA LibTorch >= 2.2 (compat::kHasCudaGraphs). Pure: no
+// checked first, then that this is a CUDA LibTorch >= 2.2 (compat::HasCudaGraphs()). Pure: no
 // device, no tensors (tested on CPU).
 std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request);
 

@@ -17,7 +17,6 @@
 #include "absl/strings/str_join.h"
 #include "api/sha256.h"
 #include "trainer/artifact_file.h"
-#include "trainer/compat.h"
 #include "trainer/precision.h"
 #include "version/version.h"
 

@@ -1,6 +1,7 @@
 // image_folder and tensors: validation, loading, normalisation and placement (resident on the
 // device, or streamed from the host).
 #include "trainer/own_data.h"
+#include "trainer/compat/cuda_memory.h"
 
 #include <algorithm>
 #include <cmath>

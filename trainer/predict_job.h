@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "mpsd/v1/mpsd.pb.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 

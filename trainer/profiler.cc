@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "trainer/compat.h"
+#include "trainer/compat/profiler.h"
 
 namespace mpsd::trainer {
 

@@ -8,7 +8,7 @@
 #include <atomic>
 
 #include "absl/status/status.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 

@@ -11,9 +11,9 @@
 #include "absl/status/status.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "trainer/datasets.h"
-#include "trainer/executor.h"
 #include "trainer/models.h"
 #include "trainer/schedule.h"
+#include "trainer/torch_executor.h"
 #include "trainer/train_job.h"
 
 namespace mpsd::trainer {

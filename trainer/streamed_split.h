@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "trainer/compat.h"
+#include "trainer/compat/side_stream.h"
 
 namespace mpsd::trainer {
 

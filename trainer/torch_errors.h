@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "api/error_cause.h"
-#include "trainer/compat.h"
+#include "trainer/compat/errors.h"
 
 namespace mpsd::trainer {
 

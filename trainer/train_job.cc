@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/error_cause.h"
-#include "trainer/compat.h"
+#include "trainer/compat/autocast.h"
 #include "trainer/models/torchscript.h"
 #include "trainer/torch_errors.h"
 

@@ -18,7 +18,6 @@
 #include "trainer/datasets.h"
 #include "trainer/distributed.h"
 #include "trainer/divergence.h"
-#include "trainer/executor.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/models.h"
 #include "trainer/optimizers.h"
@@ -26,6 +25,7 @@
 #include "trainer/profiler.h"
 #include "trainer/schedule.h"
 #include "trainer/task.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 

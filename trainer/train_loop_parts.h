@@ -20,9 +20,9 @@
 #include "absl/status/statusor.h"
 #include "trainer/datasets.h"
 #include "trainer/divergence.h"
-#include "trainer/executor.h"
 #include "trainer/models.h"
 #include "trainer/task.h"
+#include "trainer/torch_executor.h"
 #include "trainer/train_loop.h"
 
 namespace mpsd::trainer {

@@ -30,7 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/executor.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 namespace {
 

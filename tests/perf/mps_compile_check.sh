@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Apple MPS code paths (trainer/compat.h), compiled and linked off Apple: configures SRC into
+# The Apple MPS code paths (trainer/compat/mps.cc), compiled and linked off Apple: configures SRC into
 # BUILD with -DMPSD_MPS_COMPILE_CHECK=ON against a LibTorch 2.x (whose MPS API exists everywhere
 # and answers "not available" off Apple) and builds mpsd-executor only; then checks that the
 # executor really references the MPS API (torch::mps::is_available, at::detail::getMPSHooks)

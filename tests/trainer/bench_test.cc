@@ -13,8 +13,8 @@
 
 #include "absl/strings/match.h"
 #include "client/job_file.h"
-#include "trainer/compat.h"
-#include "trainer/executor.h"
+#include "trainer/compat/autocast.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -227,7 +227,7 @@ TEST(BenchTest, PrecisionsAndMemoryFormatsTheDeviceCannotRunAreUnsupportedRows) 
 
 // A precision that a BenchJob measures as UNSUPPORTED on a device is one that a TrainJob on that
 // device is refused at submit, for the same reason, and the other way round: one decision for
-// both job kinds (trainer/compat.h's AutocastUnsupportedReason).
+// both job kinds (trainer/compat/autocast.h's AutocastUnsupportedReason).
 TEST(BenchTest, TrainJobAndBenchJobAgreeOnWhichPrecisionsTheCpuRuns) {
   auto executor = MakeExecutor();
   for (const char* precision : {"fp32", "bf16", "fp16"}) {

@@ -17,7 +17,7 @@
 
 #include "tests/common/temp_dir.h"
 #include "tests/trainer/cifar_files.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 namespace {

@@ -19,7 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "client/job_file.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 namespace {

@@ -1,6 +1,6 @@
-// Tests for trainer/executor.cc, through the public Executor interface, on the real
+// Tests for trainer/torch_executor.cc, through the public Executor interface, on the real
 // Fashion-MNIST files and small temporary copies of them. CPU only, kept small for 2 cores.
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

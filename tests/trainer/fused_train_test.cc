@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "api/executor.h"
 #include "tests/common/temp_dir.h"
-#include "trainer/executor.h"
 #include "trainer/models.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 namespace {

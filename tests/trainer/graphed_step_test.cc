@@ -27,7 +27,7 @@ TEST(GraphedStepTest, CudaAdamNeedsACudaLibTorchWithFusedAdam) {
   for (const OptimizerKind optimizer : {OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
     GraphedStepRequest request = CudaAdam();
     request.optimizer = optimizer;
-    if (compat::kHasCudaGraphs) {
+    if (compat::HasCudaGraphs()) {
       EXPECT_EQ(GraphedStepUnsupportedReason(request), "") << OptimizerName(optimizer);
     } else {
       EXPECT_THAT(GraphedStepUnsupportedReason(request), HasSubstr(">= 2.2"))
@@ -48,7 +48,7 @@ TEST(GraphedStepTest, SgdBf16AndCyclingSgdMomentumAreOnTheFastPath) {
   GraphedStepRequest augmentation = CudaAdam();
   augmentation.augmentation = true;
   for (const GraphedStepRequest& request : {sgd, bf16, augmentation}) {
-    if (compat::kHasCudaGraphs) {
+    if (compat::HasCudaGraphs()) {
       EXPECT_EQ(GraphedStepUnsupportedReason(request), "");
     } else {
       EXPECT_THAT(GraphedStepUnsupportedReason(request), HasSubstr(">= 2.2"));

@@ -21,9 +21,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainer/datasets.h"
-#include "trainer/executor.h"
 #include "trainer/input_limits.h"
 #include "trainer/tensor_file.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 namespace {

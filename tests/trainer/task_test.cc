@@ -20,7 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/common/temp_dir.h"
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 namespace mpsd::trainer {
 namespace {

@@ -15,7 +15,8 @@
 
 #include "absl/strings/str_format.h"
 #include "api/failure_reason.h"
-#include "trainer/compat.h"
+#include "trainer/compat/autocast.h"
+#include "trainer/compat/optim.h"
 #include "trainer/grad_scaler.h"
 #include "trainer/optimizers.h"
 #include "trainer/schedule.h"

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "trainer/compat.h"
+#include "trainer/compat/attention.h"
 #include "trainer/models/layers.h"
 
 namespace mpsd::trainer {

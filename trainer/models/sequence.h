@@ -55,7 +55,7 @@ const TransformerPreset* FindTransformerPreset(absl::string_view name);
 // 4·h² + 4·h (attention) + 2·h·ffn + ffn + h (feed-forward) + 4·h (two LayerNorms); 7,087,872
 // for bert_base. (torch::nn::TransformerEncoderLayer has the same parameters but wants
 // [T, N, h] and, in LibTorch 1.13, has no pre/post-LN choice; this one is batch first and uses
-// scaled_dot_product_attention where LibTorch has it, see compat.h.)
+// scaled_dot_product_attention where LibTorch has it, see trainer/compat/attention.h.)
 class TransformerEncoderLayerImpl : public torch::nn::Module {
  public:
   TransformerEncoderLayerImpl(int64_t hidden, int64_t heads, int64_t ffn, double dropout);

@@ -7,8 +7,8 @@
 // RunFused (trainer/fused_train.h); other trials run one after another as the interface's default.
 //
 // Torch-free header: it names only the interface.
-#ifndef MPSD_TRAINER_EXECUTOR_H_
-#define MPSD_TRAINER_EXECUTOR_H_
+#ifndef MPSD_TRAINER_TORCH_EXECUTOR_H_
+#define MPSD_TRAINER_TORCH_EXECUTOR_H_
 
 #include <memory>
 
@@ -35,4 +35,4 @@ int AvailableCpuCount();
 
 }  // namespace mpsd::trainer
 
-#endif  // MPSD_TRAINER_EXECUTOR_H_
+#endif  // MPSD_TRAINER_TORCH_EXECUTOR_H_

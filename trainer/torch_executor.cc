@@ -2,7 +2,7 @@
 // trainer/run_train_job.h; BenchJob: trainer/bench.h; EvalJob: trainer/eval_job.h;
 // PredictJob: trainer/predict_job.h), applies the job's context, and keeps every
 // LibTorch call behind the exception firewall (trainer/torch_errors.h).
-#include "trainer/executor.h"
+#include "trainer/torch_executor.h"
 
 #include <sched.h>
 #include <torch/csrc/jit/runtime/print_handler.h>
