@@ -49,7 +49,7 @@ for job in $(grep -L '^model: "' "$REPO"/examples/*.yaml) $(grep -l '^model: "' 
   echo "== $name: exit $? in $((SECONDS - start)) s"
   if [[ $name == fashion-mnist-small ]]; then
     small_id=$("${MPSCTL[@]}" --json list --limit 1 2>/dev/null \
-      | /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.stdin.readline())["id"])' 2>/dev/null)
+      | /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.stdin.readline())["jobs"][0]["id"])' 2>/dev/null)
   fi
   grep -v '^ *step\|^\s*$' "$OUT/$name.log" | tail -n 6
 done
