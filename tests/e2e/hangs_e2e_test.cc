@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -619,6 +620,10 @@ TEST_F(HangsE2eTest, TheUsersMetricsAreReportedBesideTheBuiltInOnesAsDeclared) {
   add("my_accuracy", "metric_accuracy", "");
   add("examples", "metric_batch_size", "sum");
   add("mean_batch", "metric_batch_size", "mean");
+  // Model selection may watch one: the best epoch by it (patience long enough not to stop).
+  job.mutable_early_stopping()->set_monitor("val_my_accuracy");
+  job.mutable_early_stopping()->set_mode("max");
+  job.mutable_early_stopping()->set_patience(5);
   absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, request);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, submitted->id(), absl::Seconds(120));
@@ -658,6 +663,9 @@ TEST_F(HangsE2eTest, TheUsersMetricsAreReportedBesideTheBuiltInOnesAsDeclared) {
   EXPECT_DOUBLE_EQ(summary.metrics().at("test_mean_batch"), 900);
   EXPECT_DOUBLE_EQ(summary.metrics().at("val_examples"), 24);
   EXPECT_NEAR(summary.metrics().at("test_my_accuracy"), summary.test_accuracy(), 1e-6);
+  EXPECT_EQ(summary.monitor(), "val_my_accuracy");
+  EXPECT_EQ(summary.best_value(), std::max(epochs[0].metrics().at("val_my_accuracy"),
+                                           epochs[1].metrics().at("val_my_accuracy")));
   // mpsctl shows them under the user's names.
   const CommandResult shown =
       RunCommand({MpsctlPath(), "--server", daemon_->address(), "get", submitted->id()});
