@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/effective_spec.h"
 #include "api/tensorboard/event_file.h"
 #include "api/tensorboard/job_history.h"
 #include "client/format.h"
-#include "client/spec_defaults.h"
 #include "google/protobuf/descriptor.h"
 
 namespace mpsd::client {
@@ -141,7 +141,7 @@ class TensorBoardExporter : public JobExporter {
   }
   absl::StatusOr<std::vector<std::string>> Finish() override {
     const v1::JobSummary* summary = history_.summary() ? &*history_.summary() : nullptr;
-    const auto hparams = tensorboard::HParamsOf(WithDefaults(job_.spec()), summary);
+    const auto hparams = tensorboard::HParamsOf(api::EffectiveSpecOf(job_), summary);
     auto writer = tensorboard::EventFileWriter::Create(
         dir_, static_cast<double>(job_.created_at().seconds()));
     if (!writer.ok()) return writer.status();

@@ -23,7 +23,7 @@ absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name);
 // fed in seq order. Not thread-safe.
 //   kTensorBoard: events.out.tfevents.<created_at seconds>.<host> (the same name on every export
 //     of a job, so a second export replaces the first rather than doubling its curves): the
-//     HParams session (the spec with the client's defaults applied, client/spec_defaults.h), one
+//     HParams session (the effective spec, api/effective_spec.h), one
 //     value per step and epoch (the latest attempt's), the "final/" metrics, the session's end.
 //   kCsv: steps.csv (one row per step, a column per StepMetrics field, wall_time) and epochs.csv
 //     (one row per epoch, a column per EpochMetrics field, an unmeasured value empty).

@@ -21,8 +21,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "api/effective_spec.h"
 #include "client/format.h"
-#include "client/spec_defaults.h"
 
 namespace mpsd::client {
 namespace {
@@ -466,7 +466,7 @@ TextTable CompareTable(const std::vector<v1::Job>& jobs) {
   std::vector<std::map<std::string, std::string>> specs;
   std::set<std::string> keys;
   for (const v1::Job& job : jobs) {
-    specs.push_back(FlattenSpec(WithDefaults(job.spec())));
+    specs.push_back(FlattenSpec(api::EffectiveSpecOf(job)));
     // Bookkeeping, not a setting: request_id is unique per job (mpsctl makes one up for each
     // submit), so it would always differ.
     specs.back().erase("request_id");

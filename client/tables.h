@@ -54,7 +54,7 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials, s
 std::map<std::string, std::string> FlattenSpec(const mpsd::v1::SubmitJobRequest& request);
 
 // KEY, then one column per job ("job 12"): first `kind` and each spec key whose effective value
-// differs between the jobs (defaults applied: client/spec_defaults.h, so an unset learning_rate
+// differs between the jobs (defaults applied: api/effective_spec.h, so an unset learning_rate
 // equals an explicit 0.001 for adam; "-" where a job has no value; request_id, unique per job,
 // left out), then the final metrics (state,
 // test_accuracy, test_loss, final_train_loss, samples_per_second, total_time_s).

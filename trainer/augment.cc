@@ -294,6 +294,13 @@ Boxes DrawErasingBoxes(int64_t n, int64_t height, int64_t width, const RandomEra
 
 torch::Tensor Resize(const torch::Tensor& images, int64_t height, int64_t width) {
   if (images.size(2) == height && images.size(3) == width) return images;
+#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 7)
+  // Apple's MPS device has _upsample_bilinear2d_aa from PyTorch 2.7 on (pytorch/pytorch#145526);
+  // with an older LibTorch the resize runs on the CPU and the result goes back.
+  if (images.device().type() == c10::DeviceType::MPS) {
+    return Resize(images.cpu(), height, width).to(images.device());
+  }
+#endif
   return at::_upsample_bilinear2d_aa(images, {height, width}, /*align_corners=*/false, c10::nullopt,
                                      c10::nullopt);
 }
@@ -329,11 +336,18 @@ torch::Tensor ResizedCrop(const torch::Tensor& images, const torch::Tensor& top,
                     ys.view({n, out_height, 1}).expand({n, out_height, out_width})},
                    /*dim=*/3);
   namespace F = torch::nn::functional;
-  return F::grid_sample(images, grid.to(images.scalar_type()),
-                        F::GridSampleFuncOptions()
-                            .mode(torch::kBilinear)
-                            .padding_mode(torch::kBorder)
-                            .align_corners(false));
+  // The coordinates above stay inside the image, so the padding mode only decides the far
+  // neighbour of a sample on the last row or column, whose weight is 0 up to float rounding:
+  // border gives torchvision's values to the last bit. Apple's MPS grid sampler (MPSGraph's, in
+  // LibTorch 2.x) has no border mode, so there it is zeros (equal within rounding).
+  const bool mps = images.device().type() == c10::DeviceType::MPS;
+  return F::grid_sample(
+      images, grid.to(images.scalar_type()),
+      F::GridSampleFuncOptions()
+          .mode(torch::kBilinear)
+          .padding_mode(mps ? F::GridSampleFuncOptions::padding_mode_t(torch::kZeros)
+                            : F::GridSampleFuncOptions::padding_mode_t(torch::kBorder))
+          .align_corners(false));
 }
 
 torch::Tensor Rotate(const torch::Tensor& images, const torch::Tensor& degrees,
@@ -353,6 +367,8 @@ torch::Tensor Rotate(const torch::Tensor& images, const torch::Tensor& degrees,
   namespace F = torch::nn::functional;
   const torch::Tensor grid = F::affine_grid(theta, {n, images.size(1), h, w},
                                             /*align_corners=*/false);
+  // Nearest with zeros padding: on Apple's MPS device MPSGraph's grid sampler has both (macOS
+  // 13.2 on, LibTorch 2.x).
   const auto options = F::GridSampleFuncOptions()
                            .mode(torch::kNearest)
                            .padding_mode(torch::kZeros)

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/effective_spec.h"
 #include "trainer/cifar.h"
 #include "trainer/device.h"
 #include "trainer/field_checks.h"
@@ -205,7 +206,6 @@ absl::StatusOr<DeviceDataset> LoadSynthetic(const DatasetConfig& config, uint64_
 const std::vector<DatasetInfo>& Registry() {
   static const std::vector<DatasetInfo> registry = {
       {"fashion-mnist",
-       "/usr/share/datasets/fashion-mnist",
        {1, 28, 28},
        10,
        60'000,
@@ -214,18 +214,8 @@ const std::vector<DatasetInfo>& Registry() {
        {0.3530f},
        CheckIdxFiles,
        LoadIdx},
-      {"mnist",
-       "/usr/share/datasets/mnist",
-       {1, 28, 28},
-       10,
-       60'000,
-       10'000,
-       {0.1307f},
-       {0.3081f},
-       CheckIdxFiles,
-       LoadIdx},
+      {"mnist", {1, 28, 28}, 10, 60'000, 10'000, {0.1307f}, {0.3081f}, CheckIdxFiles, LoadIdx},
       {"cifar10",
-       "/usr/share/datasets/cifar10",
        {3, 32, 32},
        kCifarClasses,
        50'000,
@@ -234,9 +224,9 @@ const std::vector<DatasetInfo>& Registry() {
        {0.2470f, 0.2435f, 0.2616f},
        CheckCifarFiles,
        LoadCifar},
-      {"synthetic", "", {3, 32, 32}, 10, 0, 0, {}, {}, nullptr, LoadSynthetic},
-      {"image_folder", "", {}, 0, 0, 0, {}, {}, nullptr, LoadImageFolder, ResolveImageFolder},
-      {"tensors", "", {}, 0, 0, 0, {}, {}, nullptr, LoadTensors, ResolveTensors},
+      {"synthetic", {3, 32, 32}, 10, 0, 0, {}, {}, nullptr, LoadSynthetic},
+      {"image_folder", {}, 0, 0, 0, {}, {}, nullptr, LoadImageFolder, ResolveImageFolder},
+      {"tensors", {}, 0, 0, 0, {}, {}, nullptr, LoadTensors, ResolveTensors},
   };
   return registry;
 }
@@ -630,7 +620,7 @@ absl::StatusOr<DatasetConfig> ResolveDataset(const mpsd::v1::DatasetSpec& spec) 
   }
   if (absl::Status s = ResolveAugmentation(spec.augmentation(), config); !s.ok()) return s;
   if (config.info->check_files != nullptr) {
-    config.root = spec.root().empty() ? std::string(config.info->default_root) : spec.root();
+    config.root = spec.root().empty() ? api::DefaultDatasetRoot(config.info->name) : spec.root();
     if (absl::Status s = config.info->check_files(config.root); !s.ok()) {
       return FieldError("root", s.message());
     }

@@ -70,8 +70,7 @@ struct DatasetConfig;
 
 // One registry entry. Entries live for the whole process and are safe to use from any thread.
 struct DatasetInfo {
-  absl::string_view name;          // "cifar10"
-  absl::string_view default_root;  // "/usr/share/datasets/cifar10"; "" for synthetic (no files)
+  absl::string_view name;  // "cifar10"; its default root: api::DefaultDatasetRoot(name)
   // One example without the batch dimension ([C, H, W] for images) and the class count;
   // synthetic's come from its spec instead.
   std::vector<int64_t> input_shape;

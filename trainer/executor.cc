@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/effective_spec.h"
 #include "trainer/bench.h"
 #include "trainer/device.h"
 #include "trainer/eval_job.h"
@@ -42,7 +43,8 @@ class TorchExecutor final : public Executor {
         inventory_(std::move(inventory)),
         cpu_threads_(torch::get_num_threads()) {}
 
-  absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const override {
+  absl::Status Validate(const mpsd::v1::SubmitJobRequest& submitted) const override {
+    const mpsd::v1::SubmitJobRequest spec = api::EffectiveSpec(submitted);
     if (spec.has_bench_job()) {
       return CatchTorchErrors([&] {
         return ValidateBenchJob(spec.bench_job(), inventory_, options_.allow_fault_injection,
@@ -114,8 +116,10 @@ absl::StatusOr<TrainJobConfig> TorchExecutor::ResolveJob(const mpsd::v1::SubmitJ
   }
 }
 
-absl::Status TorchExecutor::Run(const JobContext& context, const mpsd::v1::SubmitJobRequest& spec,
-                                const EventSink& sink, const CancelFlag& cancel) {
+absl::Status TorchExecutor::Run(const JobContext& context,
+                                const mpsd::v1::SubmitJobRequest& submitted, const EventSink& sink,
+                                const CancelFlag& cancel) {
+  const mpsd::v1::SubmitJobRequest spec = api::EffectiveSpec(submitted);
   const std::atomic<bool>& cancelled = cancel.flag();  // polled at step boundaries
   if (spec.has_bench_job()) return RunBench(spec, sink, cancelled);
   if (spec.has_eval_job()) return RunEval(spec, sink, cancelled);
@@ -164,7 +168,11 @@ absl::Status TorchExecutor::RunTrain(const JobContext& context,
 }
 
 absl::StatusOr<std::vector<int>> TorchExecutor::PlanFusion(
-    const std::vector<mpsd::v1::SubmitJobRequest>& specs, int max_trials) const {
+    const std::vector<mpsd::v1::SubmitJobRequest>& submitted, int max_trials) const {
+  std::vector<mpsd::v1::SubmitJobRequest> specs;
+  for (const mpsd::v1::SubmitJobRequest& spec : submitted) {
+    specs.push_back(api::EffectiveSpec(spec));
+  }
   if (specs.size() < 2 || max_trials < 2) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "fewer than 2 trials to fuse (%d given, at most %d)", specs.size(), max_trials));
@@ -237,8 +245,10 @@ absl::StatusOr<std::vector<int>> TorchExecutor::PlanFusion(
   return plan;
 }
 
-std::vector<absl::Status> TorchExecutor::RunFused(const std::vector<api::TrialRun>& trials,
+std::vector<absl::Status> TorchExecutor::RunFused(const std::vector<api::TrialRun>& submitted,
                                                   const api::FusionOptions& options) {
+  std::vector<api::TrialRun> trials = submitted;
+  for (api::TrialRun& trial : trials) trial.spec = api::EffectiveSpec(std::move(trial.spec));
   // Each trial resolved with its own context; a trial that does not resolve or cannot fuse
   // (a resume checkpoint from its context) makes the run fall back to one trial after another.
   std::vector<TrainJobConfig> jobs;

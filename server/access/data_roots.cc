@@ -13,6 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "api/effective_spec.h"
 #include "api/error_cause.h"
 #include "api/job_id.h"
 #include "api/upload_name.h"
@@ -118,11 +119,13 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
   }
   if (!request->has_train_job()) return absl::OkStatus();
   mpsd::v1::TrainJob& job = *request->mutable_train_job();
+  std::string no_loss;  // a job without a loss keeps none (not an empty `loss: {}`)
   for (auto [field, value] : std::initializer_list<std::pair<absl::string_view, std::string*>>{
            {"train_job.dataset.root", job.mutable_dataset()->mutable_root()},
            {"train_job.model.torchscript", job.mutable_model()->mutable_torchscript()},
            {"train_job.model.weights", job.mutable_model()->mutable_weights()},
-           {"train_job.loss.torchscript", job.mutable_loss()->mutable_torchscript()},
+           {"train_job.loss.torchscript",
+            job.has_loss() ? job.mutable_loss()->mutable_torchscript() : &no_loss},
            {"train_job.resume_from", job.mutable_resume_from()}}) {
     if (absl::Status s = resolve(field, value); !s.ok()) return s;
   }
@@ -205,8 +208,7 @@ absl::Status DataRoots::CheckDataset(absl::string_view field, const mpsd::v1::Da
     // /etc/shadow) is refused as the root itself would be.
     return CheckTree(field, dataset.root(), principal);
   }
-  if (!dataset.name().empty() && dataset.name() != "synthetic") {
-    const std::string root = absl::StrCat("/usr/share/datasets/", dataset.name());
+  if (const std::string root = api::DefaultDatasetRoot(dataset.name()); !root.empty()) {
     return CheckPath(absl::StrCat(field, " (default)"), root, principal);
   }
   return absl::OkStatus();

@@ -45,7 +45,7 @@ class DataRoots {
   // and the path as given (an upload's as upload:@OWNER/NAME), never the roots; the message is
   // the same whether the path exists or not (and whether the daemon could read it), so that it
   // tells nothing about files outside the roots. A dataset without a root is checked at its
-  // default directory (/usr/share/datasets/<name>); resume_from naming a job id (digits only) is
+  // default directory (api::DefaultDatasetRoot); resume_from naming a job id (digits only) is
   // not a path.
   // `principal` (null: nobody's) is whose uploads the paths may also lie in: its own, or all
   // for an admin.

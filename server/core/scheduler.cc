@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/effective_spec.h"
 #include "api/error_cause.h"
 #include "api/failure_reason.h"
 #include "api/job_id.h"
@@ -92,9 +93,11 @@ absl::Status CheckText(absl::string_view field, const std::string& text) {
     }
   }
   // Unicode's invisible controls (as UTF-8, which gRPC's proto3 strings are): C1 controls
-  // U+0080-U+009F, and the bidirectional marks and overrides U+061C, U+200E, U+200F,
-  // U+202A-U+202E, U+2066-U+2069, which would make a name shown in a table or the dashboard
-  // read as another one.
+  // U+0080-U+009F, the bidirectional marks and overrides U+061C, U+200E, U+200F,
+  // U+202A-U+202E, U+2066-U+2069, and the invisible spaces U+200B (zero width), U+2060 (word
+  // joiner) and U+FEFF (zero-width no-break), which would make a name shown in a table or the
+  // dashboard read as another one. The zero-width (non-)joiners U+200C/U+200D stay: scripts and
+  // emoji sequences need them.
   const auto byte = [&text](size_t i) { return static_cast<unsigned char>(text[i]); };
   for (size_t i = 0; i + 1 < text.size(); ++i) {
     const bool c1 = byte(i) == 0xC2 && byte(i + 1) >= 0x80 && byte(i + 1) <= 0x9F;
@@ -102,14 +105,17 @@ absl::Status CheckText(absl::string_view field, const std::string& text) {
     bool bidi = false;
     if (i + 2 < text.size() && byte(i) == 0xE2) {
       const unsigned char b1 = byte(i + 1), b2 = byte(i + 2);
-      bidi = (b1 == 0x80 && (b2 == 0x8E || b2 == 0x8F || (b2 >= 0xAA && b2 <= 0xAE))) ||
-             (b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9);
+      bidi =
+          (b1 == 0x80 && (b2 == 0x8B || b2 == 0x8E || b2 == 0x8F || (b2 >= 0xAA && b2 <= 0xAE))) ||
+          (b1 == 0x81 && (b2 == 0xA0 || (b2 >= 0xA6 && b2 <= 0xA9)));
     }
-    if (c1 || alm || bidi) {
+    const bool bom =
+        i + 2 < text.size() && byte(i) == 0xEF && byte(i + 1) == 0xBB && byte(i + 2) == 0xBF;
+    if (c1 || alm || bidi || bom) {
       return absl::InvalidArgumentError(
           absl::StrCat(field,
-                       ": invisible control characters (bidirectional marks or overrides, C1 "
-                       "controls) not allowed"));
+                       ": invisible characters (bidirectional marks or overrides, zero-width "
+                       "spaces, C1 controls) not allowed"));
     }
   }
   return absl::OkStatus();
@@ -528,6 +534,7 @@ absl::StatusOr<Job> Scheduler::Enqueue(const mpsd::v1::SubmitJobRequest& request
   job.set_state(Job::QUEUED);
   *job.mutable_created_at() = Now();
   *job.mutable_spec() = request;
+  *job.mutable_effective_spec() = api::EffectiveSpec(request);
   job.set_priority(request.priority());
   if (trial != nullptr) *job.mutable_trial() = *trial;
   if (api::IsJobId(request.train_job().resume_from())) {

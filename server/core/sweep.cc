@@ -288,12 +288,26 @@ absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep) {
         absl::StrCat("sweep.data_order: must be per_trial or shared, got \"",
                      absl::CHexEscape(order.substr(0, 64)), "\""));
   }
+  if (fusion.shared_data_order && fusion.max_trials == 1) {
+    return absl::InvalidArgumentError(
+        "sweep.data_order: shared is for trials trained fused, and sweep.fuse is off: each "
+        "trial runs alone, in its own order");
+  }
   return fusion;
 }
 
 absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(const SubmitJobRequest& request) {
   if (absl::StatusOr<SweepFusion> fusion = ReadSweepFusion(request.sweep()); !fusion.ok()) {
     return fusion.status();
+  }
+  if (!request.has_train_job()) {
+    for (const auto& [field, value] : {std::pair{"fuse", &request.sweep().fuse()},
+                                       std::pair{"data_order", &request.sweep().data_order()}}) {
+      if (!value->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sweep.", field, ": only a TrainJob's trials are trained fused; leave it out here"));
+      }
+    }
   }
   std::vector<Axis> grid;
   absl::StatusOr<std::vector<Axis>> random = CheckAxes(request, grid);

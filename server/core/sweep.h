@@ -49,9 +49,10 @@ struct SweepFusion {
 };
 
 // The sweep's fusion settings: fuse "", "auto" (or "true") → kMaxFusedTrials, "off" (or
-// "false", what YAML 1.1 makes of an unquoted off) → 1, an integer K
-// in [2, kMaxFusedTrials] → K; data_order "" / "per_trial" or "shared". INVALID_ARGUMENT
-// naming "sweep.fuse" or "sweep.data_order" otherwise. ExpandSweep checks it too. Pure.
+// "false", what YAML 1.1 makes of an unquoted off) → 1, an integer K in [2, kMaxFusedTrials]
+// → K; data_order "" / "per_trial" or "shared" (not with fuse off). INVALID_ARGUMENT
+// naming "sweep.fuse" or "sweep.data_order" otherwise. ExpandSweep checks it too, and refuses
+// either field on a sweep whose trials are not TrainJobs. Pure.
 absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep);
 
 // "optimizer.learning_rate=0.01, batch_size=64": a trial's values as stored in

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "api/effective_spec.h"
 #include "api/job_state.h"
 #include "spdlog/spdlog.h"
 
@@ -51,6 +52,7 @@ void TensorBoardWriter::Observe(const Job& job, const JobEvent& event) {
     copy.set_id(job.id());
     *copy.mutable_created_at() = job.created_at();
     *copy.mutable_spec() = job.spec();
+    *copy.mutable_effective_spec() = api::EffectiveSpecOf(job);
     kept = std::make_shared<const Job>(std::move(copy));
   }
   queue_.push_back(Item{kept, event});
@@ -134,7 +136,7 @@ absl::Status TensorBoardWriter::Rewrite(const Job& job, JobFiles& files) {
   files.writers.clear();
   const mpsd::v1::JobSummary* summary =
       files.history.summary() ? &*files.history.summary() : nullptr;
-  const auto hparams = tensorboard::HParamsOf(job.spec(), summary);
+  const auto hparams = tensorboard::HParamsOf(api::EffectiveSpecOf(job), summary);
   for (const std::string& dir : DirsOf(job)) {
     auto writer = tensorboard::EventFileWriter::Create(
         dir, static_cast<double>(job.created_at().seconds()), options_.host);

@@ -1702,7 +1702,9 @@ function comparePage(ctx, main, params) {
     ctx.charts.compare = graph;
   }
   function showTables() {
-    const differences = specDifferences(jobs.map(specObject));
+    // What each job ran with (its effective spec: defaults written out), so that an unset
+    // learning rate and an explicit 0.001 for adam are the same value.
+    const differences = specDifferences(jobs.map((job) => specObject({ ...job, spec: job.effectiveSpec || job.spec })));
     legends = legendNames(jobs, differences);
     ctx.counters.diffKeys = differences.map((d) => d.key);
     diff.replaceChildren(differences.length ? el('table', { class: 'diff' },

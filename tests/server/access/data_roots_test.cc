@@ -45,6 +45,7 @@ TEST_F(DataRootsUploadsTest, EveryPathFieldResolvesToTheSubmittersArea) {
   EXPECT_EQ(job->model().torchscript(), state_ + "/uploads/alice/models/net.pt");
   EXPECT_EQ(job->model().weights(), state_ + "/uploads/bob/w.pt");
   EXPECT_EQ(job->resume_from(), "12");  // Not an upload: as it was.
+  EXPECT_FALSE(job->has_loss());        // None given, none made (mpsctl get showed `loss: {}`).
 
   mpsd::v1::SubmitJobRequest bench;
   bench.mutable_bench_job()->add_models("resnet18");

@@ -16,6 +16,7 @@
 #include "api/failure_reason.h"
 #include "api/job_state.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/core/job_store.h"
 #include "tests/common/temp_dir.h"
@@ -114,6 +115,28 @@ TEST_F(SchedulerTest, RunsAJobAndStoresItsEvents) {
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->state(), Job::SUCCEEDED);
   EXPECT_EQ(stored->last_seq(), 6);
+}
+
+// The job keeps the spec as submitted and, beside it, the spec with every default written out
+// (api/effective_spec.h), stored with it: what clients show and compare it by.
+TEST_F(SchedulerTest, AJobStoresItsEffectiveSpecBesideTheSubmittedOne) {
+  auto scheduler = Start();
+  SubmitJobRequest request = TrainRequest();
+  request.mutable_train_job()->mutable_optimizer()->set_name("sgd");
+  const Job queued = Submit(*scheduler, request);
+  EXPECT_FALSE(queued.spec().train_job().has_batch_size());
+  EXPECT_FALSE(queued.spec().train_job().optimizer().has_learning_rate());
+  const mpsd::v1::TrainJob& effective = queued.effective_spec().train_job();
+  EXPECT_EQ(effective.batch_size(), 64);
+  EXPECT_DOUBLE_EQ(effective.optimizer().learning_rate(), 0.01);  // sgd's
+  EXPECT_EQ(effective.dataset().root(), "/usr/share/datasets/fashion-mnist");
+  WaitForEnd(*scheduler, queued.id());
+  scheduler->Shutdown();
+  absl::StatusOr<Job> stored = store_->GetJob(queued.id());
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(stored->effective_spec(),
+                                                                 queued.effective_spec()));
+  EXPECT_FALSE(stored->spec().train_job().has_batch_size());
 }
 
 TEST_F(SchedulerTest, HigherPriorityFirstThenFirstInFirstOut) {
@@ -438,14 +461,18 @@ TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
   }
 }
 
-// A name that would display as another (a right-to-left override reversing "gpj.exe") or hide
-// text (a C1 control) is refused, as ASCII controls are; other Unicode is a name like any other.
+// A name that would display as another (a right-to-left override reversing "gpj.exe", a
+// zero-width space inside "admin") or hide text (a C1 control) is refused, as ASCII controls
+// are; other Unicode is a name like any other, zero-width joiners of emoji sequences included.
 TEST_F(SchedulerTest, NamesAndLabelsRefuseControlAndBidiCharacters) {
   auto scheduler = Start();
   for (const std::string& bad : {std::string("run\x07"), std::string("evil\xE2\x80\xAEgpj.exe"),
                                  std::string("a\xE2\x81\xA6"
                                              "b"),
-                                 std::string("x\xC2\x85y"), std::string("\xE2\x80\x8Fname")}) {
+                                 std::string("x\xC2\x85y"), std::string("\xE2\x80\x8Fname"),
+                                 std::string("ad\xE2\x80\x8Bmin"), std::string("\xEF\xBB\xBFrun"),
+                                 std::string("a\xE2\x81\xA0"
+                                             "b")}) {
     SubmitJobRequest named = TrainRequest();
     named.set_name(bad);
     const absl::Status refused = scheduler->Submit(named).status();
@@ -461,6 +488,9 @@ TEST_F(SchedulerTest, NamesAndLabelsRefuseControlAndBidiCharacters) {
       "f\xC3\xBCr Ren\xC3\xA9"
       "e \xE2\x80\x94 \xE6\xB5\x8B\xE8\xAF\x95");
   EXPECT_TRUE(scheduler->Submit(unicode).ok());
+  SubmitJobRequest family = TrainRequest();
+  family.set_name("\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7");  // woman ZWJ girl
+  EXPECT_TRUE(scheduler->Submit(family).ok());
 }
 
 TEST_F(SchedulerTest, RecoversJobsADeadDaemonLeftRunning) {

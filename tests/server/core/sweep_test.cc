@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -192,6 +193,48 @@ TEST(SweepTest, ErrorsNameTheField) {
   request = Base();
   Grid(request, "seed", std::vector<std::string>(1001, "1"));
   EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("more than 1000 trials"));
+}
+
+TEST(SweepTest, FusionSettingsAreReadAndNonsenseIsRefusedNamingTheField) {
+  mpsd::v1::SweepSpec sweep;
+  for (const char* off : {"off", "false"}) {
+    sweep.set_fuse(off);
+    absl::StatusOr<SweepFusion> fusion = ReadSweepFusion(sweep);
+    ASSERT_TRUE(fusion.ok()) << off << ": " << fusion.status();
+    EXPECT_EQ(fusion->max_trials, 1) << off;
+  }
+  sweep.set_fuse("8");
+  EXPECT_EQ(ReadSweepFusion(sweep)->max_trials, 8);
+  for (const char* bad : {"0", "1", "65", "-2", "many"}) {
+    sweep.set_fuse(bad);
+    EXPECT_THAT(std::string(ReadSweepFusion(sweep).status().message()),
+                HasSubstr("sweep.fuse: must be auto, off or a number of trials in [2, 64]"))
+        << bad;
+  }
+  // A shared order means nothing when every trial runs alone.
+  sweep.set_fuse("off");
+  sweep.set_data_order("shared");
+  EXPECT_THAT(std::string(ReadSweepFusion(sweep).status().message()),
+              HasSubstr("sweep.data_order: shared is for trials trained fused"));
+  sweep.set_data_order("per_trial");
+  EXPECT_TRUE(ReadSweepFusion(sweep).ok());
+}
+
+TEST(SweepTest, FusionSettingsOnASweepOfAnotherJobKindAreRefused) {
+  SubmitJobRequest request;
+  request.mutable_bench_job()->add_models("mlp");
+  Grid(request, "iters", {"5", "10"});
+  for (const char* field : {"fuse", "data_order"}) {
+    SubmitJobRequest with = request;
+    if (std::string(field) == "fuse") {
+      with.mutable_sweep()->set_fuse("auto");
+    } else {
+      with.mutable_sweep()->set_data_order("per_trial");
+    }
+    EXPECT_EQ(Message(ExpandSweep(with)),
+              absl::StrCat("sweep.", field,
+                           ": only a TrainJob's trials are trained fused; leave it out here"));
+  }
 }
 
 }  // namespace

@@ -435,7 +435,7 @@ class ImageFolderSpec(_message.Message):
     def __init__(self, image_size: _Optional[_Iterable[int]] = ..., channels: _Optional[int] = ..., on_bad_image: _Optional[str] = ..., decode_threads: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ["created_at", "failure_reason", "finished_at", "id", "kind", "last_checkpoint", "last_epoch", "last_seq", "last_step", "message", "priority", "resumed_from_job_id", "spec", "started_at", "state", "submitted_by", "summary", "trial", "trial_job_ids"]
+    __slots__ = ["created_at", "effective_spec", "failure_reason", "finished_at", "id", "kind", "last_checkpoint", "last_epoch", "last_seq", "last_step", "message", "priority", "resumed_from_job_id", "spec", "started_at", "state", "submitted_by", "summary", "trial", "trial_job_ids"]
     class FailureReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = []
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -449,6 +449,7 @@ class Job(_message.Message):
     DEPENDENCY_FAILED: Job.FailureReason
     DISK_FULL: Job.FailureReason
     DIVERGED: Job.FailureReason
+    EFFECTIVE_SPEC_FIELD_NUMBER: _ClassVar[int]
     EVAL_JOB: Job.Kind
     EXECUTOR_CRASHED: Job.FailureReason
     FAILED: Job.State
@@ -485,6 +486,7 @@ class Job(_message.Message):
     TRIAL_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     USER_CODE_TIMEOUT: Job.FailureReason
     created_at: _timestamp_pb2.Timestamp
+    effective_spec: SubmitJobRequest
     failure_reason: Job.FailureReason
     finished_at: _timestamp_pb2.Timestamp
     id: str
@@ -503,7 +505,7 @@ class Job(_message.Message):
     summary: JobSummary
     trial: SweepTrial
     trial_job_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[Job.Kind, str]] = ..., state: _Optional[_Union[Job.State, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., spec: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., failure_reason: _Optional[_Union[Job.FailureReason, str]] = ..., message: _Optional[str] = ..., resumed_from_job_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., last_step: _Optional[_Union[StepMetrics, _Mapping]] = ..., last_epoch: _Optional[_Union[EpochMetrics, _Mapping]] = ..., summary: _Optional[_Union[JobSummary, _Mapping]] = ..., last_checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., submitted_by: _Optional[str] = ..., priority: _Optional[int] = ..., trial: _Optional[_Union[SweepTrial, _Mapping]] = ..., trial_job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[Job.Kind, str]] = ..., state: _Optional[_Union[Job.State, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., spec: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., failure_reason: _Optional[_Union[Job.FailureReason, str]] = ..., message: _Optional[str] = ..., resumed_from_job_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., last_step: _Optional[_Union[StepMetrics, _Mapping]] = ..., last_epoch: _Optional[_Union[EpochMetrics, _Mapping]] = ..., summary: _Optional[_Union[JobSummary, _Mapping]] = ..., last_checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., submitted_by: _Optional[str] = ..., priority: _Optional[int] = ..., trial: _Optional[_Union[SweepTrial, _Mapping]] = ..., trial_job_ids: _Optional[_Iterable[str]] = ..., effective_spec: _Optional[_Union[SubmitJobRequest, _Mapping]] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ["bench_row", "checkpoint", "epoch", "heartbeat", "job_id", "log", "prediction", "seq", "state", "step", "summary", "time"]

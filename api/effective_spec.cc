@@ -1,9 +1,9 @@
-// The daemon's documented defaults, written into a spec (client/spec_defaults.h).
-#include "client/spec_defaults.h"
+// The documented defaults, written into a spec (api/effective_spec.h).
+#include "api/effective_spec.h"
 
 #include <string>
 
-namespace mpsd::client {
+namespace mpsd::api {
 namespace {
 
 void DefaultString(std::string* value, const char* fallback) {
@@ -70,9 +70,14 @@ void TrainJobDefaults(v1::TrainJob& job) {
                                                                   : "cross_entropy");
   if (loss.type() == "smooth_l1" && !loss.has_beta()) loss.set_beta(1);
   if (loss.type() == "huber" && !loss.has_delta()) loss.set_delta(1);
+  // Each metric of the user's own reduces as a mean unless it says otherwise (trainer/task.cc).
+  for (v1::MetricSpec& metric : *job.mutable_metrics()) {
+    DefaultString(metric.mutable_reduction(), "mean");
+  }
   OptimizerDefaults(*job.mutable_optimizer());
   ScheduleDefaults(*job.mutable_schedule(), job.optimizer().learning_rate());
   v1::DatasetSpec& dataset = *job.mutable_dataset();
+  DefaultString(dataset.mutable_root(), DefaultDatasetRoot(dataset.name()).c_str());
   if (dataset.name() != "synthetic") DefaultString(dataset.mutable_subset(), "stratified");
   DefaultString(job.mutable_evaluate_test(), dataset.has_validation() ? "end" : "every_epoch");
   if (job.has_early_stopping()) {
@@ -107,6 +112,10 @@ void BenchJobDefaults(v1::BenchJob& job) {
 }
 
 void EvalJobDefaults(v1::EvalJob& job) {
+  if (job.has_dataset()) {
+    v1::DatasetSpec& dataset = *job.mutable_dataset();
+    DefaultString(dataset.mutable_root(), DefaultDatasetRoot(dataset.name()).c_str());
+  }
   DefaultString(job.mutable_split(), "test");
   if (!job.has_batch_size()) job.set_batch_size(1000);
   DefaultString(job.mutable_device(), "auto");
@@ -114,11 +123,24 @@ void EvalJobDefaults(v1::EvalJob& job) {
 
 }  // namespace
 
-v1::SubmitJobRequest WithDefaults(v1::SubmitJobRequest request) {
+std::string DefaultDatasetRoot(absl::string_view dataset_name) {
+  for (const char* published : {"fashion-mnist", "mnist", "cifar10"}) {
+    if (dataset_name == published) return std::string("/usr/share/datasets/") + published;
+  }
+  return "";
+}
+
+v1::SubmitJobRequest EffectiveSpec(v1::SubmitJobRequest request) {
   if (request.has_train_job()) TrainJobDefaults(*request.mutable_train_job());
   if (request.has_bench_job()) BenchJobDefaults(*request.mutable_bench_job());
   if (request.has_eval_job()) EvalJobDefaults(*request.mutable_eval_job());
   return request;
 }
 
-}  // namespace mpsd::client
+v1::SubmitJobRequest EffectiveSpecOf(const v1::Job& job) {
+  if (job.has_effective_spec()) return job.effective_spec();
+  if (job.kind() == v1::Job::SWEEP) return job.spec();
+  return EffectiveSpec(job.spec());
+}
+
+}  // namespace mpsd::api
