@@ -62,14 +62,17 @@ void TrainJobDefaults(v1::TrainJob& job) {
   if (job.has_checkpoint() && !job.checkpoint().has_keep_last()) {
     job.mutable_checkpoint()->set_keep_last(1);
   }
-  // The task's default loss (trainer/task.cc) and its settings.
+  // The task's default loss (trainer/task.cc) and its settings; none beside the user's own loss
+  // (loss.torchscript), which takes no type or settings.
   DefaultString(job.mutable_task(), "classification");
   v1::LossSpec& loss = *job.mutable_loss();
-  DefaultString(loss.mutable_type(), job.task() == "multilabel"   ? "bce_with_logits"
-                                     : job.task() == "regression" ? "mse"
-                                                                  : "cross_entropy");
-  if (loss.type() == "smooth_l1" && !loss.has_beta()) loss.set_beta(1);
-  if (loss.type() == "huber" && !loss.has_delta()) loss.set_delta(1);
+  if (loss.torchscript().empty()) {
+    DefaultString(loss.mutable_type(), job.task() == "multilabel"   ? "bce_with_logits"
+                                       : job.task() == "regression" ? "mse"
+                                                                    : "cross_entropy");
+    if (loss.type() == "smooth_l1" && !loss.has_beta()) loss.set_beta(1);
+    if (loss.type() == "huber" && !loss.has_delta()) loss.set_delta(1);
+  }
   // Each metric of the user's own reduces as a mean unless it says otherwise (trainer/task.cc).
   for (v1::MetricSpec& metric : *job.mutable_metrics()) {
     DefaultString(metric.mutable_reduction(), "mean");
