@@ -73,6 +73,10 @@ void TrainJobDefaults(v1::TrainJob& job) {
     if (loss.type() == "smooth_l1" && !loss.has_beta()) loss.set_beta(1);
     if (loss.type() == "huber" && !loss.has_delta()) loss.set_delta(1);
   }
+  // Each metric of the user's own reduces as a mean unless it says otherwise (trainer/task.cc).
+  for (v1::MetricSpec& metric : *job.mutable_metrics()) {
+    DefaultString(metric.mutable_reduction(), "mean");
+  }
   OptimizerDefaults(*job.mutable_optimizer());
   ScheduleDefaults(*job.mutable_schedule(), job.optimizer().learning_rate());
   v1::DatasetSpec& dataset = *job.mutable_dataset();

@@ -45,6 +45,13 @@ std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
   if (!path.empty()) return UserCode{"train_job.model.torchscript", path};
   const std::string& loss = request.train_job().loss().torchscript();
   if (!loss.empty()) return UserCode{"train_job.loss.torchscript", loss};
+  const auto& metrics = request.train_job().metrics();
+  for (int i = 0; i < metrics.size(); ++i) {
+    if (!metrics[i].torchscript().empty()) {
+      return UserCode{"train_job.metrics[" + std::to_string(i) + "].torchscript",
+                      metrics[i].torchscript()};
+    }
+  }
   if (request.has_sweep() && (SetsTorchScript(request.sweep().grid()) ||
                               SetsTorchScript(request.sweep().random().parameters()))) {
     return UserCode{"sweep", ""};

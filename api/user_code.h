@@ -1,6 +1,6 @@
-// Which part of a job spec is code the submitter wrote (a TorchScript model), for the daemon's
-// deadlines on it: the submit-time check runs it in a process of its own that is killed at
-// executor.user_code_timeout_s, and a running job whose user code reports nothing for
+// Which part of a job spec is code the submitter wrote (a TorchScript model, loss or metric), for
+// the daemon's deadlines on it: the submit-time check runs it in a process of its own that is
+// killed at executor.user_code_timeout_s, and a running job whose user code reports nothing for
 // executor.user_code_stall_timeout_s has its executor killed (server/executor_supervisor.h).
 #ifndef MPSD_API_USER_CODE_H_
 #define MPSD_API_USER_CODE_H_
@@ -14,8 +14,9 @@ namespace mpsd::api {
 
 // The user code a job names.
 struct UserCode {
-  // The field that names it, e.g. "train_job.model.torchscript", or "sweep" for a sweep that
-  // sets model.torchscript per trial.
+  // The field that names it, e.g. "train_job.model.torchscript", "train_job.loss.torchscript",
+  // "train_job.metrics[0].torchscript" (the first of these a TrainJob sets), or "sweep" for a
+  // sweep that sets model.torchscript per trial.
   std::string field;
   // The file, as the spec gives it ("" for a sweep's per-trial files).
   std::string path;

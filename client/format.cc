@@ -14,6 +14,7 @@
 #include <google/protobuf/util/time_util.h>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -59,18 +60,31 @@ std::string Plural(int64_t n, absl::string_view word) {
   return absl::StrCat(FormatThousands(n), " ", word, n == 1 ? "" : "s");
 }
 
-// multilabel and regression (a metrics map): "<split> loss 0.1234 mse 0.1234 r2 0.987" per
-// split measured, in the order train, val, test, each's metrics in a fixed order.
+// multilabel and regression, or any job with the user's metrics (a metrics map): "<split> loss
+// 0.1234 mse 0.1234 r2 0.987 top2 0.5" per split measured, in the order train, val, test, each's
+// built-in metrics in a fixed order, then the user's by name.
 std::string TaskMetricsText(const google::protobuf::Map<std::string, double>& metrics) {
+  constexpr const char* kBuiltIn[] = {"loss", "accuracy", "macro_f1", "mse", "mae", "r2"};
+  // The user's metrics (TrainJob.metrics) after the built-in ones, by name.
+  const std::map<std::string, double> sorted(metrics.begin(), metrics.end());
   std::vector<std::string> parts;
   for (const char* split : {"train", "val", "test"}) {
     std::string part;
-    for (const char* metric : {"loss", "accuracy", "macro_f1", "mse", "mae", "r2"}) {
-      const auto found = metrics.find(absl::StrCat(split, "_", metric));
-      if (found == metrics.end()) continue;
+    const auto add = [&part](absl::string_view metric, double value) {
       absl::StrAppendFormat(&part, "%s%s %.4f", part.empty() ? "" : " ",
-                            absl::string_view(metric) == "accuracy" ? "acc" : metric,
-                            found->second);
+                            metric == "accuracy" ? "acc" : metric, value);
+    };
+    for (const char* metric : kBuiltIn) {
+      const auto found = metrics.find(absl::StrCat(split, "_", metric));
+      if (found != metrics.end()) add(metric, found->second);
+    }
+    const std::string prefix = absl::StrCat(split, "_");
+    for (const auto& [name, value] : sorted) {
+      if (!absl::StartsWith(name, prefix)) continue;
+      const absl::string_view metric = absl::string_view(name).substr(prefix.size());
+      if (std::find(std::begin(kBuiltIn), std::end(kBuiltIn), metric) == std::end(kBuiltIn)) {
+        add(metric, value);
+      }
     }
     if (!part.empty()) parts.push_back(absl::StrCat(split, " ", part));
   }
@@ -153,7 +167,7 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   }
   std::string out;
   // Only what was measured: an unevaluated split has no figures, not zeros.
-  if (s.epochs() > 0 && !s.metrics().empty()) {  // multilabel, regression
+  if (s.epochs() > 0 && !s.metrics().empty()) {  // multilabel, regression, the user's metrics
     absl::StrAppend(&out, indent, s.task(), ": ", TaskMetricsText(s.metrics()), "\n");
   } else if (s.epochs() > 0) {
     std::vector<std::string> figures;

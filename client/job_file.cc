@@ -757,6 +757,11 @@ void MakePathsAbsolute(v1::SubmitJobRequest& request, const std::string& job_fil
   if (!job.loss().torchscript().empty()) {
     job.mutable_loss()->set_torchscript(AgainstDirectory(job.loss().torchscript(), dir));
   }
+  for (v1::MetricSpec& metric : *job.mutable_metrics()) {
+    if (!metric.torchscript().empty()) {
+      metric.set_torchscript(AgainstDirectory(metric.torchscript(), dir));
+    }
+  }
   if (!job.dataset().root().empty()) {
     job.mutable_dataset()->set_root(AgainstDirectory(job.dataset().root(), dir));
   }

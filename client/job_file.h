@@ -57,10 +57,10 @@ absl::StatusOr<mpsd::v1::SubmitJobRequest> ReadJobFile(const std::string& path);
 // Makes the job's relative file paths absolute against the directory of `job_file` (itself
 // taken against the current directory), since the daemon resolves relative paths against its
 // own working directory: a TrainJob's model.torchscript, model.weights, loss.torchscript,
-// dataset.root, and resume_from unless it is a job id (all digits); a BenchJob's models that are
-// TorchScript files (ending in ".pt" or holding a '/'); an EvalJob's model (unless a job id) and
-// dataset.root; a PredictJob's model (unless a job id) and inputs. Absolute paths and empty fields
-// are left alone. Thread-safe.
+// metrics' torchscript, dataset.root, and resume_from unless it is a job id (all digits); a
+// BenchJob's models that are TorchScript files (ending in ".pt" or holding a '/'); an EvalJob's
+// model (unless a job id) and dataset.root; a PredictJob's model (unless a job id) and inputs.
+// Absolute paths and empty fields are left alone. Thread-safe.
 void MakePathsAbsolute(mpsd::v1::SubmitJobRequest& request, const std::string& job_file);
 
 // The job file for `request`: `kind:` first, then the set request-level fields (priority,

@@ -526,7 +526,7 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> BuildModel(const RowSpec& spec) 
   const BenchModel& m = *spec.model;
   if (m.entry == nullptr) {
     absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script =
-        LoadTorchScriptClassifier(m.torchscript, torch::kCPU);
+        LoadTorchScriptClassifier(m.torchscript, torch::kCPU, "bench_job.models");
     if (!script.ok()) return script.status();
     return std::shared_ptr<ClassifierImpl>(*std::move(script));
   }

@@ -443,6 +443,7 @@ std::string FusionRefusal(const TrainJobConfig& job) {
     return unsupported("fault_injection");
   }
   if (!job.task.custom_loss_path.empty()) return unsupported("loss.torchscript");
+  if (!job.task.metrics.empty()) return unsupported("metrics");
   if (job.task.kind != TaskKind::kClassification) {
     return unsupported(absl::StrCat("task ", TaskName(job.task.kind)));
   }

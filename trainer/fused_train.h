@@ -42,7 +42,7 @@ namespace mpsd::trainer {
 // and cifar_cnn; model.weights, freeze, trainable, param_groups; checkpoint (every_epochs,
 // every_steps, keep_best) and resuming; early_stopping; distributed; profile; precision fp16 and
 // bf16; memory_format channels_last; grad_accumulation_steps > 1; grad_clip_norm; nan_policy
-// skip_step; fault_injection; loss.torchscript; tasks other than classification; any
+// skip_step; fault_injection; loss.torchscript; metrics; tasks other than classification; any
 // dataset.augmentation (preprocessing included); image_folder and tensors data not placed
 // resident.
 std::string FusionRefusal(const TrainJobConfig& job);

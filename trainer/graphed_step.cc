@@ -10,6 +10,13 @@
 namespace mpsd::trainer {
 namespace {
 
+// The step's task without the user's metrics: the graph computes the loss and correct count
+// only (evaluations run eagerly, trainer/train_loop.h), so their modules need not be loaded.
+TaskConfig LossOnly(TaskConfig task) {
+  task.metrics.clear();
+  return task;
+}
+
 constexpr int kWarmupSteps = 3;
 
 template <typename Options>
@@ -206,7 +213,7 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
       images_(images),
       labels_(labels),
       options_(std::move(options)),
-      task_loss_(options_.task, images.device()),
+      task_loss_(LossOnly(options_.task), images.device()),
       update_(optimizer, options_.optimizer, options_.schedule, options_.first_step,
               images.device()) {
   TORCH_CHECK(options_.precision == Precision::kFp32 || options_.precision == Precision::kBf16,

@@ -146,13 +146,14 @@ Value TrainingPart(const TrainJobConfig& job) {
   Struct training;
   Put(training, "task", Text(TaskName(job.task.kind)));
   Put(training, "loss", Text(job.task.Describe()));
-  // The epoch metrics the job reported (each split's, trainer/task.h).
-  Put(training, "metrics",
-      Texts(job.task.kind == TaskKind::kClassification
-                ? std::vector<std::string>{"loss", "accuracy"}
-            : job.task.kind == TaskKind::kMultilabel
-                ? std::vector<std::string>{"loss", "accuracy", "macro_f1"}
-                : std::vector<std::string>{"loss", "mse", "mae", "r2"}));
+  // The epoch metrics the job reported (each split's, trainer/task.h), the user's last.
+  std::vector<std::string> metrics = job.task.kind == TaskKind::kClassification
+                                         ? std::vector<std::string>{"loss", "accuracy"}
+                                     : job.task.kind == TaskKind::kMultilabel
+                                         ? std::vector<std::string>{"loss", "accuracy", "macro_f1"}
+                                         : std::vector<std::string>{"loss", "mse", "mae", "r2"};
+  for (const UserMetricConfig& metric : job.task.metrics) metrics.push_back(metric.name);
+  Put(training, "metrics", Texts(metrics));
   Put(training, "outputs",
       Text(job.task.kind == TaskKind::kClassification ? "logits [N, num_classes] (no softmax)"
            : job.task.kind == TaskKind::kMultilabel

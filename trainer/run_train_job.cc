@@ -266,8 +266,8 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> MakeModel(const TrainJobConfig& 
     model->to(job.device);
     return model;
   }
-  absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script =
-      LoadTorchScriptClassifier(job.torchscript_path, job.device);
+  absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script = LoadTorchScriptClassifier(
+      job.torchscript_path, job.device, TrainJobFields().Path("model.torchscript"));
   if (!script.ok()) {
     return TrainJobFields().Error("model.torchscript", script.status().message());
   }

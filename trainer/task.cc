@@ -6,10 +6,13 @@
 #include <stdexcept>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "trainer/models/torchscript.h"
+#include "trainer/torch_errors.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -179,7 +182,78 @@ absl::Status CheckTargets(const DatasetConfig& dataset, TaskConfig& config,
   return absl::OkStatus();
 }
 
+// TrainJob.metrics: names that are identifiers, none built in or repeated, a known reduction, a
+// file each (tried later, LoadTorchScriptMetric).
+absl::Status ResolveUserMetrics(const mpsd::v1::TrainJob& spec, TaskConfig& config,
+                                const FieldChecks& fields) {
+  constexpr int kMaxMetrics = 16;  // each is tried at submit and called on every evaluated batch
+  if (spec.metrics_size() > kMaxMetrics) {
+    return fields.Error(
+        "metrics", absl::StrFormat("at most %d metrics, got %d", kMaxMetrics, spec.metrics_size()));
+  }
+  const std::vector<std::string>& built_in = BuiltInMetricNames();
+  for (int i = 0; i < spec.metrics_size(); ++i) {
+    const mpsd::v1::MetricSpec& metric = spec.metrics(i);
+    const std::string at = absl::StrCat("metrics[", i, "]");
+    const std::string& name = metric.name();
+    const bool identifier = !name.empty() && name.size() <= 64 && absl::ascii_isalpha(name[0]) &&
+                            std::all_of(name.begin(), name.end(),
+                                        [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
+    if (!identifier) {
+      return fields.Error(absl::StrCat(at, ".name"),
+                          absl::StrFormat("\"%s\" is not a metric name: letters, digits and '_', "
+                                          "starting with a letter, at most 64 characters",
+                                          absl::CHexEscape(name.substr(0, 80))));
+    }
+    if (std::find(built_in.begin(), built_in.end(), name) != built_in.end()) {
+      return fields.Error(absl::StrCat(at, ".name"),
+                          absl::StrFormat("\"%s\" is a built-in metric's name (%s); give yours "
+                                          "another",
+                                          name, absl::StrJoin(built_in, ", ")));
+    }
+    for (const UserMetricConfig& earlier : config.metrics) {
+      if (earlier.name == name) {
+        return fields.Error(absl::StrCat(at, ".name"),
+                            absl::StrFormat("\"%s\" names an earlier metric too", name));
+      }
+    }
+    if (metric.torchscript().empty()) {
+      return fields.Error(absl::StrCat(at, ".torchscript"),
+                          "required: the metric's TorchScript file");
+    }
+    const std::string& reduction = metric.reduction();
+    if (!reduction.empty() && reduction != "mean" && reduction != "sum") {
+      return fields.Error(absl::StrCat(at, ".reduction"),
+                          absl::StrFormat("unknown \"%s\" (known: mean, sum)", reduction));
+    }
+    config.metrics.push_back(UserMetricConfig{name, metric.torchscript(),
+                                              fields.Path(absl::StrCat(at, ".torchscript")),
+                                              reduction == "sum"});
+  }
+  return absl::OkStatus();
+}
+
+// "logits [16, 2] float32 and targets [16] int64": what a user's forward was called on, in the
+// words of the submit-time probe's errors (trainer/models/torchscript.h).
+std::string BatchShapes(const torch::Tensor& logits, const torch::Tensor& targets) {
+  const auto described = [](const torch::Tensor& t) {
+    const c10::ScalarType type = t.scalar_type();
+    const std::string dtype = type == torch::kFloat32   ? "float32"
+                              : type == torch::kInt64   ? "int64"
+                              : type == torch::kFloat64 ? "float64"
+                                                        : c10::toString(type);
+    return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "] ", dtype);
+  };
+  return absl::StrCat("logits ", described(logits), " and targets ", described(targets));
+}
+
 }  // namespace
+
+const std::vector<std::string>& BuiltInMetricNames() {
+  static const std::vector<std::string>* const names =
+      new std::vector<std::string>{"loss", "accuracy", "macro_f1", "mse", "mae", "r2"};
+  return *names;
+}
 
 const char* TaskName(TaskKind kind) {
   switch (kind) {
@@ -246,6 +320,7 @@ absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec, const Dat
       (config.kind == TaskKind::kRegression && !dataset.target_shape.empty())) {
     config.target_shape = {config.outputs};
   }
+  if (absl::Status s = ResolveUserMetrics(spec, config, fields); !s.ok()) return s;
   if (!spec.loss().torchscript().empty()) {
     // The user's loss replaces the built-in one and every setting of it.
     const mpsd::v1::LossSpec& loss = spec.loss();
@@ -275,10 +350,18 @@ TaskLoss::TaskLoss(const TaskConfig& config, const torch::Device& device)
   if (!config_.custom_loss_path.empty()) {
     absl::StatusOr<torch::jit::Module> module = LoadTorchScriptLoss(config_, device);
     if (!module.ok()) {
-      throw std::runtime_error(
-          absl::StrCat("train_job.loss.torchscript: ", module.status().message()));
+      throw UserCodeError("train_job.loss.torchscript",
+                          absl::StrCat("train_job.loss.torchscript: ", module.status().message()));
     }
     custom_ = *std::move(module);
+  }
+  for (const UserMetricConfig& metric : config_.metrics) {
+    absl::StatusOr<torch::jit::Module> module = LoadTorchScriptMetric(config_, metric.path, device);
+    if (!module.ok()) {
+      throw UserCodeError(metric.field,
+                          absl::StrCat(metric.field, ": ", module.status().message()));
+    }
+    metrics_.push_back(*std::move(module));
   }
   const auto on_device = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   if (!config_.class_weights.empty()) {
@@ -300,12 +383,20 @@ torch::Tensor TaskLoss::AsMatrix(const torch::Tensor& targets) const {
 
 torch::Tensor TaskLoss::Loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
   if (custom_.has_value()) {
-    const torch::jit::IValue loss = custom_->forward({logits.to(torch::kFloat32), targets});
+    const torch::Tensor x = logits.to(torch::kFloat32);
+    const std::string field = "train_job.loss.torchscript";
+    const torch::jit::IValue loss = CallUserCode(
+        field, config_.custom_loss_path, [&] { return "forward on " + BatchShapes(x, targets); },
+        [&] {
+          return custom_->forward({x, targets});
+        });
     if (!loss.isTensor() || loss.toTensor().dim() != 0 || !loss.toTensor().is_floating_point()) {
-      throw std::runtime_error(absl::StrCat(
-          "train_job.loss.torchscript: ", config_.custom_loss_path, ": forward returned ",
-          loss.isTensor() ? "a tensor that is not a float scalar" : loss.tagKind(),
-          " for this batch; it must return the batch's loss as a scalar float tensor"));
+      throw UserCodeError(
+          field,
+          absl::StrCat(field, ": ", config_.custom_loss_path, ": forward returned ",
+                       loss.isTensor() ? "a tensor that is not a float scalar" : loss.tagKind(),
+                       " for ", BatchShapes(x, targets),
+                       "; it must return the batch's loss as a scalar float tensor"));
     }
     return loss.toTensor().to(torch::kFloat32);
   }
@@ -415,6 +506,50 @@ TaskMetrics TaskLoss::Finish(const torch::Tensor& sums, int64_t examples) const 
   metrics["mae"] = sae / elements;
   metrics["r2"] = r2_sum / static_cast<double>(k);
   return metrics;
+}
+
+torch::Tensor TaskLoss::MetricSums(const torch::Tensor& logits,
+                                   const torch::Tensor& targets) const {
+  const torch::Tensor x = logits.to(torch::kFloat32);
+  const double examples = static_cast<double>(x.size(0));
+  std::vector<torch::Tensor> values;
+  values.reserve(metrics_.size());
+  for (size_t i = 0; i < metrics_.size(); ++i) {
+    const UserMetricConfig& metric = config_.metrics[i];
+    const torch::jit::IValue value = CallUserCode(
+        metric.field, metric.path, [&] { return "forward on " + BatchShapes(x, targets); },
+        [&] {
+          return metrics_[i].forward({x, targets});
+        });
+    if (!value.isTensor() || value.toTensor().dim() != 0 || value.toTensor().is_complex() ||
+        value.toTensor().scalar_type() == torch::kBool) {
+      throw UserCodeError(
+          metric.field,
+          absl::StrCat(metric.field, ": ", metric.path, ": forward returned ",
+                       value.isTensor() ? "a tensor that is not a real scalar" : value.tagKind(),
+                       " for ", BatchShapes(x, targets),
+                       "; it must return the batch's value as a scalar tensor"));
+    }
+    const torch::Tensor v = value.toTensor().to(x.device(), sum_dtype_).reshape({1});
+    values.push_back(metric.sum ? v : v * examples);
+  }
+  return torch::cat(values);
+}
+
+torch::Tensor TaskLoss::ZeroMetricSums(const torch::Device& device) const {
+  return torch::zeros({static_cast<int64_t>(metrics_.size())},
+                      torch::TensorOptions().dtype(sum_dtype_).device(device));
+}
+
+void TaskLoss::FinishMetrics(const torch::Tensor& sums, int64_t examples,
+                             TaskMetrics& metrics) const {
+  if (examples <= 0 || metrics_.empty()) return;
+  const torch::Tensor host = sums.to(torch::kCPU).to(torch::kFloat64).contiguous();
+  const double* s = host.data_ptr<double>();
+  for (size_t i = 0; i < config_.metrics.size(); ++i) {
+    const UserMetricConfig& metric = config_.metrics[i];
+    metrics[metric.name] = metric.sum ? s[i] : s[i] / static_cast<double>(examples);
+  }
 }
 
 }  // namespace mpsd::trainer

@@ -57,6 +57,14 @@ enum class LossKind { kCrossEntropy, kBceWithLogits, kMse, kL1, kSmoothL1, kHube
 const char* TaskName(TaskKind kind);
 const char* LossName(LossKind kind);
 
+// One of TrainJob.metrics resolved (MetricSpec): the user's TorchScript metric.
+struct UserMetricConfig {
+  std::string name;   // as the metrics maps call it after the split ("val_<name>")
+  std::string path;   // the TorchScript file
+  std::string field;  // "train_job.metrics[i].torchscript", for errors
+  bool sum = false;   // reduction "sum" (Σ value_b); else "mean" (Σ value_b n_b / Σ n_b)
+};
+
 // TrainJob.task and TrainJob.loss resolved: every default applied.
 struct TaskConfig {
   TaskKind kind = TaskKind::kClassification;
@@ -78,6 +86,8 @@ struct TaskConfig {
   // The targets one example has, as the loss receives them: [] for classification's class
   // index and a regression's [N] targets, [K] or [D] otherwise (the probe's shape).
   std::vector<int64_t> target_shape;
+  // TrainJob.metrics, in the spec's order; evaluated beside the task's own metrics.
+  std::vector<UserMetricConfig> metrics;
   // The loss and its settings for people: "mse", "huber(delta=0.5)", "cross_entropy(…)".
   std::string Describe() const;
 };
@@ -89,22 +99,28 @@ struct TaskConfig {
 // classification takes cross_entropy", "train_job.loss.class_weights: 3 weights, but the model
 // has 10 classes", "train_job.dataset.root: <path>: train.y[4, 1]: 0.5; multilabel targets must
 // be 0 or 1", "train_job.model.num_classes: 3, but the targets have 2 outputs",
-// "train_job.dataset.augmentation.mixup: … task classification only, not regression". Pure.
+// "train_job.dataset.augmentation.mixup: … task classification only, not regression",
+// "train_job.metrics[1].name: \"accuracy\" is a built-in metric's name". Pure (the metrics'
+// files are tried by LoadTorchScriptMetric, trainer/models/torchscript.h).
 absl::StatusOr<TaskConfig> ResolveTask(const mpsd::v1::TrainJob& spec, const DatasetConfig& dataset,
                                        int outputs, const FieldChecks& fields);
 
 // What an evaluation pass measured, by metric name without the split ("loss", "accuracy",
 // "macro_f1", "mse", "mae", "r2"): each task's own (see the file comment); "accuracy" is absent
-// for regression.
+// for regression; and the user's metrics (TaskConfig::metrics) by their names.
 using TaskMetrics = std::map<std::string, double>;
+
+// The built-in metrics' names (every task's), which a user's metric may not take.
+const std::vector<std::string>& BuiltInMetricNames();
 
 // The loss and figures of one TaskConfig on one device. Holds its weights as device tensors
 // (made once). Not thread-safe to share between concurrent steps; the training loop owns one.
 class TaskLoss {
  public:
   // With config.custom_loss_path, loads that TorchScript module onto `device` (checked as at
-  // submit: trainer/models/torchscript.h); a file that changed since and no longer loads throws
-  // std::runtime_error naming train_job.loss.torchscript (the training loop's catch fails the job).
+  // submit: trainer/models/torchscript.h), and so each of config.metrics; a file that changed
+  // since and no longer loads throws UserCodeError naming its field (trainer/torch_errors.h: the
+  // training loop's catch fails the job).
   TaskLoss(const TaskConfig& config, const torch::Device& device);
 
   const TaskConfig& config() const { return config_; }
@@ -120,8 +136,8 @@ class TaskLoss {
   // (multilabel), float [N] or [N, D] (regression). For classification without class weights
   // this is exactly F::cross_entropy(logits, targets, label_smoothing), as before tasks.
   // With a custom loss (TaskConfig::custom_loss_path): the module's forward(logits as float32,
-  // targets), which must return a scalar; anything else throws std::runtime_error naming
-  // train_job.loss.torchscript.
+  // targets), which must return a scalar; an exception it raises, or anything else it returns,
+  // throws UserCodeError naming train_job.loss.torchscript.
   torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets) const;
   // Whether the loss is the user's TorchScript module (then the step runs eagerly).
   bool custom() const { return custom_.has_value(); }
@@ -137,6 +153,18 @@ class TaskLoss {
   torch::Tensor EvalSums(const torch::Tensor& logits, const torch::Tensor& targets) const;
   TaskMetrics Finish(const torch::Tensor& sums, int64_t examples) const;
 
+  // The user's metrics (TaskConfig::metrics), for both evaluations: MetricSums returns a [M]
+  // tensor (M = config.metrics.size(); float64, float32 on MPS) on the logits' device, to be
+  // summed over a split's batches (and across ranks): value × batch size for a "mean" metric,
+  // the value for a "sum" one; ZeroMetricSums is its zero (an empty shard's). Call them without
+  // autograd. An exception a metric raises, or a value that is not a scalar, throws
+  // UserCodeError naming train_job.metrics[i].torchscript. FinishMetrics adds each metric's
+  // value over `examples` examples (Σ / examples for "mean") to `metrics` by its name.
+  bool has_metrics() const { return !metrics_.empty(); }
+  torch::Tensor MetricSums(const torch::Tensor& logits, const torch::Tensor& targets) const;
+  torch::Tensor ZeroMetricSums(const torch::Device& device) const;
+  void FinishMetrics(const torch::Tensor& sums, int64_t examples, TaskMetrics& metrics) const;
+
  private:
   // targets as [N, outputs] float32 (regression [N] gets its column).
   torch::Tensor AsMatrix(const torch::Tensor& targets) const;
@@ -147,6 +175,9 @@ class TaskLoss {
   c10::ScalarType sum_dtype_;    // float64 for the evaluation sums, float32 on MPS (no float64)
   // The user's loss module on the device; forward is not const in LibTorch's API.
   mutable std::optional<torch::jit::Module> custom_;
+  // The user's metric modules on the device, one per config_.metrics entry (forward is not
+  // const either).
+  mutable std::vector<torch::jit::Module> metrics_;
 };
 
 }  // namespace mpsd::trainer

@@ -381,8 +381,10 @@ void PlaceJob(const api::JobContext& context, const std::string& artifacts_dir,
 }
 
 // The epoch metrics a job of `task` measures: each split's loss and accuracy; multilabel's
-// macro_f1 (val and test); regression's mse, mae and r2 (val and test) and no accuracy.
-std::vector<std::string> MonitorNames(TaskKind task) {
+// macro_f1 (val and test); regression's mse, mae and r2 (val and test) and no accuracy; the
+// user's metrics (val and test).
+std::vector<std::string> MonitorNames(const TaskConfig& config) {
+  const TaskKind task = config.kind;
   std::vector<std::string> names = {"val_loss", "train_loss", "test_loss"};
   if (task != TaskKind::kRegression) {
     names.insert(names.end(), {"val_accuracy", "train_accuracy", "test_accuracy"});
@@ -393,6 +395,9 @@ std::vector<std::string> MonitorNames(TaskKind task) {
                                       : std::vector<std::string>{};
   for (const char* split : {"val_", "test_"}) {
     for (const std::string& metric : extra) names.push_back(absl::StrCat(split, metric));
+    for (const UserMetricConfig& metric : config.metrics) {
+      names.push_back(absl::StrCat(split, metric.name));
+    }
   }
   return names;
 }
@@ -406,7 +411,7 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   EarlyStoppingConfig c;
   c.enabled = true;
   if (!e.monitor().empty()) c.monitor = e.monitor();
-  const std::vector<std::string> known = MonitorNames(config.task.kind);
+  const std::vector<std::string> known = MonitorNames(config.task);
   if (std::find(known.begin(), known.end(), c.monitor) == known.end()) {
     return fields.Error(
         "monitor", absl::StrFormat("unknown epoch metric \"%s\" %s", c.monitor, KnownNames(known)));
@@ -488,6 +493,15 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
     // The user's loss tried on a probe batch, on the CPU (at submit, nothing touches the device).
     absl::StatusOr<torch::jit::Module> loss = LoadTorchScriptLoss(config.task, torch::kCPU);
     if (!loss.ok()) return FieldError("loss.torchscript", loss.status().message());
+  }
+  for (const UserMetricConfig& metric : config.task.metrics) {
+    absl::StatusOr<torch::jit::Module> module =
+        LoadTorchScriptMetric(config.task, metric.path, torch::kCPU);
+    if (!module.ok()) {
+      return api::WithInvalidField(
+          absl::InvalidArgumentError(absl::StrCat(metric.field, ": ", module.status().message())),
+          metric.field);
+    }
   }
   if (absl::Status s = ResolveOptimization(spec, config); !s.ok()) return s;
   if (absl::Status s = ResolveEarlyStopping(spec, config); !s.ok()) return s;

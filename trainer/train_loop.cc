@@ -409,10 +409,11 @@ absl::Status TrainEpoch(const Loop& loop, int epoch, at::Generator& shuffle, Ste
 
 namespace {
 
-// The metrics map of multilabel and regression (EpochMetrics.metrics): "<split>_<metric>".
+// The metrics map of multilabel and regression, and of any job with the user's metrics
+// (EpochMetrics.metrics): "<split>_<metric>".
 void AddTaskMetrics(const TaskLoss& task, const StepReadback& readback,
                     const EpochEvaluation& evaluation, mpsd::v1::EpochMetrics& metrics) {
-  if (task.config().kind == TaskKind::kClassification) return;
+  if (task.config().kind == TaskKind::kClassification && !task.has_metrics()) return;
   auto& map = *metrics.mutable_metrics();
   map["train_loss"] = readback.epoch_loss();
   if (task.has_accuracy()) map["train_accuracy"] = readback.epoch_accuracy();
@@ -710,6 +711,33 @@ absl::Status ForEachEvalBatch(
   return absl::OkStatus();
 }
 
+namespace {
+
+// The user's metrics over one evaluation (TaskLoss::MetricSums), summed on the device; a no-op
+// for a task without them. Reduce sums them across ranks (every rank calls it, an empty shard
+// with zeros) before Finish reads them back.
+class UserMetricSums {
+ public:
+  UserMetricSums(const TaskLoss& task, const torch::Device& device) : task_(task) {
+    if (task_.has_metrics()) sums_ = task_.ZeroMetricSums(device);
+  }
+  void Add(const torch::Tensor& logits, const torch::Tensor& targets) {
+    if (sums_.defined()) sums_.add_(task_.MetricSums(logits, targets));
+  }
+  void Reduce(DataParallel* data_parallel) {
+    if (sums_.defined() && data_parallel != nullptr) sums_ = data_parallel->AllReduceSum(sums_);
+  }
+  void Finish(int64_t examples, TaskMetrics& metrics) const {
+    if (sums_.defined()) task_.FinishMetrics(sums_, examples, metrics);
+  }
+
+ private:
+  const TaskLoss& task_;
+  torch::Tensor sums_;  // [M] on the device; undefined without user metrics
+};
+
+}  // namespace
+
 // Evaluate for multilabel and regression: the task's sums (TaskLoss::EvalSums) over the split,
 // read back once.
 absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit& split,
@@ -718,11 +746,14 @@ absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit
   torch::NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
   torch::Tensor sums;
+  UserMetricSums user(task, split.labels.device());
   const int64_t n = split.size();
   const absl::Status walked = ForEachEvalBatch(
       split, batch_size, cancelled, [&](const torch::Tensor& inputs, const torch::Tensor& targets) {
-        const torch::Tensor batch = task.EvalSums(model.forward(inputs), targets);
+        const torch::Tensor logits = model.forward(inputs);
+        const torch::Tensor batch = task.EvalSums(logits, targets);
         sums = sums.defined() ? sums + batch : batch;
+        user.Add(logits, targets);
       });
   if (!walked.ok()) return walked;
   int64_t examples = n;
@@ -739,9 +770,11 @@ absl::StatusOr<EvalResult> EvaluateTask(ClassifierImpl& model, const TensorSplit
     sums = all.narrow(/*dim=*/0, 0, all.size(0) - 1);
     examples = static_cast<int64_t>(all[all.size(0) - 1].item<double>());
   }
+  user.Reduce(data_parallel);
   if (examples == 0 || !sums.defined()) return EvalResult{};
   EvalResult result;
   result.metrics = task.Finish(sums, examples);
+  user.Finish(examples, result.metrics);
   result.loss = result.metrics["loss"];
   if (auto it = result.metrics.find("accuracy"); it != result.metrics.end()) {
     result.accuracy = it->second;
@@ -776,10 +809,13 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
     confusion =
         torch::zeros({confusion_classes * confusion_classes}, on_device.dtype(torch::kInt64));
   }
+  std::optional<UserMetricSums> user;
+  if (task != nullptr) user.emplace(*task, split.labels.device());
   const int64_t n = split.size();
   const absl::Status walked = ForEachEvalBatch(
       split, batch_size, cancelled, [&](const torch::Tensor& images, const torch::Tensor& labels) {
         const torch::Tensor logits = model.forward(images);
+        if (user.has_value()) user->Add(logits, labels);
         F::CrossEntropyFuncOptions sum = F::CrossEntropyFuncOptions().reduction(torch::kSum);
         if (task != nullptr && task->custom()) {  // the user's mean loss, weighted by size
           loss_sum.add_(task->Loss(logits, labels).detach() * labels.size(0));
@@ -806,6 +842,7 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
   }
   totals = totals.to(torch::kCPU);
   if (data_parallel != nullptr) examples = static_cast<int64_t>(totals[2].item<double>());
+  if (user.has_value()) user->Reduce(data_parallel);
   if (examples == 0) return EvalResult{};
   EvalResult result{
       totals[0].item<double>() / examples, totals[1].item<double>() / examples, {}, {}};
@@ -819,6 +856,12 @@ absl::StatusOr<EvalResult> Evaluate(ClassifierImpl& model, const TensorSplit& sp
     const torch::Tensor counts = confusion.to(torch::kCPU).contiguous();
     result.confusion.assign(counts.data_ptr<int64_t>(),
                             counts.data_ptr<int64_t>() + counts.numel());
+  }
+  if (user.has_value() && task->has_metrics()) {
+    // As the other tasks' maps: every metric measured, by name.
+    result.metrics["loss"] = result.loss;
+    result.metrics["accuracy"] = result.accuracy;
+    user->Finish(examples, result.metrics);
   }
   return result;
 }

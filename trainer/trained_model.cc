@@ -156,7 +156,7 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> LoadTrainedModel(const TrainedMo
   std::shared_ptr<ClassifierImpl> loaded;
   if (model.entry == nullptr) {
     absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script =
-        LoadTorchScriptClassifier(path, device);
+        LoadTorchScriptClassifier(path, device, fields.Path("model"));
     if (!script.ok()) return fields.Error("model", script.status().message());
     loaded = *std::move(script);
   } else {

@@ -117,6 +117,17 @@ void Flatten(const Message& message, const std::string& prefix, std::map<std::st
   }
 }
 
+// Whether a metrics map's `name` is one the fixed fields (train_loss, test_accuracy, ...) carry
+// already; the rest (a task's mse, the user's metrics) get tags of their own.
+bool CarriedByFields(const std::string& name) {
+  for (const char* split : {"train_", "val_", "test_"}) {
+    for (const char* metric : {"loss", "accuracy"}) {
+      if (name == absl::StrCat(split, metric)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<TaggedValue> StepScalars(const mpsd::v1::StepMetrics& step) {
@@ -161,9 +172,7 @@ std::vector<TaggedValue> EpochScalars(const mpsd::v1::EpochMetrics& epoch) {
         values.end());
   }
   for (const auto& [name, value] : task) {
-    if (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy")) {
-      values.push_back({"epoch/" + name, value});
-    }
+    if (!CarriedByFields(name)) values.push_back({"epoch/" + name, value});
   }
   return values;
 }
@@ -186,9 +195,7 @@ std::vector<TaggedValue> SummaryScalars(const mpsd::v1::JobSummary& summary) {
   if (summary.has_best_value()) values.push_back({"final/best_value", summary.best_value()});
   const std::map<std::string, double> task(summary.metrics().begin(), summary.metrics().end());
   for (const auto& [name, value] : task) {
-    if (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy")) {
-      values.push_back({"final/" + name, value});
-    }
+    if (!CarriedByFields(name)) values.push_back({"final/" + name, value});
   }
   return values;
 }

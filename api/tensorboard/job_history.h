@@ -25,7 +25,8 @@ namespace mpsd::tensorboard {
 std::vector<TaggedValue> StepScalars(const mpsd::v1::StepMetrics& step);
 // Tags "epoch/<field>": epoch, train_loss, train_accuracy, learning_rate, epoch_time_s,
 // samples_per_second; test_loss and test_accuracy only when evaluated; val_loss and
-// val_accuracy only when set.
+// val_accuracy only when set; and "epoch/<name>" for each other entry of its metrics map (a
+// task's val_mse, the user's val_top2).
 std::vector<TaggedValue> EpochScalars(const mpsd::v1::EpochMetrics& epoch);
 // Tags "final/<field>" of the summary: train_loss, total_time_s, samples_per_second, and each of
 // test_loss, test_accuracy, val_loss, val_accuracy, best_epoch, best_value when measured.

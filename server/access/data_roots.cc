@@ -129,6 +129,13 @@ absl::Status DataRoots::ResolveUploads(mpsd::v1::SubmitJobRequest* request,
            {"train_job.resume_from", job.mutable_resume_from()}}) {
     if (absl::Status s = resolve(field, value); !s.ok()) return s;
   }
+  for (int i = 0; i < job.metrics_size(); ++i) {
+    if (absl::Status s = resolve(absl::StrCat("train_job.metrics[", i, "].torchscript"),
+                                 job.mutable_metrics(i)->mutable_torchscript());
+        !s.ok()) {
+      return s;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -270,6 +277,13 @@ absl::Status DataRoots::Check(const mpsd::v1::SubmitJobRequest& request,
   if (!job.loss().torchscript().empty()) {
     if (absl::Status s =
             CheckPath("train_job.loss.torchscript", job.loss().torchscript(), principal);
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (int i = 0; i < job.metrics_size(); ++i) {
+    if (absl::Status s = CheckPath(absl::StrCat("train_job.metrics[", i, "].torchscript"),
+                                   job.metrics(i).torchscript(), principal);
         !s.ok()) {
       return s;
     }

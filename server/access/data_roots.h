@@ -1,8 +1,8 @@
 // Which files a job submitted over TCP may make the daemon read: the paths a TrainJob names
-// (dataset.root, model.torchscript, model.weights, loss.torchscript, resume_from), an EvalJob's
-// model and dataset.root, and a PredictJob's model and inputs, must lie under one of the
-// configured data roots once symlinks are resolved. Torch-free: checked in the daemon before the
-// spec goes to the executor.
+// (dataset.root, model.torchscript, model.weights, loss.torchscript, metrics[i].torchscript,
+// resume_from), an EvalJob's model and dataset.root, and a PredictJob's model and inputs, must
+// lie under one of the configured data roots once symlinks are resolved. Torch-free: checked in the
+// daemon before the spec goes to the executor.
 #ifndef MPSD_SERVER_ACCESS_DATA_ROOTS_H_
 #define MPSD_SERVER_ACCESS_DATA_ROOTS_H_
 

@@ -60,6 +60,23 @@ TEST(EffectiveSpecTest, DefaultsThatDependOnAnotherFieldFollowIt) {
   EXPECT_EQ(EffectiveSpec(validated).train_job().evaluate_test(), "end");
 }
 
+// The user's own loss takes no type or settings, so it gets none (the trainer refuses a loss with
+// both); the user's metrics reduce as a mean unless they say otherwise.
+TEST(EffectiveSpecTest, TheUsersLossGetsNoTypeAndTheirMetricsAMeanReduction) {
+  v1::SubmitJobRequest request = TrainJob("", "");
+  request.mutable_train_job()->mutable_loss()->set_torchscript("/losses/focal.pt");
+  request.mutable_train_job()->add_metrics()->set_name("top2");
+  v1::MetricSpec* count = request.mutable_train_job()->add_metrics();
+  count->set_name("count");
+  count->set_reduction("sum");
+  const v1::TrainJob job = EffectiveSpec(request).train_job();
+  EXPECT_EQ(job.loss().type(), "");
+  EXPECT_FALSE(job.loss().has_beta());
+  EXPECT_EQ(job.loss().torchscript(), "/losses/focal.pt");
+  EXPECT_EQ(job.metrics(0).reduction(), "mean");
+  EXPECT_EQ(job.metrics(1).reduction(), "sum");
+}
+
 TEST(EffectiveSpecTest, SetFieldsAreKeptAndASecondApplicationChangesNothing) {
   v1::SubmitJobRequest request = TrainJob("adamw", "cosine");
   v1::TrainJob& job = *request.mutable_train_job();

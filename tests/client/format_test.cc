@@ -122,6 +122,20 @@ TEST(FormatTest, EpochLineOfATaskShowsItsMetricsBySplit) {
   (*multilabel.mutable_metrics())["test_macro_f1"] = 0.625;
   EXPECT_EQ(FormatEpoch(multilabel),
             "epoch 1: train loss 0.5000 acc 0.7500, test macro_f1 0.6250, 1.0 s");
+  // The user's metrics (TrainJob.metrics) follow each split's built-in ones, by name.
+  v1::EpochMetrics own;
+  own.set_epoch(2);
+  own.set_epoch_time_s(1);
+  auto& o = *own.mutable_metrics();
+  o["train_loss"] = 0.5;
+  o["train_accuracy"] = 0.75;
+  o["val_loss"] = 0.25;
+  o["val_accuracy"] = 0.875;
+  o["val_top2"] = 0.96875;
+  o["val_confident"] = 12;
+  EXPECT_EQ(FormatEpoch(own),
+            "epoch 2: train loss 0.5000 acc 0.7500, val loss 0.2500 acc 0.8750 confident 12.0000 "
+            "top2 0.9688, 1.0 s");
   // A regression's steps measure no accuracy: its progress line shows none.
   v1::StepMetrics step;
   step.set_epoch(2);

@@ -394,9 +394,13 @@ TEST(JobFileTest, FineTuningFieldsParseAndTheirErrorsNameTheField) {
 
   v1::SubmitJobRequest request = *r;
   request.mutable_train_job()->mutable_loss()->set_torchscript("losses/focal.pt");
+  request.mutable_train_job()->add_metrics()->set_torchscript("metrics/top2.pt");
+  request.mutable_train_job()->add_metrics()->set_torchscript("/abs/count.pt");
   MakePathsAbsolute(request, "/home/me/jobs/job.yaml");
   EXPECT_EQ(request.train_job().model().weights(), "/home/me/jobs/pretrained/r18.pt");
   EXPECT_EQ(request.train_job().loss().torchscript(), "/home/me/jobs/losses/focal.pt");
+  EXPECT_EQ(request.train_job().metrics(0).torchscript(), "/home/me/jobs/metrics/top2.pt");
+  EXPECT_EQ(request.train_job().metrics(1).torchscript(), "/abs/count.pt");
 }
 
 TEST(JobFileTest, ABenchJobsTorchScriptModelsAreTakenAgainstTheJobFilesDirectory) {

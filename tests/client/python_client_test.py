@@ -161,8 +161,11 @@ class JobFileTest(unittest.TestCase):
             with open(path, "w") as f:
                 f.write("kind: TrainJob\nmodel: {name: resnet18, weights: w/r18.pt}\n"
                         "dataset: {name: image_folder, root: folder}\n"
-                        "loss: {torchscript: l/focal.pt}\n")
+                        "loss: {torchscript: l/focal.pt}\n"
+                        "metrics: [{name: top2, torchscript: m/top2.pt}]\n")
             r = mpsd_client.read_job_file(path)
+            self.assertEqual(r.train_job.metrics[0].torchscript,
+                             os.path.join(directory, "m", "top2.pt"))
             self.assertEqual(r.train_job.model.weights, os.path.join(directory, "w", "r18.pt"))
             self.assertEqual(r.train_job.loss.torchscript, os.path.join(directory, "l", "focal.pt"))
             self.assertEqual(r.train_job.dataset.root, os.path.join(directory, "folder"))

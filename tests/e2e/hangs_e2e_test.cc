@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -594,6 +595,229 @@ TEST_F(HangsE2eTest, ATorchScriptLossTrainsAsTheBuiltInAndBadOnesAreRefusedNamin
   absl::StatusOr<Job> next_ended = rpc::WaitForEnd(*daemon_, next->id(), absl::Seconds(120));
   ASSERT_TRUE(next_ended.ok()) << next_ended.status();
   EXPECT_EQ(next_ended->state(), Job::SUCCEEDED) << next_ended->message();
+}
+
+// TrainJob.metrics (issue 28): the user's metrics appear in every evaluated epoch's event and in
+// the summary beside the built-in ones, reduced as declared: a batch accuracy (mean) equals the
+// built-in accuracy over the split, and a metric returning the batch size gives, over the test
+// split's batches of 1000, 1000 and 500 examples, 2500 summed and (1000² + 1000² + 500²) / 2500
+// = 900 as the example-weighted mean.
+TEST_F(HangsE2eTest, TheUsersMetricsAreReportedBesideTheBuiltInOnesAsDeclared) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  mpsd::v1::SubmitJobRequest request = ChattyJob(96);
+  mpsd::v1::TrainJob& job = *request.mutable_train_job();
+  job.set_batch_size(16);
+  job.set_seed(5);
+  job.set_epochs(2);
+  job.mutable_dataset()->mutable_synthetic()->set_test_examples(2500);
+  job.mutable_dataset()->mutable_validation()->set_fraction(0.25);  // 24 examples, one batch
+  auto add = [&](const std::string& name, const std::string& kind, const std::string& reduction) {
+    mpsd::v1::MetricSpec* metric = job.add_metrics();
+    metric->set_name(name);
+    metric->set_torchscript(WriteScript(dir_, kind));
+    metric->set_reduction(reduction);
+  };
+  add("my_accuracy", "metric_accuracy", "");
+  add("examples", "metric_batch_size", "sum");
+  add("mean_batch", "metric_batch_size", "mean");
+  // Model selection may watch one: the best epoch by it (patience long enough not to stop).
+  job.mutable_early_stopping()->set_monitor("val_my_accuracy");
+  job.mutable_early_stopping()->set_mode("max");
+  job.mutable_early_stopping()->set_patience(5);
+  absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, request);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, submitted->id(), absl::Seconds(120));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  ASSERT_EQ(ended->state(), Job::SUCCEEDED) << ended->message();
+
+  std::vector<mpsd::v1::EpochMetrics> epochs;
+  mpsd::v1::JobSummary summary;
+  for (const mpsd::v1::JobEvent& event : rpc::StreamAll(*daemon_, submitted->id())) {
+    if (event.has_epoch()) epochs.push_back(event.epoch());
+    if (event.has_summary()) summary = event.summary();
+  }
+  ASSERT_EQ(epochs.size(), 2u);
+  for (const mpsd::v1::EpochMetrics& epoch : epochs) {
+    const auto& m = epoch.metrics();
+    SCOPED_TRACE(epoch.epoch());
+    // Validation every epoch (24 examples, one batch); the built-in figures in the map too.
+    ASSERT_TRUE(m.contains("val_my_accuracy") && m.contains("val_examples"));
+    EXPECT_NEAR(m.at("val_my_accuracy"), epoch.val_accuracy(), 1e-6);
+    EXPECT_DOUBLE_EQ(m.at("val_examples"), 24);
+    EXPECT_DOUBLE_EQ(m.at("val_mean_batch"), 24);
+    EXPECT_DOUBLE_EQ(m.at("val_loss"), epoch.val_loss());
+    EXPECT_DOUBLE_EQ(m.at("train_loss"), epoch.train_loss());
+    EXPECT_DOUBLE_EQ(m.at("train_accuracy"), epoch.train_accuracy());
+  }
+  // The test split (evaluate_test defaults to the end with a validation split): the last epoch.
+  EXPECT_FALSE(epochs[0].metrics().contains("test_examples"));
+  const auto& last = epochs[1].metrics();
+  ASSERT_TRUE(last.contains("test_my_accuracy") && last.contains("test_examples"));
+  EXPECT_NEAR(last.at("test_my_accuracy"), epochs[1].test_accuracy(), 1e-6);
+  EXPECT_DOUBLE_EQ(last.at("test_examples"), 2500);
+  EXPECT_DOUBLE_EQ(last.at("test_mean_batch"), 900);
+  EXPECT_DOUBLE_EQ(last.at("test_accuracy"), epochs[1].test_accuracy());
+  // The summary: the newest of each.
+  EXPECT_EQ(summary.task(), "classification");
+  EXPECT_DOUBLE_EQ(summary.metrics().at("test_examples"), 2500);
+  EXPECT_DOUBLE_EQ(summary.metrics().at("test_mean_batch"), 900);
+  EXPECT_DOUBLE_EQ(summary.metrics().at("val_examples"), 24);
+  EXPECT_NEAR(summary.metrics().at("test_my_accuracy"), summary.test_accuracy(), 1e-6);
+  EXPECT_EQ(summary.monitor(), "val_my_accuracy");
+  EXPECT_EQ(summary.best_value(), std::max(epochs[0].metrics().at("val_my_accuracy"),
+                                           epochs[1].metrics().at("val_my_accuracy")));
+  // mpsctl shows them under the user's names.
+  const CommandResult shown =
+      RunCommand({MpsctlPath(), "--server", daemon_->address(), "get", submitted->id()});
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_THAT(shown.out, HasSubstr("examples 2500.0000"));
+  EXPECT_THAT(shown.out, HasSubstr("mean_batch 900.0000"));
+  const CommandResult logs =
+      RunCommand({MpsctlPath(), "--server", daemon_->address(), "logs", submitted->id()});
+  EXPECT_THAT(logs.out, HasSubstr("val loss "));
+  EXPECT_THAT(logs.out, HasSubstr("examples 24.0000"));
+}
+
+// A sweep over a job with metrics: fused trials do not measure them, so the trials train one by
+// one (the lead's log says why) and each reports its own metrics.
+TEST_F(HangsE2eTest, ASweepOverAJobWithMetricsTrainsUnfusedAndEachTrialReportsThem) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  mpsd::v1::SubmitJobRequest request = ChattyJob(64);
+  request.mutable_train_job()->set_batch_size(16);
+  mpsd::v1::MetricSpec* metric = request.mutable_train_job()->add_metrics();
+  metric->set_name("examples");
+  metric->set_torchscript(WriteScript(dir_, "metric_batch_size"));
+  metric->set_reduction("sum");
+  mpsd::v1::SweepParameter* lr = request.mutable_sweep()->add_grid();
+  lr->set_path("optimizer.learning_rate");
+  for (const char* value : {"0.01", "0.001"}) lr->add_values(value);
+  request.mutable_sweep()->set_fuse("auto");
+  absl::StatusOr<Job> sweep = rpc::Submit(*daemon_, request);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, sweep->id(), absl::Seconds(120));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  ASSERT_EQ(ended->state(), Job::SUCCEEDED) << ended->message();
+  ASSERT_EQ(ended->trial_job_ids_size(), 2);
+  std::string logs;
+  for (const std::string& id : ended->trial_job_ids()) {
+    absl::StatusOr<Job> trial = rpc::Get(*daemon_, id);
+    ASSERT_TRUE(trial.ok()) << trial.status();
+    EXPECT_EQ(trial->state(), Job::SUCCEEDED) << trial->message();
+    EXPECT_DOUBLE_EQ(trial->summary().metrics().at("test_examples"), 10) << id;
+    for (const mpsd::v1::JobEvent& event : rpc::StreamAll(*daemon_, id)) {
+      if (event.has_log()) absl::StrAppend(&logs, event.log().text(), "\n");
+    }
+  }
+  EXPECT_THAT(logs, HasSubstr("train_job.metrics is not supported fused yet"));
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("other trial(s) of sweep")));
+}
+
+// Metrics that cannot work are refused at submit naming the field: one value per example, a
+// forward of one argument, a built-in metric's name, a name given twice, an unknown reduction.
+TEST_F(HangsE2eTest, BadMetricsAreRefusedAtSubmitNamingTheField) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
+  const std::string accuracy = WriteScript(dir_, "metric_accuracy");
+  auto job = [&](const std::string& name, const std::string& path, const std::string& reduction) {
+    mpsd::v1::SubmitJobRequest request = ChattyJob(32);
+    mpsd::v1::MetricSpec* first = request.mutable_train_job()->add_metrics();
+    first->set_name("fine");
+    first->set_torchscript(accuracy);
+    mpsd::v1::MetricSpec* second = request.mutable_train_job()->add_metrics();
+    second->set_name(name);
+    second->set_torchscript(path);
+    second->set_reduction(reduction);
+    return request;
+  };
+  struct Case {
+    mpsd::v1::SubmitJobRequest request;
+    std::string expected;
+  };
+  const std::string per_example = WriteScript(dir_, "metric_per_example");
+  const std::string one_argument = WriteScript(dir_, "metric_one_argument");
+  const std::vector<Case> cases = {
+      {job("top", per_example, ""),
+       absl::StrCat("train_job.metrics[1].torchscript: ", per_example,
+                    ": forward must return the batch's value as a scalar tensor for logits "
+                    "[2, 2] float32 and targets [2] int64, got [2] Float")},
+      {job("top", one_argument, ""),
+       absl::StrCat("train_job.metrics[1].torchscript: ", one_argument,
+                    ": forward failed on logits [2, 2] float32 and targets [2] int64: ")},
+      {job("accuracy", accuracy, ""),
+       "train_job.metrics[1].name: \"accuracy\" is a built-in metric's name"},
+      {job("fine", accuracy, ""), "train_job.metrics[1].name: \"fine\" names an earlier metric"},
+      {job("top", accuracy, "median"),
+       "train_job.metrics[1].reduction: unknown \"median\" (known: mean, sum)"},
+      {job("top-2", accuracy, ""), "train_job.metrics[1].name: \"top-2\" is not a metric name"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status refused = rpc::Submit(*daemon_, c.request).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr(c.expected));
+  }
+}
+
+// An exception raised by the user's code while the job runs (a loss that gives up after 3
+// batches, a metric or a model that raises on real data) fails the job INVALID_SPEC naming the
+// field and the script's own message, not INTERNAL; a metric that never returns is user code
+// under the stall timeout as a model is; the daemon runs the next job.
+TEST_F(HangsE2eTest, UserCodeThatRaisesAtRunTimeFailsItsJobNamingTheField) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("executor:\n  user_code_stall_timeout_s: 3\n"));
+  auto run = [&](const mpsd::v1::SubmitJobRequest& request) {
+    absl::StatusOr<Job> submitted = rpc::Submit(*daemon_, request);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    if (!submitted.ok()) return Job();
+    absl::StatusOr<Job> ended = rpc::WaitForEnd(*daemon_, submitted->id(), absl::Seconds(120));
+    EXPECT_TRUE(ended.ok()) << ended.status();
+    return ended.ok() ? *ended : Job();
+  };
+  mpsd::v1::SubmitJobRequest with_loss = ChattyJob(96);
+  with_loss.mutable_train_job()->set_batch_size(16);
+  const std::string loss = WriteScript(dir_, "loss_raise_after_3");
+  with_loss.mutable_train_job()->mutable_loss()->set_torchscript(loss);
+  Job ended = run(with_loss);
+  EXPECT_EQ(ended.state(), Job::FAILED);
+  EXPECT_EQ(ended.failure_reason(), Job::INVALID_SPEC);
+  EXPECT_THAT(ended.message(),
+              HasSubstr(absl::StrCat("train_job.loss.torchscript: ", loss,
+                                     ": forward on logits [16, 2] float32 and targets [16] int64 "
+                                     "failed: ")));
+  EXPECT_THAT(ended.message(), HasSubstr("my loss gives up after 3 batches"));
+  EXPECT_THAT(ended.message(), ::testing::Not(HasSubstr("unexpected exception")));
+
+  mpsd::v1::SubmitJobRequest with_metric = ChattyJob(32);
+  with_metric.mutable_train_job()->set_batch_size(16);
+  mpsd::v1::MetricSpec* metric = with_metric.mutable_train_job()->add_metrics();
+  metric->set_name("ok");
+  metric->set_torchscript(WriteScript(dir_, "metric_accuracy"));
+  metric = with_metric.mutable_train_job()->add_metrics();
+  metric->set_name("raises");
+  metric->set_torchscript(WriteScript(dir_, "metric_raise_on_data"));
+  ended = run(with_metric);
+  EXPECT_EQ(ended.state(), Job::FAILED);
+  EXPECT_EQ(ended.failure_reason(), Job::INVALID_SPEC);
+  EXPECT_THAT(ended.message(), HasSubstr("train_job.metrics[1].torchscript: "));
+  EXPECT_THAT(ended.message(), HasSubstr("my metric cannot count"));
+
+  const std::string model = WriteScript(dir_, "raise_on_data");
+  ended = run(ScriptJob(model, 8));
+  EXPECT_EQ(ended.state(), Job::FAILED);
+  EXPECT_EQ(ended.failure_reason(), Job::INVALID_SPEC);
+  EXPECT_THAT(ended.message(), HasSubstr(absl::StrCat("train_job.model.torchscript: ", model,
+                                                      ": forward on inputs [1, 8] failed: ")));
+  EXPECT_THAT(ended.message(), HasSubstr("my model refuses real data"));
+
+  mpsd::v1::SubmitJobRequest hanging = ChattyJob(32);
+  hanging.mutable_train_job()->set_batch_size(16);
+  metric = hanging.mutable_train_job()->add_metrics();
+  metric->set_name("hangs");
+  const std::string hang = WriteScript(dir_, "metric_hang_on_data");
+  metric->set_torchscript(hang);
+  ended = run(hanging);
+  EXPECT_EQ(ended.state(), Job::FAILED);
+  EXPECT_EQ(ended.failure_reason(), Job::USER_CODE_TIMEOUT);
+  EXPECT_THAT(ended.message(), HasSubstr("train_job.metrics[0].torchscript (" + hang + ")"));
+
+  EXPECT_EQ(run(ChattyJob(16)).state(), Job::SUCCEEDED);
 }
 
 // ---- Issue 26 item 4: bounds at submit ------------------------------------------------------

@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "trainer/task.h"
 #include "trainer/torch_archive.h"
+#include "trainer/torch_errors.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -106,8 +107,9 @@ std::string ShapeOf(const torch::Tensor& tensor) {
 
 }  // namespace
 
-TorchScriptClassifierImpl::TorchScriptClassifierImpl(torch::jit::Module module)
-    : module_(std::move(module)) {
+TorchScriptClassifierImpl::TorchScriptClassifierImpl(torch::jit::Module module, std::string field,
+                                                     std::string path)
+    : module_(std::move(module)), field_(std::move(field)), path_(std::move(path)) {
   std::set<std::string> names;
   auto unique_name = [&names](const std::string& dotted) {
     std::string name = absl::StrReplaceAll(dotted, {{".", "_"}});
@@ -124,7 +126,14 @@ TorchScriptClassifierImpl::TorchScriptClassifierImpl(torch::jit::Module module)
 }
 
 torch::Tensor TorchScriptClassifierImpl::forward(torch::Tensor inputs) {
-  return module_.forward({std::move(inputs)}).toTensor();
+  const auto what = [&inputs] { return absl::StrCat("forward on inputs ", ShapeOf(inputs)); };
+  const torch::jit::IValue output =
+      CallUserCode(field_, path_, what, [&] { return module_.forward({inputs}); });
+  if (!output.isTensor()) {
+    throw UserCodeError(field_, absl::StrCat(field_, ": ", path_, ": ", what(), " returned ",
+                                             output.tagKind(), ", not a tensor of logits"));
+  }
+  return output.toTensor();
 }
 
 void TorchScriptClassifierImpl::train(bool on) {
@@ -133,11 +142,11 @@ void TorchScriptClassifierImpl::train(bool on) {
 }
 
 absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> LoadTorchScriptClassifier(
-    const std::string& path, const torch::Device& device) {
+    const std::string& path, const torch::Device& device, const std::string& field) {
   absl::StatusOr<torch::jit::Module> script = LoadScript(path, device);
   if (!script.ok()) return script.status();
   script->train(true);
-  return std::make_shared<TorchScriptClassifierImpl>(*std::move(script));
+  return std::make_shared<TorchScriptClassifierImpl>(*std::move(script), field, path);
 }
 
 absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
@@ -173,22 +182,42 @@ absl::StatusOr<int64_t> CheckTorchScriptModel(const std::string& path,
   return parameters;
 }
 
+namespace {
+
+// The probe batch a user's loss or metric is tried on at submit: two examples of the task's
+// shapes, all zeros; `probe` describes them for errors.
+struct ProbeBatch {
+  torch::Tensor logits;   // [2, outputs] float32
+  torch::Tensor targets;  // [2, ...target_shape], int64 (classification) or float32
+  std::string probe;      // "logits [2, 10] float32 and targets [2] int64"
+};
+
+ProbeBatch MakeProbeBatch(const TaskConfig& config, const torch::Device& device) {
+  const auto on_device = torch::TensorOptions().device(device);
+  ProbeBatch batch;
+  batch.logits = torch::zeros({2, config.outputs}, on_device.dtype(torch::kFloat32));
+  std::vector<int64_t> target_shape = {2};
+  target_shape.insert(target_shape.end(), config.target_shape.begin(), config.target_shape.end());
+  const bool classes = config.kind == TaskKind::kClassification;
+  batch.targets =
+      torch::zeros(target_shape, on_device.dtype(classes ? torch::kInt64 : torch::kFloat32));
+  batch.probe = absl::StrCat("logits ", ShapeOf(batch.logits), " float32 and targets ",
+                             ShapeOf(batch.targets), classes ? " int64" : " float32");
+  return batch;
+}
+
+}  // namespace
+
 absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
                                                        const torch::Device& device) {
   const std::string& path = config.custom_loss_path;
   absl::StatusOr<torch::jit::Module> script = LoadScript(path, device);
   if (!script.ok()) return script.status();
   script->eval();
-  const auto on_device = torch::TensorOptions().device(device);
-  const torch::Tensor logits =
-      torch::zeros({2, config.outputs}, on_device.dtype(torch::kFloat32)).requires_grad_(true);
-  std::vector<int64_t> target_shape = {2};
-  target_shape.insert(target_shape.end(), config.target_shape.begin(), config.target_shape.end());
-  const bool classes = config.kind == TaskKind::kClassification;
-  const torch::Tensor targets =
-      torch::zeros(target_shape, on_device.dtype(classes ? torch::kInt64 : torch::kFloat32));
-  const std::string probe = absl::StrCat("logits ", ShapeOf(logits), " float32 and targets ",
-                                         ShapeOf(targets), classes ? " int64" : " float32");
+  const ProbeBatch batch = MakeProbeBatch(config, device);
+  const torch::Tensor logits = batch.logits.clone().requires_grad_(true);
+  const torch::Tensor& targets = batch.targets;
+  const std::string& probe = batch.probe;
   torch::jit::IValue loss;
   try {
     loss = script->forward({logits, targets});
@@ -211,6 +240,32 @@ absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
     return FileError(path, absl::StrCat("the loss forward returns for ", probe,
                                         " does not depend on the logits (no gradient would "
                                         "reach the model)"));
+  }
+  return script;
+}
+
+absl::StatusOr<torch::jit::Module> LoadTorchScriptMetric(const TaskConfig& config,
+                                                         const std::string& path,
+                                                         const torch::Device& device) {
+  absl::StatusOr<torch::jit::Module> script = LoadScript(path, device);
+  if (!script.ok()) return script.status();
+  script->eval();
+  const ProbeBatch batch = MakeProbeBatch(config, device);
+  torch::jit::IValue value;
+  try {
+    torch::NoGradGuard no_grad;
+    value = script->forward({batch.logits, batch.targets});
+  } catch (const std::exception& e) {
+    return FileError(path, absl::StrCat("forward failed on ", batch.probe, ": ", ErrorText(e)));
+  }
+  const std::string expected = "forward must return the batch's value as a scalar tensor for ";
+  if (!value.isTensor()) {
+    return FileError(path, absl::StrCat(expected, batch.probe, ", got ", value.tagKind()));
+  }
+  const torch::Tensor result = value.toTensor();
+  if (result.dim() != 0 || result.is_complex() || result.scalar_type() == torch::kBool) {
+    return FileError(path, absl::StrCat(expected, batch.probe, ", got ", ShapeOf(result), " ",
+                                        c10::toString(result.scalar_type())));
   }
   return script;
 }

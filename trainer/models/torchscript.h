@@ -24,11 +24,13 @@ namespace mpsd::trainer {
 // instance).
 class TorchScriptClassifierImpl : public ClassifierImpl {
  public:
-  // `module` should already be on the job's device.
-  explicit TorchScriptClassifierImpl(torch::jit::Module module);
+  // `module` should already be on the job's device. `field` names it in the job's spec
+  // ("train_job.model.torchscript", "eval_job.model") and `path` is its file, for errors.
+  TorchScriptClassifierImpl(torch::jit::Module module, std::string field, std::string path);
 
   // inputs: [N, C, H, W] float32 → logits [N, classes] float32 (whatever the script returns;
-  // CheckTorchScriptModel checked the shape at submit).
+  // CheckTorchScriptModel checked the shape at submit). An exception the script raises, or a
+  // value that is not a tensor, throws UserCodeError naming `field` (trainer/torch_errors.h).
   torch::Tensor forward(torch::Tensor inputs) override;
   void train(bool on = true) override;
 
@@ -37,13 +39,16 @@ class TorchScriptClassifierImpl : public ClassifierImpl {
 
  private:
   torch::jit::Module module_;
+  const std::string field_;
+  const std::string path_;
 };
 
-// Loads `path` with torch::jit::load onto `device` and wraps it. INVALID_ARGUMENT naming the
-// file when it is missing or not a TorchScript archive. Not thread-safe with a running job on
-// the same device only in the sense that it allocates there.
+// Loads `path` with torch::jit::load onto `device` and wraps it; `field` names it in the job's
+// spec (run-time errors of its forward name it). INVALID_ARGUMENT naming the file when it is
+// missing or not a TorchScript archive. Not thread-safe with a running job on the same device
+// only in the sense that it allocates there.
 absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> LoadTorchScriptClassifier(
-    const std::string& path, const torch::Device& device);
+    const std::string& path, const torch::Device& device, const std::string& field);
 
 // Submit-time check of a TorchScript model on the CPU: the file exists and is TorchScript, its
 // forward runs in eval mode without autograd on one zero example [1, ...input_shape] float32,
@@ -65,6 +70,15 @@ struct TaskConfig;  // trainer/task.h
 // loads its own copy).
 absl::StatusOr<torch::jit::Module> LoadTorchScriptLoss(const TaskConfig& config,
                                                        const torch::Device& device);
+
+// A user's metric (TaskConfig::metrics' `path`): loads the module onto `device` (operators
+// checked as a model's) and tries its forward in eval mode without autograd on the probe batch
+// LoadTorchScriptLoss uses (logits without requires_grad): it must return a scalar tensor, float
+// or integer (not bool or complex). INVALID_ARGUMENT naming the file and the shapes (no field
+// path; the caller adds train_job.metrics[i].torchscript). Thread-safe as LoadTorchScriptLoss.
+absl::StatusOr<torch::jit::Module> LoadTorchScriptMetric(const TaskConfig& config,
+                                                         const std::string& path,
+                                                         const torch::Device& device);
 
 }  // namespace mpsd::trainer
 

@@ -408,7 +408,7 @@ def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
     """Makes the relative paths of a job absolute against the directory of `job_file`, as mpsctl
     does (client/job_file.cc MakePathsAbsolute), since the daemon would resolve them against its
     own working directory: a TrainJob's model.torchscript, model.weights, loss.torchscript,
-    dataset.root and resume_from (unless a job id, all digits); a BenchJob's models that are
+    metrics' torchscript, dataset.root and resume_from (unless a job id, all digits); a BenchJob's models that are
     files (ending in .pt or holding a "/"); an EvalJob's model (unless a job id) and dataset.root; a PredictJob's
     model (unless a job id) and inputs. Absolute paths and `upload:NAME` references stay as they
     are."""
@@ -450,6 +450,9 @@ def make_paths_absolute(request: pb2.SubmitJobRequest, job_file: str) -> None:
         job.model.weights = absolute(job.model.weights)
     if job.loss.torchscript:
         job.loss.torchscript = absolute(job.loss.torchscript)
+    for metric in job.metrics:
+        if metric.torchscript:
+            metric.torchscript = absolute(metric.torchscript)
     if job.dataset.root:
         job.dataset.root = absolute(job.dataset.root)
     if job.resume_from and not job.resume_from.isdigit():

@@ -837,7 +837,10 @@ function jobFacts(job) {
     ['task', job.spec && job.spec.trainJob && jobTask(job) !== 'classification' ? jobTask(job) : ''],
     ...(jobTask(job) === 'classification' ? [
       ['val accuracy', summary.valAccuracy !== undefined ? (100 * num(summary.valAccuracy)).toFixed(2) + '%' : ''],
-      ['test accuracy', summary.testAccuracy !== undefined ? (100 * num(summary.testAccuracy)).toFixed(2) + '%' : '']]
+      ['test accuracy', summary.testAccuracy !== undefined ? (100 * num(summary.testAccuracy)).toFixed(2) + '%' : ''],
+      // The user's metrics (TrainJob.metrics): the map's figures the fields above do not carry.
+      ...Object.entries(metricNumbers(summary.metrics)).filter(([k]) => !k.startsWith('train_') && !/^(val|test)_(loss|accuracy)$/.test(k)).sort()
+        .map(([k, v]) => [metricLabel(k), el('span', { class: 'task-metric', 'data-metric': k }, fmt(v, 4))])]
       : Object.entries(metricNumbers(summary.metrics)).filter(([k]) => !k.startsWith('train_')).sort()
         .map(([k, v]) => [metricLabel(k), el('span', { class: 'task-metric', 'data-metric': k }, fmt(v, 4))])),
     ['total time', summary.totalTimeS ? fmtDuration(num(summary.totalTimeS)) : ''],
@@ -1246,9 +1249,11 @@ function trialMetrics(job) {
   if (jobTask(job) !== 'classification') {
     delete m.val_accuracy;
     delete m.test_accuracy;
-    const metrics = num(s.epochs) > 0 ? s.metrics : (job.lastEpoch || {}).metrics;
-    Object.assign(m, metricNumbers(metrics));
   }
+  // Every task's map, and a classification job's with the user's metrics (the same figures as
+  // the fields above, plus those).
+  const metrics = num(s.epochs) > 0 ? s.metrics : (job.lastEpoch || {}).metrics;
+  Object.assign(m, metricNumbers(metrics));
   return m;
 }
 

@@ -2,6 +2,7 @@
 // job's events folded per step (resumes included), and an event file read back record by record.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -122,6 +123,36 @@ TEST(JobHistoryTest, HParamsFlattenTheSpecAndTheResolvedSettings) {
   EXPECT_EQ(hparams.at("labels.team").string_value(), "a");
   EXPECT_EQ(hparams.at("optimizer.name").string_value(), "adamw");
   EXPECT_EQ(hparams.count("epochs"), 0u);  // unset: not a hyperparameter of this job
+}
+
+// The user's metrics (TrainJob.metrics) get tags of their own, whatever their names end in; the
+// built-in figures the map repeats are written once.
+TEST(JobHistoryTest, TheUsersMetricsAreScalarsOfTheirOwn) {
+  mpsd::v1::EpochMetrics epoch;
+  epoch.set_epoch(1);
+  epoch.set_val_loss(0.5);
+  epoch.set_val_accuracy(0.75);
+  auto& m = *epoch.mutable_metrics();
+  m["train_loss"] = 0.25;
+  m["train_accuracy"] = 0.5;
+  m["val_loss"] = 0.5;
+  m["val_accuracy"] = 0.75;
+  m["val_top2_accuracy"] = 0.875;
+  m["val_focal_loss"] = 0.125;
+  std::map<std::string, int> tags;
+  for (const TaggedValue& value : EpochScalars(epoch)) ++tags[value.tag];
+  EXPECT_EQ(tags["epoch/val_top2_accuracy"], 1);
+  EXPECT_EQ(tags["epoch/val_focal_loss"], 1);
+  EXPECT_EQ(tags["epoch/val_accuracy"], 1);
+  EXPECT_EQ(tags["epoch/train_loss"], 1);
+  mpsd::v1::JobSummary summary;
+  (*summary.mutable_metrics())["test_top2_accuracy"] = 0.875;
+  (*summary.mutable_metrics())["test_accuracy"] = 0.75;
+  summary.set_test_accuracy(0.75);
+  tags.clear();
+  for (const TaggedValue& value : SummaryScalars(summary)) ++tags[value.tag];
+  EXPECT_EQ(tags["final/test_top2_accuracy"], 1);
+  EXPECT_EQ(tags["final/test_accuracy"], 1);
 }
 
 TEST(JobHistoryTest, RunNamesStayInsideTheDirectory) {

@@ -178,6 +178,20 @@ TEST_F(DataRootsUploadsTest, RelativePathsAreRefusedNamingTheField) {
   ASSERT_TRUE(narrow.ResolveUploads(&train, "alice").ok());
   EXPECT_EQ(train.train_job().loss().torchscript(), state_ + "/uploads/alice/net.pt");
   EXPECT_TRUE(narrow.Check(train, &alice).ok());
+  // So are the metrics' files, each named by its index.
+  train.mutable_train_job()->add_metrics()->set_torchscript("upload:net.pt");
+  train.mutable_train_job()->add_metrics()->set_torchscript("count.pt");
+  ASSERT_TRUE(narrow.ResolveUploads(&train, "alice").ok());
+  EXPECT_EQ(train.train_job().metrics(0).torchscript(), state_ + "/uploads/alice/net.pt");
+  status = narrow.Check(train, &alice);
+  EXPECT_THAT(status.message(),
+              HasSubstr("train_job.metrics[1].torchscript: \"count.pt\" is a relative path"));
+  EXPECT_EQ(api::InvalidFieldOf(status), "train_job.metrics[1].torchscript");
+  train.mutable_train_job()->mutable_metrics(1)->set_torchscript("/etc/count.pt");
+  EXPECT_EQ(narrow.Check(train, &alice).code(), absl::StatusCode::kPermissionDenied);
+  train.mutable_train_job()->mutable_metrics(1)->set_torchscript(
+      (dir_.path() / "data" / "count.pt").string());
+  EXPECT_TRUE(narrow.Check(train, &alice).ok());
 }
 
 }  // namespace

@@ -783,6 +783,16 @@ class MemoryStats(_message.Message):
     reserved_before_bytes: int
     def __init__(self, allocated_before_bytes: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., allocated_after_bytes: _Optional[int] = ..., reserved_before_bytes: _Optional[int] = ..., reserved_after_bytes: _Optional[int] = ..., peak_reserved_bytes: _Optional[int] = ..., baseline_allocated_bytes: _Optional[int] = ..., baseline_reserved_bytes: _Optional[int] = ...) -> None: ...
 
+class MetricSpec(_message.Message):
+    __slots__ = ["name", "reduction", "torchscript"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REDUCTION_FIELD_NUMBER: _ClassVar[int]
+    TORCHSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    reduction: str
+    torchscript: str
+    def __init__(self, name: _Optional[str] = ..., torchscript: _Optional[str] = ..., reduction: _Optional[str] = ...) -> None: ...
+
 class MixSpec(_message.Message):
     __slots__ = ["alpha"]
     ALPHA_FIELD_NUMBER: _ClassVar[int]
@@ -1151,7 +1161,7 @@ class SyntheticSpec(_message.Message):
     def __init__(self, input_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ...) -> None: ...
 
 class TrainJob(_message.Message):
-    __slots__ = ["batch_size", "checkpoint", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "loss", "max_skipped_steps", "memory_format", "model", "nan_policy", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "task", "tensorboard", "trainable"]
+    __slots__ = ["batch_size", "checkpoint", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "loss", "max_skipped_steps", "memory_format", "metrics", "model", "nan_policy", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "task", "tensorboard", "trainable"]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
@@ -1171,6 +1181,7 @@ class TrainJob(_message.Message):
     LOSS_FIELD_NUMBER: _ClassVar[int]
     MAX_SKIPPED_STEPS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     NAN_POLICY_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
@@ -1203,6 +1214,7 @@ class TrainJob(_message.Message):
     loss: LossSpec
     max_skipped_steps: int
     memory_format: str
+    metrics: _containers.RepeatedCompositeFieldContainer[MetricSpec]
     model: ModelSpec
     nan_policy: str
     optimizer: OptimizerSpec
@@ -1216,7 +1228,7 @@ class TrainJob(_message.Message):
     task: str
     tensorboard: bool
     trainable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ..., task: _Optional[str] = ..., loss: _Optional[_Union[LossSpec, _Mapping]] = ...) -> None: ...
+    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ..., task: _Optional[str] = ..., loss: _Optional[_Union[LossSpec, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricSpec, _Mapping]]] = ...) -> None: ...
 
 class Upload(_message.Message):
     __slots__ = ["created", "files", "kind", "name", "ref", "sha256", "size_bytes", "submitter"]
