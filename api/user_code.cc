@@ -59,4 +59,28 @@ std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
   return std::nullopt;
 }
 
+std::vector<UserCode> AllUserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
+  std::vector<UserCode> all;
+  if (!request.has_train_job()) {
+    if (std::optional<UserCode> one = UserCodeOf(request)) all.push_back(*std::move(one));
+    return all;
+  }
+  const mpsd::v1::TrainJob& job = request.train_job();
+  if (!job.model().torchscript().empty()) {
+    all.push_back({"train_job.model.torchscript", job.model().torchscript()});
+  }
+  if (!job.loss().torchscript().empty()) {
+    all.push_back({"train_job.loss.torchscript", job.loss().torchscript()});
+  }
+  for (int i = 0; i < job.metrics_size(); ++i) {
+    if (job.metrics(i).torchscript().empty()) continue;
+    all.push_back(
+        {"train_job.metrics[" + std::to_string(i) + "].torchscript", job.metrics(i).torchscript()});
+  }
+  if (all.empty()) {
+    if (std::optional<UserCode> one = UserCodeOf(request)) all.push_back(*std::move(one));
+  }
+  return all;
+}
+
 }  // namespace mpsd::api

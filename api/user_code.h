@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mpsd/v1/mpsd.pb.h"
 
@@ -28,6 +29,12 @@ struct UserCode {
 // BenchJob's first models entry that is a file (a path with '/' or a name ending in .pt).
 // Pure; thread-safe.
 std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request);
+
+// Every TorchScript file a TrainJob names (its model, loss and metrics, in that order; the
+// submit-time check runs them all in one process); for other job kinds UserCodeOf's one, if
+// any. A message about a check that never ended names them all: which one hangs is not known.
+// Pure; thread-safe.
+std::vector<UserCode> AllUserCodeOf(const mpsd::v1::SubmitJobRequest& request);
 
 }  // namespace mpsd::api
 

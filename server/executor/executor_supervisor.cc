@@ -33,6 +33,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/error_cause.h"
 #include "api/failure_reason.h"
@@ -713,10 +714,24 @@ absl::Status ExecutorSupervisor::RunUserCodeCheck(const mpsd::v1::SubmitJobReque
     (*process)->Signal(SIGKILL);
     (*process)->Reap();
     remove_files();
+    // One process checks every file of the job in turn: when there are several, which one hung
+    // is not known, and naming the first would send the user to a file that works.
+    const std::vector<api::UserCode> all = api::AllUserCodeOf(spec);
+    std::vector<std::string> described;
+    for (const api::UserCode& each : all) described.push_back(Describe(each));
+    const std::string what = all.size() > 1 ? absl::StrJoin(described, ", ") : Describe(code);
     spdlog::warn(
         "submit: the check of {} did not end within {} (executor.user_code_timeout_s); "
         "killed its process pid {}",
-        Describe(code), limit, pid);
+        what, limit, pid);
+    if (all.size() > 1) {
+      const std::string job = code.field.substr(0, code.field.find('.'));
+      return absl::InvalidArgumentError(
+          absl::StrCat(job, ": the check of its user code (", what,
+                       ", each run on a probe batch in turn) did not end within ", limit,
+                       " (executor.user_code_timeout_s): one of them does not return; the check's "
+                       "process was killed"));
+    }
     return absl::InvalidArgumentError(
         absl::StrCat(code.field, ": ", code.path.empty() ? "a trial's model" : code.path,
                      ": its check (", CheckedBy(code), ") did not end within ", limit,
