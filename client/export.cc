@@ -95,6 +95,9 @@ std::string CsvTable(const google::protobuf::Descriptor& descriptor, const char*
       for (const auto& [name, value] : MapOf(row.metrics, *map)) names.insert(name);
     }
   }
+  // A name a field already carries is no second column: a classification job with metrics of
+  // its own repeats its loss and accuracy in the map (the same values).
+  for (const FieldDescriptor* field : fields) names.erase(field->name());
   std::vector<std::string> header = {key, "wall_time"};
   for (size_t i = 1; i < fields.size(); ++i) header.push_back(fields[i]->name());
   header.insert(header.end(), names.begin(), names.end());

@@ -389,6 +389,23 @@ TextTable CompareTable(const std::vector<v1::Job>& jobs) {
   metric("total_time_s", [&](const v1::Job& j) {
     return j.has_summary() ? Number(j.summary().total_time_s()) : std::string("-");
   });
+  // The summary's other metrics (the task's: test_r2, val_macro_f1, ...; the user's own:
+  // test_top2, ...), by name; those the rows above show already are not repeated.
+  const std::set<std::string> shown = {"val_accuracy",    "val_loss",   "test_accuracy",
+                                       "test_loss",       "train_loss", "train_accuracy",
+                                       "final_train_loss"};
+  std::set<std::string> names;
+  for (const v1::Job& job : jobs) {
+    for (const auto& [name, unused] : job.summary().metrics()) {
+      if (!shown.count(name)) names.insert(name);
+    }
+  }
+  for (const std::string& name : names) {
+    metric(name, [&](const v1::Job& j) {
+      const auto found = j.summary().metrics().find(name);
+      return found == j.summary().metrics().end() ? std::string("-") : Number(found->second);
+    });
+  }
   return table;
 }
 

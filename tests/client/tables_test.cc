@@ -177,5 +177,21 @@ TEST(TablesTest, CompareShowsOnlyDifferingKeys) {
   EXPECT_THAT(csv, ::testing::Not(HasSubstr("batch_size")));
 }
 
+// The summary's other metrics (a user's test_top2, a regression's test_r2) are rows of their
+// own; the loss and accuracy the map repeats are not shown twice.
+TEST(TablesTest, CompareShowsTheSummarysOtherMetricsOnce) {
+  v1::Job a, b;
+  a.set_id("1");
+  b.set_id("2");
+  for (v1::Job* job : {&a, &b}) {
+    job->mutable_summary()->set_test_accuracy(0.5);
+    (*job->mutable_summary()->mutable_metrics())["test_accuracy"] = 0.5;
+  }
+  (*a.mutable_summary()->mutable_metrics())["test_top2"] = 0.8;
+  const std::string csv = *RenderTable(CompareTable({a, b}), "csv");
+  EXPECT_THAT(csv, HasSubstr("test_top2,0.8,-\n"));
+  EXPECT_EQ(csv.find("test_accuracy"), csv.rfind("test_accuracy")) << csv;
+}
+
 }  // namespace
 }  // namespace mpsd::client
