@@ -17,6 +17,7 @@
 #include "api/job_state.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "server/core/job_store.h"
 #include "tests/common/temp_dir.h"
@@ -586,6 +587,60 @@ TEST_F(SchedulerTest, TheRuleIsRebuiltFromStoredEpochsAfterARestart) {
   EXPECT_EQ(second.failure_reason(), Job::EARLY_STOPPED);
   EXPECT_THAT(second.message(), HasSubstr("val_loss 0.9 is worse than the cutoff 0.5"));
   EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+}
+
+// What a daemon killed just after its sweep's rule stopped a trial leaves: the trial RUNNING, its
+// stopping epoch stored. At the next start the rebuilt rule stops it again from the stored
+// epochs, so it ends EARLY_STOPPED (not INTERRUPTED), and the sweep SUCCEEDED.
+TEST_F(SchedulerTest, ATrialStoppedWhenTheDaemonDiedEndsEarlyStoppedAtTheNextStart) {
+  Job sweep;
+  {
+    auto scheduler = Start();
+    ASSERT_TRUE(scheduler->Pause().ok());
+    sweep = Submit(*scheduler, AshaSweep("off", 2));
+    scheduler->Shutdown();
+  }
+  ASSERT_TRUE(store_->PutSetting("queue_paused", "0").ok());
+  int64_t time_us = 1700000000000000;
+  const auto stored = [&](const std::string& id, Job::State state,
+                          const std::vector<double>& losses) {
+    Job job = *store_->GetJob(id);
+    std::vector<JobEvent> events;
+    const auto add = [&](JobEvent event) {
+      event.set_job_id(id);
+      event.set_seq(job.last_seq() + 1);
+      *event.mutable_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(time_us++);
+      job.set_last_seq(event.seq());
+      events.push_back(event);
+    };
+    JobEvent running;
+    running.mutable_state()->set_state(Job::RUNNING);
+    add(running);
+    for (size_t i = 0; i < losses.size(); ++i) {
+      JobEvent epoch;
+      epoch.mutable_epoch()->set_epoch(static_cast<int>(i) + 1);
+      epoch.mutable_epoch()->set_val_loss(losses[i]);
+      *job.mutable_last_epoch() = epoch.epoch();
+      add(epoch);
+    }
+    if (state != Job::RUNNING) {
+      JobEvent end;
+      end.mutable_state()->set_state(state);
+      add(end);
+    }
+    job.set_state(state);
+    ASSERT_TRUE(store_->Commit({job}, events).ok());
+  };
+  stored(sweep.trial_job_ids(0), Job::SUCCEEDED, {0.5, 0.4, 0.3});
+  stored(sweep.trial_job_ids(1), Job::RUNNING, {0.9});  // rung 1, cutoff 0.5: stopped
+  auto scheduler = Start();
+  const Job stopped = *scheduler->Get(sweep.trial_job_ids(1));
+  EXPECT_EQ(stopped.state(), Job::CANCELLED);
+  EXPECT_EQ(stopped.failure_reason(), Job::EARLY_STOPPED);
+  EXPECT_THAT(stopped.message(), HasSubstr("val_loss 0.9 is worse than the cutoff 0.5"));
+  EXPECT_THAT(stopped.message(), HasSubstr("; mpsd stopped before the trial ended"));
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+  EXPECT_TRUE(executor_.runs().empty());
 }
 
 // A name that would display as another (a right-to-left override reversing "gpj.exe", a
