@@ -533,6 +533,48 @@ optimizer: {name: adam}
               HasSubstr("sweep.scheduler.grace_period"));
 }
 
+// median_stopping through a real daemon, fused: the same three learning rates, grace_period 1,
+// min_samples_required 1, 3 epochs. No trial stops at epoch 1 (grace_period) or 3 (its last);
+// at epoch 2 the good trial reports first (no other trial there yet) and goes on, then each bad
+// one's best loss is worse than the median of the running means (epochs 1 to 2) of the trials
+// before it, and it stops.
+TEST_F(QueueE2eTest, MedianStoppingStopsTheBadTrialsOfAFusedSweep) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const std::string sweep_id = SubmitFile("median.yaml", R"(kind: TrainJob
+model: {name: mlp}
+dataset:
+  name: fashion-mnist
+  root: /usr/share/datasets/fashion-mnist
+  limit_train: 256
+  limit_test: 128
+  validation: {fraction: 0.25}
+epochs: 3
+batch_size: 32
+device: cpu
+seed: 1
+optimizer: {name: adam}
+sweep:
+  grid:
+    optimizer.learning_rate: [0.01, 1e-6, 1e-7]
+  scheduler: {type: median_stopping, metric: val_loss, min_samples_required: 1}
+)");
+  ASSERT_FALSE(sweep_id.empty());
+  const Job sweep = WaitForEnd(sweep_id);
+  EXPECT_EQ(sweep.state(), Job::SUCCEEDED) << sweep.message();
+  ASSERT_EQ(sweep.trial_job_ids_size(), 3);
+  EXPECT_EQ(Get(sweep.trial_job_ids(0)).state(), Job::SUCCEEDED);
+  for (int i = 1; i <= 2; ++i) {
+    const Job bad = Get(sweep.trial_job_ids(i));
+    EXPECT_EQ(bad.failure_reason(), Job::EARLY_STOPPED) << i << ": " << bad.message();
+    EXPECT_EQ(bad.last_epoch().epoch(), 2) << i;
+    EXPECT_THAT(bad.message(),
+                HasSubstr(absl::StrCat("median_stopping stopped the trial at epoch 2: its best "
+                                       "val_loss so far")));
+    EXPECT_THAT(bad.message(),
+                HasSubstr(absl::StrCat("running means (epochs 1 to 2) of the ", i, " other")));
+  }
+}
+
 TEST_F(QueueE2eTest, SweepWithOneInvalidTrialIsRejectedWhole) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const std::string path = dir_.str() + "/bad.yaml";
