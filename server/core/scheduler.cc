@@ -807,6 +807,8 @@ void Scheduler::CancelForDependency(const std::string& job_id, const Job& depend
 
 void Scheduler::AfterStateChange(const Job& job) {
   if (job.has_trial()) UpdateSweep(job.trial().sweep_id());
+  // However a sweep ended (its trials, a cancel, a failed dependency): its rule is done.
+  if (job.kind() == Job::SWEEP && api::IsTerminal(job.state())) stoppers_.erase(job.id());
   if (!api::IsTerminal(job.state()) || job.state() == Job::SUCCEEDED) return;
   std::vector<std::string> waiting;
   for (const auto& [id, other] : jobs_) {
@@ -844,7 +846,6 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
   const int total = sweep.trial_job_ids_size();
   if (total > 0 && ended == total) {
     *sweep.mutable_finished_at() = Now();
-    stoppers_.erase(sweep_id);
     // Trials the sweep's scheduler stopped early are the rule doing its job, not a failure.
     if (succeeded == total) {
       SetState(sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,

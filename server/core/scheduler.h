@@ -110,7 +110,8 @@ class Scheduler {
 
   // Validates the spec against the executor and queues the job behind every queued job of the same
   // or a higher priority. A sweep (request.sweep) is expanded (server/core/sweep.h), every trial
-  // validated (an error names the trial, its values and the field), and stored as a parent Job of
+  // validated (an error names the trial, its values and the field; with sweep.scheduler, the
+  // executor also checks that the trial reports its metric), and stored as a parent Job of
   // kind SWEEP, returned, plus one queued job per trial. A request whose request_id names a job
   // `submitted_by` already submitted returns that job as it is now, without validating or queueing
   // anything. Errors: INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too,
