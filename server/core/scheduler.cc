@@ -1042,6 +1042,21 @@ void Scheduler::ExecutorLoop() {
           candidates = FusionCandidates(job, fusion.max_trials);
           specs.push_back(spec);
           for (const std::string& id : candidates) specs.push_back(jobs_.at(id).spec());
+          // A trial that runs alone says why: no silence where a reader expects fusion.
+          if (candidates.empty()) {
+            JobEvent note;
+            note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
+            note.mutable_log()->set_text(absl::StrCat(
+                "not trained fused with other trials of sweep ", job.trial().sweep_id(), ": ",
+                fusion.max_trials == 1
+                    ? "sweep.fuse is off"
+                    : absl::StrCat("no other of its trials is queued to run with it",
+                                   fusion.max_trials < kMaxFusedTrials
+                                       ? absl::StrCat(" (the others ran in groups of at most ",
+                                                      fusion.max_trials, ", sweep.fuse)")
+                                       : "")));
+            Publish(job, std::move(note));
+          }
         }
       }
     }
