@@ -472,7 +472,8 @@ optimizer: {name: adam}
       }
       EXPECT_THAT(logs, HasSubstr(absl::StrCat("early stopped by the scheduler of sweep ", sweep_id,
                                                ": asha stopped the trial")));
-      EXPECT_EQ(logs.find("trained fused with") != std::string::npos, fused) << logs;
+      EXPECT_EQ(logs.find("trained fused with 2 other trial(s)") != std::string::npos, fused)
+          << logs;
       EXPECT_FALSE(std::filesystem::exists(artifacts + bad.id() + "/model.pt"));
       if (!fused) {  // keep_best: epoch 1's checkpoint and model stay
         EXPECT_TRUE(std::filesystem::exists(artifacts + bad.id() + "/checkpoint-best.pt"));
