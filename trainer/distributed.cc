@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(MPSD_TRAINER_WITH_NCCL)
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <utility>
@@ -45,7 +47,7 @@ using BackendBase = ::c10d::ProcessGroup;
 #endif
 
 struct DataParallel::Group {
-  c10::intrusive_ptr<::c10d::TCPStore> store;
+  c10::intrusive_ptr<::c10d::Store> store;
   c10::intrusive_ptr<BackendBase> group;
 };
 
@@ -60,7 +62,7 @@ std::string JoinedKey(int rank) { return absl::StrCat("mpsd/joined/", rank); }
 
 // Waits until every rank has set its JoinedKey, up to `timeout`; DEADLINE_EXCEEDED naming the
 // ranks (and so their nodes) that did not.
-absl::Status AwaitRanks(::c10d::TCPStore& store, const DistributedConfig& config) {
+absl::Status AwaitRanks(::c10d::Store& store, const DistributedConfig& config) {
   const auto deadline = std::chrono::steady_clock::now() + Millis(config.timeout_s);
   for (;;) {
     std::vector<int> missing;
@@ -74,9 +76,11 @@ absl::Status AwaitRanks(::c10d::TCPStore& store, const DistributedConfig& config
         names.push_back(absl::StrFormat("%d (node %d)", r, r / config.nproc_per_node));
       }
       return absl::DeadlineExceededError(absl::StrFormat(
-          "rendezvous at %s:%d: rank(s) %s of %d did not join within %g s (distributed.timeout_s)",
-          config.master_addr, config.master_port, absl::StrJoin(names, ", "), config.world_size,
-          config.timeout_s));
+          "rendezvous at %s: rank(s) %s of %d did not join within %g s (distributed.timeout_s)",
+          config.store_file.empty()
+              ? absl::StrFormat("%s:%d", config.master_addr, config.master_port)
+              : config.store_file,
+          absl::StrJoin(names, ", "), config.world_size, config.timeout_s));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -99,7 +103,7 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const DistributedConfig& c
 }
 #endif
 
-c10::intrusive_ptr<BackendBase> MakeGroup(const c10::intrusive_ptr<::c10d::TCPStore>& store,
+c10::intrusive_ptr<BackendBase> MakeGroup(const c10::intrusive_ptr<::c10d::Store>& store,
                                           const DistributedConfig& config) {
   if (config.backend == DistributedBackend::kNccl) {
 #if defined(MPSD_TRAINER_WITH_NCCL)
@@ -224,19 +228,38 @@ DataParallel::~DataParallel() = default;
 absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Connect(const DistributedConfig& config,
                                                                     const torch::Device& device) {
   auto group = std::make_unique<Group>();
-  const std::string where = absl::StrFormat("%s:%d", config.master_addr, config.master_port);
-  try {
-    ::c10d::TCPStoreOptions options;
-    options.port = static_cast<uint16_t>(config.master_port);
-    options.isServer = config.rank == 0;
-    options.numWorkers = static_cast<size_t>(config.world_size);
-    options.waitWorkers = false;  // AwaitRanks names the ranks that do not come
-    options.timeout = Millis(config.timeout_s);
-    group->store = c10::make_intrusive<::c10d::TCPStore>(config.master_addr, options);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrFormat(
-        "rendezvous: rank %d cannot %s the store at %s (distributed.master_addr/master_port): %s",
-        config.rank, config.rank == 0 ? "serve" : "reach", where, e.what()));
+  const std::string where = config.store_file.empty()
+                                ? absl::StrFormat("%s:%d", config.master_addr, config.master_port)
+                                : config.store_file;
+  if (!config.store_file.empty()) {
+    try {
+      std::error_code error;
+      std::filesystem::create_directories(std::filesystem::path(config.store_file).parent_path(),
+                                          error);
+      // One rank alone has nobody to race: a file left by a run that crashed goes first. (With
+      // more ranks, the daemon removes it before it starts them: ExecutorSupervisor::RunRanks.)
+      if (config.world_size == 1) std::filesystem::remove(config.store_file, error);
+      group->store = c10::make_intrusive<::c10d::FileStore>(config.store_file, config.world_size);
+      group->store->setTimeout(Millis(config.timeout_s));
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrFormat(
+          "rendezvous: rank %d cannot open the store file %s: %s", config.rank, where, e.what()));
+    }
+  } else {
+    try {
+      ::c10d::TCPStoreOptions options;
+      options.port = static_cast<uint16_t>(config.master_port);
+      options.isServer = config.rank == 0;
+      options.numWorkers = static_cast<size_t>(config.world_size);
+      options.waitWorkers = false;  // AwaitRanks names the ranks that do not come
+      options.timeout = Millis(config.timeout_s);
+      group->store = c10::make_intrusive<::c10d::TCPStore>(config.master_addr, options);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrFormat(
+          "rendezvous: rank %d cannot %s the store at %s (distributed.master_addr/master_port): "
+          "%s",
+          config.rank, config.rank == 0 ? "serve" : "reach", where, e.what()));
+    }
   }
   try {
     group->store->set(JoinedKey(config.rank), std::vector<uint8_t>{1});

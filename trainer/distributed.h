@@ -44,6 +44,11 @@ struct DistributedConfig {
   DistributedBackend backend = DistributedBackend::kGloo;
   // Every collective and the rendezvous, seconds.
   double timeout_s = 300;
+  // One node (nnodes 1) that knows its job directory: the rendezvous store is this file
+  // (c10d FileStore, <job_dir>/.rendezvous), which only this host's processes can open, instead
+  // of a TCPStore, whose server listens on every network interface whatever master_addr says.
+  // Set by the training loop; empty: the TCPStore at master_addr:master_port.
+  std::string store_file;
 };
 
 // Examples per rank and epoch of a training set of `n` examples (DistributedSampler's
@@ -83,8 +88,9 @@ absl::StatusOr<DistributedConfig> ResolveDistributed(const mpsd::v1::TrainJob& s
 // nothing: modules and tensors passed to a call are used during that call only.
 class DataParallel {
  public:
-  // Rendezvous at master_addr:master_port (node 0's rank 0 serves the TCPStore; every rank
-  // then publishes its arrival), then the process group on `device`. DEADLINE_EXCEEDED naming
+  // Rendezvous through `config.store_file` when set (one node), else at master_addr:master_port
+  // (node 0's rank 0 serves the TCPStore); every rank then publishes its arrival; then the
+  // process group on `device`. DEADLINE_EXCEEDED naming
   // the ranks that did not join within timeout_s; UNAVAILABLE when the store cannot be served
   // or reached (the port taken, the host unreachable), naming master_addr:master_port;
   // INTERNAL for a backend failure.

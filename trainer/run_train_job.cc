@@ -279,17 +279,22 @@ absl::StatusOr<std::shared_ptr<ClassifierImpl>> MakeModel(const TrainJobConfig& 
 // process. Logs the rank's place in the job.
 absl::StatusOr<std::unique_ptr<DataParallel>> ConnectRanks(const TrainJobConfig& job,
                                                            const EventSink& sink) {
-  const DistributedConfig& d = job.distributed;
+  DistributedConfig d = job.distributed;
   if (!d.enabled) return std::unique_ptr<DataParallel>();
+  // One node: the ranks meet through a file only this host can open, not a TCP port.
+  if (d.nnodes == 1 && !job.job_dir.empty()) d.store_file = job.job_dir + "/.rendezvous";
   const Clock::time_point start = Clock::now();
   absl::StatusOr<std::unique_ptr<DataParallel>> connected = DataParallel::Connect(d, job.device);
   if (!connected.ok()) return connected.status();
   EmitLog(sink,
           absl::StrFormat("distributed: rank %d of %d (node %d of %d, local rank %d) on %s, %s, "
-                          "rendezvous %s:%d in %.2f s",
+                          "rendezvous %s in %.2f s",
                           d.rank, d.world_size, d.node_rank, d.nnodes, d.local_rank,
                           DeviceString(job.device), DistributedBackendName(d.backend),
-                          d.master_addr, d.master_port, SecondsSince(start)));
+                          d.store_file.empty()
+                              ? absl::StrFormat("%s:%d", d.master_addr, d.master_port)
+                              : "through a file (one node: nothing listens on the network)",
+                          SecondsSince(start)));
   return connected;
 }
 

@@ -40,7 +40,8 @@ absl::StatusOr<std::vector<mpsd::v1::Artifact>> ListArtifacts(const std::string&
        !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
     if (it->is_symlink() || !it->is_regular_file()) continue;
     const std::string name = fs::relative(it->path(), job_dir).generic_string();
-    if (absl::EndsWith(name, ".tmp")) continue;
+    // Files being written, and a distributed job's rendezvous store (trainer/distributed.h).
+    if (absl::EndsWith(name, ".tmp") || name == ".rendezvous") continue;
     absl::StatusOr<std::string> sha256 = api::Sha256OfFile(it->path().string());
     if (!sha256.ok()) continue;  // Removed meanwhile (an older checkpoint replaced).
     mpsd::v1::Artifact& artifact = artifacts.emplace_back();

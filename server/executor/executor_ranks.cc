@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -197,6 +198,13 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
   const auto rank_of = [&](int local) { return d.node_rank() * nproc_per_node + local; };
   const std::string host = HostName();
 
+  // The ranks of one node meet through <artifacts_dir>/<job_id>/.rendezvous (a c10d FileStore,
+  // trainer/distributed.h): a file left by a run that crashed goes before any rank opens it.
+  if (nnodes == 1 && !options_.executor.artifacts_dir.empty()) {
+    std::error_code error;
+    std::filesystem::remove(
+        std::filesystem::path(options_.executor.artifacts_dir) / job.job_id / ".rendezvous", error);
+  }
   PeerExecutors peers = StartPeerExecutors(options_, nproc_per_node);
   for (int k = 1; k < nproc_per_node; ++k) {
     if (!peers.errors[k].ok()) {

@@ -137,11 +137,25 @@ TEST_F(DistributedE2eTest, TwoRanksOfBatch32MatchOneRankOfBatch64StepByStep) {
 
 // `mpsctl logs --json` shows each step's global loss: the stored step events are rank 0's, and
 // they carry the loss over both ranks' examples.
+//
+// One node's ranks meet through a file, not a TCP port (LibTorch's TCPStore listens on every
+// interface): the job runs although another process listens on its master_port, and says so.
 TEST_F(DistributedE2eTest, MpsctlLogsJsonShowsTheGlobalLoss) {
   const JobRun one_rank = SubmitAndWait(daemon_, Job("mlp", "adam", 640, 64));
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(taken, 4), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length), 0);
   const JobRun two = SubmitAndWait(
-      daemon_, Distributed(Job("mlp", "adam", 640, 32), /*nproc=*/2, FreeLoopbackPort()));
+      daemon_, Distributed(Job("mlp", "adam", 640, 32), /*nproc=*/2, ntohs(address.sin_port)));
+  close(taken);
   ASSERT_EQ(two.job.state(), mpsd::v1::Job::SUCCEEDED) << two.job.message();
+  EXPECT_TRUE(AnyLogContains(two, "rendezvous through a file (one node: nothing listens"));
   const CommandResult logs =
       RunCommand({MpsctlPath(), "--server", daemon_.address(), "logs", "--json", two.job.id()});
   ASSERT_EQ(logs.exit_code, 0) << logs.err;
