@@ -400,7 +400,9 @@ torch::Tensor TaskLoss::Loss(const torch::Tensor& logits, const torch::Tensor& t
     const torch::jit::IValue loss = CallUserCode(
         field, config_.custom_loss_path, [&] { return "forward on " + BatchShapes(x, targets); },
         [&] {
-          return custom_->forward({x, targets});
+          // Copies (clone keeps the gradient): a loss that edits its inputs in place must not
+          // change the logits and targets the accuracy and metrics read.
+          return custom_->forward({x.clone(), targets.clone()});
         });
     if (!loss.isTensor() || loss.toTensor().dim() != 0 || !loss.toTensor().is_floating_point()) {
       throw UserCodeError(
@@ -531,7 +533,9 @@ torch::Tensor TaskLoss::MetricSums(const torch::Tensor& logits,
     const torch::jit::IValue value = CallUserCode(
         metric.field, metric.path, [&] { return "forward on " + BatchShapes(x, targets); },
         [&] {
-          return metrics_[i].forward({x, targets});
+          // Copies: a metric that edits its inputs in place (logits.div_(T)) must not change
+          // the built-in metrics or the next metric's.
+          return metrics_[i].forward({x.clone(), targets.clone()});
         });
     if (!value.isTensor() || value.toTensor().dim() != 0 || value.toTensor().is_complex() ||
         value.toTensor().scalar_type() == torch::kBool) {
