@@ -91,8 +91,12 @@ void TrainJobDefaults(v1::TrainJob& job) {
       return monitor.size() > suffix.size() &&
              monitor.compare(monitor.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
-    const bool higher_better = ends_with("_accuracy") || ends_with("_f1") || ends_with("_r2");
-    DefaultString(e.mutable_mode(), higher_better ? "max" : "min");
+    // A job's own metric (val_top2) has no known direction: its mode stays for the job to say.
+    if (ends_with("_accuracy") || ends_with("_f1") || ends_with("_r2")) {
+      DefaultString(e.mutable_mode(), "max");
+    } else if (ends_with("_loss") || ends_with("_mse") || ends_with("_mae")) {
+      DefaultString(e.mutable_mode(), "min");
+    }
     if (!e.has_patience()) e.set_patience(3);
   }
   if (dataset.name() == "image_folder" || dataset.name() == "tensors") {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -437,9 +438,17 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   c.enabled = true;
   if (!e.monitor().empty()) c.monitor = e.monitor();
   if (absl::Status s = CheckEpochMetric(config, c.monitor, fields, "monitor"); !s.ok()) return s;
+  const auto ends_with_any = [&](std::initializer_list<absl::string_view> suffixes) {
+    return std::any_of(suffixes.begin(), suffixes.end(),
+                       [&](absl::string_view suffix) { return absl::EndsWith(c.monitor, suffix); });
+  };
   if (e.mode().empty()) {
-    c.maximize = absl::EndsWith(c.monitor, "_accuracy") || absl::EndsWith(c.monitor, "_f1") ||
-                 absl::EndsWith(c.monitor, "_r2");
+    c.maximize = ends_with_any({"_accuracy", "_f1", "_r2"});
+    if (!c.maximize && !ends_with_any({"_loss", "_mse", "_mae"})) {
+      return fields.Error("mode", absl::StrFormat("required for %s, a metric of the job's own: "
+                                                  "\"max\" where larger is better, else \"min\"",
+                                                  c.monitor));
+    }
   } else if (e.mode() == "min" || e.mode() == "max") {
     c.maximize = e.mode() == "max";
   } else {

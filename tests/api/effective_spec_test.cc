@@ -58,6 +58,16 @@ TEST(EffectiveSpecTest, DefaultsThatDependOnAnotherFieldFollowIt) {
   v1::SubmitJobRequest validated = TrainJob("", "");
   validated.mutable_train_job()->mutable_dataset()->mutable_validation()->set_fraction(0.1);
   EXPECT_EQ(EffectiveSpec(validated).train_job().evaluate_test(), "end");
+  // Early stopping's mode follows its monitor's known direction; a job's own metric gets none.
+  const auto mode_for = [](const std::string& monitor) {
+    v1::SubmitJobRequest request = TrainJob("", "");
+    request.mutable_train_job()->mutable_early_stopping()->set_monitor(monitor);
+    return EffectiveSpec(request).train_job().early_stopping().mode();
+  };
+  EXPECT_EQ(mode_for("val_loss"), "min");
+  EXPECT_EQ(mode_for("val_r2"), "max");
+  EXPECT_EQ(mode_for("val_mae"), "min");
+  EXPECT_EQ(mode_for("val_top2"), "");
 }
 
 // The user's own loss takes no type or settings, so it gets none (the trainer refuses a loss with

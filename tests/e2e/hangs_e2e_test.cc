@@ -735,7 +735,7 @@ TEST_F(HangsE2eTest, BadMetricsAreRefusedAtSubmitNamingTheField) {
   };
   const std::string per_example = WriteScript(dir_, "metric_per_example");
   const std::string one_argument = WriteScript(dir_, "metric_one_argument");
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {job("top", per_example, ""),
        absl::StrCat("train_job.metrics[1].torchscript: ", per_example,
                     ": forward must return the batch's value as a scalar tensor for logits "
@@ -753,6 +753,13 @@ TEST_F(HangsE2eTest, BadMetricsAreRefusedAtSubmitNamingTheField) {
        "train_job.metrics[1].name: \"val_top2\" starts with \"val_\": mpsd adds the split's "
        "prefix itself (a metric named \"top2\" is reported as val_top2 and test_top2)"},
   };
+  // Early stopping on a metric of the job's own needs its direction: mpsd cannot tell.
+  mpsd::v1::SubmitJobRequest monitored = job("top", accuracy, "");
+  monitored.mutable_train_job()->mutable_dataset()->mutable_validation()->set_fraction(0.25);
+  monitored.mutable_train_job()->mutable_early_stopping()->set_monitor("val_top");
+  cases.push_back({monitored,
+                   "train_job.early_stopping.mode: required for val_top, a metric of the job's "
+                   "own: \"max\" where larger is better, else \"min\""});
   for (const Case& c : cases) {
     const absl::Status refused = rpc::Submit(*daemon_, c.request).status();
     EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
