@@ -853,6 +853,7 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
   Job& sweep = it->second;
   int ended = 0, succeeded = 0, failed = 0, running = 0, early_stopped = 0;
   std::string first_failure;
+  Job::FailureReason first_reason = Job::INTERNAL;
   for (const std::string& id : sweep.trial_job_ids()) {
     auto trial = jobs_.find(id);
     if (trial == jobs_.end()) continue;
@@ -864,6 +865,7 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
     if (t.state() == Job::CANCELLED && t.failure_reason() == Job::EARLY_STOPPED) ++early_stopped;
     if (t.state() == Job::FAILED && failed++ == 0) {
       first_failure = absl::StrCat("; first: job ", id, ": ", t.message());
+      if (t.failure_reason() != Job::FAILURE_REASON_UNSPECIFIED) first_reason = t.failure_reason();
     }
   }
   const int total = sweep.trial_job_ids_size();
@@ -878,7 +880,9 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
                absl::StrCat(succeeded, " of ", total, " trials succeeded; ", early_stopped,
                             " were stopped early by the sweep's scheduler"));
     } else if (failed > 0) {
-      SetState(sweep, Job::FAILED, Job::INTERNAL,
+      // The first failed trial's reason (a trial that diverged makes a DIVERGED sweep, not an
+      // INTERNAL one).
+      SetState(sweep, Job::FAILED, first_reason,
                absl::StrCat(failed, " of ", total, " trials failed", first_failure));
     } else {
       SetState(sweep, Job::CANCELLED, Job::FAILURE_REASON_UNSPECIFIED,

@@ -436,7 +436,8 @@ TEST_F(SchedulerTest, ACancelledOrFailedFusedTrialEndsAloneAndTheOthersGoOn) {
   executor_.FuseUpTo(3);
   executor_.QueueScript(FakeExecutor::Held(1));
   executor_.QueueScript(FakeExecutor::Held(1));
-  FakeExecutor::Script fails = FakeExecutor::EndsWith(absl::InternalError("trial blew up"));
+  FakeExecutor::Script fails = FakeExecutor::EndsWith(
+      api::WithFailureReason(absl::InternalError("trial blew up"), Job::DIVERGED));
   executor_.QueueScript(fails);
   auto scheduler = Start();
   ASSERT_TRUE(scheduler->Pause().ok());
@@ -456,7 +457,10 @@ TEST_F(SchedulerTest, ACancelledOrFailedFusedTrialEndsAloneAndTheOthersGoOn) {
   const Job failed = WaitForEnd(*scheduler, t[2]);
   EXPECT_EQ(failed.state(), Job::FAILED);
   EXPECT_EQ(failed.message(), "trial blew up");
-  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::FAILED);
+  // The sweep fails for its first failed trial's reason, not as INTERNAL.
+  const Job ended = WaitForEnd(*scheduler, sweep.id());
+  EXPECT_EQ(ended.state(), Job::FAILED);
+  EXPECT_EQ(ended.failure_reason(), Job::DIVERGED);
 }
 
 TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
