@@ -214,7 +214,8 @@ absl::StatusOr<Ranking> RankingOf(
     return absl::InvalidArgumentError(
         absl::StrCat("--mode: unknown \"", mode, "\" (expected auto, min or max)"));
   }
-  if (metric.empty() || metric == "auto") {
+  const bool named = !metric.empty() && metric != "auto";
+  if (!named) {
     // Model selection on validation data whenever a trial has it; the test split otherwise.
     // Regression by r2, multilabel by macro_f1 (the task's own figure of merit).
     metric = "test_accuracy";
@@ -235,6 +236,20 @@ absl::StatusOr<Ranking> RankingOf(
     known.insert(known.end(), task_metrics.begin(), task_metrics.end());
     return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric, "\" (expected ",
                                                    absl::StrJoin(known, ", "), ")"));
+  }
+  // A metric named that finished trials never measured ranks nothing: say so, not trial order.
+  const bool finished = std::any_of(trials.begin(), trials.end(), [](const auto& entry) {
+    return entry.first->state() == v1::Job::SUCCEEDED;
+  });
+  const bool measured_by_any = std::any_of(trials.begin(), trials.end(), [&](const auto& entry) {
+    return ranking.spec != nullptr ? (entry.second.*(ranking.spec->value)).has_value()
+                                   : entry.second.task.count(metric) > 0;
+  });
+  if (named && finished && !measured_by_any) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric ", metric, ": no trial measured it",
+        absl::StartsWith(metric, "val_") ? " (val_* need a validation split: dataset.validation)"
+                                         : ""));
   }
   if (mode == "min" || mode == "max") {
     ranking.higher_is_better = mode == "max";
@@ -268,11 +283,16 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   const std::vector<std::string> task_metrics = TaskMetricNames(ranked);
   absl::StatusOr<Ranking> ranking = RankingOf(ranked, task_metrics, std::move(metric), mode);
   if (!ranking.ok()) return ranking.status();
+  // NaN ranks as unmeasured (last, in trial order): it orders against nothing.
   const auto value_of = [&](const TrialMetrics& m) -> std::optional<double> {
-    if (ranking->spec != nullptr) return m.*(ranking->spec->value);
-    const auto found = m.task.find(ranking->metric);
-    if (found == m.task.end()) return std::nullopt;
-    return found->second;
+    std::optional<double> value;
+    if (ranking->spec != nullptr) {
+      value = m.*(ranking->spec->value);
+    } else if (const auto found = m.task.find(ranking->metric); found != m.task.end()) {
+      value = found->second;
+    }
+    if (value.has_value() && std::isnan(*value)) return std::nullopt;
+    return value;
   };
   const bool higher_is_better = ranking->higher_is_better;
   std::vector<std::string> paths;

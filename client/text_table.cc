@@ -131,10 +131,12 @@ std::string JsonKey(const TextTable& table, size_t column) {
   return key;
 }
 
-// One cell as a JSON value: null, a number, or a string.
+// One cell as a JSON value: null (also for a number JSON cannot spell: NaN, infinities), a
+// number, or a string.
 std::string JsonValue(const std::string& cell, bool text) {
   double number = 0;
   if (cell == "-") return "null";
+  if (!text && absl::SimpleAtod(cell, &number) && !std::isfinite(number)) return "null";
   if (!text && absl::SimpleAtod(cell, &number) && std::isfinite(number) &&
       !absl::StrContains(cell, " ")) {
     // A cell as written ("0.001", "1e-05"), unless JSON would not take it (".5", "+1", "5.").

@@ -1,6 +1,7 @@
 // The sweep and compare tables and their four renderings.
 #include "client/tables.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,28 @@ TEST(TablesTest, SweepByAJobsOwnMetricNeedsAModeAndHonoursIt) {
               HasSubstr("--mode: unknown \"up\" (expected auto, min or max)"));
 }
 
+// A NaN (a metric of the job's own that gave up) ranks last whichever way, as unmeasured; JSON
+// has no NaN, so it is null there.
+TEST(TablesTest, NanRanksLastEitherWayAndIsNullInJson) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.5, 1.2), Trial("3", 1, "0.01", 0.8, 0.6),
+                                 Trial("4", 2, "0.001", 0.7, 0.5), Trial("5", 3, "0.3", 0.1, 2.0)};
+  const double h[] = {0.16, std::nan(""), 0.43, std::nan("")};
+  for (int i = 0; i < 4; ++i) (*trials[i].mutable_summary()->mutable_metrics())["test_h"] = h[i];
+  for (const char* mode : {"min", "max"}) {
+    absl::StatusOr<TextTable> table = SweepTable(trials, "test_h", true, mode);
+    ASSERT_TRUE(table.ok()) << table.status();
+    std::vector<std::string> order;
+    for (const auto& row : table->rows) order.push_back(row[2]);
+    EXPECT_THAT(order, ::testing::ElementsAre(std::string(mode) == "min" ? "2" : "4",
+                                              std::string(mode) == "min" ? "4" : "2", "3", "5"))
+        << mode;
+    absl::StatusOr<std::string> json = RenderTable(*table, "json");
+    ASSERT_TRUE(json.ok());
+    EXPECT_THAT(*json, HasSubstr("\"test_h\":null"));
+    EXPECT_THAT(*json, Not(HasSubstr("nan")));
+  }
+}
+
 // Issue 27: with a validation split the sweep is ranked on it by default, not on the test set
 // (here the two disagree), and compare shows validation first; unmeasured figures are "-".
 TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
@@ -135,6 +158,10 @@ TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
   EXPECT_THAT(table->header, ::testing::Contains("VAL_ACC"));
   EXPECT_THAT(SweepTable(plain, "auto")->header, ::testing::Not(::testing::Contains("VAL_ACC")));
   EXPECT_EQ(SweepTable(plain, "auto")->rows[0].size(), SweepTable(plain, "auto")->header.size());
+  // Finished trials that measured no validation metric: ranking by one is refused, saying why.
+  EXPECT_THAT(std::string(SweepTable(plain, "val_accuracy").status().message()),
+              HasSubstr("--metric val_accuracy: no trial measured it (val_* need a validation "
+                        "split: dataset.validation)"));
 
   trials[1].mutable_summary()->clear_test_accuracy();
   trials[1].mutable_summary()->clear_test_loss();

@@ -1280,8 +1280,10 @@ function rankTrials(trials, metric, mode = 'auto') {
     for (const name of ['test_macro_f1', 'val_macro_f1', 'test_r2', 'val_r2']) if (measured(name)) metric = name;
   }
   const higher = mode === 'max' ? true : mode === 'min' ? false : metricSpec(metric).higher;
+  // NaN ranks as unmeasured (last, in trial order): it orders against nothing.
+  const value = (r) => (Number.isNaN(r.m[metric]) ? undefined : r.m[metric]);
   const ranked = rows.map((r, i) => ({ ...r, i })).sort((a, b) => {
-    const x = a.m[metric], y = b.m[metric];
+    const x = value(a), y = value(b);
     if ((x === undefined) !== (y === undefined)) return x === undefined ? 1 : -1;
     if (x === undefined || x === y || higher === undefined) return a.i - b.i;
     return higher ? y - x : x - y;
@@ -1324,7 +1326,7 @@ function sweepView(ctx, body, sweep, refresh) {
         shown.map((k) => el('th', { class: 'num' + (k === used ? ' ranked' : '') }, metricSpec(k).label)))),
       el('tbody', {}, ranked.map((r, rank) => {
         const values = Object.fromEntries(((r.job.trial || {}).parameters || []).map((p) => [p.path, p.value]));
-        const best = rank === 0 && r.m[used] !== undefined && higher !== undefined;
+        const best = rank === 0 && r.m[used] !== undefined && !Number.isNaN(r.m[used]) && higher !== undefined;
         return el('tr', { class: 'trial' + (best ? ' best' : ''), 'data-job-id': r.job.id },
           el('td', { class: 'num' }, String(rank + 1)), el('td', { class: 'num' }, String(num((r.job.trial || {}).index))),
           el('td', { class: 'num' }, jobLink(r.job.id)), paths.map((p) => el('td', { class: 'param' }, values[p] ?? '')),
