@@ -24,6 +24,8 @@ using mpsd::v1::Job;
 
 constexpr int kDefaultMaxPoints = 2000;
 constexpr int kMaxMaxPoints = 100000;
+// max_points × the metrics of one answer.
+constexpr int64_t kMaxTotalPoints = 200000;
 
 // A JSON number; NaN and infinities, which JSON has no spelling for, become null.
 std::string JsonNumber(double value) {
@@ -98,7 +100,10 @@ absl::StatusOr<std::vector<SeriesMetric>> ParseMetrics(const std::string& text) 
   for (absl::string_view name : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     absl::StatusOr<SeriesMetric> metric = FindSeriesMetric(absl::StripAsciiWhitespace(name));
     if (!metric.ok()) return metric.status();
-    metrics.push_back(*metric);
+    // A name given twice is answered once: the answer's size follows the metrics, not the URL.
+    const bool seen = std::any_of(metrics.begin(), metrics.end(),
+                                  [&](const SeriesMetric& m) { return m.name == metric->name; });
+    if (!seen) metrics.push_back(*metric);
   }
   if (metrics.empty()) return absl::InvalidArgumentError("metric: required, e.g. metric=loss");
   return metrics;
@@ -221,6 +226,13 @@ HttpReply SeriesHandler(const Scheduler& scheduler, SeriesCache& cache, const st
   absl::StatusOr<int> max_points =
       ParseInt(param("max_points"), "max_points", kDefaultMaxPoints, 4, kMaxMaxPoints);
   if (!max_points.ok()) return ErrorReply(max_points.status());
+  // At most kMaxTotalPoints points per answer (and as many smoothed ones with smoothing).
+  if (static_cast<int64_t>(metrics->size()) * *max_points > kMaxTotalPoints) {
+    return ErrorReply(absl::InvalidArgumentError(absl::StrFormat(
+        "max_points: %d points for each of %d metrics exceeds %d in all; ask for fewer metrics "
+        "or fewer points",
+        *max_points, metrics->size(), kMaxTotalPoints)));
+  }
   absl::StatusOr<std::optional<double>> smoothing = ParseSmoothing(param("smoothing"));
   if (!smoothing.ok()) return ErrorReply(smoothing.status());
   absl::StatusOr<SeriesCache::Result> result =

@@ -403,7 +403,11 @@ class DashboardHttpTest(unittest.TestCase):
         self.assertEqual([p[0] for p in acc["points"]], [1, 2])
         full = d.get_json("/api/jobs/%s/series?metric=loss&max_points=100000" % job.id)
         self.assertEqual([p[0] for p in full["series"][0]["points"]], [s.step for s in steps])
-        for query, name in (("metric=los", "metric"), ("metric=loss&max_points=2", "max_points")):
+        # A metric named twice is answered once (the answer's size follows the metrics).
+        twice = d.get_json("/api/jobs/%s/series?metric=loss,loss,loss&max_points=10" % job.id)
+        self.assertEqual(len(twice["series"]), 1)
+        for query, name in (("metric=los", "metric"), ("metric=loss&max_points=2", "max_points"),
+                            ("metric=loss,train_loss,learning_rate&max_points=100000", "max_points")):
             status, body, _ = d.get("/api/jobs/%s/series?%s" % (job.id, query))
             self.assertEqual(status, 400)
             self.assertIn(name + ":", json.loads(body)["message"])
@@ -842,6 +846,12 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.assertEqual(self.js(rank % (own, "auto")), ["val_top2", ["7", "8"], True])
         self.assertEqual(self.js(rank % (own, "max")), ["val_top2", ["8", "7"], False])
         self.assertEqual(self.js(rank % (own, "min")), ["val_top2", ["7", "8"], False])
+        # NaN ranks last either way (it orders against nothing).
+        nan = ("[{id: '7', summary: {epochs: 1, metrics: {val_top2: 'NaN'}}},"
+               " {id: '8', summary: {epochs: 1, metrics: {val_top2: 0.9}}},"
+               " {id: '9', summary: {epochs: 1, metrics: {val_top2: 0.2}}}]")
+        self.assertEqual(self.js(rank % (nan, "min")), ["val_top2", ["9", "8", "7"], False])
+        self.assertEqual(self.js(rank % (nan, "max")), ["val_top2", ["8", "9", "7"], False])
         # A trial its sweep's scheduler stopped reads EARLY_STOPPED in the tables; a cancel stays.
         self.assertEqual(self.js("stateLabel({state: 'CANCELLED', failureReason: 'EARLY_STOPPED'})"),
                          "EARLY_STOPPED")
