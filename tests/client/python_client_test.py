@@ -536,6 +536,21 @@ class SubmitWithoutDaemonTest(unittest.TestCase):
         self.assertEqual(result.stdout, "")
 
 
+class UploadSourceTest(unittest.TestCase):
+    """Client.upload sends a regular file or a folder only, as mpsctl upload: a FIFO (whose
+    open() waits for a writer forever) or a device is refused before any call."""
+
+    def test_a_fifo_and_a_device_are_refused_at_once(self):
+        with tempfile.TemporaryDirectory(prefix="mpsd-py-") as directory:
+            fifo = os.path.join(directory, "fifo")
+            os.mkfifo(fifo)
+            client = mpsd_client.Client("unix://%s/none.sock" % directory)
+            for path in (fifo, "/dev/null"):
+                with self.assertRaises(OSError) as raised:
+                    client.upload(path)
+                self.assertIn("not a regular file or folder", str(raised.exception))
+
+
 class DaemonAnsweredTest(unittest.TestCase):
     """Whether mpsd itself answered an UNAVAILABLE (exit code 3, "running but answered") is read
     from the ErrorInfo mpsd attaches, never from the message's wording."""

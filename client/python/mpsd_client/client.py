@@ -568,11 +568,18 @@ class Client:
         daemon already has complete is not sent again. `replace`: replace an existing upload
         of that name. Returns the stored upload (its `ref` is what a job names).
         errors.MpsdError when the daemon refuses (ALREADY_EXISTS, RESOURCE_EXHAUSTED for the
-        quota, InvalidArgument naming an unsafe archive entry); OSError for an unreadable PATH."""
+        quota, InvalidArgument naming an unsafe archive entry); OSError for an unreadable PATH or one
+        that is neither a regular file nor a folder (a FIFO, a device)."""
+        import stat
         import tarfile
         import tempfile
         path = os.path.abspath(path)
         name = name or os.path.basename(os.path.normpath(path))
+        # As mpsctl: a regular file or a folder, nothing else (opening a FIFO would wait for a
+        # writer forever; a device is no file to keep).
+        mode = os.stat(path).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise OSError("%s: not a regular file or folder" % path)
         with tempfile.TemporaryFile() as archive:
             is_archive = os.path.isdir(path)
             if is_archive:
