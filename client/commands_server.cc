@@ -85,8 +85,9 @@ int Commands::Dashboard(bool open_browser) {
   const std::string url = DashboardUrl(status.http_url(), options_.server);
   out_ << url << "\n";
   err_ << "mpsctl: the page asks once for a token (kept in the tab's sessionStorage, sent as a "
-          "header): on the daemon's machine, mpsd token add --name NAME --role viewer prints one "
-          "(or the admin token in <state_dir>/admin.token, if the first start made one)\n";
+          "header): on the daemon's machine, mpsd token add --state-dir DIR --name NAME --role "
+          "viewer prints one, DIR being the daemon's state dir (or the admin token in "
+          "DIR/admin.token, if the first start made one)\n";
   if (!open_browser) return kExitOk;
 #if defined(__APPLE__)
   const char* opener = "open";
