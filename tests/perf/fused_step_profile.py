@@ -37,14 +37,28 @@ def make_params(k, device):
     }
 
 
-def forward(params, x, k, channels_last, keep2d, keep):
+def conv1_unfold(x, w, b, k):
+    """mpsd's CUDA form of the 1-channel grouped conv1 (trainer/fused_models.cc): im2col + bmm."""
+    n = x.shape[0]
+    cols = F.unfold(x, 3).view(n, k, 9, 676).permute(1, 2, 0, 3).reshape(k, 9, n * 676)
+    y = torch.baddbmm(b.view(k, 32, 1), w.view(k, 32, 9), cols)
+    return y.view(k, 32, n, 26, 26).permute(2, 0, 1, 3, 4).reshape(n, k * 32, 26, 26)
+
+
+def forward(params, x, k, channels_last, keep2d, keep, unfold=False, amax_pool=False):
     n = x.shape[1]
     x = x.transpose(0, 1).reshape(n, k, 28, 28)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    x = F.relu(F.conv2d(x, params["conv1.w"], params["conv1.b"], groups=k))
+    if unfold:
+        x = F.relu(conv1_unfold(x, params["conv1.w"], params["conv1.b"], k))
+    else:
+        x = F.relu(F.conv2d(x, params["conv1.w"], params["conv1.b"], groups=k))
     x = F.relu(F.conv2d(x, params["conv2.w"], params["conv2.b"], groups=k))
-    x = F.max_pool2d(x, 2)
+    if amax_pool:  # 2x2 max pool as a reshape + amax (ties share the gradient)
+        x = x.reshape(n, k * 64, 12, 2, 12, 2).amax(dim=(3, 5))
+    else:
+        x = F.max_pool2d(x, 2)
     noise = torch.empty(n, k, 64, device=x.device).bernoulli_(keep2d.view(1, k, 1)).div_(keep2d.view(1, k, 1))
     x = x * noise.view(n, k * 64, 1, 1)
     x = x.reshape(n, k, -1).transpose(0, 1)  # [K, N, 9216]
@@ -86,7 +100,7 @@ class AdamW:
             pv.addcdiv_(m * r["lr"], denom)
 
 
-def make_step(k, n, device, channels_last, optimizer=True):
+def make_step(k, n, device, channels_last, optimizer=True, unfold=False, amax_pool=False):
     params = make_params(k, device)
     opt = AdamW(params, k, device)
     images = torch.rand(60000, 1, 28, 28, device=device)
@@ -101,7 +115,7 @@ def make_step(k, n, device, channels_last, optimizer=True):
         flat = index.reshape(-1)
         x = images.index_select(0, flat).view(k, n, 1, 28, 28)
         y = labels.index_select(0, flat).view(k, n)
-        logits = forward(params, x, k, channels_last, keep2d, keep)
+        logits = forward(params, x, k, channels_last, keep2d, keep, unfold, amax_pool)
         losses = F.cross_entropy(logits.reshape(k * n, 10), y.reshape(-1), reduction="none").view(k, n).mean(1)
         losses.sum().backward()
         if optimizer:
@@ -149,6 +163,10 @@ def main():
         print(f"{name:58s} {ms:8.3f} ms/step  ({ms / k:.3f} ms per trial-step)", flush=True)
 
     row("nchw (mpsd's layout), cudnn.benchmark", time_graphed(make_step(k, n, device, False)))
+    row("nchw, conv1 as unfold + bmm (mpsd's CUDA form)",
+        time_graphed(make_step(k, n, device, False, unfold=True)))
+    row("nchw, conv1 unfold + max pool as reshape/amax",
+        time_graphed(make_step(k, n, device, False, unfold=True, amax_pool=True)))
     row("nchw, no optimizer update", time_graphed(make_step(k, n, device, False, optimizer=False)))
     row("channels_last convolutions", time_graphed(make_step(k, n, device, True)))
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -164,8 +182,8 @@ def main():
     for kk in (1, 4):
         row(f"K={kk} nchw", time_graphed(make_step(kk, n, device, False)))
 
-    # Where an eager step's CUDA time goes (default settings, NCHW).
-    step = make_step(k, n, device, False)
+    # Where an eager step's CUDA time goes (default settings, NCHW, conv1 as mpsd runs it).
+    step = make_step(k, n, device, False, unfold=True)
     for _ in range(5):
         step()
     torch.cuda.synchronize()
