@@ -323,31 +323,6 @@ torch::Tensor FusedModel::Run(
           x = torch::cat(outputs, /*dim=*/1);
           break;
         }
-        if (x.device().is_cuda() && weight.size(1) == 1) {
-          // One input channel per trial on CUDA: as a grouped convolution ATen runs it with its
-          // own depthwise kernels (conv_depthwise2d forward and weight gradient: 1.1 ms of the
-          // 16-trial ConvNet step on the H200, tests/perf/SWEEP_RESULTS.md). As im2col + one
-          // batched matmul instead: cols [K, kh·kw, N·L] (L output pixels) from F::unfold,
-          // trial k's output = W_k [out, kh·kw] @ cols_k + b_k; autograd's weight gradient is
-          // then one bmm too. The same sums (kh·kw terms per output), in another order.
-          const int64_t kh = weight.size(2), kw = weight.size(3);
-          const int64_t out = weight.size(0) / k_trials;
-          const int64_t h_out = x.size(2) + 2 * op.padding - kh + 1;
-          const int64_t w_out = x.size(3) + 2 * op.padding - kw + 1;
-          const torch::Tensor cols =
-              F::unfold(x, F::UnfoldFuncOptions({kh, kw}).padding(op.padding))  // [N, K·kh·kw, L]
-                  .view({n, k_trials, kh * kw, h_out * w_out})
-                  .permute({1, 2, 0, 3})
-                  .reshape({k_trials, kh * kw, n * h_out * w_out});
-          const torch::Tensor w = weight.view({k_trials, out, kh * kw});
-          const torch::Tensor y =
-              op.bias >= 0 ? torch::baddbmm(parameters_[op.bias].view({k_trials, out, 1}), w, cols)
-                           : torch::bmm(w, cols);  // [K, out, N·L]
-          x = y.view({k_trials, out, n, h_out, w_out})
-                  .permute({2, 0, 1, 3, 4})
-                  .reshape({n, k_trials * out, h_out, w_out});
-          break;
-        }
         x = torch::conv2d(x, weight, op.bias >= 0 ? parameters_[op.bias] : torch::Tensor(),
                           /*stride=*/1, /*padding=*/op.padding, /*dilation=*/1,
                           /*groups=*/k_trials);

@@ -8,9 +8,9 @@ cross-entropy over [K*N, 10], AdamW with per-trial [K, 1] hyperparameters as
 trainer/fused_optimizer.cc computes it. Random data (the kernels do not depend on the values).
 Each variant is timed as the whole step captured in one CUDA graph (median of 5 runs of 50
 replays, CUDA events), and the default variant is profiled eagerly (torch.profiler: the top
-kernels by CUDA time). Variants: NCHW (mpsd's layout), channels_last for the convolutions, TF32
-matmuls allowed, cuDNN benchmark off, and the step without its optimizer / without conv2's
-backward to split the time.
+kernels by CUDA time). Variants: NCHW (mpsd's layout), conv1 as im2col + bmm, the 2x2 max pool
+as reshape + amax, channels_last for the convolutions, TF32 matmuls allowed, TF32 off for cuDNN,
+cuDNN benchmark off, the step without its optimizer update, and K = 1 and 4.
 
 Usage: fused_step_profile.py [--trials 16] [--batch 128] [--json OUT]
 """
@@ -38,7 +38,7 @@ def make_params(k, device):
 
 
 def conv1_unfold(x, w, b, k):
-    """mpsd's CUDA form of the 1-channel grouped conv1 (trainer/fused_models.cc): im2col + bmm."""
+    """The 1-channel grouped conv1 as im2col + bmm (tried in mpsd: slower, see SWEEP_RESULTS.md)."""
     n = x.shape[0]
     cols = F.unfold(x, 3).view(n, k, 9, 676).permute(1, 2, 0, 3).reshape(k, 9, n * 676)
     y = torch.baddbmm(b.view(k, 32, 1), w.view(k, 32, 9), cols)
@@ -163,7 +163,7 @@ def main():
         print(f"{name:58s} {ms:8.3f} ms/step  ({ms / k:.3f} ms per trial-step)", flush=True)
 
     row("nchw (mpsd's layout), cudnn.benchmark", time_graphed(make_step(k, n, device, False)))
-    row("nchw, conv1 as unfold + bmm (mpsd's CUDA form)",
+    row("nchw, conv1 as unfold + bmm",
         time_graphed(make_step(k, n, device, False, unfold=True)))
     row("nchw, conv1 unfold + max pool as reshape/amax",
         time_graphed(make_step(k, n, device, False, unfold=True, amax_pool=True)))
@@ -182,8 +182,8 @@ def main():
     for kk in (1, 4):
         row(f"K={kk} nchw", time_graphed(make_step(kk, n, device, False)))
 
-    # Where an eager step's CUDA time goes (default settings, NCHW, conv1 as mpsd runs it).
-    step = make_step(k, n, device, False, unfold=True)
+    # Where an eager step's CUDA time goes (default settings, NCHW: mpsd's form).
+    step = make_step(k, n, device, False)
     for _ in range(5):
         step()
     torch.cuda.synchronize()
