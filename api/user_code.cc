@@ -2,6 +2,8 @@
 #include "api/user_code.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "api/job_id.h"
 
@@ -13,6 +15,24 @@ bool SetsTorchScript(const google::protobuf::RepeatedPtrField<mpsd::v1::SweepPar
     if (parameter.path() == "model.torchscript") return true;
   }
   return false;
+}
+
+// A TrainJob's own files, in the order the job names them: its TorchScript model, loss and
+// metrics.
+std::vector<UserCode> TrainJobFiles(const mpsd::v1::TrainJob& job) {
+  std::vector<UserCode> files;
+  if (!job.model().torchscript().empty()) {
+    files.push_back({"train_job.model.torchscript", job.model().torchscript()});
+  }
+  if (!job.loss().torchscript().empty()) {
+    files.push_back({"train_job.loss.torchscript", job.loss().torchscript()});
+  }
+  for (int i = 0; i < job.metrics_size(); ++i) {
+    if (job.metrics(i).torchscript().empty()) continue;
+    files.push_back(
+        {"train_job.metrics[" + std::to_string(i) + "].torchscript", job.metrics(i).torchscript()});
+  }
+  return files;
 }
 
 }  // namespace
@@ -41,17 +61,8 @@ std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
     return std::nullopt;
   }
   if (!request.has_train_job()) return std::nullopt;
-  const std::string& path = request.train_job().model().torchscript();
-  if (!path.empty()) return UserCode{"train_job.model.torchscript", path};
-  const std::string& loss = request.train_job().loss().torchscript();
-  if (!loss.empty()) return UserCode{"train_job.loss.torchscript", loss};
-  const auto& metrics = request.train_job().metrics();
-  for (int i = 0; i < metrics.size(); ++i) {
-    if (!metrics[i].torchscript().empty()) {
-      return UserCode{"train_job.metrics[" + std::to_string(i) + "].torchscript",
-                      metrics[i].torchscript()};
-    }
-  }
+  std::vector<UserCode> files = TrainJobFiles(request.train_job());
+  if (!files.empty()) return std::move(files.front());
   if (request.has_sweep() && (SetsTorchScript(request.sweep().grid()) ||
                               SetsTorchScript(request.sweep().random().parameters()))) {
     return UserCode{"sweep", ""};
@@ -61,22 +72,7 @@ std::optional<UserCode> UserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
 
 std::vector<UserCode> AllUserCodeOf(const mpsd::v1::SubmitJobRequest& request) {
   std::vector<UserCode> all;
-  if (!request.has_train_job()) {
-    if (std::optional<UserCode> one = UserCodeOf(request)) all.push_back(*std::move(one));
-    return all;
-  }
-  const mpsd::v1::TrainJob& job = request.train_job();
-  if (!job.model().torchscript().empty()) {
-    all.push_back({"train_job.model.torchscript", job.model().torchscript()});
-  }
-  if (!job.loss().torchscript().empty()) {
-    all.push_back({"train_job.loss.torchscript", job.loss().torchscript()});
-  }
-  for (int i = 0; i < job.metrics_size(); ++i) {
-    if (job.metrics(i).torchscript().empty()) continue;
-    all.push_back(
-        {"train_job.metrics[" + std::to_string(i) + "].torchscript", job.metrics(i).torchscript()});
-  }
+  if (request.has_train_job()) all = TrainJobFiles(request.train_job());
   if (all.empty()) {
     if (std::optional<UserCode> one = UserCodeOf(request)) all.push_back(*std::move(one));
   }

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "api/json_text.h"
 #include "client/format.h"
 #include "client/text_table.h"
 
@@ -222,11 +223,11 @@ std::string Json(const std::vector<BenchRow>& rows) {
       const bool text = field.cpp_type() == FieldDescriptor::CPPTYPE_STRING ||
                         field.cpp_type() == FieldDescriptor::CPPTYPE_ENUM;
       if (text) {
-        value = JsonString(value);
+        value = api::JsonString(value);
       } else if (value.empty()) {
         value = "null";  // a non-finite double
       }
-      members.push_back(absl::StrCat(JsonString(std::string(field.name())), ":", value));
+      members.push_back(absl::StrCat(api::JsonString(std::string(field.name())), ":", value));
     }
     objects.push_back(absl::StrCat("{", absl::StrJoin(members, ","), "}"));
   }

@@ -200,8 +200,10 @@ class Commands {
   // daemon that cannot be reached (for longer than reconnect_timeout) or an unknown job.
   int Wait(const std::vector<std::string>& job_ids, absl::Duration timeout,
            mpsd::v1::Job::State expected = mpsd::v1::Job::SUCCEEDED);
-  // A sweep's trials ranked by `metric` (client/tables.h) in `format`.
-  int Sweep(const std::string& job_id, const std::string& metric, const std::string& format);
+  // A sweep's trials ranked by `metric`, `mode` "auto", "min" or "max" (client/tables.h), in
+  // `format`.
+  int Sweep(const std::string& job_id, const std::string& metric, const std::string& mode,
+            const std::string& format);
   // The jobs' differing spec keys and final metrics side by side, in `format`.
   int Compare(const std::vector<std::string>& job_ids, const std::string& format);
   // `mpsctl export`: each job's stored events (finished or still running: what is stored now)

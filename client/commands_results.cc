@@ -23,7 +23,7 @@ int Commands::GetJobs(const std::vector<std::string>& ids, std::vector<v1::Job>&
   return kExitOk;
 }
 
-int Commands::Sweep(const std::string& job_id, const std::string& metric,
+int Commands::Sweep(const std::string& job_id, const std::string& metric, const std::string& mode,
                     const std::string& format) {
   std::vector<v1::Job> sweep;
   if (int code = GetJobs({job_id}, sweep); code != kExitOk) return code;
@@ -42,7 +42,8 @@ int Commands::Sweep(const std::string& job_id, const std::string& metric,
     return code;
   }
   const std::string shown = options_.json ? "json" : format;
-  absl::StatusOr<TextTable> table = SweepTable(trials, metric, shown == "json" || shown == "csv");
+  absl::StatusOr<TextTable> table =
+      SweepTable(trials, metric, shown == "json" || shown == "csv", mode);
   if (!table.ok()) {
     err_ << "mpsctl: " << table.status().message() << "\n";
     return kExitUsage;

@@ -15,8 +15,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/client_context.h>
@@ -138,11 +140,130 @@ absl::StatusOr<int64_t> WriteFolderTar(const std::string& dir, const std::string
 
 // Removes a temporary file when it goes out of scope.
 struct TempFile {
-  std::string path;
+  TempFile() = default;
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
   ~TempFile() {
     if (!path.empty()) unlink(path.c_str());
   }
+  std::string path;
 };
+
+// What an upload sends: the file itself, or a folder's GNU tar archive in a temporary file.
+struct UploadSource {
+  bool folder = false;
+  std::string path;  // the bytes sent: the file, or tar.path
+  int64_t size = 0;  // bytes
+  std::string sha256;
+  TempFile tar;  // the folder's archive, removed with the source
+};
+
+// Fills `source` for `path` (a file, or a folder when `folder`); errors say what failed.
+absl::Status PrepareSource(const std::string& path, bool folder, UploadSource& source) {
+  source.folder = folder;
+  source.path = path;
+  if (folder) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp",
+                                       "/mpsctl-upload-XXXXXX");
+    const int fd = mkstemp(pattern.data());
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a temporary file: ", std::strerror(errno)));
+    }
+    close(fd);
+    source.tar.path = pattern;
+    absl::StatusOr<int64_t> entries = WriteFolderTar(path, source.tar.path);
+    if (!entries.ok()) return entries.status();
+    source.path = source.tar.path;
+  }
+  std::error_code error;
+  source.size = static_cast<int64_t>(fs::file_size(source.path, error));
+  absl::StatusOr<std::string> sha256 = api::Sha256OfFile(source.path);
+  if (error || !sha256.ok()) return absl::InternalError(absl::StrCat("cannot read ", path));
+  source.sha256 = *std::move(sha256);
+  return absl::OkStatus();
+}
+
+// The name an upload of `path` gets without --name: the file's or folder's own name ("data/" and
+// "." name the folder itself).
+std::string OwnName(const std::string& path) {
+  std::string name = fs::path(path).lexically_normal().filename().string();
+  if (name.empty()) {
+    std::error_code error;
+    name = fs::absolute(path, error).lexically_normal().parent_path().filename().string();
+  }
+  return name;
+}
+
+// "uploaded NAME (KIND, [N files, ]SIZE, sha256 HEX) in S s (R MB/s); jobs name it as REF\n".
+std::string UploadedLine(const std::string& name, const v1::Upload& uploaded, bool folder,
+                         int64_t sent_bytes, double seconds) {
+  return absl::StrCat("uploaded ", name, " (", uploaded.kind(), ", ",
+                      folder ? absl::StrCat(uploaded.files(), " files, ") : "",
+                      FormatMiB(uploaded.size_bytes()), ", sha256 ", uploaded.sha256(), ") in ",
+                      absl::StrFormat("%.2f s (%.1f MB/s)", seconds,
+                                      seconds > 0 ? sent_bytes / seconds / 1e6 : 0.0),
+                      "; jobs name it as ", uploaded.ref(), "\n");
+}
+
+// How one UploadFile call ended.
+struct SendResult {
+  grpc::Status rpc;
+  int64_t sent = 0;      // bytes this call sent
+  bool changed = false;  // the file was shorter than its size: it changed while it was sent
+  v1::Upload uploaded;   // the daemon's answer, when rpc is OK
+};
+
+// Sends `source` under `name` from byte `offset` to its end in one UploadFile call, 1 MiB per
+// chunk, the first chunk carrying the upload's name, checksum, size and flags; `on_sent(sent)`
+// after each chunk.
+SendResult SendFrom(v1::JobService::StubInterface& stub, const UploadSource& source,
+                    const std::string& name, bool replace, int64_t offset, bool wait_for_ready,
+                    const std::function<void(int64_t)>& on_sent) {
+  SendResult result;
+  grpc::ClientContext context;
+  context.set_wait_for_ready(wait_for_ready);
+  std::unique_ptr<grpc::ClientWriterInterface<v1::UploadChunk>> writer =
+      stub.UploadFile(&context, &result.uploaded);
+  std::ifstream in(source.path, std::ios::binary);
+  in.seekg(offset);
+  v1::UploadChunk chunk;
+  chunk.set_name(name);
+  chunk.set_sha256(source.sha256);
+  chunk.set_size_bytes(source.size);
+  chunk.set_archive(source.folder);
+  chunk.set_replace(replace);
+  std::string data(static_cast<size_t>(kChunkBytes), '\0');
+  bool first = true;
+  while (first || offset + result.sent < source.size) {
+    const int64_t length = std::min<int64_t>(kChunkBytes, source.size - offset - result.sent);
+    data.resize(static_cast<size_t>(length));
+    in.read(data.data(), length);
+    if (in.gcount() != length) {
+      result.changed = true;
+      context.TryCancel();
+      result.rpc = writer->Finish();
+      return result;
+    }
+    chunk.set_offset(offset + result.sent);
+    chunk.set_data(data);
+    if (!writer->Write(chunk)) break;  // The daemon ended the call: Finish says why.
+    result.sent += length;
+    on_sent(result.sent);
+    if (first) {
+      chunk.clear_name();
+      chunk.clear_sha256();
+      chunk.clear_size_bytes();
+      chunk.clear_archive();
+      chunk.clear_replace();
+      first = false;
+    }
+  }
+  writer->WritesDone();
+  result.rpc = writer->Finish();
+  return result;
+}
 
 std::string Bytes(int64_t bytes) { return FormatMiB(bytes); }
 
@@ -198,122 +319,57 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
     err_ << "mpsctl: upload: " << path << ": not a regular file or folder\n";
     return kExitFailed;
   }
-  std::string name = name_flag;
-  if (name.empty()) name = fs::path(path).lexically_normal().filename().string();
-  if (name.empty()) {  // "data/" or ".": the folder's own name.
-    name = fs::absolute(path, error).lexically_normal().parent_path().filename().string();
-  }
+  const std::string name = name_flag.empty() ? OwnName(path) : name_flag;
   if (absl::Status s = api::CheckUploadName("name", name); !s.ok()) {
     err_ << "mpsctl: upload: " << s.message() << (name_flag.empty() ? "; give one with --name" : "")
          << "\n";
     return kExitUsage;
   }
-  // What is sent: the file, or the folder's archive.
-  TempFile tar;
-  std::string source = path;
-  if (folder) {
-    const char* tmpdir = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp",
-                                       "/mpsctl-upload-XXXXXX");
-    const int fd = mkstemp(pattern.data());
-    if (fd < 0) {
-      err_ << "mpsctl: upload: cannot create a temporary file: " << std::strerror(errno) << "\n";
-      return kExitFailed;
-    }
-    close(fd);
-    tar.path = pattern;
-    absl::StatusOr<int64_t> entries = WriteFolderTar(path, tar.path);
-    if (!entries.ok()) {
-      err_ << "mpsctl: upload: " << entries.status().message() << "\n";
-      return kExitFailed;
-    }
-    source = tar.path;
-  }
-  const int64_t size = static_cast<int64_t>(fs::file_size(source, error));
-  absl::StatusOr<std::string> sha256 = api::Sha256OfFile(source);
-  if (error || !sha256.ok()) {
-    err_ << "mpsctl: upload: cannot read " << path << "\n";
+  UploadSource source;
+  if (absl::Status s = PrepareSource(path, folder, source); !s.ok()) {
+    err_ << "mpsctl: upload: " << s.message() << "\n";
     return kExitFailed;
   }
   const absl::Time started = absl::Now();
   ReconnectPolicy reconnect(options_.reconnect_timeout, /*start=*/started);
   int64_t sent_total = 0;
-  ProgressLine progress(err_, options_.progress, name, size);
+  ProgressLine progress(err_, options_.progress, name, source.size);
   for (int attempt = 0;; ++attempt) {
     v1::GetUploadStatusRequest status_request;
     status_request.set_name(name);
-    status_request.set_sha256(*sha256);
-    status_request.set_size_bytes(size);
+    status_request.set_sha256(source.sha256);
+    status_request.set_size_bytes(source.size);
     v1::UploadStatus held;
     auto status_context = UnaryContext();
     status_context->set_wait_for_ready(attempt > 0);
     grpc::Status rpc = stub_->GetUploadStatus(status_context.get(), status_request, &held);
     if (rpc.ok() && held.complete() && !replace) {
-      out_ << name << " is already uploaded (sha256 " << *sha256 << "); jobs name it as "
+      out_ << name << " is already uploaded (sha256 " << source.sha256 << "); jobs name it as "
            << api::kUploadPrefix << name << "\n";
       return kExitOk;
     }
-    int64_t offset = rpc.ok() && !held.complete() ? held.offset() : 0;
+    const int64_t offset = rpc.ok() && !held.complete() ? held.offset() : 0;
     if (rpc.ok() && offset > 0) {
-      err_ << "mpsctl: resuming the upload of " << name << " at byte " << offset << " of " << size
-           << "\n";
+      err_ << "mpsctl: resuming the upload of " << name << " at byte " << offset << " of "
+           << source.size << "\n";
     }
-    v1::Upload uploaded;
-    int64_t sent = 0;
+    SendResult sent;
     if (rpc.ok()) {
-      grpc::ClientContext context;
-      context.set_wait_for_ready(attempt > 0);
-      std::unique_ptr<grpc::ClientWriterInterface<v1::UploadChunk>> writer =
-          stub_->UploadFile(&context, &uploaded);
-      std::ifstream in(source, std::ios::binary);
-      in.seekg(offset);
-      v1::UploadChunk chunk;
-      chunk.set_name(name);
-      chunk.set_sha256(*sha256);
-      chunk.set_size_bytes(size);
-      chunk.set_archive(folder);
-      chunk.set_replace(replace);
-      std::string data(static_cast<size_t>(kChunkBytes), '\0');
-      bool first = true;
-      while (first || offset + sent < size) {
-        const int64_t length = std::min<int64_t>(kChunkBytes, size - offset - sent);
-        data.resize(static_cast<size_t>(length));
-        in.read(data.data(), length);
-        if (in.gcount() != length) {
-          progress.Clear();
-          err_ << "mpsctl: upload: " << path << " changed while it was sent\n";
-          context.TryCancel();
-          writer->Finish();
-          return kExitFailed;
-        }
-        chunk.set_offset(offset + sent);
-        chunk.set_data(data);
-        if (!writer->Write(chunk)) break;  // The daemon ended the call: Finish says why.
-        sent += length;
-        progress.Update(offset + sent, sent_total + sent, started);
-        if (first) {
-          chunk.clear_name();
-          chunk.clear_sha256();
-          chunk.clear_size_bytes();
-          chunk.clear_archive();
-          chunk.clear_replace();
-          first = false;
-        }
-      }
-      writer->WritesDone();
-      rpc = writer->Finish();
+      sent = SendFrom(
+          *stub_, source, name, replace, offset, /*wait_for_ready=*/attempt > 0,
+          [&](int64_t bytes) { progress.Update(offset + bytes, sent_total + bytes, started); });
       progress.Clear();
+      if (sent.changed) {
+        err_ << "mpsctl: upload: " << path << " changed while it was sent\n";
+        return kExitFailed;
+      }
+      rpc = sent.rpc;
     }
-    sent_total += sent;
-    if (sent > 0) reconnect.Progressed();
+    sent_total += sent.sent;
+    if (sent.sent > 0) reconnect.Progressed();
     if (rpc.ok()) {
-      const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
-      out_ << "uploaded " << name << " (" << uploaded.kind() << ", "
-           << (folder ? absl::StrCat(uploaded.files(), " files, ") : "")
-           << Bytes(uploaded.size_bytes()) << ", sha256 " << uploaded.sha256() << ") in "
-           << absl::StrFormat("%.2f s (%.1f MB/s)", seconds,
-                              seconds > 0 ? sent_total / seconds / 1e6 : 0.0)
-           << "; jobs name it as " << uploaded.ref() << "\n";
+      out_ << UploadedLine(name, sent.uploaded, folder, sent_total,
+                           absl::ToDoubleSeconds(absl::Now() - started));
       return kExitOk;
     }
     // ABORTED: the daemon still finishes a call of ours that broke (it lets go of the name
@@ -324,7 +380,7 @@ int Commands::Upload(const std::string& path, const std::string& name_flag, bool
       absl::SleepFor(absl::Milliseconds(200));
       continue;
     }
-    if (!ReconnectPolicy::Broke(rpc) || (attempt == 0 && sent == 0 && offset == 0) ||
+    if (!ReconnectPolicy::Broke(rpc) || (attempt == 0 && sent.sent == 0 && offset == 0) ||
         reconnect.OutOfTime()) {
       return RpcFailed(rpc);
     }

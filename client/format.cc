@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "api/job_id.h"
 #include "api/job_state.h"
+#include "api/json_text.h"
 #include "client/bench_table.h"
 #include "client/job_file.h"
 #include "client/text_table.h"
@@ -302,15 +303,15 @@ void AppendJsonValue(const Message& message, const FieldDescriptor& field, int i
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* value =
           rep ? r.GetRepeatedEnum(message, &field, index) : r.GetEnum(message, &field);
-      out += JsonString(value->name());
+      out += api::JsonString(value->name());
       break;
     }
     case FieldDescriptor::CPPTYPE_STRING: {
       std::string scratch;
       const std::string& text = rep ? r.GetRepeatedStringReference(message, &field, index, &scratch)
                                     : r.GetStringReference(message, &field, &scratch);
-      out +=
-          JsonString(field.type() == FieldDescriptor::TYPE_BYTES ? absl::Base64Escape(text) : text);
+      out += api::JsonString(field.type() == FieldDescriptor::TYPE_BYTES ? absl::Base64Escape(text)
+                                                                         : text);
       break;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE:
@@ -327,7 +328,7 @@ void AppendJson(const Message& message, std::string& out) {
   const Reflection& r = *message.GetReflection();
   if (descriptor.full_name() == "google.protobuf.Timestamp") {
     const auto& t = static_cast<const google::protobuf::Timestamp&>(message);
-    out += JsonString(google::protobuf::util::TimeUtil::ToString(t));
+    out += api::JsonString(google::protobuf::util::TimeUtil::ToString(t));
     return;
   }
   out.push_back('{');
@@ -338,7 +339,7 @@ void AppendJson(const Message& message, std::string& out) {
     if (!field.is_repeated() && field.has_presence() && !r.HasField(message, &field)) continue;
     if (!first) out.push_back(',');
     first = false;
-    absl::StrAppend(&out, JsonString(field.name()), ":");
+    absl::StrAppend(&out, api::JsonString(field.name()), ":");
     if (field.is_map()) {
       const FieldDescriptor& key = *field.message_type()->map_key();
       const FieldDescriptor& value = *field.message_type()->map_value();
@@ -349,7 +350,7 @@ void AppendJson(const Message& message, std::string& out) {
         if (e > 0) out.push_back(',');
         std::string key_text;
         AppendJsonValue(entry, key, -1, key_text);
-        if (key_text.empty() || key_text[0] != '"') key_text = JsonString(key_text);
+        if (key_text.empty() || key_text[0] != '"') key_text = api::JsonString(key_text);
         absl::StrAppend(&out, key_text, ":");
         AppendJsonValue(entry, value, -1, out);
       }
@@ -375,36 +376,6 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   std::string out;
   AppendJson(message, out);
   return out;
-}
-
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  return out + "\"";
 }
 
 std::string FormatThousands(int64_t n) {

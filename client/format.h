@@ -25,9 +25,6 @@ namespace mpsd::client {
 // keys in the proto's field order. Protobuf's JSON parser reads it back.
 std::string ToJsonLine(const google::protobuf::Message& message);
 
-// `text` as a JSON string literal, quotes included.
-std::string JsonString(absl::string_view text);
-
 // The shortest "%g" text (6 to 17 significant digits) that reads back as the same double.
 std::string ExactNumber(double value);
 // 12345 → "12,345".

@@ -101,7 +101,8 @@ struct Flags {
   mpsd::client::ListOptions list_options;
   std::vector<int64_t> input_shape;
   std::optional<int32_t> num_classes;
-  std::string bench_format = "table", table_format = "table", sweep_metric = "auto";
+  std::string bench_format = "table", table_format = "table", sweep_metric = "auto",
+              sweep_mode = "auto";
   int32_t move_priority = 0;
   double wait_timeout_s = 0;
   std::string export_format, export_dir;
@@ -335,7 +336,9 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
 
   CLI::App* sweep =
       table.Add(app, "sweep", "a sweep's trials with their parameters and metrics, best first",
-                [&f](Commands& c) { return c.Sweep(f.job_id, f.sweep_metric, f.table_format); });
+                [&f](Commands& c) {
+                  return c.Sweep(f.job_id, f.sweep_metric, f.sweep_mode, f.table_format);
+                });
   sweep->add_option("ID", f.job_id, "the sweep's job id")->required()->check(JobId());
   sweep
       ->add_option("--metric", f.sweep_metric,
@@ -344,6 +347,13 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
                    "val_macro_f1 / test_macro_f1), val_accuracy, val_loss, test_accuracy, "
                    "test_loss, train_loss, samples_per_second, epoch_time_s, peak_memory, "
                    "time_s or a task metric the trials measured (val_mse, test_r2, ...)")
+      ->capture_default_str();
+  sweep
+      ->add_option("--mode", f.sweep_mode,
+                   "which way is better: max (highest first), min (lowest first), or auto (the "
+                   "metric's own: accuracy, F1, R² and samples/s up; losses, MSE, MAE and times "
+                   "down; a job's own metric needs max or min)")
+      ->check(CLI::IsMember({"auto", "min", "max"}))
       ->capture_default_str();
   sweep->add_option("--format", f.table_format, "table, markdown, csv or json")
       ->capture_default_str()

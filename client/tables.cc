@@ -182,6 +182,77 @@ void Flatten(const Message& message, const std::string& prefix,
   }
 }
 
+// What `mpsctl sweep` ranks by: a metric of kMetrics (`spec`) or a task or user metric by name,
+// and its direction.
+struct Ranking {
+  std::string metric;
+  const MetricSpec* spec = nullptr;  // null for a task or user metric
+  bool higher_is_better = true;
+};
+
+// The direction of a metric the trainer names: accuracies, F1 and R² up; losses, MSE and MAE
+// down; nullopt for any other name (a job's own metric: only its author knows).
+std::optional<bool> KnownHigherIsBetter(const std::string& metric) {
+  for (const char* up : {"_accuracy", "_f1", "_r2"}) {
+    if (absl::EndsWith(metric, up)) return true;
+  }
+  for (const char* down : {"_loss", "_mse", "_mae"}) {
+    if (absl::EndsWith(metric, down)) return false;
+  }
+  return std::nullopt;
+}
+
+// `metric` "auto" (or empty) picked, checked against what the trials measured, and its direction:
+// `mode` "min" or "max", else ("auto" or empty) the metric's known one.
+absl::StatusOr<Ranking> RankingOf(
+    const std::vector<std::pair<const v1::Job*, TrialMetrics>>& trials,
+    const std::vector<std::string>& task_metrics, std::string metric, const std::string& mode) {
+  const auto measured = [&](const std::string& name) {
+    return std::find(task_metrics.begin(), task_metrics.end(), name) != task_metrics.end();
+  };
+  if (mode != "auto" && mode != "min" && mode != "max" && !mode.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode: unknown \"", mode, "\" (expected auto, min or max)"));
+  }
+  if (metric.empty() || metric == "auto") {
+    // Model selection on validation data whenever a trial has it; the test split otherwise.
+    // Regression by r2, multilabel by macro_f1 (the task's own figure of merit).
+    metric = "test_accuracy";
+    for (const auto& entry : trials) {
+      if (entry.second.val_accuracy.has_value()) metric = "val_accuracy";
+    }
+    for (const char* name : {"test_macro_f1", "val_macro_f1", "test_r2", "val_r2"}) {
+      if (measured(name)) metric = name;
+    }
+  }
+  Ranking ranking;
+  ranking.metric = metric;
+  for (const MetricSpec& m : kMetrics) {
+    if (metric == m.name) ranking.spec = &m;
+  }
+  if (ranking.spec == nullptr && !measured(metric)) {
+    std::vector<std::string> known = SweepMetrics();
+    known.insert(known.end(), task_metrics.begin(), task_metrics.end());
+    return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric, "\" (expected ",
+                                                   absl::StrJoin(known, ", "), ")"));
+  }
+  if (mode == "min" || mode == "max") {
+    ranking.higher_is_better = mode == "max";
+    return ranking;
+  }
+  const std::optional<bool> known = ranking.spec != nullptr
+                                        ? std::optional<bool>(ranking.spec->higher_is_better)
+                                        : KnownHigherIsBetter(metric);
+  if (!known.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric ", metric,
+        ": whether higher is better is the job's own metric's to say; add --mode max or "
+        "--mode min"));
+  }
+  ranking.higher_is_better = *known;
+  return ranking;
+}
+
 }  // namespace
 
 std::vector<std::string> SweepMetrics() {
@@ -191,44 +262,19 @@ std::vector<std::string> SweepMetrics() {
 }
 
 absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::string metric,
-                                     bool exact) {
+                                     bool exact, const std::string& mode) {
   std::vector<std::pair<const v1::Job*, TrialMetrics>> ranked;
   for (const v1::Job& trial : trials) ranked.emplace_back(&trial, MetricsOf(trial));
   const std::vector<std::string> task_metrics = TaskMetricNames(ranked);
-  const auto measured = [&](const std::string& name) {
-    return std::find(task_metrics.begin(), task_metrics.end(), name) != task_metrics.end();
-  };
-  if (metric.empty() || metric == "auto") {
-    // Model selection on validation data whenever a trial has it; the test split otherwise.
-    // Regression by r2, multilabel by macro_f1 (the task's own figure of merit).
-    metric = "test_accuracy";
-    for (const v1::Job& trial : trials) {
-      if (MetricsOf(trial).val_accuracy.has_value()) metric = "val_accuracy";
-    }
-    for (const char* name : {"test_macro_f1", "val_macro_f1", "test_r2", "val_r2"}) {
-      if (measured(name)) metric = name;
-    }
-  }
-  const MetricSpec* spec = nullptr;
-  for (const MetricSpec& m : kMetrics) {
-    if (metric == m.name) spec = &m;
-  }
-  if (spec == nullptr && !measured(metric)) {
-    std::vector<std::string> known = SweepMetrics();
-    known.insert(known.end(), task_metrics.begin(), task_metrics.end());
-    return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric, "\" (expected ",
-                                                   absl::StrJoin(known, ", "), ")"));
-  }
-  const bool task_higher_is_better = absl::EndsWith(metric, "_r2") ||
-                                     absl::EndsWith(metric, "_f1") ||
-                                     absl::EndsWith(metric, "_accuracy");
+  absl::StatusOr<Ranking> ranking = RankingOf(ranked, task_metrics, std::move(metric), mode);
+  if (!ranking.ok()) return ranking.status();
   const auto value_of = [&](const TrialMetrics& m) -> std::optional<double> {
-    if (spec != nullptr) return m.*(spec->value);
-    const auto found = m.task.find(metric);
+    if (ranking->spec != nullptr) return m.*(ranking->spec->value);
+    const auto found = m.task.find(ranking->metric);
     if (found == m.task.end()) return std::nullopt;
     return found->second;
   };
-  const bool higher_is_better = spec != nullptr ? spec->higher_is_better : task_higher_is_better;
+  const bool higher_is_better = ranking->higher_is_better;
   std::vector<std::string> paths;
   for (const v1::Job& trial : trials) {
     for (const auto& p : trial.trial().parameters()) {

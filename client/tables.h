@@ -24,13 +24,17 @@ std::vector<std::string> SweepMetrics();
 // TEST_LOSS, TRAIN_LOSS, SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S.
 // Metrics come from the trial's summary once it finished, else from its newest epoch; one
 // never measured is "-". `metric` "auto" (or empty): val_accuracy when a trial has a
-// validation split, else test_accuracy. INVALID_ARGUMENT for a metric not in SweepMetrics().
+// validation split, else test_accuracy (regression: val_r2 / test_r2; multilabel: val_macro_f1 /
+// test_macro_f1). `mode` "max" ranks highest first, "min" lowest first; "auto" (or empty): the
+// metric's known direction (accuracies, F1, R² and samples/s up; losses, MSE, MAE and times
+// down). INVALID_ARGUMENT naming --metric for a metric neither in SweepMetrics() nor measured by
+// a trial, or a job's own metric (val_<name>) with mode auto; naming --mode for another mode.
 // JSON keys: rank, trial, job_id (text), each swept path as it is, state, val_accuracy,
 // val_loss, test_accuracy, test_loss, train_loss, samples_per_second, epoch_time_s,
 // peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back the same
 // double (for csv and json) instead of 4 significant digits.
 absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials, std::string metric,
-                                     bool exact = false);
+                                     bool exact = false, const std::string& mode = "auto");
 
 // Every set field of the request as "path" -> value text: request-level fields by name
 // ("priority", "labels.project", "after"), spec fields without the spec's own name

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "api/json_text.h"
 #include "client/format.h"
 
 namespace mpsd::client {
@@ -139,7 +140,7 @@ std::string JsonValue(const std::string& cell, bool text) {
     // A cell as written ("0.001", "1e-05"), unless JSON would not take it (".5", "+1", "5.").
     return IsJsonNumber(cell) ? cell : ExactNumber(number);
   }
-  return JsonString(cell);
+  return api::JsonString(cell);
 }
 
 std::string RenderJson(const TextTable& table) {
@@ -149,7 +150,8 @@ std::string RenderJson(const TextTable& table) {
     std::vector<std::string> members;
     for (size_t c = 0; c < row.size() && c < table.header.size(); ++c) {
       const bool text = c < table.text_columns.size() && table.text_columns[c];
-      members.push_back(absl::StrCat(JsonString(JsonKey(table, c)), ":", JsonValue(row[c], text)));
+      members.push_back(
+          absl::StrCat(api::JsonString(JsonKey(table, c)), ":", JsonValue(row[c], text)));
     }
     objects.push_back(absl::StrCat("{", absl::StrJoin(members, ","), "}"));
   }

@@ -52,12 +52,12 @@ absl::Status AsEvalError(const absl::Status& status, const TrainedModel& card) {
   const std::string field = api::InvalidFieldOf(status);
   std::string message(status.message());
   for (const char* own : {"train_job.dataset", "train_job.device"}) {
-    if (absl::StartsWith(field, own) || absl::StartsWith(message, own)) {
+    if (absl::StartsWith(field, own)) {
+      // The text names the field as the cause does: say the EvalJob's.
       const std::string moved =
           absl::StrCat("eval_job", absl::string_view(own).substr(std::strlen("train_job")));
       if (absl::StartsWith(message, own)) message = moved + message.substr(std::strlen(own));
-      const std::string moved_field =
-          field.empty() ? moved : moved + field.substr(std::min(field.size(), std::strlen(own)));
+      const std::string moved_field = moved + field.substr(std::strlen(own));
       return api::WithInvalidField(absl::Status(status.code(), message), moved_field);
     }
   }

@@ -11,9 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/error_cause.h"
 
 namespace mpsd::trainer {
 namespace {
+
+// The field a validation split is asked for by.
+constexpr char kFractionField[] = "train_job.dataset.validation.fraction";
 
 // SplitMix64 (Steele, Lea, Flood: "Fast splittable pseudorandom number generators", 2014): a
 // generator defined bit for bit, unlike std::shuffle's use of a standard engine, so a seed picks
@@ -132,9 +136,11 @@ absl::Status CheckClasses(const SubsetRequest& request, int64_t n, Subset& subse
       request.mode == SubsetMode::kFirst
           ? "subset: stratified keeps every class"
           : absl::StrFormat("a limit of at least %d keeps one of each class", request.num_classes);
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "train_job.dataset.%s: %s; %s, or allow_missing_classes: true trains without them",
-      request.field, problem, remedy));
+  return api::WithInvalidField(
+      absl::InvalidArgumentError(absl::StrFormat(
+          "train_job.dataset.%s: %s; %s, or allow_missing_classes: true trains without them",
+          request.field, problem, remedy)),
+      absl::StrCat("train_job.dataset.", request.field));
 }
 
 }  // namespace
@@ -193,9 +199,11 @@ absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labe
   held_out.mode = SubsetMode::kStratified;
   held_out.split = "validation";
   if (held_out.limit < 1 || held_out.limit >= n) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "train_job.dataset.validation.fraction: %g of %d training examples leaves %s empty",
-        fraction, n, held_out.limit < 1 ? "the validation split" : "nothing to train on"));
+    return api::WithInvalidField(
+        absl::InvalidArgumentError(absl::StrFormat(
+            "%s: %g of %d training examples leaves %s empty", kFractionField, fraction, n,
+            held_out.limit < 1 ? "the validation split" : "nothing to train on")),
+        kFractionField);
   }
   for (int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= request.num_classes) {
@@ -233,8 +241,8 @@ absl::StatusOr<ValidationSplit> SplitValidation(const std::vector<int64_t>& labe
       absl::StrFormat("holding out %d of %d examples leaves no training example of %s",
                       held_out.limit, n, absl::StrJoin(missing, ", "));
   if (!request.allow_missing_classes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("train_job.dataset.validation.fraction: ", problem));
+    return api::WithInvalidField(
+        absl::InvalidArgumentError(absl::StrCat(kFractionField, ": ", problem)), kFractionField);
   }
   split.notes.push_back(absl::StrCat("warning: ", problem, " (allow_missing_classes: true)"));
   return split;

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -210,6 +212,16 @@ absl::Status ResolveUserMetrics(const mpsd::v1::TrainJob& spec, TaskConfig& conf
                           absl::StrFormat("\"%s\" is a built-in metric's name (%s); give yours "
                                           "another",
                                           name, absl::StrJoin(built_in, ", ")));
+    }
+    for (const char* split : {"val_", "test_", "train_"}) {
+      if (absl::StartsWith(name, split)) {
+        return fields.Error(
+            absl::StrCat(at, ".name"),
+            absl::StrFormat("\"%s\" starts with \"%s\": mpsd adds the split's prefix itself (a "
+                            "metric named \"%s\" is reported as val_%s and test_%s)",
+                            name, split, name.substr(strlen(split)), name.substr(strlen(split)),
+                            name.substr(strlen(split))));
+      }
     }
     for (const UserMetricConfig& earlier : config.metrics) {
       if (earlier.name == name) {

@@ -32,6 +32,29 @@ namespace {
 using mpsd::v1::Job;
 using mpsd::v1::JobEvent;
 
+// An INFO line of a job's log.
+JobEvent LogNote(std::string text) {
+  JobEvent note;
+  note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
+  note.mutable_log()->set_text(std::move(text));
+  return note;
+}
+
+// Why a trial of sweep `sweep_id` runs alone although its sweep fuses (`fusion`): fuse off, or
+// no other of its trials queued (the others ran before it, in groups of at most fuse: K).
+JobEvent RunsAloneNote(const std::string& sweep_id, const SweepFusion& fusion) {
+  std::string why = "sweep.fuse is off";
+  if (fusion.max_trials > 1) {
+    why = "no other of its trials is queued to run with it";
+    if (fusion.max_trials < kMaxFusedTrials) {
+      absl::StrAppend(&why, " (the others ran in groups of at most ", fusion.max_trials,
+                      ", sweep.fuse)");
+    }
+  }
+  return LogNote(
+      absl::StrCat("not trained fused with other trials of sweep ", sweep_id, ": ", why));
+}
+
 // Microsecond resolution: protobuf 3.21's TimeUtil::GetCurrentTime() has whole seconds.
 google::protobuf::Timestamp Now() {
   return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(absl::Now()));
@@ -1042,6 +1065,8 @@ void Scheduler::ExecutorLoop() {
           candidates = FusionCandidates(job, fusion.max_trials);
           specs.push_back(spec);
           for (const std::string& id : candidates) specs.push_back(jobs_.at(id).spec());
+          // A trial that runs alone says why: no silence where a reader expects fusion.
+          if (candidates.empty()) Publish(job, RunsAloneNote(job.trial().sweep_id(), fusion));
         }
       }
     }
@@ -1058,12 +1083,9 @@ void Scheduler::ExecutorLoop() {
       absl::MutexLock lock(&mu_);
       Job& lead = jobs_[job_id];
       if (!planned.ok()) {
-        JobEvent note;
-        note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
-        note.mutable_log()->set_text(absl::StrCat("not trained fused with other trials of sweep ",
-                                                  lead.trial().sweep_id(), ": ",
-                                                  planned.status().message()));
-        Publish(lead, std::move(note));
+        Publish(lead,
+                LogNote(absl::StrCat("not trained fused with other trials of sweep ",
+                                     lead.trial().sweep_id(), ": ", planned.status().message())));
       } else {
         // The planned trials that are still queued (one may have been cancelled meanwhile):
         // each was fusable with the lead on its own, so any of them still are.
@@ -1082,12 +1104,7 @@ void Scheduler::ExecutorLoop() {
               absl::StrCat("trained fused with ", group.size() - 1, " other trial(s) of sweep ",
                            lead.trial().sweep_id(), ": jobs ", absl::StrJoin(group, ", "),
                            fusion.shared_data_order ? " (data_order: shared)" : "");
-          for (const std::string& id : group) {
-            JobEvent note;
-            note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
-            note.mutable_log()->set_text(text);
-            Publish(jobs_[id], std::move(note));
-          }
+          for (const std::string& id : group) Publish(jobs_[id], LogNote(text));
           spdlog::info("jobs {}: {}", absl::StrJoin(group, ", "), text);
         }
       }

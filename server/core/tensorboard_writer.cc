@@ -136,7 +136,8 @@ absl::Status TensorBoardWriter::Rewrite(const Job& job, JobFiles& files) {
   files.writers.clear();
   const mpsd::v1::JobSummary* summary =
       files.history.summary() ? &*files.history.summary() : nullptr;
-  const auto hparams = tensorboard::HParamsOf(api::EffectiveSpecOf(job), summary);
+  // `job` is Observe's copy, whose effective spec is already filled in.
+  const auto hparams = tensorboard::HParamsOf(job.effective_spec(), summary);
   for (const std::string& dir : DirsOf(job)) {
     auto writer = tensorboard::EventFileWriter::Create(
         dir, static_cast<double>(job.created_at().seconds()), options_.host);

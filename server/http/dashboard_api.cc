@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "api/json_text.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/core/job_query.h"
 #include "server/http/series.h"
@@ -23,38 +24,6 @@ using mpsd::v1::Job;
 
 constexpr int kDefaultMaxPoints = 2000;
 constexpr int kMaxMaxPoints = 100000;
-
-// A JSON string literal of `text` (RFC 8259 §7).
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += "\"";
-  return out;
-}
 
 // A JSON number; NaN and infinities, which JSON has no spelling for, become null.
 std::string JsonNumber(double value) {
@@ -155,11 +124,12 @@ absl::StatusOr<std::optional<double>> ParseSmoothing(const std::string& text) {
 }
 
 std::string SeriesJson(const std::string& job_id, const SeriesCache::Result& result) {
-  std::string out = absl::StrCat("{\"jobId\":", JsonString(job_id),
+  std::string out = absl::StrCat("{\"jobId\":", api::JsonString(job_id),
                                  ",\"throughSeq\":", result.through_seq, ",\"series\":[");
   for (size_t i = 0; i < result.series.size(); ++i) {
     const SeriesCache::Series& series = result.series[i];
-    absl::StrAppend(&out, i ? "," : "", "{\"metric\":", JsonString(series.metric.name), ",\"x\":\"",
+    absl::StrAppend(&out, i ? "," : "", "{\"metric\":", api::JsonString(series.metric.name),
+                    ",\"x\":\"",
                     series.metric.source == SeriesMetric::Source::kStep ? "step" : "epoch",
                     "\",\"rawPoints\":", series.raw_points, ",\"points\":[");
     AppendPoints(series.points, &out);
@@ -214,8 +184,8 @@ int HttpStatusFor(absl::StatusCode code) {
 HttpReply ErrorReply(const absl::Status& status) {
   HttpReply reply;
   reply.status = HttpStatusFor(status.code());
-  reply.body = absl::StrCat("{\"code\":", JsonString(absl::StatusCodeToString(status.code())),
-                            ",\"message\":", JsonString(status.message()), "}");
+  reply.body = absl::StrCat("{\"code\":", api::JsonString(absl::StatusCodeToString(status.code())),
+                            ",\"message\":", api::JsonString(status.message()), "}");
   return reply;
 }
 

@@ -2,7 +2,9 @@
 #include "server/http/series_cache.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -98,19 +100,24 @@ absl::Status SeriesCache::Update(const std::string& job_id, Entry& entry,
                                  const std::vector<SeriesMetric>& metrics,
                                  std::optional<double> smoothing) {
   // Tracks new to this entry are read from the start up to where the others are.
-  std::vector<Track*> added;
+  std::vector<std::string> added_keys;
   // The lambdas below run here, under entry.mu, which the analysis cannot follow into them.
   auto want = [&](const SeriesMetric& metric, std::optional<double> weight)
                   ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                    auto [it, inserted] = entry.tracks.try_emplace(TrackKey(metric.name, weight));
+                    std::string key = TrackKey(metric.name, weight);
+                    auto [it, inserted] = entry.tracks.try_emplace(key);
                     if (!inserted) return;
                     it->second = NewTrack(metric, weight);
-                    added.push_back(&it->second);
+                    added_keys.push_back(std::move(key));
                   };
   for (const SeriesMetric& metric : metrics) {
     want(metric, std::nullopt);
     if (smoothing) want(metric, smoothing);
   }
+  // Addresses only once every track is in: an insertion may move the map's elements (a
+  // flat_hash_map has no pointer stability).
+  std::vector<Track*> added;
+  for (const std::string& key : added_keys) added.push_back(&entry.tracks.at(key));
   if (!added.empty() && entry.through_seq > 0) {
     absl::StatusOr<int64_t> read =
         ReadRange(*log_, job_id, 0, entry.through_seq,

@@ -521,5 +521,37 @@ class SubmitWithoutDaemonTest(unittest.TestCase):
         self.assertEqual(result.stdout, "")
 
 
+class DaemonAnsweredTest(unittest.TestCase):
+    """Whether mpsd itself answered an UNAVAILABLE (exit code 3, "running but answered") is read
+    from the ErrorInfo mpsd attaches, never from the message's wording."""
+
+    class FakeError(grpc.RpcError):
+        def __init__(self, details, trailing):
+            self._details, self._trailing = details, trailing
+
+        def code(self):
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self):
+            return self._details
+
+        def trailing_metadata(self):
+            return self._trailing
+
+    def test_the_error_info_decides_not_the_text(self):
+        from mpsd_client import client as client_module, errors  # noqa: PLC0415
+        info = errors._ErrorInfo(domain=errors.ERROR_DOMAIN, reason="EXECUTOR_STOPPING")
+        status = errors._Status(code=14, message="shutting down")
+        status.details.add().Pack(info)
+        mpsd_said = self.FakeError("shutting down", ((errors._DETAILS_KEY,
+                                                      status.SerializeToString()),))
+        self.assertTrue(client_module.daemon_answered(mpsd_said))
+        # gRPC's own error, whatever its text says.
+        grpc_said = self.FakeError("mpsd.sock: Connection refused", ())
+        self.assertFalse(client_module.daemon_answered(grpc_said))
+        self.assertTrue(client_module.daemon_answered(errors.from_rpc_error(mpsd_said)))
+        self.assertFalse(client_module.daemon_answered(errors.from_rpc_error(grpc_said)))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -84,6 +84,34 @@ TEST(TablesTest, SweepOfARegressionRanksOnItsMetrics) {
               HasSubstr("--metric: unknown \"test_r2\""));
 }
 
+// A job's own metric (metrics: [{name: top2}] reports val_top2): mpsctl cannot know which way is
+// better, so ranking by it needs --mode; max and min rank it each way, and --mode also turns a
+// known metric's direction around.
+TEST(TablesTest, SweepByAJobsOwnMetricNeedsAModeAndHonoursIt) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.5, 1.2), Trial("3", 1, "0.01", 0.8, 0.6),
+                                 Trial("4", 2, "0.001", 0.7, 0.5)};
+  const double top2[] = {0.9, 0.6, 0.75};
+  for (int i = 0; i < 3; ++i)
+    (*trials[i].mutable_summary()->mutable_metrics())["val_top2"] = top2[i];
+  EXPECT_THAT(std::string(SweepTable(trials, "val_top2").status().message()),
+              HasSubstr("--metric val_top2: whether higher is better is the job's own metric's "
+                        "to say; add --mode max or --mode min"));
+  absl::StatusOr<TextTable> table = SweepTable(trials, "val_top2", false, "max");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "2");
+  EXPECT_EQ(table->rows[1][2], "4");
+  EXPECT_EQ(table->rows[2][2], "3");
+  EXPECT_THAT(table->header, ::testing::Contains("VAL_TOP2"));
+  table = SweepTable(trials, "val_top2", false, "min");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "3");
+  // A known metric ranks without a mode, and min turns it around.
+  EXPECT_EQ(SweepTable(trials, "test_accuracy")->rows[0][2], "3");
+  EXPECT_EQ(SweepTable(trials, "test_accuracy", false, "min")->rows[0][2], "2");
+  EXPECT_THAT(std::string(SweepTable(trials, "test_accuracy", false, "up").status().message()),
+              HasSubstr("--mode: unknown \"up\" (expected auto, min or max)"));
+}
+
 // Issue 27: with a validation split the sweep is ranked on it by default, not on the test set
 // (here the two disagree), and compare shows validation first; unmeasured figures are "-".
 TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {

@@ -829,6 +829,19 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.assertEqual(self.js("document.querySelectorAll('#parallel polyline.trial-line').length"), 3)
         self.assertEqual(self.js("document.querySelector('#parallel polyline.best').dataset.jobId"), expected[0])
         self.until("window.mpsd.counters.sweepOverlaySeries === 3")
+        # Lowest first (mpsctl sweep --mode min): the same trials the other way round.
+        self.js("(() => { const s = document.getElementById('sweep-mode'); s.value = 'min';"
+                " s.dispatchEvent(new Event('change')); return true; })()")
+        self.until("window.mpsd.counters.sweepHigher === false")
+        ascending = [t.id for t in sorted(trials, key=lambda t: (t.summary.test_accuracy, t.trial.index))]
+        self.assertEqual(self.js("window.mpsd.counters.sweepRanked"), ascending)
+        # A job's own metric has no known direction: trial order until a direction is chosen.
+        own = ("[{id: '7', summary: {epochs: 1, metrics: {val_top2: 0.2}}},"
+               " {id: '8', summary: {epochs: 1, metrics: {val_top2: 0.9}}}]")
+        rank = "(() => { const [m, r, h] = rankTrials(%s, 'val_top2', '%s'); return [m, r.map((x) => x.job.id), h === undefined]; })()"
+        self.assertEqual(self.js(rank % (own, "auto")), ["val_top2", ["7", "8"], True])
+        self.assertEqual(self.js(rank % (own, "max")), ["val_top2", ["8", "7"], False])
+        self.assertEqual(self.js(rank % (own, "min")), ["val_top2", ["7", "8"], False])
         # The YAML is a job file that submits the sweep again.
         again = mpsd_client.parse_job_file(self.js("document.getElementById('spec-yaml').textContent"), "copy.yaml")
         self.assertEqual(list(again.sweep.grid[0].values), ["0.01", "0.001", "0.00001"])

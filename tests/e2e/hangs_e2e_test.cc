@@ -713,7 +713,8 @@ TEST_F(HangsE2eTest, ASweepOverAJobWithMetricsTrainsUnfusedAndEachTrialReportsTh
 }
 
 // Metrics that cannot work are refused at submit naming the field: one value per example, a
-// forward of one argument, a built-in metric's name, a name given twice, an unknown reduction.
+// forward of one argument, a built-in metric's name, a name given twice, an unknown reduction, a
+// name with a split's prefix (val_top2 would be reported as test_val_top2).
 TEST_F(HangsE2eTest, BadMetricsAreRefusedAtSubmitNamingTheField) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
   const std::string accuracy = WriteScript(dir_, "metric_accuracy");
@@ -748,6 +749,9 @@ TEST_F(HangsE2eTest, BadMetricsAreRefusedAtSubmitNamingTheField) {
       {job("top", accuracy, "median"),
        "train_job.metrics[1].reduction: unknown \"median\" (known: mean, sum)"},
       {job("top-2", accuracy, ""), "train_job.metrics[1].name: \"top-2\" is not a metric name"},
+      {job("val_top2", accuracy, ""),
+       "train_job.metrics[1].name: \"val_top2\" starts with \"val_\": mpsd adds the split's "
+       "prefix itself (a metric named \"top2\" is reported as val_top2 and test_top2)"},
   };
   for (const Case& c : cases) {
     const absl::Status refused = rpc::Submit(*daemon_, c.request).status();

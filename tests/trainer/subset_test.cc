@@ -10,6 +10,8 @@
 #include <set>
 #include <vector>
 
+#include "api/error_cause.h"
+
 namespace mpsd::trainer {
 namespace {
 
@@ -102,6 +104,8 @@ TEST(SubsetTest, ALimitBelowTheClassCountIsAnErrorThatSaysHowManyAreNeeded) {
                                                    "subset (stratified 2 of 15 examples) has no "
                                                    "example of class 2"));
   EXPECT_THAT(subset.status().message(), HasSubstr("a limit of at least 3"));
+  // The field as data too (an EvalJob renames it to its own: trainer/eval_job.cc).
+  EXPECT_EQ(api::InvalidFieldOf(subset.status()), "train_job.dataset.limit_test");
 }
 
 TEST(SubsetTest, NoLimitKeepsEverythingAndChecksNothing) {
@@ -161,6 +165,8 @@ TEST(ValidationSplitTest, AnEmptyPartOrAClassLeftOnlyInValidationIsAnError) {
   EXPECT_EQ(lonely.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(lonely.status().message(),
               HasSubstr("leaves no training example of \"dog\" (class 1)"));
+  EXPECT_EQ(api::InvalidFieldOf(tiny.status()), "train_job.dataset.validation.fraction");
+  EXPECT_EQ(api::InvalidFieldOf(lonely.status()), "train_job.dataset.validation.fraction");
 }
 
 TEST(SubsetTest, SelectRowsGathersRowsInIndexOrder) {

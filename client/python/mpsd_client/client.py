@@ -106,9 +106,12 @@ def channel_for(address: str, *, tls: bool = False, tls_ca: Optional[str] = None
 
 
 def daemon_answered(error: grpc.RpcError) -> bool:
-    """For an UNAVAILABLE error: True when mpsd itself answered it (its messages start with
-    "mpsd"), False when no connection was made or it was lost."""
-    return (error.details() or "").startswith("mpsd")
+    """For an UNAVAILABLE error: True when mpsd itself answered it (its errors carry a
+    google.rpc.ErrorInfo of domain "mpsd": errors.error_info), False when gRPC did (no connection
+    was made, or it was lost). Never decided by the message's text."""
+    if isinstance(error, errors.MpsdError):
+        return bool(error.reason)
+    return errors.error_info(error) is not None
 
 
 def terminal_states():

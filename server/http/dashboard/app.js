@@ -1214,9 +1214,13 @@ const SWEEP_METRICS = {
 };
 
 // How a metric is shown and ranked: SWEEP_METRICS' own, else a task metric's (higher is better
-// for R², F1 and accuracy, as mpsctl ranks them; lower for losses and errors).
+// for R², F1 and accuracy, lower for losses, MSE and MAE, as mpsctl ranks them); `higher` is
+// undefined for a job's own metric (metrics: [{name, torchscript}]), whose direction only its
+// author knows.
 function metricSpec(name) {
-  return SWEEP_METRICS[name] || { label: metricLabel(name), higher: /_(r2|f1|accuracy)$/.test(name) };
+  if (SWEEP_METRICS[name]) return SWEEP_METRICS[name];
+  const higher = /_(r2|f1|accuracy)$/.test(name) ? true : /_(loss|mse|mae)$/.test(name) ? false : undefined;
+  return { label: metricLabel(name), higher };
 }
 
 // A metrics map of the JSON mapping (JobSummary.metrics, EpochMetrics.metrics) as numbers.
@@ -1259,28 +1263,33 @@ function trialMetrics(job) {
 
 // Trials best first by `metric` ("auto", as mpsctl: val_accuracy when a trial measured it, else
 // test_accuracy; a regression's val_r2 / test_r2, a multilabel job's val_macro_f1 /
-// test_macro_f1, validation first); trials without a value last, in trial order. Returns
-// [metric, ranked].
-function rankTrials(trials, metric) {
+// test_macro_f1, validation first); trials without a value last, in trial order. `mode` 'max'
+// ranks highest first, 'min' lowest first, 'auto' the metric's own way (mpsctl sweep --mode);
+// a metric without a known way (a job's own) under 'auto' keeps trial order. Returns
+// [metric, ranked, higher] (higher undefined: not ranked).
+function rankTrials(trials, metric, mode = 'auto') {
   const rows = trials.map((job) => ({ job, m: trialMetrics(job) }));
   if (!metric || metric === 'auto') {
     const measured = (name) => rows.some((r) => r.m[name] !== undefined);
     metric = measured('val_accuracy') ? 'val_accuracy' : 'test_accuracy';
     for (const name of ['test_macro_f1', 'val_macro_f1', 'test_r2', 'val_r2']) if (measured(name)) metric = name;
   }
-  const higher = metricSpec(metric).higher;
+  const higher = mode === 'max' ? true : mode === 'min' ? false : metricSpec(metric).higher;
   const ranked = rows.map((r, i) => ({ ...r, i })).sort((a, b) => {
     const x = a.m[metric], y = b.m[metric];
     if ((x === undefined) !== (y === undefined)) return x === undefined ? 1 : -1;
-    if (x === undefined || x === y) return a.i - b.i;
+    if (x === undefined || x === y || higher === undefined) return a.i - b.i;
     return higher ? y - x : x - y;
   });
-  return [metric, ranked];
+  return [metric, ranked, higher];
 }
 
 function sweepView(ctx, body, sweep, refresh) {
   const metric = el('select', { id: 'sweep-metric' }, el('option', { value: 'auto' }, 'auto'),
     Object.entries(SWEEP_METRICS).map(([k, v]) => el('option', { value: k }, v.label)));
+  const mode = el('select', { id: 'sweep-mode' }, el('option', { value: 'auto' }, 'its own way'),
+    el('option', { value: 'max' }, 'highest first'), el('option', { value: 'min' }, 'lowest first'));
+  const modeNote = el('span', { id: 'sweep-mode-note', class: 'muted' });
   const compareLink = el('a', { id: 'sweep-compare', class: 'button' }, 'Compare all trials');
   const table = el('div', { class: 'scroll', id: 'sweep-table' });
   const parallel = el('div', { class: 'scroll', id: 'sweep-parallel' });
@@ -1288,13 +1297,15 @@ function sweepView(ctx, body, sweep, refresh) {
   attachDownloads(overlay, () => overlayGraph, `sweep-${sweep.id}-loss`);
   let overlayGraph = null;
   body.append(el('div', { class: 'card' }, el('h2', {}, 'Trials'),
-    el('div', { class: 'toolbar' }, el('label', {}, 'Rank by ', metric), compareLink), table),
+    el('div', { class: 'toolbar' }, el('label', {}, 'Rank by ', metric), el('label', {}, ' ', mode), modeNote, compareLink), table),
     el('div', { class: 'grid' }, el('div', { class: 'card' }, el('h2', {}, 'Parameters and metric'), parallel), overlay.card),
     el('div', { class: 'card' }, el('h2', {}, 'Job file'), el('pre', { id: 'spec-yaml' }, specYaml(sweep))));
   let trials = [];
   let timer = null;
   function draw() {
-    const [used, ranked] = rankTrials(trials, metric.value);
+    const [used, ranked, higher] = rankTrials(trials, metric.value, mode.value);
+    modeNote.textContent = higher === undefined
+      ? `${metricSpec(used).label} is the job's own metric: choose highest or lowest first` : '';
     const paths = [...new Set(trials.flatMap((t) => ((t.trial || {}).parameters || []).map((p) => p.path)))];
     const taskMetrics = [...new Set(ranked.flatMap((r) => Object.keys(r.m)))].filter((k) => !SWEEP_METRICS[k]).sort();
     for (const k of taskMetrics) {
@@ -1308,7 +1319,7 @@ function sweepView(ctx, body, sweep, refresh) {
         shown.map((k) => el('th', { class: 'num' + (k === used ? ' ranked' : '') }, metricSpec(k).label)))),
       el('tbody', {}, ranked.map((r, rank) => {
         const values = Object.fromEntries(((r.job.trial || {}).parameters || []).map((p) => [p.path, p.value]));
-        const best = rank === 0 && r.m[used] !== undefined;
+        const best = rank === 0 && r.m[used] !== undefined && higher !== undefined;
         return el('tr', { class: 'trial' + (best ? ' best' : ''), 'data-job-id': r.job.id },
           el('td', { class: 'num' }, String(rank + 1)), el('td', { class: 'num' }, String(num((r.job.trial || {}).index))),
           el('td', { class: 'num' }, jobLink(r.job.id)), paths.map((p) => el('td', { class: 'param' }, values[p] ?? '')),
@@ -1316,9 +1327,10 @@ function sweepView(ctx, body, sweep, refresh) {
           shown.map((k) => el('td', { class: 'num' + (k === used ? ' ranked' : '') }, cell(k, r.m[k]))));
       }))));
     compareLink.href = '#/compare?ids=' + ranked.map((r) => r.job.id).join(',') + '&metric=loss&smoothing=0.6';
-    parallel.replaceChildren(parallelCoordinates(ranked, paths, used));
+    parallel.replaceChildren(parallelCoordinates(ranked, paths, used, higher !== undefined));
     ctx.counters.sweepRanked = ranked.map((r) => r.job.id);
     ctx.counters.sweepMetric = used;
+    ctx.counters.sweepHigher = higher;
   }
   async function load() {
     const ids = sweep.trialJobIds || [];
@@ -1354,6 +1366,7 @@ function sweepView(ctx, body, sweep, refresh) {
     ctx.counters.sweepOverlaySeries = withSteps.length;
   }
   metric.addEventListener('change', draw);
+  mode.addEventListener('change', draw);
   load();
   return () => clearTimeout(timer);
 }
@@ -1362,7 +1375,7 @@ function sweepView(ctx, body, sweep, refresh) {
 // swept parameter (numbers on a log axis when all are positive and span more than 10×,
 // otherwise linear; text values spaced evenly) and one for the ranking metric; one line per
 // trial, the best one highlighted, the others fading with their rank.
-function parallelCoordinates(ranked, paths, metric) {
+function parallelCoordinates(ranked, paths, metric, rankedByMetric = true) {
   const NS = 'http://www.w3.org/2000/svg';
   const svg = (tag, attrs, text) => {
     const node = document.createElementNS(NS, tag);
@@ -1405,7 +1418,7 @@ function parallelCoordinates(ranked, paths, metric) {
       return v === undefined || v === '' ? null : `${xOf(i)},${yOf(scales[i].of(v))}`;
     });
     if (points.some((p) => p === null)) return;  // Not measured yet.
-    const best = rank === 0;
+    const best = rank === 0 && rankedByMetric;
     root.append(svg('polyline', { points: points.join(' '), fill: 'none', class: 'trial-line' + (best ? ' best' : ''), 'data-job-id': r.job.id,
       stroke: best ? COLORS[2] : COLORS[0], 'stroke-width': best ? 3 : 1.5, 'stroke-opacity': best ? 1 : Math.max(0.25, 1 - rank / ranked.length) }));
   });

@@ -360,8 +360,10 @@ TEST_F(SchedulerTest, QueuedTrialsOfASweepRunFusedUpToWhatTheExecutorPlans) {
       LogTexts(*store_, t[1]),
       ElementsAre(HasSubstr(absl::StrCat("trained fused with 2 other trial(s) of sweep ",
                                          sweep.id(), ": jobs ", t[0], ", ", t[1], ", ", t[2]))));
-  // The fourth, queued last, had no trial left to fuse with: it ran as before, without a note.
-  EXPECT_THAT(LogTexts(*store_, t[3]), IsEmpty());
+  // The fourth, queued last, had no trial left to fuse with: it ran alone and says why.
+  EXPECT_THAT(LogTexts(*store_, t[3]),
+              ElementsAre(absl::StrCat("not trained fused with other trials of sweep ", sweep.id(),
+                                       ": no other of its trials is queued to run with it")));
 }
 
 // Trials the executor cannot fuse with the lead (here: another model) are left for a group of
@@ -408,6 +410,17 @@ TEST_F(SchedulerTest, FuseOffAndAFuseLimitAreHonoured) {
   EXPECT_EQ(WaitForEnd(*scheduler, two.id()).state(), Job::SUCCEEDED);
   EXPECT_THAT(executor_.fused_runs(),
               ElementsAre(ElementsAre(two.trial_job_ids(0), two.trial_job_ids(1))));
+  // Each trial that ran alone says why: fuse off, or the limit left it for a group of one.
+  scheduler->Shutdown();
+  EXPECT_THAT(LogTexts(*store_, off.trial_job_ids(1)),
+              ElementsAre(absl::StrCat("not trained fused with other trials of sweep ", off.id(),
+                                       ": sweep.fuse is off")));
+  EXPECT_THAT(LogTexts(*store_, two.trial_job_ids(2)),
+              ElementsAre(absl::StrCat("not trained fused with other trials of sweep ", two.id(),
+                                       ": no other of its trials is queued to run with it (the "
+                                       "others ran in groups of at most 2, sweep.fuse)")));
+  scheduler.reset();
+  scheduler = Start();
   for (const std::string& bad : {"1", "65", "many", "2x"}) {
     absl::StatusOr<Job> refused = scheduler->Submit(SweepRequest(bad, 2));
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;

@@ -113,6 +113,32 @@ TEST_F(SeriesCacheTest, IncrementalAnswersEqualAFullRebuild) {
   EXPECT_EQ(result->series[2].points, Rebuilt(job, "loss", 100000));
 }
 
+// Many metrics, each smoothed too, asked for at once of a job the cache already follows: the
+// new tracks are filled from the start while the map holding them grows (it moves its elements;
+// the dashboard's smoothing change crashed mpsd here when tracks were held by address).
+TEST_F(SeriesCacheTest, ManyMetricsAddedAtOnceWithSmoothingAreComplete) {
+  SeriesCache cache(log_.get(), {});
+  Job job = NewJob();
+  Append(job, 400);
+  ASSERT_TRUE(cache.Query(job.id(), {*FindSeriesMetric("loss")}, 100000).ok());
+  Append(job, 100);
+  std::vector<SeriesMetric> metrics;
+  for (const std::string& name : SeriesMetricNames()) metrics.push_back(*FindSeriesMetric(name));
+  absl::StatusOr<SeriesCache::Result> result = cache.Query(job.id(), metrics, 100000, 0.6);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->series.size(), metrics.size());
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    const SeriesCache::Series& series = result->series[i];
+    const std::vector<SeriesPoint> rebuilt = Rebuilt(job, metrics[i].name.c_str(), 100000);
+    EXPECT_EQ(series.points, rebuilt) << metrics[i].name;
+    ASSERT_EQ(series.smoothed.size(), rebuilt.size()) << metrics[i].name;
+    Ema ema(0.6);
+    for (size_t k = 0; k < rebuilt.size(); ++k) {
+      EXPECT_NEAR(series.smoothed[k].value, ema.Add(rebuilt[k].value), 1e-9) << metrics[i].name;
+    }
+  }
+}
+
 // A resume: the job reports steps 451.. again after 700 (and epoch 5.. after 7). Every step
 // and epoch has one point, the latest attempt's, whether the cache saw the first attempt alone
 // before or reads both at once; the smoothing runs over exactly those points.
