@@ -381,7 +381,9 @@ void RunBatchedEpochs(std::vector<std::unique_ptr<Trial>>& trials, bool shared_d
                   k_trials, batch_size, OptimizerName(first.optimizer.kind),
                   PrecisionName(first.precision),
                   step.shared_data() ? "" : " per trial (the trials' data differ)", capture_seconds)
-            : "fused step runs eagerly (batched over the trials): " + reason);
+            : absl::StrCat(
+                  "fused step runs eagerly (batched over the trials): ", reason,
+                  step.shared_data() ? "" : "; one gather per trial (the trials' data differ)"));
   }
 
   const int capacity = std::max(steps_per_readback, 1);

@@ -22,7 +22,8 @@
 // batched step (trainer/fused_step.h: one gather, one dropout draw per layer, one loss, one
 // read-back copy for all K trials; per-trial hyperparameters in a device table), which CUDA uses
 // and captures in one CUDA graph where FusedGraphUnsupportedReason allows (a log line per trial
-// says whether: "fused step captured in one CUDA graph (...)" or "fused step runs eagerly: ...").
+// says whether: "fused step captured in one CUDA graph (...)" or "fused step runs eagerly
+// (batched over the trials): <reason>", naming a per-trial gather where the trials' data differ).
 //
 // Thread-safety: RunFusedTrainJobs runs on the calling thread and owns the device meanwhile (not
 // thread-safe with itself or RunTrainJob); FusionRefusal and FusionDifference are pure.
