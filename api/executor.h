@@ -93,7 +93,10 @@ class Executor {
   // range, the device available, the dataset's files present, the model able to take the
   // dataset's input shape (by shape arithmetic). Errors: INVALID_ARGUMENT whose
   // message starts with the field path ("train_job.batch_size: must be > 0, got 0",
-  // "bench_job.models[0]: unknown model ..."; BenchJob: see trainer/bench.h). Thread-safe.
+  // "bench_job.models[0]: unknown model ..."; BenchJob: see trainer/bench.h). A TrainJob with
+  // `sweep.scheduler` set (a sweep trial, validated with its sweep's scheduler and nothing else
+  // of the sweep) also needs scheduler.metric to be an epoch metric the job reports every
+  // epoch ("sweep.scheduler.metric: ..."). Thread-safe.
   virtual absl::Status Validate(const mpsd::v1::SubmitJobRequest& spec) const = 0;
 
   // Runs one job to its end on the calling thread: loads the data onto the device, trains,

@@ -501,7 +501,8 @@ std::string FormatLog(const v1::LogLine& log) {
 std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
                         const v1::JobSummary* summary) {
   std::string out = absl::StrCat("job ", job_id, " ", v1::Job::State_Name(state.state()));
-  if (state.state() == v1::Job::FAILED) {
+  if (state.state() == v1::Job::FAILED ||
+      state.failure_reason() != v1::Job::FAILURE_REASON_UNSPECIFIED) {
     absl::StrAppend(&out, " (", v1::Job::FailureReason_Name(state.failure_reason()), ")");
   }
   if (summary != nullptr && summary->total_time_s() > 0) {
@@ -518,6 +519,13 @@ std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
 std::string FormatCheckpoint(const v1::CheckpointSaved& checkpoint) {
   return absl::StrCat("checkpoint ", checkpoint.path(), " (epoch ", checkpoint.epoch(), ", step ",
                       checkpoint.step(), ", ", FormatMiB(checkpoint.size_bytes()), ")");
+}
+
+std::string StateCell(const v1::Job& job) {
+  if (job.state() == v1::Job::CANCELLED && job.failure_reason() == v1::Job::EARLY_STOPPED) {
+    return "EARLY_STOPPED";
+  }
+  return v1::Job::State_Name(job.state());
 }
 
 std::string FormatJobProgress(const v1::Job& job) {
@@ -559,7 +567,7 @@ std::string FormatJobTable(const std::vector<v1::Job>& jobs, absl::Time now) {
     std::vector<std::string> row = {job.id()};
     if (named) row.push_back(job.spec().name().empty() ? "-" : job.spec().name());
     for (std::string cell :
-         {kind, std::string(v1::Job::State_Name(job.state())), model.empty() ? "-" : model,
+         {kind, StateCell(job), model.empty() ? "-" : model,
           job.kind() == v1::Job::SWEEP ? absl::StrCat(job.trial_job_ids_size(), " trials")
                                        : FormatJobProgress(job),
           IsSet(job.created_at()) ? FormatAge(now - ToTime(job.created_at())) : "-"}) {
@@ -590,7 +598,8 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
          absl::StrCat(absl::StrJoin(job.trial_job_ids(), ", "), " (mpsctl sweep ", job.id(), ")"));
   }
   std::string state = v1::Job::State_Name(job.state());
-  if (job.state() == v1::Job::FAILED || job.failure_reason() == v1::Job::DEPENDENCY_FAILED) {
+  if (job.state() == v1::Job::FAILED ||
+      job.failure_reason() != v1::Job::FAILURE_REASON_UNSPECIFIED) {
     absl::StrAppend(&state, " (", v1::Job::FailureReason_Name(job.failure_reason()), ")");
   }
   if (!job.message().empty()) absl::StrAppend(&state, ": ", job.message());

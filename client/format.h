@@ -73,9 +73,15 @@ std::string FormatCheckpoint(const v1::CheckpointSaved& checkpoint);
 //     test accuracy 0.8612, test loss 0.3876, final train loss 0.4123
 //     1 epoch, 32 steps, 2,000 train / 500 test examples, 6,123 samples/s, ...
 //     memory: allocated before 0.0 MiB, peak 123.4 MiB, after 1.2 MiB
-// FAILED adds the reason and message; `summary` may be null (a job cancelled while queued).
+// FAILED adds the reason (as does CANCELLED with one: DEPENDENCY_FAILED, EARLY_STOPPED) and the
+// message; `summary` may be null (a job cancelled while queued).
 std::string FormatFinal(const std::string& job_id, const v1::StateChange& state,
                         const v1::JobSummary* summary);
+
+// A job's state for a table cell: its State name, except "EARLY_STOPPED" for a sweep trial its
+// sweep's scheduler stopped (CANCELLED with failure_reason EARLY_STOPPED): in a sweep's list of
+// trials those are the rule working, not trials someone cancelled.
+std::string StateCell(const v1::Job& job);
 
 // The table of `mpsctl list`: ID, (NAME when a job has one,) KIND, STATE, MODEL, PROGRESS, AGE,
 // (LABELS, BY when a job has them); columns padded to fit (client/text_table.h),

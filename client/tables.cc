@@ -333,7 +333,7 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
       }
       row.push_back(value);
     }
-    row.push_back(v1::Job::State_Name(job->state()));
+    row.push_back(StateCell(*job));
     if (validated) {
       row.push_back(cell(m.val_accuracy));
       row.push_back(cell(m.val_loss));
@@ -406,7 +406,7 @@ TextTable CompareTable(const std::vector<v1::Job>& jobs) {
     for (const v1::Job& job : jobs) values.push_back(get(job));
     add_row(name, values);
   };
-  metric("state", [](const v1::Job& j) { return v1::Job::State_Name(j.state()); });
+  metric("state", [](const v1::Job& j) { return StateCell(j); });
   auto summary = [](double v, const v1::Job& j) {
     return j.has_summary() && j.summary().epochs() > 0 ? Number(v) : std::string("-");
   };

@@ -22,6 +22,7 @@ std::vector<std::string> SweepMetrics();
 // One row per trial, best `metric` first (trials without a value for it last, in trial
 // order): TRIAL, JOB, one column per swept path, STATE, VAL_ACC, VAL_LOSS, TEST_ACC,
 // TEST_LOSS, TRAIN_LOSS, SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S.
+// STATE is format.h's StateCell (EARLY_STOPPED for a trial the sweep's scheduler stopped).
 // Metrics come from the trial's summary once it finished, else from its newest epoch; one
 // never measured is "-". `metric` "auto" (or empty): val_accuracy when a trial has a
 // validation split, else test_accuracy (regression: val_r2 / test_r2; multilabel: val_macro_f1 /

@@ -20,16 +20,11 @@ namespace mpsd::trainer {
 // TrainJob.early_stopping resolved.
 struct EarlyStoppingConfig {
   bool enabled = false;
-  std::string monitor = "val_loss";  // an EpochMetrics field: val_*, train_*, test_*
+  std::string monitor = "val_loss";  // api/epoch_metric.h: val_*, train_*, test_*
   bool maximize = false;             // mode "max"
   int patience = 3;                  // > 0
   double min_delta = 0;              // >= 0
 };
-
-// The monitored value of `epoch`, or nullopt when the epoch did not measure it (an
-// evaluation eval_every_epochs skipped). `monitor` as EarlyStoppingConfig.
-std::optional<double> MonitoredValue(const std::string& monitor,
-                                     const mpsd::v1::EpochMetrics& epoch);
 
 class EarlyStopping {
  public:

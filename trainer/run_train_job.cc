@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/epoch_metric.h"
 #include "api/failure_reason.h"
 #include "trainer/artifact_file.h"
 #include "trainer/checkpoint.h"
@@ -618,7 +619,7 @@ AfterEvaluationHook BestEpochHook(const TrainJobConfig& job, JobState& state,
   return [&job, &state, &stopping, &checkpointer, &stop_note,
           &summary](const mpsd::v1::EpochMetrics& epoch) -> absl::StatusOr<bool> {
     const EarlyStoppingConfig& config = stopping.config();
-    const std::optional<double> value = MonitoredValue(config.monitor, epoch);
+    const std::optional<double> value = api::EpochMetricValue(config.monitor, epoch);
     if (!value.has_value()) return false;  // not evaluated this epoch
     const EarlyStopping::Decision decision = stopping.Observe(epoch.epoch(), *value);
     if (decision.improved) {

@@ -55,7 +55,14 @@ class TorchExecutor final : public Executor {
     if (spec.has_predict_job()) {
       return ValidatePredictJob(spec.predict_job(), inventory_, options_);
     }
-    return CatchTorchErrors([&] { return ResolveJob(spec, nullptr).status(); });
+    return CatchTorchErrors([&]() -> absl::Status {
+      absl::StatusOr<TrainJobConfig> config = ResolveJob(spec, nullptr);
+      if (!config.ok() || !submitted.sweep().has_scheduler()) return config.status();
+      // A trial validated with its sweep's scheduler: the metric it stops trials by must be
+      // one this trial reports every epoch (server/core/trial_stopping.h applies it).
+      return CheckEpochMetric(*config, submitted.sweep().scheduler().metric(),
+                              FieldChecks("sweep.scheduler"), "metric");
+    });
   }
 
   absl::Status Run(const JobContext& job, const mpsd::v1::SubmitJobRequest& spec,

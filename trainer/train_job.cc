@@ -402,6 +402,31 @@ std::vector<std::string> MonitorNames(const TaskConfig& config) {
   return names;
 }
 
+}  // namespace
+
+absl::Status CheckEpochMetric(const TrainJobConfig& config, const std::string& name,
+                              const FieldChecks& fields, absl::string_view field) {
+  const std::vector<std::string> known = MonitorNames(config.task);
+  if (std::find(known.begin(), known.end(), name) == known.end()) {
+    return fields.Error(field,
+                        absl::StrFormat("unknown epoch metric \"%s\" %s", name, KnownNames(known)));
+  }
+  if (absl::StartsWith(name, "val_") && !config.dataset.has_validation()) {
+    return fields.Error(field, absl::StrFormat("%s is measured only with a validation split "
+                                               "(dataset.validation: fraction or source)",
+                                               name));
+  }
+  if (absl::StartsWith(name, "test_") && config.evaluate_test != EvaluateTest::kEveryEpoch) {
+    return fields.Error(field, absl::StrFormat("%s is measured every epoch only with "
+                                               "evaluate_test: every_epoch (better: a "
+                                               "validation split, dataset.validation)",
+                                               name));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 // early_stopping: a monitor the job measures every evaluated epoch, its mode, patience > 0,
 // min_delta >= 0. After the dataset (validation) and evaluate_test are resolved.
 absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig& config) {
@@ -411,22 +436,7 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   EarlyStoppingConfig c;
   c.enabled = true;
   if (!e.monitor().empty()) c.monitor = e.monitor();
-  const std::vector<std::string> known = MonitorNames(config.task);
-  if (std::find(known.begin(), known.end(), c.monitor) == known.end()) {
-    return fields.Error(
-        "monitor", absl::StrFormat("unknown epoch metric \"%s\" %s", c.monitor, KnownNames(known)));
-  }
-  if (absl::StartsWith(c.monitor, "val_") && !config.dataset.has_validation()) {
-    return fields.Error("monitor", absl::StrFormat("%s is measured only with a validation split "
-                                                   "(dataset.validation: fraction or source)",
-                                                   c.monitor));
-  }
-  if (absl::StartsWith(c.monitor, "test_") && config.evaluate_test != EvaluateTest::kEveryEpoch) {
-    return fields.Error("monitor", absl::StrFormat("%s is measured every epoch only with "
-                                                   "evaluate_test: every_epoch (better: a "
-                                                   "validation split, dataset.validation)",
-                                                   c.monitor));
-  }
+  if (absl::Status s = CheckEpochMetric(config, c.monitor, fields, "monitor"); !s.ok()) return s;
   if (e.mode().empty()) {
     c.maximize = absl::EndsWith(c.monitor, "_accuracy") || absl::EndsWith(c.monitor, "_f1") ||
                  absl::EndsWith(c.monitor, "_r2");

@@ -123,6 +123,14 @@ absl::StatusOr<TrainJobConfig> ResolveTrainJob(const mpsd::v1::TrainJob& spec,
                                                const api::Executor::Options& options,
                                                const api::JobContext* context);
 
+// `name` is an epoch metric (api/epoch_metric.h) the resolved job measures every evaluated
+// epoch: one of its task's names or its TrainJob.metrics' (as "val_<name>", "test_<name>"), val_*
+// only with a validation split, test_* only with evaluate_test every_epoch. INVALID_ARGUMENT
+// "<fields' path>.<field>: ..." otherwise. For early_stopping.monitor and for a sweep's
+// scheduler.metric (SweepSpec.scheduler, checked against each trial). Pure.
+absl::Status CheckEpochMetric(const TrainJobConfig& config, const std::string& name,
+                              const FieldChecks& fields, absl::string_view field);
+
 // The job's schedule for a training split of `train_examples`: total steps exactly as the loop
 // will take them (StepsPerEpoch × epochs). INVALID_ARGUMENT with a field path for a job with no
 // step (drop_last), a onecycle too short for its two phases, a cosine warm-up as long as the job.

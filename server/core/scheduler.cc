@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -78,6 +80,9 @@ Job::Kind KindOf(const mpsd::v1::SubmitJobRequest& request) {
 
 // Job ids are decimal row ids ("1", "2", …); 0 for anything else.
 int64_t NumericId(const std::string& id) { return api::ParseJobId(id).value_or(0); }
+
+// The epochs a TrainJob trains (its effective TrainJob.epochs).
+int TrialEpochs(const Job& job) { return api::EffectiveSpecOf(job).train_job().epochs(); }
 
 // restart_policy: resume. A job that asks for it and wrote a checkpoint continues from its newest
 // checkpoint when mpsd stopped while it ran (Job.last_checkpoint, kept from its `checkpoint`
@@ -279,6 +284,7 @@ absl::Status Scheduler::Recover() {
   if (!stored.ok()) return stored.status();
   std::vector<Job> jobs = std::move(stored->jobs);
   std::reverse(jobs.begin(), jobs.end());  // Oldest first: the queue keeps its order.
+  const std::vector<StoredEpoch> history = ReadStoppingHistory(jobs);
   absl::MutexLock lock(&mu_);
   for (const auto& [id, status] : stored->damaged) {
     spdlog::error("job {} cannot be read from the database; it is reported as DATA_LOSS: {}", id,
@@ -302,12 +308,22 @@ absl::Status Scheduler::Recover() {
   absl::StatusOr<std::string> paused = store_->GetSetting("queue_paused");
   if (!paused.ok()) return paused.status();
   paused_ = *paused == "1";
+  const absl::flat_hash_map<std::string, std::string> stopped = ReplayStoppingHistory(history);
   for (const std::string& id : ids) {
     Job& kept = jobs_.at(id);
     if (kept.kind() == Job::SWEEP) {  // never queued itself: SettleRecovered settles it
       if (kept.state() == Job::QUEUED && kept.last_seq() == 0) {
         SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED, "");
       }
+      continue;
+    }
+    if (auto rule = stopped.find(id); rule != stopped.end() && !api::IsTerminal(kept.state())) {
+      // Its sweep's rule stopped it before mpsd stopped, and it had not ended yet.
+      spdlog::warn("job {} was stopped by its sweep's scheduler before mpsd stopped: {}", id,
+                   rule->second);
+      *kept.mutable_finished_at() = Now();
+      SetState(kept, Job::CANCELLED, Job::EARLY_STOPPED,
+               absl::StrCat(rule->second, "; mpsd stopped before the trial ended"));
       continue;
     }
     if (kept.state() == Job::QUEUED) {
@@ -360,6 +376,118 @@ void Scheduler::SettleRecovered() {
   for (const auto& [sweep_id, list] : trials) UpdateSweep(sweep_id);
 }
 
+std::vector<Scheduler::StoredEpoch> Scheduler::ReadStoppingHistory(
+    const std::vector<Job>& jobs) const {
+  absl::flat_hash_set<std::string> sweeps;
+  for (const Job& job : jobs) {
+    if (job.kind() == Job::SWEEP && !api::IsTerminal(job.state()) &&
+        job.spec().sweep().has_scheduler()) {
+      sweeps.insert(job.id());
+    }
+  }
+  std::vector<StoredEpoch> history;
+  for (const Job& job : jobs) {
+    if (!job.has_trial() || !sweeps.contains(job.trial().sweep_id())) continue;
+    std::vector<StoredEpoch> epochs;
+    absl::Status read;
+    for (int64_t after = 0;;) {
+      absl::StatusOr<std::vector<JobEvent>> page = event_log_.Read(job.id(), after, 1000);
+      if (!page.ok()) read = page.status();
+      if (!page.ok() || page->empty()) break;
+      for (const JobEvent& event : *page) {
+        after = event.seq();
+        if (!event.has_epoch()) continue;
+        epochs.push_back(
+            StoredEpoch{google::protobuf::util::TimeUtil::TimestampToMicroseconds(event.time()),
+                        NumericId(job.id()), event.seq(), event.epoch()});
+      }
+    }
+    if (!read.ok()) {
+      spdlog::warn(
+          "job {}: its epochs cannot be read ({}); sweep {}'s scheduler goes on without them",
+          job.id(), std::string(read.message()), job.trial().sweep_id());
+      continue;
+    }
+    history.insert(history.end(), epochs.begin(), epochs.end());
+  }
+  std::sort(history.begin(), history.end(), [](const StoredEpoch& a, const StoredEpoch& b) {
+    return std::tie(a.time_us, a.job_id, a.seq) < std::tie(b.time_us, b.job_id, b.seq);
+  });
+  return history;
+}
+
+absl::flat_hash_map<std::string, std::string> Scheduler::ReplayStoppingHistory(
+    const std::vector<StoredEpoch>& history) {
+  absl::flat_hash_map<std::string, int> max_epochs;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.has_trial()) continue;
+    int& most = max_epochs[job.trial().sweep_id()];
+    most = std::max({most, 1, TrialEpochs(job)});
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (job.kind() != Job::SWEEP || api::IsTerminal(job.state())) continue;
+    auto most = max_epochs.find(id);
+    AddStopper(job, most == max_epochs.end() ? 1 : most->second);
+  }
+  absl::flat_hash_map<std::string, std::string> stopped;
+  for (const StoredEpoch& stored : history) {
+    const std::string id = absl::StrCat(stored.job_id);
+    auto job = jobs_.find(id);
+    if (job == jobs_.end()) continue;
+    auto stopper = stoppers_.find(job->second.trial().sweep_id());
+    if (stopper == stoppers_.end()) continue;
+    const StopDecision decision =
+        stopper->second->Observe(id, TrialEpochs(job->second), stored.epoch);
+    if (decision.stop) stopped.emplace(id, decision.reason);  // the first stop is the one made
+  }
+  return stopped;
+}
+
+void Scheduler::AddStopper(const Job& sweep, int max_epochs) {
+  if (!sweep.spec().sweep().has_scheduler()) return;
+  absl::StatusOr<std::optional<TrialStoppingConfig>> config =
+      ReadTrialStopping(sweep.spec().sweep(), max_epochs);
+  if (!config.ok() || !config->has_value()) {  // checked at submit: a stored spec that changed
+    spdlog::warn("sweep {}: its scheduler does not apply ({}); no trial is stopped early",
+                 sweep.id(), config.ok() ? "" : std::string(config.status().message()));
+    return;
+  }
+  auto stopper = std::make_unique<SweepStopper>(**config);
+  spdlog::info("sweep {}: trials are stopped early by {}", sweep.id(), stopper->Describe());
+  stoppers_[sweep.id()] = std::move(stopper);
+}
+
+void Scheduler::PublishRunEvent(const std::string& job_id, JobEvent event) {
+  const bool epoch = event.has_epoch();
+  Job& job = jobs_[job_id];
+  Publish(job, std::move(event));
+  if (epoch) ObserveTrialEpoch(job);
+}
+
+void Scheduler::ObserveTrialEpoch(Job& trial) {
+  if (!trial.has_trial()) return;
+  auto stopper = stoppers_.find(trial.trial().sweep_id());
+  if (stopper == stoppers_.end()) return;
+  const StopDecision decision =
+      stopper->second->Observe(trial.id(), TrialEpochs(trial), trial.last_epoch());
+  auto running = running_.find(trial.id());
+  // A trial already asked to stop (a user's cancel, a shutdown) ends as that asked.
+  if (!decision.stop || running == running_.end() || running->second->cancel.cancelled() ||
+      early_stops_.contains(trial.id())) {
+    return;
+  }
+  early_stops_[trial.id()] = decision.reason;
+  JobEvent note;
+  note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
+  note.mutable_log()->set_text(absl::StrCat("early stopped by the scheduler of sweep ",
+                                            trial.trial().sweep_id(), ": ", decision.reason,
+                                            "; the trial stops at its next step and ends "
+                                            "CANCELLED (EARLY_STOPPED)"));
+  Publish(trial, std::move(note));
+  StopRunning(trial.id(), Job::CANCELLED);
+  spdlog::info("job {}: {}", trial.id(), decision.reason);
+}
+
 absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
                                       const std::string& submitted_by,
                                       const SubmitCheck& may_submit) {
@@ -390,9 +518,12 @@ absl::StatusOr<Job> Scheduler::Submit(const mpsd::v1::SubmitJobRequest& request,
       if (absl::Status allowed = may_submit(trial.request); !allowed.ok()) return allowed;
     }
     for (SweepTrialRequest& trial : *expanded) {
-      if (absl::Status valid =
-              executor_->Validate(ForValidation(trial.request, resumes_from_dependency));
-          !valid.ok()) {
+      mpsd::v1::SubmitJobRequest check = ForValidation(trial.request, resumes_from_dependency);
+      // The executor says whether the trial reports the metric the scheduler stops it by.
+      if (request.sweep().has_scheduler()) {
+        *check.mutable_sweep()->mutable_scheduler() = request.sweep().scheduler();
+      }
+      if (absl::Status valid = executor_->Validate(check); !valid.ok()) {
         return TrialError(trial, expanded->size(), valid);
       }
       trials.push_back(std::move(trial.request));
@@ -618,6 +749,11 @@ absl::StatusOr<Job> Scheduler::EnqueueSweep(const mpsd::v1::SubmitJobRequest& re
   Job& stored = jobs_.at(sweep_id);  // jobs_ grew: no reference from before is valid
   for (const std::string& id : trial_ids) stored.add_trial_job_ids(id);
   event_log_.Append(stored, {});
+  int max_epochs = 1;
+  for (const std::string& id : trial_ids) {
+    max_epochs = std::max(max_epochs, TrialEpochs(jobs_.at(id)));
+  }
+  AddStopper(stored, max_epochs);
   spdlog::info("sweep {} queued by {}: {} trials (jobs {} to {})", sweep_id, submitted_by,
                trial_ids.size(), trial_ids.front(), trial_ids.back());
   for (const std::string& id : trial_ids) {
@@ -694,6 +830,8 @@ void Scheduler::CancelForDependency(const std::string& job_id, const Job& depend
 
 void Scheduler::AfterStateChange(const Job& job) {
   if (job.has_trial()) UpdateSweep(job.trial().sweep_id());
+  // However a sweep ended (its trials, a cancel, a failed dependency): its rule is done.
+  if (job.kind() == Job::SWEEP && api::IsTerminal(job.state())) stoppers_.erase(job.id());
   if (!api::IsTerminal(job.state()) || job.state() == Job::SUCCEEDED) return;
   std::vector<std::string> waiting;
   for (const auto& [id, other] : jobs_) {
@@ -713,7 +851,7 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
   auto it = jobs_.find(sweep_id);
   if (it == jobs_.end() || api::IsTerminal(it->second.state())) return;
   Job& sweep = it->second;
-  int ended = 0, succeeded = 0, failed = 0, running = 0;
+  int ended = 0, succeeded = 0, failed = 0, running = 0, early_stopped = 0;
   std::string first_failure;
   for (const std::string& id : sweep.trial_job_ids()) {
     auto trial = jobs_.find(id);
@@ -723,6 +861,7 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
     if (!api::IsTerminal(t.state())) continue;
     ++ended;
     if (t.state() == Job::SUCCEEDED) ++succeeded;
+    if (t.state() == Job::CANCELLED && t.failure_reason() == Job::EARLY_STOPPED) ++early_stopped;
     if (t.state() == Job::FAILED && failed++ == 0) {
       first_failure = absl::StrCat("; first: job ", id, ": ", t.message());
     }
@@ -730,15 +869,20 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
   const int total = sweep.trial_job_ids_size();
   if (total > 0 && ended == total) {
     *sweep.mutable_finished_at() = Now();
+    // Trials the sweep's scheduler stopped early are the rule doing its job, not a failure.
     if (succeeded == total) {
       SetState(sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,
                absl::StrCat("all ", total, " trials succeeded"));
+    } else if (succeeded + early_stopped == total) {
+      SetState(sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,
+               absl::StrCat(succeeded, " of ", total, " trials succeeded; ", early_stopped,
+                            " were stopped early by the sweep's scheduler"));
     } else if (failed > 0) {
       SetState(sweep, Job::FAILED, Job::INTERNAL,
                absl::StrCat(failed, " of ", total, " trials failed", first_failure));
     } else {
       SetState(sweep, Job::CANCELLED, Job::FAILURE_REASON_UNSPECIFIED,
-               absl::StrCat(total - succeeded, " of ", total,
+               absl::StrCat(total - succeeded - early_stopped, " of ", total,
                             " trials did not finish (cancelled or interrupted)"));
     }
   } else if (sweep.state() == Job::QUEUED && running > 0) {
@@ -1160,7 +1304,7 @@ void Scheduler::RunJob(const std::string& job_id, const std::string& submitted_b
       summary.set_total_time_s(summary.total_time_s() + absl::ToDoubleSeconds(earlier));
     }
     absl::MutexLock lock(&mu_);
-    Publish(jobs_[job_id], std::move(event));
+    PublishRunEvent(job_id, std::move(event));
   };
   mpsd::api::JobContext context;
   context.job_id = job_id;
@@ -1208,7 +1352,7 @@ void Scheduler::RunFusedJobs(const std::vector<std::string>& job_ids,
     }
     trial.sink = [this, id](JobEvent event) {
       absl::MutexLock lock(&mu_);
-      Publish(jobs_[id], std::move(event));
+      PublishRunEvent(id, std::move(event));
     };
     trial.done = [this, id](const absl::Status& status) {
       absl::MutexLock lock(&mu_);
@@ -1235,11 +1379,22 @@ void Scheduler::FinishJob(const std::string& job_id, const absl::Status& status,
   if (it == running_.end()) return;  // settled already
   const Job::State stop_as = it->second->stop_as.load();
   running_.erase(it);
+  std::optional<std::string> early_stop;
+  if (auto stopped = early_stops_.find(job_id); stopped != early_stops_.end()) {
+    early_stop = std::move(stopped->second);
+    early_stops_.erase(stopped);
+  }
   Job& job = jobs_[job_id];
   *job.mutable_finished_at() = Now();
   ++jobs_run_;
   if (status.ok()) {
     SetState(job, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED, "");
+  } else if (status.code() == absl::StatusCode::kCancelled && early_stop.has_value()) {
+    // Whatever else asked it to stop meanwhile (a cancel, a shutdown): the rule did first.
+    if (api::HasCause(status, api::ErrorCause::CANCEL_NOT_HONOURED)) {
+      absl::StrAppend(&*early_stop, "; ", status.message());
+    }
+    SetState(job, Job::CANCELLED, Job::EARLY_STOPPED, *early_stop);
   } else if (status.code() == absl::StatusCode::kCancelled && stop_as == Job::INTERRUPTED &&
              ResumesAfterRestart(job)) {
     // Stays queued in the store: the next start runs it again from its checkpoint.

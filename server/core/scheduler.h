@@ -4,7 +4,8 @@
 // events and hands them to the EventLog, and answers queries from memory. It also keeps the
 // queue's order of work: dependencies (SubmitJobRequest.after: a job runs only once each one
 // SUCCEEDED, and is CANCELLED with DEPENDENCY_FAILED at once when one ends otherwise), sweeps
-// (a parent Job of kind SWEEP over trial jobs, server/core/sweep.h), pause and re-prioritising.
+// (a parent Job of kind SWEEP over trial jobs, server/core/sweep.h, whose scheduler may stop
+// trials early: server/core/trial_stopping.h), pause and re-prioritising.
 #ifndef MPSD_SERVER_CORE_SCHEDULER_H_
 #define MPSD_SERVER_CORE_SCHEDULER_H_
 
@@ -28,6 +29,7 @@
 #include "server/core/event_log.h"
 #include "server/core/job_query.h"
 #include "server/core/job_store.h"
+#include "server/core/trial_stopping.h"
 
 namespace mpsd::server {
 
@@ -93,7 +95,12 @@ class Scheduler {
   // QUEUED are queued again in their original order (by priority, then submission), and
   // request ids are remembered; queued jobs whose dependency ended other than SUCCEEDED are
   // CANCELLED (DEPENDENCY_FAILED), sweeps whose trials all ended get their final state, and the
-  // stored pause (PauseQueue) holds the queue again. Then starts the executor thread.
+  // stored pause (PauseQueue) holds the queue again. The early-stopping rule of each unfinished
+  // sweep with a scheduler is rebuilt by feeding it its trials' stored epoch events in the order
+  // they were published (event time, then job id); a trial that rule had stopped but that had
+  // not ended when mpsd stopped (RUNNING, or QUEUED to resume) ends CANCELLED with
+  // EARLY_STOPPED instead of INTERRUPTED or resuming. Events a killed daemon had not yet
+  // committed are lost with the trial's own record of them. Then starts the executor thread.
   // Errors: the store's.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Options& options, JobStore* store,
                                                            mpsd::api::Executor* executor);
@@ -103,7 +110,8 @@ class Scheduler {
 
   // Validates the spec against the executor and queues the job behind every queued job of the same
   // or a higher priority. A sweep (request.sweep) is expanded (server/core/sweep.h), every trial
-  // validated (an error names the trial, its values and the field), and stored as a parent Job of
+  // validated (an error names the trial, its values and the field; with sweep.scheduler, the
+  // executor also checks that the trial reports its metric), and stored as a parent Job of
   // kind SWEEP, returned, plus one queued job per trial. A request whose request_id names a job
   // `submitted_by` already submitted returns that job as it is now, without validating or queueing
   // anything. Errors: INVALID_ARGUMENT naming the field (a request_id over kMaxRequestIdBytes too,
@@ -273,6 +281,33 @@ class Scheduler {
   void UpdateSweeps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recover's last step: trial lists from the trials, dependencies and sweeps settled.
   void SettleRecovered() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One stored epoch event of a sweep trial, for rebuilding its sweep's stopping rule.
+  struct StoredEpoch {
+    int64_t time_us = 0;
+    int64_t job_id = 0;
+    int64_t seq = 0;
+    mpsd::v1::EpochMetrics epoch;
+  };
+  // The stored epoch events of the trials of every unfinished sweep with a scheduler among
+  // `jobs` (as listed at start-up), in the order they were published. Reads the store: not
+  // under mu_. A trial whose events cannot be read is left out, with a warning.
+  std::vector<StoredEpoch> ReadStoppingHistory(const std::vector<mpsd::v1::Job>& jobs) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The stopping rule of `sweep` (a SWEEP job with a scheduler), new, in stoppers_, for trials
+  // of at most `max_epochs` epochs; nothing for a sweep without one (or one that no longer
+  // reads: logged).
+  void AddStopper(const mpsd::v1::Job& sweep, int max_epochs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recover: the stoppers of the unfinished sweeps rebuilt from `history`; returns the trials
+  // their rules stopped, each with the reason.
+  absl::flat_hash_map<std::string, std::string> ReplayStoppingHistory(
+      const std::vector<StoredEpoch>& history) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A running trial's epoch (job.last_epoch, just published) fed to its sweep's rule; on a stop,
+  // the trial is told why in its log and stopped as a cancel stops it (its flag), to end
+  // CANCELLED with EARLY_STOPPED (FinishJob).
+  void ObserveTrialEpoch(mpsd::v1::Job& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publish for an event of a running job's executor, then ObserveTrialEpoch for an epoch.
+  void PublishRunEvent(const std::string& job_id, mpsd::v1::JobEvent event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a QUEUED job into queue_ behind every job of the same or a higher priority.
   void InsertInQueue(const mpsd::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wall time the job spent RUNNING before its newest RUNNING event, from its stored state
@@ -307,7 +342,8 @@ class Scheduler {
   // each trial is settled as soon as it ends.
   void RunFusedJobs(const std::vector<std::string>& job_ids, const std::string& submitted_by,
                     const std::vector<mpsd::v1::SubmitJobRequest>& specs, bool shared_data_order);
-  // A run of `job_id` ended with `status`: its final state (or QUEUED again to resume).
+  // A run of `job_id` ended with `status`: its final state (or QUEUED again to resume; a trial
+  // its sweep's rule stopped ends CANCELLED with EARLY_STOPPED when the run was cancelled).
   void FinishJob(const std::string& job_id, const absl::Status& status,
                  const std::string& resume_checkpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets a job's state and publishes the StateChange event.
@@ -335,6 +371,11 @@ class Scheduler {
   // Every running job (a fused run's trials) and its cancel flag; an entry lives until the job
   // is settled.
   absl::flat_hash_map<std::string, std::unique_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
+  // The early-stopping rule of every unfinished sweep with a scheduler (SweepSpec.scheduler), by
+  // sweep id; dropped when the sweep ends.
+  absl::flat_hash_map<std::string, std::unique_ptr<SweepStopper>> stoppers_ ABSL_GUARDED_BY(mu_);
+  // Running trials their sweep's rule stopped, with the reason, until FinishJob settles them.
+  absl::flat_hash_map<std::string, std::string> early_stops_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   // PauseQueue in effect (stored as setting "queue_paused").
   bool paused_ ABSL_GUARDED_BY(mu_) = false;

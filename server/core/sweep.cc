@@ -4,6 +4,7 @@
 // with libstdc++ and libc++).
 #include "server/core/sweep.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -22,7 +23,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "api/decimal.h"
+#include "api/effective_spec.h"
 #include "api/field_text.h"
+#include "server/core/trial_stopping.h"
 
 namespace mpsd::server {
 namespace {
@@ -257,7 +260,22 @@ absl::StatusOr<int64_t> TrialCount(const std::vector<Axis>& grid, const std::vec
   return count;
 }
 
+// SweepSpec.scheduler against the trials' epochs (the largest: Ray Tune's max_t).
+absl::Status CheckScheduler(const mpsd::v1::SweepSpec& sweep,
+                            const std::vector<SweepTrialRequest>& trials) {
+  if (!sweep.has_scheduler()) return absl::OkStatus();
+  return ReadTrialStopping(sweep, MaxTrialEpochs(trials)).status();
+}
+
 }  // namespace
+
+int MaxTrialEpochs(const std::vector<SweepTrialRequest>& trials) {
+  int epochs = 1;
+  for (const SweepTrialRequest& trial : trials) {
+    epochs = std::max(epochs, api::EffectiveSpec(trial.request).train_job().epochs());
+  }
+  return epochs;
+}
 
 std::string DescribeTrial(const mpsd::v1::SweepTrial& trial) {
   std::vector<std::string> parts;
@@ -308,6 +326,11 @@ absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(const SubmitJobReques
             "sweep.", field, ": only a TrainJob's trials are trained fused; leave it out here"));
       }
     }
+    if (request.sweep().has_scheduler()) {
+      return absl::InvalidArgumentError(
+          "sweep.scheduler: only a TrainJob's trials report epochs to stop them by; leave it "
+          "out here");
+    }
   }
   std::vector<Axis> grid;
   absl::StatusOr<std::vector<Axis>> random = CheckAxes(request, grid);
@@ -350,6 +373,7 @@ absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(const SubmitJobReques
       if (absl::Status s = assign(axis, Draw(axis, generator)); !s.ok()) return s;
     }
   }
+  if (absl::Status s = CheckScheduler(request.sweep(), trials); !s.ok()) return s;
   return trials;
 }
 

@@ -31,9 +31,12 @@ struct SweepTrialRequest {
 // .uniform", "sweep.grid[0].values[2]") for: no grid and no random parameters, a path that is
 // not a scalar field of the spec, a path swept twice, a value that is not of the field's type,
 // a range that is not [low, high] with low < high (log_uniform: low > 0), random.trials < 1,
-// more than kMaxSweepTrials trials. Swept values are in the field's own units (a learning
-// rate as is, batch_size in examples); integer fields take uniform/log_uniform draws rounded to
-// the nearest integer. The returned requests are copies: `request` is only read. Thread-safe.
+// more than kMaxSweepTrials trials; a bad sweep.fuse or data_order (ReadSweepFusion) or
+// sweep.scheduler (server/core/trial_stopping.h, ReadTrialStopping, against MaxTrialEpochs), and
+// any of them on a sweep whose trials are not TrainJobs. Swept values are in the field's own
+// units (a learning rate as is, batch_size in examples); integer fields take uniform/log_uniform
+// draws rounded to the nearest integer. The returned requests are copies: `request` is only
+// read. Thread-safe.
 absl::StatusOr<std::vector<SweepTrialRequest>> ExpandSweep(
     const mpsd::v1::SubmitJobRequest& request);
 
@@ -54,6 +57,10 @@ struct SweepFusion {
 // naming "sweep.fuse" or "sweep.data_order" otherwise. ExpandSweep checks it too, and refuses
 // either field on a sweep whose trials are not TrainJobs. Pure.
 absl::StatusOr<SweepFusion> ReadSweepFusion(const mpsd::v1::SweepSpec& sweep);
+
+// The largest TrainJob.epochs of `trials` (the effective value: 1 when unset); 1 for none.
+// Pure.
+int MaxTrialEpochs(const std::vector<SweepTrialRequest>& trials);
 
 // "optimizer.learning_rate=0.01, batch_size=64": a trial's values as stored in
 // trial.parameters (in their order, as their text), for messages and tables; "" for none. Never

@@ -312,6 +312,32 @@ TEST(FormatTest, JobTable) {
             "8   TrainJob  QUEUED  convnet  -         2s   -\n");
 }
 
+// A trial its sweep's scheduler stopped: EARLY_STOPPED in tables, its reason beside CANCELLED
+// where the state is spelled out; a trial a user cancelled stays CANCELLED.
+TEST(FormatTest, AnEarlyStoppedTrialShowsWhy) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  v1::Job stopped = TrainJob("8", v1::Job::CANCELLED, 300, now - absl::Minutes(1));
+  stopped.set_failure_reason(v1::Job::EARLY_STOPPED);
+  stopped.set_message("asha stopped the trial at its rung of epoch 1: ...");
+  const v1::Job cancelled = TrainJob("7", v1::Job::CANCELLED, 300, now - absl::Minutes(2));
+  EXPECT_EQ(StateCell(stopped), "EARLY_STOPPED");
+  EXPECT_EQ(StateCell(cancelled), "CANCELLED");
+  EXPECT_EQ(FormatJobTable({stopped, cancelled}, now),
+            "ID  KIND      STATE          MODEL    PROGRESS  AGE\n"
+            "8   TrainJob  EARLY_STOPPED  convnet  31%       1m\n"
+            "7   TrainJob  CANCELLED      convnet  31%       2m\n");
+  EXPECT_THAT(FormatJobDetails(stopped, now),
+              HasSubstr("state       CANCELLED (EARLY_STOPPED): asha stopped the trial at its "
+                        "rung of epoch 1: ...\n"));
+  EXPECT_THAT(FormatJobDetails(cancelled, now), HasSubstr("state       CANCELLED\n"));
+  v1::StateChange state;
+  state.set_state(v1::Job::CANCELLED);
+  state.set_failure_reason(v1::Job::EARLY_STOPPED);
+  state.set_message("asha stopped the trial");
+  EXPECT_EQ(FormatFinal("8", state, nullptr),
+            "job 8 CANCELLED (EARLY_STOPPED): asha stopped the trial\n");
+}
+
 // Names in CJK characters and with emoji take two terminal columns a character: the columns
 // after them still line up (they were padded by UTF-8 bytes before).
 TEST(FormatTest, JobTableLinesUpWideNames) {

@@ -543,5 +543,48 @@ sweep:
               HasSubstr("bad.yaml:4:17: sweep.grid.batch_size: expected a list of values"));
 }
 
+// sweep.scheduler is a plain message: its keys parse by the proto's fields, a value of the
+// wrong type or an unknown key names its path and place; the values' meaning is the daemon's to
+// check (server/core/trial_stopping.h).
+TEST(JobFileSweepTest, ASchedulerBlockParsesAndBadValuesNameTheirPath) {
+  absl::StatusOr<v1::SubmitJobRequest> r = ParseJobFile(R"(kind: TrainJob
+model: {name: mlp}
+epochs: 3
+sweep:
+  grid: {optimizer.learning_rate: [0.1, 0.01]}
+  scheduler: {type: asha, metric: val_loss, mode: min, grace_period: 1, reduction_factor: 2}
+)",
+                                                        "asha.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::SweepScheduler& scheduler = r->sweep().scheduler();
+  EXPECT_EQ(scheduler.type(), "asha");
+  EXPECT_EQ(scheduler.metric(), "val_loss");
+  EXPECT_EQ(scheduler.mode(), "min");
+  EXPECT_EQ(scheduler.grace_period(), 1);
+  EXPECT_EQ(scheduler.reduction_factor(), 2);
+  EXPECT_FALSE(scheduler.has_min_samples_required());
+  absl::StatusOr<v1::SubmitJobRequest> again = ParseJobFile(FormatJobFile(*r), "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*r, *again));
+
+  absl::StatusOr<v1::SubmitJobRequest> bad = ParseJobFile(R"(kind: TrainJob
+sweep:
+  scheduler:
+    type: asha
+    reduction_factor: half
+)",
+                                                          "bad.yaml");
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("bad.yaml:5:23: sweep.scheduler.reduction_factor: expected an integer"));
+  bad = ParseJobFile(R"(kind: TrainJob
+sweep:
+  scheduler: {type: asha, grace_perod: 2}
+)",
+                     "bad.yaml");
+  EXPECT_THAT(
+      std::string(bad.status().message()),
+      HasSubstr("sweep.scheduler.grace_perod: unknown field (did you mean \"grace_period\"?)"));
+}
+
 }  // namespace
 }  // namespace mpsd::client

@@ -94,6 +94,21 @@ class JobFileTest(unittest.TestCase):
         self.assertEqual(self.error("kind: TrainJob\npriority: high\n"),
                          'job.yaml: priority: expected an integer, got "high"')
 
+    def test_a_sweep_scheduler_block_parses_and_bad_values_name_their_path(self):
+        r = self.parse("kind: TrainJob\nepochs: 3\nsweep:\n"
+                       "  grid: {optimizer.learning_rate: [0.1, 0.01]}\n"
+                       "  scheduler: {type: median_stopping, metric: val_accuracy,"
+                       " grace_period: 1, min_samples_required: 2}\n")
+        s = r.sweep.scheduler
+        self.assertEqual((s.type, s.metric, s.grace_period, s.min_samples_required),
+                         ("median_stopping", "val_accuracy", 1, 2))
+        self.assertFalse(s.HasField("reduction_factor"))
+        self.assertEqual(
+            self.error("kind: TrainJob\nsweep:\n  scheduler: {reduction_factor: half}\n"),
+            'job.yaml: sweep.scheduler.reduction_factor: expected an integer, got "half"')
+        self.assertIn("job.yaml: sweep.scheduler.grace: unknown field",
+                      self.error("kind: TrainJob\nsweep:\n  scheduler: {grace: 2}\n"))
+
     def test_string_field_keeps_number_text(self):
         self.assertEqual(self.parse("kind: TrainJob\ndevice: 12\n").train_job.device, "12")
 

@@ -335,6 +335,7 @@ class InstalledPackageTest(unittest.TestCase):
                 self.assertEqual([r["trial"] for r in rows], [0, 1])
                 self.assertEqual([r["optimizer.learning_rate"] for r in rows], [0.001, 0.01])  # typed
                 self.assertEqual({r["state"] for r in rows}, {"SUCCEEDED"})
+                self.assertEqual({r["failure_reason"] for r in rows}, {None})
                 self.assertTrue(all(0 <= r["test_accuracy"] <= 1 for r in rows), rows)
 
                 # The console script pip put into the venv, on a job file.

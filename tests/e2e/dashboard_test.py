@@ -842,6 +842,14 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.assertEqual(self.js(rank % (own, "auto")), ["val_top2", ["7", "8"], True])
         self.assertEqual(self.js(rank % (own, "max")), ["val_top2", ["8", "7"], False])
         self.assertEqual(self.js(rank % (own, "min")), ["val_top2", ["7", "8"], False])
+        # A trial its sweep's scheduler stopped reads EARLY_STOPPED in the tables; a cancel stays.
+        self.assertEqual(self.js("stateLabel({state: 'CANCELLED', failureReason: 'EARLY_STOPPED'})"),
+                         "EARLY_STOPPED")
+        self.assertEqual(self.js("stateLabel({state: 'CANCELLED'})"), "CANCELLED")
+        self.assertEqual(self.js("stateBadge({state: 'CANCELLED', failureReason: 'EARLY_STOPPED',"
+                                 " message: 'asha stopped the trial'}).outerHTML"),
+                         '<span class="state state-EARLY_STOPPED" title="asha stopped the trial">'
+                         'EARLY_STOPPED</span>')
         # The YAML is a job file that submits the sweep again.
         again = mpsd_client.parse_job_file(self.js("document.getElementById('spec-yaml').textContent"), "copy.yaml")
         self.assertEqual(list(again.sweep.grid[0].values), ["0.01", "0.001", "0.00001"])

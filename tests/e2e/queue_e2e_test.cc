@@ -19,6 +19,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -394,6 +396,184 @@ TEST(FusedSweepE2eTest, TrialsTrainFusedAsTheyWouldAloneAndEachStopsAlone) {
   EXPECT_EQ(rpc_ok::WaitForEnd(daemon, running.id()).state(), Job::CANCELLED);
   const int status = daemon.Stop(SIGTERM, absl::Seconds(60));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// SweepSpec.scheduler through a real daemon and executor, from a job file through mpsctl: one
+// learning rate that trains (1e-2) and two that barely move (1e-6, 1e-7), asha on val_loss with
+// grace_period 1 and reduction_factor 2 over 3 epochs (rungs at epochs 1 and 2). The good trial
+// reports first at each rung (trial order: one after another, and within a fused run's epoch)
+// and goes on; at rung 1 the first bad one is worse than the good one's loss (the cutoff with one
+// value recorded) and the second worse than the median of the two before it: both end CANCELLED
+// with EARLY_STOPPED after epoch 1, and the sweep SUCCEEDED. Fused, and one after another with
+// checkpoint.keep_best, whose best checkpoint an early-stopped trial keeps.
+TEST_F(QueueE2eTest, AshaStopsTheBadTrialsOfASweepFusedAndOneAfterAnother) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const std::string head = R"(kind: TrainJob
+model: {name: mlp}
+dataset:
+  name: fashion-mnist
+  root: /usr/share/datasets/fashion-mnist
+  limit_train: 256
+  limit_test: 128
+  validation: {fraction: 0.25}
+epochs: 3
+batch_size: 32
+device: cpu
+seed: 1
+optimizer: {name: adam}
+)";
+  const std::string sweep_block = R"(sweep:
+  grid:
+    optimizer.learning_rate: [0.01, 1e-6, 1e-7]
+  scheduler: {type: asha, metric: val_loss, grace_period: 1, reduction_factor: 2}
+)";
+  std::string last_sweep;
+  for (const std::string fuse : {"auto", "off"}) {
+    SCOPED_TRACE(fuse);
+    const bool fused = fuse == "auto";
+    const std::string sweep_id =
+        SubmitFile(absl::StrCat("asha-", fuse, ".yaml"),
+                   absl::StrCat(head, fused ? "" : "checkpoint: {keep_best: true}\n", sweep_block,
+                                "  fuse: ", fuse, "\n"));
+    ASSERT_FALSE(sweep_id.empty());
+    last_sweep = sweep_id;
+    const Job sweep = WaitForEnd(sweep_id);
+    EXPECT_EQ(sweep.state(), Job::SUCCEEDED) << sweep.message();
+    EXPECT_EQ(sweep.message(),
+              "1 of 3 trials succeeded; 2 were stopped early by the sweep's scheduler");
+    ASSERT_EQ(sweep.trial_job_ids_size(), 3);
+    const Job good = Get(sweep.trial_job_ids(0));
+    EXPECT_EQ(good.state(), Job::SUCCEEDED) << good.message();
+    EXPECT_EQ(good.last_epoch().epoch(), 3);
+    const std::string artifacts = dir_.str() + "/state/artifacts/";
+    EXPECT_TRUE(std::filesystem::exists(artifacts + good.id() + "/model.pt"));
+    double good_first = 0;  // the good trial's val_loss at epoch 1: rung 1's first value
+    for (const mpsd::v1::JobEvent& event : rpc::StreamAll(*daemon_, good.id())) {
+      if (event.has_epoch() && event.epoch().epoch() == 1) good_first = event.epoch().val_loss();
+    }
+    ASSERT_GT(good_first, 0);
+    for (int i = 1; i <= 2; ++i) {
+      const Job bad = Get(sweep.trial_job_ids(i));
+      EXPECT_EQ(bad.state(), Job::CANCELLED) << i;
+      EXPECT_EQ(bad.failure_reason(), Job::EARLY_STOPPED) << i << ": " << bad.message();
+      EXPECT_THAT(bad.message(),
+                  HasSubstr(absl::StrFormat("asha stopped the trial at its rung of epoch 1: "
+                                            "val_loss %.6g is worse than the cutoff ",
+                                            bad.last_epoch().val_loss())));
+      EXPECT_THAT(bad.message(), HasSubstr(absl::StrCat("(", i, " trial(s) recorded there")));
+      if (i == 1) {  // one value recorded before it: the cutoff is the good trial's
+        EXPECT_THAT(bad.message(),
+                    HasSubstr(absl::StrFormat("the cutoff %.6g for the best 1/2", good_first)));
+      }
+      EXPECT_EQ(bad.last_epoch().epoch(), 1) << i;
+      std::string logs;
+      for (const mpsd::v1::JobEvent& event : rpc::StreamAll(*daemon_, bad.id())) {
+        if (event.has_log()) absl::StrAppend(&logs, event.log().text(), "\n");
+      }
+      EXPECT_THAT(logs, HasSubstr(absl::StrCat("early stopped by the scheduler of sweep ", sweep_id,
+                                               ": asha stopped the trial")));
+      EXPECT_EQ(logs.find("trained fused with 2 other trial(s)") != std::string::npos, fused)
+          << logs;
+      EXPECT_FALSE(std::filesystem::exists(artifacts + bad.id() + "/model.pt"));
+      if (!fused) {  // keep_best: epoch 1's checkpoint and model stay
+        EXPECT_TRUE(std::filesystem::exists(artifacts + bad.id() + "/checkpoint-best.pt"));
+        EXPECT_TRUE(std::filesystem::exists(bad.summary().best_model_path()))
+            << bad.summary().best_model_path();
+      }
+    }
+  }
+  // mpsctl's views: the trial's state with its reason; the sweep's table.
+  const Job sweep = Get(last_sweep);
+  CommandResult shown = Mpsctl({"get", sweep.trial_job_ids(1)});
+  EXPECT_THAT(shown.out, HasSubstr("CANCELLED (EARLY_STOPPED): asha stopped the trial"));
+  CommandResult table = Mpsctl({"sweep", last_sweep, "--format", "csv"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  std::multiset<std::string> states;
+  for (const auto& row : CsvRows(table.out)) states.insert(row.at("STATE"));
+  EXPECT_THAT(states,
+              ::testing::UnorderedElementsAre("SUCCEEDED", "EARLY_STOPPED", "EARLY_STOPPED"));
+
+  // A metric the trials do not report every epoch is refused at submit, naming the field.
+  const auto refused = [&](const std::string& yaml) {
+    const std::string path = dir_.str() + "/refused.yaml";
+    WriteFile(path, yaml);
+    CommandResult result = Mpsctl({"submit", path});
+    EXPECT_EQ(result.exit_code, 1) << result.out;
+    return result.err;
+  };
+  const std::string no_validation = absl::StrCat(
+      absl::StrReplaceAll(head, {{"  validation: {fraction: 0.25}\n", ""}}), sweep_block);
+  EXPECT_THAT(refused(no_validation),
+              HasSubstr("sweep.scheduler.metric: val_loss is measured only with a validation "
+                        "split"));
+  EXPECT_THAT(refused(absl::StrCat(head, R"(sweep:
+  grid: {optimizer.learning_rate: [0.01, 0.1]}
+  scheduler: {type: asha, metric: test_loss}
+)")),
+              HasSubstr("sweep.scheduler.metric: test_loss is measured every epoch only with "
+                        "evaluate_test: every_epoch"));
+  EXPECT_THAT(refused(absl::StrCat(head, R"(sweep:
+  grid: {optimizer.learning_rate: [0.01, 0.1]}
+  scheduler: {type: asha, metric: val_acc, mode: max}
+)")),
+              HasSubstr("sweep.scheduler.metric: unknown epoch metric \"val_acc\""));
+  EXPECT_THAT(refused(absl::StrCat(head, R"(sweep:
+  grid: {optimizer.learning_rate: [0.01, 0.1]}
+  scheduler: {type: hyperband, metric: val_loss}
+)")),
+              HasSubstr("sweep.scheduler.type: must be asha or median_stopping"));
+  EXPECT_THAT(refused(absl::StrCat(head, R"(sweep:
+  grid: {optimizer.learning_rate: [0.01, 0.1]}
+  scheduler: {type: asha, metric: val_loss, reduction_factor: 1}
+)")),
+              HasSubstr("sweep.scheduler.reduction_factor: must be >= 2, got 1"));
+  EXPECT_THAT(refused(absl::StrCat(head, R"(sweep:
+  grid: {optimizer.learning_rate: [0.01, 0.1]}
+  scheduler: {type: asha, metric: val_loss, grace_period: soon}
+)")),
+              HasSubstr("sweep.scheduler.grace_period"));
+}
+
+// median_stopping through a real daemon, fused: the same three learning rates, grace_period 1,
+// min_samples_required 1, 3 epochs. No trial stops at epoch 1 (grace_period) or 3 (its last);
+// at epoch 2 the good trial reports first (no other trial there yet) and goes on, then each bad
+// one's best loss is worse than the median of the running means (epochs 1 to 2) of the trials
+// before it, and it stops.
+TEST_F(QueueE2eTest, MedianStoppingStopsTheBadTrialsOfAFusedSweep) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const std::string sweep_id = SubmitFile("median.yaml", R"(kind: TrainJob
+model: {name: mlp}
+dataset:
+  name: fashion-mnist
+  root: /usr/share/datasets/fashion-mnist
+  limit_train: 256
+  limit_test: 128
+  validation: {fraction: 0.25}
+epochs: 3
+batch_size: 32
+device: cpu
+seed: 1
+optimizer: {name: adam}
+sweep:
+  grid:
+    optimizer.learning_rate: [0.01, 1e-6, 1e-7]
+  scheduler: {type: median_stopping, metric: val_loss, min_samples_required: 1}
+)");
+  ASSERT_FALSE(sweep_id.empty());
+  const Job sweep = WaitForEnd(sweep_id);
+  EXPECT_EQ(sweep.state(), Job::SUCCEEDED) << sweep.message();
+  ASSERT_EQ(sweep.trial_job_ids_size(), 3);
+  EXPECT_EQ(Get(sweep.trial_job_ids(0)).state(), Job::SUCCEEDED);
+  for (int i = 1; i <= 2; ++i) {
+    const Job bad = Get(sweep.trial_job_ids(i));
+    EXPECT_EQ(bad.failure_reason(), Job::EARLY_STOPPED) << i << ": " << bad.message();
+    EXPECT_EQ(bad.last_epoch().epoch(), 2) << i;
+    EXPECT_THAT(bad.message(),
+                HasSubstr(absl::StrCat("median_stopping stopped the trial at epoch 2: its best "
+                                       "val_loss so far")));
+    EXPECT_THAT(bad.message(),
+                HasSubstr(absl::StrCat("running means (epochs 1 to 2) of the ", i, " other")));
+  }
 }
 
 TEST_F(QueueE2eTest, SweepWithOneInvalidTrialIsRejectedWhole) {

@@ -7,6 +7,17 @@
 #include "absl/strings/str_cat.h"
 
 namespace mpsd::testing {
+namespace {
+
+mpsd::v1::JobEvent EpochEvent(int epoch, double loss) {
+  mpsd::v1::JobEvent event;
+  event.mutable_epoch()->set_epoch(epoch);
+  event.mutable_epoch()->set_train_loss(loss);
+  event.mutable_epoch()->set_val_loss(loss);
+  return event;
+}
+
+}  // namespace
 
 FakeExecutor::Script FakeExecutor::Held(int steps) {
   Script script;
@@ -119,6 +130,12 @@ absl::Status FakeExecutor::Run(const api::JobContext& job, const mpsd::v1::Submi
       return finish(absl::CancelledError(absl::StrCat("cancelled after step ", step)));
     }
   }
+  for (size_t i = 0; i < script.epoch_losses.size(); ++i) {
+    sink(EpochEvent(static_cast<int>(i) + 1, script.epoch_losses[i]));
+    if (cancelled.cancelled()) {
+      return finish(absl::CancelledError(absl::StrCat("cancelled after epoch ", i + 1)));
+    }
+  }
   if (script.hold && Hold(cancelled)) return finish(absl::CancelledError("cancelled while held"));
   return finish(script.result);
 }
@@ -185,6 +202,18 @@ std::vector<absl::Status> FakeExecutor::RunFused(const std::vector<api::TrialRun
       trials[i].sink(std::move(event));
       if (trials[i].cancelled->cancelled()) {
         end(i, absl::CancelledError(absl::StrCat("cancelled after step ", step)));
+      }
+    }
+  }
+  size_t most_epochs = 0;
+  for (const Script& script : scripts)
+    most_epochs = std::max(most_epochs, script.epoch_losses.size());
+  for (size_t epoch = 0; epoch < most_epochs; ++epoch) {
+    for (size_t i = 0; i < trials.size(); ++i) {
+      if (ended[i] || epoch >= scripts[i].epoch_losses.size()) continue;
+      trials[i].sink(EpochEvent(static_cast<int>(epoch) + 1, scripts[i].epoch_losses[epoch]));
+      if (trials[i].cancelled->cancelled()) {
+        end(i, absl::CancelledError(absl::StrCat("cancelled after epoch ", epoch + 1)));
       }
     }
   }

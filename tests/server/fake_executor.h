@@ -25,7 +25,10 @@ class FakeExecutor final : public api::Executor {
     // Step events 1..steps (epoch 1, loss 1/step), each followed by a look at the cancel flag:
     // once set, Run emits the summary and returns CANCELLED.
     int steps = 2;
-    // After the steps, wait until the job is cancelled (then CANCELLED) or Release() is called.
+    // After the steps, one epoch event per value (epochs 1, 2, ...; val_loss and train_loss the
+    // value), each followed by a look at the cancel flag as a step's.
+    std::vector<double> epoch_losses;
+    // After the epochs, wait until the job is cancelled (then CANCELLED) or Release() is called.
     bool hold = false;
     // How Run ends when it was not cancelled.
     absl::Status result = absl::OkStatus();
@@ -70,8 +73,9 @@ class FakeExecutor final : public api::Executor {
   absl::StatusOr<std::vector<int>> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
                                               int max_trials) const override;
   // Each trial plays its own script (taken from the queue in trial order; each counts as a Run
-  // in runs()), interleaved step by step; a trial cancelled after a step or while held ends
-  // alone (summary, `done`, CANCELLED) and the others go on; Release() ends every hold.
+  // in runs()), interleaved step by step, then epoch by epoch; a trial cancelled after a step or
+  // while held ends alone (summary, `done`, CANCELLED) and the others go on; Release() ends every
+  // hold.
   std::vector<absl::Status> RunFused(const std::vector<api::TrialRun>& trials,
                                      const api::FusionOptions& options) override;
   // kind "fake", name "fake executor", jobs_run: the Runs so far.

@@ -1,6 +1,6 @@
 // Tests for trainer/early_stopping.h (torch-free): Keras' and Lightning's improvement rule
-// (min_delta, mode) and patience on scripted metric sequences, and which epoch metric a monitor
-// reads.
+// (min_delta, mode) and patience on scripted metric sequences. Which epoch metric a monitor reads:
+// tests/api/epoch_metric_test.cc.
 #include "trainer/early_stopping.h"
 
 #include <gmock/gmock.h>
@@ -61,37 +61,6 @@ TEST(EarlyStoppingTest, ANanNeverImproves) {
   EXPECT_FALSE(first.improved);
   EXPECT_TRUE(first.stop);
   EXPECT_EQ(stopping.best_epoch(), 0);
-}
-
-TEST(EarlyStoppingTest, MonitoredValueReadsOnlyWhatTheEpochMeasured) {
-  mpsd::v1::EpochMetrics epoch;
-  epoch.set_train_loss(0.7);
-  epoch.set_test_accuracy(0.9);  // not evaluated: not a value
-  EXPECT_EQ(MonitoredValue("train_loss", epoch), 0.7);
-  EXPECT_EQ(MonitoredValue("val_loss", epoch), std::nullopt);
-  EXPECT_EQ(MonitoredValue("test_accuracy", epoch), std::nullopt);
-  epoch.set_evaluated(true);
-  epoch.set_val_loss(0.4);
-  EXPECT_EQ(MonitoredValue("test_accuracy", epoch), 0.9);
-  EXPECT_EQ(MonitoredValue("val_loss", epoch), 0.4);
-  EXPECT_EQ(MonitoredValue("val_accuracy", epoch), std::nullopt);
-}
-
-// Multilabel and regression epochs: their metrics map holds every metric measured; a name it
-// lacks was not measured (a regression's accuracy fields are 0, not values).
-TEST(EarlyStoppingTest, MonitoredValueOfATaskReadsItsMetricsMap) {
-  mpsd::v1::EpochMetrics epoch;
-  epoch.set_train_loss(0.7);
-  epoch.set_evaluated(true);
-  epoch.set_val_loss(0.4);
-  (*epoch.mutable_metrics())["train_loss"] = 0.7;
-  (*epoch.mutable_metrics())["val_loss"] = 0.4;
-  (*epoch.mutable_metrics())["val_r2"] = 0.93;
-  EXPECT_EQ(MonitoredValue("val_r2", epoch), 0.93);
-  EXPECT_EQ(MonitoredValue("val_loss", epoch), 0.4);
-  EXPECT_EQ(MonitoredValue("test_r2", epoch), std::nullopt);
-  EXPECT_EQ(MonitoredValue("train_accuracy", epoch), std::nullopt);
-  EXPECT_EQ(MonitoredValue("test_accuracy", epoch), std::nullopt);
 }
 
 }  // namespace

@@ -462,7 +462,8 @@ class Client:
 
     def sweep(self, sweep_id: str, *, dataframe: bool = False):
         """A sweep's trials as rows, in trial order: one dict per trial with "trial", "job_id",
-        "state", each swept parameter (its path as key, its value typed as the job field it sets:
+        "state", "failure_reason" (its name, e.g. "EARLY_STOPPED" for a trial the sweep's
+        scheduler stopped, or None), each swept parameter (its path as key, its value typed as the job field it sets:
         0.01, 64, "convnet"), and the trial's summary metrics (val_loss, val_accuracy, test_loss,
         test_accuracy, best_epoch, best_value, final_train_loss, epochs, steps,
         samples_per_second, total_time_s, and for multilabel and regression the summary's
@@ -479,7 +480,9 @@ class Client:
             trial = self.get(job_id)
             summary = trial.summary
             row: Dict[str, Any] = {"trial": trial.trial.index, "job_id": trial.id,
-                                   "state": pb2.Job.State.Name(trial.state)}
+                                   "state": pb2.Job.State.Name(trial.state),
+                                   "failure_reason": (pb2.Job.FailureReason.Name(
+                                       trial.failure_reason) if trial.failure_reason else None)}
             for parameter in trial.trial.parameters:
                 row[parameter.path] = _typed_value(parameter.path, parameter.value)
             for metric in ("val_loss", "val_accuracy", "test_loss", "test_accuracy",

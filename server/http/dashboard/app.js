@@ -92,6 +92,10 @@ const KIND_NAMES = { BENCH_JOB: 'BenchJob', SWEEP: 'Sweep', EVAL_JOB: 'EvalJob',
 const kindName = (job) => KIND_NAMES[job.kind] || 'TrainJob';
 const camelToSnake = (key) => key.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
 const jobLink = (id, text) => el('a', { href: '#/jobs/' + encodeURIComponent(id), class: 'job-link' }, text === undefined ? id : text);
+// A job's state for a table: EARLY_STOPPED for a sweep trial its sweep's scheduler stopped
+// (CANCELLED with that failure reason: the rule working, not a cancel), as mpsctl shows it.
+const stateLabel = (job) => (job.state === 'CANCELLED' && job.failureReason === 'EARLY_STOPPED' ? 'EARLY_STOPPED' : job.state);
+const stateBadge = (job) => el('span', { class: 'state state-' + stateLabel(job), title: job.message || '' }, stateLabel(job));
 
 function banner(text, isError = false) {
   const node = document.getElementById('banner');
@@ -385,7 +389,7 @@ function jobCells(job, selected, onSelect) {
     el('td', { class: 'hide-narrow' }, kindName(job)),
     el('td', {}, jobModel(job)),
     el('td', { class: 'hide-narrow' }, jobDataset(job)),
-    el('td', {}, el('span', { class: 'state state-' + job.state }, job.state)),
+    el('td', {}, stateBadge(job)),
     progressCell(job),
     el('td', { class: 'hide-narrow' }, jobDevice(job)),
     el('td', { class: 'num hide-narrow' }, last.samplesPerSecond ? num(last.samplesPerSecond).toFixed(0) : ''),
@@ -825,7 +829,8 @@ function jobFacts(job) {
   const trial = job.trial || {};
   const progress = progressOf(job);
   return facts([
-    ['state', el('span', { class: 'state state-' + job.state, id: 'job-state' }, job.state)],
+    ['state', el('span', { class: 'state state-' + job.state, id: 'job-state', title: job.message || '' },
+      job.state + (job.failureReason ? ' (' + job.failureReason + ')' : ''))],
     ['name', jobName(job)], ['labels', jobLabels(job)],
     ['kind', kindName(job)], ['model', jobModel(job)], ['dataset', jobDataset(job)], ['device', jobDevice(job)],
     ['sweep', trial.sweepId ? el('span', {}, jobLink(trial.sweepId, 'job ' + trial.sweepId), ` trial ${num(trial.index)}`) : ''],
@@ -1323,7 +1328,7 @@ function sweepView(ctx, body, sweep, refresh) {
         return el('tr', { class: 'trial' + (best ? ' best' : ''), 'data-job-id': r.job.id },
           el('td', { class: 'num' }, String(rank + 1)), el('td', { class: 'num' }, String(num((r.job.trial || {}).index))),
           el('td', { class: 'num' }, jobLink(r.job.id)), paths.map((p) => el('td', { class: 'param' }, values[p] ?? '')),
-          el('td', {}, el('span', { class: 'state state-' + r.job.state }, r.job.state)),
+          el('td', {}, stateBadge(r.job)),
           shown.map((k) => el('td', { class: 'num' + (k === used ? ' ranked' : '') }, cell(k, r.m[k]))));
       }))));
     compareLink.href = '#/compare?ids=' + ranked.map((r) => r.job.id).join(',') + '&metric=loss&smoothing=0.6';
@@ -1730,7 +1735,7 @@ function comparePage(ctx, main, params) {
       el('tbody', {}, jobs.map((job, j) => {
         const m = trialMetrics(job);
         const s = job.summary || {};
-        return el('tr', {}, el('td', {}, jobLink(job.id, legends[j])), el('td', {}, el('span', { class: 'state state-' + job.state }, job.state)),
+        return el('tr', {}, el('td', {}, jobLink(job.id, legends[j])), el('td', {}, stateBadge(job)),
           shown.map((k) => el('td', { class: 'num' }, m[k] === undefined ? '' : SWEEP_METRICS[k].pct ? (100 * m[k]).toFixed(2) + '%' : k === 'time_s' ? fmtDuration(m[k]) : fmt(m[k], 4))),
           el('td', { class: 'num' }, s.bestEpoch ? `${s.bestEpoch} (${s.monitor} ${fmt(num(s.bestValue), 4)})` : ''));
       }))));

@@ -17,6 +17,7 @@
 #include "api/job_state.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "server/core/job_store.h"
 #include "tests/common/temp_dir.h"
@@ -472,6 +473,187 @@ TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
     EXPECT_EQ(scheduler->Get(id)->state(), Job::INTERRUPTED) << id;
     EXPECT_EQ(store_->GetJob(id)->message(), "interrupted: mpsd shut down");
   }
+}
+
+// SweepSpec.scheduler asha with grace_period 1 and reduction_factor 2 on 3-epoch trials: rungs at
+// epochs 1 and 2. The trials' val_loss per epoch, scripted, and what the rule makes of them:
+//   trial  epoch 1  epoch 2  epoch 3  rung 1 (cutoff)           rung 2 (cutoff)
+//   0      0.5      0.4      0.3      first there: on           first there: on  → SUCCEEDED
+//   1      0.9      (0.8)    (0.7)    0.5: stops                                 → EARLY_STOPPED
+//   2      0.45     0.6      (0.2)    0.7 (of 0.5 and 0.9): on  0.4: stops       → EARLY_STOPPED
+// The same one after another and fused (epoch events interleaved: 0, 1, 2 at each epoch).
+SubmitJobRequest AshaSweep(const std::string& fuse, int trials = 3) {
+  SubmitJobRequest request = SweepRequest(fuse, trials);
+  request.mutable_train_job()->set_epochs(3);
+  mpsd::v1::SweepScheduler* scheduler = request.mutable_sweep()->mutable_scheduler();
+  scheduler->set_type("asha");
+  scheduler->set_metric("val_loss");
+  scheduler->set_grace_period(1);
+  scheduler->set_reduction_factor(2);
+  return request;
+}
+
+FakeExecutor::Script Epochs(std::vector<double> losses, bool hold = false) {
+  FakeExecutor::Script script;
+  script.epoch_losses = std::move(losses);
+  script.hold = hold;
+  return script;
+}
+
+TEST_F(SchedulerTest, AshaStopsTrialsEarlyFusedOrNotAndTheSweepSucceeds) {
+  executor_.FuseUpTo(3);
+  for (const std::string fuse : {"off", "auto"}) {
+    SCOPED_TRACE(fuse);
+    executor_.QueueScript(Epochs({0.5, 0.4, 0.3}));
+    executor_.QueueScript(Epochs({0.9, 0.8, 0.7}));
+    executor_.QueueScript(Epochs({0.45, 0.6, 0.2}));
+    auto scheduler = Start();
+    ASSERT_TRUE(scheduler->Pause().ok());
+    const Job sweep = Submit(*scheduler, AshaSweep(fuse));
+    ASSERT_TRUE(scheduler->Resume().ok());
+    const Job done = WaitForEnd(*scheduler, sweep.id());
+    EXPECT_EQ(done.state(), Job::SUCCEEDED);
+    EXPECT_EQ(done.message(),
+              "1 of 3 trials succeeded; 2 were stopped early by the sweep's scheduler");
+    const std::vector<std::string> t(sweep.trial_job_ids().begin(), sweep.trial_job_ids().end());
+    if (fuse == "auto") EXPECT_THAT(executor_.fused_runs().back(), ElementsAre(t[0], t[1], t[2]));
+    const Job first = *scheduler->Get(t[0]);
+    EXPECT_EQ(first.state(), Job::SUCCEEDED);
+    EXPECT_EQ(first.last_epoch().epoch(), 3);
+    const Job second = *scheduler->Get(t[1]);
+    EXPECT_EQ(second.state(), Job::CANCELLED);
+    EXPECT_EQ(second.failure_reason(), Job::EARLY_STOPPED);
+    EXPECT_EQ(second.message(),
+              "asha stopped the trial at its rung of epoch 1: val_loss 0.9 is worse than the "
+              "cutoff 0.5 for the best 1/2 at this rung (1 trial(s) recorded there before it; "
+              "mode min, grace_period 1, reduction_factor 2)");
+    EXPECT_EQ(second.last_epoch().epoch(), 1);  // stopped at its next step: epoch 2 never came
+    const Job third = *scheduler->Get(t[2]);
+    EXPECT_EQ(third.state(), Job::CANCELLED);
+    EXPECT_EQ(third.failure_reason(), Job::EARLY_STOPPED);
+    EXPECT_THAT(third.message(), HasSubstr("rung of epoch 2: val_loss 0.6 is worse than the "
+                                           "cutoff 0.4"));
+    EXPECT_EQ(third.last_epoch().epoch(), 2);
+    scheduler->Shutdown();
+    EXPECT_THAT(LogTexts(*store_, t[1]),
+                ::testing::Contains(absl::StrCat(
+                    "early stopped by the scheduler of sweep ", sweep.id(), ": ", second.message(),
+                    "; the trial stops at its next step and ends CANCELLED (EARLY_STOPPED)")));
+    // The stored state event says so too.
+    absl::StatusOr<std::vector<JobEvent>> events = store_->ReadEvents(t[1], 0, 1000);
+    ASSERT_TRUE(events.ok());
+    EXPECT_EQ(events->back().state().failure_reason(), Job::EARLY_STOPPED);
+  }
+}
+
+// Without a scheduler the same trials all run to their end.
+TEST_F(SchedulerTest, WithoutASchedulerNoTrialStopsEarly) {
+  executor_.QueueScript(Epochs({0.5, 0.4, 0.3}));
+  executor_.QueueScript(Epochs({0.9, 0.8, 0.7}));
+  auto scheduler = Start();
+  SubmitJobRequest request = AshaSweep("off", 2);
+  request.mutable_sweep()->clear_scheduler();
+  const Job sweep = Submit(*scheduler, request);
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).message(), "all 2 trials succeeded");
+  EXPECT_EQ(scheduler->Get(sweep.trial_job_ids(1))->last_epoch().epoch(), 3);
+}
+
+// A trial's user cancel stays a cancel; a sweep with a cancelled trial and early-stopped ones
+// ends CANCELLED, counting only the cancelled one as unfinished.
+TEST_F(SchedulerTest, AUserCancelIsNotAnEarlyStop) {
+  executor_.QueueScript(Epochs({0.5, 0.4, 0.3}, /*hold=*/true));
+  executor_.QueueScript(Epochs({0.9, 0.8, 0.7}));
+  auto scheduler = Start();
+  const Job sweep = Submit(*scheduler, AshaSweep("off", 3));
+  ASSERT_TRUE(executor_.WaitUntilHeld());
+  ASSERT_TRUE(scheduler->Cancel(sweep.trial_job_ids(0)).ok());
+  const Job cancelled = WaitForEnd(*scheduler, sweep.trial_job_ids(0));
+  EXPECT_EQ(cancelled.failure_reason(), Job::FAILURE_REASON_UNSPECIFIED);
+  EXPECT_EQ(cancelled.message(), "cancelled by request");
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.trial_job_ids(1)).failure_reason(), Job::EARLY_STOPPED);
+  const Job done = WaitForEnd(*scheduler, sweep.id());
+  EXPECT_EQ(done.state(), Job::CANCELLED);
+  EXPECT_EQ(done.message(), "1 of 3 trials did not finish (cancelled or interrupted)");
+}
+
+// The rule's state outlives a restart: rebuilt from the stored epoch events, it stops the trial
+// that runs after the restart as it would have without one (a fresh rule would let it go on: it
+// would be the first at rung 1).
+TEST_F(SchedulerTest, TheRuleIsRebuiltFromStoredEpochsAfterARestart) {
+  executor_.QueueScript(Epochs({0.5, 0.4, 0.3}, /*hold=*/true));
+  executor_.QueueScript(Epochs({0.9, 0.8, 0.7}));
+  Job sweep;
+  {
+    auto scheduler = Start();
+    sweep = Submit(*scheduler, AshaSweep("off", 2));
+    ASSERT_TRUE(executor_.WaitUntilHeld());
+    ASSERT_TRUE(scheduler->Pause().ok());  // the second trial waits for the restart
+    executor_.Release();
+    EXPECT_EQ(WaitForEnd(*scheduler, sweep.trial_job_ids(0)).state(), Job::SUCCEEDED);
+    scheduler->Shutdown();
+  }
+  EXPECT_EQ(store_->GetJob(sweep.trial_job_ids(1))->state(), Job::QUEUED);
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Resume().ok());
+  const Job second = WaitForEnd(*scheduler, sweep.trial_job_ids(1));
+  EXPECT_EQ(second.state(), Job::CANCELLED);
+  EXPECT_EQ(second.failure_reason(), Job::EARLY_STOPPED);
+  EXPECT_THAT(second.message(), HasSubstr("val_loss 0.9 is worse than the cutoff 0.5"));
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+}
+
+// What a daemon killed just after its sweep's rule stopped a trial leaves: the trial RUNNING, its
+// stopping epoch stored. At the next start the rebuilt rule stops it again from the stored
+// epochs, so it ends EARLY_STOPPED (not INTERRUPTED), and the sweep SUCCEEDED.
+TEST_F(SchedulerTest, ATrialStoppedWhenTheDaemonDiedEndsEarlyStoppedAtTheNextStart) {
+  Job sweep;
+  {
+    auto scheduler = Start();
+    ASSERT_TRUE(scheduler->Pause().ok());
+    sweep = Submit(*scheduler, AshaSweep("off", 2));
+    scheduler->Shutdown();
+  }
+  ASSERT_TRUE(store_->PutSetting("queue_paused", "0").ok());
+  int64_t time_us = 1700000000000000;
+  const auto stored = [&](const std::string& id, Job::State state,
+                          const std::vector<double>& losses) {
+    Job job = *store_->GetJob(id);
+    std::vector<JobEvent> events;
+    const auto add = [&](JobEvent event) {
+      event.set_job_id(id);
+      event.set_seq(job.last_seq() + 1);
+      *event.mutable_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(time_us++);
+      job.set_last_seq(event.seq());
+      events.push_back(event);
+    };
+    JobEvent running;
+    running.mutable_state()->set_state(Job::RUNNING);
+    add(running);
+    for (size_t i = 0; i < losses.size(); ++i) {
+      JobEvent epoch;
+      epoch.mutable_epoch()->set_epoch(static_cast<int>(i) + 1);
+      epoch.mutable_epoch()->set_val_loss(losses[i]);
+      *job.mutable_last_epoch() = epoch.epoch();
+      add(epoch);
+    }
+    if (state != Job::RUNNING) {
+      JobEvent end;
+      end.mutable_state()->set_state(state);
+      add(end);
+    }
+    job.set_state(state);
+    ASSERT_TRUE(store_->Commit({job}, events).ok());
+  };
+  stored(sweep.trial_job_ids(0), Job::SUCCEEDED, {0.5, 0.4, 0.3});
+  stored(sweep.trial_job_ids(1), Job::RUNNING, {0.9});  // rung 1, cutoff 0.5: stopped
+  auto scheduler = Start();
+  const Job stopped = *scheduler->Get(sweep.trial_job_ids(1));
+  EXPECT_EQ(stopped.state(), Job::CANCELLED);
+  EXPECT_EQ(stopped.failure_reason(), Job::EARLY_STOPPED);
+  EXPECT_THAT(stopped.message(), HasSubstr("val_loss 0.9 is worse than the cutoff 0.5"));
+  EXPECT_THAT(stopped.message(), HasSubstr("; mpsd stopped before the trial ended"));
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+  EXPECT_TRUE(executor_.runs().empty());
 }
 
 // A name that would display as another (a right-to-left override reversing "gpj.exe", a

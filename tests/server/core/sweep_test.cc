@@ -237,5 +237,36 @@ TEST(SweepTest, FusionSettingsOnASweepOfAnotherJobKindAreRefused) {
   }
 }
 
+// sweep.scheduler is read against the trials' epochs, the largest of them when epochs is swept
+// (a trial of fewer epochs simply ends sooner); only a TrainJob's trials take it.
+TEST(SweepTest, TheSchedulerIsCheckedAgainstTheTrialsEpochs) {
+  SubmitJobRequest request = Base();
+  Grid(request, "optimizer.learning_rate", {"0.1", "0.01"});
+  mpsd::v1::SweepScheduler* scheduler = request.mutable_sweep()->mutable_scheduler();
+  scheduler->set_type("asha");
+  scheduler->set_metric("val_loss");
+  // epochs unset: 1, its default: no epoch before the last to stop a trial at.
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.scheduler.grace_period: 1 leaves no epoch to stop a trial at"));
+  request.mutable_train_job()->set_epochs(2);
+  EXPECT_TRUE(ExpandSweep(request).ok());
+  scheduler->set_grace_period(2);
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.scheduler.grace_period: 2 leaves"));
+  Grid(request, "epochs", {"1", "3"});
+  absl::StatusOr<std::vector<SweepTrialRequest>> trials = ExpandSweep(request);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  EXPECT_EQ(MaxTrialEpochs(*trials), 3);
+  EXPECT_FALSE(trials->front().request.has_sweep());
+  scheduler->set_reduction_factor(1);
+  EXPECT_EQ(Message(ExpandSweep(request)), "sweep.scheduler.reduction_factor: must be >= 2, got 1");
+
+  SubmitJobRequest bench;
+  bench.mutable_bench_job()->add_models("mlp");
+  Grid(bench, "iters", {"5", "10"});
+  bench.mutable_sweep()->mutable_scheduler()->set_type("asha");
+  EXPECT_THAT(Message(ExpandSweep(bench)),
+              HasSubstr("sweep.scheduler: only a TrainJob's trials report epochs"));
+}
+
 }  // namespace
 }  // namespace mpsd::server

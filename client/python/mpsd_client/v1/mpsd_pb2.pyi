@@ -449,6 +449,7 @@ class Job(_message.Message):
     DEPENDENCY_FAILED: Job.FailureReason
     DISK_FULL: Job.FailureReason
     DIVERGED: Job.FailureReason
+    EARLY_STOPPED: Job.FailureReason
     EFFECTIVE_SPEC_FIELD_NUMBER: _ClassVar[int]
     EVAL_JOB: Job.Kind
     EXECUTOR_CRASHED: Job.FailureReason
@@ -1126,17 +1127,35 @@ class SweepParameter(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, path: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ..., choice: _Optional[_Iterable[str]] = ..., uniform: _Optional[_Iterable[float]] = ..., log_uniform: _Optional[_Iterable[float]] = ...) -> None: ...
 
+class SweepScheduler(_message.Message):
+    __slots__ = ["grace_period", "metric", "min_samples_required", "mode", "reduction_factor", "type"]
+    GRACE_PERIOD_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    MIN_SAMPLES_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    REDUCTION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    grace_period: int
+    metric: str
+    min_samples_required: int
+    mode: str
+    reduction_factor: int
+    type: str
+    def __init__(self, type: _Optional[str] = ..., metric: _Optional[str] = ..., mode: _Optional[str] = ..., grace_period: _Optional[int] = ..., reduction_factor: _Optional[int] = ..., min_samples_required: _Optional[int] = ...) -> None: ...
+
 class SweepSpec(_message.Message):
-    __slots__ = ["data_order", "fuse", "grid", "random"]
+    __slots__ = ["data_order", "fuse", "grid", "random", "scheduler"]
     DATA_ORDER_FIELD_NUMBER: _ClassVar[int]
     FUSE_FIELD_NUMBER: _ClassVar[int]
     GRID_FIELD_NUMBER: _ClassVar[int]
     RANDOM_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
     data_order: str
     fuse: str
     grid: _containers.RepeatedCompositeFieldContainer[SweepParameter]
     random: RandomSearch
-    def __init__(self, grid: _Optional[_Iterable[_Union[SweepParameter, _Mapping]]] = ..., random: _Optional[_Union[RandomSearch, _Mapping]] = ..., fuse: _Optional[str] = ..., data_order: _Optional[str] = ...) -> None: ...
+    scheduler: SweepScheduler
+    def __init__(self, grid: _Optional[_Iterable[_Union[SweepParameter, _Mapping]]] = ..., random: _Optional[_Union[RandomSearch, _Mapping]] = ..., fuse: _Optional[str] = ..., data_order: _Optional[str] = ..., scheduler: _Optional[_Union[SweepScheduler, _Mapping]] = ...) -> None: ...
 
 class SweepTrial(_message.Message):
     __slots__ = ["index", "parameters", "sweep_id"]

@@ -1,0 +1,23 @@
+// Epoch metrics by name (epoch_metric.h).
+#include "api/epoch_metric.h"
+
+namespace mpsd::api {
+
+std::optional<double> EpochMetricValue(const std::string& name,
+                                       const mpsd::v1::EpochMetrics& epoch) {
+  // multilabel and regression: their map holds every metric measured (none other is).
+  if (!epoch.metrics().empty()) {
+    const auto found = epoch.metrics().find(name);
+    if (found == epoch.metrics().end()) return std::nullopt;
+    return found->second;
+  }
+  if (name == "train_loss") return epoch.train_loss();
+  if (name == "train_accuracy") return epoch.train_accuracy();
+  if (name == "val_loss" && epoch.has_val_loss()) return epoch.val_loss();
+  if (name == "val_accuracy" && epoch.has_val_accuracy()) return epoch.val_accuracy();
+  if (name == "test_loss" && epoch.evaluated()) return epoch.test_loss();
+  if (name == "test_accuracy" && epoch.evaluated()) return epoch.test_accuracy();
+  return std::nullopt;
+}
+
+}  // namespace mpsd::api

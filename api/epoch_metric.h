@@ -1,0 +1,26 @@
+// An epoch metric by name ("val_loss", "train_accuracy", "val_r2", "val_<user metric>"), read
+// from an EpochMetrics event: the names TrainJob.early_stopping.monitor, checkpoint.keep_best and
+// SweepSpec.scheduler.metric take. One reader for the trainer (early stopping, best epoch) and
+// the daemon (a sweep's scheduler), so that both read the same value.
+#ifndef MPSD_API_EPOCH_METRIC_H_
+#define MPSD_API_EPOCH_METRIC_H_
+
+#include <optional>
+#include <string>
+
+#include "mpsd/v1/mpsd.pb.h"
+
+namespace mpsd::api {
+
+// The value of the metric `name` in `epoch`, or nullopt when the epoch did not measure it (an
+// evaluation eval_every_epochs skipped, a job without a validation split, a name the job does
+// not report). A job with a metrics map (multilabel, regression, TrainJob.metrics) is read from
+// the map alone; a classification job without one from the fixed fields (train_loss,
+// train_accuracy, val_loss, val_accuracy when set, test_loss and test_accuracy when
+// `evaluated`). Pure; thread-safe.
+std::optional<double> EpochMetricValue(const std::string& name,
+                                       const mpsd::v1::EpochMetrics& epoch);
+
+}  // namespace mpsd::api
+
+#endif  // MPSD_API_EPOCH_METRIC_H_

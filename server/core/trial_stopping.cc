@@ -1,0 +1,277 @@
+// ASHA and the median stopping rule over a sweep's trials (trial_stopping.h), and the reading
+// of SweepSpec.scheduler.
+#include "server/core/trial_stopping.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "api/epoch_metric.h"
+
+namespace mpsd::server {
+namespace {
+
+absl::Status Refuse(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("sweep.scheduler.", field, ": ", why));
+}
+
+std::string Quoted(const std::string& text) {
+  return absl::StrCat("\"", absl::CHexEscape(text.substr(0, 64)), "\"");
+}
+
+// SweepScheduler.mode's default from the metric's name; nullopt when the name does not say.
+std::optional<bool> MaximizeByName(const std::string& metric) {
+  for (const char* lower : {"loss", "_mse", "_mae"}) {
+    if (absl::EndsWith(metric, lower)) return false;
+  }
+  for (const char* higher : {"_accuracy", "_f1", "_r2"}) {
+    if (absl::EndsWith(metric, higher)) return true;
+  }
+  return std::nullopt;
+}
+
+absl::Status ReadMode(const mpsd::v1::SweepScheduler& s, TrialStoppingConfig& config) {
+  if (s.mode() == "min" || s.mode() == "max") {
+    config.maximize = s.mode() == "max";
+    return absl::OkStatus();
+  }
+  if (!s.mode().empty()) {
+    return Refuse("mode", absl::StrCat("must be min or max, got ", Quoted(s.mode())));
+  }
+  const std::optional<bool> maximize = MaximizeByName(config.metric);
+  if (!maximize.has_value()) {
+    return Refuse("mode", absl::StrCat("required for the metric ", Quoted(config.metric),
+                                       ": min (lower is better) or max; only names ending in "
+                                       "loss, _mse, _mae (min) or _accuracy, _f1, _r2 (max) "
+                                       "have a default"));
+  }
+  config.maximize = *maximize;
+  return absl::OkStatus();
+}
+
+// grace_period, reduction_factor and min_samples_required: ranges, and set only for the rule
+// that uses them.
+absl::Status ReadNumbers(const mpsd::v1::SweepScheduler& s, TrialStoppingConfig& config) {
+  const bool asha = config.rule == TrialStoppingConfig::Rule::kAsha;
+  if (s.has_grace_period()) {
+    if (s.grace_period() < 1) {
+      return Refuse("grace_period", absl::StrCat("must be >= 1 (epochs), got ", s.grace_period()));
+    }
+    config.grace_period = s.grace_period();
+  }
+  if (s.has_reduction_factor()) {
+    if (!asha) return Refuse("reduction_factor", "only type asha takes it, not median_stopping");
+    if (s.reduction_factor() < 2) {
+      return Refuse("reduction_factor", absl::StrCat("must be >= 2, got ", s.reduction_factor()));
+    }
+    config.reduction_factor = s.reduction_factor();
+  }
+  if (s.has_min_samples_required()) {
+    if (asha) return Refuse("min_samples_required", "only type median_stopping takes it, not asha");
+    if (s.min_samples_required() < 1) {
+      return Refuse("min_samples_required",
+                    absl::StrCat("must be >= 1, got ", s.min_samples_required()));
+    }
+    config.min_samples_required = s.min_samples_required();
+  }
+  // No trial is stopped at its last epoch: the first epoch a stop can happen at must lie below.
+  const int64_t first_stop = asha ? config.grace_period : int64_t{config.grace_period} + 1;
+  if (first_stop >= config.max_epochs) {
+    return Refuse("grace_period",
+                  absl::StrCat(config.grace_period, " leaves no epoch to stop a trial at: ",
+                               asha ? "asha's first rung is at epoch grace_period"
+                                    : "median_stopping stops trials only after epoch grace_period",
+                               ", the trials train ", config.max_epochs,
+                               " epoch(s), and no trial is stopped at its last epoch"));
+  }
+  return absl::OkStatus();
+}
+
+// Linear interpolation as numpy's _lerp (numpy/lib/function_base.py), which quantile's "linear"
+// method uses: from the nearer end, so that t = 1 gives b exactly.
+double Lerp(double a, double b, double t) {
+  return t >= 0.5 ? b - (b - a) * (1 - t) : a + (b - a) * t;
+}
+
+// numpy.nanpercentile(values, q × 100) with the default "linear" method: the NaNs left out,
+// the virtual index q × (n - 1) into the sorted values. nullopt when no value is left (Ray's
+// cutoff is then None, or NaN, and nothing is cut).
+std::optional<double> LinearQuantile(std::vector<double> values, double q) {
+  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return std::isnan(v); }),
+               values.end());
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  const double index = q * static_cast<double>(values.size() - 1);
+  const size_t below = static_cast<size_t>(std::floor(index));
+  if (below + 1 >= values.size()) return values.back();
+  return Lerp(values[below], values[below + 1], index - static_cast<double>(below));
+}
+
+// A value in the metric's own units from its compared form.
+double Shown(const TrialStoppingConfig& config, double compared) {
+  return config.maximize ? compared : -compared;
+}
+
+const char* ModeName(const TrialStoppingConfig& config) { return config.maximize ? "max" : "min"; }
+
+}  // namespace
+
+absl::StatusOr<std::optional<TrialStoppingConfig>> ReadTrialStopping(
+    const mpsd::v1::SweepSpec& sweep, int max_epochs) {
+  if (!sweep.has_scheduler()) return std::nullopt;
+  const mpsd::v1::SweepScheduler& s = sweep.scheduler();
+  TrialStoppingConfig config;
+  config.max_epochs = max_epochs;
+  if (s.type() == "asha") {
+    config.rule = TrialStoppingConfig::Rule::kAsha;
+  } else if (s.type() == "median_stopping") {
+    config.rule = TrialStoppingConfig::Rule::kMedianStopping;
+  } else {
+    return Refuse("type", s.type().empty() ? std::string("required: asha or median_stopping")
+                                           : absl::StrCat("must be asha or median_stopping, got ",
+                                                          Quoted(s.type())));
+  }
+  if (s.metric().empty()) {
+    return Refuse("metric",
+                  "required: an epoch metric such as val_loss or val_accuracy (the "
+                  "names early_stopping.monitor takes)");
+  }
+  config.metric = s.metric();
+  if (absl::Status mode = ReadMode(s, config); !mode.ok()) return mode;
+  if (absl::Status numbers = ReadNumbers(s, config); !numbers.ok()) return numbers;
+  return config;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ASHA
+
+AshaRule::AshaRule(const TrialStoppingConfig& config) : config_(config) {
+  for (int64_t epoch = config.grace_period; epoch < config.max_epochs;
+       epoch *= config.reduction_factor) {
+    Rung rung;
+    rung.epoch = static_cast<int>(epoch);
+    rungs_.insert(rungs_.begin(), std::move(rung));  // highest first
+  }
+}
+
+std::vector<int> AshaRule::rung_epochs() const {
+  std::vector<int> epochs;
+  for (auto it = rungs_.rbegin(); it != rungs_.rend(); ++it) epochs.push_back(it->epoch);
+  return epochs;
+}
+
+StopDecision AshaRule::OnResult(const std::string& trial, int epoch, double value) {
+  const double compared = config_.maximize ? value : -value;
+  // Ray's q: nanpercentile(recorded, (1 - 1/rf) * 100), which divides by 100 again.
+  const double q = (1.0 - 1.0 / config_.reduction_factor) * 100.0 / 100.0;
+  for (Rung& rung : rungs_) {
+    if (epoch < rung.epoch || rung.recorded.count(trial) > 0) continue;
+    std::vector<double> before;
+    for (const auto& [id, recorded] : rung.recorded) before.push_back(recorded);
+    const std::optional<double> cutoff = LinearQuantile(before, q);
+    rung.recorded[trial] = compared;
+    StopDecision decision;
+    decision.stop = cutoff.has_value() && compared < *cutoff;
+    if (!decision.stop) return decision;
+    decision.reason = absl::StrFormat(
+        "asha stopped the trial at its rung of epoch %d: %s %.6g%s is worse than the cutoff "
+        "%.6g for the best 1/%d at this rung (%d trial(s) recorded there before it; mode %s, "
+        "grace_period %d, reduction_factor %d)",
+        rung.epoch, config_.metric, value,
+        epoch == rung.epoch ? std::string() : absl::StrCat(" (epoch ", epoch, ")"),
+        Shown(config_, *cutoff), config_.reduction_factor, static_cast<int>(before.size()),
+        ModeName(config_), config_.grace_period, config_.reduction_factor);
+    return decision;
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Median stopping
+
+MedianStoppingRule::MedianStoppingRule(const TrialStoppingConfig& config) : config_(config) {}
+
+std::optional<double> MedianStoppingRule::RunningMean(const std::map<int, double>& results,
+                                                      int epoch) const {
+  double sum = 0;
+  int count = 0;
+  for (auto it = results.lower_bound(config_.grace_period);
+       it != results.end() && it->first <= epoch; ++it) {
+    sum += it->second;
+    ++count;
+  }
+  if (count == 0) return std::nullopt;
+  return sum / count;
+}
+
+StopDecision MedianStoppingRule::OnResult(const std::string& trial, int epoch, double value) {
+  if (std::isnan(value)) return {};
+  std::map<int, double>& mine = results_[trial];
+  mine[epoch] = config_.maximize ? value : -value;
+  if (epoch <= config_.grace_period) return {};
+  std::vector<double> means;
+  for (const auto& [id, results] : results_) {
+    if (id == trial || results.empty() || results.rbegin()->first < epoch) continue;
+    const std::optional<double> mean = RunningMean(results, epoch);
+    if (!mean.has_value()) return {};  // Ray's median is NaN then: nothing stops
+    means.push_back(*mean);
+  }
+  if (static_cast<int>(means.size()) < config_.min_samples_required) return {};
+  std::sort(means.begin(), means.end());
+  const size_t middle = means.size() / 2;
+  const double median =
+      means.size() % 2 == 1 ? means[middle] : (means[middle - 1] + means[middle]) / 2;
+  double best = mine.begin()->second;
+  for (const auto& [e, v] : mine) best = std::max(best, v);
+  StopDecision decision;
+  decision.stop = best < median;
+  if (!decision.stop) return decision;
+  decision.reason = absl::StrFormat(
+      "median_stopping stopped the trial at epoch %d: its best %s so far, %.6g, is worse than "
+      "the cutoff %.6g, the median of the running means (epochs %d to %d) of the %d other "
+      "trial(s) that reached epoch %d (mode %s, grace_period %d, min_samples_required %d)",
+      epoch, config_.metric, Shown(config_, best), Shown(config_, median), config_.grace_period,
+      epoch, static_cast<int>(means.size()), epoch, ModeName(config_), config_.grace_period,
+      config_.min_samples_required);
+  return decision;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::unique_ptr<TrialStoppingRule> MakeTrialStoppingRule(const TrialStoppingConfig& config) {
+  if (config.rule == TrialStoppingConfig::Rule::kAsha) return std::make_unique<AshaRule>(config);
+  return std::make_unique<MedianStoppingRule>(config);
+}
+
+SweepStopper::SweepStopper(const TrialStoppingConfig& config)
+    : config_(config), rule_(MakeTrialStoppingRule(config)) {}
+
+StopDecision SweepStopper::Observe(const std::string& trial, int trial_epochs,
+                                   const mpsd::v1::EpochMetrics& epoch) {
+  const std::optional<double> value = api::EpochMetricValue(config_.metric, epoch);
+  if (!value.has_value()) return {};
+  StopDecision decision = rule_->OnResult(trial, epoch.epoch(), *value);
+  if (epoch.epoch() >= trial_epochs) return {};
+  return decision;
+}
+
+std::string SweepStopper::Describe() const {
+  if (config_.rule == TrialStoppingConfig::Rule::kAsha) {
+    return absl::StrFormat("asha on %s (%s; rungs at epochs %s, reduction_factor %d)",
+                           config_.metric, ModeName(config_),
+                           absl::StrJoin(AshaRule(config_).rung_epochs(), ", "),
+                           config_.reduction_factor);
+  }
+  return absl::StrFormat(
+      "median_stopping on %s (%s; after epoch %d, once %d other trial(s) reached the epoch)",
+      config_.metric, ModeName(config_), config_.grace_period, config_.min_samples_required);
+}
+
+}  // namespace mpsd::server
