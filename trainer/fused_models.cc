@@ -2,6 +2,7 @@
 // operators over the zoo model's parameter names (trainer/models/simple.cc registers them so).
 #include "trainer/fused_models.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -217,6 +218,11 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
           }
           op.p.push_back(dropout[k][dropout_layer]);
         }
+        {
+          std::vector<float> keep;
+          for (const double p : op.p) keep.push_back(static_cast<float>(1 - p));
+          op.keep = torch::tensor(keep, torch::kFloat32).to(device);
+        }
         ++dropout_layer;
         break;
     }
@@ -235,10 +241,52 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
 
 torch::Tensor FusedModel::Forward(const torch::Tensor& inputs,
                                   std::vector<at::Generator>& generators) {
-  TORCH_CHECK(inputs.dim() >= 2 && inputs.size(0) == trials_, "FusedModel: expected inputs [",
-              trials_, ", N, ...], got ", inputs.sizes());
   TORCH_CHECK(static_cast<int>(generators.size()) == trials_, "FusedModel: ", trials_,
               " generators needed");
+  const int64_t n = inputs.dim() >= 2 ? inputs.size(1) : 0;
+  return Run(inputs, [&](const Op& op, const torch::Tensor& x) {
+    std::vector<torch::Tensor> noise;
+    if (op.kind == Op::Kind::kDropout2d) {
+      const int64_t channels = x.size(1) / trials_;
+      for (int k = 0; k < trials_; ++k) {
+        noise.push_back(Noise({n, channels, 1, 1}, op.p[k], generators[k], x.options()));
+      }
+      return torch::cat(noise, /*dim=*/1);
+    }
+    for (int k = 0; k < trials_; ++k) {
+      noise.push_back(Noise({n, x.size(2)}, op.p[k], generators[k], x.options()));
+    }
+    return torch::stack(noise);
+  });
+}
+
+torch::Tensor FusedModel::Forward(const torch::Tensor& inputs, at::Generator& generator) {
+  return Run(inputs, [&](const Op& op, const torch::Tensor& x) {
+    if (std::all_of(op.p.begin(), op.p.end(), [](double p) { return p == 0; })) {
+      return torch::Tensor();
+    }
+    const int64_t k_trials = trials_;
+    if (op.kind == Op::Kind::kDropout2d) {
+      // x [N, K·C, H, W]: one draw per (example, trial, channel).
+      const int64_t n = x.size(0);
+      const torch::Tensor keep = op.keep.view({1, k_trials, 1});
+      torch::Tensor noise = torch::empty({n, k_trials, x.size(1) / k_trials}, x.options());
+      noise.bernoulli_(keep, generator);
+      return noise.div_(keep).view({n, x.size(1), 1, 1});
+    }
+    // x [K, N, F].
+    const torch::Tensor keep = op.keep.view({k_trials, 1, 1});
+    torch::Tensor noise = torch::empty(x.sizes(), x.options());
+    noise.bernoulli_(keep, generator);
+    return noise.div_(keep);
+  });
+}
+
+torch::Tensor FusedModel::Run(
+    const torch::Tensor& inputs,
+    const std::function<torch::Tensor(const Op&, const torch::Tensor&)>& noise) {
+  TORCH_CHECK(inputs.dim() >= 2 && inputs.size(0) == trials_, "FusedModel: expected inputs [",
+              trials_, ", N, ...], got ", inputs.sizes());
   const int64_t k_trials = trials_;
   const int64_t n = inputs.size(1);
   // Trial-major [K, N, ...] until the first convolution; channel-fused [N, K·C, H, W] while
@@ -299,21 +347,14 @@ torch::Tensor FusedModel::Forward(const torch::Tensor& inputs,
         break;
       case Op::Kind::kDropout2d: {
         TORCH_CHECK(channel_fused && x.dim() == 4, "FusedModel: dropout2d expects [N, K·C, H, W]");
-        const int64_t channels = x.size(1) / k_trials;
-        std::vector<torch::Tensor> noise;
-        for (int k = 0; k < trials_; ++k) {
-          noise.push_back(Noise({n, channels, 1, 1}, op.p[k], generators[k], x.options()));
-        }
-        x = x * torch::cat(noise, /*dim=*/1);
+        const torch::Tensor mask = noise(op, x);
+        if (mask.defined()) x = x * mask;
         break;
       }
       case Op::Kind::kDropout: {
         TORCH_CHECK(!channel_fused && x.dim() == 3, "FusedModel: dropout expects [K, N, F]");
-        std::vector<torch::Tensor> noise;
-        for (int k = 0; k < trials_; ++k) {
-          noise.push_back(Noise({n, x.size(2)}, op.p[k], generators[k], x.options()));
-        }
-        x = x * torch::stack(noise);
+        const torch::Tensor mask = noise(op, x);
+        if (mask.defined()) x = x * mask;
         break;
       }
       case Op::Kind::kFlatten:

@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,18 @@ class FusedModel {
   // are the same. BatchNorm runs in training mode (batch statistics, running statistics
   // updated). Throws c10::Error for LibTorch failures.
   torch::Tensor Forward(const torch::Tensor& inputs, std::vector<at::Generator>& generators);
+
+  // The same forward pass with every trial's dropout masks drawn in one kernel per layer from
+  // `generator` (the batched step, trainer/fused_step.h: on CUDA the device's default generator,
+  // which a CUDA graph advances per replay): keep ~ Bernoulli(1 − p_k) over the whole [K, N, F]
+  // (dropout) or [N, K, C] (dropout2d's per-channel noise) activation, each trial's 1 − p_k read
+  // from a [K] float32 tensor made on the device at Create, divided by 1 − p_k; no mask at all
+  // when every trial's p is 0. Same distribution as Forward's, other numbers. Allocates and
+  // copies nothing from the host (capturable). Throws c10::Error for LibTorch failures.
+  torch::Tensor Forward(const torch::Tensor& inputs, at::Generator& generator);
+
+  // The fused buffers (BatchNorm's running statistics and counts), to snapshot around a warm-up.
+  const std::vector<torch::Tensor>& buffers() const { return buffers_; }
 
   // The fused parameters, leaves with requires_grad: each one's dim 0 is trial-major, so
   // view({K, -1})[k] is trial k's tensor flattened (the fused optimizer's layout).
@@ -85,7 +98,11 @@ class FusedModel {
     double momentum = 0.1;  // kBatchNorm2d, BatchNorm2dOptions' defaults
     double eps = 1e-5;
     std::vector<double> p;  // kDropout, kDropout2d: each trial's probability
+    torch::Tensor keep;     // kDropout, kDropout2d: [K] float32 on the device, 1 − p
   };
+  // Forward's body; `noise(op, x)` returns the dropout multiplier for `x` (undefined: none).
+  torch::Tensor Run(const torch::Tensor& inputs,
+                    const std::function<torch::Tensor(const Op&, const torch::Tensor&)>& noise);
   FusedModel() = default;
 
   int trials_ = 0;

@@ -21,6 +21,9 @@ enum Row : int64_t {
   kRows,
 };
 
+static_assert(static_cast<int64_t>(Row::kRows) == FusedOptimizer::kRows,
+              "FusedOptimizer::kRows is the number of rows");
+
 }  // namespace
 
 FusedOptimizer::FusedOptimizer(OptimizerKind kind, bool nesterov,
@@ -38,15 +41,8 @@ void FusedOptimizer::ZeroGrad() {
   }
 }
 
-void FusedOptimizer::Step(const std::vector<TrialHyperparameters>& hyper) {
-  TORCH_CHECK(static_cast<int>(hyper.size()) == trials_, "FusedOptimizer: ", trials_,
-              " trials' hyperparameters needed, got ", hyper.size());
-  torch::NoGradGuard no_grad;
-  ++steps_;
-  // The table in double on the host, as LibTorch computes these scalars, then float32 on the
-  // device (LibTorch's scalars are cast to the tensors' float32 inside each kernel too).
-  torch::Tensor table = torch::empty({kRows, trials_}, torch::kFloat64);
-  auto t = table.accessor<double, 2>();
+void FusedOptimizer::FillRows(const std::vector<TrialHyperparameters>& hyper, int64_t step,
+                              torch::TensorAccessor<double, 2> t) const {
   const bool sgd = kind_ == OptimizerKind::kSgd;
   for (int k = 0; k < trials_; ++k) {
     const TrialHyperparameters& h = hyper[k];
@@ -57,8 +53,8 @@ void FusedOptimizer::Step(const std::vector<TrialHyperparameters>& hyper) {
       t[kWeightDecay][k] = wd;
       t[kMomentum][k] = h.momentum;
     } else {
-      const double correction1 = 1 - std::pow(h.beta1, static_cast<double>(steps_));
-      const double correction2 = 1 - std::pow(h.beta2, static_cast<double>(steps_));
+      const double correction1 = 1 - std::pow(h.beta1, static_cast<double>(step));
+      const double correction2 = 1 - std::pow(h.beta2, static_cast<double>(step));
       t[kLearningRate][k] = -lr / correction1;
       t[kWeightDecay][k] = kind_ == OptimizerKind::kAdamW ? 1 - lr * wd : wd;
       t[kMomentum][k] = h.beta1;
@@ -70,22 +66,85 @@ void FusedOptimizer::Step(const std::vector<TrialHyperparameters>& hyper) {
     }
     t[kActive][k] = h.active ? 1.0 : 0.0;
   }
+}
+
+void FusedOptimizer::Step(const std::vector<TrialHyperparameters>& hyper) {
+  TORCH_CHECK(static_cast<int>(hyper.size()) == trials_, "FusedOptimizer: ", trials_,
+              " trials' hyperparameters needed, got ", hyper.size());
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  // The table in double on the host, as LibTorch computes these scalars, then float32 on the
+  // device (LibTorch's scalars are cast to the tensors' float32 inside each kernel too).
+  torch::Tensor table = torch::zeros({kRows, trials_}, torch::kFloat64);
+  FillRows(hyper, steps_, table.accessor<double, 2>());
   if (parameters_.empty()) return;
   const torch::Tensor rows =
       table.to(torch::kFloat32).to(parameters_.front().device()).unsqueeze(2);  // [rows, K, 1]
+  bool any_frozen = false;
+  for (const TrialHyperparameters& h : hyper) any_frozen = any_frozen || !h.active;
+  Apply(rows, any_frozen, /*where_mask=*/false);
+}
+
+torch::Tensor FusedOptimizer::Tabulate(
+    const std::vector<std::vector<TrialHyperparameters>>& steps) const {
+  const auto count = static_cast<int64_t>(steps.size());
+  torch::Tensor table = torch::zeros({count, kRows, trials_}, torch::kFloat64);
+  auto t = table.accessor<double, 3>();
+  for (int64_t i = 0; i < count; ++i) {
+    TORCH_CHECK(static_cast<int>(steps[i].size()) == trials_, "FusedOptimizer: ", trials_,
+                " trials' hyperparameters needed at step ", i, ", got ", steps[i].size());
+    FillRows(steps[i], i + 1, t[i]);
+  }
+  return table.to(torch::kFloat32);
+}
+
+void FusedOptimizer::FreezeInTable(torch::Tensor& table, int k) const {
+  torch::NoGradGuard no_grad;
+  torch::Tensor column = table.select(/*dim=*/2, k);  // [T, kRows]
+  column.select(1, kLearningRate).fill_(0);           // sgd −0, adam −0 / correction
+  column.select(1, kWeightDecay).fill_(kind_ == OptimizerKind::kAdamW ? 1.0 : 0.0);
+  column.select(1, kActive).fill_(0);
+}
+
+void FusedOptimizer::StepWithRows(const torch::Tensor& rows) {
+  torch::NoGradGuard no_grad;
+  Apply(rows, /*mask=*/false, /*where_mask=*/true);
+}
+
+void FusedOptimizer::InitState() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const torch::Tensor p = parameters_[i].detach().view({trials_, -1});
+    if (!first_[i].defined()) first_[i] = torch::zeros_like(p);
+    if (kind_ != OptimizerKind::kSgd && !second_[i].defined()) second_[i] = torch::zeros_like(p);
+  }
+}
+
+std::vector<torch::Tensor> FusedOptimizer::State() const {
+  std::vector<torch::Tensor> state;
+  for (const auto* list : {&first_, &second_}) {
+    for (const torch::Tensor& t : *list) {
+      if (t.defined()) state.push_back(t);
+    }
+  }
+  return state;
+}
+
+void FusedOptimizer::Apply(const torch::Tensor& rows, bool mask, bool where_mask) {
+  const bool sgd = kind_ == OptimizerKind::kSgd;
   const torch::Tensor lr = rows[kLearningRate];
   const torch::Tensor wd = rows[kWeightDecay];
   const torch::Tensor momentum = rows[kMomentum];
   const torch::Tensor active = rows[kActive];
-  bool any_frozen = false;
-  for (const TrialHyperparameters& h : hyper) any_frozen = any_frozen || !h.active;
+  const torch::Tensor running = where_mask ? active.gt(0) : torch::Tensor();
 
   for (size_t i = 0; i < parameters_.size(); ++i) {
     torch::Tensor& param = parameters_[i];
     if (!param.grad().defined()) continue;
     const torch::Tensor p = param.detach().view({trials_, -1});
     torch::Tensor grad = param.grad().detach().view({trials_, -1});
-    if (any_frozen) grad = grad * active;
+    if (mask) grad = grad * active;
+    if (where_mask) grad = torch::where(running, grad, torch::zeros({}, grad.options()));
     // a.add_(b, alpha) is fma(b, alpha, a) in ATen's CPU kernel; addcmul(a, b, alpha_k) is the
     // same fma with alpha a tensor, so each line below rounds as LibTorch's scalar version does.
     if (sgd) {

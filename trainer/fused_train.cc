@@ -21,6 +21,7 @@
 #include "trainer/device.h"
 #include "trainer/fused_models.h"
 #include "trainer/fused_optimizer.h"
+#include "trainer/fused_step.h"
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
 #include "trainer/run_train_job_parts.h"
@@ -266,9 +267,184 @@ std::vector<TrialHyperparameters> StepHyperparameters(
   return hyper;
 }
 
+// The epoch's end: every step read back (the caller flushed), then each running trial's
+// evaluation (its weights unfused into its zoo model) and epoch event.
+void EndEpoch(std::vector<std::unique_ptr<Trial>>& trials, FusedModel& model, int epoch,
+              const torch::Device& device, Clock::time_point start) {
+  for (auto& trial : trials) {
+    if (!trial->running) continue;
+    trial->readback->Flush();
+    if (trial->readback->diverged()) {
+      FinishTrial(*trial, trial->readback->DivergedError(), device, start);
+      continue;
+    }
+    const double epoch_seconds = trial->readback->epoch_seconds();
+    model.Unfuse(trial->index, *trial->model);
+    absl::StatusOr<EpochEvaluation> evaluation = EvaluateEpochSplits(
+        *trial->model, *trial->data, trial->options, *trial->task, epoch, *trial->cancelled);
+    if (!evaluation.ok()) {
+      FinishTrial(*trial, evaluation.status(), device, start);
+      continue;
+    }
+    JobEvent event;
+    *event.mutable_epoch() =
+        EpochMetricsOf(epoch, *trial->readback, *evaluation, epoch_seconds,
+                       trial->schedule->LearningRate(trial->readback->steps()), *trial->task);
+    trial->observed(std::move(event));
+  }
+}
+
+// Draws each trial's permutation of epoch `epoch` (shared: the first trial's for all).
+void DrawOrders(std::vector<std::unique_ptr<Trial>>& trials, bool shared_data_order, int epoch,
+                int64_t n, const torch::TensorOptions& index_options) {
+  for (auto& trial : trials) {
+    if (trial->running) trial->readback->StartEpoch(epoch, nullptr);
+    if (shared_data_order && trial->index > 0) {
+      trial->order = trials.front()->order;
+      continue;
+    }
+    trial->shuffle.set_current_seed(EpochSeed(trial->job->seed, epoch));
+    trial->order = torch::randperm(n, trial->shuffle, index_options);
+  }
+}
+
+// Ends the running trials whose cancel flag is set (after `flush`, which reads back every
+// pending step).
+void StopCancelled(std::vector<std::unique_ptr<Trial>>& trials, const std::function<void()>& flush,
+                   const torch::Device& device, Clock::time_point start) {
+  for (auto& trial : trials) {
+    if (!trial->running || !trial->cancelled->load(std::memory_order_relaxed)) continue;
+    flush();
+    if (!trial->running) continue;  // the read-back found it diverged
+    FinishTrial(*trial,
+                trial->readback->diverged()
+                    ? trial->readback->DivergedError()
+                    : absl::CancelledError(absl::StrFormat("cancelled after step %d of %d",
+                                                           trial->readback->steps(),
+                                                           trial->readback->total_steps())),
+                device, start);
+  }
+}
+
+// The epochs with the batched step (trainer/fused_step.h), in a CUDA graph where it can be: one
+// step for all trials, their losses and correct counts copied into one [capacity, K, 2] device
+// buffer per step and read back in one transfer for all trials.
+void RunBatchedEpochs(std::vector<std::unique_ptr<Trial>>& trials, bool shared_data_order,
+                      int steps_per_readback, FusedModel& model, FusedOptimizer& optimizer,
+                      const torch::Device& device, Clock::time_point start) {
+  const TrainJobConfig& first = *trials.front()->job;
+  const auto k_trials = static_cast<int64_t>(trials.size());
+  const int64_t n = trials.front()->data->train.size();
+  const int64_t batch_size = first.batch_size;
+  const int64_t batches = first.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+  const int64_t total_steps = std::max<int64_t>(batches * first.epochs, 1);
+  std::vector<std::vector<TrialHyperparameters>> per_step;
+  per_step.reserve(total_steps);
+  for (int64_t t = 0; t < total_steps; ++t) per_step.push_back(StepHyperparameters(trials, t));
+
+  FusedGraphRequest request;
+  request.device = device;
+  request.cuda_graphs = std::all_of(trials.begin(), trials.end(),
+                                    [](const auto& trial) { return trial->job->cuda_graphs; });
+  std::string reason = FusedGraphUnsupportedReason(request);
+  if (reason.empty() && n < batch_size) reason = "no full batch in the training set";
+  FusedStepOptions options;
+  options.batch_size = batch_size;
+  options.task = first.task;
+  options.capture = reason.empty();
+  std::vector<torch::Tensor> images, labels;
+  for (const auto& trial : trials) {
+    options.label_smoothing.push_back(trial->job->task.label_smoothing);
+    images.push_back(trial->data->train.images);
+    labels.push_back(trial->data->train.labels);
+  }
+  const Clock::time_point capture_start = Clock::now();
+  FusedStep step(model, optimizer, std::move(images), std::move(labels),
+                 optimizer.Tabulate(per_step).to(device), std::move(options));
+  const double capture_seconds = SecondsSince(capture_start);
+  const auto sync_mask = [&] {
+    for (const auto& trial : trials) {
+      if (!trial->running) step.Stop(trial->index);
+    }
+  };
+  sync_mask();
+  for (auto& trial : trials) {
+    if (!trial->running) continue;
+    EmitLog(
+        trial->observed,
+        step.captured()
+            ? absl::StrFormat(
+                  "fused step captured in one CUDA graph (%d trials, batch %d, %s, %s; one "
+                  "gather%s, one dropout draw per layer, one loss, per-trial hyperparameters "
+                  "from a table on the device; warm-up and capture %.2f s); a partial last "
+                  "batch runs eagerly",
+                  k_trials, batch_size, OptimizerName(first.optimizer.kind),
+                  PrecisionName(first.precision),
+                  step.shared_data() ? "" : " per trial (the trials' data differ)", capture_seconds)
+            : absl::StrCat(
+                  "fused step runs eagerly (batched over the trials): ", reason,
+                  step.shared_data() ? "" : "; one gather per trial (the trials' data differ)"));
+  }
+
+  const int capacity = std::max(steps_per_readback, 1);
+  const torch::Tensor values =
+      torch::zeros({capacity, k_trials, 2}, torch::TensorOptions().device(device));
+  int pending = 0;
+  const auto flush = [&] {
+    if (pending == 0) return;
+    const torch::Tensor host = values.narrow(/*dim=*/0, /*start=*/0, pending).to(torch::kCPU);
+    pending = 0;
+    for (auto& trial : trials) {
+      if (!trial->running || trial->readback->pending() == 0) continue;
+      trial->readback->FlushFrom(host.select(/*dim=*/1, trial->index));
+      if (trial->readback->diverged()) {
+        FinishTrial(*trial, trial->readback->DivergedError(), device, start);
+      }
+    }
+  };
+  const auto interval = std::chrono::milliseconds(TrainOptions().readback_interval_ms);
+  const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  int64_t steps = 0;
+  for (int epoch = 1; epoch <= first.epochs && AnyRunning(trials); ++epoch) {
+    DrawOrders(trials, shared_data_order, epoch, n, index_options);
+    torch::Tensor orders;  // [K, n]: row k trial k's permutation
+    if (shared_data_order) {
+      orders = trials.front()->order.unsqueeze(0).expand({k_trials, n});
+    } else {
+      std::vector<torch::Tensor> rows;
+      for (const auto& trial : trials) rows.push_back(trial->order);
+      orders = torch::stack(rows);
+    }
+    for (int64_t batch = 0; batch < batches; ++batch) {
+      StopCancelled(trials, flush, device, start);
+      if (!AnyRunning(trials)) break;
+      sync_mask();
+      const int64_t first_example = batch * batch_size;
+      const int64_t size = std::min(batch_size, n - first_example);
+      const torch::Tensor out = step.Step(orders.narrow(/*dim=*/1, first_example, size));
+      values[pending].copy_(out);
+      ++pending;
+      bool due = pending == capacity;
+      for (auto& trial : trials) {
+        if (!trial->running) continue;
+        trial->readback->RecordDeferred(size, trial->schedule->LearningRate(steps));
+        due = due || trial->readback->due(interval);
+      }
+      ++steps;
+      if (due) {
+        flush();
+        sync_mask();
+      }
+    }
+    flush();
+    EndEpoch(trials, model, epoch, device, start);
+    sync_mask();
+  }
+}
+
 // The whole fused run inside the exception firewall; trials that end early are finished here.
 absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared_data_order,
-                        int steps_per_readback, const torch::Device& device,
+                        int steps_per_readback, FusedStepMode mode, const torch::Device& device,
                         Clock::time_point start) {
   std::map<uint64_t, std::unique_ptr<DeviceDataset>> datasets;
   if (absl::Status s = LoadTrialData(trials, datasets); !s.ok()) return s;
@@ -312,8 +488,13 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
   const int64_t batches = first.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
   const auto interval = std::chrono::milliseconds(TrainOptions().readback_interval_ms);
   const auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const bool batched = mode == FusedStepMode::kBatched || device.is_cuda();
+  if (batched) {
+    RunBatchedEpochs(trials, shared_data_order, steps_per_readback, model, optimizer, device,
+                     start);
+  }
   int64_t steps = 0;
-  for (int epoch = 1; epoch <= first.epochs && AnyRunning(trials); ++epoch) {
+  for (int epoch = 1; !batched && epoch <= first.epochs && AnyRunning(trials); ++epoch) {
     for (auto& trial : trials) {
       if (trial->running) trial->readback->StartEpoch(epoch, nullptr);
       if (shared_data_order && trial->index > 0) {
@@ -372,28 +553,7 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
         }
       }
     }
-    // The epoch's end: every step read back, then each running trial's evaluation and event.
-    for (auto& trial : trials) {
-      if (!trial->running) continue;
-      trial->readback->Flush();
-      if (trial->readback->diverged()) {
-        FinishTrial(*trial, trial->readback->DivergedError(), device, start);
-        continue;
-      }
-      const double epoch_seconds = trial->readback->epoch_seconds();
-      model.Unfuse(trial->index, *trial->model);
-      absl::StatusOr<EpochEvaluation> evaluation = EvaluateEpochSplits(
-          *trial->model, *trial->data, trial->options, *trial->task, epoch, *trial->cancelled);
-      if (!evaluation.ok()) {
-        FinishTrial(*trial, evaluation.status(), device, start);
-        continue;
-      }
-      JobEvent event;
-      *event.mutable_epoch() =
-          EpochMetricsOf(epoch, *trial->readback, *evaluation, epoch_seconds,
-                         trial->schedule->LearningRate(trial->readback->steps()), *trial->task);
-      trial->observed(std::move(event));
-    }
+    EndEpoch(trials, model, epoch, device, start);
   }
   // The finished trials' models, unfused into their zoo models, saved as unfused jobs save them.
   for (auto& trial : trials) {
@@ -485,7 +645,8 @@ int64_t FusedTrialBytes(const TrainJobConfig& job) {
 }
 
 std::vector<absl::Status> RunFusedTrainJobs(const std::vector<FusedTrial>& fused_trials,
-                                            bool shared_data_order, int steps_per_readback) {
+                                            bool shared_data_order, int steps_per_readback,
+                                            FusedStepMode mode) {
   const Clock::time_point start = Clock::now();
   std::vector<std::unique_ptr<Trial>> trials;
   for (size_t k = 0; k < fused_trials.size(); ++k) {
@@ -510,7 +671,7 @@ std::vector<absl::Status> RunFusedTrainJobs(const std::vector<FusedTrial>& fused
     at::init_num_threads();  // this thread may not be the one that created the executor
     ResetPeakMemory(device);
     for (auto& trial : trials) trial->summary->SetMemoryBefore(ReadMemory(device));
-    return TrainFused(trials, shared_data_order, steps_per_readback, device, start);
+    return TrainFused(trials, shared_data_order, steps_per_readback, mode, device, start);
   });
   // The run's failure is every running trial's. The models go before the device is released.
   for (auto& trial : trials) {

@@ -15,8 +15,15 @@
 // weight-gradient sum among them otherwise than the trial's own convolution's: last-bit
 // differences, which training amplifies (Adam the most). On CUDA the dropout masks differ from
 // the unfused job's (its dropout is one fused kernel with its own draw order) and cuDNN's
-// algorithms differ per shape: same distribution, not the same numbers. Eager only: the CUDA
-// graph path (trainer/graphed_step.h) is not used for fused trials.
+// algorithms differ per shape: same distribution, not the same numbers.
+//
+// Two step paths (FusedStepMode): the per-trial fused step above (each trial's gather, dropout
+// masks, loss and read-back on its own: the CPU's and MPS's, and the bit-identical one), and the
+// batched step (trainer/fused_step.h: one gather, one dropout draw per layer, one loss, one
+// read-back copy for all K trials; per-trial hyperparameters in a device table), which CUDA uses
+// and captures in one CUDA graph where FusedGraphUnsupportedReason allows (a log line per trial
+// says whether: "fused step captured in one CUDA graph (...)" or "fused step runs eagerly
+// (batched over the trials): <reason>", naming a per-trial gather where the trials' data differ).
 //
 // Thread-safety: RunFusedTrainJobs runs on the calling thread and owns the device meanwhile (not
 // thread-safe with itself or RunTrainJob); FusionRefusal and FusionDifference are pure.
@@ -59,6 +66,13 @@ std::string FusionDifference(const mpsd::v1::TrainJob& first, const mpsd::v1::Tr
 // example of a batch. Arithmetic only.
 int64_t FusedTrialBytes(const TrainJobConfig& job);
 
+// Which fused step RunFusedTrainJobs takes. kAuto: the batched step (trainer/fused_step.h;
+// captured in a CUDA graph where FusedGraphUnsupportedReason allows and the trials'
+// TrainJobConfig::cuda_graphs is true) on CUDA, the per-trial step elsewhere (bit-identical to
+// the unfused jobs on the CPU). kBatched: the batched step on every device (tests compare it with
+// the per-trial step on the CPU: tests/trainer/fused_step_test.cc).
+enum class FusedStepMode { kAuto, kBatched };
+
 // One trial of a fused run.
 struct FusedTrial {
   const TrainJobConfig* job = nullptr;  // resolved with the trial's context (job_id, job_dir)
@@ -87,9 +101,10 @@ struct FusedTrial {
 // whose model fails to save with that error: alone, its parameters frozen from then on, its
 // summary emitted when it ends; the others go on. A LibTorch failure of the fused step (out of
 // memory: RESOURCE_EXHAUSTED; else INTERNAL) or of loading the data fails every trial still
-// running. Never throws.
+// running. Never throws. `mode`: FusedStepMode (the executor's calls: kAuto).
 std::vector<absl::Status> RunFusedTrainJobs(const std::vector<FusedTrial>& trials,
-                                            bool shared_data_order, int steps_per_readback);
+                                            bool shared_data_order, int steps_per_readback,
+                                            FusedStepMode mode = FusedStepMode::kAuto);
 
 }  // namespace mpsd::trainer
 

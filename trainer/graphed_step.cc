@@ -45,6 +45,21 @@ void Restore(const std::vector<torch::Tensor>& tensors, const std::vector<torch:
 
 }  // namespace
 
+void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
+                      const std::vector<torch::Tensor>& state, int warmup_steps,
+                      const std::function<void()>& before_capture,
+                      const std::function<void()>& step) {
+  const std::vector<torch::Tensor> saved = Snapshot(state);
+  const torch::Tensor rng = compat::CudaGraph::GetRngState(device_index);
+  graph.OnSideStream(device_index, [&] {
+    for (int i = 0; i < warmup_steps; ++i) step();
+  });
+  compat::CudaGraph::SetRngState(device_index, rng);  // the warm-up's dropout draws undone
+  before_capture();
+  graph.Capture(device_index, step);
+  Restore(state, saved);
+}
+
 std::string GraphedStepUnsupportedReason(const GraphedStepRequest& request) {
   if (!request.device.is_cuda()) return "CUDA graphs are for CUDA devices";
   if (request.precision == Precision::kFp16 || request.loss_scaling) {
@@ -224,23 +239,23 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
   // Warm-up with learning rate 0 (parameters unchanged), then put back what it touched: the
   // optimizer state and step counter, and the model's buffers (BatchNorm running statistics).
   const int device_index = images.device().index() < 0 ? 0 : images.device().index();
-  const std::vector<torch::Tensor> buffers = model.buffers();
-  const std::vector<torch::Tensor> saved_buffers = Snapshot(buffers);
-  const std::vector<torch::Tensor> state = update_.State();
-  const std::vector<torch::Tensor> saved_state = Snapshot(state);
-  const torch::Tensor rng = compat::CudaGraph::GetRngState(device_index);
-  graph_.OnSideStream(device_index, [&] {
-    for (int i = 0; i < kWarmupSteps; ++i) {
-      update_.ZeroNextLearningRate();
-      Compute(static_index_);
-    }
-  });
-  compat::CudaGraph::SetRngState(device_index, rng);  // the warm-up's dropout draws undone
-  compat::ZeroGradToNone(optimizer);
-  graph_.Capture(device_index,
-                 [&] { std::tie(static_loss_, static_correct_) = Compute(static_index_); });
-  Restore(buffers, saved_buffers);
-  Restore(state, saved_state);
+  std::vector<torch::Tensor> state = model.buffers();
+  for (const torch::Tensor& t : update_.State()) state.push_back(t);
+  bool capturing = false;
+  WarmUpAndCapture(
+      graph_, device_index, state, kWarmupSteps,
+      [&] {
+        compat::ZeroGradToNone(optimizer);
+        capturing = true;
+      },
+      [&] {
+        if (capturing) {
+          std::tie(static_loss_, static_correct_) = Compute(static_index_);
+          return;
+        }
+        update_.ZeroNextLearningRate();
+        Compute(static_index_);
+      });
 }
 
 GraphedStep::~GraphedStep() = default;

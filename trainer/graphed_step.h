@@ -16,6 +16,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -117,6 +118,20 @@ class DeviceUpdate {
   torch::Tensor momentum_value_;            // [] float32, this step's
   bool zero_lr_ = false;
 };
+
+// PyTorch's whole-network capture recipe (torch.cuda.graphs), shared by GraphedStep and the
+// fused step (trainer/fused_step.h): runs `step` `warmup_steps` times eagerly on `graph`'s side
+// stream (cuDNN / cuBLAS handles, workspaces and algorithm choices made outside the graph), puts
+// back the default CUDA generator's state (the warm-up's draws undone), calls `before_capture`
+// (drop the gradients, so that the captured backward allocates them in the graph's pool),
+// captures `step` into `graph`, and finally copies back into `state` the values it held before
+// the warm-up (what the warm-up changed: parameters, BatchNorm statistics, optimizer state,
+// step counters). Throws c10::Error on any LibTorch failure (no CUDA graphs: always). Not
+// thread-safe.
+void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
+                      const std::vector<torch::Tensor>& state, int warmup_steps,
+                      const std::function<void()>& before_capture,
+                      const std::function<void()>& step);
 
 // What GraphedStep needs beyond the model, the optimizer and the data.
 struct GraphedStepOptions {

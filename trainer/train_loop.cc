@@ -60,9 +60,18 @@ class EvalModeGuard {
 
 void StepReadback::Flush() {
   if (pending_.empty()) return;
+  FlushFrom(values_.narrow(/*dim=*/0, /*start=*/0, static_cast<int64_t>(pending_.size()))
+                .to(torch::kCPU));
+}
+
+void StepReadback::FlushFrom(const torch::Tensor& host) {
+  if (pending_.empty()) return;
   Group group;
   group.steps = static_cast<int64_t>(pending_.size());
-  const torch::Tensor host = values_.narrow(/*dim=*/0, /*start=*/0, group.steps).to(torch::kCPU);
+  TORCH_CHECK(host.dim() == 2 && host.size(0) >= group.steps && host.size(1) == 2 &&
+                  host.scalar_type() == torch::kFloat32 && host.device().is_cpu(),
+              "StepReadback::FlushFrom: expected [", group.steps, ", 2] float32 on the CPU, got ",
+              host.sizes());
   group.seconds = SecondsSince(group_start_);
   group_start_ = Clock::now();
   group.allocated_bytes = ReadMemory(device_).allocated_bytes;

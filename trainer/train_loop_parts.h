@@ -81,6 +81,16 @@ class StepReadback {
     ++epoch_steps_;
   }
 
+  // For a loop that reads several read-backs' values in one transfer (the batched fused step,
+  // trainer/fused_train.cc): records a step whose loss and correct count the caller keeps on the
+  // device itself and hands over, read back, to FlushFrom. A read-back fed this way must be
+  // flushed with FlushFrom only (Flush would read its own, unwritten, slots). No sync.
+  void RecordDeferred(int64_t batch_size, double learning_rate) {
+    pending_.push_back(Pending{++steps_, batch_size, learning_rate, 0, false});
+    ++epoch_steps_;
+  }
+  int pending() const { return static_cast<int>(pending_.size()); }
+
   // True when the pending steps should be read back: the buffer is full, or `interval` has
   // passed since the last read-back. A host clock read; no sync.
   bool due(std::chrono::milliseconds interval) const {
@@ -123,6 +133,9 @@ class StepReadback {
   // diverged step (the steps queued after it ran, but are not reported; the job fails). No-op
   // when nothing is pending.
   void Flush();
+  // Flush with the pending steps' values already on the host: `host` [pending(), 2] float32 on
+  // the CPU, row i the i-th pending step's loss and correct count (RecordDeferred).
+  void FlushFrom(const torch::Tensor& host);
 
  private:
   static double SecondsSince(Clock::time_point start) {

@@ -1,0 +1,181 @@
+// Issue 31: the batched fused step in one CUDA graph (trainer/fused_step.h) against the same step
+// run eagerly (TrainJobConfig::cuda_graphs false), on the GPU. Each case fuses K ConvNet trials
+// (AdamW, a grid of learning rates × weight decays as the sweep of tests/perf/SWEEP_RESULTS.md,
+// seeds 1..K) on the first 6,464 Fashion-MNIST training examples, batch 128: 50 full batches
+// (replays) and one partial batch of 64 (eager, through the same state), through
+// RunFusedTrainJobs as the executor runs fused trials. It prints per case the trials' log line
+// on the graph, the largest difference of any trial's 51 step losses (relative to max(1, |eager
+// loss|)), and each run's epoch seconds; PASS when every trial was captured, the first 5 steps
+// of every trial agree within 1e-4 and all 51 within 3e-2 (graph_check.cc's kFp32Drift: cuDNN's
+// backward sums in a nondeterministic order and training amplifies last-bit differences). With
+// dropout the graph and the eager run draw from the same default CUDA generator in the same
+// order (the warm-up's draws undone), so the masks agree too. Exit status 1 when a case fails.
+// Writes every loss to JSON_OUT.
+//
+// Usage: mpsd_fused_graph_check IDX_DIR JSON_OUT [device=cuda] [trials=16]
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "api/executor.h"
+#include "trainer/device.h"
+#include "trainer/fused_train.h"
+#include "trainer/train_job.h"
+
+namespace {
+
+using mpsd::v1::TrainJob;
+
+constexpr double kFp32Drift = 3e-2;
+constexpr double kEarly = 1e-4;
+
+struct Run {
+  bool ok = true;
+  std::string error;
+  std::vector<std::vector<float>> losses;  // [trial][step]
+  std::vector<std::string> graph_logs;     // each trial's line on the fused step
+  double epoch_seconds = 0;                // trial 0's
+};
+
+TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, bool dropout) {
+  static const double kLrs[] = {3e-4, 1e-3, 3e-3, 1e-2};
+  static const double kWds[] = {0, 1e-4, 1e-3, 1e-2};
+  TrainJob job;
+  job.mutable_model()->set_name("convnet");
+  if (!dropout) job.mutable_model()->set_dropout(0);
+  job.mutable_dataset()->set_name("fashion-mnist");
+  job.mutable_dataset()->set_root(idx_dir);
+  job.mutable_dataset()->set_limit_train(50 * 128 + 64);
+  job.mutable_dataset()->set_limit_test(256);
+  job.mutable_dataset()->set_subset("first");
+  job.set_batch_size(128);
+  job.set_epochs(1);
+  job.mutable_optimizer()->set_name("adamw");
+  job.mutable_optimizer()->set_learning_rate(kLrs[k % 4]);
+  job.mutable_optimizer()->set_weight_decay(kWds[(k / 4) % 4]);
+  job.set_seed(1 + k);
+  job.set_device(device);
+  return job;
+}
+
+Run RunOnce(const std::vector<TrainJob>& specs, bool cuda_graphs) {
+  Run run;
+  const mpsd::trainer::DeviceInventory inventory = mpsd::trainer::ProbeDevices();
+  std::vector<mpsd::trainer::TrainJobConfig> configs;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    absl::StatusOr<mpsd::trainer::TrainJobConfig> config = mpsd::trainer::ResolveTrainJob(
+        specs[k], inventory, mpsd::api::Executor::Options{}, nullptr);
+    if (!config.ok()) {
+      run.ok = false;
+      run.error = config.status().ToString();
+      return run;
+    }
+    config->cuda_graphs = cuda_graphs;
+    config->job_id = absl::StrCat("t", k);
+    configs.push_back(*std::move(config));
+  }
+  run.losses.resize(specs.size());
+  run.graph_logs.resize(specs.size());
+  std::atomic<bool> cancelled{false};
+  std::vector<mpsd::trainer::FusedTrial> trials;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    mpsd::trainer::FusedTrial trial;
+    trial.job = &configs[k];
+    trial.cancelled = &cancelled;
+    trial.sink = [&run, k](mpsd::v1::JobEvent event) {
+      if (event.has_step()) run.losses[k].push_back(event.step().loss());
+      if (event.has_epoch() && k == 0) run.epoch_seconds = event.epoch().epoch_time_s();
+      if (event.has_log() && absl::StrContains(event.log().text(), "fused step")) {
+        run.graph_logs[k] = event.log().text();
+      }
+    };
+    trials.push_back(std::move(trial));
+  }
+  const std::vector<absl::Status> statuses = mpsd::trainer::RunFusedTrainJobs(
+      trials, /*shared_data_order=*/false, /*steps_per_readback=*/51);
+  for (const absl::Status& status : statuses) {
+    if (!status.ok() && run.ok) {
+      run.ok = false;
+      run.error = status.ToString();
+    }
+  }
+  return run;
+}
+
+std::string Floats(const std::vector<float>& values) {
+  std::vector<std::string> parts;
+  for (const float v : values) parts.push_back(absl::StrCat(v));
+  return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s IDX_DIR JSON_OUT [device=cuda] [trials=16]\n", argv[0]);
+    return 2;
+  }
+  const std::string idx_dir = argv[1], json_out = argv[2];
+  const std::string device = argc > 3 ? argv[3] : "cuda";
+  const int k_trials = argc > 4 ? std::max(1, std::atoi(argv[4])) : 16;
+  int failures = 0;
+  std::vector<std::string> json_cases;
+  for (const bool dropout : {false, true}) {
+    std::vector<TrainJob> specs;
+    for (int k = 0; k < k_trials; ++k) specs.push_back(Trial(idx_dir, device, k, dropout));
+    const std::string name =
+        absl::StrCat(k_trials, " convnet adamw trials, dropout ", dropout ? "default" : "off");
+    const Run graphed = RunOnce(specs, true);
+    const Run eager = RunOnce(specs, false);
+    bool pass = graphed.ok && eager.ok;
+    double worst = 0, worst_early = 0;
+    size_t steps = 0;
+    bool captured = graphed.ok;
+    for (int k = 0; pass && k < k_trials; ++k) {
+      captured = captured && absl::StrContains(graphed.graph_logs[k], "captured in one CUDA graph");
+      const std::vector<float>& g = graphed.losses[k];
+      const std::vector<float>& e = eager.losses[k];
+      steps = std::min(g.size(), e.size());
+      if (g.size() != e.size() || steps != 51) pass = false;
+      for (size_t i = 0; i < steps; ++i) {
+        const double diff = std::abs(static_cast<double>(g[i]) - e[i]) /
+                            std::max(1.0, std::abs(static_cast<double>(e[i])));
+        worst = std::max(worst, diff);
+        if (i < 5) worst_early = std::max(worst_early, diff);
+      }
+    }
+    pass = pass && captured && worst_early <= kEarly && worst <= kFp32Drift;
+    if (!pass) ++failures;
+    std::printf(
+        "%-44s %-4s max diff %.3g (steps 1-5 %.3g) over %zu steps; epoch s: graph %.3f "
+        "eager %.3f\n  graph: %s\n  eager: %s\n",
+        name.c_str(), pass ? "PASS" : "FAIL", worst, worst_early, steps, graphed.epoch_seconds,
+        eager.epoch_seconds, graphed.ok ? graphed.graph_logs[0].c_str() : graphed.error.c_str(),
+        eager.ok ? eager.graph_logs[0].c_str() : eager.error.c_str());
+    std::fflush(stdout);
+    std::vector<std::string> trials_json;
+    for (int k = 0; k < k_trials && graphed.ok && eager.ok; ++k) {
+      trials_json.push_back(absl::StrCat("{\"graph\":", Floats(graphed.losses[k]),
+                                         ",\"eager\":", Floats(eager.losses[k]), "}"));
+    }
+    json_cases.push_back(absl::StrCat("{\"case\":\"", name, "\",\"pass\":", pass ? "true" : "false",
+                                      ",\"max_diff\":", worst, ",\"early_diff\":", worst_early,
+                                      ",\"graph_epoch_s\":", graphed.epoch_seconds,
+                                      ",\"eager_epoch_s\":", eager.epoch_seconds, ",\"trials\":[",
+                                      absl::StrJoin(trials_json, ","), "]}"));
+  }
+  std::ofstream(json_out) << "[" << absl::StrJoin(json_cases, ",\n") << "]\n";
+  std::printf("%s\n", failures == 0 ? "ALL PASS" : absl::StrCat(failures, " FAILED").c_str());
+  return failures == 0 ? 0 : 1;
+}
