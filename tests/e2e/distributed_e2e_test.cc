@@ -291,7 +291,8 @@ TEST_F(DistributedE2eTest, ANodeThatNeverJoinsFailsTheRendezvousNamingItsRanks) 
 
 // A rank that fails is the job's cause, not a peer that mpsd killed after it: with the master
 // port taken, rank 0 cannot serve the store; rank 1 waits for it until mpsd kills it (5 s after
-// the failure). The job used to report rank 1's SIGKILL as the cause.
+// the failure). The job used to report rank 1's SIGKILL as the cause. (Two nodes, of which only
+// node 0 is submitted: one node's ranks meet through a file and need no port.)
 TEST_F(DistributedE2eTest, TheFailedRankIsTheCauseNotThePeerKilledAfterIt) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
@@ -304,11 +305,14 @@ TEST_F(DistributedE2eTest, TheFailedRankIsTheCauseNotThePeerKilledAfterIt) {
   socklen_t size = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size);
   const int taken = ntohs(addr.sin_port);
-  const JobRun run = SubmitAndWait(
-      daemon_, Distributed(Job("mlp", "adam", 256, 32), /*nproc=*/2, taken, /*timeout_s=*/10));
+  mpsd::v1::SubmitJobRequest request =
+      Distributed(Job("mlp", "adam", 256, 32), /*nproc=*/2, taken, /*timeout_s=*/10);
+  request.mutable_train_job()->mutable_distributed()->set_nnodes(2);
+  request.mutable_train_job()->mutable_distributed()->set_master_addr("127.0.0.1");
+  const JobRun run = SubmitAndWait(daemon_, request);
   close(fd);
   EXPECT_EQ(run.job.state(), mpsd::v1::Job::FAILED);
-  EXPECT_THAT(run.job.message(), HasSubstr("rank 0 of 2")) << run.job.message();
+  EXPECT_THAT(run.job.message(), HasSubstr("rank 0 of 4")) << run.job.message();
   EXPECT_THAT(run.job.message(), Not(HasSubstr("signal 9"))) << run.job.message();
   const JobRun next = SubmitAndWait(daemon_, Job("mlp", "adam", 256, 64));
   EXPECT_EQ(next.job.state(), mpsd::v1::Job::SUCCEEDED) << next.job.message();

@@ -899,7 +899,7 @@ TEST_F(RemoteTest, HttpsWithTheSameCertificateAndTokens) {
   CommandResult local = RunCommand({MpsctlPath(), "--server", daemon->address(), "dashboard"});
   EXPECT_EQ(local.exit_code, 0) << local.err;
   EXPECT_EQ(local.out, absl::StrCat("https://localhost:", port, "/\n"));
-  EXPECT_THAT(local.err, HasSubstr("mpsd token add --name NAME --role viewer"));
+  EXPECT_THAT(local.err, HasSubstr("mpsd token add --state-dir DIR --name NAME --role viewer"));
   CommandResult remote = Mpsctl(TcpAddress(*daemon), {"--tls-ca", Cert("ca.pem"), "--token-file",
                                                       TokenFile(token), "dashboard"});
   EXPECT_EQ(remote.exit_code, 0) << remote.err;
