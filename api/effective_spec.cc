@@ -1,7 +1,10 @@
 // The documented defaults, written into a spec (api/effective_spec.h).
 #include "api/effective_spec.h"
 
+#include <optional>
 #include <string>
+
+#include "api/epoch_metric.h"
 
 namespace mpsd::api {
 namespace {
@@ -86,16 +89,9 @@ void TrainJobDefaults(v1::TrainJob& job) {
   if (job.has_early_stopping()) {
     v1::EarlyStoppingSpec& e = *job.mutable_early_stopping();
     DefaultString(e.mutable_monitor(), "val_loss");
-    const std::string& monitor = e.monitor();
-    const auto ends_with = [&](const std::string& suffix) {
-      return monitor.size() > suffix.size() &&
-             monitor.compare(monitor.size() - suffix.size(), suffix.size(), suffix) == 0;
-    };
     // A job's own metric (val_top2) has no known direction: its mode stays for the job to say.
-    if (ends_with("_accuracy") || ends_with("_f1") || ends_with("_r2")) {
-      DefaultString(e.mutable_mode(), "max");
-    } else if (ends_with("_loss") || ends_with("_mse") || ends_with("_mae")) {
-      DefaultString(e.mutable_mode(), "min");
+    if (const std::optional<bool> higher = HigherIsBetter(e.monitor())) {
+      DefaultString(e.mutable_mode(), *higher ? "max" : "min");
     }
     if (!e.has_patience()) e.set_patience(3);
   }

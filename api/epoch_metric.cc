@@ -1,6 +1,8 @@
 // Epoch metrics by name (epoch_metric.h).
 #include "api/epoch_metric.h"
 
+#include "absl/strings/match.h"
+
 namespace mpsd::api {
 
 std::optional<double> EpochMetricValue(const std::string& name,
@@ -17,6 +19,16 @@ std::optional<double> EpochMetricValue(const std::string& name,
   if (name == "val_accuracy" && epoch.has_val_accuracy()) return epoch.val_accuracy();
   if (name == "test_loss" && epoch.evaluated()) return epoch.test_loss();
   if (name == "test_accuracy" && epoch.evaluated()) return epoch.test_accuracy();
+  return std::nullopt;
+}
+
+std::optional<bool> HigherIsBetter(absl::string_view name) {
+  for (const char* up : {"_accuracy", "_f1", "_r2"}) {
+    if (absl::EndsWith(name, up)) return true;
+  }
+  for (const char* down : {"_loss", "_mse", "_mae"}) {
+    if (absl::EndsWith(name, down)) return false;
+  }
   return std::nullopt;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "mpsd/v1/mpsd.pb.h"
 
 namespace mpsd::api {
@@ -20,6 +21,12 @@ namespace mpsd::api {
 // `evaluated`). Pure; thread-safe.
 std::optional<double> EpochMetricValue(const std::string& name,
                                        const mpsd::v1::EpochMetrics& epoch);
+
+// Which way the epoch metric `name` improves, by its name: true (larger is better) for names
+// ending in _accuracy, _f1 or _r2; false for _loss, _mse or _mae; nullopt for any other name (a
+// job's own metric, val_top2: only its author knows). The one rule behind the defaults of
+// early_stopping.mode and sweep.scheduler.mode and mpsctl sweep's ranking. Pure; thread-safe.
+std::optional<bool> HigherIsBetter(absl::string_view name);
 
 }  // namespace mpsd::api
 

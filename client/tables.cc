@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "api/effective_spec.h"
+#include "api/epoch_metric.h"
 #include "client/format.h"
 
 namespace mpsd::client {
@@ -190,18 +191,6 @@ struct Ranking {
   bool higher_is_better = true;
 };
 
-// The direction of a metric the trainer names: accuracies, F1 and R² up; losses, MSE and MAE
-// down; nullopt for any other name (a job's own metric: only its author knows).
-std::optional<bool> KnownHigherIsBetter(const std::string& metric) {
-  for (const char* up : {"_accuracy", "_f1", "_r2"}) {
-    if (absl::EndsWith(metric, up)) return true;
-  }
-  for (const char* down : {"_loss", "_mse", "_mae"}) {
-    if (absl::EndsWith(metric, down)) return false;
-  }
-  return std::nullopt;
-}
-
 // `metric` "auto" (or empty) picked, checked against what the trials measured, and its direction:
 // `mode` "min" or "max", else ("auto" or empty) the metric's known one.
 absl::StatusOr<Ranking> RankingOf(
@@ -257,7 +246,7 @@ absl::StatusOr<Ranking> RankingOf(
   }
   const std::optional<bool> known = ranking.spec != nullptr
                                         ? std::optional<bool>(ranking.spec->higher_is_better)
-                                        : KnownHigherIsBetter(metric);
+                                        : api::HigherIsBetter(metric);
   if (!known.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metric ", metric,

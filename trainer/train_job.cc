@@ -6,13 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <initializer_list>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/epoch_metric.h"
 #include "api/error_cause.h"
 #include "trainer/compat/autocast.h"
 #include "trainer/models/torchscript.h"
@@ -438,17 +439,14 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
   c.enabled = true;
   if (!e.monitor().empty()) c.monitor = e.monitor();
   if (absl::Status s = CheckEpochMetric(config, c.monitor, fields, "monitor"); !s.ok()) return s;
-  const auto ends_with_any = [&](std::initializer_list<absl::string_view> suffixes) {
-    return std::any_of(suffixes.begin(), suffixes.end(),
-                       [&](absl::string_view suffix) { return absl::EndsWith(c.monitor, suffix); });
-  };
   if (e.mode().empty()) {
-    c.maximize = ends_with_any({"_accuracy", "_f1", "_r2"});
-    if (!c.maximize && !ends_with_any({"_loss", "_mse", "_mae"})) {
+    const std::optional<bool> higher = api::HigherIsBetter(c.monitor);
+    if (!higher.has_value()) {
       return fields.Error("mode", absl::StrFormat("required for %s, a metric of the job's own: "
                                                   "\"max\" where larger is better, else \"min\"",
                                                   c.monitor));
     }
+    c.maximize = *higher;
   } else if (e.mode() == "min" || e.mode() == "max") {
     c.maximize = e.mode() == "max";
   } else {

@@ -26,17 +26,6 @@ std::string Quoted(const std::string& text) {
   return absl::StrCat("\"", absl::CHexEscape(text.substr(0, 64)), "\"");
 }
 
-// SweepScheduler.mode's default from the metric's name; nullopt when the name does not say.
-std::optional<bool> MaximizeByName(const std::string& metric) {
-  for (const char* lower : {"loss", "_mse", "_mae"}) {
-    if (absl::EndsWith(metric, lower)) return false;
-  }
-  for (const char* higher : {"_accuracy", "_f1", "_r2"}) {
-    if (absl::EndsWith(metric, higher)) return true;
-  }
-  return std::nullopt;
-}
-
 absl::Status ReadMode(const mpsd::v1::SweepScheduler& s, TrialStoppingConfig& config) {
   if (s.mode() == "min" || s.mode() == "max") {
     config.maximize = s.mode() == "max";
@@ -45,11 +34,11 @@ absl::Status ReadMode(const mpsd::v1::SweepScheduler& s, TrialStoppingConfig& co
   if (!s.mode().empty()) {
     return Refuse("mode", absl::StrCat("must be min or max, got ", Quoted(s.mode())));
   }
-  const std::optional<bool> maximize = MaximizeByName(config.metric);
+  const std::optional<bool> maximize = api::HigherIsBetter(config.metric);
   if (!maximize.has_value()) {
     return Refuse("mode", absl::StrCat("required for the metric ", Quoted(config.metric),
                                        ": min (lower is better) or max; only names ending in "
-                                       "loss, _mse, _mae (min) or _accuracy, _f1, _r2 (max) "
+                                       "_loss, _mse, _mae (min) or _accuracy, _f1, _r2 (max) "
                                        "have a default"));
   }
   config.maximize = *maximize;
