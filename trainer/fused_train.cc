@@ -495,15 +495,7 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
   }
   int64_t steps = 0;
   for (int epoch = 1; !batched && epoch <= first.epochs && AnyRunning(trials); ++epoch) {
-    for (auto& trial : trials) {
-      if (trial->running) trial->readback->StartEpoch(epoch, nullptr);
-      if (shared_data_order && trial->index > 0) {
-        trial->order = trials.front()->order;
-        continue;
-      }
-      trial->shuffle.set_current_seed(EpochSeed(trial->job->seed, epoch));
-      trial->order = torch::randperm(n, trial->shuffle, index_options);
-    }
+    DrawOrders(trials, shared_data_order, epoch, n, index_options);
     for (int64_t batch = 0; batch < batches; ++batch) {
       for (auto& trial : trials) {
         if (trial->running && trial->cancelled->load(std::memory_order_relaxed)) {

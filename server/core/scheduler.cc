@@ -477,13 +477,10 @@ void Scheduler::ObserveTrialEpoch(Job& trial) {
     return;
   }
   early_stops_[trial.id()] = decision.reason;
-  JobEvent note;
-  note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
-  note.mutable_log()->set_text(absl::StrCat("early stopped by the scheduler of sweep ",
-                                            trial.trial().sweep_id(), ": ", decision.reason,
-                                            "; the trial stops at its next step and ends "
-                                            "CANCELLED (EARLY_STOPPED)"));
-  Publish(trial, std::move(note));
+  Publish(trial, LogNote(absl::StrCat("early stopped by the scheduler of sweep ",
+                                      trial.trial().sweep_id(), ": ", decision.reason,
+                                      "; the trial stops at its next step and ends "
+                                      "CANCELLED (EARLY_STOPPED)")));
   StopRunning(trial.id(), Job::CANCELLED);
   spdlog::info("job {}: {}", trial.id(), decision.reason);
 }
