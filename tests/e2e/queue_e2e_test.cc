@@ -398,17 +398,8 @@ TEST(FusedSweepE2eTest, TrialsTrainFusedAsTheyWouldAloneAndEachStopsAlone) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-// SweepSpec.scheduler through a real daemon and executor, from a job file through mpsctl: one
-// learning rate that trains (1e-2) and two that barely move (1e-6, 1e-7), asha on val_loss with
-// grace_period 1 and reduction_factor 2 over 3 epochs (rungs at epochs 1 and 2). The good trial
-// reports first at each rung (trial order: one after another, and within a fused run's epoch)
-// and goes on; at rung 1 the first bad one is worse than the good one's loss (the cutoff with one
-// value recorded) and the second worse than the median of the two before it: both end CANCELLED
-// with EARLY_STOPPED after epoch 1, and the sweep SUCCEEDED. Fused, and one after another with
-// checkpoint.keep_best, whose best checkpoint an early-stopped trial keeps.
-TEST_F(QueueE2eTest, AshaStopsTheBadTrialsOfASweepFusedAndOneAfterAnother) {
-  ASSERT_NO_FATAL_FAILURE(StartDaemon());
-  const std::string head = R"(kind: TrainJob
+// The job the sweep early-stopping tests sweep: 6 steps of 32 per epoch, a validation split.
+constexpr char kStoppingSweepJob[] = R"(kind: TrainJob
 model: {name: mlp}
 dataset:
   name: fashion-mnist
@@ -422,6 +413,18 @@ device: cpu
 seed: 1
 optimizer: {name: adam}
 )";
+
+// SweepSpec.scheduler through a real daemon and executor, from a job file through mpsctl: one
+// learning rate that trains (1e-2) and two that barely move (1e-6, 1e-7), asha on val_loss with
+// grace_period 1 and reduction_factor 2 over 3 epochs (rungs at epochs 1 and 2). The good trial
+// reports first at each rung (trial order: one after another, and within a fused run's epoch)
+// and goes on; at rung 1 the first bad one is worse than the good one's loss (the cutoff with one
+// value recorded) and the second worse than the median of the two before it: both end CANCELLED
+// with EARLY_STOPPED after epoch 1, and the sweep SUCCEEDED. Fused, and one after another with
+// checkpoint.keep_best, whose best checkpoint an early-stopped trial keeps.
+TEST_F(QueueE2eTest, AshaStopsTheBadTrialsOfASweepFusedAndOneAfterAnother) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const std::string head = kStoppingSweepJob;
   const std::string sweep_block = R"(sweep:
   grid:
     optimizer.learning_rate: [0.01, 1e-6, 1e-7]
@@ -541,24 +544,11 @@ optimizer: {name: adam}
 // before it, and it stops.
 TEST_F(QueueE2eTest, MedianStoppingStopsTheBadTrialsOfAFusedSweep) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
-  const std::string sweep_id = SubmitFile("median.yaml", R"(kind: TrainJob
-model: {name: mlp}
-dataset:
-  name: fashion-mnist
-  root: /usr/share/datasets/fashion-mnist
-  limit_train: 256
-  limit_test: 128
-  validation: {fraction: 0.25}
-epochs: 3
-batch_size: 32
-device: cpu
-seed: 1
-optimizer: {name: adam}
-sweep:
+  const std::string sweep_id = SubmitFile("median.yaml", absl::StrCat(kStoppingSweepJob, R"(sweep:
   grid:
     optimizer.learning_rate: [0.01, 1e-6, 1e-7]
   scheduler: {type: median_stopping, metric: val_loss, min_samples_required: 1}
-)");
+)"));
   ASSERT_FALSE(sweep_id.empty());
   const Job sweep = WaitForEnd(sweep_id);
   EXPECT_EQ(sweep.state(), Job::SUCCEEDED) << sweep.message();
