@@ -30,20 +30,15 @@ CudaGraph::CudaGraph() {
 
 CudaGraph::~CudaGraph() = default;
 
-void CudaGraph::Capture(int device_index, const std::function<void()>& fn,
-                        const CudaGraph* share_pool_with) {
+void CudaGraph::Capture(int device_index, const std::function<void()>& fn) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
   OnSideStream(device_index, [&] {
-    if (share_pool_with != nullptr) {
-      cuda_->graph.capture_begin(share_pool_with->cuda_->graph.pool());
-    } else {
-      cuda_->graph.capture_begin();
-    }
+    cuda_->graph.capture_begin();
     fn();
     cuda_->graph.capture_end();
   });
 #else
-  (void)device_index, (void)fn, (void)share_pool_with;
+  (void)device_index, (void)fn;
   NoCudaGraphs();
 #endif
 }
