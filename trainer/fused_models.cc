@@ -1,5 +1,6 @@
-// The fused forms of mlp, convnet and cifar_cnn: each architecture as a program of fused
-// operators over the zoo model's parameter names (trainer/models/simple.cc registers them so).
+// The fused forms of mlp, convnet, cifar_cnn and resnet18/34/50: each architecture as a program
+// of fused operators over the zoo model's parameter names (trainer/models/simple.cc and
+// resnet.cc register them so).
 #include "trainer/fused_models.h"
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "trainer/models/resnet.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -26,12 +29,62 @@ struct OpSpec {
     kDropout,
     kDropout2d,
     kFlatten,
-    kLinear
+    kLinear,
+    kSave,      // the shortcut: a residual block's input, kept for kAddSaved
+    kAddSaved,  // x + the shortcut
+    kAvgPool    // adaptive average pool to 1×1
   };
   Kind kind;
   std::string prefix;  // the module's name in the zoo model ("conv1", "features.0")
   int64_t padding = 0;
+  int64_t stride = 0;     // kConv* (0: 1), kMaxPool (0: the pool's kernel)
+  int64_t kernel = 2;     // kMaxPool
+  bool on_saved = false;  // kConv*, kBatchNorm: applied to the shortcut (a downsample branch)
 };
+
+// torchvision's ResNet (trainer/models/resnet.h), block by block: the residual blocks' shortcut
+// is kept by kSave, transformed by the downsample branch's ops (on_saved) and added back.
+std::vector<OpSpec> ResNetProgram(const ResNetDepth& depth) {
+  using K = OpSpec;
+  std::vector<OpSpec> ops = {{K::kConvNoBias, "conv1", 3, 2},
+                             {K::kBatchNorm, "bn1"},
+                             {K::kRelu, ""},
+                             {K::kMaxPool, "", 1, 2, 3}};
+  for (const ResNetBlockPlan& block : PlanResNetBlocks(depth)) {
+    const std::string prefix = absl::StrCat("layer", block.stage + 1, ".", block.index, ".");
+    ops.push_back({K::kSave, ""});
+    if (depth.bottleneck) {  // v1.5: the stride on the 3×3 convolution
+      ops.push_back({K::kConvNoBias, prefix + "conv1", 0, 1});
+      ops.push_back({K::kBatchNorm, prefix + "bn1"});
+      ops.push_back({K::kRelu, ""});
+      ops.push_back({K::kConvNoBias, prefix + "conv2", 1, block.stride});
+      ops.push_back({K::kBatchNorm, prefix + "bn2"});
+      ops.push_back({K::kRelu, ""});
+      ops.push_back({K::kConvNoBias, prefix + "conv3", 0, 1});
+      ops.push_back({K::kBatchNorm, prefix + "bn3"});
+    } else {
+      ops.push_back({K::kConvNoBias, prefix + "conv1", 1, block.stride});
+      ops.push_back({K::kBatchNorm, prefix + "bn1"});
+      ops.push_back({K::kRelu, ""});
+      ops.push_back({K::kConvNoBias, prefix + "conv2", 1, 1});
+      ops.push_back({K::kBatchNorm, prefix + "bn2"});
+    }
+    if (block.downsample) {
+      ops.push_back({K::kConvNoBias, prefix + "downsample.0", 0, block.stride, 2, true});
+      ops.push_back({K::kBatchNorm, prefix + "downsample.1", 0, 1, 2, true});
+    }
+    ops.push_back({K::kAddSaved, ""});
+    ops.push_back({K::kRelu, ""});
+  }
+  ops.push_back({K::kAvgPool, ""});
+  ops.push_back({K::kFlatten, ""});
+  ops.push_back({K::kLinear, "fc"});
+  return ops;
+}
+
+// The zoo models with a fused form, for messages.
+constexpr const char* kFusedModels[] = {"mlp",      "convnet",  "cifar_cnn",
+                                        "resnet18", "resnet34", "resnet50"};
 
 // The programs, in the order each zoo model's forward runs its modules. Each dropout's
 // probability is taken from the built model (ModelSpec.dropout or the architecture's default).
@@ -66,6 +119,7 @@ std::vector<OpSpec> Program(absl::string_view name) {
     ops.push_back({K::kLinear, "classifier.4", 0});
     return ops;
   }
+  if (const ResNetDepth* depth = FindResNetDepth(name)) return ResNetProgram(*depth);
   return {};
 }
 
@@ -98,6 +152,8 @@ torch::Tensor Noise(at::IntArrayRef shape, double p, at::Generator& generator,
 }  // namespace
 
 bool HasFusedForm(absl::string_view name) { return !Program(name).empty(); }
+
+std::string FusedModelNames() { return absl::StrJoin(kFusedModels, ", "); }
 
 absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
     absl::string_view name, const std::vector<std::shared_ptr<ClassifierImpl>>& models,
@@ -161,6 +217,8 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
       case OpSpec::kConvNoBias: {
         op.kind = Op::Kind::kConv2d;
         op.padding = spec.padding;
+        op.stride = spec.stride == 0 ? 1 : spec.stride;
+        op.on_saved = spec.on_saved;
         absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/false);
         if (!weight.ok()) return weight.status();
         op.weight = *weight;
@@ -173,6 +231,7 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
       }
       case OpSpec::kBatchNorm: {
         op.kind = Op::Kind::kBatchNorm2d;
+        op.on_saved = spec.on_saved;
         absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/false);
         if (!weight.ok()) return weight.status();
         absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/false);
@@ -204,6 +263,18 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
         break;
       case OpSpec::kMaxPool:
         op.kind = Op::Kind::kMaxPool2d;
+        op.kernel = spec.kernel;
+        op.stride = spec.stride == 0 ? spec.kernel : spec.stride;
+        op.padding = spec.padding;
+        break;
+      case OpSpec::kSave:
+        op.kind = Op::Kind::kSave;
+        break;
+      case OpSpec::kAddSaved:
+        op.kind = Op::Kind::kAddSaved;
+        break;
+      case OpSpec::kAvgPool:
+        op.kind = Op::Kind::kAvgPool;
         break;
       case OpSpec::kFlatten:
         op.kind = Op::Kind::kFlatten;
@@ -293,7 +364,10 @@ torch::Tensor FusedModel::Run(
   // convolving; trial-major [K, N, F] again from the flatten on.
   bool channel_fused = false;
   torch::Tensor x = inputs;
+  torch::Tensor saved;  // a residual block's shortcut
   for (const Op& op : ops_) {
+    // A downsample branch's ops transform the shortcut; every other op, x.
+    torch::Tensor& y = op.on_saved ? saved : x;
     switch (op.kind) {
       case Op::Kind::kConv2d: {
         if (!channel_fused) {
@@ -303,33 +377,36 @@ torch::Tensor FusedModel::Run(
           channel_fused = true;
         }
         const torch::Tensor& weight = parameters_[op.weight];
-        if (x.device().is_cpu() && weight.size(1) == 1) {
-          // One input channel per trial: as a grouped convolution that is a depthwise one, whose
-          // weight gradient oneDNN sums in another order than the trial's own 1-channel
-          // convolution (last-bit differences that Adam's normalised steps amplify). On the CPU
-          // each trial's convolution runs alone instead, bit-identical to its unfused job's; the
-          // first layer of a grayscale model is the cheapest of its convolutions.
+        const bool strided_1x1 = weight.size(2) == 1 && weight.size(3) == 1 && op.stride > 1;
+        if (y.device().is_cpu() && (weight.size(1) == 1 || strided_1x1)) {
+          // Where oneDNN's grouped convolution computes otherwise than the trial's own (last-bit
+          // differences that Adam's normalised steps amplify): one input channel per trial (a
+          // depthwise convolution, whose weight gradient it sums in another order), and a 1×1
+          // convolution with stride 2 (ResNet's downsample branches: forward, weight and input
+          // gradients differ from 128 input channels on, LibTorch 1.13). On the CPU each such
+          // trial's convolution runs alone instead, bit-identical to its unfused job's; both are
+          // among the cheapest convolutions of their models.
           const int64_t out = weight.size(0) / k_trials;
-          const int64_t channels = x.size(1) / k_trials;
+          const int64_t channels = y.size(1) / k_trials;
           std::vector<torch::Tensor> outputs;
           for (int64_t k = 0; k < k_trials; ++k) {
             outputs.push_back(
-                torch::conv2d(x.narrow(/*dim=*/1, k * channels, channels).contiguous(),
+                torch::conv2d(y.narrow(/*dim=*/1, k * channels, channels).contiguous(),
                               weight.narrow(/*dim=*/0, k * out, out),
                               op.bias >= 0 ? parameters_[op.bias].narrow(/*dim=*/0, k * out, out)
                                            : torch::Tensor(),
-                              /*stride=*/1, /*padding=*/op.padding));
+                              /*stride=*/op.stride, /*padding=*/op.padding));
           }
-          x = torch::cat(outputs, /*dim=*/1);
+          y = torch::cat(outputs, /*dim=*/1);
           break;
         }
-        x = torch::conv2d(x, weight, op.bias >= 0 ? parameters_[op.bias] : torch::Tensor(),
-                          /*stride=*/1, /*padding=*/op.padding, /*dilation=*/1,
+        y = torch::conv2d(y, weight, op.bias >= 0 ? parameters_[op.bias] : torch::Tensor(),
+                          /*stride=*/op.stride, /*padding=*/op.padding, /*dilation=*/1,
                           /*groups=*/k_trials);
         break;
       }
       case Op::Kind::kBatchNorm2d: {
-        x = torch::batch_norm(x, parameters_[op.weight], parameters_[op.bias], buffers_[op.running],
+        y = torch::batch_norm(y, parameters_[op.weight], parameters_[op.bias], buffers_[op.running],
                               buffers_[op.running + 1],
                               /*training=*/true, op.momentum, op.eps,
                               /*cudnn_enabled=*/true);
@@ -343,7 +420,20 @@ torch::Tensor FusedModel::Run(
         x = torch::relu(x);
         break;
       case Op::Kind::kMaxPool2d:
-        x = torch::max_pool2d(x, /*kernel_size=*/2);
+        x = torch::max_pool2d(x, op.kernel, op.stride, op.padding);
+        break;
+      case Op::Kind::kSave:
+        TORCH_CHECK(channel_fused, "FusedModel: a residual block expects [N, K·C, H, W]");
+        saved = x;
+        break;
+      case Op::Kind::kAddSaved:
+        // As the unfused block's `out += shortcut`, out of place (autograd keeps x for the
+        // ReLU before).
+        x = x + saved;
+        saved = torch::Tensor();
+        break;
+      case Op::Kind::kAvgPool:
+        x = torch::adaptive_avg_pool2d(x, {1, 1});
         break;
       case Op::Kind::kDropout2d: {
         TORCH_CHECK(channel_fused && x.dim() == 4, "FusedModel: dropout2d expects [N, K·C, H, W]");

@@ -7,7 +7,9 @@
 // K masks each drawn from its trial's own generator; activations and pooling are unchanged.
 // Internal to trainer/: includes torch.
 //
-// Fused forms exist for mlp, convnet and cifar_cnn (trainer/models/simple.h). Each trial's
+// Fused forms exist for mlp, convnet, cifar_cnn (trainer/models/simple.h) and resnet18/34/50
+// (trainer/models/resnet.h: a residual block's shortcut, and its downsample branch, are ops of
+// the program too). Each trial's
 // weights come from its own zoo model (built as its unfused job builds it: seeded, on the CPU)
 // and go back into a zoo model the same way (Unfuse), so every trial saves and evaluates as a
 // plain zoo model does.
@@ -32,6 +34,9 @@ namespace mpsd::trainer {
 
 // Whether the zoo model `name` has a fused form here.
 bool HasFusedForm(absl::string_view name);
+
+// The zoo models with a fused form, comma-separated (for messages).
+std::string FusedModelNames();
 
 class FusedModel {
  public:
@@ -86,7 +91,10 @@ class FusedModel {
       kDropout,
       kDropout2d,
       kFlatten,
-      kLinear
+      kLinear,
+      kSave,      // keep x as the shortcut of a residual block
+      kAddSaved,  // x + the shortcut
+      kAvgPool    // adaptive average pool to 1×1
     };
     Kind kind = Kind::kRelu;
     // kConv2d, kLinear, kBatchNorm2d: the weight's index in parameters_, the bias's (-1: none);
@@ -94,7 +102,11 @@ class FusedModel {
     int weight = -1;
     int bias = -1;
     int running = -1;
-    int64_t padding = 0;    // kConv2d (stride 1, dilation 1, groups 1 unfused: the zoo's)
+    int64_t padding = 0;  // kConv2d (dilation 1, groups 1 unfused: the zoo's), kMaxPool2d
+    int64_t stride = 1;   // kConv2d, kMaxPool2d
+    int64_t kernel = 2;   // kMaxPool2d
+    // kConv2d, kBatchNorm2d: applied to the shortcut instead of x (a downsample branch).
+    bool on_saved = false;
     double momentum = 0.1;  // kBatchNorm2d, BatchNorm2dOptions' defaults
     double eps = 1e-5;
     std::vector<double> p;  // kDropout, kDropout2d: each trial's probability

@@ -566,8 +566,7 @@ std::string FusionRefusal(const TrainJobConfig& job) {
   }
   if (!HasFusedForm(job.model->name)) {
     return absl::StrCat("model ", job.model->name,
-                        " has no fused form yet (fused: mlp, "
-                        "convnet, cifar_cnn)");
+                        " has no fused form yet (fused: ", FusedModelNames(), ")");
   }
   const auto unsupported = [](absl::string_view field) {
     return absl::StrCat("train_job.", field, " is not supported fused yet");

@@ -43,7 +43,7 @@
 namespace mpsd::trainer {
 
 // Why `job` (resolved, for a run or validation) cannot train fused, naming the model or the
-// field ("model resnet18 has no fused form yet", "train_job.checkpoint is not supported fused
+// field ("model lstm has no fused form yet", "train_job.checkpoint is not supported fused
 // yet"); "" when it can. The features the fused loop does not implement are refused here, so that
 // such trials run unfused, as before: TorchScript models and zoo models other than mlp, convnet
 // and cifar_cnn; model.weights, freeze, trainable, param_groups; checkpoint (every_epochs,

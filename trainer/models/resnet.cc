@@ -21,35 +21,12 @@ nn::Conv2dOptions Conv1x1(int64_t in_channels, int64_t out_channels, int64_t str
   return nn::Conv2dOptions(in_channels, out_channels, /*kernel_size=*/1).stride(stride).bias(false);
 }
 
-// One block of the network: the plan both the constructor and the parameter count follow.
-struct BlockPlan {
-  int stage;  // 0…3
-  int64_t in_channels;
-  int64_t planes;
-  int64_t stride;
-};
-
-std::vector<BlockPlan> PlanBlocks(const ResNetDepth& depth) {
-  const int64_t expansion =
-      depth.bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
-  std::vector<BlockPlan> plan;
-  int64_t in_channels = kStemChannels;
-  for (int stage = 0; stage < 4; ++stage) {
-    const int64_t planes = kStemChannels << stage;
-    for (int64_t block = 0; block < depth.blocks[stage]; ++block) {
-      plan.push_back({stage, in_channels, planes, stage > 0 && block == 0 ? 2 : 1});
-      in_channels = planes * expansion;
-    }
-  }
-  return plan;
-}
-
 int64_t FinalChannels(const ResNetDepth& depth) {
   return (kStemChannels << 3) *
          (depth.bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion);
 }
 
-int64_t BlockParameters(bool bottleneck, const BlockPlan& block) {
+int64_t BlockParameters(bool bottleneck, const ResNetBlockPlan& block) {
   using layers::Conv2dParameters;
   using layers::NormParameters;
   const int64_t p = block.planes;
@@ -64,7 +41,7 @@ int64_t BlockParameters(bool bottleneck, const BlockPlan& block) {
     count = Conv2dParameters(block.in_channels, p, 3, false) + NormParameters(p) +
             Conv2dParameters(p, p, 3, false) + NormParameters(p);
   }
-  if (block.stride != 1 || block.in_channels != out_channels) {
+  if (block.downsample) {
     count +=
         Conv2dParameters(block.in_channels, out_channels, 1, false) + NormParameters(out_channels);
   }
@@ -74,7 +51,7 @@ int64_t BlockParameters(bool bottleneck, const BlockPlan& block) {
 int64_t ResNetParameters(const ResNetDepth& depth, const ModelConfig& config) {
   int64_t count = layers::Conv2dParameters(config.input_shape[0], kStemChannels, 7, false) +
                   layers::NormParameters(kStemChannels);
-  for (const BlockPlan& block : PlanBlocks(depth)) {
+  for (const ResNetBlockPlan& block : PlanResNetBlocks(depth)) {
     count += BlockParameters(depth.bottleneck, block);
   }
   return count + layers::LinearParameters(FinalChannels(depth), config.num_classes);
@@ -98,6 +75,35 @@ constexpr ResNetDepth kResNet34 = {/*bottleneck=*/false, {3, 4, 6, 3}};
 constexpr ResNetDepth kResNet50 = {/*bottleneck=*/true, {3, 4, 6, 3}};
 
 }  // namespace
+
+const ResNetDepth* FindResNetDepth(absl::string_view name) {
+  if (name == "resnet18") return &kResNet18;
+  if (name == "resnet34") return &kResNet34;
+  if (name == "resnet50") return &kResNet50;
+  return nullptr;
+}
+
+std::vector<ResNetBlockPlan> PlanResNetBlocks(const ResNetDepth& depth) {
+  const int64_t expansion =
+      depth.bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
+  std::vector<ResNetBlockPlan> plan;
+  int64_t in_channels = kStemChannels;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = kStemChannels << stage;
+    for (int64_t block = 0; block < depth.blocks[stage]; ++block) {
+      ResNetBlockPlan next;
+      next.stage = stage;
+      next.index = static_cast<int>(block);
+      next.in_channels = in_channels;
+      next.planes = planes;
+      next.stride = stage > 0 && block == 0 ? 2 : 1;
+      next.downsample = next.stride != 1 || in_channels != planes * expansion;
+      plan.push_back(next);
+      in_channels = planes * expansion;
+    }
+  }
+  return plan;
+}
 
 nn::Sequential MakeDownsample(int64_t in_channels, int64_t out_channels, int64_t stride) {
   if (stride == 1 && in_channels == out_channels) return nullptr;
@@ -149,7 +155,7 @@ ResNetImpl::ResNetImpl(const ResNetDepth& depth, const ModelConfig& config) {
                                               .bias(false)));
   bn1_ = register_module("bn1", nn::BatchNorm2d(kStemChannels));
   for (nn::Sequential& stage : stages_) stage = nn::Sequential();
-  for (const BlockPlan& block : PlanBlocks(depth)) {
+  for (const ResNetBlockPlan& block : PlanResNetBlocks(depth)) {
     nn::Sequential& stage = stages_[block.stage];
     if (depth.bottleneck) {
       stage->push_back(Bottleneck(block.in_channels, block.planes, block.stride));

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 #include "trainer/models.h"
 
 namespace mpsd::trainer {
@@ -61,6 +63,23 @@ struct ResNetDepth {
   bool bottleneck = false;
   std::array<int64_t, 4> blocks = {2, 2, 2, 2};
 };
+
+// resnet18's, resnet34's or resnet50's depth; nullptr for any other name.
+const ResNetDepth* FindResNetDepth(absl::string_view name);
+
+// One block of a ResNet, the plan that its constructor, its parameter count and its fused form
+// (trainer/fused_models.h) follow: registered as "layer<stage + 1>.<index>".
+struct ResNetBlockPlan {
+  int stage = 0;  // 0…3
+  int index = 0;  // within the stage
+  int64_t in_channels = 0;
+  int64_t planes = 0;
+  int64_t stride = 1;  // 2 for the first block of stages 1…3
+  // A "downsample" branch (1×1 convolution with the block's stride, BatchNorm) on the
+  // shortcut: the stride is not 1 or the channels change.
+  bool downsample = false;
+};
+std::vector<ResNetBlockPlan> PlanResNetBlocks(const ResNetDepth& depth);
 
 // conv1 7×7 stride 2 (C → 64), bn1, ReLU, max-pool 3×3 stride 2, layer1…layer4 (64, 128, 256,
 // 512 planes; stride 2 from layer2 on), adaptive average pool to 1×1, fc → num_classes.
