@@ -430,6 +430,80 @@ TEST_F(UploadTest, MpsctlResumesListsAndDeletes) {
   EXPECT_THAT(none.err, Not(HasSubstr("/state/")));
 }
 
+// The tester's case: `mpsctl uploads rm` of an upload that a QUEUED job names (and then a
+// RUNNING one) is refused on one line naming the jobs, and the data stays; jobs that ended do
+// not count, and once the last one is cancelled rm deletes it. An admin's job naming the upload
+// as upload:@alice/NAME holds it too.
+TEST_F(UploadTest, RmRefusesAnUploadThatUnfinishedJobsName) {
+  const std::string folder = dir_.str() + "/ds";
+  MakeDataset(folder, 256, 64, 1000);
+  CommandResult sent = Mpsctl(alice_, {"upload", folder, "--name", "ds"});
+  ASSERT_EQ(sent.exit_code, 0) << sent.err;
+  CommandResult paused = Mpsctl(admin_, {"pause"});  // Keeps the jobs QUEUED.
+  ASSERT_EQ(paused.exit_code, 0) << paused.err;
+  // Long enough to be cancelled while RUNNING: 4 steps an epoch.
+  v1::SubmitJobRequest request = TrainJobRequest(256, 64, 10000, 64, "mlp");
+  request.mutable_train_job()->mutable_dataset()->set_root("upload:ds");
+  Job first;
+  grpc::Status submitted = stub_->SubmitJob(Context(alice_).get(), request, &first);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  EXPECT_EQ(first.state(), Job::QUEUED);
+  v1::SubmitJobRequest admins = request;
+  admins.mutable_train_job()->mutable_dataset()->set_root("upload:@alice/ds");
+  Job second;
+  submitted = stub_->SubmitJob(Context(admin_).get(), admins, &second);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  // A job that ended does not count.
+  Job ended;
+  submitted = stub_->SubmitJob(Context(alice_).get(), request, &ended);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  ASSERT_TRUE(rpc::Cancel(*daemon_, ended.id()).ok());
+
+  CommandResult refused = Mpsctl(alice_, {"uploads", "rm", "ds"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_EQ(refused.err,
+            absl::StrCat("mpsctl: upload \"ds\" is used by queued or running jobs ", first.id(),
+                         ", ", second.id(), "; cancel them or wait for them to end\n"));
+  EXPECT_EQ(refused.out, "");
+  v1::DeleteUploadRequest remove;
+  remove.set_name("ds");
+  v1::Upload gone;
+  EXPECT_EQ(stub_->DeleteUpload(Context(alice_).get(), remove, &gone).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  remove.set_submitter("alice");
+  EXPECT_EQ(stub_->DeleteUpload(Context(admin_).get(), remove, &gone).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  const std::string upload = dir_.str() + "/state/uploads/alice/ds";
+  EXPECT_EQ(ReadFile(upload + "/sub/notes.txt"), "made by upload_e2e_test\n");
+  EXPECT_EQ(ReadFile(upload + "/train-labels-idx1-ubyte"),
+            ReadFile(folder + "/train-labels-idx1-ubyte"));
+
+  // Running, the first still holds it; the cancelled second no longer does.
+  ASSERT_TRUE(rpc::Cancel(*daemon_, second.id()).ok());
+  ASSERT_EQ(Mpsctl(admin_, {"resume"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> job = rpc::Get(*daemon_, first.id());
+    return job.ok() && job->state() == Job::RUNNING;
+  }));
+  refused = Mpsctl(alice_, {"uploads", "rm", "ds"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_EQ(refused.err, absl::StrCat("mpsctl: upload \"ds\" is used by queued or running job ",
+                                      first.id(), "; cancel it or wait for it to end\n"));
+  EXPECT_EQ(ReadFile(upload + "/sub/notes.txt"), "made by upload_e2e_test\n");
+
+  ASSERT_TRUE(rpc::Cancel(*daemon_, first.id()).ok());
+  EXPECT_EQ(rpc_ok::WaitForEnd(*daemon_, first.id()).state(), Job::CANCELLED);
+  CommandResult removed = Mpsctl(alice_, {"uploads", "rm", "ds"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_FALSE(std::filesystem::exists(upload));
+  // And a job naming it now is refused at submit, naming the field.
+  Job none;
+  grpc::Status late = stub_->SubmitJob(Context(alice_).get(), request, &none);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(late.error_message(), HasSubstr("train_job.dataset.root: upload:ds: you have no "
+                                              "upload named \"ds\""));
+}
+
 // On a terminal (a pseudo-terminal from script(1)) mpsctl upload redraws one progress line on
 // stderr and clears it before the result; through a pipe (every other test) it draws none.
 TEST_F(UploadTest, MpsctlDrawsProgressOnlyOnATerminal) {
