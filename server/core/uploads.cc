@@ -262,10 +262,9 @@ absl::StatusOr<UploadStore::Pins> UploadStore::Pin(const mpsd::v1::SubmitJobRequ
     const bool deleting = deleting_.count(key) != 0;
     if (deleting || !fs::exists(fs::symlink_status(absl::StrCat(options_.dir, "/", key), error))) {
       return api::WithInvalidField(
-          absl::FailedPreconditionError(
-              absl::StrCat(field, ": ", UploadNamed(key),
-                           deleting ? " is being deleted" : " was deleted after this job named it",
-                           " (mpsctl uploads lists what there is)")),
+          absl::FailedPreconditionError(absl::StrCat(
+              field, ": ", UploadNamed(key), deleting ? " is being deleted" : " does not exist",
+              " (mpsctl uploads lists what there is)")),
           field);
     }
   }

@@ -143,7 +143,7 @@ class UploadStore {
   // as it will be stored) lies in: any string field outside a map whose value, made lexically
   // normal, is <dir>/<submitter>/<name> or a path under it. FAILED_PRECONDITION (INVALID_FIELD
   // naming the field, e.g. "train_job.dataset.root") when such an upload is being deleted or no
-  // longer exists: it was deleted after the request named it. `reader` is the submitter whose
+  // longer exists (deleted after the request named it). `reader` is the submitter whose
   // uploads the job may read, or "" for any (an admin's job): another submitter's upload is then
   // neither pinned nor reported, since the job is refused for naming it (data_roots.h) with the
   // same text whether it exists, and this must not tell either.

@@ -164,7 +164,7 @@ TEST_F(UploadUsersTest, ASubmitDuringOrAfterTheDeleteFails) {
 
   absl::Status after = store.Pin(spec, "alice").status();
   EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(after.message(), HasSubstr("upload \"ds\" was deleted after this job named it"));
+  EXPECT_THAT(after.message(), HasSubstr("upload \"ds\" does not exist"));
   // A delete that was refused leaves the upload to be named again.
   ASSERT_NO_FATAL_FAILURE(Upload("alice", "ds", "dataset bytes"));
   jobs_ = {TrainJob("2", Job::RUNNING, dir_ / "uploads/alice/ds")};
