@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -502,6 +504,56 @@ TEST_F(UploadTest, RmRefusesAnUploadThatUnfinishedJobsName) {
   EXPECT_EQ(late.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(late.error_message(), HasSubstr("train_job.dataset.root: upload:ds: you have no "
                                               "upload named \"ds\""));
+}
+
+// A submit naming an upload and a delete of it at the same moment, many times: never both
+// succeed (a queued job whose data is gone); when the submit wins, the data is there.
+TEST_F(UploadTest, ASubmitAndAnRmAtOnceNeverLoseTheJobsData) {
+  const std::string folder = dir_.str() + "/race";
+  MakeDataset(folder, 64, 16, 0);
+  CommandResult tarred =
+      RunCommand({"/usr/bin/tar", "-cf", dir_.str() + "/race.tar", "-C", folder, "."});
+  ASSERT_EQ(tarred.exit_code, 0) << tarred.err;
+  const std::string tar = ReadFile(dir_.str() + "/race.tar");
+  CommandResult paused = Mpsctl(admin_, {"pause"});
+  ASSERT_EQ(paused.exit_code, 0) << paused.err;
+  v1::SubmitJobRequest request = TrainJobRequest(64, 16, 1, 16, "mlp");
+  request.mutable_train_job()->mutable_dataset()->set_root("upload:race");
+  const std::string upload = dir_.str() + "/state/uploads/alice/race";
+  int submits_won = 0, deletes_won = 0;
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE(round);
+    if (!std::filesystem::exists(upload)) {
+      ASSERT_TRUE(Send(alice_, "race", tar, 0, static_cast<int64_t>(tar.size()), true).ok());
+    }
+    Job job;
+    grpc::Status submitted, deleted;
+    std::thread submit([&] { submitted = stub_->SubmitJob(Context(alice_).get(), request, &job); });
+    std::thread remove([&] {
+      v1::DeleteUploadRequest rm;
+      rm.set_name("race");
+      v1::Upload gone;
+      deleted = stub_->DeleteUpload(Context(alice_).get(), rm, &gone);
+    });
+    submit.join();
+    remove.join();
+    EXPECT_FALSE(submitted.ok() && deleted.ok());
+    if (submitted.ok()) {
+      ++submits_won;
+      EXPECT_EQ(ReadFile(upload + "/sub/notes.txt"), "made by upload_e2e_test\n");
+      EXPECT_THAT(deleted.error_code(), ::testing::AnyOf(grpc::StatusCode::FAILED_PRECONDITION,
+                                                         grpc::StatusCode::ABORTED))
+          << deleted.error_message();
+      EXPECT_TRUE(rpc::Cancel(*daemon_, job.id()).ok());
+    } else if (deleted.ok()) {
+      ++deletes_won;
+      EXPECT_FALSE(std::filesystem::exists(upload));
+    }
+  }
+  // Both orders happened, or the rounds tested one order only (reported, not failed: the
+  // scheduling of two threads is the machine's).
+  std::cout << "submit first: " << submits_won << " rounds, delete first: " << deletes_won
+            << " rounds\n";
 }
 
 // On a terminal (a pseudo-terminal from script(1)) mpsctl upload redraws one progress line on
