@@ -13,6 +13,7 @@
 
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/message_differencer.h>
+#include <spdlog/spdlog.h>
 
 #include "client/job_file.h"
 #include "server/core/job_store.h"
@@ -41,6 +42,12 @@ Daemon& TheDaemon() {
     auto scheduler = mpsd::server::Scheduler::Create(options, d->store.get(), &d->executor);
     if (!scheduler.ok()) std::abort();
     d->scheduler = *std::move(scheduler);
+    // libFuzzer ends with exit(): static destructors then free spdlog's registry while the
+    // scheduler's executor thread may still be logging the queued jobs' ends (a SEGV in
+    // spdlog's sink, reported against an empty input). Joining that thread from an atexit
+    // handler registered after the registry exists runs it before the registry's destructor.
+    spdlog::default_logger_raw();
+    std::atexit([] { TheDaemon().scheduler->Shutdown(); });
     return d;
   }();
   return *daemon;
