@@ -27,6 +27,15 @@ namespace mpsd::api {
 // between training steps).
 using EventSink = std::function<void(mpsd::v1::JobEvent event)>;
 
+// The c10d FileStore through which the ranks of a single-node data-parallel TrainJob
+// (distributed.nnodes 1) meet: a file of this name in the job's directory,
+// <artifacts_dir>/<job_id>/ (trainer/distributed.h: DistributedConfig::store_file). The ranks
+// create it as they connect, and c10d's FileStore removes it when the last rank lets go of it.
+// One that a crashed run left is removed before the ranks start: by the daemon before it starts
+// a job's ranks (ExecutorSupervisor::RunRanks), by a lone rank itself. It is no artifact:
+// ListArtifacts (server/core/artifacts.h) leaves it out.
+inline constexpr char kRendezvousFileName[] = ".rendezvous";
+
 // What the executor knows of a job besides its spec.
 struct JobContext {
   // The daemon's id of the job ("17", api/job_id.h). Names the job's artifact directory

@@ -450,6 +450,13 @@ absl::Status Server::StartServices() {
   upload_options.dir = config.state_dir + "/uploads";
   upload_options.quota_bytes = config.upload_quota_bytes;
   upload_options.max_files = config.upload_max_files;
+  // A job that has not ended keeps the uploads it names (UploadStore::Delete).
+  upload_options.unfinished_jobs = [scheduler = scheduler_.get()]() {
+    JobQuery unfinished;
+    unfinished.states = {mpsd::v1::Job::QUEUED, mpsd::v1::Job::RUNNING};
+    unfinished.limit = std::numeric_limits<int>::max();
+    return scheduler->List(unfinished);
+  };
   uploads_ = std::make_unique<UploadStore>(upload_options);
   for (const std::string& path : uploads_->RemoveLeftovers()) {
     spdlog::warn("removed {}: left by an upload that never finished unpacking or deleting", path);

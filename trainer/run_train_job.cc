@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/epoch_metric.h"
+#include "api/executor.h"
 #include "api/failure_reason.h"
 #include "trainer/artifact_file.h"
 #include "trainer/checkpoint.h"
@@ -282,7 +283,9 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ConnectRanks(const TrainJobConfig&
   DistributedConfig d = job.distributed;
   if (!d.enabled) return std::unique_ptr<DataParallel>();
   // One node: the ranks meet through a file only this host can open, not a TCP port.
-  if (d.nnodes == 1 && !job.job_dir.empty()) d.store_file = job.job_dir + "/.rendezvous";
+  if (d.nnodes == 1 && !job.job_dir.empty()) {
+    d.store_file = absl::StrCat(job.job_dir, "/", api::kRendezvousFileName);
+  }
   const Clock::time_point start = Clock::now();
   absl::StatusOr<std::unique_ptr<DataParallel>> connected = DataParallel::Connect(d, job.device);
   if (!connected.ok()) return connected.status();

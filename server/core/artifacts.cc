@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "api/executor.h"
 #include "api/sha256.h"
 
 namespace mpsd::server {
@@ -41,7 +42,7 @@ absl::StatusOr<std::vector<mpsd::v1::Artifact>> ListArtifacts(const std::string&
     if (it->is_symlink() || !it->is_regular_file()) continue;
     const std::string name = fs::relative(it->path(), job_dir).generic_string();
     // Files being written, and a distributed job's rendezvous store (trainer/distributed.h).
-    if (absl::EndsWith(name, ".tmp") || name == ".rendezvous") continue;
+    if (absl::EndsWith(name, ".tmp") || name == api::kRendezvousFileName) continue;
     absl::StatusOr<std::string> sha256 = api::Sha256OfFile(it->path().string());
     if (!sha256.ok()) continue;  // Removed meanwhile (an older checkpoint replaced).
     mpsd::v1::Artifact& artifact = artifacts.emplace_back();

@@ -26,7 +26,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "api/error_cause.h"
+#include "api/job_id.h"
+#include "api/job_state.h"
 #include "api/upload_name.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace mpsd::server {
@@ -140,9 +144,158 @@ void RemoveAll(const std::string& path) {
   fs::remove_all(path, error);
 }
 
+// `dir` absolute and lexically normal, then also with its symbolic links resolved when that
+// differs; without a trailing '/'. None for "".
+std::vector<std::string> DirForms(const std::string& dir) {
+  std::vector<std::string> forms;
+  auto add = [&forms](const fs::path& form) {
+    std::string text = form.string();
+    while (text.size() > 1 && text.back() == '/') text.pop_back();
+    if (std::find(forms.begin(), forms.end(), text) == forms.end()) forms.push_back(text);
+  };
+  std::error_code error;
+  if (dir.empty()) return forms;
+  const fs::path absolute = fs::absolute(dir, error);
+  if (error) return forms;
+  add(absolute.lexically_normal());
+  const fs::path resolved = fs::weakly_canonical(absolute, error);
+  if (!error) add(resolved);
+  return forms;
+}
+
+// Each string field's value that is an absolute path, with its field path
+// ("train_job.dataset.root", "bench_job.models[1]"), in `message` and the messages it holds.
+// Maps (labels) hold no paths.
+void AbsolutePathsIn(const google::protobuf::Message& message, const std::string& prefix,
+                     std::vector<std::pair<std::string, std::string>>& paths) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection& reflection = *message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    if (field->is_map()) continue;
+    const std::string name = absl::StrCat(prefix, prefix.empty() ? "" : ".", field->name());
+    const int n = field->is_repeated() ? reflection.FieldSize(message, field) : 1;
+    for (int i = 0; i < n; ++i) {
+      const std::string at = field->is_repeated() ? absl::StrCat(name, "[", i, "]") : name;
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        AbsolutePathsIn(field->is_repeated() ? reflection.GetRepeatedMessage(message, field, i)
+                                             : reflection.GetMessage(message, field),
+                        at, paths);
+      } else if (field->type() == FieldDescriptor::TYPE_STRING) {
+        std::string value = field->is_repeated() ? reflection.GetRepeatedString(message, field, i)
+                                                 : reflection.GetString(message, field);
+        if (absl::StartsWith(value, "/")) paths.emplace_back(at, std::move(value));
+      }
+    }
+  }
+}
+
+// "upload \"NAME\"" for the key "<submitter>/<name>".
+std::string UploadNamed(absl::string_view key) {
+  return absl::StrCat("upload \"", key.substr(key.find('/') + 1), "\"");
+}
+
 }  // namespace
 
-UploadStore::UploadStore(Options options) : options_(std::move(options)) {}
+UploadStore::UploadStore(Options options)
+    : options_(std::move(options)), dir_forms_(DirForms(options_.dir)) {}
+
+UploadStore::Pins::Pins(Pins&& other) noexcept
+    : store_(std::exchange(other.store_, nullptr)), keys_(std::move(other.keys_)) {}
+
+UploadStore::Pins& UploadStore::Pins::operator=(Pins&& other) noexcept {
+  if (this != &other) {
+    Release();
+    store_ = std::exchange(other.store_, nullptr);
+    keys_ = std::move(other.keys_);
+  }
+  return *this;
+}
+
+UploadStore::Pins::~Pins() { Release(); }
+
+void UploadStore::Pins::Release() {
+  if (store_ != nullptr) store_->Unpin(keys_);
+  store_ = nullptr;
+  keys_.clear();
+}
+
+void UploadStore::Unpin(const std::vector<std::string>& keys) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& key : keys) {
+    if (auto it = pinned_.find(key); it != pinned_.end() && --it->second <= 0) pinned_.erase(it);
+  }
+}
+
+std::string UploadStore::UploadKeyOf(absl::string_view path) const {
+  const std::string normal = fs::path(std::string(path)).lexically_normal().string();
+  for (const std::string& dir : dir_forms_) {
+    if (!absl::StartsWith(normal, dir + "/")) continue;
+    // <submitter>/<name>[/...]; hidden names (.partial, .sha256, .trash) are no uploads.
+    const std::vector<absl::string_view> parts =
+        absl::StrSplit(absl::string_view(normal).substr(dir.size() + 1), absl::MaxSplits('/', 2));
+    if (parts.size() < 2 || parts[0].empty() || parts[1].empty() || parts[1][0] == '.') {
+      return "";
+    }
+    return absl::StrCat(parts[0], "/", parts[1]);
+  }
+  return "";
+}
+
+absl::StatusOr<UploadStore::Pins> UploadStore::Pin(const mpsd::v1::SubmitJobRequest& spec,
+                                                   absl::string_view reader) {
+  std::vector<std::pair<std::string, std::string>> paths;
+  AbsolutePathsIn(spec, "", paths);
+  // Each upload once, with the first field that names it.
+  std::map<std::string, std::string> field_of;
+  for (const auto& [field, path] : paths) {
+    std::string key = UploadKeyOf(path);
+    if (key.empty() || (!reader.empty() && !absl::StartsWith(key, absl::StrCat(reader, "/")))) {
+      continue;
+    }
+    field_of.emplace(std::move(key), field);
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, field] : field_of) {
+    std::error_code error;
+    const bool deleting = deleting_.count(key) != 0;
+    if (deleting || !fs::exists(fs::symlink_status(absl::StrCat(options_.dir, "/", key), error))) {
+      return api::WithInvalidField(
+          absl::FailedPreconditionError(absl::StrCat(
+              field, ": ", UploadNamed(key), deleting ? " is being deleted" : " does not exist",
+              " (mpsctl uploads lists what there is)")),
+          field);
+    }
+  }
+  Pins pins;
+  pins.store_ = this;
+  for (const auto& entry : field_of) {
+    ++pinned_[entry.first];
+    pins.keys_.push_back(entry.first);
+  }
+  return pins;
+}
+
+std::vector<std::string> UploadStore::JobsUsing(const std::string& key) const {
+  std::vector<std::string> ids;
+  if (!options_.unfinished_jobs) return ids;
+  for (const mpsd::v1::Job& job : options_.unfinished_jobs()) {
+    if (api::IsTerminal(job.state())) continue;
+    std::vector<std::pair<std::string, std::string>> paths;
+    AbsolutePathsIn(job.spec(), "", paths);
+    for (const auto& path : paths) {
+      if (UploadKeyOf(path.second) == key) {
+        ids.push_back(job.id());
+        break;
+      }
+    }
+  }
+  std::sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
+    return api::ParseJobId(a).value_or(0) < api::ParseJobId(b).value_or(0);
+  });
+  return ids;
+}
 
 absl::StatusOr<std::string> UploadStore::AreaOf(absl::string_view submitter) const {
   if (submitter.empty() || submitter == "." || submitter == ".." ||
@@ -665,6 +818,35 @@ absl::StatusOr<Upload> UploadStore::Delete(const std::string& submitter, const s
                                              "\" is being sent; try again "
                                              "once that call ended"));
     }
+    if (pinned_.count(key) != 0) {
+      return absl::AbortedError(absl::StrCat("upload \"", name,
+                                             "\" is named by a job being submitted; try again "
+                                             "once the submit was answered"));
+    }
+    if (!deleting_.insert(key).second) {
+      return absl::AbortedError(
+          absl::StrCat("upload \"", name, "\" is being deleted by another call"));
+    }
+  }
+  // From here on Pin refuses the name; a submit that pinned it before is stored by now, so the
+  // jobs below include it.
+  struct Undelete {
+    UploadStore* store;
+    std::string key;
+    ~Undelete() {
+      absl::MutexLock lock(&store->mu_);
+      store->deleting_.erase(key);
+    }
+  } undelete{this, key};
+  if (const std::vector<std::string> users = JobsUsing(key); !users.empty()) {
+    constexpr size_t kShown = 20;
+    const std::string ids = absl::StrCat(
+        absl::StrJoin(users.begin(), users.begin() + std::min(users.size(), kShown), ", "),
+        users.size() > kShown ? absl::StrCat(" and ", users.size() - kShown, " more") : "");
+    const bool one = users.size() == 1;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "upload \"", name, "\" is used by queued or running job", one ? " " : "s ", ids,
+        one ? "; cancel it or wait for it to end" : "; cancel them or wait for them to end"));
   }
   Upload deleted;
   deleted.set_name(name);

@@ -19,11 +19,17 @@
 // leaves (tar bombs: sizes are checked from the headers before anything is written, and again
 // as bytes are written).
 //
+// An upload that a job which has not ended (QUEUED or RUNNING) names is not deleted: the job's
+// stored spec holds the upload's path, and the job would fail when it starts. A submit and a
+// delete of the same upload at once are ordered by Pins (below): either the delete sees the job
+// (or the submit in flight) and refuses, or the submit sees the upload gone and fails.
+//
 // Thread-safe: any number of calls at once; one Writer per (submitter, name) at a time.
 #ifndef MPSD_SERVER_CORE_UPLOADS_H_
 #define MPSD_SERVER_CORE_UPLOADS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -52,6 +58,10 @@ class UploadStore {
     int64_t quota_bytes = int64_t{20} << 30;
     // Entries (files, folders, links) an archive may hold. > 0.
     int64_t max_files = 100000;
+    // The jobs that have not ended (QUEUED and RUNNING), with their specs: Delete refuses an
+    // upload that one of them names. Called, never under the store's lock, by Delete. Empty:
+    // no job ever blocks a delete.
+    std::function<std::vector<mpsd::v1::Job>()> unfinished_jobs;
   };
 
   explicit UploadStore(Options options);
@@ -107,8 +117,43 @@ class UploadStore {
   // used_bytes and quota_bytes of `submitter` (or of all areas together).
   absl::StatusOr<mpsd::v1::ListUploadsResponse> List(const std::string& submitter);
 
+  // The uploads a job being submitted names, held from the moment Pin checked that they exist
+  // until the job is stored (or refused): Delete refuses them meanwhile (ABORTED), and once the
+  // job is stored Options::unfinished_jobs shows it to Delete. Movable; releases what it holds
+  // when destroyed, which must happen before the UploadStore is destroyed.
+  class Pins {
+   public:
+    Pins() = default;
+    Pins(Pins&& other) noexcept;
+    Pins& operator=(Pins&& other) noexcept;
+    ~Pins();
+
+    // "<submitter>/<name>" of each upload held, sorted.
+    const std::vector<std::string>& keys() const { return keys_; }
+
+   private:
+    friend class UploadStore;
+    void Release();
+
+    UploadStore* store_ = nullptr;
+    std::vector<std::string> keys_;
+  };
+
+  // Pins every upload that a path in `spec` (the request with its upload: references resolved,
+  // as it will be stored) lies in: any string field outside a map whose value, made lexically
+  // normal, is <dir>/<submitter>/<name> or a path under it. FAILED_PRECONDITION (INVALID_FIELD
+  // naming the field, e.g. "train_job.dataset.root") when such an upload is being deleted or no
+  // longer exists (deleted after the request named it). `reader` is the submitter whose
+  // uploads the job may read, or "" for any (an admin's job): another submitter's upload is then
+  // neither pinned nor reported, since the job is refused for naming it (data_roots.h) with the
+  // same text whether it exists, and this must not tell either.
+  absl::StatusOr<Pins> Pin(const mpsd::v1::SubmitJobRequest& spec, absl::string_view reader);
+
   // Deletes upload `name` of `submitter` and any unfinished bytes of that name. NOT_FOUND when
-  // there is neither. ABORTED while a Writer holds the name.
+  // there is neither. ABORTED while a Writer holds the name, while a submit holds it (Pins) and
+  // while another Delete of it runs. FAILED_PRECONDITION, naming the upload and the ids of the
+  // jobs, when a job that has not ended (Options::unfinished_jobs) names a path in it; jobs
+  // that ended do not count.
   absl::StatusOr<mpsd::v1::Upload> Delete(const std::string& submitter, const std::string& name);
 
   // Removes what a daemon that stopped mid-way left: archives half unpacked (.partial/*.d) and
@@ -128,15 +173,27 @@ class UploadStore {
 
  private:
   void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unpin(const std::vector<std::string>& keys) ABSL_LOCKS_EXCLUDED(mu_);
+  // "<submitter>/<name>" of the upload that `path` lies in (see Pin), or "".
+  std::string UploadKeyOf(absl::string_view path) const;
+  // The ids of the jobs of unfinished_jobs that name a path in the upload `key`, ascending.
+  std::vector<std::string> JobsUsing(const std::string& key) const;
   // Takes `bytes` off `submitter`'s reservation (bytes that live Writers have yet to receive).
   void Unreserve(const std::string& submitter, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Unpack(const std::string& archive, const std::string& into, int64_t limit_bytes,
                       const std::string& name, int64_t& files) const;
 
   const Options options_;
+  // options_.dir made absolute and lexically normal, and the same with its symbolic links
+  // resolved (the form data_roots.h's ResolveUploads writes into a spec); one entry when alike.
+  const std::vector<std::string> dir_forms_;
   absl::Mutex mu_;
   // "<submitter>/<name>" of each live Writer.
   std::set<std::string> writing_ ABSL_GUARDED_BY(mu_);
+  // "<submitter>/<name>" of each upload that submits hold (Pins), with how many hold it.
+  std::map<std::string, int> pinned_ ABSL_GUARDED_BY(mu_);
+  // "<submitter>/<name>" of each upload a Delete is looking at or removing.
+  std::set<std::string> deleting_ ABSL_GUARDED_BY(mu_);
   // Per submitter: bytes its live Writers have declared and not yet received. The quota check
   // counts them with the bytes on disk, so that two uploads at once cannot together overrun it.
   std::map<std::string, int64_t> reserved_ ABSL_GUARDED_BY(mu_);

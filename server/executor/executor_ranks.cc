@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "api/error_cause.h"
+#include "api/executor.h"
 #include "api/failure_reason.h"
 #include "server/executor/executor_supervisor.h"
 #include "spdlog/spdlog.h"
@@ -199,11 +200,12 @@ absl::Status ExecutorSupervisor::RunRanks(const api::JobContext& job,
   const std::string host = HostName();
 
   // The ranks of one node meet through <artifacts_dir>/<job_id>/.rendezvous (a c10d FileStore,
-  // trainer/distributed.h): a file left by a run that crashed goes before any rank opens it.
+  // api::kRendezvousFileName): a file left by a run that crashed goes before any rank opens it.
   if (nnodes == 1 && !options_.executor.artifacts_dir.empty()) {
     std::error_code error;
-    std::filesystem::remove(
-        std::filesystem::path(options_.executor.artifacts_dir) / job.job_id / ".rendezvous", error);
+    std::filesystem::remove(std::filesystem::path(options_.executor.artifacts_dir) / job.job_id /
+                                api::kRendezvousFileName,
+                            error);
   }
   PeerExecutors peers = StartPeerExecutors(options_, nproc_per_node);
   for (int k = 1; k < nproc_per_node; ++k) {

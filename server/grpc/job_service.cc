@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -483,6 +484,15 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
     }
   }
   request = resolved.get();
+  // The uploads the job names stay until it is stored (or refused): a DeleteUpload meanwhile is
+  // refused, and one after it sees the job (UploadStore::Pins).
+  std::optional<UploadStore::Pins> pins;
+  if (options_.uploads != nullptr) {
+    absl::StatusOr<UploadStore::Pins> pinned =
+        options_.uploads->Pin(*request, principal->role == Role::kAdmin ? "" : principal->name);
+    if (!pinned.ok()) return Answer<mpsd::v1::Job>(context, pinned.status(), response);
+    pins = *std::move(pinned);
+  }
   Scheduler::SubmitCheck may_read;
   if (!IsUnixSocketCall(*context)) {
     // The request and each trial of a sweep, as the scheduler expands it (once).
@@ -514,8 +524,10 @@ grpc::ServerUnaryReactor* JobService::SubmitJob(grpc::CallbackServerContext* con
     ++user_code_submits_;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([this, reactor, resolved, request, response, submitter = principal->name, may_read] {
+  std::thread([this, reactor, resolved, request, response, submitter = principal->name, may_read,
+               pins = std::move(pins)]() mutable {
     absl::StatusOr<mpsd::v1::Job> job = scheduler_->Submit(*request, submitter, may_read);
+    pins.reset();  // Before the service (and the upload store) may go: see ~JobService.
     if (job.ok()) *response = *std::move(job);
     reactor->Finish(ToClientStatus(job.status()));
     absl::MutexLock lock(&mu_);

@@ -48,8 +48,9 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
     // Deletes artifacts (DeleteArtifacts) and measures them (ServerStatus). Borrowed; must
     // outlive the service; null = DeleteArtifacts answers UNIMPLEMENTED.
     ArtifactRetention* retention = nullptr;
-    // Where uploads go (UploadFile and friends). Borrowed; must outlive the service; null =
-    // those RPCs answer UNIMPLEMENTED.
+    // Where uploads go (UploadFile and friends); its unfinished_jobs should list the
+    // scheduler's, so that DeleteUpload spares the uploads they name. Borrowed; must outlive
+    // the service; null = those RPCs answer UNIMPLEMENTED.
     UploadStore* uploads = nullptr;
   };
 
@@ -68,6 +69,8 @@ class JobService final : public mpsd::v1::JobService::CallbackService {
   // Returns false on timeout, e.g. when a client stopped reading.
   bool WaitForStreamsToEnd(absl::Duration timeout);
 
+  // Holds the uploads the request names (UploadStore::Pin) until the scheduler answered, so
+  // that a DeleteUpload at the same moment either sees the job or makes this submit fail.
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const mpsd::v1::SubmitJobRequest* request,
                                       mpsd::v1::Job* response) override;

@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -428,6 +430,130 @@ TEST_F(UploadTest, MpsctlResumesListsAndDeletes) {
   EXPECT_THAT(none.err, HasSubstr("train_job.model.torchscript: upload:nope.pt: you have no "
                                   "upload named \"nope.pt\" (mpsctl uploads lists yours)"));
   EXPECT_THAT(none.err, Not(HasSubstr("/state/")));
+}
+
+// The tester's case: `mpsctl uploads rm` of an upload that a QUEUED job names (and then a
+// RUNNING one) is refused on one line naming the jobs, and the data stays; jobs that ended do
+// not count, and once the last one is cancelled rm deletes it. An admin's job naming the upload
+// as upload:@alice/NAME holds it too.
+TEST_F(UploadTest, RmRefusesAnUploadThatUnfinishedJobsName) {
+  const std::string folder = dir_.str() + "/ds";
+  MakeDataset(folder, 256, 64, 1000);
+  CommandResult sent = Mpsctl(alice_, {"upload", folder, "--name", "ds"});
+  ASSERT_EQ(sent.exit_code, 0) << sent.err;
+  CommandResult paused = Mpsctl(admin_, {"pause"});  // Keeps the jobs QUEUED.
+  ASSERT_EQ(paused.exit_code, 0) << paused.err;
+  // Long enough to be cancelled while RUNNING: 4 steps an epoch.
+  v1::SubmitJobRequest request = TrainJobRequest(256, 64, 10000, 64, "mlp");
+  request.mutable_train_job()->mutable_dataset()->set_root("upload:ds");
+  Job first;
+  grpc::Status submitted = stub_->SubmitJob(Context(alice_).get(), request, &first);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  EXPECT_EQ(first.state(), Job::QUEUED);
+  v1::SubmitJobRequest admins = request;
+  admins.mutable_train_job()->mutable_dataset()->set_root("upload:@alice/ds");
+  Job second;
+  submitted = stub_->SubmitJob(Context(admin_).get(), admins, &second);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  // A job that ended does not count.
+  Job ended;
+  submitted = stub_->SubmitJob(Context(alice_).get(), request, &ended);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  ASSERT_TRUE(rpc::Cancel(*daemon_, ended.id()).ok());
+
+  CommandResult refused = Mpsctl(alice_, {"uploads", "rm", "ds"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_EQ(refused.err,
+            absl::StrCat("mpsctl: upload \"ds\" is used by queued or running jobs ", first.id(),
+                         ", ", second.id(), "; cancel them or wait for them to end\n"));
+  EXPECT_EQ(refused.out, "");
+  v1::DeleteUploadRequest remove;
+  remove.set_name("ds");
+  v1::Upload gone;
+  EXPECT_EQ(stub_->DeleteUpload(Context(alice_).get(), remove, &gone).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  remove.set_submitter("alice");
+  EXPECT_EQ(stub_->DeleteUpload(Context(admin_).get(), remove, &gone).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  const std::string upload = dir_.str() + "/state/uploads/alice/ds";
+  EXPECT_EQ(ReadFile(upload + "/sub/notes.txt"), "made by upload_e2e_test\n");
+  EXPECT_EQ(ReadFile(upload + "/train-labels-idx1-ubyte"),
+            ReadFile(folder + "/train-labels-idx1-ubyte"));
+
+  // Running, the first still holds it; the cancelled second no longer does.
+  ASSERT_TRUE(rpc::Cancel(*daemon_, second.id()).ok());
+  ASSERT_EQ(Mpsctl(admin_, {"resume"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::StatusOr<Job> job = rpc::Get(*daemon_, first.id());
+    return job.ok() && job->state() == Job::RUNNING;
+  }));
+  refused = Mpsctl(alice_, {"uploads", "rm", "ds"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_EQ(refused.err, absl::StrCat("mpsctl: upload \"ds\" is used by queued or running job ",
+                                      first.id(), "; cancel it or wait for it to end\n"));
+  EXPECT_EQ(ReadFile(upload + "/sub/notes.txt"), "made by upload_e2e_test\n");
+
+  ASSERT_TRUE(rpc::Cancel(*daemon_, first.id()).ok());
+  EXPECT_EQ(rpc_ok::WaitForEnd(*daemon_, first.id()).state(), Job::CANCELLED);
+  CommandResult removed = Mpsctl(alice_, {"uploads", "rm", "ds"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_FALSE(std::filesystem::exists(upload));
+  // And a job naming it now is refused at submit, naming the field.
+  Job none;
+  grpc::Status late = stub_->SubmitJob(Context(alice_).get(), request, &none);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(late.error_message(), HasSubstr("train_job.dataset.root: upload:ds: you have no "
+                                              "upload named \"ds\""));
+}
+
+// A submit naming an upload and a delete of it at the same moment, many times: never both
+// succeed (a queued job whose data is gone); when the submit wins, the data is there.
+TEST_F(UploadTest, ASubmitAndAnRmAtOnceNeverLoseTheJobsData) {
+  const std::string folder = dir_.str() + "/race";
+  MakeDataset(folder, 64, 16, 0);
+  CommandResult tarred =
+      RunCommand({"/usr/bin/tar", "-cf", dir_.str() + "/race.tar", "-C", folder, "."});
+  ASSERT_EQ(tarred.exit_code, 0) << tarred.err;
+  const std::string tar = ReadFile(dir_.str() + "/race.tar");
+  CommandResult paused = Mpsctl(admin_, {"pause"});
+  ASSERT_EQ(paused.exit_code, 0) << paused.err;
+  v1::SubmitJobRequest request = TrainJobRequest(64, 16, 1, 16, "mlp");
+  request.mutable_train_job()->mutable_dataset()->set_root("upload:race");
+  const std::string upload = dir_.str() + "/state/uploads/alice/race";
+  int submits_won = 0, deletes_won = 0;
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE(round);
+    if (!std::filesystem::exists(upload)) {
+      ASSERT_TRUE(Send(alice_, "race", tar, 0, static_cast<int64_t>(tar.size()), true).ok());
+    }
+    Job job;
+    grpc::Status submitted, deleted;
+    std::thread submit([&] { submitted = stub_->SubmitJob(Context(alice_).get(), request, &job); });
+    std::thread remove([&] {
+      v1::DeleteUploadRequest rm;
+      rm.set_name("race");
+      v1::Upload gone;
+      deleted = stub_->DeleteUpload(Context(alice_).get(), rm, &gone);
+    });
+    submit.join();
+    remove.join();
+    EXPECT_FALSE(submitted.ok() && deleted.ok());
+    if (submitted.ok()) {
+      ++submits_won;
+      EXPECT_EQ(ReadFile(upload + "/sub/notes.txt"), "made by upload_e2e_test\n");
+      EXPECT_THAT(deleted.error_code(), ::testing::AnyOf(grpc::StatusCode::FAILED_PRECONDITION,
+                                                         grpc::StatusCode::ABORTED))
+          << deleted.error_message();
+      EXPECT_TRUE(rpc::Cancel(*daemon_, job.id()).ok());
+    } else if (deleted.ok()) {
+      ++deletes_won;
+      EXPECT_FALSE(std::filesystem::exists(upload));
+    }
+  }
+  // Both orders happened, or the rounds tested one order only (reported, not failed: the
+  // scheduling of two threads is the machine's).
+  std::cout << "submit first: " << submits_won << " rounds, delete first: " << deletes_won
+            << " rounds\n";
 }
 
 // On a terminal (a pseudo-terminal from script(1)) mpsctl upload redraws one progress line on

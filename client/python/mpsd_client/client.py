@@ -618,7 +618,8 @@ class Client:
         return list(self._unary(self.stub.ListUploads, pb2.ListUploadsRequest()).uploads)
 
     def delete_upload(self, name: str) -> pb2.Upload:
-        """Deletes one of the caller's uploads; errors.NotFound when there is none."""
+        """Deletes one of the caller's uploads; errors.NotFound when there is none,
+        errors.FailedPrecondition (naming the jobs) while queued or running jobs name it."""
         return self._unary(self.stub.DeleteUpload, pb2.DeleteUploadRequest(name=name))
 
     def device(self) -> pb2.DeviceInfo:

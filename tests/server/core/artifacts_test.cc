@@ -27,6 +27,8 @@ class ArtifactsTest : public ::testing::Test {
     Write(job_ / "checkpoint-epoch-2.pt", "");
     Write(job_ / "sub" / "notes.txt", "abc");
     Write(job_ / "model.pt.tmp", "half written");
+    // A single-node distributed job's c10d FileStore (api::kRendezvousFileName): no artifact.
+    Write(job_ / ".rendezvous", "store");
     Write(root_ / "secret.db", "secret");
     fs::create_symlink(root_ / "secret.db", job_ / "link.pt");
   }

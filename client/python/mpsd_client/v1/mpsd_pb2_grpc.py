@@ -346,8 +346,12 @@ class JobServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def DeleteUpload(self, request, context):
-        """Deletes an upload (or the unfinished bytes of one). NOT_FOUND when there is none; jobs
-        that name it and have not started fail to find it.
+        """Deletes an upload (or the unfinished bytes of one). NOT_FOUND when there is none;
+        FAILED_PRECONDITION, naming their ids, while jobs that have not ended (QUEUED, RUNNING) name
+        a path in it (jobs that ended do not count); ABORTED while it is being sent, while a
+        SubmitJob that names it is being answered, or while another DeleteUpload of it runs. A
+        SubmitJob that resolved upload:NAME as the upload was being deleted fails
+        (FAILED_PRECONDITION, INVALID_FIELD naming the field) instead of queueing a job without it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
