@@ -124,6 +124,15 @@ torch::Tensor FusedStep::Compute(const torch::Tensor& index) {
     images = torch::stack(image_rows);
     labels = torch::stack(label_rows);
   }
+  if (options_.augmentation.enabled()) {
+    // [K, B, C, H, W] → [K·B, C, H, W]: each image its own draws, then back per trial (a crop
+    // or resize may change H and W).
+    const torch::Tensor augmented =
+        Augment(images.flatten(/*start_dim=*/0, /*end_dim=*/1), options_.augmentation, generator_);
+    std::vector<int64_t> shape = {trials_, b};
+    for (int64_t d = 1; d < augmented.dim(); ++d) shape.push_back(augmented.size(d));
+    images = augmented.reshape(shape);
+  }
   const torch::Tensor logits = model_.Forward(images, generator_);  // [K, B, classes]
   const torch::Tensor losses = Loss(logits, labels);                // [K]
   torch::where(running_, losses, torch::zeros({}, losses.options())).sum().backward();

@@ -7,6 +7,8 @@
 //     float32 and labels [K, B] int64 by one index_select of the shared training tensors (the
 //     usual sweep: trials that share the dataset tensor); one index_select per trial when the
 //     trials' training sets are different tensors (a seed that picks the data);
+//   - the trials' augmentation (FusedStepOptions::augmentation) over all K × B images in one
+//     pass, drawn from the device's default generator;
 //   - the fused forward (FusedModel::Forward with one generator: every trial's dropout masks in
 //     one draw per layer from the device's default generator);
 //   - the loss as one cross-entropy over [K·B, C] logits (reduction none, viewed [K, B], meaned
@@ -42,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/augment.h"
 #include "trainer/compat/cuda_graph.h"
 #include "trainer/fused_models.h"
 #include "trainer/fused_optimizer.h"
@@ -66,6 +69,10 @@ struct FusedStepOptions {
   // The first trial's task (classification); its class_weights (shared by every trial, which
   // FusionDifference guarantees) switch the loss to one TaskLoss per trial.
   TaskConfig task;
+  // The trials' per-image training transforms (trainer/augment.h; the same for every trial,
+  // which FusionDifference guarantees; no mixing): drawn for all K × B images at once from the
+  // device's default generator (inside the graph when captured, as GraphedStep draws them).
+  AugmentationOptions augmentation;
   bool capture = false;  // capture full batches in one CUDA graph (FusedGraphUnsupportedReason "")
 };
 

@@ -351,6 +351,7 @@ void RunBatchedEpochs(std::vector<std::unique_ptr<Trial>>& trials, bool shared_d
   FusedStepOptions options;
   options.batch_size = batch_size;
   options.task = first.task;
+  options.augmentation = trials.front()->data->augmentation;
   options.capture = reason.empty();
   std::vector<torch::Tensor> images, labels;
   for (const auto& trial : trials) {
@@ -514,7 +515,12 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
       std::vector<torch::Tensor> labels;
       for (const auto& trial : trials) {
         const torch::Tensor index = trial->order.narrow(/*dim=*/0, first_example, size);
-        images.push_back(GatherRows(trial->data->train.images, index));
+        const torch::Tensor gathered = GatherRows(trial->data->train.images, index);
+        // From the trial's own generator before its dropout draws, as its unfused step draws
+        // from the default generator: the same crops, flips and colours.
+        const AugmentationOptions& augmentation = trial->data->augmentation;
+        images.push_back(augmentation.enabled() ? Augment(gathered, augmentation, trial->generator)
+                                                : gathered);
         labels.push_back(trial->data->train.labels.index_select(/*dim=*/0, index));
       }
       optimizer.ZeroGrad();
@@ -598,9 +604,10 @@ std::string FusionRefusal(const TrainJobConfig& job) {
   if (job.task.kind != TaskKind::kClassification) {
     return unsupported(absl::StrCat("task ", TaskName(job.task.kind)));
   }
-  if (job.dataset.augmentation.enabled() || job.dataset.augmentation.mixes()) {
-    return unsupported("dataset.augmentation");
-  }
+  // Per-image transforms fuse (each trial's from its own generator, or one draw for all in the
+  // batched step); mixing pairs examples of one batch and makes probability targets, which the
+  // batched step's loss does not take.
+  if (job.dataset.augmentation.mixes()) return unsupported("dataset.augmentation mixup/cutmix");
   if (job.dataset.info->resolve != nullptr && job.dataset.own.placement != Placement::kResident) {
     return absl::StrCat("train_job.dataset.placement must be resident for fused trials (",
                         job.dataset.info->name, " data may be streamed from the host)");

@@ -231,6 +231,38 @@ TEST(FusedStepTest, BatchedConvNetAdamWMatchesThePerTrialStep) {
       "convnet adamw", /*shared_data=*/false);
 }
 
+// The trials' augmentation in the batched step: deterministic transforms (Resize 32, then
+// CenterCrop 28) give the per-trial step's losses; random ones are drawn (the losses move away
+// from the unaugmented run's) and train to finite losses.
+TEST(FusedStepTest, BatchedStepAugmentsEveryTrialsImages) {
+  std::vector<mpsd::v1::TrainJob> specs = {Trial("convnet", "adam", 1e-3, 0, 1),
+                                           Trial("convnet", "adam", 3e-3, 1e-4, 2)};
+  std::vector<mpsd::v1::TrainJob> resized = specs;
+  for (auto& spec : resized) {
+    spec.mutable_dataset()->mutable_augmentation()->add_resize(32);
+    spec.mutable_dataset()->mutable_augmentation()->add_center_crop(28);
+  }
+  CompareBatchedWithPerTrial(resized, "convnet resize + center crop", /*shared_data=*/false);
+
+  std::vector<mpsd::v1::TrainJob> flipped = specs;
+  for (auto& spec : flipped) {
+    spec.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(2);
+    spec.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
+  }
+  const std::vector<Outcome> plain = RunTrials(specs, FusedStepMode::kBatched, "n");
+  const std::vector<Outcome> augmented = RunTrials(flipped, FusedStepMode::kBatched, "a");
+  ASSERT_EQ(augmented.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    ASSERT_TRUE(augmented[k].status.ok()) << augmented[k].status;
+    ASSERT_EQ(augmented[k].losses.size(), 20u);
+    ASSERT_EQ(plain[k].losses.size(), 20u);
+    for (const float loss : augmented[k].losses) EXPECT_TRUE(std::isfinite(loss));
+    // Step 1's batch is the same examples through the same weights: only the crops and flips
+    // can make its loss differ.
+    EXPECT_NE(augmented[k].losses[0], plain[k].losses[0]) << "trial " << k;
+  }
+}
+
 // Per-trial label smoothing (the loss's own formula, not one cross_entropy), sgd with nesterov
 // momentum (a zero momentum buffer against LibTorch's clone of the first step), and the first
 // 160 examples for every trial: one training tensor shared by all, so one gather per step (the

@@ -226,10 +226,15 @@ std::vector<mpsd::v1::SubmitJobRequest> ThreeTrials(const std::string& model,
 }
 
 // Each fused trial against itself alone: its step losses, its final weights, its epoch.
-void CompareFusedWithAlone(const std::string& model, const std::string& optimizer) {
+// `mutate` (optional) changes every trial's job alike.
+void CompareFusedWithAlone(const std::string& model, const std::string& optimizer,
+                           void (*mutate)(mpsd::v1::TrainJob&) = nullptr) {
   const TempDir dir("fused_test");
   auto executor = MakeExecutor(dir.path().string());
-  const std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials(model, optimizer);
+  std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials(model, optimizer);
+  if (mutate != nullptr) {
+    for (auto& spec : specs) mutate(*spec.mutable_train_job());
+  }
   absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(*plan, (std::vector<int>{0, 1, 2}));
@@ -331,6 +336,18 @@ TEST(FusedTrainTest, FusedResNetsComputeEachTrialsForwardAndGradients) {
       EXPECT_LE(MaxRelativeWeightDifference(*unfused, *models[k]), 1e-5) << name << " trial " << k;
     }
   }
+}
+
+// Training-time augmentation fused: each trial's crops, flips, brightness and erasing drawn from
+// its own generator before its dropout masks, as its unfused step draws them.
+TEST(FusedTrainTest, AugmentedConvNetAdamMatchesEachTrialAlone) {
+  CompareFusedWithAlone("convnet", "adam", [](mpsd::v1::TrainJob& job) {
+    auto& augmentation = *job.mutable_dataset()->mutable_augmentation();
+    augmentation.set_random_crop_padding(2);
+    augmentation.set_horizontal_flip(true);
+    augmentation.mutable_color_jitter()->set_brightness(0.3);
+    augmentation.mutable_random_erasing()->set_p(0.5);
+  });
 }
 
 TEST(FusedTrainTest, NesterovAndScheduleMatchEachTrialAlone) {
@@ -505,14 +522,17 @@ TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
          }
        },
        "trial 0: train_job.early_stopping is not supported fused yet"},
-      {"augmentation",
+      {"mixup",
        [](auto& s) {
          for (auto& spec : s) {
-           spec.mutable_train_job()->mutable_dataset()->mutable_augmentation()->set_horizontal_flip(
-               true);
+           spec.mutable_train_job()
+               ->mutable_dataset()
+               ->mutable_augmentation()
+               ->mutable_mixup()
+               ->set_alpha(0.2);
          }
        },
-       "trial 0: train_job.dataset.augmentation is not supported fused yet"},
+       "trial 0: train_job.dataset.augmentation mixup/cutmix is not supported fused yet"},
       {"bf16",
        [](auto& s) {
          for (auto& spec : s) spec.mutable_train_job()->set_precision("bf16");
