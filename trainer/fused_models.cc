@@ -96,8 +96,9 @@ std::vector<OpSpec> Program(absl::string_view name) {
             {K::kDropout, "", 0}, {K::kLinear, "layers.7", 0}};
   }
   if (name == "convnet") {
+    // As ConvNetImpl::forward: the second ReLU after the max-pool.
     return {{K::kConv, "conv1", 0}, {K::kRelu, "", 0},      {K::kConv, "conv2", 0},
-            {K::kRelu, "", 0},      {K::kMaxPool, "", 0},   {K::kDropout2d, "", 0},
+            {K::kMaxPool, "", 0},   {K::kRelu, "", 0},      {K::kDropout2d, "", 0},
             {K::kFlatten, "", 0},   {K::kLinear, "fc1", 0}, {K::kRelu, "", 0},
             {K::kDropout, "", 0},   {K::kLinear, "fc2", 0}};
   }

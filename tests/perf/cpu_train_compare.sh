@@ -14,6 +14,8 @@
 #
 # Usage: tests/perf/cpu_train_compare.sh [BUILD_DIR]   (default ./build; needs server/mpsd,
 # client/mpsctl and mpsd-executor built). Knobs: THREADS (default: nproc), EPOCHS, LIMIT_TRAIN,
+# MEMORY_FORMAT (contiguous, the default, or channels_last: the job's memory_format and
+# torch_resident.py --channels-last, both sides alike),
 # DATA (default /usr/share/datasets/fashion-mnist, from the dataset-fashion-mnist package),
 # PYTHON (default /usr/bin/python3, Debian's, which has python3-torch), OUT (default
 # /tmp/mpsd-cpu-compare: mpsd.log, events.jsonl, torch.json).
@@ -26,6 +28,7 @@ EPOCHS=${EPOCHS:-3}
 LIMIT_TRAIN=${LIMIT_TRAIN:-5120}
 BATCH=128
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
+MEMORY_FORMAT=${MEMORY_FORMAT:-contiguous}
 PY=${PYTHON:-/usr/bin/python3}
 OUT=$(realpath -m "${OUT:-/tmp/mpsd-cpu-compare}")
 for f in "$BUILD/server/mpsd" "$BUILD/client/mpsctl"; do
@@ -37,7 +40,7 @@ done
 rm -rf "$OUT" && mkdir -p "$OUT/state"
 steps=$(( (LIMIT_TRAIN + BATCH - 1) / BATCH ))
 echo "cpu_train_compare: $(date -u +%FT%TZ), $(nproc) CPUs, threads $THREADS, $EPOCHS epochs of" \
-  "$LIMIT_TRAIN examples ($steps steps of $BATCH)"
+  "$LIMIT_TRAIN examples ($steps steps of $BATCH), memory format $MEMORY_FORMAT"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
 
@@ -52,6 +55,7 @@ epochs: $EPOCHS
 optimizer: {name: adam, learning_rate: 0.001}
 seed: 1
 device: cpu
+memory_format: $MEMORY_FORMAT
 EOF
 sock="unix://$OUT/mpsd.sock"
 "$BUILD/server/mpsd" --config "$OUT/mpsd.yaml" --listen "$sock" --state-dir "$OUT/state" \
@@ -69,7 +73,8 @@ trap - EXIT
 # ---- Debian's PyTorch -----------------------------------------------------------------------------
 (cd "$REPO/tests/perf" && "$PY" torch_resident.py --device cpu --threads "$THREADS" \
   --epochs "$EPOCHS" --batch-size "$BATCH" --lr 0.001 --seed 1 --limit-train "$LIMIT_TRAIN" \
-  --idx-dir "$DATA" --json "$OUT/torch.json" --variant cpu) > "$OUT/torch.log" 2>&1 ||
+  --idx-dir "$DATA" --json "$OUT/torch.json" --variant cpu \
+  $([[ $MEMORY_FORMAT == channels_last ]] && echo --channels-last)) > "$OUT/torch.log" 2>&1 ||
   { cat "$OUT/torch.log"; exit 1; }
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 

@@ -109,12 +109,15 @@ ConvNetImpl::ConvNetImpl(const ModelConfig& config) {
 }
 
 torch::Tensor ConvNetImpl::forward(torch::Tensor images) {
-  torch::Tensor x = torch::relu(conv1_->forward(images));
-  x = torch::relu(conv2_->forward(x));
-  x = torch::max_pool2d(x, /*kernel_size=*/2);
+  // ReLUs in place (neither a convolution's nor a linear's backward reads its output), and the
+  // second one after the max-pool: max and ReLU commute (ReLU is monotone), so the values are
+  // pytorch/examples' and so is the gradient (a window whose maximum is <= 0 passes none
+  // either way; else it goes to the maximum), on a quarter of the elements.
+  torch::Tensor x = conv1_->forward(images).relu_();
+  x = torch::max_pool2d(conv2_->forward(x), /*kernel_size=*/2).relu_();
   x = dropout1_->forward(x);
   x = torch::flatten(x, /*start_dim=*/1);
-  x = torch::relu(fc1_->forward(x));
+  x = fc1_->forward(x).relu_();
   x = dropout2_->forward(x);
   return fc2_->forward(x);
 }
