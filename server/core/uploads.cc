@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 #include <system_error>
@@ -357,6 +358,11 @@ absl::StatusOr<std::unique_ptr<UploadStore::Writer>> UploadStore::Begin(
                      first.name(), ") or replace it (mpsctl upload --replace)"));
   }
   const std::string key = absl::StrCat(submitter, "/", first.name());
+  // A replace that Finish would refuse (jobs still name the upload), refused before the bytes.
+  if (first.replace() && fs::exists(fs::symlink_status(*area + "/" + first.name(), error))) {
+    if (absl::Status s = BeginRemoval(key, first.name()); !s.ok()) return s;
+    EndRemoval(key);
+  }
   {
     absl::MutexLock lock(&mu_);
     if (!writing_.insert(key).second) {
@@ -518,6 +524,15 @@ absl::StatusOr<Upload> UploadStore::Writer::Finish() {
   std::error_code error;
   if (!header_.replace() && fs::exists(fs::symlink_status(final_path, error))) {
     return absl::AlreadyExistsError(absl::StrCat("upload \"", name, "\" appeared meanwhile"));
+  }
+  // Replacing swaps the data under every job that names the upload: refused, as a delete is,
+  // while a job that has not ended or a submit in flight names it (the bytes received stay, so
+  // the same upload resumes once they ended).
+  std::optional<RemovalGuard> removal;
+  if (fs::exists(fs::symlink_status(final_path, error))) {
+    const std::string key = absl::StrCat(submitter_, "/", name);
+    if (absl::Status s = store_->BeginRemoval(key, name); !s.ok()) return s;
+    removal.emplace(store_, key);
   }
   Upload upload;
   std::string ready = partial_;  // What is renamed to the final name.
@@ -806,6 +821,40 @@ absl::StatusOr<mpsd::v1::ListUploadsResponse> UploadStore::List(const std::strin
   return response;
 }
 
+absl::Status UploadStore::BeginRemoval(const std::string& key, const std::string& name) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (pinned_.count(key) != 0) {
+      return absl::AbortedError(absl::StrCat("upload \"", name,
+                                             "\" is named by a job being submitted; try again "
+                                             "once the submit was answered"));
+    }
+    if (!deleting_.insert(key).second) {
+      return absl::AbortedError(
+          absl::StrCat("upload \"", name, "\" is being deleted or replaced by another call"));
+    }
+  }
+  // From here on Pin refuses the name; a submit that pinned it before is stored by now, so the
+  // jobs below include it.
+  if (const std::vector<std::string> users = JobsUsing(key); !users.empty()) {
+    EndRemoval(key);
+    constexpr size_t kShown = 20;
+    const std::string ids = absl::StrCat(
+        absl::StrJoin(users.begin(), users.begin() + std::min(users.size(), kShown), ", "),
+        users.size() > kShown ? absl::StrCat(" and ", users.size() - kShown, " more") : "");
+    const bool one = users.size() == 1;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "upload \"", name, "\" is used by queued or running job", one ? " " : "s ", ids,
+        one ? "; cancel it or wait for it to end" : "; cancel them or wait for them to end"));
+  }
+  return absl::OkStatus();
+}
+
+void UploadStore::EndRemoval(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  deleting_.erase(key);
+}
+
 absl::StatusOr<Upload> UploadStore::Delete(const std::string& submitter, const std::string& name) {
   if (absl::Status s = api::CheckUploadName("name", name); !s.ok()) return s;
   absl::StatusOr<std::string> area = AreaOf(submitter);
@@ -818,36 +867,9 @@ absl::StatusOr<Upload> UploadStore::Delete(const std::string& submitter, const s
                                              "\" is being sent; try again "
                                              "once that call ended"));
     }
-    if (pinned_.count(key) != 0) {
-      return absl::AbortedError(absl::StrCat("upload \"", name,
-                                             "\" is named by a job being submitted; try again "
-                                             "once the submit was answered"));
-    }
-    if (!deleting_.insert(key).second) {
-      return absl::AbortedError(
-          absl::StrCat("upload \"", name, "\" is being deleted by another call"));
-    }
   }
-  // From here on Pin refuses the name; a submit that pinned it before is stored by now, so the
-  // jobs below include it.
-  struct Undelete {
-    UploadStore* store;
-    std::string key;
-    ~Undelete() {
-      absl::MutexLock lock(&store->mu_);
-      store->deleting_.erase(key);
-    }
-  } undelete{this, key};
-  if (const std::vector<std::string> users = JobsUsing(key); !users.empty()) {
-    constexpr size_t kShown = 20;
-    const std::string ids = absl::StrCat(
-        absl::StrJoin(users.begin(), users.begin() + std::min(users.size(), kShown), ", "),
-        users.size() > kShown ? absl::StrCat(" and ", users.size() - kShown, " more") : "");
-    const bool one = users.size() == 1;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "upload \"", name, "\" is used by queued or running job", one ? " " : "s ", ids,
-        one ? "; cancel it or wait for it to end" : "; cancel them or wait for them to end"));
-  }
+  if (absl::Status s = BeginRemoval(key, name); !s.ok()) return s;
+  const RemovalGuard removal(this, key);
   Upload deleted;
   deleted.set_name(name);
   deleted.set_submitter(submitter);

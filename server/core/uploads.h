@@ -174,6 +174,21 @@ class UploadStore {
  private:
   void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   void Unpin(const std::vector<std::string>& keys) ABSL_LOCKS_EXCLUDED(mu_);
+  // Before an upload is deleted or replaced: marks `key` (Pin refuses it from then on), then
+  // ABORTED while a submit holds it or another removal runs, FAILED_PRECONDITION naming the
+  // jobs while unfinished jobs name it (the mark taken back). OK: the caller removes the mark
+  // with EndRemoval (RemovalGuard) once done.
+  absl::Status BeginRemoval(const std::string& key, const std::string& name)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void EndRemoval(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  struct RemovalGuard {
+    RemovalGuard(UploadStore* store, std::string key) : store(store), key(std::move(key)) {}
+    ~RemovalGuard() { store->EndRemoval(key); }
+    RemovalGuard(const RemovalGuard&) = delete;
+    RemovalGuard& operator=(const RemovalGuard&) = delete;
+    UploadStore* store;
+    std::string key;
+  };
   // "<submitter>/<name>" of the upload that `path` lies in (see Pin), or "".
   std::string UploadKeyOf(absl::string_view path) const;
   // The ids of the jobs of unfinished_jobs that name a path in the upload `key`, ascending.

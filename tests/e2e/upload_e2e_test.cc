@@ -433,7 +433,8 @@ TEST_F(UploadTest, MpsctlResumesListsAndDeletes) {
 }
 
 // The tester's case: `mpsctl uploads rm` of an upload that a QUEUED job names (and then a
-// RUNNING one) is refused on one line naming the jobs, and the data stays; jobs that ended do
+// RUNNING one) is refused on one line naming the jobs, and so is `upload --replace`; the data
+// stays; jobs that ended do
 // not count, and once the last one is cancelled rm deletes it. An admin's job naming the upload
 // as upload:@alice/NAME holds it too.
 TEST_F(UploadTest, RmRefusesAnUploadThatUnfinishedJobsName) {
@@ -475,6 +476,13 @@ TEST_F(UploadTest, RmRefusesAnUploadThatUnfinishedJobsName) {
   remove.set_submitter("alice");
   EXPECT_EQ(stub_->DeleteUpload(Context(admin_).get(), remove, &gone).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+  // Nor may `upload --replace` swap other data in under them.
+  const std::string other = dir_.str() + "/other";
+  std::filesystem::create_directories(other);
+  WriteFile(other + "/readme.txt", "not a dataset\n");
+  CommandResult replaced = Mpsctl(alice_, {"upload", other, "--name", "ds", "--replace"});
+  EXPECT_NE(replaced.exit_code, 0);
+  EXPECT_THAT(replaced.err, HasSubstr("upload \"ds\" is used by queued or running jobs"));
   const std::string upload = dir_.str() + "/state/uploads/alice/ds";
   EXPECT_EQ(ReadFile(upload + "/sub/notes.txt"), "made by upload_e2e_test\n");
   EXPECT_EQ(ReadFile(upload + "/train-labels-idx1-ubyte"),
