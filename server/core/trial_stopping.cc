@@ -36,10 +36,14 @@ absl::Status ReadMode(const mpsd::v1::SweepScheduler& s, TrialStoppingConfig& co
   }
   const std::optional<bool> maximize = api::HigherIsBetter(config.metric);
   if (!maximize.has_value()) {
+    // A misspelt built-in name lands here too (the job's own metric names are known only to
+    // the executor, which checks the name once the mode is given): say so.
     return Refuse("mode", absl::StrCat("required for the metric ", Quoted(config.metric),
                                        ": min (lower is better) or max; only names ending in "
                                        "_loss, _mse, _mae (min) or _accuracy, _f1, _r2 (max) "
-                                       "have a default"));
+                                       "have a default (if this is not a metric of your own, "
+                                       "check its spelling: e.g. val_loss, val_accuracy, "
+                                       "train_loss, test_accuracy, lowercase)"));
   }
   config.maximize = *maximize;
   return absl::OkStatus();
