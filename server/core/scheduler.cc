@@ -47,11 +47,9 @@ JobEvent LogNote(std::string text) {
 JobEvent RunsAloneNote(const std::string& sweep_id, const SweepFusion& fusion) {
   std::string why = "sweep.fuse is off";
   if (fusion.max_trials > 1) {
-    why = "no other of its trials is queued to run with it";
-    if (fusion.max_trials < kMaxFusedTrials) {
-      absl::StrAppend(&why, " (the others ran in groups of at most ", fusion.max_trials,
-                      ", sweep.fuse)");
-    }
+    // Not why the others went before it: they may have run in groups of sweep.fuse, or alone
+    // for a reason of their own (each one's log says which).
+    why = "no other of its trials is still queued (the others have started or ended)";
   }
   return LogNote(
       absl::StrCat("not trained fused with other trials of sweep ", sweep_id, ": ", why));

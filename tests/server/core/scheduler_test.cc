@@ -364,7 +364,8 @@ TEST_F(SchedulerTest, QueuedTrialsOfASweepRunFusedUpToWhatTheExecutorPlans) {
   // The fourth, queued last, had no trial left to fuse with: it ran alone and says why.
   EXPECT_THAT(LogTexts(*store_, t[3]),
               ElementsAre(absl::StrCat("not trained fused with other trials of sweep ", sweep.id(),
-                                       ": no other of its trials is queued to run with it")));
+                                       ": no other of its trials is still queued (the others "
+                                       "have started or ended)")));
 }
 
 // Trials the executor cannot fuse with the lead (here: another model) are left for a group of
@@ -418,8 +419,8 @@ TEST_F(SchedulerTest, FuseOffAndAFuseLimitAreHonoured) {
                                        ": sweep.fuse is off")));
   EXPECT_THAT(LogTexts(*store_, two.trial_job_ids(2)),
               ElementsAre(absl::StrCat("not trained fused with other trials of sweep ", two.id(),
-                                       ": no other of its trials is queued to run with it (the "
-                                       "others ran in groups of at most 2, sweep.fuse)")));
+                                       ": no other of its trials is still queued (the others "
+                                       "have started or ended)")));
   scheduler.reset();
   scheduler = Start();
   for (const std::string& bad : {"1", "65", "many", "2x"}) {
