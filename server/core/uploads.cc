@@ -360,8 +360,7 @@ absl::StatusOr<std::unique_ptr<UploadStore::Writer>> UploadStore::Begin(
   const std::string key = absl::StrCat(submitter, "/", first.name());
   // A replace that Finish would refuse (jobs still name the upload), refused before the bytes.
   if (first.replace() && fs::exists(fs::symlink_status(*area + "/" + first.name(), error))) {
-    if (absl::Status s = BeginRemoval(key, first.name()); !s.ok()) return s;
-    EndRemoval(key);
+    if (absl::Status s = CheckUnused(key); !s.ok()) return s;
   }
   {
     absl::MutexLock lock(&mu_);
@@ -531,7 +530,7 @@ absl::StatusOr<Upload> UploadStore::Writer::Finish() {
   std::optional<RemovalGuard> removal;
   if (fs::exists(fs::symlink_status(final_path, error))) {
     const std::string key = absl::StrCat(submitter_, "/", name);
-    if (absl::Status s = store_->BeginRemoval(key, name); !s.ok()) return s;
+    if (absl::Status s = store_->BeginRemoval(key); !s.ok()) return s;
     removal.emplace(store_, key);
   }
   Upload upload;
@@ -821,33 +820,41 @@ absl::StatusOr<mpsd::v1::ListUploadsResponse> UploadStore::List(const std::strin
   return response;
 }
 
-absl::Status UploadStore::BeginRemoval(const std::string& key, const std::string& name) {
+absl::Status UploadStore::CheckUnused(const std::string& key) {
   {
     absl::MutexLock lock(&mu_);
     if (pinned_.count(key) != 0) {
-      return absl::AbortedError(absl::StrCat("upload \"", name,
-                                             "\" is named by a job being submitted; try again "
+      return absl::AbortedError(absl::StrCat(UploadNamed(key),
+                                             " is named by a job being submitted; try again "
                                              "once the submit was answered"));
     }
-    if (!deleting_.insert(key).second) {
-      return absl::AbortedError(
-          absl::StrCat("upload \"", name, "\" is being deleted or replaced by another call"));
-    }
   }
-  // From here on Pin refuses the name; a submit that pinned it before is stored by now, so the
-  // jobs below include it.
   if (const std::vector<std::string> users = JobsUsing(key); !users.empty()) {
-    EndRemoval(key);
     constexpr size_t kShown = 20;
     const std::string ids = absl::StrCat(
         absl::StrJoin(users.begin(), users.begin() + std::min(users.size(), kShown), ", "),
         users.size() > kShown ? absl::StrCat(" and ", users.size() - kShown, " more") : "");
     const bool one = users.size() == 1;
     return absl::FailedPreconditionError(absl::StrCat(
-        "upload \"", name, "\" is used by queued or running job", one ? " " : "s ", ids,
+        UploadNamed(key), " is used by queued or running job", one ? " " : "s ", ids,
         one ? "; cancel it or wait for it to end" : "; cancel them or wait for them to end"));
   }
   return absl::OkStatus();
+}
+
+absl::Status UploadStore::BeginRemoval(const std::string& key) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!deleting_.insert(key).second) {
+      return absl::AbortedError(
+          absl::StrCat(UploadNamed(key), " is being deleted or replaced by another call"));
+    }
+  }
+  // From here on Pin refuses the name; a submit that pinned it before still holds it (refused)
+  // or is stored by now, so the jobs CheckUnused reads include it.
+  absl::Status unused = CheckUnused(key);
+  if (!unused.ok()) EndRemoval(key);
+  return unused;
 }
 
 void UploadStore::EndRemoval(const std::string& key) {
@@ -868,7 +875,7 @@ absl::StatusOr<Upload> UploadStore::Delete(const std::string& submitter, const s
                                              "once that call ended"));
     }
   }
-  if (absl::Status s = BeginRemoval(key, name); !s.ok()) return s;
+  if (absl::Status s = BeginRemoval(key); !s.ok()) return s;
   const RemovalGuard removal(this, key);
   Upload deleted;
   deleted.set_name(name);

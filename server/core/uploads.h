@@ -174,12 +174,13 @@ class UploadStore {
  private:
   void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   void Unpin(const std::vector<std::string>& keys) ABSL_LOCKS_EXCLUDED(mu_);
+  // ABORTED while a submit holds the upload `key` (Pins), FAILED_PRECONDITION naming the jobs
+  // while unfinished jobs name it (Options::unfinished_jobs), else OK. Marks nothing.
+  absl::Status CheckUnused(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Before an upload is deleted or replaced: marks `key` (Pin refuses it from then on), then
-  // ABORTED while a submit holds it or another removal runs, FAILED_PRECONDITION naming the
-  // jobs while unfinished jobs name it (the mark taken back). OK: the caller removes the mark
-  // with EndRemoval (RemovalGuard) once done.
-  absl::Status BeginRemoval(const std::string& key, const std::string& name)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // CheckUnused; ABORTED too while another removal runs. Not OK: the mark is taken back. OK:
+  // the caller removes the mark with EndRemoval (RemovalGuard) once done.
+  absl::Status BeginRemoval(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   void EndRemoval(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   struct RemovalGuard {
     RemovalGuard(UploadStore* store, std::string key) : store(store), key(std::move(key)) {}
