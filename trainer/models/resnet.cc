@@ -70,6 +70,11 @@ void InitLikeTorchvision(nn::Module& model) {
   }
 }
 
+// Whether a block needs a projection shortcut (MakeDownsample): its stride or channels change.
+bool NeedsDownsample(int64_t in_channels, int64_t out_channels, int64_t stride) {
+  return stride != 1 || in_channels != out_channels;
+}
+
 constexpr ResNetDepth kResNet18 = {/*bottleneck=*/false, {2, 2, 2, 2}};
 constexpr ResNetDepth kResNet34 = {/*bottleneck=*/false, {3, 4, 6, 3}};
 constexpr ResNetDepth kResNet50 = {/*bottleneck=*/true, {3, 4, 6, 3}};
@@ -97,7 +102,7 @@ std::vector<ResNetBlockPlan> PlanResNetBlocks(const ResNetDepth& depth) {
       next.in_channels = in_channels;
       next.planes = planes;
       next.stride = stage > 0 && block == 0 ? 2 : 1;
-      next.downsample = next.stride != 1 || in_channels != planes * expansion;
+      next.downsample = NeedsDownsample(in_channels, planes * expansion, next.stride);
       plan.push_back(next);
       in_channels = planes * expansion;
     }
@@ -106,7 +111,7 @@ std::vector<ResNetBlockPlan> PlanResNetBlocks(const ResNetDepth& depth) {
 }
 
 nn::Sequential MakeDownsample(int64_t in_channels, int64_t out_channels, int64_t stride) {
-  if (stride == 1 && in_channels == out_channels) return nullptr;
+  if (!NeedsDownsample(in_channels, out_channels, stride)) return nullptr;
   return nn::Sequential(nn::Conv2d(Conv1x1(in_channels, out_channels, stride)),
                         nn::BatchNorm2d(out_channels));
 }
