@@ -163,31 +163,17 @@ std::shared_ptr<ClassifierImpl> LoadModel(const std::string& name, const fs::pat
   return model;
 }
 
-double MaxWeightDifference(const torch::nn::Module& a, const torch::nn::Module& b) {
-  double worst = 0;
-  const auto pb = b.named_parameters();
-  for (const auto& item : a.named_parameters()) {
-    worst = std::max(worst, (item.value() - pb[item.key()]).abs().max().item<double>());
-  }
-  const auto bb = b.named_buffers();
-  for (const auto& item : a.named_buffers()) {
-    worst = std::max(worst, (item.value().to(torch::kFloat64) - bb[item.key()].to(torch::kFloat64))
-                                .abs()
-                                .max()
-                                .item<double>());
-  }
-  return worst;
-}
-
-// MaxWeightDifference per tensor relative to max(1, the tensor's largest magnitude in `b`).
-double MaxRelativeWeightDifference(const torch::nn::Module& a, const torch::nn::Module& b) {
+// The largest difference between `a`'s and `b`'s parameters and buffers of the same name, in
+// float64; `relative`: each tensor's divided by max(1, its largest magnitude in `b`).
+double MaxWeightDifference(const torch::nn::Module& a, const torch::nn::Module& b,
+                           bool relative = false) {
   double worst = 0;
   const auto compare = [&](const torch::OrderedDict<std::string, torch::Tensor>& x,
                            const torch::OrderedDict<std::string, torch::Tensor>& y) {
     for (const auto& item : x) {
       const torch::Tensor u = item.value().to(torch::kFloat64);
       const torch::Tensor v = y[item.key()].to(torch::kFloat64);
-      const double scale = std::max(1.0, v.abs().max().item<double>());
+      const double scale = relative ? std::max(1.0, v.abs().max().item<double>()) : 1.0;
       worst = std::max(worst, (u - v).abs().max().item<double>() / scale);
     }
   };
@@ -333,7 +319,8 @@ TEST(FusedTrainTest, FusedResNetsComputeEachTrialsForwardAndGradients) {
       }
       const std::shared_ptr<ClassifierImpl> unfused = FindModel(name)->make(config);
       (*fused)->Unfuse(k, *unfused);
-      EXPECT_LE(MaxRelativeWeightDifference(*unfused, *models[k]), 1e-5) << name << " trial " << k;
+      EXPECT_LE(MaxWeightDifference(*unfused, *models[k], /*relative=*/true), 1e-5)
+          << name << " trial " << k;
     }
   }
 }
