@@ -60,6 +60,13 @@ std::chrono::milliseconds Millis(double seconds) {
 // The key rank r sets once it reached the store: what names the ranks that never joined.
 std::string JoinedKey(int rank) { return absl::StrCat("mpsd/joined/", rank); }
 
+// Where the ranks meet, for messages: the store file, or master_addr:master_port.
+std::string StoreAddress(const DistributedConfig& config) {
+  return config.store_file.empty()
+             ? absl::StrFormat("%s:%d", config.master_addr, config.master_port)
+             : config.store_file;
+}
+
 // Waits until every rank has set its JoinedKey, up to `timeout`; DEADLINE_EXCEEDED naming the
 // ranks (and so their nodes) that did not.
 absl::Status AwaitRanks(::c10d::Store& store, const DistributedConfig& config) {
@@ -77,10 +84,7 @@ absl::Status AwaitRanks(::c10d::Store& store, const DistributedConfig& config) {
       }
       return absl::DeadlineExceededError(absl::StrFormat(
           "rendezvous at %s: rank(s) %s of %d did not join within %g s (distributed.timeout_s)",
-          config.store_file.empty()
-              ? absl::StrFormat("%s:%d", config.master_addr, config.master_port)
-              : config.store_file,
-          absl::StrJoin(names, ", "), config.world_size, config.timeout_s));
+          StoreAddress(config), absl::StrJoin(names, ", "), config.world_size, config.timeout_s));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -228,9 +232,7 @@ DataParallel::~DataParallel() = default;
 absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Connect(const DistributedConfig& config,
                                                                     const torch::Device& device) {
   auto group = std::make_unique<Group>();
-  const std::string where = config.store_file.empty()
-                                ? absl::StrFormat("%s:%d", config.master_addr, config.master_port)
-                                : config.store_file;
+  const std::string where = StoreAddress(config);
   if (!config.store_file.empty()) {
     try {
       std::error_code error;
