@@ -45,13 +45,13 @@ namespace mpsd::trainer {
 // Why `job` (resolved, for a run or validation) cannot train fused, naming the model or the
 // field ("model lstm has no fused form yet", "train_job.checkpoint is not supported fused
 // yet"); "" when it can. The features the fused loop does not implement are refused here, so that
-// such trials run unfused, as before: TorchScript models and zoo models other than mlp, convnet
-// and cifar_cnn; model.weights, freeze, trainable, param_groups; checkpoint (every_epochs,
-// every_steps, keep_best) and resuming; early_stopping; distributed; profile; precision fp16 and
-// bf16; memory_format channels_last; grad_accumulation_steps > 1; grad_clip_norm; nan_policy
-// skip_step; fault_injection; loss.torchscript; metrics; tasks other than classification; any
-// dataset.augmentation (preprocessing included); image_folder and tensors data not placed
-// resident.
+// such trials run unfused, as before: TorchScript models and zoo models without a fused form
+// (FusedModelNames: mlp, convnet, cifar_cnn and the resnets); model.weights, freeze, trainable,
+// param_groups; checkpoint (every_epochs, every_steps, keep_best) and resuming; early_stopping;
+// distributed; profile; precision fp16 and bf16; memory_format channels_last;
+// grad_accumulation_steps > 1; grad_clip_norm; nan_policy skip_step; fault_injection;
+// loss.torchscript; metrics; tasks other than classification; dataset.augmentation mixup and
+// cutmix (per-image transforms fuse); image_folder and tensors data not placed resident.
 std::string FusionRefusal(const TrainJobConfig& job);
 
 // The first field in which `trial` differs from `first` once the fields that change no shape are

@@ -10,9 +10,16 @@
 // backward sums in a nondeterministic order and training amplifies last-bit differences). With
 // dropout the graph and the eager run draw from the same default CUDA generator in the same
 // order (the warm-up's draws undone), so the masks agree too. Exit status 1 when a case fails.
-// Writes every loss to JSON_OUT.
+// Writes every loss to JSON_OUT. The cases (CASES, comma-separated; default all):
+//   convnet          K ConvNet trials, dropout off
+//   convnet_dropout  the same with the ConvNet's default dropout
+//   resnet18         min(K, 4) ResNet-18 trials (strided convolutions, the projection shortcuts,
+//                    batch norm in training mode) on the same images
+//   augment          K ConvNet trials with per-image augmentation (random crop 2 + horizontal
+//                    flip + brightness jitter + random erasing p 0.5): the batched step's one
+//                    draw per batch, outside the graph
 //
-// Usage: mpsd_fused_graph_check IDX_DIR JSON_OUT [device=cuda] [trials=16]
+// Usage: mpsd_fused_graph_check IDX_DIR JSON_OUT [device=cuda] [trials=16] [CASES]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,6 +35,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "api/executor.h"
 #include "trainer/device.h"
 #include "trainer/fused_train.h"
@@ -48,12 +56,28 @@ struct Run {
   double epoch_seconds = 0;                // trial 0's
 };
 
-TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, bool dropout) {
+// One case: the model, whether it keeps its default dropout, and per-image augmentation.
+struct Case {
+  std::string name;  // as CASES names it
+  std::string model;
+  bool dropout = false;
+  bool augment = false;
+  int max_trials = 0;  // 0: every trial asked for
+};
+
+TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, const Case& c) {
   static const double kLrs[] = {3e-4, 1e-3, 3e-3, 1e-2};
   static const double kWds[] = {0, 1e-4, 1e-3, 1e-2};
   TrainJob job;
-  job.mutable_model()->set_name("convnet");
-  if (!dropout) job.mutable_model()->set_dropout(0);
+  job.mutable_model()->set_name(c.model);
+  if (!c.dropout && c.model == "convnet") job.mutable_model()->set_dropout(0);
+  if (c.augment) {
+    auto& augmentation = *job.mutable_dataset()->mutable_augmentation();
+    augmentation.set_random_crop_padding(2);
+    augmentation.set_horizontal_flip(true);
+    augmentation.mutable_color_jitter()->set_brightness(0.3);
+    augmentation.mutable_random_erasing()->set_p(0.5);
+  }
   job.mutable_dataset()->set_name("fashion-mnist");
   job.mutable_dataset()->set_root(idx_dir);
   job.mutable_dataset()->set_limit_train(50 * 128 + 64);
@@ -123,19 +147,28 @@ std::string Floats(const std::vector<float>& values) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s IDX_DIR JSON_OUT [device=cuda] [trials=16]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s IDX_DIR JSON_OUT [device=cuda] [trials=16] [CASES]\n", argv[0]);
     return 2;
   }
   const std::string idx_dir = argv[1], json_out = argv[2];
   const std::string device = argc > 3 ? argv[3] : "cuda";
-  const int k_trials = argc > 4 ? std::max(1, std::atoi(argv[4])) : 16;
+  const int trials_asked = argc > 4 ? std::max(1, std::atoi(argv[4])) : 16;
+  const std::vector<std::string> wanted =
+      absl::StrSplit(argc > 5 ? argv[5] : "convnet,convnet_dropout,resnet18,augment", ',');
+  const Case kCases[] = {{"convnet", "convnet", false, false, 0},
+                         {"convnet_dropout", "convnet", true, false, 0},
+                         {"resnet18", "resnet18", false, false, 4},
+                         {"augment", "convnet", false, true, 0}};
   int failures = 0;
   std::vector<std::string> json_cases;
-  for (const bool dropout : {false, true}) {
+  for (const Case& c : kCases) {
+    if (std::find(wanted.begin(), wanted.end(), c.name) == wanted.end()) continue;
+    const int k_trials = c.max_trials > 0 ? std::min(trials_asked, c.max_trials) : trials_asked;
     std::vector<TrainJob> specs;
-    for (int k = 0; k < k_trials; ++k) specs.push_back(Trial(idx_dir, device, k, dropout));
+    for (int k = 0; k < k_trials; ++k) specs.push_back(Trial(idx_dir, device, k, c));
     const std::string name =
-        absl::StrCat(k_trials, " convnet adamw trials, dropout ", dropout ? "default" : "off");
+        absl::StrCat(k_trials, " ", c.model, " adamw trials, dropout ",
+                     c.dropout ? "default" : "off", c.augment ? ", augmented" : "");
     const Run graphed = RunOnce(specs, true);
     const Run eager = RunOnce(specs, false);
     bool pass = graphed.ok && eager.ok;

@@ -9,8 +9,11 @@ trainer/fused_optimizer.cc computes it. Random data (the kernels do not depend o
 Each variant is timed as the whole step captured in one CUDA graph (median of 5 runs of 50
 replays, CUDA events), and the default variant is profiled eagerly (torch.profiler: the top
 kernels by CUDA time). Variants: NCHW (mpsd's layout), conv1 as im2col + bmm, the 2x2 max pool
-as reshape + amax, channels_last for the convolutions, TF32 matmuls allowed, TF32 off for cuDNN,
-cuDNN benchmark off, the step without its optimizer update, and K = 1 and 4.
+as reshape + amax, conv2's weight gradient as unfold + one batched GEMM (GroupedConvWgradGemm;
+fp32, and with TF32 matmuls), bf16 autocast (NCHW and channels_last), channels_last for the
+convolutions, TF32 matmuls allowed, TF32 off for cuDNN, cuDNN benchmark off, the step without its
+optimizer update, and K = 1 and 4. Before timing, GroupedConvWgradGemm's gradients are compared
+with autograd's through F.conv2d (largest difference relative to the largest magnitude).
 
 Usage: fused_step_profile.py [--trials 16] [--batch 128] [--json OUT]
 """
@@ -45,7 +48,31 @@ def conv1_unfold(x, w, b, k):
     return y.view(k, 32, n, 26, 26).permute(2, 0, 1, 3, 4).reshape(n, k * 32, 26, 26)
 
 
-def forward(params, x, k, channels_last, keep2d, keep, unfold=False, amax_pool=False):
+class GroupedConvWgradGemm(torch.autograd.Function):
+    """A grouped 3x3 convolution whose weight gradient is one batched GEMM over [N, K] instead of
+    cuDNN's per-group kernels: gy [N, K, Cout, L] @ unfold(x) [N, K, L, Cin*9], summed over N
+    (split-K by example); the input gradient and the forward stay cuDNN's."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, k):
+        ctx.save_for_backward(x, w)
+        ctx.k = k
+        return F.conv2d(x, w, b, groups=k)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        k = ctx.k
+        n, cout, length = x.shape[0], w.shape[0] // k, gy.shape[2] * gy.shape[3]
+        gx = torch.nn.grad.conv2d_input(x.shape, w, gy, groups=k)
+        cols = F.unfold(x, 3).view(n, k, -1, length)
+        g = gy.contiguous().view(n, k, cout, length)
+        gw = torch.matmul(g, cols.transpose(2, 3)).sum(0)
+        return gx, gw.view_as(w), gy.sum((0, 2, 3)), None
+
+
+def forward(params, x, k, channels_last, keep2d, keep, unfold=False, amax_pool=False,
+            wgrad_gemm=False):
     n = x.shape[1]
     x = x.transpose(0, 1).reshape(n, k, 28, 28)
     if channels_last:
@@ -54,7 +81,10 @@ def forward(params, x, k, channels_last, keep2d, keep, unfold=False, amax_pool=F
         x = F.relu(conv1_unfold(x, params["conv1.w"], params["conv1.b"], k))
     else:
         x = F.relu(F.conv2d(x, params["conv1.w"], params["conv1.b"], groups=k))
-    x = F.relu(F.conv2d(x, params["conv2.w"], params["conv2.b"], groups=k))
+    if wgrad_gemm:
+        x = F.relu(GroupedConvWgradGemm.apply(x, params["conv2.w"], params["conv2.b"], k))
+    else:
+        x = F.relu(F.conv2d(x, params["conv2.w"], params["conv2.b"], groups=k))
     if amax_pool:  # 2x2 max pool as a reshape + amax (ties share the gradient)
         x = x.reshape(n, k * 64, 12, 2, 12, 2).amax(dim=(3, 5))
     else:
@@ -100,7 +130,8 @@ class AdamW:
             pv.addcdiv_(m * r["lr"], denom)
 
 
-def make_step(k, n, device, channels_last, optimizer=True, unfold=False, amax_pool=False):
+def make_step(k, n, device, channels_last, optimizer=True, unfold=False, amax_pool=False,
+              wgrad_gemm=False, bf16=False):
     params = make_params(k, device)
     opt = AdamW(params, k, device)
     images = torch.rand(60000, 1, 28, 28, device=device)
@@ -115,8 +146,11 @@ def make_step(k, n, device, channels_last, optimizer=True, unfold=False, amax_po
         flat = index.reshape(-1)
         x = images.index_select(0, flat).view(k, n, 1, 28, 28)
         y = labels.index_select(0, flat).view(k, n)
-        logits = forward(params, x, k, channels_last, keep2d, keep, unfold, amax_pool)
-        losses = F.cross_entropy(logits.reshape(k * n, 10), y.reshape(-1), reduction="none").view(k, n).mean(1)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(params, x, k, channels_last, keep2d, keep, unfold, amax_pool,
+                             wgrad_gemm)
+        losses = F.cross_entropy(logits.float().reshape(k * n, 10), y.reshape(-1),
+                                 reduction="none").view(k, n).mean(1)
         losses.sum().backward()
         if optimizer:
             opt.step()
@@ -162,16 +196,37 @@ def main():
         results[name] = ms
         print(f"{name:58s} {ms:8.3f} ms/step  ({ms / k:.3f} ms per trial-step)", flush=True)
 
+    # GroupedConvWgradGemm against autograd through the grouped convolution (fp32, no TF32).
+    torch.backends.cudnn.allow_tf32 = False
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(8, k * 32, 26, 26, generator=gen).to(device).requires_grad_()
+    w = (torch.randn(k * 64, 32, 3, 3, generator=gen) * 0.05).to(device).requires_grad_()
+    b = torch.randn(k * 64, generator=gen).to(device).requires_grad_()
+    gy = torch.randn(8, k * 64, 24, 24, generator=gen).to(device)
+    ref = torch.autograd.grad(F.conv2d(x, w, b, groups=k), (x, w, b), gy)
+    got = torch.autograd.grad(GroupedConvWgradGemm.apply(x, w, b, k), (x, w, b), gy)
+    rel = {name: ((r - g).abs().max() / r.abs().max()).item()
+           for name, r, g in zip(("input", "weight", "bias"), ref, got)}
+    print(f"GroupedConvWgradGemm vs autograd, largest relative difference: {rel}", flush=True)
+    results["wgrad_gemm_check"] = rel
+    torch.backends.cudnn.allow_tf32 = True
+
     row("nchw (mpsd's layout), cudnn.benchmark", time_graphed(make_step(k, n, device, False)))
     row("nchw, conv1 as unfold + bmm",
         time_graphed(make_step(k, n, device, False, unfold=True)))
     row("nchw, conv1 unfold + max pool as reshape/amax",
         time_graphed(make_step(k, n, device, False, unfold=True, amax_pool=True)))
+    row("nchw, conv2 weight grad as unfold + batched GEMM",
+        time_graphed(make_step(k, n, device, False, wgrad_gemm=True)))
+    row("nchw, bf16 autocast", time_graphed(make_step(k, n, device, False, bf16=True)))
+    row("channels_last, bf16 autocast", time_graphed(make_step(k, n, device, True, bf16=True)))
     row("nchw, no optimizer update", time_graphed(make_step(k, n, device, False, optimizer=False)))
     row("channels_last convolutions", time_graphed(make_step(k, n, device, True)))
     torch.backends.cuda.matmul.allow_tf32 = True
     row("nchw + TF32 matmuls", time_graphed(make_step(k, n, device, False)))
     row("channels_last + TF32 matmuls", time_graphed(make_step(k, n, device, True)))
+    row("nchw + TF32 matmuls, conv2 weight grad as GEMM",
+        time_graphed(make_step(k, n, device, False, wgrad_gemm=True)))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     row("nchw, TF32 off for cuDNN too (pure fp32)", time_graphed(make_step(k, n, device, False)))
