@@ -48,7 +48,7 @@ void Restore(const std::vector<torch::Tensor>& tensors, const std::vector<torch:
 void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
                       const std::vector<torch::Tensor>& state, int warmup_steps,
                       const std::function<void()>& before_capture,
-                      const std::function<void()>& step) {
+                      const std::function<void()>& step, const compat::CudaGraph* share_pool_with) {
   const std::vector<torch::Tensor> saved = Snapshot(state);
   const torch::Tensor rng = compat::CudaGraph::GetRngState(device_index);
   graph.OnSideStream(device_index, [&] {
@@ -56,7 +56,7 @@ void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
   });
   compat::CudaGraph::SetRngState(device_index, rng);  // the warm-up's dropout draws undone
   before_capture();
-  graph.Capture(device_index, step);
+  graph.Capture(device_index, step, share_pool_with);
   Restore(state, saved);
 }
 
@@ -233,29 +233,53 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
               images.device()) {
   TORCH_CHECK(options_.precision == Precision::kFp32 || options_.precision == Precision::kBf16,
               "the graphed step runs fp32 or bf16");
-  static_index_ = torch::arange(
-      options_.batch_size, torch::TensorOptions().dtype(torch::kInt64).device(images.device()));
+  TORCH_CHECK(options_.tail_batch_size >= 0 && options_.tail_batch_size < options_.batch_size,
+              "the last partial batch must be smaller than a full batch");
+  CaptureStep(full_, options_.batch_size, /*share_pool_with=*/nullptr);
+  if (options_.tail_batch_size > 0) {
+    // cuDNN's heuristics for this once-an-epoch shape: benchmark mode's search would allocate
+    // its trial workspaces on top of the first graph's pool (the job's peak memory).
+    at::Context& context = at::globalContext();
+    const bool benchmark = context.benchmarkCuDNN();
+    context.setBenchmarkCuDNN(false);
+    try {
+      tail_ = std::make_unique<Captured>();
+      CaptureStep(*tail_, options_.tail_batch_size, &full_.graph);
+    } catch (...) {
+      context.setBenchmarkCuDNN(benchmark);
+      throw;
+    }
+    context.setBenchmarkCuDNN(benchmark);
+  }
+}
 
+void GraphedStep::CaptureStep(Captured& captured, int64_t rows,
+                              const compat::CudaGraph* share_pool_with) {
+  captured.index =
+      torch::arange(rows, torch::TensorOptions().dtype(torch::kInt64).device(images_.device()));
   // Warm-up with learning rate 0 (parameters unchanged), then put back what it touched: the
   // optimizer state and step counter, and the model's buffers (BatchNorm running statistics).
-  const int device_index = images.device().index() < 0 ? 0 : images.device().index();
-  std::vector<torch::Tensor> state = model.buffers();
+  const int device_index = images_.device().index() < 0 ? 0 : images_.device().index();
+  std::vector<torch::Tensor> state = model_.buffers();
   for (const torch::Tensor& t : update_.State()) state.push_back(t);
+  // An earlier graph's gradients are its own: the warm-up must not add to them.
+  compat::ZeroGradToNone(optimizer_);
   bool capturing = false;
   WarmUpAndCapture(
-      graph_, device_index, state, kWarmupSteps,
+      captured.graph, device_index, state, kWarmupSteps,
       [&] {
-        compat::ZeroGradToNone(optimizer);
+        compat::ZeroGradToNone(optimizer_);
         capturing = true;
       },
       [&] {
         if (capturing) {
-          std::tie(static_loss_, static_correct_) = Compute(static_index_);
+          std::tie(captured.loss, captured.correct) = Compute(captured.index);
           return;
         }
         update_.ZeroNextLearningRate();
-        Compute(static_index_);
-      });
+        Compute(captured.index);
+      },
+      share_pool_with);
 }
 
 GraphedStep::~GraphedStep() = default;
@@ -305,13 +329,16 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor
 }
 
 std::pair<torch::Tensor, torch::Tensor> GraphedStep::Step(const torch::Tensor& index) {
-  if (index.size(0) == options_.batch_size) {
-    static_index_.copy_(index);
-    graph_.Replay();
-    return {static_loss_, static_correct_};
+  Captured* captured = index.size(0) == options_.batch_size                            ? &full_
+                       : tail_ != nullptr && index.size(0) == options_.tail_batch_size ? tail_.get()
+                                                                                       : nullptr;
+  if (captured != nullptr) {
+    captured->index.copy_(index);
+    captured->graph.Replay();
+    return {captured->loss, captured->correct};
   }
-  // The partial batch: eager, through the same state. Its gradients must not add to the
-  // graph's (which the graph overwrites anyway), so drop them first.
+  // A batch of another size: eager, through the same state. Its gradients must not add to the
+  // graphs' (which they overwrite anyway), so drop them first.
   compat::ZeroGradToNone(optimizer_);
   return Compute(index);
 }

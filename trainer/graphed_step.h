@@ -7,8 +7,9 @@
 // step counter that the graph advances: a replay needs no host work but copying the batch's
 // indices. Augmentation (trainer/augment.h: crops, flips, rotation, colour jitter, erasing,
 // mixup and cutmix) is drawn inside the graph too: every draw is a device kernel on the CUDA
-// generator, with no host read-back. Batches of another size (the last partial batch of an
-// epoch) run the same step eagerly through the same state, so every update of the job goes
+// generator, with no host read-back. The epoch's last partial batch has a graph of its own
+// (GraphedStepOptions::tail_batch_size) in the first graph's memory pool; a batch of any other
+// size runs the same step eagerly through the same state, so every update of the job goes
 // through one optimizer state.
 // Internal to trainer/: includes torch.
 #ifndef MPSD_TRAINER_GRAPHED_STEP_H_
@@ -126,18 +127,26 @@ class DeviceUpdate {
 // (drop the gradients, so that the captured backward allocates them in the graph's pool),
 // captures `step` into `graph`, and finally copies back into `state` the values it held before
 // the warm-up (what the warm-up changed: parameters, BatchNorm statistics, optimizer state,
-// step counters). Throws c10::Error on any LibTorch failure (no CUDA graphs: always). Not
-// thread-safe.
+// step counters). `share_pool_with`: as compat::CudaGraph::Capture. Throws c10::Error on any
+// LibTorch failure (no CUDA graphs: always). Not thread-safe.
 void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
                       const std::vector<torch::Tensor>& state, int warmup_steps,
                       const std::function<void()>& before_capture,
-                      const std::function<void()>& step);
+                      const std::function<void()>& step,
+                      const compat::CudaGraph* share_pool_with = nullptr);
 
 // What GraphedStep needs beyond the model, the optimizer and the data.
 struct GraphedStepOptions {
   OptimizerKind optimizer = OptimizerKind::kAdam;
   Precision precision = Precision::kFp32;  // fp32 or bf16
   int64_t batch_size = 1;                  // rows of a full batch
+  // Rows of the epoch's last partial batch (the training set's size mod batch_size; 0 when
+  // there is none or drop_last drops it): captured as a second graph in the first one's memory
+  // pool, so that no step runs eagerly beside the pool (an eager step's activations, and
+  // cuDNN's algorithm search for its shape, would add to the job's peak memory). Its
+  // convolutions take cuDNN's heuristic algorithms, not benchmark mode's search: it runs once
+  // an epoch, and the search's trial workspaces are what would raise the peak.
+  int64_t tail_batch_size = 0;
   // The task's loss and correct count (trainer/task.h), computed inside the graph as the eager
   // loop computes them: classification's cross-entropy (label_smoothing, class weights),
   // multilabel's BCEWithLogitsLoss, regression's losses.
@@ -169,7 +178,8 @@ class GraphedStep {
   GraphedStep& operator=(const GraphedStep&) = delete;
 
   // One optimizer step on the examples at `index` ([B] int64 on the device; B == batch_size
-  // replays the graph, any other B runs eagerly), at the learning rate of the schedule's next
+  // or tail_batch_size replays that graph, any other B runs eagerly), at the learning rate of
+  // the schedule's next
   // step. Returns the batch's mean loss ([] float32) and correct count ([] int64), on the device,
   // valid until the next call. Queues work only: no host sync.
   std::pair<torch::Tensor, torch::Tensor> Step(const torch::Tensor& index);
@@ -178,6 +188,17 @@ class GraphedStep {
   void ExportState() { update_.ExportState(); }
 
  private:
+  // One captured step: its input (the batch's indices) and outputs, at fixed addresses.
+  struct Captured {
+    torch::Tensor index;  // [rows] int64: the graph's input
+    torch::Tensor loss;   // [] float32, the graph's outputs
+    torch::Tensor correct;
+    compat::CudaGraph graph;
+  };
+
+  // Warms up and captures the step for batches of `rows` into `captured` (sharing
+  // `share_pool_with`'s memory pool when given).
+  void CaptureStep(Captured& captured, int64_t rows, const compat::CudaGraph* share_pool_with);
   // forward + loss + backward + clipping + update on the examples at `index`; returns loss,
   // correct.
   std::pair<torch::Tensor, torch::Tensor> Compute(const torch::Tensor& index);
@@ -193,10 +214,8 @@ class GraphedStep {
   const TaskLoss task_loss_;
   DeviceUpdate update_;
 
-  torch::Tensor static_index_;  // [batch_size] int64: the graph's input
-  torch::Tensor static_loss_;   // the graph's outputs
-  torch::Tensor static_correct_;
-  compat::CudaGraph graph_;
+  Captured full_;                   // batches of batch_size
+  std::unique_ptr<Captured> tail_;  // batches of tail_batch_size; null when 0
 };
 
 }  // namespace mpsd::trainer

@@ -506,6 +506,7 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     graph_options.optimizer = options.optimizer;
     graph_options.precision = options.precision;
     graph_options.batch_size = options.batch_size;
+    graph_options.tail_batch_size = options.drop_last ? 0 : data.train.size() % options.batch_size;
     graph_options.task = options.task;
     graph_options.grad_clip_norm = options.grad_clip_norm;
     graph_options.augmentation = data.augmentation;
@@ -516,17 +517,21 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
                                             std::move(graph_options));
   }
   if (request.device.is_cuda()) {
+    const int64_t tail = options.drop_last ? 0 : data.train.size() % options.batch_size;
     mpsd::v1::JobEvent event;
     event.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
     event.mutable_log()->set_text(
         graphed != nullptr
             ? absl::StrFormat("training step captured in one CUDA graph (%s, %s%s%s%s, learning "
-                              "rate from the schedule's table on the device); a partial last "
-                              "batch runs eagerly",
+                              "rate from the schedule's table on the device)%s",
                               OptimizerName(request.optimizer), PrecisionName(request.precision),
                               options.grad_clip_norm > 0 ? ", clipping" : "",
                               options.channels_last ? ", channels_last" : "",
-                              request.augmentation ? ", augmentation" : "")
+                              request.augmentation ? ", augmentation" : "",
+                              tail > 0 ? absl::StrFormat("; the last partial batch (%d examples) "
+                                                         "in a second graph sharing its memory",
+                                                         tail)
+                                       : "")
             : "training step runs eagerly: " + reason);
     sink(std::move(event));
   }

@@ -242,6 +242,23 @@ const std::vector<Case>& Cases() {
          j.mutable_dataset()->mutable_augmentation()->mutable_cutmix()->set_alpha(1.0);
        },
        5e-2, 1e-3},
+      // The last partial batch's own graph, in the first graph's memory pool: 2 epochs of 24
+      // full batches and one of 96 examples (50 steps), so the full graph replays after the
+      // tail's too.
+      {"adam fp32, 2 epochs ending in 96 examples (tail graph)",
+       [](TrainJob& j) {
+         j.mutable_dataset()->set_limit_train(25 * 128 - 32);
+         j.set_epochs(2);
+       },
+       kFp32Drift, 1e-4},
+      {"adam bf16 channels_last, 2 epochs ending in 96 examples",
+       [](TrainJob& j) {
+         j.mutable_dataset()->set_limit_train(25 * 128 - 32);
+         j.set_epochs(2);
+         j.set_precision("bf16");
+         j.set_memory_format("channels_last");
+       },
+       5e-2, 1e-3},
   };
   return cases;
 }

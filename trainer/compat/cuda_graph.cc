@@ -30,15 +30,20 @@ CudaGraph::CudaGraph() {
 
 CudaGraph::~CudaGraph() = default;
 
-void CudaGraph::Capture(int device_index, const std::function<void()>& fn) {
+void CudaGraph::Capture(int device_index, const std::function<void()>& fn,
+                        const CudaGraph* share_pool_with) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
   OnSideStream(device_index, [&] {
-    cuda_->graph.capture_begin();
+    if (share_pool_with != nullptr) {
+      cuda_->graph.capture_begin(share_pool_with->cuda_->graph.pool());
+    } else {
+      cuda_->graph.capture_begin();
+    }
     fn();
     cuda_->graph.capture_end();
   });
 #else
-  (void)device_index, (void)fn;
+  (void)device_index, (void)fn, (void)share_pool_with;
   NoCudaGraphs();
 #endif
 }

@@ -28,7 +28,13 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  void Capture(int device_index, const std::function<void()>& fn);
+  // `share_pool_with` (optional, must outlive this graph): capture into that graph's private
+  // memory pool instead of a new one (PyTorch's `pool=other.pool()`), for graphs that never
+  // replay concurrently: this graph's temporaries reuse the other's, so the two cost the device
+  // the larger of their working sets, not the sum. Tensors alive across replays (either graph's
+  // outputs) are never reused.
+  void Capture(int device_index, const std::function<void()>& fn,
+               const CudaGraph* share_pool_with = nullptr);
 
   // Runs `fn` eagerly on the graph's side stream (warm-up before a capture, as PyTorch's recipe
   // does: cuBLAS/cuDNN handles and workspaces get created outside the graph). Warm-up and capture
