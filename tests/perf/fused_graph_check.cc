@@ -15,6 +15,8 @@
 //   convnet_dropout  the same with the ConvNet's default dropout
 //   resnet18         min(K, 4) ResNet-18 trials (strided convolutions, the projection shortcuts,
 //                    batch norm in training mode) on the same images
+//   resnet18_sgd     the same with plain SGD: AdamW's first steps are about sign(gradient), so
+//                    last-bit differences of nondeterministic cuDNN kernels grow fast there
 //   augment          K ConvNet trials with per-image augmentation (random crop 2 + horizontal
 //                    flip + brightness jitter + random erasing p 0.5): the batched step's one
 //                    draw per batch, outside the graph
@@ -63,6 +65,7 @@ struct Case {
   bool dropout = false;
   bool augment = false;
   int max_trials = 0;  // 0: every trial asked for
+  std::string optimizer = "adamw";
 };
 
 TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, const Case& c) {
@@ -85,7 +88,7 @@ TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, con
   job.mutable_dataset()->set_subset("first");
   job.set_batch_size(128);
   job.set_epochs(1);
-  job.mutable_optimizer()->set_name("adamw");
+  job.mutable_optimizer()->set_name(c.optimizer);
   job.mutable_optimizer()->set_learning_rate(kLrs[k % 4]);
   job.mutable_optimizer()->set_weight_decay(kWds[(k / 4) % 4]);
   job.set_seed(1 + k);
@@ -153,11 +156,12 @@ int main(int argc, char** argv) {
   const std::string idx_dir = argv[1], json_out = argv[2];
   const std::string device = argc > 3 ? argv[3] : "cuda";
   const int trials_asked = argc > 4 ? std::max(1, std::atoi(argv[4])) : 16;
-  const std::vector<std::string> wanted =
-      absl::StrSplit(argc > 5 ? argv[5] : "convnet,convnet_dropout,resnet18,augment", ',');
+  const std::vector<std::string> wanted = absl::StrSplit(
+      argc > 5 ? argv[5] : "convnet,convnet_dropout,resnet18,resnet18_sgd,augment", ',');
   const Case kCases[] = {{"convnet", "convnet", false, false, 0},
                          {"convnet_dropout", "convnet", true, false, 0},
                          {"resnet18", "resnet18", false, false, 4},
+                         {"resnet18_sgd", "resnet18", false, false, 4, "sgd"},
                          {"augment", "convnet", false, true, 0}};
   int failures = 0;
   std::vector<std::string> json_cases;
@@ -167,7 +171,7 @@ int main(int argc, char** argv) {
     std::vector<TrainJob> specs;
     for (int k = 0; k < k_trials; ++k) specs.push_back(Trial(idx_dir, device, k, c));
     const std::string name =
-        absl::StrCat(k_trials, " ", c.model, " adamw trials, dropout ",
+        absl::StrCat(k_trials, " ", c.model, " ", c.optimizer, " trials, dropout ",
                      c.dropout ? "default" : "off", c.augment ? ", augmented" : "");
     const Run graphed = RunOnce(specs, true);
     const Run eager = RunOnce(specs, false);
