@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "trainer/compat/autocast.h"
 #include "trainer/graphed_step.h"
 #include "trainer/models.h"
 
@@ -38,6 +39,8 @@ FusedStep::FusedStep(FusedModel& model, FusedOptimizer& optimizer,
                   static_cast<int>(labels_.size()) == trials_ &&
                   static_cast<int>(options_.label_smoothing.size()) == trials_,
               "FusedStep: one training set and label smoothing per trial needed (", trials_, ")");
+  TORCH_CHECK(options_.precision == Precision::kFp32 || options_.precision == Precision::kBf16,
+              "FusedStep: precision must be fp32 or bf16, got ", PrecisionName(options_.precision));
   TORCH_CHECK(table_.dim() == 3 && table_.size(0) >= 1 && table_.size(1) == FusedOptimizer::kRows &&
                   table_.size(2) == trials_,
               "FusedStep: the hyperparameter table must be [T, ", FusedOptimizer::kRows, ", ",
@@ -133,8 +136,17 @@ torch::Tensor FusedStep::Compute(const torch::Tensor& index) {
     for (int64_t d = 1; d < augmented.dim(); ++d) shape.push_back(augmented.size(d));
     images = augmented.reshape(shape);
   }
-  const torch::Tensor logits = model_.Forward(images, generator_);  // [K, B, classes]
-  const torch::Tensor losses = Loss(logits, labels);                // [K]
+  torch::Tensor logits;  // [K, B, classes] float32
+  if (options_.precision == Precision::kBf16) {
+    // Cache off: a cached cast would be made once, outside what the graph replays.
+    const compat::AutocastGuard autocast(images.device().type(), torch::kBFloat16,
+                                         /*cache_enabled=*/false);
+    logits = model_.Forward(images, generator_);
+  } else {
+    logits = model_.Forward(images, generator_);
+  }
+  logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
+  const torch::Tensor losses = Loss(logits, labels);  // [K]
   torch::where(running_, losses, torch::zeros({}, losses.options())).sum().backward();
   const torch::Tensor at = counter_.clamp_max(table_.size(0) - 1);
   optimizer_.StepWithRows(table_.index_select(/*dim=*/0, at).squeeze(0).unsqueeze(2));

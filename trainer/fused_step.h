@@ -10,7 +10,8 @@
 //   - the trials' augmentation (FusedStepOptions::augmentation) over all K × B images in one
 //     pass, drawn from the device's default generator;
 //   - the fused forward (FusedModel::Forward with one generator: every trial's dropout masks in
-//     one draw per layer from the device's default generator);
+//     one draw per layer from the device's default generator), under autocast to bfloat16 for
+//     bf16 trials;
 //   - the loss as one cross-entropy over [K·B, C] logits (reduction none, viewed [K, B], meaned
 //     per trial → [K]): torch.nn.functional.cross_entropy's formula, with label smoothing ε
 //     loss_i = (1 − ε)·(−log p_{i,y_i}) + ε·(−Σ_c log p_{i,c} / C) (PyTorch's CrossEntropyLoss
@@ -48,6 +49,7 @@
 #include "trainer/compat/cuda_graph.h"
 #include "trainer/fused_models.h"
 #include "trainer/fused_optimizer.h"
+#include "trainer/precision.h"
 #include "trainer/task.h"
 
 namespace mpsd::trainer {
@@ -74,6 +76,10 @@ struct FusedStepOptions {
   // device's default generator (inside the graph when captured, as GraphedStep draws them).
   AugmentationOptions augmentation;
   bool capture = false;  // capture full batches in one CUDA graph (FusedGraphUnsupportedReason "")
+  // kFp32, or kBf16: the fused forward under autocast to bfloat16 (weights cast on every step,
+  // autocast's cache off, as GraphedStep's bf16 forward), the loss in float32; parameters,
+  // gradients and optimizer state stay float32.
+  Precision precision = Precision::kFp32;
 };
 
 class FusedStep {

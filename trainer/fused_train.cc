@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/compat/autocast.h"
 #include "trainer/device.h"
 #include "trainer/fused_models.h"
 #include "trainer/fused_optimizer.h"
@@ -353,6 +354,7 @@ void RunBatchedEpochs(std::vector<std::unique_ptr<Trial>>& trials, bool shared_d
   options.task = first.task;
   options.augmentation = trials.front()->data->augmentation;
   options.capture = reason.empty();
+  options.precision = first.precision;
   std::vector<torch::Tensor> images, labels;
   for (const auto& trial : trials) {
     options.label_smoothing.push_back(trial->job->task.label_smoothing);
@@ -524,7 +526,14 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
         labels.push_back(trial->data->train.labels.index_select(/*dim=*/0, index));
       }
       optimizer.ZeroGrad();
-      const torch::Tensor logits = model.Forward(torch::stack(images), generators);
+      torch::Tensor logits;  // [K, B, classes] float32
+      if (first.precision == Precision::kBf16) {
+        const compat::AutocastGuard autocast(device.type(), torch::kBFloat16);
+        logits = model.Forward(torch::stack(images), generators);
+      } else {
+        logits = model.Forward(torch::stack(images), generators);
+      }
+      logits = logits.to(torch::kFloat32);  // the loss in float32, as the unfused step has it
       torch::Tensor total;
       std::vector<torch::Tensor> losses(trials.size());
       for (size_t k = 0; k < trials.size(); ++k) {
@@ -589,9 +598,8 @@ std::string FusionRefusal(const TrainJobConfig& job) {
   if (job.early_stopping.enabled) return unsupported("early_stopping");
   if (job.distributed.enabled) return unsupported("distributed");
   if (job.profile.enabled()) return unsupported("profile");
-  if (job.precision != Precision::kFp32) {
-    return unsupported(absl::StrCat("precision ", PrecisionName(job.precision)));
-  }
+  // fp16 would need a loss scale per trial (each its own GradScaler's skipped steps).
+  if (job.precision == Precision::kFp16) return unsupported("precision fp16");
   if (job.channels_last) return unsupported("memory_format channels_last");
   if (job.grad_accumulation_steps > 1) return unsupported("grad_accumulation_steps");
   if (job.grad_clip_norm > 0) return unsupported("grad_clip_norm");

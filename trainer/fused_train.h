@@ -48,7 +48,8 @@ namespace mpsd::trainer {
 // such trials run unfused, as before: TorchScript models and zoo models without a fused form
 // (FusedModelNames: mlp, convnet, cifar_cnn and the resnets); model.weights, freeze, trainable,
 // param_groups; checkpoint (every_epochs, every_steps, keep_best) and resuming; early_stopping;
-// distributed; profile; precision fp16 and bf16; memory_format channels_last;
+// distributed; profile; precision fp16 (bf16 fuses: the forward under autocast, as unfused);
+// memory_format channels_last;
 // grad_accumulation_steps > 1; grad_clip_norm; nan_policy skip_step; fault_injection;
 // loss.torchscript; metrics; tasks other than classification; dataset.augmentation mixup and
 // cutmix (per-image transforms fuse); image_folder and tensors data not placed resident.

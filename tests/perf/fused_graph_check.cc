@@ -17,6 +17,8 @@
 //                    batch norm in training mode) on the same images
 //   resnet18_sgd     the same with plain SGD: AdamW's first steps are about sign(gradient), so
 //                    last-bit differences of nondeterministic cuDNN kernels grow fast there
+//   convnet_bf16     K ConvNet trials with dropout in bf16 (the forward under autocast); the
+//                    same bounds (the graph and the eager step cast alike)
 //   augment          K ConvNet trials with per-image augmentation (random crop 2 + horizontal
 //                    flip + brightness jitter + random erasing p 0.5): the batched step's one
 //                    draw per batch, outside the graph
@@ -66,6 +68,7 @@ struct Case {
   bool augment = false;
   int max_trials = 0;  // 0: every trial asked for
   std::string optimizer = "adamw";
+  std::string precision = "fp32";
 };
 
 TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, const Case& c) {
@@ -89,6 +92,7 @@ TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, con
   job.set_batch_size(128);
   job.set_epochs(1);
   job.mutable_optimizer()->set_name(c.optimizer);
+  job.set_precision(c.precision);
   job.mutable_optimizer()->set_learning_rate(kLrs[k % 4]);
   job.mutable_optimizer()->set_weight_decay(kWds[(k / 4) % 4]);
   job.set_seed(1 + k);
@@ -157,12 +161,14 @@ int main(int argc, char** argv) {
   const std::string device = argc > 3 ? argv[3] : "cuda";
   const int trials_asked = argc > 4 ? std::max(1, std::atoi(argv[4])) : 16;
   const std::vector<std::string> wanted = absl::StrSplit(
-      argc > 5 ? argv[5] : "convnet,convnet_dropout,resnet18,resnet18_sgd,augment", ',');
+      argc > 5 ? argv[5] : "convnet,convnet_dropout,resnet18,resnet18_sgd,augment,convnet_bf16",
+      ',');
   const Case kCases[] = {{"convnet", "convnet", false, false, 0},
                          {"convnet_dropout", "convnet", true, false, 0},
                          {"resnet18", "resnet18", false, false, 4},
                          {"resnet18_sgd", "resnet18", false, false, 4, "sgd"},
-                         {"augment", "convnet", false, true, 0}};
+                         {"augment", "convnet", false, true, 0},
+                         {"convnet_bf16", "convnet", true, false, 0, "adamw", "bf16"}};
   int failures = 0;
   std::vector<std::string> json_cases;
   for (const Case& c : kCases) {
@@ -170,9 +176,9 @@ int main(int argc, char** argv) {
     const int k_trials = c.max_trials > 0 ? std::min(trials_asked, c.max_trials) : trials_asked;
     std::vector<TrainJob> specs;
     for (int k = 0; k < k_trials; ++k) specs.push_back(Trial(idx_dir, device, k, c));
-    const std::string name =
-        absl::StrCat(k_trials, " ", c.model, " ", c.optimizer, " trials, dropout ",
-                     c.dropout ? "default" : "off", c.augment ? ", augmented" : "");
+    const std::string name = absl::StrCat(
+        k_trials, " ", c.model, " ", c.optimizer, " ", c.precision, " trials, dropout ",
+        c.dropout ? "default" : "off", c.augment ? ", augmented" : "");
     const Run graphed = RunOnce(specs, true);
     const Run eager = RunOnce(specs, false);
     bool pass = graphed.ok && eager.ok;

@@ -369,7 +369,8 @@ if has s; then
   # batch 128, 3 epochs), wall time from `mpsctl submit` to the sweep's end (`mpsctl wait`):
   # mpsd with SWEEP_FUSE (default "auto and off": both, in that order), then PyTorch's ensemble
   # recipe and 16 PyTorch processes together and one after another (sweep_torch.sh; SWEEP_TORCH
-  # picks its rows). Every wall time lands in RAW/s_wall.txt.
+  # picks its rows; "none" skips them); SWEEP_PRECISION (default fp32) sets the trials' precision.
+  # Every wall time lands in RAW/s_wall.txt.
   lrs=(0.0003 0.001 0.003 0.01)
   wds=(0 0.0001 0.001 0.01)
   for fuse in ${SWEEP_FUSE:-auto off}; do
@@ -382,6 +383,7 @@ if has s; then
       echo "epochs: 3"
       echo "seed: 1"
       echo "device: cuda"
+      echo "precision: ${SWEEP_PRECISION:-fp32}"
       echo "optimizer: {name: adamw, learning_rate: 0.001, weight_decay: 0.01}"
       echo "sweep:"
       echo "  fuse: $fuse"

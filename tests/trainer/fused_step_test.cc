@@ -231,6 +231,14 @@ TEST(FusedStepTest, BatchedConvNetAdamWMatchesThePerTrialStep) {
       "convnet adamw", /*shared_data=*/false);
 }
 
+// bf16: the batched forward under autocast as the per-trial one (the loss in float32).
+TEST(FusedStepTest, BatchedConvNetBf16MatchesThePerTrialStep) {
+  std::vector<mpsd::v1::TrainJob> specs = {Trial("convnet", "adamw", 1e-3, 0, 1),
+                                           Trial("convnet", "adamw", 3e-3, 1e-4, 2)};
+  for (auto& spec : specs) spec.set_precision("bf16");
+  CompareBatchedWithPerTrial(specs, "convnet adamw bf16", /*shared_data=*/false);
+}
+
 // The trials' augmentation in the batched step: deterministic transforms (Resize 32, then
 // CenterCrop 28) give the per-trial step's losses; random ones are drawn (the losses move away
 // from the unaugmented run's) and train to finite losses.

@@ -17,7 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "api/executor.h"
 #include "tests/common/temp_dir.h"
+#include "trainer/device.h"
 #include "trainer/fused_models.h"
+#include "trainer/fused_train.h"
 #include "trainer/models.h"
 #include "trainer/torch_executor.h"
 
@@ -337,6 +339,11 @@ TEST(FusedTrainTest, AugmentedConvNetAdamMatchesEachTrialAlone) {
   });
 }
 
+TEST(FusedTrainTest, Bf16ConvNetAdamMatchesEachTrialAlone) {
+  CompareFusedWithAlone("convnet", "adam",
+                        [](mpsd::v1::TrainJob& job) { job.set_precision("bf16"); });
+}
+
 TEST(FusedTrainTest, NesterovAndScheduleMatchEachTrialAlone) {
   const TempDir dir("fused_test");
   auto executor = MakeExecutor(dir.path().string());
@@ -457,6 +464,23 @@ TEST(FusedTrainTest, PlanFusionAcceptsShapePreservingDifferencesAndCaps) {
   EXPECT_EQ(*plan, (std::vector<int>{0, 2}));
 }
 
+// fp16 fails validation on this CPU LibTorch before fusion is asked; FusionRefusal is asked
+// directly with the precision of a CUDA job. bf16 fuses.
+TEST(FusedTrainTest, FusionRefusesFp16AndTakesBf16) {
+  const DeviceInventory inventory = ProbeDevices();
+  api::JobContext context;
+  context.job_id = "precision";
+  const mpsd::v1::SubmitJobRequest spec = ThreeTrials("convnet", "adam")[0];
+  absl::StatusOr<TrainJobConfig> config =
+      ResolveTrainJob(spec.train_job(), inventory, api::Executor::Options{}, &context);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(FusionRefusal(*config), "");
+  config->precision = Precision::kBf16;
+  EXPECT_EQ(FusionRefusal(*config), "");
+  config->precision = Precision::kFp16;
+  EXPECT_EQ(FusionRefusal(*config), "train_job.precision fp16 is not supported fused yet");
+}
+
 struct Refusal {
   std::string name;
   void (*mutate)(std::vector<mpsd::v1::SubmitJobRequest>&);
@@ -520,11 +544,6 @@ TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
          }
        },
        "trial 0: train_job.dataset.augmentation mixup/cutmix is not supported fused yet"},
-      {"bf16",
-       [](auto& s) {
-         for (auto& spec : s) spec.mutable_train_job()->set_precision("bf16");
-       },
-       "trial 0: train_job.precision bf16 is not supported fused yet"},
       {"one trial", [](auto& s) { s.resize(1); }, "fewer than 2 trials to fuse"},
   };
   for (const Refusal& c : cases) {
