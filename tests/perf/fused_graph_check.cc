@@ -14,9 +14,12 @@
 //   convnet          K ConvNet trials, dropout off
 //   convnet_dropout  the same with the ConvNet's default dropout
 //   resnet18         min(K, 4) ResNet-18 trials (strided convolutions, the projection shortcuts,
-//                    batch norm in training mode) on the same images
-//   resnet18_sgd     the same with plain SGD: AdamW's first steps are about sign(gradient), so
-//                    last-bit differences of nondeterministic cuDNN kernels grow fast there
+//                    batch norm in training mode) on the same images, cuDNN's deterministic
+//                    algorithms (Case::deterministic)
+//   resnet18_sgd     the same with plain SGD
+//   resnet18_nondeterministic  resnet18 with cuDNN's default algorithms: expected to FAIL the
+//                    bounds after the first steps, as two eager PyTorch runs differ
+//                    (tests/perf/resnet_nondeterminism.py); a record, not a check
 //   convnet_bf16     K ConvNet trials with dropout in bf16 (the forward under autocast); the
 //                    same bounds (the graph and the eager step cast alike)
 //   augment          K ConvNet trials with per-image augmentation (random crop 2 + horizontal
@@ -69,6 +72,12 @@ struct Case {
   int max_trials = 0;  // 0: every trial asked for
   std::string optimizer = "adamw";
   std::string precision = "fp32";
+  // cuDNN's deterministic algorithms for both runs (at::Context::setDeterministicCuDNN): where
+  // the default ones sum in an order that varies from call to call, the graph and the eager
+  // step agree only for the first steps (tests/perf/resnet_nondeterminism.py: plain PyTorch
+  // drifts alike); with these they must agree throughout.
+  bool deterministic = false;
+  bool check = true;  // false: printed and written, not counted in the exit status
 };
 
 TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, const Case& c) {
@@ -161,14 +170,18 @@ int main(int argc, char** argv) {
   const std::string device = argc > 3 ? argv[3] : "cuda";
   const int trials_asked = argc > 4 ? std::max(1, std::atoi(argv[4])) : 16;
   const std::vector<std::string> wanted = absl::StrSplit(
-      argc > 5 ? argv[5] : "convnet,convnet_dropout,resnet18,resnet18_sgd,augment,convnet_bf16",
+      argc > 5 ? argv[5]
+               : "convnet,convnet_dropout,resnet18,resnet18_sgd,augment,convnet_bf16,"
+                 "resnet18_nondeterministic",
       ',');
-  const Case kCases[] = {{"convnet", "convnet", false, false, 0},
-                         {"convnet_dropout", "convnet", true, false, 0},
-                         {"resnet18", "resnet18", false, false, 4},
-                         {"resnet18_sgd", "resnet18", false, false, 4, "sgd"},
-                         {"augment", "convnet", false, true, 0},
-                         {"convnet_bf16", "convnet", true, false, 0, "adamw", "bf16"}};
+  const Case kCases[] = {
+      {"convnet", "convnet", false, false, 0},
+      {"convnet_dropout", "convnet", true, false, 0},
+      {"resnet18", "resnet18", false, false, 4, "adamw", "fp32", true},
+      {"resnet18_sgd", "resnet18", false, false, 4, "sgd", "fp32", true},
+      {"resnet18_nondeterministic", "resnet18", false, false, 4, "adamw", "fp32", false, false},
+      {"augment", "convnet", false, true, 0},
+      {"convnet_bf16", "convnet", true, false, 0, "adamw", "bf16"}};
   int failures = 0;
   std::vector<std::string> json_cases;
   for (const Case& c : kCases) {
@@ -178,9 +191,12 @@ int main(int argc, char** argv) {
     for (int k = 0; k < k_trials; ++k) specs.push_back(Trial(idx_dir, device, k, c));
     const std::string name = absl::StrCat(
         k_trials, " ", c.model, " ", c.optimizer, " ", c.precision, " trials, dropout ",
-        c.dropout ? "default" : "off", c.augment ? ", augmented" : "");
+        c.dropout ? "default" : "off", c.augment ? ", augmented" : "",
+        c.deterministic ? ", deterministic cuDNN" : "");
+    at::globalContext().setDeterministicCuDNN(c.deterministic);
     const Run graphed = RunOnce(specs, true);
     const Run eager = RunOnce(specs, false);
+    at::globalContext().setDeterministicCuDNN(false);
     bool pass = graphed.ok && eager.ok;
     double worst = 0, worst_early = 0;
     size_t steps = 0;
@@ -199,12 +215,13 @@ int main(int argc, char** argv) {
       }
     }
     pass = pass && captured && worst_early <= kEarly && worst <= kFp32Drift;
-    if (!pass) ++failures;
+    if (!pass && c.check) ++failures;
     std::printf(
-        "%-44s %-4s max diff %.3g (steps 1-5 %.3g) over %zu steps; epoch s: graph %.3f "
+        "%-44s %-5s max diff %.3g (steps 1-5 %.3g) over %zu steps; epoch s: graph %.3f "
         "eager %.3f\n  graph: %s\n  eager: %s\n",
-        name.c_str(), pass ? "PASS" : "FAIL", worst, worst_early, steps, graphed.epoch_seconds,
-        eager.epoch_seconds, graphed.ok ? graphed.graph_logs[0].c_str() : graphed.error.c_str(),
+        name.c_str(), pass ? "PASS" : (c.check ? "FAIL" : "DRIFT"), worst, worst_early, steps,
+        graphed.epoch_seconds, eager.epoch_seconds,
+        graphed.ok ? graphed.graph_logs[0].c_str() : graphed.error.c_str(),
         eager.ok ? eager.graph_logs[0].c_str() : eager.error.c_str());
     std::fflush(stdout);
     std::vector<std::string> trials_json;
