@@ -18,8 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/epoch_metric.h"
 #include "trainer/compat/autocast.h"
 #include "trainer/device.h"
+#include "trainer/early_stopping.h"
 #include "trainer/fused_models.h"
 #include "trainer/fused_optimizer.h"
 #include "trainer/fused_step.h"
@@ -120,8 +122,9 @@ struct Trial {
   at::Generator shuffle;
   std::unique_ptr<TaskLoss> task;
   std::unique_ptr<StepReadback> readback;
-  TrainOptions options;  // the evaluation's settings
-  torch::Tensor order;   // this epoch's permutation of the training set
+  TrainOptions options;                   // the evaluation's settings
+  torch::Tensor order;                    // this epoch's permutation of the training set
+  std::optional<EarlyStopping> stopping;  // TrainJob.early_stopping, when enabled
 };
 
 // Ends `trial` with `status`: the log line for a failure, its stop reason and memory figures,
@@ -220,6 +223,10 @@ absl::Status SetUpTrials(std::vector<std::unique_ptr<Trial>>& trials, const torc
     trial->generator = at::globalContext().defaultGenerator(device).clone();
     trial->shuffle = MakeDeviceGenerator(device, job.seed);
     trial->task = std::make_unique<TaskLoss>(job.task, device);
+    if (job.early_stopping.enabled) {
+      trial->stopping.emplace(job.early_stopping);
+      trial->summary->summary().set_monitor(job.early_stopping.monitor);
+    }
     TrainOptions& options = trial->options;
     options.batch_size = job.batch_size;
     options.epochs = job.epochs;
@@ -268,6 +275,39 @@ std::vector<TrialHyperparameters> StepHyperparameters(
   return hyper;
 }
 
+// TrainJob.early_stopping after an evaluated epoch, as the unfused job's hook
+// (run_train_job.cc, BestEpochHook): a new best epoch's weights (`trial.model`, just unfused)
+// saved as best.pt; once patience runs out the trial ends here, SUCCEEDED with stop reason
+// early_stopped and its current weights as model.pt, its entry of the running mask cleared
+// (the caller's sync). The other trials go on.
+void ObserveEarlyStopping(Trial& trial, const mpsd::v1::EpochMetrics& metrics,
+                          const torch::Device& device, Clock::time_point start) {
+  EarlyStopping& stopping = *trial.stopping;
+  const std::optional<double> value = api::EpochMetricValue(stopping.config().monitor, metrics);
+  if (!value.has_value()) return;  // not evaluated this epoch
+  const EarlyStopping::Decision decision = stopping.Observe(metrics.epoch(), *value);
+  const TrainJobConfig& job = *trial.job;
+  mpsd::v1::JobSummary& summary = trial.summary->summary();
+  if (decision.improved) {
+    summary.set_best_epoch(metrics.epoch());
+    summary.set_best_value(*value);
+    if (!job.job_dir.empty()) {
+      absl::StatusOr<std::string> path =
+          SaveModelFile(job, *trial.model, trial.data->class_names, "best.pt");
+      if (!path.ok()) {
+        FinishTrial(trial, path.status(), device, start);
+        return;
+      }
+      summary.set_best_model_path(*path);
+    }
+  }
+  if (!decision.stop) return;
+  summary.set_stop_reason("early_stopped");
+  EmitLog(trial.observed, EarlyStoppingNote(stopping, metrics.epoch()));
+  FinishTrial(trial, SaveFinishedModel(job, *trial.model, *trial.data, trial.observed, summary),
+              device, start);
+}
+
 // The epoch's end: every step read back (the caller flushed), then each running trial's
 // evaluation (its weights unfused into its zoo model) and epoch event.
 void EndEpoch(std::vector<std::unique_ptr<Trial>>& trials, FusedModel& model, int epoch,
@@ -291,7 +331,9 @@ void EndEpoch(std::vector<std::unique_ptr<Trial>>& trials, FusedModel& model, in
     *event.mutable_epoch() =
         EpochMetricsOf(epoch, *trial->readback, *evaluation, epoch_seconds,
                        trial->schedule->LearningRate(trial->readback->steps()), *trial->task);
+    const mpsd::v1::EpochMetrics metrics = event.epoch();
     trial->observed(std::move(event));
+    if (trial->stopping.has_value()) ObserveEarlyStopping(*trial, metrics, device, start);
   }
 }
 
@@ -595,7 +637,6 @@ std::string FusionRefusal(const TrainJobConfig& job) {
     return unsupported("checkpoint");
   }
   if (!job.resume_path.empty()) return unsupported("resume_from (resuming a checkpoint)");
-  if (job.early_stopping.enabled) return unsupported("early_stopping");
   if (job.distributed.enabled) return unsupported("distributed");
   if (job.profile.enabled()) return unsupported("profile");
   // fp16 would need a loss scale per trial (each its own GradScaler's skipped steps).

@@ -225,6 +225,15 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   return absl::OkStatus();
 }
 
+std::string EarlyStoppingNote(const EarlyStopping& stopping, int epoch) {
+  const EarlyStoppingConfig& config = stopping.config();
+  return absl::StrFormat(
+      "early stopping after epoch %d: %s did not improve by more than %g for %d evaluated "
+      "epoch(s); best epoch %d (%s %.6g)",
+      epoch, config.monitor, config.min_delta, config.patience, stopping.best_epoch(),
+      config.monitor, stopping.best_value().value_or(0));
+}
+
 void SetStopReason(const absl::Status& status, mpsd::v1::JobSummary& s) {
   if (!s.stop_reason().empty()) return;  // early stopping sets its own
   if (status.ok()) {
@@ -644,11 +653,7 @@ AfterEvaluationHook BestEpochHook(const TrainJobConfig& job, JobState& state,
     const bool stop = decision.stop && job.early_stopping.enabled;
     if (stop) {
       summary.set_stop_reason("early_stopped");
-      stop_note = absl::StrFormat(
-          "early stopping after epoch %d: %s did not improve by more than %g for %d evaluated "
-          "epoch(s); best epoch %d (%s %.6g)",
-          epoch.epoch(), config.monitor, config.min_delta, config.patience, stopping.best_epoch(),
-          config.monitor, stopping.best_value().value_or(0));
+      stop_note = EarlyStoppingNote(stopping, epoch.epoch());
     }
     return stop;
   };

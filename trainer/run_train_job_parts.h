@@ -47,6 +47,11 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
                                const DeviceDataset& data, const EventSink& sink,
                                mpsd::v1::JobSummary& summary);
 
+// The log line of a job that early stopping ends after `epoch`: "early stopping after epoch 4:
+// val_loss did not improve by more than 0 for 3 evaluated epoch(s); best epoch 1 (val_loss
+// 0.31)".
+std::string EarlyStoppingNote(const EarlyStopping& stopping, int epoch);
+
 // The summary's stop_reason for a job that ended with `status`, unless one is set (early
 // stopping sets its own): "epochs_completed", "diverged" or "cancelled"; none for other errors.
 void SetStopReason(const absl::Status& status, mpsd::v1::JobSummary& summary);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "api/executor.h"
 #include "tests/common/temp_dir.h"
@@ -344,6 +345,57 @@ TEST(FusedTrainTest, Bf16ConvNetAdamMatchesEachTrialAlone) {
                         [](mpsd::v1::TrainJob& job) { job.set_precision("bf16"); });
 }
 
+// TrainJob.early_stopping in a fused run: a min_delta no epoch can beat stops every trial after
+// its second of three epochs, as it stops each alone: the same steps, epochs, best.pt (epoch 1)
+// and model.pt (the last weights), SUCCEEDED with stop reason early_stopped.
+TEST(FusedTrainTest, EarlyStoppedTrialsMatchEachTrialAlone) {
+  const TempDir dir("fused_test");
+  auto executor = MakeExecutor(dir.path().string());
+  std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials("mlp", "sgd");
+  for (auto& spec : specs) {
+    mpsd::v1::TrainJob& job = *spec.mutable_train_job();
+    job.set_epochs(3);
+    job.mutable_early_stopping()->set_monitor("train_loss");
+    job.mutable_early_stopping()->set_patience(1);
+    job.mutable_early_stopping()->set_min_delta(100);
+  }
+  absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan, (std::vector<int>{0, 1, 2}));
+  const std::vector<Result> fused = RunFused(*executor, "fused", specs);
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const std::string what = absl::StrCat("trial ", k);
+    const Result alone = RunAlone(*executor, absl::StrCat("alone", k), specs[k]);
+    ASSERT_TRUE(alone.status.ok()) << what << ": " << alone.status;
+    ASSERT_TRUE(fused[k].status.ok()) << what << ": " << fused[k].status;
+    EXPECT_EQ(fused[k].losses().size(), 100u) << what;  // 2 epochs of 50 steps
+    EXPECT_EQ(fused[k].losses().size(), alone.losses().size()) << what;
+    ExpectSameLosses(fused[k].losses(), alone.losses(), 100, what);
+    EXPECT_EQ(fused[k].epochs().size(), 2u) << what;
+    ASSERT_NE(fused[k].summary(), nullptr) << what;
+    const mpsd::v1::JobSummary& summary = *fused[k].summary();
+    EXPECT_EQ(summary.stop_reason(), "early_stopped") << what;
+    EXPECT_EQ(summary.monitor(), "train_loss") << what;
+    EXPECT_EQ(summary.best_epoch(), 1) << what;
+    EXPECT_EQ(summary.best_model_path(),
+              (dir.path() / absl::StrCat("fused", k) / "best.pt").string())
+        << what;
+    EXPECT_TRUE(fs::exists(summary.best_model_path())) << what;
+    bool noted = false;
+    for (const auto& event : fused[k].events) {
+      noted = noted || (event.has_log() &&
+                        absl::StrContains(event.log().text(), "early stopping after epoch 2"));
+    }
+    EXPECT_TRUE(noted) << what;
+    const auto fused_model = LoadModel("mlp", dir.path() / absl::StrCat("fused", k) / "model.pt");
+    const auto alone_model = LoadModel("mlp", dir.path() / absl::StrCat("alone", k) / "model.pt");
+    EXPECT_LE(MaxWeightDifference(*fused_model, *alone_model), kTolerance) << what;
+    const auto fused_best = LoadModel("mlp", dir.path() / absl::StrCat("fused", k) / "best.pt");
+    const auto alone_best = LoadModel("mlp", dir.path() / absl::StrCat("alone", k) / "best.pt");
+    EXPECT_LE(MaxWeightDifference(*fused_best, *alone_best), kTolerance) << what;
+  }
+}
+
 TEST(FusedTrainTest, NesterovAndScheduleMatchEachTrialAlone) {
   const TempDir dir("fused_test");
   auto executor = MakeExecutor(dir.path().string());
@@ -526,13 +578,6 @@ TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
          for (auto& spec : s) spec.mutable_train_job()->set_grad_clip_norm(1.0);
        },
        "trial 0: train_job.grad_clip_norm is not supported fused yet"},
-      {"early stopping",
-       [](auto& s) {
-         for (auto& spec : s) {
-           spec.mutable_train_job()->mutable_early_stopping()->set_monitor("test_loss");
-         }
-       },
-       "trial 0: train_job.early_stopping is not supported fused yet"},
       {"mixup",
        [](auto& s) {
          for (auto& spec : s) {
