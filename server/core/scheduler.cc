@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
@@ -40,6 +41,23 @@ JobEvent LogNote(std::string text) {
   note.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
   note.mutable_log()->set_text(std::move(text));
   return note;
+}
+
+// The executor's reason for not fusing (Executor::PlanFusion) names a trial by its place in the
+// specs offered ("trial 2 differs in train_job.batch_size"); a reader knows jobs: the leading
+// "trial N" becomes "job <ids[N]>". Other messages pass unchanged.
+std::string NameTrialByJob(absl::string_view message, const std::vector<std::string>& ids) {
+  constexpr absl::string_view kTrial = "trial ";
+  if (!absl::StartsWith(message, kTrial)) return std::string(message);
+  const absl::string_view rest = message.substr(kTrial.size());
+  const size_t digits = rest.find_first_not_of("0123456789");
+  int index = 0;
+  if (digits == 0 || !absl::SimpleAtoi(rest.substr(0, digits), &index) || index < 0 ||
+      index >= static_cast<int>(ids.size())) {
+    return std::string(message);
+  }
+  return absl::StrCat("job ", ids[static_cast<size_t>(index)],
+                      digits == absl::string_view::npos ? "" : rest.substr(digits));
 }
 
 // Why a trial of sweep `sweep_id` runs alone although its sweep fuses (`fusion`): fuse off, or
@@ -873,7 +891,8 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
     } else if (succeeded + early_stopped == total) {
       SetState(sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,
                absl::StrCat(succeeded, " of ", total, " trials succeeded; ", early_stopped,
-                            " were stopped early by the sweep's scheduler"));
+                            early_stopped == 1 ? " was" : " were",
+                            " stopped early by the sweep's scheduler"));
     } else if (failed > 0) {
       // The first failed trial's reason (a trial that diverged makes a DIVERGED sweep, not an
       // INTERNAL one).
@@ -1226,9 +1245,11 @@ void Scheduler::ExecutorLoop() {
       absl::MutexLock lock(&mu_);
       Job& lead = jobs_[job_id];
       if (!planned.ok()) {
-        Publish(lead,
-                LogNote(absl::StrCat("not trained fused with other trials of sweep ",
-                                     lead.trial().sweep_id(), ": ", planned.status().message())));
+        std::vector<std::string> offered = {job_id};
+        offered.insert(offered.end(), candidates.begin(), candidates.end());
+        Publish(lead, LogNote(absl::StrCat("not trained fused with other trials of sweep ",
+                                           lead.trial().sweep_id(), ": ",
+                                           NameTrialByJob(planned.status().message(), offered))));
       } else {
         // The planned trials that are still queued (one may have been cancelled meanwhile):
         // each was fusable with the lead on its own, so any of them still are.

@@ -155,12 +155,20 @@ absl::StatusOr<std::vector<int>> FakeExecutor::PlanFusion(
   absl::MutexLock lock(&mu_);
   const int n = std::min(max_trials, fuse_up_to_);
   std::vector<int> trials;
+  int differs = -1;  // the first trial left out for its model
   for (int i = 0; i < static_cast<int>(specs.size()) && static_cast<int>(trials.size()) < n; ++i) {
     if (specs[i].train_job().model().name() == specs[0].train_job().model().name()) {
       trials.push_back(i);
+    } else if (differs < 0) {
+      differs = i;
     }
   }
-  if (trials.size() < 2) return absl::FailedPreconditionError("fake: fusing off");
+  if (trials.size() < 2) {
+    if (n < 2 || differs < 0) return absl::FailedPreconditionError("fake: fusing off");
+    // As TorchExecutor says it: the trial by its place among `specs`.
+    return absl::FailedPreconditionError(
+        absl::StrCat("trial ", differs, " differs in train_job.model.name"));
+  }
   return trials;
 }
 

@@ -69,7 +69,8 @@ class FakeExecutor final : public api::Executor {
   absl::Status Run(const api::JobContext& job, const mpsd::v1::SubmitJobRequest& spec,
                    const api::EventSink& sink, const api::CancelFlag& cancelled) override;
   // The first min(specs, max_trials, FuseUpTo's n) trials whose model name is the first's, or
-  // FAILED_PRECONDITION "fake: fusing off".
+  // FAILED_PRECONDITION: "trial N differs in train_job.model.name" (N the first other model's
+  // index) when fusing is on, else "fake: fusing off".
   absl::StatusOr<std::vector<int>> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
                                               int max_trials) const override;
   // Each trial plays its own script (taken from the queue in trial order; each counts as a Run

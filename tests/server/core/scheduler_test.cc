@@ -401,6 +401,28 @@ TEST_F(SchedulerTest, WhyTrialsWereNotFusedIsInTheTrialsLog) {
                                        ": fake: fusing off")));
 }
 
+// The executor names a trial by its place among those offered; the log names its job.
+TEST_F(SchedulerTest, WhyATrialWasNotFusedNamesTheOtherTrialsJob) {
+  executor_.FuseUpTo(8);
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Pause().ok());
+  SubmitJobRequest request = SweepRequest("auto", 1);
+  mpsd::v1::SweepParameter* model = request.mutable_sweep()->add_grid();
+  model->set_path("model.name");
+  model->add_values("mlp");
+  model->add_values("convnet");
+  const Job sweep = Submit(*scheduler, request);
+  ASSERT_EQ(sweep.trial_job_ids_size(), 2);
+  ASSERT_TRUE(scheduler->Resume().ok());
+  EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
+  scheduler->Shutdown();
+  EXPECT_THAT(executor_.fused_runs(), IsEmpty());
+  EXPECT_THAT(LogTexts(*store_, sweep.trial_job_ids(0)),
+              ElementsAre(absl::StrCat("not trained fused with other trials of sweep ", sweep.id(),
+                                       ": job ", sweep.trial_job_ids(1),
+                                       " differs in train_job.model.name")));
+}
+
 TEST_F(SchedulerTest, FuseOffAndAFuseLimitAreHonoured) {
   executor_.FuseUpTo(64);
   auto scheduler = Start();
