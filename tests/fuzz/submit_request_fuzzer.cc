@@ -46,6 +46,10 @@ Daemon& TheDaemon() {
     // scheduler's executor thread may still be logging the queued jobs' ends (a SEGV in
     // spdlog's sink, reported against an empty input). Joining that thread from an atexit
     // handler registered after the registry exists runs it before the registry's destructor.
+    // The registry is libspdlog's, which the server logs through: this file is compiled with
+    // SPDLOG_COMPILED_LIB (tests/fuzz/CMakeLists.txt); header-only, the call below made a
+    // registry of its own, the server's was made at the first log, after the handler, and
+    // destroyed first (a use-after-free in a job's last log line at exit, now and then).
     spdlog::default_logger_raw();
     std::atexit([] { TheDaemon().scheduler->Shutdown(); });
     return d;
