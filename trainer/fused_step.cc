@@ -2,6 +2,7 @@
 #include "trainer/fused_step.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "trainer/compat/autocast.h"
@@ -137,15 +138,14 @@ torch::Tensor FusedStep::Compute(const torch::Tensor& index) {
     images = augmented.reshape(shape);
   }
   torch::Tensor logits;  // [K, B, classes] float32
-  if (options_.precision == Precision::kBf16) {
-    // Cache off: a cached cast would be made once, outside what the graph replays.
-    const compat::AutocastGuard autocast(images.device().type(), torch::kBFloat16,
-                                         /*cache_enabled=*/false);
-    logits = model_.Forward(images, generator_);
-  } else {
-    logits = model_.Forward(images, generator_);
+  {
+    // bf16: cache off, a cached cast would be made once, outside what the graph replays.
+    std::optional<compat::AutocastGuard> autocast;
+    if (options_.precision == Precision::kBf16) {
+      autocast.emplace(images.device().type(), torch::kBFloat16, /*cache_enabled=*/false);
+    }
+    logits = model_.Forward(images, generator_).to(torch::kFloat32);  // the loss in float32
   }
-  logits = logits.to(torch::kFloat32);  // the loss in float32, as autocast's policy has it
   const torch::Tensor losses = Loss(logits, labels);  // [K]
   torch::where(running_, losses, torch::zeros({}, losses.options())).sum().backward();
   const torch::Tensor at = counter_.clamp_max(table_.size(0) - 1);

@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "api/epoch_metric.h"
 #include "trainer/compat/autocast.h"
 #include "trainer/device.h"
 #include "trainer/early_stopping.h"
@@ -282,28 +281,18 @@ std::vector<TrialHyperparameters> StepHyperparameters(
 // (the caller's sync). The other trials go on.
 void ObserveEarlyStopping(Trial& trial, const mpsd::v1::EpochMetrics& metrics,
                           const torch::Device& device, Clock::time_point start) {
-  EarlyStopping& stopping = *trial.stopping;
-  const std::optional<double> value = api::EpochMetricValue(stopping.config().monitor, metrics);
-  if (!value.has_value()) return;  // not evaluated this epoch
-  const EarlyStopping::Decision decision = stopping.Observe(metrics.epoch(), *value);
   const TrainJobConfig& job = *trial.job;
   mpsd::v1::JobSummary& summary = trial.summary->summary();
-  if (decision.improved) {
-    summary.set_best_epoch(metrics.epoch());
-    summary.set_best_value(*value);
-    if (!job.job_dir.empty()) {
-      absl::StatusOr<std::string> path =
-          SaveModelFile(job, *trial.model, trial.data->class_names, "best.pt");
-      if (!path.ok()) {
-        FinishTrial(trial, path.status(), device, start);
-        return;
-      }
-      summary.set_best_model_path(*path);
-    }
+  std::string stop_note;
+  absl::StatusOr<EarlyStopping::Decision> decision =
+      ObserveBestEpoch(job, *trial.stopping, *trial.model, trial.data->class_names,
+                       /*save_best=*/true, metrics, summary, stop_note);
+  if (!decision.ok()) {
+    FinishTrial(trial, decision.status(), device, start);
+    return;
   }
-  if (!decision.stop) return;
-  summary.set_stop_reason("early_stopped");
-  EmitLog(trial.observed, EarlyStoppingNote(stopping, metrics.epoch()));
+  if (!decision->stop) return;
+  EmitLog(trial.observed, stop_note);
   FinishTrial(trial, SaveFinishedModel(job, *trial.model, *trial.data, trial.observed, summary),
               device, start);
 }
@@ -569,13 +558,12 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
       }
       optimizer.ZeroGrad();
       torch::Tensor logits;  // [K, B, classes] float32
-      if (first.precision == Precision::kBf16) {
-        const compat::AutocastGuard autocast(device.type(), torch::kBFloat16);
-        logits = model.Forward(torch::stack(images), generators);
-      } else {
-        logits = model.Forward(torch::stack(images), generators);
+      {
+        std::optional<compat::AutocastGuard> autocast;
+        if (first.precision == Precision::kBf16) autocast.emplace(device.type(), torch::kBFloat16);
+        // The loss in float32, as the unfused step has it.
+        logits = model.Forward(torch::stack(images), generators).to(torch::kFloat32);
       }
-      logits = logits.to(torch::kFloat32);  // the loss in float32, as the unfused step has it
       torch::Tensor total;
       std::vector<torch::Tensor> losses(trials.size());
       for (size_t k = 0; k < trials.size(); ++k) {

@@ -225,13 +225,33 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
   return absl::OkStatus();
 }
 
-std::string EarlyStoppingNote(const EarlyStopping& stopping, int epoch) {
+absl::StatusOr<EarlyStopping::Decision> ObserveBestEpoch(
+    const TrainJobConfig& job, EarlyStopping& stopping, ClassifierImpl& model,
+    const std::vector<std::string>& class_names, bool save_best,
+    const mpsd::v1::EpochMetrics& epoch, mpsd::v1::JobSummary& summary, std::string& stop_note) {
   const EarlyStoppingConfig& config = stopping.config();
-  return absl::StrFormat(
-      "early stopping after epoch %d: %s did not improve by more than %g for %d evaluated "
-      "epoch(s); best epoch %d (%s %.6g)",
-      epoch, config.monitor, config.min_delta, config.patience, stopping.best_epoch(),
-      config.monitor, stopping.best_value().value_or(0));
+  const std::optional<double> value = api::EpochMetricValue(config.monitor, epoch);
+  if (!value.has_value()) return EarlyStopping::Decision{};  // not evaluated this epoch
+  EarlyStopping::Decision decision = stopping.Observe(epoch.epoch(), *value);
+  if (decision.improved) {
+    summary.set_best_epoch(epoch.epoch());
+    summary.set_best_value(*value);
+    if (save_best && !job.job_dir.empty()) {
+      absl::StatusOr<std::string> path = SaveModelFile(job, model, class_names, "best.pt");
+      if (!path.ok()) return path.status();
+      summary.set_best_model_path(*path);
+    }
+  }
+  decision.stop = decision.stop && job.early_stopping.enabled;
+  if (decision.stop) {
+    summary.set_stop_reason("early_stopped");
+    stop_note = absl::StrFormat(
+        "early stopping after epoch %d: %s did not improve by more than %g for %d evaluated "
+        "epoch(s); best epoch %d (%s %.6g)",
+        epoch.epoch(), config.monitor, config.min_delta, config.patience, stopping.best_epoch(),
+        config.monitor, stopping.best_value().value_or(0));
+  }
+  return decision;
 }
 
 void SetStopReason(const absl::Status& status, mpsd::v1::JobSummary& s) {
@@ -635,27 +655,12 @@ AfterEvaluationHook BestEpochHook(const TrainJobConfig& job, JobState& state,
   summary.set_monitor(stopping.config().monitor);
   return [&job, &state, &stopping, &checkpointer, &stop_note,
           &summary](const mpsd::v1::EpochMetrics& epoch) -> absl::StatusOr<bool> {
-    const EarlyStoppingConfig& config = stopping.config();
-    const std::optional<double> value = api::EpochMetricValue(config.monitor, epoch);
-    if (!value.has_value()) return false;  // not evaluated this epoch
-    const EarlyStopping::Decision decision = stopping.Observe(epoch.epoch(), *value);
-    if (decision.improved) {
-      summary.set_best_epoch(epoch.epoch());
-      summary.set_best_value(*value);
-      checkpointer.MarkBest();
-      if (job.distributed.rank == 0 && !job.job_dir.empty()) {
-        absl::StatusOr<std::string> path =
-            SaveModelFile(job, *state.model, state.data.class_names, "best.pt");
-        if (!path.ok()) return path.status();
-        summary.set_best_model_path(*path);
-      }
-    }
-    const bool stop = decision.stop && job.early_stopping.enabled;
-    if (stop) {
-      summary.set_stop_reason("early_stopped");
-      stop_note = EarlyStoppingNote(stopping, epoch.epoch());
-    }
-    return stop;
+    absl::StatusOr<EarlyStopping::Decision> decision =
+        ObserveBestEpoch(job, stopping, *state.model, state.data.class_names,
+                         /*save_best=*/job.distributed.rank == 0, epoch, summary, stop_note);
+    if (!decision.ok()) return decision.status();
+    if (decision->improved) checkpointer.MarkBest();
+    return decision->stop;
   };
 }
 

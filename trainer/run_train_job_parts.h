@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "mpsd/v1/mpsd.pb.h"
 #include "trainer/datasets.h"
 #include "trainer/models.h"
@@ -47,10 +49,20 @@ absl::Status SaveFinishedModel(const TrainJobConfig& job, ClassifierImpl& model,
                                const DeviceDataset& data, const EventSink& sink,
                                mpsd::v1::JobSummary& summary);
 
-// The log line of a job that early stopping ends after `epoch`: "early stopping after epoch 4:
-// val_loss did not improve by more than 0 for 3 evaluated epoch(s); best epoch 1 (val_loss
-// 0.31)".
-std::string EarlyStoppingNote(const EarlyStopping& stopping, int epoch);
+// One evaluated epoch for TrainJob.early_stopping or checkpoint.keep_best (`stopping` built
+// with their monitor): the monitored value (api/epoch_metric.h) observed; a new best recorded
+// in `summary` (best_epoch, best_value) and, with `save_best` and a job_dir, `model` saved as
+// best.pt and named there (best_model_path). When early stopping's patience runs out (and
+// early_stopping is enabled: keep_best alone never stops) the returned decision's `stop` is
+// true, summary's stop_reason "early_stopped" and `stop_note` the line to log after the
+// epoch's event ("early stopping after epoch 4: val_loss did not improve by more than 0 for 3
+// evaluated epoch(s); best epoch 1 (val_loss 0.31)"). An epoch that did not measure the
+// monitor decides nothing. Errors: SaveModelFile's. Used by the unfused loop's hook and by
+// each fused trial.
+absl::StatusOr<EarlyStopping::Decision> ObserveBestEpoch(
+    const TrainJobConfig& job, EarlyStopping& stopping, ClassifierImpl& model,
+    const std::vector<std::string>& class_names, bool save_best,
+    const mpsd::v1::EpochMetrics& epoch, mpsd::v1::JobSummary& summary, std::string& stop_note);
 
 // The summary's stop_reason for a job that ended with `status`, unless one is set (early
 // stopping sets its own): "epochs_completed", "diverged" or "cancelled"; none for other errors.
