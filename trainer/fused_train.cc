@@ -274,29 +274,6 @@ std::vector<TrialHyperparameters> StepHyperparameters(
   return hyper;
 }
 
-// TrainJob.early_stopping after an evaluated epoch, as the unfused job's hook
-// (run_train_job.cc, BestEpochHook): a new best epoch's weights (`trial.model`, just unfused)
-// saved as best.pt; once patience runs out the trial ends here, SUCCEEDED with stop reason
-// early_stopped and its current weights as model.pt, its entry of the running mask cleared
-// (the caller's sync). The other trials go on.
-void ObserveEarlyStopping(Trial& trial, const mpsd::v1::EpochMetrics& metrics,
-                          const torch::Device& device, Clock::time_point start) {
-  const TrainJobConfig& job = *trial.job;
-  mpsd::v1::JobSummary& summary = trial.summary->summary();
-  std::string stop_note;
-  absl::StatusOr<EarlyStopping::Decision> decision =
-      ObserveBestEpoch(job, *trial.stopping, *trial.model, trial.data->class_names,
-                       /*save_best=*/true, metrics, summary, stop_note);
-  if (!decision.ok()) {
-    FinishTrial(trial, decision.status(), device, start);
-    return;
-  }
-  if (!decision->stop) return;
-  EmitLog(trial.observed, stop_note);
-  FinishTrial(trial, SaveFinishedModel(job, *trial.model, *trial.data, trial.observed, summary),
-              device, start);
-}
-
 // The epoch's end: every step read back (the caller flushed), then each running trial's
 // evaluation (its weights unfused into its zoo model) and epoch event.
 void EndEpoch(std::vector<std::unique_ptr<Trial>>& trials, FusedModel& model, int epoch,
@@ -320,9 +297,35 @@ void EndEpoch(std::vector<std::unique_ptr<Trial>>& trials, FusedModel& model, in
     *event.mutable_epoch() =
         EpochMetricsOf(epoch, *trial->readback, *evaluation, epoch_seconds,
                        trial->schedule->LearningRate(trial->readback->steps()), *trial->task);
-    const mpsd::v1::EpochMetrics metrics = event.epoch();
+    // TrainJob.early_stopping, as the unfused job's hook decides before its epoch event: a new
+    // best's weights (just unfused) saved as best.pt; once patience runs out, the test split
+    // evaluated into this epoch (evaluate_test: end), then the trial ends here, SUCCEEDED with
+    // stop reason early_stopped and its current weights as model.pt, its entry of the running
+    // mask cleared by the caller's sync. The other trials go on.
+    bool stop = false;
+    std::string stop_note;
+    if (trial->stopping.has_value()) {
+      absl::StatusOr<EarlyStopping::Decision> decision =
+          ObserveBestEpoch(*trial->job, *trial->stopping, *trial->model, trial->data->class_names,
+                           /*save_best=*/true, event.epoch(), trial->summary->summary(), stop_note);
+      absl::Status status = decision.status();
+      stop = status.ok() && decision->stop;
+      if (stop) {
+        status = EvaluateTestOnEarlyEnd(*trial->model, *trial->data, trial->options, *trial->task,
+                                        *trial->cancelled, *event.mutable_epoch());
+      }
+      if (!status.ok()) {
+        FinishTrial(*trial, status, device, start);
+        continue;
+      }
+    }
     trial->observed(std::move(event));
-    if (trial->stopping.has_value()) ObserveEarlyStopping(*trial, metrics, device, start);
+    if (!stop) continue;
+    EmitLog(trial->observed, stop_note);
+    FinishTrial(*trial,
+                SaveFinishedModel(*trial->job, *trial->model, *trial->data, trial->observed,
+                                  trial->summary->summary()),
+                device, start);
   }
 }
 

@@ -631,15 +631,11 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
       stop = *stopping;
     }
     // evaluate_test: end means the epoch training ends after, also when it ends early.
-    if (stop && options.evaluate_test == EvaluateTest::kEnd && !event.epoch().evaluated()) {
-      absl::StatusOr<EvalResult> test = Evaluate(model, data.test, options.eval_batch_size,
-                                                 cancelled, options.data_parallel, &task);
-      if (!test.ok()) return test.status();
-      event.mutable_epoch()->set_evaluated(true);
-      event.mutable_epoch()->set_test_loss(test->loss);
-      event.mutable_epoch()->set_test_accuracy(test->accuracy);
-      for (const auto& [name, value] : test->metrics) {
-        (*event.mutable_epoch()->mutable_metrics())[absl::StrCat("test_", name)] = value;
+    if (stop) {
+      if (absl::Status s =
+              EvaluateTestOnEarlyEnd(model, data, options, task, cancelled, *event.mutable_epoch());
+          !s.ok()) {
+        return s;
       }
     }
     sink(std::move(event));
@@ -659,6 +655,23 @@ absl::Status Train(ClassifierImpl& model, torch::optim::Optimizer& optimizer,
       }
     }
     if (stop) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EvaluateTestOnEarlyEnd(ClassifierImpl& model, const DeviceDataset& data,
+                                    const TrainOptions& options, const TaskLoss& task,
+                                    const std::atomic<bool>& cancelled,
+                                    mpsd::v1::EpochMetrics& epoch) {
+  if (options.evaluate_test != EvaluateTest::kEnd || epoch.evaluated()) return absl::OkStatus();
+  absl::StatusOr<EvalResult> test =
+      Evaluate(model, data.test, options.eval_batch_size, cancelled, options.data_parallel, &task);
+  if (!test.ok()) return test.status();
+  epoch.set_evaluated(true);
+  epoch.set_test_loss(test->loss);
+  epoch.set_test_accuracy(test->accuracy);
+  for (const auto& [name, value] : test->metrics) {
+    (*epoch.mutable_metrics())[absl::StrCat("test_", name)] = value;
   }
   return absl::OkStatus();
 }

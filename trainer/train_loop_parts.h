@@ -199,6 +199,16 @@ absl::StatusOr<EpochEvaluation> EvaluateEpochSplits(ClassifierImpl& model,
                                                     const TaskLoss& task, int epoch,
                                                     const std::atomic<bool>& cancelled);
 
+// evaluate_test: end on an epoch after which training ends early (early stopping): the test
+// split evaluated into `epoch` (test_loss, test_accuracy, test_<metric>; `evaluated` set) with
+// Evaluate as EvaluateEpochSplits runs it, unless `epoch` was evaluated already or
+// options.evaluate_test is not kEnd. Used by Train and by each fused trial. CANCELLED once
+// `cancelled` is set; Evaluate's errors.
+absl::Status EvaluateTestOnEarlyEnd(ClassifierImpl& model, const DeviceDataset& data,
+                                    const TrainOptions& options, const TaskLoss& task,
+                                    const std::atomic<bool>& cancelled,
+                                    mpsd::v1::EpochMetrics& epoch);
+
 // The epoch's event payload; `evaluation`'s nullopts were not evaluated this epoch.
 mpsd::v1::EpochMetrics EpochMetricsOf(int epoch, const StepReadback& readback,
                                       const EpochEvaluation& evaluation, double epoch_seconds,

@@ -346,8 +346,9 @@ TEST(FusedTrainTest, Bf16ConvNetAdamMatchesEachTrialAlone) {
 }
 
 // TrainJob.early_stopping in a fused run: a min_delta no epoch can beat stops every trial after
-// its second of three epochs, as it stops each alone: the same steps, epochs, best.pt (epoch 1)
-// and model.pt (the last weights), SUCCEEDED with stop reason early_stopped.
+// its second of three epochs, as it stops each alone: the same steps, epochs (the test split
+// evaluated after the stopping one: evaluate_test end), best.pt (epoch 1) and model.pt (the
+// last weights), SUCCEEDED with stop reason early_stopped.
 TEST(FusedTrainTest, EarlyStoppedTrialsMatchEachTrialAlone) {
   const TempDir dir("fused_test");
   auto executor = MakeExecutor(dir.path().string());
@@ -358,6 +359,7 @@ TEST(FusedTrainTest, EarlyStoppedTrialsMatchEachTrialAlone) {
     job.mutable_early_stopping()->set_monitor("train_loss");
     job.mutable_early_stopping()->set_patience(1);
     job.mutable_early_stopping()->set_min_delta(100);
+    job.set_evaluate_test("end");  // the test split after the epoch that stops, as alone
   }
   absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -371,7 +373,13 @@ TEST(FusedTrainTest, EarlyStoppedTrialsMatchEachTrialAlone) {
     EXPECT_EQ(fused[k].losses().size(), 100u) << what;  // 2 epochs of 50 steps
     EXPECT_EQ(fused[k].losses().size(), alone.losses().size()) << what;
     ExpectSameLosses(fused[k].losses(), alone.losses(), 100, what);
-    EXPECT_EQ(fused[k].epochs().size(), 2u) << what;
+    ASSERT_EQ(fused[k].epochs().size(), 2u) << what;
+    ASSERT_EQ(alone.epochs().size(), 2u) << what;
+    EXPECT_TRUE(alone.epochs()[1].evaluated()) << what;
+    EXPECT_TRUE(fused[k].epochs()[1].evaluated()) << what;
+    EXPECT_NEAR(fused[k].epochs()[1].test_accuracy(), alone.epochs()[1].test_accuracy(), 0.011)
+        << what;
+    EXPECT_NEAR(fused[k].epochs()[1].test_loss(), alone.epochs()[1].test_loss(), 1e-4) << what;
     ASSERT_NE(fused[k].summary(), nullptr) << what;
     const mpsd::v1::JobSummary& summary = *fused[k].summary();
     EXPECT_EQ(summary.stop_reason(), "early_stopped") << what;
