@@ -134,11 +134,20 @@ std::string FormatConfusionMatrix(const v1::JobSummary& s, absl::string_view ind
 
 namespace {
 
+// The model an EvalJob or PredictJob used: "job 12's model", "job 12's best.pt" when another
+// of the job's files was named by path, or the path of a model from elsewhere.
+std::string ModelText(const v1::JobSummary& s) {
+  if (s.eval_model_job_id().empty()) return s.eval_model();
+  const absl::string_view path = s.eval_model();
+  const absl::string_view file =
+      path.rfind('/') == absl::string_view::npos ? path : path.substr(path.rfind('/') + 1);
+  return absl::StrCat("job ", s.eval_model_job_id(), "'s ",
+                      absl::EndsWith(file, ".pt") && file != "model.pt" ? file : "model");
+}
+
 // An EvalJob's lines: the model, the split and its metrics, the confusion matrix.
 std::string EvalLines(const v1::JobSummary& s, absl::string_view indent) {
-  const std::string model = s.eval_model_job_id().empty()
-                                ? s.eval_model()
-                                : absl::StrCat("job ", s.eval_model_job_id(), "'s model");
+  const std::string model = ModelText(s);
   std::string out =
       absl::StrCat(indent, "evaluated ", model, " (", s.task(), ") on the ", s.eval_split(),
                    " split: ", Plural(s.eval_examples(), "example"), "\n");
@@ -160,10 +169,7 @@ std::string SummaryLines(const v1::JobSummary& s, absl::string_view indent) {
   if (!s.eval_split().empty()) return EvalLines(s, indent);
   if (s.predictions_size() > 0) {  // a PredictJob
     return absl::StrCat(indent, "predicted ", Plural(s.predictions_size(), "input"), " with ",
-                        s.eval_model_job_id().empty()
-                            ? s.eval_model()
-                            : absl::StrCat("job ", s.eval_model_job_id(), "'s model"),
-                        " (", s.task(), "): forward passes ",
+                        ModelText(s), " (", s.task(), "): forward passes ",
                         absl::StrFormat("%.3f ms", s.forward_time_ms()), "\n");
   }
   std::string out;

@@ -74,7 +74,7 @@ mpsd::v1::TrainJob EvalTrainJob(const mpsd::v1::EvalJob& job, const TrainedModel
   spec.mutable_model()->clear_weights();
   spec.mutable_model()->clear_strict();
   spec.mutable_model()->set_num_classes(static_cast<int32_t>(card.config.num_classes));
-  if (card.entry == nullptr) spec.mutable_model()->set_torchscript(card.model_path());
+  if (card.entry == nullptr) spec.mutable_model()->set_torchscript(card.weights_path);
   *spec.mutable_dataset() = job.dataset();
   // image_folder and tensors: the model's normalisation, not statistics of this data.
   const std::string& name = job.dataset().name();

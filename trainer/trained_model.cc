@@ -88,10 +88,6 @@ absl::Status ReadModelPart(const Struct& model_part, const std::string& where,
 
 }  // namespace
 
-std::string TrainedModel::model_path() const {
-  return (std::filesystem::path(dir) / "model.pt").string();
-}
-
 absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
                                               const std::string& artifacts_dir,
                                               const FieldChecks& fields) {
@@ -118,8 +114,13 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
   if (!google::protobuf::util::JsonStringToMessage(text.str(), &card).ok()) return bad("not JSON");
   TrainedModel out;
   out.dir = dir->string();
+  out.weights_path = api::IsJobId(model) ? (*dir / "model.pt").string() : model;
   out.job_id = Member(card, "job_id").string_value();
   out.label = out.job_id.empty() ? model : absl::StrCat("job ", out.job_id);
+  if (const std::string file = std::filesystem::path(out.weights_path).filename().string();
+      !out.job_id.empty() && file != "model.pt") {
+    absl::StrAppend(&out.label, " ", file);  // "job 12 best.pt"
+  }
   const Struct& input = Member(card, "input").struct_value();
   for (const Value& v : Member(input, "shape").list_value().values()) {
     out.config.input_shape.push_back(static_cast<int64_t>(v.number_value()));
@@ -152,7 +153,7 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
 absl::StatusOr<std::shared_ptr<ClassifierImpl>> LoadTrainedModel(const TrainedModel& model,
                                                                  const torch::Device& device,
                                                                  const FieldChecks& fields) {
-  const std::string path = model.model_path();
+  const std::string& path = model.weights_path;
   std::shared_ptr<ClassifierImpl> loaded;
   if (model.entry == nullptr) {
     absl::StatusOr<std::shared_ptr<TorchScriptClassifierImpl>> script =

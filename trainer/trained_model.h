@@ -20,7 +20,7 @@ namespace mpsd::trainer {
 
 // What model.json says about a trained model, and where it lives.
 struct TrainedModel {
-  std::string dir;     // holds model.pt and model.json
+  std::string dir;     // holds model.json (and model.pt)
   std::string job_id;  // the TrainJob that wrote it
   std::string label;   // "job 12 (convnet)", "job 12 (torchscript)", for people and errors
   // The TrainJob's spec as submitted (model.json's "spec").
@@ -37,11 +37,14 @@ struct TrainedModel {
   // per channel (one value per channel, or one for all); mean and std empty = none.
   bool scaled = false;
   std::vector<float> mean, std;
-  std::string model_path() const;  // <dir>/model.pt
+  // The weights to load: <dir>/model.pt for a job id, else the file named (model.pt, best.pt or
+  // any other file of that job's beside its model.json).
+  std::string weights_path;
 };
 
-// Finds and reads the model `model` names: a job id ("12": <artifacts_dir>/12/) or the path of a
-// model.pt with model.json beside it. INVALID_ARGUMENT through `fields` on "model" (e.g.
+// Finds and reads the model `model` names: a job id ("12": <artifacts_dir>/12/, its model.pt) or
+// the path of a weights file with model.json beside it (a job's model.pt, or its best.pt: the
+// file named is the one loaded). INVALID_ARGUMENT through `fields` on "model" (e.g.
 // "eval_job.model: job 12 has no model.json: not a TrainJob of this daemon that finished",
 // "…: <path>: no such file", "…/model.json: not JSON", a zoo model this executor lacks). Reads
 // files only; thread-safe.
@@ -49,11 +52,12 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
                                               const std::string& artifacts_dir,
                                               const FieldChecks& fields);
 
-// The model with model.pt's weights on `device`, in eval mode: the zoo model built for
-// `model.config` with the LibTorch archive loaded into it (read once and checked first,
+// The model with the weights of `model.weights_path` on `device`, in eval mode: the zoo model built
+// for `model.config` with the LibTorch archive loaded into it (read once and checked first,
 // trainer/torch_archive.h, within the executor's input limits), or the TorchScript module
 // (LoadTorchScriptClassifier, which checks it the same way).
-// INVALID_ARGUMENT through `fields` on "model" for a model.pt that is not that model's. Throws
+// INVALID_ARGUMENT through `fields` on "model" for a file that is not that model's weights (e.g.
+// model.check.pt or model.state_dict.pt named by path), naming the file. Throws
 // c10::Error for device failures (the caller's firewall converts).
 absl::StatusOr<std::shared_ptr<ClassifierImpl>> LoadTrainedModel(const TrainedModel& model,
                                                                  const torch::Device& device,

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -230,6 +231,50 @@ TEST_F(EvalE2eTest, AModelPtPathEvaluatesAsItsJob) {
   EXPECT_EQ(eval.summary().eval_model_job_id(), trained_.id());
   EXPECT_EQ(eval.summary().metrics().at("test_accuracy"), trained_.summary().test_accuracy());
   EXPECT_EQ(eval.summary().metrics().at("test_loss"), trained_.summary().test_loss());
+}
+
+// A file of the job's other than model.pt named by its path (best.pt, which early stopping
+// writes beside model.pt) is the one evaluated, not model.pt: here another job's weights copied
+// in as best.pt give that job's figures. A file that is not weights (model.check.pt) is refused
+// naming it.
+TEST_F(EvalE2eTest, TheWeightsFileNamedIsTheOneEvaluated) {
+  mpsd::v1::SubmitJobRequest other_request = TrainJobRequest(600, 0, 1, 64, "mlp");
+  other_request.mutable_train_job()->set_seed(7);
+  other_request.mutable_train_job()->mutable_optimizer()->set_learning_rate(0.01);
+  const mpsd::v1::Job other =
+      rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, other_request).id());
+  ASSERT_EQ(other.state(), mpsd::v1::Job::SUCCEEDED) << other.message();
+  ASSERT_NE(other.summary().test_loss(), trained_.summary().test_loss());
+  const std::filesystem::path dir =
+      std::filesystem::path(trained_.summary().model_path()).parent_path();
+  const std::string best = (dir / "best.pt").string();
+  std::filesystem::copy_file(other.summary().model_path(), best);
+
+  const mpsd::v1::Job eval =
+      rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, EvalRequest(best, "test")).id());
+  ASSERT_EQ(eval.state(), mpsd::v1::Job::SUCCEEDED) << eval.message();
+  EXPECT_EQ(eval.summary().eval_model(), best);
+  EXPECT_EQ(eval.summary().eval_model_job_id(), trained_.id());
+  EXPECT_EQ(eval.summary().metrics().at("test_loss"), other.summary().test_loss());
+  EXPECT_EQ(eval.summary().metrics().at("test_accuracy"), other.summary().test_accuracy());
+  const CommandResult logs =
+      RunCommand({MpsctlPath(), "--server", daemon_.address(), "logs", eval.id()});
+  EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("evaluating job ", trained_.id(),
+                                               " best.pt (mlp) on the test split")));
+  EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("evaluated job ", trained_.id(),
+                                               "'s best.pt (classification) on the test split")));
+
+  const std::string check = trained_.summary().model_check_path();
+  ASSERT_FALSE(check.empty());
+  absl::StatusOr<mpsd::v1::Job> refused = rpc::Submit(daemon_, EvalRequest(check, "test"));
+  if (refused.ok()) {  // refused when it runs, if not at submit
+    const mpsd::v1::Job ended = rpc_ok::WaitForEnd(daemon_, refused->id());
+    EXPECT_EQ(ended.state(), mpsd::v1::Job::FAILED);
+    EXPECT_THAT(ended.message(), HasSubstr("model.check.pt"));
+  } else {
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_THAT(refused.status().message(), HasSubstr("eval_job.model: " + check));
+  }
 }
 
 TEST_F(EvalE2eTest, BadModelsAndDatasetsAreRefusedNamingTheField) {
