@@ -239,19 +239,17 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
   if (options_.tail_batch_size > 0) {
     // cuDNN's heuristics for this once-an-epoch shape: benchmark mode's search would allocate
     // its trial workspaces on top of the first graph's pool (the job's peak memory).
-    at::Context& context = at::globalContext();
-    const bool benchmark = context.benchmarkCuDNN();
-    context.setBenchmarkCuDNN(false);
-    try {
-      tail_ = std::make_unique<Captured>();
-      CaptureStep(*tail_, options_.tail_batch_size, &full_.graph);
-    } catch (...) {
-      context.setBenchmarkCuDNN(benchmark);
-      throw;
-    }
-    context.setBenchmarkCuDNN(benchmark);
+    const CudnnHeuristicsScope heuristics;
+    tail_ = std::make_unique<Captured>();
+    CaptureStep(*tail_, options_.tail_batch_size, &full_.graph);
   }
 }
+
+CudnnHeuristicsScope::CudnnHeuristicsScope() : benchmark_(at::globalContext().benchmarkCuDNN()) {
+  at::globalContext().setBenchmarkCuDNN(false);
+}
+
+CudnnHeuristicsScope::~CudnnHeuristicsScope() { at::globalContext().setBenchmarkCuDNN(benchmark_); }
 
 void GraphedStep::CaptureStep(Captured& captured, int64_t rows,
                               const compat::CudaGraph* share_pool_with) {

@@ -15,7 +15,17 @@ convolutions, TF32 matmuls allowed, TF32 off for cuDNN, cuDNN benchmark off, the
 optimizer update, and K = 1 and 4. Before timing, GroupedConvWgradGemm's gradients are compared
 with autograd's through F.conv2d (largest difference relative to the largest magnitude).
 
+Two more modes for the scaling curve (gpu_fast_path.sh phase k):
+  --scaling 1,2,4,8,16,32   per K: the graphed step's ms (and per trial), peak memory, the step's
+                            FLOPs (torch.utils.flop_counter, else the ConvNet's count by hand)
+                            and the compute floor at the H200's dense TF32 rate (494.7 TFLOP/s,
+                            NVIDIA's H200 datasheet: 989 with sparsity)
+  --ncu-step K              one eager step of K trials between cudaProfilerStart/Stop, for
+                            `ncu --profile-from-start off` (SM use per kernel)
+
 Usage: fused_step_profile.py [--trials 16] [--batch 128] [--json OUT]
+       fused_step_profile.py --scaling 1,2,4,8,16,32 [--json OUT]
+       ncu --profile-from-start off ... fused_step_profile.py --ncu-step 16
 """
 import argparse
 import json
@@ -181,13 +191,70 @@ def time_graphed(step, replays=50, runs=5):
     return statistics.median(times)
 
 
+H200_DENSE_TF32 = 494.7e12  # FLOP/s, NVIDIA H200 SXM datasheet (989.4 with sparsity)
+# The seed ConvNet's multiply-adds per example, forward: conv1 26*26*32*9, conv2 24*24*64*288,
+# fc1 9216*128, fc2 128*10; a FLOP is 2 per multiply-add, and forward + backward ~3x forward.
+CONVNET_FLOP_PER_EXAMPLE = 3 * 2 * (26 * 26 * 32 * 9 + 24 * 24 * 64 * 288 + 9216 * 128 + 128 * 10)
+
+
+def step_flops(step, k, n):
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+        with FlopCounterMode(display=False) as counter:
+            step()
+        return counter.get_total_flops(), "torch.utils.flop_counter"
+    except Exception:  # noqa: BLE001  (older PyTorch)
+        return k * n * CONVNET_FLOP_PER_EXAMPLE, "by hand"
+
+
+def scaling(ks, n, device, json_path):
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for k in ks:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        step = make_step(k, n, device, False)
+        ms = time_graphed(step)
+        peak = torch.cuda.max_memory_allocated()
+        flops, how = step_flops(step, k, n)
+        floor_ms = flops / H200_DENSE_TF32 * 1e3
+        rows.append({"trials": k, "ms_per_step": ms, "ms_per_trial_step": ms / k,
+                     "peak_allocated_bytes": peak, "flops_per_step": flops, "flops_counted": how,
+                     "floor_ms": floor_ms, "achieved_tflops": flops / ms / 1e9})
+        print(f"K={k:3d}: {ms:8.3f} ms/step, {ms / k:.3f} per trial, peak {peak / 2**20:8.1f} MiB, "
+              f"{flops / 1e9:.1f} GFLOP ({how}), floor {floor_ms:.3f} ms, "
+              f"{flops / ms / 1e9:.1f} TFLOP/s", flush=True)
+        del step
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"batch": n, "rows": rows}, f, indent=1)
+
+
+def ncu_step(k, n, device):
+    torch.backends.cudnn.benchmark = True
+    step = make_step(k, n, device, False)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--json")
+    ap.add_argument("--scaling", help="K values, e.g. 1,2,4,8,16,32")
+    ap.add_argument("--ncu-step", type=int, help="K: one eager step for ncu")
     a = ap.parse_args()
     device = torch.device("cuda")
+    if a.scaling:
+        return scaling([int(v) for v in a.scaling.split(",")], a.batch, device, a.json)
+    if a.ncu_step:
+        return ncu_step(a.ncu_step, a.batch, device)
     k, n = a.trials, a.batch
     torch.backends.cudnn.benchmark = True
     results = {}

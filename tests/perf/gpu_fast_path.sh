@@ -30,7 +30,9 @@
 # Usage: tests/perf/gpu_fast_path.sh [DEPS]  (DEPS as gpu_train_compare.sh: *.deb, mpsd-src.tar.gz,
 # fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1 (reuse WORK/build), PHASES (default
 # "a b c g e d"; v: issue 27/28 jobs on the fast path; t: issue 29's TensorBoard run; s: issue
-# 31's 16-trial sweep, fused and not, against PyTorch's ways of running it, below).
+# 31's 16-trial sweep, fused and not, against PyTorch's ways of running it, below; k: issue 31's
+# scaling curve, K = 1..32 fused trials of the ConvNet and of resnet18 on CIFAR-shaped data, with
+# the PyTorch replica's step, FLOPs and SM use under ncu: SCALING.md).
 # At most 8 files land in $OUT: run.log build.log graph_check.json mpsd.log fast_path.json
 # FAST_PATH.md raw.tar.gz (every raw result, env.txt, graph_check.txt and the profiler's traces).
 set -uo pipefail
@@ -129,7 +131,7 @@ job() {
   grep -q '^optimizer:' "$RUN/$name.yaml" || echo "optimizer: {name: adam, learning_rate: 0.001}" >> "$RUN/$name.yaml"
   submit "$name" "$RUN/$name.yaml"
 }
-if has b || has d || has e || has v || has t || has s; then start_mpsd; fi
+if has b || has d || has e || has v || has t || has s || has k; then start_mpsd; fi
 
 if has t; then
   # Issue 29: a 4-trial learning-rate sweep of the seed ConvNet with a validation split, each
@@ -401,6 +403,67 @@ if has s; then
     done
   done
   bash "$PERF/sweep_torch.sh" "$IDX_DIR" "$RAW" ${SWEEP_TORCH:-ensemble concurrent sequential}
+fi
+
+if has k; then
+  # Issue 31's scaling curve: for K in K_VALUES (default 1 2 4 8 16 32), a K-trial sweep
+  # (`fuse: auto`, learning rates spread log-evenly over 3e-4..1e-2; K = 1 is one unfused job) of
+  # the seed ConvNet on Fashion-MNIST (batch 128, AdamW, 3 epochs) and of resnet18 on CIFAR-shaped
+  # synthetic data (12,800 images [3, 32, 32], 10 classes, batch 128, AdamW, 2 epochs): wall from
+  # submit to the sweep's end, each trial's events, nvidia-smi's utilization every 100 ms. Then
+  # the ConvNet's fused step in PyTorch per K (fused_step_profile.py --scaling) and one eager step
+  # per K under ncu (SM-active cycles per kernel). SCALING_MODELS picks the models.
+  for model in ${SCALING_MODELS:-convnet resnet18}; do
+    for k in ${K_VALUES:-1 2 4 8 16 32}; do
+      lrs=$("$PY" -c 'import sys; k = int(sys.argv[1]); print(",".join("%.6g" % (3e-4 * (1e-2 / 3e-4) ** (i / max(k - 1, 1))) for i in range(k)))' "$k")
+      {
+        echo "kind: TrainJob"
+        echo "name: k-$model-$k"
+        if [[ $model == convnet ]]; then
+          echo "model: {name: convnet}"
+          echo "dataset: {name: fashion-mnist, root: $IDX_DIR}"
+          echo "epochs: 3"
+        else
+          echo "model: {name: $model}"
+          echo "dataset: {name: synthetic, synthetic: {input_shape: [3, 32, 32], num_classes: 10, train_examples: 12800, test_examples: 1280}}"
+          echo "epochs: 2"
+        fi
+        echo "batch_size: 128"
+        echo "seed: 1"
+        echo "device: cuda"
+        echo "optimizer: {name: adamw, learning_rate: 0.001, weight_decay: 0.01}"
+        echo "sweep:"
+        echo "  fuse: auto"
+        echo "  grid: {optimizer.learning_rate: [$lrs]}"
+      } > "$RUN/k_${model}_$k.yaml"
+      nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits \
+        -lms 100 > "$RAW/k_smi_${model}_$k.csv" 2>/dev/null &
+      smi=$!
+      start=$(date +%s.%N)
+      sweep=$(timeout 60 "${MPSCTL[@]}" submit "$RUN/k_${model}_$k.yaml" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+      timeout 300 "${MPSCTL[@]}" wait "$sweep" > /dev/null 2>&1
+      wall=$("$PY" -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$start")
+      kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+      echo "k $model $k $sweep wall $wall" | tee -a "$RAW/k_wall.txt"
+      ids=$("$PY" -c 'import json,sys; j = json.load(open(sys.argv[1])); print(" ".join(j.get("trial_job_ids") or j.get("trialJobIds") or [j.get("id", "")]))' <("${MPSCTL[@]}" get "$sweep") 2>/dev/null)
+      for id in $ids; do
+        "${MPSCTL[@]}" logs "$id" > "$RAW/k_events_${model}_${k}_$id.jsonl" 2>&1 || true
+      done
+    done
+  done
+  timeout 240 "$PY" "$PERF/fused_step_profile.py" --scaling "$(echo ${K_VALUES:-1 2 4 8 16 32} | tr ' ' ,)" \
+    --json "$RAW/k_replica.json"
+  echo "replica scaling exit $?"
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [[ -x $NCU ]]; then
+    for k in ${K_VALUES:-1 2 4 8 16 32}; do
+      timeout 120 "$NCU" --profile-from-start off --csv \
+        --metrics gpu__time_duration.sum,sm__cycles_active.avg.pct_of_peak_sustained_elapsed \
+        "$PY" "$PERF/fused_step_profile.py" --ncu-step "$k" > "$RAW/k_ncu_$k.csv" 2> "$RAW/k_ncu_$k.err"
+      echo "ncu K=$k: exit $?, $(grep -c '"sm__cycles_active' "$RAW/k_ncu_$k.csv") kernels"
+    done
+  fi
+  "$PY" "$PERF/summarize_scaling.py" --raw "$RAW" --out "$OUT"
 fi
 
 [[ -n $mpsd_pid ]] && { kill -TERM "$mpsd_pid"; wait "$mpsd_pid"; }
