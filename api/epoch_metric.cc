@@ -2,6 +2,7 @@
 #include "api/epoch_metric.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace mpsd::api {
 
@@ -30,6 +31,14 @@ std::optional<bool> HigherIsBetter(absl::string_view name) {
     if (absl::EndsWith(name, down)) return false;
   }
   return std::nullopt;
+}
+
+std::string ModeContradiction(absl::string_view name, bool maximize) {
+  const std::optional<bool> higher = HigherIsBetter(name);
+  if (!higher.has_value() || *higher == maximize) return "";
+  return absl::StrCat(maximize ? "max" : "min", " for ", name, ", where ",
+                      *higher ? "higher" : "lower", " is better: write ", *higher ? "max" : "min",
+                      ", or leave mode out for the default");
 }
 
 }  // namespace mpsd::api

@@ -28,6 +28,13 @@ std::optional<double> EpochMetricValue(const std::string& name,
 // early_stopping.mode and sweep.scheduler.mode and mpsctl sweep's ranking. Pure; thread-safe.
 std::optional<bool> HigherIsBetter(absl::string_view name);
 
+// "" when the mode written for `name` ("min" or "max", `maximize`) agrees with HigherIsBetter
+// (or the name has no direction), else why not, for the mode field's error: "max for val_loss,
+// where lower is better: write min, or leave mode out for the default". A minimised accuracy
+// or a maximised loss would keep the worst epoch as the best and stop a job that improves. Pure;
+// thread-safe.
+std::string ModeContradiction(absl::string_view name, bool maximize);
+
 }  // namespace mpsd::api
 
 #endif  // MPSD_API_EPOCH_METRIC_H_

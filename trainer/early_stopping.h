@@ -56,6 +56,15 @@ class EarlyStopping {
   State state_;
 };
 
+// The line to log when early stopping (`config`, enabled) can never end a job of `epochs`
+// epochs before its last, else "": its evaluated epochs (every `eval_every_epochs`-th and the
+// last, as the training loop evaluates) are too few for a first one and `patience` more without
+// improvement before the last ("early stopping cannot end this job early: 1 of its 3 epoch(s)
+// is evaluated (eval_every_epochs 5), and patience 2 needs at least 4; the best epoch is still
+// kept"). Pure.
+std::string EarlyStoppingReachNote(const EarlyStoppingConfig& config, int epochs,
+                                   int eval_every_epochs);
+
 }  // namespace mpsd::trainer
 
 #endif  // MPSD_TRAINER_EARLY_STOPPING_H_

@@ -712,6 +712,10 @@ absl::Status TrainInScope(const TrainJobConfig& job, int steps_per_readback, con
   std::string stop_note;
   options.after_evaluation =
       BestEpochHook(job, s, stopping, checkpointer, stop_note, summary.summary());
+  if (std::string note =
+          EarlyStoppingReachNote(job.early_stopping, job.epochs, job.eval_every_epochs);
+      !note.empty())
+    EmitLog(sink, note);
   options.on_epoch_end = [&sink, &stop_note](int, int64_t) {
     if (!stop_note.empty()) EmitLog(sink, std::exchange(stop_note, ""));
     return absl::OkStatus();

@@ -449,6 +449,9 @@ absl::Status ResolveEarlyStopping(const mpsd::v1::TrainJob& spec, TrainJobConfig
     c.maximize = *higher;
   } else if (e.mode() == "min" || e.mode() == "max") {
     c.maximize = e.mode() == "max";
+    if (std::string why = api::ModeContradiction(c.monitor, c.maximize); !why.empty()) {
+      return fields.Error("mode", why);
+    }
   } else {
     return fields.Error("mode",
                         absl::StrFormat("must be \"min\" or \"max\", got \"%s\"", e.mode()));

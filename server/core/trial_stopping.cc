@@ -29,6 +29,9 @@ std::string Quoted(const std::string& text) {
 absl::Status ReadMode(const mpsd::v1::SweepScheduler& s, TrialStoppingConfig& config) {
   if (s.mode() == "min" || s.mode() == "max") {
     config.maximize = s.mode() == "max";
+    if (std::string why = api::ModeContradiction(config.metric, config.maximize); !why.empty()) {
+      return Refuse("mode", why);
+    }
     return absl::OkStatus();
   }
   if (!s.mode().empty()) {

@@ -39,5 +39,18 @@ TEST(EpochMetricTest, ATaskIsReadFromItsMetricsMap) {
   EXPECT_EQ(EpochMetricValue("test_accuracy", epoch), std::nullopt);
 }
 
+TEST(EpochMetricTest, AModeAgainstTheNamesDirectionIsNamed) {
+  EXPECT_EQ(ModeContradiction("val_loss", /*maximize=*/false), "");
+  EXPECT_EQ(ModeContradiction("val_accuracy", /*maximize=*/true), "");
+  EXPECT_EQ(ModeContradiction("val_top5", /*maximize=*/true), "");  // no direction by name
+  EXPECT_EQ(ModeContradiction("val_top5", /*maximize=*/false), "");
+  EXPECT_EQ(ModeContradiction("val_loss", /*maximize=*/true),
+            "max for val_loss, where lower is better: write min, or leave mode out for the "
+            "default");
+  EXPECT_EQ(ModeContradiction("val_macro_f1", /*maximize=*/false),
+            "min for val_macro_f1, where higher is better: write max, or leave mode out for the "
+            "default");
+}
+
 }  // namespace
 }  // namespace mpsd::api

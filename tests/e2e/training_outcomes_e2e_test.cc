@@ -255,6 +255,12 @@ TEST_F(ValidationE2eTest, BadSettingsAreRefusedAtSubmitNamingTheField) {
          j.mutable_early_stopping()->set_mode("lowest");
        },
        "train_job.early_stopping.mode: must be \"min\" or \"max\""},
+      {[](auto& j) {
+         j.mutable_early_stopping()->set_monitor("train_loss");
+         j.mutable_early_stopping()->set_mode("max");
+       },
+       "train_job.early_stopping.mode: max for train_loss, where lower is better: write min, or "
+       "leave mode out for the default"},
   };
   for (const Case& c : cases) {
     mpsd::v1::SubmitJobRequest request = ColoursJob(root_, 0);

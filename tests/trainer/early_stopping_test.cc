@@ -63,5 +63,36 @@ TEST(EarlyStoppingTest, ANanNeverImproves) {
   EXPECT_EQ(stopping.best_epoch(), 0);
 }
 
+// The note agrees with EarlyStopping itself: for each schedule of evaluated epochs, a metric
+// that never improves stops before the last epoch exactly when no note is given.
+TEST(EarlyStoppingTest, TheReachNoteSaysWhenPatienceCannotEndTheJobEarly) {
+  for (int patience = 1; patience <= 3; ++patience) {
+    for (int epochs = 1; epochs <= 7; ++epochs) {
+      for (int every = 1; every <= 3; ++every) {
+        EarlyStoppingConfig config;
+        config.enabled = true;
+        config.patience = patience;
+        EarlyStopping stopping(config);
+        int stopped = 0;
+        for (int epoch = 1; epoch <= epochs && stopped == 0; ++epoch) {
+          if (epoch % every != 0 && epoch != epochs) continue;  // not evaluated
+          if (stopping.Observe(epoch, 1.0).stop) stopped = epoch;
+        }
+        const bool early = stopped != 0 && stopped < epochs;
+        EXPECT_EQ(EarlyStoppingReachNote(config, epochs, every).empty(), early)
+            << "patience " << patience << ", epochs " << epochs << ", every " << every;
+      }
+    }
+  }
+  EarlyStoppingConfig config;
+  config.enabled = true;
+  config.patience = 2;
+  EXPECT_EQ(EarlyStoppingReachNote(config, 3, 5),
+            "early stopping cannot end this job early: 1 of its 3 epoch(s) is evaluated "
+            "(eval_every_epochs 5), and patience 2 needs at least 4; the best epoch is still kept");
+  config.enabled = false;
+  EXPECT_EQ(EarlyStoppingReachNote(config, 3, 5), "");
+}
+
 }  // namespace
 }  // namespace mpsd::trainer

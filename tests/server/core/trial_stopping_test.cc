@@ -292,6 +292,11 @@ TEST(ReadTrialStoppingTest, BadValuesNameTheirField) {
   mpsd::v1::SweepSpec sweep = SweepWith("asha", "val_loss");
   sweep.mutable_scheduler()->set_mode("lowest");
   EXPECT_EQ(error(sweep), "sweep.scheduler.mode: must be min or max, got \"lowest\"");
+  sweep = SweepWith("asha", "val_accuracy");
+  sweep.mutable_scheduler()->set_mode("min");
+  EXPECT_EQ(error(sweep),
+            "sweep.scheduler.mode: min for val_accuracy, where higher is better: write max, or "
+            "leave mode out for the default");
   sweep = SweepWith("asha", "val_loss");
   sweep.mutable_scheduler()->set_reduction_factor(1);
   EXPECT_EQ(error(sweep), "sweep.scheduler.reduction_factor: must be >= 2, got 1");
