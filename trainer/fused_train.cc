@@ -91,6 +91,7 @@ mpsd::v1::TrainJob ShapeFields(const mpsd::v1::TrainJob& job) {
   shape.clear_eval_every_epochs();
   shape.clear_evaluate_test();
   shape.clear_tensorboard();
+  shape.clear_early_stopping();  // each trial's EarlyStopping is its own (EndEpoch)
   return shape;
 }
 
@@ -225,6 +226,11 @@ absl::Status SetUpTrials(std::vector<std::unique_ptr<Trial>>& trials, const torc
     if (job.early_stopping.enabled) {
       trial->stopping.emplace(job.early_stopping);
       trial->summary->summary().set_monitor(job.early_stopping.monitor);
+      if (std::string note =
+              EarlyStoppingReachNote(job.early_stopping, job.epochs, job.eval_every_epochs);
+          !note.empty()) {
+        EmitLog(trial->observed, note);
+      }
     }
     TrainOptions& options = trial->options;
     options.batch_size = job.batch_size;
@@ -513,10 +519,9 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
   for (auto& trial : trials) {
     if (!trial->running) continue;
     EmitLog(trial->observed,
-            absl::StrFormat("fused: trial %d of %d trained together with jobs %s as one "
-                            "horizontally fused model and optimizer on %s (data order %s)",
-                            trial->index + 1, trials.size(), absl::StrJoin(ids, ", "),
-                            DeviceString(device),
+            absl::StrFormat("fused: jobs %s trained together as one horizontally fused model "
+                            "and optimizer on %s (data order %s)",
+                            absl::StrJoin(ids, ", "), DeviceString(device),
                             shared_data_order ? "shared: the first trial's" : "per trial"));
   }
 

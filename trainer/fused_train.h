@@ -58,8 +58,8 @@ std::string FusionRefusal(const TrainJobConfig& job);
 // The first field in which `trial` differs from `first` once the fields that change no shape are
 // cleared (optimizer learning_rate, weight_decay, momentum, betas, eps; label_smoothing;
 // model.dropout; the whole schedule; seed; divergence_threshold; eval_every_epochs;
-// evaluate_test; tensorboard), as a path below TrainJob ("batch_size", "optimizer.name"); ""
-// when they match.
+// evaluate_test; tensorboard; early_stopping), as a path below TrainJob ("batch_size",
+// "optimizer.name"); "" when they match.
 std::string FusionDifference(const mpsd::v1::TrainJob& first, const mpsd::v1::TrainJob& trial);
 
 // A rough upper bound of the device memory one fused trial of `job` adds: its parameters,

@@ -68,7 +68,7 @@ def trial_rows(raw, model, k):
             "epoch_times": [num(get(e, "epoch_time_s")) or 0 for e in epochs],
             "test_accuracy": num(get(epochs[-1], "test_accuracy")) if epochs else None,
             "peak": num(get(get(summary, "memory"), "peak_allocated_bytes")),
-            "fused": any("trained together with" in t or "fused step" in t for t in logs),
+            "fused": any("trained together" in t or "fused step" in t for t in logs),
             "graph": next((t for t in logs if "CUDA graph" in t), ""),
         })
     return rows

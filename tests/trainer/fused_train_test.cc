@@ -511,6 +511,12 @@ TEST(FusedTrainTest, PlanFusionAcceptsShapePreservingDifferencesAndCaps) {
   specs[1].mutable_train_job()->set_label_smoothing(0.1);
   specs[2].mutable_train_job()->mutable_model()->set_dropout(0.3);
   specs[2].mutable_train_job()->mutable_schedule()->set_name("cosine");
+  // Early stopping is each trial's own (its patience swept, or on for some trials only).
+  for (int i : {0, 1}) {
+    mpsd::v1::EarlyStoppingSpec& stopping = *specs[i].mutable_train_job()->mutable_early_stopping();
+    stopping.set_monitor("train_loss");
+    stopping.set_patience(i + 1);
+  }
   absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(*plan, (std::vector<int>{0, 1, 2}));
