@@ -169,11 +169,6 @@ torch::Tensor FusedStep::Step(const torch::Tensor& index) {
   }
   // Eager (the partial batch, or no graph): the graph's gradients must not add to these.
   optimizer_.ZeroGrad();
-  if (!captured_) return Compute(index);
-  // A graphed run's partial batch runs once an epoch: cuDNN's search for its shapes would cost
-  // more than it saves (1.5 s of the first epoch for 16 ConvNet trials on an H200) and its
-  // workspaces would raise the peak.
-  const CudnnHeuristicsScope heuristics;
   return Compute(index);
 }
 

@@ -26,8 +26,7 @@
 // A trial that stops (cancel, divergence, a failed evaluation) only changes device tensors: its
 // running mask entry and its column of the table (learning rate and weight decay 0, gradient
 // masked): no recapture. The partial last batch of an epoch runs the same step eagerly through
-// the same state (parameters, optimizer state, step counter), with cuDNN's heuristic algorithms
-// when the full batch is graphed (CudnnHeuristicsScope). Internal to trainer/: includes
+// the same state (parameters, optimizer state, step counter). Internal to trainer/: includes
 // torch.
 //
 // Numerics: the same arithmetic as the per-trial fused loop up to the order of sums (the loss's

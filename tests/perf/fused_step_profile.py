@@ -17,7 +17,7 @@ with autograd's through F.conv2d (largest difference relative to the largest mag
 
 Two more modes for the scaling curve (gpu_fast_path.sh phase k):
   --scaling 1,2,4,8,16,32   per K: the graphed step's ms (and per trial), peak memory, the step's
-                            FLOPs (torch.utils.flop_counter, else the ConvNet's count by hand)
+                            FLOPs (the ConvNet's count by hand; flop_counter's beside it)
                             and the compute floor at the H200's dense TF32 rate (494.7 TFLOP/s,
                             NVIDIA's H200 datasheet: 989 with sparsity)
   --ncu-step K              one eager step of K trials between cudaProfilerStart/Stop, for
@@ -198,13 +198,19 @@ CONVNET_FLOP_PER_EXAMPLE = 3 * 2 * (26 * 26 * 32 * 9 + 24 * 24 * 64 * 288 + 9216
 
 
 def step_flops(step, k, n):
+    """The step's FLOPs by hand (K x N x CONVNET_FLOP_PER_EXAMPLE), and torch.utils.flop_counter's
+    count beside it: on PyTorch 2.11 that grows as K^2 (9.2 GFLOP at K = 1, 3,039 at K = 32; the
+    hand count at K = 1 is 9.2), i.e. it counts a grouped convolution's backward as if
+    ungrouped, so the hand count is the one used for the floor."""
+    counted = None
     try:
         from torch.utils.flop_counter import FlopCounterMode
         with FlopCounterMode(display=False) as counter:
             step()
-        return counter.get_total_flops(), "torch.utils.flop_counter"
+        counted = counter.get_total_flops()
     except Exception:  # noqa: BLE001  (older PyTorch)
-        return k * n * CONVNET_FLOP_PER_EXAMPLE, "by hand"
+        pass
+    return k * n * CONVNET_FLOP_PER_EXAMPLE, counted
 
 
 def scaling(ks, n, device, json_path):
@@ -216,13 +222,14 @@ def scaling(ks, n, device, json_path):
         step = make_step(k, n, device, False)
         ms = time_graphed(step)
         peak = torch.cuda.max_memory_allocated()
-        flops, how = step_flops(step, k, n)
+        flops, counted = step_flops(step, k, n)
         floor_ms = flops / H200_DENSE_TF32 * 1e3
         rows.append({"trials": k, "ms_per_step": ms, "ms_per_trial_step": ms / k,
-                     "peak_allocated_bytes": peak, "flops_per_step": flops, "flops_counted": how,
-                     "floor_ms": floor_ms, "achieved_tflops": flops / ms / 1e9})
+                     "peak_allocated_bytes": peak, "flops_per_step": flops,
+                     "flop_counter_flops": counted, "floor_ms": floor_ms,
+                     "achieved_tflops": flops / ms / 1e9})
         print(f"K={k:3d}: {ms:8.3f} ms/step, {ms / k:.3f} per trial, peak {peak / 2**20:8.1f} MiB, "
-              f"{flops / 1e9:.1f} GFLOP ({how}), floor {floor_ms:.3f} ms, "
+              f"{flops / 1e9:.1f} GFLOP (flop_counter: {counted}), floor {floor_ms:.3f} ms, "
               f"{flops / ms / 1e9:.1f} TFLOP/s", flush=True)
         del step
     if json_path:
