@@ -134,6 +134,52 @@ struct EvalPlan {
   int batch_size = kDefaultBatchSize;
 };
 
+// split: val held out of the training split by a fraction (not a split of its own, `source`):
+// only the TrainJob's own values of the fields that draw it (limit_train, subset,
+// validation.fraction; the seed is the TrainJob's) give the examples it held out; other values
+// would evaluate examples it trained on. A dataset other than the one it trained on is not
+// checked.
+absl::Status CheckHeldOut(const mpsd::v1::DatasetSpec& eval, const TrainedModel& card) {
+  const mpsd::v1::DatasetSpec& trained = card.spec.dataset();
+  if (!eval.validation().has_fraction() || eval.name() != trained.name()) {
+    return absl::OkStatus();
+  }
+  const std::string advice =
+      "examples the model trained on; use the TrainJob's dataset.limit_train, subset and "
+      "validation.fraction, or split: test";
+  if (!trained.validation().has_fraction()) {
+    return Fields().Error(
+        "dataset.validation.fraction",
+        absl::StrFormat("%s trained without a validation fraction: split \"val\" held out "
+                        "of its training split now holds %s",
+                        card.label, advice));
+  }
+  const auto subset = [](const mpsd::v1::DatasetSpec& d) {
+    return d.subset().empty() ? std::string("stratified") : d.subset();
+  };
+  const auto differs = [&](absl::string_view field, const std::string& ours,
+                           const std::string& theirs) {
+    return Fields().Error(
+        absl::StrCat("dataset.", field),
+        absl::StrFormat("%s, but %s held its validation examples out with %s: split \"val\" "
+                        "drawn otherwise holds %s",
+                        ours, card.label, theirs, advice));
+  };
+  if (eval.limit_train() != trained.limit_train()) {
+    const auto limit = [](int64_t n) { return n > 0 ? absl::StrCat(n) : std::string("none"); };
+    return differs("limit_train", limit(eval.limit_train()),
+                   absl::StrCat("limit_train ", limit(trained.limit_train())));
+  }
+  if (subset(eval) != subset(trained)) {
+    return differs("subset", subset(eval), absl::StrCat("subset ", subset(trained)));
+  }
+  if (eval.validation().fraction() != trained.validation().fraction()) {
+    return differs("validation.fraction", absl::StrCat(eval.validation().fraction()),
+                   absl::StrCat("fraction ", trained.validation().fraction()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EvalPlan> ResolveEvalJob(const mpsd::v1::EvalJob& job,
                                         const DeviceInventory& inventory,
                                         const api::Executor::Options& options) {
@@ -171,6 +217,9 @@ absl::StatusOr<EvalPlan> ResolveEvalJob(const mpsd::v1::EvalJob& job,
     return Fields().Error("split",
                           "\"val\" needs a validation split: set "
                           "eval_job.dataset.validation (fraction or source)");
+  }
+  if (plan.split == "val") {
+    if (absl::Status s = CheckHeldOut(job.dataset(), plan.card); !s.ok()) return s;
   }
   return plan;
 }

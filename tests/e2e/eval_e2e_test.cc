@@ -277,6 +277,49 @@ TEST_F(EvalE2eTest, TheWeightsFileNamedIsTheOneEvaluated) {
   }
 }
 
+// split: val held out by a fraction is the TrainJob's validation split only with its own
+// limit_train, subset and fraction: the same fields give its figures; other values, or a model
+// trained without a validation fraction, are refused naming the field (they would evaluate
+// examples the model trained on).
+TEST_F(EvalE2eTest, AValSplitMustBeTheOneTheModelHeldOut) {
+  mpsd::v1::SubmitJobRequest request = TrainJobRequest(600, 0, 1, 64, "mlp");
+  request.mutable_train_job()->mutable_dataset()->mutable_validation()->set_fraction(0.2);
+  const mpsd::v1::Job held_out = rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, request).id());
+  ASSERT_EQ(held_out.state(), mpsd::v1::Job::SUCCEEDED) << held_out.message();
+  ASSERT_TRUE(held_out.summary().has_val_loss());
+
+  const auto val_request = [&](const std::string& model) {
+    mpsd::v1::SubmitJobRequest eval = EvalRequest(model, "val");
+    eval.mutable_eval_job()->mutable_dataset()->mutable_validation()->set_fraction(0.2);
+    return eval;
+  };
+  const mpsd::v1::Job same =
+      rpc_ok::WaitForEnd(daemon_, rpc_ok::Submit(daemon_, val_request(held_out.id())).id());
+  ASSERT_EQ(same.state(), mpsd::v1::Job::SUCCEEDED) << same.message();
+  EXPECT_EQ(same.summary().eval_examples(), 120);
+  EXPECT_NEAR(same.summary().metrics().at("val_loss"), held_out.summary().val_loss(), 1e-6);
+
+  const auto refused = [&](const mpsd::v1::SubmitJobRequest& eval) {
+    absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon_, eval);
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
+    return std::string(job.status().message());
+  };
+  mpsd::v1::SubmitJobRequest other_fraction = val_request(held_out.id());
+  other_fraction.mutable_eval_job()->mutable_dataset()->mutable_validation()->set_fraction(0.5);
+  EXPECT_THAT(
+      refused(other_fraction),
+      HasSubstr(absl::StrCat("eval_job.dataset.validation.fraction: 0.5, but job ", held_out.id(),
+                             " (mlp) held its validation examples out with fraction 0.2")));
+  mpsd::v1::SubmitJobRequest other_limit = val_request(held_out.id());
+  other_limit.mutable_eval_job()->mutable_dataset()->set_limit_train(1200);
+  EXPECT_THAT(refused(other_limit),
+              HasSubstr("eval_job.dataset.limit_train: 1200, but job " + held_out.id() +
+                        " (mlp) held its validation examples out with limit_train 600"));
+  EXPECT_THAT(refused(val_request(trained_.id())),
+              HasSubstr(absl::StrCat("eval_job.dataset.validation.fraction: job ", trained_.id(),
+                                     " (mlp) trained without a validation fraction")));
+}
+
 TEST_F(EvalE2eTest, BadModelsAndDatasetsAreRefusedNamingTheField) {
   const auto refused = [&](const mpsd::v1::SubmitJobRequest& request) {
     absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon_, request);
