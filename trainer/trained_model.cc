@@ -56,6 +56,11 @@ absl::StatusOr<std::filesystem::path> ModelDir(const std::string& model,
     return std::filesystem::path(artifacts_dir) / model;
   }
   std::error_code error;
+  if (std::filesystem::is_directory(model, error)) {
+    return fields.Error("model", absl::StrCat(model,
+                                              ": a directory; name the model.pt (or best.pt) in "
+                                              "it, or a finished TrainJob's id"));
+  }
   if (!std::filesystem::is_regular_file(model, error)) {
     return fields.Error("model", absl::StrCat(model,
                                               ": no such file (expected a finished "
@@ -117,8 +122,24 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
   out.weights_path = api::IsJobId(model) ? (*dir / "model.pt").string() : model;
   out.job_id = Member(card, "job_id").string_value();
   out.label = out.job_id.empty() ? model : absl::StrCat("job ", out.job_id);
-  if (const std::string file = std::filesystem::path(out.weights_path).filename().string();
-      !out.job_id.empty() && file != "model.pt") {
+  const std::string file = std::filesystem::path(out.weights_path).filename().string();
+  // model.json and the files it lists beside the weights (state_dict: PyTorch's format for
+  // Python; check: a test input and its output) are not weights this executor loads.
+  const Struct& files = Member(card, "files").struct_value();
+  std::string not_weights;
+  if (file == kModelJsonFile) {
+    not_weights = "the model's description, not weights";
+  } else if (file == Member(files, "check").string_value()) {
+    not_weights = "the model's check (a test input and its output), not weights";
+  } else if (file == Member(files, "state_dict").string_value()) {
+    not_weights = "weights for PyTorch in Python (torch.load), not mpsd's format";
+  }
+  if (!not_weights.empty()) {
+    return fields.Error("model", absl::StrFormat("%s: %s; name the job's model.pt (or its id) or "
+                                                 "best.pt",
+                                                 model, not_weights));
+  }
+  if (!out.job_id.empty() && file != "model.pt") {
     absl::StrAppend(&out.label, " ", file);  // "job 12 best.pt"
   }
   const Struct& input = Member(card, "input").struct_value();

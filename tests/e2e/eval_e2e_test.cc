@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -235,8 +236,8 @@ TEST_F(EvalE2eTest, AModelPtPathEvaluatesAsItsJob) {
 
 // A file of the job's other than model.pt named by its path (best.pt, which early stopping
 // writes beside model.pt) is the one evaluated, not model.pt: here another job's weights copied
-// in as best.pt give that job's figures. A file that is not weights (model.check.pt) is refused
-// naming it.
+// in as best.pt give that job's figures. The files beside the weights (model.check.pt,
+// model.state_dict.pt, model.json) are refused at submit saying what they are.
 TEST_F(EvalE2eTest, TheWeightsFileNamedIsTheOneEvaluated) {
   mpsd::v1::SubmitJobRequest other_request = TrainJobRequest(600, 0, 1, 64, "mlp");
   other_request.mutable_train_job()->set_seed(7);
@@ -264,16 +265,21 @@ TEST_F(EvalE2eTest, TheWeightsFileNamedIsTheOneEvaluated) {
   EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("evaluated job ", trained_.id(),
                                                "'s best.pt (classification) on the test split")));
 
+  // The job's other files are refused at submit, saying what they are.
   const std::string check = trained_.summary().model_check_path();
+  const std::string state_dict = trained_.summary().model_state_dict_path();
   ASSERT_FALSE(check.empty());
-  absl::StatusOr<mpsd::v1::Job> refused = rpc::Submit(daemon_, EvalRequest(check, "test"));
-  if (refused.ok()) {  // refused when it runs, if not at submit
-    const mpsd::v1::Job ended = rpc_ok::WaitForEnd(daemon_, refused->id());
-    EXPECT_EQ(ended.state(), mpsd::v1::Job::FAILED);
-    EXPECT_THAT(ended.message(), HasSubstr("model.check.pt"));
-  } else {
+  ASSERT_FALSE(state_dict.empty());
+  for (const auto& [file, what] : std::vector<std::pair<std::string, std::string>>{
+           {check, "the model's check"},
+           {state_dict, "weights for PyTorch in Python"},
+           {(dir / "model.json").string(), "the model's description"},
+           {dir.string(), "a directory; name the model.pt (or best.pt) in it"}}) {
+    absl::StatusOr<mpsd::v1::Job> refused = rpc::Submit(daemon_, EvalRequest(file, "test"));
+    ASSERT_FALSE(refused.ok()) << file;
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
-    EXPECT_THAT(refused.status().message(), HasSubstr("eval_job.model: " + check));
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr(absl::StrCat("eval_job.model: ", file, ": ", what)));
   }
 }
 
