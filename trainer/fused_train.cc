@@ -523,6 +523,14 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
                             "and optimizer on %s (data order %s)",
                             absl::StrJoin(ids, ", "), DeviceString(device),
                             shared_data_order ? "shared: the first trial's" : "per trial"));
+    if (device.is_cpu()) {
+      // tests/perf/SWEEP_RESULTS.md: 2.4x one trial after another on one 2-vCPU VM, 0.84x on
+      // another; an mlp's fused trials ran at half the samples/s of its trials alone.
+      EmitLog(trial->observed,
+              "fused on the CPU, where training trials together may be slower than one after "
+              "another (it depends on the CPU and the model): compare samples/s with a sweep of "
+              "sweep.fuse: off");
+    }
   }
 
   const int64_t n = trials.front()->data->train.size();
