@@ -164,6 +164,45 @@ absl::Status SetOtherScalar(Message& message, const FieldDescriptor& field,
 
 }  // namespace
 
+namespace {
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::optional<std::string> ClosestName(absl::string_view name,
+                                       const std::vector<std::string>& candidates) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  const std::string* best = nullptr;
+  size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const std::string& candidate : candidates) {
+    const size_t distance = EditDistance(lower, candidate);
+    if (distance < best_distance) best = &candidate, best_distance = distance;
+  }
+  if (best != nullptr) return *best;
+  // An abbreviation ("val_acc"): the one candidate it begins.
+  for (const std::string& candidate : candidates) {
+    if (lower.size() < 3 || !absl::StartsWith(candidate, lower)) continue;
+    if (best != nullptr) return std::nullopt;  // more than one
+    best = &candidate;
+  }
+  if (best == nullptr) return std::nullopt;
+  return *best;
+}
+
 std::string EnglishList(const std::vector<std::string>& items, absl::string_view last_sep) {
   if (items.size() <= 1) return absl::StrJoin(items, "");
   std::vector<std::string> head(items.begin(), items.end() - 1);

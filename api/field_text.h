@@ -45,6 +45,13 @@ std::string EnglishList(const std::vector<std::string>& items, absl::string_view
 // The names of `message`'s fields, in declaration order.
 std::vector<std::string> FieldNames(const google::protobuf::Descriptor& message);
 
+// The candidate a typo of `name` most likely meant: the closest by edit distance (Levenshtein,
+// `name` lowercased) within max(2, |name| / 3), else the one candidate that begins with `name`
+// (an abbreviation, 3 characters or more: "val_acc"); nullopt when neither. For "did you mean"
+// in errors.
+std::optional<std::string> ClosestName(absl::string_view name,
+                                       const std::vector<std::string>& candidates);
+
 // The offset of the first byte of `text` that is not part of well-formed UTF-8 (RFC 3629: no
 // overlong forms, no surrogates, at most U+10FFFF), if any. yaml-cpp passes such bytes through
 // (also from escapes such as "\ud800"), which protobuf's string fields must not hold: the

@@ -86,31 +86,12 @@ using api::FieldNames;
 // What a field takes, for "expected X".
 std::string Expected(const FieldDescriptor& field) { return api::ExpectedText(field); }
 
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // "unknown field (did you mean "limit_train"?)" for a likely typo, else the list of fields.
 std::string UnknownField(const Descriptor& d, absl::string_view name) {
   const std::vector<std::string> names = FieldNames(d);
-  const std::string* best = nullptr;
-  size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
-  for (const std::string& candidate : names) {
-    const size_t distance = EditDistance(absl::AsciiStrToLower(name), candidate);
-    if (distance < best_distance) best = &candidate, best_distance = distance;
+  if (const std::optional<std::string> best = api::ClosestName(name, names); best.has_value()) {
+    return absl::StrCat("unknown field (did you mean \"", *best, "\"?)");
   }
-  if (best != nullptr) return absl::StrCat("unknown field (did you mean \"", *best, "\"?)");
   return absl::StrCat("unknown field (", d.name(), " has ", EnglishList(names, "and"), ")");
 }
 

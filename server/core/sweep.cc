@@ -62,7 +62,12 @@ absl::StatusOr<Target> Resolve(Message& spec, const std::string& path, const std
   for (size_t i = 0; i < parts.size(); ++i) {
     const Descriptor& type = *message->GetDescriptor();
     const FieldDescriptor* field = type.FindFieldByName(parts[i]);
-    if (field == nullptr) return bad(absl::StrCat(type.name(), " has no field \"", parts[i], "\""));
+    if (field == nullptr) {
+      const std::optional<std::string> meant = api::ClosestName(parts[i], api::FieldNames(type));
+      return bad(
+          absl::StrCat(type.name(), " has no field \"", parts[i], "\"",
+                       meant.has_value() ? absl::StrCat(" (did you mean \"", *meant, "\"?)") : ""));
+    }
     if (field->is_repeated()) {
       return bad(absl::StrCat(parts[i], " is a list; only single values can be swept"));
     }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "api/epoch_metric.h"
+#include "api/field_text.h"
 
 namespace mpsd::server {
 namespace {
@@ -39,6 +40,21 @@ absl::Status ReadMode(const mpsd::v1::SweepScheduler& s, TrialStoppingConfig& co
   }
   const std::optional<bool> maximize = api::HigherIsBetter(config.metric);
   if (!maximize.has_value()) {
+    // The names with a direction (api::HigherIsBetter's endings) on each split: a name close to
+    // one of them is most likely its typo, not a metric of the job's own.
+    std::vector<std::string> named;
+    for (const char* split : {"train_", "val_", "test_"}) {
+      for (const char* metric : {"loss", "accuracy", "macro_f1", "mse", "mae", "r2"}) {
+        named.push_back(absl::StrCat(split, metric));
+      }
+    }
+    if (const std::optional<std::string> meant = api::ClosestName(config.metric, named);
+        meant.has_value()) {
+      return Refuse("metric", absl::StrCat(Quoted(config.metric),
+                                           " is no built-in epoch metric (did you mean \"", *meant,
+                                           "\"?); a metric of the job's own (TrainJob.metrics) "
+                                           "needs sweep.scheduler.mode"));
+    }
     // A misspelt built-in name lands here too (the job's own metric names are known only to
     // the executor, which checks the name once the mode is given): say so.
     return Refuse("mode", absl::StrCat("required for the metric ", Quoted(config.metric),

@@ -137,5 +137,16 @@ TEST(FieldTextTest, ErrorsSayWhatWasExpected) {
               ::testing::StartsWith("expected a map with fields name, learning_rate"));
 }
 
+TEST(FieldTextTest, ClosestNameFindsTyposAndAbbreviations) {
+  const std::vector<std::string> names = {"limit_train", "limit_test", "learning_rate",
+                                          "val_accuracy", "val_loss"};
+  EXPECT_EQ(ClosestName("limt_train", names), "limit_train");
+  EXPECT_EQ(ClosestName("Learning_Rat", names), "learning_rate");
+  EXPECT_EQ(ClosestName("val_acc", names), "val_accuracy");  // the one it begins
+  EXPECT_EQ(ClosestName("limit", names), std::nullopt);      // begins two
+  EXPECT_EQ(ClosestName("lr", names), std::nullopt);
+  EXPECT_EQ(ClosestName("momentum", names), std::nullopt);
+}
+
 }  // namespace
 }  // namespace mpsd::api

@@ -151,6 +151,12 @@ TEST(SweepTest, ErrorsNameTheField) {
               HasSubstr("sweep.grid[0].path: \"optimizer.lr\": OptimizerSpec has no field \"lr\""));
 
   request = Base();
+  Grid(request, "optimizer.learning_rat", {"0.1"});
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("OptimizerSpec has no field \"learning_rat\" (did you mean "
+                        "\"learning_rate\"?)"));
+
+  request = Base();
   Grid(request, "batch_size", {"32", "sixty"});
   EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.grid[0].values[1]: \"sixty\""));
 

@@ -289,6 +289,11 @@ TEST(ReadTrialStoppingTest, BadValuesNameTheirField) {
   EXPECT_THAT(error(SweepWith("asha", "")), HasSubstr("sweep.scheduler.metric: required"));
   EXPECT_THAT(error(SweepWith("asha", "val_top5")),
               HasSubstr("sweep.scheduler.mode: required for the metric \"val_top5\""));
+  // A typo of a built-in name is named as one, before the mode it would otherwise need.
+  EXPECT_EQ(error(SweepWith("asha", "val_acc")),
+            "sweep.scheduler.metric: \"val_acc\" is no built-in epoch metric (did you mean "
+            "\"val_accuracy\"?); a metric of the job's own (TrainJob.metrics) needs "
+            "sweep.scheduler.mode");
   mpsd::v1::SweepSpec sweep = SweepWith("asha", "val_loss");
   sweep.mutable_scheduler()->set_mode("lowest");
   EXPECT_EQ(error(sweep), "sweep.scheduler.mode: must be min or max, got \"lowest\"");
