@@ -1,6 +1,7 @@
 // ErrorCause as a status payload (error_cause.h).
 #include "api/error_cause.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -29,6 +30,14 @@ absl::Status WithRankFailed(absl::Status status, int rank) {
   ErrorCause cause;
   cause.set_kind(ErrorCause::RANK_FAILED);
   cause.set_rank(rank);
+  return WithCause(std::move(status), cause);
+}
+
+absl::Status WithTrialNotFusable(absl::Status status, int trial, absl::string_view reason) {
+  ErrorCause cause;
+  cause.set_kind(ErrorCause::TRIAL_NOT_FUSABLE);
+  cause.set_trial(trial);
+  cause.set_reason(std::string(reason));
   return WithCause(std::move(status), cause);
 }
 

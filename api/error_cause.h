@@ -32,6 +32,10 @@ absl::Status WithInvalidField(absl::Status status, absl::string_view field);
 // RANK_FAILED naming the peer `rank` (-1: unknown).
 absl::Status WithRankFailed(absl::Status status, int rank);
 
+// TRIAL_NOT_FUSABLE naming the offered trial `trial` (an index) and `reason`, the text after
+// the trial's name ("trial 2" + reason is the message PlanFusion gives).
+absl::Status WithTrialNotFusable(absl::Status status, int trial, absl::string_view reason);
+
 // The cause attached to `status`, if any.
 std::optional<ErrorCause> CauseOf(const absl::Status& status);
 // Whether `status` carries a cause of `kind`.

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "api/effective_spec.h"
+#include "api/error_cause.h"
 #include "trainer/bench.h"
 #include "trainer/device.h"
 #include "trainer/eval_job.h"
@@ -194,47 +196,53 @@ absl::StatusOr<std::vector<int>> TorchExecutor::PlanFusion(
     });
     if (!read.ok()) free_bytes = -1;
   }
-  // Why trial `index` cannot join trial 0's run, or "" when it can.
+  // Why trial `index` cannot join trial 0's run, as the text after its name (" differs in
+  // train_job.batch_size", ": model lstm has no fused form yet"), or "" when it can.
   auto why_not = [&](size_t index, int64_t& bytes) -> std::string {
     const mpsd::v1::SubmitJobRequest& spec = specs[index];
-    const std::string trial = absl::StrCat("trial ", index);
-    if (!spec.has_train_job()) return absl::StrCat(trial, " is not a TrainJob");
+    if (!spec.has_train_job()) return " is not a TrainJob";
     absl::StatusOr<TrainJobConfig> job;
     if (absl::Status s =
             CatchTorchErrors([&] { return (job = ResolveJob(spec, nullptr)).status(); });
         !s.ok()) {
-      return absl::StrCat(trial, " does not validate: ", s.message());
+      return absl::StrCat(" does not validate: ", s.message());
     }
     if (std::string refusal = FusionRefusal(*job); !refusal.empty()) {
-      return absl::StrCat(trial, ": ", refusal);
+      return absl::StrCat(": ", refusal);
     }
     if (index > 0) {
       if (std::string field = FusionDifference(specs[0].train_job(), spec.train_job());
           !field.empty()) {
-        return absl::StrCat(trial, " differs in train_job.", field);
+        return absl::StrCat(" differs in train_job.", field);
       }
     }
     bytes = job->device.is_cpu() ? 0 : FusedTrialBytes(*job);
     return "";
   };
+  // "trial 2 differs in train_job.batch_size", with the trial's index and reason as data
+  // (TRIAL_NOT_FUSABLE), which the scheduler names by job id.
+  const auto not_fusable = [](size_t index, const std::string& reason) {
+    return api::WithTrialNotFusable(
+        absl::FailedPreconditionError(absl::StrCat("trial ", index, reason)),
+        static_cast<int>(index), reason);
+  };
   int64_t used = 0;
   int64_t bytes = 0;
-  if (std::string refusal = why_not(0, bytes); !refusal.empty()) {
-    return absl::FailedPreconditionError(refusal);
-  }
+  if (std::string refusal = why_not(0, bytes); !refusal.empty()) return not_fusable(0, refusal);
   used += bytes;
   std::vector<int> plan = {0};
-  std::string skipped;  // why the first trial left out was
+  std::optional<absl::Status> skipped;  // why the first trial left out was
   for (size_t index = 1; index < specs.size() && static_cast<int>(plan.size()) < max_trials;
        ++index) {
     if (std::string refusal = why_not(index, bytes); !refusal.empty()) {
-      if (skipped.empty()) skipped = refusal;
+      if (!skipped.has_value()) skipped = not_fusable(index, refusal);
       continue;
     }
     if (free_bytes >= 0 && used + bytes > free_bytes) {
-      if (skipped.empty()) {
-        skipped = absl::StrFormat("%d trials of about %d MiB each fit the device's %d MiB free",
-                                  plan.size(), bytes >> 20, free_bytes >> 20);
+      if (!skipped.has_value()) {
+        skipped = absl::FailedPreconditionError(
+            absl::StrFormat("%d trials of about %d MiB each fit the device's %d MiB free",
+                            plan.size(), bytes >> 20, free_bytes >> 20));
       }
       break;
     }
@@ -242,12 +250,11 @@ absl::StatusOr<std::vector<int>> TorchExecutor::PlanFusion(
     plan.push_back(static_cast<int>(index));
   }
   if (plan.size() < 2) {
-    return absl::FailedPreconditionError(
-        skipped.empty() ? std::string("fewer than 2 trials can be fused") : skipped);
+    return skipped.value_or(absl::FailedPreconditionError("fewer than 2 trials can be fused"));
   }
-  if (!skipped.empty()) {
+  if (skipped.has_value()) {
     Log(LogLevel::kInfo, absl::StrFormat("fusing %d of %d trials; left out first: %s", plan.size(),
-                                         specs.size(), skipped));
+                                         specs.size(), skipped->message()));
   }
   return plan;
 }

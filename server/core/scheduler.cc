@@ -43,21 +43,16 @@ JobEvent LogNote(std::string text) {
   return note;
 }
 
-// The executor's reason for not fusing (Executor::PlanFusion) names a trial by its place in the
-// specs offered ("trial 2 differs in train_job.batch_size"); a reader knows jobs: the leading
-// "trial N" becomes "job <ids[N]>". Other messages pass unchanged.
-std::string NameTrialByJob(absl::string_view message, const std::vector<std::string>& ids) {
-  constexpr absl::string_view kTrial = "trial ";
-  if (!absl::StartsWith(message, kTrial)) return std::string(message);
-  const absl::string_view rest = message.substr(kTrial.size());
-  const size_t digits = rest.find_first_not_of("0123456789");
-  int index = 0;
-  if (digits == 0 || !absl::SimpleAtoi(rest.substr(0, digits), &index) || index < 0 ||
-      index >= static_cast<int>(ids.size())) {
-    return std::string(message);
+// Why the trials offered (`ids`, the lead first) were not fused, from PlanFusion's answer: a
+// trial that cannot join named by its job id (its TRIAL_NOT_FUSABLE cause: index and reason),
+// else the executor's own message.
+std::string NotFusedReason(const absl::Status& status, const std::vector<std::string>& ids) {
+  const std::optional<api::ErrorCause> cause = api::CauseOf(status);
+  if (!cause.has_value() || cause->kind() != api::ErrorCause::TRIAL_NOT_FUSABLE ||
+      cause->trial() < 0 || cause->trial() >= static_cast<int>(ids.size())) {
+    return std::string(status.message());
   }
-  return absl::StrCat("job ", ids[static_cast<size_t>(index)],
-                      digits == absl::string_view::npos ? "" : rest.substr(digits));
+  return absl::StrCat("job ", ids[static_cast<size_t>(cause->trial())], cause->reason());
 }
 
 // Why a trial of sweep `sweep_id` runs alone although its sweep fuses (`fusion`): fuse off, or
@@ -1249,7 +1244,7 @@ void Scheduler::ExecutorLoop() {
         offered.insert(offered.end(), candidates.begin(), candidates.end());
         Publish(lead, LogNote(absl::StrCat("not trained fused with other trials of sweep ",
                                            lead.trial().sweep_id(), ": ",
-                                           NameTrialByJob(planned.status().message(), offered))));
+                                           NotFusedReason(planned.status(), offered))));
       } else {
         // The planned trials that are still queued (one may have been cancelled meanwhile):
         // each was fusable with the lead on its own, so any of them still are.

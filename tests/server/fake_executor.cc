@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "api/error_cause.h"
 
 namespace mpsd::testing {
 namespace {
@@ -165,9 +166,10 @@ absl::StatusOr<std::vector<int>> FakeExecutor::PlanFusion(
   }
   if (trials.size() < 2) {
     if (n < 2 || differs < 0) return absl::FailedPreconditionError("fake: fusing off");
-    // As TorchExecutor says it: the trial by its place among `specs`.
-    return absl::FailedPreconditionError(
-        absl::StrCat("trial ", differs, " differs in train_job.model.name"));
+    // As TorchExecutor says it: the trial by its place among `specs`, and as data.
+    constexpr absl::string_view kReason = " differs in train_job.model.name";
+    return api::WithTrialNotFusable(
+        absl::FailedPreconditionError(absl::StrCat("trial ", differs, kReason)), differs, kReason);
   }
   return trials;
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "api/error_cause.h"
 #include "api/executor.h"
 #include "tests/common/temp_dir.h"
 #include "trainer/device.h"
@@ -611,6 +612,15 @@ TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
     const absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(specs, 8);
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition) << c.name;
     EXPECT_THAT(std::string(plan.status().message()), HasSubstr(c.message)) << c.name;
+    // A trial named in the message is named as data too: its index and the text after its name.
+    if (absl::StartsWith(c.message, "trial ")) {
+      const std::optional<api::ErrorCause> cause = api::CauseOf(plan.status());
+      ASSERT_TRUE(cause.has_value()) << c.name;
+      EXPECT_EQ(cause->kind(), api::ErrorCause::TRIAL_NOT_FUSABLE) << c.name;
+      EXPECT_EQ(absl::StrCat("trial ", cause->trial(), cause->reason()),
+                std::string(plan.status().message()))
+          << c.name;
+    }
   }
 }
 

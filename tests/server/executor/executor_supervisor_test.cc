@@ -281,6 +281,12 @@ TEST_F(ExecutorSupervisorTest, AFusedRunReportsEachTrialAloneAndCancelsOneByItsI
   plan = supervisor->PlanFusion(specs, 8);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(plan.status().message(), HasSubstr("trial 0: model lstm has no fused form yet"));
+  // The trial as data, across the process boundary: what the scheduler names by job id.
+  const std::optional<api::ErrorCause> cause = api::CauseOf(plan.status());
+  ASSERT_TRUE(cause.has_value());
+  EXPECT_EQ(cause->kind(), api::ErrorCause::TRIAL_NOT_FUSABLE);
+  EXPECT_EQ(cause->trial(), 0);
+  EXPECT_THAT(cause->reason(), ::testing::StartsWith(": model lstm has no fused form yet"));
 
   const std::vector<absl::Status> results = supervisor->RunFused(trials, {});
   ASSERT_EQ(results.size(), 3u);
