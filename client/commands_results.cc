@@ -42,8 +42,9 @@ int Commands::Sweep(const std::string& job_id, const std::string& metric, const 
     return code;
   }
   const std::string shown = options_.json ? "json" : format;
+  std::string ranked_by;
   absl::StatusOr<TextTable> table =
-      SweepTable(trials, metric, shown == "json" || shown == "csv", mode);
+      SweepTable(trials, metric, shown == "json" || shown == "csv", mode, &ranked_by);
   if (!table.ok()) {
     err_ << "mpsctl: " << table.status().message() << "\n";
     return kExitUsage;
@@ -54,6 +55,8 @@ int Commands::Sweep(const std::string& job_id, const std::string& metric, const 
     return kExitUsage;
   }
   out_ << *text;
+  // What the order means, beside the table (stderr, as the note below: stdout stays the table).
+  if (format == "table" && !options_.json) err_ << "ranked by " << ranked_by << "\n";
   if (!api::IsTerminal(sweep[0].state()) && format == "table" && !options_.json) {
     err_ << "sweep " << job_id << " is " << v1::Job::State_Name(sweep[0].state())
          << ": unfinished trials show their newest epoch\n";

@@ -266,7 +266,7 @@ std::vector<std::string> SweepMetrics() {
 }
 
 absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::string metric,
-                                     bool exact, const std::string& mode) {
+                                     bool exact, const std::string& mode, std::string* ranked_by) {
   std::vector<std::pair<const v1::Job*, TrialMetrics>> ranked;
   for (const v1::Job& trial : trials) ranked.emplace_back(&trial, MetricsOf(trial));
   const std::vector<std::string> task_metrics = TaskMetricNames(ranked);
@@ -284,6 +284,10 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
     return value;
   };
   const bool higher_is_better = ranking->higher_is_better;
+  if (ranked_by != nullptr) {
+    *ranked_by = absl::StrCat(ranking->metric, higher_is_better ? ", highest" : ", lowest",
+                              " first (each trial's final value)");
+  }
   std::vector<std::string> paths;
   for (const v1::Job& trial : trials) {
     for (const auto& p : trial.trial().parameters()) {

@@ -34,8 +34,11 @@ std::vector<std::string> SweepMetrics();
 // val_loss, test_accuracy, test_loss, train_loss, samples_per_second, epoch_time_s,
 // peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back the same
 // double (for csv and json) instead of 4 significant digits.
+// `ranked_by`, when given, is set to what the rows are ordered by ("val_accuracy, highest
+// first"), for a line beside the table.
 absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials, std::string metric,
-                                     bool exact = false, const std::string& mode = "auto");
+                                     bool exact = false, const std::string& mode = "auto",
+                                     std::string* ranked_by = nullptr);
 
 // Every set field of the request as "path" -> value text: request-level fields by name
 // ("priority", "labels.project", "after"), spec fields without the spec's own name

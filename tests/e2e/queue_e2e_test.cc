@@ -253,6 +253,11 @@ sweep:
     EXPECT_GE(value, previous) << "losses not lowest first:\n" << loss.out;
     previous = value;
   }
+  // The table says what its order means (on stderr: stdout stays the table); csv does not.
+  CommandResult table = Mpsctl({"sweep", sweep_id});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.err, "ranked by test_accuracy, highest first (each trial's final value)\n");
+  EXPECT_EQ(ranked.err, "");
   CommandResult markdown = Mpsctl({"sweep", sweep_id, "--format", "markdown"});
   ASSERT_EQ(markdown.exit_code, 0) << markdown.err;
   EXPECT_THAT(markdown.out, HasSubstr("| RANK | TRIAL | JOB | optimizer.learning_rate | "
