@@ -434,6 +434,14 @@ std::string FormatMiB(int64_t bytes) {
   return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / kBytesPerMiB);
 }
 
+std::string FormatSize(int64_t bytes) {
+  if (bytes < 1024) return absl::StrFormat("%d B", bytes);
+  const double b = static_cast<double>(bytes);
+  if (b < kBytesPerMiB) return absl::StrFormat("%.1f KiB", b / 1024.0);
+  if (b < kBytesPerMiB * 1024.0) return absl::StrFormat("%.1f MiB", b / kBytesPerMiB);
+  return absl::StrFormat("%.1f GiB", b / (kBytesPerMiB * 1024.0));
+}
+
 std::string KindName(const v1::SubmitJobRequest& spec) {
   const auto* oneof = v1::SubmitJobRequest::descriptor()->FindOneofByName("spec");
   const auto* field = spec.GetReflection()->GetOneofFieldDescriptor(spec, oneof);
@@ -724,7 +732,7 @@ std::string FormatArtifacts(const v1::ListArtifactsResponse& response) {
   TextTable table;
   table.header = {"NAME", "SIZE", "KIND", "SHA256"};
   for (const v1::Artifact& a : response.artifacts()) {
-    table.rows.push_back({a.name(), FormatMiB(a.size_bytes()), a.kind(), a.sha256()});
+    table.rows.push_back({a.name(), FormatSize(a.size_bytes()), a.kind(), a.sha256()});
   }
   AlignOptions align;
   align.right_aligned = {false, /*SIZE=*/true};

@@ -39,6 +39,9 @@ std::string FormatSeconds(double seconds);
 std::string FormatAge(absl::Duration age);
 // Bytes as MiB with one decimal: "123.4 MiB".
 std::string FormatMiB(int64_t bytes);
+// A file's size in the unit that shows it: "512 B", "2.0 KiB", "123.4 MiB", "1.5 GiB"
+// (binary units, one decimal above bytes).
+std::string FormatSize(int64_t bytes);
 
 // "TrainJob" / "BenchJob" for the spec's kind; "-" when none is set.
 std::string KindName(const v1::SubmitJobRequest& spec);
@@ -111,7 +114,7 @@ std::string FormatServerStatus(const v1::ServerStatus& status);
 // freed and left; `dry_run` words it as what would happen.
 std::string FormatDeletedArtifacts(const v1::DeleteArtifactsResponse& response, bool dry_run);
 
-// `mpsctl artifacts`: NAME, SIZE (MiB, right-aligned), KIND, SHA256; "no artifacts\n" when
+// `mpsctl artifacts`: NAME, SIZE (FormatSize, right-aligned), KIND, SHA256; "no artifacts\n" when
 // empty.
 std::string FormatArtifacts(const v1::ListArtifactsResponse& response);
 

@@ -492,5 +492,25 @@ TEST(FormatTest, KindAndEpochs) {
   EXPECT_EQ(KindName(spec), "BenchJob");
 }
 
+TEST(FormatTest, ArtifactSizesInTheUnitThatShowsThem) {
+  EXPECT_EQ(FormatSize(0), "0 B");
+  EXPECT_EQ(FormatSize(1023), "1023 B");
+  EXPECT_EQ(FormatSize(2048), "2.0 KiB");
+  EXPECT_EQ(FormatSize(3 << 20), "3.0 MiB");
+  EXPECT_EQ(FormatSize(int64_t{3} << 29), "1.5 GiB");
+  v1::ListArtifactsResponse response;
+  v1::Artifact* json = response.add_artifacts();
+  json->set_name("model.json");
+  json->set_size_bytes(2100);
+  json->set_kind("model");
+  v1::Artifact* model = response.add_artifacts();
+  model->set_name("model.pt");
+  model->set_size_bytes(4800000);
+  model->set_kind("model");
+  const std::string text = FormatArtifacts(response);
+  EXPECT_THAT(text, HasSubstr("2.1 KiB"));  // was "0.0 MiB"
+  EXPECT_THAT(text, HasSubstr("4.6 MiB"));
+}
+
 }  // namespace
 }  // namespace mpsd::client
