@@ -40,6 +40,9 @@ std::string Number(double value, int precision = 4) {
 struct TrialMetrics {
   std::optional<double> val_accuracy, val_loss, test_accuracy, test_loss, train_loss,
       samples_per_second, epoch_time_s, peak_memory, time_s;
+  // early_stopping / checkpoint.keep_best: the best epoch (whose model best.pt holds) and its
+  // monitored value.
+  std::optional<double> best_epoch, best_value;
   // multilabel and regression: the task's metrics by name (JobSummary / EpochMetrics .metrics:
   // val_r2, test_macro_f1, ...).
   std::map<std::string, double> task;
@@ -62,6 +65,10 @@ TrialMetrics MetricsOf(const v1::Job& job) {
     }
     m.time_s = s.total_time_s();
     m.task.insert(s.metrics().begin(), s.metrics().end());
+    if (s.best_epoch() > 0) {
+      m.best_epoch = s.best_epoch();
+      if (s.has_best_value()) m.best_value = s.best_value();
+    }
   } else if (job.last_epoch().epoch() > 0) {
     const v1::EpochMetrics& e = job.last_epoch();
     if (e.evaluated()) {
@@ -304,9 +311,11 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   // The validation columns only where a trial measured them: a sweep without a validation
   // split reads as it always did, without two columns of "-".
   bool validated = false;
+  bool best = false;  // a trial kept a best epoch: its epoch and monitored value as columns
   for (const auto& entry : ranked) {
     const TrialMetrics& m = entry.second;
     validated = validated || m.val_accuracy.has_value() || m.val_loss.has_value();
+    best = best || m.best_epoch.has_value();
   }
   TextTable table;
   const auto column = [&table](std::string header, std::string key, bool text = false) {
@@ -322,6 +331,10 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   if (validated) {
     column("VAL_ACC", "val_accuracy");
     column("VAL_LOSS", "val_loss");
+  }
+  if (best) {
+    column("BEST_EPOCH", "best_epoch");
+    column("BEST_VALUE", "best_value");
   }
   for (const std::string& name : task_metrics) column(absl::AsciiStrToUpper(name), name);
   column("TEST_ACC", "test_accuracy");
@@ -350,6 +363,11 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
     if (validated) {
       row.push_back(cell(m.val_accuracy));
       row.push_back(cell(m.val_loss));
+    }
+    if (best) {
+      row.push_back(m.best_epoch.has_value() ? absl::StrCat(static_cast<int>(*m.best_epoch))
+                                             : std::string("-"));
+      row.push_back(cell(m.best_value));
     }
     for (const std::string& name : task_metrics) {
       const auto found = m.task.find(name);

@@ -21,7 +21,9 @@ std::vector<std::string> SweepMetrics();
 
 // One row per trial, best `metric` first (trials without a value for it last, in trial
 // order): TRIAL, JOB, one column per swept path, STATE, VAL_ACC, VAL_LOSS, TEST_ACC,
-// TEST_LOSS, TRAIN_LOSS, SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S.
+// TEST_LOSS, TRAIN_LOSS, SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S;
+// where a trial kept a best epoch (early_stopping, checkpoint.keep_best) also BEST_EPOCH and
+// BEST_VALUE (its monitored value; the VAL_ and TEST_ columns are the final epoch's).
 // STATE is format.h's StateCell (EARLY_STOPPED for a trial the sweep's scheduler stopped).
 // Metrics come from the trial's summary once it finished, else from its newest epoch; one
 // never measured is "-". `metric` "auto" (or empty): val_accuracy when a trial has a
@@ -31,11 +33,10 @@ std::vector<std::string> SweepMetrics();
 // down). INVALID_ARGUMENT naming --metric for a metric neither in SweepMetrics() nor measured by
 // a trial, or a job's own metric (val_<name>) with mode auto; naming --mode for another mode.
 // JSON keys: rank, trial, job_id (text), each swept path as it is, state, val_accuracy,
-// val_loss, test_accuracy, test_loss, train_loss, samples_per_second, epoch_time_s,
-// peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back the same
-// double (for csv and json) instead of 4 significant digits.
-// `ranked_by`, when given, is set to what the rows are ordered by ("val_accuracy, highest
-// first"), for a line beside the table.
+// val_loss, best_epoch, best_value, test_accuracy, test_loss, train_loss, samples_per_second,
+// epoch_time_s, peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back
+// the same double (for csv and json) instead of 4 significant digits. `ranked_by`, when given, is
+// set to what the rows are ordered by ("val_accuracy, highest first"), for a line beside the table.
 absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials, std::string metric,
                                      bool exact = false, const std::string& mode = "auto",
                                      std::string* ranked_by = nullptr);

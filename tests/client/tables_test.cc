@@ -1,6 +1,7 @@
 // The sweep and compare tables and their four renderings.
 #include "client/tables.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -168,6 +169,29 @@ TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
   const std::string csv = *RenderTable(CompareTable(trials), "csv");
   EXPECT_THAT(csv, HasSubstr("val_accuracy,0.7,0.8\n"));
   EXPECT_THAT(csv, HasSubstr("test_accuracy,0.9,-\n"));
+}
+
+// A trial that kept a best epoch (early stopping) shows it and its monitored value beside the
+// final figures; a sweep without one has no such columns.
+TEST(TablesTest, SweepShowsTheBestEpochWhereATrialKeptOne) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.9, 0.3), Trial("3", 1, "0.01", 0.6, 0.9)};
+  EXPECT_THAT(SweepTable(trials, "auto")->header,
+              ::testing::Not(::testing::Contains("BEST_EPOCH")));
+  trials[0].mutable_summary()->set_best_epoch(4);
+  trials[0].mutable_summary()->set_best_value(0.6197);
+  absl::StatusOr<TextTable> table = SweepTable(trials, "auto");
+  ASSERT_TRUE(table.ok()) << table.status();
+  const auto at = [&](size_t row, const std::string& header) {
+    const auto column = std::find(table->header.begin(), table->header.end(), header);
+    EXPECT_NE(column, table->header.end()) << header;
+    return table->rows[row][static_cast<size_t>(column - table->header.begin())];
+  };
+  ASSERT_EQ(table->rows[0][2], "2");
+  EXPECT_EQ(at(0, "BEST_EPOCH"), "4");
+  EXPECT_EQ(at(0, "BEST_VALUE"), "0.6197");
+  EXPECT_EQ(at(1, "BEST_EPOCH"), "-");
+  EXPECT_EQ(at(1, "BEST_VALUE"), "-");
+  EXPECT_EQ(table->rows[1].size(), table->header.size());
 }
 
 TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
