@@ -43,6 +43,23 @@ void Restore(const std::vector<torch::Tensor>& tensors, const std::vector<torch:
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].detach().copy_(saved[i]);
 }
 
+// cuDNN's heuristic algorithms instead of benchmark mode's search (torch.backends.cudnn.benchmark)
+// while in scope, the setting put back after (also when the capture throws): for the tail graph's
+// once-an-epoch shape, too rare to repay the search, whose trial workspaces would also raise the
+// peak memory. The setting is process-wide: one job at a time runs in the executor.
+class CudnnHeuristicsScope {
+ public:
+  CudnnHeuristicsScope() : benchmark_(at::globalContext().benchmarkCuDNN()) {
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
+  ~CudnnHeuristicsScope() { at::globalContext().setBenchmarkCuDNN(benchmark_); }
+  CudnnHeuristicsScope(const CudnnHeuristicsScope&) = delete;
+  CudnnHeuristicsScope& operator=(const CudnnHeuristicsScope&) = delete;
+
+ private:
+  bool benchmark_;
+};
+
 }  // namespace
 
 void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
@@ -244,12 +261,6 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
     CaptureStep(*tail_, options_.tail_batch_size, &full_.graph);
   }
 }
-
-CudnnHeuristicsScope::CudnnHeuristicsScope() : benchmark_(at::globalContext().benchmarkCuDNN()) {
-  at::globalContext().setBenchmarkCuDNN(false);
-}
-
-CudnnHeuristicsScope::~CudnnHeuristicsScope() { at::globalContext().setBenchmarkCuDNN(benchmark_); }
 
 void GraphedStep::CaptureStep(Captured& captured, int64_t rows,
                               const compat::CudaGraph* share_pool_with) {

@@ -135,21 +135,6 @@ void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
                       const std::function<void()>& step,
                       const compat::CudaGraph* share_pool_with = nullptr);
 
-// cuDNN's heuristic algorithms instead of benchmark mode's search (torch.backends.cudnn.benchmark)
-// while in scope, the setting put back after: for a shape that runs too few times to repay the
-// search (an epoch's last partial batch), whose trial workspaces would also raise the peak
-// memory. The setting is process-wide: one job at a time runs in the executor.
-class CudnnHeuristicsScope {
- public:
-  CudnnHeuristicsScope();
-  ~CudnnHeuristicsScope();
-  CudnnHeuristicsScope(const CudnnHeuristicsScope&) = delete;
-  CudnnHeuristicsScope& operator=(const CudnnHeuristicsScope&) = delete;
-
- private:
-  bool benchmark_;
-};
-
 // What GraphedStep needs beyond the model, the optimizer and the data.
 struct GraphedStepOptions {
   OptimizerKind optimizer = OptimizerKind::kAdam;

@@ -38,7 +38,7 @@ struct TrainedModel {
   bool scaled = false;
   std::vector<float> mean, std;
   // The weights to load: <dir>/model.pt for a job id, else the file named (model.pt, best.pt or
-  // any other file of that job's beside its model.json).
+  // a copy of either beside the model.json).
   std::string weights_path;
 };
 
@@ -46,8 +46,9 @@ struct TrainedModel {
 // the path of a weights file with model.json beside it (a job's model.pt, or its best.pt: the
 // file named is the one loaded). INVALID_ARGUMENT through `fields` on "model" (e.g.
 // "eval_job.model: job 12 has no model.json: not a TrainJob of this daemon that finished",
-// "…: <path>: no such file", "…/model.json: not JSON", a zoo model this executor lacks). Reads
-// files only; thread-safe.
+// "…: <path>: no such file", "…/model.json: not JSON", a zoo model this executor lacks; a
+// directory, model.json itself or a file model.json lists as not mpsd's weights, its check or
+// state_dict file, saying what it is). Reads files only; thread-safe.
 absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
                                               const std::string& artifacts_dir,
                                               const FieldChecks& fields);
@@ -56,8 +57,8 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
 // for `model.config` with the LibTorch archive loaded into it (read once and checked first,
 // trainer/torch_archive.h, within the executor's input limits), or the TorchScript module
 // (LoadTorchScriptClassifier, which checks it the same way).
-// INVALID_ARGUMENT through `fields` on "model" for a file that is not that model's weights (e.g.
-// model.check.pt or model.state_dict.pt named by path), naming the file. Throws
+// INVALID_ARGUMENT through `fields` on "model" for a file that is not that model's weights
+// (another model's, or not a LibTorch archive), naming the file. Throws
 // c10::Error for device failures (the caller's firewall converts).
 absl::StatusOr<std::shared_ptr<ClassifierImpl>> LoadTrainedModel(const TrainedModel& model,
                                                                  const torch::Device& device,

@@ -80,6 +80,14 @@ class EvalE2eTest : public ::testing::Test {
     ASSERT_TRUE(trained_.summary().has_test_accuracy());
   }
 
+  // The message of a submit that must be refused as INVALID_ARGUMENT.
+  std::string Refused(const mpsd::v1::SubmitJobRequest& request) {
+    absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon_, request);
+    EXPECT_FALSE(job.ok());
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
+    return std::string(job.status().message());
+  }
+
   TempDir dir_;
   Daemon daemon_{dir_.str() + "/state", dir_.str() + "/mpsd.sock"};
   mpsd::v1::Job trained_;
@@ -275,10 +283,8 @@ TEST_F(EvalE2eTest, TheWeightsFileNamedIsTheOneEvaluated) {
            {state_dict, "weights for PyTorch in Python"},
            {(dir / "model.json").string(), "the model's description"},
            {dir.string(), "a directory; name the model.pt (or best.pt) in it"}}) {
-    absl::StatusOr<mpsd::v1::Job> refused = rpc::Submit(daemon_, EvalRequest(file, "test"));
-    ASSERT_FALSE(refused.ok()) << file;
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
-    EXPECT_THAT(refused.status().message(),
+    SCOPED_TRACE(file);
+    EXPECT_THAT(Refused(EvalRequest(file, "test")),
                 HasSubstr(absl::StrCat("eval_job.model: ", file, ": ", what)));
   }
 }
@@ -305,70 +311,59 @@ TEST_F(EvalE2eTest, AValSplitMustBeTheOneTheModelHeldOut) {
   EXPECT_EQ(same.summary().eval_examples(), 120);
   EXPECT_NEAR(same.summary().metrics().at("val_loss"), held_out.summary().val_loss(), 1e-6);
 
-  const auto refused = [&](const mpsd::v1::SubmitJobRequest& eval) {
-    absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon_, eval);
-    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
-    return std::string(job.status().message());
-  };
   mpsd::v1::SubmitJobRequest other_fraction = val_request(held_out.id());
   other_fraction.mutable_eval_job()->mutable_dataset()->mutable_validation()->set_fraction(0.5);
   EXPECT_THAT(
-      refused(other_fraction),
+      Refused(other_fraction),
       HasSubstr(absl::StrCat("eval_job.dataset.validation.fraction: 0.5, but job ", held_out.id(),
                              " (mlp) held its validation examples out with fraction 0.2")));
   mpsd::v1::SubmitJobRequest other_limit = val_request(held_out.id());
   other_limit.mutable_eval_job()->mutable_dataset()->set_limit_train(1200);
-  EXPECT_THAT(refused(other_limit),
+  EXPECT_THAT(Refused(other_limit),
               HasSubstr("eval_job.dataset.limit_train: 1200, but job " + held_out.id() +
                         " (mlp) held its validation examples out with limit_train 600"));
-  EXPECT_THAT(refused(val_request(trained_.id())),
+  EXPECT_THAT(Refused(val_request(trained_.id())),
               HasSubstr(absl::StrCat("eval_job.dataset.validation.fraction: job ", trained_.id(),
                                      " (mlp) trained without a validation fraction")));
 }
 
 TEST_F(EvalE2eTest, BadModelsAndDatasetsAreRefusedNamingTheField) {
-  const auto refused = [&](const mpsd::v1::SubmitJobRequest& request) {
-    absl::StatusOr<mpsd::v1::Job> job = rpc::Submit(daemon_, request);
-    EXPECT_FALSE(job.ok());
-    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
-    return std::string(job.status().message());
-  };
-  EXPECT_THAT(refused(EvalRequest("999", "test")), HasSubstr("eval_job.model: no job 999"));
-  EXPECT_THAT(refused(EvalRequest(dir_.str() + "/none.pt", "test")),
+  EXPECT_THAT(Refused(EvalRequest("999", "test")), HasSubstr("eval_job.model: no job 999"));
+  EXPECT_THAT(Refused(EvalRequest(dir_.str() + "/none.pt", "test")),
               HasSubstr(absl::StrCat("eval_job.model: ", dir_.str(), "/none.pt: no such file")));
-  EXPECT_THAT(refused(EvalRequest(trained_.id(), "dev")),
+  EXPECT_THAT(Refused(EvalRequest(trained_.id(), "dev")),
               HasSubstr("eval_job.split: unknown \"dev\" (expected test, train or val)"));
-  EXPECT_THAT(refused(EvalRequest(trained_.id(), "val")),
+  EXPECT_THAT(Refused(EvalRequest(trained_.id(), "val")),
               HasSubstr("eval_job.split: \"val\" needs a validation split"));
   mpsd::v1::SubmitJobRequest no_dataset = EvalRequest(trained_.id(), "test");
   no_dataset.mutable_eval_job()->clear_dataset();
-  EXPECT_THAT(refused(no_dataset), HasSubstr("eval_job.dataset.name: required"));
+  EXPECT_THAT(Refused(no_dataset), HasSubstr("eval_job.dataset.name: required"));
   // Images of another shape than the model's [1, 28, 28].
   mpsd::v1::SubmitJobRequest wrong_shape = EvalRequest(trained_.id(), "test");
   mpsd::v1::DatasetSpec* data = wrong_shape.mutable_eval_job()->mutable_dataset();
   data->Clear();
   data->set_name("synthetic");
   for (int64_t d : {3, 32, 32}) data->mutable_synthetic()->add_input_shape(d);
-  EXPECT_THAT(refused(wrong_shape),
+  EXPECT_THAT(Refused(wrong_shape),
               HasSubstr(absl::StrCat("eval_job.dataset: one example is [3, 32, 32], but the "
                                      "model of job ",
                                      trained_.id(), " (mlp) takes [1, 28, 28]")));
   // The dataset's own errors name the EvalJob's field.
   mpsd::v1::SubmitJobRequest bad_root = EvalRequest(trained_.id(), "test");
   bad_root.mutable_eval_job()->mutable_dataset()->set_root(dir_.str() + "/missing");
-  EXPECT_THAT(refused(bad_root), HasSubstr("eval_job.dataset.root: "));
+  EXPECT_THAT(Refused(bad_root), HasSubstr("eval_job.dataset.root: "));
 
   // A TrainJob that has not finished (queued behind a paused queue) has no model yet.
   ASSERT_EQ(RunCommand({MpsctlPath(), "--server", daemon_.address(), "pause"}).exit_code, 0);
   const mpsd::v1::Job queued = rpc_ok::Submit(daemon_, TrainJobRequest(600, 100, 1, 64, "mlp"));
-  EXPECT_THAT(refused(EvalRequest(queued.id(), "test")),
+  EXPECT_THAT(Refused(EvalRequest(queued.id(), "test")),
               HasSubstr(absl::StrCat("eval_job.model: job ", queued.id(),
                                      " is QUEUED: the model of a TrainJob that SUCCEEDED is "
                                      "needed")));
   // Nor does an EvalJob leave one.
   ASSERT_EQ(RunCommand({MpsctlPath(), "--server", daemon_.address(), "resume"}).exit_code, 0);
   const mpsd::v1::Job eval = rpc_ok::Submit(daemon_, EvalRequest(trained_.id(), "test"));
-  EXPECT_THAT(refused(EvalRequest(eval.id(), "test")),
+  EXPECT_THAT(Refused(EvalRequest(eval.id(), "test")),
               HasSubstr(absl::StrCat("eval_job.model: job ", eval.id(),
                                      " is not a TrainJob "
                                      "(kind EVAL_JOB)")));
