@@ -20,47 +20,16 @@ import csv
 import glob
 import json
 import os
-import re
 import statistics
+
+from summarize import load_lines
+from summarize_fast_path import get, num
 
 
 # As tests/perf/fused_step_profile.py: the seed ConvNet's FLOPs per example (forward + backward)
 # and the H200's dense TF32 rate.
 CONVNET_FLOP_PER_EXAMPLE = 3 * 2 * (26 * 26 * 32 * 9 + 24 * 24 * 64 * 288 + 9216 * 128 + 128 * 10)
 H200_DENSE_TF32 = 494.7e12
-
-
-def get(obj, key):
-    """obj[key] under its snake_case or lowerCamelCase name (protobuf's JSON writes either)."""
-    if not isinstance(obj, dict):
-        return None
-    if key in obj:
-        return obj[key]
-    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), key)
-    return obj.get(camel)
-
-
-def num(value):
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def load_lines(path):
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
-    except OSError:
-        pass
-    return out
 
 
 def trial_rows(raw, model, k):
