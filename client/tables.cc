@@ -333,8 +333,16 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
     column("VAL_LOSS", "val_loss");
   }
   if (best) {
+    // BEST_VAL_LOSS where every trial that kept one monitored val_loss; else BEST_VALUE.
+    std::optional<std::string> monitor;
+    for (const auto& [job, m] : ranked) {
+      if (!m.best_epoch.has_value()) continue;
+      const std::string& name = job->summary().monitor();
+      monitor = !monitor.has_value() || *monitor == name ? name : "";
+    }
     column("BEST_EPOCH", "best_epoch");
-    column("BEST_VALUE", "best_value");
+    column(monitor.value_or("").empty() ? "BEST_VALUE" : absl::AsciiStrToUpper("best_" + *monitor),
+           "best_value");
   }
   for (const std::string& name : task_metrics) column(absl::AsciiStrToUpper(name), name);
   column("TEST_ACC", "test_accuracy");

@@ -23,7 +23,8 @@ std::vector<std::string> SweepMetrics();
 // order): TRIAL, JOB, one column per swept path, STATE, VAL_ACC, VAL_LOSS, TEST_ACC,
 // TEST_LOSS, TRAIN_LOSS, SAMPLES/S, S/EPOCH, PEAK_MEM (bytes allocated at the peak), TIME_S;
 // where a trial kept a best epoch (early_stopping, checkpoint.keep_best) also BEST_EPOCH and
-// BEST_VALUE (its monitored value; the VAL_ and TEST_ columns are the final epoch's).
+// its monitored value, headed BEST_<MONITOR> (BEST_VAL_LOSS) where every such trial monitored
+// the same metric, else BEST_VALUE (the VAL_ and TEST_ columns are the final epoch's).
 // STATE is format.h's StateCell (EARLY_STOPPED for a trial the sweep's scheduler stopped).
 // Metrics come from the trial's summary once it finished, else from its newest epoch; one
 // never measured is "-". `metric` "auto" (or empty): val_accuracy when a trial has a

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/decimal.h"
 #include "api/error_cause.h"
 #include "trainer/datasets.h"
 #include "trainer/device.h"
@@ -174,8 +175,9 @@ absl::Status CheckHeldOut(const mpsd::v1::DatasetSpec& eval, const TrainedModel&
     return differs("subset", subset(eval), absl::StrCat("subset ", subset(trained)));
   }
   if (eval.validation().fraction() != trained.validation().fraction()) {
-    return differs("validation.fraction", absl::StrCat(eval.validation().fraction()),
-                   absl::StrCat("fraction ", trained.validation().fraction()));
+    return differs(
+        "validation.fraction", api::ShortestDecimal(eval.validation().fraction()),
+        absl::StrCat("fraction ", api::ShortestDecimal(trained.validation().fraction())));
   }
   return absl::OkStatus();
 }

@@ -192,6 +192,12 @@ TEST(TablesTest, SweepShowsTheBestEpochWhereATrialKeptOne) {
   EXPECT_EQ(at(1, "BEST_EPOCH"), "-");
   EXPECT_EQ(at(1, "BEST_VALUE"), "-");
   EXPECT_EQ(table->rows[1].size(), table->header.size());
+  // The column names the metric where every trial that kept a best epoch monitored the same.
+  trials[0].mutable_summary()->set_monitor("val_loss");
+  EXPECT_THAT(SweepTable(trials, "auto")->header, ::testing::Contains("BEST_VAL_LOSS"));
+  trials[1].mutable_summary()->set_best_epoch(2);
+  trials[1].mutable_summary()->set_monitor("val_accuracy");
+  EXPECT_THAT(SweepTable(trials, "auto")->header, ::testing::Contains("BEST_VALUE"));
 }
 
 TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
