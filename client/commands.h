@@ -278,6 +278,10 @@ class Commands {
   // GetJob for each id, in order; prints the error and returns its exit code on failure.
   int GetJobs(const std::vector<std::string>& ids, std::vector<v1::Job>& jobs);
   std::unique_ptr<grpc::ClientContext> UnaryContext() const;
+  // Why `job_id` has no artifacts where mpsctl can say more than "none": a sweep's are its
+  // trials' ("job 5 is a sweep: its trials keep the artifacts (6, 7, …; mpsctl sweep 5)");
+  // else "" (also when GetJob fails: the caller's own message stands).
+  std::string NoArtifactsReason(const std::string& job_id);
 
   // Constant after construction.
   const CommandOptions options_;

@@ -40,8 +40,32 @@ int Commands::Artifacts(const std::string& job_id) {
     out_ << ToJsonLine(response) << "\n";
     return kExitOk;
   }
+  if (response.artifacts().empty()) {
+    const std::string reason = NoArtifactsReason(job_id);
+    if (!reason.empty()) {
+      out_ << "no artifacts: " << reason << "\n";
+      return kExitOk;
+    }
+  }
   out_ << FormatArtifacts(response);
   return kExitOk;
+}
+
+std::string Commands::NoArtifactsReason(const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  if (!stub_->GetJob(UnaryContext().get(), request, &job).ok() || job.kind() != v1::Job::SWEEP ||
+      job.trial_job_ids().empty()) {
+    return "";
+  }
+  constexpr int kShown = 3;
+  std::vector<std::string> trials(
+      job.trial_job_ids().begin(),
+      job.trial_job_ids().begin() + std::min(kShown, job.trial_job_ids_size()));
+  if (job.trial_job_ids_size() > kShown) trials.push_back("…");
+  return absl::StrCat("job ", job_id, " is a sweep: its trials keep the artifacts (",
+                      absl::StrJoin(trials, ", "), "; mpsctl sweep ", job_id, ")");
 }
 
 namespace {
@@ -112,7 +136,8 @@ int Commands::Download(const std::string& job_id, const std::string& name,
   if (!status.ok()) return RpcFailed(status);
   absl::StatusOr<v1::Artifact> artifact = ChooseArtifact(list, job_id, name);
   if (!artifact.ok()) {
-    err_ << "mpsctl: " << artifact.status().message() << "\n";
+    const std::string reason = list.artifacts().empty() ? NoArtifactsReason(job_id) : "";
+    err_ << "mpsctl: " << (reason.empty() ? artifact.status().message() : reason) << "\n";
     return kExitFailed;
   }
   // `-o -`: into a private temporary folder, checked, then written to stdout (`| jq`).

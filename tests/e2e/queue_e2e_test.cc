@@ -277,6 +277,18 @@ sweep:
   CommandResult not_sweep = Mpsctl({"sweep", trials[0].id()});
   EXPECT_EQ(not_sweep.exit_code, 1);
   EXPECT_THAT(not_sweep.err, HasSubstr(absl::StrCat("trial 0 of sweep ", sweep_id)));
+
+  // The sweep keeps no artifacts of its own: artifacts and download say where they are.
+  const std::string where = absl::StrCat("job ", sweep_id, " is a sweep: its trials keep the ",
+                                         "artifacts (", trials[0].id(), ", ", trials[1].id());
+  CommandResult artifacts = Mpsctl({"artifacts", sweep_id});
+  EXPECT_EQ(artifacts.exit_code, 0) << artifacts.err;
+  EXPECT_THAT(artifacts.out, ::testing::StartsWith(absl::StrCat("no artifacts: ", where)));
+  EXPECT_THAT(artifacts.out, HasSubstr(absl::StrCat(", …; mpsctl sweep ", sweep_id, ")")));
+  CommandResult download = Mpsctl({"download", sweep_id, "-o", dir_.str() + "/sweep-model.pt"});
+  EXPECT_EQ(download.exit_code, 1);
+  EXPECT_THAT(download.err, HasSubstr(where));
+  EXPECT_THAT(Mpsctl({"artifacts", trials[0].id()}).out, HasSubstr("model.pt"));
 }
 
 TEST_F(QueueE2eTest, RandomSweepIsReproducibleFromItsSeedAndCancelCancelsItsTrials) {
