@@ -100,6 +100,15 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
   if (!dir.ok()) return dir.status();
   const std::string json_path = (*dir / kModelJsonFile).string();
   std::ifstream in(json_path);
+  std::error_code error;
+  if (!in && api::IsJobId(model) && std::filesystem::is_directory(*dir, error) &&
+      std::filesystem::is_empty(*dir, error)) {
+    // DeleteArtifacts empties the job's folder and keeps it (server/core/retention.cc).
+    return fields.Error("model", absl::StrFormat("job %s's artifacts were deleted (mpsctl rm, or "
+                                                 "the daemon's artifacts_retention): its model "
+                                                 "is gone",
+                                                 model));
+  }
   if (!in) {
     return fields.Error(
         "model", api::IsJobId(model)

@@ -46,6 +46,7 @@ struct TrainedModel {
 // the path of a weights file with model.json beside it (a job's model.pt, or its best.pt: the
 // file named is the one loaded). INVALID_ARGUMENT through `fields` on "model" (e.g.
 // "eval_job.model: job 12 has no model.json: not a TrainJob of this daemon that finished",
+// "…: job 12's artifacts were deleted (mpsctl rm, …): its model is gone",
 // "…: <path>: no such file", "…/model.json: not JSON", a zoo model this executor lacks; a
 // directory, model.json itself or a file model.json lists as not mpsd's weights, its check or
 // state_dict file, saying what it is). Reads files only; thread-safe.

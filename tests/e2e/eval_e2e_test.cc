@@ -370,6 +370,14 @@ TEST_F(EvalE2eTest, BadModelsAndDatasetsAreRefusedNamingTheField) {
   // The daemon is still serving, and runs the jobs queued meanwhile.
   EXPECT_EQ(rpc_ok::WaitForEnd(daemon_, queued.id()).state(), mpsd::v1::Job::SUCCEEDED);
   EXPECT_EQ(rpc_ok::WaitForEnd(daemon_, eval.id()).state(), mpsd::v1::Job::SUCCEEDED);
+  // A TrainJob whose artifacts were deleted left a model once: the refusal says where it went.
+  const CommandResult rm =
+      RunCommand({MpsctlPath(), "--server", daemon_.address(), "rm", queued.id()});
+  ASSERT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_THAT(Refused(EvalRequest(queued.id(), "test")),
+              HasSubstr(absl::StrCat("eval_job.model: job ", queued.id(),
+                                     "'s artifacts were deleted (mpsctl rm, or the daemon's "
+                                     "artifacts_retention): its model is gone")));
 }
 
 // The top-1 class of each input of `mpsctl predict --format csv` output (rows "input,rank,
