@@ -102,21 +102,33 @@ std::vector<std::string> TaskMetricNames(
 
 struct MetricSpec {
   const char* name;
+  const char* header;  // its column; --metric takes it too, in any case ("val_acc")
   std::optional<double> TrialMetrics::*value;
   bool higher_is_better;
+  // Equal values are ordered by this, lowest first: an accuracy by its split's loss (on a
+  // small validation split many trials tie).
+  std::optional<double> TrialMetrics::*tie_break = nullptr;
 };
 
 constexpr MetricSpec kMetrics[] = {
-    {"val_accuracy", &TrialMetrics::val_accuracy, true},
-    {"val_loss", &TrialMetrics::val_loss, false},
-    {"test_accuracy", &TrialMetrics::test_accuracy, true},
-    {"test_loss", &TrialMetrics::test_loss, false},
-    {"train_loss", &TrialMetrics::train_loss, false},
-    {"samples_per_second", &TrialMetrics::samples_per_second, true},
-    {"epoch_time_s", &TrialMetrics::epoch_time_s, false},
-    {"peak_memory", &TrialMetrics::peak_memory, false},
-    {"time_s", &TrialMetrics::time_s, false},
+    {"val_accuracy", "VAL_ACC", &TrialMetrics::val_accuracy, true, &TrialMetrics::val_loss},
+    {"val_loss", "VAL_LOSS", &TrialMetrics::val_loss, false},
+    {"test_accuracy", "TEST_ACC", &TrialMetrics::test_accuracy, true, &TrialMetrics::test_loss},
+    {"test_loss", "TEST_LOSS", &TrialMetrics::test_loss, false},
+    {"train_loss", "TRAIN_LOSS", &TrialMetrics::train_loss, false},
+    {"samples_per_second", "SAMPLES/S", &TrialMetrics::samples_per_second, true},
+    {"epoch_time_s", "S/EPOCH", &TrialMetrics::epoch_time_s, false},
+    {"peak_memory", "PEAK_MEM", &TrialMetrics::peak_memory, false},
+    {"time_s", "TIME_S", &TrialMetrics::time_s, false},
 };
+
+// The column of kMetrics' `name`.
+std::string Header(absl::string_view name) {
+  for (const MetricSpec& m : kMetrics) {
+    if (m.name == name) return m.header;
+  }
+  return absl::AsciiStrToUpper(name);
+}
 
 // Text of one scalar (or element of a repeated field).
 std::string ScalarText(const Message& message, const FieldDescriptor& field, int index) {
@@ -225,7 +237,10 @@ absl::StatusOr<Ranking> RankingOf(
   Ranking ranking;
   ranking.metric = metric;
   for (const MetricSpec& m : kMetrics) {
-    if (metric == m.name) ranking.spec = &m;
+    if (metric == m.name || absl::EqualsIgnoreCase(metric, m.header)) {
+      ranking.spec = &m;
+      ranking.metric = metric = m.name;
+    }
   }
   if (ranking.spec == nullptr && !measured(metric)) {
     std::vector<std::string> known = SweepMetrics();
@@ -301,13 +316,27 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
       if (std::find(paths.begin(), paths.end(), p.path()) == paths.end()) paths.push_back(p.path());
     }
   }
+  const auto tie_break = ranking->spec != nullptr ? ranking->spec->tie_break : nullptr;
+  bool tie_broken = false;
   std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
     const std::optional<double> x = value_of(a.second);
     const std::optional<double> y = value_of(b.second);
     if (x.has_value() != y.has_value()) return x.has_value();
     if (!x.has_value()) return false;
-    return higher_is_better ? *x > *y : *x < *y;
+    if (*x != *y || tie_break == nullptr) return higher_is_better ? *x > *y : *x < *y;
+    const std::optional<double> u = a.second.*tie_break;
+    const std::optional<double> v = b.second.*tie_break;
+    const bool has_u = u.has_value() && !std::isnan(*u);
+    const bool has_v = v.has_value() && !std::isnan(*v);
+    tie_broken = tie_broken || (has_u && has_v && *u != *v);
+    if (has_u != has_v) return has_u;
+    return has_u && *u < *v;
   });
+  if (ranked_by != nullptr && tie_broken) {
+    for (const MetricSpec& m : kMetrics) {
+      if (m.value == tie_break) absl::StrAppend(ranked_by, "; ties by ", m.name, ", lowest first");
+    }
+  }
   // The validation columns only where a trial measured them: a sweep without a validation
   // split reads as it always did, without two columns of "-".
   bool validated = false;
@@ -329,8 +358,8 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   for (const std::string& path : paths) column(path, path);
   column("STATE", "state");
   if (validated) {
-    column("VAL_ACC", "val_accuracy");
-    column("VAL_LOSS", "val_loss");
+    column(Header("val_accuracy"), "val_accuracy");
+    column(Header("val_loss"), "val_loss");
   }
   if (best) {
     // BEST_VAL_LOSS where every trial that kept one monitored val_loss; else BEST_VALUE.
@@ -345,13 +374,13 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
            "best_value");
   }
   for (const std::string& name : task_metrics) column(absl::AsciiStrToUpper(name), name);
-  column("TEST_ACC", "test_accuracy");
-  column("TEST_LOSS", "test_loss");
-  column("TRAIN_LOSS", "train_loss");
-  column("SAMPLES/S", "samples_per_second");
-  column("S/EPOCH", "epoch_time_s");
-  column("PEAK_MEM", "peak_allocated_bytes");
-  column("TIME_S", "time_s");
+  column(Header("test_accuracy"), "test_accuracy");
+  column(Header("test_loss"), "test_loss");
+  column(Header("train_loss"), "train_loss");
+  column(Header("samples_per_second"), "samples_per_second");
+  column(Header("epoch_time_s"), "epoch_time_s");
+  column(Header("peak_memory"), "peak_allocated_bytes");
+  column(Header("time_s"), "time_s");
   const auto cell = [exact](const std::optional<double>& value, int precision = 4) {
     if (!value.has_value()) return std::string("-");
     return exact ? ExactNumber(*value) : Number(*value, precision);

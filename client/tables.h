@@ -31,13 +31,18 @@ std::vector<std::string> SweepMetrics();
 // validation split, else test_accuracy (regression: val_r2 / test_r2; multilabel: val_macro_f1 /
 // test_macro_f1). `mode` "max" ranks highest first, "min" lowest first; "auto" (or empty): the
 // metric's known direction (accuracies, F1, R² and samples/s up; losses, MSE, MAE and times
-// down). INVALID_ARGUMENT naming --metric for a metric neither in SweepMetrics() nor measured by
-// a trial, or a job's own metric (val_<name>) with mode auto; naming --mode for another mode.
+// down). `metric` may also be a column's header, in any case (VAL_ACC, val_acc, samples/s).
+// Equal accuracies are ordered by the same split's loss, lowest first (val_accuracy by
+// val_loss, test_accuracy by test_loss); other ties keep trial order. INVALID_ARGUMENT naming
+// --metric for a metric neither in SweepMetrics() nor measured by a trial, or a job's own
+// metric (val_<name>) with mode auto; naming --mode for another mode.
 // JSON keys: rank, trial, job_id (text), each swept path as it is, state, val_accuracy,
 // val_loss, best_epoch, best_value, test_accuracy, test_loss, train_loss, samples_per_second,
 // epoch_time_s, peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back
 // the same double (for csv and json) instead of 4 significant digits. `ranked_by`, when given, is
-// set to what the rows are ordered by ("val_accuracy, highest first"), for a line beside the table.
+// set to what the rows are ordered by ("val_accuracy, highest first (each trial's final value)",
+// and "; ties by val_loss, lowest first" where that decided an order), for a line beside the
+// table.
 absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials, std::string metric,
                                      bool exact = false, const std::string& mode = "auto",
                                      std::string* ranked_by = nullptr);

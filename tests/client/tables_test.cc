@@ -59,6 +59,37 @@ TEST(TablesTest, SweepTableRanksBestFirstAndUnfinishedLast) {
               HasSubstr("--metric: unknown \"accuracy\""));
 }
 
+// Equal accuracies (common on a small split) are ordered by the same split's loss, and the
+// line beside the table says so only where it decided an order; a column's header is a metric.
+TEST(TablesTest, SweepBreaksAccuracyTiesByLossAndTakesHeadersAsMetrics) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.8, 0.67), Trial("3", 1, "0.01", 0.8, 0.56),
+                                 Trial("4", 2, "0.001", 0.7, 0.5)};
+  std::string ranked_by;
+  absl::StatusOr<TextTable> table = SweepTable(trials, "test_accuracy", false, "auto", &ranked_by);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "3");  // 0.8 at loss 0.56 before 0.8 at 0.67
+  EXPECT_EQ(table->rows[1][2], "2");
+  EXPECT_EQ(table->rows[2][2], "4");
+  EXPECT_EQ(ranked_by,
+            "test_accuracy, highest first (each trial's final value); ties by test_loss, lowest "
+            "first");
+  // No tie, no note.
+  trials[0].mutable_summary()->set_test_accuracy(0.81);
+  ASSERT_TRUE(SweepTable(trials, "test_accuracy", false, "auto", &ranked_by).ok());
+  EXPECT_EQ(ranked_by, "test_accuracy, highest first (each trial's final value)");
+  // Headers in any case name their metric; the line names the metric's own name.
+  for (const char* header : {"TEST_ACC", "test_acc", "Test_Acc"}) {
+    table = SweepTable(trials, header, false, "auto", &ranked_by);
+    ASSERT_TRUE(table.ok()) << header << ": " << table.status();
+    EXPECT_EQ(table->rows[0][2], "2") << header;
+    EXPECT_THAT(ranked_by, ::testing::StartsWith("test_accuracy, highest first")) << header;
+  }
+  table = SweepTable(trials, "samples/s", false, "auto", &ranked_by);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "4");  // samples/s 1000 + index: the last trial is fastest
+  EXPECT_THAT(ranked_by, ::testing::StartsWith("samples_per_second, highest first"));
+}
+
 // A regression sweep: ranked on val_r2 by default (higher is better), any task metric by name
 // (val_mse: lower is better), each a column; a metric no trial measured is unknown.
 TEST(TablesTest, SweepOfARegressionRanksOnItsMetrics) {

@@ -819,7 +819,8 @@ class DashboardExperimentTest(DashboardBrowserTest):
         d.wait(sweep.id, timeout=300)
         sweep = d.stub.GetJob(pb2.GetJobRequest(job_id=sweep.id))
         trials = [d.stub.GetJob(pb2.GetJobRequest(job_id=i)) for i in sweep.trial_job_ids]
-        expected = [t.id for t in sorted(trials, key=lambda t: (-t.summary.test_accuracy, t.trial.index))]
+        # Equal accuracies go by their loss, lowest first (as mpsctl sweep), then trial order.
+        expected = [t.id for t in sorted(trials, key=lambda t: (-t.summary.test_accuracy, t.summary.test_loss, t.trial.index))]
 
         self.open("#/jobs/" + sweep.id)
         self.until("(window.mpsd.counters.sweepRanked || []).length === 3")
@@ -837,7 +838,7 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.js("(() => { const s = document.getElementById('sweep-mode'); s.value = 'min';"
                 " s.dispatchEvent(new Event('change')); return true; })()")
         self.until("window.mpsd.counters.sweepHigher === false")
-        ascending = [t.id for t in sorted(trials, key=lambda t: (t.summary.test_accuracy, t.trial.index))]
+        ascending = [t.id for t in sorted(trials, key=lambda t: (t.summary.test_accuracy, t.summary.test_loss, t.trial.index))]
         self.assertEqual(self.js("window.mpsd.counters.sweepRanked"), ascending)
         # A job's own metric has no known direction: trial order until a direction is chosen.
         own = ("[{id: '7', summary: {epochs: 1, metrics: {val_top2: 0.2}}},"
@@ -846,6 +847,13 @@ class DashboardExperimentTest(DashboardBrowserTest):
         self.assertEqual(self.js(rank % (own, "auto")), ["val_top2", ["7", "8"], True])
         self.assertEqual(self.js(rank % (own, "max")), ["val_top2", ["8", "7"], False])
         self.assertEqual(self.js(rank % (own, "min")), ["val_top2", ["7", "8"], False])
+        # Equal accuracies: the lower loss first, a trial without one after; no loss either: trial order.
+        tied = ("[{id: '7', summary: {epochs: 1, valAccuracy: 0.8, valLoss: 0.67}},"
+                " {id: '8', summary: {epochs: 1, valAccuracy: 0.8}},"
+                " {id: '9', summary: {epochs: 1, valAccuracy: 0.8, valLoss: 0.56}},"
+                " {id: '10', summary: {epochs: 1, valAccuracy: 0.7, valLoss: 0.5}}]")
+        tied_rank = "(() => { const [m, r] = rankTrials(%s, 'auto'); return [m, r.map((x) => x.job.id)]; })()"
+        self.assertEqual(self.js(tied_rank % tied), ["val_accuracy", ["9", "7", "8", "10"]])
         # NaN ranks last either way (it orders against nothing).
         nan = ("[{id: '7', summary: {epochs: 1, metrics: {val_top2: 'NaN'}}},"
                " {id: '8', summary: {epochs: 1, metrics: {val_top2: 0.9}}},"

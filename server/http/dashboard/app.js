@@ -1209,9 +1209,10 @@ function metricLabel(name) {
 // samples/s highest first, losses and times lowest first; a task's metrics (val_r2,
 // test_macro_f1, val_mse, ...) as metricSpec says.
 const SWEEP_METRICS = {
-  val_accuracy: { label: 'val acc', higher: true, pct: true },
+  // tieBreak: equal values go by this, lowest first (as mpsctl sweep: an accuracy by its loss).
+  val_accuracy: { label: 'val acc', higher: true, pct: true, tieBreak: 'val_loss' },
   val_loss: { label: 'val loss', higher: false },
-  test_accuracy: { label: 'test acc', higher: true, pct: true },
+  test_accuracy: { label: 'test acc', higher: true, pct: true, tieBreak: 'test_loss' },
   test_loss: { label: 'test loss', higher: false },
   train_loss: { label: 'train loss', higher: false },
   samples_per_second: { label: 'samples/s', higher: true },
@@ -1268,7 +1269,8 @@ function trialMetrics(job) {
 
 // Trials best first by `metric` ("auto", as mpsctl: val_accuracy when a trial measured it, else
 // test_accuracy; a regression's val_r2 / test_r2, a multilabel job's val_macro_f1 /
-// test_macro_f1, validation first); trials without a value last, in trial order. `mode` 'max'
+// test_macro_f1, validation first); trials without a value last, in trial order; equal
+// accuracies by their split's loss, lowest first (SWEEP_METRICS' tieBreak). `mode` 'max'
 // ranks highest first, 'min' lowest first, 'auto' the metric's own way (mpsctl sweep --mode);
 // a metric without a known way (a job's own) under 'auto' keeps trial order. Returns
 // [metric, ranked, higher] (higher undefined: not ranked).
@@ -1281,11 +1283,19 @@ function rankTrials(trials, metric, mode = 'auto') {
   }
   const higher = mode === 'max' ? true : mode === 'min' ? false : metricSpec(metric).higher;
   // NaN ranks as unmeasured (last, in trial order): it orders against nothing.
-  const value = (r) => (Number.isNaN(r.m[metric]) ? undefined : r.m[metric]);
+  const valueOf = (name) => (r) => (Number.isNaN(r.m[name]) ? undefined : r.m[name]);
+  const value = valueOf(metric);
+  const tieBreak = (SWEEP_METRICS[metric] || {}).tieBreak;
+  const loss = tieBreak ? valueOf(tieBreak) : () => undefined;
   const ranked = rows.map((r, i) => ({ ...r, i })).sort((a, b) => {
     const x = value(a), y = value(b);
     if ((x === undefined) !== (y === undefined)) return x === undefined ? 1 : -1;
-    if (x === undefined || x === y || higher === undefined) return a.i - b.i;
+    if (x === undefined || higher === undefined) return a.i - b.i;
+    if (x === y) {
+      const u = loss(a), v = loss(b);
+      if ((u === undefined) !== (v === undefined)) return u === undefined ? 1 : -1;
+      return u === undefined || u === v ? a.i - b.i : u - v;
+    }
     return higher ? y - x : x - y;
   });
   return [metric, ranked, higher];
