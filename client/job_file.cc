@@ -473,9 +473,12 @@ void JobFileParser::SetPathKeyedField(const YAML::Node& value, const std::string
     } else if (item.second.IsMap()) {
       FillMessage(item.second, item_path, *entry, {path_field.name()});
     } else {
+      // A grid takes values only; a random search's parameter also a distribution.
       Error(item.second.IsNull() ? item.first : item.second, item_path,
-            absl::StrCat("expected a list of values or a map (e.g. {uniform: [0.1, 0.5]}), got ",
-                         Describe(item.second)));
+            absl::StrCat(absl::StartsWith(path, "sweep.grid")
+                             ? "expected a list of values (e.g. [0.1, 0.5])"
+                             : "expected a list of values or a map (e.g. {uniform: [0.1, 0.5]})",
+                         ", got ", Describe(item.second)));
     }
   }
 }

@@ -123,7 +123,8 @@ def render(messages, enums):
            "fields at the top level, "
            "beside SubmitJobRequest's own keys (`priority`, `request_id`, `name`, `labels`, "
            "`after`, `sweep`). Paths are as a job file and a sweep key spell them; the "
-           "daemon's errors prefix them with `train_job.` or `bench_job.`. How to use them: "
+           "daemon's errors prefix them with `train_job.`, `bench_job.`, `eval_job.` or `predict_job.`. "
+           "How to use them: "
            "[job-files.md](job-files.md).\n"]
     for name in order:
         message, comment, field_comments = messages[name]

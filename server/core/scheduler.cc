@@ -881,8 +881,9 @@ void Scheduler::UpdateSweep(const std::string& sweep_id) {
     *sweep.mutable_finished_at() = Now();
     // Trials the sweep's scheduler stopped early are the rule doing its job, not a failure.
     if (succeeded == total) {
-      SetState(sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,
-               absl::StrCat("all ", total, " trials succeeded"));
+      SetState(
+          sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,
+          total == 1 ? "its 1 trial succeeded" : absl::StrCat("all ", total, " trials succeeded"));
     } else if (succeeded + early_stopped == total) {
       SetState(sweep, Job::SUCCEEDED, Job::FAILURE_REASON_UNSPECIFIED,
                absl::StrCat(succeeded, " of ", total, " trials succeeded; ", early_stopped,

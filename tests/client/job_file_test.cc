@@ -541,6 +541,18 @@ sweep:
                                                           "bad.yaml");
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("bad.yaml:4:17: sweep.grid.batch_size: expected a list of values"));
+  // A grid takes values only: its message does not suggest a random search's distribution.
+  EXPECT_THAT(std::string(bad.status().message()), Not(HasSubstr("uniform")));
+  absl::StatusOr<v1::SubmitJobRequest> bad_random = ParseJobFile(R"(kind: TrainJob
+sweep:
+  random:
+    trials: 2
+    parameters:
+      batch_size: 32
+)",
+                                                                 "random.yaml");
+  EXPECT_THAT(std::string(bad_random.status().message()),
+              HasSubstr("expected a list of values or a map (e.g. {uniform: [0.1, 0.5]})"));
 }
 
 // sweep.scheduler is a plain message: its keys parse by the proto's fields, a value of the
