@@ -241,6 +241,10 @@ int Commands::CancelOne(const std::string& job_id, bool quiet) {
   if (quiet) return kExitOk;  // Wait prints the job when it has ended
   if (options_.json) {
     out_ << ToJsonLine(job) << "\n";
+  } else if (job.state() == v1::Job::RUNNING && job.kind() == v1::Job::SWEEP) {
+    // A sweep has no step of its own: its queued trials are cancelled, its running ones stop.
+    out_ << "sweep " << job.id() << ": its queued trials are cancelled, its running ones stop at "
+         << "their next step (watch it: mpsctl sweep " << job.id() << ")\n";
   } else if (job.state() == v1::Job::RUNNING) {
     out_ << "job " << job.id() << " stops at its next step (watch it: mpsctl logs " << job.id()
          << " --follow)\n";

@@ -225,7 +225,8 @@ absl::StatusOr<std::unique_ptr<JobExporter>> JobExporter::Start(const v1::Job& j
                                                                 ExportFormat format,
                                                                 const std::string& dir,
                                                                 const std::string& run) {
-  const std::string run_dir = absl::StrCat(dir, "/", run);
+  // "out/" and "out" alike give "out/<run>" (the paths printed and written).
+  const std::string run_dir = (std::filesystem::path(dir) / run).lexically_normal().string();
   std::error_code error;
   std::filesystem::create_directories(run_dir, error);
   if (error) return absl::InternalError(absl::StrCat(run_dir, ": ", error.message()));

@@ -32,6 +32,7 @@ namespace {
 using mpsd::v1::JobEvent;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 // 256 examples at batch 32 over 2 epochs: 16 steps, 2 evaluated epochs.
@@ -164,6 +165,12 @@ TEST_F(ExportE2eTest, CsvHasOneRowPerStepAndPerEpochWithTheStoredValues) {
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_EQ(FilesIn(dir_ / ("csv/small_run-" + job_.id())),
             (std::vector<std::string>{"epochs.csv", "steps.csv"}));
+  // -o with a trailing slash: the same folder, its paths printed without "//".
+  CommandResult slash =
+      Mpsctl({"export", job_.id(), "--format", "csv", "-o", (dir_ / "csv2") + "/"});
+  ASSERT_EQ(slash.exit_code, 0) << slash.err;
+  EXPECT_THAT(slash.out, HasSubstr(dir_ / ("csv2/small_run-" + job_.id())));
+  EXPECT_THAT(slash.out, Not(HasSubstr("//")));
   std::vector<std::string> steps = absl::StrSplit(
       absl::StripSuffix(ReadFile(dir_ / ("csv/small_run-" + job_.id() + "/steps.csv")), "\n"),
       '\n');

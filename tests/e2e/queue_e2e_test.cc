@@ -411,7 +411,14 @@ TEST(FusedSweepE2eTest, TrialsTrainFusedAsTheyWouldAloneAndEachStopsAlone) {
   const int64_t seq = first.last_seq();
   EXPECT_TRUE(WaitUntil([&] { return rpc_ok::Get(daemon, first.id()).last_seq() > seq + 4; }))
       << "the other trials stopped with the cancelled one";
-  ASSERT_TRUE(rpc::Cancel(daemon, running.id()).ok());
+  // Cancelling the sweep while a trial runs: mpsctl says what happens to its trials.
+  const CommandResult cancel_sweep =
+      RunCommand({MpsctlPath(), "--server", daemon.address(), "cancel", running.id()});
+  ASSERT_EQ(cancel_sweep.exit_code, 0) << cancel_sweep.err;
+  EXPECT_EQ(cancel_sweep.out, absl::StrCat("sweep ", running.id(),
+                                           ": its queued trials are cancelled, its running "
+                                           "ones stop at their next step (watch it: mpsctl sweep ",
+                                           running.id(), ")\n"));
   EXPECT_EQ(rpc_ok::WaitForEnd(daemon, running.id()).state(), Job::CANCELLED);
   const int status = daemon.Stop(SIGTERM, absl::Seconds(60));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
