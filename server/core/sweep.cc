@@ -52,6 +52,24 @@ struct Target {
   const FieldDescriptor* field = nullptr;
 };
 
+// "optimizer.learning_rate" for "learning_rate" in TrainJob: the one message field of `type`
+// whose message has a field `name` (a grid key written without its message's prefix); nullopt
+// where none or several do.
+std::optional<std::string> NestedFieldPath(const google::protobuf::Descriptor& type,
+                                           const std::string& name) {
+  std::optional<std::string> found;
+  for (int i = 0; i < type.field_count(); ++i) {
+    const FieldDescriptor& field = *type.field(i);
+    if (field.is_repeated() || field.message_type() == nullptr ||
+        field.message_type()->FindFieldByName(name) == nullptr) {
+      continue;
+    }
+    if (found.has_value()) return std::nullopt;
+    found = absl::StrCat(field.name(), ".", name);
+  }
+  return found;
+}
+
 absl::StatusOr<Target> Resolve(Message& spec, const std::string& path, const std::string& where) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": \"", path, "\": ", why));
@@ -63,7 +81,8 @@ absl::StatusOr<Target> Resolve(Message& spec, const std::string& path, const std
     const Descriptor& type = *message->GetDescriptor();
     const FieldDescriptor* field = type.FindFieldByName(parts[i]);
     if (field == nullptr) {
-      const std::optional<std::string> meant = api::ClosestName(parts[i], api::FieldNames(type));
+      std::optional<std::string> meant = api::ClosestName(parts[i], api::FieldNames(type));
+      if (!meant.has_value()) meant = NestedFieldPath(type, parts[i]);
       return bad(
           absl::StrCat(type.name(), " has no field \"", parts[i], "\"",
                        meant.has_value() ? absl::StrCat(" (did you mean \"", *meant, "\"?)") : ""));

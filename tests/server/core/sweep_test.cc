@@ -155,6 +155,12 @@ TEST(SweepTest, ErrorsNameTheField) {
   EXPECT_THAT(Message(ExpandSweep(request)),
               HasSubstr("OptimizerSpec has no field \"learning_rat\" (did you mean "
                         "\"learning_rate\"?)"));
+  // A field written without its message's prefix: the one message that has it is named.
+  request = Base();
+  Grid(request, "weight_decay", {"0.1"});
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("TrainJob has no field \"weight_decay\" (did you mean "
+                        "\"optimizer.weight_decay\"?)"));
 
   request = Base();
   Grid(request, "batch_size", {"32", "sixty"});
