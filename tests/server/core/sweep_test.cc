@@ -161,6 +161,10 @@ TEST(SweepTest, ErrorsNameTheField) {
   EXPECT_THAT(Message(ExpandSweep(request)),
               HasSubstr("TrainJob has no field \"weight_decay\" (did you mean "
                         "\"optimizer.weight_decay\"?)"));
+  request = Base();
+  Grid(request, "learning_rate", {"0.1"});  // param_groups' is a list's: not a candidate
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("(did you mean \"optimizer.learning_rate\"?)"));
 
   request = Base();
   Grid(request, "batch_size", {"32", "sixty"});
