@@ -105,15 +105,15 @@ struct MetricSpec {
   const char* header;  // its column; --metric takes it too, in any case ("val_acc")
   std::optional<double> TrialMetrics::*value;
   bool higher_is_better;
-  // Equal values are ordered by this, lowest first: an accuracy by its split's loss (on a
-  // small validation split many trials tie).
-  std::optional<double> TrialMetrics::*tie_break = nullptr;
+  // Equal values are ordered by this metric of kMetrics, lowest first: an accuracy by its
+  // split's loss (on a small validation split many trials tie).
+  const char* tie_break = nullptr;
 };
 
 constexpr MetricSpec kMetrics[] = {
-    {"val_accuracy", "VAL_ACC", &TrialMetrics::val_accuracy, true, &TrialMetrics::val_loss},
+    {"val_accuracy", "VAL_ACC", &TrialMetrics::val_accuracy, true, "val_loss"},
     {"val_loss", "VAL_LOSS", &TrialMetrics::val_loss, false},
-    {"test_accuracy", "TEST_ACC", &TrialMetrics::test_accuracy, true, &TrialMetrics::test_loss},
+    {"test_accuracy", "TEST_ACC", &TrialMetrics::test_accuracy, true, "test_loss"},
     {"test_loss", "TEST_LOSS", &TrialMetrics::test_loss, false},
     {"train_loss", "TRAIN_LOSS", &TrialMetrics::train_loss, false},
     {"samples_per_second", "SAMPLES/S", &TrialMetrics::samples_per_second, true},
@@ -122,12 +122,17 @@ constexpr MetricSpec kMetrics[] = {
     {"time_s", "TIME_S", &TrialMetrics::time_s, false},
 };
 
+const MetricSpec* FindMetric(absl::string_view name) {
+  for (const MetricSpec& m : kMetrics) {
+    if (m.name == name) return &m;
+  }
+  return nullptr;
+}
+
 // The column of kMetrics' `name`.
 std::string Header(absl::string_view name) {
-  for (const MetricSpec& m : kMetrics) {
-    if (m.name == name) return m.header;
-  }
-  return absl::AsciiStrToUpper(name);
+  const MetricSpec* m = FindMetric(name);
+  return m != nullptr ? m->header : absl::AsciiStrToUpper(name);
 }
 
 // Text of one scalar (or element of a repeated field).
@@ -316,7 +321,9 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
       if (std::find(paths.begin(), paths.end(), p.path()) == paths.end()) paths.push_back(p.path());
     }
   }
-  const auto tie_break = ranking->spec != nullptr ? ranking->spec->tie_break : nullptr;
+  const MetricSpec* tie_break = ranking->spec != nullptr && ranking->spec->tie_break != nullptr
+                                    ? FindMetric(ranking->spec->tie_break)
+                                    : nullptr;
   bool tie_broken = false;
   std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
     const std::optional<double> x = value_of(a.second);
@@ -324,8 +331,8 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
     if (x.has_value() != y.has_value()) return x.has_value();
     if (!x.has_value()) return false;
     if (*x != *y || tie_break == nullptr) return higher_is_better ? *x > *y : *x < *y;
-    const std::optional<double> u = a.second.*tie_break;
-    const std::optional<double> v = b.second.*tie_break;
+    const std::optional<double> u = a.second.*(tie_break->value);
+    const std::optional<double> v = b.second.*(tie_break->value);
     const bool has_u = u.has_value() && !std::isnan(*u);
     const bool has_v = v.has_value() && !std::isnan(*v);
     tie_broken = tie_broken || (has_u && has_v && *u != *v);
@@ -333,9 +340,7 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
     return has_u && *u < *v;
   });
   if (ranked_by != nullptr && tie_broken) {
-    for (const MetricSpec& m : kMetrics) {
-      if (m.value == tie_break) absl::StrAppend(ranked_by, "; ties by ", m.name, ", lowest first");
-    }
+    absl::StrAppend(ranked_by, "; ties by ", tie_break->name, ", lowest first");
   }
   // The validation columns only where a trial measured them: a sweep without a validation
   // split reads as it always did, without two columns of "-".
