@@ -346,10 +346,15 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   // split reads as it always did, without two columns of "-".
   bool validated = false;
   bool best = false;  // a trial kept a best epoch: its epoch and monitored value as columns
-  for (const auto& entry : ranked) {
-    const TrialMetrics& m = entry.second;
+  // A trial's training ended before its epochs did (early_stopping, divergence, a cancel):
+  // epochs trained and why training ended as columns, or a stopped trial reads SUCCEEDED
+  // like the ones that trained every epoch.
+  bool stopped = false;
+  for (const auto& [job, m] : ranked) {
     validated = validated || m.val_accuracy.has_value() || m.val_loss.has_value();
     best = best || m.best_epoch.has_value();
+    const std::string& reason = job->summary().stop_reason();
+    stopped = stopped || (!reason.empty() && reason != "epochs_completed");
   }
   TextTable table;
   const auto column = [&table](std::string header, std::string key, bool text = false) {
@@ -362,6 +367,10 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   column("JOB", "job_id", /*text=*/true);
   for (const std::string& path : paths) column(path, path);
   column("STATE", "state");
+  if (stopped) {
+    column("EPOCHS", "epochs");
+    column("STOP_REASON", "stop_reason", /*text=*/true);
+  }
   if (validated) {
     column(Header("val_accuracy"), "val_accuracy");
     column(Header("val_loss"), "val_loss");
@@ -402,6 +411,11 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
       row.push_back(value);
     }
     row.push_back(StateCell(*job));
+    if (stopped) {
+      const v1::JobSummary& summary = job->summary();
+      row.push_back(job->has_summary() ? absl::StrCat(summary.epochs()) : std::string("-"));
+      row.push_back(summary.stop_reason().empty() ? std::string("-") : summary.stop_reason());
+    }
     if (validated) {
       row.push_back(cell(m.val_accuracy));
       row.push_back(cell(m.val_loss));

@@ -231,6 +231,34 @@ TEST(TablesTest, SweepShowsTheBestEpochWhereATrialKeptOne) {
   EXPECT_THAT(SweepTable(trials, "auto")->header, ::testing::Contains("BEST_VALUE"));
 }
 
+// A trial whose training stopped before its epochs ended (its own early_stopping) says so in
+// the table, with the epochs it trained: its state alone (SUCCEEDED) does not.
+TEST(TablesTest, SweepShowsWhichTrialsStoppedEarly) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.9, 0.3), Trial("3", 1, "0.01", 0.6, 0.9)};
+  for (v1::Job& trial : trials) {
+    trial.mutable_summary()->set_epochs(10);
+    trial.mutable_summary()->set_stop_reason("epochs_completed");
+  }
+  EXPECT_THAT(SweepTable(trials, "auto")->header, Not(::testing::Contains("STOP_REASON")));
+  trials[1].mutable_summary()->set_epochs(4);
+  trials[1].mutable_summary()->set_stop_reason("early_stopped");
+  absl::StatusOr<TextTable> table = SweepTable(trials, "auto");
+  ASSERT_TRUE(table.ok()) << table.status();
+  const auto at = [&](size_t row, const std::string& header) {
+    const auto column = std::find(table->header.begin(), table->header.end(), header);
+    EXPECT_NE(column, table->header.end()) << header;
+    return table->rows[row][static_cast<size_t>(column - table->header.begin())];
+  };
+  ASSERT_EQ(table->rows[1][2], "3");
+  EXPECT_EQ(at(0, "EPOCHS"), "10");
+  EXPECT_EQ(at(0, "STOP_REASON"), "epochs_completed");
+  EXPECT_EQ(at(1, "EPOCHS"), "4");
+  EXPECT_EQ(at(1, "STOP_REASON"), "early_stopped");
+  EXPECT_EQ(at(1, "STATE"), "SUCCEEDED");
+  EXPECT_EQ(table->rows[1].size(), table->header.size());
+  EXPECT_THAT(*RenderTable(*table, "json"), HasSubstr("\"stop_reason\":\"early_stopped\""));
+}
+
 TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
   TextTable table{{"A", "B"}, {{"x,y", "1.5"}, {"p|q", "-"}}, {}, {}};
   EXPECT_EQ(*RenderTable(table, "table"), "A    B\nx,y  1.5\np|q  -\n");
