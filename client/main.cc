@@ -346,7 +346,8 @@ void AddResultCommands(CLI::App& app, CommandTable& table, Flags& f) {
                    "else test_accuracy; regression: val_r2 / test_r2; multilabel: "
                    "val_macro_f1 / test_macro_f1), val_accuracy, val_loss, test_accuracy, "
                    "test_loss, train_loss, samples_per_second, epoch_time_s, peak_memory, "
-                   "time_s, a column's header (VAL_ACC, val_acc) or a task metric the "
+                   "time_s, best_value (each trial's best epoch of its early_stopping "
+                   "monitor), a column's header (VAL_ACC, val_acc) or a task metric the "
                    "trials measured (val_mse, test_r2, ...); equal accuracies go by their loss")
       ->capture_default_str();
   sweep

@@ -207,13 +207,59 @@ void Flatten(const Message& message, const std::string& prefix,
   }
 }
 
-// What `mpsctl sweep` ranks by: a metric of kMetrics (`spec`) or a task or user metric by name,
-// and its direction.
+// Each trial's best epoch's value of the metric it monitored (early_stopping.monitor): the value
+// of the model its best.pt holds. Its direction is the monitored metric's (RankingOf).
+constexpr MetricSpec kBestValue = {"best_value", "BEST_VALUE", &TrialMetrics::best_value, false};
+
+// What `mpsctl sweep` ranks by: a metric of kMetrics or kBestValue (`spec`) or a task or user
+// metric by name, and its direction.
 struct Ranking {
   std::string metric;
   const MetricSpec* spec = nullptr;  // null for a task or user metric
   bool higher_is_better = true;
+  std::string monitor;  // best_value: the metric the trials monitored
 };
+
+// --metric best_value (or its column's header, BEST_VALUE or BEST_<MONITOR>): the trials that
+// kept a best epoch must have monitored one metric, whose direction ranks them.
+absl::StatusOr<Ranking> BestValueRanking(
+    const std::vector<std::pair<const v1::Job*, TrialMetrics>>& trials, const std::string& metric,
+    const std::string& mode) {
+  std::set<std::string> monitors;
+  for (const auto& [job, m] : trials) {
+    if (m.best_epoch.has_value()) monitors.insert(job->summary().monitor());
+  }
+  if (monitors.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metric ", metric,
+                     ": no trial kept a best epoch (early_stopping or checkpoint.keep_best do)"));
+  }
+  if (monitors.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric ", metric, ": the trials monitored different metrics (",
+        absl::StrJoin(monitors, ", "), "), whose best values do not compare; rank by one of them"));
+  }
+  Ranking ranking;
+  ranking.metric = kBestValue.name;
+  ranking.spec = &kBestValue;
+  ranking.monitor = *monitors.begin();
+  if (!absl::EqualsIgnoreCase(metric, kBestValue.name) &&
+      !absl::EqualsIgnoreCase(metric, kBestValue.header) &&
+      !absl::EqualsIgnoreCase(metric, absl::StrCat("best_", ranking.monitor))) {
+    return absl::InvalidArgumentError(absl::StrCat("--metric ", metric, ": the trials monitored ",
+                                                   ranking.monitor, " (--metric best_value)"));
+  }
+  const std::optional<bool> known = mode == "min" || mode == "max"
+                                        ? std::optional<bool>(mode == "max")
+                                        : api::HigherIsBetter(ranking.monitor);
+  if (!known.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metric ", metric, ": whether a higher ", ranking.monitor,
+                     " is better is the job's own metric's to say; add --mode max or --mode min"));
+  }
+  ranking.higher_is_better = *known;
+  return ranking;
+}
 
 // `metric` "auto" (or empty) picked, checked against what the trials measured, and its direction:
 // `mode` "min" or "max", else ("auto" or empty) the metric's known one.
@@ -238,6 +284,9 @@ absl::StatusOr<Ranking> RankingOf(
     for (const char* name : {"test_macro_f1", "val_macro_f1", "test_r2", "val_r2"}) {
       if (measured(name)) metric = name;
     }
+  }
+  if (named && absl::StartsWithIgnoreCase(metric, "best_")) {
+    return BestValueRanking(trials, metric, mode);
   }
   Ranking ranking;
   ranking.metric = metric;
@@ -289,6 +338,7 @@ absl::StatusOr<Ranking> RankingOf(
 std::vector<std::string> SweepMetrics() {
   std::vector<std::string> names;
   for (const MetricSpec& m : kMetrics) names.push_back(m.name);
+  names.push_back(kBestValue.name);
   return names;
 }
 
@@ -312,8 +362,12 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   };
   const bool higher_is_better = ranking->higher_is_better;
   if (ranked_by != nullptr) {
-    *ranked_by = absl::StrCat(ranking->metric, higher_is_better ? ", highest" : ", lowest",
-                              " first (each trial's final value)");
+    *ranked_by = ranking->spec == &kBestValue
+                     ? absl::StrCat("best_value (each trial's best ", ranking->monitor,
+                                    ": the epoch its best.pt holds), ",
+                                    higher_is_better ? "highest" : "lowest", " first")
+                     : absl::StrCat(ranking->metric, higher_is_better ? ", highest" : ", lowest",
+                                    " first (each trial's final value)");
   }
   std::vector<std::string> paths;
   for (const v1::Job& trial : trials) {

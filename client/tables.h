@@ -32,6 +32,9 @@ std::vector<std::string> SweepMetrics();
 // test_macro_f1). `mode` "max" ranks highest first, "min" lowest first; "auto" (or empty): the
 // metric's known direction (accuracies, F1, R² and samples/s up; losses, MSE, MAE and times
 // down). `metric` may also be a column's header, in any case (VAL_ACC, val_acc, samples/s).
+// `metric` best_value (or BEST_VALUE, BEST_<MONITOR>) ranks by each trial's best epoch's value,
+// in the monitored metric's direction; INVALID_ARGUMENT when no trial kept a best epoch or the
+// trials monitored different metrics.
 // Equal accuracies are ordered by the same split's loss, lowest first (val_accuracy by
 // val_loss, test_accuracy by test_loss); other ties keep trial order. INVALID_ARGUMENT naming
 // --metric for a metric neither in SweepMetrics() nor measured by a trial, or a job's own

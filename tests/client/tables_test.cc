@@ -231,6 +231,45 @@ TEST(TablesTest, SweepShowsTheBestEpochWhereATrialKeptOne) {
   EXPECT_THAT(SweepTable(trials, "auto")->header, ::testing::Contains("BEST_VALUE"));
 }
 
+// --metric best_value ranks by each trial's best epoch (the model its best.pt holds), in the
+// monitored metric's direction; its column's header names it too. Trials that monitored
+// different metrics, or kept no best epoch, do not rank by it.
+TEST(TablesTest, SweepRanksByTheBestEpochsValue) {
+  std::vector<v1::Job> trials = {Trial("2", 0, "0.1", 0.9, 0.3), Trial("3", 1, "0.01", 0.6, 0.9),
+                                 Trial("4", 2, "0.001", 0.7, 0.5)};
+  EXPECT_THAT(std::string(SweepTable(trials, "best_value").status().message()),
+              HasSubstr("--metric best_value: no trial kept a best epoch"));
+  const double best[] = {0.41, 0.32, 0.35};
+  for (int i = 0; i < 3; ++i) {
+    v1::JobSummary& s = *trials[i].mutable_summary();
+    s.set_monitor("val_loss");
+    s.set_best_epoch(i + 2);
+    s.set_best_value(best[i]);
+  }
+  std::string ranked_by;
+  for (const char* metric : {"best_value", "BEST_VAL_LOSS", "Best_Value"}) {
+    absl::StatusOr<TextTable> table = SweepTable(trials, metric, false, "auto", &ranked_by);
+    ASSERT_TRUE(table.ok()) << metric << ": " << table.status();
+    EXPECT_EQ(table->rows[0][2], "3") << metric;  // val_loss 0.32: lowest first
+    EXPECT_EQ(table->rows[1][2], "4") << metric;
+    EXPECT_EQ(table->rows[2][2], "2") << metric;
+  }
+  EXPECT_EQ(ranked_by,
+            "best_value (each trial's best val_loss: the epoch its best.pt holds), lowest first");
+  ASSERT_TRUE(SweepTable(trials, "best_value", false, "max", &ranked_by).ok());
+  EXPECT_THAT(ranked_by, HasSubstr("highest first"));
+  EXPECT_THAT(std::string(SweepTable(trials, "best_val_accuracy").status().message()),
+              HasSubstr("--metric best_val_accuracy: the trials monitored val_loss"));
+  // An accuracy is ranked highest first.
+  for (v1::Job& trial : trials) trial.mutable_summary()->set_monitor("val_accuracy");
+  absl::StatusOr<TextTable> table = SweepTable(trials, "best_value");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "2");
+  trials[1].mutable_summary()->set_monitor("val_loss");
+  EXPECT_THAT(std::string(SweepTable(trials, "best_value").status().message()),
+              HasSubstr("the trials monitored different metrics (val_accuracy, val_loss)"));
+}
+
 // A trial whose training stopped before its epochs ended (its own early_stopping) says so in
 // the table, with the epochs it trained: its state alone (SUCCEEDED) does not.
 TEST(TablesTest, SweepShowsWhichTrialsStoppedEarly) {
