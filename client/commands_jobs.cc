@@ -32,6 +32,13 @@ absl::StatusOr<std::vector<v1::Job::State>> ParseStates(const std::vector<std::s
     for (absl::string_view name : absl::StrSplit(arg, ',', absl::SkipWhitespace())) {
       v1::Job::State state;
       const std::string upper = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
+      if (upper == "EARLY_STOPPED") {
+        // The STATE column shows it for a CANCELLED trial the sweep's scheduler stopped.
+        return absl::InvalidArgumentError(
+            absl::StrCat("--state: \"", name,
+                         "\" is not a state but why a sweep's scheduler cancelled a trial; --state "
+                         "cancelled lists those trials (STATE shows EARLY_STOPPED)"));
+      }
       if (upper == "STATE_UNSPECIFIED" || !v1::Job::State_Parse(upper, &state)) {
         std::vector<std::string> known;
         for (int i = 1; i <= v1::Job::State_MAX; ++i) {

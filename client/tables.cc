@@ -468,7 +468,11 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
     if (stopped) {
       const v1::JobSummary& summary = job->summary();
       row.push_back(job->has_summary() ? absl::StrCat(summary.epochs()) : std::string("-"));
-      row.push_back(summary.stop_reason().empty() ? std::string("-") : summary.stop_reason());
+      // A trial the sweep's scheduler stopped ended "cancelled" as far as its training knew.
+      const bool scheduler = StateCell(*job) == "EARLY_STOPPED";
+      row.push_back(scheduler                       ? std::string("sweep.scheduler")
+                    : summary.stop_reason().empty() ? std::string("-")
+                                                    : summary.stop_reason());
     }
     if (validated) {
       row.push_back(cell(m.val_accuracy));

@@ -296,6 +296,15 @@ TEST(TablesTest, SweepShowsWhichTrialsStoppedEarly) {
   EXPECT_EQ(at(1, "STATE"), "SUCCEEDED");
   EXPECT_EQ(table->rows[1].size(), table->header.size());
   EXPECT_THAT(*RenderTable(*table, "json"), HasSubstr("\"stop_reason\":\"early_stopped\""));
+  // Stopped by the sweep's scheduler (ASHA): its training ended "cancelled"; the table says who.
+  trials[0].set_state(v1::Job::CANCELLED);
+  trials[0].set_failure_reason(v1::Job::EARLY_STOPPED);
+  trials[0].mutable_summary()->set_stop_reason("cancelled");
+  table = SweepTable(trials, "auto");
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->rows[0][2], "2");
+  EXPECT_EQ(at(0, "STATE"), "EARLY_STOPPED");
+  EXPECT_EQ(at(0, "STOP_REASON"), "sweep.scheduler");
 }
 
 TEST(TablesTest, RendersTableMarkdownCsvAndJson) {
