@@ -19,8 +19,11 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "api/default_address.h"
+#include "api/field_text.h"
 #include "api/job_id.h"
 #include "client/commands.h"
 #include "client/completion.h"
@@ -506,6 +509,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A mistyped command: CLI11 would only say that a command is required.
+    const std::vector<std::string> rest = app.remaining();
+    if (app.get_subcommands().empty() && !rest.empty() && !absl::StartsWith(rest.front(), "-")) {
+      std::vector<std::string> commands;
+      for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+        commands.push_back(command->get_name());
+      }
+      const std::optional<std::string> near = mpsd::api::ClosestName(rest.front(), commands);
+      std::cerr << "mpsctl: unknown command \"" << rest.front() << "\""
+                << (near.has_value() ? absl::StrCat(" (did you mean \"", *near, "\"?)") : "")
+                << "; mpsctl --help lists the commands\n";
+      return mpsd::client::kExitUsage;
+    }
     const int code = app.exit(e);
     return code == 0 ? 0 : mpsd::client::kExitUsage;
   }

@@ -729,6 +729,10 @@ TEST_F(MpsctlE2eTest, ListFiltersByStateAndKindWithALimit) {
   EXPECT_EQ(bad.exit_code, 64);
   EXPECT_THAT(bad.err, StartsWith("mpsctl: --state: unknown \"runing\" (expected QUEUED, "));
   EXPECT_EQ(Mpsctl({"list", "--kind", "nope"}).exit_code, 64);
+  // EARLY_STOPPED, which STATE shows for a trial a sweep's scheduler stopped, is a reason.
+  CommandResult early = Mpsctl({"list", "--state", "early_stopped"});
+  EXPECT_EQ(early.exit_code, 64);
+  EXPECT_THAT(early.err, HasSubstr("--state cancelled lists those trials"));
 }
 
 TEST_F(MpsctlE2eTest, StatusShowsTheDaemonsHealth) {
@@ -865,6 +869,22 @@ TEST(MpsctlUsageTest, EmptyServerAddressNamesTheFlag) {
   EXPECT_EQ(env.err,
             "mpsctl: $MPSD_ADDR: empty address; expected unix:///path/to.sock, HOST:PORT or a "
             "socket path\n");
+}
+
+// A mistyped command is named, with the command it most likely meant (CLI11 alone says only
+// that a command is required).
+TEST(MpsctlUsageTest, AMistypedCommandIsNamedWithTheNearestOne) {
+  CommandResult result = RunCommand({MpsctlPath(), "swep", "1"});
+  EXPECT_EQ(result.exit_code, 64);
+  EXPECT_EQ(result.err,
+            "mpsctl: unknown command \"swep\" (did you mean \"sweep\"?); mpsctl --help lists "
+            "the commands\n");
+  result = RunCommand({MpsctlPath(), "--server", "unix:///nowhere.sock", "lst"});
+  EXPECT_EQ(result.exit_code, 64);
+  EXPECT_THAT(result.err, HasSubstr("unknown command \"lst\" (did you mean \"list\"?)"));
+  result = RunCommand({MpsctlPath(), "frobnicate"});
+  EXPECT_EQ(result.exit_code, 64);
+  EXPECT_THAT(result.err, StartsWith("mpsctl: unknown command \"frobnicate\"; "));
 }
 
 TEST(MpsctlUsageTest, NegativeWaitTimeoutNamesAReadableRange) {
