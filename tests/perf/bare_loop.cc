@@ -18,9 +18,14 @@
 //
 // Usage: mpsd_bare_loop IDX_DIR JSON_OUT [epochs=3] [batch_size=128] [lr=1e-3] [seed=1] [device]
 //                       [mode=eager|graphed] [precision=fp32|bf16]
-//                       [memory_format=contiguous|channels_last]
+//                       [memory_format=contiguous|channels_last] [cudnn=search|heuristics]
+// cudnn: graphed runs search cuDNN's algorithms (benchmark mode, as mpsd's executor sets it) by
+// default; "heuristics" takes cuDNN's heuristic choice instead (PyTorch's default), to measure
+// what the search costs in peak memory and gains in speed.
 // Writes {"variant": "3" (graphed: "3g"), "epoch_times_s": [...], "s_per_epoch": median of
-//         epochs 2..N, "test_accuracies": [...], "test_accuracy": last, ...} to JSON_OUT.
+//         epochs 2..N, "test_accuracies": [...], "test_accuracy": last, "peak_allocated_bytes":
+//         the caching allocator's peak over the whole run (data, warm-up, capture, training and
+//         the test passes), ...} to JSON_OUT.
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -33,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/device.h"
 #include "trainer/graphed_step.h"
 #include "trainer/idx.h"
 #include "trainer/models.h"
@@ -207,7 +213,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: %s IDX_DIR JSON_OUT [epochs] [batch] [lr] [seed] [device] "
-                 "[eager|graphed] [fp32|bf16] [contiguous|channels_last]\n",
+                 "[eager|graphed] [fp32|bf16] [contiguous|channels_last] [search|heuristics]\n",
                  argv[0]);
     return 2;
   }
@@ -220,6 +226,11 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 8 ? argv[8] : "eager";
   const std::string precision = argc > 9 ? argv[9] : "fp32";
   const std::string memory_format = argc > 10 ? argv[10] : "contiguous";
+  const std::string cudnn = argc > 11 ? argv[11] : "search";
+  if (cudnn != "search" && cudnn != "heuristics") {
+    std::fprintf(stderr, "cudnn: search or heuristics\n");
+    return 2;
+  }
   if ((mode != "eager" && mode != "graphed") || (precision != "fp32" && precision != "bf16") ||
       (memory_format != "contiguous" && memory_format != "channels_last") ||
       (mode == "eager" && (precision != "fp32" || memory_format != "contiguous"))) {
@@ -232,7 +243,10 @@ int main(int argc, char** argv) {
   const bool channels_last = memory_format == "channels_last";
 
   torch::manual_seed(seed);
-  if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(graphed);  // as mpsd's executor
+  if (device.is_cuda()) {  // as mpsd's executor, unless told otherwise
+    at::globalContext().setBenchmarkCuDNN(graphed && cudnn == "search");
+  }
+  mpsd::trainer::ResetPeakMemory(device);
   const Clock::time_point load_start = Clock::now();
   Split train = Load(dir, "train", device);
   Split test = Load(dir, "t10k", device);
@@ -275,7 +289,7 @@ int main(int argc, char** argv) {
                "\"memory_format\": \"%s\", "
                "\"epoch_times_s\": %s, \"s_per_epoch\": %.6f, \"test_accuracies\": %s, "
                "\"test_accuracy\": %.6f, \"data_load_s\": %.6f, \"torch\": \"%s\", "
-               "\"device\": \"%s\"}\n",
+               "\"device\": \"%s\", \"cudnn\": \"%s\", \"peak_allocated_bytes\": %lld}\n",
                graphed ? "3g" : "3",
                graphed ? "bare LibTorch C++ loop, data resident on the device, randperm per "
                          "epoch, mpsd's convnet and GraphedStep: the whole step in one CUDA graph "
@@ -284,7 +298,8 @@ int main(int argc, char** argv) {
                          "index_select per batch, torch::optim::Adam",
                precision.c_str(), memory_format.c_str(), list(epoch_times).c_str(), median,
                list(accuracies).c_str(), accuracies.back(), load_s, TORCH_VERSION,
-               device.str().c_str());
+               device.str().c_str(), cudnn.c_str(),
+               static_cast<long long>(mpsd::trainer::ReadMemory(device).peak_allocated_bytes));
   std::fclose(f);
   return 0;
 }

@@ -12,6 +12,8 @@ sync inside an epoch.
                                batch; static batch shape, so the last partial batch of each
                                epoch (60,000 mod 128 = 96 examples) is dropped                (5c)
 Compilation, warm-up and capture happen before or in epoch 1, which the median leaves out.
+  --cudnn-benchmark            torch.backends.cudnn.benchmark = True (cuDNN's algorithm search,
+                               as mpsd's executor sets it; default: cuDNN's heuristics)
   --profile START:COUNT        torch.profiler (CPU + CUDA) over steps START..START+COUNT-1,
                                counted from 1 over the run, each in a "ProfilerStep#N"
                                record_function as mpsd's `profile:` marks them; the Chrome trace
@@ -126,6 +128,8 @@ def main():
                         help="AdamW (decoupled weight decay) instead of Adam (sweeps, issue 31)")
     parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW's weight decay")
     parser.add_argument("--channels-last", action="store_true", help="torch.channels_last")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="torch.backends.cudnn.benchmark = True (default: heuristics)")
     parser.add_argument("--profile", default="", metavar="START:COUNT")
     parser.add_argument("--profile-out", default="trace.json")
     parser.add_argument("--threads", type=int, default=0,
@@ -137,6 +141,7 @@ def main():
     BF16 = args.bf16
 
     torch.manual_seed(args.seed)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = torch.device(args.device)
     train_x, train_y, test_x, test_y, load_s = common.load_resident(args.idx_dir, device,
                                                                     args.limit_train)
@@ -157,7 +162,9 @@ def main():
     if args.compile != "none":
         forward_model = torch.compile(model, mode=None if args.compile == "default" else args.compile)
     setup_s = common.now() - setup_start
+    setup_peak = 0
     if device.type == "cuda":
+        setup_peak = torch.cuda.max_memory_allocated(device)  # the data, warm-up and capture
         torch.cuda.reset_peak_memory_stats(device)
     last = n - n % bs if args.cuda_graph else n   # static shape: full batches only
     epoch_times, accuracies = [], []
@@ -206,6 +213,8 @@ def main():
         what += ", bf16 autocast"
     if args.channels_last:
         what += ", channels_last"
+    if args.cudnn_benchmark:
+        what += ", cudnn.benchmark"
     description = "PyTorch, data resident on the GPU, randperm + index_select per batch, " + what
     common.write_result(args.json, args.variant or variant, description, epoch_times, accuracies,
                         data_load_s=load_s, setup_s=setup_s,
@@ -213,6 +222,7 @@ def main():
                         threads=torch.get_num_threads(),
                         peak_allocated_bytes=(torch.cuda.max_memory_allocated(device)
                                               if device.type == "cuda" else 0),
+                        setup_peak_allocated_bytes=setup_peak,
                         reserved_bytes=(torch.cuda.memory_reserved(device)
                                         if device.type == "cuda" else 0))
 

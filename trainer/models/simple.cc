@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
+#include "trainer/models/conv_ops.h"
 #include "trainer/models/layers.h"
 
 namespace mpsd::trainer {
@@ -113,8 +114,19 @@ torch::Tensor ConvNetImpl::forward(torch::Tensor images) {
   // second one after the max-pool: max and ReLU commute (ReLU is monotone), so the values are
   // pytorch/examples' and so is the gradient (a window whose maximum is <= 0 passes none
   // either way; else it goes to the maximum), on a quarter of the elements.
-  torch::Tensor x = conv1_->forward(images).relu_();
-  x = torch::max_pool2d(conv2_->forward(x), /*kernel_size=*/2).relu_();
+  // On CUDA, when training: the biases added by AddChannelBias and the max-pool by MaxPool2x2
+  // (models/conv_ops.h), the same values and gradients from cheaper backward kernels.
+  torch::Tensor x;
+  if (images.is_cuda() && torch::GradMode::is_enabled()) {
+    const auto conv = [](const nn::Conv2d& layer, const torch::Tensor& input) {
+      return AddChannelBias(torch::conv2d(input, layer->weight), layer->bias);
+    };
+    x = conv(conv1_, images).relu_();
+    x = MaxPool2x2(conv(conv2_, x)).relu_();
+  } else {
+    x = conv1_->forward(images).relu_();
+    x = torch::max_pool2d(conv2_->forward(x), /*kernel_size=*/2).relu_();
+  }
   x = dropout1_->forward(x);
   x = torch::flatten(x, /*start_dim=*/1);
   x = fc1_->forward(x).relu_();

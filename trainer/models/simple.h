@@ -27,7 +27,8 @@ TORCH_MODULE(Mlp);
 // The seeds' and pytorch/examples' MNIST network: conv C→32 3×3, ReLU, conv 32→64 3×3, ReLU,
 // max-pool 2 (computed as max-pool then ReLU: the same values and gradients), Dropout2d 0.25,
 // flatten (9216 for 28×28), linear 128, ReLU, Dropout 0.5, linear num_classes. 1,199,882 parameters
-// for MNIST's 1×28×28 and 10 classes; needs H, W >= 6.
+// for MNIST's 1×28×28 and 10 classes; needs H, W >= 6. Training on CUDA, the convolutions' biases
+// and the max-pool are models/conv_ops.h's (cheaper backward kernels, the same gradients).
 class ConvNetImpl : public ClassifierImpl {
  public:
   explicit ConvNetImpl(const ModelConfig& config);
