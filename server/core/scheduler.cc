@@ -441,15 +441,36 @@ absl::flat_hash_map<std::string, std::string> Scheduler::ReplayStoppingHistory(
     AddStopper(job, most == max_epochs.end() ? 1 : most->second);
   }
   absl::flat_hash_map<std::string, std::string> stopped;
-  for (const StoredEpoch& stored : history) {
-    const std::string id = absl::StrCat(stored.job_id);
+  // As they were decided: a fused run's trials at one epoch boundary (published one after
+  // another, so next to each other in `history`) together.
+  for (size_t i = 0; i < history.size();) {
+    const std::string id = absl::StrCat(history[i].job_id);
     auto job = jobs_.find(id);
-    if (job == jobs_.end()) continue;
-    auto stopper = stoppers_.find(job->second.trial().sweep_id());
-    if (stopper == stoppers_.end()) continue;
-    const StopDecision decision =
-        stopper->second->Observe(id, TrialEpochs(job->second), stored.epoch);
-    if (decision.stop) stopped.emplace(id, decision.reason);  // the first stop is the one made
+    auto stopper =
+        job == jobs_.end() ? stoppers_.end() : stoppers_.find(job->second.trial().sweep_id());
+    if (stopper == stoppers_.end()) {
+      ++i;
+      continue;
+    }
+    const std::string& lead = job->second.trial().fused_lead();
+    std::vector<SweepStopper::TrialEpoch> together = {
+        {id, TrialEpochs(job->second), history[i].epoch}};
+    absl::flat_hash_set<std::string> trials = {id};
+    for (++i; !lead.empty() && i < history.size(); ++i) {
+      const std::string next_id = absl::StrCat(history[i].job_id);
+      auto next = jobs_.find(next_id);
+      if (next == jobs_.end() || next->second.trial().fused_lead() != lead ||
+          history[i].epoch.epoch() != together.front().epoch.epoch() ||
+          !trials.insert(next_id).second) {
+        break;
+      }
+      together.push_back({next_id, TrialEpochs(next->second), history[i].epoch});
+    }
+    const std::vector<StopDecision> decisions = stopper->second->ObserveTogether(together);
+    for (size_t k = 0; k < together.size(); ++k) {
+      // The first stop is the one made.
+      if (decisions[k].stop) stopped.emplace(together[k].trial, decisions[k].reason);
+    }
   }
   return stopped;
 }
@@ -477,10 +498,40 @@ void Scheduler::PublishRunEvent(const std::string& job_id, JobEvent event) {
 
 void Scheduler::ObserveTrialEpoch(Job& trial) {
   if (!trial.has_trial()) return;
+  if (auto fused = fused_epochs_.find(trial.id()); fused != fused_epochs_.end()) {
+    FusedEpochs& run = *fused->second;
+    // A second epoch of a trial before the rest reached its first: decided as far as they came.
+    for (const SweepStopper::TrialEpoch& waiting : run.waiting) {
+      if (waiting.trial == trial.id()) DecideFusedEpochs(run, /*now=*/true);
+    }
+    run.waiting.push_back({trial.id(), TrialEpochs(trial), trial.last_epoch()});
+    DecideFusedEpochs(run, /*now=*/false);
+    return;
+  }
   auto stopper = stoppers_.find(trial.trial().sweep_id());
   if (stopper == stoppers_.end()) return;
-  const StopDecision decision =
-      stopper->second->Observe(trial.id(), TrialEpochs(trial), trial.last_epoch());
+  ApplyStop(trial, stopper->second->Observe(trial.id(), TrialEpochs(trial), trial.last_epoch()));
+}
+
+void Scheduler::DecideFusedEpochs(FusedEpochs& run, bool now) {
+  if (run.waiting.empty()) return;
+  if (!now) {
+    for (const std::string& id : run.running) {
+      const bool arrived = std::any_of(
+          run.waiting.begin(), run.waiting.end(),
+          [&id](const SweepStopper::TrialEpoch& waiting) { return waiting.trial == id; });
+      if (!arrived) return;
+    }
+  }
+  std::vector<SweepStopper::TrialEpoch> together;
+  together.swap(run.waiting);
+  auto stopper = stoppers_.find(run.sweep_id);
+  if (stopper == stoppers_.end()) return;
+  const std::vector<StopDecision> decisions = stopper->second->ObserveTogether(together);
+  for (size_t i = 0; i < together.size(); ++i) ApplyStop(jobs_[together[i].trial], decisions[i]);
+}
+
+void Scheduler::ApplyStop(Job& trial, const StopDecision& decision) {
   auto running = running_.find(trial.id());
   // A trial already asked to stop (a user's cancel, a shutdown) ends as that asked.
   if (!decision.stop || running == running_.end() || running->second->cancel.cancelled() ||
@@ -1260,6 +1311,15 @@ void Scheduler::ExecutorLoop() {
           group_specs.push_back(specs[static_cast<size_t>(index)]);
         }
         if (group.size() > 1) {
+          auto run = std::make_shared<FusedEpochs>();
+          run->sweep_id = lead.trial().sweep_id();
+          for (const std::string& id : group) {
+            jobs_[id].mutable_trial()->set_fused_lead(job_id);  // stored with the note below
+            if (stoppers_.contains(run->sweep_id)) {
+              run->running.insert(id);
+              fused_epochs_[id] = run;
+            }
+          }
           const std::string text =
               absl::StrCat("trained fused with ", group.size() - 1, " other trial(s) of sweep ",
                            lead.trial().sweep_id(), ": jobs ", absl::StrJoin(group, ", "),
@@ -1395,6 +1455,14 @@ void Scheduler::FinishJob(const std::string& job_id, const absl::Status& status,
   if (it == running_.end()) return;  // settled already
   const Job::State stop_as = it->second->stop_as.load();
   running_.erase(it);
+  if (auto fused = fused_epochs_.find(job_id); fused != fused_epochs_.end()) {
+    // The rest of its run no longer waits for its epochs (a decision on it now changes nothing:
+    // it no longer runs).
+    const std::shared_ptr<FusedEpochs> run = fused->second;
+    fused_epochs_.erase(fused);
+    run->running.erase(job_id);
+    DecideFusedEpochs(*run, /*now=*/false);
+  }
   std::optional<std::string> early_stop;
   if (auto stopped = early_stops_.find(job_id); stopped != early_stops_.end()) {
     early_stop = std::move(stopped->second);

@@ -21,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -303,8 +304,23 @@ class Scheduler {
       const std::vector<StoredEpoch>& history) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A running trial's epoch (job.last_epoch, just published) fed to its sweep's rule; on a stop,
   // the trial is told why in its log and stopped as a cancel stops it (its flag), to end
-  // CANCELLED with EARLY_STOPPED (FinishJob).
+  // CANCELLED with EARLY_STOPPED (FinishJob). A fused run's trial waits in fused_epochs_ until
+  // every unsettled trial of its run reached the same epoch boundary: their results are then
+  // decided together (SweepStopper::ObserveTogether).
   void ObserveTrialEpoch(mpsd::v1::Job& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fused run's trials' epochs, while any of them runs: those that reached the current epoch
+  // boundary wait here for the rest.
+  struct FusedEpochs {
+    std::string sweep_id;
+    // The run's trials not settled yet.
+    absl::flat_hash_set<std::string> running;
+    std::vector<SweepStopper::TrialEpoch> waiting;
+  };
+  // Decides `run`'s waiting epochs once every running trial of it has one (`now`: at once).
+  void DecideFusedEpochs(FusedEpochs& run, bool now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A decision of the sweep's rule on running trial `trial`, carried out.
+  void ApplyStop(mpsd::v1::Job& trial, const StopDecision& decision)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publish for an event of a running job's executor, then ObserveTrialEpoch for an epoch.
   void PublishRunEvent(const std::string& job_id, mpsd::v1::JobEvent event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -374,6 +390,9 @@ class Scheduler {
   // The early-stopping rule of every unfinished sweep with a scheduler (SweepSpec.scheduler), by
   // sweep id; dropped when the sweep ends.
   absl::flat_hash_map<std::string, std::unique_ptr<SweepStopper>> stoppers_ ABSL_GUARDED_BY(mu_);
+  // The trials of the fused run that is running (when its sweep has a scheduler), each to the
+  // run's epochs; an entry lives until its trial is settled.
+  absl::flat_hash_map<std::string, std::shared_ptr<FusedEpochs>> fused_epochs_ ABSL_GUARDED_BY(mu_);
   // Running trials their sweep's rule stopped, with the reason, until FinishJob settles them.
   absl::flat_hash_map<std::string, std::string> early_stops_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

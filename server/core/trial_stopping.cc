@@ -179,30 +179,52 @@ std::vector<int> AshaRule::rung_epochs() const {
   return epochs;
 }
 
-StopDecision AshaRule::OnResult(const std::string& trial, int epoch, double value) {
-  const double compared = config_.maximize ? value : -value;
+std::vector<StopDecision> AshaRule::OnResults(const std::vector<TrialResult>& results) {
   // Ray's q: nanpercentile(recorded, (1 - 1/rf) * 100), which divides by 100 again.
   const double q = (1.0 - 1.0 / config_.reduction_factor) * 100.0 / 100.0;
-  for (Rung& rung : rungs_) {
-    if (epoch < rung.epoch || rung.recorded.count(trial) > 0) continue;
-    std::vector<double> before;
-    for (const auto& [id, recorded] : rung.recorded) before.push_back(recorded);
-    const std::optional<double> cutoff = LinearQuantile(before, q);
-    rung.recorded[trial] = compared;
-    StopDecision decision;
+  // Each result's rung, found before any of the set is recorded there: the highest one reached
+  // where the trial has no value yet.
+  std::vector<Rung*> at(results.size(), nullptr);
+  for (size_t i = 0; i < results.size(); ++i) {
+    for (Rung& rung : rungs_) {
+      if (results[i].epoch < rung.epoch || rung.recorded.count(results[i].trial) > 0) continue;
+      at[i] = &rung;
+      break;
+    }
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (at[i] != nullptr) {
+      at[i]->recorded[results[i].trial] = config_.maximize ? results[i].value : -results[i].value;
+    }
+  }
+  std::vector<StopDecision> decisions(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (at[i] == nullptr) continue;
+    const Rung& rung = *at[i];
+    const TrialResult& result = results[i];
+    std::vector<double> others;
+    for (const auto& [id, recorded] : rung.recorded) {
+      if (id != result.trial) others.push_back(recorded);
+    }
+    const std::optional<double> cutoff = LinearQuantile(others, q);
+    const double compared = rung.recorded.at(result.trial);
+    StopDecision& decision = decisions[i];
     decision.stop = cutoff.has_value() && compared < *cutoff;
-    if (!decision.stop) return decision;
+    if (!decision.stop) continue;
+    int together = 0;  // others of this set at this rung
+    for (size_t j = 0; j < results.size(); ++j) together += j != i && at[j] == at[i];
     decision.reason = absl::StrFormat(
         "asha stopped the trial at its rung of epoch %d: %s %.6g%s is worse than the cutoff "
-        "%.6g for the best 1/%d at this rung (%d trial(s) recorded there before it; mode %s, "
+        "%.6g for the best 1/%d at this rung (%d trial(s) recorded there %s; mode %s, "
         "grace_period %d, reduction_factor %d)",
-        rung.epoch, config_.metric, value,
-        epoch == rung.epoch ? std::string() : absl::StrCat(" (epoch ", epoch, ")"),
-        Shown(config_, *cutoff), config_.reduction_factor, static_cast<int>(before.size()),
+        rung.epoch, config_.metric, result.value,
+        result.epoch == rung.epoch ? std::string() : absl::StrCat(" (epoch ", result.epoch, ")"),
+        Shown(config_, *cutoff), config_.reduction_factor, static_cast<int>(others.size()),
+        together == 0 ? std::string("before it")
+                      : absl::StrCat("besides it, ", together, " of them at the same time"),
         ModeName(config_), config_.grace_period, config_.reduction_factor);
-    return decision;
   }
-  return {};
+  return decisions;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,10 +245,22 @@ std::optional<double> MedianStoppingRule::RunningMean(const std::map<int, double
   return sum / count;
 }
 
-StopDecision MedianStoppingRule::OnResult(const std::string& trial, int epoch, double value) {
-  if (std::isnan(value)) return {};
-  std::map<int, double>& mine = results_[trial];
-  mine[epoch] = config_.maximize ? value : -value;
+std::vector<StopDecision> MedianStoppingRule::OnResults(const std::vector<TrialResult>& results) {
+  for (const TrialResult& result : results) {
+    if (!std::isnan(result.value)) {
+      results_[result.trial][result.epoch] = config_.maximize ? result.value : -result.value;
+    }
+  }
+  std::vector<StopDecision> decisions;
+  for (const TrialResult& result : results) {
+    decisions.push_back(std::isnan(result.value) ? StopDecision{}
+                                                 : Decide(result.trial, result.epoch));
+  }
+  return decisions;
+}
+
+StopDecision MedianStoppingRule::Decide(const std::string& trial, int epoch) const {
+  const std::map<int, double>& mine = results_.at(trial);
   if (epoch <= config_.grace_period) return {};
   std::vector<double> means;
   for (const auto& [id, results] : results_) {
@@ -267,11 +301,27 @@ SweepStopper::SweepStopper(const TrialStoppingConfig& config)
 
 StopDecision SweepStopper::Observe(const std::string& trial, int trial_epochs,
                                    const mpsd::v1::EpochMetrics& epoch) {
-  const std::optional<double> value = api::EpochMetricValue(config_.metric, epoch);
-  if (!value.has_value()) return {};
-  StopDecision decision = rule_->OnResult(trial, epoch.epoch(), *value);
-  if (epoch.epoch() >= trial_epochs) return {};
-  return decision;
+  return ObserveTogether({TrialEpoch{trial, trial_epochs, epoch}}).front();
+}
+
+std::vector<StopDecision> SweepStopper::ObserveTogether(const std::vector<TrialEpoch>& events) {
+  std::vector<TrialResult> results;
+  std::vector<size_t> fed;  // index into events of each result
+  for (size_t i = 0; i < events.size(); ++i) {
+    const std::optional<double> value = api::EpochMetricValue(config_.metric, events[i].epoch);
+    if (!value.has_value()) continue;
+    results.push_back(TrialResult{events[i].trial, events[i].epoch.epoch(), *value});
+    fed.push_back(i);
+  }
+  std::vector<StopDecision> decisions(events.size());
+  if (results.empty()) return decisions;
+  std::vector<StopDecision> made = rule_->OnResults(results);
+  for (size_t k = 0; k < fed.size(); ++k) {
+    const TrialEpoch& event = events[fed[k]];
+    // A stop at the trial's last epoch is dropped: its training is done.
+    if (event.epoch.epoch() < event.trial_epochs) decisions[fed[k]] = std::move(made[k]);
+  }
+  return decisions;
 }
 
 std::string SweepStopper::Describe() const {

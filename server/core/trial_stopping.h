@@ -56,19 +56,33 @@ struct StopDecision {
   std::string reason;
 };
 
+// One result: trial `trial` (any stable id; the scheduler's job id) measured `value` of the
+// metric at the end of epoch `epoch` (1-based), in the metric's units (the rule applies the
+// mode).
+struct TrialResult {
+  std::string trial;
+  int epoch = 0;
+  double value = 0;
+};
+
 // A stopping rule over the results of a sweep's trials. Thread-compatible: one caller at a time
 // (the scheduler calls it under its lock).
 class TrialStoppingRule {
  public:
   virtual ~TrialStoppingRule() = default;
-  // One result: trial `trial` (any stable id; the scheduler's job id) measured `value` of the
-  // metric at the end of epoch `epoch` (1-based), in the metric's units (the rule applies
-  // the mode). A trial's results come in increasing epoch order; a resumed trial may report an
-  // epoch again. The decision is about this trial now; the rule remembers the result either
-  // way.
-  virtual StopDecision OnResult(const std::string& trial, int epoch, double value) = 0;
+  // Results that arrive together, each of a different trial: a fused run's trials at one epoch
+  // boundary. Each is decided as if it had arrived after the others (every other trial's
+  // result of the set counts for it), so the decisions do not depend on the set's order: fed
+  // one by one, the first trial of a fused group at an asha rung would always go on, as there
+  // was nothing recorded there before it. A trial's results come in increasing epoch order
+  // over calls; a resumed trial may report an epoch again. The decisions, in `results`' order,
+  // are about those trials now; the rule remembers the results either way.
+  virtual std::vector<StopDecision> OnResults(const std::vector<TrialResult>& results) = 0;
+  // One result alone: OnResults of a set of one.
+  StopDecision OnResult(const std::string& trial, int epoch, double value) {
+    return OnResults({TrialResult{trial, epoch, value}}).front();
+  }
 };
-
 // Ray Tune's AsyncHyperBandScheduler with one bracket (ray/tune/schedulers/async_hyperband.py,
 // _Bracket.on_result and cutoff; Li et al., "A System for Massively Parallel Hyperparameter
 // Tuning", MLSys 2020), its time attribute the epoch and max_t the trials' epochs.
@@ -79,7 +93,8 @@ class TrialStoppingRule {
 // against the highest rung with rung epoch <= e at which the trial has no value yet (rungs are
 // visited highest first, and only one rung per result): if there is one, the trial's cutoff
 // there is the (1 - 1/reduction_factor) quantile, numpy's default "linear" interpolation, of the
-// values the rung recorded before (NaN values left out, as nanpercentile); the trial stops when
+// values the rung recorded before, and those of the results that arrived with it (OnResults;
+// NaN values left out, as nanpercentile); the trial stops when
 // its value is below the cutoff (strictly: a value equal to the cutoff goes on), and its value
 // is recorded at the rung either way (a NaN value too, which never stops). With nothing
 // recorded at the rung there is no cutoff and the trial goes on; with one value recorded the
@@ -92,7 +107,7 @@ class TrialStoppingRule {
 class AshaRule final : public TrialStoppingRule {
  public:
   explicit AshaRule(const TrialStoppingConfig& config);
-  StopDecision OnResult(const std::string& trial, int epoch, double value) override;
+  std::vector<StopDecision> OnResults(const std::vector<TrialResult>& results) override;
   // The rung epochs, lowest first.
   std::vector<int> rung_epochs() const;
 
@@ -124,9 +139,11 @@ class AshaRule final : public TrialStoppingRule {
 class MedianStoppingRule final : public TrialStoppingRule {
  public:
   explicit MedianStoppingRule(const TrialStoppingConfig& config);
-  StopDecision OnResult(const std::string& trial, int epoch, double value) override;
+  std::vector<StopDecision> OnResults(const std::vector<TrialResult>& results) override;
 
  private:
+  // The decision on `trial`'s result at `epoch`, recorded already.
+  StopDecision Decide(const std::string& trial, int epoch) const;
   // The mean of `results` at epochs grace_period to `epoch`; nullopt when there is none.
   std::optional<double> RunningMean(const std::map<int, double>& results, int epoch) const;
 
@@ -149,6 +166,15 @@ class SweepStopper {
   // (epoch >= trial_epochs) is dropped: its training is done, and it is kept as finished.
   StopDecision Observe(const std::string& trial, int trial_epochs,
                        const mpsd::v1::EpochMetrics& epoch);
+  // One epoch event of each of several trials that arrive together (a fused run's trials at
+  // one epoch boundary), decided as the rule's OnResults decides a set; the decisions in
+  // `events`' order, as Observe's.
+  struct TrialEpoch {
+    std::string trial;
+    int trial_epochs = 1;
+    mpsd::v1::EpochMetrics epoch;
+  };
+  std::vector<StopDecision> ObserveTogether(const std::vector<TrialEpoch>& events);
 
   const TrialStoppingConfig& config() const { return config_; }
   // "asha on val_loss (min; rungs at epochs 1, 2, reduction_factor 2)", for logs.

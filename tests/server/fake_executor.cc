@@ -221,6 +221,12 @@ std::vector<absl::Status> FakeExecutor::RunFused(const std::vector<api::TrialRun
   for (size_t epoch = 0; epoch < most_epochs; ++epoch) {
     for (size_t i = 0; i < trials.size(); ++i) {
       if (ended[i] || epoch >= scripts[i].epoch_losses.size()) continue;
+      // Cancelled by what another trial's event decided (its sweep's rule): ends before this
+      // epoch, as a fused run's trial ends at its next step.
+      if (trials[i].cancelled->cancelled()) {
+        end(i, absl::CancelledError(absl::StrCat("cancelled after epoch ", epoch)));
+        continue;
+      }
       trials[i].sink(EpochEvent(static_cast<int>(epoch) + 1, scripts[i].epoch_losses[epoch]));
       if (trials[i].cancelled->cancelled()) {
         end(i, absl::CancelledError(absl::StrCat("cancelled after epoch ", epoch + 1)));

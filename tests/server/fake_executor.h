@@ -74,9 +74,9 @@ class FakeExecutor final : public api::Executor {
   absl::StatusOr<std::vector<int>> PlanFusion(const std::vector<mpsd::v1::SubmitJobRequest>& specs,
                                               int max_trials) const override;
   // Each trial plays its own script (taken from the queue in trial order; each counts as a Run
-  // in runs()), interleaved step by step, then epoch by epoch; a trial cancelled after a step or
-  // while held ends alone (summary, `done`, CANCELLED) and the others go on; Release() ends every
-  // hold.
+  // in runs()), interleaved step by step, then epoch by epoch; a trial cancelled after a step, an
+  // epoch (its own event's or another trial's) or while held ends alone (summary, `done`,
+  // CANCELLED) and the others go on; Release() ends every hold.
   std::vector<absl::Status> RunFused(const std::vector<api::TrialRun>& trials,
                                      const api::FusionOptions& options) override;
   // kind "fake", name "fake executor", jobs_run: the Runs so far.

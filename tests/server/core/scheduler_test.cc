@@ -550,10 +550,16 @@ TEST_F(SchedulerTest, AshaStopsTrialsEarlyFusedOrNotAndTheSweepSucceeds) {
     const Job second = *scheduler->Get(t[1]);
     EXPECT_EQ(second.state(), Job::CANCELLED);
     EXPECT_EQ(second.failure_reason(), Job::EARLY_STOPPED);
+    // Fused, the three reach rung 1 together and each is judged against the other two.
     EXPECT_EQ(second.message(),
-              "asha stopped the trial at its rung of epoch 1: val_loss 0.9 is worse than the "
-              "cutoff 0.5 for the best 1/2 at this rung (1 trial(s) recorded there before it; "
-              "mode min, grace_period 1, reduction_factor 2)");
+              fuse == "off"
+                  ? "asha stopped the trial at its rung of epoch 1: val_loss 0.9 is worse than "
+                    "the cutoff 0.5 for the best 1/2 at this rung (1 trial(s) recorded there "
+                    "before it; mode min, grace_period 1, reduction_factor 2)"
+                  : "asha stopped the trial at its rung of epoch 1: val_loss 0.9 is worse than "
+                    "the cutoff 0.475 for the best 1/2 at this rung (2 trial(s) recorded there "
+                    "besides it, 2 of them at the same time; mode min, grace_period 1, "
+                    "reduction_factor 2)");
     EXPECT_EQ(second.last_epoch().epoch(), 1);  // stopped at its next step: epoch 2 never came
     const Job third = *scheduler->Get(t[2]);
     EXPECT_EQ(third.state(), Job::CANCELLED);
@@ -571,6 +577,42 @@ TEST_F(SchedulerTest, AshaStopsTrialsEarlyFusedOrNotAndTheSweepSucceeds) {
     ASSERT_TRUE(events.ok());
     EXPECT_EQ(events->back().state().failure_reason(), Job::EARLY_STOPPED);
   }
+}
+
+// Fused trials reach a rung together: the first of them is judged like the rest (fed in trial
+// order, the first at a rung always went on, so asha never stopped a fused run's first trial),
+// and the decisions are those of any order. The worst trial leads here.
+TEST_F(SchedulerTest, AshaJudgesAFusedRunsFirstTrialLikeTheOthers) {
+  executor_.FuseUpTo(4);
+  executor_.QueueScript(Epochs({0.9, 0.8, 0.7}));
+  executor_.QueueScript(Epochs({0.5, 0.4, 0.3}));
+  executor_.QueueScript(Epochs({0.7, 0.6, 0.5}));
+  executor_.QueueScript(Epochs({0.4, 0.3, 0.2}));
+  auto scheduler = Start();
+  ASSERT_TRUE(scheduler->Pause().ok());
+  const Job sweep = Submit(*scheduler, AshaSweep("auto", 4));
+  ASSERT_TRUE(scheduler->Resume().ok());
+  const Job done = WaitForEnd(*scheduler, sweep.id());
+  const std::vector<std::string> t(sweep.trial_job_ids().begin(), sweep.trial_job_ids().end());
+  ASSERT_THAT(executor_.fused_runs().back(), ElementsAre(t[0], t[1], t[2], t[3]));
+  // Rung 1 keeps the better half (0.5, 0.4); rung 2 the better of those two (0.3).
+  const Job first = *scheduler->Get(t[0]);
+  EXPECT_EQ(first.failure_reason(), Job::EARLY_STOPPED);
+  EXPECT_THAT(first.message(), HasSubstr("rung of epoch 1: val_loss 0.9 is worse than the cutoff "
+                                         "0.5 for the best 1/2 at this rung (3 trial(s) recorded "
+                                         "there besides it, 3 of them at the same time;"));
+  EXPECT_EQ(scheduler->Get(t[2])->failure_reason(), Job::EARLY_STOPPED);
+  EXPECT_EQ(scheduler->Get(t[2])->last_epoch().epoch(), 1);
+  const Job second = *scheduler->Get(t[1]);
+  EXPECT_EQ(second.failure_reason(), Job::EARLY_STOPPED);
+  EXPECT_THAT(second.message(), HasSubstr("rung of epoch 2: val_loss 0.4 is worse than the "
+                                          "cutoff 0.3"));
+  EXPECT_EQ(scheduler->Get(t[3])->state(), Job::SUCCEEDED);
+  EXPECT_EQ(done.message(),
+            "1 of 4 trials succeeded; 3 were stopped early by the sweep's scheduler");
+  // Each trial's stored record names the run it trained in: a restarted daemon decides the
+  // stored epochs as they were decided.
+  for (const std::string& id : t) EXPECT_EQ(store_->GetJob(id)->trial().fused_lead(), t[0]);
 }
 
 // Without a scheduler the same trials all run to their end.

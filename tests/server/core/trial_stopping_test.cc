@@ -133,6 +133,52 @@ TEST(AshaRuleTest, NaNValuesDoNotStopAndDoNotCount) {
   EXPECT_FALSE(rule.OnResult("a", 1, 9.0).stop);  // a was recorded (as NaN) at this rung
 }
 
+// Results that arrive together (a fused run's trials at one epoch boundary) are each judged as
+// if it had arrived last: against every other value at the rung. Fed one by one, the first of
+// them always went on (nothing recorded before it); together, reduction_factor 2 keeps the
+// better half whatever the order. Mode min:
+//   trial  loss  the others at the rung   cutoff (median)  decision
+//   b      0.9   {0.5, 0.4, 0.7}          0.5              stop
+//   a      0.5   {0.9, 0.4, 0.7}          0.7              go on
+//   d      0.7   {0.9, 0.5, 0.4}          0.5              stop
+//   c      0.4   {0.9, 0.5, 0.7}          0.7              go on
+TEST(AshaRuleTest, ResultsThatArriveTogetherAreEachJudgedAgainstAllTheOthers) {
+  const std::vector<TrialResult> set = {{"b", 1, 0.9}, {"a", 1, 0.5}, {"d", 1, 0.7}, {"c", 1, 0.4}};
+  std::vector<bool> stops;
+  AshaRule rule(Asha(1, 2, 3));
+  for (const StopDecision& decision : rule.OnResults(set)) stops.push_back(decision.stop);
+  EXPECT_THAT(stops, ElementsAre(true, false, true, false));
+  // The same set in the opposite order: the same decisions.
+  AshaRule reversed(Asha(1, 2, 3));
+  const std::vector<TrialResult> back(set.rbegin(), set.rend());
+  stops.clear();
+  for (const StopDecision& decision : reversed.OnResults(back)) stops.push_back(decision.stop);
+  EXPECT_THAT(stops, ElementsAre(false, true, false, true));
+  const StopDecision b = AshaRule(Asha(1, 2, 3)).OnResults(set).front();
+  EXPECT_THAT(b.reason, HasSubstr("val_loss 0.9 is worse than the cutoff 0.5 for the best 1/2 at "
+                                  "this rung (3 trial(s) recorded there besides it, 3 of them "
+                                  "at the same time;"));
+  // All four were recorded: a later result alone meets {0.9, 0.5, 0.7, 0.4}, median 0.6.
+  EXPECT_FALSE(rule.OnResult("e", 1, 0.6).stop);
+  EXPECT_TRUE(rule.OnResult("f", 1, 0.61).stop);
+}
+
+// A set may reach different rungs: each of its results is judged at its own, against the
+// others there only.
+TEST(AshaRuleTest, ASetsResultsAreJudgedEachAtItsOwnRung) {
+  AshaRule rule(Asha(1, 2, 5));  // rungs 1, 2, 4
+  EXPECT_FALSE(rule.OnResult("a", 1, 0.5).stop);
+  EXPECT_FALSE(rule.OnResult("a", 2, 0.5).stop);
+  // b reaches rung 1 (against a's 0.5 and c's), c its first rung at epoch 2 too: rung 2, against
+  // a's 0.5 alone (b is not at rung 2).
+  const std::vector<StopDecision> decisions = rule.OnResults({{"b", 1, 0.45}, {"c", 2, 0.6}});
+  EXPECT_FALSE(decisions[0].stop);
+  EXPECT_TRUE(decisions[1].stop);
+  EXPECT_THAT(decisions[1].reason, HasSubstr("rung of epoch 2: val_loss 0.6 is worse than the "
+                                             "cutoff 0.5"));
+  EXPECT_THAT(decisions[1].reason, HasSubstr("(1 trial(s) recorded there before it;"));
+}
+
 // grace_period 1, min_samples_required 2, mode min. Running means over epochs 1..2:
 //   trial  epoch 1  epoch 2  epoch 3  mean(1..2)
 //   a      1.0      0.5      0.25     0.75
@@ -239,6 +285,24 @@ TEST(MedianStoppingRuleTest, NaNIsLeftOutAndARepeatedEpochReplaces) {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+// A set at one epoch: every result of it is recorded before any is judged, so the trials of a
+// fused run count for each other (fed one by one, the first had no others at its epoch yet).
+// grace_period 1, min_samples_required 2, mode min; at epoch 2 the running means (1..2) are
+// a 0.75, b 0.875, c 1.125: c's best 1.0 is worse than the median 0.8125 of a's and b's.
+TEST(MedianStoppingRuleTest, ASetIsRecordedBeforeAnyOfItIsJudged) {
+  MedianStoppingRule rule(Median(1, 2));
+  for (const StopDecision& d : rule.OnResults({{"c", 1, 1.25}, {"a", 1, 1.0}, {"b", 1, 1.0}})) {
+    EXPECT_FALSE(d.stop);  // epoch 1 is the grace period
+  }
+  const std::vector<StopDecision> decisions =
+      rule.OnResults({{"c", 2, 1.0}, {"a", 2, 0.5}, {"b", 2, 0.75}});
+  EXPECT_TRUE(decisions[0].stop);
+  EXPECT_THAT(decisions[0].reason, HasSubstr("its best val_loss so far, 1, is worse than the "
+                                             "cutoff 0.8125"));
+  EXPECT_FALSE(decisions[1].stop);
+  EXPECT_FALSE(decisions[2].stop);
+}
 
 mpsd::v1::SweepSpec SweepWith(const std::string& type, const std::string& metric) {
   mpsd::v1::SweepSpec sweep;
@@ -372,6 +436,26 @@ TEST(SweepStopperTest, NeverStopsATrialAtItsLastEpoch) {
   EXPECT_EQ(SweepStopper(Median(1, 3)).Describe(),
             "median_stopping on val_loss (min; after epoch 1, once 3 other trial(s) reached the "
             "epoch)");
+}
+
+// ObserveTogether: the epochs of a set, each read as Observe reads one, decided together; the
+// decisions in the events' order, with a stop at a trial's last epoch dropped.
+TEST(SweepStopperTest, ObservesAFusedRunsEpochsTogether) {
+  SweepStopper stopper(Asha(1, 2, 3));
+  const std::vector<StopDecision> decisions = stopper.ObserveTogether({
+      {"worst", 3, Epoch(1, 0.9)},
+      {"unmeasured", 3, Epoch(1, std::nullopt)},
+      {"best", 3, Epoch(1, 0.4)},
+      {"last", 1, Epoch(1, 0.8)},  // trains 1 epoch: done, never stopped
+      {"good", 3, Epoch(1, 0.5)},
+  });
+  ASSERT_EQ(decisions.size(), 5u);
+  EXPECT_TRUE(decisions[0].stop);
+  EXPECT_THAT(decisions[0].reason, HasSubstr("val_loss 0.9 is worse than the cutoff 0.5"));
+  EXPECT_FALSE(decisions[1].stop);
+  EXPECT_FALSE(decisions[2].stop);
+  EXPECT_FALSE(decisions[3].stop);
+  EXPECT_FALSE(decisions[4].stop);  // others {0.9, 0.4, 0.8}: cutoff 0.8
 }
 
 }  // namespace
