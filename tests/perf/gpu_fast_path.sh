@@ -28,7 +28,8 @@
 # issue 15's targets 1-6 and 8.
 #
 # Usage: tests/perf/gpu_fast_path.sh [DEPS]  (DEPS as gpu_train_compare.sh: *.deb, mpsd-src.tar.gz,
-# fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1 (reuse WORK/build), PHASES (default
+# fashion-mnist/). Knobs: OUT, WORK, JOBS, SKIP_BUILD=1 (reuse WORK/build), B_JOBS, C_VARIANTS and
+# G_VARIANTS (a subset of phase b's jobs, c's and g's variants by name), PHASES (default
 # "a b c g e d"; v: issue 27/28 jobs on the fast path; t: issue 29's TensorBoard run; s: issue
 # 31's 16-trial sweep, fused and not, against PyTorch's ways of running it, below; k: issue 31's
 # scaling curve, K = 1..32 fused trials of the ConvNet and of resnet18 on CIFAR-shaped data, with
@@ -251,17 +252,19 @@ fi
 
 if has b; then
   say "(b) ConvNet TrainJobs through mpsd"
-  job fp32
-  job bf16 "precision: bf16"
-  job channels_last "memory_format: channels_last"
-  job bf16_channels_last "precision: bf16" "memory_format: channels_last"
-  job bf16_channels_last_drop_last "precision: bf16" "memory_format: channels_last" "drop_last: true"
-  job sgd_nesterov_onecycle "optimizer: {name: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}" \
+  # B_JOBS: only these jobs (names as below, space-separated); unset: all.
+  b_job() { [[ -z ${B_JOBS:-} || " $B_JOBS " == *" $1 "* ]] && job "$@"; }
+  b_job fp32
+  b_job bf16 "precision: bf16"
+  b_job channels_last "memory_format: channels_last"
+  b_job bf16_channels_last "precision: bf16" "memory_format: channels_last"
+  b_job bf16_channels_last_drop_last "precision: bf16" "memory_format: channels_last" "drop_last: true"
+  b_job sgd_nesterov_onecycle "optimizer: {name: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}" \
     "schedule: {name: onecycle, max_lr: 0.05}"
   # The same as fp32 and bf16_channels_last, 1 epoch, LibTorch's profiler on steps 200-204
   # (steady state: cuDNN's autotuning and the graph's capture are long done).
-  job profile_fp32 "profile: {start_step: 200, steps: 5}"
-  job profile_bf16_channels_last "precision: bf16" "memory_format: channels_last" \
+  b_job profile_fp32 "profile: {start_step: 200, steps: 5}"
+  b_job profile_bf16_channels_last "precision: bf16" "memory_format: channels_last" \
     "profile: {start_step: 200, steps: 5}"
 fi
 
@@ -274,6 +277,8 @@ if has c; then
            "compile_fp32 --compile reduce-overhead" "compile_bf16 --compile reduce-overhead --bf16" \
            "compile_bf16_cl --compile reduce-overhead --bf16 --channels-last"; do
     set -- $v
+    # C_VARIANTS: only these variants (graph_fp32 ...); unset: all.
+    [[ -z ${C_VARIANTS:-} || " $C_VARIANTS " == *" $1 "* ]] || continue
     timeout 120 "$PY" "$PERF/torch_resident.py" "${common[@]}" "${@:2}" --variant "$1" \
       --json "$RAW/torch_$1.json" | tail -n 1 | cut -c1-200
   done
@@ -285,6 +290,8 @@ if has g; then
   for v in "fp32 contiguous search" "bf16 channels_last search" "fp32 contiguous heuristics" \
            "bf16 channels_last heuristics"; do
     set -- $v
+    # G_VARIANTS: only these (fp32_contiguous_search ...); unset: all.
+    [[ -z ${G_VARIANTS:-} || " $G_VARIANTS " == *" $1_$2_$3 "* ]] || continue
     name="bare_$1_$2.json"
     [[ $3 == heuristics ]] && name="bare_$1_$2_heuristics.json"
     timeout 120 "$BUILD/tests/perf/mpsd_bare_loop" "$IDX_DIR" "$RAW/$name" 3 128 0.001 1 \
