@@ -1158,14 +1158,16 @@ class SweepSpec(_message.Message):
     def __init__(self, grid: _Optional[_Iterable[_Union[SweepParameter, _Mapping]]] = ..., random: _Optional[_Union[RandomSearch, _Mapping]] = ..., fuse: _Optional[str] = ..., data_order: _Optional[str] = ..., scheduler: _Optional[_Union[SweepScheduler, _Mapping]] = ...) -> None: ...
 
 class SweepTrial(_message.Message):
-    __slots__ = ["index", "parameters", "sweep_id"]
+    __slots__ = ["fused_lead", "index", "parameters", "sweep_id"]
+    FUSED_LEAD_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     SWEEP_ID_FIELD_NUMBER: _ClassVar[int]
+    fused_lead: str
     index: int
     parameters: _containers.RepeatedCompositeFieldContainer[SweepAssignment]
     sweep_id: str
-    def __init__(self, sweep_id: _Optional[str] = ..., index: _Optional[int] = ..., parameters: _Optional[_Iterable[_Union[SweepAssignment, _Mapping]]] = ...) -> None: ...
+    def __init__(self, sweep_id: _Optional[str] = ..., index: _Optional[int] = ..., parameters: _Optional[_Iterable[_Union[SweepAssignment, _Mapping]]] = ..., fused_lead: _Optional[str] = ...) -> None: ...
 
 class SyntheticSpec(_message.Message):
     __slots__ = ["input_shape", "num_classes", "test_examples", "train_examples"]
