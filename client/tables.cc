@@ -23,6 +23,8 @@
 #include "absl/strings/str_replace.h"
 #include "api/effective_spec.h"
 #include "api/epoch_metric.h"
+#include "api/field_text.h"
+#include "api/job_state.h"
 #include "client/format.h"
 
 namespace mpsd::client {
@@ -230,9 +232,15 @@ absl::StatusOr<Ranking> BestValueRanking(
     if (m.best_epoch.has_value()) monitors.insert(job->summary().monitor());
   }
   if (monitors.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metric ", metric,
-                     ": no trial kept a best epoch (early_stopping or checkpoint.keep_best do)"));
+    const bool running = std::any_of(trials.begin(), trials.end(), [](const auto& entry) {
+      return !api::IsTerminal(entry.first->state());
+    });
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric ", metric,
+        running ? ": no trial has ended with a best epoch yet (a trial's summary names it when "
+                  "it ends; early_stopping or checkpoint.keep_best keep one); meanwhile rank "
+                  "by the monitored metric's last value, e.g. --metric val_loss"
+                : ": no trial kept a best epoch (early_stopping or checkpoint.keep_best do)"));
   }
   if (monitors.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -277,9 +285,13 @@ absl::StatusOr<Ranking> RankingOf(
   if (!named) {
     // Model selection on validation data whenever a trial has it; the test split otherwise.
     // Regression by r2, multilabel by macro_f1 (the task's own figure of merit).
+    // Before any epoch ends a trial's spec says whether it validates.
     metric = "test_accuracy";
     for (const auto& entry : trials) {
-      if (entry.second.val_accuracy.has_value()) metric = "val_accuracy";
+      if (entry.second.val_accuracy.has_value() ||
+          entry.first->spec().train_job().dataset().has_validation()) {
+        metric = "val_accuracy";
+      }
     }
     for (const char* name : {"test_macro_f1", "val_macro_f1", "test_r2", "val_r2"}) {
       if (measured(name)) metric = name;
@@ -299,8 +311,16 @@ absl::StatusOr<Ranking> RankingOf(
   if (ranking.spec == nullptr && !measured(metric)) {
     std::vector<std::string> known = SweepMetrics();
     known.insert(known.end(), task_metrics.begin(), task_metrics.end());
-    return absl::InvalidArgumentError(absl::StrCat("--metric: unknown \"", metric, "\" (expected ",
-                                                   absl::StrJoin(known, ", "), ")"));
+    // Columns' headers are names too (VAL_ACC): a typo of one is matched in lower case.
+    std::vector<std::string> names = known;
+    for (const MetricSpec& m : kMetrics) names.push_back(absl::AsciiStrToLower(m.header));
+    const std::optional<std::string> near =
+        api::ClosestName(absl::AsciiStrToLower(metric), names);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric: unknown \"", metric, "\"",
+        near.has_value() ? absl::StrCat(" (did you mean \"", *near, "\"?)") : "",
+        "; expected one of ", absl::StrJoin(known, ", "),
+        ", or a column's header as the table shows it (VAL_ACC)"));
   }
   // A metric named that finished trials never measured ranks nothing: say so, not trial order.
   const bool finished = std::any_of(trials.begin(), trials.end(), [](const auto& entry) {
@@ -313,8 +333,11 @@ absl::StatusOr<Ranking> RankingOf(
   if (named && finished && !measured_by_any) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metric ", metric, ": no trial measured it",
-        absl::StartsWith(metric, "val_") ? " (val_* need a validation split: dataset.validation)"
-                                         : ""));
+        absl::StartsWith(metric, "val_")
+            ? " (val_* need a validation split: dataset.validation)"
+            : (metric == "peak_memory" ? " (peak device memory is measured on cuda and mps, "
+                                         "not on the cpu)"
+                                       : "")));
   }
   if (mode == "min" || mode == "max") {
     ranking.higher_is_better = mode == "max";

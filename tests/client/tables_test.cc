@@ -57,6 +57,14 @@ TEST(TablesTest, SweepTableRanksBestFirstAndUnfinishedLast) {
   EXPECT_EQ(table->rows[0][2], "4");
   EXPECT_THAT(std::string(SweepTable(trials, "accuracy").status().message()),
               HasSubstr("--metric: unknown \"accuracy\""));
+  // A typo is named with the nearest metric; the headers the table shows count as names.
+  EXPECT_THAT(std::string(SweepTable(trials, "test_acuracy").status().message()),
+              HasSubstr("--metric: unknown \"test_acuracy\" (did you mean \"test_accuracy\"?); "
+                        "expected one of val_accuracy, val_loss, test_accuracy, "));
+  EXPECT_THAT(std::string(SweepTable(trials, "TEST_ACX").status().message()),
+              HasSubstr("(did you mean \"test_acc\"?)"));
+  EXPECT_THAT(std::string(SweepTable(trials, "test_acuracy").status().message()),
+              HasSubstr(", or a column's header as the table shows it (VAL_ACC)"));
 }
 
 // Equal accuracies (common on a small split) are ordered by the same split's loss, and the
@@ -200,6 +208,25 @@ TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
   const std::string csv = *RenderTable(CompareTable(trials), "csv");
   EXPECT_THAT(csv, HasSubstr("val_accuracy,0.7,0.8\n"));
   EXPECT_THAT(csv, HasSubstr("test_accuracy,0.9,-\n"));
+}
+
+// Before any epoch ends, trials whose spec holds a validation split are ranked on it too (their
+// spec says so; no summary says anything yet), and best_value says why it cannot rank them yet.
+TEST(TablesTest, RunningTrialsThatValidateRankOnValidationBeforeAnyEpoch) {
+  std::vector<v1::Job> trials;
+  for (int i = 0; i < 2; ++i) {
+    v1::Job& job = trials.emplace_back();
+    job.set_id(absl::StrCat(i + 2));
+    job.set_state(v1::Job::RUNNING);
+    job.mutable_trial()->set_index(i);
+    job.mutable_spec()->mutable_train_job()->mutable_dataset()->mutable_validation()->set_fraction(
+        0.1);
+  }
+  std::string ranked_by;
+  ASSERT_TRUE(SweepTable(trials, "auto", false, "auto", &ranked_by).ok());
+  EXPECT_THAT(ranked_by, ::testing::StartsWith("val_accuracy"));
+  EXPECT_THAT(std::string(SweepTable(trials, "best_value").status().message()),
+              HasSubstr("--metric best_value: no trial has ended with a best epoch yet"));
 }
 
 // A trial that kept a best epoch (early stopping) shows it and its monitored value beside the
