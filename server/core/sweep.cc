@@ -173,16 +173,22 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
   const int kinds = (p.values_size() > 0) + (p.choice_size() > 0) + (p.uniform_size() > 0) +
                     (p.log_uniform_size() > 0);
   if (!random) {
-    if (p.values_size() == 0 || kinds != 1) {
+    if (kinds == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, " (", p.path(), "): a grid parameter takes a list of values, nothing else"));
+          where, " (", p.path(), "): no values; a grid parameter takes a non-empty list of them"));
+    }
+    if (p.values_size() == 0 || kinds != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " (", p.path(),
+                       "): a grid parameter takes a list of values, nothing else (choice, "
+                       "uniform and log_uniform are for sweep.random's parameters)"));
     }
   } else if (kinds != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, " (", p.path(), "): set exactly one of values, choice, uniform, log_uniform"));
   }
   if (p.uniform_size() > 0) {
-    if (absl::Status s = CheckRange(p.uniform(), false, absl::StrCat(where, ".uniform"), axis);
+    if (absl::Status s = CheckRange(p.uniform(), false, absl::StrCat(where, ".uniform (", p.path(), ")"), axis);
         !s.ok()) {
       return s;
     }
@@ -190,7 +196,8 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
   }
   if (p.log_uniform_size() > 0) {
     if (absl::Status s =
-            CheckRange(p.log_uniform(), true, absl::StrCat(where, ".log_uniform"), axis);
+            CheckRange(p.log_uniform(), true,
+                       absl::StrCat(where, ".log_uniform (", p.path(), ")"), axis);
         !s.ok()) {
       return s;
     }
@@ -200,7 +207,8 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
   const char* name = p.values_size() > 0 ? "values" : "choice";
   for (int i = 0; i < listed.size(); ++i) {
     if (absl::Status s =
-            SetFromText(*target, listed[i], absl::StrCat(where, ".", name, "[", i, "]"));
+            SetFromText(*target, listed[i],
+                    absl::StrCat(where, ".", name, "[", i, "] (", p.path(), ")"));
         !s.ok()) {
       return s;
     }
@@ -272,16 +280,22 @@ absl::StatusOr<std::vector<Axis>> CheckAxes(const SubmitJobRequest& request,
 // Grid points × random trials, bounded before anything is built.
 absl::StatusOr<int64_t> TrialCount(const std::vector<Axis>& grid, const std::vector<Axis>& random,
                                    int32_t trials) {
-  int64_t count = random.empty() ? 1 : trials;
+  // As a double: the product of a few huge lists does not overflow.
+  double count = random.empty() ? 1 : trials;
+  std::vector<std::string> factors;
   for (const Axis& axis : grid) {
-    count *= static_cast<int64_t>(axis.values.size());
-    if (count > kMaxSweepTrials) break;
+    count *= static_cast<double>(axis.values.size());
+    factors.push_back(absl::StrCat(axis.values.size()));
   }
+  if (!random.empty()) factors.push_back(absl::StrCat(trials));
   if (count > kMaxSweepTrials) {
-    return absl::InvalidArgumentError(absl::StrCat("sweep: more than ", kMaxSweepTrials,
-                                                   " trials (grid points × random.trials)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sweep: ", absl::StrFormat("%.0f", count), " trials (", absl::StrJoin(factors, " × "),
+        ": ", grid.empty() ? "" : "grid values per parameter", !grid.empty() && !random.empty() ? " × " : "",
+        random.empty() ? "" : "random.trials", "), more than the ", kMaxSweepTrials,
+        " a sweep may have"));
   }
-  return count;
+  return static_cast<int64_t>(count);
 }
 
 // SweepSpec.scheduler against the trials' epochs (the largest: Ray Tune's max_t).

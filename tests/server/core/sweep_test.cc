@@ -168,7 +168,7 @@ TEST(SweepTest, ErrorsNameTheField) {
 
   request = Base();
   Grid(request, "batch_size", {"32", "sixty"});
-  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.grid[0].values[1]: \"sixty\""));
+  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.grid[0].values[1] (batch_size): \"sixty\""));
 
   request = Base();
   Grid(request, "optimizer", {"x"});
@@ -194,13 +194,15 @@ TEST(SweepTest, ErrorsNameTheField) {
   request = RandomRequest(1, 2);
   request.mutable_sweep()->mutable_random()->mutable_parameters(0)->set_log_uniform(0, -1);
   EXPECT_THAT(Message(ExpandSweep(request)),
-              HasSubstr("sweep.random.parameters[0].log_uniform: low must be > 0"));
+              HasSubstr("sweep.random.parameters[0].log_uniform (optimizer.learning_rate): low "
+                        "must be > 0"));
 
   request = RandomRequest(1, 2);
   request.mutable_sweep()->mutable_random()->mutable_parameters(1)->set_uniform(1, 0.1);
   EXPECT_THAT(
       Message(ExpandSweep(request)),
-      HasSubstr("sweep.random.parameters[1].uniform: expected [low, high] with low < high"));
+      HasSubstr("sweep.random.parameters[1].uniform (optimizer.momentum): expected [low, high] with "
+                "low < high"));
 
   request = RandomRequest(1, 2);
   request.mutable_sweep()->mutable_random()->mutable_parameters(3)->add_uniform(1);
@@ -208,7 +210,21 @@ TEST(SweepTest, ErrorsNameTheField) {
 
   request = Base();
   Grid(request, "seed", std::vector<std::string>(1001, "1"));
-  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("more than 1000 trials"));
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep: 1001 trials (1001: grid values per parameter), more than the "
+                        "1000 a sweep may have"));
+  request = RandomRequest(1, 2);
+  Grid(request, "seed", std::vector<std::string>(4, "1"));
+  request.mutable_sweep()->mutable_random()->set_trials(300);
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep: 1200 trials (4 × 300: grid values per parameter × "
+                        "random.trials), more than the 1000 a sweep may have"));
+
+  request = Base();
+  Grid(request, "batch_size", {});
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.grid[0] (batch_size): no values; a grid parameter takes a "
+                        "non-empty list of them"));
 }
 
 TEST(SweepTest, FusionSettingsAreReadAndNonsenseIsRefusedNamingTheField) {
