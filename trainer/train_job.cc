@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "api/epoch_metric.h"
 #include "api/error_cause.h"
+#include "api/field_text.h"
 #include "trainer/compat/autocast.h"
 #include "trainer/models/torchscript.h"
 #include "trainer/torch_errors.h"
@@ -410,8 +411,12 @@ absl::Status CheckEpochMetric(const TrainJobConfig& config, const std::string& n
                               const FieldChecks& fields, absl::string_view field) {
   const std::vector<std::string> known = MonitorNames(config.task);
   if (std::find(known.begin(), known.end(), name) == known.end()) {
-    return fields.Error(field,
-                        absl::StrFormat("unknown epoch metric \"%s\" %s", name, KnownNames(known)));
+    const std::optional<std::string> near = api::ClosestName(name, known);
+    return fields.Error(
+        field, absl::StrFormat("unknown epoch metric \"%s\"%s %s", name,
+                               near.has_value() ? absl::StrCat(" (did you mean \"", *near, "\"?)")
+                                                : std::string(),
+                               KnownNames(known)));
   }
   if (absl::StartsWith(name, "val_") && !config.dataset.has_validation()) {
     return fields.Error(field, absl::StrFormat("%s is measured only with a validation split "

@@ -116,8 +116,9 @@ absl::StatusOr<TrainedModel> ReadTrainedModel(const std::string& model,
                                        "finished",
                                        model, kModelJsonFile)
                      : absl::StrFormat("%s: no %s beside it (mpsd writes one beside every "
-                                       "model.pt it saves)",
-                                       model, kModelJsonFile));
+                                       "model.pt it saves; for a model fetched with mpsctl "
+                                       "download, fetch it too: mpsctl download JOB %s)",
+                                       model, kModelJsonFile, kModelJsonFile));
   }
   std::stringstream text;
   text << in.rdbuf();

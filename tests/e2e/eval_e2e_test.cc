@@ -287,6 +287,16 @@ TEST_F(EvalE2eTest, TheWeightsFileNamedIsTheOneEvaluated) {
     EXPECT_THAT(Refused(EvalRequest(file, "test")),
                 HasSubstr(absl::StrCat("eval_job.model: ", file, ": ", what)));
   }
+  // Weights alone, as a download of best.pt leaves them: the model.json they need is named, and
+  // how to fetch it.
+  const std::filesystem::path lone = std::filesystem::path(dir_.str()) / "downloads";
+  std::filesystem::create_directories(lone);
+  std::filesystem::copy_file(best, lone / "best.pt");
+  EXPECT_THAT(Refused(EvalRequest((lone / "best.pt").string(), "test")),
+              HasSubstr(absl::StrCat("eval_job.model: ", (lone / "best.pt").string(),
+                                     ": no model.json beside it (mpsd writes one beside every "
+                                     "model.pt it saves; for a model fetched with mpsctl "
+                                     "download, fetch it too: mpsctl download JOB model.json)")));
 }
 
 // split: val held out by a fraction is the TrainJob's validation split only with its own

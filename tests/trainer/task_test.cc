@@ -368,6 +368,10 @@ TEST(TaskValidateTest, RefusesEachMismatchNamingTheField) {
   r.mutable_train_job()->set_evaluate_test("every_epoch");
   EXPECT_THAT(ValidateError(r), StartsWith("train_job.early_stopping.monitor: unknown epoch "
                                            "metric \"test_accuracy\""));
+  // A typo is named with the nearest metric the task measures.
+  r.mutable_train_job()->mutable_early_stopping()->set_monitor("test_rr2");
+  EXPECT_THAT(ValidateError(r), StartsWith("train_job.early_stopping.monitor: unknown epoch "
+                                           "metric \"test_rr2\" (did you mean \"test_r2\"?)"));
   r.mutable_train_job()->mutable_early_stopping()->set_monitor("test_r2");
   EXPECT_TRUE(MakeExecutor()->Validate(r).ok()) << MakeExecutor()->Validate(r);
   r.mutable_train_job()->set_task("ranking");
