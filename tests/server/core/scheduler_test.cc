@@ -671,6 +671,41 @@ TEST_F(SchedulerTest, TheRuleIsRebuiltFromStoredEpochsAfterARestart) {
   EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
 }
 
+// What a daemon that ran trial `id` stored: its RUNNING event, one epoch event per loss (val_loss;
+// epochs 1, 2, ...), and `state`'s event unless it still runs; the row in `state`, trained in
+// the fused run `fused_lead` leads (empty: alone). Each event 1 µs after the one before.
+void StoreEpochs(JobStore& store, const std::string& id, Job::State state,
+                 const std::vector<double>& losses, const std::string& fused_lead,
+                 int64_t& time_us) {
+  Job job = *store.GetJob(id);
+  job.mutable_trial()->set_fused_lead(fused_lead);
+  std::vector<JobEvent> events;
+  const auto add = [&](JobEvent event) {
+    event.set_job_id(id);
+    event.set_seq(job.last_seq() + 1);
+    *event.mutable_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(time_us++);
+    job.set_last_seq(event.seq());
+    events.push_back(event);
+  };
+  JobEvent running;
+  running.mutable_state()->set_state(Job::RUNNING);
+  add(running);
+  for (size_t i = 0; i < losses.size(); ++i) {
+    JobEvent epoch;
+    epoch.mutable_epoch()->set_epoch(static_cast<int>(i) + 1);
+    epoch.mutable_epoch()->set_val_loss(losses[i]);
+    *job.mutable_last_epoch() = epoch.epoch();
+    add(epoch);
+  }
+  if (state != Job::RUNNING) {
+    JobEvent end;
+    end.mutable_state()->set_state(state);
+    add(end);
+  }
+  job.set_state(state);
+  ASSERT_TRUE(store.Commit({job}, events).ok());
+}
+
 // What a daemon killed just after its sweep's rule stopped a trial leaves: the trial RUNNING, its
 // stopping epoch stored. At the next start the rebuilt rule stops it again from the stored
 // epochs, so it ends EARLY_STOPPED (not INTERRUPTED), and the sweep SUCCEEDED.
@@ -686,32 +721,7 @@ TEST_F(SchedulerTest, ATrialStoppedWhenTheDaemonDiedEndsEarlyStoppedAtTheNextSta
   int64_t time_us = 1700000000000000;
   const auto stored = [&](const std::string& id, Job::State state,
                           const std::vector<double>& losses) {
-    Job job = *store_->GetJob(id);
-    std::vector<JobEvent> events;
-    const auto add = [&](JobEvent event) {
-      event.set_job_id(id);
-      event.set_seq(job.last_seq() + 1);
-      *event.mutable_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(time_us++);
-      job.set_last_seq(event.seq());
-      events.push_back(event);
-    };
-    JobEvent running;
-    running.mutable_state()->set_state(Job::RUNNING);
-    add(running);
-    for (size_t i = 0; i < losses.size(); ++i) {
-      JobEvent epoch;
-      epoch.mutable_epoch()->set_epoch(static_cast<int>(i) + 1);
-      epoch.mutable_epoch()->set_val_loss(losses[i]);
-      *job.mutable_last_epoch() = epoch.epoch();
-      add(epoch);
-    }
-    if (state != Job::RUNNING) {
-      JobEvent end;
-      end.mutable_state()->set_state(state);
-      add(end);
-    }
-    job.set_state(state);
-    ASSERT_TRUE(store_->Commit({job}, events).ok());
+    StoreEpochs(*store_, id, state, losses, "", time_us);
   };
   stored(sweep.trial_job_ids(0), Job::SUCCEEDED, {0.5, 0.4, 0.3});
   stored(sweep.trial_job_ids(1), Job::RUNNING, {0.9});  // rung 1, cutoff 0.5: stopped
@@ -723,6 +733,32 @@ TEST_F(SchedulerTest, ATrialStoppedWhenTheDaemonDiedEndsEarlyStoppedAtTheNextSta
   EXPECT_THAT(stopped.message(), HasSubstr("; mpsd stopped before the trial ended"));
   EXPECT_EQ(WaitForEnd(*scheduler, sweep.id()).state(), Job::SUCCEEDED);
   EXPECT_TRUE(executor_.runs().empty());
+}
+
+// A fused run's stored epochs are replayed as they were decided: together. The lead (worse)
+// and the other trial reached rung 1 in one fused run before the daemon died; replayed one by
+// one the lead would go on (the first at the rung), together it is stopped.
+TEST_F(SchedulerTest, AFusedRunsStoredEpochsAreReplayedTogether) {
+  Job sweep;
+  {
+    auto scheduler = Start();
+    ASSERT_TRUE(scheduler->Pause().ok());
+    sweep = Submit(*scheduler, AshaSweep("auto", 2));
+    scheduler->Shutdown();
+  }
+  ASSERT_TRUE(store_->PutSetting("queue_paused", "1").ok());
+  const std::string lead = sweep.trial_job_ids(0), other = sweep.trial_job_ids(1);
+  int64_t time_us = 1700000000000000;
+  StoreEpochs(*store_, lead, Job::RUNNING, {0.9}, lead, time_us);
+  StoreEpochs(*store_, other, Job::RUNNING, {0.5}, lead, time_us);
+  auto scheduler = Start();
+  const Job stopped = *scheduler->Get(lead);
+  EXPECT_EQ(stopped.state(), Job::CANCELLED);
+  EXPECT_EQ(stopped.failure_reason(), Job::EARLY_STOPPED);
+  EXPECT_THAT(stopped.message(), HasSubstr("val_loss 0.9 is worse than the cutoff 0.5 for the "
+                                           "best 1/2 at this rung (1 trial(s) recorded there "
+                                           "besides it, 1 of them at the same time;"));
+  EXPECT_NE(scheduler->Get(other)->failure_reason(), Job::EARLY_STOPPED);
 }
 
 // A name that would display as another (a right-to-left override reversing "gpj.exe", a
