@@ -314,13 +314,12 @@ absl::StatusOr<Ranking> RankingOf(
     // Columns' headers are names too (VAL_ACC): a typo of one is matched in lower case.
     std::vector<std::string> names = known;
     for (const MetricSpec& m : kMetrics) names.push_back(absl::AsciiStrToLower(m.header));
-    const std::optional<std::string> near =
-        api::ClosestName(absl::AsciiStrToLower(metric), names);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metric: unknown \"", metric, "\"",
-        near.has_value() ? absl::StrCat(" (did you mean \"", *near, "\"?)") : "",
-        "; expected one of ", absl::StrJoin(known, ", "),
-        ", or a column's header as the table shows it (VAL_ACC)"));
+    const std::optional<std::string> near = api::ClosestName(absl::AsciiStrToLower(metric), names);
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metric: unknown \"", metric, "\"",
+                     near.has_value() ? absl::StrCat(" (did you mean \"", *near, "\"?)") : "",
+                     "; expected one of ", absl::StrJoin(known, ", "),
+                     ", or a column's header as the table shows it (VAL_ACC)"));
   }
   // A metric named that finished trials never measured ranks nothing: say so, not trial order.
   const bool finished = std::any_of(trials.begin(), trials.end(), [](const auto& entry) {

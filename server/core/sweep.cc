@@ -188,16 +188,16 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
         where, " (", p.path(), "): set exactly one of values, choice, uniform, log_uniform"));
   }
   if (p.uniform_size() > 0) {
-    if (absl::Status s = CheckRange(p.uniform(), false, absl::StrCat(where, ".uniform (", p.path(), ")"), axis);
+    if (absl::Status s =
+            CheckRange(p.uniform(), false, absl::StrCat(where, ".uniform (", p.path(), ")"), axis);
         !s.ok()) {
       return s;
     }
     return axis;
   }
   if (p.log_uniform_size() > 0) {
-    if (absl::Status s =
-            CheckRange(p.log_uniform(), true,
-                       absl::StrCat(where, ".log_uniform (", p.path(), ")"), axis);
+    if (absl::Status s = CheckRange(p.log_uniform(), true,
+                                    absl::StrCat(where, ".log_uniform (", p.path(), ")"), axis);
         !s.ok()) {
       return s;
     }
@@ -206,9 +206,8 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
   const auto& listed = p.values_size() > 0 ? p.values() : p.choice();
   const char* name = p.values_size() > 0 ? "values" : "choice";
   for (int i = 0; i < listed.size(); ++i) {
-    if (absl::Status s =
-            SetFromText(*target, listed[i],
-                    absl::StrCat(where, ".", name, "[", i, "] (", p.path(), ")"));
+    if (absl::Status s = SetFromText(*target, listed[i],
+                                     absl::StrCat(where, ".", name, "[", i, "] (", p.path(), ")"));
         !s.ok()) {
       return s;
     }
@@ -290,10 +289,10 @@ absl::StatusOr<int64_t> TrialCount(const std::vector<Axis>& grid, const std::vec
   if (!random.empty()) factors.push_back(absl::StrCat(trials));
   if (count > kMaxSweepTrials) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "sweep: ", absl::StrFormat("%.0f", count), " trials (", absl::StrJoin(factors, " × "),
-        ": ", grid.empty() ? "" : "grid values per parameter", !grid.empty() && !random.empty() ? " × " : "",
-        random.empty() ? "" : "random.trials", "), more than the ", kMaxSweepTrials,
-        " a sweep may have"));
+        "sweep: ", absl::StrFormat("%.0f", count), " trials (", absl::StrJoin(factors, " × "), ": ",
+        grid.empty() ? "" : "grid values per parameter",
+        !grid.empty() && !random.empty() ? " × " : "", random.empty() ? "" : "random.trials",
+        "), more than the ", kMaxSweepTrials, " a sweep may have"));
   }
   return static_cast<int64_t>(count);
 }

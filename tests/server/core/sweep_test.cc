@@ -168,7 +168,8 @@ TEST(SweepTest, ErrorsNameTheField) {
 
   request = Base();
   Grid(request, "batch_size", {"32", "sixty"});
-  EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("sweep.grid[0].values[1] (batch_size): \"sixty\""));
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.grid[0].values[1] (batch_size): \"sixty\""));
 
   request = Base();
   Grid(request, "optimizer", {"x"});
@@ -201,8 +202,9 @@ TEST(SweepTest, ErrorsNameTheField) {
   request.mutable_sweep()->mutable_random()->mutable_parameters(1)->set_uniform(1, 0.1);
   EXPECT_THAT(
       Message(ExpandSweep(request)),
-      HasSubstr("sweep.random.parameters[1].uniform (optimizer.momentum): expected [low, high] with "
-                "low < high"));
+      HasSubstr(
+          "sweep.random.parameters[1].uniform (optimizer.momentum): expected [low, high] with "
+          "low < high"));
 
   request = RandomRequest(1, 2);
   request.mutable_sweep()->mutable_random()->mutable_parameters(3)->add_uniform(1);
