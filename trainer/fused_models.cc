@@ -459,9 +459,26 @@ torch::Tensor FusedModel::Run(
         }
         break;
       case Op::Kind::kLinear:
-        // x [K, N, in] @ weightᵀ [K, in, out] + bias [K, 1, out]: each trial's F::linear.
-        x = torch::baddbmm(parameters_[op.bias].unsqueeze(1), x,
-                           parameters_[op.weight].transpose(1, 2));
+        if (x.is_cpu()) {
+          // Each trial's own F::linear (addmm), stacked: on the CPU a batched matmul is a loop
+          // of GEMMs anyway, and the very call the unfused layer makes keeps fused and unfused
+          // bit-identical whatever kernel the BLAS picks (OpenBLAS's Haswell kernels, which it
+          // picks on AVX2 CPUs and on AMD Zen 5, sum baddbmm's batches otherwise than addmm).
+          // Each trial's rows contiguous, as its unfused flatten leaves them (a strided input
+          // takes another bf16 GEMM path).
+          x = x.contiguous();
+          std::vector<torch::Tensor> outputs;
+          outputs.reserve(static_cast<size_t>(k_trials));
+          for (int64_t k = 0; k < k_trials; ++k) {
+            outputs.push_back(torch::nn::functional::linear(x[k], parameters_[op.weight][k],
+                                                            parameters_[op.bias][k]));
+          }
+          x = torch::stack(outputs);
+        } else {
+          // x [K, N, in] @ weightᵀ [K, in, out] + bias [K, 1, out]: each trial's F::linear.
+          x = torch::baddbmm(parameters_[op.bias].unsqueeze(1), x,
+                             parameters_[op.weight].transpose(1, 2));
+        }
         break;
     }
   }
