@@ -319,7 +319,7 @@ absl::StatusOr<Ranking> RankingOf(
         absl::StrCat("--metric: unknown \"", metric, "\"",
                      near.has_value() ? absl::StrCat(" (did you mean \"", *near, "\"?)") : "",
                      "; expected one of ", absl::StrJoin(known, ", "),
-                     ", or a column's header as the table shows it (VAL_ACC)"));
+                     ", or a metric column's header as the table shows it (VAL_ACC)"));
   }
   // A metric named that finished trials never measured ranks nothing: say so, not trial order.
   const bool finished = std::any_of(trials.begin(), trials.end(), [](const auto& entry) {
@@ -418,6 +418,13 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   if (ranked_by != nullptr && tie_broken) {
     absl::StrAppend(ranked_by, "; ties by ", tie_break->name, ", lowest first");
   }
+  // Trials without the value (queued, stopped before it was measured) get no rank: last, "-".
+  const int unranked = static_cast<int>(std::count_if(
+      ranked.begin(), ranked.end(), [&](const auto& entry) { return !value_of(entry.second); }));
+  if (ranked_by != nullptr && unranked > 0) {
+    absl::StrAppend(ranked_by, "; ", unranked,
+                    " trial(s) without a value of it unranked (-), last");
+  }
   // The validation columns only where a trial measured them: a sweep without a validation
   // split reads as it always did, without two columns of "-".
   bool validated = false;
@@ -477,8 +484,9 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
   };
   int rank = 0;
   for (const auto& [job, m] : ranked) {
-    std::vector<std::string> row = {absl::StrCat(++rank), absl::StrCat(job->trial().index()),
-                                    job->id()};
+    std::vector<std::string> row = {
+        value_of(m).has_value() ? absl::StrCat(++rank) : std::string("-"),
+        absl::StrCat(job->trial().index()), job->id()};
     for (const std::string& path : paths) {
       std::string value = "-";
       for (const auto& p : job->trial().parameters()) {

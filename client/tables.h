@@ -44,8 +44,8 @@ std::vector<std::string> SweepMetrics();
 // epoch_time_s, peak_allocated_bytes, time_s. `exact`: numbers in the shortest form that reads back
 // the same double (for csv and json) instead of 4 significant digits. `ranked_by`, when given, is
 // set to what the rows are ordered by ("val_accuracy, highest first (each trial's final value)",
-// and "; ties by val_loss, lowest first" where that decided an order), for a line beside the
-// table.
+// and "; ties by val_loss, lowest first" where that decided an order, and how many trials had
+// no value of it: those come last with rank "-"), for a line beside the table.
 absl::StatusOr<TextTable> SweepTable(const std::vector<mpsd::v1::Job>& trials, std::string metric,
                                      bool exact = false, const std::string& mode = "auto",
                                      std::string* ranked_by = nullptr);

@@ -137,8 +137,11 @@ struct Axis {
 
 absl::Status CheckRange(const google::protobuf::RepeatedField<double>& range, bool log,
                         const std::string& where, Axis& axis) {
-  if (range.size() != 2 || !std::isfinite(range[0]) || !std::isfinite(range[1]) ||
-      !(range[0] < range[1])) {
+  if (range.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": expected [low, high], two numbers, got ", range.size(), " number(s)"));
+  }
+  if (!std::isfinite(range[0]) || !std::isfinite(range[1]) || !(range[0] < range[1])) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": expected [low, high] with low < high"));
   }
@@ -185,7 +188,8 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
     }
   } else if (kinds != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, " (", p.path(), "): set exactly one of values, choice, uniform, log_uniform"));
+        where, " (", p.path(), "): set exactly one of values, choice, uniform, log_uniform",
+        kinds == 0 ? " (an empty list sets none)" : ""));
   }
   if (p.uniform_size() > 0) {
     if (absl::Status s =

@@ -52,6 +52,14 @@ TEST(TablesTest, SweepTableRanksBestFirstAndUnfinishedLast) {
   EXPECT_EQ(table->rows[2][2], "2");
   EXPECT_EQ(table->rows[3][2], "5");
   EXPECT_EQ(table->rows[3][3], "-");  // no value for a parameter it does not carry
+  // Ranks count the trials with a value; the queued one has none, and the line says so.
+  EXPECT_EQ(table->rows[2][0], "3");
+  EXPECT_EQ(table->rows[3][0], "-");
+  std::string ranked_by;
+  ASSERT_TRUE(SweepTable(trials, "test_accuracy", false, "auto", &ranked_by).ok());
+  EXPECT_EQ(ranked_by,
+            "test_accuracy, highest first (each trial's final value); 1 trial(s) "
+            "without a value of it unranked (-), last");
   table = SweepTable(trials, "test_loss");
   ASSERT_TRUE(table.ok());
   EXPECT_EQ(table->rows[0][2], "4");
@@ -64,7 +72,7 @@ TEST(TablesTest, SweepTableRanksBestFirstAndUnfinishedLast) {
   EXPECT_THAT(std::string(SweepTable(trials, "TEST_ACX").status().message()),
               HasSubstr("(did you mean \"test_acc\"?)"));
   EXPECT_THAT(std::string(SweepTable(trials, "test_acuracy").status().message()),
-              HasSubstr(", or a column's header as the table shows it (VAL_ACC)"));
+              HasSubstr(", or a metric column's header as the table shows it (VAL_ACC)"));
 }
 
 // Equal accuracies (common on a small split) are ordered by the same split's loss, and the

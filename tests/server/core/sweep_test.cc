@@ -210,6 +210,17 @@ TEST(SweepTest, ErrorsNameTheField) {
   request.mutable_sweep()->mutable_random()->mutable_parameters(3)->add_uniform(1);
   EXPECT_THAT(Message(ExpandSweep(request)), HasSubstr("set exactly one of"));
 
+  request = RandomRequest(1, 2);
+  request.mutable_sweep()->mutable_random()->mutable_parameters(3)->clear_choice();
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.random.parameters[3] (optimizer.name): set exactly one of values, "
+                        "choice, uniform, log_uniform (an empty list sets none)"));
+  request = RandomRequest(1, 2);
+  request.mutable_sweep()->mutable_random()->mutable_parameters(1)->add_uniform(0.95);
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.random.parameters[1].uniform (optimizer.momentum): expected [low, "
+                        "high], two numbers, got 3 number(s)"));
+
   request = Base();
   Grid(request, "seed", std::vector<std::string>(1001, "1"));
   EXPECT_THAT(Message(ExpandSweep(request)),
