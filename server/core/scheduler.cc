@@ -103,6 +103,23 @@ bool ResumesAfterRestart(const Job& job) {
          !job.last_checkpoint().path().empty();
 }
 
+// A sweep's TrainJob trial that mpsd stopped while it ran, without a checkpoint to resume from,
+// trains again from its start: its seed makes it the same run, and the sweep is not left with a
+// hole where one of its configurations was.
+bool RestartsTrialAfterRestart(const Job& job) {
+  return job.has_trial() && job.spec().has_train_job() && !ResumesAfterRestart(job);
+}
+
+// A trial queued again to start over: the aborted run's step and epoch are not its newest.
+void QueueTrialFromItsStart(Job& job) {
+  job.clear_last_step();
+  job.clear_last_epoch();
+  job.clear_finished_at();
+}
+
+constexpr char kTrialStartsOver[] =
+    "; a sweep's trial without a checkpoint to resume from trains again from its start";
+
 std::string ResumeMessage(const Job& job, absl::string_view why) {
   return absl::StrCat(why, "; resumes from checkpoint ", job.last_checkpoint().path(), " at epoch ",
                       job.last_checkpoint().epoch(), " (step ", job.last_checkpoint().step(), ")");
@@ -347,6 +364,14 @@ absl::Status Scheduler::Recover() {
       kept.set_resumed_from_job_id(kept.id());
       SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
                ResumeMessage(kept, "mpsd stopped while the job ran"));
+      InsertInQueue(kept);
+    } else if (kept.state() == Job::RUNNING && RestartsTrialAfterRestart(kept)) {
+      spdlog::warn("job {} (a trial of sweep {}) was running when mpsd stopped; queued again to "
+                   "train from its start",
+                   kept.id(), kept.trial().sweep_id());
+      QueueTrialFromItsStart(kept);
+      SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
+               absl::StrCat("queued again: mpsd stopped while the trial ran", kTrialStartsOver));
       InsertInQueue(kept);
     } else if (kept.state() == Job::RUNNING) {
       spdlog::warn("job {} was running when mpsd stopped; marking it INTERRUPTED", kept.id());
@@ -1484,6 +1509,13 @@ void Scheduler::FinishJob(const std::string& job_id, const absl::Status& status,
     // Stays queued in the store: the next start runs it again from its checkpoint.
     SetState(job, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
              ResumeMessage(job, "mpsd shut down while the job ran"));
+  } else if (status.code() == absl::StatusCode::kCancelled && stop_as == Job::INTERRUPTED &&
+             RestartsTrialAfterRestart(job) &&
+             !api::HasCause(status, api::ErrorCause::CANCEL_NOT_HONOURED)) {
+    // Stays queued in the store: the next start trains it again from its start.
+    QueueTrialFromItsStart(job);
+    SetState(job, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
+             absl::StrCat("queued again: mpsd shut down while the trial ran", kTrialStartsOver));
   } else if (status.code() == absl::StatusCode::kCancelled) {
     const Job::State state = stop_as;
     std::string message =

@@ -486,7 +486,7 @@ TEST_F(SchedulerTest, ACancelledOrFailedFusedTrialEndsAloneAndTheOthersGoOn) {
   EXPECT_EQ(ended.failure_reason(), Job::DIVERGED);
 }
 
-TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
+TEST_F(SchedulerTest, ShutdownQueuesEveryFusedTrialAgainToStartOver) {
   executor_.FuseUpTo(2);
   executor_.QueueScript(FakeExecutor::Held(1));
   executor_.QueueScript(FakeExecutor::Held(1));
@@ -496,9 +496,19 @@ TEST_F(SchedulerTest, ShutdownInterruptsEveryFusedTrial) {
   ASSERT_TRUE(scheduler->Resume().ok());
   ASSERT_TRUE(executor_.WaitUntilHeld());
   scheduler->Shutdown();
+  // Sweep trials without a checkpoint are queued again to train from their start (a plain
+  // job would end INTERRUPTED): the next start runs them, and the sweep is whole.
   for (const std::string& id : sweep.trial_job_ids()) {
-    EXPECT_EQ(scheduler->Get(id)->state(), Job::INTERRUPTED) << id;
-    EXPECT_EQ(store_->GetJob(id)->message(), "interrupted: mpsd shut down");
+    EXPECT_EQ(scheduler->Get(id)->state(), Job::QUEUED) << id;
+    EXPECT_EQ(store_->GetJob(id)->message(),
+              "queued again: mpsd shut down while the trial ran; a sweep's trial without a "
+              "checkpoint to resume from trains again from its start");
+    EXPECT_FALSE(store_->GetJob(id)->has_last_step()) << id;
+  }
+  auto restarted = Start();
+  EXPECT_EQ(WaitForEnd(*restarted, sweep.id()).state(), Job::SUCCEEDED);
+  for (const std::string& id : sweep.trial_job_ids()) {
+    EXPECT_EQ(restarted->Get(id)->state(), Job::SUCCEEDED) << id;
   }
 }
 
@@ -758,7 +768,13 @@ TEST_F(SchedulerTest, AFusedRunsStoredEpochsAreReplayedTogether) {
   EXPECT_THAT(stopped.message(), HasSubstr("val_loss 0.9 is worse than the cutoff 0.5 for the "
                                            "best 1/2 at this rung (1 trial(s) recorded there "
                                            "besides it, 1 of them at the same time;"));
-  EXPECT_NE(scheduler->Get(other)->failure_reason(), Job::EARLY_STOPPED);
+  // The other was running, without a checkpoint: queued again to train from its start.
+  const Job again = *scheduler->Get(other);
+  EXPECT_EQ(again.state(), Job::QUEUED);
+  EXPECT_EQ(again.message(),
+            "queued again: mpsd stopped while the trial ran; a sweep's trial without a "
+            "checkpoint to resume from trains again from its start");
+  EXPECT_FALSE(again.has_last_epoch());
 }
 
 // A name that would display as another (a right-to-left override reversing "gpj.exe", a
