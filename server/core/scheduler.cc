@@ -366,9 +366,10 @@ absl::Status Scheduler::Recover() {
                ResumeMessage(kept, "mpsd stopped while the job ran"));
       InsertInQueue(kept);
     } else if (kept.state() == Job::RUNNING && RestartsTrialAfterRestart(kept)) {
-      spdlog::warn("job {} (a trial of sweep {}) was running when mpsd stopped; queued again to "
-                   "train from its start",
-                   kept.id(), kept.trial().sweep_id());
+      spdlog::warn(
+          "job {} (a trial of sweep {}) was running when mpsd stopped; queued again to "
+          "train from its start",
+          kept.id(), kept.trial().sweep_id());
       QueueTrialFromItsStart(kept);
       SetState(kept, Job::QUEUED, Job::FAILURE_REASON_UNSPECIFIED,
                absl::StrCat("queued again: mpsd stopped while the trial ran", kTrialStartsOver));
