@@ -722,6 +722,45 @@ TEST_F(QueueE2eTest, PausedChainSurvivesSigkillAndRestartThenRunsInOrder) {
   EXPECT_LE(ToTime(done_b.finished_at()), ToTime(done_c.started_at()));
 }
 
+// A sweep's trials stopped by a clean shutdown while they train fused (no checkpoint to resume
+// from) are queued again and, at the next start, train from their start: the sweep ends
+// SUCCEEDED with every trial, not CANCELLED with two INTERRUPTED ones.
+TEST_F(QueueE2eTest, ASweepsRunningTrialsStartOverAfterARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const std::string sweep_id = SubmitFile("restart.yaml", R"(kind: TrainJob
+model: {name: mlp}
+dataset: {name: fashion-mnist, root: /usr/share/datasets/fashion-mnist, limit_train: 30000,
+          limit_test: 256}
+epochs: 3
+batch_size: 32
+device: cpu
+seed: 1
+optimizer: {name: adam}
+sweep: {grid: {optimizer.learning_rate: [0.001, 0.003]}}
+)");
+  ASSERT_FALSE(sweep_id.empty());
+  const Job submitted = Get(sweep_id);
+  ASSERT_EQ(submitted.trial_job_ids_size(), 2);
+  const std::string first = submitted.trial_job_ids(0), second = submitted.trial_job_ids(1);
+  ASSERT_TRUE(WaitUntil([&] { return Get(first).last_step().step() >= 1; }));
+  ASSERT_EQ(daemon_->Stop(SIGTERM, absl::Seconds(60)), 0);
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  const Job sweep = WaitForEnd(sweep_id);
+  EXPECT_EQ(sweep.state(), Job::SUCCEEDED) << sweep.message();
+  for (const std::string& id : {first, second}) {
+    const Job trial = Get(id);
+    EXPECT_EQ(trial.state(), Job::SUCCEEDED) << id << ": " << trial.message();
+    EXPECT_EQ(trial.last_epoch().epoch(), 3) << id;
+  }
+  bool queued_again = false;
+  for (const mpsd::v1::JobEvent& event : rpc::StreamAll(*daemon_, first)) {
+    queued_again =
+        queued_again || (event.has_state() && event.state().state() == Job::QUEUED &&
+                         absl::StrContains(event.state().message(), "trains again from its start"));
+  }
+  EXPECT_TRUE(queued_again);
+}
+
 TEST_F(QueueE2eTest, DependencyInterruptedBySigkillCancelsItsDependentOnRestart) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const Job a = Submit(TrainJobRequest(320, 64, 500, 64, "mlp"));  // runs until killed
