@@ -527,9 +527,7 @@ void Scheduler::ObserveTrialEpoch(Job& trial) {
   if (auto fused = fused_epochs_.find(trial.id()); fused != fused_epochs_.end()) {
     FusedEpochs& run = *fused->second;
     // A second epoch of a trial before the rest reached its first: decided as far as they came.
-    for (const SweepStopper::TrialEpoch& waiting : run.waiting) {
-      if (waiting.trial == trial.id()) DecideFusedEpochs(run, /*now=*/true);
-    }
+    if (run.Waits(trial.id())) DecideFusedEpochs(run, /*now=*/true);
     run.waiting.push_back({trial.id(), TrialEpochs(trial), trial.last_epoch()});
     DecideFusedEpochs(run, /*now=*/false);
     return;
@@ -543,10 +541,7 @@ void Scheduler::DecideFusedEpochs(FusedEpochs& run, bool now) {
   if (run.waiting.empty()) return;
   if (!now) {
     for (const std::string& id : run.running) {
-      const bool arrived = std::any_of(
-          run.waiting.begin(), run.waiting.end(),
-          [&id](const SweepStopper::TrialEpoch& waiting) { return waiting.trial == id; });
-      if (!arrived) return;
+      if (!run.Waits(id)) return;
     }
   }
   std::vector<SweepStopper::TrialEpoch> together;

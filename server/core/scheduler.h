@@ -9,6 +9,7 @@
 #ifndef MPSD_SERVER_CORE_SCHEDULER_H_
 #define MPSD_SERVER_CORE_SCHEDULER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -315,6 +316,12 @@ class Scheduler {
     // The run's trials not settled yet.
     absl::flat_hash_set<std::string> running;
     std::vector<SweepStopper::TrialEpoch> waiting;
+    // Whether trial `id` has an epoch in `waiting`.
+    bool Waits(const std::string& id) const {
+      return std::any_of(
+          waiting.begin(), waiting.end(),
+          [&id](const SweepStopper::TrialEpoch& epoch) { return epoch.trial == id; });
+    }
   };
   // Decides `run`'s waiting epochs once every running trial of it has one (`now`: at once).
   void DecideFusedEpochs(FusedEpochs& run, bool now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
