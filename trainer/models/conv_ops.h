@@ -10,7 +10,9 @@
 // tests/perf/bias_grad_bench.py (their times) and mpsd_graph_check (the graphed step against
 // the eager one). The zoo uses them on CUDA only: on the CPU, ATen's fused convolution bias and
 // max-pool backward are as fast, and MPS keeps the operators it implements natively.
-// Stateless free functions: thread-safe as the tensors they are given are.
+// Stateless free functions: thread-safe as the tensors they are given are. Errors: a tensor of
+// another rank, or a bias whose length is not output's channel count, throws c10::Error
+// (TORCH_CHECK) naming the function and the expected shape.
 #ifndef MPSD_TRAINER_MODELS_CONV_OPS_H_
 #define MPSD_TRAINER_MODELS_CONV_OPS_H_
 
