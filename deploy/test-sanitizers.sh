@@ -31,7 +31,7 @@ configure() {
   shift 3
   cmake -S . -B "$dir" -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
-    -DCMAKE_EXE_LINKER_FLAGS="$link_flags" -DMPSD_WITH_TORCH=OFF "${launcher[@]}" "$@" >/dev/null
+    -DCMAKE_EXE_LINKER_FLAGS="$link_flags" -DMPSD_WITH_TORCH=OFF -DMPSD_TEST_DEBUG_INFO=ON "${launcher[@]}" "$@" >/dev/null
 }
 
 # The sanitizers stop the test at the first report; the symbolizer names the lines.
