@@ -3,6 +3,11 @@
 
 #include <vector>
 
+#include "trainer/models/conv_kernels.h"
+#ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
+#include "trainer/models/conv_kernels_cuda.h"
+#endif
+
 namespace mpsd::trainer {
 namespace {
 
@@ -88,7 +93,205 @@ struct MaxPool2x2Scatter : torch::autograd::Function<MaxPool2x2Scatter> {
   }
 };
 
+at::MemoryFormat FormatOf(const torch::Tensor& t) {
+  return IsChannelsLast(t) ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+// `t` if it is dense in either layout, else a contiguous copy.
+torch::Tensor Dense(const torch::Tensor& t) {
+  return t.is_contiguous() || t.is_contiguous(at::MemoryFormat::ChannelsLast) ? t : t.contiguous();
+}
+
+// ---- the CPU reference loops of conv_kernels.cu: the same per-element functions ----------------
+// One output element per iteration, in memory order, as the CUDA kernels' threads.
+
+void CpuBiasReluForward(const torch::Tensor& output, const torch::Tensor& bias) {
+  const bool channels_last = IsChannelsLast(output);
+  const int64_t channels = output.size(1), height = output.size(2), width = output.size(3);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, output.scalar_type(), "CpuBiasReluForward", [&] {
+        scalar_t* data = output.data_ptr<scalar_t>();
+        const float* bias_data = bias.data_ptr<float>();
+        at::parallel_for(0, output.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const conv_kernels::Position p =
+                conv_kernels::PositionOf(i, channels, height, width, channels_last);
+            data[i] =
+                conv_kernels::BiasRelu(data[i], conv_kernels::BiasAs<scalar_t>(bias_data[p.c]));
+          }
+        });
+      });
+}
+
+void CpuBiasMaxPoolReluForward(const torch::Tensor& input, const torch::Tensor& bias,
+                               const torch::Tensor& output, const torch::Tensor& choice) {
+  const bool channels_last = IsChannelsLast(output);
+  const int64_t channels = output.size(1), height = output.size(2), width = output.size(3);
+  const int64_t sn = input.stride(0), sc = input.stride(1), sh = input.stride(2),
+                sw = input.stride(3);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, input.scalar_type(), "CpuBiasMaxPoolReluForward", [&] {
+        const scalar_t* in = input.data_ptr<scalar_t>();
+        const float* bias_data = bias.data_ptr<float>();
+        scalar_t* out = output.data_ptr<scalar_t>();
+        uint8_t* chosen = choice.data_ptr<uint8_t>();
+        at::parallel_for(0, output.numel(), 1 << 12, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const conv_kernels::Position p =
+                conv_kernels::PositionOf(i, channels, height, width, channels_last);
+            conv_kernels::PoolWindowForward(in + p.n * sn + p.c * sc + 2 * p.h * sh + 2 * p.w * sw,
+                                            sh, sw, conv_kernels::BiasAs<scalar_t>(bias_data[p.c]),
+                                            out + i, chosen + i);
+          }
+        });
+      });
+}
+
+void CpuBiasMaxPoolReluBackward(const torch::Tensor& output_grad, const torch::Tensor& choice,
+                                const torch::Tensor& input_grad, const torch::Tensor& bias_part) {
+  const bool channels_last = IsChannelsLast(choice);
+  const int64_t channels = choice.size(1), height = choice.size(2), width = choice.size(3);
+  const int64_t sn = input_grad.stride(0), sc = input_grad.stride(1), sh = input_grad.stride(2),
+                sw = input_grad.stride(3);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, input_grad.scalar_type(), "CpuBiasMaxPoolReluBackward", [&] {
+        const scalar_t* grad = output_grad.data_ptr<scalar_t>();
+        const uint8_t* chosen = choice.data_ptr<uint8_t>();
+        scalar_t* in_grad = input_grad.data_ptr<scalar_t>();
+        float* part = bias_part.data_ptr<float>();
+        at::parallel_for(0, choice.numel(), 1 << 12, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const conv_kernels::Position p =
+                conv_kernels::PositionOf(i, channels, height, width, channels_last);
+            part[i] = conv_kernels::PoolWindowBackward(
+                grad[i], chosen[i], in_grad + p.n * sn + p.c * sc + 2 * p.h * sh + 2 * p.w * sw, sh,
+                sw);
+          }
+        });
+      });
+}
+
+// The fused layers on the CPU (the reference loops) or on CUDA (the kernels); ConvOps below
+// sends every other case to the composition.
+bool HasFusedKernels(const torch::Tensor& t) {
+  return t.is_cpu() || (t.is_cuda() && HasConvCudaKernels());
+}
+
+void BiasReluForward(const torch::Tensor& output, const torch::Tensor& bias) {
+#ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
+  if (output.is_cuda()) return conv_kernels::CudaBiasReluForward(output, bias);
+#endif
+  CpuBiasReluForward(output, bias);
+}
+
+void BiasMaxPoolReluForward(const torch::Tensor& input, const torch::Tensor& bias,
+                            const torch::Tensor& output, const torch::Tensor& choice) {
+#ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
+  if (input.is_cuda()) return conv_kernels::CudaBiasMaxPoolReluForward(input, bias, output, choice);
+#endif
+  CpuBiasMaxPoolReluForward(input, bias, output, choice);
+}
+
+void BiasMaxPoolReluBackward(const torch::Tensor& output_grad, const torch::Tensor& choice,
+                             const torch::Tensor& input_grad, const torch::Tensor& bias_part) {
+#ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
+  if (choice.is_cuda()) {
+    return conv_kernels::CudaBiasMaxPoolReluBackward(output_grad, choice, input_grad, bias_part);
+  }
+#endif
+  CpuBiasMaxPoolReluBackward(output_grad, choice, input_grad, bias_part);
+}
+
+struct ChannelBiasRelu : torch::autograd::Function<ChannelBiasRelu> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor output,
+                               const torch::Tensor& bias) {
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.scalar_type());
+    BiasReluForward(output, bias.to(torch::kFloat).contiguous());
+    // Written through its data pointer: tell autograd's version counter, as an ATen op would.
+    output.unsafeGetTensorImpl()->bump_version();
+    ctx->mark_dirty({output});
+    ctx->save_for_backward({output});
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const torch::Tensor result = ctx->get_saved_variables()[0];
+    const torch::Tensor grad = at::threshold_backward(grads[0], result, /*threshold=*/0);
+    torch::Tensor bias_grad;
+    if (ctx->needs_input_grad(1)) {
+      const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+      bias_grad = SumPerChannel(grad).to(dtype);
+    }
+    return {ctx->needs_input_grad(0) ? grad : torch::Tensor(), bias_grad};
+  }
+};
+
+struct ChannelBiasMaxPoolRelu : torch::autograd::Function<ChannelBiasMaxPoolRelu> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& bias) {
+    const at::MemoryFormat format = FormatOf(input);
+    const std::vector<int64_t> sizes = {input.size(0), input.size(1), input.size(2) / 2,
+                                        input.size(3) / 2};
+    torch::Tensor output = torch::empty(sizes, input.options().memory_format(format));
+    torch::Tensor choice =
+        torch::empty(sizes, input.options().dtype(torch::kUInt8).memory_format(format));
+    BiasMaxPoolReluForward(input, bias.to(torch::kFloat).contiguous(), output, choice);
+    ctx->save_for_backward({choice});
+    ctx->saved_data["sizes"] = input.sizes().vec();
+    ctx->saved_data["channels_last"] = format == at::MemoryFormat::ChannelsLast;
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.scalar_type());
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const torch::Tensor choice = ctx->get_saved_variables()[0];
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    const at::MemoryFormat format = ctx->saved_data["channels_last"].toBool()
+                                        ? at::MemoryFormat::ChannelsLast
+                                        : at::MemoryFormat::Contiguous;
+    const torch::Tensor grad = grads[0].contiguous(FormatOf(choice));
+    const auto options = grad.options().memory_format(format);
+    // Floor mode leaves an odd last row or column out of every window: its gradient is 0.
+    torch::Tensor input_grad = sizes[2] % 2 == 0 && sizes[3] % 2 == 0
+                                   ? torch::empty(sizes, options)
+                                   : torch::zeros(sizes, options);
+    torch::Tensor bias_part = torch::empty_like(choice, choice.options().dtype(torch::kFloat));
+    BiasMaxPoolReluBackward(grad, choice, input_grad, bias_part);
+    torch::Tensor bias_grad;
+    if (ctx->needs_input_grad(1)) {
+      const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+      bias_grad = SumPerChannel(bias_part).to(dtype);
+    }
+    return {ctx->needs_input_grad(0) ? input_grad : torch::Tensor(), bias_grad};
+  }
+};
+
 }  // namespace
+
+bool HasConvCudaKernels() {
+#ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+torch::Tensor AddChannelBiasRelu_(torch::Tensor output, const torch::Tensor& bias) {
+  TORCH_CHECK(output.dim() == 4 && bias.dim() == 1 && bias.size(0) == output.size(1),
+              "AddChannelBiasRelu_: output [N, C, H, W] and bias [C]");
+  if (!HasFusedKernels(output) ||
+      !(output.is_contiguous() || output.is_contiguous(at::MemoryFormat::ChannelsLast))) {
+    return AddChannelBias(std::move(output), bias).relu_();
+  }
+  return ChannelBiasRelu::apply(std::move(output), bias);
+}
+
+torch::Tensor BiasMaxPool2x2Relu(const torch::Tensor& input, const torch::Tensor& bias) {
+  TORCH_CHECK(input.dim() == 4 && bias.dim() == 1 && bias.size(0) == input.size(1),
+              "BiasMaxPool2x2Relu: input [N, C, H, W] and bias [C]");
+  if (!HasFusedKernels(input)) return MaxPool2x2(AddChannelBias(input, bias)).relu_();
+  return ChannelBiasMaxPoolRelu::apply(Dense(input), bias);
+}
 
 torch::Tensor AddChannelBias(torch::Tensor output, const torch::Tensor& bias) {
   TORCH_CHECK(output.dim() == 4 && bias.dim() == 1 && bias.size(0) == output.size(1),

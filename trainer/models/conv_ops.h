@@ -40,6 +40,36 @@ torch::Tensor AddChannelBias(torch::Tensor output, const torch::Tensor& bias);
 // bitwise ATen's, ties and NaN included (both follow the forward's saved indices).
 torch::Tensor MaxPool2x2(const torch::Tensor& input);
 
+// The ConvNet's two bias-and-ReLU layers as one kernel each (issue 32: elementwise kernels were
+// 37% of the bf16 + channels_last step's device time). Same values and input gradients as
+// autograd's composition, bitwise (conv_kernels.h says how the rounding is kept); the bias
+// gradient [C] is summed in float32 (SumPerChannel's two stages), differing only in order.
+// On CUDA they run mpsd's kernels (conv_kernels.cu) where the build has them
+// (HasConvCudaKernels()), else the composition of AddChannelBias, MaxPool2x2 and relu_; on the
+// CPU they run the kernels' reference loops, the same per-element code (conv_kernels.h), which
+// tests/trainer/conv_ops_test.cc checks against autograd and tests/perf/conv_kernels_check.cc
+// checks the CUDA kernels against. Errors: as above; an input that is neither contiguous nor
+// channels_last is made contiguous first.
+
+// relu(output + bias) written into `output` (a convolution's output [N, C, H, W], float32,
+// bfloat16 or half, contiguous or channels_last; bias [C], cast as AddChannelBias casts it) and
+// returned: AddChannelBias(output, bias).relu_() in one pass. The backward is ReLU's (the
+// gradient where the result is > 0) and AddChannelBias's bias sum. `output` must not be needed by
+// anything else.
+torch::Tensor AddChannelBiasRelu_(torch::Tensor output, const torch::Tensor& bias);
+
+// relu(max_pool2d(input + bias, kernel_size=2)) of a convolution's output `input`
+// [N, C, H, W] (dtypes and layouts as above; floor mode) → [N, C, H/2, W/2] in input's layout:
+// MaxPool2x2(AddChannelBias(input, bias)).relu_() in one pass that reads `input` once and leaves
+// it unchanged. It saves one byte per output (which window element, if any, gets its gradient);
+// the backward writes the input gradient in one pass and sums the bias gradient over the outputs
+// (4× fewer elements than the input).
+torch::Tensor BiasMaxPool2x2Relu(const torch::Tensor& input, const torch::Tensor& bias);
+
+// Whether this build has conv_kernels.cu's CUDA kernels (CMake found the CUDA toolkit beside a
+// CUDA LibTorch).
+bool HasConvCudaKernels();
+
 }  // namespace mpsd::trainer
 
 #endif  // MPSD_TRAINER_MODELS_CONV_OPS_H_

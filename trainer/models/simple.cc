@@ -114,15 +114,13 @@ torch::Tensor ConvNetImpl::forward(torch::Tensor images) {
   // second one after the max-pool: max and ReLU commute (ReLU is monotone), so the values are
   // pytorch/examples' and so is the gradient (a window whose maximum is <= 0 passes none
   // either way; else it goes to the maximum), on a quarter of the elements.
-  // On CUDA, when training: the biases added by AddChannelBias and the max-pool by MaxPool2x2
-  // (models/conv_ops.h), the same values and gradients from cheaper backward kernels.
+  // On CUDA, when training: each convolution's bias and ReLU (and the second one's max-pool) as
+  // one layer of models/conv_ops.h, the same values and gradients from fewer kernels (mpsd's
+  // own where the build has them, else AddChannelBias and MaxPool2x2's cheaper backwards).
   torch::Tensor x;
   if (images.is_cuda() && torch::GradMode::is_enabled()) {
-    const auto conv = [](const nn::Conv2d& layer, const torch::Tensor& input) {
-      return AddChannelBias(torch::conv2d(input, layer->weight), layer->bias);
-    };
-    x = conv(conv1_, images).relu_();
-    x = MaxPool2x2(conv(conv2_, x)).relu_();
+    x = AddChannelBiasRelu_(torch::conv2d(images, conv1_->weight), conv1_->bias);
+    x = BiasMaxPool2x2Relu(torch::conv2d(x, conv2_->weight), conv2_->bias);
   } else {
     x = conv1_->forward(images).relu_();
     x = torch::max_pool2d(conv2_->forward(x), /*kernel_size=*/2).relu_();
