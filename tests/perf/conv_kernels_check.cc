@@ -50,8 +50,9 @@ struct Result {
 template <typename Layer>
 Result Run(Layer layer, const torch::Tensor& x, const torch::Tensor& bias,
            const torch::Tensor& upstream, torch::Device device) {
-  const torch::Tensor xd = x.to(device).contiguous(x.suggest_memory_format()).requires_grad_(true);
-  const torch::Tensor bd = bias.to(device).requires_grad_(true);
+  // Fresh leaves: `to` returns the tensor itself when it is already on `device`.
+  const torch::Tensor xd = x.to(device).clone().requires_grad_(true);
+  const torch::Tensor bd = bias.to(device).clone().requires_grad_(true);
   const torch::Tensor out = layer(xd * 1, bd);  // `* 1`: the layers may write their input
   (out * upstream.to(device)).sum().backward();
   return {out.detach().cpu(), xd.grad().cpu(), bd.grad().cpu()};
@@ -107,8 +108,8 @@ bool Check(const char* what, Fused fused, Composed composed, const torch::Tensor
 template <typename Layer>
 double Time(Layer layer, const torch::Tensor& x, const torch::Tensor& bias,
             const torch::Tensor& upstream) {
-  const torch::Tensor xd = x.cuda().contiguous(x.suggest_memory_format()).requires_grad_(true);
-  const torch::Tensor bd = bias.cuda().requires_grad_(true);
+  const torch::Tensor xd = x.cuda().clone().requires_grad_(true);
+  const torch::Tensor bd = bias.cuda().clone().requires_grad_(true);
   const torch::Tensor up = upstream.cuda();
   const auto step = [&] {
     const torch::Tensor out = layer(xd * 1, bd);
