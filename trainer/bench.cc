@@ -562,7 +562,7 @@ absl::Status MeasureRow(const BenchPlan& plan, const RowSpec& spec,
   shape.insert(shape.end(), spec.model_config->input_shape.begin(),
                spec.model_config->input_shape.end());
   torch::Tensor inputs = torch::randn(shape, torch::TensorOptions().device(device));
-  if (channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
+  if (channels_last) inputs = ChannelsLastStrides(inputs);
   const torch::Tensor labels =
       torch::randint(spec.model_config->num_classes, {spec.batch_size},
                      torch::TensorOptions().dtype(torch::kLong).device(device));

@@ -306,7 +306,10 @@ std::pair<torch::Tensor, torch::Tensor> GraphedStep::Batch(const torch::Tensor& 
     targets = std::move(mixed.targets);
   }
   // Augment's crop gathers into NCHW: back into the resident images' layout (channels_last).
-  return {batch.contiguous(images_.suggest_memory_format()), targets};
+  return {images_.suggest_memory_format() == at::MemoryFormat::ChannelsLast
+              ? ChannelsLastStrides(batch)
+              : batch.contiguous(),
+          targets};
 }
 
 std::pair<torch::Tensor, torch::Tensor> GraphedStep::Compute(const torch::Tensor& index) {

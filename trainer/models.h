@@ -122,14 +122,24 @@ torch::Tensor ZeroInputs(const ModelConfig& config, int64_t batch_size,
 int64_t CountParameters(const torch::nn::Module& module);
 
 // Converts every 4-D parameter (convolution weights) of `module` to NHWC in place
-// (at::MemoryFormat::ChannelsLast), as PyTorch's Module.to(memory_format=torch.channels_last)
-// does; the parameters stay the same tensors (set_data), so an optimizer built over them keeps
-// working. Not thread-safe against other users of the module.
+// (ChannelsLastStrides), as PyTorch's Module.to(memory_format=torch.channels_last) does; the
+// parameters stay the same tensors (set_data), so an optimizer built over them keeps working.
+// Not thread-safe against other users of the module.
 void ToChannelsLast(torch::nn::Module& module);
 
-// rows.index_select(0, index), keeping NHWC: a 4-D `rows` in channels_last gives a batch in
-// channels_last (gathered as [N, H, W, C] rows, then viewed as [B, C, H, W]), where
-// index_select alone returns a contiguous NCHW copy. index: [B] int64 on rows' device.
+// A 4-D `t` [N, C, H, W] in NHWC with NHWC's strides: t.contiguous(ChannelsLast), except that
+// a tensor that is dense in both orders (C == 1, or H == W == 1: the same memory either way) gets
+// NHWC's strides on the same memory instead of keeping NCHW's. contiguous() keeps NCHW's strides
+// there, and cuDNN picks a convolution's layout from its input's and weight's strides, so a
+// 1-channel ConvNet's first convolution ran in NCHW and every step converted its [N, 32, H, W]
+// output to NHWC for the next convolution and its gradient back (tests/perf/RESULTS.md, issue
+// 32). Other ranks are returned unchanged.
+torch::Tensor ChannelsLastStrides(const torch::Tensor& t);
+
+// rows.index_select(0, index), keeping NHWC: a 4-D `rows` with NHWC strides
+// (ChannelsLastStrides) gives a batch with NHWC strides (gathered as [N, H, W, C] rows, then
+// viewed as [B, C, H, W]), where index_select alone returns a contiguous NCHW copy. index: [B]
+// int64 on rows' device.
 torch::Tensor GatherRows(const torch::Tensor& rows, const torch::Tensor& index);
 
 }  // namespace mpsd::trainer

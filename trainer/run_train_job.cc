@@ -36,6 +36,7 @@
 #include "trainer/job_summary.h"
 #include "trainer/log.h"
 #include "trainer/model_export.h"
+#include "trainer/models.h"
 #include "trainer/models/torchscript.h"
 #include "trainer/profiler.h"
 #include "trainer/run_train_job_parts.h"
@@ -341,7 +342,7 @@ absl::StatusOr<std::unique_ptr<JobState>> SetUp(const TrainJobConfig& job, const
   if (job.channels_last) {  // once: the loop gathers NHWC batches from these (GatherRows)
     for (TensorSplit* split : {&data->train, &data->test, &data->val}) {
       if (split->images.defined() && split->images.dim() == 4) {
-        split->images = split->images.contiguous(at::MemoryFormat::ChannelsLast);
+        split->images = ChannelsLastStrides(split->images);
       }
     }
     EmitLog(sink, "memory_format channels_last: weights and resident images in NHWC");

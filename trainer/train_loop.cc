@@ -23,6 +23,7 @@
 #include "trainer/device.h"
 #include "trainer/divergence.h"
 #include "trainer/graphed_step.h"
+#include "trainer/models.h"
 #include "trainer/streamed_split.h"
 #include "trainer/train_loop_parts.h"
 
@@ -274,7 +275,7 @@ StepResult TrainStep(const Loop& loop, const torch::Tensor& order, int64_t first
       targets = std::move(mixed.targets);
     }
     if (loop.options.channels_last && images.dim() == 4) {
-      images = images.contiguous(at::MemoryFormat::ChannelsLast);  // no-op when already NHWC
+      images = ChannelsLastStrides(images);  // no-op when already NHWC
     }
     ForwardBackward(loop, images, targets, poison, result);
   }

@@ -6,6 +6,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <cstdint>
+#include <limits>
+
 #include "trainer/models/conv_kernels.h"
 
 namespace mpsd::trainer::conv_kernels {
@@ -19,44 +22,55 @@ bool ChannelsLast(const at::Tensor& t) {
   return !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-template <typename T>
-__global__ void BiasReluKernel(T* data, const float* bias, int64_t elements, int64_t channels,
-                               int64_t height, int64_t width, bool channels_last) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+template <typename T, typename Index>
+__global__ void BiasReluKernel(T* data, const float* bias, Index elements, Index channels,
+                               Index height, Index width, bool channels_last) {
+  const Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= elements) return;
-  const Position p = PositionOf(i, channels, height, width, channels_last);
+  const Position<Index> p = PositionOf(i, channels, height, width, channels_last);
   data[i] = BiasRelu(data[i], BiasAs<T>(bias[p.c]));
 }
 
 // Strides of the input, in elements, along N, C, H and W.
+template <typename Index>
 struct Strides {
-  int64_t n, c, h, w;
+  Index n, c, h, w;
 };
 
-Strides StridesOf(const at::Tensor& t) {
-  return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+template <typename Index>
+Strides<Index> StridesOf(const at::Tensor& t) {
+  return {static_cast<Index>(t.stride(0)), static_cast<Index>(t.stride(1)),
+          static_cast<Index>(t.stride(2)), static_cast<Index>(t.stride(3))};
 }
 
-template <typename T>
-__global__ void PoolForwardKernel(const T* input, Strides in, const float* bias, T* output,
-                                  uint8_t* choice, int64_t elements, int64_t channels,
-                                  int64_t height, int64_t width, bool channels_last) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+template <typename T, typename Index>
+__global__ void PoolForwardKernel(const T* input, Strides<Index> in, const float* bias, T* output,
+                                  uint8_t* choice, Index elements, Index channels, Index height,
+                                  Index width, bool channels_last) {
+  const Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= elements) return;
-  const Position p = PositionOf(i, channels, height, width, channels_last);
-  const T* window = input + p.n * in.n + p.c * in.c + 2 * p.h * in.h + 2 * p.w * in.w;
-  PoolWindowForward(window, in.h, in.w, BiasAs<T>(bias[p.c]), output + i, choice + i);
+  const Position<Index> p = PositionOf(i, channels, height, width, channels_last);
+  const T* window = input + (p.n * in.n + p.c * in.c + 2 * p.h * in.h + 2 * p.w * in.w);
+  PoolWindowForward(window, static_cast<int64_t>(in.h), static_cast<int64_t>(in.w),
+                    BiasAs<T>(bias[p.c]), output + i, choice + i);
 }
 
-template <typename T>
+template <typename T, typename Index>
 __global__ void PoolBackwardKernel(const T* output_grad, const uint8_t* choice, T* input_grad,
-                                   Strides in, float* bias_part, int64_t elements, int64_t channels,
-                                   int64_t height, int64_t width, bool channels_last) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+                                   Strides<Index> in, float* bias_part, Index elements,
+                                   Index channels, Index height, Index width, bool channels_last) {
+  const Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= elements) return;
-  const Position p = PositionOf(i, channels, height, width, channels_last);
-  T* window = input_grad + p.n * in.n + p.c * in.c + 2 * p.h * in.h + 2 * p.w * in.w;
-  bias_part[i] = PoolWindowBackward(output_grad[i], choice[i], window, in.h, in.w);
+  const Position<Index> p = PositionOf(i, channels, height, width, channels_last);
+  T* window = input_grad + (p.n * in.n + p.c * in.c + 2 * p.h * in.h + 2 * p.w * in.w);
+  bias_part[i] = PoolWindowBackward(output_grad[i], choice[i], window, static_cast<int64_t>(in.h),
+                                    static_cast<int64_t>(in.w));
+}
+
+// Whether every element index and offset of these tensors fits 32-bit arithmetic.
+bool Fits32(const at::Tensor& a, const at::Tensor& b) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  return a.numel() < kMax && b.numel() < kMax && a.storage_offset() == 0 && b.storage_offset() == 0;
 }
 
 }  // namespace
@@ -67,10 +81,15 @@ void CudaBiasReluForward(const at::Tensor& output, const at::Tensor& bias) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, output.scalar_type(), "CudaBiasReluForward", [&] {
-        BiasReluKernel<scalar_t><<<Blocks(elements), kThreads, 0, stream>>>(
-            output.data_ptr<scalar_t>(), bias.data_ptr<float>(), elements, output.size(1),
-            output.size(2), output.size(3), ChannelsLast(output));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        const auto launch = [&](auto index) {
+          using Index = decltype(index);
+          BiasReluKernel<scalar_t, Index><<<Blocks(elements), kThreads, 0, stream>>>(
+              output.data_ptr<scalar_t>(), bias.data_ptr<float>(), static_cast<Index>(elements),
+              static_cast<Index>(output.size(1)), static_cast<Index>(output.size(2)),
+              static_cast<Index>(output.size(3)), ChannelsLast(output));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        Fits32(output, output) ? launch(int32_t{}) : launch(int64_t{});
       });
 }
 
@@ -81,11 +100,16 @@ void CudaBiasMaxPoolReluForward(const at::Tensor& input, const at::Tensor& bias,
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, input.scalar_type(), "CudaBiasMaxPoolReluForward", [&] {
-        PoolForwardKernel<scalar_t><<<Blocks(elements), kThreads, 0, stream>>>(
-            input.data_ptr<scalar_t>(), StridesOf(input), bias.data_ptr<float>(),
-            output.data_ptr<scalar_t>(), choice.data_ptr<uint8_t>(), elements, output.size(1),
-            output.size(2), output.size(3), ChannelsLast(output));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        const auto launch = [&](auto index) {
+          using Index = decltype(index);
+          PoolForwardKernel<scalar_t, Index><<<Blocks(elements), kThreads, 0, stream>>>(
+              input.data_ptr<scalar_t>(), StridesOf<Index>(input), bias.data_ptr<float>(),
+              output.data_ptr<scalar_t>(), choice.data_ptr<uint8_t>(), static_cast<Index>(elements),
+              static_cast<Index>(output.size(1)), static_cast<Index>(output.size(2)),
+              static_cast<Index>(output.size(3)), ChannelsLast(output));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        Fits32(input, output) ? launch(int32_t{}) : launch(int64_t{});
       });
 }
 
@@ -96,11 +120,17 @@ void CudaBiasMaxPoolReluBackward(const at::Tensor& output_grad, const at::Tensor
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, input_grad.scalar_type(), "CudaBiasMaxPoolReluBackward", [&] {
-        PoolBackwardKernel<scalar_t><<<Blocks(elements), kThreads, 0, stream>>>(
-            output_grad.data_ptr<scalar_t>(), choice.data_ptr<uint8_t>(),
-            input_grad.data_ptr<scalar_t>(), StridesOf(input_grad), bias_part.data_ptr<float>(),
-            elements, choice.size(1), choice.size(2), choice.size(3), ChannelsLast(choice));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        const auto launch = [&](auto index) {
+          using Index = decltype(index);
+          PoolBackwardKernel<scalar_t, Index><<<Blocks(elements), kThreads, 0, stream>>>(
+              output_grad.data_ptr<scalar_t>(), choice.data_ptr<uint8_t>(),
+              input_grad.data_ptr<scalar_t>(), StridesOf<Index>(input_grad),
+              bias_part.data_ptr<float>(), static_cast<Index>(elements),
+              static_cast<Index>(choice.size(1)), static_cast<Index>(choice.size(2)),
+              static_cast<Index>(choice.size(3)), ChannelsLast(choice));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        Fits32(input_grad, choice) ? launch(int32_t{}) : launch(int64_t{});
       });
 }
 

@@ -90,14 +90,18 @@ C10_HOST_DEVICE inline float PoolWindowBackward(T output_grad, uint8_t choice, T
 
 // Where output element `i` (in memory order) of a dense [N, C, Ho, Wo] tensor sits: NCHW
 // (`channels_last` false) or NHWC order. Used by both implementations to walk the outputs in
-// memory order, which is what coalesces the kernels' reads and writes.
+// memory order, which is what coalesces the kernels' reads and writes. Index is the type of `i`
+// and of the arithmetic: the kernels use 32 bits where the tensor has fewer than 2^31 elements
+// (a GPU divides 32-bit integers several times faster than 64-bit ones).
+template <typename Index>
 struct Position {
-  int64_t n, c, h, w;
+  Index n, c, h, w;
 };
 
-C10_HOST_DEVICE inline Position PositionOf(int64_t i, int64_t channels, int64_t height,
-                                           int64_t width, bool channels_last) {
-  Position p;
+template <typename Index>
+C10_HOST_DEVICE inline Position<Index> PositionOf(Index i, Index channels, Index height,
+                                                  Index width, bool channels_last) {
+  Position<Index> p;
   if (channels_last) {
     p.c = i % channels;
     i /= channels;

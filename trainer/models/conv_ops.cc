@@ -114,7 +114,7 @@ void CpuBiasReluForward(const torch::Tensor& output, const torch::Tensor& bias) 
         const float* bias_data = bias.data_ptr<float>();
         at::parallel_for(0, output.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) {
-            const conv_kernels::Position p =
+            const conv_kernels::Position<int64_t> p =
                 conv_kernels::PositionOf(i, channels, height, width, channels_last);
             data[i] =
                 conv_kernels::BiasRelu(data[i], conv_kernels::BiasAs<scalar_t>(bias_data[p.c]));
@@ -137,7 +137,7 @@ void CpuBiasMaxPoolReluForward(const torch::Tensor& input, const torch::Tensor& 
         uint8_t* chosen = choice.data_ptr<uint8_t>();
         at::parallel_for(0, output.numel(), 1 << 12, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) {
-            const conv_kernels::Position p =
+            const conv_kernels::Position<int64_t> p =
                 conv_kernels::PositionOf(i, channels, height, width, channels_last);
             conv_kernels::PoolWindowForward(in + p.n * sn + p.c * sc + 2 * p.h * sh + 2 * p.w * sw,
                                             sh, sw, conv_kernels::BiasAs<scalar_t>(bias_data[p.c]),
@@ -161,7 +161,7 @@ void CpuBiasMaxPoolReluBackward(const torch::Tensor& output_grad, const torch::T
         float* part = bias_part.data_ptr<float>();
         at::parallel_for(0, choice.numel(), 1 << 12, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) {
-            const conv_kernels::Position p =
+            const conv_kernels::Position<int64_t> p =
                 conv_kernels::PositionOf(i, channels, height, width, channels_last);
             part[i] = conv_kernels::PoolWindowBackward(
                 grad[i], chosen[i], in_grad + p.n * sn + p.c * sc + 2 * p.h * sh + 2 * p.w * sw, sh,
