@@ -281,11 +281,13 @@ mpsd::v1::SubmitJobRequest ForValidation(const mpsd::v1::SubmitJobRequest& reque
   return copy;
 }
 
-// A trial's validation error: "sweep trial 3 (optimizer.learning_rate=-1): <field: why>".
+// A trial's validation error: "sweep trial 1 (of trials 0 to 3; optimizer.learning_rate=-1):
+// <field: why>". Trials are numbered from 0, as mpsctl sweep's TRIAL column numbers them.
 absl::Status TrialError(const SweepTrialRequest& trial, size_t count, const absl::Status& status) {
-  return absl::Status(status.code(),
-                      absl::StrCat("sweep trial ", trial.trial.index(), " of ", count, " (",
-                                   DescribeTrial(trial.trial), "): ", status.message()));
+  return absl::Status(
+      status.code(),
+      absl::StrCat("sweep trial ", trial.trial.index(), " (of trials 0 to ", count - 1, "; ",
+                   DescribeTrial(trial.trial), "): ", status.message()));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <set>
 #include <utility>
@@ -209,11 +210,20 @@ absl::StatusOr<Axis> CheckParameter(const SweepParameter& p, const std::string& 
   }
   const auto& listed = p.values_size() > 0 ? p.values() : p.choice();
   const char* name = p.values_size() > 0 ? "values" : "choice";
+  // A grid's values as set in the field (0.01 and 1e-2 are one value): a repeat would train the
+  // same trial twice. A random choice may repeat a value to draw it more often.
+  std::map<std::string, int> grid_values;
   for (int i = 0; i < listed.size(); ++i) {
-    if (absl::Status s = SetFromText(*target, listed[i],
-                                     absl::StrCat(where, ".", name, "[", i, "] (", p.path(), ")"));
-        !s.ok()) {
-      return s;
+    const std::string at = absl::StrCat(where, ".", name, "[", i, "] (", p.path(), ")");
+    if (absl::Status s = SetFromText(*target, listed[i], at); !s.ok()) return s;
+    if (!random) {
+      const auto [first, added] =
+          grid_values.emplace(target->message->SerializePartialAsString(), i);
+      if (!added) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": ", api::QuoteText(listed[i]), " is the value of values[", first->second, "] (",
+            api::QuoteText(listed[first->second]), ") again; a grid trains each value once"));
+      }
     }
     axis.values.push_back(listed[i]);
   }

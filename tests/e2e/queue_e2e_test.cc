@@ -608,7 +608,7 @@ TEST_F(QueueE2eTest, SweepWithOneInvalidTrialIsRejectedWhole) {
 )"));
   CommandResult rejected = Mpsctl({"submit", path});
   EXPECT_EQ(rejected.exit_code, 1);
-  EXPECT_THAT(rejected.err, HasSubstr("sweep trial 1 of 4"));
+  EXPECT_THAT(rejected.err, HasSubstr("sweep trial 1 (of trials 0 to 3; "));
   EXPECT_THAT(rejected.err, HasSubstr("optimizer.learning_rate=-1"));
   EXPECT_THAT(rejected.err, HasSubstr("learning_rate"));
 

@@ -355,6 +355,42 @@ TEST(GatherRowsTest, KeepsChannelsLastAndTheValues) {
   EXPECT_TRUE(torch::equal(plain, expected));
 }
 
+// A tensor of one channel is dense in both orders, and contiguous(channels_last) keeps its NCHW
+// strides, which cuDNN reads as NCHW: ChannelsLastStrides gives it NHWC's strides on the same
+// memory, and GatherRows keeps them, so the ConvNet's first convolution on Fashion-MNIST runs in
+// NHWC (its output was converted every step, tests/perf/RESULTS.md, issue 32).
+TEST(GatherRowsTest, OneChannelImagesGetChannelsLastStridesOnTheSameMemory) {
+  torch::manual_seed(4);
+  const torch::Tensor images = torch::randn({6, 1, 4, 5});
+  ASSERT_NE(images.contiguous(at::MemoryFormat::ChannelsLast).suggest_memory_format(),
+            at::MemoryFormat::ChannelsLast);  // what contiguous() alone leaves
+  const torch::Tensor nhwc = ChannelsLastStrides(images);
+  EXPECT_EQ(nhwc.suggest_memory_format(), at::MemoryFormat::ChannelsLast);
+  EXPECT_EQ(nhwc.data_ptr(), images.data_ptr());
+  EXPECT_TRUE(torch::equal(nhwc, images));
+  const torch::Tensor index = torch::tensor({5, 1, 1}, torch::kInt64);
+  const torch::Tensor batch = GatherRows(nhwc, index);
+  EXPECT_EQ(batch.suggest_memory_format(), at::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(torch::equal(batch, images.index_select(0, index)));
+
+  // Several channels: a copy into NHWC, or the tensor itself when it is NHWC already; other
+  // ranks untouched.
+  const torch::Tensor rgb = torch::randn({2, 3, 4, 4});
+  const torch::Tensor rgb_nhwc = ChannelsLastStrides(rgb);
+  EXPECT_EQ(rgb_nhwc.suggest_memory_format(), at::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(torch::equal(rgb_nhwc, rgb));
+  EXPECT_EQ(ChannelsLastStrides(rgb_nhwc).data_ptr(), rgb_nhwc.data_ptr());
+  const torch::Tensor rows = torch::randn({3, 4});
+  EXPECT_EQ(ChannelsLastStrides(rows).strides(), rows.strides());
+
+  // The ConvNet's 1-channel conv1 weight too.
+  const std::shared_ptr<ClassifierImpl> convnet = Entry("convnet").make({{1, 28, 28}, 10, ""});
+  ToChannelsLast(*convnet);
+  for (const torch::Tensor& p : convnet->parameters()) {
+    if (p.dim() == 4) EXPECT_EQ(p.suggest_memory_format(), at::MemoryFormat::ChannelsLast);
+  }
+}
+
 // ToChannelsLast converts the convolution weights (4-D) in place and leaves the rest alone.
 TEST(GatherRowsTest, ToChannelsLastConvertsConvolutionWeightsOnly) {
   const std::shared_ptr<ClassifierImpl> model = Entry("cifar_cnn").make({{3, 32, 32}, 10, ""});

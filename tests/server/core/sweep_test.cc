@@ -35,6 +35,13 @@ SweepParameter* Grid(SubmitJobRequest& request, const std::string& path,
   return p;
 }
 
+// "0", "1", ..., the n distinct values of an integer grid.
+std::vector<std::string> Numbers(int n) {
+  std::vector<std::string> values;
+  for (int i = 0; i < n; ++i) values.push_back(std::to_string(i));
+  return values;
+}
+
 std::string Message(const absl::StatusOr<std::vector<SweepTrialRequest>>& trials) {
   return std::string(trials.status().message());
 }
@@ -222,12 +229,12 @@ TEST(SweepTest, ErrorsNameTheField) {
                         "high], two numbers, got 3 number(s)"));
 
   request = Base();
-  Grid(request, "seed", std::vector<std::string>(1001, "1"));
+  Grid(request, "seed", Numbers(1001));
   EXPECT_THAT(Message(ExpandSweep(request)),
               HasSubstr("sweep: 1001 trials (1001: grid values per parameter), more than the "
                         "1000 a sweep may have"));
   request = RandomRequest(1, 2);
-  Grid(request, "seed", std::vector<std::string>(4, "1"));
+  Grid(request, "seed", Numbers(4));
   request.mutable_sweep()->mutable_random()->set_trials(300);
   EXPECT_THAT(Message(ExpandSweep(request)),
               HasSubstr("sweep: 1200 trials (4 × 300: grid values per parameter × "
@@ -238,6 +245,13 @@ TEST(SweepTest, ErrorsNameTheField) {
   EXPECT_THAT(Message(ExpandSweep(request)),
               HasSubstr("sweep.grid[0] (batch_size): no values; a grid parameter takes a "
                         "non-empty list of them"));
+
+  // A repeated grid value, also written another way, would train one trial twice.
+  request = Base();
+  Grid(request, "optimizer.learning_rate", {"0.01", "0.1", "1e-2"});
+  EXPECT_THAT(Message(ExpandSweep(request)),
+              HasSubstr("sweep.grid[0].values[2] (optimizer.learning_rate): \"1e-2\" is the "
+                        "value of values[0] (\"0.01\") again; a grid trains each value once"));
 }
 
 TEST(SweepTest, FusionSettingsAreReadAndNonsenseIsRefusedNamingTheField) {
