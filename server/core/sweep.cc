@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
@@ -315,7 +316,22 @@ absl::StatusOr<int64_t> TrialCount(const std::vector<Axis>& grid, const std::vec
 absl::Status CheckScheduler(const mpsd::v1::SweepSpec& sweep,
                             const std::vector<SweepTrialRequest>& trials) {
   if (!sweep.has_scheduler()) return absl::OkStatus();
-  return ReadTrialStopping(sweep, MaxTrialEpochs(trials)).status();
+  absl::StatusOr<std::optional<TrialStoppingConfig>> config =
+      ReadTrialStopping(sweep, MaxTrialEpochs(trials));
+  if (!config.ok() || !config->has_value()) return config.status();
+  const TrialStoppingConfig& rule = **config;
+  // median_stopping judges a trial against the others that reached its epoch: with too few
+  // trials it could never stop one, and would say nothing.
+  const int64_t others = static_cast<int64_t>(trials.size()) - 1;
+  if (rule.rule == TrialStoppingConfig::Rule::kMedianStopping &&
+      others < rule.min_samples_required) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sweep.scheduler.min_samples_required: median_stopping judges a trial only against ",
+        rule.min_samples_required, " or more other trials (min_samples_required, default 3), ",
+        "and this sweep has ", trials.size(), " trial(s), so it would never stop one: sweep at ",
+        "least ", rule.min_samples_required + 1, " trials or lower min_samples_required"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

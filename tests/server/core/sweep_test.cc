@@ -319,6 +319,19 @@ TEST(SweepTest, TheSchedulerIsCheckedAgainstTheTrialsEpochs) {
   scheduler->set_reduction_factor(1);
   EXPECT_EQ(Message(ExpandSweep(request)), "sweep.scheduler.reduction_factor: must be >= 2, got 1");
 
+  // median_stopping with fewer other trials than min_samples_required could never stop one.
+  SubmitJobRequest median = Base();
+  median.mutable_train_job()->set_epochs(4);
+  Grid(median, "optimizer.learning_rate", {"0.1", "0.01", "0.001"});
+  median.mutable_sweep()->mutable_scheduler()->set_type("median_stopping");
+  median.mutable_sweep()->mutable_scheduler()->set_metric("val_loss");
+  EXPECT_THAT(Message(ExpandSweep(median)),
+              HasSubstr("sweep.scheduler.min_samples_required: median_stopping judges a trial "
+                        "only against 3 or more other trials (min_samples_required, default 3), "
+                        "and this sweep has 3 trial(s), so it would never stop one"));
+  median.mutable_sweep()->mutable_scheduler()->set_min_samples_required(2);
+  EXPECT_TRUE(ExpandSweep(median).ok());
+
   SubmitJobRequest bench;
   bench.mutable_bench_job()->add_models("mlp");
   Grid(bench, "iters", {"5", "10"});
