@@ -204,19 +204,23 @@ void ToChannelsLast(torch::nn::Module& module) {
   }
 }
 
+bool HasChannelsLastStrides(const torch::Tensor& t) {
+  return t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+         t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+}
+
 torch::Tensor ChannelsLastStrides(const torch::Tensor& t) {
   if (t.dim() != 4) return t;
   if (!t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     return t.contiguous(at::MemoryFormat::ChannelsLast);
   }
-  if (!t.is_contiguous() || t.suggest_memory_format() == at::MemoryFormat::ChannelsLast) return t;
+  if (!t.is_contiguous() || HasChannelsLastStrides(t)) return t;
   const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
   return t.as_strided(t.sizes(), {c * h * w, 1, w * c, c});
 }
 
 torch::Tensor GatherRows(const torch::Tensor& rows, const torch::Tensor& index) {
-  if (rows.dim() == 4 && rows.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-      rows.suggest_memory_format() == at::MemoryFormat::ChannelsLast) {
+  if (HasChannelsLastStrides(rows)) {
     return rows.permute({0, 2, 3, 1}).index_select(/*dim=*/0, index).permute({0, 3, 1, 2});
   }
   return rows.index_select(/*dim=*/0, index);

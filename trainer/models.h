@@ -136,6 +136,11 @@ void ToChannelsLast(torch::nn::Module& module);
 // 32). Other ranks are returned unchanged.
 torch::Tensor ChannelsLastStrides(const torch::Tensor& t);
 
+// Whether `t` is a 4-D tensor dense in NHWC with NHWC's strides (what ChannelsLastStrides returns;
+// a tensor dense in both orders counts only with NHWC's strides). Walking such a tensor's memory
+// in order visits C fastest, then W, H, N.
+bool HasChannelsLastStrides(const torch::Tensor& t);
+
 // rows.index_select(0, index), keeping NHWC: a 4-D `rows` with NHWC strides
 // (ChannelsLastStrides) gives a batch with NHWC strides (gathered as [N, H, W, C] rows, then
 // viewed as [B, C, H, W]), where index_select alone returns a contiguous NCHW copy. index: [B]

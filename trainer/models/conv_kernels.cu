@@ -18,10 +18,6 @@ constexpr int kThreads = 256;
 
 int64_t Blocks(int64_t elements) { return (elements + kThreads - 1) / kThreads; }
 
-bool ChannelsLast(const at::Tensor& t) {
-  return !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
-}
-
 template <typename T, typename Index>
 __global__ void BiasReluKernel(T* data, const float* bias, Index elements, Index channels,
                                Index height, Index width, bool channels_last) {
@@ -31,18 +27,6 @@ __global__ void BiasReluKernel(T* data, const float* bias, Index elements, Index
   data[i] = BiasRelu(data[i], BiasAs<T>(bias[p.c]));
 }
 
-// Strides of the input, in elements, along N, C, H and W.
-template <typename Index>
-struct Strides {
-  Index n, c, h, w;
-};
-
-template <typename Index>
-Strides<Index> StridesOf(const at::Tensor& t) {
-  return {static_cast<Index>(t.stride(0)), static_cast<Index>(t.stride(1)),
-          static_cast<Index>(t.stride(2)), static_cast<Index>(t.stride(3))};
-}
-
 template <typename T, typename Index>
 __global__ void PoolForwardKernel(const T* input, Strides<Index> in, const float* bias, T* output,
                                   uint8_t* choice, Index elements, Index channels, Index height,
@@ -50,7 +34,7 @@ __global__ void PoolForwardKernel(const T* input, Strides<Index> in, const float
   const Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= elements) return;
   const Position<Index> p = PositionOf(i, channels, height, width, channels_last);
-  const T* window = input + (p.n * in.n + p.c * in.c + 2 * p.h * in.h + 2 * p.w * in.w);
+  const T* window = input + WindowOffset(p, in);
   PoolWindowForward(window, static_cast<int64_t>(in.h), static_cast<int64_t>(in.w),
                     BiasAs<T>(bias[p.c]), output + i, choice + i);
 }
@@ -62,20 +46,21 @@ __global__ void PoolBackwardKernel(const T* output_grad, const uint8_t* choice, 
   const Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= elements) return;
   const Position<Index> p = PositionOf(i, channels, height, width, channels_last);
-  T* window = input_grad + (p.n * in.n + p.c * in.c + 2 * p.h * in.h + 2 * p.w * in.w);
+  T* window = input_grad + WindowOffset(p, in);
   bias_part[i] = PoolWindowBackward(output_grad[i], choice[i], window, static_cast<int64_t>(in.h),
                                     static_cast<int64_t>(in.w));
 }
 
-// Whether every element index and offset of these tensors fits 32-bit arithmetic.
+// Whether every element index of these dense tensors (and so every offset from their data
+// pointers) fits 32-bit arithmetic.
 bool Fits32(const at::Tensor& a, const at::Tensor& b) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  return a.numel() < kMax && b.numel() < kMax && a.storage_offset() == 0 && b.storage_offset() == 0;
+  return a.numel() < kMax && b.numel() < kMax;
 }
 
 }  // namespace
 
-void CudaBiasReluForward(const at::Tensor& output, const at::Tensor& bias) {
+void CudaBiasReluForward(const at::Tensor& output, const at::Tensor& bias, bool channels_last) {
   const int64_t elements = output.numel();
   if (elements == 0) return;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -86,7 +71,7 @@ void CudaBiasReluForward(const at::Tensor& output, const at::Tensor& bias) {
           BiasReluKernel<scalar_t, Index><<<Blocks(elements), kThreads, 0, stream>>>(
               output.data_ptr<scalar_t>(), bias.data_ptr<float>(), static_cast<Index>(elements),
               static_cast<Index>(output.size(1)), static_cast<Index>(output.size(2)),
-              static_cast<Index>(output.size(3)), ChannelsLast(output));
+              static_cast<Index>(output.size(3)), channels_last);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         Fits32(output, output) ? launch(int32_t{}) : launch(int64_t{});
@@ -94,7 +79,8 @@ void CudaBiasReluForward(const at::Tensor& output, const at::Tensor& bias) {
 }
 
 void CudaBiasMaxPoolReluForward(const at::Tensor& input, const at::Tensor& bias,
-                                const at::Tensor& output, const at::Tensor& choice) {
+                                const at::Tensor& output, const at::Tensor& choice,
+                                bool channels_last) {
   const int64_t elements = output.numel();
   if (elements == 0) return;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -106,7 +92,7 @@ void CudaBiasMaxPoolReluForward(const at::Tensor& input, const at::Tensor& bias,
               input.data_ptr<scalar_t>(), StridesOf<Index>(input), bias.data_ptr<float>(),
               output.data_ptr<scalar_t>(), choice.data_ptr<uint8_t>(), static_cast<Index>(elements),
               static_cast<Index>(output.size(1)), static_cast<Index>(output.size(2)),
-              static_cast<Index>(output.size(3)), ChannelsLast(output));
+              static_cast<Index>(output.size(3)), channels_last);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         Fits32(input, output) ? launch(int32_t{}) : launch(int64_t{});
@@ -114,7 +100,8 @@ void CudaBiasMaxPoolReluForward(const at::Tensor& input, const at::Tensor& bias,
 }
 
 void CudaBiasMaxPoolReluBackward(const at::Tensor& output_grad, const at::Tensor& choice,
-                                 const at::Tensor& input_grad, const at::Tensor& bias_part) {
+                                 const at::Tensor& input_grad, const at::Tensor& bias_part,
+                                 bool channels_last) {
   const int64_t elements = choice.numel();
   if (elements == 0) return;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -127,7 +114,7 @@ void CudaBiasMaxPoolReluBackward(const at::Tensor& output_grad, const at::Tensor
               input_grad.data_ptr<scalar_t>(), StridesOf<Index>(input_grad),
               bias_part.data_ptr<float>(), static_cast<Index>(elements),
               static_cast<Index>(choice.size(1)), static_cast<Index>(choice.size(2)),
-              static_cast<Index>(choice.size(3)), ChannelsLast(choice));
+              static_cast<Index>(choice.size(3)), channels_last);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         Fits32(input_grad, choice) ? launch(int32_t{}) : launch(int64_t{});

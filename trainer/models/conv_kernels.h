@@ -14,6 +14,7 @@
 // keeps NaN and passes a gradient wherever its output is not <= 0, NaN included (ATen's
 // threshold_backward).
 // Internal to trainer/: header-only, host and device; includes c10's scalar types, not torch.
+// Pure functions of their arguments (thread-safe); no errors: callers check shapes first.
 #ifndef MPSD_TRAINER_MODELS_CONV_KERNELS_H_
 #define MPSD_TRAINER_MODELS_CONV_KERNELS_H_
 
@@ -118,6 +119,18 @@ C10_HOST_DEVICE inline Position<Index> PositionOf(Index i, Index channels, Index
     p.n = i / channels;
   }
   return p;
+}
+
+// A tensor's strides along N, C, H and W, in elements.
+template <typename Index>
+struct Strides {
+  Index n, c, h, w;
+};
+
+// The offset of the top-left input element of output position p's 2×2 window.
+template <typename Index>
+C10_HOST_DEVICE inline Index WindowOffset(const Position<Index>& p, const Strides<Index>& in) {
+  return p.n * in.n + p.c * in.c + 2 * p.h * in.h + 2 * p.w * in.w;
 }
 
 }  // namespace mpsd::trainer::conv_kernels

@@ -3,20 +3,15 @@
 
 #include <vector>
 
+#include "trainer/models.h"
 #include "trainer/models/conv_kernels.h"
-#ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
 #include "trainer/models/conv_kernels_cuda.h"
-#endif
 
 namespace mpsd::trainer {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-bool IsChannelsLast(const torch::Tensor& t) {
-  return !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
-}
 
 // grad [N, C, H, W] summed over N, H and W in float32: [C]. The inner sum runs along memory
 // (NCHW: each [N, C] row's H*W; channels_last: over N for each (h, w, c)), the outer one over
@@ -63,7 +58,7 @@ struct MaxPool2x2Scatter : torch::autograd::Function<MaxPool2x2Scatter> {
                                                          /*dilation=*/{1, 1}, /*ceil_mode=*/false);
     ctx->save_for_backward({indices});
     ctx->saved_data["sizes"] = input.sizes().vec();
-    ctx->saved_data["channels_last"] = IsChannelsLast(input);
+    ctx->saved_data["channels_last"] = HasChannelsLastStrides(input);
     return output;
   }
 
@@ -94,7 +89,7 @@ struct MaxPool2x2Scatter : torch::autograd::Function<MaxPool2x2Scatter> {
 };
 
 at::MemoryFormat FormatOf(const torch::Tensor& t) {
-  return IsChannelsLast(t) ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  return HasChannelsLastStrides(t) ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
 // `t` if it is dense in either layout, else a contiguous copy.
@@ -105,8 +100,8 @@ torch::Tensor Dense(const torch::Tensor& t) {
 // ---- the CPU reference loops of conv_kernels.cu: the same per-element functions ----------------
 // One output element per iteration, in memory order, as the CUDA kernels' threads.
 
-void CpuBiasReluForward(const torch::Tensor& output, const torch::Tensor& bias) {
-  const bool channels_last = IsChannelsLast(output);
+void CpuBiasReluForward(const torch::Tensor& output, const torch::Tensor& bias,
+                        bool channels_last) {
   const int64_t channels = output.size(1), height = output.size(2), width = output.size(3);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, output.scalar_type(), "CpuBiasReluForward", [&] {
@@ -124,14 +119,13 @@ void CpuBiasReluForward(const torch::Tensor& output, const torch::Tensor& bias) 
 }
 
 void CpuBiasMaxPoolReluForward(const torch::Tensor& input, const torch::Tensor& bias,
-                               const torch::Tensor& output, const torch::Tensor& choice) {
-  const bool channels_last = IsChannelsLast(output);
+                               const torch::Tensor& output, const torch::Tensor& choice,
+                               bool channels_last) {
   const int64_t channels = output.size(1), height = output.size(2), width = output.size(3);
-  const int64_t sn = input.stride(0), sc = input.stride(1), sh = input.stride(2),
-                sw = input.stride(3);
+  const conv_kernels::Strides<int64_t> in = conv_kernels::StridesOf<int64_t>(input);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, input.scalar_type(), "CpuBiasMaxPoolReluForward", [&] {
-        const scalar_t* in = input.data_ptr<scalar_t>();
+        const scalar_t* input_data = input.data_ptr<scalar_t>();
         const float* bias_data = bias.data_ptr<float>();
         scalar_t* out = output.data_ptr<scalar_t>();
         uint8_t* chosen = choice.data_ptr<uint8_t>();
@@ -139,8 +133,8 @@ void CpuBiasMaxPoolReluForward(const torch::Tensor& input, const torch::Tensor& 
           for (int64_t i = begin; i < end; ++i) {
             const conv_kernels::Position<int64_t> p =
                 conv_kernels::PositionOf(i, channels, height, width, channels_last);
-            conv_kernels::PoolWindowForward(in + p.n * sn + p.c * sc + 2 * p.h * sh + 2 * p.w * sw,
-                                            sh, sw, conv_kernels::BiasAs<scalar_t>(bias_data[p.c]),
+            conv_kernels::PoolWindowForward(input_data + conv_kernels::WindowOffset(p, in), in.h,
+                                            in.w, conv_kernels::BiasAs<scalar_t>(bias_data[p.c]),
                                             out + i, chosen + i);
           }
         });
@@ -148,11 +142,10 @@ void CpuBiasMaxPoolReluForward(const torch::Tensor& input, const torch::Tensor& 
 }
 
 void CpuBiasMaxPoolReluBackward(const torch::Tensor& output_grad, const torch::Tensor& choice,
-                                const torch::Tensor& input_grad, const torch::Tensor& bias_part) {
-  const bool channels_last = IsChannelsLast(choice);
+                                const torch::Tensor& input_grad, const torch::Tensor& bias_part,
+                                bool channels_last) {
   const int64_t channels = choice.size(1), height = choice.size(2), width = choice.size(3);
-  const int64_t sn = input_grad.stride(0), sc = input_grad.stride(1), sh = input_grad.stride(2),
-                sw = input_grad.stride(3);
+  const conv_kernels::Strides<int64_t> in = conv_kernels::StridesOf<int64_t>(input_grad);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, input_grad.scalar_type(), "CpuBiasMaxPoolReluBackward", [&] {
         const scalar_t* grad = output_grad.data_ptr<scalar_t>();
@@ -164,42 +157,48 @@ void CpuBiasMaxPoolReluBackward(const torch::Tensor& output_grad, const torch::T
             const conv_kernels::Position<int64_t> p =
                 conv_kernels::PositionOf(i, channels, height, width, channels_last);
             part[i] = conv_kernels::PoolWindowBackward(
-                grad[i], chosen[i], in_grad + p.n * sn + p.c * sc + 2 * p.h * sh + 2 * p.w * sw, sh,
-                sw);
+                grad[i], chosen[i], in_grad + conv_kernels::WindowOffset(p, in), in.h, in.w);
           }
         });
       });
 }
 
 // The fused layers on the CPU (the reference loops) or on CUDA (the kernels); ConvOps below
-// sends every other case to the composition.
+// sends every other case to the composition (public functions below). Each walks the tensor it
+// writes in memory order.
 bool HasFusedKernels(const torch::Tensor& t) {
   return t.is_cpu() || (t.is_cuda() && HasConvCudaKernels());
 }
 
 void BiasReluForward(const torch::Tensor& output, const torch::Tensor& bias) {
+  const bool channels_last = HasChannelsLastStrides(output);
 #ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
-  if (output.is_cuda()) return conv_kernels::CudaBiasReluForward(output, bias);
+  if (output.is_cuda()) return conv_kernels::CudaBiasReluForward(output, bias, channels_last);
 #endif
-  CpuBiasReluForward(output, bias);
+  CpuBiasReluForward(output, bias, channels_last);
 }
 
 void BiasMaxPoolReluForward(const torch::Tensor& input, const torch::Tensor& bias,
                             const torch::Tensor& output, const torch::Tensor& choice) {
+  const bool channels_last = HasChannelsLastStrides(output);
 #ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
-  if (input.is_cuda()) return conv_kernels::CudaBiasMaxPoolReluForward(input, bias, output, choice);
+  if (input.is_cuda()) {
+    return conv_kernels::CudaBiasMaxPoolReluForward(input, bias, output, choice, channels_last);
+  }
 #endif
-  CpuBiasMaxPoolReluForward(input, bias, output, choice);
+  CpuBiasMaxPoolReluForward(input, bias, output, choice, channels_last);
 }
 
 void BiasMaxPoolReluBackward(const torch::Tensor& output_grad, const torch::Tensor& choice,
                              const torch::Tensor& input_grad, const torch::Tensor& bias_part) {
+  const bool channels_last = HasChannelsLastStrides(choice);
 #ifdef MPSD_TRAINER_WITH_CUDA_KERNELS
   if (choice.is_cuda()) {
-    return conv_kernels::CudaBiasMaxPoolReluBackward(output_grad, choice, input_grad, bias_part);
+    return conv_kernels::CudaBiasMaxPoolReluBackward(output_grad, choice, input_grad, bias_part,
+                                                     channels_last);
   }
 #endif
-  CpuBiasMaxPoolReluBackward(output_grad, choice, input_grad, bias_part);
+  CpuBiasMaxPoolReluBackward(output_grad, choice, input_grad, bias_part, channels_last);
 }
 
 struct ChannelBiasRelu : torch::autograd::Function<ChannelBiasRelu> {
