@@ -831,7 +831,11 @@ absl::Status RunBenchJob(const mpsd::v1::BenchJob& job, const DeviceInventory& i
   EmitLog(sink, mpsd::v1::LogLine::INFO, PlanLine(*plan, specs.size()));
 
   std::vector<BenchRow> rows;
-  const absl::Status status = RunRows(*plan, sink, cancelled, rows);
+  absl::Status status;
+  {
+    const CudnnBenchmarkScope cudnn(job.cudnn_benchmark());
+    status = RunRows(*plan, sink, cancelled, rows);
+  }
 
   FinishSummary(*plan, accelerator, std::move(rows), summary);
   summary.set_total_time_s(std::chrono::duration<double>(Clock::now() - start).count());

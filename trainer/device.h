@@ -68,6 +68,33 @@ at::Generator MakeDeviceGenerator(const torch::Device& device, uint64_t seed);
 // (no-op on cpu).
 void EmptyCache(const torch::Device& device);
 
+// cuDNN's algorithm choice for convolutions while in scope, as torch.backends.cudnn.benchmark:
+// true searches (the first convolution of each shape times cuDNN's algorithms and the fastest is
+// cached for that shape; the workspaces of those it tries count in the peak device memory), false
+// takes cuDNN's heuristic choice (PyTorch's default, and LibTorch's at start). The previous
+// setting comes back when the scope ends, also by an exception. The setting is process-wide
+// (at::globalContext()): a job sets it for its own run, and an executor runs one job at a time.
+// Not for two threads at once. Changes nothing on devices without cuDNN.
+class CudnnBenchmarkScope {
+ public:
+  explicit CudnnBenchmarkScope(bool benchmark) : previous_(at::globalContext().benchmarkCuDNN()) {
+    at::globalContext().setBenchmarkCuDNN(benchmark);
+  }
+  ~CudnnBenchmarkScope() { at::globalContext().setBenchmarkCuDNN(previous_); }
+  CudnnBenchmarkScope(const CudnnBenchmarkScope&) = delete;
+  CudnnBenchmarkScope& operator=(const CudnnBenchmarkScope&) = delete;
+
+ private:
+  const bool previous_;
+};
+
+// The setting now, for a job's log: "cuDNN's algorithm search (cudnn_benchmark)" or "cuDNN's
+// heuristics".
+inline const char* CudnnChoiceName() {
+  return at::globalContext().benchmarkCuDNN() ? "cuDNN's algorithm search (cudnn_benchmark)"
+                                              : "cuDNN's heuristics";
+}
+
 }  // namespace mpsd::trainer
 
 #endif  // MPSD_TRAINER_DEVICE_H_

@@ -417,12 +417,12 @@ void RunBatchedEpochs(std::vector<std::unique_ptr<Trial>>& trials, bool shared_d
         trial->observed,
         step.captured()
             ? absl::StrFormat(
-                  "fused step captured in one CUDA graph (%d trials, batch %d, %s, %s; one "
+                  "fused step captured in one CUDA graph (%d trials, batch %d, %s, %s, %s; one "
                   "gather%s, one dropout draw per layer, one loss, per-trial hyperparameters "
                   "from a table on the device; warm-up and capture %.2f s); a partial last "
                   "batch runs eagerly",
                   k_trials, batch_size, OptimizerName(first.optimizer.kind),
-                  PrecisionName(first.precision),
+                  PrecisionName(first.precision), CudnnChoiceName(),
                   step.shared_data() ? "" : " per trial (the trials' data differ)", capture_seconds)
             : absl::StrCat(
                   "fused step runs eagerly (batched over the trials): ", reason,
@@ -722,6 +722,8 @@ std::vector<absl::Status> RunFusedTrainJobs(const std::vector<FusedTrial>& fused
     at::init_num_threads();  // this thread may not be the one that created the executor
     ResetPeakMemory(device);
     for (auto& trial : trials) trial->summary->SetMemoryBefore(ReadMemory(device));
+    // The trials agree on it (FusionDifference).
+    const CudnnBenchmarkScope cudnn(trials.front()->job->cudnn_benchmark);
     return TrainFused(trials, shared_data_order, steps_per_readback, mode, device, start);
   });
   // The run's failure is every running trial's. The models go before the device is released.

@@ -3,6 +3,7 @@
 #include "trainer/graphed_step.h"
 #include "trainer/compat/autocast.h"
 #include "trainer/compat/optim.h"
+#include "trainer/device.h"
 
 #include <algorithm>
 #include <utility>
@@ -42,23 +43,6 @@ void Restore(const std::vector<torch::Tensor>& tensors, const std::vector<torch:
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].detach().copy_(saved[i]);
 }
-
-// cuDNN's heuristic algorithms instead of benchmark mode's search (torch.backends.cudnn.benchmark)
-// while in scope, the setting put back after (also when the capture throws): for the tail graph's
-// once-an-epoch shape, too rare to repay the search, whose trial workspaces would also raise the
-// peak memory. The setting is process-wide: one job at a time runs in the executor.
-class CudnnHeuristicsScope {
- public:
-  CudnnHeuristicsScope() : benchmark_(at::globalContext().benchmarkCuDNN()) {
-    at::globalContext().setBenchmarkCuDNN(false);
-  }
-  ~CudnnHeuristicsScope() { at::globalContext().setBenchmarkCuDNN(benchmark_); }
-  CudnnHeuristicsScope(const CudnnHeuristicsScope&) = delete;
-  CudnnHeuristicsScope& operator=(const CudnnHeuristicsScope&) = delete;
-
- private:
-  bool benchmark_;
-};
 
 }  // namespace
 
@@ -256,7 +240,7 @@ GraphedStep::GraphedStep(ClassifierImpl& model, torch::optim::Optimizer& optimiz
   if (options_.tail_batch_size > 0) {
     // cuDNN's heuristics for this once-an-epoch shape: benchmark mode's search would allocate
     // its trial workspaces on top of the first graph's pool (the job's peak memory).
-    const CudnnHeuristicsScope heuristics;
+    const CudnnBenchmarkScope heuristics(false);
     tail_ = std::make_unique<Captured>();
     CaptureStep(*tail_, options_.tail_batch_size, &full_.graph);
   }

@@ -773,6 +773,7 @@ absl::Status RunTrainJob(const TrainJobConfig& job, int steps_per_readback, cons
     at::init_num_threads();  // this thread may not be the one that created the executor
     ResetPeakMemory(device);
     summary.SetMemoryBefore(ReadMemory(device));
+    const CudnnBenchmarkScope cudnn(job.cudnn_benchmark);
     return TrainInScope(job, steps_per_readback, observed, cancelled, summary);
   });
   if (!status.ok()) {

@@ -373,10 +373,9 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateTorchExecutor(const Executor::Op
   const absl::Status status = CatchTorchErrors([&] {
     torch::set_num_threads(cpu_threads);
     inventory = ProbeDevices();
-    // cuDNN autotuning (torch.backends.cudnn.benchmark = True): the first convolution of each
-    // shape tries cuDNN's algorithms and the fastest is cached for that shape. Training keeps
-    // its shapes (the full batch, the last partial one), so only the first steps pay for it.
-    if (inventory.preferred.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
+    // cuDNN's heuristics (torch.backends.cudnn.benchmark = False) unless a job asks for the
+    // search (TrainJob/BenchJob.cudnn_benchmark, CudnnBenchmarkScope for its run).
+    at::globalContext().setBenchmarkCuDNN(false);
     return absl::OkStatus();
   });
   if (!status.ok()) {

@@ -226,6 +226,7 @@ absl::Status ResolveDeviceSettings(const mpsd::v1::TrainJob& spec, const DeviceI
   absl::StatusOr<torch::Device> device = ResolveDevice(spec.device(), inventory);
   if (!device.ok()) return FieldError("device", device.status().message());
   config.device = *device;
+  config.cudnn_benchmark = spec.cudnn_benchmark();
   absl::StatusOr<DistributedConfig> distributed =
       ResolveDistributed(spec, local_rank, inventory, TrainJobFields(), config.device);
   if (!distributed.ok()) return distributed.status();

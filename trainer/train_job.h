@@ -59,6 +59,9 @@ struct TrainJobConfig {
   // The CUDA fast path (trainer/graphed_step.h) where the job allows it; false runs the eager
   // loop (no job field sets it: tests/perf/graph_check.cc compares the two).
   bool cuda_graphs = true;
+  // TrainJob.cudnn_benchmark: cuDNN's algorithm search for the job's run (CudnnBenchmarkScope,
+  // trainer/device.h); false takes cuDNN's heuristics. The executor's own setting is false.
+  bool cudnn_benchmark = false;
   int grad_accumulation_steps = 1;
   double grad_clip_norm = 0;  // 0 = off
   // TrainJob.task, loss and label_smoothing (trainer/task.h).

@@ -523,16 +523,17 @@ std::unique_ptr<GraphedStep> MaybeCaptureStep(ClassifierImpl& model,
     event.mutable_log()->set_level(mpsd::v1::LogLine::INFO);
     event.mutable_log()->set_text(
         graphed != nullptr
-            ? absl::StrFormat("training step captured in one CUDA graph (%s, %s%s%s%s, learning "
-                              "rate from the schedule's table on the device)%s",
-                              OptimizerName(request.optimizer), PrecisionName(request.precision),
-                              options.grad_clip_norm > 0 ? ", clipping" : "",
-                              options.channels_last ? ", channels_last" : "",
-                              request.augmentation ? ", augmentation" : "",
-                              tail > 0 ? absl::StrFormat("; the last partial batch (%d examples) "
-                                                         "in a second graph sharing its memory",
-                                                         tail)
-                                       : "")
+            ? absl::StrFormat(
+                  "training step captured in one CUDA graph (%s, %s%s%s%s, %s, learning "
+                  "rate from the schedule's table on the device)%s",
+                  OptimizerName(request.optimizer), PrecisionName(request.precision),
+                  options.grad_clip_norm > 0 ? ", clipping" : "",
+                  options.channels_last ? ", channels_last" : "",
+                  request.augmentation ? ", augmentation" : "", CudnnChoiceName(),
+                  tail > 0 ? absl::StrFormat("; the last partial batch (%d examples) "
+                                             "in a second graph sharing its memory",
+                                             tail)
+                           : "")
             : "training step runs eagerly: " + reason);
     sink(std::move(event));
   }

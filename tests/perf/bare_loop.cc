@@ -10,7 +10,7 @@
 // CUDA fast path. The same training step as an mpsd TrainJob's: mpsd's zoo convnet and mpsd's
 // GraphedStep (trainer/graphed_step.h: the batch gather, forward, loss, backward and fused Adam
 // captured once in one CUDA graph, replayed for every full batch; the last partial batch eagerly
-// through the same state), cuDNN benchmark mode on as mpsd's executor sets it, the same data
+// through the same state), cuDNN's heuristics as an mpsd job has them by default, the same data
 // layout (precision bf16 and memory format channels_last as a job sets them). What it leaves out
 // is everything else mpsd does: each step's loss and correct count copied into a read-back
 // ring and read back in groups of 32, step and epoch events, the executor process, the daemon,
@@ -19,9 +19,9 @@
 // Usage: mpsd_bare_loop IDX_DIR JSON_OUT [epochs=3] [batch_size=128] [lr=1e-3] [seed=1] [device]
 //                       [mode=eager|graphed] [precision=fp32|bf16]
 //                       [memory_format=contiguous|channels_last] [cudnn=search|heuristics]
-// cudnn: graphed runs search cuDNN's algorithms (benchmark mode, as mpsd's executor sets it) by
-// default; "heuristics" takes cuDNN's heuristic choice instead (PyTorch's default), to measure
-// what the search costs in peak memory and gains in speed.
+// cudnn: "heuristics" (the default: cuDNN's heuristic choice, PyTorch's default and an mpsd job's)
+// or "search" (graphed runs only: cuDNN's benchmark mode, as a job with cudnn_benchmark: true),
+// to measure what the search costs in peak memory and gains in speed.
 // Writes {"variant": "3" (graphed: "3g"), "epoch_times_s": [...], "s_per_epoch": median of
 //         epochs 2..N, "test_accuracies": [...], "test_accuracy": last, "peak_allocated_bytes":
 //         the caching allocator's peak over the whole run (data, warm-up, capture, training and
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 8 ? argv[8] : "eager";
   const std::string precision = argc > 9 ? argv[9] : "fp32";
   const std::string memory_format = argc > 10 ? argv[10] : "contiguous";
-  const std::string cudnn = argc > 11 ? argv[11] : "search";
+  const std::string cudnn = argc > 11 ? argv[11] : "heuristics";
   if (cudnn != "search" && cudnn != "heuristics") {
     std::fprintf(stderr, "cudnn: search or heuristics\n");
     return 2;

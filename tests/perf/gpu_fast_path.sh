@@ -259,10 +259,14 @@ if has b; then
   b_job channels_last "memory_format: channels_last"
   b_job bf16_channels_last "precision: bf16" "memory_format: channels_last"
   b_job bf16_channels_last_drop_last "precision: bf16" "memory_format: channels_last" "drop_last: true"
+  # cuDNN's algorithm search instead of its heuristics (the default): what it buys in speed and
+  # costs in peak memory.
+  b_job fp32_search "cudnn_benchmark: true"
+  b_job bf16_channels_last_search "precision: bf16" "memory_format: channels_last" "cudnn_benchmark: true"
   b_job sgd_nesterov_onecycle "optimizer: {name: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}" \
     "schedule: {name: onecycle, max_lr: 0.05}"
   # The same as fp32 and bf16_channels_last, 1 epoch, LibTorch's profiler on steps 200-204
-  # (steady state: cuDNN's autotuning and the graph's capture are long done).
+  # (steady state: the graph's capture is long done).
   b_job profile_fp32 "profile: {start_step: 200, steps: 5}"
   b_job profile_bf16_channels_last "precision: bf16" "memory_format: channels_last" \
     "profile: {start_step: 200, steps: 5}"
@@ -286,14 +290,14 @@ fi
 
 if has g; then
   say "(g) bare C++ loop with mpsd's CUDA graph (mpsd_bare_loop graphed)"
-  # Also with cuDNN's heuristics instead of its search: what the search costs in peak memory.
-  for v in "fp32 contiguous search" "bf16 channels_last search" "fp32 contiguous heuristics" \
-           "bf16 channels_last heuristics"; do
+  # On cuDNN's heuristics (mpsd's default) and with its search (cudnn_benchmark: true).
+  for v in "fp32 contiguous heuristics" "bf16 channels_last heuristics" "fp32 contiguous search" \
+           "bf16 channels_last search"; do
     set -- $v
     # G_VARIANTS: only these (fp32_contiguous_search ...); unset: all.
     [[ -z ${G_VARIANTS:-} || " $G_VARIANTS " == *" $1_$2_$3 "* ]] || continue
     name="bare_$1_$2.json"
-    [[ $3 == heuristics ]] && name="bare_$1_$2_heuristics.json"
+    [[ $3 == search ]] && name="bare_$1_$2_search.json"
     timeout 120 "$BUILD/tests/perf/mpsd_bare_loop" "$IDX_DIR" "$RAW/$name" 3 128 0.001 1 \
       cuda graphed "$1" "$2" "$3"
     echo "bare graphed $1 $2 cudnn $3: exit $?"
@@ -341,7 +345,8 @@ if has d; then
     --json "$RAW/torch_resnet_train.json" | cut -c1-200
   printf '%s\n' "kind: BenchJob" "models: [resnet50]" "batch_sizes: [64]" "devices: [cuda]" \
     "mode: train_step" "precisions: [fp32, bf16]" "memory_formats: [contiguous, channels_last]" \
-    "optimizer: {name: sgd, learning_rate: 0.01}" "warmup_iters: 10" "iters: 30" > "$RUN/bench.yaml"
+    "optimizer: {name: sgd, learning_rate: 0.01}" "warmup_iters: 10" "iters: 30" \
+    "cudnn_benchmark: true" > "$RUN/bench.yaml"
   timeout 150 "${MPSCTL[@]}" submit "$RUN/bench.yaml" --follow > "$RAW/mpsd_resnet_train.jsonl"
   echo "bench exit $?, rows: $(grep -c bench_row "$RAW/mpsd_resnet_train.jsonl")"
   # The TrainJob's graphed step: 50 steps of 64 random [3, 224, 224] images an epoch, drawn on the
@@ -362,8 +367,11 @@ if has d; then
     } > "$RUN/$name.yaml"
     submit "$name" "$RUN/$name.yaml"
   }
-  resnet_job resnet_fp32
-  resnet_job resnet_bf16_channels_last "precision: bf16" "memory_format: channels_last"
+  # With cuDNN's search, as PyTorch's rows (--cudnn-benchmark); and once on the heuristics.
+  resnet_job resnet_fp32 "cudnn_benchmark: true"
+  resnet_job resnet_bf16_channels_last "precision: bf16" "memory_format: channels_last" \
+    "cudnn_benchmark: true"
+  resnet_job resnet_bf16_channels_last_heuristics "precision: bf16" "memory_format: channels_last"
   # torch.compile of ResNet-50's training step takes minutes: what is left of BUDGET_S, at most
   # 200 s, so that the summary still runs inside the device tool's 600 s.
   left=$((${BUDGET_S:-560} - SECONDS))

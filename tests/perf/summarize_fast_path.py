@@ -393,11 +393,13 @@ def main():
     check = (load_json(args.graph_check) or {}).get("cases", [])
     jobs = {n: mpsd_job(raw, n) for n in
             ("fp32", "bf16", "channels_last", "bf16_channels_last", "bf16_channels_last_drop_last",
-             "sgd_nesterov_onecycle", "profile_fp32", "profile_bf16_channels_last")}
+             "fp32_search", "bf16_channels_last_search", "sgd_nesterov_onecycle", "profile_fp32",
+             "profile_bf16_channels_last")}
     torch = {f"{k}_{s}": result_row(raw, f"torch_{k}_{s}.json", f"{k}_{s}")
              for s in ("fp32", "bf16", "bf16_cl") for k in ("graph", "eager", "compile")}
     bare = {k: load_json(os.path.join(raw, f"bare_{k}.json"))
-            for k in ("fp32_contiguous", "bf16_channels_last")}
+            for k in ("fp32_contiguous", "bf16_channels_last", "fp32_contiguous_search",
+                      "bf16_channels_last_search")}
     cifar = {"cifar_aug": mpsd_job(raw, "cifar_aug"), "cifar_noaug": mpsd_job(raw, "cifar_noaug"),
              "torch_cifar_aug": result_row(raw, "torch_cifar_aug.json", "torch_cifar_aug"),
              "torch_cifar_noaug": result_row(raw, "torch_cifar_noaug.json", "torch_cifar_noaug")}
@@ -406,7 +408,8 @@ def main():
         "rows", [])
     resnet_mpsd = [e["bench_row"] for e in load_lines(os.path.join(raw, "mpsd_resnet_train.jsonl"))
                    if "bench_row" in e]
-    trainjobs = {n: mpsd_job(raw, n) for n in ("resnet_fp32", "resnet_bf16_channels_last")}
+    trainjobs = {n: mpsd_job(raw, n) for n in ("resnet_fp32", "resnet_bf16_channels_last",
+                                               "resnet_bf16_channels_last_heuristics")}
     traces = {n: analyse_trace(os.path.join(raw, f"trace_{n}.json"))
               for n in ("profile_fp32", "profile_bf16_channels_last", "cifar_aug")}
 

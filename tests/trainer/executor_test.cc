@@ -2,6 +2,7 @@
 // Fashion-MNIST files and small temporary copies of them. CPU only, kept small for 2 cores.
 #include "trainer/torch_executor.h"
 
+#include <ATen/Context.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -29,7 +30,10 @@ namespace fs = std::filesystem;
 using ::mpsd::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::Contains;
+using ::testing::Each;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::SizeIs;
 using ::testing::StartsWith;
 
 constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
@@ -689,6 +693,63 @@ TEST(ExecutorRunTest, ChannelsLastTrainsToTheSameLossesAsContiguous) {
     }
     EXPECT_EQ(converted, 1) << model;
   }
+}
+
+// cudnn_benchmark is the job's own: on (torch.backends.cudnn.benchmark) while its steps and bench
+// rows run, off again after it, and off for a job that does not ask (LibTorch's process-wide
+// flag, which LibTorch keeps on a CPU build too).
+TEST(ExecutorRunTest, CudnnBenchmarkIsOnForTheJobThatAsksAndOffAfter) {
+  auto executor = MakeExecutor(/*steps_per_readback=*/4);
+  EXPECT_FALSE(at::globalContext().benchmarkCuDNN()) << "the executor starts on heuristics";
+  // What the flag was each time a step (or bench row) was reported.
+  const auto run = [&](const mpsd::v1::SubmitJobRequest& request) {
+    std::vector<bool> seen;
+    CancelFlag cancelled;
+    const absl::Status status = executor->Run(
+        JobContext{"1", ""}, request,
+        [&](mpsd::v1::JobEvent event) {
+          if (event.has_step() || event.has_bench_row()) {
+            seen.push_back(at::globalContext().benchmarkCuDNN());
+          }
+        },
+        cancelled);
+    EXPECT_TRUE(status.ok()) << status;
+    return seen;
+  };
+  mpsd::v1::SubmitJobRequest request = SmallJob();
+  request.mutable_train_job()->mutable_dataset()->set_limit_train(256);
+  request.mutable_train_job()->mutable_dataset()->set_limit_test(64);
+  request.mutable_train_job()->set_cudnn_benchmark(true);
+  EXPECT_THAT(run(request), AllOf(SizeIs(4), Each(true)));
+  EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
+
+  request.mutable_train_job()->set_cudnn_benchmark(false);
+  EXPECT_THAT(run(request), AllOf(SizeIs(4), Each(false)));
+
+  mpsd::v1::SubmitJobRequest bench;
+  bench.mutable_bench_job()->add_models("mlp");
+  bench.mutable_bench_job()->add_batch_sizes(8);
+  bench.mutable_bench_job()->add_devices("cpu");
+  bench.mutable_bench_job()->set_mode("both");
+  bench.mutable_bench_job()->set_iters(1);
+  bench.mutable_bench_job()->set_warmup_iters(0);
+  bench.mutable_bench_job()->set_cudnn_benchmark(true);
+  EXPECT_THAT(run(bench), AllOf(SizeIs(2), Each(true)));
+  EXPECT_FALSE(at::globalContext().benchmarkCuDNN());
+}
+
+// Sweep trials that differ in cudnn_benchmark train apart: a fused run has one setting.
+TEST(ExecutorRunTest, TrialsThatDifferInCudnnBenchmarkAreNotFused) {
+  auto executor = MakeExecutor();
+  std::vector<mpsd::v1::SubmitJobRequest> trials(2, SmallJob());
+  trials[1].mutable_train_job()->set_cudnn_benchmark(true);
+  const absl::StatusOr<std::vector<int>> plan = executor->PlanFusion(trials, 2);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plan.status().message(), "trial 1 differs in train_job.cudnn_benchmark");
+  trials[0].mutable_train_job()->set_cudnn_benchmark(true);
+  const absl::StatusOr<std::vector<int>> both = executor->PlanFusion(trials, 2);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_THAT(*both, ElementsAre(0, 1));
 }
 
 TEST(ExecutorRunTest, CifarCnnLearnsFashionMnistIn100Steps) {

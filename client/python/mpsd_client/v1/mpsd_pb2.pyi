@@ -56,9 +56,10 @@ class AugmentationSpec(_message.Message):
     def __init__(self, random_crop_padding: _Optional[int] = ..., horizontal_flip: bool = ..., random_resized_crop: _Optional[_Union[RandomResizedCropSpec, _Mapping]] = ..., resize: _Optional[_Iterable[int]] = ..., center_crop: _Optional[_Iterable[int]] = ..., color_jitter: _Optional[_Union[ColorJitterSpec, _Mapping]] = ..., random_rotation: _Optional[_Union[RandomRotationSpec, _Mapping]] = ..., random_erasing: _Optional[_Union[RandomErasingSpec, _Mapping]] = ..., mixup: _Optional[_Union[MixSpec, _Mapping]] = ..., cutmix: _Optional[_Union[MixSpec, _Mapping]] = ...) -> None: ...
 
 class BenchJob(_message.Message):
-    __slots__ = ["batch_sizes", "cpu_threads", "devices", "fault_injection", "input_shape", "iters", "memory_formats", "min_time_ms", "mode", "models", "num_classes", "optimizer", "precisions", "seed", "warmup_iters"]
+    __slots__ = ["batch_sizes", "cpu_threads", "cudnn_benchmark", "devices", "fault_injection", "input_shape", "iters", "memory_formats", "min_time_ms", "mode", "models", "num_classes", "optimizer", "precisions", "seed", "warmup_iters"]
     BATCH_SIZES_FIELD_NUMBER: _ClassVar[int]
     CPU_THREADS_FIELD_NUMBER: _ClassVar[int]
+    CUDNN_BENCHMARK_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     FAULT_INJECTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_SHAPE_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +75,7 @@ class BenchJob(_message.Message):
     WARMUP_ITERS_FIELD_NUMBER: _ClassVar[int]
     batch_sizes: _containers.RepeatedScalarFieldContainer[int]
     cpu_threads: int
+    cudnn_benchmark: bool
     devices: _containers.RepeatedScalarFieldContainer[str]
     fault_injection: FaultInjection
     input_shape: _containers.RepeatedScalarFieldContainer[int]
@@ -87,7 +89,7 @@ class BenchJob(_message.Message):
     precisions: _containers.RepeatedScalarFieldContainer[str]
     seed: int
     warmup_iters: int
-    def __init__(self, models: _Optional[_Iterable[str]] = ..., batch_sizes: _Optional[_Iterable[int]] = ..., devices: _Optional[_Iterable[str]] = ..., warmup_iters: _Optional[int] = ..., iters: _Optional[int] = ..., mode: _Optional[str] = ..., precisions: _Optional[_Iterable[str]] = ..., min_time_ms: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., cpu_threads: _Optional[int] = ..., memory_formats: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ...) -> None: ...
+    def __init__(self, models: _Optional[_Iterable[str]] = ..., batch_sizes: _Optional[_Iterable[int]] = ..., devices: _Optional[_Iterable[str]] = ..., warmup_iters: _Optional[int] = ..., iters: _Optional[int] = ..., mode: _Optional[str] = ..., precisions: _Optional[_Iterable[str]] = ..., min_time_ms: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., cpu_threads: _Optional[int] = ..., memory_formats: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., cudnn_benchmark: bool = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ...) -> None: ...
 
 class BenchRow(_message.Message):
     __slots__ = ["batch_size", "cpu_threads", "device", "iters", "mean_ms", "median_ms", "memory_format", "message", "mode", "model", "p10_ms", "p90_ms", "parameters", "peak_memory_bytes", "precision", "samples_per_second", "speedup_vs_cpu", "status", "step", "step_note"]
@@ -1182,9 +1184,10 @@ class SyntheticSpec(_message.Message):
     def __init__(self, input_shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., train_examples: _Optional[int] = ..., test_examples: _Optional[int] = ...) -> None: ...
 
 class TrainJob(_message.Message):
-    __slots__ = ["batch_size", "checkpoint", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "loss", "max_skipped_steps", "memory_format", "metrics", "model", "nan_policy", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "task", "tensorboard", "trainable"]
+    __slots__ = ["batch_size", "checkpoint", "cudnn_benchmark", "dataset", "device", "distributed", "divergence_threshold", "drop_last", "early_stopping", "epochs", "eval_every_epochs", "evaluate_test", "fault_injection", "freeze", "grad_accumulation_steps", "grad_clip_norm", "label_smoothing", "loss", "max_skipped_steps", "memory_format", "metrics", "model", "nan_policy", "optimizer", "param_groups", "precision", "profile", "restart_policy", "resume_from", "schedule", "seed", "task", "tensorboard", "trainable"]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    CUDNN_BENCHMARK_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     DISTRIBUTED_FIELD_NUMBER: _ClassVar[int]
@@ -1218,6 +1221,7 @@ class TrainJob(_message.Message):
     TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     batch_size: int
     checkpoint: CheckpointSpec
+    cudnn_benchmark: bool
     dataset: DatasetSpec
     device: str
     distributed: DistributedSpec
@@ -1249,7 +1253,7 @@ class TrainJob(_message.Message):
     task: str
     tensorboard: bool
     trainable: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ..., task: _Optional[str] = ..., loss: _Optional[_Union[LossSpec, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricSpec, _Mapping]]] = ...) -> None: ...
+    def __init__(self, model: _Optional[_Union[ModelSpec, _Mapping]] = ..., dataset: _Optional[_Union[DatasetSpec, _Mapping]] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerSpec, _Mapping]] = ..., seed: _Optional[int] = ..., device: _Optional[str] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., precision: _Optional[str] = ..., grad_accumulation_steps: _Optional[int] = ..., grad_clip_norm: _Optional[float] = ..., label_smoothing: _Optional[float] = ..., drop_last: bool = ..., eval_every_epochs: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointSpec, _Mapping]] = ..., resume_from: _Optional[str] = ..., restart_policy: _Optional[str] = ..., memory_format: _Optional[str] = ..., distributed: _Optional[_Union[DistributedSpec, _Mapping]] = ..., profile: _Optional[_Union[ProfileSpec, _Mapping]] = ..., divergence_threshold: _Optional[float] = ..., evaluate_test: _Optional[str] = ..., early_stopping: _Optional[_Union[EarlyStoppingSpec, _Mapping]] = ..., tensorboard: bool = ..., nan_policy: _Optional[str] = ..., max_skipped_steps: _Optional[int] = ..., cudnn_benchmark: bool = ..., fault_injection: _Optional[_Union[FaultInjection, _Mapping]] = ..., freeze: _Optional[_Iterable[str]] = ..., trainable: _Optional[_Iterable[str]] = ..., param_groups: _Optional[_Iterable[_Union[ParamGroupSpec, _Mapping]]] = ..., task: _Optional[str] = ..., loss: _Optional[_Union[LossSpec, _Mapping]] = ..., metrics: _Optional[_Iterable[_Union[MetricSpec, _Mapping]]] = ...) -> None: ...
 
 class Upload(_message.Message):
     __slots__ = ["created", "files", "kind", "name", "ref", "sha256", "size_bytes", "submitter"]
