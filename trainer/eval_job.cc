@@ -37,8 +37,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using mpsd::v1::JobEvent;
 
-// TrainOptions::eval_batch_size: the batches a TrainJob evaluates in.
-constexpr int kDefaultBatchSize = 1000;
 constexpr int kMaxBatchSize = 1 << 20;
 
 const FieldChecks& Fields() {
@@ -91,6 +89,8 @@ mpsd::v1::TrainJob EvalTrainJob(const mpsd::v1::EvalJob& job, const TrainedModel
   *spec.mutable_loss() = card.spec.loss();
   spec.set_label_smoothing(card.spec.label_smoothing());
   spec.set_epochs(1);
+  // The batch its evaluations ran in: the EvalJob's default batch_size.
+  if (card.spec.has_batch_size()) spec.set_batch_size(card.spec.batch_size());
   return spec;
 }
 
@@ -132,7 +132,9 @@ struct EvalPlan {
   TrainedModel card;
   TrainJobConfig config;
   std::string split = "test";
-  int batch_size = kDefaultBatchSize;
+  // EvalJob.batch_size; 0 until resolved: the TrainJob's batch_size, the batches its
+  // evaluations ran in (TrainOptions::eval_batch_size).
+  int batch_size = 0;
 };
 
 // split: val held out of the training split by a fraction (not a split of its own, `source`):
@@ -215,6 +217,7 @@ absl::StatusOr<EvalPlan> ResolveEvalJob(const mpsd::v1::EvalJob& job,
       ResolveTrainJob(spec, inventory, options, /*context=*/nullptr);
   if (!config.ok()) return AsEvalError(config.status(), plan.card);
   plan.config = *std::move(config);
+  if (plan.batch_size == 0) plan.batch_size = plan.config.batch_size;
   if (plan.split == "val" && !plan.config.dataset.has_validation()) {
     return Fields().Error("split",
                           "\"val\" needs a validation split: set "

@@ -234,6 +234,7 @@ absl::Status SetUpTrials(std::vector<std::unique_ptr<Trial>>& trials, const torc
     }
     TrainOptions& options = trial->options;
     options.batch_size = job.batch_size;
+    options.eval_batch_size = job.batch_size;  // as the unfused job's (MakeTrainOptions)
     options.epochs = job.epochs;
     options.seed = job.seed;
     options.task = job.task;

@@ -397,6 +397,7 @@ TrainOptions MakeTrainOptions(const TrainJobConfig& job, int steps_per_readback,
   TrainOptions options;
   options.learning_rate_scales = state.learning_rate_scales;
   options.batch_size = job.batch_size;
+  options.eval_batch_size = job.batch_size;
   options.epochs = job.epochs;
   options.seed = job.seed;
   options.steps_per_readback = steps_per_readback;

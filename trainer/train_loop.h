@@ -91,7 +91,8 @@ struct TrainOptions {
   // interval. Not for a distributed job: its ranks read back by count, at the same steps, so
   // that a diverged step stops them all at once.
   int readback_interval_ms = 500;
-  // Examples per forward pass when evaluating.
+  // Examples per forward pass when evaluating. A TrainJob's is its batch_size
+  // (MakeTrainOptions), so that evaluating needs no more device memory than a training step.
   int64_t eval_batch_size = 1000;
   // Batches whose gradients are summed into one optimizer step; each batch's loss is divided by
   // it. A partial group at an epoch's end makes one step of its own (see StepsPerEpoch).

@@ -600,13 +600,13 @@ TEST_F(HangsE2eTest, ATorchScriptLossTrainsAsTheBuiltInAndBadOnesAreRefusedNamin
 // TrainJob.metrics (issue 28): the user's metrics appear in every evaluated epoch's event and in
 // the summary beside the built-in ones, reduced as declared: a batch accuracy (mean) equals the
 // built-in accuracy over the split, and a metric returning the batch size gives, over the test
-// split's batches of 1000, 1000 and 500 examples, 2500 summed and (1000² + 1000² + 500²) / 2500
-// = 900 as the example-weighted mean.
+// split's batches of 1000, 1000 and 500 examples (evaluations run in the job's batch_size),
+// 2500 summed and (1000² + 1000² + 500²) / 2500 = 900 as the example-weighted mean.
 TEST_F(HangsE2eTest, TheUsersMetricsAreReportedBesideTheBuiltInOnesAsDeclared) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(""));
   mpsd::v1::SubmitJobRequest request = ChattyJob(96);
   mpsd::v1::TrainJob& job = *request.mutable_train_job();
-  job.set_batch_size(16);
+  job.set_batch_size(1000);  // one step an epoch (72 training examples)
   job.set_seed(5);
   job.set_epochs(2);
   job.mutable_dataset()->mutable_synthetic()->set_test_examples(2500);

@@ -263,6 +263,9 @@ if has b; then
   # costs in peak memory.
   b_job fp32_search "cudnn_benchmark: true"
   b_job bf16_channels_last_search "precision: bf16" "memory_format: channels_last" "cudnn_benchmark: true"
+  # No test evaluation: the training pass's own peak memory.
+  b_job fp32_no_test "evaluate_test: never"
+  b_job bf16_channels_last_no_test "precision: bf16" "memory_format: channels_last" "evaluate_test: never"
   b_job sgd_nesterov_onecycle "optimizer: {name: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}" \
     "schedule: {name: onecycle, max_lr: 0.05}"
   # The same as fp32 and bf16_channels_last, 1 epoch, LibTorch's profiler on steps 200-204
@@ -341,6 +344,13 @@ fi
 
 if has d; then
   say "(d) ResNet-50 train step, batch 64"
+  # D_JOBS: only these TrainJobs (names below), without PyTorch's rows and the BenchJob; unset:
+  # everything. cuDNN keeps the algorithm it chose for a shape for the executor's life, so a
+  # job on heuristics after one that searched the same shapes reuses the search's choice: give
+  # each setting its own mpsd to compare them.
+  d_job() { [[ -z ${D_JOBS:-} || " $D_JOBS " == *" $1 "* ]] && resnet_job "$@"; }
+fi
+if has d && [[ -z ${D_JOBS:-} ]]; then
   timeout 150 "$PY" "$PERF/torch_bench.py" --mode train --cudnn-benchmark --batch-sizes 64 --warmup 10 --iters 30 \
     --json "$RAW/torch_resnet_train.json" | cut -c1-200
   printf '%s\n' "kind: BenchJob" "models: [resnet50]" "batch_sizes: [64]" "devices: [cuda]" \
@@ -349,6 +359,8 @@ if has d; then
     "cudnn_benchmark: true" > "$RUN/bench.yaml"
   timeout 150 "${MPSCTL[@]}" submit "$RUN/bench.yaml" --follow > "$RAW/mpsd_resnet_train.jsonl"
   echo "bench exit $?, rows: $(grep -c bench_row "$RAW/mpsd_resnet_train.jsonl")"
+fi
+if has d; then
   # The TrainJob's graphed step: 50 steps of 64 random [3, 224, 224] images an epoch, drawn on the
   # device (the synthetic set), SGD lr 0.01 as the BenchJob's, 3 epochs.
   resnet_job() {  # name, extra lines
@@ -367,16 +379,20 @@ if has d; then
     } > "$RUN/$name.yaml"
     submit "$name" "$RUN/$name.yaml"
   }
-  # With cuDNN's search, as PyTorch's rows (--cudnn-benchmark); and once on the heuristics.
-  resnet_job resnet_fp32 "cudnn_benchmark: true"
-  resnet_job resnet_bf16_channels_last "precision: bf16" "memory_format: channels_last" \
+  # With cuDNN's search, as PyTorch's rows (--cudnn-benchmark); and on the heuristics (the
+  # default; in an mpsd of their own for a clean comparison, D_JOBS).
+  d_job resnet_fp32 "cudnn_benchmark: true"
+  d_job resnet_bf16_channels_last "precision: bf16" "memory_format: channels_last" \
     "cudnn_benchmark: true"
-  resnet_job resnet_bf16_channels_last_heuristics "precision: bf16" "memory_format: channels_last"
+  d_job resnet_fp32_heuristics
+  d_job resnet_bf16_channels_last_heuristics "precision: bf16" "memory_format: channels_last"
   # torch.compile of ResNet-50's training step takes minutes: what is left of BUDGET_S, at most
   # 200 s, so that the summary still runs inside the device tool's 600 s.
   left=$((${BUDGET_S:-560} - SECONDS))
   ((left > 200)) && left=200
-  if ((left > 30)); then
+  if [[ -n ${D_JOBS:-} ]]; then
+    echo "torch.compile resnet50: skipped (D_JOBS)"
+  elif ((left > 30)); then
     timeout "$left" "$PY" "$PERF/torch_bench.py" --mode train --cudnn-benchmark --compile \
       --batch-sizes 64 --warmup 10 --iters 30 --rows bf16_channels_last \
       --json "$RAW/torch_resnet_train_compile.json" | cut -c1-200

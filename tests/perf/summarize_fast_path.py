@@ -393,7 +393,8 @@ def main():
     check = (load_json(args.graph_check) or {}).get("cases", [])
     jobs = {n: mpsd_job(raw, n) for n in
             ("fp32", "bf16", "channels_last", "bf16_channels_last", "bf16_channels_last_drop_last",
-             "fp32_search", "bf16_channels_last_search", "sgd_nesterov_onecycle", "profile_fp32",
+             "fp32_search", "bf16_channels_last_search", "fp32_no_test",
+             "bf16_channels_last_no_test", "sgd_nesterov_onecycle", "profile_fp32",
              "profile_bf16_channels_last")}
     torch = {f"{k}_{s}": result_row(raw, f"torch_{k}_{s}.json", f"{k}_{s}")
              for s in ("fp32", "bf16", "bf16_cl") for k in ("graph", "eager", "compile")}
@@ -409,6 +410,7 @@ def main():
     resnet_mpsd = [e["bench_row"] for e in load_lines(os.path.join(raw, "mpsd_resnet_train.jsonl"))
                    if "bench_row" in e]
     trainjobs = {n: mpsd_job(raw, n) for n in ("resnet_fp32", "resnet_bf16_channels_last",
+                                               "resnet_fp32_heuristics",
                                                "resnet_bf16_channels_last_heuristics")}
     traces = {n: analyse_trace(os.path.join(raw, f"trace_{n}.json"))
               for n in ("profile_fp32", "profile_bf16_channels_last", "cifar_aug")}
