@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "trainer/compat/attention.h"
+#include "trainer/compat/autocast.h"
 #include "trainer/models/resnet.h"
 #include "trainer/models/sequence.h"
 
@@ -219,13 +221,14 @@ class TrialLinear {
   // addmm with the bias. Other roundings: each trial calls what its unfused layer calls.
   enum class Unfused { kModule, kAten };
 
+  // `cast`: each trial's slices cast to this dtype once, here (see Lstm).
   TrialLinear(const torch::Tensor& weight, const torch::Tensor& bias,
-              Unfused unfused = Unfused::kModule)
+              Unfused unfused = Unfused::kModule, std::optional<c10::ScalarType> cast = {})
       : weight_(weight), bias_(bias), unfused_(unfused) {
     if (!weight.is_cpu()) return;
     for (int64_t k = 0; k < weight.size(0); ++k) {
-      weights_.push_back(weight[k]);
-      biases_.push_back(bias[k]);
+      weights_.push_back(cast ? weight[k].to(*cast) : weight[k]);
+      biases_.push_back(cast ? bias[k].to(*cast) : bias[k]);
     }
   }
 
@@ -308,16 +311,19 @@ torch::Tensor AddPositions(const torch::Tensor& x, const torch::Tensor& weight) 
 // time-major view [T, N, F] of the batch-first input; then per step
 // gates = linear_hh(h) + that step's projection, split into (i, f, g, o),
 // c = σ(f)·c + σ(i)·tanh(g), h = σ(o)·tanh(c); a layer's input is the stack of the layer
-// below's h over the steps.
+// below's h over the steps. Under autocast (bf16) each trial's weights are cast once per forward,
+// as autocast's cache casts the unfused layer's (a slice, a view, it would cast at every step):
+// the recurrent weights' gradients are then summed over the steps in bf16, as unfused.
 torch::Tensor Lstm(const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
   const int64_t k_trials = x.size(0);
   const int64_t n = x.size(1);
+  const std::optional<c10::ScalarType> cast = compat::CachedAutocastDtype(x.device().type());
   torch::Tensor input = x.transpose(1, 2);  // [K, T, N, F]
   torch::Tensor h;
   for (size_t layer = 0; layer + 3 < w.size(); layer += 4) {
     const int64_t hidden = w[layer + 1].size(2);
-    const TrialLinear input_projection(w[layer], w[layer + 2], TrialLinear::Unfused::kAten);
-    const TrialLinear recurrent(w[layer + 1], w[layer + 3], TrialLinear::Unfused::kAten);
+    const TrialLinear input_projection(w[layer], w[layer + 2], TrialLinear::Unfused::kAten, cast);
+    const TrialLinear recurrent(w[layer + 1], w[layer + 3], TrialLinear::Unfused::kAten, cast);
     const std::vector<torch::Tensor> projected = input_projection(input).unbind(/*dim=*/1);
     h = torch::zeros({k_trials, n, hidden}, x.options());
     torch::Tensor c = torch::zeros({k_trials, n, hidden}, x.options());

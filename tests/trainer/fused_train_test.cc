@@ -361,10 +361,32 @@ TEST(FusedTrainTest, LstmAdamMatchesEachTrialAlone) {
   CompareFusedWithAlone("lstm", "adam", SmallSequences, kSequenceSteps);
 }
 
+// bf16: the LSTM's weights cast once per forward, as autocast's cache casts the unfused
+// layer's, so that their gradients are summed over the steps in bf16 as unfused.
+TEST(FusedTrainTest, Bf16LstmAdamMatchesEachTrialAlone) {
+  CompareFusedWithAlone(
+      "lstm", "adam",
+      [](mpsd::v1::TrainJob& job) {
+        SmallSequences(job);
+        job.set_precision("bf16");
+      },
+      kSequenceSteps);
+}
+
 // The transformer (preset small: 4 layers × 256, 4 heads) with dropout 0.1: each trial's masks
 // (embeddings, attention probabilities, both residual branches) from its own generator.
 TEST(FusedTrainTest, TransformerAdamWMatchesEachTrialAlone) {
   CompareFusedWithAlone("transformer", "adamw", SmallSequences, kSequenceSteps);
+}
+
+TEST(FusedTrainTest, Bf16TransformerAdamWMatchesEachTrialAlone) {
+  CompareFusedWithAlone(
+      "transformer", "adamw",
+      [](mpsd::v1::TrainJob& job) {
+        SmallSequences(job);
+        job.set_precision("bf16");
+      },
+      kSequenceSteps);
 }
 
 // One fused training forward and backward of a sequence model against each trial's own model,
