@@ -140,7 +140,7 @@ class Executor {
   // differing only in values that change no shape, such as learning rate, weight decay, seed),
   // skipping the others, at least 2 and at most `max_trials`, and no more than fit the device's
   // free memory. FAILED_PRECONDITION when fewer than 2 can be fused, with a message saying why
-  // for the job log ("trial 0: model resnet18 has no fused form yet", "trial 1 differs in
+  // for the job log ("trial 0: model vgg11 has no fused form yet", "trial 1 differs in
   // train_job.batch_size"). Reads the specs' dataset headers and the device's memory: touches no
   // tensor on the device, never disturbs a running job. Thread-safe. The default fuses nothing.
   virtual absl::StatusOr<std::vector<int>> PlanFusion(

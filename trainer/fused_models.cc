@@ -1,9 +1,11 @@
-// The fused forms of mlp, convnet, cifar_cnn and resnet18/34/50: each architecture as a program
-// of fused operators over the zoo model's parameter names (trainer/models/simple.cc and
-// resnet.cc register them so).
+// The fused forms of mlp, convnet, cifar_cnn, resnet18/34/50, lstm and transformer (bert_base):
+// each architecture as a program of fused operators over the zoo model's parameter names
+// (trainer/models/simple.cc, resnet.cc and sequence.cc register them so).
 #include "trainer/fused_models.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,7 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "trainer/compat/attention.h"
+#include "trainer/compat/autocast.h"
 #include "trainer/models/resnet.h"
+#include "trainer/models/sequence.h"
 
 namespace mpsd::trainer {
 namespace {
@@ -30,9 +35,17 @@ struct OpSpec {
     kDropout2d,
     kFlatten,
     kLinear,
-    kSave,      // the shortcut: a residual block's input, kept for kAddSaved
-    kAddSaved,  // x + the shortcut
-    kAvgPool    // adaptive average pool to 1×1
+    kSave,          // the shortcut: a residual block's input, kept for kAddSaved
+    kAddSaved,      // x + the shortcut
+    kAvgPool,       // adaptive average pool to 1×1
+    kSequence,      // images → sequences of rows
+    kLstm,          // the torch::nn::LSTM `prefix`, all its layers
+    kPositions,     // + the Embedding `prefix`'s rows 0 … T − 1
+    kLayerNorm,     // the LayerNorm `prefix`
+    kLayerDropout,  // a dropout with the probability of the TransformerEncoderLayer `prefix`
+    kAttention,     // the self-attention of the TransformerEncoderLayer `prefix`
+    kGelu,
+    kMeanSteps  // mean over the steps
   };
   Kind kind;
   std::string prefix;  // the module's name in the zoo model ("conv1", "features.0")
@@ -82,14 +95,60 @@ std::vector<OpSpec> ResNetProgram(const ResNetDepth& depth) {
   return ops;
 }
 
-// The zoo models with a fused form, for messages.
-constexpr const char* kFusedModels[] = {"mlp",      "convnet",  "cifar_cnn",
-                                        "resnet18", "resnet34", "resnet50"};
+// The submodule `name` of `model` as a `ModuleType`; nullptr when there is none (or another).
+template <typename ModuleType>
+ModuleType* FindModule(torch::nn::Module& model, const std::string& name) {
+  const torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>> modules =
+      model.named_modules(/*name_prefix=*/"", /*include_self=*/false);
+  const std::shared_ptr<torch::nn::Module>* module = modules.find(name);
+  return module == nullptr ? nullptr : (*module)->as<ModuleType>();
+}
 
-// The programs, in the order each zoo model's forward runs its modules. Each dropout's
-// probability is taken from the built model (ModelSpec.dropout or the architecture's default).
-std::vector<OpSpec> Program(absl::string_view name) {
+// The Transformer encoder classifier (TransformerClassifierImpl::forward): the embedding block,
+// then each TransformerEncoderLayer's two residual branches, x = LayerNorm(x + branch(x)), kept
+// as a residual block's shortcut is, their dropouts in the order the layer draws them (the
+// attention probabilities inside kAttention, then the attention branch, then the feed-forward
+// branch), then the mean over the steps and the classifier.
+std::vector<OpSpec> TransformerProgram(torch::nn::Module& model) {
   using K = OpSpec;
+  std::vector<OpSpec> ops = {{K::kSequence, ""},
+                             {K::kLinear, "input_proj"},
+                             {K::kPositions, "positions"},
+                             {K::kLayerNorm, "norm"},
+                             {K::kDropout, ""}};
+  for (int i = 0;; ++i) {
+    const std::string layer = absl::StrCat("layers.", i);
+    if (FindModule<TransformerEncoderLayerImpl>(model, layer) == nullptr) break;
+    ops.insert(ops.end(), {{K::kSave, ""},
+                           {K::kAttention, layer},
+                           {K::kLayerDropout, layer},
+                           {K::kAddSaved, ""},
+                           {K::kLayerNorm, layer + ".norm1"},
+                           {K::kSave, ""},
+                           {K::kLinear, layer + ".linear1"},
+                           {K::kGelu, ""},
+                           {K::kLinear, layer + ".linear2"},
+                           {K::kLayerDropout, layer},
+                           {K::kAddSaved, ""},
+                           {K::kLayerNorm, layer + ".norm2"}});
+  }
+  ops.push_back({K::kMeanSteps, ""});
+  ops.push_back({K::kLinear, "classifier"});
+  return ops;
+}
+
+// The zoo models with a fused form, for messages and HasFusedForm.
+constexpr const char* kFusedModels[] = {"mlp",      "convnet",     "cifar_cnn",
+                                        "resnet18", "resnet34",    "resnet50",
+                                        "lstm",     "transformer", "bert_base"};
+
+// The programs, in the order each zoo model's forward runs its modules; `model` (one of the
+// trials' zoo models) tells the transformer's layer count. Each dropout's probability is taken
+// from the built model (ModelSpec.dropout or the architecture's default).
+std::vector<OpSpec> Program(absl::string_view name, torch::nn::Module& model) {
+  using K = OpSpec;
+  if (name == "lstm") return {{K::kSequence, ""}, {K::kLstm, "lstm"}, {K::kLinear, "fc"}};
+  if (name == "transformer" || name == "bert_base") return TransformerProgram(model);
   if (name == "mlp") {  // layers: Flatten, Linear, ReLU, Dropout, Linear, ReLU, Dropout, Linear
     return {{K::kFlatten, "", 0}, {K::kLinear, "layers.1", 0}, {K::kRelu, "", 0},
             {K::kDropout, "", 0}, {K::kLinear, "layers.4", 0}, {K::kRelu, "", 0},
@@ -150,20 +209,190 @@ torch::Tensor Noise(at::IntArrayRef shape, double p, at::Generator& generator,
   return noise.div_(1 - p);
 }
 
+// A fused linear for one forward pass: weight [K, out, in], bias [K, out]; on the CPU each
+// trial's slices, selected once (autograd then sums a trial's gradients over the uses, e.g. an
+// LSTM's steps, in its slice alone, as the unfused layer does, instead of adding a whole
+// [K, out, in] gradient per use).
+class TrialLinear {
+ public:
+  // Which linear the unfused layer calls on the CPU. The two differ for inputs of more than two
+  // dimensions: torch::nn::Linear's F::linear (LibTorch's C++ API) multiplies, then adds the
+  // bias; ATen's at::linear, which its LSTM calls, folds a contiguous [T, N, in] input into one
+  // addmm with the bias. Other roundings: each trial calls what its unfused layer calls.
+  enum class Unfused { kModule, kAten };
+
+  // `cast`: each trial's slices cast to this dtype once, here (see Lstm).
+  TrialLinear(const torch::Tensor& weight, const torch::Tensor& bias,
+              Unfused unfused = Unfused::kModule, std::optional<c10::ScalarType> cast = {})
+      : weight_(weight), bias_(bias), unfused_(unfused) {
+    if (!weight.is_cpu()) return;
+    for (int64_t k = 0; k < weight.size(0); ++k) {
+      weights_.push_back(cast ? weight[k].to(*cast) : weight[k]);
+      biases_.push_back(cast ? bias[k].to(*cast) : bias[k]);
+    }
+  }
+
+  // x [K, ..., in] → [K, ..., out]: each trial's linear.
+  torch::Tensor operator()(const torch::Tensor& x) const {
+    if (x.is_cpu()) {
+      // Each trial's own F::linear (addmm), stacked: on the CPU a batched matmul is a loop
+      // of GEMMs anyway, and the very call the unfused layer makes keeps fused and unfused
+      // bit-identical whatever kernel the BLAS picks (OpenBLAS's Haswell kernels, which it
+      // picks on AVX2 CPUs and on AMD Zen 5, sum baddbmm's batches otherwise than addmm).
+      // x[k] keeps the strides the caller gives it: they pick linear's path (addmm, or matmul
+      // and a separate bias add) as they do for the unfused layer.
+      std::vector<torch::Tensor> outputs;
+      outputs.reserve(weights_.size());
+      for (size_t k = 0; k < weights_.size(); ++k) {
+        const torch::Tensor input = x[static_cast<int64_t>(k)];
+        outputs.push_back(unfused_ == Unfused::kAten
+                              ? torch::linear(input, weights_[k], biases_[k])
+                              : torch::nn::functional::linear(input, weights_[k], biases_[k]));
+      }
+      return torch::stack(outputs);
+    }
+    // x [K, M, in] @ weightᵀ [K, in, out] + bias [K, 1, out]: each trial's F::linear.
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = weight_.size(1);
+    return torch::baddbmm(bias_.unsqueeze(1), x.reshape({x.size(0), -1, x.size(-1)}),
+                          weight_.transpose(1, 2))
+        .view(sizes);
+  }
+
+ private:
+  torch::Tensor weight_;
+  torch::Tensor bias_;
+  Unfused unfused_;
+  std::vector<torch::Tensor> weights_;  // the CPU's slices
+  std::vector<torch::Tensor> biases_;
+};
+
+// Each trial's LayerNorm over the last dimension of x [K, ..., h] (weight, bias [K, h]).
+torch::Tensor TrialLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps) {
+  const int64_t hidden = x.size(-1);
+  if (x.is_cpu()) {
+    // Each trial's own layer_norm, whose kernel applies the weight and bias and sums their
+    // gradients over the rows itself: the unfused layer's arithmetic exactly.
+    std::vector<torch::Tensor> outputs;
+    for (int64_t k = 0; k < x.size(0); ++k) {
+      outputs.push_back(torch::layer_norm(x[k], {hidden}, weight[k], bias[k], eps));
+    }
+    return torch::stack(outputs);
+  }
+  std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+  shape.front() = x.size(0);
+  shape.back() = hidden;
+  return torch::addcmul(bias.view(shape), torch::layer_norm(x, {hidden}, {}, {}, eps),
+                        weight.view(shape));
+}
+
+// x [K, N, T, h] + each trial's position embedding (weight [K, positions, h]) of steps 0 … T − 1.
+torch::Tensor AddPositions(const torch::Tensor& x, const torch::Tensor& weight) {
+  const torch::Tensor steps =
+      torch::arange(x.size(2), torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+  if (x.is_cpu()) {
+    // As the unfused model's input_proj(x) + positions(steps), trial by trial: the
+    // embedding's gradient summed over the batch as its unfused job sums it.
+    std::vector<torch::Tensor> outputs;
+    for (int64_t k = 0; k < x.size(0); ++k) {
+      outputs.push_back(x[k] + torch::embedding(weight[k], steps));
+    }
+    return torch::stack(outputs);
+  }
+  return x + weight.index_select(/*dim=*/1, steps).unsqueeze(1);
+}
+
+// torch::nn::LSTM's layers (batch first, zero initial state, no dropout between layers) over
+// x [K, N, T, F] for each trial; `w` holds per layer weight_ih [K, 4H, F], weight_hh [K, 4H, H],
+// bias_ih, bias_hh [K, 4H]. Returns the top layer's hidden state after the last step, [K, N, H].
+// As ATen's CPU LSTM computes (RNN.cpp, LibTorch 1.13: FullLayer, LSTMCell), so that each
+// trial's numbers are its unfused layer's: the input projection of all T steps first, on the
+// time-major view [T, N, F] of the batch-first input; then per step
+// gates = linear_hh(h) + that step's projection, split into (i, f, g, o),
+// c = σ(f)·c + σ(i)·tanh(g), h = σ(o)·tanh(c); a layer's input is the stack of the layer
+// below's h over the steps. Under autocast (bf16) each trial's weights are cast once per forward,
+// as autocast's cache casts the unfused layer's (a slice, a view, it would cast at every step):
+// the recurrent weights' gradients are then summed over the steps in bf16, as unfused.
+torch::Tensor Lstm(const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+  const int64_t k_trials = x.size(0);
+  const int64_t n = x.size(1);
+  const std::optional<c10::ScalarType> cast = compat::CachedAutocastDtype(x.device().type());
+  torch::Tensor input = x.transpose(1, 2);  // [K, T, N, F]
+  torch::Tensor h;
+  for (size_t layer = 0; layer + 3 < w.size(); layer += 4) {
+    const int64_t hidden = w[layer + 1].size(2);
+    const TrialLinear input_projection(w[layer], w[layer + 2], TrialLinear::Unfused::kAten, cast);
+    const TrialLinear recurrent(w[layer + 1], w[layer + 3], TrialLinear::Unfused::kAten, cast);
+    const std::vector<torch::Tensor> projected = input_projection(input).unbind(/*dim=*/1);
+    h = torch::zeros({k_trials, n, hidden}, x.options());
+    torch::Tensor c = torch::zeros({k_trials, n, hidden}, x.options());
+    std::vector<torch::Tensor> outputs;
+    for (const torch::Tensor& step : projected) {
+      const std::vector<torch::Tensor> gates = (recurrent(h) + step).unsafe_chunk(4, /*dim=*/2);
+      const torch::Tensor in = gates[0].sigmoid_();
+      const torch::Tensor forget = gates[1].sigmoid_();
+      const torch::Tensor cell = gates[2].tanh_();
+      const torch::Tensor out = gates[3].sigmoid_();
+      c = (forget * c).add_(in * cell);
+      h = out * c.tanh();
+      outputs.push_back(h);
+    }
+    // [K, T, N, H]: each trial's [T, N, H] contiguous, as ATen stacks a layer's outputs.
+    if (layer + 4 < w.size()) input = torch::stack(outputs, /*dim=*/1);
+  }
+  return h;
+}
+
+// A TransformerEncoderLayer's self-attention (TransformerEncoderLayerImpl::forward with
+// compat::ScaledDotProductAttention as LibTorch 1.13 has it) over x [K, N, T, h] for each trial:
+// the fused q/k/v projection, softmax(q·kᵀ/√d) per trial and head, times `dropout(probabilities)`
+// (undefined: no dropout) when `drops`, then ·v and the output projection.
+torch::Tensor Attention(const torch::Tensor& x, const TrialLinear& in_proj,
+                        const TrialLinear& out_proj, int64_t heads, bool drops,
+                        const std::function<torch::Tensor(const torch::Tensor&)>& dropout) {
+  const int64_t k_trials = x.size(0);
+  const int64_t n = x.size(1);
+  const int64_t steps = x.size(2);
+  const int64_t hidden = x.size(3);
+  // [K, N, T, 3 × hidden] → [3, K, N, heads, T, head size]: q, k, v.
+  const torch::Tensor qkv =
+      in_proj(x).view({k_trials, n, steps, 3, heads, hidden / heads}).permute({3, 0, 1, 4, 2, 5});
+  torch::Tensor attention;
+  if (drops) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hidden / heads));
+    torch::Tensor probabilities = torch::softmax(
+        torch::matmul(qkv[0], qkv[1].transpose(/*dim0=*/-2, /*dim1=*/-1)) * scale, /*dim=*/-1);
+    const torch::Tensor mask = dropout(probabilities);
+    if (mask.defined()) probabilities = probabilities * mask;
+    attention = torch::matmul(probabilities, qkv[2]);
+  } else {
+    // [K·N, heads, T, head size]: the shape LibTorch 2's fused attention kernels take.
+    attention = compat::ScaledDotProductAttention(qkv[0].flatten(0, 1), qkv[1].flatten(0, 1),
+                                                  qkv[2].flatten(0, 1), /*dropout_p=*/0)
+                    .view({k_trials, n, heads, steps, hidden / heads});
+  }
+  return out_proj(
+      attention.transpose(/*dim0=*/2, /*dim1=*/3).reshape({k_trials, n, steps, hidden}));
+}
+
 }  // namespace
 
-bool HasFusedForm(absl::string_view name) { return !Program(name).empty(); }
+bool HasFusedForm(absl::string_view name) {
+  return std::find(std::begin(kFusedModels), std::end(kFusedModels), name) !=
+         std::end(kFusedModels);
+}
 
 std::string FusedModelNames() { return absl::StrJoin(kFusedModels, ", "); }
 
 absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
     absl::string_view name, const std::vector<std::shared_ptr<ClassifierImpl>>& models,
     const torch::Device& device) {
-  const std::vector<OpSpec> program = Program(name);
-  if (program.empty()) {
+  if (!HasFusedForm(name)) {
     return absl::InvalidArgumentError(absl::StrCat("model ", name, " has no fused form yet"));
   }
   if (models.empty()) return absl::InvalidArgumentError("no model to fuse");
+  const std::vector<OpSpec> program = Program(name, *models.front());
   torch::NoGradGuard no_grad;
   auto fused = std::unique_ptr<FusedModel>(new FusedModel());
   const int trials = static_cast<int>(models.size());
@@ -208,6 +437,27 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
     fused->buffers_.push_back(joined.to(device).contiguous());
     fused->buffer_names_.push_back(tensor_name);
     return static_cast<int>(fused->buffers_.size()) - 1;
+  };
+
+  // Each trial's dropout probability on `op`, and 1 − p on the device.
+  const auto set_dropout = [&](Op& op, std::vector<double> p) {
+    std::vector<float> keep;
+    for (const double each : p) keep.push_back(static_cast<float>(1 - each));
+    op.p = std::move(p);
+    op.keep = torch::tensor(keep, torch::kFloat32).to(device);
+  };
+  // Each trial's TransformerEncoderLayer `prefix`'s dropout probability.
+  const auto layer_dropout = [&](const std::string& prefix) -> absl::StatusOr<std::vector<double>> {
+    std::vector<double> p;
+    for (const auto& model : models) {
+      const auto* layer = FindModule<TransformerEncoderLayerImpl>(*model, prefix);
+      if (layer == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("model %s: no encoder layer %s to fuse", name, prefix));
+      }
+      p.push_back(layer->dropout());
+    }
+    return p;
   };
 
   size_t dropout_layer = 0;
@@ -281,21 +531,93 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
         op.kind = Op::Kind::kFlatten;
         break;
       case OpSpec::kDropout:
-      case OpSpec::kDropout2d:
+      case OpSpec::kDropout2d: {
         op.kind = spec.kind == OpSpec::kDropout ? Op::Kind::kDropout : Op::Kind::kDropout2d;
+        std::vector<double> p;
         for (int k = 0; k < trials; ++k) {
           if (dropout_layer >= dropout[k].size()) {
             return absl::InvalidArgumentError(
                 absl::StrFormat("model %s: trial %d has fewer dropout layers", name, k));
           }
-          op.p.push_back(dropout[k][dropout_layer]);
+          p.push_back(dropout[k][dropout_layer]);
         }
-        {
-          std::vector<float> keep;
-          for (const double p : op.p) keep.push_back(static_cast<float>(1 - p));
-          op.keep = torch::tensor(keep, torch::kFloat32).to(device);
-        }
+        set_dropout(op, std::move(p));
         ++dropout_layer;
+        break;
+      }
+      case OpSpec::kSequence:
+        op.kind = Op::Kind::kSequence;
+        break;
+      case OpSpec::kLstm: {
+        op.kind = Op::Kind::kLstm;
+        // torch::nn::LSTM's parameters, layer by layer (weight_ih_l0, weight_hh_l0, bias_ih_l0,
+        // bias_hh_l0, weight_ih_l1, ...).
+        const torch::OrderedDict<std::string, torch::Tensor> named =
+            models.front()->named_parameters();
+        for (int layer = 0; named.contains(absl::StrCat(spec.prefix, ".weight_ih_l", layer));
+             ++layer) {
+          for (const char* tensor : {"weight_ih_l", "weight_hh_l", "bias_ih_l", "bias_hh_l"}) {
+            absl::StatusOr<int> index =
+                add_parameter(absl::StrCat(spec.prefix, ".", tensor, layer), /*stack=*/true);
+            if (!index.ok()) return index.status();
+            op.tensors.push_back(*index);
+          }
+        }
+        break;
+      }
+      case OpSpec::kPositions: {
+        op.kind = Op::Kind::kPositions;
+        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/true);
+        if (!weight.ok()) return weight.status();
+        op.weight = *weight;
+        break;
+      }
+      case OpSpec::kLayerNorm: {
+        op.kind = Op::Kind::kLayerNorm;
+        const auto* norm = FindModule<torch::nn::LayerNormImpl>(*models.front(), spec.prefix);
+        if (norm == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("model %s: no LayerNorm %s to fuse", name, spec.prefix));
+        }
+        op.eps = norm->options.eps();
+        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/true);
+        if (!weight.ok()) return weight.status();
+        absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/true);
+        if (!bias.ok()) return bias.status();
+        op.weight = *weight;
+        op.bias = *bias;
+        break;
+      }
+      case OpSpec::kLayerDropout:
+      case OpSpec::kAttention: {
+        absl::StatusOr<std::vector<double>> p = layer_dropout(spec.prefix);
+        if (!p.ok()) return p.status();
+        set_dropout(op, *std::move(p));
+        if (spec.kind == OpSpec::kLayerDropout) {
+          op.kind = Op::Kind::kDropout;
+          break;
+        }
+        op.kind = Op::Kind::kAttention;
+        op.heads = FindModule<TransformerEncoderLayerImpl>(*models.front(), spec.prefix)->heads();
+        for (const auto& model : models) {
+          if (FindModule<TransformerEncoderLayerImpl>(*model, spec.prefix)->heads() != op.heads) {
+            return absl::InvalidArgumentError(
+                absl::StrFormat("model %s: the trials' %s differ in heads", name, spec.prefix));
+          }
+        }
+        for (const char* tensor :
+             {".in_proj.weight", ".in_proj.bias", ".out_proj.weight", ".out_proj.bias"}) {
+          absl::StatusOr<int> index = add_parameter(spec.prefix + tensor, /*stack=*/true);
+          if (!index.ok()) return index.status();
+          op.tensors.push_back(*index);
+        }
+        break;
+      }
+      case OpSpec::kGelu:
+        op.kind = Op::Kind::kGelu;
+        break;
+      case OpSpec::kMeanSteps:
+        op.kind = Op::Kind::kMeanSteps;
         break;
     }
     fused->ops_.push_back(std::move(op));
@@ -325,8 +647,9 @@ torch::Tensor FusedModel::Forward(const torch::Tensor& inputs,
       }
       return torch::cat(noise, /*dim=*/1);
     }
+    // x [K, N, ...]: each trial's masks of its unfused activation's shape [N, ...].
     for (int k = 0; k < trials_; ++k) {
-      noise.push_back(Noise({n, x.size(2)}, op.p[k], generators[k], x.options()));
+      noise.push_back(Noise(x.sizes().slice(1), op.p[k], generators[k], x.options()));
     }
     return torch::stack(noise);
   });
@@ -346,8 +669,10 @@ torch::Tensor FusedModel::Forward(const torch::Tensor& inputs, at::Generator& ge
       noise.bernoulli_(keep, generator);
       return noise.div_(keep).view({n, x.size(1), 1, 1});
     }
-    // x [K, N, F].
-    const torch::Tensor keep = op.keep.view({k_trials, 1, 1});
+    // x [K, N, ...] ([K, N, F], [K, N, T, h], the attention probabilities [K, N, heads, T, T]).
+    std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
+    shape.front() = k_trials;
+    const torch::Tensor keep = op.keep.view(shape);
     torch::Tensor noise = torch::empty(x.sizes(), x.options());
     noise.bernoulli_(keep, generator);
     return noise.div_(keep);
@@ -424,7 +749,6 @@ torch::Tensor FusedModel::Run(
         x = torch::max_pool2d(x, op.kernel, op.stride, op.padding);
         break;
       case Op::Kind::kSave:
-        TORCH_CHECK(channel_fused, "FusedModel: a residual block expects [N, K·C, H, W]");
         saved = x;
         break;
       case Op::Kind::kAddSaved:
@@ -443,7 +767,7 @@ torch::Tensor FusedModel::Run(
         break;
       }
       case Op::Kind::kDropout: {
-        TORCH_CHECK(!channel_fused && x.dim() == 3, "FusedModel: dropout expects [K, N, F]");
+        TORCH_CHECK(!channel_fused && x.dim() >= 3, "FusedModel: dropout expects [K, N, ...]");
         const torch::Tensor mask = noise(op, x);
         if (mask.defined()) x = x * mask;
         break;
@@ -458,27 +782,46 @@ torch::Tensor FusedModel::Run(
           x = x.reshape({k_trials, n, -1});
         }
         break;
-      case Op::Kind::kLinear:
-        if (x.is_cpu()) {
-          // Each trial's own F::linear (addmm), stacked: on the CPU a batched matmul is a loop
-          // of GEMMs anyway, and the very call the unfused layer makes keeps fused and unfused
-          // bit-identical whatever kernel the BLAS picks (OpenBLAS's Haswell kernels, which it
-          // picks on AVX2 CPUs and on AMD Zen 5, sum baddbmm's batches otherwise than addmm).
-          // Each trial's rows contiguous, as its unfused flatten leaves them (a strided input
-          // takes another bf16 GEMM path).
-          x = x.contiguous();
-          std::vector<torch::Tensor> outputs;
-          outputs.reserve(static_cast<size_t>(k_trials));
-          for (int64_t k = 0; k < k_trials; ++k) {
-            outputs.push_back(torch::nn::functional::linear(x[k], parameters_[op.weight][k],
-                                                            parameters_[op.bias][k]));
-          }
-          x = torch::stack(outputs);
-        } else {
-          // x [K, N, in] @ weightᵀ [K, in, out] + bias [K, 1, out]: each trial's F::linear.
-          x = torch::baddbmm(parameters_[op.bias].unsqueeze(1), x,
-                             parameters_[op.weight].transpose(1, 2));
+      case Op::Kind::kLinear: {
+        // On the CPU each trial's rows contiguous, as its unfused flatten (or layer) leaves them
+        // (a strided input takes another bf16 GEMM path).
+        const TrialLinear linear(parameters_[op.weight], parameters_[op.bias]);
+        x = linear(x.is_cpu() ? x.contiguous() : x);
+        break;
+      }
+      case Op::Kind::kSequence:
+        if (x.dim() == 5) {  // images; [K, N, T, F] sequences stay as they are
+          const torch::Tensor rows = AsSequence(x.flatten(0, 1));
+          x = rows.reshape({k_trials, n, rows.size(1), rows.size(2)});
         }
+        break;
+      case Op::Kind::kLstm: {
+        TORCH_CHECK(x.dim() == 4, "FusedModel: lstm expects [K, N, T, F], got ", x.sizes());
+        std::vector<torch::Tensor> weights;
+        for (const int index : op.tensors) weights.push_back(parameters_[index]);
+        x = Lstm(x, weights);
+        break;
+      }
+      case Op::Kind::kPositions:
+        x = AddPositions(x, parameters_[op.weight]);
+        break;
+      case Op::Kind::kLayerNorm:
+        x = TrialLayerNorm(x, parameters_[op.weight], parameters_[op.bias], op.eps);
+        break;
+      case Op::Kind::kAttention: {
+        TORCH_CHECK(x.dim() == 4, "FusedModel: attention expects [K, N, T, h], got ", x.sizes());
+        const bool drops = std::any_of(op.p.begin(), op.p.end(), [](double p) { return p > 0; });
+        const TrialLinear in_proj(parameters_[op.tensors[0]], parameters_[op.tensors[1]]);
+        const TrialLinear out_proj(parameters_[op.tensors[2]], parameters_[op.tensors[3]]);
+        x = Attention(x, in_proj, out_proj, op.heads, drops,
+                      [&](const torch::Tensor& probabilities) { return noise(op, probabilities); });
+        break;
+      }
+      case Op::Kind::kGelu:
+        x = torch::gelu(x);
+        break;
+      case Op::Kind::kMeanSteps:
+        x = x.mean(/*dim=*/2);
         break;
     }
   }

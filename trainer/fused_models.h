@@ -5,14 +5,26 @@
 // groups, inputs [N, K·C, H, W]), K BatchNorm2d one BatchNorm over K·C channels (each trial's
 // channels keep their own batch statistics and running statistics), K dropouts one multiply by
 // K masks each drawn from its trial's own generator; activations and pooling are unchanged.
+// K LSTMs are one recurrence over [K, N, ·] states (per step K recurrent linears as one batched
+// matmul, the gates of all K at once); K LayerNorms one normalisation with each trial's own
+// weight and bias; K self-attentions one batched matmul over [K, N, heads, T, ·].
 // Internal to trainer/: includes torch.
 //
-// Fused forms exist for mlp, convnet, cifar_cnn (trainer/models/simple.h) and resnet18/34/50
+// Fused forms exist for mlp, convnet, cifar_cnn (trainer/models/simple.h), resnet18/34/50
 // (trainer/models/resnet.h: a residual block's shortcut, and its downsample branch, are ops of
-// the program too). Each trial's
+// the program too), lstm and transformer with either preset, bert_base included
+// (trainer/models/sequence.h: an encoder layer's two residual branches are kept as ResNet's
+// shortcut is). Each trial's
 // weights come from its own zoo model (built as its unfused job builds it: seeded, on the CPU)
 // and go back into a zoo model the same way (Unfuse), so every trial saves and evaluates as a
 // plain zoo model does.
+//
+// On the CPU each trial's linears, LayerNorms and the LSTM's input projections run as their own
+// calls (stacked into [K, ...]), with the strides its unfused layer gives them, so that fused
+// trials compute what their unfused jobs compute bit for bit whatever kernel the BLAS picks;
+// the LSTM follows ATen's CPU LSTM (aten/src/ATen/native/RNN.cpp, LibTorch 1.13: FullLayer and
+// LSTMCell) operation for operation. On CUDA and MPS they are batched matmuls (torch::baddbmm),
+// the same arithmetic up to rounding.
 //
 // Thread-safety: none; a FusedModel belongs to the loop that trains it.
 #ifndef MPSD_TRAINER_FUSED_MODELS_H_
@@ -52,16 +64,20 @@ class FusedModel {
   // The training forward pass of the K trials: inputs [K, N, ...input shape] float32 (trial k's
   // batch at [k]) → logits [K, N, num_classes] float32. Trial k's dropout masks are drawn from
   // generators[k] exactly as its unfused model draws them from the default generator
-  // (bernoulli_(1 − p) of the layer's activation shape, divided by 1 − p; none when p is 0), so
-  // with generators[k] in the state the unfused job's default generator would be in, the masks
-  // are the same. BatchNorm runs in training mode (batch statistics, running statistics
-  // updated). Throws c10::Error for LibTorch failures.
+  // (bernoulli_(1 − p) of the layer's activation shape, divided by 1 − p; none when p is 0), in
+  // its forward's order (the transformer's: embeddings, then per layer the attention
+  // probabilities [N, heads, T, T], the attention branch, the feed-forward branch), so with
+  // generators[k] in the state the unfused job's default generator would be in, the masks are
+  // the same (on LibTorch 1.13, whose attention spells out its dropout; LibTorch 2's
+  // scaled_dot_product_attention draws its own). BatchNorm runs in training mode (batch
+  // statistics, running statistics updated). Throws c10::Error for LibTorch failures.
   torch::Tensor Forward(const torch::Tensor& inputs, std::vector<at::Generator>& generators);
 
   // The same forward pass with every trial's dropout masks drawn in one kernel per layer from
   // `generator` (the batched step, trainer/fused_step.h: on CUDA the device's default generator,
   // which a CUDA graph advances per replay): keep ~ Bernoulli(1 − p_k) over the whole [K, N, F]
-  // (dropout) or [N, K, C] (dropout2d's per-channel noise) activation, each trial's 1 − p_k read
+  // (dropout; [K, N, T, h] and the attention probabilities [K, N, heads, T, T] alike) or
+  // [N, K, C] (dropout2d's per-channel noise) activation, each trial's 1 − p_k read
   // from a [K] float32 tensor made on the device at Create, divided by 1 − p_k; no mask at all
   // when every trial's p is 0. Same distribution as Forward's, other numbers. Allocates and
   // copies nothing from the host (capturable). Throws c10::Error for LibTorch failures.
@@ -92,25 +108,38 @@ class FusedModel {
       kDropout2d,
       kFlatten,
       kLinear,
-      kSave,      // keep x as the shortcut of a residual block
-      kAddSaved,  // x + the shortcut
-      kAvgPool    // adaptive average pool to 1×1
+      kSave,       // keep x as the shortcut of a residual block (or encoder layer branch)
+      kAddSaved,   // x + the shortcut
+      kAvgPool,    // adaptive average pool to 1×1
+      kSequence,   // [K, N, C, H, W] images → [K, N, T = H, F = C·W] rows (AsSequence)
+      kLstm,       // [K, N, T, F] → the top layer's hidden state after the last step, [K, N, H]
+      kPositions,  // x [K, N, T, h] + the position embedding of steps 0 … T − 1
+      kLayerNorm,  // over the last dimension, each trial's weight and bias
+      kAttention,  // a TransformerEncoderLayer's self-attention, [K, N, T, h] → [K, N, T, h]
+      kGelu,
+      kMeanSteps  // [K, N, T, h] → [K, N, h]
     };
     Kind kind = Kind::kRelu;
-    // kConv2d, kLinear, kBatchNorm2d: the weight's index in parameters_, the bias's (-1: none);
-    // kBatchNorm2d: running_mean's index in buffers_ (running_var, num_batches_tracked next).
+    // kConv2d, kLinear, kBatchNorm2d, kLayerNorm: the weight's index in parameters_, the bias's
+    // (-1: none); kPositions: the embedding's; kBatchNorm2d: running_mean's index in buffers_
+    // (running_var, num_batches_tracked next).
     int weight = -1;
     int bias = -1;
     int running = -1;
+    // kLstm: per layer weight_ih, weight_hh, bias_ih, bias_hh; kAttention: in_proj's weight and
+    // bias, out_proj's weight and bias. Indices in parameters_.
+    std::vector<int> tensors;
+    int64_t heads = 1;    // kAttention
     int64_t padding = 0;  // kConv2d (dilation 1, groups 1 unfused: the zoo's), kMaxPool2d
     int64_t stride = 1;   // kConv2d, kMaxPool2d
     int64_t kernel = 2;   // kMaxPool2d
     // kConv2d, kBatchNorm2d: applied to the shortcut instead of x (a downsample branch).
     bool on_saved = false;
     double momentum = 0.1;  // kBatchNorm2d, BatchNorm2dOptions' defaults
-    double eps = 1e-5;
-    std::vector<double> p;  // kDropout, kDropout2d: each trial's probability
-    torch::Tensor keep;     // kDropout, kDropout2d: [K] float32 on the device, 1 − p
+    double eps = 1e-5;      // kBatchNorm2d; kLayerNorm: the zoo LayerNorm's
+    // kDropout, kDropout2d, kAttention (on the probabilities): each trial's probability.
+    std::vector<double> p;
+    torch::Tensor keep;  // kDropout, kDropout2d, kAttention: [K] float32 on the device, 1 − p
   };
   // Forward's body; `noise(op, x)` returns the dropout multiplier for `x` (undefined: none).
   torch::Tensor Run(const torch::Tensor& inputs,

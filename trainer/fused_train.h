@@ -43,11 +43,12 @@
 namespace mpsd::trainer {
 
 // Why `job` (resolved, for a run or validation) cannot train fused, naming the model or the
-// field ("model lstm has no fused form yet", "train_job.checkpoint is not supported fused
+// field ("model vgg11 has no fused form yet", "train_job.checkpoint is not supported fused
 // yet"); "" when it can. The features the fused loop does not implement are refused here, so that
 // such trials run unfused, as before: TorchScript models and zoo models without a fused form
-// (FusedModelNames: mlp, convnet, cifar_cnn and the resnets); model.weights, freeze, trainable,
-// param_groups; checkpoint (every_epochs, every_steps, keep_best) and resuming;
+// (FusedModelNames: mlp, convnet, cifar_cnn, the resnets, lstm, transformer and bert_base);
+// model.weights, freeze, trainable, param_groups; checkpoint (every_epochs, every_steps,
+// keep_best) and resuming;
 // distributed; profile; precision fp16 (bf16 fuses: the forward under autocast, as unfused);
 // memory_format channels_last;
 // grad_accumulation_steps > 1; grad_clip_norm; nan_policy skip_step; fault_injection;

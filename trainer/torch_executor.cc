@@ -197,7 +197,7 @@ absl::StatusOr<std::vector<int>> TorchExecutor::PlanFusion(
     if (!read.ok()) free_bytes = -1;
   }
   // Why trial `index` cannot join trial 0's run, as the text after its name (" differs in
-  // train_job.batch_size", ": model lstm has no fused form yet"), or "" when it can.
+  // train_job.batch_size", ": model vgg11 has no fused form yet"), or "" when it can.
   auto why_not = [&](size_t index, int64_t& bytes) -> std::string {
     const mpsd::v1::SubmitJobRequest& spec = specs[index];
     if (!spec.has_train_job()) return " is not a TrainJob";

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -155,10 +157,18 @@ std::vector<Result> RunFused(Executor& executor, const std::string& prefix,
   return results;
 }
 
+// The input shape of a job of Trial's: Fashion-MNIST's, or the synthetic dataset's.
+std::vector<int64_t> InputShape(const mpsd::v1::TrainJob& job) {
+  const auto& shape = job.dataset().synthetic().input_shape();
+  if (job.dataset().name() == "synthetic") return {shape.begin(), shape.end()};
+  return {1, 28, 28};
+}
+
 // The zoo model a job's model.pt holds.
-std::shared_ptr<ClassifierImpl> LoadModel(const std::string& name, const fs::path& path) {
+std::shared_ptr<ClassifierImpl> LoadModel(const std::string& name, const fs::path& path,
+                                          const std::vector<int64_t>& input_shape = {1, 28, 28}) {
   ModelConfig config;
-  config.input_shape = {1, 28, 28};
+  config.input_shape = input_shape;
   config.num_classes = 10;
   std::shared_ptr<ClassifierImpl> model = FindModel(name)->make(config);
   torch::serialize::InputArchive archive;
@@ -215,10 +225,11 @@ std::vector<mpsd::v1::SubmitJobRequest> ThreeTrials(const std::string& model,
   return specs;
 }
 
-// Each fused trial against itself alone: its step losses, its final weights, its epoch.
-// `mutate` (optional) changes every trial's job alike.
+// Each fused trial against itself alone: its first `steps` step losses, its final weights, its
+// epoch. `mutate` (optional) changes every trial's job alike.
 void CompareFusedWithAlone(const std::string& model, const std::string& optimizer,
-                           void (*mutate)(mpsd::v1::TrainJob&) = nullptr) {
+                           void (*mutate)(mpsd::v1::TrainJob&) = nullptr,
+                           size_t steps = kComparedSteps) {
   const TempDir dir("fused_test");
   auto executor = MakeExecutor(dir.path().string());
   std::vector<mpsd::v1::SubmitJobRequest> specs = ThreeTrials(model, optimizer);
@@ -235,9 +246,12 @@ void CompareFusedWithAlone(const std::string& model, const std::string& optimize
     ASSERT_TRUE(alone.status.ok()) << what << ": " << alone.status;
     ASSERT_TRUE(fused[k].status.ok()) << what << ": " << fused[k].status;
     EXPECT_EQ(fused[k].losses().size(), alone.losses().size()) << what;
-    ExpectSameLosses(fused[k].losses(), alone.losses(), kComparedSteps, what);
-    const auto fused_model = LoadModel(model, dir.path() / absl::StrCat("fused", k) / "model.pt");
-    const auto alone_model = LoadModel(model, dir.path() / absl::StrCat("alone", k) / "model.pt");
+    ExpectSameLosses(fused[k].losses(), alone.losses(), steps, what);
+    const std::vector<int64_t> shape = InputShape(specs[k].train_job());
+    const auto fused_model =
+        LoadModel(model, dir.path() / absl::StrCat("fused", k) / "model.pt", shape);
+    const auto alone_model =
+        LoadModel(model, dir.path() / absl::StrCat("alone", k) / "model.pt", shape);
     EXPECT_LE(MaxWeightDifference(*fused_model, *alone_model), kTolerance) << what;
     // The same events as the unfused job: its epochs (with the test evaluation) and its summary.
     ASSERT_EQ(fused[k].epochs().size(), 1u) << what;
@@ -327,6 +341,136 @@ TEST(FusedTrainTest, FusedResNetsComputeEachTrialsForwardAndGradients) {
           << name << " trial " << k;
     }
   }
+}
+
+// The sequence models on small images read row by row (Fashion-MNIST's 28 steps of 28 would
+// take minutes on 2 cores): synthetic [1, 6, 8] images, 6 steps of 8 features; 160 training
+// examples in batches of 8 = 20 steps, 16 test examples.
+constexpr size_t kSequenceSteps = 20;
+void SmallSequences(mpsd::v1::TrainJob& job) {
+  mpsd::v1::DatasetSpec& dataset = *job.mutable_dataset();
+  dataset.Clear();
+  dataset.set_name("synthetic");
+  for (const int64_t size : {1, 6, 8}) dataset.mutable_synthetic()->add_input_shape(size);
+  dataset.mutable_synthetic()->set_train_examples(160);
+  dataset.mutable_synthetic()->set_test_examples(16);
+}
+
+// The LSTM (2 layers of 512) as ATen's CPU LSTM computes it, trial by trial: bit-identical.
+TEST(FusedTrainTest, LstmAdamMatchesEachTrialAlone) {
+  CompareFusedWithAlone("lstm", "adam", SmallSequences, kSequenceSteps);
+}
+
+// bf16: the LSTM's weights cast once per forward, as autocast's cache casts the unfused
+// layer's, so that their gradients are summed over the steps in bf16 as unfused.
+TEST(FusedTrainTest, Bf16LstmAdamMatchesEachTrialAlone) {
+  CompareFusedWithAlone(
+      "lstm", "adam",
+      [](mpsd::v1::TrainJob& job) {
+        SmallSequences(job);
+        job.set_precision("bf16");
+      },
+      kSequenceSteps);
+}
+
+// The transformer (preset small: 4 layers × 256, 4 heads) with dropout 0.1: each trial's masks
+// (embeddings, attention probabilities, both residual branches) from its own generator.
+TEST(FusedTrainTest, TransformerAdamWMatchesEachTrialAlone) {
+  CompareFusedWithAlone("transformer", "adamw", SmallSequences, kSequenceSteps);
+}
+
+TEST(FusedTrainTest, Bf16TransformerAdamWMatchesEachTrialAlone) {
+  CompareFusedWithAlone(
+      "transformer", "adamw",
+      [](mpsd::v1::TrainJob& job) {
+        SmallSequences(job);
+        job.set_precision("bf16");
+      },
+      kSequenceSteps);
+}
+
+// One fused training forward and backward of a sequence model against each trial's own model,
+// one thread: trial k's logits, and its weights after one SGD step of learning rate 1 on the
+// summed logits (so its gradients), unfused, against its model's. `dropout[k]`: trial k's
+// ModelSpec.dropout (nullopt: the architecture's); its masks come from its own generator, in the
+// state the default generator is in when its unfused forward runs. Returns the largest
+// differences of the logits and of the weights.
+std::pair<double, double> FusedAgainstEachTrial(const std::string& name, ModelConfig config,
+                                                const std::vector<std::optional<double>>& dropout,
+                                                const std::vector<int64_t>& batch_shape) {
+  torch::set_num_threads(1);
+  const int trials = static_cast<int>(dropout.size());
+  std::vector<std::shared_ptr<ClassifierImpl>> models;
+  for (int k = 0; k < trials; ++k) {
+    config.dropout = dropout[k];
+    torch::manual_seed(k + 1);
+    models.push_back(FindModel(name)->make(config));
+  }
+  absl::StatusOr<std::unique_ptr<FusedModel>> fused = FusedModel::Create(name, models, torch::kCPU);
+  EXPECT_TRUE(fused.ok()) << name << ": " << fused.status();
+  if (!fused.ok()) return {1, 1};
+  torch::manual_seed(7);
+  std::vector<int64_t> shape = {trials};
+  shape.insert(shape.end(), batch_shape.begin(), batch_shape.end());
+  const torch::Tensor inputs = torch::randn(shape);
+  std::vector<at::Generator> generators;
+  for (int k = 0; k < trials; ++k) {
+    torch::manual_seed(100 + k);
+    generators.push_back(at::globalContext().defaultGenerator(torch::kCPU).clone());
+  }
+  const torch::Tensor logits = (*fused)->Forward(inputs, generators);
+  logits.sum().backward();
+  {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& p : (*fused)->parameters()) p.sub_(p.grad());
+  }
+  // The trials differ (else the comparisons prove little).
+  EXPECT_GT((logits[0] - logits[1]).abs().max().item<double>(), 1e-3) << name;
+  double logit_difference = 0;
+  double weight_difference = 0;
+  for (int k = 0; k < trials; ++k) {
+    models[k]->train();
+    torch::manual_seed(100 + k);  // the masks' generator, as generators[k]
+    const torch::Tensor expected = models[k]->forward(inputs[k]);
+    logit_difference =
+        std::max(logit_difference, (logits[k] - expected).abs().max().item<double>());
+    expected.sum().backward();
+    {
+      torch::NoGradGuard no_grad;
+      for (torch::Tensor& p : models[k]->parameters()) p.sub_(p.grad());
+    }
+    config.dropout = dropout[k];
+    const std::shared_ptr<ClassifierImpl> unfused = FindModel(name)->make(config);
+    (*fused)->Unfuse(k, *unfused);
+    weight_difference = std::max(weight_difference, MaxWeightDifference(*unfused, *models[k]));
+  }
+  return {logit_difference, weight_difference};
+}
+
+// The fused LSTM on images read row by row ([1, 12, 10]: 12 steps of 10 features) and on
+// [T, F] sequences (7 steps of 24, a batch of 3): each trial's logits and gradients are its
+// unfused model's bit for bit (the same ATen calls on the same strides, see Lstm in
+// fused_models.cc).
+TEST(FusedTrainTest, FusedLstmComputesEachTrialsForwardAndGradients) {
+  ModelConfig config;
+  config.input_shape = {1, 12, 10};
+  EXPECT_EQ(FusedAgainstEachTrial("lstm", config, {{}, {}, {}}, {4, 1, 12, 10}),
+            std::make_pair(0.0, 0.0));
+  config.input_shape = {7, 24};
+  EXPECT_EQ(FusedAgainstEachTrial("lstm", config, {{}, {}}, {3, 7, 24}), std::make_pair(0.0, 0.0));
+}
+
+// The fused transformer (preset small), trials with dropout 0.1, 0 and 0.3 (every dropout:
+// embeddings, attention probabilities, both residual branches), and with none at all (the
+// attention without masks): each trial's logits and gradients are its unfused model's bit for
+// bit, its masks drawn from its generator as its unfused forward draws them.
+TEST(FusedTrainTest, FusedTransformerComputesEachTrialsForwardAndGradients) {
+  ModelConfig config;
+  config.input_shape = {1, 12, 10};
+  EXPECT_EQ(FusedAgainstEachTrial("transformer", config, {{}, 0.0, 0.3}, {4, 1, 12, 10}),
+            std::make_pair(0.0, 0.0));
+  EXPECT_EQ(FusedAgainstEachTrial("transformer", config, {0.0, 0.0}, {4, 1, 12, 10}),
+            std::make_pair(0.0, 0.0));
 }
 
 // Training-time augmentation fused: each trial's crops, flips, brightness and erasing drawn from
@@ -560,10 +704,18 @@ TEST(FusedTrainTest, PlanFusionRefusalsNameTheModelOrField) {
   const std::vector<Refusal> cases = {
       {"model without a fused form",
        [](auto& s) {
-         for (auto& spec : s) spec.mutable_train_job()->mutable_model()->set_name("lstm");
+         for (auto& spec : s) {
+           mpsd::v1::TrainJob& job = *spec.mutable_train_job();
+           job.mutable_model()->set_name("vgg11");  // 32×32 at least
+           SmallSequences(job);
+           job.mutable_dataset()->mutable_synthetic()->clear_input_shape();
+           for (const int64_t size : {3, 32, 32}) {
+             job.mutable_dataset()->mutable_synthetic()->add_input_shape(size);
+           }
+         }
        },
-       "trial 0: model lstm has no fused form yet (fused: mlp, convnet, cifar_cnn, resnet18, "
-       "resnet34, resnet50)"},
+       "trial 0: model vgg11 has no fused form yet (fused: mlp, convnet, cifar_cnn, resnet18, "
+       "resnet34, resnet50, lstm, transformer, bert_base)"},
       {"batch size differs",
        [](auto& s) {
          for (size_t i = 1; i < s.size(); ++i) s[i].mutable_train_job()->set_batch_size(16);

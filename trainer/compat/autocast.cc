@@ -66,6 +66,11 @@ std::string AutocastUnsupportedReason(c10::DeviceType device_type, c10::ScalarTy
   }
 }
 
+std::optional<c10::ScalarType> CachedAutocastDtype(c10::DeviceType device_type) {
+  if (!IsEnabled(device_type) || !at::autocast::is_autocast_cache_enabled()) return std::nullopt;
+  return GetDtype(device_type);
+}
+
 AutocastGuard::AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype, bool cache_enabled)
     : device_type_(device_type) {
   previous_enabled_ = IsEnabled(device_type_);

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 
 namespace mpsd::trainer::compat {
@@ -16,6 +17,13 @@ namespace mpsd::trainer::compat {
 // in float32). MPS: fp16 from LibTorch 2.5 (MPS autocast's first release), bf16 from 2.6
 // (pytorch/pytorch#139390, which needs macOS 14). Thread-safe.
 std::string AutocastUnsupportedReason(c10::DeviceType device_type, c10::ScalarType dtype);
+
+// The dtype autocast casts `device_type`'s matmul inputs to, when it is on with its cast cache
+// (the default), or nullopt. The cache casts a float32 leaf (a weight) once per autocast scope,
+// so that all its uses in a forward share one cast and autograd sums their gradients in that
+// dtype before casting back; a view of a leaf (a fused trial's slice) is cast afresh at every
+// use instead. Thread-local, as autocast's state.
+std::optional<c10::ScalarType> CachedAutocastDtype(c10::DeviceType device_type);
 
 // Runs the forward passes of a scope under autocast to `dtype` on `device_type`, like
 // `with torch.autocast(device_type, dtype)`: on entry enables it (and bumps the nesting count),

@@ -62,6 +62,10 @@ class TransformerEncoderLayerImpl : public torch::nn::Module {
   // x: [N, T, hidden] → [N, T, hidden].
   torch::Tensor forward(torch::Tensor x);
   static int64_t Parameters(int64_t hidden, int64_t ffn);
+  // What the fused form (trainer/fused_models.h) reads: the attention heads and the one
+  // dropout probability of the layer's three dropouts (applied in training only).
+  int64_t heads() const { return heads_; }
+  double dropout() const { return dropout_; }
 
  private:
   const int64_t heads_;

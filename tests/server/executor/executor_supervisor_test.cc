@@ -277,16 +277,22 @@ TEST_F(ExecutorSupervisorTest, AFusedRunReportsEachTrialAloneAndCancelsOneByItsI
   absl::StatusOr<std::vector<int>> plan = supervisor->PlanFusion(specs, 8);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(*plan, (std::vector<int>{0, 2}));
-  for (SubmitJobRequest& spec : specs) spec.mutable_train_job()->mutable_model()->set_name("lstm");
+  for (SubmitJobRequest& spec : specs) {
+    spec.mutable_train_job()->mutable_model()->set_name("vgg11");
+    mpsd::v1::SyntheticSpec& synthetic =
+        *spec.mutable_train_job()->mutable_dataset()->mutable_synthetic();
+    synthetic.clear_input_shape();
+    for (const int64_t size : {1, 32, 32}) synthetic.add_input_shape(size);  // vgg11's smallest
+  }
   plan = supervisor->PlanFusion(specs, 8);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(plan.status().message(), HasSubstr("trial 0: model lstm has no fused form yet"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("trial 0: model vgg11 has no fused form yet"));
   // The trial as data, across the process boundary: what the scheduler names by job id.
   const std::optional<api::ErrorCause> cause = api::CauseOf(plan.status());
   ASSERT_TRUE(cause.has_value());
   EXPECT_EQ(cause->kind(), api::ErrorCause::TRIAL_NOT_FUSABLE);
   EXPECT_EQ(cause->trial(), 0);
-  EXPECT_THAT(cause->reason(), ::testing::StartsWith(": model lstm has no fused form yet"));
+  EXPECT_THAT(cause->reason(), ::testing::StartsWith(": model vgg11 has no fused form yet"));
 
   const std::vector<absl::Status> results = supervisor->RunFused(trials, {});
   ASSERT_EQ(results.size(), 3u);
