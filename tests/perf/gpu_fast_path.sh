@@ -33,7 +33,8 @@
 # "a b c g e d"; v: issue 27/28 jobs on the fast path; t: issue 29's TensorBoard run; s: issue
 # 31's 16-trial sweep, fused and not, against PyTorch's ways of running it, below; k: issue 31's
 # scaling curve, K = 1..32 fused trials of the ConvNet and of resnet18 on CIFAR-shaped data, with
-# the PyTorch replica's step, FLOPs and SM use under ncu: SCALING.md).
+# the PyTorch replica's step, FLOPs and SM use under ncu: SCALING.md; q: lstm and transformer
+# sweeps fused and not).
 # At most 8 files land in $OUT: run.log build.log graph_check.json mpsd.log fast_path.json
 # FAST_PATH.md raw.tar.gz (every raw result, env.txt, graph_check.txt and the profiler's traces).
 set -uo pipefail
@@ -132,7 +133,7 @@ job() {
   grep -q '^optimizer:' "$RUN/$name.yaml" || echo "optimizer: {name: adam, learning_rate: 0.001}" >> "$RUN/$name.yaml"
   submit "$name" "$RUN/$name.yaml"
 }
-if has b || has d || has e || has v || has t || has s || has k; then start_mpsd; fi
+if has b || has d || has e || has v || has t || has s || has k || has q; then start_mpsd; fi
 
 if has t; then
   # Issue 29: a 4-trial learning-rate sweep of the seed ConvNet with a validation split, each
@@ -438,6 +439,40 @@ if has s; then
     done
   done
   bash "$PERF/sweep_torch.sh" "$IDX_DIR" "$RAW" ${SWEEP_TORCH:-ensemble concurrent sequential}
+fi
+
+if has q; then
+  # The fused forms of lstm and transformer on the GPU: a 4-trial learning-rate sweep of each
+  # on 12,800 Fashion-MNIST images read row by row (T = 28 steps of 28 features), 2 epochs,
+  # fused (`fuse: auto`) and one trial after another (`fuse: off`) in the same mpsd; per trial
+  # its losses and accuracy (mpsctl sweep), the wall time, and the first trial's log (fused or
+  # not, graphed or eager, and why).
+  say "(q) lstm and transformer sweeps, fused and not"
+  for model in lstm transformer; do
+    for fuse in auto off; do
+      name="q_${model}_$fuse"
+      {
+        echo "kind: TrainJob"
+        echo "name: $name"
+        echo "model: {name: $model}"
+        echo "dataset: {name: fashion-mnist, root: $IDX_DIR, limit_train: 12800, limit_test: 2000}"
+        echo "batch_size: 128"
+        echo "epochs: 2"
+        echo "seed: 1"
+        echo "device: cuda"
+        echo "optimizer: {name: adamw, learning_rate: 0.001}"
+        echo "sweep: {fuse: $fuse, grid: {optimizer.learning_rate: [0.0003, 0.001, 0.003, 0.01]}}"
+      } > "$RUN/$name.yaml"
+      start=$(date +%s.%N)
+      sweep=$(timeout 60 "${MPSCTL[@]}" submit "$RUN/$name.yaml" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+      timeout 200 "${MPSCTL[@]}" wait "$sweep" > /dev/null 2>&1
+      wall=$("$PY" -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$start")
+      echo "mpsd $model fuse=$fuse sweep $sweep: wall $wall s" | tee -a "$RAW/q_wall.txt"
+      "${MPSCTL[@]}" sweep "$sweep" > "$RAW/q_sweep_${model}_$fuse.json" 2>&1
+      first=$("${MPSCTL[@]}" get "$sweep" | "$PY" -c 'import json,sys; j=json.load(sys.stdin); print((j.get("trial_job_ids") or j.get("trialJobIds") or [""])[0])')
+      [[ -n $first ]] && "${MPSCTL[@]}" logs "$first" > "$RAW/q_events_${model}_$fuse.jsonl" 2>&1
+    done
+  done
 fi
 
 if has k; then
