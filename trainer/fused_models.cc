@@ -210,25 +210,17 @@ torch::Tensor Noise(at::IntArrayRef shape, double p, at::Generator& generator,
 }
 
 // A fused linear for one forward pass: weight [K, out, in], bias [K, out]; on the CPU each
-// trial's slices, selected once (autograd then sums a trial's gradients over the uses, e.g. an
-// LSTM's steps, in its slice alone, as the unfused layer does, instead of adding a whole
-// [K, out, in] gradient per use).
+// trial's slices, selected once (autograd then sums a trial's gradients over the uses in its
+// slice alone, as the unfused layer does, instead of adding a whole [K, out, in] gradient per
+// use).
 class TrialLinear {
  public:
-  // Which linear the unfused layer calls on the CPU. The two differ for inputs of more than two
-  // dimensions: torch::nn::Linear's F::linear (LibTorch's C++ API) multiplies, then adds the
-  // bias; ATen's at::linear, which its LSTM calls, folds a contiguous [T, N, in] input into one
-  // addmm with the bias. Other roundings: each trial calls what its unfused layer calls.
-  enum class Unfused { kModule, kAten };
-
-  // `cast`: each trial's slices cast to this dtype once, here (see Lstm).
-  TrialLinear(const torch::Tensor& weight, const torch::Tensor& bias,
-              Unfused unfused = Unfused::kModule, std::optional<c10::ScalarType> cast = {})
-      : weight_(weight), bias_(bias), unfused_(unfused) {
+  TrialLinear(const torch::Tensor& weight, const torch::Tensor& bias)
+      : weight_(weight), bias_(bias) {
     if (!weight.is_cpu()) return;
     for (int64_t k = 0; k < weight.size(0); ++k) {
-      weights_.push_back(cast ? weight[k].to(*cast) : weight[k]);
-      biases_.push_back(cast ? bias[k].to(*cast) : bias[k]);
+      weights_.push_back(weight[k]);
+      biases_.push_back(bias[k]);
     }
   }
 
@@ -245,9 +237,7 @@ class TrialLinear {
       outputs.reserve(weights_.size());
       for (size_t k = 0; k < weights_.size(); ++k) {
         const torch::Tensor input = x[static_cast<int64_t>(k)];
-        outputs.push_back(unfused_ == Unfused::kAten
-                              ? torch::linear(input, weights_[k], biases_[k])
-                              : torch::nn::functional::linear(input, weights_[k], biases_[k]));
+        outputs.push_back(torch::nn::functional::linear(input, weights_[k], biases_[k]));
       }
       return torch::stack(outputs);
     }
@@ -262,7 +252,6 @@ class TrialLinear {
  private:
   torch::Tensor weight_;
   torch::Tensor bias_;
-  Unfused unfused_;
   std::vector<torch::Tensor> weights_;  // the CPU's slices
   std::vector<torch::Tensor> biases_;
 };
@@ -306,42 +295,39 @@ torch::Tensor AddPositions(const torch::Tensor& x, const torch::Tensor& weight) 
 // torch::nn::LSTM's layers (batch first, zero initial state, no dropout between layers) over
 // x [K, N, T, F] for each trial; `w` holds per layer weight_ih [K, 4H, F], weight_hh [K, 4H, H],
 // bias_ih, bias_hh [K, 4H]. Returns the top layer's hidden state after the last step, [K, N, H].
-// As ATen's CPU LSTM computes (RNN.cpp, LibTorch 1.13: FullLayer, LSTMCell), so that each
-// trial's numbers are its unfused layer's: the input projection of all T steps first, on the
-// time-major view [T, N, F] of the batch-first input; then per step
-// gates = linear_hh(h) + that step's projection, split into (i, f, g, o),
-// c = σ(f)·c + σ(i)·tanh(g), h = σ(o)·tanh(c); a layer's input is the stack of the layer
-// below's h over the steps. Under autocast (bf16) each trial's weights are cast once per forward,
-// as autocast's cache casts the unfused layer's (a slice, a view, it would cast at every step):
-// the recurrent weights' gradients are then summed over the steps in bf16, as unfused.
+// Each trial's recurrence is the very call its unfused nn::LSTM makes (at::lstm over its own
+// slices of the weights: cuDNN's fused kernel on CUDA, ATen's cell loop on the CPU), so fused
+// trials compute their unfused numbers. Under autocast with its cache (bf16, eager) each trial's
+// slices are cast once here: autocast's cache casts the unfused layer's weights (leaves) once
+// per forward, but a slice (a view) afresh at every use, and on the CPU at::lstm's steps are
+// separate uses, so that the recurrent weights' gradients would be summed over the steps in
+// float32 instead of bf16 as unfused. Stepping the K trials' cells together as batched matmuls was
+// measured and dropped: on an H100, 4 trials' 2 × 28 steps ran 2.7× slower than 4 cuDNN LSTMs one
+// after another, and on a 2-core CPU 0.8× (tests/perf/SWEEP_RESULTS.md). What fusing still batches
+// here is everything around the recurrence: the rest of the model, the loss, the optimizer.
 torch::Tensor Lstm(const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
   const int64_t k_trials = x.size(0);
-  const int64_t n = x.size(1);
+  const int64_t layers = static_cast<int64_t>(w.size() / 4);
+  TORCH_CHECK(layers > 0 && static_cast<int64_t>(w.size()) == layers * 4,
+              "FusedModel: lstm needs 4 tensors per layer, got ", w.size());
+  const int64_t hidden = w[1].size(2);
+  // nn::LSTM's default initial state: zeros [layers, N, H].
+  const torch::Tensor zeros = torch::zeros({layers, x.size(1), hidden}, x.options());
   const std::optional<c10::ScalarType> cast = compat::CachedAutocastDtype(x.device().type());
-  torch::Tensor input = x.transpose(1, 2);  // [K, T, N, F]
-  torch::Tensor h;
-  for (size_t layer = 0; layer + 3 < w.size(); layer += 4) {
-    const int64_t hidden = w[layer + 1].size(2);
-    const TrialLinear input_projection(w[layer], w[layer + 2], TrialLinear::Unfused::kAten, cast);
-    const TrialLinear recurrent(w[layer + 1], w[layer + 3], TrialLinear::Unfused::kAten, cast);
-    const std::vector<torch::Tensor> projected = input_projection(input).unbind(/*dim=*/1);
-    h = torch::zeros({k_trials, n, hidden}, x.options());
-    torch::Tensor c = torch::zeros({k_trials, n, hidden}, x.options());
-    std::vector<torch::Tensor> outputs;
-    for (const torch::Tensor& step : projected) {
-      const std::vector<torch::Tensor> gates = (recurrent(h) + step).unsafe_chunk(4, /*dim=*/2);
-      const torch::Tensor in = gates[0].sigmoid_();
-      const torch::Tensor forget = gates[1].sigmoid_();
-      const torch::Tensor cell = gates[2].tanh_();
-      const torch::Tensor out = gates[3].sigmoid_();
-      c = (forget * c).add_(in * cell);
-      h = out * c.tanh();
-      outputs.push_back(h);
+  std::vector<torch::Tensor> h;
+  h.reserve(k_trials);
+  for (int64_t k = 0; k < k_trials; ++k) {
+    std::vector<torch::Tensor> params;
+    params.reserve(w.size());
+    for (const torch::Tensor& tensor : w) {
+      params.push_back(cast.has_value() ? tensor[k].to(*cast) : tensor[k]);
     }
-    // [K, T, N, H]: each trial's [T, N, H] contiguous, as ATen stacks a layer's outputs.
-    if (layer + 4 < w.size()) input = torch::stack(outputs, /*dim=*/1);
+    const auto outputs = at::lstm(x[k], {zeros, zeros}, params, /*has_biases=*/true, layers,
+                                  /*dropout=*/0.0, /*train=*/true, /*bidirectional=*/false,
+                                  /*batch_first=*/true);
+    h.push_back(std::get<1>(outputs).select(/*dim=*/0, /*index=*/layers - 1));
   }
-  return h;
+  return torch::stack(h);
 }
 
 // A TransformerEncoderLayer's self-attention (TransformerEncoderLayerImpl::forward with

@@ -19,12 +19,12 @@
 // and go back into a zoo model the same way (Unfuse), so every trial saves and evaluates as a
 // plain zoo model does.
 //
-// On the CPU each trial's linears, LayerNorms and the LSTM's input projections run as their own
-// calls (stacked into [K, ...]), with the strides its unfused layer gives them, so that fused
-// trials compute what their unfused jobs compute bit for bit whatever kernel the BLAS picks;
-// the LSTM follows ATen's CPU LSTM (aten/src/ATen/native/RNN.cpp, LibTorch 1.13: FullLayer and
-// LSTMCell) operation for operation. On CUDA and MPS they are batched matmuls (torch::baddbmm),
-// the same arithmetic up to rounding.
+// On the CPU each trial's linears and LayerNorms run as their own calls (stacked into [K, ...]),
+// with the strides its unfused layer gives them, so that fused trials compute what their
+// unfused jobs compute bit for bit whatever kernel the BLAS picks. On CUDA and MPS they are
+// batched matmuls (torch::baddbmm), the same arithmetic up to rounding. The LSTM's recurrence is
+// each trial's own at::lstm call on every device (cuDNN's kernel on CUDA): K cells stepped as
+// batched matmuls ran 2.7× slower than K cuDNN LSTMs on an H100.
 //
 // Thread-safety: none; a FusedModel belongs to the loop that trains it.
 #ifndef MPSD_TRAINER_FUSED_MODELS_H_

@@ -449,7 +449,7 @@ std::pair<double, double> FusedAgainstEachTrial(const std::string& name, ModelCo
 
 // The fused LSTM on images read row by row ([1, 12, 10]: 12 steps of 10 features) and on
 // [T, F] sequences (7 steps of 24, a batch of 3): each trial's logits and gradients are its
-// unfused model's bit for bit (the same ATen calls on the same strides, see Lstm in
+// unfused model's bit for bit (the same at::lstm call on its own weights, see Lstm in
 // fused_models.cc).
 TEST(FusedTrainTest, FusedLstmComputesEachTrialsForwardAndGradients) {
   ModelConfig config;
