@@ -120,7 +120,8 @@ void EvalJobDefaults(v1::EvalJob& job) {
     DefaultString(dataset.mutable_root(), DefaultDatasetRoot(dataset.name()).c_str());
   }
   DefaultString(job.mutable_split(), "test");
-  if (!job.has_batch_size()) job.set_batch_size(1000);
+  // batch_size stays unset: its default is the evaluated TrainJob's batch_size (the batches its
+  // evaluations ran in), which only the executor reads (trainer/eval_job.cc).
   DefaultString(job.mutable_device(), "auto");
 }
 

@@ -16,9 +16,10 @@ namespace mpsd::api {
 // `request` with every unset field that has a documented default set to it (mpsd.proto's comments
 // and docs/job-files.md), including those that depend on another field (learning_rate 0.01 for
 // sgd, else 0.001; weight_decay 0.01 for adamw; the schedule's own keys only for that schedule;
-// the task's loss). Fields without a fixed default (seed, dataset root, a limit of 0 = all) stay
-// as they are, and a field already set is never changed, so applying it twice changes nothing.
-// Values are not checked (Validate does). Pure; thread-safe.
+// the task's loss). Fields without a fixed default (seed, dataset root, a limit of 0 = all, an
+// EvalJob's batch_size: its TrainJob's) stay as they are, and a field already set is never
+// changed, so applying it twice changes nothing. Values are not checked (Validate does). Pure;
+// thread-safe.
 mpsd::v1::SubmitJobRequest EffectiveSpec(mpsd::v1::SubmitJobRequest request);
 
 // What `job` ran (or will run) with: its stored effective_spec, or for a job stored before mpsd

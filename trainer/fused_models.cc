@@ -425,6 +425,17 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
     return static_cast<int>(fused->buffers_.size()) - 1;
   };
 
+  // `prefix`.weight and `prefix`.bias (in that order) as op.weight and op.bias.
+  const auto add_weight_and_bias = [&](Op& op, const std::string& prefix,
+                                       bool stack) -> absl::Status {
+    absl::StatusOr<int> weight = add_parameter(prefix + ".weight", stack);
+    if (!weight.ok()) return weight.status();
+    absl::StatusOr<int> bias = add_parameter(prefix + ".bias", stack);
+    if (!bias.ok()) return bias.status();
+    op.weight = *weight;
+    op.bias = *bias;
+    return absl::OkStatus();
+  };
   // Each trial's dropout probability on `op`, and 1 − p on the device.
   const auto set_dropout = [&](Op& op, std::vector<double> p) {
     std::vector<float> keep;
@@ -469,10 +480,10 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
       case OpSpec::kBatchNorm: {
         op.kind = Op::Kind::kBatchNorm2d;
         op.on_saved = spec.on_saved;
-        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/false);
-        if (!weight.ok()) return weight.status();
-        absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/false);
-        if (!bias.ok()) return bias.status();
+        if (absl::Status added = add_weight_and_bias(op, spec.prefix, /*stack=*/false);
+            !added.ok()) {
+          return added;
+        }
         absl::StatusOr<int> mean = add_buffer(spec.prefix + ".running_mean", /*stack=*/false);
         if (!mean.ok()) return mean.status();
         absl::StatusOr<int> var = add_buffer(spec.prefix + ".running_var", /*stack=*/false);
@@ -480,19 +491,15 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
         absl::StatusOr<int> tracked =
             add_buffer(spec.prefix + ".num_batches_tracked", /*stack=*/true);
         if (!tracked.ok()) return tracked.status();
-        op.weight = *weight;
-        op.bias = *bias;
         op.running = *mean;
         break;
       }
       case OpSpec::kLinear: {
         op.kind = Op::Kind::kLinear;
-        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/true);
-        if (!weight.ok()) return weight.status();
-        absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/true);
-        if (!bias.ok()) return bias.status();
-        op.weight = *weight;
-        op.bias = *bias;
+        if (absl::Status added = add_weight_and_bias(op, spec.prefix, /*stack=*/true);
+            !added.ok()) {
+          return added;
+        }
         break;
       }
       case OpSpec::kRelu:
@@ -566,12 +573,10 @@ absl::StatusOr<std::unique_ptr<FusedModel>> FusedModel::Create(
               absl::StrFormat("model %s: no LayerNorm %s to fuse", name, spec.prefix));
         }
         op.eps = norm->options.eps();
-        absl::StatusOr<int> weight = add_parameter(spec.prefix + ".weight", /*stack=*/true);
-        if (!weight.ok()) return weight.status();
-        absl::StatusOr<int> bias = add_parameter(spec.prefix + ".bias", /*stack=*/true);
-        if (!bias.ok()) return bias.status();
-        op.weight = *weight;
-        op.bias = *bias;
+        if (absl::Status added = add_weight_and_bias(op, spec.prefix, /*stack=*/true);
+            !added.ok()) {
+          return added;
+        }
         break;
       }
       case OpSpec::kLayerDropout:

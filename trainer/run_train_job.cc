@@ -775,6 +775,10 @@ absl::Status RunTrainJob(const TrainJobConfig& job, int steps_per_readback, cons
     ResetPeakMemory(device);
     summary.SetMemoryBefore(ReadMemory(device));
     const CudnnBenchmarkScope cudnn(job.cudnn_benchmark);
+    if (job.cudnn_benchmark && !device.is_cuda()) {
+      EmitLog(observed, absl::StrCat("cudnn_benchmark: no effect on ", DeviceString(device),
+                                     " (cuDNN runs CUDA convolutions only)"));
+    }
     return TrainInScope(job, steps_per_readback, observed, cancelled, summary);
   });
   if (!status.ok()) {

@@ -115,7 +115,8 @@ TEST(EffectiveSpecTest, BenchAndEvalJobsGetTheirs) {
   v1::SubmitJobRequest eval;
   eval.mutable_eval_job();
   EXPECT_EQ(EffectiveSpec(eval).eval_job().split(), "test");
-  EXPECT_EQ(EffectiveSpec(eval).eval_job().batch_size(), 1000);
+  // Its default is the evaluated TrainJob's batch_size, which the executor reads from model.json.
+  EXPECT_FALSE(EffectiveSpec(eval).eval_job().has_batch_size());
 }
 
 }  // namespace
