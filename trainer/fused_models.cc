@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -209,6 +210,15 @@ torch::Tensor Noise(at::IntArrayRef shape, double p, at::Generator& generator,
   return noise.div_(1 - p);
 }
 
+// torch::stack of trial(k) for k = 0 … trials − 1: on the CPU each trial's own call, the very
+// call its unfused layer makes, stacked into [K, ...].
+torch::Tensor StackTrials(int64_t trials, const std::function<torch::Tensor(int64_t)>& trial) {
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(static_cast<size_t>(trials));
+  for (int64_t k = 0; k < trials; ++k) outputs.push_back(trial(k));
+  return torch::stack(outputs);
+}
+
 // A fused linear for one forward pass: weight [K, out, in], bias [K, out]; on the CPU each
 // trial's slices, selected once (autograd then sums a trial's gradients over the uses in its
 // slice alone, as the unfused layer does, instead of adding a whole [K, out, in] gradient per
@@ -233,13 +243,9 @@ class TrialLinear {
       // picks on AVX2 CPUs and on AMD Zen 5, sum baddbmm's batches otherwise than addmm).
       // x[k] keeps the strides the caller gives it: they pick linear's path (addmm, or matmul
       // and a separate bias add) as they do for the unfused layer.
-      std::vector<torch::Tensor> outputs;
-      outputs.reserve(weights_.size());
-      for (size_t k = 0; k < weights_.size(); ++k) {
-        const torch::Tensor input = x[static_cast<int64_t>(k)];
-        outputs.push_back(torch::nn::functional::linear(input, weights_[k], biases_[k]));
-      }
-      return torch::stack(outputs);
+      return StackTrials(static_cast<int64_t>(weights_.size()), [&](int64_t k) {
+        return torch::nn::functional::linear(x[k], weights_[k], biases_[k]);
+      });
     }
     // x [K, M, in] @ weightᵀ [K, in, out] + bias [K, 1, out]: each trial's F::linear.
     std::vector<int64_t> sizes = x.sizes().vec();
@@ -263,11 +269,9 @@ torch::Tensor TrialLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
   if (x.is_cpu()) {
     // Each trial's own layer_norm, whose kernel applies the weight and bias and sums their
     // gradients over the rows itself: the unfused layer's arithmetic exactly.
-    std::vector<torch::Tensor> outputs;
-    for (int64_t k = 0; k < x.size(0); ++k) {
-      outputs.push_back(torch::layer_norm(x[k], {hidden}, weight[k], bias[k], eps));
-    }
-    return torch::stack(outputs);
+    return StackTrials(x.size(0), [&](int64_t k) {
+      return torch::layer_norm(x[k], {hidden}, weight[k], bias[k], eps);
+    });
   }
   std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
   shape.front() = x.size(0);
@@ -283,11 +287,8 @@ torch::Tensor AddPositions(const torch::Tensor& x, const torch::Tensor& weight) 
   if (x.is_cpu()) {
     // As the unfused model's input_proj(x) + positions(steps), trial by trial: the
     // embedding's gradient summed over the batch as its unfused job sums it.
-    std::vector<torch::Tensor> outputs;
-    for (int64_t k = 0; k < x.size(0); ++k) {
-      outputs.push_back(x[k] + torch::embedding(weight[k], steps));
-    }
-    return torch::stack(outputs);
+    return StackTrials(x.size(0),
+                       [&](int64_t k) { return x[k] + torch::embedding(weight[k], steps); });
   }
   return x + weight.index_select(/*dim=*/1, steps).unsqueeze(1);
 }
@@ -306,7 +307,6 @@ torch::Tensor AddPositions(const torch::Tensor& x, const torch::Tensor& weight) 
 // after another, and on a 2-core CPU 0.8× (tests/perf/SWEEP_RESULTS.md). What fusing still batches
 // here is everything around the recurrence: the rest of the model, the loss, the optimizer.
 torch::Tensor Lstm(const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
-  const int64_t k_trials = x.size(0);
   const int64_t layers = static_cast<int64_t>(w.size() / 4);
   TORCH_CHECK(layers > 0 && static_cast<int64_t>(w.size()) == layers * 4,
               "FusedModel: lstm needs 4 tensors per layer, got ", w.size());
@@ -314,9 +314,7 @@ torch::Tensor Lstm(const torch::Tensor& x, const std::vector<torch::Tensor>& w) 
   // nn::LSTM's default initial state: zeros [layers, N, H].
   const torch::Tensor zeros = torch::zeros({layers, x.size(1), hidden}, x.options());
   const std::optional<c10::ScalarType> cast = compat::CachedAutocastDtype(x.device().type());
-  std::vector<torch::Tensor> h;
-  h.reserve(k_trials);
-  for (int64_t k = 0; k < k_trials; ++k) {
+  return StackTrials(x.size(0), [&](int64_t k) {
     std::vector<torch::Tensor> params;
     params.reserve(w.size());
     for (const torch::Tensor& tensor : w) {
@@ -325,9 +323,8 @@ torch::Tensor Lstm(const torch::Tensor& x, const std::vector<torch::Tensor>& w) 
     const auto outputs = at::lstm(x[k], {zeros, zeros}, params, /*has_biases=*/true, layers,
                                   /*dropout=*/0.0, /*train=*/true, /*bidirectional=*/false,
                                   /*batch_first=*/true);
-    h.push_back(std::get<1>(outputs).select(/*dim=*/0, /*index=*/layers - 1));
-  }
-  return torch::stack(h);
+    return std::get<1>(outputs).select(/*dim=*/0, /*index=*/layers - 1);
+  });
 }
 
 // A TransformerEncoderLayer's self-attention (TransformerEncoderLayerImpl::forward with
