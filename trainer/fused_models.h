@@ -5,9 +5,9 @@
 // groups, inputs [N, K·C, H, W]), K BatchNorm2d one BatchNorm over K·C channels (each trial's
 // channels keep their own batch statistics and running statistics), K dropouts one multiply by
 // K masks each drawn from its trial's own generator; activations and pooling are unchanged.
-// K LSTMs are one recurrence over [K, N, ·] states (per step K recurrent linears as one batched
-// matmul, the gates of all K at once); K LayerNorms one normalisation with each trial's own
-// weight and bias; K self-attentions one batched matmul over [K, N, heads, T, ·].
+// K LSTMs stay K recurrences (each trial's own at::lstm call, below); K LayerNorms are one
+// normalisation with each trial's own weight and bias; K self-attentions one batched matmul over
+// [K, N, heads, T, ·].
 // Internal to trainer/: includes torch.
 //
 // Fused forms exist for mlp, convnet, cifar_cnn (trainer/models/simple.h), resnet18/34/50

@@ -2,9 +2,10 @@
 // LibTorch can see. mpsd-executor (executor_main.cc) serves it to the daemon over
 // executor.proto (executor_service.h); tests run it directly.
 //
-// TrainJob trials of a sweep that PlanFusion accepts (mlp, convnet, cifar_cnn; the features it
-// refuses are listed in trainer/fused_train.h's FusionRefusal) train horizontally fused in one
-// RunFused (trainer/fused_train.h); other trials run one after another as the interface's default.
+// TrainJob trials of a sweep that PlanFusion accepts (trainer/fused_models.h's FusedModelNames;
+// the features it refuses are listed in trainer/fused_train.h's FusionRefusal) train horizontally
+// fused in one RunFused (trainer/fused_train.h); other trials run one after another as the
+// interface's default.
 //
 // Torch-free header: it names only the interface.
 #ifndef MPSD_TRAINER_TORCH_EXECUTOR_H_
