@@ -329,8 +329,8 @@ torch::Tensor Lstm(const torch::Tensor& x, const std::vector<torch::Tensor>& w) 
 
 // A TransformerEncoderLayer's self-attention (TransformerEncoderLayerImpl::forward with
 // compat::ScaledDotProductAttention as LibTorch 1.13 has it) over x [K, N, T, h] for each trial:
-// the fused q/k/v projection, softmax(q·kᵀ/√d) per trial and head, times `dropout(probabilities)`
-// (undefined: no dropout) when `drops`, then ·v and the output projection.
+// the fused q/k/v projection, softmax(q·kᵀ/√d) per trial and head, through
+// `dropout(probabilities)` when `drops`, then ·v and the output projection.
 torch::Tensor Attention(const torch::Tensor& x, const TrialLinear& in_proj,
                         const TrialLinear& out_proj, int64_t heads, bool drops,
                         const std::function<torch::Tensor(const torch::Tensor&)>& dropout) {
@@ -346,8 +346,7 @@ torch::Tensor Attention(const torch::Tensor& x, const TrialLinear& in_proj,
     const double scale = 1.0 / std::sqrt(static_cast<double>(hidden / heads));
     torch::Tensor probabilities = torch::softmax(
         torch::matmul(qkv[0], qkv[1].transpose(/*dim0=*/-2, /*dim1=*/-1)) * scale, /*dim=*/-1);
-    const torch::Tensor mask = dropout(probabilities);
-    if (mask.defined()) probabilities = probabilities * mask;
+    probabilities = dropout(probabilities);
     attention = torch::matmul(probabilities, qkv[2]);
   } else {
     // [K·N, heads, T, head size]: the shape LibTorch 2's fused attention kernels take.
@@ -627,27 +626,36 @@ torch::Tensor FusedModel::Forward(const torch::Tensor& inputs,
               " generators needed");
   const int64_t n = inputs.dim() >= 2 ? inputs.size(1) : 0;
   return Run(inputs, [&](const Op& op, const torch::Tensor& x) {
-    std::vector<torch::Tensor> noise;
+    if (std::all_of(op.p.begin(), op.p.end(), [](double p) { return p == 0; })) return x;
     if (op.kind == Op::Kind::kDropout2d) {
+      // x [N, K·C, H, W]: each trial's feature noise [N, C, 1, 1] as at::feature_dropout draws
+      // it (a bernoulli_ on every device).
       const int64_t channels = x.size(1) / trials_;
+      std::vector<torch::Tensor> noise;
       for (int k = 0; k < trials_; ++k) {
         noise.push_back(Noise({n, channels, 1, 1}, op.p[k], generators[k], x.options()));
       }
-      return torch::cat(noise, /*dim=*/1);
+      return x * torch::cat(noise, /*dim=*/1);
     }
-    // x [K, N, ...]: each trial's masks of its unfused activation's shape [N, ...].
-    for (int k = 0; k < trials_; ++k) {
-      noise.push_back(Noise(x.sizes().slice(1), op.p[k], generators[k], x.options()));
-    }
-    return torch::stack(noise);
+    // x [K, N, ...]: each trial's slice [N, ...] dropped as at::dropout drops its unfused
+    // activation. On CUDA (0 < p < 1) that is the fused dropout kernel (at::native_dropout, which
+    // draws from the default generator only; at::_fused_dropout is the same kernel, given a
+    // generator and the keep probability); elsewhere bernoulli_(1 − p) noise.
+    return StackTrials(trials_, [&](int64_t k) -> torch::Tensor {
+      const torch::Tensor slice = x[k];
+      const double p = op.p[static_cast<size_t>(k)];
+      if (p == 0) return slice;
+      if (slice.is_cuda() && p < 1 && slice.numel() > 0) {
+        return std::get<0>(at::_fused_dropout(slice, 1 - p, generators[static_cast<size_t>(k)]));
+      }
+      return slice * Noise(slice.sizes(), p, generators[static_cast<size_t>(k)], x.options());
+    });
   });
 }
 
 torch::Tensor FusedModel::Forward(const torch::Tensor& inputs, at::Generator& generator) {
   return Run(inputs, [&](const Op& op, const torch::Tensor& x) {
-    if (std::all_of(op.p.begin(), op.p.end(), [](double p) { return p == 0; })) {
-      return torch::Tensor();
-    }
+    if (std::all_of(op.p.begin(), op.p.end(), [](double p) { return p == 0; })) return x;
     const int64_t k_trials = trials_;
     if (op.kind == Op::Kind::kDropout2d) {
       // x [N, K·C, H, W]: one draw per (example, trial, channel).
@@ -655,7 +663,7 @@ torch::Tensor FusedModel::Forward(const torch::Tensor& inputs, at::Generator& ge
       const torch::Tensor keep = op.keep.view({1, k_trials, 1});
       torch::Tensor noise = torch::empty({n, k_trials, x.size(1) / k_trials}, x.options());
       noise.bernoulli_(keep, generator);
-      return noise.div_(keep).view({n, x.size(1), 1, 1});
+      return x * noise.div_(keep).view({n, x.size(1), 1, 1});
     }
     // x [K, N, ...] ([K, N, F], [K, N, T, h], the attention probabilities [K, N, heads, T, T]).
     std::vector<int64_t> shape(static_cast<size_t>(x.dim()), 1);
@@ -663,13 +671,13 @@ torch::Tensor FusedModel::Forward(const torch::Tensor& inputs, at::Generator& ge
     const torch::Tensor keep = op.keep.view(shape);
     torch::Tensor noise = torch::empty(x.sizes(), x.options());
     noise.bernoulli_(keep, generator);
-    return noise.div_(keep);
+    return x * noise.div_(keep);
   });
 }
 
 torch::Tensor FusedModel::Run(
     const torch::Tensor& inputs,
-    const std::function<torch::Tensor(const Op&, const torch::Tensor&)>& noise) {
+    const std::function<torch::Tensor(const Op&, const torch::Tensor&)>& dropout) {
   TORCH_CHECK(inputs.dim() >= 2 && inputs.size(0) == trials_, "FusedModel: expected inputs [",
               trials_, ", N, ...], got ", inputs.sizes());
   const int64_t k_trials = trials_;
@@ -750,14 +758,12 @@ torch::Tensor FusedModel::Run(
         break;
       case Op::Kind::kDropout2d: {
         TORCH_CHECK(channel_fused && x.dim() == 4, "FusedModel: dropout2d expects [N, K·C, H, W]");
-        const torch::Tensor mask = noise(op, x);
-        if (mask.defined()) x = x * mask;
+        x = dropout(op, x);
         break;
       }
       case Op::Kind::kDropout: {
         TORCH_CHECK(!channel_fused && x.dim() >= 3, "FusedModel: dropout expects [K, N, ...]");
-        const torch::Tensor mask = noise(op, x);
-        if (mask.defined()) x = x * mask;
+        x = dropout(op, x);
         break;
       }
       case Op::Kind::kFlatten:
@@ -801,8 +807,9 @@ torch::Tensor FusedModel::Run(
         const bool drops = std::any_of(op.p.begin(), op.p.end(), [](double p) { return p > 0; });
         const TrialLinear in_proj(parameters_[op.tensors[0]], parameters_[op.tensors[1]]);
         const TrialLinear out_proj(parameters_[op.tensors[2]], parameters_[op.tensors[3]]);
-        x = Attention(x, in_proj, out_proj, op.heads, drops,
-                      [&](const torch::Tensor& probabilities) { return noise(op, probabilities); });
+        x = Attention(
+            x, in_proj, out_proj, op.heads, drops,
+            [&](const torch::Tensor& probabilities) { return dropout(op, probabilities); });
         break;
       }
       case Op::Kind::kGelu:

@@ -3,12 +3,11 @@
 // operators are the K models' operators made K times wider. K linears are one batched matmul
 // (torch::baddbmm over [K, N, in]), K conv2d one grouped conv2d (groups = K × the original
 // groups, inputs [N, K·C, H, W]), K BatchNorm2d one BatchNorm over K·C channels (each trial's
-// channels keep their own batch statistics and running statistics), K dropouts one multiply by
-// K masks each drawn from its trial's own generator; activations and pooling are unchanged.
-// K LSTMs stay K recurrences (each trial's own at::lstm call, below); K LayerNorms are one
-// normalisation with each trial's own weight and bias; K self-attentions one batched matmul over
-// [K, N, heads, T, ·].
-// Internal to trainer/: includes torch.
+// channels keep their own batch statistics and running statistics), K dropouts each trial's own
+// draw from its own generator (or one draw for all, the cheaper form); activations and pooling are
+// unchanged. K LSTMs stay K recurrences (each trial's own at::lstm call, below); K LayerNorms are
+// one normalisation with each trial's own weight and bias; K self-attentions one batched matmul
+// over [K, N, heads, T, ·]. Internal to trainer/: includes torch.
 //
 // Fused forms exist for mlp, convnet, cifar_cnn (trainer/models/simple.h), resnet18/34/50
 // (trainer/models/resnet.h: a residual block's shortcut, and its downsample branch, are ops of
@@ -62,15 +61,19 @@ class FusedModel {
       const torch::Device& device);
 
   // The training forward pass of the K trials: inputs [K, N, ...input shape] float32 (trial k's
-  // batch at [k]) → logits [K, N, num_classes] float32. Trial k's dropout masks are drawn from
-  // generators[k] exactly as its unfused model draws them from the default generator
-  // (bernoulli_(1 − p) of the layer's activation shape, divided by 1 − p; none when p is 0), in
-  // its forward's order (the transformer's: embeddings, then per layer the attention
-  // probabilities [N, heads, T, T], the attention branch, the feed-forward branch), so with
+  // batch at [k]) → logits [K, N, num_classes] float32. Trial k's dropout is drawn from
+  // generators[k] exactly as its unfused model's at::dropout draws from the default generator,
+  // in its forward's order (the transformer's: embeddings, then per layer the attention
+  // probabilities [N, heads, T, T], the attention branch, the feed-forward branch): on CUDA, for
+  // 0 < p < 1, the fused dropout kernel over trial k's [N, ...] slice (at::_fused_dropout, the
+  // kernel at::native_dropout runs); otherwise, and for dropout2d's per-channel noise
+  // [N, C, 1, 1], bernoulli_(1 − p) noise divided by 1 − p; nothing when p is 0. So with
   // generators[k] in the state the unfused job's default generator would be in, the masks are
-  // the same (on LibTorch 1.13, whose attention spells out its dropout; LibTorch 2's
-  // scaled_dot_product_attention draws its own). BatchNorm runs in training mode (batch
-  // statistics, running statistics updated). Throws c10::Error for LibTorch failures.
+  // the same (the attention's only where the unfused layer spells its dropout out, LibTorch
+  // 1.13; LibTorch 2's scaled_dot_product_attention draws its own). Generators of the inputs'
+  // device; on CUDA inside a graph capture they must be registered with the graph
+  // (compat::CudaGraph::Capture). BatchNorm runs in training mode (batch statistics, running
+  // statistics updated). Throws c10::Error for LibTorch failures.
   torch::Tensor Forward(const torch::Tensor& inputs, std::vector<at::Generator>& generators);
 
   // The same forward pass with every trial's dropout masks drawn in one kernel per layer from
@@ -141,9 +144,9 @@ class FusedModel {
     std::vector<double> p;
     torch::Tensor keep;  // kDropout, kDropout2d, kAttention: [K] float32 on the device, 1 − p
   };
-  // Forward's body; `noise(op, x)` returns the dropout multiplier for `x` (undefined: none).
+  // Forward's body; `dropout(op, x)` returns `x` through op's dropout (x itself: none).
   torch::Tensor Run(const torch::Tensor& inputs,
-                    const std::function<torch::Tensor(const Op&, const torch::Tensor&)>& noise);
+                    const std::function<torch::Tensor(const Op&, const torch::Tensor&)>& dropout);
   FusedModel() = default;
 
   int trials_ = 0;

@@ -65,6 +65,9 @@ FusedStep::FusedStep(FusedModel& model, FusedOptimizer& optimizer,
   running_ = torch::ones({trials_}, f32.dtype(torch::kBool));
   counter_ = torch::zeros({1}, f32.dtype(torch::kInt64));
   generator_ = at::globalContext().defaultGenerator(device);
+  per_trial_draws_ = static_cast<int>(options_.generators.size()) == trials_ &&
+                     (!options_.capture || compat::CudaGraph::TakesGenerators());
+  if (per_trial_draws_) generators_ = options_.generators;
   optimizer_.InitState();
   if (!options_.capture) return;
 
@@ -81,7 +84,7 @@ FusedStep::FusedStep(FusedModel& model, FusedOptimizer& optimizer,
   const int device_index = device.index() < 0 ? 0 : device.index();
   WarmUpAndCapture(
       graph_, device_index, state, kWarmupSteps, [&] { optimizer_.ZeroGrad(); },
-      [&] { static_out_ = Compute(static_index_); });
+      [&] { static_out_ = Compute(static_index_); }, /*share_pool_with=*/nullptr, generators_);
   captured_ = true;
 }
 
@@ -128,7 +131,14 @@ torch::Tensor FusedStep::Compute(const torch::Tensor& index) {
     images = torch::stack(image_rows);
     labels = torch::stack(label_rows);
   }
-  if (options_.augmentation.enabled()) {
+  if (options_.augmentation.enabled() && per_trial_draws_) {
+    // Trial k's batch from its generator, as its unfused step augments its gathered batch.
+    std::vector<torch::Tensor> augmented;
+    for (int k = 0; k < trials_; ++k) {
+      augmented.push_back(Augment(images[k], options_.augmentation, generators_[k]));
+    }
+    images = torch::stack(augmented);
+  } else if (options_.augmentation.enabled()) {
     // [K, B, C, H, W] → [K·B, C, H, W]: each image its own draws, then back per trial (a crop
     // or resize may change H and W).
     const torch::Tensor augmented =
@@ -144,7 +154,10 @@ torch::Tensor FusedStep::Compute(const torch::Tensor& index) {
     if (options_.precision == Precision::kBf16) {
       autocast.emplace(images.device().type(), torch::kBFloat16, /*cache_enabled=*/false);
     }
-    logits = model_.Forward(images, generator_).to(torch::kFloat32);  // the loss in float32
+    // The loss in float32.
+    logits = (per_trial_draws_ ? model_.Forward(images, generators_)
+                               : model_.Forward(images, generator_))
+                 .to(torch::kFloat32);
   }
   const torch::Tensor losses = Loss(logits, labels);  // [K]
   torch::where(running_, losses, torch::zeros({}, losses.options())).sum().backward();

@@ -7,11 +7,11 @@
 //     float32 and labels [K, B] int64 by one index_select of the shared training tensors (the
 //     usual sweep: trials that share the dataset tensor); one index_select per trial when the
 //     trials' training sets are different tensors (a seed that picks the data);
-//   - the trials' augmentation (FusedStepOptions::augmentation) over all K × B images in one
-//     pass, drawn from the device's default generator;
-//   - the fused forward (FusedModel::Forward with one generator: every trial's dropout masks in
-//     one draw per layer from the device's default generator), under autocast to bfloat16 for
-//     bf16 trials;
+//   - the trials' augmentation (FusedStepOptions::augmentation) and the fused forward
+//     (FusedModel::Forward), under autocast to bfloat16 for bf16 trials, drawing their random
+//     numbers either from each trial's own generator (FusedStepOptions::generators: trial k's
+//     crops, flips and dropout masks those of its unfused step) or, cheaper, in one pass over
+//     all K × B images and one dropout draw per layer from the device's default generator;
 //   - the loss as one cross-entropy over [K·B, C] logits (reduction none, viewed [K, B], meaned
 //     per trial → [K]): torch.nn.functional.cross_entropy's formula, with label smoothing ε
 //     loss_i = (1 − ε)·(−log p_{i,y_i}) + ε·(−Σ_c log p_{i,c} / C) (PyTorch's CrossEntropyLoss
@@ -31,8 +31,9 @@
 //
 // Numerics: the same arithmetic as the per-trial fused loop up to the order of sums (the loss's
 // mean over [K, B] rows, not per trial), so per-trial losses agree with it within float32
-// rounding on the CPU (tests/trainer/fused_step_test.cc: 1e-5 over 20 steps, dropout off); the
-// dropout masks differ (one draw for all trials instead of each trial's generator).
+// rounding on the CPU (tests/trainer/fused_step_test.cc: 1e-5 over 20 steps, with dropout and
+// random augmentation when each trial draws from its own generator; with the one shared draw
+// the masks and crops are other numbers of the same distributions).
 //
 // Thread-safety: none; a FusedStep belongs to the loop that trains. The model, optimizer, data
 // tensors and table must outlive it.
@@ -76,6 +77,13 @@ struct FusedStepOptions {
   // device's default generator (inside the graph when captured, as GraphedStep draws them).
   AugmentationOptions augmentation;
   bool capture = false;  // capture full batches in one CUDA graph (FusedGraphUnsupportedReason "")
+  // K generators on the trials' device, trial k's in the state its unfused job's default
+  // generator would be in (the fused loop's Trial::generator), or none. With them each trial's
+  // augmentation and dropout are drawn from its own (K draws per layer: the fused trial is its
+  // unfused run up to rounding); without, one draw per layer for all K from the device's default
+  // generator. A captured step needs compat::CudaGraph::TakesGenerators() for them (LibTorch
+  // >= 2.4); where it is false the step draws as without them (per_trial_draws() says which).
+  std::vector<at::Generator> generators;
   // kFp32, or kBf16: the fused forward under autocast to bfloat16 (weights cast on every step,
   // autocast's cache off, as GraphedStep's bf16 forward), the loss in float32; parameters,
   // gradients and optimizer state stay float32.
@@ -90,8 +98,8 @@ class FusedStep {
   // float32 table moved to the device, T >= 1 (past its end the last row holds); the step takes
   // a handle to it and changes it only through Stop. Creates the optimizer's state
   // (InitState). With options.capture: warms up on a side stream and captures
-  // (WarmUpAndCapture; parameters, buffers, optimizer state, step counter and the generator put
-  // back). Throws c10::Error on any LibTorch failure.
+  // (WarmUpAndCapture; parameters, buffers, optimizer state, step counter and the generators
+  // put back). Throws c10::Error on any LibTorch failure.
   FusedStep(FusedModel& model, FusedOptimizer& optimizer, std::vector<torch::Tensor> images,
             std::vector<torch::Tensor> labels, torch::Tensor table, FusedStepOptions options);
   ~FusedStep();
@@ -110,6 +118,8 @@ class FusedStep {
   void Stop(int k);
 
   bool captured() const { return captured_; }
+  // Whether each trial draws from its own generator (FusedStepOptions::generators).
+  bool per_trial_draws() const { return per_trial_draws_; }
   // Whether the trials share one training tensor (one gather per step).
   bool shared_data() const { return shared_data_; }
 
@@ -131,6 +141,8 @@ class FusedStep {
   torch::Tensor running_;                            // [K] bool: the running mask
   torch::Tensor counter_;                            // [1] int64: the table's row
   at::Generator generator_;                          // the device's default generator
+  std::vector<at::Generator> generators_;            // [K] each trial's, when per_trial_draws_
+  bool per_trial_draws_ = false;
   std::vector<bool> stopped_;
 
   bool captured_ = false;

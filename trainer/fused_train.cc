@@ -401,6 +401,9 @@ void RunBatchedEpochs(std::vector<std::unique_ptr<Trial>>& trials, bool shared_d
     options.label_smoothing.push_back(trial->job->task.label_smoothing);
     images.push_back(trial->data->train.images);
     labels.push_back(trial->data->train.labels);
+    // Each trial's own draws with its own data order (its unfused run's crops and masks); the
+    // shared order draws once for all.
+    if (!shared_data_order) options.generators.push_back(trial->generator);
   }
   const Clock::time_point capture_start = Clock::now();
   FusedStep step(model, optimizer, std::move(images), std::move(labels),
@@ -412,22 +415,26 @@ void RunBatchedEpochs(std::vector<std::unique_ptr<Trial>>& trials, bool shared_d
     }
   };
   sync_mask();
+  const char* draws = step.per_trial_draws()
+                          ? "each trial's dropout masks and augmentation from its own generator "
+                            "(as its run alone draws them)"
+                          : "one dropout draw per layer for all trials";
   for (auto& trial : trials) {
     if (!trial->running) continue;
-    EmitLog(
-        trial->observed,
-        step.captured()
-            ? absl::StrFormat(
-                  "fused step captured in one CUDA graph (%d trials, batch %d, %s, %s, %s; one "
-                  "gather%s, one dropout draw per layer, one loss, per-trial hyperparameters "
-                  "from a table on the device; warm-up and capture %.2f s); a partial last "
-                  "batch runs eagerly",
-                  k_trials, batch_size, OptimizerName(first.optimizer.kind),
-                  PrecisionName(first.precision), CudnnChoiceName(),
-                  step.shared_data() ? "" : " per trial (the trials' data differ)", capture_seconds)
-            : absl::StrCat(
-                  "fused step runs eagerly (batched over the trials): ", reason,
-                  step.shared_data() ? "" : "; one gather per trial (the trials' data differ)"));
+    EmitLog(trial->observed,
+            step.captured()
+                ? absl::StrFormat(
+                      "fused step captured in one CUDA graph (%d trials, batch %d, %s, %s, %s; one "
+                      "gather%s, %s, one loss, per-trial hyperparameters from a table on the "
+                      "device; warm-up and capture %.2f s); a partial last batch runs eagerly",
+                      k_trials, batch_size, OptimizerName(first.optimizer.kind),
+                      PrecisionName(first.precision), CudnnChoiceName(),
+                      step.shared_data() ? "" : " per trial (the trials' data differ)", draws,
+                      capture_seconds)
+                : absl::StrCat(
+                      "fused step runs eagerly (batched over the trials): ", reason,
+                      step.shared_data() ? "" : "; one gather per trial (the trials' data differ)",
+                      "; ", draws));
   }
 
   const int capacity = std::max(steps_per_readback, 1);

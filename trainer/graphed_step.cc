@@ -6,6 +6,7 @@
 #include "trainer/device.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 namespace mpsd::trainer {
@@ -49,15 +50,26 @@ void Restore(const std::vector<torch::Tensor>& tensors, const std::vector<torch:
 void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
                       const std::vector<torch::Tensor>& state, int warmup_steps,
                       const std::function<void()>& before_capture,
-                      const std::function<void()>& step, const compat::CudaGraph* share_pool_with) {
+                      const std::function<void()>& step, const compat::CudaGraph* share_pool_with,
+                      const std::vector<at::Generator>& generators) {
   const std::vector<torch::Tensor> saved = Snapshot(state);
   const torch::Tensor rng = compat::CudaGraph::GetRngState(device_index);
+  std::vector<torch::Tensor> generator_states;
+  for (at::Generator generator : generators) {  // a handle: copies share the generator
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator_states.push_back(generator.get_state());
+  }
   graph.OnSideStream(device_index, [&] {
     for (int i = 0; i < warmup_steps; ++i) step();
   });
   compat::CudaGraph::SetRngState(device_index, rng);  // the warm-up's dropout draws undone
+  for (size_t i = 0; i < generators.size(); ++i) {
+    at::Generator generator = generators[i];
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(generator_states[i]);
+  }
   before_capture();
-  graph.Capture(device_index, step, share_pool_with);
+  graph.Capture(device_index, step, share_pool_with, generators);
   Restore(state, saved);
 }
 

@@ -127,13 +127,17 @@ class DeviceUpdate {
 // (drop the gradients, so that the captured backward allocates them in the graph's pool),
 // captures `step` into `graph`, and finally copies back into `state` the values it held before
 // the warm-up (what the warm-up changed: parameters, BatchNorm statistics, optimizer state,
-// step counters). `share_pool_with`: as compat::CudaGraph::Capture. Throws c10::Error on any
-// LibTorch failure (no CUDA graphs: always). Not thread-safe.
+// step counters). `share_pool_with`: as compat::CudaGraph::Capture. `generators`: CUDA
+// generators besides the default one that `step` draws from (the fused step's per trial): their
+// states are put back after the warm-up too, and they are registered with the graph
+// (compat::CudaGraph::Capture, which needs CudaGraph::TakesGenerators()). Throws c10::Error on
+// any LibTorch failure (no CUDA graphs: always). Not thread-safe.
 void WarmUpAndCapture(compat::CudaGraph& graph, int device_index,
                       const std::vector<torch::Tensor>& state, int warmup_steps,
                       const std::function<void()>& before_capture,
                       const std::function<void()>& step,
-                      const compat::CudaGraph* share_pool_with = nullptr);
+                      const compat::CudaGraph* share_pool_with = nullptr,
+                      const std::vector<at::Generator>& generators = {});
 
 // What GraphedStep needs beyond the model, the optimizer and the data.
 struct GraphedStepOptions {

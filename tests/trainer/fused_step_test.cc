@@ -116,8 +116,7 @@ TEST(FusedStepTest, TheTablesUpdateIsStepsUpdate) {
   }
 }
 
-// One trial: 160 training examples in batches of 8 = 20 steps, 50 test examples, dropout off
-// (the batched step draws its masks otherwise).
+// One trial: 160 training examples in batches of 8 = 20 steps, 50 test examples, dropout off.
 mpsd::v1::TrainJob Trial(const std::string& model, const std::string& optimizer, double lr,
                          double weight_decay, uint64_t seed) {
   mpsd::v1::TrainJob job;
@@ -216,6 +215,10 @@ void CompareBatchedWithPerTrial(const std::vector<mpsd::v1::TrainJob>& specs,
                 ::testing::Contains(HasSubstr("fused step runs eagerly (batched over the trials): "
                                               "CUDA graphs are for CUDA devices")))
         << trial;
+    EXPECT_THAT(batched[k].logs,
+                ::testing::Contains(HasSubstr("each trial's dropout masks and augmentation from "
+                                              "its own generator")))
+        << trial;
     const auto per_trial_gather = ::testing::Contains(HasSubstr("one gather per trial"));
     if (shared_data) {
       EXPECT_THAT(batched[k].logs, ::testing::Not(per_trial_gather)) << trial;
@@ -271,6 +274,21 @@ TEST(FusedStepTest, BatchedStepAugmentsEveryTrialsImages) {
     // can make its loss differ.
     EXPECT_NE(augmented[k].losses[0], plain[k].losses[0]) << "trial " << k;
   }
+}
+
+// The ConvNet's own dropout (Dropout2d 0.25, Dropout 0.5) and random augmentation (crops with
+// padding, flips): the batched step draws each trial's from the trial's own generator as the
+// per-trial step does, so the losses are the same numbers, not only the same distribution.
+TEST(FusedStepTest, BatchedStepDrawsEachTrialsDropoutAndAugmentationAsItsRunAlone) {
+  std::vector<mpsd::v1::TrainJob> specs = {Trial("convnet", "adam", 1e-3, 0, 1),
+                                           Trial("convnet", "adam", 3e-3, 1e-4, 2)};
+  for (auto& spec : specs) {
+    spec.mutable_model()->clear_dropout();
+    spec.mutable_dataset()->mutable_augmentation()->set_random_crop_padding(2);
+    spec.mutable_dataset()->mutable_augmentation()->set_horizontal_flip(true);
+  }
+  CompareBatchedWithPerTrial(specs, "convnet dropout + random crop and flip",
+                             /*shared_data=*/false);
 }
 
 // Per-trial label smoothing (the loss's own formula, not one cross_entropy), sgd with nesterov

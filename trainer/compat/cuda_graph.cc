@@ -15,6 +15,8 @@ namespace {
 
 bool HasCudaGraphs() { return MPSD_TRAINER_HAS_CUDA_GRAPHS; }
 
+bool CudaGraph::TakesGenerators() { return MPSD_TRAINER_CUDA_GRAPHS_TAKE_GENERATORS; }
+
 struct CudaGraph::Cuda {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
   at::cuda::CUDAGraph graph;
@@ -31,8 +33,17 @@ CudaGraph::CudaGraph() {
 CudaGraph::~CudaGraph() = default;
 
 void CudaGraph::Capture(int device_index, const std::function<void()>& fn,
-                        const CudaGraph* share_pool_with) {
+                        const CudaGraph* share_pool_with,
+                        const std::vector<at::Generator>& generators) {
 #if MPSD_TRAINER_HAS_CUDA_GRAPHS
+#if MPSD_TRAINER_CUDA_GRAPHS_TAKE_GENERATORS
+  for (const at::Generator& generator : generators) {
+    cuda_->graph.register_generator_state(generator);
+  }
+#else
+  TORCH_CHECK(generators.empty(), "CUDA graphs that advance generators besides the default one ",
+              "need LibTorch >= 2.4");
+#endif
   OnSideStream(device_index, [&] {
     if (share_pool_with != nullptr) {
       cuda_->graph.capture_begin(share_pool_with->cuda_->graph.pool());
@@ -43,7 +54,7 @@ void CudaGraph::Capture(int device_index, const std::function<void()>& fn,
     cuda_->graph.capture_end();
   });
 #else
-  (void)device_index, (void)fn, (void)share_pool_with;
+  (void)device_index, (void)fn, (void)share_pool_with, (void)generators;
   NoCudaGraphs();
 #endif
 }

@@ -33,8 +33,17 @@ class CudaGraph {
   // replay concurrently: this graph's temporaries reuse the other's, so the two cost the device
   // the larger of their working sets, not the sum. Tensors alive across replays (either graph's
   // outputs) are never reused.
+  // `generators` (optional): CUDA generators besides the default one that `fn` draws from (a
+  // fused step's per-trial dropout); each is registered with the graph, so that every replay
+  // advances its Philox offset as the default generator's is advanced. Needs
+  // TakesGenerators(); throws c10::Error otherwise.
   void Capture(int device_index, const std::function<void()>& fn,
-               const CudaGraph* share_pool_with = nullptr);
+               const CudaGraph* share_pool_with = nullptr,
+               const std::vector<at::Generator>& generators = {});
+
+  // Whether Capture takes generators other than the default one: LibTorch >= 2.4
+  // (at::cuda::CUDAGraph::register_generator_state) with CUDA graphs. Thread-safe.
+  static bool TakesGenerators();
 
   // Runs `fn` eagerly on the graph's side stream (warm-up before a capture, as PyTorch's recipe
   // does: cuBLAS/cuDNN handles and workspaces get created outside the graph). Warm-up and capture

@@ -66,6 +66,14 @@
 #else
 #define MPSD_TRAINER_HAS_CUDA_GRAPHS 0
 #endif
+// CUDA graphs that advance generators other than the default CUDA generator per replay
+// (CUDAGraph::register_generator_state) exist from LibTorch 2.4 on.
+#if MPSD_TRAINER_HAS_CUDA_GRAPHS && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+#define MPSD_TRAINER_CUDA_GRAPHS_TAKE_GENERATORS 1
+#else
+#define MPSD_TRAINER_CUDA_GRAPHS_TAKE_GENERATORS 0
+#endif
 
 // _foreach_mul_ with a tensor scalar (a [] tensor on the device, read by the kernel, so a CUDA
 // graph follows its value) exists from LibTorch 2.1 on.
