@@ -405,16 +405,25 @@ fi
 if has s; then
   # Issue 31: the 16-trial sweep (4 learning rates × 4 weight decays, AdamW, the seed ConvNet,
   # batch 128, 3 epochs), wall time from `mpsctl submit` to the sweep's end (`mpsctl wait`):
-  # mpsd with SWEEP_FUSE (default "auto and off": both, in that order), then PyTorch's ensemble
+  # mpsd with SWEEP_FUSE (default "auto and off": both, in that order; a value may name the
+  # data order too, "auto:shared"; a value may repeat, e.g. "off off" for the GPU's run-to-run
+  # spread), then PyTorch's ensemble
   # recipe and 16 PyTorch processes together and one after another (sweep_torch.sh; SWEEP_TORCH
   # picks its rows; "none" skips them); SWEEP_PRECISION (default fp32) sets the trials' precision.
-  # Every wall time lands in RAW/s_wall.txt.
+  # Every wall time lands in RAW/s_wall.txt; each sweep's files are named by its fuse value, its
+  # data order and its place in SWEEP_FUSE (s_sweep_auto_per_trial_1.json, ...).
   lrs=(0.0003 0.001 0.003 0.01)
   wds=(0 0.0001 0.001 0.01)
-  for fuse in ${SWEEP_FUSE:-auto off}; do
+  n=0
+  for spec in ${SWEEP_FUSE:-auto off}; do
+    fuse=${spec%%:*}
+    order=per_trial
+    [[ $spec == *:* ]] && order=${spec#*:}
+    n=$((n + 1))
+    tag="${fuse}_${order}_$n"
     {
       echo "kind: TrainJob"
-      echo "name: sweep-$fuse"
+      echo "name: sweep-$tag"
       echo "model: {name: convnet}"
       echo "dataset: {name: fashion-mnist, root: $IDX_DIR}"
       echo "batch_size: 128"
@@ -425,17 +434,18 @@ if has s; then
       echo "optimizer: {name: adamw, learning_rate: 0.001, weight_decay: 0.01}"
       echo "sweep:"
       echo "  fuse: $fuse"
+      [[ $fuse != off ]] && echo "  data_order: $order"
       echo "  grid: {optimizer.learning_rate: [$(IFS=,; echo "${lrs[*]}")], optimizer.weight_decay: [$(IFS=,; echo "${wds[*]}")]}"
-    } > "$RUN/s_$fuse.yaml"
+    } > "$RUN/s_$tag.yaml"
     start=$(date +%s.%N)
-    sweep=$(timeout 60 "${MPSCTL[@]}" submit "$RUN/s_$fuse.yaml" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+    sweep=$(timeout 60 "${MPSCTL[@]}" submit "$RUN/s_$tag.yaml" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
     timeout 400 "${MPSCTL[@]}" wait "$sweep" > /dev/null 2>&1
     wall=$("$PY" -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$start")
-    echo "mpsd fuse=$fuse sweep $sweep: wall $wall s" | tee -a "$RAW/s_wall.txt"
-    "${MPSCTL[@]}" sweep "$sweep" > "$RAW/s_sweep_$fuse.json" 2>&1
-    "${MPSCTL[@]}" list > "$RAW/s_list_$fuse.json" 2>&1
+    echo "mpsd fuse=$fuse data_order=$order sweep $sweep: wall $wall s" | tee -a "$RAW/s_wall.txt"
+    "${MPSCTL[@]}" sweep "$sweep" > "$RAW/s_sweep_$tag.json" 2>&1
+    "${MPSCTL[@]}" list > "$RAW/s_list_$tag.json" 2>&1
     for id in $("$PY" -c 'import json,sys; print(" ".join((lambda j: j.get("trial_job_ids") or j.get("trialJobIds") or [])(json.load(open(sys.argv[1])))))' <("${MPSCTL[@]}" get "$sweep") 2>/dev/null); do
-      "${MPSCTL[@]}" logs "$id" > "$RAW/s_events_${fuse}_$id.jsonl" 2>&1 || true
+      "${MPSCTL[@]}" logs "$id" > "$RAW/s_events_${tag}_$id.jsonl" 2>&1 || true
     done
   done
   bash "$PERF/sweep_torch.sh" "$IDX_DIR" "$RAW" ${SWEEP_TORCH:-ensemble concurrent sequential}
