@@ -52,24 +52,38 @@ struct TrialMetrics {
 
 TrialMetrics MetricsOf(const v1::Job& job) {
   TrialMetrics m;
-  if (job.has_summary() && job.summary().epochs() > 0) {
+  const bool eval = job.spec().has_eval_job();    // its one evaluation, no epochs
+  const bool bench = job.spec().has_bench_job();  // its rows, no epochs
+  if (job.has_summary() && (job.summary().epochs() > 0 || eval || bench)) {
     const v1::JobSummary& s = job.summary();
     // Unmeasured figures stay unset (ranked last), never 0.
     if (s.has_val_accuracy()) m.val_accuracy = s.val_accuracy();
     if (s.has_val_loss()) m.val_loss = s.val_loss();
     if (s.has_test_accuracy()) m.test_accuracy = s.test_accuracy();
     if (s.has_test_loss()) m.test_loss = s.test_loss();
-    m.train_loss = s.final_train_loss();
-    m.samples_per_second = s.samples_per_second();
-    m.epoch_time_s = s.median_epoch_time_s();
     if (s.memory().peak_allocated_bytes() > 0) {
       m.peak_memory = static_cast<double>(s.memory().peak_allocated_bytes());
     }
     m.time_s = s.total_time_s();
     m.task.insert(s.metrics().begin(), s.metrics().end());
-    if (s.best_epoch() > 0) {
-      m.best_epoch = s.best_epoch();
-      if (s.has_best_value()) m.best_value = s.best_value();
+    if (bench) {
+      // The fastest row that ran.
+      for (const v1::BenchRow& row : s.bench_rows()) {
+        if (row.status() != v1::BenchRow::OK || row.samples_per_second() <= 0) continue;
+        if (!m.samples_per_second.has_value() || row.samples_per_second() > *m.samples_per_second) {
+          m.samples_per_second = row.samples_per_second();
+        }
+      }
+    } else if (eval) {
+      if (s.samples_per_second() > 0) m.samples_per_second = s.samples_per_second();
+    } else {
+      m.train_loss = s.final_train_loss();
+      m.samples_per_second = s.samples_per_second();
+      m.epoch_time_s = s.median_epoch_time_s();
+      if (s.best_epoch() > 0) {
+        m.best_epoch = s.best_epoch();
+        if (s.has_best_value()) m.best_value = s.best_value();
+      }
     }
   } else if (job.last_epoch().epoch() > 0) {
     const v1::EpochMetrics& e = job.last_epoch();
@@ -287,6 +301,12 @@ absl::StatusOr<Ranking> RankingOf(
     // Regression by r2, multilabel by macro_f1 (the task's own figure of merit).
     // Before any epoch ends a trial's spec says whether it validates.
     metric = "test_accuracy";
+    // A sweep of BenchJobs measures speed: its trials' fastest rows.
+    if (!trials.empty() && std::all_of(trials.begin(), trials.end(), [](const auto& entry) {
+          return entry.first->spec().has_bench_job();
+        })) {
+      metric = "samples_per_second";
+    }
     for (const auto& entry : trials) {
       if (entry.second.val_accuracy.has_value() ||
           entry.first->spec().train_job().dataset().has_validation()) {

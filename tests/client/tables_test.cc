@@ -218,6 +218,45 @@ TEST(TablesTest, SweepRanksOnValidationByDefaultAndCompareShowsIt) {
   EXPECT_THAT(csv, HasSubstr("test_accuracy,0.9,-\n"));
 }
 
+// An EvalJob sweep (e.g. over checkpoints) and a BenchJob sweep (e.g. over batch sizes): their
+// summaries hold no epochs, yet rank: the evaluation's accuracy, and the BenchJob's fastest row.
+TEST(TablesTest, SweepsOfEvalJobsAndBenchJobsRankOnWhatTheyMeasured) {
+  std::vector<v1::Job> evals;
+  for (const auto& [id, accuracy] : {std::pair<const char*, double>{"2", 0.81}, {"3", 0.87}}) {
+    v1::Job job = Trial(id, static_cast<int>(evals.size()), "0.1", accuracy, 1 - accuracy);
+    job.mutable_spec()->mutable_eval_job();
+    job.mutable_summary()->set_epochs(0);
+    evals.push_back(job);
+  }
+  absl::StatusOr<TextTable> table = SweepTable(evals, "auto");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "3");
+  EXPECT_EQ(table->rows[0][0], "1");  // ranked, not "-"
+  EXPECT_EQ(table->rows[1][0], "2");
+
+  std::vector<v1::Job> benches;
+  for (const auto& [id, rows] :
+       {std::pair<const char*, std::vector<double>>{"5", {900, 1500}}, {"6", {1200, 0}}}) {
+    v1::Job job;
+    job.set_id(id);
+    job.set_state(v1::Job::SUCCEEDED);
+    job.mutable_trial()->set_index(static_cast<int>(benches.size()));
+    job.mutable_spec()->mutable_bench_job();
+    for (const double samples_per_second : rows) {
+      v1::BenchRow& row = *job.mutable_summary()->add_bench_rows();
+      row.set_status(samples_per_second > 0 ? v1::BenchRow::OK : v1::BenchRow::OUT_OF_MEMORY);
+      row.set_samples_per_second(samples_per_second);
+    }
+    benches.push_back(job);
+  }
+  std::string ranked_by;
+  table = SweepTable(benches, "auto", false, "auto", &ranked_by);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "5");  // its fastest row 1500 against 1200 (the OOM row skipped)
+  EXPECT_EQ(table->rows[1][0], "2");
+  EXPECT_THAT(ranked_by, HasSubstr("samples_per_second, highest first"));
+}
+
 // Before any epoch ends, trials whose spec holds a validation split are ranked on it too (their
 // spec says so; no summary says anything yet), and best_value says why it cannot rank them yet.
 TEST(TablesTest, RunningTrialsThatValidateRankOnValidationBeforeAnyEpoch) {
