@@ -55,8 +55,10 @@ device: cpu
 """ % (FASHION_MNIST, limit_train, limit_test, batch_size, epochs, lr, seed), "job.yaml")
 
 
-def resumable_job(limit_train=2000, batch_size=4, epochs=3):
-    """A job that checkpoints every epoch and resumes from its newest checkpoint after a restart."""
+def resumable_job(limit_train=800, batch_size=4, epochs=3):
+    """A job that checkpoints every epoch and resumes from its newest checkpoint after a restart:
+    200 steps an epoch, so that a kill 20 steps past epoch 1's checkpoint still lands well inside
+    epoch 2."""
     request = train_job(limit_train=limit_train, batch_size=batch_size, epochs=epochs, limit_test=100)
     request.train_job.checkpoint.every_epochs = 1
     request.train_job.restart_policy = "resume"

@@ -724,12 +724,13 @@ TEST_F(QueueE2eTest, PausedChainSurvivesSigkillAndRestartThenRunsInOrder) {
 
 // A sweep's trials stopped by a clean shutdown while they train fused (no checkpoint to resume
 // from) are queued again and, at the next start, train from their start: the sweep ends
-// SUCCEEDED with every trial, not CANCELLED with two INTERRUPTED ones.
+// SUCCEEDED with every trial, not CANCELLED with two INTERRUPTED ones. 6,000 examples: 3 epochs
+// of 188 steps, seconds of training after the stop at step 1, all run again after the restart.
 TEST_F(QueueE2eTest, ASweepsRunningTrialsStartOverAfterARestart) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const std::string sweep_id = SubmitFile("restart.yaml", R"(kind: TrainJob
 model: {name: mlp}
-dataset: {name: fashion-mnist, root: /usr/share/datasets/fashion-mnist, limit_train: 30000,
+dataset: {name: fashion-mnist, root: /usr/share/datasets/fashion-mnist, limit_train: 6000,
           limit_test: 256}
 epochs: 3
 batch_size: 32
