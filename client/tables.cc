@@ -76,6 +76,11 @@ TrialMetrics MetricsOf(const v1::Job& job) {
       }
     } else if (eval) {
       if (s.samples_per_second() > 0) m.samples_per_second = s.samples_per_second();
+      // An evaluation of the training split: its loss in the TRAIN_LOSS column (its accuracy
+      // is a metric of its own, train_accuracy).
+      if (const auto loss = s.metrics().find("train_loss"); loss != s.metrics().end()) {
+        m.train_loss = loss->second;
+      }
     } else {
       m.train_loss = s.final_train_loss();
       m.samples_per_second = s.samples_per_second();
@@ -108,7 +113,9 @@ std::vector<std::string> TaskMetricNames(
   std::set<std::string> names;
   for (const auto& entry : trials) {
     for (const auto& [name, value] : entry.second.task) {
-      if (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy")) {
+      // train_accuracy (an EvalJob of the training split) has no column of its own.
+      if (name == "train_accuracy" ||
+          (!absl::EndsWith(name, "_loss") && !absl::EndsWith(name, "_accuracy"))) {
         names.insert(name);
       }
     }
@@ -312,6 +319,13 @@ absl::StatusOr<Ranking> RankingOf(
           entry.first->spec().train_job().dataset().has_validation()) {
         metric = "val_accuracy";
       }
+    }
+    // EvalJobs of the training split alone: their accuracy.
+    if (measured("train_accuracy") &&
+        std::none_of(trials.begin(), trials.end(), [](const auto& entry) {
+          return entry.second.test_accuracy.has_value() || entry.second.val_accuracy.has_value();
+        })) {
+      metric = "train_accuracy";
     }
     for (const char* name : {"test_macro_f1", "val_macro_f1", "test_r2", "val_r2"}) {
       if (measured(name)) metric = name;

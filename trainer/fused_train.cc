@@ -550,6 +550,14 @@ absl::Status TrainFused(std::vector<std::unique_ptr<Trial>>& trials, bool shared
   if (batched) {
     RunBatchedEpochs(trials, shared_data_order, steps_per_readback, model, optimizer, device,
                      start);
+  } else {
+    for (auto& trial : trials) {
+      if (!trial->running) continue;
+      EmitLog(trial->observed,
+              "fused step runs trial by trial (each trial's forward and loss its own calls, "
+              "one update for all): each trial's dropout masks and augmentation from its own "
+              "generator (as its run alone draws them)");
+    }
   }
   int64_t steps = 0;
   for (int epoch = 1; !batched && epoch <= first.epochs && AnyRunning(trials); ++epoch) {

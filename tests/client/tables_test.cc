@@ -234,6 +234,26 @@ TEST(TablesTest, SweepsOfEvalJobsAndBenchJobsRankOnWhatTheyMeasured) {
   EXPECT_EQ(table->rows[0][0], "1");  // ranked, not "-"
   EXPECT_EQ(table->rows[1][0], "2");
 
+  // EvalJobs of the training split: its loss in TRAIN_LOSS, ranked by its accuracy.
+  std::vector<v1::Job> on_train;
+  for (const auto& [id, accuracy] : {std::pair<const char*, double>{"7", 0.93}, {"8", 0.97}}) {
+    v1::Job job;
+    job.set_id(id);
+    job.set_state(v1::Job::SUCCEEDED);
+    job.mutable_trial()->set_index(static_cast<int>(on_train.size()));
+    job.mutable_spec()->mutable_eval_job();
+    (*job.mutable_summary()->mutable_metrics())["train_loss"] = 1 - accuracy;
+    (*job.mutable_summary()->mutable_metrics())["train_accuracy"] = accuracy;
+    on_train.push_back(job);
+  }
+  table = SweepTable(on_train, "auto");
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows[0][2], "8");
+  EXPECT_EQ(table->rows[0][0], "1");
+  EXPECT_THAT(table->header, ::testing::Contains("TRAIN_LOSS"));
+  ASSERT_TRUE(SweepTable(on_train, "train_loss").ok());
+  EXPECT_EQ(SweepTable(on_train, "train_loss")->rows[0][2], "8");  // 0.03 before 0.07
+
   std::vector<v1::Job> benches;
   for (const auto& [id, rows] :
        {std::pair<const char*, std::vector<double>>{"5", {900, 1500}}, {"6", {1200, 0}}}) {

@@ -122,46 +122,62 @@ TrainJob Trial(const std::string& idx_dir, const std::string& device, int k, con
   return job;
 }
 
-Run RunOnce(const std::vector<TrainJob>& specs, bool cuda_graphs) {
-  Run run;
+// Resolves `specs` as the executor would, trial k's job id `prefix`k; false (and run's error)
+// when one does not resolve. Sizes run's per-trial records.
+bool Resolve(const std::vector<TrainJob>& specs, const std::string& prefix, Run& run,
+             std::vector<mpsd::trainer::TrainJobConfig>& configs) {
   const mpsd::trainer::DeviceInventory inventory = mpsd::trainer::ProbeDevices();
-  std::vector<mpsd::trainer::TrainJobConfig> configs;
   for (size_t k = 0; k < specs.size(); ++k) {
     absl::StatusOr<mpsd::trainer::TrainJobConfig> config = mpsd::trainer::ResolveTrainJob(
         specs[k], inventory, mpsd::api::Executor::Options{}, nullptr);
     if (!config.ok()) {
       run.ok = false;
       run.error = config.status().ToString();
-      return run;
+      return false;
     }
-    config->cuda_graphs = cuda_graphs;
-    config->job_id = absl::StrCat("t", k);
+    config->job_id = absl::StrCat(prefix, k);
     configs.push_back(*std::move(config));
   }
   run.losses.resize(specs.size());
   run.graph_logs.resize(specs.size());
+  return true;
+}
+
+// Trial k's events into `run`: its step losses, trial 0's epoch seconds, its log line that
+// contains `graph_line`.
+mpsd::api::EventSink Record(Run& run, size_t k, const std::string& graph_line) {
+  return [&run, k, graph_line](mpsd::v1::JobEvent event) {
+    if (event.has_step()) run.losses[k].push_back(event.step().loss());
+    if (event.has_epoch() && k == 0) run.epoch_seconds = event.epoch().epoch_time_s();
+    if (event.has_log() && absl::StrContains(event.log().text(), graph_line)) {
+      run.graph_logs[k] = event.log().text();
+    }
+  };
+}
+
+void Fail(Run& run, const absl::Status& status) {
+  if (status.ok() || !run.ok) return;
+  run.ok = false;
+  run.error = status.ToString();
+}
+
+Run RunOnce(const std::vector<TrainJob>& specs, bool cuda_graphs) {
+  Run run;
+  std::vector<mpsd::trainer::TrainJobConfig> configs;
+  if (!Resolve(specs, "t", run, configs)) return run;
   std::atomic<bool> cancelled{false};
   std::vector<mpsd::trainer::FusedTrial> trials;
   for (size_t k = 0; k < specs.size(); ++k) {
+    configs[k].cuda_graphs = cuda_graphs;
     mpsd::trainer::FusedTrial trial;
     trial.job = &configs[k];
     trial.cancelled = &cancelled;
-    trial.sink = [&run, k](mpsd::v1::JobEvent event) {
-      if (event.has_step()) run.losses[k].push_back(event.step().loss());
-      if (event.has_epoch() && k == 0) run.epoch_seconds = event.epoch().epoch_time_s();
-      if (event.has_log() && absl::StrContains(event.log().text(), "fused step")) {
-        run.graph_logs[k] = event.log().text();
-      }
-    };
+    trial.sink = Record(run, k, "fused step");
     trials.push_back(std::move(trial));
   }
-  const std::vector<absl::Status> statuses = mpsd::trainer::RunFusedTrainJobs(
-      trials, /*shared_data_order=*/false, /*steps_per_readback=*/51);
-  for (const absl::Status& status : statuses) {
-    if (!status.ok() && run.ok) {
-      run.ok = false;
-      run.error = status.ToString();
-    }
+  for (const absl::Status& status : mpsd::trainer::RunFusedTrainJobs(
+           trials, /*shared_data_order=*/false, /*steps_per_readback=*/51)) {
+    Fail(run, status);
   }
   return run;
 }
@@ -169,32 +185,13 @@ Run RunOnce(const std::vector<TrainJob>& specs, bool cuda_graphs) {
 // Each trial trained alone, as the executor runs an unfused job (its own graphed step).
 Run RunAlone(const std::vector<TrainJob>& specs) {
   Run run;
-  const mpsd::trainer::DeviceInventory inventory = mpsd::trainer::ProbeDevices();
-  run.losses.resize(specs.size());
-  run.graph_logs.resize(specs.size());
+  std::vector<mpsd::trainer::TrainJobConfig> configs;
+  if (!Resolve(specs, "a", run, configs)) return run;
   const std::atomic<bool> cancelled{false};
   for (size_t k = 0; k < specs.size(); ++k) {
-    absl::StatusOr<mpsd::trainer::TrainJobConfig> config = mpsd::trainer::ResolveTrainJob(
-        specs[k], inventory, mpsd::api::Executor::Options{}, nullptr);
-    if (!config.ok()) {
-      run.ok = false;
-      run.error = config.status().ToString();
-      return run;
-    }
-    config->job_id = absl::StrCat("a", k);
-    const auto sink = [&run, k](mpsd::v1::JobEvent event) {
-      if (event.has_step()) run.losses[k].push_back(event.step().loss());
-      if (event.has_epoch() && k == 0) run.epoch_seconds = event.epoch().epoch_time_s();
-      if (event.has_log() && absl::StrContains(event.log().text(), "CUDA graph")) {
-        run.graph_logs[k] = event.log().text();
-      }
-    };
-    const absl::Status status = mpsd::trainer::RunTrainJob(
-        *config, /*steps_per_readback=*/51, sink, [](mpsd::v1::JobEvent) {}, cancelled);
-    if (!status.ok() && run.ok) {
-      run.ok = false;
-      run.error = status.ToString();
-    }
+    Fail(run, mpsd::trainer::RunTrainJob(
+                  configs[k], /*steps_per_readback=*/51, Record(run, k, "CUDA graph"),
+                  [](mpsd::v1::JobEvent) {}, cancelled));
   }
   return run;
 }

@@ -215,9 +215,12 @@ void CompareBatchedWithPerTrial(const std::vector<mpsd::v1::TrainJob>& specs,
                 ::testing::Contains(HasSubstr("fused step runs eagerly (batched over the trials): "
                                               "CUDA graphs are for CUDA devices")))
         << trial;
-    EXPECT_THAT(batched[k].logs,
-                ::testing::Contains(HasSubstr("each trial's dropout masks and augmentation from "
-                                              "its own generator")))
+    for (const auto* logs : {&batched[k].logs, &per_trial[k].logs}) {
+      EXPECT_THAT(*logs, ::testing::Contains(HasSubstr("each trial's dropout masks and "
+                                                       "augmentation from its own generator")))
+          << trial;
+    }
+    EXPECT_THAT(per_trial[k].logs, ::testing::Contains(HasSubstr("fused step runs trial by trial")))
         << trial;
     const auto per_trial_gather = ::testing::Contains(HasSubstr("one gather per trial"));
     if (shared_data) {
