@@ -417,13 +417,20 @@ absl::StatusOr<TextTable> SweepTable(const std::vector<v1::Job>& trials, std::st
     return value;
   };
   const bool higher_is_better = ranking->higher_is_better;
+  // A BenchJob trial's samples/s is its fastest row that ran; other figures a trial's last.
+  const bool benches = std::all_of(trials.begin(), trials.end(), [](const v1::Job& trial) {
+    return trial.spec().has_bench_job();
+  });
+  const char* what = benches && ranking->metric == "samples_per_second"
+                         ? "fastest benchmark row that ran"
+                         : "final value";
   if (ranked_by != nullptr) {
     *ranked_by = ranking->spec == &kBestValue
                      ? absl::StrCat("best_value (each trial's best ", ranking->monitor,
                                     ": the epoch its best.pt holds), ",
                                     higher_is_better ? "highest" : "lowest", " first")
                      : absl::StrCat(ranking->metric, higher_is_better ? ", highest" : ", lowest",
-                                    " first (each trial's final value)");
+                                    " first (each trial's ", what, ")");
   }
   std::vector<std::string> paths;
   for (const v1::Job& trial : trials) {
