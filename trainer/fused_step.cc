@@ -65,9 +65,10 @@ FusedStep::FusedStep(FusedModel& model, FusedOptimizer& optimizer,
   running_ = torch::ones({trials_}, f32.dtype(torch::kBool));
   counter_ = torch::zeros({1}, f32.dtype(torch::kInt64));
   generator_ = at::globalContext().defaultGenerator(device);
-  per_trial_draws_ = static_cast<int>(options_.generators.size()) == trials_ &&
-                     (!options_.capture || compat::CudaGraph::TakesGenerators());
-  if (per_trial_draws_) generators_ = options_.generators;
+  if (static_cast<int>(options_.generators.size()) == trials_ &&
+      (!options_.capture || compat::CudaGraph::TakesGenerators())) {
+    generators_ = options_.generators;
+  }
   optimizer_.InitState();
   if (!options_.capture) return;
 
@@ -131,7 +132,7 @@ torch::Tensor FusedStep::Compute(const torch::Tensor& index) {
     images = torch::stack(image_rows);
     labels = torch::stack(label_rows);
   }
-  if (options_.augmentation.enabled() && per_trial_draws_) {
+  if (options_.augmentation.enabled() && per_trial_draws()) {
     // Trial k's batch from its generator, as its unfused step augments its gathered batch.
     std::vector<torch::Tensor> augmented;
     for (int k = 0; k < trials_; ++k) {
@@ -155,8 +156,8 @@ torch::Tensor FusedStep::Compute(const torch::Tensor& index) {
       autocast.emplace(images.device().type(), torch::kBFloat16, /*cache_enabled=*/false);
     }
     // The loss in float32.
-    logits = (per_trial_draws_ ? model_.Forward(images, generators_)
-                               : model_.Forward(images, generator_))
+    logits = (per_trial_draws() ? model_.Forward(images, generators_)
+                                : model_.Forward(images, generator_))
                  .to(torch::kFloat32);
   }
   const torch::Tensor losses = Loss(logits, labels);  // [K]

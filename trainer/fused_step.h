@@ -119,7 +119,7 @@ class FusedStep {
 
   bool captured() const { return captured_; }
   // Whether each trial draws from its own generator (FusedStepOptions::generators).
-  bool per_trial_draws() const { return per_trial_draws_; }
+  bool per_trial_draws() const { return !generators_.empty(); }
   // Whether the trials share one training tensor (one gather per step).
   bool shared_data() const { return shared_data_; }
 
@@ -141,8 +141,7 @@ class FusedStep {
   torch::Tensor running_;                            // [K] bool: the running mask
   torch::Tensor counter_;                            // [1] int64: the table's row
   at::Generator generator_;                          // the device's default generator
-  std::vector<at::Generator> generators_;            // [K] each trial's, when per_trial_draws_
-  bool per_trial_draws_ = false;
+  std::vector<at::Generator> generators_;            // [K] each trial's, or none: one shared draw
   std::vector<bool> stopped_;
 
   bool captured_ = false;
